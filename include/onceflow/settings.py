@@ -1,0 +1,66 @@
+"""Where Onceflow finds its services and its state, from the environment.
+
+Every value has a default that points at the embedded local stack (`onceflow up`), so a
+fresh checkout needs no configuration; production sets the ONCEFLOW_* variables instead.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"environment variable {name}={raw!r} is not an integer") from None
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Resolved settings; build with `Settings.from_env()`."""
+
+    home: Path  # state of the local stack: PostgreSQL data, Airflow home, logs, pids
+    pg_port: int
+    kafka_port: int
+    airflow_port: int
+    postgres_dsn: str  # ledger + sink database
+    kafka_bootstrap: str
+    pipelines_file: Path
+    airflow_url: str
+    airflow_user: str
+    airflow_password: str
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        home = Path(os.environ.get("ONCEFLOW_HOME", PROJECT_ROOT / ".onceflow")).resolve()
+        pg_port = _int("ONCEFLOW_PG_PORT", 25432)
+        kafka_port = _int("ONCEFLOW_KAFKA_PORT", 29092)
+        airflow_port = _int("ONCEFLOW_AIRFLOW_PORT", 28080)
+        dsn = os.environ.get("ONCEFLOW_POSTGRES_DSN") or (
+            f"postgresql://onceflow:onceflow@127.0.0.1:{pg_port}/onceflow"
+        )
+        bootstrap = os.environ.get("ONCEFLOW_KAFKA_BOOTSTRAP") or f"127.0.0.1:{kafka_port}"
+        pipelines = Path(
+            os.environ.get("ONCEFLOW_PIPELINES", PROJECT_ROOT / "dags" / "pipelines.toml")
+        )
+        airflow_url = os.environ.get("ONCEFLOW_AIRFLOW_URL") or f"http://127.0.0.1:{airflow_port}"
+        return cls(
+            home=home,
+            pg_port=pg_port,
+            kafka_port=kafka_port,
+            airflow_port=airflow_port,
+            postgres_dsn=dsn,
+            kafka_bootstrap=bootstrap,
+            pipelines_file=pipelines,
+            airflow_url=airflow_url.rstrip("/"),
+            airflow_user=os.environ.get("ONCEFLOW_AIRFLOW_USER", "admin"),
+            airflow_password=os.environ.get("ONCEFLOW_AIRFLOW_PASSWORD", "admin"),
+        )
