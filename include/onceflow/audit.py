@@ -1,0 +1,286 @@
+"""The audit: proves a pipeline's state from the ledger and the sink, and names each violation.
+
+Rules (docs/PROTOCOL.md "Audit"): seq is dense and committed batches are a prefix of seq
+order; per partition, ranges are contiguous from the starting position to the committed
+offset (loss events bridge skipped intervals); per committed txid, published rows + dead
+letters = records in its ranges (optionally re-read from the broker); no source record is
+published twice. The rules are pure functions over plain rows; `run_audit` only loads them.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+
+from psycopg2 import sql
+
+from onceflow.config import PipelineConfig
+from onceflow.db import transaction
+
+
+@dataclass
+class AuditReport:
+    pipeline: str
+    verdict: str = "exactly-once"
+    batches: int = 0
+    batches_committed: int = 0
+    records_in_ranges: int = 0
+    records_in_sink: int = 0
+    dead_lettered: int = 0
+    gaps: int = 0
+    overlaps: int = 0
+    duplicates: int = 0
+    loss_events: list[dict] = field(default_factory=list)
+    reread_from_broker: bool = False
+    violations: list[str] = field(default_factory=list)
+
+    def violate(self, message: str) -> None:
+        self.violations.append(message)
+        self.verdict = "violated"
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class BatchRow:
+    txid: str
+    seq: int
+    state: str
+    records_read: int | None
+
+
+@dataclass(frozen=True)
+class RangeRow:
+    txid: str
+    seq: int
+    topic: str
+    partition: int
+    from_offset: int
+    until_offset: int
+
+
+@dataclass(frozen=True)
+class LossRow:
+    topic: str
+    partition: int
+    from_offset: int
+    until_offset: int
+
+
+def check_seq(report: AuditReport, batches: list[BatchRow]) -> None:
+    seqs = [b.seq for b in batches]
+    if seqs != list(range(1, len(seqs) + 1)):
+        report.violate(f"seq is not dense: {seqs[:20]}")
+    seen_open = None
+    for b in batches:
+        if b.state != "committed":
+            seen_open = seen_open or b
+        elif seen_open is not None:
+            report.violate(
+                f"txid {b.txid!r} (seq {b.seq}) committed after txid {seen_open.txid!r} "
+                f"(seq {seen_open.seq}), which is {seen_open.state}: committed batches are not a prefix"
+            )
+
+
+def check_contiguity(
+    report: AuditReport,
+    ranges: list[RangeRow],
+    offsets: dict[tuple[str, int], tuple[int, int]],
+    losses: list[LossRow],
+    committed: set[str],
+) -> None:
+    """offsets: per partition (start_offset, committed_offset)."""
+    bridges = {(lo.topic, lo.partition, lo.from_offset): lo.until_offset for lo in losses}
+    by_tp: dict[tuple[str, int], list[RangeRow]] = defaultdict(list)
+    for r in ranges:
+        by_tp[(r.topic, r.partition)].append(r)
+    for tp in sorted(set(by_tp) | set(offsets)):
+        rs = sorted(by_tp.get(tp, []), key=lambda r: r.seq)
+        if tp not in offsets:
+            report.violate(f"{tp[0]}[{tp[1]}] has ranges but no committed-offset row")
+            continue
+        start, committed_offset = offsets[tp]
+        expected = start
+        last_committed_until = start
+        for r in rs:
+            if r.from_offset != expected and bridges.get((tp[0], tp[1], expected)) == r.from_offset:
+                expected = r.from_offset  # a recorded loss event bridges the interval
+            if r.from_offset > expected:
+                report.gaps += 1
+                report.violate(
+                    f"gap in {tp[0]}[{tp[1]}]: offsets [{expected}, {r.from_offset}) before txid "
+                    f"{r.txid!r} (seq {r.seq}) are in no range"
+                )
+            elif r.from_offset < expected:
+                report.overlaps += 1
+                report.violate(
+                    f"overlap in {tp[0]}[{tp[1]}]: txid {r.txid!r} (seq {r.seq}) starts at "
+                    f"{r.from_offset}, an earlier range ends at {expected}"
+                )
+            expected = r.until_offset
+            if r.txid in committed:
+                last_committed_until = r.until_offset
+        if committed_offset != last_committed_until:
+            report.violate(
+                f"{tp[0]}[{tp[1]}]: committed offset is {committed_offset} but the last committed "
+                f"range ends at {last_committed_until}"
+            )
+
+
+def check_counts(
+    report: AuditReport,
+    batches: list[BatchRow],
+    published: dict[str, int],
+    dead: dict[str, int],
+    reread: dict[str, int] | None,
+) -> None:
+    for b in batches:
+        if b.state != "committed":
+            if published.get(b.txid) or dead.get(b.txid):
+                report.violate(f"txid {b.txid!r} is {b.state} but has published output")
+            continue
+        in_ranges = reread[b.txid] if reread is not None else (b.records_read or 0)
+        if reread is not None and b.records_read != in_ranges:
+            report.violate(
+                f"txid {b.txid!r} (seq {b.seq}): the broker holds {in_ranges} records in its ranges "
+                f"but process read {b.records_read}"
+            )
+        report.records_in_ranges += in_ranges
+        out = published.get(b.txid, 0) + dead.get(b.txid, 0)
+        if out != in_ranges:
+            report.violate(
+                f"txid {b.txid!r} (seq {b.seq}): {published.get(b.txid, 0)} published + "
+                f"{dead.get(b.txid, 0)} dead letters != {in_ranges} records in its ranges"
+            )
+    stray = set(published) | set(dead)
+    stray -= {b.txid for b in batches}
+    for txid in sorted(stray):
+        report.violate(f"published output of txid {txid!r}, which is not in the ledger")
+
+
+def _rows(cur, query: str | sql.Composed, params: Iterable = ()) -> list[tuple]:
+    cur.execute(query, tuple(params))
+    return cur.fetchall()
+
+
+def run_audit(
+    dsn: str,
+    cfg: PipelineConfig,
+    reread: Callable[[list[RangeRow]], dict[str, int]] | None = None,
+) -> AuditReport:
+    """Audit one pipeline. `reread`, if given, counts the records of each txid's ranges in the broker."""
+    report = AuditReport(pipeline=cfg.name)
+    schema = sql.Identifier(cfg.sink_schema)
+    with transaction(dsn) as cur:
+        cur.execute("set transaction isolation level repeatable read")  # one consistent snapshot
+        batches = [
+            BatchRow(*r)
+            for r in _rows(
+                cur,
+                "select txid, seq, state, records_read from onceflow.batches where pipeline = %s order by seq",
+                (cfg.name,),
+            )
+        ]
+        ranges = [
+            RangeRow(*r)
+            for r in _rows(
+                cur,
+                "select r.txid, b.seq, r.topic, r.partition, r.from_offset, r.until_offset"
+                " from onceflow.ranges r join onceflow.batches b using (pipeline, txid)"
+                " where r.pipeline = %s order by b.seq, r.topic, r.partition",
+                (cfg.name,),
+            )
+        ]
+        offsets = {
+            (t, p): (s, c)
+            for t, p, s, c in _rows(
+                cur,
+                "select topic, partition, start_offset, committed_offset from onceflow.offsets where pipeline = %s",
+                (cfg.name,),
+            )
+        }
+        losses = [
+            LossRow(*r)
+            for r in _rows(
+                cur,
+                "select topic, partition, from_offset, until_offset from onceflow.loss_events where pipeline = %s",
+                (cfg.name,),
+            )
+        ]
+        cur.execute("select to_regclass(%s)", (f"{cfg.sink_schema}.orders",))
+        sink_exists = cur.fetchone()[0] is not None
+        published = (
+            dict(
+                _rows(
+                    cur,
+                    sql.SQL("select txid, count(*) from {}.orders group by txid").format(schema),
+                )
+            )
+            if sink_exists
+            else {}
+        )
+        dead = dict(
+            _rows(
+                cur,
+                "select txid, count(*) from onceflow.dead_letters where pipeline = %s group by txid",
+                (cfg.name,),
+            )
+        )
+        dup_rows = (
+            _rows(
+                cur,
+                sql.SQL(
+                    'select o.topic, o.partition, o."offset" from {}.orders o'
+                    " join onceflow.dead_letters d on d.pipeline = %s and d.topic = o.topic"
+                    ' and d.partition = o.partition and d."offset" = o."offset" limit 100'
+                ).format(schema),
+                (cfg.name,),
+            )
+            if sink_exists
+            else []
+        )
+        misplaced = (
+            _rows(
+                cur,
+                sql.SQL(
+                    """
+                    select count(*) from (
+                        select txid, topic, partition, "offset" from {}.orders
+                        union all
+                        select txid, topic, partition, "offset" from onceflow.dead_letters where pipeline = %s
+                    ) o
+                    where not exists (
+                        select 1 from onceflow.ranges r where r.pipeline = %s and r.txid = o.txid
+                          and r.topic = o.topic and r.partition = o.partition
+                          and o."offset" >= r.from_offset and o."offset" < r.until_offset)
+                    """
+                ).format(schema),
+                (cfg.name, cfg.name),
+            )[0][0]
+            if sink_exists
+            else 0
+        )
+
+    committed = {b.txid for b in batches if b.state == "committed"}
+    report.batches = len(batches)
+    report.batches_committed = len(committed)
+    report.records_in_sink = sum(published.values())
+    report.dead_lettered = sum(dead.values())
+    report.loss_events = [asdict(lo) for lo in losses]
+    check_seq(report, batches)
+    check_contiguity(report, ranges, offsets, losses, committed)
+    counts = None
+    if reread is not None:
+        report.reread_from_broker = True
+        counts = reread([r for r in ranges if r.txid in committed])
+        for txid in committed:
+            counts.setdefault(txid, 0)
+    check_counts(report, batches, published, dead, counts)
+    for t, p, o in dup_rows:
+        report.duplicates += 1
+        report.violate(f"record {t}[{p}]@{o} is published both as a row and as a dead letter")
+    if misplaced:
+        report.violate(f"{misplaced} published records lie outside their txid's ranges")
+    return report

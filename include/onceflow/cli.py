@@ -1,0 +1,270 @@
+"""`onceflow`: run the local stack, feed it, trigger runs and audit the result."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+from onceflow.config import PipelineConfig, get_pipeline, load_pipelines
+from onceflow.errors import OnceflowError
+from onceflow.settings import Settings
+
+EPILOG_AUDIT = "example: onceflow audit --pipeline orders --reread --json"
+
+
+def _pipeline(settings: Settings, name: str | None) -> PipelineConfig:
+    if name:
+        return get_pipeline(settings.pipelines_file, name)
+    pipelines = load_pipelines(settings.pipelines_file)
+    if len(pipelines) != 1:
+        raise OnceflowError(f"give --pipeline, one of: {', '.join(sorted(pipelines))}")
+    return next(iter(pipelines.values()))
+
+
+def _print_table(rows: list[dict], columns: Sequence[str]) -> None:
+    widths = {
+        c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) if rows else len(c) for c in columns
+    }
+    print("  ".join(c.ljust(widths[c]) for c in columns))
+    for r in rows:
+        print("  ".join(str(r.get(c, "")).ljust(widths[c]) for c in columns))
+
+
+def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
+    from onceflow import stack
+
+    stack.up(settings)
+    return cmd_status(args, settings)
+
+
+def cmd_down(args: argparse.Namespace, settings: Settings) -> int:
+    from onceflow import stack
+
+    stack.down(settings)
+    print("stack stopped")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
+    from onceflow import stack
+
+    info = stack.status(settings)
+    if getattr(args, "json", False):
+        print(json.dumps(info, indent=2, default=str))
+    else:
+        services = info.get("services", info)
+        rows = [{"service": k, **v} for k, v in services.items() if isinstance(v, dict)]
+        _print_table(rows, ("service", "state", "pid", "address"))
+        if "ui" in info:
+            print(
+                f"\nAirflow UI: {info['ui']['url']}  login: {info['ui']['user']} / {info['ui']['password']}"
+            )
+    return 0
+
+
+def cmd_produce(args: argparse.Namespace, settings: Settings) -> int:
+    from onceflow import broker, producer
+
+    cfg = _pipeline(settings, args.pipeline)
+    topic = args.topic or cfg.topics[0]
+    created = broker.create_topic(settings.kafka_bootstrap, topic, args.partitions)
+    print(
+        f"topic {topic}: {'created with ' + str(args.partitions) + ' partitions' if created else 'exists'}"
+    )
+    started = time.monotonic()
+    n = producer.produce(
+        settings.kafka_bootstrap,
+        topic,
+        args.partitions,
+        args.count,
+        malformed_rate=args.malformed_rate,
+        seed=args.seed,
+        start=args.start,
+        progress=lambda acked: print(f"  produced {acked}/{args.count}", flush=True),
+    )
+    took = time.monotonic() - started
+    print(f"produced {n} events to {topic} in {took:.1f}s ({n / max(took, 1e-9):,.0f}/s)")
+    return 0
+
+
+def new_run_ids(prefix: str, count: int) -> list[str]:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+    return [f"{prefix}__{stamp}__{i:03d}" for i in range(1, count + 1)]
+
+
+def cmd_trigger(args: argparse.Namespace, settings: Settings) -> int:
+    from onceflow.airflow_api import AirflowClient
+
+    cfg = _pipeline(settings, args.pipeline)
+    client = AirflowClient(settings.airflow_url, settings.airflow_user, settings.airflow_password)
+    client.wait_for_dag(cfg.dag_id, timeout=args.timeout)
+    client.unpause(cfg.dag_id)
+    run_ids = args.run_id or new_run_ids(args.prefix, args.runs)
+    for run_id in run_ids:
+        client.trigger(cfg.dag_id, run_id)
+        print(f"triggered {cfg.dag_id} run {run_id}", flush=True)
+    if args.no_wait:
+        return 0
+    states = client.wait_for_runs(cfg.dag_id, run_ids, timeout=args.timeout)
+    failed = [r for r, s in states.items() if s != "success"]
+    for r, s in states.items():
+        print(f"  {r}: {s}")
+    if failed:
+        print(
+            f"{len(failed)} run(s) did not succeed; see the task logs in the Airflow UI",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+def reread_counter(settings: Settings):
+    from onceflow.recount import count_records
+
+    return lambda ranges: count_records(settings.kafka_bootstrap, ranges)
+
+
+def cmd_audit(args: argparse.Namespace, settings: Settings) -> int:
+    from onceflow.audit import run_audit
+
+    cfg = _pipeline(settings, args.pipeline)
+    report = run_audit(
+        settings.postgres_dsn, cfg, reread_counter(settings) if args.reread else None
+    )
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        print(f"audit of pipeline {cfg.name}: {report.verdict}")
+        for key in (
+            "batches",
+            "batches_committed",
+            "records_in_ranges",
+            "records_in_sink",
+            "dead_lettered",
+            "gaps",
+            "overlaps",
+            "duplicates",
+        ):
+            print(f"  {key:<20} {getattr(report, key)}")
+        print(f"  {'reread_from_broker':<20} {report.reread_from_broker}")
+        for loss in report.loss_events:
+            print(f"  loss event: {loss}")
+        for v in report.violations:
+            print(f"  VIOLATION: {v}")
+    return 0 if report.verdict == "exactly-once" else 1
+
+
+def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
+    from onceflow.db import migrate
+
+    applied = migrate(settings.postgres_dsn)
+    print("applied: " + (", ".join(applied) if applied else "nothing (up to date)"))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="onceflow",
+        description="Exactly-once micro-batches from Kafka through Spark, orchestrated by Airflow.",
+        epilog="Quick start: onceflow up && onceflow produce --count 100000 && onceflow trigger --runs 3 && onceflow audit",
+    )
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name: str, func, help_: str, example: str) -> argparse.ArgumentParser:
+        sp = sub.add_parser(name, help=help_, description=help_, epilog=f"example: {example}")
+        sp.set_defaults(func=func)
+        return sp
+
+    add(
+        "up",
+        cmd_up,
+        "Start the embedded stack on 127.0.0.1 (PostgreSQL, broker, Airflow); idempotent.",
+        "onceflow up",
+    )
+    add("down", cmd_down, "Stop every service of the embedded stack by its PID.", "onceflow down")
+    sp = add(
+        "status",
+        cmd_status,
+        "Show the stack's services, the Airflow UI URL and login.",
+        "onceflow status --json",
+    )
+    sp.add_argument("--json", action="store_true", help="machine-readable output")
+    add(
+        "migrate",
+        cmd_migrate,
+        "Create or upgrade the ledger schema in PostgreSQL.",
+        "onceflow migrate",
+    )
+
+    sp = add(
+        "produce",
+        cmd_produce,
+        "Produce demo order events (about 1%% malformed) to the pipeline's topic.",
+        "onceflow produce --count 100000",
+    )
+    sp.add_argument("--pipeline", help="pipeline name (default: the only one configured)")
+    sp.add_argument("--topic", help="topic (default: the pipeline's first topic)")
+    sp.add_argument("--count", type=int, default=100_000, help="events to produce (default 100000)")
+    sp.add_argument(
+        "--partitions", type=int, default=4, help="partitions when creating the topic (default 4)"
+    )
+    sp.add_argument(
+        "--malformed-rate",
+        type=float,
+        default=0.01,
+        help="share of malformed events (default 0.01)",
+    )
+    sp.add_argument("--seed", type=int, default=42, help="random seed (default 42)")
+    sp.add_argument(
+        "--start", type=int, default=0, help="first event number, to continue a series (default 0)"
+    )
+
+    sp = add(
+        "trigger",
+        cmd_trigger,
+        "Trigger DAG runs through the Airflow REST API and wait for them.",
+        "onceflow trigger --pipeline orders --runs 3",
+    )
+    sp.add_argument("--pipeline", help="pipeline name (default: the only one configured)")
+    sp.add_argument(
+        "--runs", type=int, default=1, help="number of runs to trigger at once (default 1)"
+    )
+    sp.add_argument("--run-id", action="append", help="explicit run id (txid); repeat for several")
+    sp.add_argument("--prefix", default="manual", help="run id prefix (default 'manual')")
+    sp.add_argument("--timeout", type=float, default=900, help="seconds to wait (default 900)")
+    sp.add_argument("--no-wait", action="store_true", help="return after triggering")
+
+    sp = add(
+        "audit",
+        cmd_audit,
+        "Prove the pipeline's state; exits 1 on any violation.",
+        EPILOG_AUDIT.split(": ", 1)[1],
+    )
+    sp.add_argument("--pipeline", help="pipeline name (default: the only one configured)")
+    sp.add_argument("--json", action="store_true", help="print the report as JSON")
+    sp.add_argument(
+        "--reread",
+        action="store_true",
+        help="re-read every committed range from the broker and count its records",
+    )
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    settings = Settings.from_env()
+    try:
+        return args.func(args, settings)
+    except OnceflowError as e:
+        print(f"onceflow {args.command}: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,203 @@
+"""Pipeline definitions: one TOML file, one `[pipelines.NAME]` table per pipeline (one DAG each).
+
+Every value is validated here, before any DAG, job or SQL sees it: names that become SQL
+identifiers or Kafka topics are checked against strict patterns and later still quoted.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from onceflow.errors import ConfigError
+
+NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+SPARK_CONF_KEY_RE = re.compile(r"^spark\.[A-Za-z0-9._-]+$")
+TRANSFORMS = ("orders",)
+
+_KEYS = {
+    "topics",
+    "transform",
+    "sink_schema",
+    "starting_position",
+    "max_records_per_partition",
+    "on_data_loss",
+    "schedule",
+    "max_active_runs",
+    "commit_poke_interval",
+    "records_per_input_partition",
+    "driver_memory",
+    "executor_memory",
+    "spark_conf",
+    "description",
+}
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    name: str
+    topics: tuple[str, ...]
+    transform: str = "orders"
+    sink_schema: str = ""  # defaults to the pipeline name
+    starting_position: Literal["earliest", "latest"] = "earliest"
+    max_records_per_partition: int | None = None
+    on_data_loss: Literal["fail", "skip"] = "fail"
+    schedule: str | None = None
+    max_active_runs: int = 3
+    commit_poke_interval: float = 2.0
+    records_per_input_partition: int = 250_000
+    driver_memory: str = "512m"
+    executor_memory: str = "1g"
+    spark_conf: dict[str, str] = field(default_factory=dict)
+    description: str = ""
+
+    @property
+    def dag_id(self) -> str:
+        return f"onceflow_{self.name}"
+
+
+def _fail(source: str, name: str, key: str, why: str) -> ConfigError:
+    return ConfigError(f"{source}: pipeline {name!r}, key {key!r}: {why}")
+
+
+def parse_pipeline(name: str, raw: dict[str, Any], source: str = "<config>") -> PipelineConfig:
+    if not NAME_RE.match(name):
+        raise ConfigError(
+            f"{source}: pipeline name {name!r} is invalid: use lower-case letters, digits and "
+            "underscores, starting with a letter, at most 40 characters (it becomes a DAG id and a SQL schema)"
+        )
+    unknown = sorted(set(raw) - _KEYS)
+    if unknown:
+        raise _fail(source, name, unknown[0], f"unknown key (known: {', '.join(sorted(_KEYS))})")
+
+    topics = raw.get("topics")
+    if isinstance(topics, str):
+        topics = [topics]
+    if not topics or not isinstance(topics, list):
+        raise _fail(source, name, "topics", "give a non-empty list of topic names")
+    for t in topics:
+        if not isinstance(t, str) or not TOPIC_RE.match(t) or t in (".", ".."):
+            raise _fail(source, name, "topics", f"{t!r} is not a valid Kafka topic name")
+    if len(set(topics)) != len(topics):
+        raise _fail(source, name, "topics", "a topic is listed twice")
+
+    transform = raw.get("transform", "orders")
+    if transform not in TRANSFORMS:
+        raise _fail(source, name, "transform", f"{transform!r} is not one of {TRANSFORMS}")
+
+    sink_schema = raw.get("sink_schema", name)
+    if (
+        not isinstance(sink_schema, str)
+        or not NAME_RE.match(sink_schema)
+        or sink_schema == "onceflow"
+    ):
+        raise _fail(
+            source,
+            name,
+            "sink_schema",
+            f"{sink_schema!r} is not a valid schema name (lower-case identifier, not 'onceflow')",
+        )
+
+    def choice(key: str, options: tuple[str, ...], default: str) -> str:
+        value = raw.get(key, default)
+        if value not in options:
+            raise _fail(source, name, key, f"{value!r} is not one of {options}")
+        return value
+
+    def positive_int(key: str, default: int | None) -> int | None:
+        value = raw.get(key, default)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise _fail(source, name, key, f"{value!r} is not a positive integer")
+        return value
+
+    poke = raw.get("commit_poke_interval", 2.0)
+    if isinstance(poke, bool) or not isinstance(poke, int | float) or not 0.5 <= poke <= 600:
+        raise _fail(source, name, "commit_poke_interval", f"{poke!r} must be seconds in [0.5, 600]")
+
+    schedule = raw.get("schedule")
+    if schedule is not None and not isinstance(schedule, str):
+        raise _fail(
+            source, name, "schedule", "give a cron expression, a preset like '@hourly', or omit it"
+        )
+
+    memory_re = re.compile(r"^[1-9][0-9]*[kmgt]?$", re.I)
+    mems = {}
+    for key, default in (("driver_memory", "512m"), ("executor_memory", "1g")):
+        value = raw.get(key, default)
+        if not isinstance(value, str) or not memory_re.match(value):
+            raise _fail(source, name, key, f"{value!r} is not a JVM memory size like '512m'")
+        mems[key] = value
+
+    spark_conf = raw.get("spark_conf", {})
+    if not isinstance(spark_conf, dict):
+        raise _fail(source, name, "spark_conf", "give a table of spark.* keys")
+    for k, v in spark_conf.items():
+        if not SPARK_CONF_KEY_RE.match(k):
+            raise _fail(source, name, "spark_conf", f"{k!r} is not a spark.* configuration key")
+        if not isinstance(v, str | int | float | bool):
+            raise _fail(source, name, "spark_conf", f"value of {k!r} must be a scalar")
+
+    return PipelineConfig(
+        name=name,
+        topics=tuple(topics),
+        transform=transform,
+        sink_schema=sink_schema,
+        starting_position=choice("starting_position", ("earliest", "latest"), "earliest"),  # type: ignore[arg-type]
+        max_records_per_partition=positive_int("max_records_per_partition", None),
+        on_data_loss=choice("on_data_loss", ("fail", "skip"), "fail"),  # type: ignore[arg-type]
+        schedule=schedule,
+        max_active_runs=positive_int("max_active_runs", 3) or 3,
+        commit_poke_interval=float(poke),
+        records_per_input_partition=positive_int("records_per_input_partition", 250_000) or 250_000,
+        driver_memory=mems["driver_memory"],
+        executor_memory=mems["executor_memory"],
+        spark_conf={
+            k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in spark_conf.items()
+        },
+        description=str(raw.get("description", "")),
+    )
+
+
+def load_pipelines(path: Path | str) -> dict[str, PipelineConfig]:
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(
+            f"pipelines file {path} does not exist (set ONCEFLOW_PIPELINES)"
+        ) from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: not valid TOML: {e}") from None
+    tables = data.get("pipelines")
+    extra = sorted(set(data) - {"pipelines"})
+    if extra:
+        raise ConfigError(
+            f"{path}: unknown top-level key {extra[0]!r}; define [pipelines.NAME] tables"
+        )
+    if not isinstance(tables, dict) or not tables:
+        raise ConfigError(f"{path}: no [pipelines.NAME] table found")
+    pipelines = {}
+    for name, raw in tables.items():
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{path}: pipelines.{name} must be a table")
+        pipelines[name] = parse_pipeline(name, raw, str(path))
+    schemas = [p.sink_schema for p in pipelines.values()]
+    dup = {s for s in schemas if schemas.count(s) > 1}
+    if dup:
+        raise ConfigError(f"{path}: two pipelines share sink_schema {sorted(dup)[0]!r}")
+    return pipelines
+
+
+def get_pipeline(path: Path | str, name: str) -> PipelineConfig:
+    pipelines = load_pipelines(path)
+    if name not in pipelines:
+        raise ConfigError(
+            f"{path}: no pipeline named {name!r} (known: {', '.join(sorted(pipelines))})"
+        )
+    return pipelines[name]

@@ -1,0 +1,82 @@
+"""Named error conditions. Each carries the coordinates an operator needs to act on it."""
+
+from __future__ import annotations
+
+
+class OnceflowError(Exception):
+    """Base of every error Onceflow raises on purpose."""
+
+
+class ConfigError(OnceflowError):
+    """A pipeline definition or setting is invalid; the message names the file and key."""
+
+
+class UnknownTxidError(OnceflowError):
+    def __init__(self, pipeline: str, txid: str, hint: str = "") -> None:
+        self.pipeline, self.txid = pipeline, txid
+        msg = f"txid {txid!r} is not in the ledger of pipeline {pipeline!r}"
+        super().__init__(msg + (f"; {hint}" if hint else ""))
+
+
+class OffsetRegressionError(OnceflowError):
+    """The broker reports an end offset below what the ledger already holds."""
+
+    def __init__(
+        self, pipeline: str, topic: str, partition: int, ledger_offset: int, broker_end: int
+    ) -> None:
+        self.topic, self.partition = topic, partition
+        self.ledger_offset, self.broker_end = ledger_offset, broker_end
+        super().__init__(
+            f"offset regression in pipeline {pipeline!r} at {topic}[{partition}]: the ledger has planned "
+            f"up to offset {ledger_offset} but the broker's end offset is {broker_end}. The log was "
+            "truncated, the topic re-created or the broker lost data. Nothing was planned. After "
+            "investigating, reset the pipeline with `onceflow reset-offsets`."
+        )
+
+
+class DataLossError(OnceflowError):
+    """Records the pipeline never processed were deleted (retention) before it read them."""
+
+    def __init__(
+        self, pipeline: str, topic: str, partition: int, from_offset: int, beginning: int
+    ) -> None:
+        self.topic, self.partition = topic, partition
+        self.from_offset, self.beginning = from_offset, beginning
+        super().__init__(
+            f"data loss in pipeline {pipeline!r} at {topic}[{partition}]: the next range starts at offset "
+            f"{from_offset} but the broker's first offset is {beginning}; records "
+            f"[{from_offset}, {beginning}) were deleted before they were processed (retention?). "
+            'Set on_data_loss = "skip" for this pipeline to record the interval as a loss event and go on.'
+        )
+
+
+class PartitionRemovedError(OnceflowError):
+    def __init__(self, pipeline: str, topic: str, partition: int) -> None:
+        self.topic, self.partition = topic, partition
+        super().__init__(
+            f"partition {topic}[{partition}] of pipeline {pipeline!r} is in the ledger but the broker no "
+            "longer has it (topic deleted or re-created with fewer partitions). Nothing was planned."
+        )
+
+
+class TopicMissingError(OnceflowError):
+    def __init__(self, pipeline: str, topic: str, bootstrap: str) -> None:
+        super().__init__(
+            f"topic {topic!r} of pipeline {pipeline!r} does not exist on the broker {bootstrap}"
+        )
+
+
+class CommitOrderError(OnceflowError):
+    """Commit asked for a txid whose predecessor has not committed."""
+
+
+class CommitConflictError(OnceflowError):
+    """The compare-and-set on a committed offset did not change exactly one row."""
+
+
+class FencedAttemptError(OnceflowError):
+    """A process attempt tried to stage after a newer attempt claimed the txid (a zombie)."""
+
+
+class RangeReadError(OnceflowError):
+    """Reading a planned range from the broker did not reach its until_offset."""

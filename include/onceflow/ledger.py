@@ -1,0 +1,379 @@
+"""The ledger in PostgreSQL: plan, attempt fencing, staging marks and the ordered commit.
+
+Every rule that must hold across retries and crashes is enforced here, inside database
+transactions, so it holds whichever Airflow worker, Spark driver or zombie calls it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from onceflow import orders_sink
+from onceflow.config import PipelineConfig
+from onceflow.db import transaction
+from onceflow.errors import (
+    CommitConflictError,
+    CommitOrderError,
+    FencedAttemptError,
+    OnceflowError,
+    UnknownTxidError,
+)
+from onceflow.ranges import LossEvent, OffsetRange, TopicPartition, plan_ranges
+
+
+@dataclass(frozen=True)
+class BrokerSnapshot:
+    """The broker's first and end offsets (LATEST, read_committed) of every partition now."""
+
+    beginnings: dict[TopicPartition, int]
+    ends: dict[TopicPartition, int]
+
+
+@dataclass(frozen=True)
+class Batch:
+    txid: str
+    seq: int
+    state: str
+    ranges: list[OffsetRange]
+    losses: list[LossEvent] = field(default_factory=list)
+    replayed: bool = False  # True when plan found the txid already in the ledger
+
+
+@dataclass(frozen=True)
+class Claim:
+    txid: str
+    seq: int
+    attempt: int
+    state: str
+    ranges: list[OffsetRange]
+
+
+@dataclass(frozen=True)
+class Staged:
+    records: int
+    valid: int
+    dead: int
+    checksum: str
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    txid: str
+    seq: int
+    outcome: str  # committed | already-committed | republished
+    published: int
+    dead: int
+
+
+def ensure_pipeline(dsn: str, cfg: PipelineConfig) -> None:
+    with transaction(dsn) as cur:
+        cur.execute(
+            "insert into onceflow.pipelines (name) values (%s) on conflict do nothing", (cfg.name,)
+        )
+        orders_sink.ensure_sink(cur, cfg.sink_schema)
+
+
+def _ranges(cur, pipeline: str, txid: str) -> list[OffsetRange]:
+    cur.execute(
+        "select topic, partition, from_offset, until_offset from onceflow.ranges"
+        " where pipeline = %s and txid = %s order by topic, partition",
+        (pipeline, txid),
+    )
+    return [OffsetRange(*r) for r in cur.fetchall()]
+
+
+def _losses(cur, pipeline: str, txid: str) -> list[LossEvent]:
+    cur.execute(
+        "select topic, partition, from_offset, until_offset from onceflow.loss_events"
+        " where pipeline = %s and txid = %s order by topic, partition",
+        (pipeline, txid),
+    )
+    return [LossEvent(*r) for r in cur.fetchall()]
+
+
+def plan(dsn: str, cfg: PipelineConfig, txid: str, snapshot: Callable[[], BrokerSnapshot]) -> Batch:
+    """Plan txid: replay its recorded ranges, or snapshot the broker and record new ones.
+
+    Serialized per pipeline by a row lock on the pipeline, held while the broker is asked,
+    so two planners can never hand out overlapping ranges or the same seq.
+    """
+    started = time.monotonic()
+    ensure_pipeline(dsn, cfg)
+    with transaction(dsn) as cur:
+        cur.execute("select name from onceflow.pipelines where name = %s for update", (cfg.name,))
+        cur.execute(
+            "select seq, state from onceflow.batches where pipeline = %s and txid = %s",
+            (cfg.name, txid),
+        )
+        row = cur.fetchone()
+        if row:
+            return Batch(
+                txid,
+                row[0],
+                row[1],
+                _ranges(cur, cfg.name, txid),
+                _losses(cur, cfg.name, txid),
+                replayed=True,
+            )
+
+        cur.execute(
+            "select txid, seq from onceflow.batches where pipeline = %s order by seq desc limit 1",
+            (cfg.name,),
+        )
+        last = cur.fetchone()
+        previous: dict[TopicPartition, int] = {}
+        if last:
+            previous = {r.tp: r.until_offset for r in _ranges(cur, cfg.name, last[0])}
+        seq = (last[1] if last else 0) + 1
+
+        snap = snapshot()
+        planned = plan_ranges(
+            cfg.name,
+            previous,
+            snap.beginnings,
+            snap.ends,
+            starting_position=cfg.starting_position,
+            max_records_per_partition=cfg.max_records_per_partition,
+            on_data_loss=cfg.on_data_loss,
+        )
+        cur.execute(
+            "insert into onceflow.batches (pipeline, txid, seq, state, plan_seconds)"
+            " values (%s, %s, %s, 'planned', %s)",
+            (cfg.name, txid, seq, time.monotonic() - started),
+        )
+        for r in planned.ranges:
+            cur.execute(
+                "insert into onceflow.ranges (pipeline, txid, topic, partition, from_offset, until_offset)"
+                " values (%s, %s, %s, %s, %s, %s)",
+                (cfg.name, txid, r.topic, r.partition, r.from_offset, r.until_offset),
+            )
+        for loss in planned.losses:
+            cur.execute(
+                "insert into onceflow.loss_events (pipeline, txid, topic, partition, from_offset, until_offset)"
+                " values (%s, %s, %s, %s, %s, %s)",
+                (cfg.name, txid, loss.topic, loss.partition, loss.from_offset, loss.until_offset),
+            )
+        new = set(planned.new_partitions)
+        for r in planned.ranges:
+            if r.tp in new:
+                cur.execute(
+                    "insert into onceflow.offsets (pipeline, topic, partition, start_offset, committed_offset)"
+                    " values (%s, %s, %s, %s, %s) on conflict do nothing",
+                    (cfg.name, r.topic, r.partition, r.from_offset, r.from_offset),
+                )
+        return Batch(txid, seq, "planned", planned.ranges, planned.losses)
+
+
+def get_batch(dsn: str, pipeline: str, txid: str) -> Batch:
+    with transaction(dsn) as cur:
+        cur.execute(
+            "select seq, state from onceflow.batches where pipeline = %s and txid = %s",
+            (pipeline, txid),
+        )
+        row = cur.fetchone()
+        if not row:
+            raise UnknownTxidError(pipeline, txid, "plan has not run for it")
+        return Batch(
+            txid, row[0], row[1], _ranges(cur, pipeline, txid), _losses(cur, pipeline, txid)
+        )
+
+
+def claim_attempt(dsn: str, pipeline: str, txid: str) -> Claim:
+    """Start a new process attempt; every earlier attempt of the txid is fenced from now on."""
+    with transaction(dsn) as cur:
+        cur.execute(
+            """
+            update onceflow.batches
+               set attempt = attempt + 1,
+                   state = case when state = 'committed' then state else 'processing' end,
+                   process_started_at = now(), last_error = null
+             where pipeline = %s and txid = %s
+            returning seq, attempt, state
+            """,
+            (pipeline, txid),
+        )
+        row = cur.fetchone()
+        if not row:
+            raise UnknownTxidError(pipeline, txid, "plan must run before process")
+        return Claim(txid, row[0], row[1], row[2], _ranges(cur, pipeline, txid))
+
+
+def mark_staged(
+    dsn: str,
+    cfg: PipelineConfig,
+    txid: str,
+    attempt: int,
+    *,
+    bytes_read: int | None = None,
+    process_seconds: float | None = None,
+) -> Staged:
+    """Record that `attempt` staged its output, unless a newer attempt has claimed the txid."""
+    with transaction(dsn) as cur:
+        cur.execute(
+            "select attempt, state from onceflow.batches where pipeline = %s and txid = %s for update",
+            (cfg.name, txid),
+        )
+        row = cur.fetchone()
+        if not row:
+            raise UnknownTxidError(cfg.name, txid)
+        if row[0] != attempt:
+            raise FencedAttemptError(
+                f"process attempt {attempt} of txid {txid!r} was superseded by attempt {row[0]}; "
+                "its staged output will never be published (a zombie or an overtaken retry)"
+            )
+        n, valid, dead, checksum = orders_sink.staged_counts(cur, cfg.sink_schema, txid, attempt)
+        cur.execute(
+            """
+            update onceflow.batches
+               set staged_attempt = %s,
+                   state = case when state = 'committed' then state else 'staged' end,
+                   records_read = %s, records_out = %s, records_dead = %s, checksum = %s,
+                   bytes_read = %s, process_seconds = %s, staged_at = now(), last_error = null
+             where pipeline = %s and txid = %s
+            """,
+            (attempt, n, valid, dead, checksum, bytes_read, process_seconds, cfg.name, txid),
+        )
+        return Staged(n, valid, dead, checksum)
+
+
+def record_error(dsn: str, pipeline: str, txid: str, error: str) -> None:
+    with transaction(dsn) as cur:
+        cur.execute(
+            "update onceflow.batches set last_error = %s where pipeline = %s and txid = %s",
+            (error[:4000], pipeline, txid),
+        )
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Why a commit cannot proceed yet: the predecessor it waits for."""
+
+    txid: str
+    seq: int
+    state: str
+    last_error: str | None
+
+
+def blocking_predecessor(dsn: str, pipeline: str, txid: str) -> Wait | None:
+    """The uncommitted batch with the highest seq below txid's seq, or None if commit may go."""
+    with transaction(dsn) as cur:
+        cur.execute(
+            "select seq from onceflow.batches where pipeline = %s and txid = %s", (pipeline, txid)
+        )
+        row = cur.fetchone()
+        if not row:
+            raise UnknownTxidError(pipeline, txid)
+        cur.execute(
+            "select txid, seq, state, last_error from onceflow.batches"
+            " where pipeline = %s and seq < %s and state <> 'committed' order by seq limit 1",
+            (pipeline, row[0]),
+        )
+        blocker = cur.fetchone()
+        return Wait(*blocker) if blocker else None
+
+
+def commit(dsn: str, cfg: PipelineConfig, txid: str) -> CommitResult:
+    """Publish txid's staged output, mark it committed and advance offsets: one transaction.
+
+    Strict seq order: only after seq-1 committed. Each partition's committed offset moves from
+    the range's from_offset to its until_offset by compare-and-set, so a range can never be
+    applied twice or out of order. Committing a committed txid changes nothing, unless a newer
+    process attempt was staged on purpose (re-run by run id): then its output replaces the
+    published output atomically, and the offsets, already past it, stay.
+    """
+    started = time.monotonic()
+    schema = cfg.sink_schema
+    with transaction(dsn) as cur:
+        cur.execute(
+            "select pg_advisory_xact_lock(hashtextextended('onceflow.commit:' || %s, 0))",
+            (cfg.name,),
+        )
+        cur.execute(
+            "select seq, state, staged_attempt, published_attempt, records_out, records_dead"
+            " from onceflow.batches where pipeline = %s and txid = %s for update",
+            (cfg.name, txid),
+        )
+        row = cur.fetchone()
+        if not row:
+            raise UnknownTxidError(cfg.name, txid)
+        seq, state, staged_attempt, published_attempt, records_out, records_dead = row
+
+        if state == "committed":
+            if staged_attempt == published_attempt:
+                return CommitResult(
+                    txid, seq, "already-committed", records_out or 0, records_dead or 0
+                )
+            orders_sink.unpublish(cur, schema, cfg.name, txid, seq)
+            published, dead = orders_sink.publish(cur, schema, cfg.name, txid, staged_attempt, seq)
+            _check_counts(txid, staged_attempt, published, dead, records_out, records_dead)
+            cur.execute(
+                "update onceflow.batches set published_attempt = %s, committed_at = now(),"
+                " commit_seconds = %s where pipeline = %s and txid = %s",
+                (staged_attempt, time.monotonic() - started, cfg.name, txid),
+            )
+            orders_sink.drop_staged(cur, schema, txid, staged_attempt)
+            return CommitResult(txid, seq, "republished", published, dead)
+
+        if state != "staged":
+            raise OnceflowError(
+                f"txid {txid!r} (seq {seq}) is {state}: process has not staged its output, nothing to commit"
+            )
+        cur.execute(
+            "select txid, state from onceflow.batches where pipeline = %s and seq = %s",
+            (cfg.name, seq - 1),
+        )
+        prev = cur.fetchone()
+        if prev and prev[1] != "committed":
+            raise CommitOrderError(
+                f"txid {txid!r} (seq {seq}) cannot commit before txid {prev[0]!r} (seq {seq - 1}), "
+                f"which is {prev[1]}"
+            )
+
+        published, dead = orders_sink.publish(cur, schema, cfg.name, txid, staged_attempt, seq)
+        _check_counts(txid, staged_attempt, published, dead, records_out, records_dead)
+
+        cur.execute(
+            "select r.topic, r.partition, r.from_offset, r.until_offset, l.from_offset"
+            " from onceflow.ranges r left join onceflow.loss_events l using (pipeline, txid, topic, partition)"
+            " where r.pipeline = %s and r.txid = %s order by r.topic, r.partition",
+            (cfg.name, txid),
+        )
+        for topic, partition, from_offset, until_offset, loss_from in cur.fetchall():
+            expected = from_offset if loss_from is None else loss_from
+            cur.execute(
+                "update onceflow.offsets set committed_offset = %s, updated_at = now()"
+                " where pipeline = %s and topic = %s and partition = %s and committed_offset = %s",
+                (until_offset, cfg.name, topic, partition, expected),
+            )
+            if cur.rowcount != 1:
+                cur.execute(
+                    "select committed_offset from onceflow.offsets"
+                    " where pipeline = %s and topic = %s and partition = %s",
+                    (cfg.name, topic, partition),
+                )
+                actual = cur.fetchone()
+                raise CommitConflictError(
+                    f"commit of txid {txid!r} (seq {seq}) expected {topic}[{partition}] committed at "
+                    f"offset {expected} but the ledger has {actual[0] if actual else 'no row'}: was this "
+                    "range already applied, or an earlier batch reset? Nothing was committed."
+                )
+        cur.execute(
+            "update onceflow.batches set state = 'committed', published_attempt = %s,"
+            " committed_at = now(), commit_seconds = %s where pipeline = %s and txid = %s",
+            (staged_attempt, time.monotonic() - started, cfg.name, txid),
+        )
+        orders_sink.drop_staged(cur, schema, txid, staged_attempt)
+        return CommitResult(txid, seq, "committed", published, dead)
+
+
+def _check_counts(
+    txid: str, attempt: int, published: int, dead: int, out: int | None, dead_expected: int | None
+) -> None:
+    if (published, dead) != (out, dead_expected):
+        raise CommitConflictError(
+            f"txid {txid!r} attempt {attempt}: staged counts changed since process recorded them "
+            f"(ledger: {out} rows + {dead_expected} dead letters; stage now: {published} + {dead}). "
+            "Nothing was committed; retry process."
+        )
