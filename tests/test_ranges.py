@@ -1,7 +1,6 @@
 """Plan's offset rules, without a broker: every branch of the protocol's plan phase."""
 
 import pytest
-
 from onceflow.errors import DataLossError, OffsetRegressionError, PartitionRemovedError
 from onceflow.ranges import LossEvent, OffsetRange, plan_ranges
 
@@ -22,13 +21,17 @@ def test_latest_starting_position_gives_empty_first_ranges():
 
 
 def test_next_batch_starts_where_previous_ended():
-    plan = plan_ranges("p", {(T, 0): 10, (T, 1): 3}, {(T, 0): 0, (T, 1): 0}, {(T, 0): 25, (T, 1): 3})
+    plan = plan_ranges(
+        "p", {(T, 0): 10, (T, 1): 3}, {(T, 0): 0, (T, 1): 0}, {(T, 0): 25, (T, 1): 3}
+    )
     assert plan.ranges == [OffsetRange(T, 0, 10, 25), OffsetRange(T, 1, 3, 3)]
     assert plan.new_partitions == []
 
 
 def test_cap_limits_each_partition():
-    plan = plan_ranges("p", {(T, 0): 10}, {(T, 0): 0}, {(T, 0): 1000}, max_records_per_partition=100)
+    plan = plan_ranges(
+        "p", {(T, 0): 10}, {(T, 0): 0}, {(T, 0): 1000}, max_records_per_partition=100
+    )
     assert plan.ranges == [OffsetRange(T, 0, 10, 110)]
 
 

@@ -56,13 +56,7 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     if getattr(args, "json", False):
         print(json.dumps(info, indent=2, default=str))
     else:
-        services = info.get("services", info)
-        rows = [{"service": k, **v} for k, v in services.items() if isinstance(v, dict)]
-        _print_table(rows, ("service", "state", "pid", "address"))
-        if "ui" in info:
-            print(
-                f"\nAirflow UI: {info['ui']['url']}  login: {info['ui']['user']} / {info['ui']['password']}"
-            )
+        print(stack.format_status(info))
     return 0
 
 

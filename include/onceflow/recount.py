@@ -1,0 +1,99 @@
+"""Count the records the broker holds in committed ranges, for `audit --reread`.
+
+Deliberately independent of reader.py (the code it checks): a plain consumer per partition
+that counts delivered records with from_offset <= offset < until_offset.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Protocol
+
+from confluent_kafka import OFFSET_END, Consumer, KafkaError, TopicPartition
+
+from onceflow.errors import RangeReadError
+
+
+class _Range(Protocol):
+    txid: str
+    topic: str
+    partition: int
+    from_offset: int
+    until_offset: int
+
+
+def count_records(
+    bootstrap: str, ranges: Iterable[_Range], timeout_s: float = 60.0
+) -> dict[str, int]:
+    """Records per txid. Ranges of one partition are read in one sequential pass."""
+    by_tp: dict[tuple[str, int], list[_Range]] = defaultdict(list)
+    for r in ranges:
+        if r.until_offset > r.from_offset:
+            by_tp[(r.topic, r.partition)].append(r)
+    counts: dict[str, int] = defaultdict(int)
+    if not by_tp:
+        return counts
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "onceflow-audit",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+            "fetch.queue.backoff.ms": 10,
+            "auto.offset.reset": "error",
+        }
+    )
+    try:
+        for (topic, partition), rs in sorted(by_tp.items()):
+            rs.sort(key=lambda r: r.from_offset)
+            lo, hi = rs[0].from_offset, max(r.until_offset for r in rs)
+            starts = [r.from_offset for r in rs]
+            consumer.assign([TopicPartition(topic, partition, lo)])
+            deadline = time.monotonic() + timeout_s
+            position = lo
+            while position < hi:
+                msgs = consumer.consume(10_000, 1.0)
+                if not msgs and time.monotonic() > deadline:
+                    raise RangeReadError(
+                        f"audit re-read of {topic}[{partition}] stalled at offset {position}, "
+                        f"before {hi}: the broker no longer holds the committed ranges"
+                    )
+                for m in msgs:
+                    err = m.error()
+                    if err is not None:
+                        if err.code() == KafkaError._PARTITION_EOF:
+                            _, high = consumer.get_watermark_offsets(
+                                TopicPartition(topic, partition), cached=True
+                            )
+                            if high >= hi:
+                                position = hi  # the rest are control or aborted records
+                                break
+                            raise RangeReadError(
+                                f"audit re-read of {topic}[{partition}]: the broker ends at {high}, "
+                                f"below the committed offset {hi}"
+                            )
+                        raise RangeReadError(f"audit re-read of {topic}[{partition}]: {err}")
+                    off = m.offset()
+                    if off >= hi:
+                        position = hi
+                        break
+                    position = off + 1
+                    i = _find(starts, off)
+                    if i is not None and off < rs[i].until_offset:
+                        counts[rs[i].txid] += 1
+                deadline = time.monotonic() + timeout_s if msgs else deadline
+            consumer.assign([TopicPartition(topic, partition, OFFSET_END)])
+    finally:
+        consumer.close()
+    return counts
+
+
+def _find(starts: list[int], offset: int) -> int | None:
+    """Index of the last range starting at or before offset (bisect)."""
+    import bisect
+
+    i = bisect.bisect_right(starts, offset) - 1
+    return i if i >= 0 else None
