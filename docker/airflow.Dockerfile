@@ -1,0 +1,31 @@
+# Airflow image of the distributed deployment: the official image plus what the Onceflow tasks
+# need. Built by docker-compose.yaml (context ./docker). The project code is NOT baked in: dags/,
+# plugins/, spark_jobs/ and include/ are mounted, and include/ is on PYTHONPATH.
+FROM apache/airflow:3.3.2-python3.11
+
+USER root
+# spark-submit (the "process" task, client mode: the Spark driver runs in this container) needs a
+# JVM; Spark 4 needs Java 17+. /usr/share/man/man1 must exist for the JDK's postinst on -slim.
+RUN set -eux; \
+    mkdir -p /usr/share/man/man1; \
+    apt-get update; \
+    apt-get install -y --no-install-recommends openjdk-17-jre-headless; \
+    apt-get clean; \
+    rm -rf /var/lib/apt/lists/*; \
+    java -version
+# The Spark Python interpreter has one path in every container (ONCEFLOW_SPARK_PYTHON): here it is
+# this image's Python 3.11 (a plain symlink, no venv, so the airflow user's packages are seen); in
+# the Spark image it is a Python 3.11 venv. PySpark requires the same Python minor version on the
+# driver and on the executors.
+RUN set -eux; \
+    mkdir -p /opt/onceflow/venv/bin; \
+    ln -s /usr/local/bin/python /opt/onceflow/venv/bin/python; \
+    /opt/onceflow/venv/bin/python -c 'import sys; assert sys.version_info[:2] == (3, 11), sys.version'
+
+COPY scripts/airflow-init.sh scripts/airflow-api-server.sh /opt/onceflow/scripts/
+
+USER airflow
+COPY airflow-requirements.txt /tmp/airflow-requirements.txt
+# Re-pinning apache-airflow keeps pip from up- or downgrading Airflow while resolving the extras.
+RUN pip install --no-cache-dir "apache-airflow==${AIRFLOW_VERSION}" -r /tmp/airflow-requirements.txt \
+    && spark-submit --version 2>&1 | grep -m1 -i version
