@@ -1,0 +1,275 @@
+"""Small client for the Airflow 3 REST API (v2), used by the CLI, the demo and the tests.
+
+Runs are always addressed by run_id: runs triggered through the API have a NULL logical_date.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+from urllib.parse import quote
+
+import requests
+
+RUN_ID_RE = re.compile(r"^[A-Za-z0-9_.~:+-]+$")
+RUN_ID_MAX_LEN = 250  # dag_run.run_id column
+FINAL_STATES = frozenset({"success", "failed"})
+
+
+class AirflowError(RuntimeError):
+    """An Airflow API call failed; carries the URL, HTTP status and Airflow's detail."""
+
+    def __init__(
+        self, message: str, *, url: str = "", status: int | None = None, detail: Any = None
+    ):
+        super().__init__(message)
+        self.url = url
+        self.status = status
+        self.detail = detail
+
+
+class AirflowNotFound(AirflowError):
+    """The DAG or run does not exist (HTTP 404)."""
+
+
+class AirflowConflict(AirflowError):
+    """The run already exists (HTTP 409)."""
+
+
+def validate_run_id(run_id: str) -> str:
+    """Reject run ids Airflow would refuse, with a message saying what is allowed."""
+    if not isinstance(run_id, str) or not run_id:
+        raise ValueError("run_id must be a non-empty string")
+    if len(run_id) > RUN_ID_MAX_LEN:
+        raise ValueError(f"run_id {run_id!r} is longer than {RUN_ID_MAX_LEN} characters")
+    if not RUN_ID_RE.fullmatch(run_id):
+        bad = sorted({c for c in run_id if not RUN_ID_RE.fullmatch(c)})
+        raise ValueError(
+            f"run_id {run_id!r} contains characters Airflow rejects ({''.join(bad)!r}); "
+            "allowed: letters, digits and _ . ~ : + -"
+        )
+    return run_id
+
+
+def _q(part: str) -> str:
+    return quote(part, safe="")
+
+
+class AirflowClient:
+    """Token-authenticated client; re-fetches the token once when it expires."""
+
+    def __init__(self, url: str, user: str, password: str, timeout: float = 30.0):
+        self.url = url.rstrip("/")
+        self.user = user
+        self.password = password
+        self.timeout = timeout
+        self._session = requests.Session()
+        self._token: str | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> AirflowClient:
+        return cls(settings.airflow_url, settings.airflow_user, settings.airflow_password)
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def token(self) -> str:
+        """POST /auth/token with the user's password; returns (and caches) the JWT."""
+        url = f"{self.url}/auth/token"
+        try:
+            resp = self._session.post(
+                url, json={"username": self.user, "password": self.password}, timeout=self.timeout
+            )
+        except requests.RequestException as exc:
+            raise AirflowError(f"POST {url}: Airflow unreachable ({exc})", url=url) from None
+        if resp.status_code not in (200, 201):
+            raise self._error("POST", url, resp)
+        self._token = resp.json()["access_token"]
+        return self._token
+
+    def _error(self, method: str, url: str, resp: requests.Response) -> AirflowError:
+        try:
+            detail = resp.json().get("detail", resp.text)
+        except ValueError:
+            detail = resp.text.strip()[:500]
+        cls = {404: AirflowNotFound, 409: AirflowConflict}.get(resp.status_code, AirflowError)
+        return cls(
+            f"{method} {url} -> HTTP {resp.status_code}: {detail}",
+            url=url,
+            status=resp.status_code,
+            detail=detail,
+        )
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: dict | None = None,
+        auth: bool = True,
+    ) -> Any:
+        """One API call; returns the decoded JSON (None for empty bodies)."""
+        url = f"{self.url}{path}"
+        for attempt in range(2):
+            headers = {}
+            if auth:
+                if self._token is None:
+                    self.token()
+                headers["Authorization"] = f"Bearer {self._token}"
+            try:
+                resp = self._session.request(
+                    method, url, json=json, params=params, headers=headers, timeout=self.timeout
+                )
+            except requests.RequestException as exc:
+                raise AirflowError(
+                    f"{method} {url}: Airflow unreachable ({exc})", url=url
+                ) from None
+            if resp.status_code == 401 and auth and attempt == 0:
+                self._token = None  # expired: log in again once
+                continue
+            if resp.status_code >= 400:
+                raise self._error(method, url, resp)
+            if not resp.content:
+                return None
+            return resp.json()
+        raise AssertionError("unreachable")
+
+    def _run_call(self, dag_id: str, run_id: str, call: Callable[[], Any]) -> Any:
+        """Turn Airflow's 404 wording into 'run X not found in DAG Y' / 'DAG Y not found'."""
+        try:
+            return call()
+        except AirflowNotFound as exc:
+            text = str(exc.detail)
+            if "DagRun" in text or "run_id" in text or "Dag Run" in text:
+                msg = f"run {run_id!r} not found in DAG {dag_id!r}"
+            else:
+                msg = f"DAG {dag_id!r} not found ({text})"
+            raise AirflowNotFound(
+                f"{msg} [{exc.url} -> HTTP 404]", url=exc.url, status=404, detail=exc.detail
+            ) from None
+
+    # -- API --------------------------------------------------------------------------------
+
+    def health(self) -> dict:
+        """GET /api/v2/monitor/health (no login needed)."""
+        return self.request("GET", "/api/v2/monitor/health", auth=False)
+
+    def get_dag(self, dag_id: str) -> dict:
+        return self.request("GET", f"/api/v2/dags/{_q(dag_id)}")
+
+    def wait_for_dag(self, dag_id: str, timeout: float = 120.0, poll: float = 1.0) -> dict:
+        """Wait until the dag-processor has parsed and serialized the DAG; returns it."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                dag = self.get_dag(dag_id)
+                if not dag.get("is_stale", False):
+                    return dag
+            except AirflowNotFound:
+                pass
+            if time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"DAG {dag_id!r} did not appear in Airflow at {self.url} within {timeout:.0f}s "
+                    "(dag file missing, import error, or dag-processor down? see "
+                    "GET /api/v2/importErrors)"
+                )
+            time.sleep(poll)
+
+    def import_errors(self) -> list[dict]:
+        return self.request("GET", "/api/v2/importErrors", params={"limit": 100})["import_errors"]
+
+    def unpause(self, dag_id: str) -> dict:
+        return self.request(
+            "PATCH",
+            f"/api/v2/dags/{_q(dag_id)}",
+            json={"is_paused": False},
+            params={"update_mask": "is_paused"},
+        )
+
+    def trigger(self, dag_id: str, run_id: str, conf: dict | None = None) -> dict:
+        """Create a run with our run_id (logical_date null: several runs may coexist)."""
+        validate_run_id(run_id)
+        body = {"dag_run_id": run_id, "logical_date": None, "conf": conf or {}}
+        try:
+            return self.request("POST", f"/api/v2/dags/{_q(dag_id)}/dagRuns", json=body)
+        except AirflowConflict as exc:
+            raise AirflowConflict(
+                f"run {run_id!r} already exists in DAG {dag_id!r} [{exc.url} -> HTTP 409]",
+                url=exc.url,
+                status=409,
+                detail=exc.detail,
+            ) from None
+        except AirflowNotFound as exc:
+            raise AirflowNotFound(
+                f"DAG {dag_id!r} not found (not parsed yet?) [{exc.url} -> HTTP 404: {exc.detail}]",
+                url=exc.url,
+                status=404,
+                detail=exc.detail,
+            ) from None
+
+    def get_run(self, dag_id: str, run_id: str) -> dict:
+        return self._run_call(
+            dag_id,
+            run_id,
+            lambda: self.request("GET", f"/api/v2/dags/{_q(dag_id)}/dagRuns/{_q(run_id)}"),
+        )
+
+    def clear_run(self, dag_id: str, run_id: str, only_failed: bool = False) -> dict:
+        """Clear every task of the run (same run_id) so the scheduler runs it again."""
+        body = {"dry_run": False, "only_failed": only_failed}
+        return self._run_call(
+            dag_id,
+            run_id,
+            lambda: self.request(
+                "POST", f"/api/v2/dags/{_q(dag_id)}/dagRuns/{_q(run_id)}/clear", json=body
+            ),
+        )
+
+    def task_instances(self, dag_id: str, run_id: str) -> list[dict]:
+        path = f"/api/v2/dags/{_q(dag_id)}/dagRuns/{_q(run_id)}/taskInstances"
+        items: list[dict] = []
+        while True:
+            page = self._run_call(
+                dag_id,
+                run_id,
+                lambda: self.request("GET", path, params={"limit": 100, "offset": len(items)}),
+            )
+            batch = page.get("task_instances", [])
+            items.extend(batch)
+            if not batch or len(items) >= page.get("total_entries", 0):
+                return items
+
+    def wait_for_runs(
+        self,
+        dag_id: str,
+        run_ids: Iterable[str],
+        timeout: float = 600.0,
+        poll: float = 1.0,
+        echo: Callable[[str], None] | None = print,
+    ) -> dict[str, str]:
+        """Wait until every run is success/failed; returns {run_id: state}.
+
+        Prints a line whenever a run changes state. Raises TimeoutError listing the runs
+        still unfinished.
+        """
+        run_ids = list(run_ids)
+        states: dict[str, str | None] = dict.fromkeys(run_ids)
+        start = time.monotonic()
+        while True:
+            for run_id in run_ids:
+                if states[run_id] in FINAL_STATES:
+                    continue
+                state = self.get_run(dag_id, run_id).get("state")
+                if state != states[run_id] and echo is not None:
+                    echo(f"[{time.monotonic() - start:6.1f}s] {dag_id} {run_id}: {state}")
+                states[run_id] = state
+            if all(s in FINAL_STATES for s in states.values()):
+                return {k: str(v) for k, v in states.items()}
+            if time.monotonic() - start >= timeout:
+                pending = {k: v for k, v in states.items() if v not in FINAL_STATES}
+                raise TimeoutError(
+                    f"runs of DAG {dag_id!r} not finished after {timeout:.0f}s: {pending}"
+                )
+            time.sleep(poll)

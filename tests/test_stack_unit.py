@@ -1,0 +1,204 @@
+"""Unit tests of the local stack's pure parts and the Airflow REST client (no services)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from onceflow import stack
+from onceflow.airflow_api import AirflowClient, AirflowConflict, AirflowNotFound, validate_run_id
+from onceflow.settings import Settings
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture
+def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    for var in ("ONCEFLOW_POSTGRES_DSN", "ONCEFLOW_KAFKA_BOOTSTRAP", "AIRFLOW_CONN_SPARK_DEFAULT"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("ONCEFLOW_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("ONCEFLOW_PG_PORT", "41001")
+    monkeypatch.setenv("ONCEFLOW_KAFKA_PORT", "41002")
+    monkeypatch.setenv("ONCEFLOW_AIRFLOW_PORT", "41003")
+    return Settings.from_env()
+
+
+def test_airflow_env_points_every_component_at_the_same_places(settings, monkeypatch, tmp_path):
+    monkeypatch.setenv("ONCEFLOW_DAGS_FOLDER", str(tmp_path / "dags"))
+    env = stack.airflow_env(settings)
+    assert env["AIRFLOW_HOME"] == str(settings.home / "airflow")
+    assert env["AIRFLOW__CORE__DAGS_FOLDER"] == str(tmp_path / "dags")
+    assert env["AIRFLOW__CORE__EXECUTOR"] == "LocalExecutor"
+    assert env["AIRFLOW__CORE__PARALLELISM"] == "4"
+    assert env["AIRFLOW__CORE__LOAD_EXAMPLES"] == "False"
+    assert env["AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION"] == "False"
+    assert env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] == "http://127.0.0.1:41003/execution/"
+    assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] == (
+        "postgresql+psycopg2://onceflow:onceflow@127.0.0.1:41001/airflow"
+    )
+    assert env["PATH"].split(":")[0] == str(stack.venv_bin())
+    assert env["PYSPARK_PYTHON"] == env["PYSPARK_DRIVER_PYTHON"] == str(stack.venv_bin() / "python")
+    assert env["SPARK_LOCAL_IP"] == "127.0.0.1"
+    assert env["ONCEFLOW_POSTGRES_DSN"] == settings.postgres_dsn
+    assert env["ONCEFLOW_KAFKA_BOOTSTRAP"] == "127.0.0.1:41002"
+    assert json.loads(env["AIRFLOW_CONN_SPARK_DEFAULT"]) == {
+        "conn_type": "spark",
+        "host": "local[2]",
+    }
+    assert stack.MARKER_ENV not in env
+
+
+def test_secrets_are_generated_once_and_reused(settings):
+    first = stack.airflow_env(settings)
+    second = stack.airflow_env(settings)
+    for key in (
+        "AIRFLOW__API_AUTH__JWT_SECRET",
+        "AIRFLOW__API__SECRET_KEY",
+        "AIRFLOW__CORE__FERNET_KEY",
+    ):
+        assert first[key] and first[key] == second[key]
+    secrets_file = settings.home / "airflow" / "onceflow-secrets.json"
+    assert secrets_file.stat().st_mode & 0o077 == 0
+
+
+def test_user_spark_connection_is_kept(settings, monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", "spark://master.example:7077")
+    assert (
+        stack.airflow_env(settings)["AIRFLOW_CONN_SPARK_DEFAULT"] == "spark://master.example:7077"
+    )
+
+
+def test_spark_default_connection_resolves_to_local_master(settings):
+    """SparkSubmitHook must turn our connection into `--master local[2]`."""
+    code = (
+        "from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook;"
+        "print(SparkSubmitHook(conn_id='spark_default')._connection['master'])"
+    )
+    out = subprocess.run(
+        [str(stack.venv_bin() / "python"), "-c", code],
+        env=stack.airflow_env(settings),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert out.stdout.strip().splitlines()[-1] == "local[2]"
+
+
+def test_embedded_versus_external_services(settings):
+    assert stack.uses_embedded_postgres(settings)
+    assert stack.uses_embedded_broker(settings)
+    ext = replace(
+        settings,
+        postgres_dsn="postgresql://u:p%40ss@db.example:6543/ledger?sslmode=require",
+        kafka_bootstrap="kafka:9092",
+    )
+    assert not stack.uses_embedded_postgres(ext)
+    assert not stack.uses_embedded_broker(ext)
+    assert stack.airflow_db_url(ext) == (
+        "postgresql+psycopg2://u:p%40ss@db.example:6543/airflow?sslmode=require"
+    )
+    kv = replace(settings, postgres_dsn="host=db.example port=6543 user=u password=s3cret dbname=x")
+    assert stack.airflow_db_url(kv) == "postgresql+psycopg2://u:s3cret@db.example:6543/airflow"
+
+
+def test_component_health_ignores_heartbeats_of_a_previous_process():
+    class FakeProc:
+        def __init__(self, started: float):
+            self.started = started
+
+        def create_time(self) -> float:
+            return self.started
+
+    now = datetime.now(UTC)
+    health = {
+        "metadatabase": {"status": "healthy"},
+        "scheduler": {"status": "healthy", "latest_scheduler_heartbeat": now.isoformat()},
+    }
+    fresh = FakeProc((now - timedelta(seconds=10)).timestamp())
+    restarted = FakeProc((now + timedelta(seconds=5)).timestamp())
+    assert stack._component_healthy(health, "scheduler", fresh)
+    assert not stack._component_healthy(health, "scheduler", restarted)
+    assert not stack._component_healthy(health, "triggerer", fresh)
+    assert not stack._component_healthy(None, "api-server", fresh)
+    assert stack._component_healthy(health, "api-server", fresh)
+
+
+def test_status_of_a_stopped_stack(settings):
+    info = stack.status(settings)
+    assert set(info["services"]) == set(stack.ALL_SERVICES)
+    assert not any(s["running"] for s in info["services"].values())
+    assert info["airflow"]["url"] == "http://127.0.0.1:41003"
+    assert "stopped" in stack.format_status(info)
+
+
+@pytest.mark.parametrize("run_id", ["b-1", "nightly__2024-01-01T00:00:00+00:00", "a.b~c_d"])
+def test_valid_run_ids(run_id):
+    assert validate_run_id(run_id) == run_id
+
+
+@pytest.mark.parametrize("run_id", ["", "has space", "slash/y", "x" * 251, "ünï"])
+def test_invalid_run_ids(run_id):
+    with pytest.raises(ValueError, match="run_id"):
+        validate_run_id(run_id)
+
+
+class _FakeAirflow(BaseHTTPRequestHandler):
+    def log_message(self, *args):  # keep pytest output clean
+        pass
+
+    def _send(self, code: int, body: dict) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_POST(self):  # noqa: N802
+        length = int(self.headers.get("Content-Length", 0))
+        body = json.loads(self.rfile.read(length) or b"{}")
+        if self.path == "/auth/token":
+            self._send(201, {"access_token": "t"})
+        elif self.path == "/api/v2/dags/d/dagRuns":
+            assert body["logical_date"] is None
+            self._send(409, {"detail": "exists"})
+        else:
+            self._send(
+                404, {"detail": "The DagRun with dag_id: `d` and run_id: `nope` was not found"}
+            )
+
+    def do_GET(self):  # noqa: N802
+        if self.headers.get("Authorization") != "Bearer t":
+            self._send(401, {"detail": "Not authenticated"})
+        else:
+            self._send(
+                404, {"detail": "The DagRun with dag_id: `d` and run_id: `nope` was not found"}
+            )
+
+
+@pytest.fixture
+def fake_airflow():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _FakeAirflow)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def test_client_errors_name_the_run_and_dag(fake_airflow):
+    client = AirflowClient(fake_airflow, "admin", "admin")
+    with pytest.raises(AirflowNotFound, match="run 'nope' not found in DAG 'd'"):
+        client.get_run("d", "nope")
+    with pytest.raises(AirflowNotFound, match="run 'nope' not found in DAG 'd'"):
+        client.clear_run("d", "nope")
+    with pytest.raises(AirflowConflict, match="run 'r1' already exists in DAG 'd'"):
+        client.trigger("d", "r1")
+    with pytest.raises(ValueError, match="allowed"):
+        client.trigger("d", "bad id")
