@@ -5,7 +5,7 @@ PYTHON ?= python3
 UV_VERSION = 0.13.8
 SETUP_STAMP = $(VENV)/.onceflow-setup-stamp
 
-.PHONY: setup up down status
+.PHONY: setup system-deps up down status demo test lint format
 
 ## setup: create .venv and install the locked dependencies + onceflow (editable)
 setup: $(SETUP_STAMP)
@@ -36,3 +36,35 @@ down:
 ## status: what runs, on which ports, and the Airflow UI login
 status:
 	@$(VENV)/bin/onceflow status
+
+ONCEFLOW = $(VENV)/bin/onceflow
+PYTEST_ARGS ?=
+
+## system-deps: Debian packages the tests use (docker-compose to validate the compose file); root only, skipped when present
+system-deps:
+	@if ! command -v docker-compose >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker-compose >/dev/null) \
+	      || echo "system-deps: could not install docker-compose; its check will be skipped"; \
+	  else echo "system-deps: docker-compose missing and not root; its check will be skipped"; fi; \
+	fi
+
+## demo: set up, start the stack, produce 100k events, run 3 DAG runs through the scheduler, print the audit
+demo: setup
+	$(ONCEFLOW) up
+	$(ONCEFLOW) produce --pipeline orders --count 100000
+	$(ONCEFLOW) trigger --pipeline orders --runs 3 --prefix demo
+	$(ONCEFLOW) audit --pipeline orders --reread
+
+## lint: ruff check and format check
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: setup
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+## test: lint, then unit and integration tests on real services (one shared test stack)
+test: setup system-deps lint
+	$(VENV)/bin/pytest $(PYTEST_ARGS)

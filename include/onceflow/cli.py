@@ -37,7 +37,11 @@ def _print_table(rows: list[dict], columns: Sequence[str]) -> None:
 def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
     from onceflow import stack
 
+    from onceflow.db import migrate
+
     stack.up(settings)
+    applied = migrate(settings.postgres_dsn)
+    print(f"ledger schema: {'applied ' + ', '.join(applied) if applied else 'up to date'}")
     return cmd_status(args, settings)
 
 
@@ -152,6 +156,173 @@ def cmd_audit(args: argparse.Namespace, settings: Settings) -> int:
     return 0 if report.verdict == "exactly-once" else 1
 
 
+def _table(rows: list[dict], columns: Sequence[str]) -> str:
+    cells = [[("" if r.get(c) is None else str(r.get(c))) for c in columns] for r in rows]
+    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)) for row in cells]
+    return "\n".join(lines)
+
+
+def _ranges_text(ranges: list[dict]) -> str:
+    return " ".join(
+        f"{r['topic']}[{r['partition']}]:{r['from_offset']}-{r['until_offset']}" for r in ranges
+    )
+
+
+def cmd_ledger(args: argparse.Namespace, settings: Settings) -> int:
+    from onceflow import views
+
+    cfg = _pipeline(settings, args.pipeline)
+    if args.txid:
+        rows = [views.batch(settings.postgres_dsn, cfg.name, args.txid)]
+    else:
+        rows = views.batches(settings.postgres_dsn, cfg.name, limit=args.limit)
+    blocked = views.blocked(settings.postgres_dsn, cfg.name)
+    if args.json:
+        print(
+            json.dumps(
+                {"pipeline": cfg.name, "batches": rows, "blocked": blocked}, indent=2, default=str
+            )
+        )
+        return 0
+    for r in rows:
+        r["ranges"] = _ranges_text(r["ranges"])
+        r["secs plan/proc/commit"] = "/".join(
+            "-" if r[k] is None else f"{r[k]:.1f}"
+            for k in ("plan_seconds", "process_seconds", "commit_seconds")
+        )
+    print(
+        _table(
+            rows,
+            (
+                "seq",
+                "txid",
+                "state",
+                "attempt",
+                "records_read",
+                "records_out",
+                "records_dead",
+                "secs plan/proc/commit",
+                "ranges",
+            ),
+        )
+    )
+    if blocked:
+        print(
+            f"\ncommits blocked by txid {blocked['txid']} (seq {blocked['seq']}), which is {blocked['state']};"
+            f" {blocked['waiting']} later batch(es) wait"
+            + (f". Last error: {blocked['last_error']}" if blocked["last_error"] else "")
+        )
+    return 0
+
+
+def cmd_lag(args: argparse.Namespace, settings: Settings) -> int:
+    from onceflow import broker, views
+
+    cfg = _pipeline(settings, args.pipeline)
+    snap = broker.snapshot(settings.kafka_bootstrap, cfg.name, cfg.topics)
+    rows = views.partitions(settings.postgres_dsn, cfg.name, snap.ends)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "pipeline": cfg.name,
+                    "partitions": rows,
+                    "total_lag": sum(r["lag"] or 0 for r in rows),
+                },
+                indent=2,
+                default=str,
+            )
+        )
+        return 0
+    print(
+        _table(
+            rows,
+            (
+                "topic",
+                "partition",
+                "start_offset",
+                "committed_offset",
+                "planned_offset",
+                "broker_end_offset",
+                "lag",
+            ),
+        )
+    )
+    print(f"total lag: {sum(r['lag'] or 0 for r in rows)} records")
+    return 0
+
+
+def cmd_dead_letters(args: argparse.Namespace, settings: Settings) -> int:
+    from onceflow import views
+
+    cfg = _pipeline(settings, args.pipeline)
+    rows = views.dead_letters(settings.postgres_dsn, cfg.name, args.txid, limit=args.limit)
+    if args.json:
+        print(json.dumps(rows, indent=2, default=str))
+    else:
+        print(_table(rows, ("topic", "partition", "offset", "reason", "value_bytes")))
+    return 0
+
+
+def _rerun(client, cfg: PipelineConfig, settings: Settings, txid: str, timeout: float) -> str:
+    from onceflow import ledger
+
+    ledger.get_batch(settings.postgres_dsn, cfg.name, txid)  # unknown txid -> clear error
+    client.get_run(cfg.dag_id, txid)  # unknown run -> clear error from the API
+    client.clear_run(cfg.dag_id, txid)
+    print(f"cleared {cfg.dag_id} run {txid}: replaying its recorded ranges", flush=True)
+    return client.wait_for_runs(cfg.dag_id, [txid], timeout=timeout)[txid]
+
+
+def cmd_rerun(args: argparse.Namespace, settings: Settings) -> int:
+    from onceflow.airflow_api import AirflowClient
+
+    cfg = _pipeline(settings, args.pipeline)
+    client = AirflowClient(settings.airflow_url, settings.airflow_user, settings.airflow_password)
+    state = _rerun(client, cfg, settings, args.run_id, args.timeout)
+    print(f"{args.run_id}: {state}")
+    return 0 if state == "success" else 1
+
+
+def cmd_backfill(args: argparse.Namespace, settings: Settings) -> int:
+    from onceflow import views
+    from onceflow.airflow_api import AirflowClient
+
+    cfg = _pipeline(settings, args.pipeline)
+    if args.from_seq < 1 or args.to_seq < args.from_seq:
+        raise OnceflowError(
+            f"--from-seq {args.from_seq} --to-seq {args.to_seq} is not a range of seq numbers"
+        )
+    by_seq = {b["seq"]: b for b in views.batches(settings.postgres_dsn, cfg.name, limit=10**9)}
+    wanted = list(range(args.from_seq, args.to_seq + 1))
+    missing = [s for s in wanted if s not in by_seq]
+    if missing:
+        raise OnceflowError(
+            f"pipeline {cfg.name!r} has no batch with seq {missing[0]} (last seq: {max(by_seq, default=0)})"
+        )
+    open_ = [s for s in wanted if by_seq[s]["state"] != "committed"]
+    if open_:
+        raise OnceflowError(
+            f"seq {open_[0]} (txid {by_seq[open_[0]]['txid']!r}) is {by_seq[open_[0]]['state']}, not committed: "
+            "backfill re-runs committed batches; retry open ones with `onceflow rerun`"
+        )
+    client = AirflowClient(settings.airflow_url, settings.airflow_user, settings.airflow_password)
+    for i, seq in enumerate(wanted, 1):
+        txid = by_seq[seq]["txid"]
+        print(f"[{i}/{len(wanted)}] seq {seq} txid {txid}", flush=True)
+        state = _rerun(client, cfg, settings, txid, args.timeout)
+        if state != "success":
+            print(
+                f"seq {seq} txid {txid} ended {state}; stopping (later seqs untouched)",
+                file=sys.stderr,
+            )
+            return 1
+    print(f"backfilled seq {args.from_seq}..{args.to_seq}: {len(wanted)} batch(es) republished")
+    return 0
+
+
 def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
     from onceflow.db import migrate
 
@@ -244,6 +415,59 @@ def build_parser() -> argparse.ArgumentParser:
         "--reread",
         action="store_true",
         help="re-read every committed range from the broker and count its records",
+    )
+    sp = add(
+        "ledger",
+        cmd_ledger,
+        "Show the ledger: batches with seq, txid, state, counts, durations and ranges.",
+        "onceflow ledger --pipeline orders --limit 20",
+    )
+    sp.add_argument("--pipeline", help="pipeline name (default: the only one configured)")
+    sp.add_argument("--txid", help="show one txid (run id) only")
+    sp.add_argument("--limit", type=int, default=50, help="newest N batches (default 50)")
+    sp.add_argument("--json", action="store_true", help="machine-readable output")
+
+    sp = add(
+        "lag",
+        cmd_lag,
+        "Per partition: committed offset, the broker's end offset and the lag.",
+        "onceflow lag --pipeline orders --json",
+    )
+    sp.add_argument("--pipeline", help="pipeline name (default: the only one configured)")
+    sp.add_argument("--json", action="store_true", help="machine-readable output")
+
+    sp = add(
+        "dead-letters",
+        cmd_dead_letters,
+        "List a txid's dead letters with their coordinates and reason.",
+        "onceflow dead-letters --pipeline orders --txid manual__20261121T070000__001",
+    )
+    sp.add_argument("--pipeline", help="pipeline name (default: the only one configured)")
+    sp.add_argument("--txid", required=True, help="the txid (run id)")
+    sp.add_argument("--limit", type=int, default=100, help="at most N rows (default 100)")
+    sp.add_argument("--json", action="store_true", help="machine-readable output")
+
+    sp = add(
+        "rerun",
+        cmd_rerun,
+        "Clear a run through the Airflow API so it replays its recorded ranges; waits for it.",
+        "onceflow rerun manual__20261121T070000__001",
+    )
+    sp.add_argument("run_id", help="the run id (txid) to re-run")
+    sp.add_argument("--pipeline", help="pipeline name (default: the only one configured)")
+    sp.add_argument("--timeout", type=float, default=900, help="seconds to wait (default 900)")
+
+    sp = add(
+        "backfill",
+        cmd_backfill,
+        "Re-run committed txids in seq order; each replaces its own published output.",
+        "onceflow backfill --pipeline orders --from-seq 1 --to-seq 3",
+    )
+    sp.add_argument("--pipeline", help="pipeline name (default: the only one configured)")
+    sp.add_argument("--from-seq", type=int, required=True, help="first seq to re-run")
+    sp.add_argument("--to-seq", type=int, required=True, help="last seq to re-run")
+    sp.add_argument(
+        "--timeout", type=float, default=900, help="seconds to wait per run (default 900)"
     )
     return p
 

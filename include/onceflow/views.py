@@ -1,0 +1,113 @@
+"""Read-only views of the ledger, shared by the CLI (`onceflow ledger|lag|dead-letters`) and the UI."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from onceflow.db import transaction
+from onceflow.errors import UnknownTxidError
+
+
+def _dicts(cur) -> list[dict[str, Any]]:
+    cols = [d[0] for d in cur.description]
+    return [dict(zip(cols, row, strict=True)) for row in cur.fetchall()]
+
+
+def batches(dsn: str, pipeline: str, limit: int = 50) -> list[dict[str, Any]]:
+    """Newest batches first, with their ranges summarised per partition."""
+    with transaction(dsn) as cur:
+        cur.execute(
+            """
+            select b.seq, b.txid, b.state, b.attempt, b.staged_attempt, b.published_attempt,
+                   b.records_read, b.records_out, b.records_dead, b.bytes_read,
+                   b.plan_seconds, b.process_seconds, b.commit_seconds,
+                   b.planned_at, b.staged_at, b.committed_at, b.last_error,
+                   coalesce(json_agg(json_build_object(
+                       'topic', r.topic, 'partition', r.partition,
+                       'from_offset', r.from_offset, 'until_offset', r.until_offset)
+                       order by r.topic, r.partition) filter (where r.topic is not null), '[]') as ranges
+            from onceflow.batches b
+            left join onceflow.ranges r using (pipeline, txid)
+            where b.pipeline = %s
+            group by b.pipeline, b.txid
+            order by b.seq desc limit %s
+            """,
+            (pipeline, limit),
+        )
+        return _dicts(cur)
+
+
+def batch(dsn: str, pipeline: str, txid: str) -> dict[str, Any]:
+    with transaction(dsn) as cur:
+        cur.execute(
+            "select seq from onceflow.batches where pipeline = %s and txid = %s", (pipeline, txid)
+        )
+        row = cur.fetchone()
+    if not row:
+        raise UnknownTxidError(pipeline, txid)
+    return next(b for b in batches(dsn, pipeline, limit=10**9) if b["txid"] == txid)
+
+
+def partitions(
+    dsn: str, pipeline: str, ends: dict[tuple[str, int], int] | None = None
+) -> list[dict[str, Any]]:
+    """Per partition: start, committed and planned offsets; with broker `ends`, the lag."""
+    with transaction(dsn) as cur:
+        cur.execute(
+            """
+            select o.topic, o.partition, o.start_offset, o.committed_offset,
+                   (select max(r.until_offset) from onceflow.ranges r
+                     where r.pipeline = o.pipeline and r.topic = o.topic and r.partition = o.partition)
+                   as planned_offset, o.updated_at
+            from onceflow.offsets o where o.pipeline = %s order by o.topic, o.partition
+            """,
+            (pipeline,),
+        )
+        rows = _dicts(cur)
+    for r in rows:
+        if ends is not None:
+            end = ends.get((r["topic"], r["partition"]))
+            r["broker_end_offset"] = end
+            r["lag"] = None if end is None else max(0, end - r["committed_offset"])
+    return rows
+
+
+def blocked(dsn: str, pipeline: str) -> dict[str, Any] | None:
+    """The lowest uncommitted batch that has later batches waiting behind it, and why."""
+    with transaction(dsn) as cur:
+        cur.execute(
+            """
+            select b.txid, b.seq, b.state, b.last_error,
+                   (select count(*) from onceflow.batches w
+                     where w.pipeline = b.pipeline and w.seq > b.seq) as waiting
+            from onceflow.batches b
+            where b.pipeline = %s and b.state <> 'committed'
+            order by b.seq limit 1
+            """,
+            (pipeline,),
+        )
+        rows = _dicts(cur)
+    return rows[0] if rows and rows[0]["waiting"] else None
+
+
+def losses(dsn: str, pipeline: str) -> list[dict[str, Any]]:
+    with transaction(dsn) as cur:
+        cur.execute(
+            "select txid, topic, partition, from_offset, until_offset, detected_at"
+            " from onceflow.loss_events where pipeline = %s order by detected_at",
+            (pipeline,),
+        )
+        return _dicts(cur)
+
+
+def dead_letters(dsn: str, pipeline: str, txid: str, limit: int = 100) -> list[dict[str, Any]]:
+    batch(dsn, pipeline, txid)  # unknown txid -> clear error
+    with transaction(dsn) as cur:
+        cur.execute(
+            'select topic, partition, "offset", reason, octet_length(value) as value_bytes,'
+            " encode(substring(value from 1 for 200), 'escape') as value_preview"
+            " from onceflow.dead_letters where pipeline = %s and txid = %s"
+            ' order by topic, partition, "offset" limit %s',
+            (pipeline, txid, limit),
+        )
+        return _dicts(cur)
