@@ -251,3 +251,34 @@ def test_sink_identifiers_are_quoted(ledger_dsn, unique_name):
     with transaction(ledger_dsn) as cur:
         cur.execute("select to_regclass('onceflow.batches')")
         assert cur.fetchone()[0] is not None
+
+
+def test_reset_after_broker_lost_its_log_abandons_the_tail_and_audits_clean(ledger_dsn, cfg):
+    from onceflow.audit import run_audit
+    from onceflow.errors import AbandonedTxidError
+
+    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}))
+    process(ledger_dsn, cfg, "a", 10)
+    ledger.commit(ledger_dsn, cfg, "a")
+    ledger.plan(ledger_dsn, cfg, "b", snap({(T, 0): 30}))  # planned, never processed
+    # the broker restarts empty and gets 4 new records: plan must refuse, not reprocess or skip
+    with pytest.raises(OffsetRegressionError, match="broker's end offset is 4"):
+        ledger.plan(ledger_dsn, cfg, "c", snap({(T, 0): 4}))
+    with pytest.raises(OnceflowError, match="give a reason"):
+        ledger.reset_offsets(ledger_dsn, cfg, snap({(T, 0): 4}), reason=" ")
+    reset = ledger.reset_offsets(ledger_dsn, cfg, snap({(T, 0): 4}), reason="broker restarted")
+    assert reset.abandoned == ["b"] and reset.after_seq == 2
+    assert reset.partitions == [
+        {"topic": T, "partition": 0, "old_offset": 30, "committed_before": 10, "new_offset": 0}
+    ]
+    with pytest.raises(AbandonedTxidError, match="abandoned"):
+        ledger.claim_attempt(ledger_dsn, cfg.name, "b")
+    c = ledger.plan(ledger_dsn, cfg, "c", snap({(T, 0): 4}))
+    assert (c.seq, c.ranges[0].from_offset, c.ranges[0].until_offset) == (3, 0, 4)
+    assert ledger.blocking_predecessor(ledger_dsn, cfg.name, "c") is None
+    process(ledger_dsn, cfg, "c", 4)
+    assert ledger.commit(ledger_dsn, cfg, "c").outcome == "committed"
+    report = run_audit(ledger_dsn, cfg)
+    assert report.verdict == "exactly-once", report.violations
+    assert report.abandoned == ["b"] and len(report.resets) == 1
+    assert (report.batches_committed, report.records_in_ranges) == (2, 14)

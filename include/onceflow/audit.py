@@ -32,7 +32,10 @@ class AuditReport:
     overlaps: int = 0
     duplicates: int = 0
     loss_events: list[dict] = field(default_factory=list)
+    resets: list[dict] = field(default_factory=list)
+    abandoned: list[str] = field(default_factory=list)
     reread_from_broker: bool = False
+    reread_skipped: int = 0  # committed txids of an earlier epoch, counted from the ledger
     violations: list[str] = field(default_factory=list)
 
     def violate(self, message: str) -> None:
@@ -59,6 +62,7 @@ class RangeRow:
     partition: int
     from_offset: int
     until_offset: int
+    epoch: int = 0
 
 
 @dataclass(frozen=True)
@@ -69,13 +73,32 @@ class LossRow:
     until_offset: int
 
 
-def check_seq(report: AuditReport, batches: list[BatchRow]) -> None:
+@dataclass(frozen=True)
+class ResetRow:
+    after_seq: int
+    topic: str
+    partition: int
+    new_offset: int
+
+
+CLOSED = ("committed", "abandoned")
+
+
+def check_seq(report: AuditReport, batches: list[BatchRow], resets: list[ResetRow] = ()) -> None:
+    """Dense seq; committed (or reset-abandoned) batches form a prefix of seq order."""
     seqs = [b.seq for b in batches]
     if seqs != list(range(1, len(seqs) + 1)):
         report.violate(f"seq is not dense: {seqs[:20]}")
+    last_reset = max((r.after_seq for r in resets), default=0)
     seen_open = None
     for b in batches:
-        if b.state != "committed":
+        if b.state == "abandoned":
+            report.abandoned.append(b.txid)
+            if b.seq > last_reset:
+                report.violate(
+                    f"txid {b.txid!r} (seq {b.seq}) is abandoned but no reset follows it"
+                )
+        if b.state not in CLOSED:
             seen_open = seen_open or b
         elif seen_open is not None:
             report.violate(
@@ -90,12 +113,16 @@ def check_contiguity(
     offsets: dict[tuple[str, int], tuple[int, int]],
     losses: list[LossRow],
     committed: set[str],
+    resets: list[ResetRow] = (),
 ) -> None:
     """offsets: per partition (start_offset, committed_offset)."""
     bridges = {(lo.topic, lo.partition, lo.from_offset): lo.until_offset for lo in losses}
     by_tp: dict[tuple[str, int], list[RangeRow]] = defaultdict(list)
     for r in ranges:
         by_tp[(r.topic, r.partition)].append(r)
+    resets_by_tp: dict[tuple[str, int], list[ResetRow]] = defaultdict(list)
+    for x in resets:
+        resets_by_tp[(x.topic, x.partition)].append(x)
     for tp in sorted(set(by_tp) | set(offsets)):
         rs = sorted(by_tp.get(tp, []), key=lambda r: r.seq)
         if tp not in offsets:
@@ -104,7 +131,12 @@ def check_contiguity(
         start, committed_offset = offsets[tp]
         expected = start
         last_committed_until = start
+        pending = sorted(resets_by_tp.get(tp, []), key=lambda x: x.after_seq)
         for r in rs:
+            while (
+                pending and pending[0].after_seq < r.seq
+            ):  # an operator reset restarts the partition
+                expected = last_committed_until = pending.pop(0).new_offset
             if r.from_offset != expected and bridges.get((tp[0], tp[1], expected)) == r.from_offset:
                 expected = r.from_offset  # a recorded loss event bridges the interval
             if r.from_offset > expected:
@@ -122,6 +154,8 @@ def check_contiguity(
             expected = r.until_offset
             if r.txid in committed:
                 last_committed_until = r.until_offset
+        for x in pending:
+            last_committed_until = x.new_offset
         if committed_offset != last_committed_until:
             report.violate(
                 f"{tp[0]}[{tp[1]}]: committed offset is {committed_offset} but the last committed "
@@ -141,7 +175,9 @@ def check_counts(
             if published.get(b.txid) or dead.get(b.txid):
                 report.violate(f"txid {b.txid!r} is {b.state} but has published output")
             continue
-        in_ranges = reread[b.txid] if reread is not None else (b.records_read or 0)
+        in_ranges = (
+            reread.get(b.txid, b.records_read or 0) if reread is not None else (b.records_read or 0)
+        )
         if reread is not None and b.records_read != in_ranges:
             report.violate(
                 f"txid {b.txid!r} (seq {b.seq}): the broker holds {in_ranges} records in its ranges "
@@ -187,25 +223,34 @@ def run_audit(
             RangeRow(*r)
             for r in _rows(
                 cur,
-                "select r.txid, b.seq, r.topic, r.partition, r.from_offset, r.until_offset"
+                "select r.txid, b.seq, r.topic, r.partition, r.from_offset, r.until_offset, r.epoch"
                 " from onceflow.ranges r join onceflow.batches b using (pipeline, txid)"
                 " where r.pipeline = %s order by b.seq, r.topic, r.partition",
                 (cfg.name,),
             )
         ]
-        offsets = {
-            (t, p): (s, c)
-            for t, p, s, c in _rows(
-                cur,
-                "select topic, partition, start_offset, committed_offset from onceflow.offsets where pipeline = %s",
-                (cfg.name,),
-            )
-        }
+        offset_rows = _rows(
+            cur,
+            "select topic, partition, start_offset, committed_offset, epoch from onceflow.offsets"
+            " where pipeline = %s",
+            (cfg.name,),
+        )
+        offsets = {(t, p): (s, c) for t, p, s, c, _ in offset_rows}
+        epochs = {(t, p): e for t, p, _, _, e in offset_rows}
         losses = [
             LossRow(*r)
             for r in _rows(
                 cur,
                 "select topic, partition, from_offset, until_offset from onceflow.loss_events where pipeline = %s",
+                (cfg.name,),
+            )
+        ]
+        resets = [
+            ResetRow(*r)
+            for r in _rows(
+                cur,
+                "select after_seq, topic, partition, new_offset from onceflow.resets"
+                " where pipeline = %s order by id",
                 (cfg.name,),
             )
         ]
@@ -234,7 +279,7 @@ def run_audit(
                 sql.SQL(
                     'select o.topic, o.partition, o."offset" from {}.orders o'
                     " join onceflow.dead_letters d on d.pipeline = %s and d.topic = o.topic"
-                    ' and d.partition = o.partition and d."offset" = o."offset" limit 100'
+                    ' and d.partition = o.partition and d.epoch = o.epoch and d."offset" = o."offset" limit 100'
                 ).format(schema),
                 (cfg.name,),
             )
@@ -247,13 +292,13 @@ def run_audit(
                 sql.SQL(
                     """
                     select count(*) from (
-                        select txid, topic, partition, "offset" from {}.orders
+                        select txid, topic, partition, epoch, "offset" from {}.orders
                         union all
-                        select txid, topic, partition, "offset" from onceflow.dead_letters where pipeline = %s
+                        select txid, topic, partition, epoch, "offset" from onceflow.dead_letters where pipeline = %s
                     ) o
                     where not exists (
                         select 1 from onceflow.ranges r where r.pipeline = %s and r.txid = o.txid
-                          and r.topic = o.topic and r.partition = o.partition
+                          and r.topic = o.topic and r.partition = o.partition and r.epoch = o.epoch
                           and o."offset" >= r.from_offset and o."offset" < r.until_offset)
                     """
                 ).format(schema),
@@ -269,14 +314,18 @@ def run_audit(
     report.records_in_sink = sum(published.values())
     report.dead_lettered = sum(dead.values())
     report.loss_events = [asdict(lo) for lo in losses]
-    check_seq(report, batches)
-    check_contiguity(report, ranges, offsets, losses, committed)
+    report.resets = [asdict(x) for x in resets]
+    check_seq(report, batches, resets)
+    check_contiguity(report, ranges, offsets, losses, committed, resets)
     counts = None
     if reread is not None:
         report.reread_from_broker = True
-        counts = reread([r for r in ranges if r.txid in committed])
-        for txid in committed:
+        # ranges of an earlier epoch are gone from the broker (reset): their count is the ledger's
+        stale = {r.txid for r in ranges if r.epoch != epochs.get((r.topic, r.partition), 0)}
+        counts = reread([r for r in ranges if r.txid in committed and r.txid not in stale])
+        for txid in committed - stale:
             counts.setdefault(txid, 0)
+        report.reread_skipped = len(committed & stale)
     check_counts(report, batches, published, dead, counts)
     for t, p, o in dup_rows:
         report.duplicates += 1

@@ -36,7 +36,6 @@ def _print_table(rows: list[dict], columns: Sequence[str]) -> None:
 
 def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
     from onceflow import stack
-
     from onceflow.db import migrate
 
     stack.up(settings)
@@ -323,6 +322,33 @@ def cmd_backfill(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_reset_offsets(args: argparse.Namespace, settings: Settings) -> int:
+    from onceflow import broker, ledger
+
+    cfg = _pipeline(settings, args.pipeline)
+    if not args.yes:
+        raise OnceflowError(
+            "reset-offsets abandons every uncommitted batch and restarts each partition at the "
+            f"broker's {args.to} offset; add --yes to do it"
+        )
+    reset = ledger.reset_offsets(
+        settings.postgres_dsn,
+        cfg,
+        lambda: broker.snapshot(settings.kafka_bootstrap, cfg.name, cfg.topics),
+        to=args.to,
+        reason=args.reason,
+    )
+    print(
+        f"pipeline {cfg.name}: reset after seq {reset.after_seq}; abandoned: {', '.join(reset.abandoned) or 'none'}"
+    )
+    for p in reset.partitions:
+        print(
+            f"  {p['topic']}[{p['partition']}]: committed {p['committed_before']} -> restarts at {p['new_offset']}"
+        )
+    print("Fail or mark the abandoned runs in Airflow; new runs plan from the new offsets.")
+    return 0
+
+
 def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
     from onceflow.db import migrate
 
@@ -469,6 +495,23 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument(
         "--timeout", type=float, default=900, help="seconds to wait per run (default 900)"
     )
+    sp = add(
+        "reset-offsets",
+        cmd_reset_offsets,
+        "After the broker lost its log: abandon uncommitted batches and restart partitions at the broker's offsets.",
+        "onceflow reset-offsets --pipeline orders --reason 'broker restarted, log lost' --yes",
+    )
+    sp.add_argument("--pipeline", help="pipeline name (default: the only one configured)")
+    sp.add_argument(
+        "--to",
+        choices=("earliest", "latest"),
+        default="earliest",
+        help="where partitions restart (default earliest)",
+    )
+    sp.add_argument(
+        "--reason", required=True, help="why; kept in the ledger (onceflow.resets, operator_log)"
+    )
+    sp.add_argument("--yes", action="store_true", help="confirm")
     return p
 
 

@@ -66,6 +66,10 @@ class TopicMissingError(OnceflowError):
         )
 
 
+class AbandonedTxidError(OnceflowError):
+    """The txid was abandoned by an operator reset; it will never process or commit."""
+
+
 class CommitOrderError(OnceflowError):
     """Commit asked for a txid whose predecessor has not committed."""
 

@@ -6,6 +6,7 @@ transactions, so it holds whichever Airflow worker, Spark driver or zombie calls
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -14,6 +15,7 @@ from onceflow import orders_sink
 from onceflow.config import PipelineConfig
 from onceflow.db import transaction
 from onceflow.errors import (
+    AbandonedTxidError,
     CommitConflictError,
     CommitOrderError,
     FencedAttemptError,
@@ -127,6 +129,13 @@ def plan(dsn: str, cfg: PipelineConfig, txid: str, snapshot: Callable[[], Broker
         if last:
             previous = {r.tp: r.until_offset for r in _ranges(cur, cfg.name, last[0])}
         seq = (last[1] if last else 0) + 1
+        cur.execute(
+            "select distinct on (topic, partition) topic, partition, new_offset from onceflow.resets"
+            " where pipeline = %s and after_seq >= %s order by topic, partition, id desc",
+            (cfg.name, seq - 1),
+        )
+        for topic, partition, new_offset in cur.fetchall():
+            previous[(topic, partition)] = new_offset
 
         snap = snapshot()
         planned = plan_ranges(
@@ -143,18 +152,6 @@ def plan(dsn: str, cfg: PipelineConfig, txid: str, snapshot: Callable[[], Broker
             " values (%s, %s, %s, 'planned', %s)",
             (cfg.name, txid, seq, time.monotonic() - started),
         )
-        for r in planned.ranges:
-            cur.execute(
-                "insert into onceflow.ranges (pipeline, txid, topic, partition, from_offset, until_offset)"
-                " values (%s, %s, %s, %s, %s, %s)",
-                (cfg.name, txid, r.topic, r.partition, r.from_offset, r.until_offset),
-            )
-        for loss in planned.losses:
-            cur.execute(
-                "insert into onceflow.loss_events (pipeline, txid, topic, partition, from_offset, until_offset)"
-                " values (%s, %s, %s, %s, %s, %s)",
-                (cfg.name, txid, loss.topic, loss.partition, loss.from_offset, loss.until_offset),
-            )
         new = set(planned.new_partitions)
         for r in planned.ranges:
             if r.tp in new:
@@ -163,6 +160,29 @@ def plan(dsn: str, cfg: PipelineConfig, txid: str, snapshot: Callable[[], Broker
                     " values (%s, %s, %s, %s, %s) on conflict do nothing",
                     (cfg.name, r.topic, r.partition, r.from_offset, r.from_offset),
                 )
+        for r in planned.ranges:
+            cur.execute(
+                "insert into onceflow.ranges (pipeline, txid, topic, partition, from_offset, until_offset, epoch)"
+                " select %s, %s, %s, %s, %s, %s, coalesce((select epoch from onceflow.offsets"
+                "  where pipeline = %s and topic = %s and partition = %s), 0)",
+                (
+                    cfg.name,
+                    txid,
+                    r.topic,
+                    r.partition,
+                    r.from_offset,
+                    r.until_offset,
+                    cfg.name,
+                    r.topic,
+                    r.partition,
+                ),
+            )
+        for loss in planned.losses:
+            cur.execute(
+                "insert into onceflow.loss_events (pipeline, txid, topic, partition, from_offset, until_offset)"
+                " values (%s, %s, %s, %s, %s, %s)",
+                (cfg.name, txid, loss.topic, loss.partition, loss.from_offset, loss.until_offset),
+            )
         return Batch(txid, seq, "planned", planned.ranges, planned.losses)
 
 
@@ -189,14 +209,14 @@ def claim_attempt(dsn: str, pipeline: str, txid: str) -> Claim:
                set attempt = attempt + 1,
                    state = case when state = 'committed' then state else 'processing' end,
                    process_started_at = now(), last_error = null
-             where pipeline = %s and txid = %s
+             where pipeline = %s and txid = %s and state <> 'abandoned'
             returning seq, attempt, state
             """,
             (pipeline, txid),
         )
         row = cur.fetchone()
         if not row:
-            raise UnknownTxidError(pipeline, txid, "plan must run before process")
+            _raise_missing_or_abandoned(cur, pipeline, txid, "plan must run before process")
         return Claim(txid, row[0], row[1], row[2], _ranges(cur, pipeline, txid))
 
 
@@ -238,6 +258,19 @@ def mark_staged(
         return Staged(n, valid, dead, checksum)
 
 
+def _raise_missing_or_abandoned(cur, pipeline: str, txid: str, hint: str) -> None:
+    cur.execute(
+        "select state from onceflow.batches where pipeline = %s and txid = %s", (pipeline, txid)
+    )
+    row = cur.fetchone()
+    if row and row[0] == "abandoned":
+        raise AbandonedTxidError(
+            f"txid {txid!r} of pipeline {pipeline!r} was abandoned by `onceflow reset-offsets`: "
+            "its ranges are gone from the broker; it will never process or commit"
+        )
+    raise UnknownTxidError(pipeline, txid, hint)
+
+
 def record_error(dsn: str, pipeline: str, txid: str, error: str) -> None:
     with transaction(dsn) as cur:
         cur.execute(
@@ -267,7 +300,8 @@ def blocking_predecessor(dsn: str, pipeline: str, txid: str) -> Wait | None:
             raise UnknownTxidError(pipeline, txid)
         cur.execute(
             "select txid, seq, state, last_error from onceflow.batches"
-            " where pipeline = %s and seq < %s and state <> 'committed' order by seq limit 1",
+            " where pipeline = %s and seq < %s and state not in ('committed', 'abandoned')"
+            " order by seq limit 1",
             (pipeline, row[0]),
         )
         blocker = cur.fetchone()
@@ -316,6 +350,8 @@ def commit(dsn: str, cfg: PipelineConfig, txid: str) -> CommitResult:
             orders_sink.drop_staged(cur, schema, txid, staged_attempt)
             return CommitResult(txid, seq, "republished", published, dead)
 
+        if state == "abandoned":
+            _raise_missing_or_abandoned(cur, cfg.name, txid, "")
         if state != "staged":
             raise OnceflowError(
                 f"txid {txid!r} (seq {seq}) is {state}: process has not staged its output, nothing to commit"
@@ -325,7 +361,7 @@ def commit(dsn: str, cfg: PipelineConfig, txid: str) -> CommitResult:
             (cfg.name, seq - 1),
         )
         prev = cur.fetchone()
-        if prev and prev[1] != "committed":
+        if prev and prev[1] not in ("committed", "abandoned"):
             raise CommitOrderError(
                 f"txid {txid!r} (seq {seq}) cannot commit before txid {prev[0]!r} (seq {seq - 1}), "
                 f"which is {prev[1]}"
@@ -377,3 +413,105 @@ def _check_counts(
             f"(ledger: {out} rows + {dead_expected} dead letters; stage now: {published} + {dead}). "
             "Nothing was committed; retry process."
         )
+
+
+@dataclass(frozen=True)
+class Reset:
+    after_seq: int
+    abandoned: list[str]
+    partitions: list[dict]
+
+
+def reset_offsets(
+    dsn: str,
+    cfg: PipelineConfig,
+    snapshot: Callable[[], BrokerSnapshot],
+    *,
+    to: str = "earliest",
+    reason: str,
+) -> Reset:
+    """Operator action after the broker lost its log: restart every partition at the broker's
+    first (or end) offset.
+
+    Batches not yet committed are abandoned: their ranges point at records the broker no
+    longer has, so they can never be processed; they stay in the ledger (seq stays dense)
+    and in the audit. The committed offset moves to the new start, recorded with its old
+    value in onceflow.resets, so the audit shows the break instead of a gap.
+    """
+    if to not in ("earliest", "latest"):
+        raise OnceflowError(f"reset target must be 'earliest' or 'latest', not {to!r}")
+    if not reason.strip():
+        raise OnceflowError("give a reason for the reset; it is kept in the ledger")
+    with transaction(dsn) as cur:
+        cur.execute("select name from onceflow.pipelines where name = %s for update", (cfg.name,))
+        if cur.fetchone() is None:
+            raise OnceflowError(f"pipeline {cfg.name!r} has no ledger yet: nothing to reset")
+        cur.execute(
+            "select pg_advisory_xact_lock(hashtextextended('onceflow.commit:' || %s, 0))",
+            (cfg.name,),
+        )
+        cur.execute(
+            "update onceflow.batches set state = 'abandoned', last_error = %s"
+            " where pipeline = %s and state not in ('committed', 'abandoned') returning txid",
+            (f"abandoned by reset-offsets: {reason}"[:4000], cfg.name),
+        )
+        abandoned = sorted(r[0] for r in cur.fetchall())
+        cur.execute(
+            "select coalesce(max(seq), 0) from onceflow.batches where pipeline = %s", (cfg.name,)
+        )
+        after_seq = cur.fetchone()[0]
+        cur.execute(
+            "select txid from onceflow.batches where pipeline = %s and seq = %s",
+            (cfg.name, after_seq),
+        )
+        last = cur.fetchone()
+        planned = {r.tp: r.until_offset for r in _ranges(cur, cfg.name, last[0])} if last else {}
+        snap = snapshot()
+        cur.execute(
+            "select topic, partition, committed_offset from onceflow.offsets where pipeline = %s",
+            (cfg.name,),
+        )
+        partitions = []
+        for topic, partition, committed in cur.fetchall():
+            tp = (topic, partition)
+            if tp not in snap.ends:
+                raise OnceflowError(
+                    f"partition {topic}[{partition}] is in the ledger but not on the broker; "
+                    "re-create the topic with at least as many partitions before resetting"
+                )
+            new = snap.beginnings.get(tp, 0) if to == "earliest" else snap.ends[tp]
+            cur.execute(
+                "insert into onceflow.resets (pipeline, after_seq, topic, partition, old_offset,"
+                " committed_before, new_offset, reason) values (%s, %s, %s, %s, %s, %s, %s, %s)",
+                (cfg.name, after_seq, topic, partition, planned.get(tp), committed, new, reason),
+            )
+            cur.execute(
+                "update onceflow.offsets set committed_offset = %s, epoch = epoch + 1, updated_at = now()"
+                " where pipeline = %s and topic = %s and partition = %s",
+                (new, cfg.name, topic, partition),
+            )
+            partitions.append(
+                {
+                    "topic": topic,
+                    "partition": partition,
+                    "old_offset": planned.get(tp),
+                    "committed_before": committed,
+                    "new_offset": new,
+                }
+            )
+        cur.execute(
+            "insert into onceflow.operator_log (pipeline, action, detail) values (%s, 'reset-offsets', %s)",
+            (
+                cfg.name,
+                json.dumps(
+                    {
+                        "to": to,
+                        "reason": reason,
+                        "after_seq": after_seq,
+                        "abandoned": abandoned,
+                        "partitions": partitions,
+                    }
+                ),
+            ),
+        )
+        return Reset(after_seq, abandoned, partitions)

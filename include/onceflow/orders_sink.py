@@ -36,12 +36,12 @@ create table if not exists {schema}.stage_orders (
     primary key (txid, attempt, topic, partition, "offset")
 );
 create table if not exists {schema}.orders (
-    topic text not null, partition integer not null, "offset" bigint not null,
+    topic text not null, partition integer not null, epoch integer not null, "offset" bigint not null,
     txid text not null,
     order_id text not null, customer_id text not null, amount numeric(18, 2) not null,
     currency text not null, ts timestamptz not null,
     published_at timestamptz not null default now(),
-    primary key (topic, partition, "offset")
+    primary key (topic, partition, epoch, "offset")
 );
 create index if not exists orders_txid on {schema}.orders (txid);
 create table if not exists {schema}.revenue_per_minute (
@@ -105,23 +105,28 @@ def publish(cur, schema: str, pipeline: str, txid: str, attempt: int, seq: int) 
         sql.SQL(
             """
             insert into {schema}.orders
-                (topic, partition, "offset", txid, order_id, customer_id, amount, currency, ts)
-            select topic, partition, "offset", txid, order_id, customer_id, amount, currency, ts
-            from {schema}.stage_orders
-            where txid = %s and attempt = %s and error is null
+                (topic, partition, epoch, "offset", txid, order_id, customer_id, amount, currency, ts)
+            select s.topic, s.partition, r.epoch, s."offset", s.txid, s.order_id, s.customer_id,
+                   s.amount, s.currency, s.ts
+            from {schema}.stage_orders s
+            join onceflow.ranges r on r.pipeline = %s and r.txid = s.txid
+                 and r.topic = s.topic and r.partition = s.partition
+            where s.txid = %s and s.attempt = %s and s.error is null
             """
         ).format(schema=ident),
-        (txid, attempt),
+        (pipeline, txid, attempt),
     )
     published = cur.rowcount
     cur.execute(
         sql.SQL(
             """
             insert into onceflow.dead_letters
-                (pipeline, txid, topic, partition, "offset", reason, key, value)
-            select %s, txid, topic, partition, "offset", error, key, value
-            from {schema}.stage_orders
-            where txid = %s and attempt = %s and error is not null
+                (pipeline, txid, topic, partition, epoch, "offset", reason, key, value)
+            select r.pipeline, s.txid, s.topic, s.partition, r.epoch, s."offset", s.error, s.key, s.value
+            from {schema}.stage_orders s
+            join onceflow.ranges r on r.pipeline = %s and r.txid = s.txid
+                 and r.topic = s.topic and r.partition = s.partition
+            where s.txid = %s and s.attempt = %s and s.error is not null
             """
         ).format(schema=ident),
         (pipeline, txid, attempt),
