@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from onceflow import orders_sink
+from onceflow import failpoints, orders_sink
 from onceflow.config import PipelineConfig
 from onceflow.db import transaction
 from onceflow.errors import (
@@ -401,7 +401,9 @@ def commit(dsn: str, cfg: PipelineConfig, txid: str) -> CommitResult:
             (staged_attempt, time.monotonic() - started, cfg.name, txid),
         )
         orders_sink.drop_staged(cur, schema, txid, staged_attempt)
-        return CommitResult(txid, seq, "committed", published, dead)
+        failpoints.hit("commit.before_db_commit", txid)
+    failpoints.hit("commit.after_db_commit", txid)
+    return CommitResult(txid, seq, "committed", published, dead)
 
 
 def _check_counts(
