@@ -1,0 +1,246 @@
+"""The `onceflow_stage` Spark data source: stages a txid's rows into {schema}.stage_orders.
+
+Each Spark task stages its partition (`part`, the Spark partition id) in ONE PostgreSQL
+transaction that first claims the part in onceflow.stage_parts (the task fence) and then
+COPYs the rows, tagged (txid, attempt, part):
+
+- a task that dies before its commit leaves nothing (the claim rolls back with the rows);
+- a retried or speculative task of the same attempt finds the part claimed and stages
+  nothing: output is a deterministic function of the part's records, so the first copy is
+  as good as its own (the reader's input partitions are fixed, and nothing shuffles between
+  read and write, so part k always holds the same records);
+- a task of a fenced attempt (a newer process attempt claimed the txid) fails before
+  writing; rows it staged earlier carry its attempt number, which commit never publishes
+  (ledger.mark_staged fences by attempt).
+
+Options: dsn, schema (the sink schema), pipeline, txid, attempt.
+Rows: the transform's columns (stage columns less txid, attempt, part), binary key/value.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import StructType
+
+from onceflow.config import NAME_RE
+from onceflow.errors import FencedAttemptError
+from onceflow.orders_sink import STAGE_COLUMNS
+
+TAG_COLUMNS = ("txid", "attempt", "part")
+DATA_COLUMNS = tuple(c for c in STAGE_COLUMNS if c not in TAG_COLUMNS)
+
+
+@dataclass
+class StageCommitMessage(WriterCommitMessage):
+    part: int
+    rows: int
+    skipped: bool  # the part was already staged by another task attempt
+
+
+@dataclass(frozen=True)
+class StageTarget:
+    """Where and under which tags a part is staged."""
+
+    dsn: str
+    schema: str
+    pipeline: str
+    txid: str
+    attempt: int
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> StageTarget:
+        missing = [
+            k for k in ("dsn", "schema", "pipeline", "txid", "attempt") if not options.get(k)
+        ]
+        if missing:
+            raise ValueError(f"onceflow_stage: option(s) {', '.join(missing)} required")
+        schema = options["schema"]
+        if not NAME_RE.match(schema):
+            raise ValueError(f"onceflow_stage: schema {schema!r} is not a valid sink schema name")
+        try:
+            attempt = int(options["attempt"])
+        except ValueError:
+            raise ValueError(
+                f"onceflow_stage: attempt {options['attempt']!r} is not an integer"
+            ) from None
+        return cls(options["dsn"], schema, options["pipeline"], options["txid"], attempt)
+
+
+class StageDataSource(DataSource):
+    """Batch sink `onceflow_stage` (append only; the fence makes every write idempotent)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "onceflow_stage"
+
+    def schema(self) -> str:
+        return (
+            "topic string, partition int, offset bigint, order_id string, customer_id string, "
+            "amount decimal(18,2), currency string, ts timestamp, error string, key binary, "
+            "value binary"
+        )
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        unknown = [f.name for f in schema.fields if f.name not in DATA_COLUMNS]
+        if unknown:
+            raise ValueError(
+                f"onceflow_stage: column(s) {unknown} are not stage columns {list(DATA_COLUMNS)}"
+            )
+        return StageWriter(StageTarget.from_options(self.options))
+
+
+class StageWriter(DataSourceArrowWriter):
+    def __init__(self, target: StageTarget) -> None:
+        self.target = target
+
+    def write(self, iterator: Iterator[Any]) -> StageCommitMessage:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        if ctx is None:
+            raise RuntimeError("onceflow_stage: write() must run in a Spark task")
+        return stage_part(self.target, ctx.partitionId(), iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Nothing to do: each part committed itself; process checks the parts in the ledger."""
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Nothing to undo: parts of a failed job belong to an attempt that is never staged."""
+
+
+def stage_part(target: StageTarget, part: int, batches: Iterable[Any]) -> StageCommitMessage:
+    """Stage one part (Arrow record batches) under the task fence, in one transaction."""
+    import psycopg2
+    from psycopg2 import sql
+
+    t = target
+    conn = psycopg2.connect(t.dsn, connect_timeout=10, application_name=f"onceflow-stage-{part}")
+    try:
+        with conn.cursor() as cur:
+            cur.execute(
+                "select attempt from onceflow.batches where pipeline = %s and txid = %s",
+                (t.pipeline, t.txid),
+            )
+            row = cur.fetchone()
+            if row is None or row[0] != t.attempt:
+                raise FencedAttemptError(
+                    f"stage of txid {t.txid!r} attempt {t.attempt} part {part}: the ledger's "
+                    f"attempt is {row[0] if row else 'missing'}; this attempt is fenced"
+                )
+            # Blocks while another task attempt holds the claim, then sees its outcome.
+            cur.execute(
+                "insert into onceflow.stage_parts (pipeline, txid, attempt, part, rows)"
+                " values (%s, %s, %s, %s, 0) on conflict do nothing",
+                (t.pipeline, t.txid, t.attempt, part),
+            )
+            if cur.rowcount == 0:
+                conn.rollback()
+                return StageCommitMessage(part, 0, skipped=True)
+            stream = _CsvStream(batches, t.txid, t.attempt, part)
+            copy = sql.SQL("copy {}.stage_orders ({}) from stdin with (format csv)").format(
+                sql.Identifier(t.schema),
+                sql.SQL(", ").join(sql.Identifier(c) for c in stream.columns),
+            )
+            cur.copy_expert(copy, stream, size=1 << 20)
+            cur.execute(
+                "update onceflow.stage_parts set rows = %s"
+                " where pipeline = %s and txid = %s and attempt = %s and part = %s",
+                (stream.rows, t.pipeline, t.txid, t.attempt, part),
+            )
+        conn.commit()
+        return StageCommitMessage(part, stream.rows, skipped=False)
+    except BaseException:
+        conn.rollback()
+        raise
+    finally:
+        conn.close()
+
+
+class _CsvStream(io.RawIOBase):
+    """A file-like view of Arrow batches as PostgreSQL CSV, for COPY: one batch in memory at a time.
+
+    Arrow's C++ CSV writer does the formatting; only non-null binary values (dead letters)
+    are turned into PostgreSQL bytea hex text in Python.
+    """
+
+    def __init__(self, batches: Iterable[Any], txid: str, attempt: int, part: int) -> None:
+        self._batches = iter(batches)
+        self._tags = (txid, attempt, part)
+        self._buf = b""
+        self._pos = 0
+        self.rows = 0
+        self.columns: tuple[str, ...] = TAG_COLUMNS + DATA_COLUMNS
+        self._first: Any = next(self._batches, None)
+        if self._first is not None:
+            names = tuple(self._first.schema.names)
+            unknown = [n for n in names if n not in DATA_COLUMNS]
+            if unknown:
+                raise ValueError(f"onceflow_stage: unexpected column(s) {unknown}")
+            self.columns = TAG_COLUMNS + names
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        while self._pos >= len(self._buf):
+            batch = self._next_batch()
+            if batch is None:
+                return b""
+            self._buf, self._pos = _to_csv(batch, self._tags), 0
+        end = len(self._buf) if size is None or size < 0 else self._pos + size
+        chunk = self._buf[self._pos : end]
+        self._pos += len(chunk)
+        return chunk
+
+    def _next_batch(self) -> Any:
+        if self._first is not None:
+            batch, self._first = self._first, None
+        else:
+            batch = next(self._batches, None)
+        while batch is not None and batch.num_rows == 0:
+            batch = next(self._batches, None)
+        if batch is not None:
+            self.rows += batch.num_rows
+        return batch
+
+
+def _to_csv(batch: Any, tags: tuple[str, int, int]) -> bytes:
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+
+    n = batch.num_rows
+    txid, attempt, part = tags
+    arrays = [
+        pa.repeat(pa.scalar(txid, pa.string()), n),
+        pa.repeat(pa.scalar(attempt, pa.int32()), n),
+        pa.repeat(pa.scalar(part, pa.int32()), n),
+    ]
+    for col in batch.columns:
+        if pa.types.is_binary(col.type) or pa.types.is_large_binary(col.type):
+            col = _bytea_hex(col)
+        elif pa.types.is_timestamp(col.type) and col.type.tz not in (None, "UTC"):
+            col = col.cast(pa.timestamp(col.type.unit, tz="UTC"))  # written as ...Z
+        arrays.append(col)
+    table = pa.Table.from_arrays(arrays, names=list(TAG_COLUMNS) + batch.schema.names)
+    out = io.BytesIO()
+    pcsv.write_csv(table, out, pcsv.WriteOptions(include_header=False, quoting_style="needed"))
+    return out.getvalue()
+
+
+def _bytea_hex(col: Any) -> Any:
+    """Binary -> PostgreSQL bytea hex input ('\\x0aff'); NULL stays NULL (unquoted empty)."""
+    import pyarrow as pa
+
+    if col.null_count == len(col):
+        return pa.nulls(len(col), pa.string())
+    return pa.array([None if b is None else "\\x" + b.hex() for b in col.to_pylist()], pa.string())

@@ -1,0 +1,327 @@
+"""Onceflow process phase: stage the output of one planned txid (a spark-submit job).
+
+Claims a new attempt of the txid in the ledger (fencing every earlier attempt), reads
+exactly the txid's recorded ranges from Kafka, transforms them in Spark and stages the rows
+tagged (txid, attempt, part), then records the staged counts and checksum in the ledger.
+Commit publishes them later, in seq order.
+
+How the DAG runs it (SparkSubmitOperator):
+    application   spark_jobs/process.py
+    application_args  ["--pipeline", NAME, "--txid", "{{ run_id }}"]
+    conf          {"spark.pyspark.python": VENV_PYTHON} (or env PYSPARK_PYTHON), plus the
+                  pipeline's spark_conf; master local[2] (or the cluster's), driver_memory
+                  from the pipeline (>= 512m)
+    env_vars      ONCEFLOW_POSTGRES_DSN, ONCEFLOW_KAFKA_BOOTSTRAP, ONCEFLOW_PIPELINES,
+                  SPARK_LOCAL_IP=127.0.0.1 on a single host
+    py_files      a zip with `onceflow/` at its root when executors do not have the package
+                  installed (cd include && zip -qr /tmp/onceflow.zip onceflow), or pass
+                  --ship-package and the job zips the package it imported itself.
+                  Local mode needs neither: workers import onceflow like the driver does.
+
+Imports are lazy: a no-op spark-submit already costs ~6 s, and a bad argument should fail
+before the JVM work starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+try:
+    import onceflow  # noqa: F401
+except ImportError:  # run from a checkout without the package installed
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "include"))
+
+log = logging.getLogger("onceflow.process")
+
+EXIT_OK = 0
+EXIT_FAILED = 1  # recorded in the ledger as last_error; retry the task
+EXIT_USAGE = 2  # bad arguments, unknown pipeline or txid: retrying will not help
+EXIT_FENCED = 3  # a newer attempt claimed the txid: this one must not retry
+
+# Applied unless spark-submit --conf or the pipeline's spark_conf sets them.
+SPARK_DEFAULTS = {
+    "spark.sql.shuffle.partitions": "2",  # nothing shuffles; keep any stray shuffle small
+    "spark.ui.enabled": "false",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.python.worker.reuse": "true",
+    "spark.sql.adaptive.enabled": "false",  # a narrow plan gains nothing from AQE
+    "spark.speculation": "false",  # safe either way (the task fence), but wasteful here
+}
+
+EPILOG = """\
+example:
+  spark-submit --master 'local[2]' --driver-memory 512m \\
+      --conf spark.pyspark.python=/opt/onceflow/.venv/bin/python \\
+      --py-files onceflow.zip \\
+      spark_jobs/process.py --pipeline orders --txid manual__2024-05-01T12:00:00+00:00
+
+environment (onceflow.settings): ONCEFLOW_POSTGRES_DSN (ledger and sink),
+ONCEFLOW_KAFKA_BOOTSTRAP, ONCEFLOW_PIPELINES (or --pipelines-file).
+
+exit codes: 0 staged; 1 failed (the reason is in the ledger's last_error; retry);
+2 bad arguments, unknown pipeline or txid (plan must run first); 3 fenced: a newer
+attempt of the txid took over (do not retry this one).
+"""
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="process.py",
+        description="Stage the output of one planned Onceflow transaction (txid): read its "
+        "recorded Kafka ranges, transform, stage tagged with a new attempt, record counts.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--pipeline", required=True, help="pipeline name (a [pipelines.NAME] table)")
+    p.add_argument(
+        "--txid", required=True, help="the DAG run's run_id, exactly as plan recorded it"
+    )
+    p.add_argument(
+        "--pipelines-file",
+        type=Path,
+        help="pipelines TOML file (default: $ONCEFLOW_PIPELINES or dags/pipelines.toml)",
+    )
+    p.add_argument(
+        "--client",
+        choices=("confluent", "kafka-python"),
+        default="confluent",
+        help="Kafka client of the reader (default: confluent, i.e. librdkafka)",
+    )
+    p.add_argument(
+        "--read-timeout",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="fail a range after this long without progress (default: 60)",
+    )
+    p.add_argument(
+        "--ship-package",
+        action="store_true",
+        help="zip the imported onceflow package and add it to the executors' Python path "
+        "(for clusters whose executors do not have it; local mode does not need it)",
+    )
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stdout,
+    )
+    started = time.monotonic()
+
+    from onceflow import ledger
+    from onceflow.config import get_pipeline
+    from onceflow.errors import ConfigError, FencedAttemptError, UnknownTxidError
+    from onceflow.settings import Settings
+
+    settings = Settings.from_env()
+    try:
+        cfg = get_pipeline(args.pipelines_file or settings.pipelines_file, args.pipeline)
+    except ConfigError as e:
+        log.error("onceflow process: %s", e)
+        return EXIT_USAGE
+    dsn, txid = settings.postgres_dsn, args.txid
+
+    try:
+        claim = ledger.claim_attempt(dsn, cfg.name, txid)
+    except UnknownTxidError as e:
+        log.error("onceflow process: %s", e)
+        return EXIT_USAGE
+    attempt = claim.attempt
+    log.info(
+        "onceflow process claimed pipeline=%s txid=%s seq=%s attempt=%s state=%s ranges=%d",
+        cfg.name,
+        txid,
+        claim.seq,
+        attempt,
+        claim.state,
+        len(claim.ranges),
+    )
+    if claim.state == "committed":
+        log.info("txid %s is committed: this attempt re-processes it (commit republishes)", txid)
+    for r in claim.ranges:
+        log.info(
+            "onceflow process range txid=%s topic=%s partition=%d from=%d until=%d offsets=%d",
+            txid,
+            r.topic,
+            r.partition,
+            r.from_offset,
+            r.until_offset,
+            r.size,
+        )
+
+    claimed_at = time.monotonic()
+    try:
+        parts = _run_spark(args, settings.kafka_bootstrap, dsn, cfg, txid, attempt, claim.ranges)
+        _check_parts(dsn, cfg, txid, attempt, parts)
+        staged = ledger.mark_staged(
+            dsn, cfg, txid, attempt, bytes_read=None, process_seconds=time.monotonic() - claimed_at
+        )
+    except Exception as e:  # noqa: BLE001 - every failure is reported and recorded
+        reason = _short_error(e)
+        if isinstance(e, FencedAttemptError) or "FencedAttemptError" in reason:
+            log.error("onceflow process fenced: txid=%s attempt=%s: %s", txid, attempt, reason)
+            return EXIT_FENCED
+        log.error("onceflow process failed: txid=%s attempt=%s: %s", txid, attempt, reason)
+        try:
+            ledger.record_error(dsn, cfg.name, txid, f"process attempt {attempt}: {reason}")
+        except Exception as e2:  # noqa: BLE001
+            log.error("could not record the error in the ledger: %s", e2)
+        return EXIT_FAILED
+
+    log.info(
+        "onceflow process pipeline=%s txid=%s seq=%s attempt=%s records=%d valid=%d dead=%d "
+        "seconds=%.2f",
+        cfg.name,
+        txid,
+        claim.seq,
+        attempt,
+        staged.records,
+        staged.valid,
+        staged.dead,
+        time.monotonic() - started,
+    )
+    return EXIT_OK
+
+
+def _run_spark(
+    args: argparse.Namespace,
+    bootstrap: str,
+    dsn: str,
+    cfg: Any,
+    txid: str,
+    attempt: int,
+    ranges: list[Any],
+) -> int:
+    """Read, transform and stage in one Spark job; returns the number of input partitions."""
+    from onceflow.reader import SCHEMA as READ_SCHEMA
+    from onceflow.reader import RangesDataSource, input_ranges
+    from onceflow.stage import StageDataSource
+    from onceflow.transforms import get_transform
+    from pyspark import SparkConf
+    from pyspark.sql import SparkSession
+
+    submitted = SparkConf()  # what spark-submit --conf and spark-defaults.conf set
+    builder = SparkSession.builder.appName(f"onceflow-process-{cfg.name}")
+    if not submitted.contains("spark.master"):
+        builder = builder.master("local[2]")
+    defaults = dict(SPARK_DEFAULTS)
+    if not os.environ.get("PYSPARK_PYTHON"):
+        # Workers must run an interpreter with pyarrow, confluent-kafka, psycopg2 and onceflow:
+        # this one has them (the default, `python3` on PATH, often has not).
+        defaults["spark.pyspark.python"] = sys.executable
+    for key, value in {**defaults, **cfg.spark_conf}.items():
+        if not submitted.contains(key):
+            builder = builder.config(key, value)
+    t0 = time.monotonic()
+    spark = builder.getOrCreate()
+    log.info("spark session ready in %.1f s", time.monotonic() - t0)
+    try:
+        spark.sparkContext.setLogLevel("WARN")
+        if args.ship_package:
+            spark.sparkContext.addPyFile(_package_zip())
+        spark.dataSource.register(RangesDataSource)
+        spark.dataSource.register(StageDataSource)
+
+        df = (
+            spark.read.format("onceflow_ranges")
+            .schema(READ_SCHEMA)  # given, so Spark need not start Python to ask for it
+            .option("bootstrap", bootstrap)
+            .option("ranges", json.dumps([r.to_json() for r in ranges]))
+            .option("records_per_input_partition", str(cfg.records_per_input_partition))
+            .option("client", args.client)
+            .option("timeout_s", str(args.read_timeout))
+            .load()
+        )
+        staged = get_transform(cfg.transform)(df)
+        t0 = time.monotonic()
+        (
+            staged.write.format("onceflow_stage")
+            .mode("append")
+            .option("dsn", dsn)
+            .option("schema", cfg.sink_schema)
+            .option("pipeline", cfg.name)
+            .option("txid", txid)
+            .option("attempt", str(attempt))
+            .save()
+        )
+        log.info("read, transform and stage took %.1f s", time.monotonic() - t0)
+        return max(1, len(input_ranges(ranges, cfg.records_per_input_partition)))
+    finally:
+        spark.stop()
+
+
+def _check_parts(dsn: str, cfg: Any, txid: str, attempt: int, expected_parts: int) -> None:
+    """Every input partition staged exactly once, and the fence's row counts match the stage."""
+    from onceflow.db import transaction
+    from psycopg2 import sql
+
+    with transaction(dsn) as cur:
+        cur.execute(
+            "select count(*), coalesce(sum(rows), 0) from onceflow.stage_parts"
+            " where pipeline = %s and txid = %s and attempt = %s",
+            (cfg.name, txid, attempt),
+        )
+        parts, fenced_rows = cur.fetchone()
+        cur.execute(
+            sql.SQL("select count(*) from {}.stage_orders where txid = %s and attempt = %s").format(
+                sql.Identifier(cfg.sink_schema)
+            ),
+            (txid, attempt),
+        )
+        (rows,) = cur.fetchone()
+    if parts != expected_parts or fenced_rows != rows:
+        raise RuntimeError(
+            f"stage of txid {txid!r} attempt {attempt} is incomplete: {parts} of {expected_parts} "
+            f"parts, {rows} rows staged vs {fenced_rows} claimed by the parts"
+        )
+
+
+def _package_zip() -> str:
+    """A zip of the imported onceflow package (root entry `onceflow/`) for addPyFile."""
+    import tempfile
+    import zipfile
+
+    import onceflow as pkg
+
+    root = Path(pkg.__file__).resolve().parent
+    fd, path = tempfile.mkstemp(prefix="onceflow-", suffix=".zip")
+    with open(fd, "wb") as fh, zipfile.ZipFile(fh, "w", zipfile.ZIP_DEFLATED) as z:
+        for f in sorted(root.rglob("*")):
+            if f.is_file() and "__pycache__" not in f.parts:
+                z.write(f, Path("onceflow") / f.relative_to(root))
+    return path
+
+
+_ERROR_LINE = re.compile(r"^(?:[\w.]+\.)?(\w+(?:Error|Exception)): (.+)$", re.MULTILINE)
+_ONCEFLOW_ERRORS = {"RangeReadError", "FencedAttemptError", "UnknownTxidError", "ConfigError"}
+
+
+def _short_error(e: BaseException) -> str:
+    """One line for the ledger: the onceflow error raised in a Spark task, not a stack trace."""
+    if type(e).__module__.startswith("onceflow") or not str(e).strip():
+        return f"{type(e).__name__}: {e}"[:2000]
+    text = str(e)
+    found = _ERROR_LINE.findall(text)
+    ours = [f for f in found if f[0] in _ONCEFLOW_ERRORS]
+    if ours:
+        name, msg = ours[-1]
+        return f"{name}: {msg}"[:2000]
+    first = text.strip().splitlines()[0]
+    return f"{type(e).__name__}: {first}"[:2000]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

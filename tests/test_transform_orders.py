@@ -1,0 +1,234 @@
+"""The orders transform in a local SparkSession: every validation rule, in rule order."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import sys
+from decimal import Decimal
+
+import pytest
+
+pytestmark = pytest.mark.integration  # needs a JVM (local Spark), no other service
+
+UTC = dt.UTC
+GOOD = {
+    "order_id": "o-1",
+    "customer_id": "c-1",
+    "amount": 12.5,
+    "currency": "EUR",
+    "ts": "2024-05-01T12:00:00Z",
+}
+
+
+@pytest.fixture(scope="module")
+def spark():
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[1]")
+        .appName("test_transform_orders")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.memory", "512m")
+        .config("spark.sql.shuffle.partitions", "1")
+        # The transform must not depend on the session time zone.
+        .config("spark.sql.session.timeZone", "America/New_York")
+        .getOrCreate()
+    )
+    yield session
+    session.stop()
+
+
+def event(**changes) -> bytes:
+    d = dict(GOOD)
+    for k, v in changes.items():
+        if v is _DROP:
+            d.pop(k)
+        else:
+            d[k] = v
+    return json.dumps(d).encode()
+
+
+_DROP = object()
+
+
+def run(spark, values: list[bytes | None], keys: list[bytes | None] | None = None) -> list:
+    from onceflow.transforms.orders import OUTPUT_COLUMNS, transform
+
+    keys = keys or [b"k"] * len(values)
+    rows = [
+        ("orders", 0, i, k, v, dt.datetime(2024, 1, 1, tzinfo=UTC))
+        for i, (k, v) in enumerate(zip(keys, values, strict=True))
+    ]
+    df = spark.createDataFrame(
+        rows,
+        "topic string, partition int, offset bigint, key binary, value binary, timestamp timestamp",
+    )
+    out = transform(df)
+    assert tuple(out.columns) == OUTPUT_COLUMNS
+    result = out.orderBy("offset").collect()
+    assert [r.offset for r in result] == list(range(len(values)))
+    return result
+
+
+def errors(spark, values: list[bytes | None]) -> list[str | None]:
+    return [r.error for r in run(spark, values)]
+
+
+def test_valid_record_is_parsed_and_carries_no_bytes(spark):
+    (r,) = run(spark, [event()])
+    assert r.error is None
+    assert (r.order_id, r.customer_id, r.currency) == ("o-1", "c-1", "EUR")
+    assert r.amount == Decimal("12.50")
+    assert r.ts.astimezone(UTC) == dt.datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
+    assert r.key is None and r.value is None
+    assert (r.topic, r.partition) == ("orders", 0)
+
+
+def test_amount_rounding_half_up_to_cents(spark):
+    amounts = [b"12.345", b"1.005", b"0.004", b"7", b"1.2e3", b"999999999999.99", b"0"]
+    values = [event(amount=0).replace(b'"amount": 0', b'"amount": ' + a) for a in amounts]
+    rows = run(spark, values)
+    assert [r.error for r in rows] == [None] * len(amounts)
+    assert [r.amount for r in rows] == [
+        Decimal("12.35"),
+        Decimal("1.01"),
+        Decimal("0.00"),
+        Decimal("7.00"),
+        Decimal("1200.00"),
+        Decimal("999999999999.99"),
+        Decimal("0.00"),
+    ]
+
+
+def test_timestamps_accepted_and_normalized_to_utc(spark):
+    cases = {
+        "2024-05-01T12:00:00Z": dt.datetime(2024, 5, 1, 12, tzinfo=UTC),
+        "2024-05-01T12:00:00": dt.datetime(2024, 5, 1, 12, tzinfo=UTC),  # no offset: UTC
+        "2024-05-01 12:00:00+02:00": dt.datetime(2024, 5, 1, 10, tzinfo=UTC),
+        "2024-05-01T12:00:00.123456789-0130": dt.datetime(
+            2024, 5, 1, 13, 30, 0, 123456, tzinfo=UTC
+        ),
+        "2024-05-01T12:00:00+05": dt.datetime(2024, 5, 1, 7, tzinfo=UTC),
+    }
+    rows = run(spark, [event(ts=t) for t in cases])
+    assert [r.error for r in rows] == [None] * len(cases)
+    assert [r.ts.astimezone(UTC) for r in rows] == list(cases.values())
+
+
+def test_every_rule_in_order(spark):
+    big = b'{"order_id": "' + b"x" * (5 * 1024 * 1024) + b'"}'
+    cases: list[tuple[bytes | None, str]] = [
+        (None, "value is null"),
+        (big, f"record too large ({len(big)} bytes > 1048576)"),
+        (b'{"order_id": "\xff\xfe"}', "value is not valid UTF-8"),
+        (b"", "malformed JSON: not an object"),
+        (b"not json", "malformed JSON: not an object"),
+        (b"[1, 2]", "malformed JSON: not an object"),
+        (b"[" + event() + b"]", "malformed JSON: not an object"),
+        (b'"just a string"', "malformed JSON: not an object"),
+        (b"42", "malformed JSON: not an object"),
+        (b"null", "malformed JSON: not an object"),
+        (event()[:-1], "malformed JSON: not an object"),  # truncated
+        (event() + b" trailing", "malformed JSON: not an object"),
+        (b'{"order_id": "a", "order_id": "b"}', "malformed JSON: duplicate field name"),
+        (b"{}", "missing field 'order_id'"),
+        (event(order_id=_DROP, ts=_DROP), "missing field 'order_id'"),
+        (event(customer_id=_DROP), "missing field 'customer_id'"),
+        (event(amount=_DROP), "missing field 'amount'"),
+        (event(currency=_DROP), "missing field 'currency'"),
+        (event(ts=_DROP), "missing field 'ts'"),
+        (event(zeta=1, extra={"a": 1}), "unexpected field 'extra'"),
+        (event(note=None), "unexpected field 'note'"),
+        (event(**{"bad\u0000key\n": 1}), "unexpected field 'bad?key?'"),
+        (event(order_id=None), "field 'order_id' is null"),
+        (event(customer_id=None, amount=None), "field 'customer_id' is null"),
+        (event(amount=None), "field 'amount' is null"),
+        (event(currency=None), "field 'currency' is null"),
+        (event(ts=None), "field 'ts' is null"),
+        (event(order_id=17), "field 'order_id' has wrong type (expected string)"),
+        (event(customer_id={"id": "c"}), "field 'customer_id' has wrong type (expected string)"),
+        (
+            event(amount="12.50"),
+            "field 'amount' has wrong type (expected number)",
+        ),  # number as string
+        (event(amount=True), "field 'amount' has wrong type (expected number)"),
+        (event(amount=[1]), "field 'amount' has wrong type (expected number)"),
+        (event(currency=978), "field 'currency' has wrong type (expected string)"),
+        (event(ts=1714564800), "field 'ts' has wrong type (expected string)"),
+        (event(order_id="a\u0000b"), "field 'order_id' contains a NUL character"),
+        (event(customer_id="\u0000"), "field 'customer_id' contains a NUL character"),
+        (event(amount=-0.01), "field 'amount' out of range"),
+        (event(amount=-0.001), "field 'amount' out of range"),
+        (event(amount=1e12), "field 'amount' out of range"),
+        (event(amount=999999999999.995), "field 'amount' out of range"),  # rounds to 1e12
+        (event().replace(b"12.5", b"1e400"), "field 'amount' out of range"),
+        (event(currency="eur"), "field 'currency' is not a 3-letter ISO code"),
+        (event(currency="EURO"), "field 'currency' is not a 3-letter ISO code"),
+        (event(currency=""), "field 'currency' is not a 3-letter ISO code"),
+        (event(ts="2024-05-01"), "field 'ts' is not an ISO-8601 timestamp"),
+        (event(ts="2024-13-01T00:00:00Z"), "field 'ts' is not an ISO-8601 timestamp"),
+        (event(ts="2024-02-30T00:00:00Z"), "field 'ts' is not an ISO-8601 timestamp"),
+        (event(ts="yesterday"), "field 'ts' is not an ISO-8601 timestamp"),
+        (event(ts="0000-01-01T00:00:00Z"), "field 'ts' is not an ISO-8601 timestamp"),
+        (event(ts="9999-12-31T23:00:00-05:00"), "field 'ts' is not an ISO-8601 timestamp"),
+        (event(ts="12024-05-01T12:00:00Z"), "field 'ts' is not an ISO-8601 timestamp"),
+        (event(order_id=""), "field 'order_id' is empty"),
+        (event(order_id="   "), "field 'order_id' is empty"),
+        # first failing rule wins: missing beats wrong type, wrong type beats range
+        (event(customer_id=_DROP, amount="x"), "missing field 'customer_id'"),
+        (event(amount="x", currency="eur"), "field 'amount' has wrong type (expected number)"),
+        (event(extra=1, ts=None), "unexpected field 'extra'"),
+        (event(order_id="", currency="e"), "field 'currency' is not a 3-letter ISO code"),
+    ]
+    got = errors(spark, [v for v, _ in cases])
+    mismatches = [
+        (i, (v or b"")[:80], want, have)
+        for i, ((v, want), have) in enumerate(zip(cases, got, strict=True))
+        if want != have
+    ]
+    assert not mismatches
+
+
+def test_dead_letter_keeps_key_and_truncated_value(spark):
+    big = b'{"order_id": "' + b"y" * (2 * 1024 * 1024) + b'"}'
+    bad_utf8 = b"\x80\x81 not utf-8"
+    rows = run(spark, [big, bad_utf8, None, event()], keys=[b"k1", None, b"k3", b"k4"])
+    too_large, invalid, null, valid = rows
+    assert too_large.value == big[: 64 * 1024] and too_large.key == b"k1"
+    assert invalid.value == bad_utf8 and invalid.key is None
+    assert null.value is None and null.key == b"k3"
+    for r in (too_large, invalid, null):
+        assert r.error is not None
+        assert (r.order_id, r.customer_id, r.amount, r.currency, r.ts) == (None,) * 5
+    assert valid.error is None and valid.key is None and valid.value is None
+
+
+def test_nested_and_unicode_values(spark):
+    rows = run(
+        spark,
+        [
+            event(order_id="ördér-€-😀", customer_id="客户"),
+            event(meta={"nested": {"deep": [1, 2, {"x": None}]}}),
+            b"  \n" + event() + b"\n\t ",  # surrounding JSON whitespace is fine
+        ],
+    )
+    assert (
+        rows[0].error is None and rows[0].order_id == "ördér-€-😀" and rows[0].customer_id == "客户"
+    )
+    assert rows[1].error == "unexpected field 'meta'"
+    assert rows[2].error is None
+
+
+def test_transform_adds_no_shuffle(spark):
+    from onceflow.transforms.orders import transform
+
+    df = spark.createDataFrame(
+        [("t", 0, 0, None, event(), None)],
+        "topic string, partition int, offset bigint, key binary, value binary, timestamp timestamp",
+    )
+    plan = transform(df)._jdf.queryExecution().executedPlan().toString()
+    assert "Exchange" not in plan
