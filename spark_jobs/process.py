@@ -45,6 +45,7 @@ EXIT_OK = 0
 EXIT_FAILED = 1  # recorded in the ledger as last_error; retry the task
 EXIT_USAGE = 2  # bad arguments, unknown pipeline or txid: retrying will not help
 EXIT_FENCED = 3  # a newer attempt claimed the txid: this one must not retry
+EXIT_ABANDONED = 4  # an operator reset abandoned the txid: it never processes again
 
 # Applied unless spark-submit --conf or the pipeline's spark_conf sets them.
 SPARK_DEFAULTS = {
@@ -69,7 +70,8 @@ ONCEFLOW_KAFKA_BOOTSTRAP, ONCEFLOW_PIPELINES (or --pipelines-file).
 
 exit codes: 0 staged; 1 failed (the reason is in the ledger's last_error; retry);
 2 bad arguments, unknown pipeline or txid (plan must run first); 3 fenced: a newer
-attempt of the txid took over (do not retry this one).
+attempt of the txid took over (do not retry this one); 4 the txid was abandoned by
+`onceflow reset-offsets` (it never processes again).
 """
 
 
@@ -121,9 +123,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     started = time.monotonic()
 
-    from onceflow import ledger
+    from onceflow import failpoints, ledger
     from onceflow.config import get_pipeline
-    from onceflow.errors import ConfigError, FencedAttemptError, UnknownTxidError
+    from onceflow.errors import (
+        AbandonedTxidError,
+        ConfigError,
+        FencedAttemptError,
+        UnknownTxidError,
+    )
     from onceflow.settings import Settings
 
     settings = Settings.from_env()
@@ -139,6 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     except UnknownTxidError as e:
         log.error("onceflow process: %s", e)
         return EXIT_USAGE
+    except AbandonedTxidError as e:
+        log.error("onceflow process: %s", e)
+        return EXIT_ABANDONED
     attempt = claim.attempt
     log.info(
         "onceflow process claimed pipeline=%s txid=%s seq=%s attempt=%s state=%s ranges=%d",
@@ -164,16 +174,21 @@ def main(argv: list[str] | None = None) -> int:
 
     claimed_at = time.monotonic()
     try:
+        failpoints.hit("process.fail", txid)
         parts = _run_spark(args, settings.kafka_bootstrap, dsn, cfg, txid, attempt, claim.ranges)
         _check_parts(dsn, cfg, txid, attempt, parts)
+        failpoints.hit("process.before_mark_staged", txid)
         staged = ledger.mark_staged(
             dsn, cfg, txid, attempt, bytes_read=None, process_seconds=time.monotonic() - claimed_at
         )
     except Exception as e:  # noqa: BLE001 - every failure is reported and recorded
         reason = _short_error(e)
-        if isinstance(e, FencedAttemptError) or "FencedAttemptError" in reason:
+        if isinstance(e, FencedAttemptError) or reason.startswith("FencedAttemptError"):
             log.error("onceflow process fenced: txid=%s attempt=%s: %s", txid, attempt, reason)
             return EXIT_FENCED
+        if isinstance(e, AbandonedTxidError) or reason.startswith("AbandonedTxidError"):
+            log.error("onceflow process: txid=%s: %s", txid, reason)
+            return EXIT_ABANDONED
         log.error("onceflow process failed: txid=%s attempt=%s: %s", txid, attempt, reason)
         try:
             ledger.record_error(dsn, cfg.name, txid, f"process attempt {attempt}: {reason}")
@@ -306,7 +321,14 @@ def _package_zip() -> str:
 
 
 _ERROR_LINE = re.compile(r"^(?:[\w.]+\.)?(\w+(?:Error|Exception)): (.+)$", re.MULTILINE)
-_ONCEFLOW_ERRORS = {"RangeReadError", "FencedAttemptError", "UnknownTxidError", "ConfigError"}
+_ONCEFLOW_ERRORS = {
+    "RangeReadError",
+    "FencedAttemptError",
+    "AbandonedTxidError",
+    "UnknownTxidError",
+    "ConfigError",
+    "FailpointError",
+}
 
 
 def _short_error(e: BaseException) -> str:

@@ -225,7 +225,7 @@ def query(env, sql: str, *params):
     try:
         with conn, conn.cursor() as cur:
             cur.execute(sql, params)
-            return cur.fetchall()
+            return cur.fetchall() if cur.description else []
     finally:
         conn.close()
 
@@ -349,7 +349,8 @@ def test_retry_claims_attempt_2_with_the_same_output_and_fences_attempt_1(env, f
     from onceflow.errors import FencedAttemptError
 
     assert first_run[1].returncode == 0
-    proc = submit(env, "--pipeline", PIPELINE, "--txid", "run-1")
+    # --ship-package: executors import onceflow from a zip the job builds (cluster mode)
+    proc = submit(env, "--pipeline", PIPELINE, "--txid", "run-1", "--ship-package")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     assert summary(proc)["attempt"] == "2"
     dsn = env["ONCEFLOW_POSTGRES_DSN"]
@@ -407,6 +408,38 @@ def test_task_fence_stages_a_part_once_per_attempt(env, first_run):
     assert not query(
         env, "select 1 from onceflow.stage_parts where pipeline = %s and part = 77", PIPELINE
     )
+
+
+@pytest.mark.integration
+def test_a_task_that_dies_before_its_commit_leaves_nothing(env, first_run, tmp_path, monkeypatch):
+    import pyarrow as pa
+    from onceflow import failpoints
+    from onceflow.stage import StageTarget, stage_part
+
+    (attempt,) = query(
+        env, "select attempt from onceflow.batches where pipeline = %s and txid = 'run-1'", PIPELINE
+    )[0]
+    monkeypatch.setenv(failpoints.ENV, str(tmp_path))
+    (tmp_path / "stage.before_part_commit@run-1").write_text("raise")
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "topic": [TOPIC],
+            "partition": pa.array([0], pa.int32()),
+            "offset": [888_888],
+            "error": ["x"],
+        }
+    )
+    target = StageTarget(env["ONCEFLOW_POSTGRES_DSN"], "it_orders", PIPELINE, "run-1", attempt)
+    with pytest.raises(failpoints.FailpointError):
+        stage_part(target, 88, [batch])  # rows copied, then the task dies before its commit
+    assert not query(env, "select 1 from onceflow.stage_parts where part = 88")
+    assert not query(env, 'select 1 from it_orders.stage_orders where "offset" = 888888')
+    msg = stage_part(target, 88, [batch])  # the retried task stages the part
+    assert (msg.rows, msg.skipped) == (1, False)
+    assert query(env, "select rows from onceflow.stage_parts where part = 88") == [(1,)]
+    # leave the batch as the job staged it
+    query(env, "delete from onceflow.stage_parts where part = 88")
+    query(env, 'delete from it_orders.stage_orders where "offset" = 888888')
 
 
 @pytest.mark.integration

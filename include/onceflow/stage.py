@@ -32,8 +32,9 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from onceflow import failpoints
 from onceflow.config import NAME_RE
-from onceflow.errors import FencedAttemptError
+from onceflow.errors import AbandonedTxidError, FencedAttemptError
 from onceflow.orders_sink import STAGE_COLUMNS
 
 TAG_COLUMNS = ("txid", "attempt", "part")
@@ -128,10 +129,14 @@ def stage_part(target: StageTarget, part: int, batches: Iterable[Any]) -> StageC
     try:
         with conn.cursor() as cur:
             cur.execute(
-                "select attempt from onceflow.batches where pipeline = %s and txid = %s",
+                "select attempt, state from onceflow.batches where pipeline = %s and txid = %s",
                 (t.pipeline, t.txid),
             )
             row = cur.fetchone()
+            if row is not None and row[1] == "abandoned":
+                raise AbandonedTxidError(
+                    f"stage of txid {t.txid!r} part {part}: the txid was abandoned by a reset"
+                )
             if row is None or row[0] != t.attempt:
                 raise FencedAttemptError(
                     f"stage of txid {t.txid!r} attempt {t.attempt} part {part}: the ledger's "
@@ -157,7 +162,9 @@ def stage_part(target: StageTarget, part: int, batches: Iterable[Any]) -> StageC
                 " where pipeline = %s and txid = %s and attempt = %s and part = %s",
                 (stream.rows, t.pipeline, t.txid, t.attempt, part),
             )
+        failpoints.hit("stage.before_part_commit", t.txid)
         conn.commit()
+        failpoints.hit("stage.after_part_commit", t.txid)
         return StageCommitMessage(part, stream.rows, skipped=False)
     except BaseException:
         conn.rollback()
