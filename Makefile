@@ -40,13 +40,19 @@ status:
 ONCEFLOW = $(VENV)/bin/onceflow
 PYTEST_ARGS ?=
 
-## system-deps: Debian packages the tests use (docker-compose to validate the compose file); root only, skipped when present
+## system-deps: Debian packages the tests use (docker-compose to validate the compose file, chromium + chromium-driver for the `ui` browser tests); root only, skipped when present
 system-deps:
-	@if ! command -v docker-compose >/dev/null 2>&1; then \
+	@need_dc=; need_chromium=; \
+	command -v docker-compose >/dev/null 2>&1 || need_dc=1; \
+	[ -x /usr/bin/chromium ] || need_chromium=1; \
+	if [ -n "$$need_dc$$need_chromium" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker-compose >/dev/null) \
+	    apt-get update -qq || echo "system-deps: apt-get update failed"; \
+	    [ -z "$$need_dc" ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker-compose >/dev/null \
 	      || echo "system-deps: could not install docker-compose; its check will be skipped"; \
-	  else echo "system-deps: docker-compose missing and not root; its check will be skipped"; fi; \
+	    [ -z "$$need_chromium" ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null \
+	      || echo "system-deps: could not install chromium; the ui browser tests will be skipped"; \
+	  else echo "system-deps:$${need_dc:+ docker-compose}$${need_chromium:+ chromium} missing and not root; the tests needing them will be skipped"; fi; \
 	fi
 
 ## demo: set up, start the stack, produce 100k events, run 3 DAG runs through the scheduler, print the audit

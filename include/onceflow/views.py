@@ -111,3 +111,129 @@ def dead_letters(dsn: str, pipeline: str, txid: str, limit: int = 100) -> list[d
             (pipeline, txid, limit),
         )
         return _dicts(cur)
+
+
+# -- added for the Airflow UI plugin and the metrics endpoint ---------------------------------
+
+
+def commit_block(dsn: str, pipeline: str) -> dict[str, Any] | None:
+    """Like `blocked`, but abandoned batches (terminal after a reset) never block: the UI must
+    name the batch commit actually waits for, the one `ledger.blocking_predecessor` finds."""
+    with transaction(dsn) as cur:
+        cur.execute(
+            """
+            select b.txid, b.seq, b.state, b.attempt, b.last_error,
+                   (select count(*) from onceflow.batches w
+                     where w.pipeline = b.pipeline and w.seq > b.seq
+                       and w.state <> 'abandoned') as waiting
+            from onceflow.batches b
+            where b.pipeline = %s and b.state not in ('committed', 'abandoned')
+            order by b.seq limit 1
+            """,
+            (pipeline,),
+        )
+        rows = _dicts(cur)
+    return rows[0] if rows and rows[0]["waiting"] else None
+
+
+def batch_ranges(dsn: str, pipeline: str, txid: str) -> list[dict[str, Any]]:
+    """A txid's ranges with their epoch (offsets restart after a reset, so the epoch is part
+    of the coordinates)."""
+    with transaction(dsn) as cur:
+        cur.execute(
+            "select topic, partition, epoch, from_offset, until_offset from onceflow.ranges"
+            " where pipeline = %s and txid = %s order by topic, partition",
+            (pipeline, txid),
+        )
+        return _dicts(cur)
+
+
+def batch_losses(dsn: str, pipeline: str, txid: str) -> list[dict[str, Any]]:
+    with transaction(dsn) as cur:
+        cur.execute(
+            "select topic, partition, from_offset, until_offset, detected_at"
+            " from onceflow.loss_events where pipeline = %s and txid = %s order by topic, partition",
+            (pipeline, txid),
+        )
+        return _dicts(cur)
+
+
+def dead_letter_page(
+    dsn: str, pipeline: str, txid: str, limit: int = 100, offset: int = 0
+) -> dict[str, Any]:
+    """One page of a txid's dead letters with their full coordinates (epoch included) and the
+    total, so a UI can page through thousands without loading them all."""
+    batch(dsn, pipeline, txid)  # unknown txid -> clear error
+    with transaction(dsn) as cur:
+        cur.execute(
+            "select count(*) from onceflow.dead_letters where pipeline = %s and txid = %s",
+            (pipeline, txid),
+        )
+        total = cur.fetchone()[0]
+        cur.execute(
+            'select topic, partition, epoch, "offset", reason, octet_length(value) as value_bytes,'
+            " encode(substring(value from 1 for 200), 'escape') as value_preview"
+            " from onceflow.dead_letters where pipeline = %s and txid = %s"
+            ' order by topic, partition, epoch, "offset" limit %s offset %s',
+            (pipeline, txid, limit, offset),
+        )
+        rows = _dicts(cur)
+    return {"total": total, "limit": limit, "offset": offset, "dead_letters": rows}
+
+
+def resets(dsn: str, pipeline: str) -> list[dict[str, Any]]:
+    """Operator resets (reset-offsets): where each partition restarted, and why."""
+    with transaction(dsn) as cur:
+        cur.execute(
+            "select id, after_seq, topic, partition, old_offset, committed_before, new_offset,"
+            " reason, at from onceflow.resets where pipeline = %s order by id",
+            (pipeline,),
+        )
+        return _dicts(cur)
+
+
+def abandoned(dsn: str, pipeline: str) -> list[dict[str, Any]]:
+    """Batches a reset abandoned: terminal, never published, kept so seq stays dense."""
+    with transaction(dsn) as cur:
+        cur.execute(
+            "select seq, txid, attempt, records_read, planned_at, last_error"
+            " from onceflow.batches where pipeline = %s and state = 'abandoned' order by seq",
+            (pipeline,),
+        )
+        return _dicts(cur)
+
+
+def summary(dsn: str, pipeline: str) -> dict[str, Any]:
+    """Counts over all batches (not a page of them): per state, records of committed batches,
+    and the last committed batch with its phase durations; feeds the overview and metrics."""
+    with transaction(dsn) as cur:
+        cur.execute(
+            "select state, count(*) from onceflow.batches where pipeline = %s group by state",
+            (pipeline,),
+        )
+        states = {state: int(n) for state, n in cur.fetchall()}
+        cur.execute(
+            "select coalesce(sum(records_read), 0), coalesce(sum(records_out), 0),"
+            " coalesce(sum(records_dead), 0) from onceflow.batches"
+            " where pipeline = %s and state = 'committed'",
+            (pipeline,),
+        )
+        read, out, dead = (int(v) for v in cur.fetchone())
+        cur.execute(
+            "select seq, txid, plan_seconds, process_seconds, commit_seconds, committed_at"
+            " from onceflow.batches where pipeline = %s and state = 'committed'"
+            " order by seq desc limit 1",
+            (pipeline,),
+        )
+        last = _dicts(cur)
+        cur.execute("select max(seq) from onceflow.batches where pipeline = %s", (pipeline,))
+        max_seq = cur.fetchone()[0]
+    return {
+        "states": states,
+        "batches": sum(states.values()),
+        "max_seq": max_seq,
+        "records_read": read,
+        "records_published": out,
+        "records_dead": dead,
+        "last_committed": last[0] if last else None,
+    }

@@ -1,0 +1,341 @@
+"""The FastAPI app the plugin mounts at /onceflow: ledger pages, JSON API and metrics.
+
+Airflow does not protect plugin apps, so every route depends on `require_user`, which runs
+Airflow's own `get_user` (Bearer JWT first, else the `_token` cookie the UI sets at login) and
+then asks the auth manager whether the user may read the pipeline's DAG.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Any
+from urllib.parse import urlencode
+
+from fastapi import Depends, FastAPI, HTTPException, Query, Request, status
+from fastapi.encoders import jsonable_encoder
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse
+from fastapi.security import HTTPAuthorizationCredentials
+from fastapi.security.utils import get_authorization_scheme_param
+from onceflow import metrics
+from onceflow.config import PipelineConfig
+from onceflow.errors import ConfigError, UnknownTxidError
+from onceflow.settings import Settings
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from onceflow_ui import data, pages
+
+MOUNT = "/onceflow"
+
+
+# -- authentication and authorization -----------------------------------------------------------
+
+
+async def require_user(request: Request) -> Any:
+    """The authenticated Airflow user, exactly as Airflow's REST API resolves it.
+
+    Missing or expired token -> 401, invalid token -> 403 (raised by Airflow's get_user).
+    Imported lazily: plugin files are also imported by the scheduler and task processes.
+    """
+    from airflow.api_fastapi.core_api.security import get_user
+
+    scheme, token = get_authorization_scheme_param(request.headers.get("Authorization"))
+    bearer = (
+        HTTPAuthorizationCredentials(scheme=scheme, credentials=token)
+        if scheme.lower() == "bearer" and token
+        else None
+    )
+    return await get_user(request, _oauth_token=None, bearer_credentials=bearer)
+
+
+def airflow_can_read_dag(user: Any, dag_id: str) -> bool:
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagDetails
+
+    return get_auth_manager().is_authorized_dag(
+        method="GET", details=DagDetails(id=dag_id), user=user
+    )
+
+
+def login_url(next_url: str) -> str | None:
+    try:
+        from airflow.api_fastapi.app import get_auth_manager
+
+        return get_auth_manager().get_url_login(next_url=next_url)
+    except Exception:  # noqa: BLE001 - outside the api-server there is no login page
+        return None
+
+
+User = Annotated[Any, Depends(require_user)]
+
+
+# -- helpers -------------------------------------------------------------------------------------
+
+
+def links(request: Request) -> pages.Links:
+    """Links relative to where the app is mounted (root_path), so a base_url prefix works."""
+    root = request.scope.get("root_path", "") or MOUNT
+    airflow = root[: -len(MOUNT)] if root.endswith(MOUNT) else ""
+    return pages.Links(root, airflow)
+
+
+def wants_html(request: Request) -> bool:
+    path = request.url.path
+    return "/api/" not in path and not path.endswith("/metrics")
+
+
+def json(content: Any, status_code: int = 200) -> JSONResponse:
+    return JSONResponse(jsonable_encoder(content), status_code=status_code)
+
+
+class App:
+    """Route handlers bound to a settings source and an authorization check (both swappable
+    in tests that run the app without Airflow's api-server)."""
+
+    def __init__(
+        self,
+        settings: Callable[[], Settings] = data.settings,
+        can_read_dag: Callable[[Any, str], bool] = airflow_can_read_dag,
+    ):
+        self.settings = settings
+        self.can_read_dag = can_read_dag
+
+    def pipeline(self, user: Any, name: str) -> tuple[Settings, PipelineConfig]:
+        s = self.settings()
+        cfg = data.pipelines(s).get(name)
+        if cfg is None:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no pipeline named {name!r}")
+        if not self.can_read_dag(user, cfg.dag_id):
+            raise HTTPException(status.HTTP_403_FORBIDDEN, f"user may not read DAG {cfg.dag_id!r}")
+        return s, cfg
+
+    def readable(self, user: Any) -> tuple[Settings, list[PipelineConfig]]:
+        s = self.settings()
+        cfgs = [c for c in data.pipelines(s).values() if self.can_read_dag(user, c.dag_id)]
+        return s, sorted(cfgs, key=lambda c: c.name)
+
+
+def create_app(
+    settings: Callable[[], Settings] = data.settings,
+    can_read_dag: Callable[[Any, str], bool] = airflow_can_read_dag,
+) -> FastAPI:
+    h = App(settings, can_read_dag)
+    api = FastAPI(
+        title="Onceflow ledger",
+        # every route requires Airflow's authentication; no open docs or schema endpoints
+        dependencies=[Depends(require_user)],
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
+
+    @api.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException):
+        headers = getattr(exc, "headers", None)
+        if not wants_html(request):
+            return JSONResponse(
+                {"detail": exc.detail}, status_code=exc.status_code, headers=headers
+            )
+        ln = links(request)
+        extra = ""
+        if exc.status_code == status.HTTP_401_UNAUTHORIZED:
+            url = login_url(str(request.url))
+            if url:
+                extra = f"<p>{pages.a(url, 'Log in to Airflow')}</p>"
+        title = {401: "Not logged in", 403: "Forbidden", 404: "Not found"}.get(
+            exc.status_code, "Error"
+        )
+        return HTMLResponse(
+            pages.message_page(title, str(exc.detail), ln, extra),
+            status_code=exc.status_code,
+            headers=headers,
+        )
+
+    @api.exception_handler(ConfigError)
+    async def config_error(request: Request, exc: ConfigError):
+        detail = f"pipelines file: {exc}"
+        if not wants_html(request):
+            return JSONResponse({"detail": detail}, status_code=500)
+        return HTMLResponse(
+            pages.message_page("Configuration error", detail, links(request)), status_code=500
+        )
+
+    def unknown_txid(request: Request, pipeline: str, txid: str) -> HTMLResponse:
+        text = (
+            f"txid {txid!r} is not in the ledger of pipeline {pipeline!r}: its plan task has "
+            "not run yet (queued run), or the run belongs to another ledger."
+        )
+        ln = links(request)
+        extra = (
+            f"<p>{pages.a(ln.pipeline(pipeline), 'Back to the ledger of ' + pages.e(pipeline))}</p>"
+        )
+        return HTMLResponse(
+            pages.message_page("Not in the ledger (yet)", text, ln, extra), status_code=404
+        )
+
+    # -- HTML ------------------------------------------------------------------------------------
+
+    @api.get("/", response_class=HTMLResponse)
+    def overview(request: Request, user: User) -> HTMLResponse:
+        s, cfgs = h.readable(user)
+        items = [data.pipeline_overview(s, c) for c in cfgs]
+        return HTMLResponse(pages.overview_page(items, links(request)))
+
+    @api.get("/pipelines/{pipeline}", response_class=HTMLResponse)
+    def ledger_page(
+        request: Request,
+        user: User,
+        pipeline: str,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+    ) -> HTMLResponse:
+        s, cfg = h.pipeline(user, pipeline)
+        return HTMLResponse(pages.ledger_page(data.ledger_view(s, cfg, limit), links(request)))
+
+    @api.get("/pipelines/{pipeline}/batches/{txid}", response_class=HTMLResponse)
+    def batch_page(
+        request: Request,
+        user: User,
+        pipeline: str,
+        txid: str,
+        dl_offset: Annotated[int, Query(ge=0)] = 0,
+        dl_limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    ) -> HTMLResponse:
+        s, cfg = h.pipeline(user, pipeline)
+        try:
+            view = data.batch_view(s, cfg, txid, dl_limit, dl_offset)
+        except UnknownTxidError:
+            return unknown_txid(request, pipeline, txid)
+        ln = links(request)
+
+        def dl_url(offset: int) -> str:
+            query = urlencode({"dl_offset": offset, "dl_limit": dl_limit})
+            return f"{ln.batch(pipeline, txid)}?{query}#dead-letters"
+
+        return HTMLResponse(pages.batch_page(view, ln, dl_url))
+
+    # Targets of the external views on Airflow's DAG, DAG run and task instance pages, which
+    # only know {DAG_ID}, {RUN_ID} and {TASK_ID}: map dag id -> pipeline and redirect.
+
+    def not_onceflow(request: Request, dag_id: str) -> HTMLResponse:
+        text = (
+            f"DAG {dag_id!r} is not an Onceflow pipeline (their DAG ids are onceflow_<pipeline>)."
+        )
+        return HTMLResponse(pages.message_page("Not an Onceflow DAG", text, links(request)))
+
+    @api.get("/dags/{dag_id}", response_class=HTMLResponse, response_model=None)
+    def from_dag(request: Request, user: User, dag_id: str) -> HTMLResponse | RedirectResponse:
+        pipeline = data.pipeline_of_dag(dag_id)
+        if pipeline is None:
+            return not_onceflow(request, dag_id)
+        h.pipeline(user, pipeline)
+        return RedirectResponse(
+            links(request).pipeline(pipeline), status.HTTP_307_TEMPORARY_REDIRECT
+        )
+
+    @api.get("/dags/{dag_id}/runs/{run_id}", response_class=HTMLResponse, response_model=None)
+    def from_run(
+        request: Request, user: User, dag_id: str, run_id: str
+    ) -> HTMLResponse | RedirectResponse:
+        pipeline = data.pipeline_of_dag(dag_id)
+        if pipeline is None:
+            return not_onceflow(request, dag_id)
+        h.pipeline(user, pipeline)
+        return RedirectResponse(
+            links(request).batch(pipeline, run_id), status.HTTP_307_TEMPORARY_REDIRECT
+        )
+
+    @api.get(
+        "/dags/{dag_id}/runs/{run_id}/tasks/{task_id}",
+        response_class=HTMLResponse,
+        response_model=None,
+    )
+    def from_task(
+        request: Request, user: User, dag_id: str, run_id: str, task_id: str
+    ) -> HTMLResponse | RedirectResponse:
+        return from_run(request, user, dag_id, run_id)
+
+    # -- JSON ------------------------------------------------------------------------------------
+
+    @api.get("/api/pipelines")
+    def api_pipelines(user: User) -> JSONResponse:
+        s, cfgs = h.readable(user)
+        return json({"pipelines": [data.pipeline_overview(s, c) for c in cfgs]})
+
+    @api.get("/api/pipelines/{pipeline}")
+    def api_pipeline(user: User, pipeline: str) -> JSONResponse:
+        s, cfg = h.pipeline(user, pipeline)
+        return json(data.pipeline_overview(s, cfg))
+
+    @api.get("/api/pipelines/{pipeline}/batches")
+    def api_batches(
+        user: User, pipeline: str, limit: Annotated[int, Query(ge=1, le=1000)] = 50
+    ) -> JSONResponse:
+        s, cfg = h.pipeline(user, pipeline)
+        from onceflow import views
+
+        return json(
+            {
+                "pipeline": cfg.name,
+                "batches": views.batches(s.postgres_dsn, cfg.name, limit=limit),
+                "blocked": views.commit_block(s.postgres_dsn, cfg.name),
+            }
+        )
+
+    @api.get("/api/pipelines/{pipeline}/partitions")
+    def api_partitions(user: User, pipeline: str) -> JSONResponse:
+        s, cfg = h.pipeline(user, pipeline)
+        return json(data.partitions(s, cfg))
+
+    @api.get("/api/pipelines/{pipeline}/losses")
+    def api_losses(user: User, pipeline: str) -> JSONResponse:
+        """Loss events, operator resets and the batches those resets abandoned."""
+        s, cfg = h.pipeline(user, pipeline)
+        from onceflow import views
+
+        return json(
+            {
+                "pipeline": cfg.name,
+                "loss_events": views.losses(s.postgres_dsn, cfg.name),
+                "resets": views.resets(s.postgres_dsn, cfg.name),
+                "abandoned": views.abandoned(s.postgres_dsn, cfg.name),
+            }
+        )
+
+    @api.get("/api/pipelines/{pipeline}/batches/{txid}")
+    def api_batch(user: User, pipeline: str, txid: str) -> JSONResponse:
+        s, cfg = h.pipeline(user, pipeline)
+        try:
+            view = data.batch_view(s, cfg, txid, dl_limit=0)
+        except UnknownTxidError as exc:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
+        view["dead_letters"] = {"total": view["dead_letters"]["total"]}
+        return json(view)
+
+    @api.get("/api/pipelines/{pipeline}/batches/{txid}/dead-letters")
+    def api_dead_letters(
+        user: User,
+        pipeline: str,
+        txid: str,
+        limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
+        offset: Annotated[int, Query(ge=0)] = 0,
+    ) -> JSONResponse:
+        s, cfg = h.pipeline(user, pipeline)
+        from onceflow import views
+
+        try:
+            page = views.dead_letter_page(s.postgres_dsn, cfg.name, txid, limit, offset)
+        except UnknownTxidError as exc:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
+        return json({"pipeline": cfg.name, "txid": txid, **page})
+
+    @api.get("/metrics", response_class=PlainTextResponse)
+    def metrics_text(user: User) -> PlainTextResponse:
+        """Prometheus text format for every pipeline the user may read (scrape with a
+        bearer token: the endpoint is protected like the rest)."""
+        s, cfgs = h.readable(user)
+        collected = []
+        for cfg in cfgs:
+            ends = data.broker_ends(s, cfg)
+            collected.append(metrics.collect(s.postgres_dsn, cfg.name, ends.ends))
+        return PlainTextResponse(metrics.render(collected), media_type=metrics.CONTENT_TYPE)
+
+    return api

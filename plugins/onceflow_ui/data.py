@@ -1,0 +1,176 @@
+"""What the pages and endpoints show, read from the ledger (onceflow.views) and the broker.
+
+The broker is asked with a deadline and the answer cached for a moment: the ledger view must
+still render, showing lag as "unavailable", when the broker is down or slow.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from typing import Any
+
+from onceflow import broker, ledger, views
+from onceflow.config import PipelineConfig, load_pipelines
+from onceflow.settings import Settings
+
+BROKER_TIMEOUT = 3.0  # seconds a page waits for end offsets before showing "unavailable"
+BROKER_CACHE_SECONDS = 2.0
+_Key = tuple[str, tuple[str, ...]]
+_cache: dict[_Key, tuple[float, dict | None, str | None]] = {}
+# At most one broker call in flight per (bootstrap, topics): a down broker makes a call hang for
+# the client's request timeout (30 s), and requests meanwhile wait on that same call instead of
+# piling up threads. Daemon threads, so a hung call never delays the api-server's shutdown.
+_inflight: dict[_Key, Future] = {}
+_lock = threading.Lock()
+
+PIPELINE_PREFIX = "onceflow_"
+
+
+@dataclass(frozen=True)
+class BrokerEnds:
+    ends: dict[tuple[str, int], int] | None  # None: unavailable
+    error: str | None = None
+
+    @property
+    def available(self) -> bool:
+        return self.ends is not None
+
+
+def settings() -> Settings:
+    """Read per request: the api-server's ONCEFLOW_* environment, as the stack sets it."""
+    return Settings.from_env()
+
+
+def pipelines(s: Settings) -> dict[str, PipelineConfig]:
+    return load_pipelines(s.pipelines_file)
+
+
+def pipeline_of_dag(dag_id: str) -> str | None:
+    """`onceflow_<pipeline>` -> pipeline; None for DAGs that are not Onceflow pipelines."""
+    return dag_id[len(PIPELINE_PREFIX) :] if dag_id.startswith(PIPELINE_PREFIX) else None
+
+
+def _call_in_thread(fn, *args) -> Future:
+    future: Future = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(fn(*args))
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting request
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name="onceflow-broker", daemon=True).start()
+    return future
+
+
+def broker_ends(s: Settings, cfg: PipelineConfig) -> BrokerEnds:
+    """End offsets of the pipeline's partitions, or why they are unavailable."""
+    key = (s.kafka_bootstrap, cfg.topics)
+    with _lock:
+        hit = _cache.get(key)
+        if hit and time.monotonic() - hit[0] < BROKER_CACHE_SECONDS:
+            return BrokerEnds(hit[1], hit[2])
+        future = _inflight.get(key)
+        if future is None or future.done():
+            future = _call_in_thread(broker.snapshot, s.kafka_bootstrap, cfg.name, cfg.topics)
+            _inflight[key] = future
+    ends: dict | None = None
+    error: str | None = None
+    try:
+        ends = future.result(timeout=BROKER_TIMEOUT).ends
+    except FutureTimeout:
+        error = f"broker {s.kafka_bootstrap} did not answer within {BROKER_TIMEOUT:g} s"
+    except Exception as exc:  # noqa: BLE001 - any broker failure means "lag unavailable"
+        error = f"broker {s.kafka_bootstrap}: {type(exc).__name__}: {exc}"
+    with _lock:
+        _cache[key] = (time.monotonic(), ends, error)
+    return BrokerEnds(ends, error)
+
+
+def partitions(s: Settings, cfg: PipelineConfig) -> dict[str, Any]:
+    ends = broker_ends(s, cfg)
+    rows = views.partitions(s.postgres_dsn, cfg.name, ends.ends)
+    if not ends.available:
+        for r in rows:
+            r["broker_end_offset"] = None
+            r["lag"] = None
+    return {
+        "pipeline": cfg.name,
+        "broker_available": ends.available,
+        "broker_error": ends.error,
+        "total_lag": sum(r["lag"] or 0 for r in rows) if ends.available else None,
+        "partitions": rows,
+    }
+
+
+def block_reason(block: dict[str, Any] | None) -> str | None:
+    """Why commits wait, in words an on-call engineer can act on."""
+    if not block:
+        return None
+    state = block["state"]
+    why = {
+        "planned": "planned but never processed (its run failed before process, or was never run)",
+        "processing": "still processing (or its process attempt died)",
+        "staged": "staged and about to commit (or its commit task failed)",
+    }.get(state, state)
+    text = (
+        f"commits of {block['waiting']} later batch(es) wait for txid {block['txid']} "
+        f"(seq {block['seq']}), which is {why}"
+    )
+    if block.get("last_error"):
+        text += f". Last error: {block['last_error']}"
+    if block.get("last_error") or state == "planned":
+        text += ". Clear or retry that DAG run to unblock."
+    return text
+
+
+def pipeline_overview(s: Settings, cfg: PipelineConfig) -> dict[str, Any]:
+    block = views.commit_block(s.postgres_dsn, cfg.name)
+    return {
+        "pipeline": cfg.name,
+        "dag_id": cfg.dag_id,
+        "topics": list(cfg.topics),
+        "summary": views.summary(s.postgres_dsn, cfg.name),
+        "blocked": block,
+        "blocked_reason": block_reason(block),
+    }
+
+
+def ledger_view(s: Settings, cfg: PipelineConfig, limit: int) -> dict[str, Any]:
+    """Everything the per-pipeline ledger page shows."""
+    data = pipeline_overview(s, cfg)
+    data.update(
+        batches=views.batches(s.postgres_dsn, cfg.name, limit=limit),
+        partitions=partitions(s, cfg),
+        losses=views.losses(s.postgres_dsn, cfg.name),
+        resets=views.resets(s.postgres_dsn, cfg.name),
+        abandoned=views.abandoned(s.postgres_dsn, cfg.name),
+    )
+    return data
+
+
+def batch_view(
+    s: Settings, cfg: PipelineConfig, txid: str, dl_limit: int = 100, dl_offset: int = 0
+) -> dict[str, Any]:
+    """One txid's ledger entry; raises UnknownTxidError when plan has not recorded it."""
+    b = views.batch(s.postgres_dsn, cfg.name, txid)
+    b["ranges"] = views.batch_ranges(s.postgres_dsn, cfg.name, txid)
+    wait = None
+    if b["state"] not in ("committed", "abandoned"):
+        w = ledger.blocking_predecessor(s.postgres_dsn, cfg.name, txid)
+        if w is not None:
+            wait = {"txid": w.txid, "seq": w.seq, "state": w.state, "last_error": w.last_error}
+    return {
+        "pipeline": cfg.name,
+        "dag_id": cfg.dag_id,
+        "batch": b,
+        "losses": views.batch_losses(s.postgres_dsn, cfg.name, txid),
+        "waits_for": wait,
+        "dead_letters": views.dead_letter_page(
+            s.postgres_dsn, cfg.name, txid, limit=dl_limit, offset=dl_offset
+        ),
+    }
