@@ -56,17 +56,27 @@ TEST_STACK_ENV = {
 def stack():
     """The one local stack the integration tests share, on ports of its own.
 
-    Started once per session and stopped at the end (ONCEFLOW_KEEP_STACK=1 keeps it running
-    for the next session, which then reuses it: `up` is idempotent).
+    Started fresh once per session and stopped at the end. While iterating:
+    ONCEFLOW_KEEP_STACK=1 leaves it running, ONCEFLOW_REUSE_STACK=1 reuses it as it is.
     """
     from onceflow import stack as stack_mod
     from onceflow.settings import Settings
+
+    import shutil
+
+    from onceflow.db import migrate
 
     saved = {k: os.environ.get(k) for k in TEST_STACK_ENV}
     for k, v in TEST_STACK_ENV.items():
         os.environ.setdefault(k, v)
     settings = Settings.from_env()
+    if os.environ.get("ONCEFLOW_REUSE_STACK") != "1":
+        # A fresh ledger per session: the memory broker forgets its topics on restart, and a
+        # ledger ahead of an empty topic would (rightly) stop with an offset regression.
+        stack_mod.down(settings)
+        shutil.rmtree(settings.home, ignore_errors=True)
     stack_mod.up(settings)
+    migrate(settings.postgres_dsn)
     try:
         yield settings
     finally:

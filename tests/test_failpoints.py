@@ -1,7 +1,6 @@
 """Failpoints are inert by default, fire once when armed, and only for their txid."""
 
 import pytest
-
 from onceflow import failpoints
 
 pytestmark = pytest.mark.unit

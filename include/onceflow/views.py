@@ -81,7 +81,7 @@ def blocked(dsn: str, pipeline: str) -> dict[str, Any] | None:
                    (select count(*) from onceflow.batches w
                      where w.pipeline = b.pipeline and w.seq > b.seq) as waiting
             from onceflow.batches b
-            where b.pipeline = %s and b.state <> 'committed'
+            where b.pipeline = %s and b.state not in ('committed', 'abandoned')
             order by b.seq limit 1
             """,
             (pipeline,),
