@@ -59,12 +59,11 @@ def stack():
     Started fresh once per session and stopped at the end. While iterating:
     ONCEFLOW_KEEP_STACK=1 leaves it running, ONCEFLOW_REUSE_STACK=1 reuses it as it is.
     """
-    from onceflow import stack as stack_mod
-    from onceflow.settings import Settings
-
     import shutil
 
+    from onceflow import stack as stack_mod
     from onceflow.db import migrate
+    from onceflow.settings import Settings
 
     saved = {k: os.environ.get(k) for k in TEST_STACK_ENV}
     for k, v in TEST_STACK_ENV.items():
