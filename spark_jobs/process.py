@@ -243,6 +243,7 @@ def _run_spark(
     t0 = time.monotonic()
     spark = builder.getOrCreate()
     log.info("spark session ready in %.1f s", time.monotonic() - t0)
+    t0 = time.monotonic()
     try:
         spark.sparkContext.setLogLevel("WARN")
         if args.ship_package:
@@ -261,6 +262,7 @@ def _run_spark(
             .load()
         )
         staged = get_transform(cfg.transform)(df)
+        log.info("plan built in %.1f s", time.monotonic() - t0)
         t0 = time.monotonic()
         (
             staged.write.format("onceflow_stage")

@@ -36,6 +36,7 @@ from onceflow import failpoints
 from onceflow.config import NAME_RE
 from onceflow.errors import AbandonedTxidError, FencedAttemptError
 from onceflow.orders_sink import STAGE_COLUMNS
+from onceflow.reader import _binary_array, _fixed_array, _string_repeat
 
 TAG_COLUMNS = ("txid", "attempt", "part")
 DATA_COLUMNS = tuple(c for c in STAGE_COLUMNS if c not in TAG_COLUMNS)
@@ -222,15 +223,17 @@ class _CsvStream(io.RawIOBase):
 
 
 def _to_csv(batch: Any, tags: tuple[str, int, int]) -> bytes:
+    import numpy as np
     import pyarrow as pa
     import pyarrow.csv as pcsv
 
     n = batch.num_rows
     txid, attempt, part = tags
+    # From buffers, not pa.scalar/pa.array: those import pandas (seconds per Python worker).
     arrays = [
-        pa.repeat(pa.scalar(txid, pa.string()), n),
-        pa.repeat(pa.scalar(attempt, pa.int32()), n),
-        pa.repeat(pa.scalar(part, pa.int32()), n),
+        _string_repeat(txid, n),
+        _fixed_array(pa.int32(), np.full(n, attempt, dtype="int32")),
+        _fixed_array(pa.int32(), np.full(n, part, dtype="int32")),
     ]
     for col in batch.columns:
         if pa.types.is_binary(col.type) or pa.types.is_large_binary(col.type):
@@ -245,9 +248,22 @@ def _to_csv(batch: Any, tags: tuple[str, int, int]) -> bytes:
 
 
 def _bytea_hex(col: Any) -> Any:
-    """Binary -> PostgreSQL bytea hex input ('\\x0aff'); NULL stays NULL (unquoted empty)."""
+    """Binary -> PostgreSQL bytea hex input ('\\x0aff'); NULL stays NULL (unquoted empty).
+
+    Only dead letters carry bytes, so the per-value Python work here is rare.
+    """
     import pyarrow as pa
 
     if col.null_count == len(col):
-        return pa.nulls(len(col), pa.string())
-    return pa.array([None if b is None else "\\x" + b.hex() for b in col.to_pylist()], pa.string())
+        return _null_strings(len(col))
+    hexed = [None if b is None else b"\\x" + b.hex().encode() for b in col.to_pylist()]
+    return _binary_array(hexed).view(pa.string())
+
+
+def _null_strings(n: int) -> Any:
+    import numpy as np
+    import pyarrow as pa
+
+    bitmap = pa.py_buffer(np.zeros((n + 7) // 8, dtype=np.uint8))
+    offsets = pa.py_buffer(np.zeros(n + 1, dtype=np.int32))
+    return pa.Array.from_buffers(pa.string(), n, [bitmap, offsets, pa.py_buffer(b"")], n)
