@@ -266,7 +266,10 @@ def test_reset_after_broker_lost_its_log_abandons_the_tail_and_audits_clean(ledg
         ledger.plan(ledger_dsn, cfg, "c", snap({(T, 0): 4}))
     with pytest.raises(OnceflowError, match="give a reason"):
         ledger.reset_offsets(ledger_dsn, cfg, snap({(T, 0): 4}), reason=" ")
+    running = ledger.claim_attempt(ledger_dsn, cfg.name, "b")  # still processing at reset time
     reset = ledger.reset_offsets(ledger_dsn, cfg, snap({(T, 0): 4}), reason="broker restarted")
+    with pytest.raises(AbandonedTxidError):  # a late attempt cannot revive an abandoned txid
+        ledger.mark_staged(ledger_dsn, cfg, "b", running.attempt)
     assert reset.abandoned == ["b"] and reset.after_seq == 2
     assert reset.partitions == [
         {"topic": T, "partition": 0, "old_offset": 30, "committed_before": 10, "new_offset": 0}

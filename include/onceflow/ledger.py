@@ -238,6 +238,8 @@ def mark_staged(
         row = cur.fetchone()
         if not row:
             raise UnknownTxidError(cfg.name, txid)
+        if row[1] == "abandoned":  # reset-offsets ran while this attempt was processing
+            _raise_missing_or_abandoned(cur, cfg.name, txid, "")
         if row[0] != attempt:
             raise FencedAttemptError(
                 f"process attempt {attempt} of txid {txid!r} was superseded by attempt {row[0]}; "
