@@ -74,3 +74,10 @@ format: setup
 ## test: lint, then unit and integration tests on real services (one shared test stack)
 test: setup system-deps lint
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+## chaos: fault-injection run on a dedicated stack (ports 25435/29095/28083); writes chaos-report.json
+##        (CHAOS_ARGS="--batches 20" for a short run; --seed N, --max-minutes M, --keep)
+.PHONY: chaos
+CHAOS_ARGS ?=
+chaos: setup
+	$(ONCEFLOW) chaos $(CHAOS_ARGS)

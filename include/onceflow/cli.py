@@ -349,6 +349,21 @@ def cmd_reset_offsets(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_chaos(args: argparse.Namespace, settings: Settings) -> int:
+    from pathlib import Path
+
+    from onceflow import chaos
+
+    opts = chaos.Options(
+        batches=args.batches,
+        seed=args.seed,
+        max_minutes=args.max_minutes,
+        keep=args.keep,
+        report=Path(args.report) if args.report else chaos.Options.report,
+    )
+    return chaos.run(opts)
+
+
 def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
     from onceflow.db import migrate
 
@@ -512,6 +527,26 @@ def build_parser() -> argparse.ArgumentParser:
         "--reason", required=True, help="why; kept in the ledger (onceflow.resets, operator_log)"
     )
     sp.add_argument("--yes", action="store_true", help="confirm")
+
+    sp = add(
+        "chaos",
+        cmd_chaos,
+        "Run the chaos harness on a dedicated local stack: faults injected while runs go "
+        "through the scheduler; writes chaos-report.json (exit 0 only for exactly-once).",
+        "onceflow chaos --batches 200 --seed 1 --max-minutes 40",
+    )
+    sp.add_argument(
+        "--batches", type=int, default=200, help="committed batches to reach (default 200)"
+    )
+    sp.add_argument("--seed", type=int, default=1, help="seed of the fault schedule (default 1)")
+    sp.add_argument(
+        "--max-minutes",
+        type=float,
+        default=40.0,
+        help="time budget; faults stop at 80%% of it, then the lag drains (default 40)",
+    )
+    sp.add_argument("--keep", action="store_true", help="leave the chaos stack running afterwards")
+    sp.add_argument("--report", help="report path (default: chaos-report.json at the project root)")
     return p
 
 

@@ -1,0 +1,1617 @@
+"""The chaos harness behind `onceflow chaos` / `make chaos`.
+
+It starts a dedicated local stack (ONCEFLOW_HOME=.onceflow/chaos, ports 25435/29095/28083,
+pipeline `chaos` from tests/chaos_pipelines.toml, failpoints armed in <home>/failpoints),
+keeps a producer writing while DAG runs go through the real scheduler (several at once), and
+injects faults by a schedule drawn from the seed:
+
+  1 kill -9 of the spark-submit driver while its Spark tasks stage output
+  2 Spark task attempts that fail before and after committing their part (Spark task retry)
+  3 a zombie: the Airflow task running process is killed, its driver keeps running; the
+    retry's new attempt fences it
+  4 the commit task killed inside the commit transaction, and right after the database commit
+  5 the scheduler and its running tasks killed -9, then restarted
+  6 PostgreSQL restarted while a run plans, while a Spark task holds a staging transaction
+    open, and while a commit transaction is open
+  7 the broker restarted (memory broker: the log is lost): plan must stop with an offset
+    regression; the harness re-creates the topic and runs `onceflow reset-offsets`
+  8 committed runs cleared and re-run by run id through the API (backfill by run id)
+  9 a run failing for good while later runs wait in commit (blocked, saying why), then
+    retried by clearing it
+
+Every acknowledged record is tracked by its coordinates (epoch, partition, offset); at the end
+the producer stops, runs drain the lag, and the sink is compared with what was acknowledged:
+lost, duplicated, content mismatches. The audit (with a re-read from the broker) must agree.
+The result goes to chaos-report.json at the project root.
+
+The pure parts (fault schedule, accounting, report table) are unit-tested in
+tests/test_chaos_unit.py; the rest needs the real stack.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import shutil
+import signal
+import sys
+import threading
+import time
+import zlib
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from onceflow.settings import PROJECT_ROOT
+
+PIPELINE = "chaos"
+TOPIC = "chaos"
+PARTITIONS = 4
+DAG_ID = f"onceflow_{PIPELINE}"
+SPARK_MASTER = "local[2,3]"  # local mode with up to 3 attempts per Spark task
+
+KINDS: dict[str, str] = {
+    "1_driver_kill": "kill -9 of the spark-submit driver while it stages output",
+    "2_spark_task_retry": "Spark task attempt fails before / after committing its part",
+    "3_zombie_attempt": "zombie: earlier process attempt still running when the retry starts",
+    "4_commit_killed": "commit task killed mid-transaction / right after the DB commit",
+    "5_scheduler_killed": "scheduler and its running tasks killed -9, restarted",
+    "6_postgres_restarted": "PostgreSQL restarted during plan / process / commit",
+    "7_broker_restarted": "broker restarted, log lost: regression stop, topic re-created, reset",
+    "8_rerun_committed": "committed run cleared and re-run by run id (API)",
+    "9_failed_run_blocks": "run fails for good, later commits wait and say why, retry unblocks",
+}
+
+# (kind, variant): the faults every schedule holds at least once
+BASE_FAULTS: tuple[tuple[str, str | None], ...] = (
+    ("1_driver_kill", None),
+    ("2_spark_task_retry", None),
+    ("3_zombie_attempt", None),
+    ("4_commit_killed", "mid_transaction"),
+    ("4_commit_killed", "after_db_commit"),
+    ("5_scheduler_killed", None),
+    ("6_postgres_restarted", "plan"),
+    ("6_postgres_restarted", "process"),
+    ("6_postgres_restarted", "commit"),
+    ("7_broker_restarted", None),
+    ("8_rerun_committed", None),
+    ("9_failed_run_blocks", None),
+)
+# extra random faults: broker and scheduler faults are the expensive ones, drawn less often
+EXTRA_WEIGHTS = {"7_broker_restarted": 0.25, "5_scheduler_killed": 0.5}
+FIRST_FAULT_RUN = 4  # the broker fault needs a few committed batches to regress from
+
+BACKLOG_HIGH = 2400  # producer pauses when this many acked records are not yet planned
+BACKLOG_LOW = 1200
+PRE_RESET_RECORDS = 8  # per partition, written to the new log before reset-offsets
+
+# generous: on a loaded 2-core machine one process job can take minutes
+INJECT_TIMEOUT = 900.0
+RECOVER_TIMEOUT = 1500.0
+
+
+# ---------------------------------------------------------------------------------------------
+# pure parts: schedule, accounting, report table
+
+
+@dataclass
+class Fault:
+    index: int
+    kind: str
+    variant: str | None
+    at_run: int  # starts once this many runs were triggered (and the previous fault is done)
+    injected: bool = False
+    recovered: bool = False
+    tries: int = 0
+    txids: list[str] = field(default_factory=list)
+    detail: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+    started_s: float | None = None
+    injected_s: float | None = None
+    recovered_s: float | None = None
+
+    @property
+    def label(self) -> str:
+        return self.kind + (f"/{self.variant}" if self.variant else "")
+
+
+def fault_schedule(seed: int, batches: int) -> list[Fault]:
+    """The faults of a run: every base fault once in a seeded order, then extra random ones.
+
+    They are spread over the first ~70% of the runs (a fault starts no earlier than its
+    at_run, and only after the previous one has ended, so they never overlap).
+    """
+    rng = random.Random(f"onceflow-chaos:{seed}")
+    base = list(BASE_FAULTS)
+    rng.shuffle(base)
+    n_extra = max(0, (batches - 40) // 20)
+    weights = [EXTRA_WEIGHTS.get(kind, 1.0) for kind, _ in BASE_FAULTS]
+    extra = rng.choices(BASE_FAULTS, weights=weights, k=n_extra)
+    chosen = base + extra
+    first = FIRST_FAULT_RUN
+    last = max(first + len(chosen), int(batches * 0.7))
+    step = (last - first) / len(chosen)
+    return [
+        Fault(i, kind, variant, first + int(i * step)) for i, (kind, variant) in enumerate(chosen)
+    ]
+
+
+@dataclass(frozen=True)
+class SinkRecord:
+    epoch: int
+    partition: int
+    offset: int
+    kind: str  # "row" (published order) or "dead" (dead letter)
+    ident: Any  # row: order_id; dead: crc32 of the stored value (None for a NULL value)
+
+
+def value_crc(value: bytes | None) -> int | None:
+    return None if value is None else zlib.crc32(value)
+
+
+def expected_order_id(i: int) -> str:
+    return f"o-{i:09d}"  # onceflow.producer.event
+
+
+def account(
+    acked: dict[int, dict[tuple[int, int], tuple[int, int | None]]],
+    sink: Iterable[SinkRecord],
+    resets: Iterable[tuple[int, int]],
+    final_epoch: int,
+) -> dict[str, int]:
+    """Compare what the broker acknowledged with what the sink holds.
+
+    acked: per epoch, {(partition, offset): (event number, crc32 of the value)}.
+    resets: (partition, committed_before) of onceflow.resets in id order; the k-th reset of a
+      partition ends its epoch k, and committed_before is how far that epoch was committed.
+
+    lost: acked records of the final epoch missing from the sink, and acked records of an
+      earlier epoch below the offset committed when it was reset, missing from the sink.
+    lost_with_broker: acked records of an earlier epoch at or above that offset: the memory
+      broker lost them before they were planned (expected, shown apart, not a product loss).
+    duplicated: extra copies of a coordinate across orders and dead letters, plus sink
+      records no producer acknowledged (not_acked_in_sink).
+    mismatched: a row whose order_id, or a dead letter whose value, is not the record acked
+      at its coordinates.
+    """
+    cutoffs: dict[int, list[int]] = {}
+    for partition, committed_before in resets:
+        cutoffs.setdefault(partition, []).append(committed_before)
+    seen: Counter[tuple[int, int, int]] = Counter()
+    mismatched = not_acked = rows = dead = 0
+    for rec in sink:
+        key = (rec.epoch, rec.partition, rec.offset)
+        seen[key] += 1
+        rows += rec.kind == "row"
+        dead += rec.kind == "dead"
+        produced = acked.get(rec.epoch, {}).get((rec.partition, rec.offset))
+        if produced is None:
+            not_acked += 1
+            continue
+        i, crc = produced
+        if (
+            rec.kind == "row"
+            and rec.ident != expected_order_id(i)
+            or rec.kind == "dead"
+            and rec.ident != crc
+        ):
+            mismatched += 1
+    copies = sum(n - 1 for n in seen.values() if n > 1)
+    lost = lost_with_broker = produced_n = 0
+    for epoch, records in acked.items():
+        for partition, offset in records:
+            produced_n += 1
+            if (epoch, partition, offset) in seen:
+                continue
+            if epoch >= final_epoch:
+                lost += 1
+                continue
+            ends = cutoffs.get(partition, [])
+            cutoff = ends[epoch] if epoch < len(ends) else None
+            if cutoff is not None and offset >= cutoff:
+                lost_with_broker += 1
+            else:
+                lost += 1
+    return {
+        "produced": produced_n,
+        "in_sink": rows,
+        "dead_lettered": dead,
+        "lost": lost,
+        "lost_with_broker": lost_with_broker,
+        "duplicated": copies + not_acked,
+        "duplicate_copies": copies,
+        "not_acked_in_sink": not_acked,
+        "mismatched": mismatched,
+    }
+
+
+def verdict_of(audit_verdict: str, counts: dict[str, int]) -> str:
+    clean = counts["lost"] == 0 and counts["duplicated"] == 0 and counts["mismatched"] == 0
+    return "exactly-once" if audit_verdict == "exactly-once" and clean else "violated"
+
+
+def fault_counts(faults: Iterable[Fault]) -> dict[str, dict[str, int]]:
+    out = {kind: {"injected": 0, "recovered": 0} for kind in KINDS}
+    for f in faults:
+        out[f.kind]["injected"] += f.injected
+        out[f.kind]["recovered"] += f.injected and f.recovered
+    return out
+
+
+def report_table(report: dict[str, Any]) -> str:
+    """The report as a Markdown table (printed at the end, and kept in the README)."""
+    lines = [
+        "| fault | injected | recovered |",
+        "| --- | ---: | ---: |",
+    ]
+    for kind, counts in report["faults"].items():
+        lines.append(
+            f"| {kind.replace('_', ' ', 1)}: {KINDS[kind]} | {counts['injected']} | {counts['recovered']} |"
+        )
+    lines += [
+        "",
+        "| result | value |",
+        "| --- | ---: |",
+        f"| verdict | **{report['verdict']}** |",
+    ]
+    for key in (
+        "batches_committed",
+        "produced",
+        "in_sink",
+        "dead_lettered",
+        "lost",
+        "duplicated",
+        "mismatched",
+        "lost_with_broker",
+    ):
+        lines.append(f"| {key} | {report.get(key)} |")
+    audit = report.get("audit") or {}
+    lines.append(f"| audit (re-read from broker) | {audit.get('verdict')} |")
+    lines.append(f"| seed, duration | {report['seed']}, {report['duration_s'] / 60:.1f} min |")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# environment and small helpers
+
+
+@dataclass(frozen=True)
+class Options:
+    batches: int = 200
+    seed: int = 1
+    max_minutes: float = 40.0
+    keep: bool = False
+    report: Path = PROJECT_ROOT / "chaos-report.json"
+    malformed_rate: float = 0.01
+
+
+def chaos_env(root: Path = PROJECT_ROOT) -> dict[str, str]:
+    """What the chaos stack's components get (set before stack.up: airflow_env copies it)."""
+    home = root / ".onceflow" / "chaos"
+    return {
+        "ONCEFLOW_HOME": str(home),
+        "ONCEFLOW_PG_PORT": "25435",
+        "ONCEFLOW_KAFKA_PORT": "29095",
+        "ONCEFLOW_AIRFLOW_PORT": "28083",
+        "ONCEFLOW_PIPELINES": str(root / "tests" / "chaos_pipelines.toml"),
+        "ONCEFLOW_FAILPOINTS_DIR": str(home / "failpoints"),
+        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": SPARK_MASTER}),
+        # killed tasks: noticed within ~30 s instead of 5 minutes
+        "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "30",
+        "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "5",
+        # tasks of a killed scheduler: adopted / reset by the next one within ~30 s
+        "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "15",
+        "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_THRESHOLD": "20",
+        # a task process killed while its children hold the supervisor's sockets (the zombie)
+        "AIRFLOW__WORKERS__SOCKET_CLEANUP_TIMEOUT": "10",
+        "ONCEFLOW_AIRFLOW_URL": "",
+        "ONCEFLOW_POSTGRES_DSN": "",
+        "ONCEFLOW_KAFKA_BOOTSTRAP": "",
+    }
+
+
+class FaultTimeout(RuntimeError):
+    pass
+
+
+class FaultSkipped(RuntimeError):
+    """The fault could not be set up this time (e.g. no candidate run); try again later."""
+
+
+def _now() -> float:
+    return time.monotonic()
+
+
+# ---------------------------------------------------------------------------------------------
+# the producer
+
+
+class TrackingProducer(threading.Thread):
+    """Writes order events round-robin over the partitions and records every acknowledged
+    (partition, offset) of the current broker epoch with its event number and value crc.
+
+    The harness throttles it (backlog_ok), pauses it around a broker restart (the new log is
+    a new epoch) and finishes it with one single-record batch per partition, which keeps the
+    memory broker's end offsets exact.
+    """
+
+    CHUNK = 10
+
+    def __init__(self, bootstrap: str, seed: int, malformed_rate: float, log: Callable) -> None:
+        super().__init__(name="chaos-producer", daemon=True)
+        self.bootstrap = bootstrap
+        self.seed = seed
+        self.malformed_rate = malformed_rate
+        self.log = log
+        self.lock = threading.Lock()
+        self.acked: dict[int, dict[tuple[int, int], tuple[int, int | None]]] = {0: {}}
+        self.ends: dict[int, dict[int, int]] = {0: {}}  # epoch -> partition -> max offset + 1
+        self.epoch = 0
+        self.next_i = 0
+        self.delivery_errors: list[str] = []
+        self.backlog_ok = True
+        self.allowance: int | None = None  # records still allowed (None: unlimited)
+        self._paused = threading.Event()
+        self._want_pause = threading.Event()
+        self._stop = threading.Event()
+        self._finish = threading.Event()
+        self.finished = threading.Event()
+        self.error: BaseException | None = None
+
+    # -- control (harness thread) ------------------------------------------------------------
+
+    def pause(self, timeout: float = 60.0) -> None:
+        """Stop producing, wait until everything in flight is acknowledged, close the client."""
+        self._paused.clear()
+        self._want_pause.set()
+        if not self._paused.wait(timeout):
+            raise RuntimeError("producer did not pause")
+
+    def resume(self, epoch: int | None = None, allowance: int | None = None) -> None:
+        with self.lock:
+            if epoch is not None and epoch != self.epoch:
+                self.epoch = epoch
+                self.acked.setdefault(epoch, {})
+                self.ends.setdefault(epoch, {})
+            self.allowance = allowance
+        self._want_pause.clear()
+
+    def finish(self, timeout: float = 120.0) -> None:
+        """Stop producing; last record of each partition in a batch of its own; stop."""
+        self._finish.set()
+        self._want_pause.clear()
+        if not self.finished.wait(timeout):
+            raise RuntimeError("producer did not finish")
+        if self.error:
+            raise RuntimeError(f"producer failed: {self.error}")
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._want_pause.clear()
+
+    def ends_of(self, epoch: int) -> dict[int, int]:
+        with self.lock:
+            return dict(self.ends.get(epoch, {}))
+
+    def acked_count(self) -> int:
+        with self.lock:
+            return sum(len(v) for v in self.acked.values())
+
+    # -- the thread --------------------------------------------------------------------------
+
+    def _client(self):
+        from confluent_kafka import Producer
+
+        return Producer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "enable.idempotence": True,
+                "linger.ms": 5,
+                "compression.type": "lz4",
+                "message.timeout.ms": 60000,
+                "log_level": 2,
+            }
+        )
+
+    def _send(self, client, count: int, *, one_per_partition: bool = False) -> None:
+        from onceflow.producer import events
+
+        with self.lock:
+            epoch, start = self.epoch, self.next_i
+            self.next_i += count
+        for n, (key, value) in enumerate(
+            events(count, malformed_rate=self.malformed_rate, seed=self.seed, start=start)
+        ):
+            i = start + n
+            partition = (n if one_per_partition else i) % PARTITIONS
+            crc = value_crc(value)
+
+            def on_delivery(err, msg, i=i, crc=crc, epoch=epoch) -> None:
+                if err is not None:
+                    self.delivery_errors.append(str(err))
+                    return
+                key_ = (msg.partition(), msg.offset())
+                with self.lock:
+                    self.acked[epoch][key_] = (i, crc)
+                    ends = self.ends[epoch]
+                    ends[key_[0]] = max(ends.get(key_[0], 0), key_[1] + 1)
+
+            while True:
+                try:
+                    client.produce(
+                        TOPIC, value=value, key=key, partition=partition, on_delivery=on_delivery
+                    )
+                    break
+                except BufferError:
+                    client.poll(0.05)
+            if one_per_partition:
+                client.flush(30)
+
+    def run(self) -> None:
+        client = None
+        try:
+            while not self._stop.is_set():
+                if self._want_pause.is_set():
+                    if client is not None:
+                        left = client.flush(30)
+                        if left:
+                            self.delivery_errors.append(f"{left} records unflushed at pause")
+                        client = None
+                    self._paused.set()
+                    time.sleep(0.05)
+                    continue
+                if self._finish.is_set():
+                    client = client or self._client()
+                    client.flush(30)
+                    self._send(client, PARTITIONS, one_per_partition=True)
+                    client.flush(30)
+                    break
+                client = client or self._client()
+                with self.lock:
+                    allowance = self.allowance
+                if not self.backlog_ok or allowance == 0:
+                    client.poll(0.1)
+                    continue
+                count = self.CHUNK if allowance is None else min(self.CHUNK, allowance)
+                self._send(client, count)
+                with self.lock:
+                    if self.allowance is not None:
+                        self.allowance -= count
+                client.poll(0.05)
+        except BaseException as e:  # noqa: BLE001 - reported by finish()
+            self.error = e
+            self.log(f"producer failed: {e!r}")
+        finally:
+            if client is not None:
+                with contextlib.suppress(Exception):
+                    client.flush(30)
+            self.finished.set()
+
+
+# ---------------------------------------------------------------------------------------------
+# the harness
+
+
+@dataclass
+class Run:
+    run_id: str
+    n: int
+    triggered_s: float
+    state: str | None = None
+    clears: int = 0
+    held: bool = False  # failed on purpose (fault 9): not cleared by the harness
+    abandoned: bool = False  # abandoned by reset-offsets: never cleared
+
+
+class Harness:
+    def __init__(self, opts: Options) -> None:
+        self.opts = opts
+        self.started = _now()
+        env = chaos_env()
+        for key, value in env.items():
+            if value:
+                os.environ[key] = value
+            else:
+                os.environ.pop(key, None)
+        from onceflow.config import get_pipeline
+        from onceflow.settings import Settings
+
+        self.settings = Settings.from_env()
+        self.cfg = get_pipeline(self.settings.pipelines_file, PIPELINE)
+        self.home = self.settings.home
+        self.fp_dir = Path(env["ONCEFLOW_FAILPOINTS_DIR"])
+        self.rng = random.Random(f"onceflow-chaos-run:{opts.seed}")
+        self.runs: dict[str, Run] = {}
+        self.n = 0
+        self.epoch = 0
+        self.faults = fault_schedule(opts.seed, opts.batches)
+        self.current: Fault | None = None
+        self.current_gen: Iterator[None] | None = None
+        self.hold_clears = False
+        self.harness_clears = 0
+        self.ti: dict[tuple[str, str], tuple[str | None, int]] = {}
+        self.batches: dict[str, dict[str, Any]] = {}
+        self.offsets: dict[int, tuple[int, int]] = {}
+        self.planned: dict[int, int] = {}
+        self.fired: list[tuple[str, str, str]] = []
+        self._fired_pos = 0
+        self._af_conn = None
+        self._ledger_conn = None
+        self._last_health = 0.0
+        self.backlog_paused = False
+        self.restarts: Counter[str] = Counter()
+        self.errors: list[str] = []
+        self.log_file = None
+        self.producer: TrackingProducer | None = None
+        self.client = None
+
+    # -- logging -----------------------------------------------------------------------------
+
+    def log(self, msg: str) -> None:
+        line = f"[chaos {(_now() - self.started):7.1f}s] {msg}"
+        print(line, flush=True)
+        if self.log_file:
+            self.log_file.write(line + "\n")
+            self.log_file.flush()
+
+    # -- stack -------------------------------------------------------------------------------
+
+    def start_stack(self) -> None:
+        from onceflow import stack
+        from onceflow.airflow_api import AirflowClient
+
+        if self.home.exists():
+            self.log(f"fresh start: stopping and removing {self.home}")
+            stack.down(self.settings, echo=None)
+            shutil.rmtree(self.home)
+        self.home.mkdir(parents=True)
+        self.fp_dir.mkdir(parents=True)
+        self.log_file = open(self.home / "chaos.log", "a")  # noqa: SIM115
+        self.log(f"starting the chaos stack in {self.home}")
+        self.stack_up()
+        from onceflow.db import migrate
+
+        migrate(self.settings.postgres_dsn)
+        self.client = AirflowClient(
+            self.settings.airflow_url, self.settings.airflow_user, self.settings.airflow_password
+        )
+        self.client.wait_for_dag(DAG_ID, timeout=300)
+        self.client.unpause(DAG_ID)
+
+    def stack_up(self, attempts: int = 3) -> None:
+        from onceflow import stack
+
+        for attempt in range(1, attempts + 1):
+            try:
+                stack.up(self.settings, echo=lambda m: self.log(f"  up: {m}"))
+                return
+            except stack.StackError as e:
+                self.log(f"stack up failed (attempt {attempt}): {str(e).splitlines()[0]}")
+                if attempt == attempts:
+                    raise
+                time.sleep(3)
+
+    def watch_health(self) -> None:
+        """Every few seconds: restart any service that died (what a process supervisor does)."""
+        from onceflow import stack
+
+        if _now() - self._last_health < 5:
+            return
+        self._last_health = _now()
+        dead = [n for n in stack.ALL_SERVICES if stack.service_process(self.settings, n) is None]
+        if dead:
+            self.restarts.update(dead)
+            self.log(f"services down: {', '.join(dead)}; restarting them (stack up)")
+            self.stack_up()
+
+    # -- database views ----------------------------------------------------------------------
+
+    def _airflow_db(self):
+        import psycopg2
+
+        from onceflow import stack
+
+        if self._af_conn is None or self._af_conn.closed:
+            url = stack.airflow_db_url(self.settings).replace("postgresql+psycopg2", "postgresql")
+            self._af_conn = psycopg2.connect(url, connect_timeout=5)
+            self._af_conn.autocommit = True
+        return self._af_conn
+
+    def _ledger_db(self):
+        import psycopg2
+
+        if self._ledger_conn is None or self._ledger_conn.closed:
+            self._ledger_conn = psycopg2.connect(self.settings.postgres_dsn, connect_timeout=5)
+            self._ledger_conn.autocommit = True
+        return self._ledger_conn
+
+    def _query(self, which: str, sql: str, params: tuple = ()) -> list[tuple]:
+        conn = self._airflow_db() if which == "airflow" else self._ledger_db()
+        try:
+            with conn.cursor() as cur:
+                cur.execute(sql, params)
+                return cur.fetchall()
+        except Exception:
+            with contextlib.suppress(Exception):
+                conn.close()
+            raise
+
+    def poll(self) -> bool:
+        try:
+            for run_id, state in self._query(
+                "airflow", "select run_id, state from dag_run where dag_id = %s", (DAG_ID,)
+            ):
+                if run_id in self.runs:
+                    self.runs[run_id].state = state
+            self.ti = {
+                (r, t): (s, n)
+                for r, t, s, n in self._query(
+                    "airflow",
+                    "select run_id, task_id, state, try_number from task_instance where dag_id = %s",
+                    (DAG_ID,),
+                )
+            }
+            cols = (
+                "txid",
+                "seq",
+                "state",
+                "attempt",
+                "staged_attempt",
+                "published_attempt",
+                "records_out",
+                "records_dead",
+                "checksum",
+                "last_error",
+            )
+            self.batches = {
+                row[0]: dict(zip(cols, row, strict=True))
+                for row in self._query(
+                    "ledger",
+                    f"select {', '.join(cols)} from onceflow.batches where pipeline = %s",
+                    (PIPELINE,),
+                )
+            }
+            self.offsets = {
+                p: (c, e)
+                for p, c, e in self._query(
+                    "ledger",
+                    "select partition, committed_offset, epoch from onceflow.offsets where pipeline = %s",
+                    (PIPELINE,),
+                )
+            }
+            planned = {
+                p: u
+                for p, u in self._query(
+                    "ledger",
+                    "select r.partition, max(r.until_offset) from onceflow.ranges r join onceflow.offsets o"
+                    " using (pipeline, topic, partition) where r.pipeline = %s and r.epoch = o.epoch"
+                    " group by r.partition",
+                    (PIPELINE,),
+                )
+            }
+            self.planned = {p: planned.get(p, self.offsets.get(p, (0, 0))[0]) for p in range(4)}
+            for run in self.runs.values():
+                b = self.batches.get(run.run_id)
+                if b and b["state"] == "abandoned":
+                    run.abandoned = True
+        except Exception as e:  # noqa: BLE001 - PostgreSQL may be restarting
+            self.log(f"poll failed ({type(e).__name__}: {str(e).strip().splitlines()[0][:120]})")
+            return False
+        self.read_fired()
+        return True
+
+    def read_fired(self) -> None:
+        path = self.fp_dir / "fired.log"
+        try:
+            with open(path) as f:
+                f.seek(self._fired_pos)
+                data = f.read()
+        except FileNotFoundError:
+            return
+        complete = data[: data.rfind("\n") + 1]
+        self._fired_pos += len(complete.encode())
+        for line in complete.splitlines():
+            parts = line.split("\t")
+            if len(parts) >= 5:
+                self.fired.append((parts[2], parts[3], parts[4]))
+                self.log(f"failpoint fired: {parts[2]}@{parts[3]} ({parts[4]}, pid {parts[1]})")
+
+    def has_fired(self, name: str, txid: str) -> bool:
+        return any(n == name and t == txid for n, t, _ in self.fired)
+
+    def committed_count(self) -> int:
+        return sum(1 for b in self.batches.values() if b["state"] == "committed")
+
+    def unfinished(self) -> list[Run]:
+        return [r for r in self.runs.values() if r.state not in ("success", "failed")]
+
+    def ti_state(self, run_id: str, task: str) -> str | None:
+        return self.ti.get((run_id, task), (None, 0))[0]
+
+    def run_ok(self, run_id: str) -> bool:
+        b = self.batches.get(run_id)
+        return self.runs[run_id].state == "success" and bool(b) and b["state"] == "committed"
+
+    # -- runs --------------------------------------------------------------------------------
+
+    def arm(self, name: str, txid: str, action: str) -> Path:
+        path = self.fp_dir / f"{name}@{txid}"
+        tmp = path.with_name(f".arming.{path.name}")
+        tmp.write_text(action + "\n")
+        tmp.replace(path)
+        self.log(f"armed {name}@{txid} = {action}")
+        return path
+
+    def disarm(self, name: str, txid: str) -> None:
+        (self.fp_dir / f"{name}@{txid}").unlink(missing_ok=True)
+
+    def trigger(self, arm: dict[str, str] | None = None) -> str:
+        self.n += 1
+        run_id = f"chaos__{self.opts.seed}__{self.n:04d}"
+        for name, action in (arm or {}).items():
+            self.arm(name, run_id, action)
+        self.client.trigger(DAG_ID, run_id)
+        self.runs[run_id] = Run(run_id, self.n, _now(), state="queued")
+        return run_id
+
+    def keep_triggering(self, target: int | None = None) -> None:
+        """Keep max_active_runs runs active and one more queued behind them."""
+        target = self.cfg.max_active_runs + 1 if target is None else target
+        while len(self.unfinished()) < target:
+            self.trigger()
+
+    def clear(self, run_id: str, why: str) -> None:
+        run = self.runs[run_id]
+        self.client.clear_run(DAG_ID, run_id)
+        run.clears += 1
+        run.state = "queued"
+        self.log(f"cleared {run_id} ({why})")
+
+    def handle_failed(self) -> None:
+        if self.hold_clears:
+            return
+        for run in list(self.runs.values()):
+            if run.state != "failed" or run.held or run.abandoned:
+                continue
+            b = self.batches.get(run.run_id)
+            if b and b["state"] == "abandoned":
+                run.abandoned = True
+                continue
+            self.harness_clears += 1
+            self.clear(run.run_id, "failed: operator retry")
+
+    def update_backlog(self) -> None:
+        p = self.producer
+        if p is None:
+            return
+        ends = p.ends_of(self.epoch)
+        if self.offsets and all(e == self.epoch for _, e in self.offsets.values()):
+            planned = sum(self.planned.get(q, 0) for q in range(PARTITIONS))
+        else:
+            planned = 0  # the ledger is still on an earlier epoch (before reset-offsets)
+        backlog = sum(ends.values()) - planned
+        if backlog > BACKLOG_HIGH:
+            p.backlog_ok = False
+        elif backlog < BACKLOG_LOW:
+            p.backlog_ok = True
+
+    # -- processes ---------------------------------------------------------------------------
+
+    def _ours(self, proc) -> bool:
+        import psutil
+
+        from onceflow import stack
+
+        try:
+            marker = proc.environ().get(stack.MARKER_ENV, "")
+        except (psutil.Error, OSError):
+            return False
+        return marker.startswith(f"{self.home}:")
+
+    def driver_processes(self, txid: str) -> list:
+        """spark-submit JVM and the Python driver of process.py for txid, on this stack."""
+        import psutil
+
+        found = []
+        for proc in psutil.process_iter(["cmdline"]):
+            cmd = proc.info["cmdline"] or []
+            if txid in cmd and any(a.endswith("process.py") for a in cmd) and self._ours(proc):
+                found.append(proc)
+        return found
+
+    @staticmethod
+    def kill_tree(procs: Iterable) -> list[int]:
+        import psutil
+
+        victims = {}
+        for proc in procs:
+            with contextlib.suppress(psutil.Error):
+                victims[proc.pid] = proc
+                for child in proc.children(recursive=True):
+                    victims[child.pid] = child
+        for proc in victims.values():
+            with contextlib.suppress(psutil.Error):
+                proc.send_signal(signal.SIGKILL)
+        psutil.wait_procs(list(victims.values()), timeout=10)
+        return sorted(victims)
+
+    def restart_postgres(self) -> float:
+        import psutil
+
+        from onceflow import stack
+
+        t0 = _now()
+        proc = stack.service_process(self.settings, "postgres")
+        if proc is None:
+            raise RuntimeError("postgres is not running")
+        proc.send_signal(signal.SIGINT)  # fast shutdown: every session is terminated
+        psutil.wait_procs([proc], timeout=60)
+        self.log(f"postgres stopped (pid {proc.pid}); starting it again")
+        self.stack_up()
+        return _now() - t0
+
+    # -- waiting helper for fault generators -------------------------------------------------
+
+    def wait(self, cond: Callable[[], bool], timeout: float, what: str) -> Iterator[None]:
+        deadline = _now() + timeout
+        while True:
+            try:
+                if cond():
+                    return
+            except Exception as e:  # noqa: BLE001 - a check that fails is "not yet"
+                self.log(f"check '{what}' failed: {e!r}")
+            if _now() > deadline:
+                raise FaultTimeout(f"timed out after {timeout:.0f}s waiting for: {what}")
+            yield
+
+    def wait_recovered(self, fault: Fault, run_ids: list[str]) -> Iterator[None]:
+        yield from self.wait(
+            lambda: all(self.run_ok(r) for r in run_ids),
+            RECOVER_TIMEOUT,
+            f"runs {', '.join(run_ids)} committed",
+        )
+        fault.recovered = True
+
+    # -- the faults --------------------------------------------------------------------------
+
+    def fault_driver_kill(self, f: Fault) -> Iterator[None]:
+        txid = self.trigger({"stage.after_part_commit": "sleep:60"})
+        f.txids.append(txid)
+        yield from self.wait(
+            lambda: self.has_fired("stage.after_part_commit", txid),
+            INJECT_TIMEOUT,
+            f"a Spark task of {txid} committed its part",
+        )
+        procs = self.driver_processes(txid)
+        if not procs:
+            raise FaultSkipped(f"no driver process of {txid} found")
+        pids = self.kill_tree(procs)
+        f.injected = True
+        f.detail["killed_pids"] = pids
+        self.log(f"kill -9 spark-submit driver of {txid} while staging: pids {pids}")
+        yield from self.wait_recovered(f, [txid])
+        f.detail["attempt"] = self.batches[txid]["published_attempt"]
+
+    def fault_task_retry(self, f: Fault) -> Iterator[None]:
+        txid = self.trigger(
+            {"stage.before_part_commit": "raise", "stage.after_part_commit": "raise"}
+        )
+        f.txids.append(txid)
+        yield from self.wait(
+            lambda: self.has_fired("stage.after_part_commit", txid),
+            INJECT_TIMEOUT,
+            f"a Spark task of {txid} failed after committing its part",
+        )
+        f.injected = True
+        yield from self.wait_recovered(f, [txid])
+        f.detail["before_part_commit_fired"] = self.has_fired("stage.before_part_commit", txid)
+        f.detail["process_attempts"] = self.batches[txid]["attempt"]
+        f.detail["airflow_process_tries"] = self.ti.get((txid, "process"), (None, 0))[1]
+
+    def fault_zombie(self, f: Fault) -> Iterator[None]:
+        import psutil
+
+        txid = self.trigger({"process.before_mark_staged": "sleep:60"})
+        f.txids.append(txid)
+        yield from self.wait(
+            lambda: self.has_fired("process.before_mark_staged", txid),
+            INJECT_TIMEOUT,
+            f"process of {txid} staged its output (then stalls)",
+        )
+        procs = self.driver_processes(txid)
+        jvm = [p for p in procs if any("SparkSubmit" in a for a in p.cmdline())]
+        if not jvm:
+            raise FaultSkipped(f"no spark-submit JVM of {txid} found")
+        runner = jvm[0].parent()
+        if runner is None or os.getpgid(runner.pid) != runner.pid or not self._ours(runner):
+            raise FaultSkipped(f"the Airflow task process of {txid} was not found")
+        first_attempt = self.batches[txid]["attempt"]
+        runner.send_signal(signal.SIGKILL)
+        self.log(
+            f"killed the Airflow task process {runner.pid} of {txid} (attempt {first_attempt});"
+            f" its driver {[p.pid for p in procs]} keeps running as a zombie"
+        )
+        f.detail["zombie_pids"] = [p.pid for p in procs]
+        f.detail["zombie_attempt"] = first_attempt
+        yield from self.wait(
+            lambda: self.batches[txid]["attempt"] > first_attempt,
+            INJECT_TIMEOUT,
+            f"the retry of {txid} claims a new attempt",
+        )
+        alive = [p.pid for p in procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        f.detail["zombie_alive_when_retry_started"] = alive
+        if not alive:
+            raise FaultSkipped("the zombie ended before the retry started")
+        f.injected = True
+        yield from self.wait_recovered(f, [txid])
+        # the zombie wakes up, its mark_staged is fenced (exit 3): it never becomes published
+        yield from self.wait(
+            lambda: not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in procs),
+            120,
+            f"the zombie driver of {txid} exits",
+        )
+        b = self.batches[txid]
+        f.detail["published_attempt"] = b["published_attempt"]
+        if b["published_attempt"] == first_attempt or b["staged_attempt"] == first_attempt:
+            f.recovered = False
+            f.error = f"the zombie's attempt {first_attempt} was staged or published"
+
+    def fault_commit_kill(self, f: Fault) -> Iterator[None]:
+        point = (
+            "commit.before_db_commit"
+            if f.variant == "mid_transaction"
+            else "commit.after_db_commit"
+        )
+        txid = self.trigger({point: "kill"})
+        f.txids.append(txid)
+        yield from self.wait(
+            lambda: self.has_fired(point, txid), INJECT_TIMEOUT, f"{point} of {txid}"
+        )
+        f.injected = True
+        yield from self.wait_recovered(f, [txid])
+        f.detail["commit_tries"] = self.ti.get((txid, "commit"), (None, 0))[1]
+
+    def fault_scheduler_kill(self, f: Fault) -> Iterator[None]:
+        import psutil
+
+        from onceflow import stack
+
+        yield from self.wait(
+            lambda: any(s == "running" and t == "process" for (_, t), (s, _) in self.ti.items()),
+            INJECT_TIMEOUT,
+            "a process task running",
+        )
+        running = sorted(
+            {r for (r, _), (s, _) in self.ti.items() if s == "running" and r in self.runs}
+        )
+        sched = stack.service_process(self.settings, "scheduler")
+        if sched is None:
+            raise FaultSkipped("scheduler not running")
+        victims = {sched.pid: sched}
+        for child in sched.children(recursive=True):
+            victims[child.pid] = child
+        marker = f"{self.home}:scheduler"
+        for proc in psutil.process_iter():
+            with contextlib.suppress(psutil.Error, OSError):
+                if proc.environ().get(stack.MARKER_ENV) == marker:
+                    victims[proc.pid] = proc
+        for proc in victims.values():
+            with contextlib.suppress(psutil.Error):
+                proc.send_signal(signal.SIGKILL)
+        psutil.wait_procs(list(victims.values()), timeout=10)
+        f.injected = True
+        f.txids.extend(running)
+        f.detail["killed_processes"] = len(victims)
+        self.log(f"kill -9 scheduler + {len(victims) - 1} task processes; runs hit: {running}")
+        t0 = _now()
+        self.stack_up()
+        f.detail["scheduler_back_after_s"] = round(_now() - t0, 1)
+        yield from self.wait_recovered(f, running)
+
+    def fault_postgres(self, f: Fault) -> Iterator[None]:
+        if f.variant == "plan":
+            cand: list[str] = []
+
+            def plan_running() -> bool:
+                cand[:] = [
+                    r
+                    for (r, t), (s, _) in self.ti.items()
+                    if t == "plan" and s == "running" and r in self.runs
+                ]
+                return bool(cand)
+
+            yield from self.wait(plan_running, INJECT_TIMEOUT, "a plan task running")
+            f.txids.extend(cand)
+        else:
+            point = (
+                "stage.before_part_commit" if f.variant == "process" else "commit.before_db_commit"
+            )
+            txid = self.trigger({point: "sleep:8"})
+            f.txids.append(txid)
+            yield from self.wait(
+                lambda: self.has_fired(point, txid),
+                INJECT_TIMEOUT,
+                f"{point} of {txid} (transaction open)",
+            )
+        took = self.restart_postgres()
+        f.injected = True
+        f.detail["restart_s"] = round(took, 1)
+        self.log(f"postgres restarted during {f.variant} of {f.txids} ({took:.1f}s)")
+        yield from self.wait_recovered(f, list(f.txids))
+
+    def plan_log_matches(self, run_id: str, needle: str, since: float) -> bool:
+        from onceflow import stack
+
+        folder = (
+            stack.airflow_home(self.settings)
+            / "logs"
+            / f"dag_id={DAG_ID}"
+            / f"run_id={run_id}"
+            / "task_id=plan"
+        )
+        for path in folder.glob("attempt=*.log"):
+            with contextlib.suppress(OSError):
+                if path.stat().st_mtime >= since and needle in path.read_text(errors="replace"):
+                    return True
+        return False
+
+    def fault_broker(self, f: Fault) -> Iterator[None]:
+        import psutil
+
+        from onceflow import broker, cli, stack
+
+        max_seq = max((b["seq"] for b in self.batches.values()), default=0)
+        if max_seq < 3:
+            raise FaultSkipped("too few batches planned yet")
+        self.hold_clears = True
+        try:
+            self.producer.pause()
+            proc = stack.service_process(self.settings, "broker")
+            wall = time.time()
+            proc.send_signal(signal.SIGKILL)
+            psutil.wait_procs([proc], timeout=10)
+            self.log(f"kill -9 broker (pid {proc.pid}): its memory log is gone; restarting it")
+            self.stack_up()
+            f.injected = True
+            self.epoch += 1
+            # the producer keeps writing: the broker auto-creates the topic, offsets restart
+            self.producer.resume(epoch=self.epoch, allowance=PRE_RESET_RECORDS * PARTITIONS)
+            before = {r for r in self.runs}
+            f.detail["seq_before"] = max_seq
+            seen: list[str] = []
+
+            def regression_seen() -> bool:
+                for run_id in sorted(set(self.runs) - before) + sorted(before):
+                    if self.plan_log_matches(run_id, "offset regression", wall):
+                        seen.append(run_id)
+                        return True
+                return False
+
+            t_created = _now() + 30
+            created = False
+            deadline = _now() + INJECT_TIMEOUT
+            while not regression_seen():
+                if not created and _now() > t_created:
+                    # nothing auto-created the topic: re-create it ourselves
+                    created = broker.create_topic(self.settings.kafka_bootstrap, TOPIC, PARTITIONS)
+                    self.log(f"topic {TOPIC} re-created by the harness: {created}")
+                    t_created = float("inf")
+                if _now() > deadline:
+                    raise FaultTimeout("no plan failed with an offset regression")
+                yield
+            new_plans = [
+                b["txid"]
+                for b in self.batches.values()
+                if b["seq"] > max_seq and b["state"] != "abandoned"
+            ]
+            f.detail["regression_in_plan_of"] = seen[0]
+            f.detail["batches_planned_after_restart"] = new_plans  # must stay empty
+            if new_plans:
+                f.error = f"batches planned after the broker lost its log: {new_plans}"
+            self.log(f"plan of {seen[0]} stopped with an offset regression, as it must")
+            created = broker.create_topic(self.settings.kafka_bootstrap, TOPIC, PARTITIONS)
+            snap = broker.snapshot(self.settings.kafka_bootstrap, PIPELINE, (TOPIC,))
+            f.detail["topic"] = {"created_now": created, "partitions": len(snap.ends)}
+            if len(snap.ends) != PARTITIONS:
+                raise RuntimeError(f"topic {TOPIC} has {len(snap.ends)} partitions, not 4")
+            code = cli.main(
+                [
+                    "reset-offsets",
+                    "--pipeline",
+                    PIPELINE,
+                    "--reason",
+                    f"chaos harness: broker restarted, its memory log was lost (epoch {self.epoch})",
+                    "--yes",
+                ]
+            )
+            if code != 0:
+                raise RuntimeError(f"onceflow reset-offsets exited {code}")
+            self.poll()
+            abandoned = sorted(t for t, b in self.batches.items() if b["state"] == "abandoned")
+            for t in abandoned:
+                if t in self.runs:
+                    self.runs[t].abandoned = True
+            f.detail["abandoned"] = abandoned
+            reset_seq = max(b["seq"] for b in self.batches.values())
+            self.producer.resume(allowance=None)
+        finally:
+            self.hold_clears = False
+        self.log(f"reset done after seq {reset_seq}; abandoned {abandoned}")
+
+        def new_epoch_committed() -> bool:
+            return any(
+                b["seq"] > reset_seq and b["state"] == "committed" for b in self.batches.values()
+            )
+
+        yield from self.wait(
+            new_epoch_committed, RECOVER_TIMEOUT, "a batch of the new epoch commits"
+        )
+        f.recovered = True
+
+    def fault_rerun(self, f: Fault) -> Iterator[None]:
+        epoch_txids = self._current_epoch_committed()
+        busy = {t for fault in self.faults for t in fault.txids}
+        candidates = sorted(t for t in epoch_txids if t in self.runs and t not in busy)
+        if not candidates:
+            raise FaultSkipped("no committed run of the current epoch to re-run")
+        txid = self.rng.choice(candidates)
+        before = dict(self.batches[txid])
+        rows_before = self._published(txid)
+        f.txids.append(txid)
+        self.clear(txid, "re-run of a committed run by run id (backfill)")
+        f.injected = True
+        f.detail["published_attempt_before"] = before["published_attempt"]
+        yield from self.wait(
+            lambda: (
+                self.runs[txid].state == "success"
+                and (self.batches[txid]["published_attempt"] or 0) > before["published_attempt"]
+            ),
+            RECOVER_TIMEOUT,
+            f"re-run of {txid} republished",
+        )
+        after = self.batches[txid]
+        rows_after = self._published(txid)
+        f.detail["published_attempt_after"] = after["published_attempt"]
+        f.detail["rows"] = [rows_before, rows_after]
+        same = all(after[k] == before[k] for k in ("records_out", "records_dead", "checksum"))
+        if same and rows_before == rows_after:
+            f.recovered = True
+        else:
+            f.error = f"re-run changed the output: {before} -> {after}, rows {rows_before} -> {rows_after}"
+
+    def _current_epoch_committed(self) -> set[str]:
+        rows = self._query(
+            "ledger",
+            "select b.txid from onceflow.batches b where b.pipeline = %s and b.state = 'committed'"
+            " and not exists (select 1 from onceflow.ranges r join onceflow.offsets o"
+            " using (pipeline, topic, partition) where r.pipeline = b.pipeline and r.txid = b.txid"
+            " and r.epoch <> o.epoch)",
+            (PIPELINE,),
+        )
+        return {r[0] for r in rows}
+
+    def _published(self, txid: str) -> tuple[int, int]:
+        from psycopg2 import sql
+
+        rows = self._query(
+            "ledger",
+            sql.SQL("select count(*) from {}.orders where txid = %s")
+            .format(sql.Identifier(self.cfg.sink_schema))
+            .as_string(self._ledger_db()),
+            (txid,),
+        )[0][0]
+        dead = self._query(
+            "ledger",
+            "select count(*) from onceflow.dead_letters where pipeline = %s and txid = %s",
+            (PIPELINE, txid),
+        )[0][0]
+        return int(rows), int(dead)
+
+    def fault_blocked(self, f: Fault) -> Iterator[None]:
+        from onceflow import ledger, views
+
+        txid = self.trigger({"process.fail": "sticky:raise"})
+        self.runs[txid].held = True
+        f.txids.append(txid)
+        try:
+            yield from self.wait(
+                lambda: self.runs[txid].state == "failed",
+                INJECT_TIMEOUT,
+                f"{txid} failed for good (every retry of process failed)",
+            )
+            f.injected = True
+            f.detail["process_tries"] = self.ti.get((txid, "process"), (None, 0))[1]
+            seq = self.batches[txid]["seq"]
+            waiting: list[str] = []
+
+            def successors_blocked() -> bool:
+                later = [
+                    t
+                    for t, b in self.batches.items()
+                    if b["seq"] > seq and b["state"] == "staged" and t in self.runs
+                ]
+                waiting[:] = [
+                    t
+                    for t in later
+                    if (w := ledger.blocking_predecessor(self.settings.postgres_dsn, PIPELINE, t))
+                    and w.txid == txid
+                    and self._commit_log_says_waits(t, txid)
+                ]
+                return len(waiting) >= 2
+
+            yield from self.wait(
+                successors_blocked, INJECT_TIMEOUT, f"later runs wait in commit for {txid}"
+            )
+            block = views.commit_block(self.settings.postgres_dsn, PIPELINE)
+            f.detail["waiting"] = sorted(waiting)
+            f.detail["blocked_view"] = (
+                {k: block.get(k) for k in ("txid", "state", "waiting", "last_error")}
+                if block
+                else None
+            )
+            f.detail["commit_log"] = self._commit_log_line(waiting[0], txid)
+            if not block or block["txid"] != txid:
+                f.error = f"views.commit_block names {block and block['txid']}, not {txid}"
+            self.log(f"{len(waiting)} later run(s) wait for {txid}: {f.detail['commit_log']}")
+            committed_later = [
+                t for t, b in self.batches.items() if b["seq"] > seq and b["state"] == "committed"
+            ]
+            if committed_later:
+                f.error = f"commits bypassed the failed run: {committed_later}"
+        finally:
+            self.disarm("process.fail", txid)
+            self.runs[txid].held = False
+        self.clear(txid, "retry of the run that failed on purpose")
+        successors = sorted(waiting)
+        yield from self.wait_recovered(f, [txid, *successors])
+        if f.error:
+            f.recovered = False
+
+    def _commit_log_paths(self, run_id: str) -> list[Path]:
+        from onceflow import stack
+
+        folder = (
+            stack.airflow_home(self.settings)
+            / "logs"
+            / f"dag_id={DAG_ID}"
+            / f"run_id={run_id}"
+            / "task_id=commit"
+        )
+        return sorted(folder.glob("attempt=*.log"))
+
+    def _commit_log_line(self, run_id: str, blocker: str) -> str | None:
+        needle = f"waits for txid {blocker}"
+        for path in self._commit_log_paths(run_id):
+            with contextlib.suppress(OSError):
+                for line in path.read_text(errors="replace").splitlines():
+                    if needle in line:
+                        try:
+                            return json.loads(line).get("event")
+                        except ValueError:
+                            return line[:300]
+        return None
+
+    def _commit_log_says_waits(self, run_id: str, blocker: str) -> bool:
+        return self._commit_log_line(run_id, blocker) is not None
+
+    FAULTS = {
+        "1_driver_kill": fault_driver_kill,
+        "2_spark_task_retry": fault_task_retry,
+        "3_zombie_attempt": fault_zombie,
+        "4_commit_killed": fault_commit_kill,
+        "5_scheduler_killed": fault_scheduler_kill,
+        "6_postgres_restarted": fault_postgres,
+        "7_broker_restarted": fault_broker,
+        "8_rerun_committed": fault_rerun,
+        "9_failed_run_blocks": fault_blocked,
+    }
+
+    # -- the main loop -----------------------------------------------------------------------
+
+    def next_fault(self) -> Fault | None:
+        for f in self.faults:
+            if f.started_s is None and self.n >= f.at_run:
+                return f
+        return None
+
+    def step_fault(self) -> None:
+        if self.current is None:
+            f = self.next_fault()
+            if f is None:
+                return
+            f.started_s = _now() - self.started
+            f.tries += 1
+            self.current = f
+            self.current_gen = self.FAULTS[f.kind](self, f)
+            self.log(f"fault #{f.index} {f.label}: start (try {f.tries})")
+        f = self.current
+        was_injected = f.injected
+        try:
+            next(self.current_gen)
+        except StopIteration:
+            f.recovered_s = _now() - self.started if f.recovered else None
+            self.log(
+                f"fault #{f.index} {f.label}: injected={f.injected} recovered={f.recovered}"
+                + (f" error={f.error}" if f.error else "")
+            )
+            self.current = None
+        except FaultSkipped as e:
+            self.log(f"fault #{f.index} {f.label}: skipped this time ({e})")
+            self._cleanup_fault(f)
+            if f.tries < 3 and not f.injected:
+                f.started_s = None
+                f.at_run = self.n + 2
+            else:
+                f.error = str(e)
+            self.current = None
+        except Exception as e:  # noqa: BLE001 - a harness problem is reported, not fatal
+            f.error = f"{type(e).__name__}: {e}"
+            self.log(f"fault #{f.index} {f.label}: {f.error}")
+            self._cleanup_fault(f)
+            if f.tries < 3 and not f.injected:
+                f.started_s = None
+                f.at_run = self.n + 2
+                f.error = None
+            self.current = None
+        if f.injected and not was_injected:
+            f.injected_s = _now() - self.started
+
+    def _cleanup_fault(self, f: Fault) -> None:
+        for txid in f.txids:
+            for path in self.fp_dir.glob(f"*@{txid}"):
+                path.unlink(missing_ok=True)
+            run = self.runs.get(txid)
+            if run:
+                run.held = False
+
+    def drained(self) -> bool:
+        from onceflow import broker
+
+        if self.unfinished():
+            return False
+        if any(r.state == "failed" and not r.abandoned for r in self.runs.values()):
+            return False
+        snap = broker.snapshot(self.settings.kafka_bootstrap, PIPELINE, (TOPIC,))
+        ends = {p: e for (_, p), e in snap.ends.items()}
+        committed = {p: c for p, (c, _) in self.offsets.items()}
+        lag = {p: ends[p] - committed.get(p, 0) for p in ends}
+        if any(v > 0 for v in lag.values()):
+            self.keep_triggering(target=2)
+            return False
+        return True
+
+    def run(self) -> dict[str, Any]:
+        opts = self.opts
+        self.start_stack()
+        from onceflow import broker
+
+        broker.create_topic(self.settings.kafka_bootstrap, TOPIC, PARTITIONS)
+        self.producer = TrackingProducer(
+            self.settings.kafka_bootstrap, opts.seed, opts.malformed_rate, self.log
+        )
+        self.producer.start()
+        self.log(
+            f"seed {opts.seed}, target {opts.batches} batches, {len(self.faults)} faults: "
+            + ", ".join(f"{f.label}@run{f.at_run}" for f in self.faults)
+        )
+        deadline_faults = self.started + opts.max_minutes * 60 * 0.8
+        deadline_hard = self.started + opts.max_minutes * 60 * 1.25
+        phase = "run"
+        last_status = 0.0
+        timed_out = False
+        while True:
+            ok = self.poll()
+            if ok:
+                self.update_backlog()
+            try:
+                self.watch_health()
+            except Exception as e:  # noqa: BLE001
+                self.log(f"health check failed: {e!r}")
+            if ok:
+                try:
+                    self.handle_failed()
+                    if phase == "run":
+                        self.keep_triggering()
+                        self.step_fault()
+                        pending = [f for f in self.faults if f.started_s is None]
+                        enough = self.committed_count() >= opts.batches
+                        if self.current is None and enough and not pending:
+                            phase = "drain"
+                        elif _now() > deadline_faults and self.current is None:
+                            self.log("time is running out: no more faults; draining")
+                            timed_out = True
+                            phase = "drain"
+                        if phase == "drain":
+                            self.log("stopping the producer (one-record batch per partition)")
+                            self.producer.finish()
+                    elif phase == "drain" and self.drained():
+                        break
+                except Exception as e:  # noqa: BLE001 - Airflow or PostgreSQL restarting
+                    self.log(f"loop step failed: {type(e).__name__}: {str(e)[:200]}")
+            if _now() > deadline_hard:
+                self.log("hard deadline reached: reporting what there is")
+                timed_out = True
+                if phase == "run":
+                    with contextlib.suppress(Exception):
+                        self.producer.finish()
+                break
+            if _now() - last_status > 30:
+                last_status = _now()
+                states = Counter(r.state for r in self.runs.values())
+                self.log(
+                    f"status: runs {dict(states)}, committed {self.committed_count()},"
+                    f" acked {self.producer.acked_count()}, epoch {self.epoch},"
+                    f" fault {self.current.label if self.current else '-'}"
+                )
+            time.sleep(0.5)
+        return self.finish_report(timed_out)
+
+    # -- the verdict -------------------------------------------------------------------------
+
+    def sink_records(self) -> list[SinkRecord]:
+        from psycopg2 import sql
+
+        out = []
+        q = (
+            sql.SQL('select epoch, partition, "offset", order_id from {}.orders where topic = %s')
+            .format(sql.Identifier(self.cfg.sink_schema))
+            .as_string(self._ledger_db())
+        )
+        for e, p, o, order_id in self._query("ledger", q, (TOPIC,)):
+            out.append(SinkRecord(e, p, o, "row", order_id))
+        for e, p, o, value in self._query(
+            "ledger",
+            'select epoch, partition, "offset", value from onceflow.dead_letters'
+            " where pipeline = %s and topic = %s",
+            (PIPELINE, TOPIC),
+        ):
+            out.append(
+                SinkRecord(e, p, o, "dead", value_crc(None if value is None else bytes(value)))
+            )
+        return out
+
+    def finish_report(self, timed_out: bool) -> dict[str, Any]:
+        from onceflow import broker
+        from onceflow.audit import run_audit
+        from onceflow.recount import count_records
+
+        self.poll()
+        resets = [
+            (p, c)
+            for p, c in self._query(
+                "ledger",
+                "select partition, committed_before from onceflow.resets where pipeline = %s"
+                " and topic = %s order by id",
+                (PIPELINE, TOPIC),
+            )
+        ]
+        with self.producer.lock:
+            acked = {e: dict(v) for e, v in self.producer.acked.items()}
+        counts = account(acked, self.sink_records(), resets, self.epoch)
+        snap = broker.snapshot(self.settings.kafka_bootstrap, PIPELINE, (TOPIC,))
+        broker_ends = {p: e for (_, p), e in snap.ends.items()}
+        audit = run_audit(
+            self.settings.postgres_dsn,
+            self.cfg,
+            lambda ranges: count_records(self.settings.kafka_bootstrap, ranges),
+        )
+        faults = fault_counts(self.faults)
+        complete = (
+            not timed_out
+            and all(v["injected"] >= 1 for v in faults.values())
+            and audit.batches_committed >= self.opts.batches
+        )
+        report = {
+            "verdict": verdict_of(audit.verdict, counts),
+            "batches_committed": audit.batches_committed,
+            "lost": counts["lost"],
+            "duplicated": counts["duplicated"],
+            "lost_with_broker": counts["lost_with_broker"],
+            "produced": counts["produced"],
+            "in_sink": counts["in_sink"],
+            "dead_lettered": counts["dead_lettered"],
+            "mismatched": counts["mismatched"],
+            "duplicate_copies": counts["duplicate_copies"],
+            "not_acked_in_sink": counts["not_acked_in_sink"],
+            "faults": faults,
+            "complete": complete,
+            "seed": self.opts.seed,
+            "batches_target": self.opts.batches,
+            "duration_s": round(_now() - self.started, 1),
+            "audit": {
+                "verdict": audit.verdict,
+                "batches": audit.batches,
+                "batches_committed": audit.batches_committed,
+                "records_in_ranges": audit.records_in_ranges,
+                "records_in_sink": audit.records_in_sink,
+                "dead_lettered": audit.dead_lettered,
+                "reread_from_broker": audit.reread_from_broker,
+                "reread_skipped": audit.reread_skipped,
+                "resets": len(audit.resets),
+                "abandoned": len(audit.abandoned),
+                "violations": audit.violations[:20],
+            },
+            "runs": {
+                "triggered": len(self.runs),
+                "cleared_by_harness_after_failure": self.harness_clears,
+                "abandoned_by_reset": sum(r.abandoned for r in self.runs.values()),
+                "final_states": dict(Counter(r.state for r in self.runs.values())),
+            },
+            "broker": {
+                "epochs": self.epoch + 1,
+                "end_offsets": broker_ends,
+                "acked_end_offsets": self.producer.ends_of(self.epoch),
+                "delivery_errors": len(self.producer.delivery_errors),
+            },
+            "service_restarts_by_harness": dict(self.restarts),
+            "fault_log": [
+                {
+                    "index": f.index,
+                    "fault": f.label,
+                    "at_run": f.at_run,
+                    "tries": f.tries,
+                    "txids": f.txids,
+                    "injected": f.injected,
+                    "recovered": f.recovered,
+                    "started_s": f.started_s and round(f.started_s, 1),
+                    "injected_s": f.injected_s and round(f.injected_s, 1),
+                    "recovered_s": f.recovered_s and round(f.recovered_s, 1),
+                    "error": f.error,
+                    "detail": f.detail,
+                }
+                for f in self.faults
+            ],
+            "params": {k: str(v) for k, v in asdict(self.opts).items()},
+        }
+        return report
+
+    def close(self) -> None:
+        from onceflow import stack
+
+        if self.producer is not None:
+            self.producer.stop()
+        for conn in (self._af_conn, self._ledger_conn):
+            with contextlib.suppress(Exception):
+                conn.close()
+        if not self.opts.keep:
+            self.log("stopping the chaos stack")
+            stack.down(self.settings, echo=lambda m: self.log(f"  down: {m}"))
+        else:
+            self.log(f"--keep: the chaos stack stays up (ONCEFLOW_HOME={self.home})")
+        if self.log_file:
+            self.log_file.close()
+            self.log_file = None
+
+
+def run(opts: Options) -> int:
+    """Run the chaos harness; write the report; 0 when exactly-once and complete."""
+    harness = Harness(opts)
+    report: dict[str, Any] | None = None
+
+    def on_sigterm(signum, frame) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        report = harness.run()
+    except KeyboardInterrupt:
+        harness.log("interrupted")
+        return 130
+    finally:
+        harness.close()
+    opts.report.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    print()
+    print(report_table(report))
+    print(f"\nreport: {opts.report}")
+    ok = report["verdict"] == "exactly-once" and report["complete"]
+    if not report["complete"]:
+        print(
+            "incomplete: not every fault kind was injected, or too few batches committed",
+            file=sys.stderr,
+        )
+    return 0 if ok else 1
