@@ -232,3 +232,80 @@ def test_transform_adds_no_shuffle(spark):
     )
     plan = transform(df)._jdf.queryExecution().executedPlan().toString()
     assert "Exchange" not in plan
+
+
+def _compact(**changes) -> bytes:
+    return event(**changes).replace(b'", "', b'","').replace(b'": ', b'":').replace(b", ", b",")
+
+
+FAST_CASES: list[bytes | None] = [
+    event(),
+    _compact(),
+    b'\n { "order_id" :"a b", "customer_id":\t"\xc3\xa9\xe2\x82\xac" ,"amount" : 0 ,'
+    b' "currency":"USD","ts":"2024-05-01 12:00:00.5+02"}\r\n',
+    event(order_id="ördér-€-😀", customer_id="客户"),
+    *[
+        event(amount=0).replace(b'"amount": 0', b'"amount": ' + a)
+        for a in (b"12.345", b"1.005", b"0.004", b"7", b"999999999999.99", b"999999999999.995")
+        + (b"0.123456789012345678", b"1.2e3", b"-0", b"012", b"1.", b"-1")
+    ],
+    *[
+        event(ts=t)
+        for t in (
+            "2024-05-01T12:00:00",
+            "2024-05-01T12:00:00.123456789-0130",
+            "2024-02-30T00:00:00Z",
+            "0000-01-01T00:00:00Z",
+            "9999-12-31T23:00:00-05:00",
+            "9999-12-31T23:59:59.999999999Z",
+            "2024-05-01T12:00:00Z\n",
+        )
+    ],
+    event(order_id=""),
+    event(order_id="   "),
+    event(order_id='a"b'),
+    event(order_id="a\\u0000b"),
+    event(order_id="tab\there"),
+    event(currency="eur"),
+    event(amount="12.50"),
+    event(order_id=17),
+    b'{"customer_id": "c-1", "order_id": "o-1", "amount": 1, "currency": "EUR", '
+    b'"ts": "2024-05-01T12:00:00Z"}',
+    event() + b"\xe2\x80\xa8",  # U+2028 after the object is not JSON whitespace
+    event() + b"\n\n",
+    event()[:-1] + b', "order_id": "x"}',
+    b'{"order_id": "o\xff", "customer_id": "c", "amount": 1, "currency": "EUR", '
+    b'"ts": "2024-05-01T12:00:00Z"}',
+    None,
+]
+
+
+def test_fast_path_gives_the_same_rows_as_the_variant_rules(spark):
+    """Every case through both paths: the fast form is only a shortcut, never a new rule."""
+    from onceflow.transforms.orders import transform
+
+    rows = [
+        ("orders", 0, i, b"k", v, None) for i, v in enumerate(FAST_CASES)
+    ]  # fmt: skip
+    df = spark.createDataFrame(
+        rows,
+        "topic string, partition int, offset bigint, key binary, value binary, timestamp timestamp",
+    )
+    fast = transform(df).orderBy("offset").collect()
+    slow = transform(df, fast_path=False).orderBy("offset").collect()
+    diffs = [
+        (FAST_CASES[i], f, s) for i, (f, s) in enumerate(zip(fast, slow, strict=True)) if f != s
+    ]
+    assert not diffs
+    assert sum(r.error is None for r in fast) >= 10  # the valid layouts above stay valid
+
+
+def test_the_fast_form_is_taken_by_common_layouts(spark):
+    from onceflow.transforms.orders import FAST_RE
+    from pyspark.sql import functions as F
+
+    values = [*FAST_CASES[:4], b'{"order_id":"x"}', event(order_id='a"b')]
+    df = spark.createDataFrame([(v,) for v in values], "value binary")
+    hits = [r[0] for r in df.select(F.col("value").cast("string").rlike(FAST_RE)).collect()]
+    # \u escapes (json.dumps' ensure_ascii) take the VARIANT path: correct, only slower
+    assert hits == [True, True, True, False, False, False]
