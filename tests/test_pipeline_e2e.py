@@ -11,6 +11,7 @@ from onceflow import broker, ledger, producer
 from onceflow.audit import run_audit
 from onceflow.config import get_pipeline
 from onceflow.db import transaction
+from onceflow.errors import UnknownTxidError
 from onceflow.recount import count_records
 
 pytestmark = pytest.mark.integration
@@ -81,17 +82,21 @@ def test_commit_waits_for_its_predecessor_and_commits_in_seq_order(stack, airflo
     assert first.seq == 1
     feed(stack, "it_order", 300, start=400)
     airflow.trigger(cfg.dag_id, "order-2")
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + 900
+    state, commit_ti = None, {}
     while time.monotonic() < deadline:
-        b = ledger.get_batch(stack.postgres_dsn, cfg.name, "order-2")
+        try:
+            state = ledger.get_batch(stack.postgres_dsn, cfg.name, "order-2").state
+        except UnknownTxidError:  # its plan task has not run yet
+            state = None
         commit_ti = {
             t["task_id"]: t["state"] for t in airflow.task_instances(cfg.dag_id, "order-2")
         }
-        if b.state == "staged" and commit_ti.get("commit") == "up_for_reschedule":
+        if state == "staged" and commit_ti.get("commit") == "up_for_reschedule":
             break
         time.sleep(1)
     else:
-        pytest.fail(f"order-2 never reached staged with a waiting commit: {b.state} {commit_ti}")
+        pytest.fail(f"order-2 never reached staged with a waiting commit: {state} {commit_ti}")
     wait = ledger.blocking_predecessor(stack.postgres_dsn, cfg.name, "order-2")
     assert (wait.txid, wait.seq, wait.state) == ("order-1", 1, "planned")
     # now run seq 1 through the scheduler: its plan replays the recorded ranges
