@@ -46,7 +46,9 @@ def run_and_wait(client, dag_id, run_ids, timeout=600):
 def test_runs_through_the_scheduler_publish_exactly_the_produced_records(stack, airflow):
     produced = feed(stack, "it_basic", 2000)
     # cap 700/partition over 2 partitions: 2000 records need two batches
-    states = run_and_wait(airflow, "onceflow_it_basic", ["basic-1", "basic-2", "basic-3"])
+    # the third run id uses every character Airflow allows in a run id
+    run_ids = ["basic-1", "basic-2", "Basic_3.x~y:z+w-v"]
+    states = run_and_wait(airflow, "onceflow_it_basic", run_ids)
     assert set(states.values()) == {"success"}, states
     report = audit(stack, "it_basic")
     assert report.batches_committed == 3
@@ -140,3 +142,44 @@ def test_cleared_and_retried_runs_replay_the_same_ranges_without_duplicates(stac
     # the next run picks up exactly the records produced meanwhile
     assert set(run_and_wait(airflow, "onceflow_it_rerun", ["rerun-2"]).values()) == {"success"}
     assert audit(stack, "it_rerun").records_in_ranges == 1500
+
+
+def test_rerun_and_backfill_through_the_cli_keep_the_audit_clean(stack, airflow, capsys):
+    from onceflow.cli import main
+
+    feed(stack, "it_rerun", 10, start=5000)  # it_rerun has committed runs from the test above
+    assert set(run_and_wait(airflow, "onceflow_it_rerun", ["rerun-3"]).values()) == {"success"}
+    before = audit(stack, "it_rerun")
+    assert main(["rerun", "rerun-3", "--pipeline", "it_rerun", "--timeout", "600"]) == 0
+    assert (
+        main(
+            [
+                "backfill",
+                "--pipeline",
+                "it_rerun",
+                "--from-seq",
+                "1",
+                "--to-seq",
+                "2",
+                "--timeout",
+                "600",
+            ]
+        )
+        == 0
+    )
+    after = audit(stack, "it_rerun")
+    assert (after.records_in_sink, after.dead_lettered, after.batches_committed) == (
+        before.records_in_sink,
+        before.dead_lettered,
+        before.batches_committed,
+    )
+    out = capsys.readouterr().out
+    assert "[2/2] seq 2" in out and "backfilled seq 1..2" in out
+    # unknown run ids and ranges get clear errors, exit code 2
+    assert main(["rerun", "no-such-run", "--pipeline", "it_rerun"]) == 2
+    assert main(["backfill", "--pipeline", "it_rerun", "--from-seq", "1", "--to-seq", "99"]) == 2
+    assert main(["audit", "--pipeline", "no_such_pipeline"]) == 2
+    err = capsys.readouterr().err
+    assert "txid 'no-such-run' is not in the ledger of pipeline 'it_rerun'" in err
+    assert "has no batch with seq 4" in err
+    assert "no pipeline named 'no_such_pipeline'" in err
