@@ -95,8 +95,11 @@ def build_dag(cfg: PipelineConfig) -> DAG:
             pipeline=cfg.name,
             poke_interval=cfg.commit_poke_interval,
             timeout=timedelta(hours=24).total_seconds(),
-            retries=2,
-            retry_delay=timedelta(seconds=5),
+            # Commit is idempotent, so retries are free. Airflow 3.3's scheduler can race a
+            # reschedule poke against the previous poke's executor event under load and mark
+            # the sensor up_for_retry; extra retries absorb that.
+            retries=6,
+            retry_delay=timedelta(seconds=2),
         )
         plan >> process >> commit
     return dag
