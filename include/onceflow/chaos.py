@@ -503,6 +503,7 @@ class Run:
     triggered_s: float
     state: str | None = None
     clears: int = 0
+    cleared_s: float = 0.0
     held: bool = False  # failed on purpose (fault 9): not cleared by the harness
     abandoned: bool = False  # abandoned by reset-offsets: never cleared
 
@@ -533,6 +534,9 @@ class Harness:
         self.current_gen: Iterator[None] | None = None
         self.hold_clears = False
         self.harness_clears = 0
+        self.failures: list[dict[str, Any]] = []
+        self.deadlocks: list[dict[str, Any]] = []
+        self.freed: dict[str, str] = {}  # run failed to free a slot -> the cleared run it waits for
         self.ti: dict[tuple[str, str], tuple[str | None, int]] = {}
         self.batches: dict[str, dict[str, Any]] = {}
         self.offsets: dict[int, tuple[int, int]] = {}
@@ -768,6 +772,7 @@ class Harness:
         run = self.runs[run_id]
         self.client.clear_run(DAG_ID, run_id)
         run.clears += 1
+        run.cleared_s = _now()
         run.state = "queued"
         self.log(f"cleared {run_id} ({why})")
 
@@ -782,7 +787,89 @@ class Harness:
                 run.abandoned = True
                 continue
             self.harness_clears += 1
-            self.clear(run.run_id, "failed: operator retry")
+            failed = [
+                t for (r, t), (state, _) in self.ti.items() if r == run.run_id and state == "failed"
+            ]
+            why = "; ".join(f"{t}: {self.task_error(run.run_id, t)}" for t in sorted(failed))
+            self.failures.append(
+                {"run_id": run.run_id, "at_s": round(_now() - self.started), "why": why}
+            )
+            self.clear(run.run_id, f"failed ({why[:300]}): operator retry")
+
+    def resolve_deadlock(self) -> None:
+        """Free an active slot for a cleared run that cannot start.
+
+        A cleared run goes back to `queued`, and Airflow starts queued runs only below
+        max_active_runs. When every active run is a later batch waiting in commit for it, it
+        never starts and they never commit. An operator has to fail the newest waiting run
+        (and clear it once the retried run is running); the harness does that and reports it.
+        """
+        for run_id, waited_for in list(self.freed.items()):
+            if self.runs[waited_for].state != "queued":
+                self.runs[run_id].held = False  # cleared by handle_failed from now on
+                del self.freed[run_id]
+        if self.freed:
+            return
+        seq = {t: b["seq"] for t, b in self.batches.items()}
+        stuck = [
+            r
+            for r in self.runs.values()
+            if r.state == "queued" and r.clears and _now() - r.cleared_s > 30 and r.run_id in seq
+        ]
+        running = [r for r in self.runs.values() if r.state == "running"]
+        if not stuck or len(running) < self.cfg.max_active_runs:
+            return
+        first = min(stuck, key=lambda r: seq[r.run_id])
+        if not all(seq.get(r.run_id, 0) > seq[first.run_id] for r in running):
+            return
+        victim = max(running, key=lambda r: seq[r.run_id])
+        victim.held = True
+        self.client.request(
+            "PATCH", f"/api/v2/dags/{DAG_ID}/dagRuns/{victim.run_id}", json={"state": "failed"}
+        )
+        victim.state = "failed"
+        self.freed[victim.run_id] = first.run_id
+        entry = {
+            "cleared_run": first.run_id,
+            "seq": seq[first.run_id],
+            "active_runs_waiting_for_it": sorted(r.run_id for r in running),
+            "failed_to_free_a_slot": victim.run_id,
+            "at_s": round(_now() - self.started),
+        }
+        self.deadlocks.append(entry)
+        self.log(
+            f"deadlock: cleared {first.run_id} (seq {seq[first.run_id]}) stays queued while"
+            f" {len(running)} later runs hold every active slot waiting in commit for it;"
+            f" marked {victim.run_id} failed to free a slot"
+        )
+
+    def task_error(self, run_id: str, task: str) -> str:
+        """The last error line of a task's newest log file (for the report)."""
+        from onceflow import stack
+
+        folder = (
+            stack.airflow_home(self.settings)
+            / "logs"
+            / f"dag_id={DAG_ID}"
+            / f"run_id={run_id}"
+            / f"task_id={task}"
+        )
+        logs = sorted(folder.glob("attempt=*.log"), key=lambda p: p.stat().st_mtime)
+        if not logs:
+            return "no log"
+        last = "no error line"
+        with contextlib.suppress(OSError):
+            for line in logs[-1].read_text(errors="replace").splitlines():
+                try:
+                    d = json.loads(line)
+                except ValueError:
+                    continue
+                if d.get("level") in ("error", "critical"):
+                    last = str(d.get("event"))[:300]
+                    detail = d.get("error_detail")
+                    if isinstance(detail, list) and detail:
+                        last += f" [{detail[0].get('exc_type')}: {str(detail[0].get('exc_value'))[:200]}]"
+        return last
 
     def update_backlog(self) -> None:
         p = self.producer
@@ -1267,6 +1354,12 @@ class Harness:
             self.runs[txid].held = False
         self.clear(txid, "retry of the run that failed on purpose")
         successors = sorted(waiting)
+        yield from self.wait(
+            lambda: self.runs[txid].state != "queued", RECOVER_TIMEOUT, f"{txid} starts again"
+        )
+        freed = [d for d in self.deadlocks if d["cleared_run"] == txid]
+        if freed:
+            f.detail["deadlock"] = freed
         yield from self.wait_recovered(f, [txid, *successors])
         if f.error:
             f.recovered = False
@@ -1414,6 +1507,7 @@ class Harness:
             if ok:
                 try:
                     self.handle_failed()
+                    self.resolve_deadlock()
                     if phase == "run":
                         self.keep_triggering()
                         self.step_fault()
@@ -1538,6 +1632,8 @@ class Harness:
             "runs": {
                 "triggered": len(self.runs),
                 "cleared_by_harness_after_failure": self.harness_clears,
+                "failures_cleared": self.failures,
+                "deadlocks_resolved": self.deadlocks,
                 "abandoned_by_reset": sum(r.abandoned for r in self.runs.values()),
                 "final_states": dict(Counter(r.state for r in self.runs.values())),
             },
