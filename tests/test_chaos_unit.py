@@ -16,9 +16,9 @@ pytestmark = pytest.mark.unit
 
 
 def test_schedule_is_a_function_of_the_seed():
-    a = [(f.kind, f.variant, f.at_run) for f in fault_schedule(7, 200)]
-    b = [(f.kind, f.variant, f.at_run) for f in fault_schedule(7, 200)]
-    c = [(f.kind, f.variant, f.at_run) for f in fault_schedule(8, 200)]
+    a = [(f.kind, f.variant, f.at_batch) for f in fault_schedule(7, 200)]
+    b = [(f.kind, f.variant, f.at_batch) for f in fault_schedule(7, 200)]
+    c = [(f.kind, f.variant, f.at_batch) for f in fault_schedule(8, 200)]
     assert a == b
     assert a != c
 
@@ -40,11 +40,11 @@ def test_short_mode_injects_each_fault_once():
     assert len(faults) == len(chaos.BASE_FAULTS)
 
 
-def test_schedule_spreads_faults_over_the_runs():
+def test_schedule_spreads_faults_over_the_batches():
     faults = fault_schedule(3, 200)
-    runs = [f.at_run for f in faults]
+    runs = [f.at_batch for f in faults]
     assert runs == sorted(runs)
-    assert runs[0] == chaos.FIRST_FAULT_RUN
+    assert runs[0] == chaos.FIRST_FAULT_BATCH
     assert runs[-1] <= int(200 * 0.7)
     assert len(faults) == len(chaos.BASE_FAULTS) + (200 - 40) // 20
     assert [f.index for f in faults] == list(range(len(faults)))

@@ -83,10 +83,18 @@ BASE_FAULTS: tuple[tuple[str, str | None], ...] = (
 )
 # extra random faults: broker and scheduler faults are the expensive ones, drawn less often
 EXTRA_WEIGHTS = {"7_broker_restarted": 0.25, "5_scheduler_killed": 0.5}
-FIRST_FAULT_RUN = 4  # the broker fault needs a few committed batches to regress from
+# faults that reach every run (or hold commits back): never overlapped with another fault
+EXCLUSIVE = {
+    "5_scheduler_killed",
+    "6_postgres_restarted/plan",
+    "6_postgres_restarted/process",
+    "6_postgres_restarted/commit",
+    "7_broker_restarted",
+    "9_failed_run_blocks",
+}
+FIRST_FAULT_BATCH = 2  # faults start once this many batches committed
 
-BACKLOG_HIGH = 2400  # producer pauses when this many acked records are not yet planned
-BACKLOG_LOW = 1200
+BACKLOG_HIGH = 2400  # producer waits while this many acked records are not yet planned
 PRE_RESET_RECORDS = 8  # per partition, written to the new log before reset-offsets
 
 # generous: on a loaded 2-core machine one process job can take minutes
@@ -103,7 +111,7 @@ class Fault:
     index: int
     kind: str
     variant: str | None
-    at_run: int  # starts once this many runs were triggered (and the previous fault is done)
+    at_batch: int  # starts once this many batches committed (and the previous fault is done)
     injected: bool = False
     recovered: bool = False
     tries: int = 0
@@ -122,8 +130,8 @@ class Fault:
 def fault_schedule(seed: int, batches: int) -> list[Fault]:
     """The faults of a run: every base fault once in a seeded order, then extra random ones.
 
-    They are spread over the first ~70% of the runs (a fault starts no earlier than its
-    at_run, and only after the previous one has ended, so they never overlap).
+    They are spread over the first ~70% of the batches (a fault starts once at_batch batches
+    committed, and only after the previous one has ended, so they never overlap).
     """
     rng = random.Random(f"onceflow-chaos:{seed}")
     base = list(BASE_FAULTS)
@@ -132,7 +140,7 @@ def fault_schedule(seed: int, batches: int) -> list[Fault]:
     weights = [EXTRA_WEIGHTS.get(kind, 1.0) for kind, _ in BASE_FAULTS]
     extra = rng.choices(BASE_FAULTS, weights=weights, k=n_extra)
     chosen = base + extra
-    first = FIRST_FAULT_RUN
+    first = FIRST_FAULT_BATCH
     last = max(first + len(chosen), int(batches * 0.7))
     step = (last - first) / len(chosen)
     return [
@@ -334,8 +342,8 @@ class TrackingProducer(threading.Thread):
     """Writes order events round-robin over the partitions and records every acknowledged
     (partition, offset) of the current broker epoch with its event number and value crc.
 
-    The harness throttles it (backlog_ok), pauses it around a broker restart (the new log is
-    a new epoch) and finishes it with one single-record batch per partition, which keeps the
+    The harness throttles it (planned_total: it waits while BACKLOG_HIGH acked records are
+    not planned yet), pauses it around a broker restart (the new log is a new epoch) and finishes it with one single-record batch per partition, which keeps the
     memory broker's end offsets exact.
     """
 
@@ -353,7 +361,7 @@ class TrackingProducer(threading.Thread):
         self.epoch = 0
         self.next_i = 0
         self.delivery_errors: list[str] = []
-        self.backlog_ok = True
+        self.planned_total = 0  # set by the harness: offsets of this epoch planned so far
         self.allowance: int | None = None  # records still allowed (None: unlimited)
         self._paused = threading.Event()
         self._want_pause = threading.Event()
@@ -473,7 +481,9 @@ class TrackingProducer(threading.Thread):
                 client = client or self._client()
                 with self.lock:
                     allowance = self.allowance
-                if not self.backlog_ok or allowance == 0:
+                with self.lock:
+                    backlog = sum(self.ends[self.epoch].values()) - self.planned_total
+                if backlog > BACKLOG_HIGH or allowance == 0:
                     client.poll(0.1)
                     continue
                 count = self.CHUNK if allowance is None else min(self.CHUNK, allowance)
@@ -481,7 +491,8 @@ class TrackingProducer(threading.Thread):
                 with self.lock:
                     if self.allowance is not None:
                         self.allowance -= count
-                client.poll(0.05)
+                client.poll(0)
+                time.sleep(0.05)  # at most CHUNK records per 50 ms
         except BaseException as e:  # noqa: BLE001 - reported by finish()
             self.error = e
             self.log(f"producer failed: {e!r}")
@@ -530,8 +541,7 @@ class Harness:
         self.n = 0
         self.epoch = 0
         self.faults = fault_schedule(opts.seed, opts.batches)
-        self.current: Fault | None = None
-        self.current_gen: Iterator[None] | None = None
+        self.active: list[tuple[Fault, Iterator[None]]] = []
         self.hold_clears = False
         self.harness_clears = 0
         self.failures: list[dict[str, Any]] = []
@@ -875,16 +885,12 @@ class Harness:
         p = self.producer
         if p is None:
             return
-        ends = p.ends_of(self.epoch)
         if self.offsets and all(e == self.epoch for _, e in self.offsets.values()):
             planned = sum(self.planned.get(q, 0) for q in range(PARTITIONS))
         else:
             planned = 0  # the ledger is still on an earlier epoch (before reset-offsets)
-        backlog = sum(ends.values()) - planned
-        if backlog > BACKLOG_HIGH:
-            p.backlog_ok = False
-        elif backlog < BACKLOG_LOW:
-            p.backlog_ok = True
+        with p.lock:
+            p.planned_total = planned
 
     # -- processes ---------------------------------------------------------------------------
 
@@ -1406,52 +1412,67 @@ class Harness:
     # -- the main loop -----------------------------------------------------------------------
 
     def next_fault(self) -> Fault | None:
+        """The next due fault that may start now.
+
+        Faults that hit the whole stack (scheduler, PostgreSQL during plan, broker) and the
+        blocking failure run alone; faults aimed at one run of their own may overlap, two at
+        a time, since nothing they do reaches another run.
+        """
+        running = [f for f, _ in self.active]
+        if any(f.label in EXCLUSIVE for f in running) or len(running) >= 2:
+            return None
         for f in self.faults:
-            if f.started_s is None and self.n >= f.at_run:
+            if f.started_s is None and self.committed_count() >= f.at_batch:
+                if f.label in EXCLUSIVE and running:
+                    return None
                 return f
+            if f.started_s is None:
+                return None  # keep the seeded order
         return None
 
     def step_fault(self) -> None:
-        if self.current is None:
-            f = self.next_fault()
-            if f is None:
-                return
+        f = self.next_fault()
+        if f is not None:
             f.started_s = _now() - self.started
             f.tries += 1
-            self.current = f
-            self.current_gen = self.FAULTS[f.kind](self, f)
+            self.active.append((f, self.FAULTS[f.kind](self, f)))
             self.log(f"fault #{f.index} {f.label}: start (try {f.tries})")
-        f = self.current
+        for f, gen in list(self.active):
+            if self._step(f, gen):
+                self.active.remove((f, gen))
+
+    def _step(self, f: Fault, gen: Iterator[None]) -> bool:
+        """Advance one fault; True when it has ended."""
         was_injected = f.injected
+        done = True
         try:
-            next(self.current_gen)
+            next(gen)
+            done = False
         except StopIteration:
             f.recovered_s = _now() - self.started if f.recovered else None
             self.log(
                 f"fault #{f.index} {f.label}: injected={f.injected} recovered={f.recovered}"
                 + (f" error={f.error}" if f.error else "")
             )
-            self.current = None
         except FaultSkipped as e:
             self.log(f"fault #{f.index} {f.label}: skipped this time ({e})")
             self._cleanup_fault(f)
             if f.tries < 3 and not f.injected:
                 f.started_s = None
-                f.at_run = self.n + 2
+                f.at_batch = self.committed_count() + 1
             else:
                 f.error = str(e)
-            self.current = None
         except Exception as e:  # noqa: BLE001 - a harness problem is reported, not fatal
             f.error = f"{type(e).__name__}: {e}"
             self.log(f"fault #{f.index} {f.label}: {f.error}")
             self._cleanup_fault(f)
             if f.tries < 3 and not f.injected:
                 f.started_s = None
-                f.at_run = self.n + 2
+                f.at_batch = self.committed_count() + 1
                 f.error = None
-            self.current = None
         if f.injected and not was_injected:
             f.injected_s = _now() - self.started
+        return done
 
     def _cleanup_fault(self, f: Fault) -> None:
         for txid in f.txids:
@@ -1489,7 +1510,7 @@ class Harness:
         self.producer.start()
         self.log(
             f"seed {opts.seed}, target {opts.batches} batches, {len(self.faults)} faults: "
-            + ", ".join(f"{f.label}@run{f.at_run}" for f in self.faults)
+            + ", ".join(f"{f.label}@batch{f.at_batch}" for f in self.faults)
         )
         deadline_faults = self.started + opts.max_minutes * 60 * 0.8
         deadline_hard = self.started + opts.max_minutes * 60 * 1.25
@@ -1513,9 +1534,9 @@ class Harness:
                         self.step_fault()
                         pending = [f for f in self.faults if f.started_s is None]
                         enough = self.committed_count() >= opts.batches
-                        if self.current is None and enough and not pending:
+                        if not self.active and enough and not pending:
                             phase = "drain"
-                        elif _now() > deadline_faults and self.current is None:
+                        elif _now() > deadline_faults and not self.active:
                             self.log("time is running out: no more faults; draining")
                             timed_out = True
                             phase = "drain"
@@ -1539,7 +1560,7 @@ class Harness:
                 self.log(
                     f"status: runs {dict(states)}, committed {self.committed_count()},"
                     f" acked {self.producer.acked_count()}, epoch {self.epoch},"
-                    f" fault {self.current.label if self.current else '-'}"
+                    f" faults {[f.label for f, _ in self.active]}"
                 )
             time.sleep(0.5)
         return self.finish_report(timed_out)
@@ -1648,7 +1669,7 @@ class Harness:
                 {
                     "index": f.index,
                     "fault": f.label,
-                    "at_run": f.at_run,
+                    "at_batch": f.at_batch,
                     "tries": f.tries,
                     "txids": f.txids,
                     "injected": f.injected,
