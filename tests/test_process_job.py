@@ -478,6 +478,26 @@ def test_unreadable_range_fails_the_attempt_and_records_why(env, produced):
 
 
 @pytest.mark.integration
+def test_an_empty_batch_is_staged_without_a_spark_session(env, produced, first_run):
+    ends, _ = produced
+    assert first_run[1].returncode == 0
+    batch = plan(env, "run-empty", ends)  # nothing was produced since run-1
+    assert batch.ranges and all(r.size == 0 for r in batch.ranges)
+    proc = submit(env, "--pipeline", PIPELINE, "--txid", "run-empty")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    s = summary(proc)
+    assert (s["records"], s["valid"], s["dead"]) == ("0", "0", "0")
+    assert "no Spark session needed" in proc.stdout
+    (row,) = query(
+        env,
+        "select state, records_read, records_out, records_dead from onceflow.batches"
+        " where pipeline = %s and txid = 'run-empty'",
+        PIPELINE,
+    )
+    assert row == ("staged", 0, 0, 0)
+
+
+@pytest.mark.integration
 def test_unknown_txid_exits_2_before_starting_spark(env):
     t0 = time.monotonic()
     proc = subprocess.run(

@@ -228,8 +228,16 @@ def mark_staged(
     *,
     bytes_read: int | None = None,
     process_seconds: float | None = None,
+    parts: int | None = None,
 ) -> Staged:
-    """Record that `attempt` staged its output, unless a newer attempt has claimed the txid."""
+    """Record that `attempt` staged its output, unless a newer attempt has claimed the txid.
+
+    With `parts` (process knows how many input partitions it staged), the counts and the
+    checksum are the sums of the attempt's part fence rows, each written in the transaction
+    that staged the part's rows: no scan of the staged rows. There must be exactly `parts`
+    of them. Without it, the staged rows are counted (orders_sink.staged_counts). Commit
+    compares either with what it publishes. `bytes_read` defaults to the parts' bytes.
+    """
     with transaction(dsn) as cur:
         cur.execute(
             "select attempt, state from onceflow.batches where pipeline = %s and txid = %s for update",
@@ -245,7 +253,26 @@ def mark_staged(
                 f"process attempt {attempt} of txid {txid!r} was superseded by attempt {row[0]}; "
                 "its staged output will never be published (a zombie or an overtaken retry)"
             )
-        n, valid, dead, checksum = orders_sink.staged_counts(cur, cfg.sink_schema, txid, attempt)
+        cur.execute(
+            "select coalesce(sum(rows), 0), coalesce(sum(valid), 0), coalesce(sum(dead), 0),"
+            " sum(bytes), coalesce(sum(checksum), 0)::text, count(*) filter (where valid is null),"
+            " count(*)"
+            " from onceflow.stage_parts where pipeline = %s and txid = %s and attempt = %s",
+            (cfg.name, txid, attempt),
+        )
+        n, valid, dead, part_bytes, checksum, uncounted, found = cur.fetchone()
+        if parts is not None and found != parts:
+            raise OnceflowError(
+                f"stage of txid {txid!r} attempt {attempt} is incomplete: {found} of {parts} "
+                "parts staged"
+            )
+        if parts is None or uncounted:  # count the rows (parts without counts: pre-0003)
+            n, valid, dead, checksum = orders_sink.staged_counts(
+                cur, cfg.sink_schema, txid, attempt
+            )
+        if bytes_read is None and part_bytes is not None:
+            bytes_read = int(part_bytes)
+        n, valid, dead = int(n), int(valid), int(dead)
         cur.execute(
             """
             update onceflow.batches

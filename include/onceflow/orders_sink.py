@@ -3,6 +3,15 @@
 Staged rows are tagged (txid, attempt); publish copies one attempt's rows into the sink
 tables inside the commit transaction and folds them into the per-minute aggregate. The sink's
 primary key is the source record's coordinates, so a record can never be published twice.
+
+stage_orders is transient and built for COPY speed: UNLOGGED (no WAL) and without a primary
+key. Duplicates within an attempt are excluded by the part fence (onceflow.stage_parts: one
+task attempt per part) and, at publish, by the sink's primary key. A PostgreSQL crash
+truncates unlogged tables: staged rows of uncommitted batches vanish while their ledger rows
+stay. That cannot be published silently: process checks that the parts' rows are there
+before mark_staged, and commit compares the rows it publishes with the counts process
+recorded (ledger.commit -> _check_counts) and fails without committing anything; retrying
+process (clearing the run) stages the batch again.
 """
 
 from __future__ import annotations
@@ -24,16 +33,16 @@ STAGE_COLUMNS = (
     "error",
     "key",
     "value",
+    "row_hash",
 )
 
 _DDL = """
 create schema if not exists {schema};
-create table if not exists {schema}.stage_orders (
+create unlogged table if not exists {schema}.stage_orders (
     txid text not null, attempt integer not null, part integer not null,
     topic text not null, partition integer not null, "offset" bigint not null,
     order_id text, customer_id text, amount numeric(18, 2), currency text, ts timestamptz,
-    error text, key bytea, value bytea,
-    primary key (txid, attempt, topic, partition, "offset")
+    error text, key bytea, value bytea, row_hash bigint
 );
 create table if not exists {schema}.orders (
     topic text not null, partition integer not null, epoch integer not null, "offset" bigint not null,
@@ -146,18 +155,18 @@ def drop_staged(cur, schema: str, txid: str, up_to_attempt: int) -> None:
 
 
 def staged_counts(cur, schema: str, txid: str, attempt: int) -> tuple[int, int, int, str]:
-    """(records, valid, dead, checksum) of one attempt's staged output.
+    """(records, valid, dead, checksum) of one attempt's staged output, counted in the table.
 
-    The checksum is order-independent (a sum of per-record hashes over coordinates and
-    values), so two attempts over the same range give the same checksum.
+    The checksum is order-independent: the exact sum of the rows' row_hash (a 64-bit hash of
+    coordinates and parsed values computed in Spark), so two attempts over the same range
+    give the same checksum. process records the same numbers from the part fence rows
+    without this scan (ledger.mark_staged); this is the independent count.
     """
     cur.execute(
         sql.SQL(
             """
             select count(*), count(*) filter (where error is null), count(*) filter (where error is not null),
-                   coalesce(sum(hashtextextended(
-                       concat_ws('|', topic, partition, "offset", order_id, customer_id,
-                                 amount::text, currency, ts::text, error), 0)::numeric), 0)::text
+                   coalesce(sum(row_hash::numeric), 0)::text
             from {schema}.stage_orders where txid = %s and attempt = %s
             """
         ).format(schema=sql.Identifier(schema)),

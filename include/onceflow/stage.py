@@ -13,8 +13,18 @@ COPYs the rows, tagged (txid, attempt, part):
   writing; rows it staged earlier carry its attempt number, which commit never publishes
   (ledger.mark_staged fences by attempt).
 
+Per part, the fence row in onceflow.stage_parts also records what the part staged: rows,
+valid rows, dead letters, the bytes read (column `_meta_bytes` of the input, if present) and
+a checksum (the exact sum of column `_meta_hash`, a 64-bit hash per row that is also staged
+as `row_hash`). process sums the parts instead of scanning the staged rows again.
+
 Options: dsn, schema (the sink schema), pipeline, txid, attempt.
-Rows: the transform's columns (stage columns less txid, attempt, part), binary key/value.
+Rows: the transform's columns (stage columns less txid, attempt, part), binary key/value,
+and optionally `_meta_bytes` (not staged) and `_meta_hash` (staged as row_hash).
+
+process runs the same `stage_part` through `stage_frame` (a mapInArrow, no data source
+workers to start on the driver); the `onceflow_stage` data source is the same writer for
+`df.write.format("onceflow_stage")`.
 """
 
 from __future__ import annotations
@@ -40,6 +50,10 @@ from onceflow.reader import _binary_array, _fixed_array, _string_repeat
 
 TAG_COLUMNS = ("txid", "attempt", "part")
 DATA_COLUMNS = tuple(c for c in STAGE_COLUMNS if c not in TAG_COLUMNS)
+BYTES_COLUMN = "_meta_bytes"  # per input row: bytes read (key + value); summed, not staged
+HASH_COLUMN = "_meta_hash"  # per row: 64-bit hash; summed into the checksum, staged as row_hash
+META_COLUMNS = (BYTES_COLUMN, HASH_COLUMN)
+MESSAGE_SCHEMA = "part int, rows bigint, skipped boolean"
 
 
 @dataclass
@@ -93,7 +107,7 @@ class StageDataSource(DataSource):
         )
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        unknown = [f.name for f in schema.fields if f.name not in DATA_COLUMNS]
+        unknown = [f.name for f in schema.fields if f.name not in DATA_COLUMNS + META_COLUMNS]
         if unknown:
             raise ValueError(
                 f"onceflow_stage: column(s) {unknown} are not stage columns {list(DATA_COLUMNS)}"
@@ -118,6 +132,45 @@ class StageWriter(DataSourceArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         """Nothing to undo: parts of a failed job belong to an attempt that is never staged."""
+
+
+class StagePartFn:
+    """mapInArrow function of `stage_frame`: stages its Spark partition as part k."""
+
+    def __init__(self, target: StageTarget) -> None:
+        self.target = target
+
+    def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
+        import numpy as np
+        import pyarrow as pa
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        if ctx is None:
+            raise RuntimeError("onceflow_stage: stage_frame must run in a Spark task")
+        msg = stage_part(self.target, ctx.partitionId(), batches)
+        # from buffers: pa.array / from_pylist would import pandas into the worker
+        yield pa.RecordBatch.from_arrays(
+            [
+                _fixed_array(pa.int32(), np.array([msg.part], dtype=np.int32)),
+                _fixed_array(pa.int64(), np.array([msg.rows], dtype=np.int64)),
+                pa.Array.from_buffers(
+                    pa.bool_(), 1, [None, pa.py_buffer(np.array([int(msg.skipped)], np.uint8))]
+                ),
+            ],
+            names=["part", "rows", "skipped"],
+        )
+
+
+def stage_frame(df: Any, target: StageTarget) -> Any:
+    """A DataFrame that, when collected, stages each Spark partition k of `df` as part k
+    (under the task fence) and gives one row (part, rows, skipped) per partition."""
+    unknown = [c for c in df.columns if c not in DATA_COLUMNS + META_COLUMNS]
+    if unknown:
+        raise ValueError(
+            f"onceflow_stage: column(s) {unknown} are not stage columns {list(DATA_COLUMNS)}"
+        )
+    return df.mapInArrow(StagePartFn(target), MESSAGE_SCHEMA)
 
 
 def stage_part(target: StageTarget, part: int, batches: Iterable[Any]) -> StageCommitMessage:
@@ -159,9 +212,20 @@ def stage_part(target: StageTarget, part: int, batches: Iterable[Any]) -> StageC
             )
             cur.copy_expert(copy, stream, size=1 << 20)
             cur.execute(
-                "update onceflow.stage_parts set rows = %s"
+                "update onceflow.stage_parts set rows = %s, valid = %s, dead = %s, bytes = %s,"
+                " checksum = %s"
                 " where pipeline = %s and txid = %s and attempt = %s and part = %s",
-                (stream.rows, t.pipeline, t.txid, t.attempt, part),
+                (
+                    stream.rows,
+                    stream.rows - stream.dead,
+                    stream.dead,
+                    stream.bytes,
+                    stream.checksum,
+                    t.pipeline,
+                    t.txid,
+                    t.attempt,
+                    part,
+                ),
             )
         failpoints.hit("stage.before_part_commit", t.txid)
         conn.commit()
@@ -187,14 +251,18 @@ class _CsvStream(io.RawIOBase):
         self._buf = b""
         self._pos = 0
         self.rows = 0
+        self.dead = 0  # rows with an error (dead letters)
+        self.bytes: int | None = None  # sum of _meta_bytes, None without that column
+        self.checksum: int | None = None  # exact sum of _meta_hash, None without it
         self.columns: tuple[str, ...] = TAG_COLUMNS + DATA_COLUMNS
         self._first: Any = next(self._batches, None)
         if self._first is not None:
             names = tuple(self._first.schema.names)
-            unknown = [n for n in names if n not in DATA_COLUMNS]
+            unknown = [n for n in names if n not in DATA_COLUMNS + META_COLUMNS]
             if unknown:
                 raise ValueError(f"onceflow_stage: unexpected column(s) {unknown}")
-            self.columns = TAG_COLUMNS + names
+            staged = tuple("row_hash" if n == HASH_COLUMN else n for n in names)
+            self.columns = TAG_COLUMNS + tuple(n for n in staged if n != BYTES_COLUMN)
 
     def readable(self) -> bool:
         return True
@@ -218,8 +286,21 @@ class _CsvStream(io.RawIOBase):
         while batch is not None and batch.num_rows == 0:
             batch = next(self._batches, None)
         if batch is not None:
-            self.rows += batch.num_rows
+            self._count(batch)
         return batch
+
+    def _count(self, batch: Any) -> None:
+        names = batch.schema.names
+        self.rows += batch.num_rows
+        if "error" in names:
+            error = batch.column(names.index("error"))
+            self.dead += len(error) - error.null_count
+        if BYTES_COLUMN in names:
+            self.bytes = (self.bytes or 0) + _exact_sum(batch.column(names.index(BYTES_COLUMN)))
+        if HASH_COLUMN in names:
+            self.checksum = (self.checksum or 0) + _exact_sum(
+                batch.column(names.index(HASH_COLUMN))
+            )
 
 
 def _to_csv(batch: Any, tags: tuple[str, int, int]) -> bytes:
@@ -235,16 +316,33 @@ def _to_csv(batch: Any, tags: tuple[str, int, int]) -> bytes:
         _fixed_array(pa.int32(), np.full(n, attempt, dtype="int32")),
         _fixed_array(pa.int32(), np.full(n, part, dtype="int32")),
     ]
-    for col in batch.columns:
+    names = []
+    for name, col in zip(batch.schema.names, batch.columns, strict=True):
+        if name == BYTES_COLUMN:
+            continue
+        names.append("row_hash" if name == HASH_COLUMN else name)
         if pa.types.is_binary(col.type) or pa.types.is_large_binary(col.type):
             col = _bytea_hex(col)
         elif pa.types.is_timestamp(col.type) and col.type.tz not in (None, "UTC"):
             col = col.cast(pa.timestamp(col.type.unit, tz="UTC"))  # written as ...Z
         arrays.append(col)
-    table = pa.Table.from_arrays(arrays, names=list(TAG_COLUMNS) + batch.schema.names)
+    table = pa.Table.from_arrays(arrays, names=list(TAG_COLUMNS) + names)
     out = io.BytesIO()
     pcsv.write_csv(table, out, pcsv.WriteOptions(include_header=False, quoting_style="needed"))
     return out.getvalue()
+
+
+def _exact_sum(col: Any) -> int:
+    """The exact sum of an integer column (NULLs count 0), however large: 64-bit values are
+    summed as 32-bit halves, which cannot overflow for any batch Spark hands over."""
+    import numpy as np
+
+    if col.null_count:
+        raise ValueError("onceflow_stage: _meta_bytes and _meta_hash must not be NULL")
+    values = col.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    low = int((values & 0xFFFFFFFF).sum())
+    high = int((values >> 32).sum())
+    return high * (1 << 32) + low
 
 
 def _bytea_hex(col: Any) -> Any:

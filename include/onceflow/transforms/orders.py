@@ -118,11 +118,15 @@ def transform(df: Any, *, fast_path: bool = True) -> Any:
 
     Narrow projections only: no shuffle, one output row per input row, in input order.
     `fast_path=False` sends every record through the VARIANT rules (tests compare the two).
+    Input columns named `_meta_*` (process counts the bytes read in one) are carried through
+    unchanged, after OUTPUT_COLUMNS.
     """
     from pyspark.sql import functions as F
 
     lit, col = F.lit, F.col
+    meta = [c for c in df.columns if c.startswith("_meta_")]
     base = df.select(
+        *meta,
         "topic",
         "partition",
         "offset",
@@ -209,6 +213,7 @@ def transform(df: Any, *, fast_path: bool = True) -> Any:
         F.col("_error").alias("error"),
         F.when(dead, F.col("key")).alias("key"),
         F.when(dead, F.substring("value", 1, DEAD_VALUE_BYTES)).alias("value"),
+        *meta,
     )
 
 
