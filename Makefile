@@ -73,7 +73,11 @@ format: setup
 
 ## test: lint, then unit and integration tests on real services (one shared test stack)
 test: setup system-deps lint
-	$(VENV)/bin/pytest $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -m "not cluster" $(PYTEST_ARGS)
+
+## test-cluster: the scale-out test on a Spark standalone master and two workers (127.0.0.1)
+test-cluster: setup
+	$(VENV)/bin/pytest -m cluster $(PYTEST_ARGS)
 
 ## chaos: fault-injection run on a dedicated stack (ports 25435/29095/28083); writes chaos-report.json
 ##        (CHAOS_ARGS="--batches 20" for a short run; --seed N, --max-minutes M, --keep)
