@@ -85,3 +85,11 @@ test-cluster: setup
 CHAOS_ARGS ?=
 chaos: setup
 	$(ONCEFLOW) chaos $(CHAOS_ARGS)
+
+## bench: throughput, fixed cost and scaling, measured side by side on data it produces
+##        (~20-30 min on 2 cores; run on a quiet machine). Writes bench/results.json,
+##        bench/throughput.png and BENCHMARKS.md. BENCH_ARGS="--quick" for a smoke run.
+.PHONY: bench
+BENCH_ARGS ?=
+bench: setup
+	$(PY) bench/run.py $(BENCH_ARGS)

@@ -272,9 +272,12 @@ def _run_spark(
 
 def _session(cfg: Any) -> Any:
     """The Spark session: spark-submit's settings win, then the pipeline's, then SPARK_DEFAULTS."""
-    from pyspark import SparkConf
+    from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
+    # Connect to spark-submit's JVM first: before that, SparkConf() is an empty Python dict
+    # and would not see --master / --conf (the job then silently ran in local mode).
+    SparkContext._ensure_initialized()
     submitted = SparkConf()  # what spark-submit --conf and spark-defaults.conf set
     builder = SparkSession.builder.appName(f"onceflow-process-{cfg.name}")
     if not submitted.contains("spark.master"):

@@ -1,0 +1,91 @@
+"""Spark side of the benchmark, run with spark-submit: the process job's reader (+ parse) in
+one Spark job, without a sink. Prints one line `BENCH {json}`.
+
+    spark-submit bench/spark_job.py --mode read|read_parse --bootstrap B --ranges JSON
+        [--records-per-input-partition N] [--repeat K]
+
+read        the range reader alone (spark_jobs/process.py's reader: mapInArrow over the ranges),
+            aggregated so every column is materialized in the JVM
+read_parse  reader + the orders transform (JSON parsed and validated in the JVM) + an aggregate
+            over every output column: what process does before staging
+
+Times are in-job: from the action's start to its end, session start-up excluded. With
+--repeat K the action runs K times in the same session (the first includes Python worker
+start-up and JIT warm-up: that is what a micro-batch job pays).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "include"))
+
+
+def process_module():
+    spec = importlib.util.spec_from_file_location(
+        "onceflow_process", ROOT / "spark_jobs/process.py"
+    )
+    mod = importlib.util.module_from_spec(spec)
+    assert spec.loader
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--mode", choices=("read", "read_parse"), required=True)
+    p.add_argument("--bootstrap", required=True)
+    p.add_argument("--ranges", required=True)
+    p.add_argument("--records-per-input-partition", type=int, default=250_000)
+    p.add_argument("--repeat", type=int, default=1)
+    a = p.parse_args()
+
+    from onceflow.ranges import OffsetRange
+    from onceflow.reader import input_ranges, ranges_frame
+    from pyspark.sql import functions as F
+
+    process = process_module()
+    cfg = SimpleNamespace(name="bench", transform="orders", spark_conf={})
+    t0 = time.monotonic()
+    spark = process._session(cfg)
+    session_s = time.monotonic() - t0
+    ranges = [OffsetRange.from_json(d) for d in json.loads(a.ranges)]
+    pieces = input_ranges(ranges, a.records_per_input_partition)
+    runs = []
+    for _ in range(a.repeat):
+        t0 = time.monotonic()
+        if a.mode == "read":
+            df = ranges_frame(spark, pieces, a.bootstrap)
+            agg = df.agg(
+                F.count(F.lit(1)).alias("records"),
+                F.sum(F.length("value")).alias("value_bytes"),
+                F.bit_xor(F.xxhash64("topic", "partition", "offset", "key", "value", "timestamp")),
+            )
+        else:
+            df = process.staged_frame(spark, pieces, bootstrap=a.bootstrap, cfg=cfg)
+            agg = df.agg(
+                F.count(F.lit(1)).alias("records"),
+                F.count("error").alias("dead"),
+                F.sum("amount").alias("amount"),
+                F.sum("_meta_bytes").alias("bytes"),
+                F.bit_xor("_meta_hash").alias("hash"),  # depends on every parsed column
+            )
+        row = agg.collect()[0]
+        runs.append({"seconds": time.monotonic() - t0, "records": row["records"]})
+    spark.stop()
+    print(
+        "BENCH "
+        + json.dumps({"mode": a.mode, "session_s": session_s, "pieces": len(pieces), "runs": runs}),
+        flush=True,
+    )
+
+
+if __name__ == "__main__":
+    main()
