@@ -254,3 +254,10 @@ def test_cli_has_the_chaos_command():
 
     args = build_parser().parse_args(["chaos", "--batches", "20", "--seed", "3"])
     assert (args.batches, args.seed, args.max_minutes, args.keep) == (20, 3, 40.0, False)
+
+
+def test_schedule_can_keep_some_kinds_only():
+    faults = fault_schedule(1, 20, only=["3", "7"])
+    assert {f.kind for f in faults} == {"3_zombie_attempt", "7_broker_restarted"}
+    with pytest.raises(ValueError):
+        fault_schedule(1, 20, only=["42"])

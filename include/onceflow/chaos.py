@@ -127,18 +127,24 @@ class Fault:
         return self.kind + (f"/{self.variant}" if self.variant else "")
 
 
-def fault_schedule(seed: int, batches: int) -> list[Fault]:
+def fault_schedule(seed: int, batches: int, only: Iterable[str] | None = None) -> list[Fault]:
     """The faults of a run: every base fault once in a seeded order, then extra random ones.
+
+    `only` (kind numbers such as "3" or "7") keeps the faults of those kinds (development).
 
     They are spread over the first ~70% of the batches (a fault starts once at_batch batches
     committed, and only after the previous one has ended, so they never overlap).
     """
     rng = random.Random(f"onceflow-chaos:{seed}")
-    base = list(BASE_FAULTS)
+    wanted = set(only or ())
+    pool = [(k, v) for k, v in BASE_FAULTS if not wanted or k.split("_")[0] in wanted]
+    if not pool:
+        raise ValueError(f"no fault kind matches {sorted(wanted)}; kinds are 1..9")
+    base = list(pool)
     rng.shuffle(base)
     n_extra = max(0, (batches - 40) // 20)
-    weights = [EXTRA_WEIGHTS.get(kind, 1.0) for kind, _ in BASE_FAULTS]
-    extra = rng.choices(BASE_FAULTS, weights=weights, k=n_extra)
+    weights = [EXTRA_WEIGHTS.get(kind, 1.0) for kind, _ in pool]
+    extra = rng.choices(pool, weights=weights, k=n_extra)
     chosen = base + extra
     first = FIRST_FAULT_BATCH
     last = max(first + len(chosen), int(batches * 0.7))
@@ -295,6 +301,7 @@ class Options:
     keep: bool = False
     report: Path = PROJECT_ROOT / "chaos-report.json"
     malformed_rate: float = 0.01
+    only: tuple[str, ...] = ()  # fault kinds to inject (default: all)
 
 
 def chaos_env(root: Path = PROJECT_ROOT) -> dict[str, str]:
@@ -540,7 +547,7 @@ class Harness:
         self.runs: dict[str, Run] = {}
         self.n = 0
         self.epoch = 0
-        self.faults = fault_schedule(opts.seed, opts.batches)
+        self.faults = fault_schedule(opts.seed, opts.batches, opts.only)
         self.active: list[tuple[Fault, Iterator[None]]] = []
         self.hold_clears = False
         self.harness_clears = 0
@@ -1617,6 +1624,7 @@ class Harness:
         faults = fault_counts(self.faults)
         complete = (
             not timed_out
+            and not self.opts.only
             and all(v["injected"] >= 1 for v in faults.values())
             and audit.batches_committed >= self.opts.batches
         )

@@ -360,6 +360,7 @@ def cmd_chaos(args: argparse.Namespace, settings: Settings) -> int:
         max_minutes=args.max_minutes,
         keep=args.keep,
         report=Path(args.report) if args.report else chaos.Options.report,
+        only=tuple(k.strip() for k in (args.faults or "").split(",") if k.strip()),
     )
     return chaos.run(opts)
 
@@ -547,6 +548,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sp.add_argument("--keep", action="store_true", help="leave the chaos stack running afterwards")
     sp.add_argument("--report", help="report path (default: chaos-report.json at the project root)")
+    sp.add_argument(
+        "--faults",
+        help="only these fault kinds, e.g. 3,7 (development; such a run is never complete)",
+    )
     return p
 
 
