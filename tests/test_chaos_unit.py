@@ -96,6 +96,7 @@ def test_everything_delivered_once_is_clean():
         "dead_lettered": 1,
         "lost": 0,
         "lost_with_broker": 0,
+        "unprocessed": 0,
         "duplicated": 0,
         "duplicate_copies": 0,
         "not_acked_in_sink": 0,
@@ -261,3 +262,13 @@ def test_schedule_can_keep_some_kinds_only():
     assert {f.kind for f in faults} == {"3_zombie_attempt", "7_broker_restarted"}
     with pytest.raises(ValueError):
         fault_schedule(1, 20, only=["42"])
+
+
+def test_records_above_the_committed_offset_are_unprocessed_not_lost():
+    acked = _acked({0: [(0, o) for o in range(6)]})
+    sink = _rows(acked, skip={(0, 0, 4), (0, 0, 5)})
+    counts = account(acked, sink, [], 0, committed={0: 4})
+    assert (counts["lost"], counts["unprocessed"]) == (0, 2)
+    assert chaos.verdict_of("exactly-once", counts) == "exactly-once-so-far"
+    counts = account(acked, _rows(acked, skip={(0, 0, 1)}), [], 0, committed={0: 6})
+    assert counts["lost"] == 1

@@ -176,12 +176,16 @@ def account(
     sink: Iterable[SinkRecord],
     resets: Iterable[tuple[int, int]],
     final_epoch: int,
+    committed: dict[int, int] | None = None,
 ) -> dict[str, int]:
     """Compare what the broker acknowledged with what the sink holds.
 
     acked: per epoch, {(partition, offset): (event number, crc32 of the value)}.
     resets: (partition, committed_before) of onceflow.resets in id order; the k-th reset of a
       partition ends its epoch k, and committed_before is how far that epoch was committed.
+
+    committed: per partition, the final epoch's committed offset; acked records at or above it
+      are `unprocessed` (lag left when a run ends early), not lost. None: every record counts.
 
     lost: acked records of the final epoch missing from the sink, and acked records of an
       earlier epoch below the offset committed when it was reset, missing from the sink.
@@ -215,14 +219,17 @@ def account(
         ):
             mismatched += 1
     copies = sum(n - 1 for n in seen.values() if n > 1)
-    lost = lost_with_broker = produced_n = 0
+    lost = lost_with_broker = unprocessed = produced_n = 0
     for epoch, records in acked.items():
         for partition, offset in records:
             produced_n += 1
             if (epoch, partition, offset) in seen:
                 continue
             if epoch >= final_epoch:
-                lost += 1
+                if committed is not None and offset >= committed.get(partition, 0):
+                    unprocessed += 1  # not committed yet: lag, not loss
+                else:
+                    lost += 1
                 continue
             ends = cutoffs.get(partition, [])
             cutoff = ends[epoch] if epoch < len(ends) else None
@@ -236,6 +243,7 @@ def account(
         "dead_lettered": dead,
         "lost": lost,
         "lost_with_broker": lost_with_broker,
+        "unprocessed": unprocessed,
         "duplicated": copies + not_acked,
         "duplicate_copies": copies,
         "not_acked_in_sink": not_acked,
@@ -245,7 +253,9 @@ def account(
 
 def verdict_of(audit_verdict: str, counts: dict[str, int]) -> str:
     clean = counts["lost"] == 0 and counts["duplicated"] == 0 and counts["mismatched"] == 0
-    return "exactly-once" if audit_verdict == "exactly-once" and clean else "violated"
+    if audit_verdict != "exactly-once" or not clean:
+        return "violated"
+    return "exactly-once" if not counts.get("unprocessed") else "exactly-once-so-far"
 
 
 def fault_counts(faults: Iterable[Fault]) -> dict[str, dict[str, int]]:
@@ -970,7 +980,7 @@ class Harness:
 
     def wait_recovered(self, fault: Fault, run_ids: list[str]) -> Iterator[None]:
         yield from self.wait(
-            lambda: all(self.run_ok(r) for r in run_ids),
+            lambda: all(self.run_ok(r) or self.runs[r].abandoned for r in run_ids),
             RECOVER_TIMEOUT,
             f"runs {', '.join(run_ids)} committed",
         )
@@ -1086,7 +1096,11 @@ class Harness:
             "a process task running",
         )
         running = sorted(
-            {r for (r, _), (s, _) in self.ti.items() if s == "running" and r in self.runs}
+            {
+                r
+                for (r, _), (s, _) in self.ti.items()
+                if s == "running" and r in self.runs and not self.runs[r].abandoned
+            }
         )
         sched = stack.service_process(self.settings, "scheduler")
         if sched is None:
@@ -1120,7 +1134,10 @@ class Harness:
                 cand[:] = [
                     r
                     for (r, t), (s, _) in self.ti.items()
-                    if t == "plan" and s == "running" and r in self.runs
+                    if t == "plan"
+                    and s == "running"
+                    and r in self.runs
+                    and not self.runs[r].abandoned
                 ]
                 return bool(cand)
 
@@ -1613,7 +1630,8 @@ class Harness:
         ]
         with self.producer.lock:
             acked = {e: dict(v) for e, v in self.producer.acked.items()}
-        counts = account(acked, self.sink_records(), resets, self.epoch)
+        committed = {p: c for p, (c, e) in self.offsets.items() if e == self.epoch}
+        counts = account(acked, self.sink_records(), resets, self.epoch, committed)
         snap = broker.snapshot(self.settings.kafka_bootstrap, PIPELINE, (TOPIC,))
         broker_ends = {p: e for (_, p), e in snap.ends.items()}
         audit = run_audit(
@@ -1634,6 +1652,7 @@ class Harness:
             "lost": counts["lost"],
             "duplicated": counts["duplicated"],
             "lost_with_broker": counts["lost_with_broker"],
+            "unprocessed": counts["unprocessed"],
             "produced": counts["produced"],
             "in_sink": counts["in_sink"],
             "dead_lettered": counts["dead_lettered"],
