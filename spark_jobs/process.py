@@ -346,11 +346,13 @@ def stage_job(
 
 
 def _check_parts(dsn: str, cfg: Any, txid: str, attempt: int, expected_parts: int) -> None:
-    """Every input partition staged exactly once, and the staged rows are there.
+    """Every input partition staged exactly once, and staged rows are there.
 
     The part rows and the staged rows commit together, but stage_orders is UNLOGGED: a
-    PostgreSQL crash empties it while the part rows stay. One probe row shows it did not
-    happen (truncation is all or nothing); after mark_staged, commit's count check does.
+    PostgreSQL crash empties it while the part rows stay. One probe row catches a crash
+    after the last part committed (the table is then empty); whatever else is missing (a
+    crash in the middle of the job, rows of earlier parts gone) makes commit's count check
+    fail, since the counts come from the part rows: never published silently.
     """
     from onceflow.db import transaction
     from psycopg2 import sql

@@ -94,7 +94,7 @@ def test_commit_waits_for_its_predecessor_and_commits_in_seq_order(stack, airflo
         commit_ti = {
             t["task_id"]: t["state"] for t in airflow.task_instances(cfg.dag_id, "order-2")
         }
-        if state == "staged" and commit_ti.get("commit") == "up_for_reschedule":
+        if state == "staged" and commit_ti.get("commit") == "deferred":
             break
         time.sleep(1)
     else:

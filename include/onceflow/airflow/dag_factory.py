@@ -16,7 +16,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import DAG
 
-from onceflow.airflow.tasks import CommitSensor, plan_task
+from onceflow.airflow.tasks import CommitOperator, plan_task
 from onceflow.config import PipelineConfig, load_pipelines
 from onceflow.settings import PROJECT_ROOT, Settings
 
@@ -90,16 +90,13 @@ def build_dag(cfg: PipelineConfig) -> DAG:
             retries=2,
             retry_delay=timedelta(seconds=5),
         )
-        commit = CommitSensor(
+        commit = CommitOperator(
             task_id="commit",
             pipeline=cfg.name,
-            poke_interval=cfg.commit_poke_interval,
-            timeout=timedelta(hours=24).total_seconds(),
-            # Commit is idempotent, so retries are free. Airflow 3.3's scheduler can race a
-            # reschedule poke against the previous poke's executor event under load and mark
-            # the sensor up_for_retry; extra retries absorb that.
-            retries=6,
-            retry_delay=timedelta(seconds=2),
+            poll_interval=cfg.commit_poke_interval,
+            # Commit is idempotent, so retries are free (a lost ledger connection, say).
+            retries=3,
+            retry_delay=timedelta(seconds=5),
         )
         plan >> process >> commit
     return dag

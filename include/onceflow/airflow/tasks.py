@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import logging
 import time
-from datetime import UTC, datetime
+from datetime import timedelta
 from typing import Any
 
-from airflow.sdk.bases.sensor import BaseSensorOperator
+from airflow.sdk import BaseOperator
 
 from onceflow import broker, ledger
+from onceflow.airflow.triggers import CommitReadyTrigger, describe_wait
 from onceflow.config import get_pipeline
-from onceflow.errors import CommitOrderError
+from onceflow.errors import CommitOrderError, OnceflowError
 from onceflow.settings import Settings
 
 log = logging.getLogger("onceflow")
@@ -59,58 +60,74 @@ def plan_task(pipeline: str, run_id: str) -> dict[str, Any]:
     return {"txid": run_id, "seq": batch.seq, "replayed": batch.replayed, "offsets": upper}
 
 
-class CommitSensor(BaseSensorOperator):
-    """Commit txid = run_id once seq-1 has committed; waits without holding a worker slot.
+class CommitOperator(BaseOperator):
+    """Commit txid = run_id once seq-1 has committed; waits in the triggerer, not in a worker.
 
-    Each poke asks the ledger which batch blocks the commit. While blocked it logs whom it
-    waits for and that batch's state (on the first poke and then every minute); once free it
-    runs the commit transaction (publish + mark committed + offset compare-and-set).
+    The task asks the ledger which batch blocks the commit. If none, it runs the commit
+    transaction (publish + mark committed + offset compare-and-set) at once. Otherwise it
+    defers to `CommitReadyTrigger`, which polls the ledger every `poll_interval` seconds and
+    logs whom the commit waits for and that batch's state (at once, on every change and then
+    every minute); when it fires, the task resumes in `execute_complete` and commits.
+    Commit is idempotent, so a retry or a re-run of a committed txid is safe.
     """
 
     template_fields = ("pipeline",)
 
-    def __init__(self, *, pipeline: str, **kwargs: Any) -> None:
-        kwargs.setdefault("mode", "reschedule")
+    def __init__(
+        self,
+        *,
+        pipeline: str,
+        poll_interval: float = 2.0,
+        wait_timeout: timedelta = timedelta(hours=24),
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.pipeline = pipeline
+        self.poll_interval = poll_interval
+        self.wait_timeout = wait_timeout
 
-    def poke(self, context: Any) -> bool:
+    def execute(self, context: Any) -> dict[str, Any]:
+        return self._commit_or_defer(context, waited=0.0)
+
+    def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> dict[str, Any]:
+        event = event or {}
+        if event.get("status") == "error":
+            raise OnceflowError(f"commit of txid {context['run_id']}: {event.get('message')}")
+        return self._commit_or_defer(context, waited=float(event.get("waited", 0.0)))
+
+    def _commit_or_defer(self, context: Any, waited: float) -> dict[str, Any]:
         settings = Settings.from_env()
         cfg = get_pipeline(settings.pipelines_file, self.pipeline)
         txid = context["run_id"]
         wait = ledger.blocking_predecessor(settings.postgres_dsn, cfg.name, txid)
-        if wait is not None:
-            self._log_wait(context, txid, wait)
-            return False
-        try:
-            result = ledger.commit(settings.postgres_dsn, cfg, txid)
-        except CommitOrderError as e:  # a predecessor was re-opened between the check and commit
-            self.log.info("%s", e)
-            return False
-        self.log.info(
-            "onceflow commit pipeline=%s txid=%s seq=%d outcome=%s published=%d dead_lettered=%d",
-            cfg.name,
-            txid,
-            result.seq,
-            result.outcome,
-            result.published,
-            result.dead,
+        if wait is None:
+            try:
+                result = ledger.commit(settings.postgres_dsn, cfg, txid)
+            except CommitOrderError as e:  # a predecessor was re-opened between check and commit
+                self.log.info("%s", e)
+            else:
+                self.log.info(
+                    "onceflow commit pipeline=%s txid=%s seq=%d outcome=%s published=%d "
+                    "dead_lettered=%d waited=%.1fs",
+                    cfg.name,
+                    txid,
+                    result.seq,
+                    result.outcome,
+                    result.published,
+                    result.dead,
+                    waited,
+                )
+                return {
+                    "txid": txid,
+                    "seq": result.seq,
+                    "outcome": result.outcome,
+                    "published": result.published,
+                    "dead_lettered": result.dead,
+                }
+        else:
+            self.log.info("%s; deferring to the triggerer", describe_wait(txid, wait, waited))
+        self.defer(
+            trigger=CommitReadyTrigger(cfg.name, txid, self.poll_interval),
+            method_name="execute_complete",
+            timeout=self.wait_timeout,
         )
-        return True
-
-    def _log_wait(self, context: Any, txid: str, wait: ledger.Wait) -> None:
-        ti = context["ti"]
-        start = ti.start_date or datetime.now(UTC)
-        waited = (datetime.now(UTC) - start).total_seconds()
-        first = waited < max(self.poke_interval, 1) * 1.5
-        if first or int(waited) % 60 < max(self.poke_interval, 1):
-            hint = f"; its last error: {wait.last_error}" if wait.last_error else ""
-            self.log.info(
-                "commit of txid %s waits for txid %s (seq %d), which is %s%s (waited %.0fs)",
-                txid,
-                wait.txid,
-                wait.seq,
-                wait.state,
-                hint,
-                waited,
-            )

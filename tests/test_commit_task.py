@@ -1,0 +1,126 @@
+"""The commit task and its trigger on a real PostgreSQL ledger.
+
+The Airflow triggerer and task runner are not started here (the end-to-end tests run them):
+the operator's `execute` / `execute_complete` and the trigger's `run` are called directly,
+which is exactly what those two processes do with them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from airflow.sdk.exceptions import TaskDeferred
+from onceflow import ledger
+from onceflow.airflow.tasks import CommitOperator
+from onceflow.airflow.triggers import CommitReadyTrigger
+from onceflow.config import get_pipeline
+from onceflow.errors import OnceflowError
+from test_ledger import T, process, snap
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def cfg(unique_name, ledger_dsn, tmp_path, monkeypatch):
+    path = tmp_path / "pipelines.toml"
+    path.write_text(
+        f'[pipelines.{unique_name}]\ntopics = ["{T}"]\nmax_records_per_partition = 100\n'
+    )
+    monkeypatch.setenv("ONCEFLOW_PIPELINES", str(path))
+    monkeypatch.setenv("ONCEFLOW_POSTGRES_DSN", ledger_dsn)
+    return get_pipeline(path, unique_name)
+
+
+def first_event(trigger: CommitReadyTrigger, within: float):
+    """The trigger's first event, or None if it is still waiting after `within` seconds."""
+
+    async def go():
+        agen = trigger.run()
+        try:
+            return await asyncio.wait_for(agen.__anext__(), within)
+        except TimeoutError:
+            return None
+        finally:
+            await agen.aclose()
+
+    return asyncio.run(go())
+
+
+def test_trigger_serialises_without_credentials(cfg):
+    path, kwargs = CommitReadyTrigger(cfg.name, "run/1", 0.5).serialize()
+    assert path == "onceflow.airflow.triggers.CommitReadyTrigger"
+    assert kwargs == {"pipeline": cfg.name, "txid": "run/1", "poll_interval": 0.5}
+    assert CommitReadyTrigger(**kwargs).serialize() == (path, kwargs)
+
+
+def test_trigger_waits_for_the_predecessor_then_fires(ledger_dsn, cfg, capsys):
+    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}))
+    ledger.plan(ledger_dsn, cfg, "b", snap({(T, 0): 16}))
+    process(ledger_dsn, cfg, "b", 6)
+    trigger = CommitReadyTrigger(cfg.name, "b", 0.2)
+    assert first_event(trigger, within=1.5) is None  # a is only planned
+    # the triggerer's log (structlog, to stdout here) is what the task log shows
+    assert "commit of txid b waits for txid a (seq 1), which is planned" in capsys.readouterr().out
+    process(ledger_dsn, cfg, "a", 10)
+    ledger.commit(ledger_dsn, cfg, "a")
+    event = first_event(trigger, within=5)
+    assert event is not None and event.payload["status"] == "ready"
+
+
+def test_trigger_keeps_waiting_while_the_ledger_is_unreachable(cfg, monkeypatch, capsys):
+    monkeypatch.setenv("ONCEFLOW_POSTGRES_DSN", "postgresql://nobody@127.0.0.1:1/none")
+    assert first_event(CommitReadyTrigger(cfg.name, "a", 0.2), within=1.5) is None
+    assert "cannot read the ledger (OperationalError" in capsys.readouterr().out
+
+
+def test_trigger_reports_an_unknown_txid(cfg):
+    event = first_event(CommitReadyTrigger(cfg.name, "nope", 0.2), within=5)
+    assert event.payload["status"] == "error"
+    assert "'nope' is not in the ledger" in event.payload["message"]
+
+
+def test_commit_task_defers_while_blocked_and_commits_when_resumed(ledger_dsn, cfg):
+    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}))
+    ledger.plan(ledger_dsn, cfg, "b", snap({(T, 0): 16}))
+    process(ledger_dsn, cfg, "b", 5, 1)
+    op = CommitOperator(task_id="commit", pipeline=cfg.name, poll_interval=0.5)
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute({"run_id": "b"})
+    trigger = deferred.value.trigger
+    assert isinstance(trigger, CommitReadyTrigger)
+    assert (trigger.pipeline, trigger.txid, trigger.poll_interval) == (cfg.name, "b", 0.5)
+    assert deferred.value.method_name == "execute_complete"
+    assert ledger.get_batch(ledger_dsn, cfg.name, "b").state == "staged"
+
+    process(ledger_dsn, cfg, "a", 10)
+    assert op.execute({"run_id": "a"})["outcome"] == "committed"  # free: commits at once
+    out = op.execute_complete({"run_id": "b"}, {"status": "ready", "waited": 3.0})
+    assert (out["seq"], out["outcome"], out["published"], out["dead_lettered"]) == (
+        2,
+        "committed",
+        5,
+        1,
+    )
+    assert ledger.get_batch(ledger_dsn, cfg.name, "b").state == "committed"
+    # a retry of the task after commit changes nothing
+    assert op.execute({"run_id": "b"})["outcome"] == "already-committed"
+
+
+def test_commit_task_defers_again_if_a_predecessor_reopened(ledger_dsn, cfg):
+    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}))
+    ledger.plan(ledger_dsn, cfg, "b", snap({(T, 0): 16}))
+    process(ledger_dsn, cfg, "b", 6)
+    op = CommitOperator(task_id="commit", pipeline=cfg.name)
+    # the trigger fired, but a was re-opened before the task resumed: wait again, never skip
+    with pytest.raises(TaskDeferred):
+        op.execute_complete({"run_id": "b"}, {"status": "ready"})
+    assert ledger.get_batch(ledger_dsn, cfg.name, "b").state == "staged"
+
+
+def test_commit_task_fails_clearly_on_a_trigger_error(cfg):
+    op = CommitOperator(task_id="commit", pipeline=cfg.name)
+    with pytest.raises(OnceflowError, match="commit of txid x: txid 'x' is not in the ledger"):
+        op.execute_complete(
+            {"run_id": "x"}, {"status": "error", "message": "txid 'x' is not in the ledger"}
+        )
