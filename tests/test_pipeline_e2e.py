@@ -183,3 +183,34 @@ def test_rerun_and_backfill_through_the_cli_keep_the_audit_clean(stack, airflow,
     assert "txid 'no-such-run' is not in the ledger of pipeline 'it_rerun'" in err
     assert "has no batch with seq 4" in err
     assert "no pipeline named 'no_such_pipeline'" in err
+
+
+def test_reset_offsets_abandons_uncommitted_batches_and_fails_their_runs(stack, airflow, capsys):
+    from onceflow.cli import main
+
+    feed(stack, "it_reset", 100)
+    cfg = get_pipeline(stack.pipelines_file, "it_reset")
+    snapshot = lambda: broker.snapshot(stack.kafka_bootstrap, cfg.name, cfg.topics)  # noqa: E731
+    ledger.plan(stack.postgres_dsn, cfg, "reset-0", snapshot)  # seq 1: no Airflow run
+    feed(stack, "it_reset", 50, start=100)
+    airflow.trigger(cfg.dag_id, "reset-1")  # seq 2: processed, its commit waits for seq 1
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        tis = {t["task_id"]: t["state"] for t in airflow.task_instances(cfg.dag_id, "reset-1")}
+        if tis.get("commit") == "deferred":
+            break
+        time.sleep(1)
+    else:
+        pytest.fail(f"reset-1 never reached a waiting commit: {tis}")
+    assert main(["reset-offsets", "--pipeline", "it_reset", "--reason", "test", "--yes"]) == 0
+    out = capsys.readouterr().out
+    assert "abandoned: reset-0, reset-1" in out
+    assert "run reset-0 is not in Airflow's DAG onceflow_it_reset: nothing to stop" in out
+    assert "marked run reset-1 of onceflow_it_reset failed" in out
+    assert airflow.get_run(cfg.dag_id, "reset-1")["state"] == "failed"
+    for txid in ("reset-0", "reset-1"):
+        assert ledger.get_batch(stack.postgres_dsn, cfg.name, txid).state == "abandoned"
+    # new runs plan from the new offsets and commit; the audit accounts for the reset
+    states = run_and_wait(airflow, cfg.dag_id, ["reset-2"])
+    assert states == {"reset-2": "success"}
+    audit(stack, "it_reset")

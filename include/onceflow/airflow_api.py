@@ -227,6 +227,19 @@ class AirflowClient:
             ),
         )
 
+    def fail_run(self, dag_id: str, run_id: str, note: str | None = None) -> dict:
+        """Mark the run failed (its running tasks are stopped by Airflow)."""
+        body: dict[str, Any] = {"state": "failed"}
+        if note:
+            body["note"] = note[:1000]
+        return self._run_call(
+            dag_id,
+            run_id,
+            lambda: self.request(
+                "PATCH", f"/api/v2/dags/{_q(dag_id)}/dagRuns/{_q(run_id)}", json=body
+            ),
+        )
+
     def task_instances(self, dag_id: str, run_id: str) -> list[dict]:
         path = f"/api/v2/dags/{_q(dag_id)}/dagRuns/{_q(run_id)}/taskInstances"
         items: list[dict] = []

@@ -345,8 +345,33 @@ def cmd_reset_offsets(args: argparse.Namespace, settings: Settings) -> int:
         print(
             f"  {p['topic']}[{p['partition']}]: committed {p['committed_before']} -> restarts at {p['new_offset']}"
         )
-    print("Fail or mark the abandoned runs in Airflow; new runs plan from the new offsets.")
+    if reset.abandoned and not args.keep_runs:
+        _fail_abandoned_runs(settings, cfg.dag_id, reset.abandoned)
+    print("New runs plan from the new offsets.")
     return 0
+
+
+def _fail_abandoned_runs(settings: Settings, dag_id: str, txids: list[str]) -> None:
+    """Mark the abandoned txids' DAG runs failed, so they stop and free their active-run slots.
+
+    Their work can never commit (the ledger fences abandoned batches); left running, a process
+    task would keep reading a log that no longer exists and hold a slot of max_active_runs.
+    """
+    from onceflow.airflow_api import AirflowClient, AirflowError, AirflowNotFound
+
+    client = AirflowClient(settings.airflow_url, settings.airflow_user, settings.airflow_password)
+    for txid in txids:
+        try:
+            client.fail_run(dag_id, txid, note="abandoned by onceflow reset-offsets")
+            print(f"  marked run {txid} of {dag_id} failed (abandoned: it never commits)")
+        except AirflowNotFound:
+            print(f"  run {txid} is not in Airflow's DAG {dag_id}: nothing to stop")
+        except AirflowError as e:
+            print(
+                f"  could not mark run {txid} failed ({e}); mark it failed in the Airflow UI: "
+                "it can never commit",
+                file=sys.stderr,
+            )
 
 
 def cmd_chaos(args: argparse.Namespace, settings: Settings) -> int:
@@ -528,13 +553,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--reason", required=True, help="why; kept in the ledger (onceflow.resets, operator_log)"
     )
     sp.add_argument("--yes", action="store_true", help="confirm")
+    sp.add_argument(
+        "--keep-runs",
+        action="store_true",
+        help="leave the abandoned batches' DAG runs alone (default: mark them failed in Airflow)",
+    )
 
     sp = add(
         "chaos",
         cmd_chaos,
         "Run the chaos harness on a dedicated local stack: faults injected while runs go "
         "through the scheduler; writes chaos-report.json (exit 0 only for exactly-once).",
-        "onceflow chaos --batches 200 --seed 1 --max-minutes 40",
+        "onceflow chaos --batches 200 --seed 1 --max-minutes 70",
     )
     sp.add_argument(
         "--batches", type=int, default=200, help="committed batches to reach (default 200)"
@@ -543,8 +573,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument(
         "--max-minutes",
         type=float,
-        default=40.0,
-        help="time budget; faults stop at 80%% of it, then the lag drains (default 40)",
+        default=70.0,
+        help="time budget; faults stop at 80%% of it, then the lag drains (default 70)",
     )
     sp.add_argument("--keep", action="store_true", help="leave the chaos stack running afterwards")
     sp.add_argument("--report", help="report path (default: chaos-report.json at the project root)")
