@@ -272,3 +272,41 @@ def test_records_above_the_committed_offset_are_unprocessed_not_lost():
     assert chaos.verdict_of("exactly-once", counts) == "exactly-once-so-far"
     counts = account(acked, _rows(acked, skip={(0, 0, 1)}), [], 0, committed={0: 6})
     assert counts["lost"] == 1
+
+
+RUNNER = """
+import os, subprocess, sys, time
+os.setsid()
+if sys.argv[1] == "titled":
+    import setproctitle
+    setproctitle.setproctitle("airflow worker -- 0192-test")
+child = subprocess.Popen(["sleep", "30"])
+print(child.pid, flush=True)
+time.sleep(30)
+"""
+
+
+@pytest.mark.parametrize("kind", ["titled", "untitled"])
+def test_task_runner_of_finds_airflow_s_task_process_by_its_title(kind):
+    """The zombie fault kills the task runner that started a spark-submit: a process-group
+    leader titled by Airflow (whose /proc environ then reads blank), never anything else."""
+    import subprocess
+    import sys
+
+    import psutil
+
+    runner = subprocess.Popen(
+        [sys.executable, "-c", RUNNER, kind], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        child = psutil.Process(int(runner.stdout.readline()))
+        found = chaos.task_runner_of(child)
+        if kind == "titled":
+            assert found is not None and found.pid == runner.pid
+        else:
+            assert found is None
+    finally:
+        for p in psutil.Process(runner.pid).children(recursive=True):
+            p.kill()
+        runner.kill()
+        runner.wait()

@@ -339,6 +339,26 @@ def chaos_env(root: Path = PROJECT_ROOT) -> dict[str, str]:
     }
 
 
+def task_runner_of(jvm: Any) -> Any:
+    """The Airflow task process that started this spark-submit JVM, or None.
+
+    The JVM was found as ours by its environment; its parent is the task runner if that is a
+    process-group leader titled `airflow worker -- <id>`. The parent's own environment cannot
+    be checked: Airflow sets the process title, which overwrites the environment block that
+    /proc/PID/environ shows (it reads as blanks).
+    """
+    import psutil
+
+    try:
+        runner = jvm.parent()
+        if runner is None or os.getpgid(runner.pid) != runner.pid:
+            return None
+        title = " ".join(runner.cmdline())
+    except (psutil.Error, OSError):
+        return None
+    return runner if title.startswith("airflow worker") else None
+
+
 class FaultTimeout(RuntimeError):
     pass
 
@@ -1036,8 +1056,8 @@ class Harness:
         jvm = [p for p in procs if any("SparkSubmit" in a for a in p.cmdline())]
         if not jvm:
             raise FaultSkipped(f"no spark-submit JVM of {txid} found")
-        runner = jvm[0].parent()
-        if runner is None or os.getpgid(runner.pid) != runner.pid or not self._ours(runner):
+        runner = task_runner_of(jvm[0])
+        if runner is None:
             raise FaultSkipped(f"the Airflow task process of {txid} was not found")
         first_attempt = self.batches[txid]["attempt"]
         runner.send_signal(signal.SIGKILL)
