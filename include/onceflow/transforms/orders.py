@@ -125,13 +125,8 @@ def transform(df: Any, *, fast_path: bool = True) -> Any:
 
     lit, col = F.lit, F.col
     meta = [c for c in df.columns if c.startswith("_meta_")]
-    # fields cut out by the executor's vectorised pre-parse (prepare_batch), if it ran
-    prepared = [f"_f_{name}" for name, _ in FIELDS if f"_f_{name}" in df.columns]
-    if prepared and len(prepared) != len(FIELDS):
-        raise ValueError(f"pre-parsed columns incomplete: {prepared}")
     base = df.select(
         *meta,
-        *prepared,
         "topic",
         "partition",
         "offset",
@@ -140,21 +135,20 @@ def transform(df: Any, *, fast_path: bool = True) -> Any:
         F.length("value").alias("_len"),
         col("value").cast("string").alias("_text"),
     )
-    if not fast_path:
-        is_fast = lit(False)
-    elif prepared:
-        is_fast = col("_f_order_id").isNotNull()
-    else:
-        is_fast = F.coalesce(
-            F.when(col("_len") <= MAX_VALUE_BYTES, col("_text").rlike(FAST_RE)), lit(False)
-        )
-    fast = base.select("*", is_fast.alias("_fast"))
+    fast = base.select(
+        "*",
+        (
+            F.coalesce(
+                F.when(col("_len") <= MAX_VALUE_BYTES, col("_text").rlike(FAST_RE)), lit(False)
+            )
+            if fast_path
+            else lit(False)
+        ).alias("_fast"),
+    )
     slow = ~col("_fast")
     parsed = fast.select(
         "*",
-        (lit(None) if prepared else F.when(col("_fast"), F.split(col("_text"), '"'))).alias(
-            "_parts"
-        ),
+        F.when(col("_fast"), F.split(col("_text"), '"')).alias("_parts"),
         # NULL for fast records: every VARIANT expression below then costs nothing for them
         F.when(slow, F.try_parse_json(col("_text"))).alias("_json"),
     )
@@ -165,8 +159,6 @@ def transform(df: Any, *, fast_path: bool = True) -> Any:
     )
 
     def part(name: str) -> Any:
-        if prepared:
-            return col(f"_f_{name}")
         return F.element_at(col("_parts"), _FAST_PARTS[name])
 
     typed = fields.select(
