@@ -56,6 +56,18 @@ META_COLUMNS = (BYTES_COLUMN, HASH_COLUMN)
 MESSAGE_SCHEMA = "part int, rows bigint, skipped boolean"
 
 
+def _not_stage_columns(names: Iterable[str]) -> list[str]:
+    """Input column names the writer does not know (neither stage nor meta columns)."""
+    return [n for n in names if n not in DATA_COLUMNS + META_COLUMNS]
+
+
+def _staged_name(name: str) -> str | None:
+    """The stage_orders column an input column is written to; None: summed, not staged."""
+    if name == BYTES_COLUMN:
+        return None
+    return "row_hash" if name == HASH_COLUMN else name
+
+
 @dataclass
 class StageCommitMessage(WriterCommitMessage):
     part: int
@@ -107,7 +119,7 @@ class StageDataSource(DataSource):
         )
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        unknown = [f.name for f in schema.fields if f.name not in DATA_COLUMNS + META_COLUMNS]
+        unknown = _not_stage_columns(f.name for f in schema.fields)
         if unknown:
             raise ValueError(
                 f"onceflow_stage: column(s) {unknown} are not stage columns {list(DATA_COLUMNS)}"
@@ -165,7 +177,7 @@ class StagePartFn:
 def stage_frame(df: Any, target: StageTarget) -> Any:
     """A DataFrame that, when collected, stages each Spark partition k of `df` as part k
     (under the task fence) and gives one row (part, rows, skipped) per partition."""
-    unknown = [c for c in df.columns if c not in DATA_COLUMNS + META_COLUMNS]
+    unknown = _not_stage_columns(df.columns)
     if unknown:
         raise ValueError(
             f"onceflow_stage: column(s) {unknown} are not stage columns {list(DATA_COLUMNS)}"
@@ -258,11 +270,11 @@ class _CsvStream(io.RawIOBase):
         self._first: Any = next(self._batches, None)
         if self._first is not None:
             names = tuple(self._first.schema.names)
-            unknown = [n for n in names if n not in DATA_COLUMNS + META_COLUMNS]
+            unknown = _not_stage_columns(names)
             if unknown:
                 raise ValueError(f"onceflow_stage: unexpected column(s) {unknown}")
-            staged = tuple("row_hash" if n == HASH_COLUMN else n for n in names)
-            self.columns = TAG_COLUMNS + tuple(n for n in staged if n != BYTES_COLUMN)
+            staged = (_staged_name(n) for n in names)
+            self.columns = TAG_COLUMNS + tuple(n for n in staged if n is not None)
 
     def readable(self) -> bool:
         return True
@@ -318,9 +330,10 @@ def _to_csv(batch: Any, tags: tuple[str, int, int]) -> bytes:
     ]
     names = []
     for name, col in zip(batch.schema.names, batch.columns, strict=True):
-        if name == BYTES_COLUMN:
+        staged = _staged_name(name)
+        if staged is None:
             continue
-        names.append("row_hash" if name == HASH_COLUMN else name)
+        names.append(staged)
         if pa.types.is_binary(col.type) or pa.types.is_large_binary(col.type):
             col = _bytea_hex(col)
         elif pa.types.is_timestamp(col.type) and col.type.tz not in (None, "UTC"):
@@ -333,7 +346,7 @@ def _to_csv(batch: Any, tags: tuple[str, int, int]) -> bytes:
 
 
 def _exact_sum(col: Any) -> int:
-    """The exact sum of an integer column (NULLs count 0), however large: 64-bit values are
+    """The exact sum of an integer column without NULLs, however large: 64-bit values are
     summed as 32-bit halves, which cannot overflow for any batch Spark hands over."""
     import numpy as np
 
