@@ -254,7 +254,7 @@ def test_cli_has_the_chaos_command():
     from onceflow.cli import build_parser
 
     args = build_parser().parse_args(["chaos", "--batches", "20", "--seed", "3"])
-    assert (args.batches, args.seed, args.max_minutes, args.keep) == (20, 3, 70.0, False)
+    assert (args.batches, args.seed, args.max_minutes, args.keep) == (20, 3, 120.0, False)
 
 
 def test_schedule_can_keep_some_kinds_only():

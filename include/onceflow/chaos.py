@@ -307,7 +307,7 @@ def report_table(report: dict[str, Any]) -> str:
 class Options:
     batches: int = 200
     seed: int = 1
-    max_minutes: float = 70.0
+    max_minutes: float = 120.0
     keep: bool = False
     report: Path = PROJECT_ROOT / "chaos-report.json"
     malformed_rate: float = 0.01

@@ -564,7 +564,7 @@ def build_parser() -> argparse.ArgumentParser:
         cmd_chaos,
         "Run the chaos harness on a dedicated local stack: faults injected while runs go "
         "through the scheduler; writes chaos-report.json (exit 0 only for exactly-once).",
-        "onceflow chaos --batches 200 --seed 1 --max-minutes 70",
+        "onceflow chaos --batches 200 --seed 1 --max-minutes 120",
     )
     sp.add_argument(
         "--batches", type=int, default=200, help="committed batches to reach (default 200)"
@@ -573,8 +573,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument(
         "--max-minutes",
         type=float,
-        default=70.0,
-        help="time budget; faults stop at 80%% of it, then the lag drains (default 70)",
+        default=120.0,
+        help="time budget; faults stop at 80%% of it, then the lag drains (default 120)",
     )
     sp.add_argument("--keep", action="store_true", help="leave the chaos stack running afterwards")
     sp.add_argument("--report", help="report path (default: chaos-report.json at the project root)")
