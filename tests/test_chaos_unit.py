@@ -310,3 +310,15 @@ def test_task_runner_of_finds_airflow_s_task_process_by_its_title(kind):
             p.kill()
         runner.kill()
         runner.wait()
+
+
+def test_a_run_is_complete_when_every_kind_ran_and_the_target_was_reached():
+    ran = {kind: {"injected": 1, "recovered": 1} for kind in chaos.KINDS}
+    assert chaos.is_complete(ran, 200, 200, ended_by="target", only=False)
+    # the clock started the drain, but the batches committed while draining reach the target
+    assert chaos.is_complete(ran, 203, 200, ended_by="clock", only=False)
+    assert not chaos.is_complete(ran, 199, 200, ended_by="clock", only=False)
+    assert not chaos.is_complete(ran, 250, 200, ended_by="hard-deadline", only=False)
+    assert not chaos.is_complete(ran, 250, 200, ended_by="target", only=True)
+    missing = {**ran, next(iter(chaos.KINDS)): {"injected": 0, "recovered": 0}}
+    assert not chaos.is_complete(missing, 250, 200, ended_by="target", only=False)
