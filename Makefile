@@ -7,8 +7,10 @@ SETUP_STAMP = $(VENV)/.onceflow-setup-stamp
 
 .PHONY: setup system-deps up down status demo test lint format
 
-## setup: create .venv and install the locked dependencies + onceflow (editable)
+## setup: create .venv, install the locked dependencies + onceflow (editable), and write the driver JVM's class archive once (onceflow spark-archive)
 setup: $(SETUP_STAMP)
+	@$(VENV)/bin/onceflow spark-archive \
+	  || echo "setup: the Spark class archive was not written (onceflow spark-archive); process tasks start without it"
 
 # Re-runs only when requirements.lock or pyproject.toml is newer than the stamp.
 # uv is much faster (~7 s vs ~60 s); pip is the fallback when uv cannot be installed or fails.

@@ -41,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common  # noqa: E402
 from common import ROOT, SPARK_SUBMIT, Topic  # noqa: E402
+from onceflow import jvm_archive  # noqa: E402
 from procmon import run_watched  # noqa: E402
 
 BENCH = ROOT / "bench"
@@ -431,7 +432,12 @@ def write_markdown(r: dict, path: Path) -> None:
         f"Data: {c['records']:,} JSON order events of ~{c['value_bytes_avg']:.0f} bytes "
         f"({c['malformed_rate']:.0%} malformed), {c['partitions']} partitions, broker tansu "
         f"(memory), PostgreSQL {c['postgres']}; medians of {c['repeats']} runs; Spark local[2], "
-        "driver 512 MiB.",
+        "driver 512 MiB"
+        + (
+            ", driver JVM with the class archive of `onceflow spark-archive` (as the DAG submits)."
+            if c.get("driver_class_archive")
+            else "."
+        ),
         "",
         "## Throughput (records/s) and acceptance",
         "",
@@ -551,6 +557,10 @@ def main() -> int:
         write_markdown(results, a.markdown)
         say(f"rendered {a.markdown} from {a.out}")
         return 0
+    archive = jvm_archive.java_options()
+    if archive:  # as the DAG's process task submits (onceflow.jvm_archive)
+        SUBMIT_ARGS.extend(["--conf", f"{jvm_archive.DRIVER_JAVA_OPTIONS}={archive}"])
+    say(f"driver class archive: {archive or 'none (onceflow spark-archive writes it)'}")
     if a.quick:
         a.records, a.repeats, a.sizes, a.partition_records, a.dag_runs = (
             200_000,
@@ -622,6 +632,7 @@ def main() -> int:
                         "postgres": pg_version,
                         "spark_master": "local[2]",
                         "records_per_input_partition": 250_000,
+                        "driver_class_archive": bool(archive),
                     },
                     "raw_consumer_records_per_s": median([x["records_per_s"] for x in raws]),
                     "raw_consumer_nodecode_records_per_s": median(

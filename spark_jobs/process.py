@@ -9,8 +9,9 @@ How the DAG runs it (SparkSubmitOperator):
     application   spark_jobs/process.py
     application_args  ["--pipeline", NAME, "--txid", "{{ run_id }}"]
     conf          {"spark.pyspark.python": VENV_PYTHON} (or env PYSPARK_PYTHON), plus the
-                  pipeline's spark_conf; master local[2] (or the cluster's), driver_memory
-                  from the pipeline (>= 512m)
+                  pipeline's spark_conf, plus the driver JVM's class archive in
+                  spark.driver.extraJavaOptions when this host has one (onceflow.jvm_archive);
+                  master local[2] (or the cluster's), driver_memory from the pipeline (>= 512m)
     env_vars      ONCEFLOW_POSTGRES_DSN, ONCEFLOW_KAFKA_BOOTSTRAP, ONCEFLOW_PIPELINES,
                   SPARK_LOCAL_IP=127.0.0.1 on a single host
     py_files      a zip with `onceflow/` at its root when executors do not have the package
@@ -299,11 +300,17 @@ def staged_frame(spark: Any, pieces: list[Any], *, bootstrap: str, cfg: Any, **r
     """The transform's output for `pieces` (Spark partition k = pieces[k]) plus the columns
     the stage writer sums per part: bytes read and a 64-bit hash of each staged row."""
     from onceflow.reader import ranges_frame
+
+    return stage_columns(ranges_frame(spark, pieces, bootstrap, **read), cfg)
+
+
+def stage_columns(src: Any, cfg: Any) -> Any:
+    """Records (the reader's schema) -> the pipeline's transform plus the columns the stage
+    writer sums per part: bytes read and a 64-bit hash of each staged row."""
     from onceflow.stage import BYTES_COLUMN, HASH_COLUMN
     from onceflow.transforms import get_transform
     from pyspark.sql import functions as F
 
-    src = ranges_frame(spark, pieces, bootstrap, **read)
     sized = src.withColumn(
         BYTES_COLUMN,
         F.coalesce(F.length("key"), F.lit(0)).cast("long")

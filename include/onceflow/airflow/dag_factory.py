@@ -1,7 +1,8 @@
 """One DAG per configured pipeline: plan -> process (spark-submit) -> commit.
 
-A declaration only: reading the pipelines file is the sole I/O, and nothing touches the
-ledger, the broker or Spark until a task runs. txid is `{{ run_id }}` everywhere; no
+A declaration only: reading the pipelines file (and whether the driver JVM's class archive
+exists, see onceflow.jvm_archive) is the sole I/O, and nothing touches the ledger, the broker
+or Spark until a task runs. txid is `{{ run_id }}` everywhere; no
 logical-date macro is used (NULL for runs triggered through the API).
 """
 
@@ -16,6 +17,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import DAG
 
+from onceflow import jvm_archive
 from onceflow.airflow.tasks import CommitOperator, plan_task
 from onceflow.config import PipelineConfig, load_pipelines
 from onceflow.settings import PROJECT_ROOT, Settings
@@ -49,12 +51,14 @@ def process_env() -> dict[str, str]:
 
 def build_dag(cfg: PipelineConfig) -> DAG:
     python = os.environ.get("ONCEFLOW_SPARK_PYTHON", sys.executable)
-    conf = {
-        "spark.pyspark.python": python,
-        "spark.pyspark.driver.python": python,
-        "spark.executorEnv.PYTHONPATH": str(PROJECT_ROOT / "include"),
-        **cfg.spark_conf,
-    }
+    conf = jvm_archive.with_archive(
+        {
+            "spark.pyspark.python": python,
+            "spark.pyspark.driver.python": python,
+            "spark.executorEnv.PYTHONPATH": str(PROJECT_ROOT / "include"),
+            **cfg.spark_conf,
+        }
+    )
     with DAG(
         dag_id=cfg.dag_id,
         description=cfg.description or f"Onceflow pipeline {cfg.name}: {', '.join(cfg.topics)}",
