@@ -406,6 +406,40 @@ def test_a_task_that_dies_before_its_commit_leaves_nothing(env, first_run, tmp_p
 
 
 @pytest.mark.integration
+def test_staged_timestamps_are_utc_whatever_the_servers_time_zone(env, first_run):
+    """The CSV carries UTC wall times without a zone; stage_part reads them in UTC even on
+    a connection whose time zone is another (here America/New_York)."""
+    import datetime as dt
+
+    import pyarrow as pa
+    from onceflow.stage import StageTarget, stage_part
+
+    (attempt,) = query(
+        env, "select attempt from onceflow.batches where pipeline = %s and txid = 'run-1'", PIPELINE
+    )[0]
+    instant = dt.datetime(2024, 1, 15, 23, 30, 0, 250000, tzinfo=dt.UTC)
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "topic": [TOPIC],
+            "partition": pa.array([0], pa.int32()),
+            "offset": [777_777],
+            "order_id": ["o-tz"],
+            "ts": pa.array([instant], pa.timestamp("us", tz="Asia/Tokyo")),
+        }
+    )
+    dsn = env["ONCEFLOW_POSTGRES_DSN"]
+    dsn += ("&" if "?" in dsn else "?") + "options=-c%20TimeZone%3DAmerica/New_York"
+    try:
+        msg = stage_part(StageTarget(dsn, "it_orders", PIPELINE, "run-1", attempt), 87, [batch])
+        assert (msg.rows, msg.skipped) == (1, False)
+        staged = query(env, 'select ts from it_orders.stage_orders where "offset" = 777777')
+        assert staged == [(instant,)]
+    finally:  # leave the batch as the job staged it
+        query(env, "delete from onceflow.stage_parts where part = 87")
+        query(env, 'delete from it_orders.stage_orders where "offset" = 777777')
+
+
+@pytest.mark.integration
 def test_commit_publishes_staged_rows_and_dead_letters(env, produced, first_run):
     from onceflow import ledger
 
@@ -568,6 +602,21 @@ def test_short_error_picks_the_onceflow_error_from_a_spark_failure():
 
 
 @pytest.mark.unit
+def test_bytea_hex_encodes_only_the_present_values_of_any_slice():
+    import pyarrow as pa
+    from onceflow.stage import _bytea_hex
+
+    values = [None, b"", b"\x01", None, b"ab", None, b"\xff\x00"]
+    whole = pa.array(values, pa.binary())
+    assert _bytea_hex(whole).to_pylist() == [
+        None, "\\x", "\\x01", None, "\\x6162", None, "\\xff00"
+    ]  # fmt: skip
+    assert _bytea_hex(whole.slice(3, 3)).to_pylist() == [None, "\\x6162", None]
+    assert _bytea_hex(pa.array([b"\x10"], pa.binary())).to_pylist() == ["\\x10"]
+    assert _bytea_hex(pa.array([None, None], pa.binary())).to_pylist() == [None, None]
+
+
+@pytest.mark.unit
 def test_csv_for_copy_tags_rows_and_encodes_bytea():
     import datetime as dt
     from decimal import Decimal
@@ -596,5 +645,6 @@ def test_csv_for_copy_tags_rows_and_encodes_bytea():
     assert stream.columns[:3] == ("txid", "attempt", "part")
     lines = text.split("\n")
     assert lines[0] == '"run,1",3,7,"t",0,1,"a,""b""'
-    assert lines[1] == 'c",12.50,2024-05-01 10:00:00.000005Z,,'
+    # UTC wall time without a zone: stage_part's COPY runs with time zone UTC
+    assert lines[1] == 'c",12.50,2024-05-01 10:00:00.000005,,'
     assert lines[2] == '"run,1",3,7,"t",0,2,,,,"value is null","\\x00ff"'
