@@ -376,7 +376,10 @@ def _bytea_hex(col: Any) -> Any:
         return _null_strings(n)
     valid = col.is_valid().to_numpy(zero_copy_only=False)
     where = np.flatnonzero(valid)
-    hexed = [b"\\x" + b.hex().encode() for b in col.take(_fixed_array(pa.int64(), where.astype(np.int64))).to_pylist()]
+    hexed = [
+        b"\\x" + b.hex().encode()
+        for b in col.take(_fixed_array(pa.int64(), where.astype(np.int64))).to_pylist()
+    ]
     lengths = np.zeros(n, dtype=np.int64)
     lengths[where] = np.fromiter(map(len, hexed), dtype=np.int64, count=len(hexed))
     offsets = np.zeros(n + 1, dtype=np.int32)
