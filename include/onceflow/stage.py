@@ -382,11 +382,11 @@ def _bytea_hex(col: Any) -> Any:
     ]
     lengths = np.zeros(n, dtype=np.int64)
     lengths[where] = np.fromiter(map(len, hexed), dtype=np.int64, count=len(hexed))
-    offsets = np.zeros(n + 1, dtype=np.int32)
+    offsets = np.zeros(n + 1, dtype=np.int64)  # 64-bit: hex doubles up to 64 KiB per value
     np.cumsum(lengths, out=offsets[1:])
     bitmap = None if col.null_count == 0 else pa.py_buffer(np.packbits(valid, bitorder="little"))
     return pa.Array.from_buffers(
-        pa.string(),
+        pa.large_string(),
         n,
         [bitmap, pa.py_buffer(offsets), pa.py_buffer(b"".join(hexed))],
         col.null_count,
