@@ -2,9 +2,9 @@
 
 Every process task is a fresh `spark-submit`: its JVM finds, reads, verifies and links
 several thousand classes from Spark's ~250 jars before and while the job runs (about a
-quarter of the driver's time outside the executor threads, measured). An archive of those
-classes, written once on this host by a training run, is mapped instead (measured here:
-session start 7.4 s -> 4.7-5.5 s, building and planning the job's DataFrame 5.3 s -> 3.3 s).
+quarter of the driver's py4j thread, profiled). An archive of those classes, written once
+on this host by a training run, is mapped instead (measured here: session start 7.4-8.3 s
+-> 4.5-6.3 s, building and planning the job's DataFrame 5.3 s -> 3.7 s; bench/NOTES.md).
 
 - `onceflow spark-archive` (and `make setup`) writes it: `spark_jobs/archive_training.py`
   runs the process job's plan over synthetic records, without Kafka or PostgreSQL, under
