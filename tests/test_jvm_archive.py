@@ -77,7 +77,7 @@ def test_the_dags_process_task_submits_with_the_archive(tmp_path, monkeypatch):
     assert process.conf["spark.driver.extraJavaOptions"] == "-Dmine=1"
 
 
-@pytest.mark.unit
+@pytest.mark.integration  # runs spark-submit (no other service)
 def test_a_failed_training_run_says_so_and_leaves_no_file(tmp_path, monkeypatch):
     monkeypatch.setattr(jvm_archive, "TRAINING_JOB", tmp_path / "no_such_job.py")
     target = tmp_path / "a.jsa"
