@@ -107,6 +107,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="fail a range after this long without progress (default: 60)",
     )
     p.add_argument(
+        "--no-fast-form",
+        action="store_true",
+        help="send every record through the transform in the JVM, even when the transform "
+        "has a fast form (by default its accepted records are parsed and staged by the "
+        "reader's Python worker as parts 0..n-1, the rest by the JVM as parts n..2n-1)",
+    )
+    p.add_argument(
         "--ship-package",
         action="store_true",
         help="zip the imported onceflow package and add it to the executors' Python path "
@@ -234,10 +241,12 @@ def _run_spark(
     ranges: list[Any],
     timings: dict[str, float],
 ) -> int:
-    """Read, transform and stage in one Spark job; returns the number of input partitions.
+    """Read, transform and stage in one Spark job; returns the number of parts staged.
 
-    Input partition k (Spark partition k, stage part k) is input_ranges(...)[k]. An empty
-    batch (no offsets in any range) has no input partition: no Spark session is started.
+    Input partition k (Spark partition k, stage part k) is input_ranges(...)[k]; with the
+    transform's fast form its declined records are part n + k (onceflow.fast_stage), so there
+    are 2n parts. An empty batch (no offsets in any range) has no input partition: no Spark
+    session is started.
     """
     from onceflow.reader import input_ranges
 
@@ -252,7 +261,7 @@ def _run_spark(
     try:
         if args.ship_package:
             spark.sparkContext.addPyFile(_package_zip())
-        stage_job(
+        return stage_job(
             spark,
             pieces,
             bootstrap=bootstrap,
@@ -262,9 +271,9 @@ def _run_spark(
             attempt=attempt,
             client=args.client,
             read_timeout=args.read_timeout,
+            fast_form=not args.no_fast_form,
             timings=timings,
         )
-        return len(pieces)
     finally:
         t0 = time.monotonic()
         spark.stop()
@@ -332,24 +341,43 @@ def stage_job(
     attempt: int,
     client: str = "confluent",
     read_timeout: float = 60.0,
+    fast_form: bool = True,
     timings: dict[str, float] | None = None,
-) -> list[Any]:
-    """Read `pieces`, transform and stage them as parts 0..n-1 of (txid, attempt): one job."""
+) -> int:
+    """Read `pieces`, transform and stage them as parts of (txid, attempt) in one job;
+    returns the number of parts: n (parts 0..n-1), or 2n when the transform has a fast
+    form and `fast_form` is on (accepted records part k, declined ones part n + k)."""
+    from onceflow.fast_stage import fast_stage_frame
     from onceflow.stage import StageTarget, stage_frame
+    from onceflow.transforms import get_fast_form
 
     timings = {} if timings is None else timings
     t0 = time.monotonic()
-    df = staged_frame(
-        spark, pieces, bootstrap=bootstrap, cfg=cfg, client=client, timeout_s=read_timeout
-    )
     target = StageTarget(dsn, cfg.sink_schema, cfg.name, txid, attempt)
-    job = stage_frame(df, target)
+    n = len(pieces)
+    if fast_form and get_fast_form(cfg.transform) is not None:
+        declined = fast_stage_frame(
+            spark, pieces, bootstrap, target, cfg.transform, client=client, timeout_s=read_timeout
+        )
+        job = stage_frame(stage_columns(declined, cfg), target, first_part=n)
+        parts = 2 * n
+    else:
+        df = staged_frame(
+            spark, pieces, bootstrap=bootstrap, cfg=cfg, client=client, timeout_s=read_timeout
+        )
+        job = stage_frame(df, target)
+        parts = n
     timings["plan"] = time.monotonic() - t0
     t0 = time.monotonic()
-    messages = job.collect()
+    job.collect()
     timings["job"] = time.monotonic() - t0
-    log.info("read, transform and stage of %d part(s) took %.1f s", len(pieces), timings["job"])
-    return messages
+    log.info(
+        "read, transform and stage of %d input partition(s) as %d part(s) took %.1f s",
+        n,
+        parts,
+        timings["job"],
+    )
+    return parts
 
 
 def _check_parts(dsn: str, cfg: Any, txid: str, attempt: int, expected_parts: int) -> None:

@@ -265,7 +265,9 @@ def test_parts_follow_the_split_input_partitions(env, produced, first_run):
         " and attempt = 1 order by part",
         PIPELINE,
     )
-    assert [p for p, _ in parts] == list(range(len(pieces)))
+    n = len(pieces)
+    # the fast form's accepted records are part k, the records it declines part n + k
+    assert [p for p, _ in parts] == list(range(2 * n))
     by_part = dict(
         query(
             env,
@@ -274,17 +276,23 @@ def test_parts_follow_the_split_input_partitions(env, produced, first_run):
             " and attempt = 1 group by part",
         )
     )
-    for k, piece in enumerate(pieces):
+    for p, rows in parts:
+        piece = pieces[p % n]
         lo_hi = query(
             env,
-            'select min("offset"), max("offset"), count(*) from it_orders.stage_orders'
-            " where txid = 'run-1' and attempt = 1 and part = %s",
-            k,
+            'select min("offset"), max("offset"), count(*), count(error) from'
+            " it_orders.stage_orders where txid = 'run-1' and attempt = 1 and part = %s",
+            p,
         )[0]
-        assert lo_hi[2] == dict(parts)[k]
+        assert lo_hi[2] == rows
         if lo_hi[2]:
             assert piece.from_offset <= lo_hi[0] and lo_hi[1] < piece.until_offset
-            assert by_part[k] == [f"{piece.topic}:{piece.partition}:true"]
+            assert by_part[p] == [f"{piece.topic}:{piece.partition}:true"]
+        if p < n:
+            assert lo_hi[3] == 0  # the fast form accepts valid records only
+    accepted = sum(rows for p, rows in parts if p < n)
+    declined = sum(rows for p, rows in parts if p >= n)
+    assert accepted > declined > 0  # most records take the fast form; dead letters do not
 
 
 @pytest.mark.integration

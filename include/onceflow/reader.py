@@ -332,6 +332,48 @@ def _fixed_array(type_: Any, values: Any, valid: Any = None) -> Any:
     )
 
 
+def _bits(buf: Any, offset: int, n: int) -> Any:
+    import numpy as np
+
+    bits = np.frombuffer(buf, dtype=np.uint8)
+    return np.unpackbits(bits, bitorder="little")[offset : offset + n].astype(bool)
+
+
+def _valid_mask(arr: Any) -> Any:
+    """numpy bool: which values of an Arrow array are not NULL (without importing pandas,
+    which Arrow's own to_numpy of booleans does)."""
+    import numpy as np
+
+    validity = arr.buffers()[0]
+    if validity is None or arr.null_count == 0:
+        return np.ones(len(arr), dtype=bool)
+    return _bits(validity, arr.offset, len(arr))
+
+
+def _fixed_values(arr: Any, dtype: Any) -> Any:
+    """numpy view of the values of a fixed-width Arrow array (NULL slots hold anything),
+    without importing pandas (Arrow's own to_numpy does)."""
+    import numpy as np
+
+    return np.frombuffer(arr.buffers()[1], dtype=dtype)[arr.offset : arr.offset + len(arr)]
+
+
+def _value_lengths(arr: Any) -> Any:
+    """int64 numpy: the byte length of each value of a binary or string array, 0 for NULL."""
+    import numpy as np
+    import pyarrow as pa
+
+    large = pa.types.is_large_binary(arr.type) or pa.types.is_large_string(arr.type)
+    dtype = np.int64 if large else np.int32
+    offsets = np.frombuffer(arr.buffers()[1], dtype=dtype)[arr.offset : arr.offset + len(arr) + 1]
+    return np.where(_valid_mask(arr), np.diff(offsets).astype(np.int64), 0)
+
+
+def _bool_values(arr: Any) -> Any:
+    """numpy bool of an Arrow boolean array, NULL as False (without importing pandas)."""
+    return _bits(arr.buffers()[1], arr.offset, len(arr)) & _valid_mask(arr)
+
+
 def _string_repeat(value: str, n: int) -> Any:
     import numpy as np
     import pyarrow as pa

@@ -46,7 +46,7 @@ from onceflow import failpoints
 from onceflow.config import NAME_RE
 from onceflow.errors import AbandonedTxidError, FencedAttemptError
 from onceflow.orders_sink import STAGE_COLUMNS
-from onceflow.reader import _fixed_array, _string_repeat
+from onceflow.reader import _fixed_array, _fixed_values, _string_repeat, _valid_mask
 
 TAG_COLUMNS = ("txid", "attempt", "part")
 DATA_COLUMNS = tuple(c for c in STAGE_COLUMNS if c not in TAG_COLUMNS)
@@ -147,10 +147,11 @@ class StageWriter(DataSourceArrowWriter):
 
 
 class StagePartFn:
-    """mapInArrow function of `stage_frame`: stages its Spark partition as part k."""
+    """mapInArrow function of `stage_frame`: stages Spark partition k as part first_part + k."""
 
-    def __init__(self, target: StageTarget) -> None:
+    def __init__(self, target: StageTarget, first_part: int = 0) -> None:
         self.target = target
+        self.first_part = first_part
 
     def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
         import numpy as np
@@ -160,7 +161,7 @@ class StagePartFn:
         ctx = TaskContext.get()
         if ctx is None:
             raise RuntimeError("onceflow_stage: stage_frame must run in a Spark task")
-        msg = stage_part(self.target, ctx.partitionId(), batches)
+        msg = stage_part(self.target, self.first_part + ctx.partitionId(), batches)
         # from buffers: pa.array / from_pylist would import pandas into the worker
         yield pa.RecordBatch.from_arrays(
             [
@@ -174,15 +175,16 @@ class StagePartFn:
         )
 
 
-def stage_frame(df: Any, target: StageTarget) -> Any:
-    """A DataFrame that, when collected, stages each Spark partition k of `df` as part k
-    (under the task fence) and gives one row (part, rows, skipped) per partition."""
+def stage_frame(df: Any, target: StageTarget, first_part: int = 0) -> Any:
+    """A DataFrame that, when collected, stages each Spark partition k of `df` as part
+    first_part + k (under the task fence) and gives one row (part, rows, skipped) per
+    partition."""
     unknown = _not_stage_columns(df.columns)
     if unknown:
         raise ValueError(
             f"onceflow_stage: column(s) {unknown} are not stage columns {list(DATA_COLUMNS)}"
         )
-    return df.mapInArrow(StagePartFn(target), MESSAGE_SCHEMA)
+    return df.mapInArrow(StagePartFn(target, first_part), MESSAGE_SCHEMA)
 
 
 def stage_part(target: StageTarget, part: int, batches: Iterable[Any]) -> StageCommitMessage:
@@ -354,10 +356,13 @@ def _exact_sum(col: Any) -> int:
     """The exact sum of an integer column without NULLs, however large: 64-bit values are
     summed as 32-bit halves, which cannot overflow for any batch Spark hands over."""
     import numpy as np
+    import pyarrow as pa
 
     if col.null_count:
         raise ValueError("onceflow_stage: _meta_bytes and _meta_hash must not be NULL")
-    values = col.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    if isinstance(col, pa.ChunkedArray):
+        return sum(_exact_sum(c) for c in col.chunks)
+    values = _fixed_values(col, np.int64)  # to_numpy() would import pandas
     low = int((values & 0xFFFFFFFF).sum())
     high = int((values >> 32).sum())
     return high * (1 << 32) + low
@@ -374,7 +379,7 @@ def _bytea_hex(col: Any) -> Any:
     n = len(col)
     if col.null_count == n:
         return _null_strings(n)
-    valid = col.is_valid().to_numpy(zero_copy_only=False)
+    valid = _valid_mask(col)
     where = np.flatnonzero(valid)
     hexed = [
         b"\\x" + b.hex().encode()

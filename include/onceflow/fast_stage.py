@@ -1,0 +1,240 @@
+"""Fast stage: the transform's fast form is staged by the Python worker that reads the range.
+
+For a transform with a fast form (onceflow.transforms.get_fast_form), process stages each
+input partition k as TWO parts of the same attempt, both under the task fence of
+onceflow.stage (one PostgreSQL transaction per part, claimed in onceflow.stage_parts):
+
+  part k      the records the fast form accepts: parsed in the reader's Python worker
+              (vectorised over Arrow batches) and COPYed from there; they never enter the JVM;
+  part n + k  the records it declines (n = number of input partitions): handed on to the JVM,
+              through the transform and the ordinary stage writer (`stage_frame(first_part=n)`).
+
+Why: crossing into the JVM and back out to the stage writer was most of the process step's
+CPU (bench/NOTES.md). Both parts are deterministic functions of input partition k (the fast
+form's decision is a pure function of the record), so the fence's rules still hold:
+
+- a task that dies before a part's commit leaves nothing of that part;
+- a retried task finds part k claimed and stages nothing there, but still reads the range to
+  hand the declined records on: part n + k is staged (or found claimed) like any other part;
+- a task of a fenced attempt fails before writing either part.
+
+process then expects 2n parts. Accepted rows carry `row_hash` from onceflow.rowhash, declined
+ones Spark's xxhash64: the checksum of a txid stays the same in every attempt of one version.
+
+The declined records wait in a spooled temporary file (Arrow IPC; memory up to
+DECLINED_SPOOL_BYTES, disk beyond) until part k has committed, so a worker never holds a
+part's declined values in memory, however many there are.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from onceflow.ranges import OffsetRange
+from onceflow.reader import (
+    DEFAULT_BATCH_RECORDS,
+    DEFAULT_TIMEOUT_S,
+    SCHEMA,
+    _fixed_array,
+    _value_lengths,
+    read_range,
+)
+from onceflow.stage import BYTES_COLUMN, HASH_COLUMN, StageTarget
+
+DECLINED_SPOOL_BYTES = 32 << 20
+
+
+@dataclass
+class SplitStats:
+    """What one input partition's split saw (all of them: accepted + declined = records)."""
+
+    records: int = 0
+    accepted: int = 0
+    declined: int = 0
+    accepted_bytes: int = 0
+    accepted_hash: int = 0  # exact sum of the accepted rows' row_hash
+    seconds: float = 0.0
+
+    def as_tuple(self) -> tuple[int, int, int, int, int]:
+        return (self.records, self.accepted, self.declined, self.accepted_bytes, self.accepted_hash)
+
+
+class Split:
+    """Iterates the stage batches of the accepted records of `batches` (reader batches) and
+    spools the declined records; `declined()` gives those back once the iteration is done."""
+
+    def __init__(self, batches: Iterator[Any], fast_form: Callable[[Any], Any]) -> None:
+        self._batches = batches
+        self._fast_form = fast_form
+        self._spool: Any = None
+        self._writer: Any = None
+        self.stats = SplitStats()
+
+    def __iter__(self) -> Iterator[Any]:
+        return self
+
+    def __next__(self) -> Any:
+        while True:
+            batch = next(self._batches)  # StopIteration ends the split
+            staged = self._split(batch)
+            if staged is not None:
+                return staged
+
+    def _split(self, batch: Any) -> Any:
+        import numpy as np
+        import pyarrow as pa
+
+        from onceflow.rowhash import row_hash
+        from onceflow.stage import _exact_sum
+
+        t0 = time.monotonic()
+        n = batch.num_rows
+        accepted, rows = self._fast_form(batch)
+        self.stats.records += n
+        self.stats.accepted += len(accepted)
+        if len(accepted) < n:
+            declined = np.ones(n, dtype=bool)
+            declined[accepted] = False
+            where = np.flatnonzero(declined).astype(np.int64)
+            self._spill(batch.take(_fixed_array(pa.int64(), where)))
+            self.stats.declined += len(where)
+        out = None
+        if len(accepted):
+            names = batch.schema.names
+            nbytes = (
+                _value_lengths(batch.column(names.index("key")))
+                + _value_lengths(batch.column(names.index("value")))
+            )[accepted]
+            hashes = row_hash(rows.columns)
+            b = _fixed_array(pa.int64(), np.ascontiguousarray(nbytes, dtype=np.int64))
+            h = _fixed_array(pa.int64(), hashes)
+            self.stats.accepted_bytes += int(nbytes.sum())
+            self.stats.accepted_hash += _exact_sum(h)
+            out = pa.RecordBatch.from_arrays(
+                [*rows.columns, b, h], names=[*rows.schema.names, BYTES_COLUMN, HASH_COLUMN]
+            )
+        self.stats.seconds += time.monotonic() - t0
+        return out
+
+    def _spill(self, batch: Any) -> None:
+        import pyarrow as pa
+
+        if self._writer is None:
+            self._spool = tempfile.SpooledTemporaryFile(  # noqa: SIM115 - closed by close()
+                max_size=DECLINED_SPOOL_BYTES, prefix="onceflow-declined-"
+            )
+            self._writer = pa.ipc.new_stream(self._spool, batch.schema)
+        self._writer.write_batch(batch)
+
+    def drain(self) -> None:
+        """Split what is left (after a part that was staged before, nothing was consumed)."""
+        for _ in self:
+            pass
+
+    def declined(self) -> Iterator[Any]:
+        """The declined records, in offset order, as the reader's batches."""
+        import pyarrow as pa
+
+        if self._writer is None:
+            return
+        self._writer.close()
+        self._writer = None
+        self._spool.seek(0)
+        yield from pa.ipc.open_stream(self._spool)
+
+    def close(self) -> None:
+        if self._spool is not None:
+            self._spool.close()
+
+
+class FastStageFn:
+    """mapInArrow function of `fast_stage_frame`: the input row with id k reads input range k,
+    stages its accepted records as part k and yields its declined records (reader SCHEMA).
+
+    With `target` None nothing is staged (the benchmark's read_parse): the accepted records'
+    SplitStats go to `stats`, a Spark accumulator, if given.
+    """
+
+    def __init__(
+        self,
+        pieces: list[OffsetRange],
+        bootstrap: str,
+        target: StageTarget | None,
+        transform: str,
+        *,
+        client: str = "confluent",
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        batch_records: int = DEFAULT_BATCH_RECORDS,
+        client_conf: Mapping[str, str] | None = None,
+        stats: Any = None,
+    ) -> None:
+        self.pieces = list(pieces)
+        self.bootstrap = bootstrap
+        self.target = target
+        self.transform = transform
+        self.client = client
+        self.timeout_s = timeout_s
+        self.batch_records = batch_records
+        self.client_conf = dict(client_conf or {})
+        self.stats = stats
+
+    def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
+        from onceflow.stage import stage_part
+        from onceflow.transforms import get_fast_form
+
+        fast_form = get_fast_form(self.transform)
+        if fast_form is None:
+            raise ValueError(f"transform {self.transform!r} has no fast form")
+        for ids in batches:
+            for k in ids.column(0).to_pylist():
+                records = read_range(
+                    self.pieces[k],
+                    self.bootstrap,
+                    client=self.client,
+                    timeout_s=self.timeout_s,
+                    batch_records=self.batch_records,
+                    client_conf=self.client_conf,
+                )
+                split = Split(iter(records), fast_form)
+                try:
+                    if self.target is not None:
+                        stage_part(self.target, k, split)
+                    split.drain()
+                    if self.stats is not None:
+                        self.stats.add(split.stats.as_tuple())
+                    yield from split.declined()
+                finally:
+                    split.close()
+
+
+def fast_stage_frame(
+    spark: Any,
+    pieces: list[OffsetRange],
+    bootstrap: str,
+    target: StageTarget | None,
+    transform: str,
+    **options: Any,
+) -> Any:
+    """A DataFrame of the DECLINED records of `pieces` (reader SCHEMA; Spark partition k
+    holds those of pieces[k]); computing it stages the accepted records of piece k as part k
+    of `target`. `options`: FastStageFn's (client, timeout_s, batch_records, client_conf,
+    stats)."""
+    if not pieces:
+        raise ValueError("fast_stage_frame needs at least one piece (an empty batch reads nothing)")
+    n = len(pieces)
+    ids = spark.range(0, n, 1, n)  # partition k holds the single id k
+    return ids.mapInArrow(FastStageFn(pieces, bootstrap, target, transform, **options), SCHEMA)
+
+
+class StatsParam:
+    """AccumulatorParam of SplitStats tuples (records, accepted, declined, bytes, hash)."""
+
+    def zero(self, value: tuple[int, ...]) -> tuple[int, ...]:
+        return (0, 0, 0, 0, 0)
+
+    def addInPlace(self, a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:  # noqa: N802
+        return tuple(x + y for x, y in zip(a, b, strict=True))
