@@ -55,23 +55,77 @@ def event(**changes) -> bytes:
 _DROP = object()
 
 
-def run(spark, values: list[bytes | None], keys: list[bytes | None] | None = None) -> list:
+READER_SCHEMA = (
+    "topic string, partition int, offset bigint, key binary, value binary, timestamp timestamp"
+)
+FAST_COLUMNS = ("topic", "partition", "offset", "order_id", "customer_id", "amount", "currency")
+
+
+def run(
+    spark,
+    values: list[bytes | None],
+    keys: list[bytes | None] | None = None,
+    *,
+    fast_path: bool = True,
+    ts_as_micros: bool = False,
+) -> list:
+    """The transform's rows of `values`, in offset order. Also checks, for every caller, that
+    the records the Python fast form accepts (orders_fast) get exactly the same rows there."""
     from onceflow.transforms.orders import OUTPUT_COLUMNS, transform
+    from pyspark.sql import functions as F
 
     keys = keys or [b"k"] * len(values)
     rows = [
         ("orders", 0, i, k, v, dt.datetime(2024, 1, 1, tzinfo=UTC))
         for i, (k, v) in enumerate(zip(keys, values, strict=True))
     ]
-    df = spark.createDataFrame(
-        rows,
-        "topic string, partition int, offset bigint, key binary, value binary, timestamp timestamp",
-    )
-    out = transform(df)
+    out = transform(spark.createDataFrame(rows, READER_SCHEMA), fast_path=fast_path)
     assert tuple(out.columns) == OUTPUT_COLUMNS
-    result = out.orderBy("offset").collect()
+    shown = out.withColumn("ts", F.unix_micros("ts")) if ts_as_micros else out
+    result = shown.orderBy("offset").collect()
     assert [r.offset for r in result] == list(range(len(values)))
+
+    accepted, fast = fast_form_rows(spark, keys, values)
+    if accepted:
+        jvm = (
+            out.where(F.col("offset").isin(accepted))
+            .select(*FAST_COLUMNS, F.unix_micros("ts").alias("ts"), "error", "key", "value")
+            .orderBy("offset")
+            .collect()
+        )
+        assert [r[: len(FAST_COLUMNS) + 1] for r in jvm] == fast
+        assert all(r.error is None and r.key is None and r.value is None for r in jvm)
     return result
+
+
+def fast_form_rows(spark, keys: list, values: list) -> tuple[list[int], list]:
+    """(offsets the Python fast form accepts, their rows with ts as epoch microseconds:
+    Python's datetime cannot hold every edge instant)."""
+    import pyarrow as pa
+    from onceflow.transforms.orders_fast import FAST_COLUMNS as PY_COLUMNS
+    from onceflow.transforms.orders_fast import fast_form
+    from pyspark.sql import functions as F
+
+    n = len(values)
+    batch = pa.RecordBatch.from_arrays(
+        [
+            pa.array(["orders"] * n, pa.string()),
+            pa.array([0] * n, pa.int32()),
+            pa.array(range(n), pa.int64()),
+            pa.array(keys, pa.binary()),
+            pa.array(values, pa.binary()),
+            pa.array([None] * n, pa.timestamp("us", tz="UTC")),
+        ],
+        names=["topic", "partition", "offset", "key", "value", "timestamp"],
+    )
+    accepted, rows = fast_form(batch)
+    assert tuple(rows.schema.names) == PY_COLUMNS
+    assert rows.column("offset").to_pylist() == accepted.tolist()
+    if not len(accepted):
+        return [], []
+    df = spark.createDataFrame(pa.Table.from_batches([rows]))
+    got = df.select(*FAST_COLUMNS, F.unix_micros("ts").alias("ts")).orderBy("offset").collect()
+    return accepted.tolist(), [tuple(r) for r in got]
 
 
 def errors(spark, values: list[bytes | None]) -> list[str | None]:
@@ -281,23 +335,70 @@ FAST_CASES: list[bytes | None] = [
 
 
 def test_fast_path_gives_the_same_rows_as_the_variant_rules(spark):
-    """Every case through both paths: the fast form is only a shortcut, never a new rule."""
-    from onceflow.transforms.orders import transform
-
-    rows = [
-        ("orders", 0, i, b"k", v, None) for i, v in enumerate(FAST_CASES)
-    ]  # fmt: skip
-    df = spark.createDataFrame(
-        rows,
-        "topic string, partition int, offset bigint, key binary, value binary, timestamp timestamp",
-    )
-    fast = transform(df).orderBy("offset").collect()
-    slow = transform(df, fast_path=False).orderBy("offset").collect()
+    """Every case through both paths: the fast form is only a shortcut, never a new rule
+    (run() also holds the Python fast form's rows to both)."""
+    fast = run(spark, FAST_CASES)
+    slow = run(spark, FAST_CASES, fast_path=False)
     diffs = [
         (FAST_CASES[i], f, s) for i, (f, s) in enumerate(zip(fast, slow, strict=True)) if f != s
     ]
     assert not diffs
     assert sum(r.error is None for r in fast) >= 10  # the valid layouts above stay valid
+    accepted, _ = fast_form_rows(spark, [b"k"] * len(FAST_CASES), FAST_CASES)
+    assert len(accepted) >= 5  # the Python fast form takes the common layouts too
+
+
+def _fuzz_values() -> list[bytes]:
+    """Timestamps and amounts at and around every edge of orders_fast's checks."""
+    import random
+
+    rng = random.Random(7)
+    stamps = [
+        "2000-02-29T00:00:00Z", "1900-02-29T00:00:00Z", "2100-02-28T23:59:59Z",
+        "2024-04-31T00:00:00Z", "2024-00-10T00:00:00Z", "2024-01-00T00:00:00Z",
+        "2024-12-31T24:00:00Z", "2024-12-31T23:60:00Z", "2024-12-31T23:59:60Z",
+        "0001-01-01T00:00:00Z", "0001-01-01T00:00:00+01:00", "0001-01-01T00:00:00-01:00",
+        "9999-12-31T23:59:59+00:01", "9999-12-31T23:59:59-00:01", "1970-01-01T00:00:00.000001Z",
+        "1969-12-31T23:59:59.9999999Z", "2024-05-01T12:00:00+18:00", "2024-05-01T12:00:00-18:00",
+        "2024-05-01T12:00:00+17:59", "2024-05-01T12:00:00+18:01", "2024-05-01T12:00:00+19",
+        "2024-05-01T12:00:00+05:60", "2024-05-01T12:00:00+0599", "2024-05-01T12:00:00.Z",
+        "2024-05-01T12:00:00.1234567890Z", "2024-05-01t12:00:00Z", "2024-05-01T12:00:00z",
+    ]  # fmt: skip
+    for _ in range(150):
+        y, mo, d = rng.choice([1, 4, 100, 1582, 1899, 1970, 2023, 2024, 9999]), rng.randrange(0, 14), rng.randrange(0, 33)  # fmt: skip
+        h, mi, s = rng.randrange(0, 26), rng.randrange(0, 62), rng.randrange(0, 62)
+        frac = rng.choice(["", "." + "".join(rng.choices("0123456789", k=rng.randrange(1, 10)))])
+        zone = rng.choice(
+            [
+                "",
+                "Z",
+                "+00:00",
+                f"-{rng.randrange(0, 20):02d}",
+                f"+{rng.randrange(0, 20):02d}{rng.randrange(0, 61):02d}",
+            ]
+        )
+        stamps.append(
+            f"{y:04d}-{mo:02d}-{d:02d}{rng.choice('T ')}{h:02d}:{mi:02d}:{s:02d}{frac}{zone}"
+        )
+    amounts = [b"0.005", b"0.015", b"0.994", b"0.995", b"999999999999.994", b"999999999999.995", b"999999999999", b"1" * 12 + b".5", b"0.000000000000000001"]  # fmt: skip
+    for _ in range(100):
+        units = str(rng.choice([0, rng.randrange(1, 10 ** rng.randrange(1, 13))]))
+        frac = "".join(rng.choices("0123456789", k=rng.randrange(0, 19)))
+        amounts.append((units + ("." + frac if frac else "")).encode())
+    return [event(ts=t) for t in stamps] + [
+        event(amount=0).replace(b'"amount": 0', b'"amount": ' + a) for a in amounts
+    ]
+
+
+def test_python_fast_form_gives_the_rules_rows_on_edge_and_random_values(spark):
+    """orders_fast (the reader's Python worker) against the JVM transform, both with its own
+    fast path and with every record through the VARIANT rules (run() compares them)."""
+    values = _fuzz_values()
+    run(spark, values, ts_as_micros=True)
+    run(spark, values, fast_path=False, ts_as_micros=True)
+    accepted, _ = fast_form_rows(spark, [b"k"] * len(values), values)
+    # the fuzz must exercise both outcomes of the Python checks
+    assert 50 <= len(accepted) <= len(values) - 50
 
 
 def test_the_fast_form_is_taken_by_common_layouts(spark):
