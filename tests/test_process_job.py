@@ -138,6 +138,8 @@ def env(pg, produced, tmp_path_factory):
         f'[pipelines.{PIPELINE}]\ntopics = ["{TOPIC}", "{TX_TOPIC}"]\n'
         "records_per_input_partition = 25\n"
         f'[pipelines.it_bad]\nsink_schema = "it_bad"\ntopics = ["{TOPIC}"]\n'
+        f'[pipelines.it_fast]\nsink_schema = "it_fast"\ntopics = ["{TOPIC}"]\n'
+        "records_per_input_partition = 25\n"
     )
     e = dict(os.environ)
     e.update(
@@ -338,6 +340,108 @@ def test_retry_claims_attempt_2_with_the_same_output_and_fences_attempt_1(env, f
     assert row == (2, 2, second[3])
     with pytest.raises(FencedAttemptError):
         ledger.mark_staged(dsn, cfg(env), "run-1", 1)  # the zombie of attempt 1
+
+
+ROW_COLUMNS = (
+    'topic, partition, "offset", order_id, customer_id, amount, currency, ts, error, key, value'
+)
+
+
+@pytest.mark.integration
+def test_without_the_fast_form_every_record_gets_the_same_row(env, produced, first_run):
+    """--no-fast-form sends every record through the JVM transform: same rows, n parts."""
+    from onceflow.reader import input_ranges
+
+    assert first_run[1].returncode == 0
+    (staged,) = query(
+        env, "select staged_attempt from onceflow.batches where pipeline = %s and txid = 'run-1'",
+        PIPELINE,
+    )[0]  # fmt: skip
+    proc = submit(env, "--pipeline", PIPELINE, "--txid", "run-1", "--no-fast-form")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    attempt = int(summary(proc)["attempt"])
+
+    def rows(a: int) -> list:
+        return query(
+            env,
+            f"select {ROW_COLUMNS} from it_orders.stage_orders where txid = 'run-1'"
+            " and attempt = %s order by 1, 2, 3",
+            a,
+        )
+
+    fast, jvm = rows(staged), rows(attempt)
+    assert len(fast) == len(produced[1]) and fast == jvm
+    n = len(input_ranges(plan(env, "run-1", {}).ranges, 25))
+    parts = query(
+        env,
+        "select count(*) from onceflow.stage_parts where pipeline = %s and txid = 'run-1'"
+        " and attempt = %s",
+        PIPELINE,
+        attempt,
+    )
+    assert parts == [(n,)]
+
+
+@pytest.mark.integration
+def test_a_retried_fast_stage_task_still_hands_on_its_declined_records(env, produced):
+    """A task that staged part k (the accepted records) and died before part n + k: its
+    retry finds part k claimed, stages nothing there, and still yields the declined records.
+    A task of a fenced attempt stages nothing at all."""
+    import pyarrow as pa
+    from onceflow import ledger
+    from onceflow.errors import FencedAttemptError
+    from onceflow.fast_stage import FastStageFn
+    from onceflow.reader import input_ranges
+    from onceflow.stage import StageTarget
+
+    ends, delivered = produced
+    dsn = env["ONCEFLOW_POSTGRES_DSN"]
+    batch = plan(env, "run-fs", {tp: e for tp, e in ends.items() if tp[0] == TOPIC}, "it_fast")
+    pieces = input_ranges(batch.ranges, 25)
+    attempt = ledger.claim_attempt(dsn, "it_fast", "run-fs").attempt
+    target = StageTarget(dsn, "it_fast", "it_fast", "run-fs", attempt)
+    fn = FastStageFn(pieces, BOOTSTRAP, target, "orders")
+
+    def records_of(piece) -> dict:
+        return {
+            o: v
+            for (t, p, o), v in delivered.items()
+            if (t, p) == (piece.topic, piece.partition)
+            and piece.from_offset <= o < piece.until_offset
+        }
+
+    # an input partition with valid and malformed records
+    k = next(
+        i
+        for i, piece in enumerate(pieces)
+        if any(v in MALFORMED or v is None for v in records_of(piece).values())
+    )
+    in_piece = records_of(pieces[k])
+    ids = pa.RecordBatch.from_pydict({"id": pa.array([k], pa.int64())})
+
+    def staged_part() -> list:
+        return query(
+            env,
+            "select rows, checksum from onceflow.stage_parts where pipeline = 'it_fast'"
+            " and txid = 'run-fs' and attempt = %s and part = %s",
+            attempt,
+            k,
+        )
+
+    def offsets(batches) -> list[int]:
+        return [o for b in batches for o in b.column("offset").to_pylist()]
+
+    first = offsets(fn(iter([ids])))
+    part = staged_part()
+    assert part and part[0][0] + len(first) == len(in_piece)
+    assert first == sorted(o for o, v in in_piece.items() if v in MALFORMED or v is None)
+
+    retried = offsets(fn(iter([ids])))  # the retry: part 0 is already claimed
+    assert retried == first and staged_part() == part
+
+    ledger.claim_attempt(dsn, "it_fast", "run-fs")  # a newer attempt fences this one
+    with pytest.raises(FencedAttemptError):
+        list(fn(iter([ids])))
 
 
 @pytest.mark.integration

@@ -6,8 +6,8 @@ It is deterministic (the same values give the same hash in every process and att
 Python's salted `hash`), position-aware within a string and order-aware across columns, and
 tells NULL from empty. It is a checksum, not a cryptographic hash.
 
-Supported column types: string, binary (also their large forms), and fixed-width types of
-4, 8 or 16 bytes (int32, int64, timestamp, decimal128).
+Supported column types: string, binary (also their large forms), integers, timestamps,
+dates and decimal128.
 """
 
 from __future__ import annotations
@@ -55,7 +55,12 @@ def _column_hash(col: Any) -> Any:
         h = _bytes_hash(col, np.int32)
     elif pa.types.is_large_string(t) or pa.types.is_large_binary(t):
         h = _bytes_hash(col, np.int64)
-    elif pa.types.is_fixed_size_binary(t) or t.bit_width in (32, 64, 128):
+    elif (
+        pa.types.is_integer(t)
+        or pa.types.is_timestamp(t)
+        or pa.types.is_date(t)
+        or pa.types.is_decimal128(t)
+    ):
         h = _fixed_hash(col)
     else:
         raise TypeError(f"row_hash: column type {t} is not supported")
@@ -70,8 +75,8 @@ def _fixed_hash(col: Any) -> Any:
     width = col.type.bit_width // 8
     data = np.frombuffer(col.buffers()[1], dtype=np.uint8)
     raw = data[col.offset * width : (col.offset + len(col)) * width]
-    if width == 4:
-        return raw.view(np.uint32).astype(np.uint64)
+    if width < 8:
+        return raw.view({1: np.uint8, 2: np.uint16, 4: np.uint32}[width]).astype(np.uint64)
     words = raw.view(np.uint64).reshape(len(col), width // 8)
     h = np.zeros(len(col), dtype=np.uint64)
     for i in range(words.shape[1]):

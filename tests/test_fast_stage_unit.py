@@ -1,0 +1,188 @@
+"""The fast stage's pieces without services: the row hash, the split of a reader batch into
+stage rows and declined records, and that none of it imports pandas into a Spark worker.
+
+The fast stage against a real broker and PostgreSQL (parts k and n + k, the task fence, a
+retried task) is in test_process_job.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from onceflow import fast_stage
+from onceflow.fast_stage import Split
+from onceflow.rowhash import row_hash
+from onceflow.stage import BYTES_COLUMN, HASH_COLUMN
+from onceflow.transforms.orders_fast import FAST_COLUMNS, fast_form
+
+pytestmark = pytest.mark.unit
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def order(i: int) -> bytes:
+    return json.dumps(
+        {
+            "order_id": f"o-{i}",
+            "customer_id": "c",
+            "amount": i,
+            "currency": "EUR",
+            "ts": "2024-05-01T12:00:00Z",
+        }  # fmt: skip
+    ).encode()
+
+
+def reader_batch(values: list[bytes | None], first: int = 0) -> pa.RecordBatch:
+    n = len(values)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(["orders"] * n, pa.string()),
+            pa.array([0] * n, pa.int32()),
+            pa.array(range(first, first + n), pa.int64()),
+            pa.array([b"key"] * n, pa.binary()),
+            pa.array(values, pa.binary()),
+            pa.array([None] * n, pa.timestamp("us", tz="UTC")),
+        ],
+        names=["topic", "partition", "offset", "key", "value", "timestamp"],
+    )
+
+
+# --- row hash ---------------------------------------------------------------------------
+
+
+def test_row_hash_is_the_same_for_a_slice_and_a_copy():
+    strings = pa.array(["a", "", None, "abc", "é€😀"] * 20, pa.string())
+    ints = pa.array(range(100), pa.int64())
+    whole = row_hash([strings, ints])
+    assert whole.dtype == np.int64 and len(set(whole.tolist())) == 100
+    sliced = row_hash([strings.slice(30, 40), ints.slice(30, 40)])
+    copied = row_hash([pa.array(strings.slice(30, 40).to_pylist()), pa.array(range(30, 70))])
+    assert sliced.tolist() == whole[30:70].tolist() == copied.tolist()
+
+
+def test_row_hash_tells_values_positions_nulls_and_columns_apart():
+    def h(*cols):
+        return row_hash([pa.array(c, pa.string()) for c in cols]).tolist()
+
+    assert h(["ab"]) != h(["ba"])  # position within a value
+    assert h([""]) != h([None])  # empty is not NULL
+    assert h(["a"]) != h(["a\x00"])  # length
+    assert h(["x"], ["y"]) != h(["y"], ["x"])  # column order
+    assert h(["x", "x"])[0] == h(["x", "x"])[1]  # equal rows, equal hashes
+    assert len(set(h([f"o-{i}" for i in range(10_000)]))) == 10_000
+
+
+def test_row_hash_of_every_stage_type():
+    rows = pa.RecordBatch.from_arrays(
+        [
+            pa.array([1, 2], pa.int32()),
+            pa.array([10**15, -1], pa.int64()),
+            pa.array([1, 2], pa.decimal128(18, 2)),
+            pa.array([0, 1], pa.timestamp("us", tz="UTC")),
+            pa.array([b"\x00", b"\x00\x00"], pa.binary()),
+            pa.array(["a", "b"], pa.large_string()),
+        ],
+        names=list("abcdef"),
+    )
+    h = row_hash(rows.columns)
+    assert h[0] != h[1]
+    with pytest.raises(TypeError, match="not supported"):
+        row_hash([pa.array([1.5])])  # no float column is staged
+
+
+def test_row_hash_does_not_depend_on_the_process():
+    """Unlike Python's hash(): the same in another interpreter with another hash seed."""
+    code = (
+        "import pyarrow as pa; from onceflow.rowhash import row_hash; "
+        "print(row_hash([pa.array(['o-1', None]), pa.array([7, 8])]).tolist())"
+    )
+    env = {**os.environ, "PYTHONHASHSEED": "12345", "PYTHONPATH": str(ROOT / "include")}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    here = row_hash([pa.array(["o-1", None]), pa.array([7, 8])]).tolist()
+    assert json.loads(out.stdout) == here
+
+
+# --- split ------------------------------------------------------------------------------
+
+
+def test_split_stages_accepted_records_and_hands_on_the_rest_in_order():
+    batches = [
+        reader_batch([order(0), b"not json", order(2), None], first=0),
+        reader_batch([b"{}"] * 3, first=4),  # nothing accepted: no stage batch
+        reader_batch([order(7), order(8)], first=7),
+    ]
+    split = Split(iter(batches), fast_form)
+    staged = list(split)
+    assert [b.num_rows for b in staged] == [2, 2]
+    assert tuple(staged[0].schema.names) == (*FAST_COLUMNS, BYTES_COLUMN, HASH_COLUMN)
+    assert [o for b in staged for o in b.column("offset").to_pylist()] == [0, 2, 7, 8]
+    assert staged[0].column(BYTES_COLUMN).to_pylist() == [3 + len(order(0)), 3 + len(order(2))]
+    hashes = [h for b in staged for h in b.column(HASH_COLUMN).to_pylist()]
+    declined = list(split.declined())
+    assert [o for b in declined for o in b.column("offset").to_pylist()] == [1, 3, 4, 5, 6]
+    assert [v for b in declined for v in b.column("value").to_pylist()] == [
+        b"not json", None, b"{}", b"{}", b"{}"
+    ]  # fmt: skip
+    assert declined[0].schema == batches[0].schema
+    s = split.stats
+    assert (s.records, s.accepted, s.declined) == (9, 4, 5)
+    assert s.accepted_bytes == sum(3 + len(order(i)) for i in (0, 2, 7, 8))
+    assert s.accepted_hash == sum(hashes)
+    split.close()
+
+
+def test_split_spools_declined_records_to_disk_beyond_its_memory(monkeypatch):
+    monkeypatch.setattr(fast_stage, "DECLINED_SPOOL_BYTES", 1024)
+    big = [b"x" * 500 for _ in range(100)]
+    split = Split(iter([reader_batch(big), reader_batch(big, first=100)]), fast_form)
+    split.drain()
+    assert split._spool._rolled  # on disk: the worker does not hold them in memory
+    declined = list(split.declined())
+    assert sum(b.num_rows for b in declined) == 200
+    assert [o for b in declined for o in b.column("offset").to_pylist()] == list(range(200))
+    split.close()
+
+
+def test_split_without_declined_records_has_no_spool():
+    split = Split(iter([reader_batch([order(1)])]), fast_form)
+    split.drain()
+    assert list(split.declined()) == [] and split._spool is None
+
+
+def test_the_fast_stage_path_does_not_import_pandas():
+    """pandas takes seconds to import in each Python worker; Arrow imports it for scalars from
+    Python values and for to_numpy. The fast form, hash, split, spool and CSV must not."""
+    code = """
+import sys, json
+import pyarrow as pa
+from onceflow.reader import _binary_array, _fixed_array, _string_repeat, _timestamp_array
+from onceflow.fast_stage import Split
+from onceflow.stage import _CsvStream
+from onceflow.transforms.orders_fast import fast_form
+import numpy as np
+vals = [json.dumps({"order_id": "o", "customer_id": "c", "amount": 1.5, "currency": "EUR",
+        "ts": "2024-05-01T12:00:00+02:00"}).encode(), b"{}", None] * 10
+n = len(vals)
+b = pa.RecordBatch.from_arrays([_string_repeat("t", n),
+    _fixed_array(pa.int32(), np.zeros(n, np.int32)), _fixed_array(pa.int64(), np.arange(n)),
+    _binary_array([b"k"] * n), _binary_array(vals), _timestamp_array([1] * n)],
+    names=["topic", "partition", "offset", "key", "value", "timestamp"])
+assert "pandas" not in sys.modules
+split = Split(iter([b]), fast_form)
+stream = _CsvStream(split, "tx", 1, 0)
+assert stream.read(1 << 20) and stream.read(1 << 20) == b""
+assert stream.rows == 10 and stream.checksum is not None
+assert sum(x.num_rows for x in split.declined()) == 20
+print("pandas" in sys.modules)
+"""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "include")}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
