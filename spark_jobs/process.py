@@ -109,9 +109,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--no-fast-form",
         action="store_true",
-        help="send every record through the transform in the JVM, even when the transform "
-        "has a fast form (by default its accepted records are parsed and staged by the "
-        "reader's Python worker as parts 0..n-1, the rest by the JVM as parts n..2n-1)",
+        help="send every record through the transform in the JVM, as the pipeline's "
+        "`fast_form = false` does (by default, a transform with a fast form has the records "
+        "it accepts parsed and staged by the reader's Python worker as parts 0..n-1, and "
+        "the rest transformed in the JVM as parts n..2n-1)",
     )
     p.add_argument(
         "--ship-package",
@@ -271,7 +272,7 @@ def _run_spark(
             attempt=attempt,
             client=args.client,
             read_timeout=args.read_timeout,
-            fast_form=not args.no_fast_form,
+            fast_form=cfg.fast_form and not args.no_fast_form,
             timings=timings,
         )
     finally:

@@ -23,6 +23,8 @@ def test_defaults():
         "fail",
     )
     assert cfg.max_records_per_partition is None
+    assert cfg.fast_form is True
+    assert parse_pipeline("demo", {"topics": ["t"], "fast_form": False}).fast_form is False
 
 
 @pytest.mark.parametrize(
@@ -50,6 +52,7 @@ def test_bad_pipeline_names_are_refused(name):
         ({"topics": ["t"], "spark_conf": {"not.spark": "1"}}, "spark_conf"),
         ({"topics": ["t"], "transform": "nope"}, "transform"),
         ({"topics": ["t"], "colour": "red"}, "colour"),
+        ({"topics": ["t"], "fast_form": "yes"}, "fast_form"),
     ],
 )
 def test_bad_values_name_the_key(raw, key):

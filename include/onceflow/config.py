@@ -30,6 +30,7 @@ _KEYS = {
     "max_active_runs",
     "commit_poke_interval",
     "records_per_input_partition",
+    "fast_form",
     "driver_memory",
     "executor_memory",
     "spark_conf",
@@ -50,6 +51,7 @@ class PipelineConfig:
     max_active_runs: int = 3
     commit_poke_interval: float = 2.0
     records_per_input_partition: int = 250_000
+    fast_form: bool = True  # the transform's fast form parses and stages in the reader's worker
     driver_memory: str = "512m"
     executor_memory: str = "1g"
     spark_conf: dict[str, str] = field(default_factory=dict)
@@ -126,6 +128,10 @@ def parse_pipeline(name: str, raw: dict[str, Any], source: str = "<config>") -> 
             source, name, "schedule", "give a cron expression, a preset like '@hourly', or omit it"
         )
 
+    fast_form = raw.get("fast_form", True)
+    if not isinstance(fast_form, bool):
+        raise _fail(source, name, "fast_form", f"{fast_form!r} is not true or false")
+
     memory_re = re.compile(r"^[1-9][0-9]*[kmgt]?$", re.I)
     mems = {}
     for key, default in (("driver_memory", "512m"), ("executor_memory", "1g")):
@@ -155,6 +161,7 @@ def parse_pipeline(name: str, raw: dict[str, Any], source: str = "<config>") -> 
         max_active_runs=positive_int("max_active_runs", 3) or 3,
         commit_poke_interval=float(poke),
         records_per_input_partition=positive_int("records_per_input_partition", 250_000) or 250_000,
+        fast_form=fast_form,
         driver_memory=mems["driver_memory"],
         executor_memory=mems["executor_memory"],
         spark_conf={
