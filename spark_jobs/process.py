@@ -5,6 +5,11 @@ exactly the txid's recorded ranges from Kafka, transforms them in Spark and stag
 tagged (txid, attempt, part), then records the staged counts and checksum in the ledger.
 Commit publishes them later, in seq order.
 
+Input partition i of n is staged as part i, or, when the transform has a fast form (the
+pipeline's `fast_form`, default true), as two parts: i, the records the fast form accepted,
+parsed and COPYed by the Python worker that read them; and n + i, the records it declined,
+through the transform in the JVM (onceflow.fast_stage).
+
 How the DAG runs it (SparkSubmitOperator):
     application   spark_jobs/process.py
     application_args  ["--pipeline", NAME, "--txid", "{{ run_id }}"]

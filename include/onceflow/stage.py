@@ -1,8 +1,9 @@
 """The `onceflow_stage` Spark data source: stages a txid's rows into {schema}.stage_orders.
 
-Each Spark task stages its partition (`part`, the Spark partition id) in ONE PostgreSQL
-transaction that first claims the part in onceflow.stage_parts (the task fence) and then
-COPYs the rows, tagged (txid, attempt, part):
+Each Spark task stages its partition as one `part` (the Spark partition id, plus
+`first_part`; onceflow.fast_stage calls `stage_part` itself for the fast form's part) in ONE
+PostgreSQL transaction that first claims the part in onceflow.stage_parts (the task fence)
+and then COPYs the rows, tagged (txid, attempt, part):
 
 - a task that dies before its commit leaves nothing (the claim rolls back with the rows);
 - a retried or speculative task of the same attempt finds the part claimed and stages

@@ -50,6 +50,10 @@ cannot occur inside its strings) and only rules 1-3, 10, 12 and 13 are evaluated
 other record takes the VARIANT path above; the VARIANT expressions are guarded so they cost
 nothing for fast records. Both paths give the same row for a record the fast path accepts
 (tests/test_transform_orders.py runs every case through both).
+
+In process, most records never reach this transform: orders_fast parses the same fast form
+vectorised in the reader's Python worker, which stages them itself (onceflow.fast_stage);
+only the records it declines come here.
 """
 
 from __future__ import annotations
