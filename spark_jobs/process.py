@@ -375,7 +375,7 @@ def stage_job(
         parts = n
     timings["plan"] = time.monotonic() - t0
     t0 = time.monotonic()
-    job.collect()
+    messages = job.collect()
     timings["job"] = time.monotonic() - t0
     log.info(
         "read, transform and stage of %d input partition(s) as %d part(s) took %.1f s",
@@ -383,6 +383,16 @@ def stage_job(
         parts,
         timings["job"],
     )
+    if parts > n:
+        log.info(
+            "fast form: parts 0..%d staged by the readers' Python workers; %d declined "
+            "record(s) through the %s transform in the JVM, parts %d..%d",
+            n - 1,
+            sum(m.rows for m in messages),
+            cfg.transform,
+            n,
+            parts - 1,
+        )
     return parts
 
 

@@ -295,6 +295,10 @@ def test_parts_follow_the_split_input_partitions(env, produced, first_run):
     accepted = sum(rows for p, rows in parts if p < n)
     declined = sum(rows for p, rows in parts if p >= n)
     assert accepted > declined > 0  # most records take the fast form; dead letters do not
+    assert (
+        f"fast form: parts 0..{n - 1} staged by the readers' Python workers; {declined} "
+        f"declined record(s) through the orders transform in the JVM, parts {n}..{2 * n - 1}"
+    ) in proc.stdout
 
 
 @pytest.mark.integration
