@@ -66,6 +66,17 @@ def test_row_hash_is_the_same_for_a_slice_and_a_copy():
     assert sliced.tolist() == whole[30:70].tolist() == copied.tolist()
 
 
+def test_row_hash_takes_long_columns_in_chunks_with_the_same_result(monkeypatch):
+    from onceflow import rowhash
+
+    values = pa.array([("x" * (i % 13)) + str(i) for i in range(500)] + ["y" * 5000, ""])
+    whole = row_hash([values]).tolist()
+    monkeypatch.setattr(rowhash, "CHUNK_BYTES", 64)  # chunks of a few rows; one value alone
+    monkeypatch.setattr(rowhash, "_powers", (np.ones(1, np.uint64), np.ones(1, np.uint64)))
+    assert row_hash([values]).tolist() == whole
+    assert len(rowhash._powers[0]) < 10_000  # the table follows the chunk, not the column
+
+
 def test_row_hash_tells_values_positions_nulls_and_columns_apart():
     def h(*cols):
         return row_hash([pa.array(c, pa.string()) for c in cols]).tolist()
@@ -186,3 +197,13 @@ print("pandas" in sys.modules)
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+def test_exact_sum_of_slices_narrow_types_and_huge_values():
+    from onceflow.stage import _exact_sum
+
+    big = pa.array([2**62, 2**62, -(2**63), 5], pa.int64())
+    assert _exact_sum(big) == 2**63 - 2**63 + 5
+    assert _exact_sum(big.slice(1, 2)) == 2**62 - 2**63
+    assert _exact_sum(pa.array([1, 2, 3], pa.int32())) == 6
+    assert _exact_sum(pa.chunked_array([big.slice(3), big.slice(0, 1)])) == 5 + 2**62

@@ -22,6 +22,7 @@ _P_INV = np.uint64(pow(0x100000001B3, -1, 1 << 64))
 _NULL = np.uint64(0x9E3779B97F4A7C15)
 _LEN = np.uint64(0xC2B2AE3D27D4EB4F)
 _COLUMN = np.uint64(0x165667B19E3779F9)
+CHUNK_BYTES = 1 << 20  # bytes of string values hashed at once (the powers table's size)
 _powers: tuple[Any, Any] = (np.ones(1, np.uint64), np.ones(1, np.uint64))
 
 
@@ -85,18 +86,33 @@ def _fixed_hash(col: Any) -> Any:
 
 
 def _bytes_hash(col: Any, offset_type: Any) -> Any:
-    """sum(byte_i * P**i) over each value (i from the value's start), plus its length."""
+    """sum(byte_i * P**i) over each value (i from the value's start), plus its length.
+
+    Rows are taken in chunks of at most CHUNK_BYTES of values (a longer value alone), so the
+    table of powers stays small whatever the batch holds."""
     n = len(col)
     offsets = np.frombuffer(col.buffers()[1], dtype=offset_type)[col.offset : col.offset + n + 1]
     offsets = offsets.astype(np.int64)
+    data = np.frombuffer(col.buffers()[2], dtype=np.uint8) if col.buffers()[2] else None
+    out = np.empty(n, dtype=np.uint64)
+    first = 0
+    while first < n:
+        fits = int(np.searchsorted(offsets, offsets[first] + CHUNK_BYTES, side="right")) - 1
+        last = min(max(fits, first + 1), n)
+        out[first:last] = _span_hash(data, offsets[first : last + 1])
+        first = last
+    return out
+
+
+def _span_hash(data: Any, offsets: Any) -> Any:
     lengths = np.diff(offsets).astype(np.uint64)
     lo, hi = int(offsets[0]), int(offsets[-1])
     if hi == lo:
         return lengths * _LEN
-    data = np.frombuffer(col.buffers()[2], dtype=np.uint8)[lo:hi].astype(np.uint64)
+    values = data[lo:hi].astype(np.uint64)
     pw, inv = _powers_upto(hi - lo + 1)  # an empty last value starts at hi - lo
     prefix = np.zeros(hi - lo + 1, dtype=np.uint64)
-    np.cumsum(data * pw[: hi - lo], out=prefix[1:])
+    np.cumsum(values * pw[: hi - lo], out=prefix[1:])
     start = offsets[:-1] - lo
     end = offsets[1:] - lo
     return (prefix[end] - prefix[start]) * inv[start] + lengths * _LEN

@@ -363,6 +363,8 @@ def _exact_sum(col: Any) -> int:
         raise ValueError("onceflow_stage: _meta_bytes and _meta_hash must not be NULL")
     if isinstance(col, pa.ChunkedArray):
         return sum(_exact_sum(c) for c in col.chunks)
+    if col.type != pa.int64():
+        col = col.cast(pa.int64())
     values = _fixed_values(col, np.int64)  # to_numpy() would import pandas
     low = int((values & 0xFFFFFFFF).sum())
     high = int((values >> 32).sum())
