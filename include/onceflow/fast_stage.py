@@ -30,19 +30,12 @@ from __future__ import annotations
 
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from onceflow.ranges import OffsetRange
-from onceflow.reader import (
-    DEFAULT_BATCH_RECORDS,
-    DEFAULT_TIMEOUT_S,
-    SCHEMA,
-    _fixed_array,
-    _value_lengths,
-    read_range,
-)
+from onceflow.reader import SCHEMA, RangeReadFn, _fixed_array, _value_lengths
 from onceflow.stage import BYTES_COLUMN, HASH_COLUMN, StageTarget
 
 DECLINED_SPOOL_BYTES = 32 << 20
@@ -151,12 +144,12 @@ class Split:
             self._spool.close()
 
 
-class FastStageFn:
+class FastStageFn(RangeReadFn):
     """mapInArrow function of `fast_stage_frame`: the input row with id k reads input range k,
     stages its accepted records as part k and yields its declined records (reader SCHEMA).
 
     With `target` None nothing is staged (the benchmark's read_parse): the accepted records'
-    SplitStats go to `stats`, a Spark accumulator, if given.
+    SplitStats go to `stats`, a Spark accumulator, if given. `read`: RangeReadFn's options.
     """
 
     def __init__(
@@ -166,20 +159,12 @@ class FastStageFn:
         target: StageTarget | None,
         transform: str,
         *,
-        client: str = "confluent",
-        timeout_s: float = DEFAULT_TIMEOUT_S,
-        batch_records: int = DEFAULT_BATCH_RECORDS,
-        client_conf: Mapping[str, str] | None = None,
         stats: Any = None,
+        **read: Any,
     ) -> None:
-        self.pieces = list(pieces)
-        self.bootstrap = bootstrap
+        super().__init__(pieces, bootstrap, **read)
         self.target = target
         self.transform = transform
-        self.client = client
-        self.timeout_s = timeout_s
-        self.batch_records = batch_records
-        self.client_conf = dict(client_conf or {})
         self.stats = stats
 
     def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
@@ -191,15 +176,7 @@ class FastStageFn:
             raise ValueError(f"transform {self.transform!r} has no fast form")
         for ids in batches:
             for k in ids.column(0).to_pylist():
-                records = read_range(
-                    self.pieces[k],
-                    self.bootstrap,
-                    client=self.client,
-                    timeout_s=self.timeout_s,
-                    batch_records=self.batch_records,
-                    client_conf=self.client_conf,
-                )
-                split = Split(iter(records), fast_form)
+                split = Split(iter(self.records(k)), fast_form)
                 try:
                     if self.target is not None:
                         stage_part(self.target, k, split)

@@ -193,14 +193,18 @@ class RangeReadFn:
     def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
         for ids in batches:
             for k in ids.column(0).to_pylist():
-                yield from read_range(
-                    self.pieces[k],
-                    self.bootstrap,
-                    client=self.client,
-                    timeout_s=self.timeout_s,
-                    batch_records=self.batch_records,
-                    client_conf=self.client_conf,
-                )
+                yield from self.records(k)
+
+    def records(self, k: int) -> Iterator[Any]:
+        """The Arrow batches of input range k."""
+        return read_range(
+            self.pieces[k],
+            self.bootstrap,
+            client=self.client,
+            timeout_s=self.timeout_s,
+            batch_records=self.batch_records,
+            client_conf=self.client_conf,
+        )
 
 
 def ranges_frame(

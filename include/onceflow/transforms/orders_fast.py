@@ -33,19 +33,15 @@ from typing import Any
 
 import numpy as np
 
-from onceflow.transforms.orders import _TS_MAX_MICROS, _TS_MIN_MICROS, MAX_VALUE_BYTES
+from onceflow.transforms.orders import (
+    _TS_MAX_MICROS,
+    _TS_MIN_MICROS,
+    MAX_VALUE_BYTES,
+    OUTPUT_COLUMNS,
+)
 
 # The accepted rows' columns: orders.OUTPUT_COLUMNS less error, key and value (all NULL).
-FAST_COLUMNS = (
-    "topic",
-    "partition",
-    "offset",
-    "order_id",
-    "customer_id",
-    "amount",
-    "currency",
-    "ts",
-)
+FAST_COLUMNS = tuple(c for c in OUTPUT_COLUMNS if c not in ("error", "key", "value"))
 
 # One character of a JSON string of the fast form, as bytes (the regex runs over binary, i.e.
 # RE2 in Latin-1 mode): printable ASCII except '"' and '\', or a well-formed UTF-8 sequence of
