@@ -78,7 +78,7 @@ def main() -> None:
             if a.no_fast_form:
                 df = process.staged_frame(spark, pieces, bootstrap=a.bootstrap, cfg=cfg)
             else:
-                stats = spark.sparkContext.accumulator((0, 0, 0, 0, 0), StatsParam())
+                stats = spark.sparkContext.accumulator((0, 0, 0), StatsParam())
                 declined = fast_stage_frame(spark, pieces, a.bootstrap, None, "orders", stats=stats)
                 df = process.stage_columns(declined, cfg)
             agg = df.agg(
@@ -92,7 +92,7 @@ def main() -> None:
         seconds = time.monotonic() - t0
         records = row["records"]
         if stats is not None:  # a.mode == "read_parse" with the fast form
-            seen, accepted, declined_n, _, _ = stats.value
+            seen, accepted, declined_n = stats.value
             if declined_n != row["records"] or seen != accepted + declined_n:
                 raise RuntimeError(f"fast form counts disagree: {stats.value} vs {row}")
             records += accepted

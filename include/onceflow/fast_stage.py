@@ -29,13 +29,12 @@ part's declined values in memory, however many there are.
 from __future__ import annotations
 
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from onceflow.ranges import OffsetRange
-from onceflow.reader import SCHEMA, RangeReadFn, _fixed_array, _value_lengths
+from onceflow.reader import RangeReadFn, _fixed_array, _value_lengths, pieces_frame
 from onceflow.stage import BYTES_COLUMN, HASH_COLUMN, StageTarget
 
 DECLINED_SPOOL_BYTES = 32 << 20
@@ -48,12 +47,9 @@ class SplitStats:
     records: int = 0
     accepted: int = 0
     declined: int = 0
-    accepted_bytes: int = 0
-    accepted_hash: int = 0  # exact sum of the accepted rows' row_hash
-    seconds: float = 0.0
 
-    def as_tuple(self) -> tuple[int, int, int, int, int]:
-        return (self.records, self.accepted, self.declined, self.accepted_bytes, self.accepted_hash)
+    def as_tuple(self) -> tuple[int, int, int]:
+        return (self.records, self.accepted, self.declined)
 
 
 class Split:
@@ -82,9 +78,7 @@ class Split:
         import pyarrow as pa
 
         from onceflow.rowhash import row_hash
-        from onceflow.stage import _exact_sum
 
-        t0 = time.monotonic()
         n = batch.num_rows
         accepted, rows = self._fast_form(batch)
         self.stats.records += n
@@ -102,15 +96,11 @@ class Split:
                 _value_lengths(batch.column(names.index("key")))
                 + _value_lengths(batch.column(names.index("value")))
             )[accepted]
-            hashes = row_hash(rows.columns)
             b = _fixed_array(pa.int64(), np.ascontiguousarray(nbytes, dtype=np.int64))
-            h = _fixed_array(pa.int64(), hashes)
-            self.stats.accepted_bytes += int(nbytes.sum())
-            self.stats.accepted_hash += _exact_sum(h)
+            h = _fixed_array(pa.int64(), row_hash(rows.columns))
             out = pa.RecordBatch.from_arrays(
                 [*rows.columns, b, h], names=[*rows.schema.names, BYTES_COLUMN, HASH_COLUMN]
             )
-        self.stats.seconds += time.monotonic() - t0
         return out
 
     def _spill(self, batch: Any) -> None:
@@ -200,18 +190,14 @@ def fast_stage_frame(
     holds those of pieces[k]); computing it stages the accepted records of piece k as part k
     of `target`. `options`: FastStageFn's (client, timeout_s, batch_records, client_conf,
     stats)."""
-    if not pieces:
-        raise ValueError("fast_stage_frame needs at least one piece (an empty batch reads nothing)")
-    n = len(pieces)
-    ids = spark.range(0, n, 1, n)  # partition k holds the single id k
-    return ids.mapInArrow(FastStageFn(pieces, bootstrap, target, transform, **options), SCHEMA)
+    return pieces_frame(spark, FastStageFn(pieces, bootstrap, target, transform, **options))
 
 
 class StatsParam:
-    """AccumulatorParam of SplitStats tuples (records, accepted, declined, bytes, hash)."""
+    """AccumulatorParam of SplitStats tuples (records, accepted, declined)."""
 
     def zero(self, value: tuple[int, ...]) -> tuple[int, ...]:
-        return (0, 0, 0, 0, 0)
+        return (0, 0, 0)
 
     def addInPlace(self, a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:  # noqa: N802
         return tuple(x + y for x, y in zip(a, b, strict=True))

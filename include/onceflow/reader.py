@@ -222,11 +222,19 @@ def ranges_frame(
     to seven interpreter start-ups and several seconds per batch). `options` are those of
     read_range (client, timeout_s, batch_records, client_conf).
     """
-    if not pieces:
-        raise ValueError("ranges_frame needs at least one piece (an empty batch reads nothing)")
-    n = len(pieces)
+    return pieces_frame(spark, RangeReadFn(pieces, bootstrap, **options))
+
+
+def pieces_frame(spark: Any, fn: RangeReadFn) -> Any:
+    """`fn` run by a mapInArrow over spark.range: Spark partition k holds the single id k,
+    so its output is what `fn` makes of fn.pieces[k] (reader SCHEMA)."""
+    if not fn.pieces:
+        raise ValueError(
+            "a frame of input ranges needs at least one piece (an empty batch reads nothing)"
+        )
+    n = len(fn.pieces)
     ids = spark.range(0, n, 1, n)  # partition k holds the single id k
-    return ids.mapInArrow(RangeReadFn(pieces, bootstrap, **options), SCHEMA)
+    return ids.mapInArrow(fn, SCHEMA)
 
 
 def read_range(
