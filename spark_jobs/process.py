@@ -47,11 +47,7 @@ except ImportError:  # run from a checkout without the package installed
 
 log = logging.getLogger("onceflow.process")
 
-EXIT_OK = 0
-EXIT_FAILED = 1  # recorded in the ledger as last_error; retry the task
-EXIT_USAGE = 2  # bad arguments, unknown pipeline or txid: retrying will not help
-EXIT_FENCED = 3  # a newer attempt claimed the txid: this one must not retry
-EXIT_ABANDONED = 4  # an operator reset abandoned the txid: it never processes again
+from onceflow.errors import ProcessExit  # noqa: E402 - after the checkout's path fallback
 
 # Applied unless spark-submit --conf or the pipeline's spark_conf sets them.
 SPARK_DEFAULTS = {
@@ -152,17 +148,17 @@ def main(argv: list[str] | None = None) -> int:
         cfg = get_pipeline(args.pipelines_file or settings.pipelines_file, args.pipeline)
     except ConfigError as e:
         log.error("onceflow process: %s", e)
-        return EXIT_USAGE
+        return ProcessExit.USAGE
     dsn, txid = settings.postgres_dsn, args.txid
 
     try:
         claim = ledger.claim_attempt(dsn, cfg.name, txid)
     except UnknownTxidError as e:
         log.error("onceflow process: %s", e)
-        return EXIT_USAGE
+        return ProcessExit.USAGE
     except AbandonedTxidError as e:
         log.error("onceflow process: %s", e)
-        return EXIT_ABANDONED
+        return ProcessExit.ABANDONED
     attempt = claim.attempt
     log.info(
         "onceflow process claimed pipeline=%s txid=%s seq=%s attempt=%s state=%s ranges=%d",
@@ -206,16 +202,16 @@ def main(argv: list[str] | None = None) -> int:
         reason = _short_error(e)
         if isinstance(e, FencedAttemptError) or reason.startswith("FencedAttemptError"):
             log.error("onceflow process fenced: txid=%s attempt=%s: %s", txid, attempt, reason)
-            return EXIT_FENCED
+            return ProcessExit.FENCED
         if isinstance(e, AbandonedTxidError) or reason.startswith("AbandonedTxidError"):
             log.error("onceflow process: txid=%s: %s", txid, reason)
-            return EXIT_ABANDONED
+            return ProcessExit.ABANDONED
         log.error("onceflow process failed: txid=%s attempt=%s: %s", txid, attempt, reason)
         try:
             ledger.record_error(dsn, cfg.name, txid, f"process attempt {attempt}: {reason}")
         except Exception as e2:  # noqa: BLE001
             log.error("could not record the error in the ledger: %s", e2)
-        return EXIT_FAILED
+        return ProcessExit.FAILED
 
     log.info(
         "onceflow process pipeline=%s txid=%s seq=%s attempt=%s records=%d valid=%d dead=%d "
@@ -234,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     log.info(
         "onceflow process timings %s", json.dumps({k: round(v, 3) for k, v in timings.items()})
     )
-    return EXIT_OK
+    return ProcessExit.OK
 
 
 def _run_spark(

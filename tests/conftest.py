@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import uuid
@@ -53,14 +54,24 @@ TEST_STACK_ENV = {
     "ONCEFLOW_AIRFLOW_PORT": "28081",
     "ONCEFLOW_PIPELINES": str(ROOT / "tests" / "it_pipelines.toml"),
 }
+# The second stack, for the end-to-end tests on Apache Kafka: its own PostgreSQL and Airflow,
+# and the broker of the `real_kafka` fixture instead of tansu (ONCEFLOW_KAFKA_BOOTSTRAP).
+REAL_KAFKA_STACK_ENV = {
+    "ONCEFLOW_HOME": str(ROOT / ".onceflow" / "test-real-kafka"),
+    "ONCEFLOW_PG_PORT": "25434",
+    "ONCEFLOW_KAFKA_PORT": "29094",
+    "ONCEFLOW_AIRFLOW_PORT": "28082",
+    "ONCEFLOW_PIPELINES": str(ROOT / "tests" / "real_kafka_pipelines.toml"),
+}
 
 
-@pytest.fixture(scope="session")
-def stack():
-    """The one local stack the integration tests share, on ports of its own.
+@contextlib.contextmanager
+def _running_stack(env: dict[str, str], override: bool):
+    """Start a local stack configured by `env`, yield its Settings, stop it at the end.
 
-    Started fresh once per session and stopped at the end. While iterating:
-    ONCEFLOW_KEEP_STACK=1 leaves it running, ONCEFLOW_REUSE_STACK=1 reuses it as it is.
+    Started fresh (its home wiped) unless ONCEFLOW_REUSE_STACK=1; ONCEFLOW_KEEP_STACK=1 leaves
+    it running. With `override`, env replaces variables already set (a second stack in the
+    same session); otherwise a developer's own ONCEFLOW_* settings win.
     """
     import shutil
 
@@ -68,9 +79,12 @@ def stack():
     from onceflow.db import migrate
     from onceflow.settings import Settings
 
-    saved = {k: os.environ.get(k) for k in TEST_STACK_ENV}
-    for k, v in TEST_STACK_ENV.items():
-        os.environ.setdefault(k, v)
+    saved = {k: os.environ.get(k) for k in env}
+    for k, v in env.items():
+        if override:
+            os.environ[k] = v
+        else:
+            os.environ.setdefault(k, v)
     settings = Settings.from_env()
     if os.environ.get("ONCEFLOW_REUSE_STACK") != "1":
         # A fresh ledger per session: the memory broker forgets its topics on restart, and a
@@ -87,14 +101,58 @@ def stack():
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@pytest.fixture(scope="session")
+def stack():
+    """The one local stack the integration tests share, on ports of its own.
+
+    Started fresh once per session and stopped at the end. While iterating:
+    ONCEFLOW_KEEP_STACK=1 leaves it running, ONCEFLOW_REUSE_STACK=1 reuses it as it is.
+    """
+    with _running_stack(TEST_STACK_ENV, override=False) as settings:
+        yield settings
+
+
+@pytest.fixture(scope="session")
+def real_kafka(tmp_path_factory):
+    """A disposable Apache Kafka from ONCEFLOW_KAFKA_DIST (skips with the reason without it)."""
+    from onceflow.apache_kafka import dist_from_env, private_apache_kafka, skip_reason
+
+    dist = dist_from_env()
+    if dist is None:
+        pytest.skip(skip_reason())
+    with private_apache_kafka(dist, tmp_path_factory.mktemp("apache-kafka")) as kafka:
+        yield kafka
+
+
+@pytest.fixture(scope="module")
+def real_stack(real_kafka):
+    """A local stack whose broker is the `real_kafka` Apache Kafka (for its module only)."""
+    env = {**REAL_KAFKA_STACK_ENV, "ONCEFLOW_KAFKA_BOOTSTRAP": real_kafka.bootstrap}
+    with _running_stack(env, override=True) as settings:
+        yield settings
+
+
+def _airflow_with_dags(settings):
+    """An API client once every pipeline's DAG is parsed and unpaused."""
+    from onceflow.airflow_api import AirflowClient
+    from onceflow.config import load_pipelines
+
+    client = AirflowClient(settings.airflow_url, settings.airflow_user, settings.airflow_password)
+    for cfg in load_pipelines(settings.pipelines_file).values():
+        client.wait_for_dag(cfg.dag_id, timeout=180)
+        client.unpause(cfg.dag_id)
+    return client
 
 
 @pytest.fixture(scope="session")
 def airflow(stack):
-    from onceflow.airflow_api import AirflowClient
+    return _airflow_with_dags(stack)
 
-    client = AirflowClient(stack.airflow_url, stack.airflow_user, stack.airflow_password)
-    for dag_id in ("onceflow_it_basic", "onceflow_it_order", "onceflow_it_rerun"):
-        client.wait_for_dag(dag_id, timeout=180)
-        client.unpause(dag_id)
-    return client
+
+@pytest.fixture(scope="module")
+def real_airflow(real_stack):
+    return _airflow_with_dags(real_stack)

@@ -285,3 +285,55 @@ def test_reset_after_broker_lost_its_log_abandons_the_tail_and_audits_clean(ledg
     assert report.verdict == "exactly-once", report.violations
     assert report.abandoned == ["b"] and len(report.resets) == 1
     assert (report.batches_committed, report.records_in_ranges) == (2, 14)
+
+
+@pytest.mark.parametrize("change", ["lost", "extra"])
+def test_commit_refuses_staged_rows_that_differ_from_the_counts_process_recorded(
+    ledger_dsn, cfg, change
+):
+    """Staged rows can vanish after mark_staged (stage_orders is UNLOGGED: a PostgreSQL crash
+    truncates it) or be added by hand: commit compares and publishes nothing."""
+    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}))
+    claim, _ = process(ledger_dsn, cfg, "a", 5, 1)
+    with transaction(ledger_dsn) as cur:
+        if change == "lost":
+            cur.execute(f'delete from "{cfg.sink_schema}".stage_orders where "offset" = 0')
+        else:
+            cur.execute(
+                f'insert into "{cfg.sink_schema}".stage_orders (txid, attempt, part, topic,'
+                ' partition, "offset", order_id, customer_id, amount, currency, ts)'
+                " values ('a', %s, 0, %s, 0, 8, 'o8', 'c1', 1, 'EUR', now())",
+                (claim.attempt, T),
+            )
+    with pytest.raises(CommitConflictError, match="staged counts changed since process"):
+        ledger.commit(ledger_dsn, cfg, "a")
+    with transaction(ledger_dsn) as cur:
+        cur.execute(f'select count(*) from "{cfg.sink_schema}".orders')
+        assert cur.fetchone()[0] == 0
+        cur.execute("select count(*) from onceflow.dead_letters where pipeline = %s", (cfg.name,))
+        assert cur.fetchone()[0] == 0
+        cur.execute(
+            "select b.state, o.committed_offset from onceflow.batches b join onceflow.offsets o"
+            " using (pipeline) where pipeline = %s",
+            (cfg.name,),
+        )
+        assert cur.fetchone() == ("staged", 0)
+
+
+def test_audit_finds_a_record_published_both_as_a_row_and_as_a_dead_letter(ledger_dsn, cfg):
+    from onceflow.audit import run_audit
+
+    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 6}))
+    process(ledger_dsn, cfg, "a", 5, 1)
+    ledger.commit(ledger_dsn, cfg, "a")
+    assert run_audit(ledger_dsn, cfg).verdict == "exactly-once"
+    with transaction(ledger_dsn) as cur:  # offset 2 was published as a row; now also dead
+        cur.execute(
+            'insert into onceflow.dead_letters (pipeline, txid, topic, partition, "offset", reason)'
+            " values (%s, 'a', %s, 0, 2, 'twice')",
+            (cfg.name, T),
+        )
+    report = run_audit(ledger_dsn, cfg)
+    assert report.verdict == "violated"
+    assert report.duplicates == 1
+    assert f"record {T}[0]@2 is published both as a row and as a dead letter" in report.violations

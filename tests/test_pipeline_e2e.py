@@ -214,3 +214,43 @@ def test_reset_offsets_abandons_uncommitted_batches_and_fails_their_runs(stack, 
     states = run_and_wait(airflow, cfg.dag_id, ["reset-2"])
     assert states == {"reset-2": "success"}
     audit(stack, "it_reset")
+
+
+def test_a_fenced_process_attempt_ends_without_retries_and_a_cleared_run_commits(stack, airflow):
+    """A newer attempt claims the txid while the scheduler's attempt runs: the running one is
+    fenced (exit 3) and its task fails at once, visibly, although process has retries."""
+    cfg = get_pipeline(stack.pipelines_file, "it_fence")
+    produced = feed(stack, "it_fence", 300)
+    airflow.trigger(cfg.dag_id, "fence-1")
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:  # process claimed attempt 1 and is starting Spark
+        with transaction(stack.postgres_dsn) as cur:
+            cur.execute(
+                "select attempt, state from onceflow.batches"
+                " where pipeline = 'it_fence' and txid = 'fence-1'"
+            )
+            row = cur.fetchone()
+        if row and row[0] == 1:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("process never claimed attempt 1 of fence-1")
+    assert row[1] == "processing"
+    newer = ledger.claim_attempt(stack.postgres_dsn, cfg.name, "fence-1")  # e.g. a manual run
+    assert newer.attempt == 2
+
+    states = airflow.wait_for_runs(cfg.dag_id, ["fence-1"], timeout=600, echo=None)
+    assert states == {"fence-1": "failed"}
+    process = {t["task_id"]: t for t in airflow.task_instances(cfg.dag_id, "fence-1")}["process"]
+    assert (process["state"], process["try_number"]) == ("failed", 1)
+    text = airflow.task_log(cfg.dag_id, "fence-1", "process", 1)
+    assert "onceflow process txid=fence-1 ended FENCED (exit 3)" in text
+    assert "not retried" in text
+    assert ledger.get_batch(stack.postgres_dsn, cfg.name, "fence-1").state == "processing"
+
+    # on call: clear the run; a new attempt stages and commits the same ranges once
+    airflow.clear_run(cfg.dag_id, "fence-1")
+    states = airflow.wait_for_runs(cfg.dag_id, ["fence-1"], timeout=600, echo=None)
+    assert states == {"fence-1": "success"}
+    report = audit(stack, "it_fence")
+    assert report.records_in_ranges == produced == report.records_in_sink + report.dead_lettered

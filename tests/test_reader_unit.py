@@ -84,6 +84,29 @@ def test_options_rejected(bad):
         reader()._Options(options(**bad))
 
 
+@pytest.mark.parametrize(
+    "key",
+    [
+        "isolation.level",
+        "enable.auto.commit",
+        "auto.offset.reset",
+        "group.id",
+        "bootstrap.servers",
+        "enable.partition.eof",
+        "ISOLATION_LEVEL",  # kafka-python's spelling, any case
+    ],
+)
+def test_options_the_reader_fixes_are_refused_naming_the_key(key):
+    from onceflow.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=rf"onceflow_ranges: Kafka option '{key}' cannot be set"):
+        reader()._Options(options(**{f"kafka.{key}": "x"}))
+    with pytest.raises(ConfigError, match=rf"range reader: Kafka option '{key}' cannot be set"):
+        reader().RangeReadFn([R("t", 0, 0, 1)], "x:1", client_conf={key: "x"})
+    # any other client setting passes
+    assert reader().RangeReadFn([R("t", 0, 0, 1)], "x:1", client_conf={"client.rack": "a"})
+
+
 def test_empty_range_opens_no_consumer():
     def factory(conf):
         raise AssertionError("a consumer was opened for an empty range")

@@ -1,5 +1,6 @@
 """Broker anomalies that only a real Apache Kafka can show (the embedded tansu broker cannot:
-see ENVIRONMENT.md). Run with ONCEFLOW_TEST_REAL_KAFKA=host:port pointing at a disposable Kafka.
+see ENVIRONMENT.md), on the disposable broker of the `real_kafka` fixture (ONCEFLOW_KAFKA_DIST;
+skipped with the reason without it). End to end through the scheduler: test_real_kafka_e2e.py.
 
 The same rules are tested without a broker in test_ranges.py (plan) and test_reader_unit.py
 (reader, through a consumer that replays real Kafka's behaviour).
@@ -7,7 +8,6 @@ The same rules are tested without a broker in test_ranges.py (plan) and test_rea
 
 from __future__ import annotations
 
-import os
 import uuid
 
 import pytest
@@ -16,97 +16,131 @@ from onceflow.config import parse_pipeline
 from onceflow.errors import DataLossError, PartitionRemovedError
 from onceflow.ranges import OffsetRange
 
-BOOTSTRAP = os.environ.get("ONCEFLOW_TEST_REAL_KAFKA")
-pytestmark = [
-    pytest.mark.real_kafka,
-    pytest.mark.skipif(
-        not BOOTSTRAP,
-        reason="needs an Apache Kafka: set ONCEFLOW_TEST_REAL_KAFKA=host:port (the embedded tansu "
-        "broker cannot delete records, add partitions or hide aborted records)",
-    ),
-]
+pytestmark = pytest.mark.real_kafka
 
 
 @pytest.fixture
-def topic():
+def bootstrap(real_kafka):
+    return real_kafka.bootstrap
+
+
+@pytest.fixture
+def topic(bootstrap):
     name = f"onceflow-real-{uuid.uuid4().hex[:8]}"
-    broker.create_topic(BOOTSTRAP, name, 1)
+    broker.create_topic(bootstrap, name, 1)
     yield name
-    broker.delete_topic(BOOTSTRAP, name)
+    broker.delete_topic(bootstrap, name)
 
 
-def _produce(topic: str, n: int, partition: int = 0) -> None:
+def _produce(bootstrap: str, topic: str, n: int, partition: int = 0) -> None:
     from confluent_kafka import Producer
 
-    p = Producer({"bootstrap.servers": BOOTSTRAP})
+    p = Producer({"bootstrap.servers": bootstrap})
     for i in range(n):
         p.produce(topic, value=b'{"i": %d}' % i, partition=partition)
     p.flush(30)
 
 
-def _snapshot(cfg):
-    return lambda: broker.snapshot(BOOTSTRAP, cfg.name, cfg.topics)
+def _snapshot(bootstrap, cfg):
+    return lambda: broker.snapshot(bootstrap, cfg.name, cfg.topics)
 
 
-def test_retention_deleted_records_fail_plan_or_become_a_loss_event(ledger_dsn, topic, unique_name):
+def test_retention_deleted_records_fail_plan_or_become_a_loss_event(
+    ledger_dsn, bootstrap, topic, unique_name
+):
     from kafka import KafkaAdminClient
     from kafka.structs import TopicPartition
 
     cfg = parse_pipeline(unique_name, {"topics": [topic]})
-    _produce(topic, 10)
-    ledger.plan(ledger_dsn, cfg, "a", _snapshot(cfg))
-    _produce(topic, 10)
-    admin = KafkaAdminClient(bootstrap_servers=BOOTSTRAP)
+    _produce(bootstrap, topic, 10)
+    ledger.plan(ledger_dsn, cfg, "a", _snapshot(bootstrap, cfg))
+    _produce(bootstrap, topic, 10)
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     admin.delete_records({TopicPartition(topic, 0): 15})  # 10..14 never processed
     admin.close()
     with pytest.raises(DataLossError, match=r"\[10, 15\)"):
-        ledger.plan(ledger_dsn, cfg, "b", _snapshot(cfg))
+        ledger.plan(ledger_dsn, cfg, "b", _snapshot(bootstrap, cfg))
     skip = parse_pipeline(unique_name, {"topics": [topic], "on_data_loss": "skip"})
-    b = ledger.plan(ledger_dsn, skip, "b", _snapshot(skip))
+    b = ledger.plan(ledger_dsn, skip, "b", _snapshot(bootstrap, skip))
     assert [(lo.from_offset, lo.until_offset) for lo in b.losses] == [(10, 15)]
     assert (b.ranges[0].from_offset, b.ranges[0].until_offset) == (15, 20)
 
 
-def test_added_partition_joins_and_removed_partition_stops(ledger_dsn, topic, unique_name):
+def test_added_partition_joins_and_removed_partition_stops(
+    ledger_dsn, bootstrap, topic, unique_name
+):
     from kafka import KafkaAdminClient
     from kafka.admin import NewPartitions
 
     cfg = parse_pipeline(unique_name, {"topics": [topic]})
-    _produce(topic, 5)
-    ledger.plan(ledger_dsn, cfg, "a", _snapshot(cfg))
-    admin = KafkaAdminClient(bootstrap_servers=BOOTSTRAP)
+    _produce(bootstrap, topic, 5)
+    ledger.plan(ledger_dsn, cfg, "a", _snapshot(bootstrap, cfg))
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     admin.create_partitions({topic: NewPartitions(total_count=2)})
     admin.close()
-    _produce(topic, 3, partition=1)
-    b = ledger.plan(ledger_dsn, cfg, "b", _snapshot(cfg))
+    _produce(bootstrap, topic, 3, partition=1)
+    b = ledger.plan(ledger_dsn, cfg, "b", _snapshot(bootstrap, cfg))
     assert [(r.partition, r.from_offset, r.until_offset) for r in b.ranges] == [
         (0, 5, 5),
         (1, 0, 3),
     ]
-    broker.delete_topic(BOOTSTRAP, topic)
-    broker.create_topic(BOOTSTRAP, topic, 1)
+    broker.delete_topic(bootstrap, topic)
+    _wait_topic_gone(bootstrap, topic)
+    broker.create_topic(bootstrap, topic, 1)
     with pytest.raises(PartitionRemovedError):
-        ledger.plan(ledger_dsn, cfg, "c", _snapshot(cfg))
+        ledger.plan(ledger_dsn, cfg, "c", _snapshot(bootstrap, cfg))
 
 
-def test_aborted_transactions_make_ranges_sparse_and_the_read_stops_at_until(topic):
+def test_aborted_transactions_make_ranges_sparse_and_the_read_stops_at_until(bootstrap, topic):
     from confluent_kafka import Producer
     from onceflow.reader import read_range
 
-    p = Producer({"bootstrap.servers": BOOTSTRAP, "transactional.id": f"t-{topic}"})
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"t-{topic}"})
     p.init_transactions()
     for commit, n in ((True, 3), (False, 4), (True, 2)):
         p.begin_transaction()
         for i in range(n):
             p.produce(topic, value=b"%d" % i, partition=0)
+        # librdkafka's abort purges records not yet sent: flush so they reach the log
+        p.flush(30)
         p.commit_transaction() if commit else p.abort_transaction()
-    snap = broker.snapshot(BOOTSTRAP, "real", (topic,))
-    end = snap.ends[(topic, 0)]
-    assert end == 3 + 1 + 4 + 1 + 2 + 1  # records plus one control record per transaction
+    expected_end = 3 + 1 + 4 + 1 + 2 + 1  # records plus one control record per transaction
+    end = _settled_end(bootstrap, topic, expected_end)
+    assert end == expected_end
     rows = [
         o
-        for b in read_range(OffsetRange(topic, 0, 0, end), BOOTSTRAP)
+        for b in read_range(OffsetRange(topic, 0, 0, end), bootstrap)
         for o in b.column("offset").to_pylist()
     ]
-    assert len(rows) == 5  # the aborted records and control records are not read
-    assert max(rows) < end
+    # the committed records only: 4-7 were aborted; 3, 8 and 11 are control records
+    assert rows == [0, 1, 2, 9, 10]
+
+
+def _settled_end(bootstrap: str, topic: str, expected: int, timeout: float = 30.0) -> int:
+    """The read_committed end offset once the last commit marker is written.
+
+    commit_transaction() returns before the markers reach the partitions: the last stable
+    offset can lag for a moment.
+    """
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        end = broker.snapshot(bootstrap, "real", (topic,)).ends[(topic, 0)]
+        if end >= expected or time.monotonic() > deadline:
+            return end
+        time.sleep(0.1)
+
+
+def _wait_topic_gone(bootstrap: str, topic: str, timeout: float = 30.0) -> None:
+    import time
+
+    from kafka import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        deadline = time.monotonic() + timeout
+        while topic in admin.list_topics() and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        admin.close()

@@ -254,6 +254,29 @@ class AirflowClient:
             if not batch or len(items) >= page.get("total_entries", 0):
                 return items
 
+    def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int) -> str:
+        """The text of one try's task log (each structured record's event on a line)."""
+        path = (
+            f"/api/v2/dags/{_q(dag_id)}/dagRuns/{_q(run_id)}/taskInstances/{_q(task_id)}"
+            f"/logs/{int(try_number)}"
+        )
+        page = self._run_call(
+            dag_id, run_id, lambda: self.request("GET", path, params={"full_content": "true"})
+        )
+        content = page.get("content", []) if isinstance(page, dict) else []
+        if isinstance(content, str):
+            return content
+        lines = []
+        for item in content:
+            if isinstance(item, dict):
+                extra = " ".join(
+                    f"{k}={v}" for k, v in item.items() if k not in ("event", "timestamp")
+                )
+                lines.append(f"{item.get('event', '')} {extra}".rstrip())
+            else:
+                lines.append(str(item))
+        return "\n".join(lines)
+
     def wait_for_runs(
         self,
         dag_id: str,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import enum
+
 
 class OnceflowError(Exception):
     """Base of every error Onceflow raises on purpose."""
@@ -84,3 +86,21 @@ class FencedAttemptError(OnceflowError):
 
 class RangeReadError(OnceflowError):
     """Reading a planned range from the broker did not reach its until_offset."""
+
+
+class ProcessExit(enum.IntEnum):
+    """Exit codes of the process job (spark_jobs/process.py).
+
+    Only FAILED is worth a retry; the DAG's process task ends at once, without retries, on
+    the others (onceflow.airflow.tasks.ProcessOperator).
+    """
+
+    OK = 0
+    FAILED = 1  # recorded in the ledger as last_error; a retry may succeed
+    USAGE = 2  # bad arguments, unknown pipeline or txid (plan must run first)
+    FENCED = 3  # a newer attempt of the txid claimed it: this attempt's output is never published
+    ABANDONED = 4  # `onceflow reset-offsets` abandoned the txid: it never processes again
+
+    @property
+    def retryable(self) -> bool:
+        return self is ProcessExit.FAILED

@@ -23,7 +23,8 @@ Options:
     client                       "confluent" (librdkafka, default) or "kafka-python"
     timeout_s                    fail a range after this long without progress (default 60)
     batch_records                records per Arrow batch handed to Spark (default 20000)
-    kafka.*                      passed to the client as configuration (e.g. kafka.security.protocol)
+    kafka.*                      passed to the client as configuration (e.g. kafka.security.protocol),
+                                 except the settings the reader fixes (onceflow.kafka_options)
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from onceflow.errors import RangeReadError
+from onceflow.kafka_options import check_client_options
 from onceflow.ranges import OffsetRange
 
 SCHEMA = "topic string, partition int, offset bigint, key binary, value binary, timestamp timestamp"
@@ -112,6 +114,7 @@ class _Options:
         if not self.timeout_s > 0:
             raise ValueError("onceflow_ranges: option 'timeout_s' must be positive")
         self.client_conf = {k[6:]: v for k, v in options.items() if k.lower().startswith("kafka.")}
+        check_client_options(self.client_conf, "onceflow_ranges")
 
 
 def _positive_int(options: Mapping[str, str], key: str, default: int) -> int:
@@ -189,6 +192,7 @@ class RangeReadFn:
         self.timeout_s = timeout_s
         self.batch_records = batch_records
         self.client_conf = dict(client_conf or {})
+        check_client_options(self.client_conf, "range reader")
 
     def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
         for ids in batches:

@@ -13,12 +13,11 @@ import sys
 from datetime import timedelta
 from pathlib import Path
 
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import DAG
 
 from onceflow import jvm_archive
-from onceflow.airflow.tasks import CommitOperator, plan_task
+from onceflow.airflow.tasks import CommitOperator, ProcessOperator, plan_task
 from onceflow.config import PipelineConfig, load_pipelines
 from onceflow.settings import PROJECT_ROOT, Settings
 
@@ -81,7 +80,7 @@ def build_dag(cfg: PipelineConfig) -> DAG:
             retries=2,
             retry_delay=timedelta(seconds=5),
         )
-        process = SparkSubmitOperator(
+        process = ProcessOperator(
             task_id="process",
             conn_id="spark_default",
             application=str(spark_jobs_dir() / "process.py"),

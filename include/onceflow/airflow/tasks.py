@@ -1,4 +1,9 @@
-"""The plan and commit tasks. Thin: they log, call the ledger and report counts."""
+"""The plan, process and commit tasks. Thin: they log, call the ledger and report counts.
+
+An error that a retry cannot mend (data loss, an offset regression, a fenced or abandoned
+attempt, a bad configuration) ends its task at once, without retries, with the reason in the
+task log; transient ones (the broker or the ledger unreachable) are retried as configured.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +12,22 @@ import time
 from datetime import timedelta
 from typing import Any
 
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowFailException
 
 from onceflow import broker, ledger
 from onceflow.airflow.triggers import CommitReadyTrigger, describe_wait
 from onceflow.config import get_pipeline
-from onceflow.errors import CommitOrderError, OnceflowError
+from onceflow.errors import (
+    CommitOrderError,
+    ConfigError,
+    DataLossError,
+    OffsetRegressionError,
+    OnceflowError,
+    PartitionRemovedError,
+    ProcessExit,
+)
 from onceflow.settings import Settings
 
 log = logging.getLogger("onceflow")
@@ -23,12 +38,16 @@ def plan_task(pipeline: str, run_id: str) -> dict[str, Any]:
     settings = Settings.from_env()
     cfg = get_pipeline(settings.pipelines_file, pipeline)
     started = time.monotonic()
-    batch = ledger.plan(
-        settings.postgres_dsn,
-        cfg,
-        run_id,
-        lambda: broker.snapshot(settings.kafka_bootstrap, cfg.name, cfg.topics),
-    )
+    try:
+        batch = ledger.plan(
+            settings.postgres_dsn,
+            cfg,
+            run_id,
+            lambda: broker.snapshot(settings.kafka_bootstrap, cfg.name, cfg.topics),
+        )
+    except (DataLossError, OffsetRegressionError, PartitionRemovedError, ConfigError) as e:
+        # The broker's state or the configuration must change first: retrying replans the same.
+        raise AirflowFailException(f"onceflow plan txid={run_id}: {e}") from e
     for r in batch.ranges:
         log.info(
             "range %s[%d] [%d, %d) up to %d records",
@@ -58,6 +77,44 @@ def plan_task(pipeline: str, run_id: str) -> dict[str, Any]:
         time.monotonic() - started,
     )
     return {"txid": run_id, "seq": batch.seq, "replayed": batch.replayed, "offsets": upper}
+
+
+class ProcessOperator(SparkSubmitOperator):
+    """spark-submit of spark_jobs/process.py; ends without retries on a final exit code.
+
+    process exits FENCED when a newer attempt of the txid took over (this attempt's output is
+    never published), ABANDONED after a reset, USAGE for an unknown pipeline or txid: retrying
+    cannot change any of them. The exit code is spark-submit's, i.e. the driver's in client
+    deploy mode (local, standalone client, YARN client); in cluster deploy mode every failure
+    is retried.
+    """
+
+    def execute(self, context: Any) -> None:
+        try:
+            super().execute(context)
+        except Exception as e:
+            code = self._exit_code()
+            if code is None or code not in ProcessExit.__members__.values():
+                raise
+            outcome = ProcessExit(code)
+            if outcome.retryable:
+                raise
+            raise AirflowFailException(
+                f"onceflow process txid={context['run_id']} ended {outcome.name} "
+                f"(exit {int(outcome)}): {_FINAL_EXIT_REASONS[outcome]}; not retried"
+            ) from e
+
+    def _exit_code(self) -> int | None:
+        submitted = getattr(self._hook, "_submit_sp", None)
+        return None if submitted is None else submitted.returncode
+
+
+_FINAL_EXIT_REASONS = {
+    ProcessExit.USAGE: "unknown pipeline or txid, or bad arguments (see the lines above)",
+    ProcessExit.FENCED: "a newer attempt of this txid took over; only its output can be "
+    "published, so this attempt stops here",
+    ProcessExit.ABANDONED: "`onceflow reset-offsets` abandoned this txid; it never processes again",
+}
 
 
 class CommitOperator(BaseOperator):

@@ -1,0 +1,204 @@
+"""A disposable Apache Kafka (KRaft, one node) on 127.0.0.1, for tests and the benchmark.
+
+Onceflow never needs it: a user's machine has no Apache Kafka distribution, and the embedded
+stack runs the tansu broker. Tests that need real Kafka behaviour (retention deleting records,
+partitions added, aborted transactions hidden under read_committed, exact LATEST offsets) and
+the benchmark's peer (Spark's own Kafka connector) start one from a binary distribution given
+by ONCEFLOW_KAFKA_DIST (the path of `kafka_2.13-X.Y.Z.tgz`), and skip with the reason when it
+is absent.
+
+The broker keeps its log in its folder, so `restart()` is a broker restart that loses nothing
+(unlike tansu's memory storage). It is stopped by PID, never by name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import tarfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+DIST_ENV = "ONCEFLOW_KAFKA_DIST"
+START_TIMEOUT = 90.0
+STOP_TIMEOUT = 30.0
+
+
+def dist_from_env() -> Path | None:
+    """The distribution named by ONCEFLOW_KAFKA_DIST, if it is set and exists."""
+    raw = os.environ.get(DIST_ENV)
+    if not raw:
+        return None
+    path = Path(raw).expanduser().resolve()
+    return path if path.is_file() else None
+
+
+def skip_reason() -> str:
+    raw = os.environ.get(DIST_ENV)
+    if not raw:
+        return (
+            f"needs an Apache Kafka distribution: set {DIST_ENV} to a kafka_2.13-*.tgz "
+            "(the embedded tansu broker cannot delete records, add partitions or hide "
+            "aborted records)"
+        )
+    return f"{DIST_ENV}={raw} is not a file"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def unpack(dist: Path, into: Path) -> Path:
+    """Unpack the distribution once into `into`; returns its home (the folder with bin/)."""
+    name = dist.name.removesuffix(".tgz").removesuffix(".tar.gz")
+    home = into / name
+    if (home / "bin" / "kafka-server-start.sh").exists():
+        return home
+    into.mkdir(parents=True, exist_ok=True)
+    partial = into / f".{name}.partial"
+    with contextlib.suppress(FileNotFoundError):
+        subprocess.run(["rm", "-rf", str(partial)], check=True)
+    partial.mkdir()
+    with tarfile.open(dist) as tar:
+        tar.extractall(partial, filter="tar")
+    (partial / name).rename(home)
+    partial.rmdir()
+    return home
+
+
+class ApacheKafka:
+    """One KRaft broker+controller with its log under `folder`; ports picked when not given."""
+
+    def __init__(
+        self, dist: Path, folder: Path, port: int | None = None, heap: str = "512m"
+    ) -> None:
+        self.folder = folder
+        self.home = unpack(dist, folder.parent / "kafka-dist")
+        self.port = port or free_port()
+        self.controller_port = free_port()
+        self.heap = heap
+        self.proc: subprocess.Popen | None = None
+        self.log = folder / "server.log"
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _configure(self) -> Path:
+        props = self.folder / "server.properties"
+        self.folder.mkdir(parents=True, exist_ok=True)
+        props.write_text(
+            "process.roles=broker,controller\n"
+            "node.id=1\n"
+            f"controller.quorum.voters=1@127.0.0.1:{self.controller_port}\n"
+            f"listeners=PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}\n"
+            f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}\n"
+            "controller.listener.names=CONTROLLER\n"
+            "inter.broker.listener.name=PLAINTEXT\n"
+            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT\n"
+            "offsets.topic.replication.factor=1\n"
+            "transaction.state.log.replication.factor=1\n"
+            "transaction.state.log.min.isr=1\n"
+            "group.initial.rebalance.delay.ms=0\n"
+            # Tests create their topics explicitly; an auto-created topic hides a wrong name.
+            "auto.create.topics.enable=false\n"
+            f"log.dirs={self.folder / 'data'}\n"
+        )
+        if not (self.folder / "data" / "meta.properties").exists():
+            storage = str(self.home / "bin" / "kafka-storage.sh")
+            cluster = subprocess.run(
+                [storage, "random-uuid"], check=True, capture_output=True, text=True
+            ).stdout.strip()
+            subprocess.run(
+                [storage, "format", "-t", cluster, "-c", str(props)],
+                check=True,
+                capture_output=True,
+                env=self._env(),
+            )
+        return props
+
+    def _env(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            "KAFKA_HEAP_OPTS": f"-Xmx{self.heap} -Xms{self.heap}",
+            "KAFKA_JMX_OPTS": " ",  # no JMX port on every interface
+            "LOG_DIR": str(self.folder / "logs"),
+        }
+
+    def start(self) -> str:
+        """Start the broker (formatting its log the first time); returns the bootstrap."""
+        props = self._configure()
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen(
+                [str(self.home / "bin" / "kafka-server-start.sh"), str(props)],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=self._env(),
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + START_TIMEOUT
+        while not self._ready():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                tail = self.log.read_text(errors="replace")[-3000:]
+                self.stop()
+                raise RuntimeError(f"Apache Kafka did not start on {self.bootstrap}:\n{tail}")
+            time.sleep(0.3)
+        return self.bootstrap
+
+    def _ready(self) -> bool:
+        if not _port_open(self.port):
+            return False
+        from kafka import KafkaAdminClient
+
+        try:
+            admin = KafkaAdminClient(
+                bootstrap_servers=self.bootstrap, request_timeout_ms=3000, client_id="probe"
+            )
+        except Exception:  # noqa: BLE001 - not ready yet
+            return False
+        try:
+            admin.list_topics()
+            return True
+        except Exception:  # noqa: BLE001
+            return False
+        finally:
+            admin.close()
+
+    def stop(self) -> None:
+        """SIGTERM (a clean shutdown that keeps the log), SIGKILL after STOP_TIMEOUT."""
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+    def restart(self) -> str:
+        self.stop()
+        return self.start()
+
+
+@contextlib.contextmanager
+def private_apache_kafka(dist: Path, folder: Path) -> Iterator[ApacheKafka]:
+    """A started broker in `folder`, stopped by PID at the end."""
+    kafka = ApacheKafka(dist, folder)
+    kafka.start()
+    try:
+        yield kafka
+    finally:
+        kafka.stop()

@@ -1,0 +1,198 @@
+"""End to end on Apache Kafka: DAG runs through the real scheduler of a second local stack
+whose broker is the disposable Apache Kafka of the `real_kafka` fixture (ONCEFLOW_KAFKA_DIST;
+skipped with the reason without it). These are the broker behaviours tansu cannot show:
+aborted transactions, records deleted by retention, partitions added (ENVIRONMENT.md).
+Every test ends with the audit, re-reading the broker where the records still exist.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from onceflow import broker, ledger, producer
+from onceflow.audit import run_audit
+from onceflow.config import get_pipeline
+from onceflow.db import transaction
+from onceflow.errors import UnknownTxidError
+from onceflow.recount import count_records
+
+pytestmark = [pytest.mark.integration, pytest.mark.real_kafka]
+
+
+def audit(stack, name, reread=True):
+    cfg = get_pipeline(stack.pipelines_file, name)
+    counter = (lambda rs: count_records(stack.kafka_bootstrap, rs)) if reread else None
+    report = run_audit(stack.postgres_dsn, cfg, counter)
+    assert report.verdict == "exactly-once", report.violations
+    return report
+
+
+def run_and_wait(client, dag_id, run_ids, timeout=600):
+    for run_id in run_ids:
+        client.trigger(dag_id, run_id)
+    return client.wait_for_runs(dag_id, run_ids, timeout=timeout, echo=None)
+
+
+def produce(stack, topic, count, start, partitions):
+    return producer.produce(
+        stack.kafka_bootstrap, topic, partitions, count, malformed_rate=0.0, start=start, seed=3
+    )
+
+
+def published_order_ids(stack, schema):
+    with transaction(stack.postgres_dsn) as cur:
+        cur.execute(f"select order_id from {schema}.orders")
+        return [r[0] for r in cur.fetchall()]
+
+
+def settled_ends(bootstrap, topic, expected, timeout=30.0):
+    """The read_committed end offsets once every commit/abort marker is written (they lag
+    commit_transaction() for a moment on Apache Kafka)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        ends = broker.snapshot(bootstrap, "test", (topic,)).ends
+        if ends == expected or time.monotonic() > deadline:
+            return ends
+        time.sleep(0.1)
+
+
+def test_runs_on_apache_kafka_publish_exactly_the_produced_records(real_stack, real_airflow):
+    broker.create_topic(real_stack.kafka_bootstrap, "rk_basic", 2)
+    produced = producer.produce(
+        real_stack.kafka_bootstrap, "rk_basic", 2, 2000, malformed_rate=0.05, seed=7
+    )
+    # cap 700/partition over 2 partitions: 2000 records need two batches, the third is empty
+    states = run_and_wait(
+        real_airflow, "onceflow_rk_basic", ["rk-basic-1", "rk-basic-2", "rk-basic-3"]
+    )
+    assert set(states.values()) == {"success"}, states
+    report = audit(real_stack, "rk_basic")
+    assert report.batches_committed == 3
+    assert report.records_in_ranges == produced == report.records_in_sink + report.dead_lettered
+    assert report.dead_lettered > 0
+
+
+def test_aborted_transactions_in_the_source_are_never_published(real_stack, real_airflow):
+    from confluent_kafka import Producer
+
+    bootstrap, topic = real_stack.kafka_bootstrap, "rk_txn"
+    broker.create_topic(bootstrap, topic, 2)
+    txp = Producer({"bootstrap.servers": bootstrap, "transactional.id": "onceflow-test-rk-txn"})
+    txp.init_transactions()
+    committed, aborted = set(), set()
+    records = {0: 0, 1: 0}  # offsets taken per partition: records and control records
+    start = 0
+
+    def transaction_of(count, commit):
+        nonlocal start
+        txp.begin_transaction()
+        for i, (key, value) in enumerate(producer.events(count, malformed_rate=0.0, start=start)):
+            partition = i % 2
+            txp.produce(topic, key=key, value=value, partition=partition)
+            records[partition] += 1
+            (committed if commit else aborted).add(f"o-{start + i:09d}")
+        txp.flush(30)  # librdkafka's abort purges unsent records: make them reach the log
+        txp.commit_transaction() if commit else txp.abort_transaction()
+        for p in records:  # one commit or abort marker in each partition it wrote to
+            records[p] += 1
+        start += count
+
+    for count, commit in ((50, True), (30, False), (40, True), (20, False)):
+        transaction_of(count, commit)
+    ends = settled_ends(bootstrap, topic, {(topic, p): n for p, n in records.items()})
+    assert ends == {(topic, p): n for p, n in records.items()}
+    assert run_and_wait(real_airflow, "onceflow_rk_txn", ["rk-txn-1"]) == {"rk-txn-1": "success"}
+    for count, commit in ((25, False), (35, True), (10, False)):
+        transaction_of(count, commit)
+    settled_ends(bootstrap, topic, {(topic, p): n for p, n in records.items()})
+    assert run_and_wait(real_airflow, "onceflow_rk_txn", ["rk-txn-2"]) == {"rk-txn-2": "success"}
+
+    published = published_order_ids(real_stack, "rk_txn")
+    assert sorted(published) == sorted(committed)  # each committed record once, no aborted one
+    report = audit(real_stack, "rk_txn")
+    assert report.records_in_ranges == len(committed) == report.records_in_sink
+    assert report.dead_lettered == 0
+    # the ranges cover the offsets of aborted records and markers too: sparse, not counted
+    offsets = sum(
+        r.until_offset - r.from_offset
+        for txid in ("rk-txn-1", "rk-txn-2")
+        for r in ledger.get_batch(real_stack.postgres_dsn, "rk_txn", txid).ranges
+    )
+    assert offsets == sum(records.values()) > len(committed)
+
+
+def _delete_records(bootstrap, topic, partition, before):
+    from kafka import KafkaAdminClient
+    from kafka.structs import TopicPartition
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.delete_records({TopicPartition(topic, partition): before})
+    finally:
+        admin.close()
+
+
+def test_records_deleted_before_plan_fail_the_run_with_a_data_loss_error(real_stack, real_airflow):
+    bootstrap, dag_id = real_stack.kafka_bootstrap, "onceflow_rk_loss"
+    broker.create_topic(bootstrap, "rk_loss", 1)
+    produce(real_stack, "rk_loss", 10, 0, 1)
+    assert run_and_wait(real_airflow, dag_id, ["rk-loss-1"]) == {"rk-loss-1": "success"}
+    produce(real_stack, "rk_loss", 10, 10, 1)
+    _delete_records(bootstrap, "rk_loss", 0, 15)  # 10..14 were never processed
+
+    assert run_and_wait(real_airflow, dag_id, ["rk-loss-2"]) == {"rk-loss-2": "failed"}
+    plan = {t["task_id"]: t for t in real_airflow.task_instances(dag_id, "rk-loss-2")}["plan"]
+    assert plan["state"] == "failed"
+    assert plan["try_number"] == 1  # not retried: replanning cannot bring the records back
+    text = real_airflow.task_log(dag_id, "rk-loss-2", "plan", 1)
+    assert "data loss in pipeline 'rk_loss' at rk_loss[0]" in text
+    assert "records [10, 15) were deleted before they were processed" in text
+    with pytest.raises(UnknownTxidError):  # nothing was planned
+        ledger.get_batch(real_stack.postgres_dsn, "rk_loss", "rk-loss-2")
+    assert audit(real_stack, "rk_loss", reread=False).loss_events == []
+
+
+def test_records_deleted_before_plan_become_a_loss_event_the_audit_lists(real_stack, real_airflow):
+    bootstrap, dag_id = real_stack.kafka_bootstrap, "onceflow_rk_loss_skip"
+    broker.create_topic(bootstrap, "rk_loss_skip", 1)
+    produce(real_stack, "rk_loss_skip", 10, 0, 1)
+    assert run_and_wait(real_airflow, dag_id, ["rk-skip-1"]) == {"rk-skip-1": "success"}
+    produce(real_stack, "rk_loss_skip", 10, 10, 1)
+    _delete_records(bootstrap, "rk_loss_skip", 0, 15)
+
+    assert run_and_wait(real_airflow, dag_id, ["rk-skip-2"]) == {"rk-skip-2": "success"}
+    batch = ledger.get_batch(real_stack.postgres_dsn, "rk_loss_skip", "rk-skip-2")
+    assert [(r.from_offset, r.until_offset) for r in batch.ranges] == [(15, 20)]
+    # the records of seq 1 are gone from the broker too: the counts come from the ledger
+    report = audit(real_stack, "rk_loss_skip", reread=False)
+    assert [(e["from_offset"], e["until_offset"]) for e in report.loss_events] == [(10, 15)]
+    assert report.records_in_sink == 15  # 10 from seq 1, offsets 15..19 from seq 2
+    assert sorted(published_order_ids(real_stack, "rk_loss_skip")) == [
+        f"o-{i:09d}" for i in [*range(10), *range(15, 20)]
+    ]
+
+
+def test_a_partition_added_between_runs_joins_at_its_first_offset(real_stack, real_airflow):
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewPartitions
+
+    bootstrap, dag_id = real_stack.kafka_bootstrap, "onceflow_rk_parts"
+    broker.create_topic(bootstrap, "rk_parts", 1)
+    produce(real_stack, "rk_parts", 20, 0, 1)
+    assert run_and_wait(real_airflow, dag_id, ["rk-parts-1"]) == {"rk-parts-1": "success"}
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.create_partitions({"rk_parts": NewPartitions(total_count=2)})
+    finally:
+        admin.close()
+    produce(real_stack, "rk_parts", 30, 20, 2)  # 15 into each partition
+
+    assert run_and_wait(real_airflow, dag_id, ["rk-parts-2"]) == {"rk-parts-2": "success"}
+    batch = ledger.get_batch(real_stack.postgres_dsn, "rk_parts", "rk-parts-2")
+    assert [(r.partition, r.from_offset, r.until_offset) for r in batch.ranges] == [
+        (0, 20, 35),
+        (1, 0, 15),
+    ]
+    report = audit(real_stack, "rk_parts")
+    assert report.records_in_ranges == report.records_in_sink == 50
