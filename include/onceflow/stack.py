@@ -42,6 +42,7 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import psutil
@@ -354,12 +355,33 @@ def _chown(path: Path, user: str | None) -> None:
         shutil.chown(path, user, user)
 
 
-def _ensure_traversable(path: Path) -> None:
-    """Let the postgres system user reach `path` (adds o+x only where missing)."""
+def _ensure_traversable(path: Path) -> list[Path]:
+    """Let the postgres system user reach `path`: adds o+x (traverse, not list) where missing.
+
+    Needed when root runs a clone in a private folder (mode 0700: root's home, `mktemp -d`).
+    Returns the folders it changed.
+    """
+    changed = []
     for folder in [path, *path.parents]:
         mode = folder.stat().st_mode
         if not mode & stat.S_IXOTH:
             folder.chmod(mode | stat.S_IXOTH)
+            changed.append(folder)
+    return changed
+
+
+def _pg_ids(user: str | None) -> dict[str, Any]:
+    """subprocess arguments that run as `user` with its own group and no others.
+
+    Only the uid would change otherwise: the server would keep root's group, and for a folder
+    of group root the kernel then checks the group bits (none in a 0700 folder), not the o+x
+    that _ensure_traversable added: initdb failed with EACCES on its own binary.
+    """
+    if user is None:
+        return {}
+    import pwd
+
+    return {"user": user, "group": pwd.getpwnam(user).pw_gid, "extra_groups": []}
 
 
 def _pg_cmd(argv: list[str], user: str | None, settings: Settings, timeout: float) -> None:
@@ -375,8 +397,8 @@ def _pg_cmd(argv: list[str], user: str | None, settings: Settings, timeout: floa
                 stderr=subprocess.STDOUT,
                 check=True,
                 timeout=timeout,
-                user=user,
                 cwd="/",
+                **_pg_ids(user),
                 env={**os.environ, MARKER_ENV: _marker(settings, "postgres"), "LC_ALL": "C"},
             )
         except subprocess.CalledProcessError as exc:
@@ -489,7 +511,11 @@ def _postgres_up(settings: Settings) -> None:
         _chown(log, user)
         (settings.home / "postgres").mkdir(parents=True, exist_ok=True)
         if user is not None:
-            _ensure_traversable(settings.home / "postgres")
+            for folder in {
+                *_ensure_traversable(settings.home / "postgres"),
+                *_ensure_traversable(_pg_bin("initdb").parent),
+            }:
+                _stderr(f"postgres: made {folder} traversable (o+x) for the server's user {user}")
         _pg_init(settings, user)
         _pg_write_conf(settings, user)
         _pg_cmd(
