@@ -255,7 +255,8 @@ class AirflowClient:
                 return items
 
     def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int) -> str:
-        """The text of one try's task log (each structured record's event on a line)."""
+        """The text of one try's task log: each record's event on a line, followed by the
+        type and message of any exception it carries."""
         path = (
             f"/api/v2/dags/{_q(dag_id)}/dagRuns/{_q(run_id)}/taskInstances/{_q(task_id)}"
             f"/logs/{int(try_number)}"
@@ -268,13 +269,13 @@ class AirflowClient:
             return content
         lines = []
         for item in content:
-            if isinstance(item, dict):
-                extra = " ".join(
-                    f"{k}={v}" for k, v in item.items() if k not in ("event", "timestamp")
-                )
-                lines.append(f"{item.get('event', '')} {extra}".rstrip())
-            else:
+            if not isinstance(item, dict):
                 lines.append(str(item))
+                continue
+            lines.append(str(item.get("event", "")))
+            for detail in item.get("error_detail") or []:
+                if isinstance(detail, dict):
+                    lines.append(f"{detail.get('exc_type')}: {detail.get('exc_value')}")
         return "\n".join(lines)
 
     def wait_for_runs(
