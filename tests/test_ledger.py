@@ -10,7 +10,7 @@ import threading
 
 import psycopg2
 import pytest
-from onceflow import ledger, orders_sink
+from onceflow import ledger, orders_sink, views
 from onceflow.config import parse_pipeline
 from onceflow.db import migrate, transaction
 from onceflow.errors import (
@@ -174,6 +174,34 @@ def test_commit_publishes_in_seq_order_and_is_idempotent(ledger_dsn, cfg):
         assert cur.fetchone()[0] == 0
 
 
+def test_commit_its_trigger_and_the_views_name_the_same_blocker(ledger_dsn, cfg):
+    """Every commit waits for the lowest batch that is not closed, whatever lies between."""
+    for txid, end in (("a", 10), ("b", 16), ("c", 20)):
+        ledger.plan(ledger_dsn, cfg, txid, snap({(T, 0): end}))
+    process(ledger_dsn, cfg, "b", 6)
+    process(ledger_dsn, cfg, "c", 4)
+    with pytest.raises(CommitOrderError, match=r"before txid 'a' \(seq 1\), which is planned"):
+        ledger.commit(ledger_dsn, cfg, "c")
+    assert ledger.blocking_predecessor(ledger_dsn, cfg.name, "c").txid == "a"
+    assert ledger.blocking_predecessor(ledger_dsn, cfg.name, "a") is None
+    assert views.commit_block(ledger_dsn, cfg.name) == {
+        "txid": "a",
+        "seq": 1,
+        "state": "planned",
+        "attempt": 0,
+        "last_error": None,
+        "waiting": 2,
+    }
+    process(ledger_dsn, cfg, "a", 10)
+    ledger.commit(ledger_dsn, cfg, "a")
+    block = ledger.commit_blocker(ledger_dsn, cfg.name)
+    assert (block.txid, block.state, block.waiting) == ("b", "staged", 1)
+    assert ledger.blocking_predecessor(ledger_dsn, cfg.name, "c") == block
+    ledger.commit(ledger_dsn, cfg, "b")
+    assert ledger.commit_blocker(ledger_dsn, cfg.name) is None  # c is open, nothing waits for it
+    assert ledger.blocking_predecessor(ledger_dsn, cfg.name, "c") is None
+
+
 def test_zombie_attempt_is_fenced(ledger_dsn, cfg):
     ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}))
     old = ledger.claim_attempt(ledger_dsn, cfg.name, "a")
@@ -186,6 +214,42 @@ def test_zombie_attempt_is_fenced(ledger_dsn, cfg):
     ledger.mark_staged(ledger_dsn, cfg, "a", new.attempt)
     res = ledger.commit(ledger_dsn, cfg, "a")
     assert (res.published, res.dead) == (8, 2)
+
+
+def test_the_attempt_fence_refuses_inside_the_callers_transaction(ledger_dsn, cfg):
+    """A stage part runs the fence on its own cursor, before it claims the part."""
+    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}))
+    old = ledger.claim_attempt(ledger_dsn, cfg.name, "a")
+    new = ledger.claim_attempt(ledger_dsn, cfg.name, "a")
+    with transaction(ledger_dsn) as cur:
+        ledger.check_attempt(cur, cfg.name, "a", new.attempt)
+        with pytest.raises(
+            FencedAttemptError, match="^stage of part 3: process attempt 1 .*by attempt 2"
+        ):
+            ledger.check_attempt(cur, cfg.name, "a", old.attempt, context="stage of part 3: ")
+        with pytest.raises(UnknownTxidError):
+            ledger.check_attempt(cur, cfg.name, "nope", 1)
+
+
+def test_mark_staged_refuses_an_incomplete_stage(ledger_dsn, cfg):
+    """The part fence rows are the counts; a missing part, or rows a PostgreSQL crash took
+    from the unlogged stage table, is an incomplete stage, never marked staged."""
+    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}))
+    claim = ledger.claim_attempt(ledger_dsn, cfg.name, "a")
+    with transaction(ledger_dsn) as cur:
+        cur.execute(
+            "insert into onceflow.stage_parts (pipeline, txid, attempt, part, rows, valid, dead)"
+            " values (%s, 'a', %s, 0, 10, 10, 0)",
+            (cfg.name, claim.attempt),
+        )
+    with pytest.raises(OnceflowError, match="incomplete: 1 of 2 parts"):
+        ledger.mark_staged(ledger_dsn, cfg, "a", claim.attempt, parts=2)
+    with pytest.raises(OnceflowError, match="none in the stage table"):
+        ledger.mark_staged(ledger_dsn, cfg, "a", claim.attempt, parts=1)
+    assert ledger.get_batch(ledger_dsn, cfg.name, "a").state == "processing"
+    stage(ledger_dsn, cfg, "a", claim.attempt, 10)
+    assert ledger.mark_staged(ledger_dsn, cfg, "a", claim.attempt, parts=1).records == 10
+    assert ledger.get_batch(ledger_dsn, cfg.name, "a").state == "staged"
 
 
 def test_compare_and_set_refuses_a_moved_offset(ledger_dsn, cfg):
@@ -270,6 +334,8 @@ def test_reset_after_broker_lost_its_log_abandons_the_tail_and_audits_clean(ledg
     reset = ledger.reset_offsets(ledger_dsn, cfg, snap({(T, 0): 4}), reason="broker restarted")
     with pytest.raises(AbandonedTxidError):  # a late attempt cannot revive an abandoned txid
         ledger.mark_staged(ledger_dsn, cfg, "b", running.attempt)
+    with transaction(ledger_dsn) as cur, pytest.raises(AbandonedTxidError):  # nor stage a part
+        ledger.check_attempt(cur, cfg.name, "b", running.attempt)
     assert reset.abandoned == ["b"] and reset.after_seq == 2
     assert reset.partitions == [
         {"topic": T, "partition": 0, "old_offset": 30, "committed_before": 10, "new_offset": 0}

@@ -8,6 +8,8 @@ real DAG run of `onceflow_it_ui` to a Bearer token and to the UI's `_token` cook
 
 from __future__ import annotations
 
+import contextlib
+import io
 import re
 import sys
 import uuid
@@ -248,6 +250,26 @@ def test_pages_and_json_render_the_seeded_ledger(seeded_client):
     assert f'onceflow_broker_up{{pipeline="{p}"}} 0' in text
     assert f'onceflow_commit_blocked{{pipeline="{p}"}} 1' in text
     assert "onceflow_partition_lag{" not in text  # unknown, not zero
+
+
+@pytest.mark.integration
+def test_the_cli_names_the_blocker_the_ui_names(seeded_client, ledger_dsn, tmp_path, monkeypatch):
+    """One query behind both: the abandoned t-4 waits for nothing, so one batch waits."""
+    import json
+
+    from onceflow import cli
+
+    client, p = seeded_client
+    monkeypatch.setenv("ONCEFLOW_POSTGRES_DSN", ledger_dsn)
+    monkeypatch.setenv("ONCEFLOW_PIPELINES", str(tmp_path / "pipelines.toml"))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert cli.main(["ledger", "--pipeline", p, "--json"]) == 0
+    shown = json.loads(out.getvalue())["blocked"]
+    ui = client.get(f"/api/pipelines/{p}").json()
+    assert shown == ui["blocked"] == client.get(f"/api/pipelines/{p}/batches").json()["blocked"]
+    assert (shown["txid"], shown["state"], shown["waiting"]) == ("t-2", "processing", 1)
+    assert "commits of 1 later batch(es) wait for txid t-2" in ui["blocked_reason"]
 
 
 # -- on the shared test stack ---------------------------------------------------------------------

@@ -17,6 +17,7 @@ from psycopg2 import sql
 
 from onceflow.config import PipelineConfig
 from onceflow.db import transaction
+from onceflow.states import CLOSED, BatchState
 
 
 @dataclass
@@ -81,9 +82,6 @@ class ResetRow:
     new_offset: int
 
 
-CLOSED = ("committed", "abandoned")
-
-
 def check_seq(report: AuditReport, batches: list[BatchRow], resets: list[ResetRow] = ()) -> None:
     """Dense seq; committed (or reset-abandoned) batches form a prefix of seq order."""
     seqs = [b.seq for b in batches]
@@ -92,7 +90,7 @@ def check_seq(report: AuditReport, batches: list[BatchRow], resets: list[ResetRo
     last_reset = max((r.after_seq for r in resets), default=0)
     seen_open = None
     for b in batches:
-        if b.state == "abandoned":
+        if b.state == BatchState.ABANDONED:
             report.abandoned.append(b.txid)
             if b.seq > last_reset:
                 report.violate(
@@ -171,7 +169,7 @@ def check_counts(
     reread: dict[str, int] | None,
 ) -> None:
     for b in batches:
-        if b.state != "committed":
+        if b.state != BatchState.COMMITTED:
             if published.get(b.txid) or dead.get(b.txid):
                 report.violate(f"txid {b.txid!r} is {b.state} but has published output")
             continue
@@ -308,7 +306,7 @@ def run_audit(
             else 0
         )
 
-    committed = {b.txid for b in batches if b.state == "committed"}
+    committed = {b.txid for b in batches if b.state == BatchState.COMMITTED}
     report.batches = len(batches)
     report.batches_committed = len(committed)
     report.records_in_sink = sum(published.values())

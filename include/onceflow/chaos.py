@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from onceflow.settings import PROJECT_ROOT
+from onceflow.states import BatchState
 
 PIPELINE = "chaos"
 TOPIC = "chaos"
@@ -770,7 +771,7 @@ class Harness:
             self.planned = {p: planned.get(p, self.offsets.get(p, (0, 0))[0]) for p in range(4)}
             for run in self.runs.values():
                 b = self.batches.get(run.run_id)
-                if b and b["state"] == "abandoned":
+                if b and b["state"] == BatchState.ABANDONED:
                     run.abandoned = True
         except Exception as e:  # noqa: BLE001 - PostgreSQL may be restarting
             self.log(f"poll failed ({type(e).__name__}: {str(e).strip().splitlines()[0][:120]})")
@@ -798,7 +799,7 @@ class Harness:
         return any(n == name and t == txid for n, t, _ in self.fired)
 
     def committed_count(self) -> int:
-        return sum(1 for b in self.batches.values() if b["state"] == "committed")
+        return sum(1 for b in self.batches.values() if b["state"] == BatchState.COMMITTED)
 
     def unfinished(self) -> list[Run]:
         return [r for r in self.runs.values() if r.state not in ("success", "failed")]
@@ -808,7 +809,9 @@ class Harness:
 
     def run_ok(self, run_id: str) -> bool:
         b = self.batches.get(run_id)
-        return self.runs[run_id].state == "success" and bool(b) and b["state"] == "committed"
+        return (
+            self.runs[run_id].state == "success" and bool(b) and b["state"] == BatchState.COMMITTED
+        )
 
     # -- runs --------------------------------------------------------------------------------
 
@@ -853,7 +856,7 @@ class Harness:
             if run.state != "failed" or run.held or run.abandoned:
                 continue
             b = self.batches.get(run.run_id)
-            if b and b["state"] == "abandoned":
+            if b and b["state"] == BatchState.ABANDONED:
                 run.abandoned = True
                 continue
             self.harness_clears += 1
@@ -1266,7 +1269,7 @@ class Harness:
             new_plans = [
                 b["txid"]
                 for b in self.batches.values()
-                if b["seq"] > max_seq and b["state"] != "abandoned"
+                if b["seq"] > max_seq and b["state"] != BatchState.ABANDONED
             ]
             f.detail["regression_in_plan_of"] = seen[0]
             f.detail["batches_planned_after_restart"] = new_plans  # must stay empty
@@ -1291,7 +1294,9 @@ class Harness:
             if code != 0:
                 raise RuntimeError(f"onceflow reset-offsets exited {code}")
             self.poll()
-            abandoned = sorted(t for t, b in self.batches.items() if b["state"] == "abandoned")
+            abandoned = sorted(
+                t for t, b in self.batches.items() if b["state"] == BatchState.ABANDONED
+            )
             for t in abandoned:
                 if t in self.runs:
                     self.runs[t].abandoned = True
@@ -1304,7 +1309,8 @@ class Harness:
 
         def new_epoch_committed() -> bool:
             return any(
-                b["seq"] > reset_seq and b["state"] == "committed" for b in self.batches.values()
+                b["seq"] > reset_seq and b["state"] == BatchState.COMMITTED
+                for b in self.batches.values()
             )
 
         yield from self.wait(
@@ -1346,11 +1352,11 @@ class Harness:
     def _current_epoch_committed(self) -> set[str]:
         rows = self._query(
             "ledger",
-            "select b.txid from onceflow.batches b where b.pipeline = %s and b.state = 'committed'"
+            "select b.txid from onceflow.batches b where b.pipeline = %s and b.state = %s"
             " and not exists (select 1 from onceflow.ranges r join onceflow.offsets o"
             " using (pipeline, topic, partition) where r.pipeline = b.pipeline and r.txid = b.txid"
             " and r.epoch <> o.epoch)",
-            (PIPELINE,),
+            (PIPELINE, BatchState.COMMITTED),
         )
         return {r[0] for r in rows}
 
@@ -1392,7 +1398,7 @@ class Harness:
                 later = [
                     t
                     for t, b in self.batches.items()
-                    if b["seq"] > seq and b["state"] == "staged" and t in self.runs
+                    if b["seq"] > seq and b["state"] == BatchState.STAGED and t in self.runs
                 ]
                 waiting[:] = [
                     t
@@ -1418,7 +1424,9 @@ class Harness:
                 f.error = f"views.commit_block names {block and block['txid']}, not {txid}"
             self.log(f"{len(waiting)} later run(s) wait for {txid}: {f.detail['commit_log']}")
             committed_later = [
-                t for t, b in self.batches.items() if b["seq"] > seq and b["state"] == "committed"
+                t
+                for t, b in self.batches.items()
+                if b["seq"] > seq and b["state"] == BatchState.COMMITTED
             ]
             if committed_later:
                 f.error = f"commits bypassed the failed run: {committed_later}"

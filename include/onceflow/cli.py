@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from onceflow.config import PipelineConfig, get_pipeline, load_pipelines
 from onceflow.errors import OnceflowError
 from onceflow.settings import Settings
+from onceflow.states import BatchState
 
 EPILOG_AUDIT = "example: onceflow audit --pipeline orders --reread --json"
 
@@ -177,7 +178,7 @@ def cmd_ledger(args: argparse.Namespace, settings: Settings) -> int:
         rows = [views.batch(settings.postgres_dsn, cfg.name, args.txid)]
     else:
         rows = views.batches(settings.postgres_dsn, cfg.name, limit=args.limit)
-    blocked = views.blocked(settings.postgres_dsn, cfg.name)
+    blocked = views.commit_block(settings.postgres_dsn, cfg.name)
     if args.json:
         print(
             json.dumps(
@@ -301,7 +302,7 @@ def cmd_backfill(args: argparse.Namespace, settings: Settings) -> int:
         raise OnceflowError(
             f"pipeline {cfg.name!r} has no batch with seq {missing[0]} (last seq: {max(by_seq, default=0)})"
         )
-    open_ = [s for s in wanted if by_seq[s]["state"] != "committed"]
+    open_ = [s for s in wanted if by_seq[s]["state"] != BatchState.COMMITTED]
     if open_:
         raise OnceflowError(
             f"seq {open_[0]} (txid {by_seq[open_[0]]['txid']!r}) is {by_seq[open_[0]]['state']}, not committed: "

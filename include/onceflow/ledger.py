@@ -1,7 +1,10 @@
 """The ledger in PostgreSQL: plan, attempt fencing, staging marks and the ordered commit.
 
 Every rule that must hold across retries and crashes is enforced here, inside database
-transactions, so it holds whichever Airflow worker, Spark driver or zombie calls it.
+transactions, so it holds whichever Airflow worker, Spark driver or zombie calls it. Each rule
+is stated once: the attempt fence (`check_attempt`, also run by every stage part inside its
+own transaction), the parts of a complete stage (`mark_staged`) and the batch that commits
+wait for (`_lowest_open`, behind the commit, its trigger, the CLI, the UI and the metrics).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from onceflow.errors import (
     UnknownTxidError,
 )
 from onceflow.ranges import LossEvent, OffsetRange, TopicPartition, plan_ranges
+from onceflow.states import CLOSED, BatchState
 
 
 @dataclass(frozen=True)
@@ -37,7 +41,7 @@ class BrokerSnapshot:
 class Batch:
     txid: str
     seq: int
-    state: str
+    state: BatchState
     ranges: list[OffsetRange]
     losses: list[LossEvent] = field(default_factory=list)
     replayed: bool = False  # True when plan found the txid already in the ledger
@@ -48,7 +52,7 @@ class Claim:
     txid: str
     seq: int
     attempt: int
-    state: str
+    state: BatchState
     ranges: list[OffsetRange]
 
 
@@ -114,7 +118,7 @@ def plan(dsn: str, cfg: PipelineConfig, txid: str, snapshot: Callable[[], Broker
             return Batch(
                 txid,
                 row[0],
-                row[1],
+                BatchState(row[1]),
                 _ranges(cur, cfg.name, txid),
                 _losses(cur, cfg.name, txid),
                 replayed=True,
@@ -149,8 +153,8 @@ def plan(dsn: str, cfg: PipelineConfig, txid: str, snapshot: Callable[[], Broker
         )
         cur.execute(
             "insert into onceflow.batches (pipeline, txid, seq, state, plan_seconds)"
-            " values (%s, %s, %s, 'planned', %s)",
-            (cfg.name, txid, seq, time.monotonic() - started),
+            " values (%s, %s, %s, %s, %s)",
+            (cfg.name, txid, seq, BatchState.PLANNED, time.monotonic() - started),
         )
         new = set(planned.new_partitions)
         for r in planned.ranges:
@@ -183,7 +187,7 @@ def plan(dsn: str, cfg: PipelineConfig, txid: str, snapshot: Callable[[], Broker
                 " values (%s, %s, %s, %s, %s, %s)",
                 (cfg.name, txid, loss.topic, loss.partition, loss.from_offset, loss.until_offset),
             )
-        return Batch(txid, seq, "planned", planned.ranges, planned.losses)
+        return Batch(txid, seq, BatchState.PLANNED, planned.ranges, planned.losses)
 
 
 def get_batch(dsn: str, pipeline: str, txid: str) -> Batch:
@@ -196,7 +200,11 @@ def get_batch(dsn: str, pipeline: str, txid: str) -> Batch:
         if not row:
             raise UnknownTxidError(pipeline, txid, "plan has not run for it")
         return Batch(
-            txid, row[0], row[1], _ranges(cur, pipeline, txid), _losses(cur, pipeline, txid)
+            txid,
+            row[0],
+            BatchState(row[1]),
+            _ranges(cur, pipeline, txid),
+            _losses(cur, pipeline, txid),
         )
 
 
@@ -207,17 +215,52 @@ def claim_attempt(dsn: str, pipeline: str, txid: str) -> Claim:
             """
             update onceflow.batches
                set attempt = attempt + 1,
-                   state = case when state = 'committed' then state else 'processing' end,
+                   state = case when state = %(committed)s then state else %(processing)s end,
                    process_started_at = now(), last_error = null
-             where pipeline = %s and txid = %s and state <> 'abandoned'
+             where pipeline = %(pipeline)s and txid = %(txid)s and state <> %(abandoned)s
             returning seq, attempt, state
             """,
-            (pipeline, txid),
+            {
+                "pipeline": pipeline,
+                "txid": txid,
+                "committed": BatchState.COMMITTED,
+                "processing": BatchState.PROCESSING,
+                "abandoned": BatchState.ABANDONED,
+            },
         )
         row = cur.fetchone()
         if not row:
             _raise_missing_or_abandoned(cur, pipeline, txid, "plan must run before process")
-        return Claim(txid, row[0], row[1], row[2], _ranges(cur, pipeline, txid))
+        return Claim(txid, row[0], row[1], BatchState(row[2]), _ranges(cur, pipeline, txid))
+
+
+def check_attempt(
+    cur, pipeline: str, txid: str, attempt: int, *, lock: bool = False, context: str = ""
+) -> None:
+    """The attempt fence: refuse, inside the caller's transaction, unless `attempt` is the
+    txid's newest process attempt and the txid was not abandoned.
+
+    mark_staged runs it with `lock`, so that no newer claim can commit between the check and
+    the mark. Each stage part runs it too (the task fence), without the lock: parts of one
+    attempt stage side by side, and a claim that overtakes a part only leaves rows tagged
+    with a fenced attempt, which mark_staged then refuses. `context` starts the message.
+    """
+    cur.execute(
+        "select attempt, state from onceflow.batches where pipeline = %s and txid = %s"
+        + (" for update" if lock else ""),
+        (pipeline, txid),
+    )
+    row = cur.fetchone()
+    if not row:
+        raise UnknownTxidError(pipeline, txid)
+    if row[1] == BatchState.ABANDONED:  # reset-offsets ran while this attempt was processing
+        raise _abandoned(pipeline, txid, context)
+    if row[0] != attempt:
+        raise FencedAttemptError(
+            f"{context}process attempt {attempt} of txid {txid!r} was superseded by attempt "
+            f"{row[0]}; its staged output will never be published (a zombie or an overtaken "
+            "retry)"
+        )
 
 
 def mark_staged(
@@ -232,27 +275,19 @@ def mark_staged(
 ) -> Staged:
     """Record that `attempt` staged its output, unless a newer attempt has claimed the txid.
 
-    With `parts` (process knows how many input partitions it staged), the counts and the
-    checksum are the sums of the attempt's part fence rows, each written in the transaction
-    that staged the part's rows: no scan of the staged rows. There must be exactly `parts`
-    of them. Without it, the staged rows are counted (orders_sink.staged_counts). Commit
-    compares either with what it publishes. `bytes_read` defaults to the parts' bytes.
+    With `parts` (process knows how many parts it staged), the counts and the checksum are
+    the sums of the attempt's part fence rows, each written in the transaction that staged
+    the part's rows: no scan of the staged rows. There must be exactly `parts` of them, and
+    if they claim rows, staged rows must be there: stage_orders is UNLOGGED, so a PostgreSQL
+    crash empties it while the part rows stay. One probe row catches a crash after the last
+    part committed (the table is then empty); whatever else is missing (a crash in the middle
+    of the job, rows of earlier parts gone) makes commit's count check fail, since the counts
+    come from the part rows: never published silently. Without `parts`, the staged rows are
+    counted (orders_sink.staged_counts). Commit compares either with what it publishes.
+    `bytes_read` defaults to the parts' bytes.
     """
     with transaction(dsn) as cur:
-        cur.execute(
-            "select attempt, state from onceflow.batches where pipeline = %s and txid = %s for update",
-            (cfg.name, txid),
-        )
-        row = cur.fetchone()
-        if not row:
-            raise UnknownTxidError(cfg.name, txid)
-        if row[1] == "abandoned":  # reset-offsets ran while this attempt was processing
-            _raise_missing_or_abandoned(cur, cfg.name, txid, "")
-        if row[0] != attempt:
-            raise FencedAttemptError(
-                f"process attempt {attempt} of txid {txid!r} was superseded by attempt {row[0]}; "
-                "its staged output will never be published (a zombie or an overtaken retry)"
-            )
+        check_attempt(cur, cfg.name, txid, attempt, lock=True)
         cur.execute(
             "select coalesce(sum(rows), 0), coalesce(sum(valid), 0), coalesce(sum(dead), 0),"
             " sum(bytes), coalesce(sum(checksum), 0)::text, count(*) filter (where valid is null),"
@@ -261,11 +296,14 @@ def mark_staged(
             (cfg.name, txid, attempt),
         )
         n, valid, dead, part_bytes, checksum, uncounted, found = cur.fetchone()
-        if parts is not None and found != parts:
-            raise OnceflowError(
-                f"stage of txid {txid!r} attempt {attempt} is incomplete: {found} of {parts} "
-                "parts staged"
-            )
+        if parts is not None:
+            present = not n or orders_sink.has_staged(cur, cfg.sink_schema, txid, attempt)
+            if found != parts or not present:
+                lost = "" if present else " but none in the stage table (lost in a database crash?)"
+                raise OnceflowError(
+                    f"stage of txid {txid!r} attempt {attempt} is incomplete: {found} of {parts} "
+                    f"parts, {n} rows claimed by the parts{lost}"
+                )
         if parts is None or uncounted:  # count the rows (parts without counts: pre-0003)
             n, valid, dead, checksum = orders_sink.staged_counts(
                 cur, cfg.sink_schema, txid, attempt
@@ -276,15 +314,35 @@ def mark_staged(
         cur.execute(
             """
             update onceflow.batches
-               set staged_attempt = %s,
-                   state = case when state = 'committed' then state else 'staged' end,
-                   records_read = %s, records_out = %s, records_dead = %s, checksum = %s,
-                   bytes_read = %s, process_seconds = %s, staged_at = now(), last_error = null
-             where pipeline = %s and txid = %s
+               set staged_attempt = %(attempt)s,
+                   state = case when state = %(committed)s then state else %(staged)s end,
+                   records_read = %(n)s, records_out = %(valid)s, records_dead = %(dead)s,
+                   checksum = %(checksum)s, bytes_read = %(bytes_read)s,
+                   process_seconds = %(process_seconds)s, staged_at = now(), last_error = null
+             where pipeline = %(pipeline)s and txid = %(txid)s
             """,
-            (attempt, n, valid, dead, checksum, bytes_read, process_seconds, cfg.name, txid),
+            {
+                "attempt": attempt,
+                "committed": BatchState.COMMITTED,
+                "staged": BatchState.STAGED,
+                "n": n,
+                "valid": valid,
+                "dead": dead,
+                "checksum": checksum,
+                "bytes_read": bytes_read,
+                "process_seconds": process_seconds,
+                "pipeline": cfg.name,
+                "txid": txid,
+            },
         )
         return Staged(n, valid, dead, checksum)
+
+
+def _abandoned(pipeline: str, txid: str, context: str = "") -> AbandonedTxidError:
+    return AbandonedTxidError(
+        f"{context}txid {txid!r} of pipeline {pipeline!r} was abandoned by `onceflow "
+        "reset-offsets`: its ranges are gone from the broker; it will never process or commit"
+    )
 
 
 def _raise_missing_or_abandoned(cur, pipeline: str, txid: str, hint: str) -> None:
@@ -292,11 +350,8 @@ def _raise_missing_or_abandoned(cur, pipeline: str, txid: str, hint: str) -> Non
         "select state from onceflow.batches where pipeline = %s and txid = %s", (pipeline, txid)
     )
     row = cur.fetchone()
-    if row and row[0] == "abandoned":
-        raise AbandonedTxidError(
-            f"txid {txid!r} of pipeline {pipeline!r} was abandoned by `onceflow reset-offsets`: "
-            "its ranges are gone from the broker; it will never process or commit"
-        )
+    if row and row[0] == BatchState.ABANDONED:
+        raise _abandoned(pipeline, txid)
     raise UnknownTxidError(pipeline, txid, hint)
 
 
@@ -309,17 +364,40 @@ def record_error(dsn: str, pipeline: str, txid: str, error: str) -> None:
 
 
 @dataclass(frozen=True)
-class Wait:
-    """Why a commit cannot proceed yet: the predecessor it waits for."""
+class Blocker:
+    """The batch that commits wait for: the lowest seq whose batch is not closed.
+
+    Commits go in seq order and a closed batch never reopens, so every batch above it waits
+    for it, whatever the states in between.
+    """
 
     txid: str
     seq: int
-    state: str
+    state: BatchState
+    attempt: int
     last_error: str | None
+    waiting: int  # batches above it, less abandoned ones (they never commit)
 
 
-def blocking_predecessor(dsn: str, pipeline: str, txid: str) -> Wait | None:
-    """The uncommitted batch with the highest seq below txid's seq, or None if commit may go."""
+def _lowest_open(cur, pipeline: str) -> Blocker | None:
+    """The one query behind every answer to "which batch do commits wait for"."""
+    cur.execute(
+        """
+        select b.txid, b.seq, b.state, b.attempt, b.last_error,
+               (select count(*) from onceflow.batches w
+                 where w.pipeline = b.pipeline and w.seq > b.seq and w.state <> %s)
+        from onceflow.batches b
+        where b.pipeline = %s and b.state not in %s
+        order by b.seq limit 1
+        """,
+        (BatchState.ABANDONED, pipeline, CLOSED),
+    )
+    row = cur.fetchone()
+    return None if row is None else Blocker(row[0], row[1], BatchState(row[2]), *row[3:])
+
+
+def blocking_predecessor(dsn: str, pipeline: str, txid: str) -> Blocker | None:
+    """The batch txid's commit waits for, or None if its commit may go."""
     with transaction(dsn) as cur:
         cur.execute(
             "select seq from onceflow.batches where pipeline = %s and txid = %s", (pipeline, txid)
@@ -327,22 +405,24 @@ def blocking_predecessor(dsn: str, pipeline: str, txid: str) -> Wait | None:
         row = cur.fetchone()
         if not row:
             raise UnknownTxidError(pipeline, txid)
-        cur.execute(
-            "select txid, seq, state, last_error from onceflow.batches"
-            " where pipeline = %s and seq < %s and state not in ('committed', 'abandoned')"
-            " order by seq limit 1",
-            (pipeline, row[0]),
-        )
-        blocker = cur.fetchone()
-        return Wait(*blocker) if blocker else None
+        blocker = _lowest_open(cur, pipeline)
+    return blocker if blocker is not None and blocker.seq < row[0] else None
+
+
+def commit_blocker(dsn: str, pipeline: str) -> Blocker | None:
+    """The batch the pipeline's commits wait for, if any batch waits for it."""
+    with transaction(dsn) as cur:
+        blocker = _lowest_open(cur, pipeline)
+    return blocker if blocker is not None and blocker.waiting else None
 
 
 def commit(dsn: str, cfg: PipelineConfig, txid: str) -> CommitResult:
     """Publish txid's staged output, mark it committed and advance offsets: one transaction.
 
-    Strict seq order: only after seq-1 committed. Each partition's committed offset moves from
-    the range's from_offset to its until_offset by compare-and-set, so a range can never be
-    applied twice or out of order. Committing a committed txid changes nothing, unless a newer
+    Strict seq order: only once every lower seq is closed (committed, or abandoned by a
+    reset; `_lowest_open`, which also tells the waiting commit whom it waits for). Each
+    partition's committed offset moves from the range's from_offset to its until_offset by
+    compare-and-set, so a range can never be applied twice or out of order. Committing a committed txid changes nothing, unless a newer
     process attempt was staged on purpose (re-run by run id): then its output replaces the
     published output atomically, and the offsets, already past it, stay.
     """
@@ -363,7 +443,7 @@ def commit(dsn: str, cfg: PipelineConfig, txid: str) -> CommitResult:
             raise UnknownTxidError(cfg.name, txid)
         seq, state, staged_attempt, published_attempt, records_out, records_dead = row
 
-        if state == "committed":
+        if state == BatchState.COMMITTED:
             if staged_attempt == published_attempt:
                 return CommitResult(
                     txid, seq, "already-committed", records_out or 0, records_dead or 0
@@ -379,21 +459,17 @@ def commit(dsn: str, cfg: PipelineConfig, txid: str) -> CommitResult:
             orders_sink.drop_staged(cur, schema, txid, staged_attempt)
             return CommitResult(txid, seq, "republished", published, dead)
 
-        if state == "abandoned":
-            _raise_missing_or_abandoned(cur, cfg.name, txid, "")
-        if state != "staged":
+        if state == BatchState.ABANDONED:
+            raise _abandoned(cfg.name, txid)
+        if state != BatchState.STAGED:
             raise OnceflowError(
                 f"txid {txid!r} (seq {seq}) is {state}: process has not staged its output, nothing to commit"
             )
-        cur.execute(
-            "select txid, state from onceflow.batches where pipeline = %s and seq = %s",
-            (cfg.name, seq - 1),
-        )
-        prev = cur.fetchone()
-        if prev and prev[1] not in ("committed", "abandoned"):
+        blocker = _lowest_open(cur, cfg.name)
+        if blocker is not None and blocker.seq < seq:
             raise CommitOrderError(
-                f"txid {txid!r} (seq {seq}) cannot commit before txid {prev[0]!r} (seq {seq - 1}), "
-                f"which is {prev[1]}"
+                f"txid {txid!r} (seq {seq}) cannot commit before txid {blocker.txid!r} "
+                f"(seq {blocker.seq}), which is {blocker.state}"
             )
 
         published, dead = orders_sink.publish(cur, schema, cfg.name, txid, staged_attempt, seq)
@@ -425,9 +501,9 @@ def commit(dsn: str, cfg: PipelineConfig, txid: str) -> CommitResult:
                     "range already applied, or an earlier batch reset? Nothing was committed."
                 )
         cur.execute(
-            "update onceflow.batches set state = 'committed', published_attempt = %s,"
+            "update onceflow.batches set state = %s, published_attempt = %s,"
             " committed_at = now(), commit_seconds = %s where pipeline = %s and txid = %s",
-            (staged_attempt, time.monotonic() - started, cfg.name, txid),
+            (BatchState.COMMITTED, staged_attempt, time.monotonic() - started, cfg.name, txid),
         )
         orders_sink.drop_staged(cur, schema, txid, staged_attempt)
         failpoints.hit("commit.before_db_commit", txid)
@@ -482,9 +558,14 @@ def reset_offsets(
             (cfg.name,),
         )
         cur.execute(
-            "update onceflow.batches set state = 'abandoned', last_error = %s"
-            " where pipeline = %s and state not in ('committed', 'abandoned') returning txid",
-            (f"abandoned by reset-offsets: {reason}"[:4000], cfg.name),
+            "update onceflow.batches set state = %s, last_error = %s"
+            " where pipeline = %s and state not in %s returning txid",
+            (
+                BatchState.ABANDONED,
+                f"abandoned by reset-offsets: {reason}"[:4000],
+                cfg.name,
+                CLOSED,
+            ),
         )
         abandoned = sorted(r[0] for r in cur.fetchall())
         cur.execute(

@@ -12,7 +12,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-STATES = ("planned", "processing", "staged", "committed", "abandoned")
+from onceflow.states import BatchState
+
 PHASES = ("plan", "process", "commit")
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -126,7 +127,7 @@ def render(pipelines: Iterable[PipelineMetrics]) -> str:
     }
     for m in pipelines:
         p = {"pipeline": m.pipeline}
-        for state in (*STATES, *sorted(set(m.batches) - set(STATES))):
+        for state in (*BatchState, *sorted(set(m.batches) - set(BatchState))):
             fams["onceflow_batches"].add({**p, "state": state}, m.batches.get(state, 0))
         for kind, value in (
             ("read", m.records_read),
@@ -186,12 +187,12 @@ def from_views(
 
 def collect(dsn: str, pipeline: str, ends: Mapping[tuple[str, int], int] | None) -> PipelineMetrics:
     """Read one pipeline's metrics from the ledger; `ends` None means the broker is down."""
-    from onceflow import views
+    from onceflow import ledger, views
 
     return from_views(
         pipeline,
         views.summary(dsn, pipeline),
         views.partitions(dsn, pipeline, dict(ends) if ends is not None else None),
         broker_up=ends is not None,
-        commit_blocked=views.commit_block(dsn, pipeline) is not None,
+        commit_blocked=ledger.commit_blocker(dsn, pipeline) is not None,
     )

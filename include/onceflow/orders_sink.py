@@ -8,8 +8,8 @@ stage_orders is transient and built for COPY speed: UNLOGGED (no WAL) and withou
 key. Duplicates within an attempt are excluded by the part fence (onceflow.stage_parts: one
 task attempt per part) and, at publish, by the sink's primary key. A PostgreSQL crash
 truncates unlogged tables: staged rows of uncommitted batches vanish while their ledger rows
-stay. That cannot be published silently: process checks that the parts' rows are there
-before mark_staged, and commit compares the rows it publishes with the counts process
+stay. That cannot be published silently: mark_staged checks that the parts' rows are there
+(has_staged), and commit compares the rows it publishes with the counts process
 recorded (ledger.commit -> _check_counts) and fails without committing anything; retrying
 process (clearing the run) stages the batch again.
 """
@@ -152,6 +152,17 @@ def drop_staged(cur, schema: str, txid: str, up_to_attempt: int) -> None:
         ),
         (txid, up_to_attempt),
     )
+
+
+def has_staged(cur, schema: str, txid: str, attempt: int) -> bool:
+    """Whether any row of the attempt is in the stage table (a probe, not a count)."""
+    cur.execute(
+        sql.SQL(
+            "select exists (select 1 from {schema}.stage_orders where txid = %s and attempt = %s)"
+        ).format(schema=sql.Identifier(schema)),
+        (txid, attempt),
+    )
+    return cur.fetchone()[0]
 
 
 def staged_counts(cur, schema: str, txid: str, attempt: int) -> tuple[int, int, int, str]:

@@ -10,9 +10,10 @@ and then COPYs the rows, tagged (txid, attempt, part):
   nothing: output is a deterministic function of the part's records, so the first copy is
   as good as its own (the reader's input partitions are fixed, and nothing shuffles between
   read and write, so part k always holds the same records);
-- a task of a fenced attempt (a newer process attempt claimed the txid) fails before
-  writing; rows it staged earlier carry its attempt number, which commit never publishes
-  (ledger.mark_staged fences by attempt).
+- a task of a fenced attempt (a newer process attempt claimed the txid, or a reset abandoned
+  it) fails before writing, by the ledger's attempt fence (ledger.check_attempt) run in the
+  part's transaction; rows it staged earlier carry its attempt number, which commit never
+  publishes (ledger.mark_staged runs the same fence).
 
 Per part, the fence row in onceflow.stage_parts also records what the part staged: rows,
 valid rows, dead letters, the bytes read (column `_meta_bytes` of the input, if present) and
@@ -45,7 +46,6 @@ from pyspark.sql.types import StructType
 
 from onceflow import failpoints
 from onceflow.config import NAME_RE
-from onceflow.errors import AbandonedTxidError, FencedAttemptError
 from onceflow.orders_sink import STAGE_COLUMNS
 from onceflow.reader import _fixed_array, _fixed_values, _string_repeat, _valid_mask
 
@@ -193,24 +193,15 @@ def stage_part(target: StageTarget, part: int, batches: Iterable[Any]) -> StageC
     import psycopg2
     from psycopg2 import sql
 
+    from onceflow import ledger
+
     t = target
     conn = psycopg2.connect(t.dsn, connect_timeout=10, application_name=f"onceflow-stage-{part}")
     try:
         with conn.cursor() as cur:
-            cur.execute(
-                "select attempt, state from onceflow.batches where pipeline = %s and txid = %s",
-                (t.pipeline, t.txid),
+            ledger.check_attempt(
+                cur, t.pipeline, t.txid, t.attempt, context=f"stage of part {part}: "
             )
-            row = cur.fetchone()
-            if row is not None and row[1] == "abandoned":
-                raise AbandonedTxidError(
-                    f"stage of txid {t.txid!r} part {part}: the txid was abandoned by a reset"
-                )
-            if row is None or row[0] != t.attempt:
-                raise FencedAttemptError(
-                    f"stage of txid {t.txid!r} attempt {t.attempt} part {part}: the ledger's "
-                    f"attempt is {row[0] if row else 'missing'}; this attempt is fenced"
-                )
             # Blocks while another task attempt holds the claim, then sees its outcome.
             cur.execute(
                 "insert into onceflow.stage_parts (pipeline, txid, attempt, part, rows)"

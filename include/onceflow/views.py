@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
+from onceflow import ledger
 from onceflow.db import transaction
 from onceflow.errors import UnknownTxidError
+from onceflow.states import BatchState
 
 
 def _dicts(cur) -> list[dict[str, Any]]:
@@ -72,24 +75,6 @@ def partitions(
     return rows
 
 
-def blocked(dsn: str, pipeline: str) -> dict[str, Any] | None:
-    """The lowest uncommitted batch that has later batches waiting behind it, and why."""
-    with transaction(dsn) as cur:
-        cur.execute(
-            """
-            select b.txid, b.seq, b.state, b.last_error,
-                   (select count(*) from onceflow.batches w
-                     where w.pipeline = b.pipeline and w.seq > b.seq) as waiting
-            from onceflow.batches b
-            where b.pipeline = %s and b.state not in ('committed', 'abandoned')
-            order by b.seq limit 1
-            """,
-            (pipeline,),
-        )
-        rows = _dicts(cur)
-    return rows[0] if rows and rows[0]["waiting"] else None
-
-
 def losses(dsn: str, pipeline: str) -> list[dict[str, Any]]:
     with transaction(dsn) as cur:
         cur.execute(
@@ -117,23 +102,9 @@ def dead_letters(dsn: str, pipeline: str, txid: str, limit: int = 100) -> list[d
 
 
 def commit_block(dsn: str, pipeline: str) -> dict[str, Any] | None:
-    """Like `blocked`, but abandoned batches (terminal after a reset) never block: the UI must
-    name the batch commit actually waits for, the one `ledger.blocking_predecessor` finds."""
-    with transaction(dsn) as cur:
-        cur.execute(
-            """
-            select b.txid, b.seq, b.state, b.attempt, b.last_error,
-                   (select count(*) from onceflow.batches w
-                     where w.pipeline = b.pipeline and w.seq > b.seq
-                       and w.state <> 'abandoned') as waiting
-            from onceflow.batches b
-            where b.pipeline = %s and b.state not in ('committed', 'abandoned')
-            order by b.seq limit 1
-            """,
-            (pipeline,),
-        )
-        rows = _dicts(cur)
-    return rows[0] if rows and rows[0]["waiting"] else None
+    """The batch the pipeline's commits wait for (ledger.commit_blocker), if any waits."""
+    blocker = ledger.commit_blocker(dsn, pipeline)
+    return None if blocker is None else asdict(blocker)
 
 
 def batch_ranges(dsn: str, pipeline: str, txid: str) -> list[dict[str, Any]]:
@@ -197,8 +168,8 @@ def abandoned(dsn: str, pipeline: str) -> list[dict[str, Any]]:
     with transaction(dsn) as cur:
         cur.execute(
             "select seq, txid, attempt, records_read, planned_at, last_error"
-            " from onceflow.batches where pipeline = %s and state = 'abandoned' order by seq",
-            (pipeline,),
+            " from onceflow.batches where pipeline = %s and state = %s order by seq",
+            (pipeline, BatchState.ABANDONED),
         )
         return _dicts(cur)
 
@@ -215,15 +186,15 @@ def summary(dsn: str, pipeline: str) -> dict[str, Any]:
         cur.execute(
             "select coalesce(sum(records_read), 0), coalesce(sum(records_out), 0),"
             " coalesce(sum(records_dead), 0) from onceflow.batches"
-            " where pipeline = %s and state = 'committed'",
-            (pipeline,),
+            " where pipeline = %s and state = %s",
+            (pipeline, BatchState.COMMITTED),
         )
         read, out, dead = (int(v) for v in cur.fetchone())
         cur.execute(
             "select seq, txid, plan_seconds, process_seconds, commit_seconds, committed_at"
-            " from onceflow.batches where pipeline = %s and state = 'committed'"
+            " from onceflow.batches where pipeline = %s and state = %s"
             " order by seq desc limit 1",
-            (pipeline,),
+            (pipeline, BatchState.COMMITTED),
         )
         last = _dicts(cur)
         cur.execute("select max(seq) from onceflow.batches where pipeline = %s", (pipeline,))

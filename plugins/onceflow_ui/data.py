@@ -16,6 +16,7 @@ from typing import Any
 from onceflow import broker, ledger, views
 from onceflow.config import PipelineConfig, load_pipelines
 from onceflow.settings import Settings
+from onceflow.states import CLOSED, BatchState
 
 BROKER_TIMEOUT = 3.0  # seconds a page waits for end offsets before showing "unavailable"
 BROKER_CACHE_SECONDS = 2.0
@@ -113,9 +114,10 @@ def block_reason(block: dict[str, Any] | None) -> str | None:
         return None
     state = block["state"]
     why = {
-        "planned": "planned but never processed (its run failed before process, or was never run)",
-        "processing": "still processing (or its process attempt died)",
-        "staged": "staged and about to commit (or its commit task failed)",
+        BatchState.PLANNED: "planned but never processed (its run failed before process, or "
+        "was never run)",
+        BatchState.PROCESSING: "still processing (or its process attempt died)",
+        BatchState.STAGED: "staged and about to commit (or its commit task failed)",
     }.get(state, state)
     text = (
         f"commits of {block['waiting']} later batch(es) wait for txid {block['txid']} "
@@ -123,7 +125,7 @@ def block_reason(block: dict[str, Any] | None) -> str | None:
     )
     if block.get("last_error"):
         text += f". Last error: {block['last_error']}"
-    if block.get("last_error") or state == "planned":
+    if block.get("last_error") or state == BatchState.PLANNED:
         text += ". Clear or retry that DAG run to unblock."
     return text
 
@@ -160,7 +162,7 @@ def batch_view(
     b = views.batch(s.postgres_dsn, cfg.name, txid)
     b["ranges"] = views.batch_ranges(s.postgres_dsn, cfg.name, txid)
     wait = None
-    if b["state"] not in ("committed", "abandoned"):
+    if b["state"] not in CLOSED:
         w = ledger.blocking_predecessor(s.postgres_dsn, cfg.name, txid)
         if w is not None:
             wait = {"txid": w.txid, "seq": w.seq, "state": w.state, "last_error": w.last_error}

@@ -13,6 +13,17 @@ from html import escape
 from typing import Any
 from urllib.parse import quote
 
+from onceflow.states import BatchState
+
+# a badge per batch state (class s-<state>); a state without a style keeps the grey badge
+STATE_STYLE = {
+    BatchState.PLANNED: "background:#718096;",
+    BatchState.PROCESSING: "background:#c05621;",
+    BatchState.STAGED: "background:#2b6cb0;",
+    BatchState.COMMITTED: "background:#2f855a;",
+    BatchState.ABANDONED: "background:#4a5568; text-decoration:line-through;",
+}
+
 CSS = """
 :root { --fg:#1a202c; --muted:#5a6578; --line:#e2e8f0; --bg:#f7f9fc; --accent:#017cee; }
 * { box-sizing: border-box; }
@@ -36,9 +47,6 @@ code, .mono { font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace; 
 .muted { color:var(--muted); }
 .badge { display:inline-block; padding:1px 8px; border-radius:10px; font-size:12px;
          font-weight:600; color:#fff; background:#718096; }
-.s-committed { background:#2f855a; } .s-staged { background:#2b6cb0; }
-.s-processing { background:#c05621; } .s-planned { background:#718096; }
-.s-abandoned { background:#4a5568; text-decoration:line-through; }
 .cards { display:flex; gap:10px; flex-wrap:wrap; margin:4px 0 8px; }
 .card { border:1px solid var(--line); border-radius:8px; padding:8px 14px; min-width:120px;
         background:#fff; }
@@ -53,7 +61,7 @@ dl.kv { display:grid; grid-template-columns:max-content 1fr; gap:4px 18px; margi
 dl.kv dt { color:var(--muted); } dl.kv dd { margin:0; }
 .pager { margin:6px 0; }
 .nowrap { white-space:nowrap; }
-"""
+""" + "".join(f".s-{state} {{ {style} }}\n" for state, style in STATE_STYLE.items())
 
 # Links into Airflow's own UI must leave the iframe Airflow shows plugin views in. The iframe's
 # sandbox has no allow-top-navigation, so target=_top alone is blocked; it is same-origin, so a
@@ -74,8 +82,6 @@ document.addEventListener("click", function (e) {
   } catch (err) { /* not same-origin: follow the link inside the frame */ }
 });
 """
-
-STATE_ORDER = ("planned", "processing", "staged", "committed", "abandoned")
 
 
 class Links:
@@ -211,7 +217,7 @@ def _blocked_alert(data: dict[str, Any], links: Links) -> str:
     block = data.get("blocked")
     if not block:
         return '<div class="alert ok" id="commits-ok">Commits are not blocked.</div>'
-    cls = "bad" if block.get("last_error") or block["state"] == "planned" else "warn"
+    cls = "bad" if block.get("last_error") or block["state"] == BatchState.PLANNED else "warn"
     entry = a(links.batch(data["pipeline"], block["txid"]), e(block["txid"]))
     run = a(links.run(data["dag_id"], block["txid"]), "DAG run ↗", airflow=True)
     return (
@@ -233,7 +239,7 @@ def overview_page(items: list[dict[str, Any]], links: Links) -> str:
                 a(links.dag(d["dag_id"]), e(d["dag_id"]), airflow=True),
                 e(", ".join(d["topics"])),
                 num(s["batches"]),
-                " ".join(f"{badge(st)} {states[st]}" for st in STATE_ORDER if states.get(st)),
+                " ".join(f"{badge(st)} {states[st]}" for st in BatchState if states.get(st)),
                 num(last["seq"] if last else None),
                 num(s["records_read"]),
                 num(s["records_published"]),
@@ -272,7 +278,7 @@ def ledger_page(data: dict[str, Any], links: Links) -> str:
     cards = _cards(
         [
             ("batches", num(s["batches"])),
-            ("committed", num(s["states"].get("committed", 0))),
+            ("committed", num(s["states"].get(BatchState.COMMITTED, 0))),
             ("last committed seq", num(last["seq"] if last else None)),
             ("records read", num(s["records_read"])),
             ("published", num(s["records_published"])),
@@ -564,7 +570,7 @@ def batch_page(data: dict[str, Any], links: Links, dl_url: Callable[[int], str])
             ),
             numeric=(1, 2, 3, 5),
             empty="no dead letters published for this txid"
-            + ("" if b["state"] == "committed" else " (they are published at commit)"),
+            + ("" if b["state"] == BatchState.COMMITTED else " (they are published at commit)"),
             cls="dead-letters",
         )
     )

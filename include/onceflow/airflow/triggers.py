@@ -24,7 +24,7 @@ from onceflow.settings import Settings
 WAIT_LOG_EVERY = 60.0
 
 
-def describe_wait(txid: str, wait: ledger.Wait, waited: float) -> str:
+def describe_wait(txid: str, wait: ledger.Blocker, waited: float) -> str:
     """One log line: whom the commit of txid waits for, in what state, and since when."""
     hint = f"; its last error: {wait.last_error}" if wait.last_error else ""
     return (
@@ -54,7 +54,7 @@ class CommitReadyTrigger(BaseTrigger):
             {"pipeline": self.pipeline, "txid": self.txid, "poll_interval": self.poll_interval},
         )
 
-    def check(self, dsn: str) -> ledger.Wait | None:
+    def check(self, dsn: str) -> ledger.Blocker | None:
         """One look at the ledger (blocking; run in a thread)."""
         return ledger.blocking_predecessor(dsn, self.pipeline, self.txid)
 
