@@ -144,3 +144,23 @@ def _wait_topic_gone(bootstrap: str, topic: str, timeout: float = 30.0) -> None:
             time.sleep(0.2)
     finally:
         admin.close()
+
+
+def test_the_audit_recount_names_txids_whose_records_retention_deleted(bootstrap, topic):
+    from kafka import KafkaAdminClient
+    from kafka.structs import TopicPartition
+    from onceflow.audit import RangeRow
+    from onceflow.recount import count_records
+
+    _produce(bootstrap, topic, 12)
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    admin.delete_records({TopicPartition(topic, 0): 5})
+    admin.close()
+    ranges = [
+        RangeRow("a", 1, topic, 0, 0, 4),  # deleted
+        RangeRow("b", 2, topic, 0, 4, 8),  # half deleted
+        RangeRow("c", 3, topic, 0, 8, 12),
+    ]
+    recount = count_records(bootstrap, ranges)
+    assert recount.gone == {"a", "b"}
+    assert dict(recount.counts) == {"c": 4}

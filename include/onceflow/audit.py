@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 from psycopg2 import sql
 
@@ -19,6 +20,9 @@ from onceflow.config import PipelineConfig
 from onceflow.db import transaction
 from onceflow.sinks import sink_for
 from onceflow.states import CLOSED, BatchState
+
+if TYPE_CHECKING:
+    from onceflow.recount import Recount
 
 
 @dataclass
@@ -37,7 +41,9 @@ class AuditReport:
     resets: list[dict] = field(default_factory=list)
     abandoned: list[str] = field(default_factory=list)
     reread_from_broker: bool = False
-    reread_skipped: int = 0  # committed txids of an earlier epoch, counted from the ledger
+    # committed txids whose records the broker no longer holds (an earlier epoch after a reset,
+    # or deleted by retention since): counted from the ledger
+    reread_skipped: int = 0
     violations: list[str] = field(default_factory=list)
 
     def violate(self, message: str) -> None:
@@ -203,7 +209,7 @@ def _rows(cur, query: str | sql.Composed, params: Iterable = ()) -> list[tuple]:
 def run_audit(
     dsn: str,
     cfg: PipelineConfig,
-    reread: Callable[[list[RangeRow]], dict[str, int]] | None = None,
+    reread: Callable[[list[RangeRow]], Recount] | None = None,
 ) -> AuditReport:
     """Audit one pipeline. `reread`, if given, counts the records of each txid's ranges in the broker."""
     report = AuditReport(pipeline=cfg.name)
@@ -279,10 +285,11 @@ def run_audit(
         report.reread_from_broker = True
         # ranges of an earlier epoch are gone from the broker (reset): their count is the ledger's
         stale = {r.txid for r in ranges if r.epoch != epochs.get((r.topic, r.partition), 0)}
-        counts = reread([r for r in ranges if r.txid in committed and r.txid not in stale])
-        for txid in committed - stale:
+        recount = reread([r for r in ranges if r.txid in committed and r.txid not in stale])
+        counts = dict(recount.counts)
+        for txid in committed - stale - recount.gone:
             counts.setdefault(txid, 0)
-        report.reread_skipped = len(committed & stale)
+        report.reread_skipped = len(committed & (stale | recount.gone))
     check_counts(report, batches, published, dead, counts)
     for t, p, o in dup_rows:
         report.duplicates += 1

@@ -149,6 +149,11 @@ def cmd_audit(args: argparse.Namespace, settings: Settings) -> int:
         ):
             print(f"  {key:<20} {getattr(report, key)}")
         print(f"  {'reread_from_broker':<20} {report.reread_from_broker}")
+        if report.reread_skipped:
+            print(
+                f"  {'reread_skipped':<20} {report.reread_skipped} committed txid(s) whose records"
+                " the broker no longer holds (retention or a reset): counted from the ledger"
+            )
         for loss in report.loss_events:
             print(f"  loss event: {loss}")
         for v in report.violations:
@@ -504,7 +509,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument(
         "--reread",
         action="store_true",
-        help="re-read every committed range from the broker and count its records",
+        help="re-read every committed range from the broker and count its records (txids "
+        "whose records retention has deleted since keep the ledger's count, and are reported)",
     )
     sp = add(
         "ledger",

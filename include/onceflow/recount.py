@@ -2,6 +2,10 @@
 
 Deliberately independent of reader.py (the code it checks): a plain consumer per partition
 that counts delivered records with from_offset <= offset < until_offset.
+
+Records of committed ranges that retention has deleted since (the partition's first offset is
+now past the range's start) cannot be counted again: their txids are reported as `gone`, and
+the audit keeps the ledger's count for them and says how many it could not re-read.
 """
 
 from __future__ import annotations
@@ -9,6 +13,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from confluent_kafka import OFFSET_END, Consumer, KafkaError, TopicPartition
@@ -24,17 +29,22 @@ class _Range(Protocol):
     until_offset: int
 
 
-def count_records(
-    bootstrap: str, ranges: Iterable[_Range], timeout_s: float = 60.0
-) -> dict[str, int]:
+@dataclass
+class Recount:
+    counts: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # records per txid
+    gone: set[str] = field(default_factory=set)  # txids with records deleted by retention
+
+
+def count_records(bootstrap: str, ranges: Iterable[_Range], timeout_s: float = 60.0) -> Recount:
     """Records per txid. Ranges of one partition are read in one sequential pass."""
     by_tp: dict[tuple[str, int], list[_Range]] = defaultdict(list)
     for r in ranges:
         if r.until_offset > r.from_offset:
             by_tp[(r.topic, r.partition)].append(r)
-    counts: dict[str, int] = defaultdict(int)
+    result = Recount()
+    counts = result.counts
     if not by_tp:
-        return counts
+        return result
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -48,6 +58,13 @@ def count_records(
     )
     try:
         for (topic, partition), rs in sorted(by_tp.items()):
+            first, _ = consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=timeout_s
+            )
+            result.gone.update(r.txid for r in rs if r.from_offset < first)
+            rs = [r for r in rs if r.from_offset >= first]
+            if not rs:
+                continue
             rs.sort(key=lambda r: r.from_offset)
             lo, hi = rs[0].from_offset, max(r.until_offset for r in rs)
             starts = [r.from_offset for r in rs]
@@ -88,7 +105,9 @@ def count_records(
             consumer.assign([TopicPartition(topic, partition, OFFSET_END)])
     finally:
         consumer.close()
-    return counts
+    for txid in result.gone:  # partly re-read: the ledger's count stands for the whole txid
+        counts.pop(txid, None)
+    return result
 
 
 def _find(starts: list[int], offset: int) -> int | None:
