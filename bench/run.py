@@ -502,6 +502,13 @@ def plot(results: dict, path: Path) -> None:
     ]
     for key, label, style in series:
         ax.plot(x, [r[key] / 1000 for r in rows], style, label=label)
+    for key, label, color in (
+        ("native_read_parse_records_per_s", "peer: Spark's Kafka connector + from_json", "C1"),
+        ("native_process_records_per_s", "peer: the same + JDBC into PostgreSQL", "C2"),
+    ):
+        if results.get(key):
+            ax.plot([results["config"]["records"]], [results[key] / 1000], "X", ms=10,
+                    color=color, label=f"{label} (in-job)")  # fmt: skip
     ax.set_xscale("log")
     ax.set_xlabel(f"records per batch ({results['config']['partitions']} partitions)")
     ax.set_ylabel("thousand records / s")
@@ -548,9 +555,11 @@ def native_section(r: dict, k: Any) -> list[str]:
         f"(session start excluded), medians of {c['repeats']} runs, {n['input_partitions']} "
         "input partitions each (the connector's `minPartitions`).",
         "",
-        "| ratio | Onceflow | Spark's connector | value | Onceflow faster |",
-        "| --- | ---: | ---: | ---: | :---: |",
+        "| ratio | Onceflow | Spark's connector | value | each repeat (back to back) | "
+        "CPU s: Onceflow / peer | Onceflow faster |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | :---: |",
     ]
+    paired, cpu = n.get("paired_ratios", {}), n.get("cpu_s", {})
     rows = [
         ("read_parse / native_read_parse", "read_parse_records_per_s",
          "native_read_parse_records_per_s"),
@@ -559,12 +568,14 @@ def native_section(r: dict, k: Any) -> list[str]:
     for name, ours, theirs in rows:
         ratio = r["ratios"].get(name)
         if ratio is None:
-            lines.append(f"| {name} | {k(r[ours])} | n/a | n/a | n/a |")
-        else:
-            lines.append(
-                f"| {name} | {k(r[ours])} | {k(r[theirs])} | **{ratio:.2f}** | "
-                f"{'yes' if ratio >= 1 else 'NO'} |"
-            )
+            lines.append(f"| {name} | {k(r[ours])} | n/a | n/a | n/a | n/a | n/a |")
+            continue
+        step = name.split(" / ")[0]
+        each = ", ".join(f"{x:.2f}" for x in paired.get(name, []))
+        lines.append(
+            f"| {name} | {k(r[ours])} | {k(r[theirs])} | **{ratio:.2f}** | {each} | "
+            f"{cpu[step]:.0f} / {cpu['native_' + step]:.0f} | {'yes' if ratio >= 1 else 'NO'} |"
+        )
     lines += [
         "",
         f"Dead letters among the {c['records']:,} records: Onceflow {n['onceflow_dead']:,}, "
@@ -813,7 +824,7 @@ def data_plane(
         "commit_records_per_s": procs[0]["commit_published"] / procs[0]["commit_s"],
         "rss": rss_summary([x["usage"] for x in procs]),
     }
-    out.update(peer(out, procs, nrps, nprocs, connector, native_skip, process_skip))
+    out.update(peer(out, rps, procs, nrps, nprocs, connector, native_skip, process_skip))
     scaling = [
         {
             "records": main_topic.records,
@@ -853,9 +864,29 @@ def data_plane(
     return out
 
 
+def peer_detail(rps: list[dict], procs: list[dict], nrps: list[dict], nprocs: list[dict]) -> dict:
+    """Load-robust views of the comparison: the ratio of each repeat's back-to-back pair, and
+    the median CPU seconds of the whole spark-submit (every process of it, PostgreSQL's
+    backends too for process) with the peer's CPU over Onceflow's."""
+
+    def cpu(runs: list[dict]) -> float:
+        return median([sum(x["usage"]["cpu_s"].values()) for x in runs])
+
+    out: dict[str, Any] = {"paired_ratios": {}, "cpu_s": {}}
+    for name, ours, theirs in (("read_parse", rps, nrps), ("process", procs, nprocs)):
+        if not theirs:
+            continue
+        out["paired_ratios"][f"{name} / native_{name}"] = [
+            a["records_per_s"] / b["records_per_s"] for a, b in zip(ours, theirs, strict=False)
+        ]
+        out["cpu_s"][name] = cpu(ours)
+        out["cpu_s"][f"native_{name}"] = cpu(theirs)
+    return out
+
+
 def peer(
-    r: dict, procs: list[dict], nrps: list[dict], nprocs: list[dict], connector: str,
-    native_skip: str | None, process_skip: str | None,
+    r: dict, rps: list[dict], procs: list[dict], nrps: list[dict], nprocs: list[dict],
+    connector: str, native_skip: str | None, process_skip: str | None,
 ) -> dict:  # fmt: skip
     """The peer's medians, the two ratios (None where the peer was not measured) and why not."""
     nrp = median([x["records_per_s"] for x in nrps]) if nrps else None
@@ -871,6 +902,7 @@ def peer(
                 [x["end_to_end_records_per_s"] for x in nrps]
             ),
         )
+    native.update(peer_detail(rps, procs, nrps, nprocs))
     if nprocs:
         native.update(
             process_end_to_end_records_per_s=median(
