@@ -96,7 +96,7 @@ chaos: setup
 ##        bench/throughput.png and BENCHMARKS.md. BENCH_ARGS="--quick" for a smoke run.
 ##        On the real Apache Kafka, with Spark's own Kafka connector as the peer (the vendored
 ##        distributions; native_process also needs /usr/share/java/postgresql.jar, see system-deps):
-##          ONCEFLOW_KAFKA_DIST=../shared/vendor/kafka_2.13-4.1.1.tgz ONCEFLOW_SPARK_KAFKA_CONNECTOR=../shared/vendor/spark-kafka-connector-4.0.0.tgz make bench
+##          ONCEFLOW_KAFKA_DIST=/path/to/kafka_2.13-4.1.1.tgz ONCEFLOW_SPARK_KAFKA_CONNECTOR=/path/to/spark-kafka-connector-4.0.0.tgz make bench
 ##        Without them it runs on the embedded tansu broker and says the peer was skipped and why.
 .PHONY: bench
 BENCH_ARGS ?=
