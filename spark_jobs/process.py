@@ -348,12 +348,13 @@ def stage_job(
     returns the number of parts: n (parts 0..n-1), or 2n when the transform has a fast
     form and `fast_form` is on (accepted records part k, declined ones part n + k)."""
     from onceflow.fast_stage import fast_stage_frame
+    from onceflow.sinks import sink_for
     from onceflow.stage import StageTarget, stage_frame
     from onceflow.transforms import get_fast_form
 
     timings = {} if timings is None else timings
     t0 = time.monotonic()
-    target = StageTarget(dsn, cfg.sink_schema, cfg.name, txid, attempt)
+    target = StageTarget.for_sink(dsn, sink_for(cfg), cfg.name, txid, attempt)
     n = len(pieces)
     if fast_form and get_fast_form(cfg.transform) is not None:
         declined = fast_stage_frame(

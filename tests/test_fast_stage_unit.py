@@ -179,7 +179,8 @@ import sys, json
 import pyarrow as pa
 from onceflow.reader import _binary_array, _fixed_array, _string_repeat, _timestamp_array
 from onceflow.fast_stage import Split
-from onceflow.stage import _CsvStream
+from onceflow.sinks.orders import OrdersSink
+from onceflow.stage import StageTarget, _CsvStream
 from onceflow.transforms.orders_fast import fast_form
 import numpy as np
 vals = [json.dumps({"order_id": "o", "customer_id": "c", "amount": 1.5, "currency": "EUR",
@@ -191,7 +192,7 @@ b = pa.RecordBatch.from_arrays([_string_repeat("t", n),
     names=["topic", "partition", "offset", "key", "value", "timestamp"])
 assert "pandas" not in sys.modules
 split = Split(iter([b]), fast_form)
-stream = _CsvStream(split, "tx", 1, 0)
+stream = _CsvStream(split, StageTarget.for_sink("dsn", OrdersSink("s"), "p", "tx", 1), 0)
 assert stream.read(1 << 20) and stream.read(1 << 20) == b""
 assert stream.rows == 10 and stream.checksum is not None
 assert sum(x.num_rows for x in split.declined()) == 20

@@ -10,7 +10,7 @@ import threading
 
 import psycopg2
 import pytest
-from onceflow import ledger, orders_sink, views
+from onceflow import ledger, views
 from onceflow.config import parse_pipeline
 from onceflow.db import migrate, transaction
 from onceflow.errors import (
@@ -23,6 +23,7 @@ from onceflow.errors import (
     UnknownTxidError,
 )
 from onceflow.ledger import BrokerSnapshot
+from onceflow.sinks.orders import OrdersSink
 
 pytestmark = pytest.mark.integration
 T = "orders"
@@ -304,13 +305,13 @@ def test_unknown_txid_errors_are_clear(ledger_dsn, cfg):
 
 def test_sink_identifiers_are_quoted(ledger_dsn, unique_name):
     with transaction(ledger_dsn) as cur:
-        orders_sink.ensure_sink(cur, unique_name)
+        OrdersSink(unique_name).ensure(cur)
         cur.execute(
             "select count(*) from information_schema.tables where table_schema = %s", (unique_name,)
         )
         assert cur.fetchone()[0] == 3
     with pytest.raises(psycopg2.Error), transaction(ledger_dsn) as cur:
-        orders_sink.ensure_sink(cur, 'x"; drop schema onceflow cascade; --')
+        OrdersSink('x"; drop schema onceflow cascade; --').ensure(cur)
         cur.execute("select 1/0")  # the schema name above was created verbatim, never executed
     with transaction(ledger_dsn) as cur:
         cur.execute("select to_regclass('onceflow.batches')")

@@ -67,8 +67,16 @@ def test_runs_through_the_scheduler_publish_exactly_the_produced_records(stack, 
     assert all(t == "it_basic" and r for t, _, _, r in dead)
     assert len(dead) == report.dead_lettered
     # the summary lines: plan, process and commit report their counts in the task logs
-    seqs = {ledger.get_batch(stack.postgres_dsn, "it_basic", r).seq for r in states}
-    assert seqs == {1, 2, 3}
+    seqs = {r: ledger.get_batch(stack.postgres_dsn, "it_basic", r).seq for r in states}
+    assert set(seqs.values()) == {1, 2, 3}
+    # each commit is an event of the sink's Asset, with what it published
+    events = airflow.asset_events("onceflow_it_basic")
+    assert {e["uri"] for e in events} == {
+        f"postgres://127.0.0.1:{stack.pg_port}/onceflow/it_basic/orders"
+    }
+    assert sorted((e["extra"]["txid"], e["extra"]["seq"]) for e in events) == sorted(seqs.items())
+    assert sum(e["extra"]["published"] for e in events) == report.records_in_sink
+    assert sum(e["extra"]["dead_lettered"] for e in events) == report.dead_lettered
 
 
 def test_commit_waits_for_its_predecessor_and_commits_in_seq_order(stack, airflow):

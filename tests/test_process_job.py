@@ -21,7 +21,15 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PORT = 39092
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+PORT = _free_port()  # the module's own broker: never a fixed port another run may hold
 BOOTSTRAP = f"127.0.0.1:{PORT}"
 TOPIC = "it_orders"
 TX_TOPIC = "it_orders_tx"
@@ -40,7 +48,7 @@ def _port_open(port: int) -> bool:
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    """Our own tansu on 127.0.0.1:39092 (memory storage), stopped by PID at the end."""
+    """Our own tansu on 127.0.0.1:PORT (memory storage), stopped by PID at the end."""
     if _port_open(PORT):
         pytest.fail(f"port {PORT} is already in use; the process tests need it for their broker")
     from onceflow.stack import private_broker
@@ -321,9 +329,10 @@ def test_transactional_range_ends_at_until_despite_sparse_offsets(produced, firs
 
 @pytest.mark.integration
 def test_retry_claims_attempt_2_with_the_same_output_and_fences_attempt_1(env, first_run):
-    from onceflow import ledger, orders_sink
+    from onceflow import ledger
     from onceflow.db import transaction
     from onceflow.errors import FencedAttemptError
+    from onceflow.sinks.orders import OrdersSink
 
     assert first_run[1].returncode == 0
     # --ship-package: executors import onceflow from a zip the job builds (cluster mode)
@@ -332,8 +341,8 @@ def test_retry_claims_attempt_2_with_the_same_output_and_fences_attempt_1(env, f
     assert summary(proc)["attempt"] == "2"
     dsn = env["ONCEFLOW_POSTGRES_DSN"]
     with transaction(dsn) as cur:
-        first = orders_sink.staged_counts(cur, "it_orders", "run-1", 1)
-        second = orders_sink.staged_counts(cur, "it_orders", "run-1", 2)
+        first = OrdersSink("it_orders").staged_counts(cur, "run-1", 1)
+        second = OrdersSink("it_orders").staged_counts(cur, "run-1", 2)
     assert first == second  # deterministic: same rows, same checksum
     (row,) = query(
         env,
@@ -341,7 +350,7 @@ def test_retry_claims_attempt_2_with_the_same_output_and_fences_attempt_1(env, f
         " where pipeline = %s and txid = 'run-1'",
         PIPELINE,
     )
-    assert row == (2, 2, second[3])
+    assert row == (2, 2, second.checksum)
     with pytest.raises(FencedAttemptError):
         ledger.mark_staged(dsn, cfg(env), "run-1", 1)  # the zombie of attempt 1
 
@@ -396,6 +405,7 @@ def test_a_retried_fast_stage_task_still_hands_on_its_declined_records(env, prod
     from onceflow.errors import FencedAttemptError
     from onceflow.fast_stage import FastStageFn
     from onceflow.reader import input_ranges
+    from onceflow.sinks.orders import OrdersSink
     from onceflow.stage import StageTarget
 
     ends, delivered = produced
@@ -403,7 +413,7 @@ def test_a_retried_fast_stage_task_still_hands_on_its_declined_records(env, prod
     batch = plan(env, "run-fs", {tp: e for tp, e in ends.items() if tp[0] == TOPIC}, "it_fast")
     pieces = input_ranges(batch.ranges, 25)
     attempt = ledger.claim_attempt(dsn, "it_fast", "run-fs").attempt
-    target = StageTarget(dsn, "it_fast", "it_fast", "run-fs", attempt)
+    target = StageTarget.for_sink(dsn, OrdersSink("it_fast"), "it_fast", "run-fs", attempt)
     fn = FastStageFn(pieces, BOOTSTRAP, target, "orders")
 
     def records_of(piece) -> dict:
@@ -452,6 +462,7 @@ def test_a_retried_fast_stage_task_still_hands_on_its_declined_records(env, prod
 def test_task_fence_stages_a_part_once_per_attempt(env, first_run):
     import pyarrow as pa
     from onceflow.errors import FencedAttemptError
+    from onceflow.sinks.orders import OrdersSink
     from onceflow.stage import StageTarget, stage_part
 
     dsn = env["ONCEFLOW_POSTGRES_DSN"]
@@ -471,7 +482,7 @@ def test_task_fence_stages_a_part_once_per_attempt(env, first_run):
             "error": ["x"],
         }
     )
-    target = StageTarget(dsn, "it_orders", PIPELINE, "run-1", attempt)
+    target = StageTarget.for_sink(dsn, OrdersSink("it_orders"), PIPELINE, "run-1", attempt)
     msg = stage_part(target, 0, [batch])  # a retried task of part 0 of the same attempt
     assert msg.skipped and msg.rows == 0
     assert (
@@ -483,7 +494,11 @@ def test_task_fence_stages_a_part_once_per_attempt(env, first_run):
         == before
     )
     with pytest.raises(FencedAttemptError):  # a task of an older attempt (a zombie driver)
-        stage_part(StageTarget(dsn, "it_orders", PIPELINE, "run-1", attempt - 1), 77, [batch])
+        stage_part(
+            StageTarget.for_sink(dsn, OrdersSink("it_orders"), PIPELINE, "run-1", attempt - 1),
+            77,
+            [batch],
+        )
     assert not query(
         env, "select 1 from onceflow.stage_parts where pipeline = %s and part = 77", PIPELINE
     )
@@ -493,6 +508,7 @@ def test_task_fence_stages_a_part_once_per_attempt(env, first_run):
 def test_a_task_that_dies_before_its_commit_leaves_nothing(env, first_run, tmp_path, monkeypatch):
     import pyarrow as pa
     from onceflow import failpoints
+    from onceflow.sinks.orders import OrdersSink
     from onceflow.stage import StageTarget, stage_part
 
     (attempt,) = query(
@@ -508,7 +524,9 @@ def test_a_task_that_dies_before_its_commit_leaves_nothing(env, first_run, tmp_p
             "error": ["x"],
         }
     )
-    target = StageTarget(env["ONCEFLOW_POSTGRES_DSN"], "it_orders", PIPELINE, "run-1", attempt)
+    target = StageTarget.for_sink(
+        env["ONCEFLOW_POSTGRES_DSN"], OrdersSink("it_orders"), PIPELINE, "run-1", attempt
+    )
     with pytest.raises(failpoints.FailpointError):
         stage_part(target, 88, [batch])  # rows copied, then the task dies before its commit
     assert not query(env, "select 1 from onceflow.stage_parts where part = 88")
@@ -528,6 +546,7 @@ def test_staged_timestamps_are_utc_whatever_the_servers_time_zone(env, first_run
     import datetime as dt
 
     import pyarrow as pa
+    from onceflow.sinks.orders import OrdersSink
     from onceflow.stage import StageTarget, stage_part
 
     (attempt,) = query(
@@ -546,7 +565,11 @@ def test_staged_timestamps_are_utc_whatever_the_servers_time_zone(env, first_run
     dsn = env["ONCEFLOW_POSTGRES_DSN"]
     dsn += ("&" if "?" in dsn else "?") + "options=-c%20TimeZone%3DAmerica/New_York"
     try:
-        msg = stage_part(StageTarget(dsn, "it_orders", PIPELINE, "run-1", attempt), 87, [batch])
+        msg = stage_part(
+            StageTarget.for_sink(dsn, OrdersSink("it_orders"), PIPELINE, "run-1", attempt),
+            87,
+            [batch],
+        )
         assert (msg.rows, msg.skipped) == (1, False)
         staged = query(env, 'select ts from it_orders.stage_orders where "offset" = 777777')
         assert staged == [(instant,)]
@@ -738,7 +761,8 @@ def test_csv_for_copy_tags_rows_and_encodes_bytea():
     from decimal import Decimal
 
     import pyarrow as pa
-    from onceflow.stage import _CsvStream
+    from onceflow.sinks.orders import OrdersSink
+    from onceflow.stage import StageTarget, _CsvStream
 
     batch = pa.RecordBatch.from_pydict(
         {
@@ -755,7 +779,8 @@ def test_csv_for_copy_tags_rows_and_encodes_bytea():
             "value": pa.array([None, b"\x00\xff"], pa.binary()),
         }
     )
-    stream = _CsvStream([batch, batch.slice(0, 0)], "run,1", 3, 7)
+    target = StageTarget.for_sink("dsn", OrdersSink("s"), "p", "run,1", 3)
+    stream = _CsvStream([batch, batch.slice(0, 0)], target, 7)
     text = io.BytesIO(stream.read()).getvalue().decode()
     assert stream.read() == b"" and stream.rows == 2
     assert stream.columns[:3] == ("txid", "attempt", "part")

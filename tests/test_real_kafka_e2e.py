@@ -122,25 +122,27 @@ def test_aborted_transactions_in_the_source_are_never_published(real_stack, real
     assert offsets == sum(records.values()) > len(committed)
 
 
-def _delete_records(bootstrap, topic, partition, before):
+def committed_then_deleted(stack, airflow, topic, first_run):
+    """Run 1 commits offsets 0..9 of a one-partition topic; then 10 more records are
+    produced and retention deletes everything before offset 15: 10..14 were never planned."""
     from kafka import KafkaAdminClient
     from kafka.structs import TopicPartition
 
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    broker.create_topic(stack.kafka_bootstrap, topic, 1)
+    produce(stack, topic, 10, 0, 1)
+    dag_id = f"onceflow_{topic}"
+    assert run_and_wait(airflow, dag_id, [first_run]) == {first_run: "success"}
+    produce(stack, topic, 10, 10, 1)
+    admin = KafkaAdminClient(bootstrap_servers=stack.kafka_bootstrap)
     try:
-        admin.delete_records({TopicPartition(topic, partition): before})
+        admin.delete_records({TopicPartition(topic, 0): 15})
     finally:
         admin.close()
+    return dag_id
 
 
 def test_records_deleted_before_plan_fail_the_run_with_a_data_loss_error(real_stack, real_airflow):
-    bootstrap, dag_id = real_stack.kafka_bootstrap, "onceflow_rk_loss"
-    broker.create_topic(bootstrap, "rk_loss", 1)
-    produce(real_stack, "rk_loss", 10, 0, 1)
-    assert run_and_wait(real_airflow, dag_id, ["rk-loss-1"]) == {"rk-loss-1": "success"}
-    produce(real_stack, "rk_loss", 10, 10, 1)
-    _delete_records(bootstrap, "rk_loss", 0, 15)  # 10..14 were never processed
-
+    dag_id = committed_then_deleted(real_stack, real_airflow, "rk_loss", "rk-loss-1")
     assert run_and_wait(real_airflow, dag_id, ["rk-loss-2"]) == {"rk-loss-2": "failed"}
     plan = {t["task_id"]: t for t in real_airflow.task_instances(dag_id, "rk-loss-2")}["plan"]
     assert plan["state"] == "failed"
@@ -154,13 +156,7 @@ def test_records_deleted_before_plan_fail_the_run_with_a_data_loss_error(real_st
 
 
 def test_records_deleted_before_plan_become_a_loss_event_the_audit_lists(real_stack, real_airflow):
-    bootstrap, dag_id = real_stack.kafka_bootstrap, "onceflow_rk_loss_skip"
-    broker.create_topic(bootstrap, "rk_loss_skip", 1)
-    produce(real_stack, "rk_loss_skip", 10, 0, 1)
-    assert run_and_wait(real_airflow, dag_id, ["rk-skip-1"]) == {"rk-skip-1": "success"}
-    produce(real_stack, "rk_loss_skip", 10, 10, 1)
-    _delete_records(bootstrap, "rk_loss_skip", 0, 15)
-
+    dag_id = committed_then_deleted(real_stack, real_airflow, "rk_loss_skip", "rk-skip-1")
     assert run_and_wait(real_airflow, dag_id, ["rk-skip-2"]) == {"rk-skip-2": "success"}
     batch = ledger.get_batch(real_stack.postgres_dsn, "rk_loss_skip", "rk-skip-2")
     assert [(r.from_offset, r.until_offset) for r in batch.ranges] == [(15, 20)]

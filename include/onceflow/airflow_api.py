@@ -278,6 +278,25 @@ class AirflowClient:
                     lines.append(f"{detail.get('exc_type')}: {detail.get('exc_value')}")
         return "\n".join(lines)
 
+    def asset_events(self, source_dag_id: str) -> list[dict]:
+        """The asset events a DAG's tasks emitted (oldest first)."""
+        items: list[dict] = []
+        while True:
+            page = self.request(
+                "GET",
+                "/api/v2/assets/events",
+                params={
+                    "source_dag_id": source_dag_id,
+                    "order_by": "timestamp",
+                    "limit": 100,
+                    "offset": len(items),
+                },
+            )
+            batch = page.get("asset_events", [])
+            items.extend(batch)
+            if not batch or len(items) >= page.get("total_entries", 0):
+                return items
+
     def wait_for_runs(
         self,
         dag_id: str,

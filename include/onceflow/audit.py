@@ -17,6 +17,7 @@ from psycopg2 import sql
 
 from onceflow.config import PipelineConfig
 from onceflow.db import transaction
+from onceflow.sinks import sink_for
 from onceflow.states import CLOSED, BatchState
 
 
@@ -206,7 +207,6 @@ def run_audit(
 ) -> AuditReport:
     """Audit one pipeline. `reread`, if given, counts the records of each txid's ranges in the broker."""
     report = AuditReport(pipeline=cfg.name)
-    schema = sql.Identifier(cfg.sink_schema)
     with transaction(dsn) as cur:
         cur.execute("set transaction isolation level repeatable read")  # one consistent snapshot
         batches = [
@@ -252,18 +252,9 @@ def run_audit(
                 (cfg.name,),
             )
         ]
-        cur.execute("select to_regclass(%s)", (f"{cfg.sink_schema}.orders",))
-        sink_exists = cur.fetchone()[0] is not None
-        published = (
-            dict(
-                _rows(
-                    cur,
-                    sql.SQL("select txid, count(*) from {}.orders group by txid").format(schema),
-                )
-            )
-            if sink_exists
-            else {}
-        )
+        sink = sink_for(cfg)
+        sink_exists = sink.exists(cur)
+        published = sink.published_per_txid(cur) if sink_exists else {}
         dead = dict(
             _rows(
                 cur,
@@ -271,40 +262,8 @@ def run_audit(
                 (cfg.name,),
             )
         )
-        dup_rows = (
-            _rows(
-                cur,
-                sql.SQL(
-                    'select o.topic, o.partition, o."offset" from {}.orders o'
-                    " join onceflow.dead_letters d on d.pipeline = %s and d.topic = o.topic"
-                    ' and d.partition = o.partition and d.epoch = o.epoch and d."offset" = o."offset" limit 100'
-                ).format(schema),
-                (cfg.name,),
-            )
-            if sink_exists
-            else []
-        )
-        misplaced = (
-            _rows(
-                cur,
-                sql.SQL(
-                    """
-                    select count(*) from (
-                        select txid, topic, partition, epoch, "offset" from {}.orders
-                        union all
-                        select txid, topic, partition, epoch, "offset" from onceflow.dead_letters where pipeline = %s
-                    ) o
-                    where not exists (
-                        select 1 from onceflow.ranges r where r.pipeline = %s and r.txid = o.txid
-                          and r.topic = o.topic and r.partition = o.partition and r.epoch = o.epoch
-                          and o."offset" >= r.from_offset and o."offset" < r.until_offset)
-                    """
-                ).format(schema),
-                (cfg.name, cfg.name),
-            )[0][0]
-            if sink_exists
-            else 0
-        )
+        dup_rows = sink.published_and_dead(cur, cfg.name) if sink_exists else []
+        misplaced = sink.outside_ranges(cur, cfg.name) if sink_exists else 0
 
     committed = {b.txid for b in batches if b.state == BatchState.COMMITTED}
     report.batches = len(batches)

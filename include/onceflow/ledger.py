@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from onceflow import failpoints, orders_sink
+from onceflow import failpoints
 from onceflow.config import PipelineConfig
 from onceflow.db import transaction
 from onceflow.errors import (
@@ -26,6 +26,7 @@ from onceflow.errors import (
     UnknownTxidError,
 )
 from onceflow.ranges import LossEvent, OffsetRange, TopicPartition, plan_ranges
+from onceflow.sinks import PublishTarget, sink_for
 from onceflow.states import CLOSED, BatchState
 
 
@@ -78,7 +79,7 @@ def ensure_pipeline(dsn: str, cfg: PipelineConfig) -> None:
         cur.execute(
             "insert into onceflow.pipelines (name) values (%s) on conflict do nothing", (cfg.name,)
         )
-        orders_sink.ensure_sink(cur, cfg.sink_schema)
+        sink_for(cfg).ensure(cur)
 
 
 def _ranges(cur, pipeline: str, txid: str) -> list[OffsetRange]:
@@ -278,12 +279,12 @@ def mark_staged(
     With `parts` (process knows how many parts it staged), the counts and the checksum are
     the sums of the attempt's part fence rows, each written in the transaction that staged
     the part's rows: no scan of the staged rows. There must be exactly `parts` of them, and
-    if they claim rows, staged rows must be there: stage_orders is UNLOGGED, so a PostgreSQL
+    if they claim rows, staged rows must be there: the stage table is UNLOGGED, so a PostgreSQL
     crash empties it while the part rows stay. One probe row catches a crash after the last
     part committed (the table is then empty); whatever else is missing (a crash in the middle
     of the job, rows of earlier parts gone) makes commit's count check fail, since the counts
     come from the part rows: never published silently. Without `parts`, the staged rows are
-    counted (orders_sink.staged_counts). Commit compares either with what it publishes.
+    counted (Sink.staged_counts). Commit compares either with what it publishes.
     `bytes_read` defaults to the parts' bytes.
     """
     with transaction(dsn) as cur:
@@ -297,7 +298,7 @@ def mark_staged(
         )
         n, valid, dead, part_bytes, checksum, uncounted, found = cur.fetchone()
         if parts is not None:
-            present = not n or orders_sink.has_staged(cur, cfg.sink_schema, txid, attempt)
+            present = not n or sink_for(cfg).has_staged(cur, txid, attempt)
             if found != parts or not present:
                 lost = "" if present else " but none in the stage table (lost in a database crash?)"
                 raise OnceflowError(
@@ -305,8 +306,12 @@ def mark_staged(
                     f"parts, {n} rows claimed by the parts{lost}"
                 )
         if parts is None or uncounted:  # count the rows (parts without counts: pre-0003)
-            n, valid, dead, checksum = orders_sink.staged_counts(
-                cur, cfg.sink_schema, txid, attempt
+            counted = sink_for(cfg).staged_counts(cur, txid, attempt)
+            n, valid, dead, checksum = (
+                counted.records,
+                counted.valid,
+                counted.dead,
+                counted.checksum,
             )
         if bytes_read is None and part_bytes is not None:
             bytes_read = int(part_bytes)
@@ -427,7 +432,7 @@ def commit(dsn: str, cfg: PipelineConfig, txid: str) -> CommitResult:
     published output atomically, and the offsets, already past it, stay.
     """
     started = time.monotonic()
-    schema = cfg.sink_schema
+    sink = sink_for(cfg)
     with transaction(dsn) as cur:
         cur.execute(
             "select pg_advisory_xact_lock(hashtextextended('onceflow.commit:' || %s, 0))",
@@ -448,15 +453,16 @@ def commit(dsn: str, cfg: PipelineConfig, txid: str) -> CommitResult:
                 return CommitResult(
                     txid, seq, "already-committed", records_out or 0, records_dead or 0
                 )
-            orders_sink.unpublish(cur, schema, cfg.name, txid, seq)
-            published, dead = orders_sink.publish(cur, schema, cfg.name, txid, staged_attempt, seq)
+            target = PublishTarget(cfg.name, txid, seq, staged_attempt)
+            sink.unpublish(cur, target)
+            published, dead = sink.publish(cur, target)
             _check_counts(txid, staged_attempt, published, dead, records_out, records_dead)
             cur.execute(
                 "update onceflow.batches set published_attempt = %s, committed_at = now(),"
                 " commit_seconds = %s where pipeline = %s and txid = %s",
                 (staged_attempt, time.monotonic() - started, cfg.name, txid),
             )
-            orders_sink.drop_staged(cur, schema, txid, staged_attempt)
+            sink.drop_staged(cur, txid, staged_attempt)
             return CommitResult(txid, seq, "republished", published, dead)
 
         if state == BatchState.ABANDONED:
@@ -472,7 +478,7 @@ def commit(dsn: str, cfg: PipelineConfig, txid: str) -> CommitResult:
                 f"(seq {blocker.seq}), which is {blocker.state}"
             )
 
-        published, dead = orders_sink.publish(cur, schema, cfg.name, txid, staged_attempt, seq)
+        published, dead = sink.publish(cur, PublishTarget(cfg.name, txid, seq, staged_attempt))
         _check_counts(txid, staged_attempt, published, dead, records_out, records_dead)
 
         cur.execute(
@@ -505,7 +511,7 @@ def commit(dsn: str, cfg: PipelineConfig, txid: str) -> CommitResult:
             " committed_at = now(), commit_seconds = %s where pipeline = %s and txid = %s",
             (BatchState.COMMITTED, staged_attempt, time.monotonic() - started, cfg.name, txid),
         )
-        orders_sink.drop_staged(cur, schema, txid, staged_attempt)
+        sink.drop_staged(cur, txid, staged_attempt)
         failpoints.hit("commit.before_db_commit", txid)
     failpoints.hit("commit.after_db_commit", txid)
     return CommitResult(txid, seq, "committed", published, dead)

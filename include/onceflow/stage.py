@@ -1,4 +1,4 @@
-"""The `onceflow_stage` Spark data source: stages a txid's rows into {schema}.stage_orders.
+"""The stage writer: stages a txid's rows into its sink's stage table (Sink.stage_table).
 
 Each Spark task stages its partition as one `part` (the Spark partition id, plus
 `first_part`; onceflow.fast_stage calls `stage_part` itself for the fast form's part) in ONE
@@ -20,57 +20,38 @@ valid rows, dead letters, the bytes read (column `_meta_bytes` of the input, if 
 a checksum (the exact sum of column `_meta_hash`, a 64-bit hash per row that is also staged
 as `row_hash`). process sums the parts instead of scanning the staged rows again.
 
-Options: dsn, schema (the sink schema), pipeline, txid, attempt.
-Rows: the transform's columns (stage columns less txid, attempt, part), binary key/value,
-and optionally `_meta_bytes` (not staged) and `_meta_hash` (staged as row_hash).
-
-process runs the same `stage_part` through `stage_frame` (a mapInArrow, no data source
-workers to start on the driver); the `onceflow_stage` data source is the same writer for
-`df.write.format("onceflow_stage")`.
+Rows: the sink's stage columns (Sink.stage_columns: the transform's columns, binary
+key/value, error), and optionally `_meta_bytes` (not staged) and `_meta_hash` (staged as
+row_hash). process stages through `stage_frame` (a mapInArrow: no data source workers to
+start on the driver).
 """
 
 from __future__ import annotations
 
 import io
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql.datasource import (
-    DataSource,
-    DataSourceArrowWriter,
-    DataSourceWriter,
-    WriterCommitMessage,
-)
-from pyspark.sql.types import StructType
-
 from onceflow import failpoints
-from onceflow.config import NAME_RE
-from onceflow.orders_sink import STAGE_COLUMNS
 from onceflow.reader import _fixed_array, _fixed_values, _string_repeat, _valid_mask
+from onceflow.sinks.base import TAG_COLUMNS, Sink
 
-TAG_COLUMNS = ("txid", "attempt", "part")
-DATA_COLUMNS = tuple(c for c in STAGE_COLUMNS if c not in TAG_COLUMNS)
 BYTES_COLUMN = "_meta_bytes"  # per input row: bytes read (key + value); summed, not staged
 HASH_COLUMN = "_meta_hash"  # per row: 64-bit hash; summed into the checksum, staged as row_hash
 META_COLUMNS = (BYTES_COLUMN, HASH_COLUMN)
 MESSAGE_SCHEMA = "part int, rows bigint, skipped boolean"
 
 
-def _not_stage_columns(names: Iterable[str]) -> list[str]:
-    """Input column names the writer does not know (neither stage nor meta columns)."""
-    return [n for n in names if n not in DATA_COLUMNS + META_COLUMNS]
-
-
 def _staged_name(name: str) -> str | None:
-    """The stage_orders column an input column is written to; None: summed, not staged."""
+    """The stage column an input column is written to; None: summed, not staged."""
     if name == BYTES_COLUMN:
         return None
     return "row_hash" if name == HASH_COLUMN else name
 
 
-@dataclass
-class StageCommitMessage(WriterCommitMessage):
+@dataclass(frozen=True)
+class StageCommitMessage:
     part: int
     rows: int
     skipped: bool  # the part was already staged by another task attempt
@@ -78,73 +59,24 @@ class StageCommitMessage(WriterCommitMessage):
 
 @dataclass(frozen=True)
 class StageTarget:
-    """Where and under which tags a part is staged."""
+    """Where and under which tags a part is staged: the sink's stage table in `schema`,
+    which holds `columns` besides the tags."""
 
     dsn: str
     schema: str
+    table: str
+    columns: tuple[str, ...]
     pipeline: str
     txid: str
     attempt: int
 
     @classmethod
-    def from_options(cls, options: Mapping[str, str]) -> StageTarget:
-        missing = [
-            k for k in ("dsn", "schema", "pipeline", "txid", "attempt") if not options.get(k)
-        ]
-        if missing:
-            raise ValueError(f"onceflow_stage: option(s) {', '.join(missing)} required")
-        schema = options["schema"]
-        if not NAME_RE.match(schema):
-            raise ValueError(f"onceflow_stage: schema {schema!r} is not a valid sink schema name")
-        try:
-            attempt = int(options["attempt"])
-        except ValueError:
-            raise ValueError(
-                f"onceflow_stage: attempt {options['attempt']!r} is not an integer"
-            ) from None
-        return cls(options["dsn"], schema, options["pipeline"], options["txid"], attempt)
+    def for_sink(cls, dsn: str, sink: Sink, pipeline: str, txid: str, attempt: int) -> StageTarget:
+        return cls(dsn, sink.schema, sink.stage_table, sink.stage_columns, pipeline, txid, attempt)
 
-
-class StageDataSource(DataSource):
-    """Batch sink `onceflow_stage` (append only; the fence makes every write idempotent)."""
-
-    @classmethod
-    def name(cls) -> str:
-        return "onceflow_stage"
-
-    def schema(self) -> str:
-        return (
-            "topic string, partition int, offset bigint, order_id string, customer_id string, "
-            "amount decimal(18,2), currency string, ts timestamp, error string, key binary, "
-            "value binary"
-        )
-
-    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        unknown = _not_stage_columns(f.name for f in schema.fields)
-        if unknown:
-            raise ValueError(
-                f"onceflow_stage: column(s) {unknown} are not stage columns {list(DATA_COLUMNS)}"
-            )
-        return StageWriter(StageTarget.from_options(self.options))
-
-
-class StageWriter(DataSourceArrowWriter):
-    def __init__(self, target: StageTarget) -> None:
-        self.target = target
-
-    def write(self, iterator: Iterator[Any]) -> StageCommitMessage:
-        from pyspark import TaskContext
-
-        ctx = TaskContext.get()
-        if ctx is None:
-            raise RuntimeError("onceflow_stage: write() must run in a Spark task")
-        return stage_part(self.target, ctx.partitionId(), iterator)
-
-    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        """Nothing to do: each part committed itself; process checks the parts in the ledger."""
-
-    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        """Nothing to undo: parts of a failed job belong to an attempt that is never staged."""
+    def unknown_columns(self, names: Iterable[str]) -> list[str]:
+        """Input column names the writer does not know (neither stage nor meta columns)."""
+        return [n for n in names if n not in self.columns + META_COLUMNS]
 
 
 class StagePartFn:
@@ -180,10 +112,11 @@ def stage_frame(df: Any, target: StageTarget, first_part: int = 0) -> Any:
     """A DataFrame that, when collected, stages each Spark partition k of `df` as part
     first_part + k (under the task fence) and gives one row (part, rows, skipped) per
     partition."""
-    unknown = _not_stage_columns(df.columns)
+    unknown = target.unknown_columns(df.columns)
     if unknown:
         raise ValueError(
-            f"onceflow_stage: column(s) {unknown} are not stage columns {list(DATA_COLUMNS)}"
+            f"stage of pipeline {target.pipeline!r}: column(s) {unknown} are not columns of "
+            f"the stage table {target.schema}.{target.table} {list(target.columns)}"
         )
     return df.mapInArrow(StagePartFn(target, first_part), MESSAGE_SCHEMA)
 
@@ -214,9 +147,10 @@ def stage_part(target: StageTarget, part: int, batches: Iterable[Any]) -> StageC
             # Timestamps are written as UTC wall times without a zone (Arrow formats a
             # zoned timestamp ~20x slower): the session reads them in UTC.
             cur.execute("set local time zone 'UTC'")
-            stream = _CsvStream(batches, t.txid, t.attempt, part)
-            copy = sql.SQL("copy {}.stage_orders ({}) from stdin with (format csv)").format(
+            stream = _CsvStream(batches, t, part)
+            copy = sql.SQL("copy {}.{} ({}) from stdin with (format csv)").format(
                 sql.Identifier(t.schema),
+                sql.Identifier(t.table),
                 sql.SQL(", ").join(sql.Identifier(c) for c in stream.columns),
             )
             cur.copy_expert(copy, stream, size=1 << 20)
@@ -254,22 +188,25 @@ class _CsvStream(io.RawIOBase):
     are turned into PostgreSQL bytea hex text in Python.
     """
 
-    def __init__(self, batches: Iterable[Any], txid: str, attempt: int, part: int) -> None:
+    def __init__(self, batches: Iterable[Any], target: StageTarget, part: int) -> None:
         self._batches = iter(batches)
-        self._tags = (txid, attempt, part)
+        self._tags = (target.txid, target.attempt, part)
         self._buf = b""
         self._pos = 0
         self.rows = 0
         self.dead = 0  # rows with an error (dead letters)
         self.bytes: int | None = None  # sum of _meta_bytes, None without that column
         self.checksum: int | None = None  # exact sum of _meta_hash, None without it
-        self.columns: tuple[str, ...] = TAG_COLUMNS + DATA_COLUMNS
+        self.columns: tuple[str, ...] = TAG_COLUMNS + target.columns
         self._first: Any = next(self._batches, None)
         if self._first is not None:
             names = tuple(self._first.schema.names)
-            unknown = _not_stage_columns(names)
+            unknown = target.unknown_columns(names)
             if unknown:
-                raise ValueError(f"onceflow_stage: unexpected column(s) {unknown}")
+                raise ValueError(
+                    f"stage of {target.schema}.{target.table} part {part}: unexpected "
+                    f"column(s) {unknown}"
+                )
             staged = (_staged_name(n) for n in names)
             self.columns = TAG_COLUMNS + tuple(n for n in staged if n is not None)
 

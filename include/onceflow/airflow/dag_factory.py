@@ -14,12 +14,13 @@ from datetime import timedelta
 from pathlib import Path
 
 from airflow.providers.standard.operators.python import PythonOperator
-from airflow.sdk import DAG
+from airflow.sdk import DAG, Asset
 
 from onceflow import jvm_archive
 from onceflow.airflow.tasks import CommitOperator, ProcessOperator, plan_task
 from onceflow.config import PipelineConfig, load_pipelines
 from onceflow.settings import PROJECT_ROOT, Settings
+from onceflow.sinks import sink_for
 
 # Passed to spark-submit so the job finds the same ledger, broker and pipelines file.
 _PASSTHROUGH = (
@@ -96,6 +97,14 @@ def build_dag(cfg: PipelineConfig) -> DAG:
         commit = CommitOperator(
             task_id="commit",
             pipeline=cfg.name,
+            # Each committed txid is an event of the sink's Asset (txid, seq and counts in its
+            # extra): downstream DAGs can be scheduled on new data.
+            outlets=[
+                Asset(
+                    name=f"onceflow_{cfg.name}",
+                    uri=sink_for(cfg).asset_uri(Settings.from_env().postgres_dsn),
+                )
+            ],
             poll_interval=cfg.commit_poke_interval,
             # Commit is idempotent, so retries are free (a lost ledger connection, say).
             retries=3,

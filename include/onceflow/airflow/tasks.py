@@ -174,13 +174,16 @@ class CommitOperator(BaseOperator):
                     result.dead,
                     waited,
                 )
-                return {
+                summary = {
                     "txid": txid,
                     "seq": result.seq,
                     "outcome": result.outcome,
                     "published": result.published,
                     "dead_lettered": result.dead,
                 }
+                for asset in self.outlets:  # the sink's Asset event says what was published
+                    context["outlet_events"][asset].extra = {"pipeline": cfg.name, **summary}
+                return summary
         else:
             self.log.info("%s; deferring to the triggerer", describe_wait(txid, wait, waited))
         self.defer(

@@ -1,0 +1,178 @@
+"""The Sink interface: what the ledger asks of the place a pipeline's output goes.
+
+The ledger owns the protocol (when a txid may publish, in which order, under which fence);
+a sink owns its tables and the SQL that stages, publishes and un-publishes a txid's output.
+
+Staging is the same for every sink: process writes rows tagged (txid, attempt, part) into the
+sink's stage table, each part in one PostgreSQL transaction claimed in onceflow.stage_parts
+(onceflow.stage). A sink names its stage table and the data columns a part may hold; the
+stage table is UNLOGGED and keyed by nothing (COPY speed): the part fence and the published
+table's key keep duplicates out.
+
+Publishing differs by family (PROTOCOL.md "Sinks"). A sink in the ledger's database
+(PostgreSQL tables) publishes inside the commit's own transaction: `publish` and
+`unpublish` take its cursor, so the output, the batch's state and the offsets' compare-and-set
+commit together. A sink outside it (a lake table, a Kafka topic) cannot join that transaction
+and will publish in two idempotent steps around it, recording txid and seq in its own atomic
+commit; it stages and counts the same way.
+
+Dead letters (records the transform refused) are the ledger's, whatever the sink: they are
+published into onceflow.dead_letters in the same transaction as the rows.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+from psycopg2 import sql
+
+TAG_COLUMNS = ("txid", "attempt", "part")
+
+
+@dataclass(frozen=True)
+class PublishTarget:
+    """The txid being published and the attempt whose staged output it publishes."""
+
+    pipeline: str
+    txid: str
+    seq: int
+    attempt: int
+
+
+@dataclass(frozen=True)
+class StagedCounts:
+    records: int
+    valid: int
+    dead: int
+    checksum: str  # exact sum of the rows' row_hash, as text (order-independent)
+
+
+class Sink(ABC):
+    """One pipeline's sink. Identifiers come from validated configuration and are still
+    quoted (psycopg2.sql.Identifier); values are always parameters."""
+
+    def __init__(self, schema: str, table: str) -> None:
+        self.schema = schema
+        self.table = table
+
+    # -- staging (common to every sink) ---------------------------------------------------
+
+    @property
+    def stage_table(self) -> str:
+        """The stage table's name, in `schema`."""
+        return f"stage_{self.table}"
+
+    @property
+    @abstractmethod
+    def stage_columns(self) -> tuple[str, ...]:
+        """The data columns a staged row may hold (besides the TAG_COLUMNS)."""
+
+    def _stage(self) -> sql.Composed:
+        return sql.SQL("{}.{}").format(
+            sql.Identifier(self.schema), sql.Identifier(self.stage_table)
+        )
+
+    def has_staged(self, cur, txid: str, attempt: int) -> bool:
+        """Whether any row of the attempt is in the stage table (a probe, not a count)."""
+        cur.execute(
+            sql.SQL("select exists (select 1 from {} where txid = %s and attempt = %s)").format(
+                self._stage()
+            ),
+            (txid, attempt),
+        )
+        return cur.fetchone()[0]
+
+    def staged_counts(self, cur, txid: str, attempt: int) -> StagedCounts:
+        """One attempt's staged output counted in the table (process records the same from
+        the part fence rows without this scan: ledger.mark_staged); the checksum is the
+        exact sum of row_hash, so two attempts over the same ranges give the same one."""
+        cur.execute(
+            sql.SQL(
+                "select count(*), count(*) filter (where error is null),"
+                " count(*) filter (where error is not null),"
+                " coalesce(sum(row_hash::numeric), 0)::text"
+                " from {} where txid = %s and attempt = %s"
+            ).format(self._stage()),
+            (txid, attempt),
+        )
+        n, valid, dead, checksum = cur.fetchone()
+        return StagedCounts(int(n), int(valid), int(dead), checksum)
+
+    def drop_staged(self, cur, txid: str, up_to_attempt: int) -> None:
+        cur.execute(
+            sql.SQL("delete from {} where txid = %s and attempt <= %s").format(self._stage()),
+            (txid, up_to_attempt),
+        )
+
+    def publish_dead_letters(self, cur, t: PublishTarget) -> int:
+        """The attempt's refused records into onceflow.dead_letters; returns how many."""
+        cur.execute(
+            sql.SQL(
+                """
+                insert into onceflow.dead_letters
+                    (pipeline, txid, topic, partition, epoch, "offset", reason, key, value)
+                select r.pipeline, s.txid, s.topic, s.partition, r.epoch, s."offset", s.error,
+                       s.key, s.value
+                from {stage} s
+                join onceflow.ranges r on r.pipeline = %s and r.txid = s.txid
+                     and r.topic = s.topic and r.partition = s.partition
+                where s.txid = %s and s.attempt = %s and s.error is not null
+                """
+            ).format(stage=self._stage()),
+            (t.pipeline, t.txid, t.attempt),
+        )
+        return cur.rowcount
+
+    @staticmethod
+    def unpublish_dead_letters(cur, t: PublishTarget) -> None:
+        cur.execute(
+            "delete from onceflow.dead_letters where pipeline = %s and txid = %s",
+            (t.pipeline, t.txid),
+        )
+
+    def asset_uri(self, dsn: str) -> str:
+        """The Airflow Asset of the published table (no credentials): postgres://host:port/
+        database/schema/table, the form Airflow's PostgreSQL provider expects."""
+        from psycopg2.extensions import parse_dsn
+
+        params = parse_dsn(dsn)
+        host = params.get("host") or "localhost"
+        if host.startswith("/"):  # a unix socket folder: the server is on this host
+            host = "localhost"
+        port = params.get("port") or "5432"
+        database = params.get("dbname") or params.get("user") or "postgres"
+        return f"postgres://{host}:{port}/{database}/{self.schema}/{self.table}"
+
+    # -- what each sink defines -----------------------------------------------------------
+
+    @abstractmethod
+    def ensure(self, cur) -> None:
+        """Create the sink's stage and published tables if missing."""
+
+    @abstractmethod
+    def publish(self, cur, t: PublishTarget) -> tuple[int, int]:
+        """Publish the attempt's staged output inside the commit transaction;
+        returns (rows published, dead letters published)."""
+
+    @abstractmethod
+    def unpublish(self, cur, t: PublishTarget) -> None:
+        """Remove the txid's published output (before a re-processed attempt replaces it)."""
+
+    # -- what the audit reads -------------------------------------------------------------
+
+    @abstractmethod
+    def exists(self, cur) -> bool:
+        """Whether the published table exists (the audit of a never-run pipeline)."""
+
+    @abstractmethod
+    def published_per_txid(self, cur) -> dict[str, int]:
+        """Published rows per txid."""
+
+    @abstractmethod
+    def published_and_dead(self, cur, pipeline: str, limit: int = 100) -> list[tuple]:
+        """(topic, partition, offset) of records published both as a row and a dead letter."""
+
+    @abstractmethod
+    def outside_ranges(self, cur, pipeline: str) -> int:
+        """How many published rows or dead letters lie outside their txid's ranges."""
