@@ -13,6 +13,16 @@ class ConfigError(OnceflowError):
     """A pipeline definition or setting is invalid; the message names the file and key."""
 
 
+class TransformError(OnceflowError):
+    """A pipeline's transform cannot be loaded, or its output does not fit its sink; nothing
+    is staged. The message names the transform and what is wrong."""
+
+
+class SinkSchemaError(OnceflowError):
+    """A sink table exists with columns the transform's output does not fit, or the output has
+    a column the sink cannot hold; the message names the table and the columns."""
+
+
 class UnknownTxidError(OnceflowError):
     def __init__(self, pipeline: str, txid: str, hint: str = "") -> None:
         self.pipeline, self.txid = pipeline, txid

@@ -19,7 +19,7 @@ from airflow.sdk import DAG, Asset
 from onceflow import jvm_archive
 from onceflow.airflow.tasks import CommitOperator, ProcessOperator, plan_task
 from onceflow.config import PipelineConfig, load_pipelines
-from onceflow.settings import PROJECT_ROOT, Settings
+from onceflow.settings import PROJECT_ROOT, Settings, spark_jobs_dir
 from onceflow.sinks import sink_for
 
 # Passed to spark-submit so the job finds the same ledger, broker and pipelines file.
@@ -36,10 +36,6 @@ _PASSTHROUGH = (
     "PYSPARK_PYTHON",
     "PYSPARK_DRIVER_PYTHON",
 )
-
-
-def spark_jobs_dir() -> Path:
-    return Path(os.environ.get("ONCEFLOW_SPARK_JOBS", PROJECT_ROOT / "spark_jobs"))
 
 
 def process_env() -> dict[str, str]:
