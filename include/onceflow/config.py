@@ -43,6 +43,7 @@ RESERVED_COLUMNS = frozenset(
         "value",
         "row_hash",
         "records",
+        "tombstone",
         "published_at",
     )
 )
