@@ -107,7 +107,8 @@ class ProcessExit(enum.IntEnum):
 
     OK = 0
     FAILED = 1  # recorded in the ledger as last_error; a retry may succeed
-    USAGE = 2  # bad arguments, unknown pipeline or txid (plan must run first)
+    USAGE = 2  # bad arguments, unknown pipeline or txid (plan must run first), or a transform
+    # that cannot load or whose output does not fit its sink table (fix it, then clear the run)
     FENCED = 3  # a newer attempt of the txid claimed it: this attempt's output is never published
     ABANDONED = 4  # `onceflow reset-offsets` abandoned the txid: it never processes again
 
