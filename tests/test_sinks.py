@@ -8,6 +8,9 @@ fence, COPY), into tables created from an output schema as process creates them
 
 from __future__ import annotations
 
+import datetime as dt
+from decimal import Decimal
+
 import pyarrow as pa
 import pytest
 from onceflow import ledger
@@ -392,3 +395,54 @@ def test_merge_refuses_an_aggregate_that_is_not_a_number(ledger_dsn, unique_name
         transaction(ledger_dsn) as cur,
     ):
         PostgresSink(cfg.sink_schema, cfg.sink).bind_output(cur, fields)
+
+
+def test_upsert_by_a_composite_key_of_mixed_types(ledger_dsn, unique_name):
+    cfg = parse_pipeline(
+        unique_name,
+        {
+            "topics": [T],
+            "transform": "m:f",
+            "sink": {"table": "prices", "mode": "upsert", "key": ["shop", "day"]},
+        },
+    )
+    fields = [*FIELDS[:3], ("shop", "int"), ("day", "date"), ("price", "decimal(10,2)")]
+    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
+    claim = ledger.claim_attempt(ledger_dsn, cfg.name, "a")
+    with transaction(ledger_dsn) as cur:
+        sink = sink_for(cfg).bind_output(cur, fields)
+    day = dt.date(2026, 11, 23)
+    batch = pa.RecordBatch.from_arrays(
+        [
+            pa.array([T] * 3),
+            pa.array([0, 0, 0], pa.int32()),
+            pa.array([0, 1, 2], pa.int64()),
+            pa.array([1, 1, 2], pa.int32()),
+            pa.array([day, day, day], pa.date32()),
+            pa.array([Decimal("1.5"), Decimal("2.25"), Decimal(3)], pa.decimal128(10, 2)),
+            pa.array([None] * 3, pa.string()),
+            pa.array([False] * 3),
+            pa.array([1, 2, 3], pa.int64()),
+        ],
+        names=["topic", "partition", "offset", "shop", "day", "price", "error", "tombstone",
+               "_meta_hash"],
+    )  # fmt: skip
+    stage_part(StageTarget.for_sink(ledger_dsn, sink, cfg.name, "a", claim.attempt), 0, [batch])
+    ledger.mark_staged(ledger_dsn, cfg, "a", claim.attempt, parts=1)
+    assert ledger.commit(ledger_dsn, cfg, "a").published == 3
+    with transaction(ledger_dsn) as cur:
+        cur.execute(f'select shop, day, price::text from "{cfg.sink_schema}".prices order by 1')
+        assert cur.fetchall() == [(1, day, "2.25"), (2, day, "3.00")]
+    exactly_once(ledger_dsn, cfg)
+
+
+def test_an_existing_upsert_table_with_another_key_type_is_refused(ledger_dsn, unique_name):
+    cfg = pipeline(unique_name, "upsert")
+    with transaction(ledger_dsn) as cur:
+        sink_for(cfg).bind_output(cur, FIELDS)
+    changed = [(n, "int" if n == "sku" else t) for n, t in FIELDS]
+    with (
+        pytest.raises(SinkSchemaError, match="sku is text, the output needs integer"),
+        transaction(ledger_dsn) as cur,
+    ):
+        sink_for(cfg).bind_output(cur, changed)
