@@ -30,6 +30,7 @@ _PASSTHROUGH = (
     "ONCEFLOW_HOME",
     "ONCEFLOW_PG_PORT",
     "ONCEFLOW_KAFKA_PORT",
+    "ONCEFLOW_SPARK_JOBS",  # where the driver imports user transforms from
     "SPARK_LOCAL_IP",
     "JAVA_HOME",
     "PATH",
@@ -51,7 +52,11 @@ def build_dag(cfg: PipelineConfig) -> DAG:
         {
             "spark.pyspark.python": python,
             "spark.pyspark.driver.python": python,
-            "spark.executorEnv.PYTHONPATH": str(PROJECT_ROOT / "include"),
+            # executors import onceflow, and a user transform's module when its Python UDFs
+            # are unpickled there (a shared filesystem: local or single-host deployments)
+            "spark.executorEnv.PYTHONPATH": os.pathsep.join(
+                (str(PROJECT_ROOT / "include"), str(spark_jobs_dir()))
+            ),
             **cfg.spark_conf,
         }
     )
