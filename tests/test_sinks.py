@@ -446,3 +446,18 @@ def test_an_existing_upsert_table_with_another_key_type_is_refused(ledger_dsn, u
         transaction(ledger_dsn) as cur,
     ):
         sink_for(cfg).bind_output(cur, changed)
+
+
+def test_append_of_the_coordinates_alone(ledger_dsn, unique_name):
+    """A transform may publish no column of its own (an index of the records it accepted)."""
+    cfg = pipeline(unique_name, "append")
+    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
+    claim = ledger.claim_attempt(ledger_dsn, cfg.name, "a")
+    with transaction(ledger_dsn) as cur:
+        sink = sink_for(cfg).bind_output(cur, [f for f in FIELDS if f[0] not in ("sku", "qty")])
+    batch = records((0, 0, "x", 1), (0, 1, "y", 2, "bad")).drop_columns(["sku", "qty"])
+    stage_part(StageTarget.for_sink(ledger_dsn, sink, cfg.name, "a", claim.attempt), 0, [batch])
+    ledger.mark_staged(ledger_dsn, cfg, "a", claim.attempt, parts=1)
+    res = ledger.commit(ledger_dsn, cfg, "a")
+    assert (res.published, res.dead) == (1, 1)
+    exactly_once(ledger_dsn, cfg)

@@ -123,6 +123,13 @@ def _prefixed(prefix: str, names: Iterable[str]) -> sql.Composed:
     return sql.SQL(", ").join(sql.SQL(prefix + ".") + sql.Identifier(n) for n in names)
 
 
+def _more(names: Iterable[str], prefix: str = "") -> sql.Composed:
+    """ ", a, b" (each name prefixed "s." with prefix "s"), or nothing for no names: the
+    user's columns after fixed ones, where there may be none."""
+    p = sql.SQL(f"{prefix}." if prefix else "")
+    return sql.SQL("").join(sql.SQL(", ") + p + sql.Identifier(n) for n in names)
+
+
 def _defs(columns: Iterable[Column], not_null: Iterable[str] = ()) -> sql.Composed:
     required = set(not_null)
     return sql.SQL(", ").join(
@@ -415,13 +422,13 @@ class PostgresSink(Sink):
         users = [c.name for c in self._columns]
         cur.execute(
             sql.SQL(
-                'insert into {table} (topic, partition, epoch, "offset", txid, {cols}) {q}'
+                'insert into {table} (topic, partition, epoch, "offset", txid{cols}) {q}'
             ).format(
                 table=self._t(self.table),
-                cols=_ids(users),
+                cols=_more(users),
                 q=self._staged_valid(
-                    sql.SQL('s.topic, s.partition, r.epoch, s."offset", s.txid, {}').format(
-                        _prefixed("s", users)
+                    sql.SQL('s.topic, s.partition, r.epoch, s."offset", s.txid{}').format(
+                        _more(users, "s")
                     )
                 ),
             ),
@@ -446,16 +453,14 @@ class PostgresSink(Sink):
             ).format(
                 versions=self._t(self.versions_table),
                 key=_ids(key),
-                values=sql.SQL("").join(sql.SQL(", ") + sql.Identifier(v) for v in values),
+                values=_more(values),
                 q=self._staged_valid(
                     sql.SQL(
                         '{key}, %s, s.topic, s.partition, r.epoch, s."offset", s.txid,'
                         " coalesce(s.tombstone, false){values}"
                     ).format(
                         key=_prefixed("s", key),
-                        values=sql.SQL("").join(
-                            sql.SQL(", s.") + sql.Identifier(v) for v in values
-                        ),
+                        values=_more(values, "s"),
                     )
                 ),
             ),
