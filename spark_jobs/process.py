@@ -203,7 +203,12 @@ def main(argv: list[str] | None = None) -> int:
     except (TransformError, SinkSchemaError) as e:
         # the transform or its sink tables must change first: a retry would fail the same way
         log.error("onceflow process: txid=%s: %s", txid, e)
-        ledger.record_error(dsn, cfg.name, txid, f"process attempt {attempt}: {_short_error(e)}")
+        try:
+            ledger.record_error(
+                dsn, cfg.name, txid, f"process attempt {attempt}: {_short_error(e)}"
+            )
+        except Exception as e2:  # noqa: BLE001
+            log.error("could not record the error in the ledger: %s", e2)
         return ProcessExit.USAGE
     except Exception as e:  # noqa: BLE001 - every failure is reported and recorded
         reason = _short_error(e)
