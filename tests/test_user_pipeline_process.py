@@ -72,7 +72,8 @@ def pg(tmp_path_factory):
 @pytest.fixture(scope="module")
 def produced(broker):
     """Stock updates for skus s0..s4 (each sku on one partition, as a keyed producer puts
-    it), then a tombstone for s1, a malformed update of s2 and a last update of s3."""
+    it), then a tombstone for s1, a malformed update of s2, a last update of s3 and an update
+    without a key (no sku: a dead letter where sku is the sink's key)."""
     from confluent_kafka import Producer
     from kafka.admin import KafkaAdminClient, NewTopic
 
@@ -83,15 +84,16 @@ def produced(broker):
 
     def on_delivery(err, msg):
         assert err is None, err
-        sent.append((msg.partition(), msg.offset(), msg.key().decode(), msg.value()))
+        key = msg.key()
+        sent.append((msg.partition(), msg.offset(), key and key.decode(), msg.value()))
 
     p = Producer({"bootstrap.servers": broker, "linger.ms": 5})
     updates = [(f"s{i % 5}", json.dumps({"qty": i}).encode()) for i in range(40)]
-    updates += [("s1", None), ("s2", b"not json"), ("s3", b'{"qty": 100}')]
+    updates += [("s1", None), ("s2", b"not json"), ("s3", b'{"qty": 100}'), (None, b'{"qty": 7}')]
     for sku, value in updates:
-        p.produce(
-            TOPIC, value, key=sku.encode(), partition=int(sku[1]) % 2, on_delivery=on_delivery
-        )
+        partition = int(sku[1]) % 2 if sku else 0
+        key = sku and sku.encode()
+        p.produce(TOPIC, value, key=key, partition=partition, on_delivery=on_delivery)
         p.flush(10)  # one at a time: delivery order is offset order
     ends = {(TOPIC, part): 1 + max(o for pp, o, *_ in sent if pp == part) for part in (0, 1)}
     return ends, sorted(sent)
@@ -207,11 +209,14 @@ def test_upsert_keeps_the_last_record_per_key_and_a_tombstone_deletes(env, produ
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     last = {}
     for _, _, sku, value in sent:  # sorted by (partition, offset); each sku on one partition
-        if value != b"not json":
+        if value != b"not json" and sku is not None:
             last[sku] = qty(value) if value is not None else None
     expected = sorted((s, q) for s, q in last.items() if q is not None)
     assert "s1" not in dict(expected)  # its tombstone was the last record
     assert query(env, "select sku, qty from inv_upsert.stock order by 1") == expected
+    reasons = query(env, "select reason from onceflow.dead_letters where pipeline = 'inv_upsert'")
+    assert sorted(reasons) == [("key column 'sku' is null",), ("no qty",)]
+    assert (res.published, res.dead) == (len(sent) - 2, 2)
     audit(env, "inv_upsert")
 
 
@@ -221,7 +226,7 @@ def test_merge_folds_the_batchs_partial_aggregates(env, produced):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     sums: dict[str, int] = {}
     for _, _, sku, value in sent:
-        if value != b"not json":
+        if value != b"not json" and sku is not None:
             sums[sku] = sums.get(sku, 0) + (qty(value) or 0)
     rows = query(env, "select sku, qty, last_seq from inv_merge.stock order by 1")
     assert rows == [(s, sums[s], 1) for s in sorted(sums)]
