@@ -49,6 +49,8 @@ log = logging.getLogger("onceflow.process")
 
 from onceflow.errors import ProcessExit  # noqa: E402 - after the checkout's path fallback
 
+DEAD_VALUE_BYTES = 64 << 10  # a dead letter keeps the value's first 64 KiB (as orders does)
+
 # Applied unless spark-submit --conf or the pipeline's spark_conf sets them.
 SPARK_DEFAULTS = {
     "spark.sql.shuffle.partitions": "2",  # nothing shuffles; keep any stray shuffle small
@@ -139,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
         AbandonedTxidError,
         ConfigError,
         FencedAttemptError,
+        SinkSchemaError,
+        TransformError,
         UnknownTxidError,
     )
     from onceflow.settings import Settings
@@ -196,6 +200,16 @@ def main(argv: list[str] | None = None) -> int:
             dsn, cfg, txid, attempt, process_seconds=time.monotonic() - claimed_at, parts=parts
         )
         timings["mark_staged"] = time.monotonic() - t0
+    except (TransformError, SinkSchemaError) as e:
+        # the transform or its sink tables must change first: a retry would fail the same way
+        log.error("onceflow process: txid=%s: %s", txid, e)
+        try:
+            ledger.record_error(
+                dsn, cfg.name, txid, f"process attempt {attempt}: {_short_error(e)}"
+            )
+        except Exception as e2:  # noqa: BLE001
+            log.error("could not record the error in the ledger: %s", e2)
+        return ProcessExit.USAGE
     except Exception as e:  # noqa: BLE001 - every failure is reported and recorded
         reason = _short_error(e)
         if isinstance(e, FencedAttemptError) or reason.startswith("FencedAttemptError"):
@@ -315,11 +329,14 @@ def staged_frame(spark: Any, pieces: list[Any], *, bootstrap: str, cfg: Any, **r
 
 def stage_columns(src: Any, cfg: Any) -> Any:
     """Records (the reader's schema) -> the pipeline's transform plus the columns the stage
-    writer sums per part: bytes read and a 64-bit hash of each staged row."""
+    writer sums per part: bytes read (the built-in transform's sink only) and a 64-bit hash
+    of each staged row."""
     from onceflow.stage import BYTES_COLUMN, HASH_COLUMN
     from onceflow.transforms import get_transform
     from pyspark.sql import functions as F
 
+    if cfg.sink is not None:
+        return _user_stage_columns(src, cfg)
     sized = src.withColumn(
         BYTES_COLUMN,
         F.coalesce(F.length("key"), F.lit(0)).cast("long")
@@ -328,6 +345,52 @@ def stage_columns(src: Any, cfg: Any) -> Any:
     out = get_transform(cfg.transform)(sized)
     hashed = [c for c in out.columns if c not in ("key", "value") and not c.startswith("_meta_")]
     return out.withColumn(HASH_COLUMN, F.xxhash64(*hashed))
+
+
+def _user_stage_columns(src: Any, cfg: Any) -> Any:
+    """A user transform's output as PostgresSink stages it: the coordinates, the user's
+    columns, error (a null key of an upsert or merge sink is one), key and value (kept for
+    dead letters only, value cut to 64 KiB), tombstone (the output's value is null) and the
+    row hash. The transform sees the reader's columns as they are, so no bytes column."""
+    from onceflow.stage import HASH_COLUMN
+    from onceflow.transforms import check_output, load_transform, user_columns
+    from pyspark.sql import functions as F
+
+    out = load_transform(cfg.transform)(src)
+    check_output(cfg.transform, cfg.name, out.columns, cfg.sink)
+    error = F.col("error").cast("string") if "error" in out.columns else F.lit(None).cast("string")
+    for k in cfg.sink.key:
+        error = F.coalesce(error, F.when(F.col(k).isNull(), F.lit(f"key column '{k}' is null")))
+    dead = error.isNotNull()
+    key = F.col("key").cast("binary") if "key" in out.columns else F.lit(None).cast("binary")
+    if "value" in out.columns:
+        value = F.col("value").cast("binary")
+        tombstone = error.isNull() & value.isNull()
+    else:  # a transform that drops value marks no tombstone
+        value, tombstone = F.lit(None).cast("binary"), F.lit(False)
+    users = list(user_columns(out.columns))
+    staged = out.select(
+        "topic",
+        "partition",
+        "offset",
+        *users,
+        error.alias("error"),
+        F.when(dead, key).alias("key"),
+        F.when(dead, F.substring(value, 1, DEAD_VALUE_BYTES)).alias("value"),
+        tombstone.alias("tombstone"),
+    )
+    hashed = [c for c in staged.columns if c not in ("key", "value")]
+    return staged.withColumn(HASH_COLUMN, F.xxhash64(*hashed))
+
+
+def output_fields(df: Any) -> list[tuple[str, str]]:
+    """(name, Spark type) of a staged frame's columns, for Sink.bind_output: what the stage
+    adds itself (tombstone, the meta columns) left out."""
+    return [
+        (f.name, f.dataType.simpleString())
+        for f in df.schema.fields
+        if f.name != "tombstone" and not f.name.startswith("_meta_")
+    ]
 
 
 def stage_job(
@@ -346,7 +409,10 @@ def stage_job(
 ) -> int:
     """Read `pieces`, transform and stage them as parts of (txid, attempt) in one job;
     returns the number of parts: n (parts 0..n-1), or 2n when the transform has a fast
-    form and `fast_form` is on (accepted records part k, declined ones part n + k)."""
+    form and `fast_form` is on (accepted records part k, declined ones part n + k). A user
+    transform has no fast form; its sink's tables are created or checked from its output
+    schema before anything is staged."""
+    from onceflow.db import transaction
     from onceflow.fast_stage import fast_stage_frame
     from onceflow.sinks import sink_for
     from onceflow.stage import StageTarget, stage_frame
@@ -354,9 +420,10 @@ def stage_job(
 
     timings = {} if timings is None else timings
     t0 = time.monotonic()
-    target = StageTarget.for_sink(dsn, sink_for(cfg), cfg.name, txid, attempt)
     n = len(pieces)
-    if fast_form and get_fast_form(cfg.transform) is not None:
+    sink = sink_for(cfg)
+    if fast_form and cfg.sink is None and get_fast_form(cfg.transform) is not None:
+        target = StageTarget.for_sink(dsn, sink, cfg.name, txid, attempt)
         declined = fast_stage_frame(
             spark, pieces, bootstrap, target, cfg.transform, client=client, timeout_s=read_timeout
         )
@@ -366,7 +433,10 @@ def stage_job(
         df = staged_frame(
             spark, pieces, bootstrap=bootstrap, cfg=cfg, client=client, timeout_s=read_timeout
         )
-        job = stage_frame(df, target)
+        if cfg.sink is not None:  # a user transform: its sink tables follow its output
+            with transaction(dsn) as cur:
+                sink = sink.bind_output(cur, output_fields(df))
+        job = stage_frame(df, StageTarget.for_sink(dsn, sink, cfg.name, txid, attempt))
         parts = n
     timings["plan"] = time.monotonic() - t0
     t0 = time.monotonic()

@@ -3,7 +3,7 @@
 from pathlib import Path
 
 import pytest
-from onceflow.config import get_pipeline, load_pipelines, parse_pipeline
+from onceflow.config import SinkConfig, get_pipeline, load_pipelines, parse_pipeline
 from onceflow.errors import ConfigError
 
 pytestmark = pytest.mark.unit
@@ -75,3 +75,115 @@ def test_file_errors(tmp_path):
         load_pipelines(two)
     with pytest.raises(ConfigError, match="no pipeline named 'zzz'"):
         get_pipeline(Path(__file__).parents[1] / "dags" / "pipelines.toml", "zzz")
+
+
+# -- user transforms and [pipelines.NAME.sink] ------------------------------------------------
+
+USER = {"topics": ["t"], "transform": "inventory:transform"}
+
+
+def test_user_transform_with_sink_tables():
+    cfg = parse_pipeline("demo", {**USER, "sink": {"table": "stock"}})
+    assert cfg.transform == "inventory:transform"
+    assert cfg.sink == SinkConfig(table="stock", mode="append")
+    upsert = parse_pipeline(
+        "demo",
+        {
+            **USER,
+            "transform": "pkg.mod:fn",
+            "sink": {"table": "s", "mode": "upsert", "key": ["sku"]},
+        },
+    )
+    assert (upsert.sink.mode, upsert.sink.key, upsert.sink.aggregates) == ("upsert", ("sku",), ())
+    merge = parse_pipeline(
+        "demo",
+        {
+            **USER,
+            "sink": {
+                "kind": "postgres",
+                "table": "views",
+                "mode": "merge",
+                "key": ["page", "minute"],
+                "aggregates": ["views"],
+            },
+        },
+    )
+    assert (merge.sink.key, merge.sink.aggregates) == (("page", "minute"), ("views",))
+
+
+def test_orders_without_a_sink_table_keeps_its_own_sink():
+    assert parse_pipeline("demo", {"topics": ["t"]}).sink is None
+
+
+def test_a_sink_table_in_a_file(tmp_path):
+    f = tmp_path / "p.toml"
+    f.write_text(
+        '[pipelines.inv]\ntopics = ["inventory"]\ntransform = "inventory:transform"\n'
+        '[pipelines.inv.sink]\ntable = "stock"\nmode = "upsert"\nkey = ["sku"]\n'
+    )
+    assert load_pipelines(f)["inv"].sink.key == ("sku",)
+    f.write_text(
+        '[pipelines.inv]\ntopics = ["inventory"]\ntransform = "inventory:transform"\n'
+        '[pipelines.inv.sink]\ntable = "stock"\nmode = "upsert"\n'
+    )
+    with pytest.raises(ConfigError, match=rf"{f}: pipeline 'inv', key 'sink.key'"):
+        load_pipelines(f)
+
+
+@pytest.mark.parametrize(
+    ("raw", "key", "why"),
+    [
+        ({**USER, "transform": "inventory"}, "transform", "module:function"),
+        ({**USER, "transform": "inventory:"}, "transform", "module:function"),
+        ({**USER, "transform": "a-b:fn"}, "transform", "module:function"),
+        ({**USER, "transform": "mod:fn:x"}, "transform", "module:function"),
+        ({**USER, "transform": 3}, "transform", "module:function"),
+        (USER, "sink", "needs a \\[pipelines.demo.sink\\] table"),
+        ({**USER, "sink": "stock"}, "sink", "give a table"),
+        ({**USER, "sink": {"table": "s", "colour": 1}}, "sink.colour", "unknown key"),
+        ({**USER, "sink": {"table": "s", "kind": "iceberg"}}, "sink.kind", "not one of"),
+        ({**USER, "sink": {}}, "sink.table", "not a valid table name"),
+        ({**USER, "sink": {"table": "Stock"}}, "sink.table", "not a valid table name"),
+        ({**USER, "sink": {"table": "s; drop"}}, "sink.table", "not a valid table name"),
+        ({**USER, "sink": {"table": "s", "mode": "replace"}}, "sink.mode", "not one of"),
+        ({**USER, "sink": {"table": "s", "key": ["a"]}}, "sink.key", "takes no 'key'"),
+        ({**USER, "sink": {"table": "s", "mode": "upsert"}}, "sink.key", "needs key"),
+        ({**USER, "sink": {"table": "s", "mode": "upsert", "key": []}}, "sink.key", "needs key"),
+        ({**USER, "sink": {"table": "s", "mode": "upsert", "key": "sku"}}, "sink.key", "needs"),
+        (
+            {**USER, "sink": {"table": "s", "mode": "upsert", "key": ["Sku"]}},
+            "sink.key",
+            "not a valid column name",
+        ),
+        (
+            {**USER, "sink": {"table": "s", "mode": "upsert", "key": ["a", "a"]}},
+            "sink.key",
+            "listed twice",
+        ),
+        (
+            {**USER, "sink": {"table": "s", "mode": "upsert", "key": ["offset"]}},
+            "sink.key",
+            "tables hold themselves",
+        ),
+        (
+            {**USER, "sink": {"table": "s", "mode": "upsert", "key": ["a"], "aggregates": ["n"]}},
+            "sink.aggregates",
+            "takes no 'aggregates'",
+        ),
+        (
+            {**USER, "sink": {"table": "s", "mode": "merge", "key": ["a"]}},
+            "sink.aggregates",
+            "needs aggregates",
+        ),
+        (
+            {**USER, "sink": {"table": "s", "mode": "merge", "key": ["a"], "aggregates": ["a"]}},
+            "sink.aggregates",
+            "also a key column",
+        ),
+    ],
+)
+def test_bad_sink_values_name_file_pipeline_and_key(raw, key, why):
+    with pytest.raises(
+        ConfigError, match=f"^pipelines.toml: pipeline 'demo', key '{key}': .*{why}"
+    ):
+        parse_pipeline("demo", raw, "pipelines.toml")

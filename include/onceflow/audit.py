@@ -4,7 +4,9 @@ Rules (docs/PROTOCOL.md "Audit"): seq is dense and committed batches are a prefi
 order; per partition, ranges are contiguous from the starting position to the committed
 offset (loss events bridge skipped intervals); per committed txid, published rows + dead
 letters = records in its ranges (optionally re-read from the broker); no source record is
-published twice. The rules are pure functions over plain rows; `run_audit` only loads them.
+published twice; and the sink mode's own truth (Sink.truth_violations: an upsert table's rows
+are the last committed records per key, a merge state the fold of the committed txids'
+partial aggregates). The rules are pure functions over plain rows; `run_audit` only loads them.
 """
 
 from __future__ import annotations
@@ -270,6 +272,7 @@ def run_audit(
         )
         dup_rows = sink.published_and_dead(cur, cfg.name) if sink_exists else []
         misplaced = sink.outside_ranges(cur, cfg.name) if sink_exists else 0
+        truth = sink.truth_violations(cur, cfg.name) if sink_exists else []
 
     committed = {b.txid for b in batches if b.state == BatchState.COMMITTED}
     report.batches = len(batches)
@@ -296,4 +299,6 @@ def run_audit(
         report.violate(f"record {t}[{p}]@{o} is published both as a row and as a dead letter")
     if misplaced:
         report.violate(f"{misplaced} published records lie outside their txid's ranges")
+    for message in truth:
+        report.violate(message)
     return report

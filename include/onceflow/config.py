@@ -17,7 +17,37 @@ from onceflow.errors import ConfigError
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 SPARK_CONF_KEY_RE = re.compile(r"^spark\.[A-Za-z0-9._-]+$")
-TRANSFORMS = ("orders",)
+TRANSFORMS = ("orders",)  # built in, under onceflow.transforms
+# A user transform "module:function": module dotted, importable from the spark_jobs folder or
+# any installed package (onceflow.transforms.load_transform imports it, in process only).
+USER_TRANSFORM_RE = re.compile(
+    r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
+)
+SINK_KINDS = ("postgres",)
+SINK_MODES = ("append", "upsert", "merge")
+# Columns the sink tables hold besides the user's: a key or aggregate column of the same
+# name would collide with them.
+RESERVED_COLUMNS = frozenset(
+    (
+        "txid",
+        "attempt",
+        "part",
+        "seq",
+        "last_seq",
+        "epoch",
+        "topic",
+        "partition",
+        "offset",
+        "error",
+        "key",
+        "value",
+        "row_hash",
+        "records",
+        "tombstone",
+        "published_at",
+    )
+)
+_SINK_KEYS = {"kind", "table", "mode", "key", "aggregates"}
 
 _KEYS = {
     "topics",
@@ -35,7 +65,19 @@ _KEYS = {
     "executor_memory",
     "spark_conf",
     "description",
+    "sink",
 }
+
+
+@dataclass(frozen=True)
+class SinkConfig:
+    """A `[pipelines.NAME.sink]` table: where a user transform's output is published."""
+
+    table: str
+    mode: Literal["append", "upsert", "merge"] = "append"
+    key: tuple[str, ...] = ()  # upsert: the row's identity; merge: the group
+    aggregates: tuple[str, ...] = ()  # merge: summed per key
+    kind: Literal["postgres"] = "postgres"
 
 
 @dataclass(frozen=True)
@@ -56,6 +98,7 @@ class PipelineConfig:
     executor_memory: str = "1g"
     spark_conf: dict[str, str] = field(default_factory=dict)
     description: str = ""
+    sink: SinkConfig | None = None  # None: the built-in orders transform's own sink
 
     @property
     def dag_id(self) -> str:
@@ -88,8 +131,25 @@ def parse_pipeline(name: str, raw: dict[str, Any], source: str = "<config>") -> 
         raise _fail(source, name, "topics", "a topic is listed twice")
 
     transform = raw.get("transform", "orders")
-    if transform not in TRANSFORMS:
-        raise _fail(source, name, "transform", f"{transform!r} is not one of {TRANSFORMS}")
+    if not isinstance(transform, str) or not (
+        transform in TRANSFORMS or USER_TRANSFORM_RE.match(transform)
+    ):
+        raise _fail(
+            source,
+            name,
+            "transform",
+            f"{transform!r} is neither a built-in transform {TRANSFORMS} nor a function "
+            "'module:function' (e.g. 'inventory:transform' for spark_jobs/inventory.py)",
+        )
+    sink = _parse_sink(source, name, raw.get("sink"))
+    if sink is None and transform not in TRANSFORMS:
+        raise _fail(
+            source,
+            name,
+            "sink",
+            f"transform {transform!r} needs a [pipelines.{name}.sink] table "
+            '(kind = "postgres", table, mode)',
+        )
 
     sink_schema = raw.get("sink_schema", name)
     if (
@@ -168,7 +228,64 @@ def parse_pipeline(name: str, raw: dict[str, Any], source: str = "<config>") -> 
             k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in spark_conf.items()
         },
         description=str(raw.get("description", "")),
+        sink=sink,
     )
+
+
+def _parse_sink(source: str, name: str, raw: Any) -> SinkConfig | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise _fail(source, name, "sink", "give a table [pipelines.NAME.sink]")
+
+    def fail(key: str, why: str) -> ConfigError:
+        return _fail(source, name, f"sink.{key}", why)
+
+    unknown = sorted(set(raw) - _SINK_KEYS)
+    if unknown:
+        raise fail(unknown[0], f"unknown key (known: {', '.join(sorted(_SINK_KEYS))})")
+    kind = raw.get("kind", "postgres")
+    if kind not in SINK_KINDS:
+        raise fail("kind", f"{kind!r} is not one of {SINK_KINDS}")
+    table = raw.get("table")
+    if not isinstance(table, str) or not NAME_RE.match(table):
+        raise fail(
+            "table",
+            f"{table!r} is not a valid table name (lower-case letters, digits and "
+            "underscores, starting with a letter, at most 40 characters)",
+        )
+    mode = raw.get("mode", "append")
+    if mode not in SINK_MODES:
+        raise fail("mode", f"{mode!r} is not one of {SINK_MODES}")
+
+    def columns(key: str, needed: bool) -> tuple[str, ...]:
+        value = raw.get(key)
+        if not needed:
+            if value is not None:
+                raise fail(
+                    key,
+                    f"mode {mode!r} takes no {key!r} (append rows are keyed by "
+                    "their source coordinates; key is for upsert and merge, "
+                    "aggregates for merge)",
+                )
+            return ()
+        if not isinstance(value, list) or not value:
+            raise fail(key, f"mode {mode!r} needs {key} = [column, ...]")
+        for c in value:
+            if not isinstance(c, str) or not NAME_RE.match(c):
+                raise fail(key, f"{c!r} is not a valid column name")
+            if c in RESERVED_COLUMNS:
+                raise fail(key, f"{c!r} is a column Onceflow's sink tables hold themselves")
+        if len(set(value)) != len(value):
+            raise fail(key, "a column is listed twice")
+        return tuple(value)
+
+    key = columns("key", mode in ("upsert", "merge"))
+    aggregates = columns("aggregates", mode == "merge")
+    both = sorted(set(key) & set(aggregates))
+    if both:
+        raise fail("aggregates", f"{both[0]!r} is also a key column")
+    return SinkConfig(table=table, mode=mode, key=key, aggregates=aggregates, kind=kind)
 
 
 def load_pipelines(path: Path | str) -> dict[str, PipelineConfig]:

@@ -13,6 +13,16 @@ class ConfigError(OnceflowError):
     """A pipeline definition or setting is invalid; the message names the file and key."""
 
 
+class TransformError(OnceflowError):
+    """A pipeline's transform cannot be loaded, or its output does not fit its sink; nothing
+    is staged. The message names the transform and what is wrong."""
+
+
+class SinkSchemaError(OnceflowError):
+    """A sink table exists with columns the transform's output does not fit, or the output has
+    a column the sink cannot hold; the message names the table and the columns."""
+
+
 class UnknownTxidError(OnceflowError):
     def __init__(self, pipeline: str, txid: str, hint: str = "") -> None:
         self.pipeline, self.txid = pipeline, txid
@@ -97,7 +107,8 @@ class ProcessExit(enum.IntEnum):
 
     OK = 0
     FAILED = 1  # recorded in the ledger as last_error; a retry may succeed
-    USAGE = 2  # bad arguments, unknown pipeline or txid (plan must run first)
+    USAGE = 2  # bad arguments, unknown pipeline or txid (plan must run first), or a transform
+    # that cannot load or whose output does not fit its sink table (fix it, then clear the run)
     FENCED = 3  # a newer attempt of the txid claimed it: this attempt's output is never published
     ABANDONED = 4  # `onceflow reset-offsets` abandoned the txid: it never processes again
 

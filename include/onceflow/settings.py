@@ -13,6 +13,12 @@ from pathlib import Path
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
+def spark_jobs_dir() -> Path:
+    """The folder of process.py and of the users' transforms ("inventory:transform" is
+    spark_jobs/inventory.py): ONCEFLOW_SPARK_JOBS, else PROJECT_ROOT/spark_jobs."""
+    return Path(os.environ.get("ONCEFLOW_SPARK_JOBS", PROJECT_ROOT / "spark_jobs"))
+
+
 def _int(name: str, default: int) -> int:
     raw = os.environ.get(name)
     if raw is None or raw == "":

@@ -19,7 +19,7 @@ from airflow.sdk import DAG, Asset
 from onceflow import jvm_archive
 from onceflow.airflow.tasks import CommitOperator, ProcessOperator, plan_task
 from onceflow.config import PipelineConfig, load_pipelines
-from onceflow.settings import PROJECT_ROOT, Settings
+from onceflow.settings import PROJECT_ROOT, Settings, spark_jobs_dir
 from onceflow.sinks import sink_for
 
 # Passed to spark-submit so the job finds the same ledger, broker and pipelines file.
@@ -30,16 +30,13 @@ _PASSTHROUGH = (
     "ONCEFLOW_HOME",
     "ONCEFLOW_PG_PORT",
     "ONCEFLOW_KAFKA_PORT",
+    "ONCEFLOW_SPARK_JOBS",  # where the driver imports user transforms from
     "SPARK_LOCAL_IP",
     "JAVA_HOME",
     "PATH",
     "PYSPARK_PYTHON",
     "PYSPARK_DRIVER_PYTHON",
 )
-
-
-def spark_jobs_dir() -> Path:
-    return Path(os.environ.get("ONCEFLOW_SPARK_JOBS", PROJECT_ROOT / "spark_jobs"))
 
 
 def process_env() -> dict[str, str]:
@@ -55,7 +52,11 @@ def build_dag(cfg: PipelineConfig) -> DAG:
         {
             "spark.pyspark.python": python,
             "spark.pyspark.driver.python": python,
-            "spark.executorEnv.PYTHONPATH": str(PROJECT_ROOT / "include"),
+            # executors import onceflow, and a user transform's module when its Python UDFs
+            # are unpickled there (a shared filesystem: local or single-host deployments)
+            "spark.executorEnv.PYTHONPATH": os.pathsep.join(
+                (str(PROJECT_ROOT / "include"), str(spark_jobs_dir()))
+            ),
             **cfg.spark_conf,
         }
     )

@@ -83,7 +83,8 @@ class ProcessOperator(SparkSubmitOperator):
     """spark-submit of spark_jobs/process.py; ends without retries on a final exit code.
 
     process exits FENCED when a newer attempt of the txid took over (this attempt's output is
-    never published), ABANDONED after a reset, USAGE for an unknown pipeline or txid: retrying
+    never published), ABANDONED after a reset, USAGE for an unknown pipeline or txid or a
+    transform that cannot load or does not fit its sink table: retrying
     cannot change any of them. The exit code is spark-submit's, i.e. the driver's in client
     deploy mode (local, standalone client, YARN client); in cluster deploy mode every failure
     is retried.
@@ -110,7 +111,8 @@ class ProcessOperator(SparkSubmitOperator):
 
 
 _FINAL_EXIT_REASONS = {
-    ProcessExit.USAGE: "unknown pipeline or txid, or bad arguments (see the lines above)",
+    ProcessExit.USAGE: "unknown pipeline or txid, bad arguments, or a transform or sink table "
+    "that does not fit (see the lines above)",
     ProcessExit.FENCED: "a newer attempt of this txid took over; only its output can be "
     "published, so this attempt stops here",
     ProcessExit.ABANDONED: "`onceflow reset-offsets` abandoned this txid; it never processes again",

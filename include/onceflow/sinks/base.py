@@ -146,6 +146,12 @@ class Sink(ABC):
 
     # -- what each sink defines -----------------------------------------------------------
 
+    def bind_output(self, cur, fields) -> Sink:
+        """process, before it stages: the sink for the transform's output schema (`fields`:
+        (name, Spark type) pairs), its tables created or checked. A sink whose tables do not
+        depend on the output (they are known in advance: `ensure`) is already bound."""
+        return self
+
     @abstractmethod
     def ensure(self, cur) -> None:
         """Create the sink's stage and published tables if missing."""
@@ -176,3 +182,9 @@ class Sink(ABC):
     @abstractmethod
     def outside_ranges(self, cur, pipeline: str) -> int:
         """How many published rows or dead letters lie outside their txid's ranges."""
+
+    def truth_violations(self, cur, pipeline: str, limit: int = 20) -> list[str]:
+        """The mode's own truth, beyond counts and coordinates (an upsert table's rows are
+        the last committed records, a merge state the fold of its partials); one message
+        per violation, at most `limit`."""
+        return []

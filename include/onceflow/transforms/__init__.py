@@ -1,4 +1,5 @@
-"""Transforms: one module per `transform` name of a pipeline, each with `transform(df) -> df`.
+"""Transforms: the built-in ones (one module per name, each with `transform(df) -> df`) and
+the users' (`load_transform("module:function")`).
 
 A transform maps the rows of the `onceflow_ranges` source (topic, partition, offset, key,
 value, timestamp) to its sink's stage columns, one output row per input row: a record that
@@ -10,13 +11,32 @@ A transform may also have a fast form: a module `<name>_fast` with
 `fast_form(batch) -> (accepted indices, rows)` over the reader's Arrow batches, run in the
 reader's Python worker (onceflow.fast_stage). It accepts only records whose rows it computes
 exactly as `transform` would; the rest still go through `transform` in the JVM.
+
+A user transform ("module:function", config.USER_TRANSFORM_RE) is a record-wise function
+`DataFrame -> DataFrame` over the reader's columns (topic, partition, offset, key, value,
+timestamp). Its output keeps topic, partition and offset (one row per input record, no
+filter, no shuffle) and adds the columns its sink publishes; an `error` string column, when
+not null, sends the record to dead letters with that reason; it may keep `key` and `value`,
+which the stage keeps for dead letters, and whose `value` being null makes the record a
+tombstone for an upsert sink. `check_output` states this contract once, before anything is
+staged. The module is looked up in the spark_jobs folder (settings.spark_jobs_dir) first,
+then on sys.path (any installed package).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterable
 from importlib import import_module
 from typing import Any
+
+from onceflow.config import TRANSFORMS, SinkConfig
+from onceflow.errors import TransformError
+
+#: columns a record-wise transform's output must keep: the source record's coordinates
+COORDINATES = ("topic", "partition", "offset")
+#: output columns the stage treats itself (not published as the user's columns)
+PASSED_THROUGH = (*COORDINATES, "error", "key", "value")
 
 
 def get_transform(name: str) -> Callable[[Any], Any]:
@@ -37,3 +57,72 @@ def get_fast_form(name: str) -> Callable[[Any], Any] | None:
         if e.name != module:
             raise
         return None
+
+
+def load_transform(spec: str) -> Callable[[Any], Any]:
+    """The pipeline's transform function: a built-in name (config.TRANSFORMS) or a user
+    function "module:function"; raises TransformError saying what is missing and where."""
+    if spec in TRANSFORMS:
+        return get_transform(spec)
+    module_name, sep, function = spec.partition(":")
+    if not sep or not module_name or not function:
+        raise TransformError(f"transform {spec!r} is not 'module:function'")
+    from onceflow.settings import spark_jobs_dir
+
+    jobs = str(spark_jobs_dir())
+    if jobs not in sys.path:
+        sys.path.insert(0, jobs)
+    try:
+        module = import_module(module_name)
+    except ModuleNotFoundError as e:
+        if e.name is not None and (module_name == e.name or module_name.startswith(e.name + ".")):
+            raise TransformError(
+                f"transform {spec!r}: module {module_name!r} not found; searched the "
+                f"spark_jobs folder {jobs} (ONCEFLOW_SPARK_JOBS) and then sys.path "
+                f"{[p for p in sys.path if p != jobs]}"
+            ) from None
+        raise TransformError(
+            f"transform {spec!r}: module {module_name!r} imports {e.name!r}, which is not "
+            "installed for this Python"
+        ) from e
+    where = getattr(module, "__file__", None) or module_name
+    if not hasattr(module, function):
+        raise TransformError(
+            f"transform {spec!r}: module {module_name!r} ({where}) has no attribute {function!r}"
+        )
+    fn = getattr(module, function)
+    if not callable(fn):
+        raise TransformError(
+            f"transform {spec!r}: {module_name}.{function} ({where}) is a "
+            f"{type(fn).__name__}, not a function DataFrame -> DataFrame"
+        )
+    return fn
+
+
+def user_columns(columns: Iterable[str]) -> tuple[str, ...]:
+    """The output columns a sink publishes as the user's: all but the passed-through ones."""
+    return tuple(c for c in columns if c not in PASSED_THROUGH)
+
+
+def check_output(spec: str, pipeline: str, columns: Iterable[str], sink: SinkConfig) -> None:
+    """Refuse an output that does not fit the record-wise contract and the sink, naming the
+    missing columns (before anything is staged)."""
+    columns = list(columns)
+    needed = [*COORDINATES, *sink.key, *sink.aggregates]
+    missing = [c for c in needed if c not in columns]
+    if missing:
+        why = ["topic, partition and offset (a record-wise transform keeps them)"]
+        if sink.key:
+            why.append(f"the sink's key {list(sink.key)}")
+        if sink.aggregates:
+            why.append(f"its aggregates {list(sink.aggregates)}")
+        raise TransformError(
+            f"transform {spec!r} of pipeline {pipeline!r}: its output lacks column(s) "
+            f"{missing}; it must have {' and '.join(why)}. Output columns: {columns}. "
+            "Nothing was staged."
+        )
+    dup = sorted({c for c in columns if columns.count(c) > 1})
+    if dup:
+        raise TransformError(
+            f"transform {spec!r} of pipeline {pipeline!r}: output column(s) {dup} appear twice"
+        )

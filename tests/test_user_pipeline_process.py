@@ -1,0 +1,254 @@
+"""A user pipeline through the REAL `spark-submit spark_jobs/process.py`: a transform in a
+folder outside the repository (ONCEFLOW_SPARK_JOBS), staged into each PostgresSink mode,
+committed through ledger.commit and audited; and the transform errors that stage nothing.
+
+A private tansu broker and PostgreSQL, stopped by PID; ranges come from the producer's
+delivery reports (as in test_process_job.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[1]
+SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
+TOPIC = "it_inventory"
+
+TRANSFORM = '''
+from pyspark.sql import functions as F
+
+
+def transform(df):
+    """JSON stock updates {"qty": n} keyed by sku; a null value deletes the sku."""
+    qty = F.from_json(F.col("value").cast("string"), "qty bigint")["qty"]
+    return df.select(
+        "topic",
+        "partition",
+        "offset",
+        "key",
+        "value",
+        F.col("key").cast("string").alias("sku"),
+        qty.alias("qty"),
+        F.when(F.col("value").isNotNull() & qty.isNull(), F.lit("no qty")).alias("error"),
+    )
+
+
+def without_offset(df):
+    return transform(df).drop("offset")
+'''
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    from onceflow.stack import private_broker
+
+    with private_broker(_free_port(), tmp_path_factory.mktemp("tansu") / "tansu.log") as b:
+        yield b
+
+
+@pytest.fixture(scope="module")
+def pg(tmp_path_factory):
+    from onceflow.stack import private_postgres
+
+    with private_postgres(tmp_path_factory.mktemp("pg") / "data") as dsn:
+        yield dsn
+
+
+@pytest.fixture(scope="module")
+def produced(broker):
+    """Stock updates for skus s0..s4 (each sku on one partition, as a keyed producer puts
+    it), then a tombstone for s1, a malformed update of s2, a last update of s3 and an update
+    without a key (no sku: a dead letter where sku is the sink's key)."""
+    from confluent_kafka import Producer
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=broker)
+    admin.create_topics([NewTopic(TOPIC, 2, 1)])
+    admin.close()
+    sent = []  # (partition, offset, sku, value)
+
+    def on_delivery(err, msg):
+        assert err is None, err
+        key = msg.key()
+        sent.append((msg.partition(), msg.offset(), key and key.decode(), msg.value()))
+
+    p = Producer({"bootstrap.servers": broker, "linger.ms": 5})
+    updates = [(f"s{i % 5}", json.dumps({"qty": i}).encode()) for i in range(40)]
+    updates += [("s1", None), ("s2", b"not json"), ("s3", b'{"qty": 100}'), (None, b'{"qty": 7}')]
+    for sku, value in updates:
+        partition = int(sku[1]) % 2 if sku else 0
+        key = sku and sku.encode()
+        p.produce(TOPIC, value, key=key, partition=partition, on_delivery=on_delivery)
+        p.flush(10)  # one at a time: delivery order is offset order
+    ends = {(TOPIC, part): 1 + max(o for pp, o, *_ in sent if pp == part) for part in (0, 1)}
+    return ends, sorted(sent)
+
+
+@pytest.fixture(scope="module")
+def env(pg, broker, produced, tmp_path_factory):
+    from onceflow import db
+
+    db.migrate(pg)
+    jobs = tmp_path_factory.mktemp("user_jobs")  # outside the repository
+    (jobs / "user_inventory.py").write_text(TRANSFORM)
+    home = tmp_path_factory.mktemp("home")
+    pipelines = home / "pipelines.toml"
+    text = ""
+    for name, sink in (
+        ("inv_append", 'mode = "append"'),
+        ("inv_upsert", 'mode = "upsert"\nkey = ["sku"]'),
+        ("inv_merge", 'mode = "merge"\nkey = ["sku"]\naggregates = ["qty"]'),
+    ):
+        text += (
+            f'[pipelines.{name}]\ntopics = ["{TOPIC}"]\ntransform = "user_inventory:transform"\n'
+            f'[pipelines.{name}.sink]\ntable = "stock"\n{sink}\n'
+        )
+    text += (
+        f'[pipelines.inv_bad]\ntopics = ["{TOPIC}"]\ntransform = "user_inventory:without_offset"\n'
+        '[pipelines.inv_bad.sink]\ntable = "stock"\n'
+        f'[pipelines.inv_missing]\ntopics = ["{TOPIC}"]\ntransform = "no_such_module:transform"\n'
+        '[pipelines.inv_missing.sink]\ntable = "stock"\n'
+    )
+    pipelines.write_text(text)
+    e = dict(os.environ)
+    e.update(
+        ONCEFLOW_POSTGRES_DSN=pg,
+        ONCEFLOW_KAFKA_BOOTSTRAP=broker,
+        ONCEFLOW_PIPELINES=str(pipelines),
+        ONCEFLOW_SPARK_JOBS=str(jobs),
+        ONCEFLOW_HOME=str(home),
+        SPARK_LOCAL_IP="127.0.0.1",
+        PYSPARK_PYTHON=sys.executable,
+        PYTHONPATH=str(ROOT / "include"),
+    )
+    return e
+
+
+def cfg(env, name):
+    from onceflow.config import get_pipeline
+
+    return get_pipeline(env["ONCEFLOW_PIPELINES"], name)
+
+
+def run(env, name, ends):
+    """plan run-1, spark-submit process, commit; returns (process, commit result)."""
+    from onceflow import ledger
+
+    c, dsn = cfg(env, name), env["ONCEFLOW_POSTGRES_DSN"]
+    ledger.plan(dsn, c, "run-1", lambda: ledger.BrokerSnapshot({tp: 0 for tp in ends}, ends))
+    cmd = [
+        str(SPARK_SUBMIT),
+        "--master", "local[2]",
+        "--driver-memory", "512m",
+        "--conf", "spark.ui.enabled=false",
+        str(ROOT / "spark_jobs" / "process.py"),
+        "--pipeline", name,
+        "--txid", "run-1",
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400)
+    if proc.returncode != 0:
+        return proc, None
+    return proc, ledger.commit(dsn, c, "run-1")
+
+
+def query(env, sql):
+    import psycopg2
+
+    conn = psycopg2.connect(env["ONCEFLOW_POSTGRES_DSN"])
+    try:
+        with conn, conn.cursor() as cur:
+            cur.execute(sql)
+            return cur.fetchall()
+    finally:
+        conn.close()
+
+
+def audit(env, name):
+    from onceflow.audit import run_audit
+
+    report = run_audit(env["ONCEFLOW_POSTGRES_DSN"], cfg(env, name))
+    assert report.violations == []
+    return report
+
+
+def qty(value):
+    return None if value is None else json.loads(value)["qty"]
+
+
+def test_append_publishes_one_row_per_record(env, produced):
+    ends, sent = produced
+    proc, res = run(env, "inv_append", ends)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert (res.published, res.dead) == (len(sent) - 1, 1)
+    rows = query(env, 'select partition, "offset", sku, qty from inv_append.stock order by 1, 2')
+    assert rows == [(p, o, s, qty(v)) for p, o, s, v in sent if v != b"not json"]
+    (dead,) = query(env, "select reason, key, value from onceflow.dead_letters"
+                    " where pipeline = 'inv_append'")  # fmt: skip
+    assert (dead[0], bytes(dead[1]), bytes(dead[2])) == ("no qty", b"s2", b"not json")
+    assert audit(env, "inv_append").records_in_sink == len(sent) - 1
+
+
+def test_upsert_keeps_the_last_record_per_key_and_a_tombstone_deletes(env, produced):
+    ends, sent = produced
+    proc, res = run(env, "inv_upsert", ends)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    last = {}
+    for _, _, sku, value in sent:  # sorted by (partition, offset); each sku on one partition
+        if value != b"not json" and sku is not None:
+            last[sku] = qty(value) if value is not None else None
+    expected = sorted((s, q) for s, q in last.items() if q is not None)
+    assert "s1" not in dict(expected)  # its tombstone was the last record
+    assert query(env, "select sku, qty from inv_upsert.stock order by 1") == expected
+    reasons = query(env, "select reason from onceflow.dead_letters where pipeline = 'inv_upsert'")
+    assert sorted(reasons) == [("key column 'sku' is null",), ("no qty",)]
+    assert (res.published, res.dead) == (len(sent) - 2, 2)
+    audit(env, "inv_upsert")
+
+
+def test_merge_folds_the_batchs_partial_aggregates(env, produced):
+    ends, sent = produced
+    proc, res = run(env, "inv_merge", ends)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    sums: dict[str, int] = {}
+    for _, _, sku, value in sent:
+        if value != b"not json" and sku is not None:
+            sums[sku] = sums.get(sku, 0) + (qty(value) or 0)
+    rows = query(env, "select sku, qty, last_seq from inv_merge.stock order by 1")
+    assert rows == [(s, sums[s], 1) for s in sorted(sums)]
+    audit(env, "inv_merge")
+
+
+def test_an_output_without_offset_stages_nothing_and_is_not_retried(env, produced):
+    ends, _ = produced
+    proc, _ = run(env, "inv_bad", ends)
+    assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (last_error,) = query(
+        env, "select last_error from onceflow.batches where pipeline = 'inv_bad'"
+    )[0]
+    assert "its output lacks column(s) ['offset']" in last_error
+    assert query(env, "select count(*) from onceflow.stage_parts where pipeline = 'inv_bad'") == [
+        (0,)
+    ]
+
+
+def test_an_unknown_transform_module_names_the_module_and_the_folder(env, produced):
+    ends, _ = produced
+    proc, _ = run(env, "inv_missing", ends)
+    assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "module 'no_such_module' not found" in proc.stdout
+    assert env["ONCEFLOW_SPARK_JOBS"] in proc.stdout

@@ -1,0 +1,88 @@
+"""Loading a user transform ("module:function") and its output contract: each failure names
+the transform, the module or the missing columns."""
+
+from __future__ import annotations
+
+import sys
+import uuid
+
+import pytest
+from onceflow.config import SinkConfig
+from onceflow.errors import TransformError
+from onceflow.transforms import check_output, get_transform, load_transform, user_columns
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture
+def jobs(tmp_path, monkeypatch):
+    """A spark_jobs folder outside the repository, and a fresh module name in it."""
+    monkeypatch.setenv("ONCEFLOW_SPARK_JOBS", str(tmp_path))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    name = f"user_{uuid.uuid4().hex[:8]}"
+    yield tmp_path, name
+    sys.modules.pop(name, None)
+
+
+def test_builtin_name_is_the_builtin_transform():
+    assert load_transform("orders") is get_transform("orders")
+
+
+def test_a_function_in_the_spark_jobs_folder(jobs):
+    folder, name = jobs
+    (folder / f"{name}.py").write_text("def transform(df):\n    return df\n")
+    fn = load_transform(f"{name}:transform")
+    assert fn("x") == "x"
+
+
+def test_a_function_of_an_installed_package():
+    assert load_transform("json:dumps")([1]) == "[1]"
+
+
+def test_module_not_found_names_module_and_search_path(jobs):
+    folder, name = jobs
+    with pytest.raises(
+        TransformError, match=f"module '{name}' not found; searched the spark_jobs folder {folder}"
+    ):
+        load_transform(f"{name}:transform")
+    with pytest.raises(TransformError, match=f"module '{name}.sub' not found"):
+        load_transform(f"{name}.sub:transform")
+
+
+def test_a_missing_import_inside_the_module_is_named(jobs):
+    folder, name = jobs
+    (folder / f"{name}.py").write_text("import no_such_dependency_xyz\n")
+    with pytest.raises(
+        TransformError, match="imports 'no_such_dependency_xyz', which is not installed"
+    ):
+        load_transform(f"{name}:transform")
+
+
+def test_function_missing_or_not_callable(jobs):
+    folder, name = jobs
+    (folder / f"{name}.py").write_text("transform = 3\n")
+    with pytest.raises(TransformError, match="has no attribute 'nope'"):
+        load_transform(f"{name}:nope")
+    with pytest.raises(TransformError, match="is a int, not a function"):
+        load_transform(f"{name}:transform")
+
+
+UPSERT = SinkConfig(table="stock", mode="upsert", key=("sku",))
+MERGE = SinkConfig(table="views", mode="merge", key=("page",), aggregates=("views",))
+
+
+def test_output_keeps_coordinates_and_the_sink_columns():
+    check_output("m:f", "p", ["topic", "partition", "offset", "sku", "qty"], UPSERT)
+    with pytest.raises(TransformError, match=r"lacks column\(s\) \['offset'\].*Nothing was staged"):
+        check_output("m:f", "p", ["topic", "partition", "sku"], UPSERT)
+    with pytest.raises(TransformError, match=r"lacks column\(s\) \['sku'\]; .*key \['sku'\]"):
+        check_output("m:f", "p", ["topic", "partition", "offset", "qty"], UPSERT)
+    with pytest.raises(TransformError, match=r"lacks column\(s\) \['views'\]"):
+        check_output("m:f", "p", ["topic", "partition", "offset", "page"], MERGE)
+    with pytest.raises(TransformError, match=r"\['sku'\] appear twice"):
+        check_output("m:f", "p", ["topic", "partition", "offset", "sku", "sku"], UPSERT)
+
+
+def test_user_columns_leave_out_what_the_stage_passes_through():
+    cols = ["topic", "partition", "offset", "sku", "error", "key", "value", "qty"]
+    assert user_columns(cols) == ("sku", "qty")
