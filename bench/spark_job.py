@@ -25,7 +25,6 @@ import json
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "include"))
@@ -57,7 +56,9 @@ def main() -> None:
     from pyspark.sql import functions as F
 
     process = process_module()
-    cfg = SimpleNamespace(name="bench", transform="orders", spark_conf={})
+    from onceflow.config import PipelineConfig
+
+    cfg = PipelineConfig(name="bench", topics=("bench",))  # the orders transform
     t0 = time.monotonic()
     spark = process._session(cfg)
     session_s = time.monotonic() - t0

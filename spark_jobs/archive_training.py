@@ -18,7 +18,6 @@ import argparse
 import importlib.util
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 try:
@@ -93,7 +92,11 @@ def main(argv: list[str] | None = None) -> int:
     from pyspark.sql import functions as F
 
     process = _process_module()
-    cfg = SimpleNamespace(name="archive-training", transform="orders", spark_conf={})
+    from onceflow.config import PipelineConfig
+
+    cfg = PipelineConfig(
+        name="archive_training", topics=("archive_training",)
+    )  # the orders transform
     spark = process._session(cfg)
     try:
         src = spark.range(0, 2, 1, 2).mapInArrow(SyntheticRecords(args.records), SCHEMA)
