@@ -404,3 +404,15 @@ def test_audit_finds_a_record_published_both_as_a_row_and_as_a_dead_letter(ledge
     assert report.verdict == "violated"
     assert report.duplicates == 1
     assert f"record {T}[0]@2 is published both as a row and as a dead letter" in report.violations
+
+
+def test_audit_finds_a_published_row_outside_its_txids_ranges(ledger_dsn, cfg):
+    from onceflow.audit import run_audit
+
+    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 5}))
+    process(ledger_dsn, cfg, "a", 5)
+    ledger.commit(ledger_dsn, cfg, "a")
+    with transaction(ledger_dsn) as cur:
+        cur.execute(f'update "{cfg.sink_schema}".orders set "offset" = 50 where "offset" = 4')
+    report = run_audit(ledger_dsn, cfg)
+    assert "1 published records lie outside their txid's ranges" in report.violations

@@ -461,3 +461,16 @@ def test_append_of_the_coordinates_alone(ledger_dsn, unique_name):
     res = ledger.commit(ledger_dsn, cfg, "a")
     assert (res.published, res.dead) == (1, 1)
     exactly_once(ledger_dsn, cfg)
+
+
+def test_the_audit_finds_output_outside_its_txids_ranges(ledger_dsn, cfg):
+    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
+    process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2), (0, 2, "z", 3, "malformed")])
+    ledger.commit(ledger_dsn, cfg, "a")
+    exactly_once(ledger_dsn, cfg)
+    with transaction(ledger_dsn) as cur:  # the dead letter of offset 2 now claims offset 7
+        cur.execute(
+            'update onceflow.dead_letters set "offset" = 7 where pipeline = %s', (cfg.name,)
+        )
+    report = run_audit(ledger_dsn, cfg)
+    assert "1 published records lie outside their txid's ranges" in report.violations

@@ -84,10 +84,9 @@ class ProcessOperator(SparkSubmitOperator):
 
     process exits FENCED when a newer attempt of the txid took over (this attempt's output is
     never published), ABANDONED after a reset, USAGE for an unknown pipeline or txid or a
-    transform that cannot load or does not fit its sink table: retrying
-    cannot change any of them. The exit code is spark-submit's, i.e. the driver's in client
-    deploy mode (local, standalone client, YARN client); in cluster deploy mode every failure
-    is retried.
+    transform that cannot load or does not fit its sink table: retrying cannot change any of
+    them. The exit code is spark-submit's, i.e. the driver's in client deploy mode (local,
+    standalone client, YARN client); in cluster deploy mode every failure is retried.
     """
 
     def execute(self, context: Any) -> None:

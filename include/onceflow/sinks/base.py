@@ -125,6 +125,36 @@ class Sink(ABC):
         return cur.rowcount
 
     @staticmethod
+    def count_outside_ranges(cur, pipeline: str, records: sql.Composable | None) -> int:
+        """How many of the pipeline's dead letters, and of the published rows of `records` (a
+        table with txid, topic, partition, epoch and offset; None for a sink whose rows carry
+        no coordinates), lie outside their txid's ranges: the audit's placement rule."""
+        published = (
+            sql.SQL("")
+            if records is None
+            else sql.SQL(
+                'select txid, topic, partition, epoch, "offset" from {} union all '
+            ).format(records)
+        )
+        cur.execute(
+            sql.SQL(
+                """
+                select count(*) from (
+                    {published}
+                    select txid, topic, partition, epoch, "offset" from onceflow.dead_letters
+                    where pipeline = %s
+                ) o
+                where not exists (
+                    select 1 from onceflow.ranges r where r.pipeline = %s and r.txid = o.txid
+                      and r.topic = o.topic and r.partition = o.partition and r.epoch = o.epoch
+                      and o."offset" >= r.from_offset and o."offset" < r.until_offset)
+                """
+            ).format(published=published),
+            (pipeline, pipeline),
+        )
+        return cur.fetchone()[0]
+
+    @staticmethod
     def unpublish_dead_letters(cur, t: PublishTarget) -> None:
         cur.execute(
             "delete from onceflow.dead_letters where pipeline = %s and txid = %s",

@@ -160,21 +160,6 @@ class OrdersSink(Sink):
         return cur.fetchall()
 
     def outside_ranges(self, cur, pipeline: str) -> int:
-        cur.execute(
-            sql.SQL(
-                """
-                select count(*) from (
-                    select txid, topic, partition, epoch, "offset" from {schema}.{table}
-                    union all
-                    select txid, topic, partition, epoch, "offset" from onceflow.dead_letters
-                    where pipeline = %s
-                ) o
-                where not exists (
-                    select 1 from onceflow.ranges r where r.pipeline = %s and r.txid = o.txid
-                      and r.topic = o.topic and r.partition = o.partition and r.epoch = o.epoch
-                      and o."offset" >= r.from_offset and o."offset" < r.until_offset)
-                """
-            ).format(**self._ids()),
-            (pipeline, pipeline),
+        return self.count_outside_ranges(
+            cur, pipeline, sql.SQL("{schema}.{table}").format(**self._ids())
         )
-        return cur.fetchone()[0]

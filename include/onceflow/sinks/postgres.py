@@ -668,30 +668,9 @@ class PostgresSink(Sink):
         return cur.fetchall()
 
     def outside_ranges(self, cur, pipeline: str) -> int:
-        published = (
-            sql.SQL("")
-            if self.cfg.mode == "merge"  # no coordinates (see published_and_dead)
-            else sql.SQL(
-                'select txid, topic, partition, epoch, "offset" from {} union all '
-            ).format(self._t(self._record_table))
-        )
-        cur.execute(
-            sql.SQL(
-                """
-                select count(*) from (
-                    {published}
-                    select txid, topic, partition, epoch, "offset" from onceflow.dead_letters
-                    where pipeline = %s
-                ) o
-                where not exists (
-                    select 1 from onceflow.ranges r where r.pipeline = %s and r.txid = o.txid
-                      and r.topic = o.topic and r.partition = o.partition and r.epoch = o.epoch
-                      and o."offset" >= r.from_offset and o."offset" < r.until_offset)
-                """
-            ).format(published=published),
-            (pipeline, pipeline),
-        )
-        return cur.fetchone()[0]
+        # a merge sink's state and partials carry no coordinates (see published_and_dead)
+        records = None if self.cfg.mode == "merge" else self._t(self._record_table)
+        return self.count_outside_ranges(cur, pipeline, records)
 
     def truth_violations(self, cur, pipeline: str, limit: int = 20) -> list[str]:
         """upsert: each key's row is the last record for it among committed versions (none if
