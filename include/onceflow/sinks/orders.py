@@ -19,6 +19,7 @@ from __future__ import annotations
 from psycopg2 import sql
 
 from onceflow.sinks.base import PublishTarget, Sink
+from onceflow.transforms.orders import OUTPUT_COLUMNS
 
 _DDL = """
 create schema if not exists {schema};
@@ -52,20 +53,7 @@ class OrdersSink(Sink):
 
     @property
     def stage_columns(self) -> tuple[str, ...]:
-        return (
-            "topic",
-            "partition",
-            "offset",
-            "order_id",
-            "customer_id",
-            "amount",
-            "currency",
-            "ts",
-            "error",
-            "key",
-            "value",
-            "row_hash",
-        )
+        return (*OUTPUT_COLUMNS, "row_hash")
 
     def _ids(self) -> dict[str, sql.Identifier]:
         return {
