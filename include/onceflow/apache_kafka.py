@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import socket
 import subprocess
 import tarfile
@@ -67,8 +68,7 @@ def unpack(dist: Path, into: Path) -> Path:
         return home
     into.mkdir(parents=True, exist_ok=True)
     partial = into / f".{name}.partial"
-    with contextlib.suppress(FileNotFoundError):
-        subprocess.run(["rm", "-rf", str(partial)], check=True)
+    shutil.rmtree(partial, ignore_errors=True)  # an unpack cut short by an earlier run
     partial.mkdir()
     with tarfile.open(dist) as tar:
         tar.extractall(partial, filter="tar")
