@@ -4,7 +4,7 @@ one Spark job, without a sink. Prints one line `BENCH {json}`.
     spark-submit bench/spark_job.py --mode read|read_parse --bootstrap B --ranges JSON
         [--records-per-input-partition N] [--repeat K]
 
-read        the range reader alone (spark_jobs/process.py's reader: mapInArrow over the ranges),
+read        the range reader alone (the process job's, onceflow.reader: mapInArrow over the ranges),
             aggregated so every column is materialized in the JVM
 read_parse  what process does before staging, plus an aggregate over every output column:
             the reader and the orders transform's fast form in the reader's Python worker
@@ -20,7 +20,6 @@ start-up and JIT warm-up: that is what a micro-batch job pays).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 import time
@@ -28,16 +27,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "include"))
-
-
-def process_module():
-    spec = importlib.util.spec_from_file_location(
-        "onceflow_process", ROOT / "spark_jobs/process.py"
-    )
-    mod = importlib.util.module_from_spec(spec)
-    assert spec.loader
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def main() -> None:
@@ -50,13 +39,12 @@ def main() -> None:
     p.add_argument("--no-fast-form", action="store_true")
     a = p.parse_args()
 
+    from onceflow import process
+    from onceflow.config import PipelineConfig
     from onceflow.fast_stage import StatsParam, fast_stage_frame
     from onceflow.ranges import OffsetRange
     from onceflow.reader import input_ranges, ranges_frame
     from pyspark.sql import functions as F
-
-    process = process_module()
-    from onceflow.config import PipelineConfig
 
     cfg = PipelineConfig(name="bench", topics=("bench",))  # the orders transform
     t0 = time.monotonic()

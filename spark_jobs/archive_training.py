@@ -15,7 +15,6 @@ Use `onceflow spark-archive`, which adds the options and installs the file.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
 from pathlib import Path
 from typing import Any
@@ -73,26 +72,15 @@ class CountRows:
         )
 
 
-def _process_module() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "onceflow_process", Path(__file__).resolve().parent / "process.py"
-    )
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="archive_training.py", description=__doc__.splitlines()[0])
     p.add_argument("--records", type=int, default=5000, help="records per partition (2 parts)")
     args = p.parse_args(argv)
 
+    from onceflow import process
+    from onceflow.config import PipelineConfig
     from onceflow.reader import SCHEMA
     from pyspark.sql import functions as F
-
-    process = _process_module()
-    from onceflow.config import PipelineConfig
 
     cfg = PipelineConfig(
         name="archive_training", topics=("archive_training",)

@@ -8,7 +8,6 @@ records are only asserted on where real Kafka would give the same answer.
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
 import os
@@ -706,28 +705,40 @@ def test_reader_on_transactions_with_an_aborted_one(broker, produced):
 # --- pure helpers of the job and the stage writer -----------------------------------------
 
 
-def _process_module():
-    spec = importlib.util.spec_from_file_location(
-        "onceflow_process_job", ROOT / "spark_jobs" / "process.py"
-    )
-    mod = importlib.util.module_from_spec(spec)
-    assert spec.loader
-    spec.loader.exec_module(mod)
-    return mod
-
-
 @pytest.mark.unit
 def test_help_shows_an_example(capsys):
+    from onceflow import process
+
     with pytest.raises(SystemExit) as e:
-        _process_module().parse_args(["--help"])
+        process.parse_args(["--help"])
     assert e.value.code == 0
     out = capsys.readouterr().out
     assert "spark-submit" in out and "--pipeline orders --txid" in out and "exit codes" in out
 
 
 @pytest.mark.unit
+def test_the_entry_script_prints_the_jobs_help_from_a_checkout(capsys, monkeypatch):
+    """spark_jobs/process.py without the package installed (-S: no site-packages, no
+    PYTHONPATH) finds include/ by itself and prints onceflow.process's help."""
+    from onceflow import process
+
+    monkeypatch.setenv("COLUMNS", "100")
+    with pytest.raises(SystemExit):
+        process.parse_args(["--help"])
+    expected = capsys.readouterr().out
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run(
+        [sys.executable, "-S", str(ROOT / "spark_jobs" / "process.py"), "--help"],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert (out.returncode, out.stderr) == (0, "")
+    assert out.stdout == expected
+
+
+@pytest.mark.unit
 def test_short_error_picks_the_onceflow_error_from_a_spark_failure():
-    mod = _process_module()
+    from onceflow import process as mod
+
     text = (
         "An error occurred while calling o12.save.\n: org.apache.spark.SparkException: Job aborted\n"
         "Traceback (most recent call last):\n  File ...\n"

@@ -1,0 +1,500 @@
+"""Onceflow process phase: stage the output of one planned txid; `main` is the spark-submit
+job (spark_jobs/process.py is the application file that calls it).
+
+Claims a new attempt of the txid in the ledger (fencing every earlier attempt), reads
+exactly the txid's recorded ranges from Kafka, transforms them in Spark and stages the rows
+tagged (txid, attempt, part), then records the staged counts and checksum in the ledger.
+Commit publishes them later, in seq order.
+
+Input partition i of n is staged as part i, or, when the transform has a fast form (the
+pipeline's `fast_form`, default true), as two parts: i, the records the fast form accepted,
+parsed and COPYed by the Python worker that read them; and n + i, the records it declined,
+through the transform in the JVM (onceflow.fast_stage).
+
+How the DAG runs it (SparkSubmitOperator):
+    application   spark_jobs/process.py
+    application_args  ["--pipeline", NAME, "--txid", "{{ run_id }}"]
+    conf          {"spark.pyspark.python": VENV_PYTHON} (or env PYSPARK_PYTHON), plus the
+                  pipeline's spark_conf, plus the driver JVM's class archive in
+                  spark.driver.extraJavaOptions when this host has one (onceflow.jvm_archive);
+                  master local[2] (or the cluster's), driver_memory from the pipeline (>= 512m)
+    env_vars      ONCEFLOW_POSTGRES_DSN, ONCEFLOW_KAFKA_BOOTSTRAP, ONCEFLOW_PIPELINES,
+                  SPARK_LOCAL_IP=127.0.0.1 on a single host
+    py_files      a zip with `onceflow/` at its root when executors do not have the package
+                  installed (cd include && zip -qr /tmp/onceflow.zip onceflow), or pass
+                  --ship-package and the job zips the package it imported itself.
+                  Local mode needs neither: workers import onceflow like the driver does.
+
+Imports are lazy: a no-op spark-submit already costs ~6 s, and a bad argument should fail
+before the JVM work starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from onceflow.errors import ProcessExit
+
+log = logging.getLogger("onceflow.process")
+
+DEAD_VALUE_BYTES = 64 << 10  # a dead letter keeps the value's first 64 KiB (as orders does)
+
+# Applied unless spark-submit --conf or the pipeline's spark_conf sets them.
+SPARK_DEFAULTS = {
+    "spark.sql.shuffle.partitions": "2",  # nothing shuffles; keep any stray shuffle small
+    "spark.ui.enabled": "false",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.python.worker.reuse": "true",
+    "spark.sql.adaptive.enabled": "false",  # a narrow plan gains nothing from AQE
+    "spark.speculation": "false",  # safe either way (the task fence), but wasteful here
+}
+
+EPILOG = """\
+example:
+  spark-submit --master 'local[2]' --driver-memory 512m \\
+      --conf spark.pyspark.python=/opt/onceflow/.venv/bin/python \\
+      --py-files onceflow.zip \\
+      spark_jobs/process.py --pipeline orders --txid manual__2024-05-01T12:00:00+00:00
+
+environment (onceflow.settings): ONCEFLOW_POSTGRES_DSN (ledger and sink),
+ONCEFLOW_KAFKA_BOOTSTRAP, ONCEFLOW_PIPELINES (or --pipelines-file).
+
+exit codes: 0 staged; 1 failed (the reason is in the ledger's last_error; retry);
+2 bad arguments, unknown pipeline or txid (plan must run first); 3 fenced: a newer
+attempt of the txid took over (do not retry this one); 4 the txid was abandoned by
+`onceflow reset-offsets` (it never processes again).
+"""
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="process.py",
+        description="Stage the output of one planned Onceflow transaction (txid): read its "
+        "recorded Kafka ranges, transform, stage tagged with a new attempt, record counts.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--pipeline", required=True, help="pipeline name (a [pipelines.NAME] table)")
+    p.add_argument(
+        "--txid", required=True, help="the DAG run's run_id, exactly as plan recorded it"
+    )
+    p.add_argument(
+        "--pipelines-file",
+        type=Path,
+        help="pipelines TOML file (default: $ONCEFLOW_PIPELINES or dags/pipelines.toml)",
+    )
+    p.add_argument(
+        "--client",
+        choices=("confluent", "kafka-python"),
+        default="confluent",
+        help="Kafka client of the reader (default: confluent, i.e. librdkafka)",
+    )
+    p.add_argument(
+        "--read-timeout",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="fail a range after this long without progress (default: 60)",
+    )
+    p.add_argument(
+        "--no-fast-form",
+        action="store_true",
+        help="send every record through the transform in the JVM, as the pipeline's "
+        "`fast_form = false` does (by default, a transform with a fast form has the records "
+        "it accepts parsed and staged by the reader's Python worker as parts 0..n-1, and "
+        "the rest transformed in the JVM as parts n..2n-1)",
+    )
+    p.add_argument(
+        "--ship-package",
+        action="store_true",
+        help="zip the imported onceflow package and add it to the executors' Python path "
+        "(for clusters whose executors do not have it; local mode does not need it)",
+    )
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stdout,
+    )
+    started = time.monotonic()
+
+    from onceflow import failpoints, ledger
+    from onceflow.config import get_pipeline
+    from onceflow.errors import (
+        AbandonedTxidError,
+        ConfigError,
+        FencedAttemptError,
+        SinkSchemaError,
+        TransformError,
+        UnknownTxidError,
+    )
+    from onceflow.settings import Settings
+    from onceflow.states import BatchState
+
+    settings = Settings.from_env()
+    try:
+        cfg = get_pipeline(args.pipelines_file or settings.pipelines_file, args.pipeline)
+    except ConfigError as e:
+        log.error("onceflow process: %s", e)
+        return ProcessExit.USAGE
+    dsn, txid = settings.postgres_dsn, args.txid
+
+    try:
+        claim = ledger.claim_attempt(dsn, cfg.name, txid)
+    except UnknownTxidError as e:
+        log.error("onceflow process: %s", e)
+        return ProcessExit.USAGE
+    except AbandonedTxidError as e:
+        log.error("onceflow process: %s", e)
+        return ProcessExit.ABANDONED
+    attempt = claim.attempt
+    log.info(
+        "onceflow process claimed pipeline=%s txid=%s seq=%s attempt=%s state=%s ranges=%d",
+        cfg.name,
+        txid,
+        claim.seq,
+        attempt,
+        claim.state,
+        len(claim.ranges),
+    )
+    if claim.state == BatchState.COMMITTED:
+        log.info("txid %s is committed: this attempt re-processes it (commit republishes)", txid)
+    for r in claim.ranges:
+        log.info(
+            "onceflow process range txid=%s topic=%s partition=%d from=%d until=%d offsets=%d",
+            txid,
+            r.topic,
+            r.partition,
+            r.from_offset,
+            r.until_offset,
+            r.size,
+        )
+
+    claimed_at = time.monotonic()
+    timings: dict[str, float] = {"claim": claimed_at - started}
+    try:
+        failpoints.hit("process.fail", txid)
+        parts = _run_spark(
+            args, settings.kafka_bootstrap, dsn, cfg, txid, attempt, claim.ranges, timings
+        )
+        failpoints.hit("process.before_mark_staged", txid)
+        t0 = time.monotonic()
+        staged = ledger.mark_staged(
+            dsn, cfg, txid, attempt, process_seconds=time.monotonic() - claimed_at, parts=parts
+        )
+        timings["mark_staged"] = time.monotonic() - t0
+    except (TransformError, SinkSchemaError) as e:
+        # the transform or its sink tables must change first: a retry would fail the same way
+        log.error("onceflow process: txid=%s: %s", txid, e)
+        try:
+            ledger.record_error(
+                dsn, cfg.name, txid, f"process attempt {attempt}: {_short_error(e)}"
+            )
+        except Exception as e2:  # noqa: BLE001
+            log.error("could not record the error in the ledger: %s", e2)
+        return ProcessExit.USAGE
+    except Exception as e:  # noqa: BLE001 - every failure is reported and recorded
+        reason = _short_error(e)
+        if isinstance(e, FencedAttemptError) or reason.startswith("FencedAttemptError"):
+            log.error("onceflow process fenced: txid=%s attempt=%s: %s", txid, attempt, reason)
+            return ProcessExit.FENCED
+        if isinstance(e, AbandonedTxidError) or reason.startswith("AbandonedTxidError"):
+            log.error("onceflow process: txid=%s: %s", txid, reason)
+            return ProcessExit.ABANDONED
+        log.error("onceflow process failed: txid=%s attempt=%s: %s", txid, attempt, reason)
+        try:
+            ledger.record_error(dsn, cfg.name, txid, f"process attempt {attempt}: {reason}")
+        except Exception as e2:  # noqa: BLE001
+            log.error("could not record the error in the ledger: %s", e2)
+        return ProcessExit.FAILED
+
+    log.info(
+        "onceflow process pipeline=%s txid=%s seq=%s attempt=%s records=%d valid=%d dead=%d "
+        "seconds=%.2f",
+        cfg.name,
+        txid,
+        claim.seq,
+        attempt,
+        staged.records,
+        staged.valid,
+        staged.dead,
+        time.monotonic() - started,
+    )
+    timings["total"] = time.monotonic() - started
+    # machine-readable, for bench/: where the seconds of this attempt went
+    log.info(
+        "onceflow process timings %s", json.dumps({k: round(v, 3) for k, v in timings.items()})
+    )
+    return ProcessExit.OK
+
+
+def _run_spark(
+    args: argparse.Namespace,
+    bootstrap: str,
+    dsn: str,
+    cfg: Any,
+    txid: str,
+    attempt: int,
+    ranges: list[Any],
+    timings: dict[str, float],
+) -> int:
+    """Read, transform and stage in one Spark job; returns the number of parts staged.
+
+    Input partition k (Spark partition k, stage part k) is input_ranges(...)[k]; with the
+    transform's fast form its declined records are part n + k (onceflow.fast_stage), so there
+    are 2n parts. An empty batch (no offsets in any range) has no input partition: no Spark
+    session is started.
+    """
+    from onceflow.reader import input_ranges
+
+    pieces = input_ranges(ranges, cfg.records_per_input_partition)
+    if not pieces:
+        log.info("no offsets to read: nothing to stage, no Spark session needed")
+        return 0
+    t0 = time.monotonic()
+    spark = _session(cfg)
+    timings["session"] = time.monotonic() - t0
+    log.info("spark session ready in %.1f s", timings["session"])
+    try:
+        if args.ship_package:
+            spark.sparkContext.addPyFile(_package_zip())
+        return stage_job(
+            spark,
+            pieces,
+            bootstrap=bootstrap,
+            dsn=dsn,
+            cfg=cfg,
+            txid=txid,
+            attempt=attempt,
+            client=args.client,
+            read_timeout=args.read_timeout,
+            fast_form=cfg.fast_form and not args.no_fast_form,
+            timings=timings,
+        )
+    finally:
+        t0 = time.monotonic()
+        spark.stop()
+        timings["stop"] = time.monotonic() - t0
+
+
+def _session(cfg: Any) -> Any:
+    """The Spark session: spark-submit's settings win, then the pipeline's, then SPARK_DEFAULTS."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.sql import SparkSession
+
+    # Connect to spark-submit's JVM first: before that, SparkConf() is an empty Python dict
+    # and would not see --master / --conf (the job then silently ran in local mode).
+    SparkContext._ensure_initialized()
+    submitted = SparkConf()  # what spark-submit --conf and spark-defaults.conf set
+    builder = SparkSession.builder.appName(f"onceflow-process-{cfg.name}")
+    if not submitted.contains("spark.master"):
+        builder = builder.master("local[2]")
+    defaults = dict(SPARK_DEFAULTS)
+    if not os.environ.get("PYSPARK_PYTHON"):
+        # Workers must run an interpreter with pyarrow, confluent-kafka, psycopg2 and onceflow:
+        # this one has them (the default, `python3` on PATH, often has not).
+        defaults["spark.pyspark.python"] = sys.executable
+    for key, value in {**defaults, **cfg.spark_conf}.items():
+        if not submitted.contains(key):
+            builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+def staged_frame(spark: Any, pieces: list[Any], *, bootstrap: str, cfg: Any, **read: Any) -> Any:
+    """The transform's output for `pieces` (Spark partition k = pieces[k]) plus the columns
+    the stage writer sums per part: bytes read and a 64-bit hash of each staged row."""
+    from onceflow.reader import ranges_frame
+
+    return stage_columns(ranges_frame(spark, pieces, bootstrap, **read), cfg)
+
+
+def stage_columns(src: Any, cfg: Any) -> Any:
+    """Records (the reader's schema) -> the pipeline's transform plus the columns the stage
+    writer sums per part: bytes read (the built-in transform's sink only) and a 64-bit hash
+    of each staged row."""
+    from pyspark.sql import functions as F
+
+    from onceflow.stage import BYTES_COLUMN, HASH_COLUMN
+    from onceflow.transforms import get_transform
+
+    if cfg.sink is not None:
+        return _user_stage_columns(src, cfg)
+    sized = src.withColumn(
+        BYTES_COLUMN,
+        F.coalesce(F.length("key"), F.lit(0)).cast("long")
+        + F.coalesce(F.length("value"), F.lit(0)).cast("long"),
+    )
+    out = get_transform(cfg.transform)(sized)
+    hashed = [c for c in out.columns if c not in ("key", "value") and not c.startswith("_meta_")]
+    return out.withColumn(HASH_COLUMN, F.xxhash64(*hashed))
+
+
+def _user_stage_columns(src: Any, cfg: Any) -> Any:
+    """A user transform's output as PostgresSink stages it: the coordinates, the user's
+    columns, error (a null key of an upsert or merge sink is one), key and value (kept for
+    dead letters only, value cut to 64 KiB), tombstone (the output's value is null) and the
+    row hash. The transform sees the reader's columns as they are, so no bytes column."""
+    from pyspark.sql import functions as F
+
+    from onceflow.stage import HASH_COLUMN
+    from onceflow.transforms import check_output, load_transform, user_columns
+
+    out = load_transform(cfg.transform)(src)
+    check_output(cfg.transform, cfg.name, out.columns, cfg.sink)
+    error = F.col("error").cast("string") if "error" in out.columns else F.lit(None).cast("string")
+    for k in cfg.sink.key:
+        error = F.coalesce(error, F.when(F.col(k).isNull(), F.lit(f"key column '{k}' is null")))
+    dead = error.isNotNull()
+    key = F.col("key").cast("binary") if "key" in out.columns else F.lit(None).cast("binary")
+    if "value" in out.columns:
+        value = F.col("value").cast("binary")
+        tombstone = error.isNull() & value.isNull()
+    else:  # a transform that drops value marks no tombstone
+        value, tombstone = F.lit(None).cast("binary"), F.lit(False)
+    users = list(user_columns(out.columns))
+    staged = out.select(
+        "topic",
+        "partition",
+        "offset",
+        *users,
+        error.alias("error"),
+        F.when(dead, key).alias("key"),
+        F.when(dead, F.substring(value, 1, DEAD_VALUE_BYTES)).alias("value"),
+        tombstone.alias("tombstone"),
+    )
+    hashed = [c for c in staged.columns if c not in ("key", "value")]
+    return staged.withColumn(HASH_COLUMN, F.xxhash64(*hashed))
+
+
+def output_fields(df: Any) -> list[tuple[str, str]]:
+    """(name, Spark type) of a staged frame's columns, for Sink.bind_output: what the stage
+    adds itself (tombstone, the meta columns) left out."""
+    return [
+        (f.name, f.dataType.simpleString())
+        for f in df.schema.fields
+        if f.name != "tombstone" and not f.name.startswith("_meta_")
+    ]
+
+
+def stage_job(
+    spark: Any,
+    pieces: list[Any],
+    *,
+    bootstrap: str,
+    dsn: str,
+    cfg: Any,
+    txid: str,
+    attempt: int,
+    client: str = "confluent",
+    read_timeout: float = 60.0,
+    fast_form: bool = True,
+    timings: dict[str, float] | None = None,
+) -> int:
+    """Read `pieces`, transform and stage them as parts of (txid, attempt) in one job;
+    returns the number of parts: n (parts 0..n-1), or 2n when the transform has a fast
+    form and `fast_form` is on (accepted records part k, declined ones part n + k). A user
+    transform has no fast form; its sink's tables are created or checked from its output
+    schema before anything is staged."""
+    from onceflow.db import transaction
+    from onceflow.fast_stage import fast_stage_frame
+    from onceflow.sinks import sink_for
+    from onceflow.stage import StageTarget, stage_frame
+    from onceflow.transforms import get_fast_form
+
+    timings = {} if timings is None else timings
+    t0 = time.monotonic()
+    n = len(pieces)
+    sink = sink_for(cfg)
+    if fast_form and cfg.sink is None and get_fast_form(cfg.transform) is not None:
+        target = StageTarget.for_sink(dsn, sink, cfg.name, txid, attempt)
+        declined = fast_stage_frame(
+            spark, pieces, bootstrap, target, cfg.transform, client=client, timeout_s=read_timeout
+        )
+        job = stage_frame(stage_columns(declined, cfg), target, first_part=n)
+        parts = 2 * n
+    else:
+        df = staged_frame(
+            spark, pieces, bootstrap=bootstrap, cfg=cfg, client=client, timeout_s=read_timeout
+        )
+        if cfg.sink is not None:  # a user transform: its sink tables follow its output
+            with transaction(dsn) as cur:
+                sink = sink.bind_output(cur, output_fields(df))
+        job = stage_frame(df, StageTarget.for_sink(dsn, sink, cfg.name, txid, attempt))
+        parts = n
+    timings["plan"] = time.monotonic() - t0
+    t0 = time.monotonic()
+    messages = job.collect()
+    timings["job"] = time.monotonic() - t0
+    log.info(
+        "read, transform and stage of %d input partition(s) as %d part(s) took %.1f s",
+        n,
+        parts,
+        timings["job"],
+    )
+    if parts > n:
+        log.info(
+            "fast form: parts 0..%d staged by the readers' Python workers; %d declined "
+            "record(s) through the %s transform in the JVM, parts %d..%d",
+            n - 1,
+            sum(m.rows for m in messages),
+            cfg.transform,
+            n,
+            parts - 1,
+        )
+    return parts
+
+
+def _package_zip() -> str:
+    """A zip of the imported onceflow package (root entry `onceflow/`) for addPyFile."""
+    import tempfile
+    import zipfile
+
+    import onceflow as pkg
+
+    root = Path(pkg.__file__).resolve().parent
+    fd, path = tempfile.mkstemp(prefix="onceflow-", suffix=".zip")
+    with open(fd, "wb") as fh, zipfile.ZipFile(fh, "w", zipfile.ZIP_DEFLATED) as z:
+        for f in sorted(root.rglob("*")):
+            if f.is_file() and "__pycache__" not in f.parts:
+                z.write(f, Path("onceflow") / f.relative_to(root))
+    return path
+
+
+_ERROR_LINE = re.compile(r"^(?:[\w.]+\.)?(\w+(?:Error|Exception)): (.+)$", re.MULTILINE)
+_ONCEFLOW_ERRORS = {
+    "RangeReadError",
+    "FencedAttemptError",
+    "AbandonedTxidError",
+    "UnknownTxidError",
+    "ConfigError",
+    "FailpointError",
+}
+
+
+def _short_error(e: BaseException) -> str:
+    """One line for the ledger: the onceflow error raised in a Spark task, not a stack trace."""
+    if type(e).__module__.startswith("onceflow") or not str(e).strip():
+        return f"{type(e).__name__}: {e}"[:2000]
+    text = str(e)
+    found = _ERROR_LINE.findall(text)
+    ours = [f for f in found if f[0] in _ONCEFLOW_ERRORS]
+    if ours:
+        name, msg = ours[-1]
+        return f"{name}: {msg}"[:2000]
+    first = text.strip().splitlines()[0]
+    return f"{type(e).__name__}: {first}"[:2000]
