@@ -20,6 +20,7 @@ from onceflow.errors import (
     FencedAttemptError,
     OffsetRegressionError,
     OnceflowError,
+    TransformError,
     UnknownTxidError,
 )
 from onceflow.ledger import BrokerSnapshot
@@ -250,6 +251,28 @@ def test_mark_staged_refuses_an_incomplete_stage(ledger_dsn, cfg):
     assert ledger.get_batch(ledger_dsn, cfg.name, "a").state == "processing"
     stage(ledger_dsn, cfg, "a", claim.attempt, 10)
     assert ledger.mark_staged(ledger_dsn, cfg, "a", claim.attempt, parts=1).records == 10
+    assert ledger.get_batch(ledger_dsn, cfg.name, "a").state == "staged"
+
+
+def test_mark_staged_refuses_rows_that_are_not_the_records_read(ledger_dsn, cfg):
+    """Records read (counted by the reader, apart from the transform) = rows + dead letters:
+    fewer rows (a filter) or more (a duplicate) is the transform's fault, and nothing is
+    marked; the same rows with the right count are."""
+    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}))
+    claim = ledger.claim_attempt(ledger_dsn, cfg.name, "a")
+    stage(ledger_dsn, cfg, "a", claim.attempt, 8, n_dead=1)
+    for read in (10, 8):
+        with pytest.raises(
+            TransformError,
+            match=rf"^transform 'orders' of pipeline '{cfg.name}' got {read} record\(s\) and "
+            r"returned 9 row\(s\) \(1 of them dead letters\) in txid 'a', attempt 1: a "
+            r"record-wise transform keeps one row per record \(set its `error` column",
+        ):
+            ledger.mark_staged(ledger_dsn, cfg, "a", claim.attempt, records_read=read)
+        batch = ledger.get_batch(ledger_dsn, cfg.name, "a")
+        assert batch.state == "processing"
+    staged = ledger.mark_staged(ledger_dsn, cfg, "a", claim.attempt, records_read=9)
+    assert (staged.records, staged.valid, staged.dead) == (9, 8, 1)
     assert ledger.get_batch(ledger_dsn, cfg.name, "a").state == "staged"
 
 

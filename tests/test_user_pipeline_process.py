@@ -44,6 +44,16 @@ def transform(df):
 
 def without_offset(df):
     return transform(df).drop("offset")
+
+
+def filtered(df):
+    """Drops the update without a sku instead of setting `error`: a row short."""
+    return transform(df).where(F.col("sku").isNotNull())
+
+
+def duplicated(df):
+    """Each record twice (an explode gone wrong)."""
+    return transform(df).withColumn("n", F.explode(F.array(F.lit(1), F.lit(2)))).drop("n")
 '''
 
 
@@ -124,6 +134,11 @@ def env(pg, broker, produced, tmp_path_factory):
         f'[pipelines.inv_missing]\ntopics = ["{TOPIC}"]\ntransform = "no_such_module:transform"\n'
         '[pipelines.inv_missing.sink]\ntable = "stock"\n'
     )
+    for name, fn in (("inv_filter", "filtered"), ("inv_dup", "duplicated")):
+        text += (
+            f'[pipelines.{name}]\ntopics = ["{TOPIC}"]\ntransform = "user_inventory:{fn}"\n'
+            f'[pipelines.{name}.sink]\ntable = "stock"\n'
+        )
     pipelines.write_text(text)
     e = dict(os.environ)
     e.update(
@@ -252,3 +267,36 @@ def test_an_unknown_transform_module_names_the_module_and_the_folder(env, produc
     assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "module 'no_such_module' not found" in proc.stdout
     assert env["ONCEFLOW_SPARK_JOBS"] in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("name", "fn", "rows"),
+    [("inv_filter", "filtered", lambda n: n - 1), ("inv_dup", "duplicated", lambda n: 2 * n)],
+)
+def test_a_transform_that_filters_or_duplicates_is_refused_and_nothing_is_staged(
+    env, produced, name, fn, rows
+):
+    """Records read are counted by the reader, apart from the transform: a row short or
+    every row twice is refused (exit 2, no retry), and the batch is not marked staged, so
+    commit has nothing to publish."""
+    from onceflow import ledger
+    from onceflow.errors import OnceflowError
+
+    ends, sent = produced
+    proc, _ = run(env, name, ends)
+    assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+    message = (
+        f"transform 'user_inventory:{fn}' of pipeline '{name}' got {len(sent)} record(s) and "
+        f"returned {rows(len(sent))} row(s)"
+    )
+    assert message in proc.stdout
+    state, staged_attempt, records_read, last_error = query(
+        env,
+        "select state, staged_attempt, records_read, last_error from onceflow.batches"
+        f" where pipeline = '{name}'",
+    )[0]
+    assert (state, staged_attempt, records_read) == ("processing", None, None)
+    assert last_error.startswith(f"process attempt 1: TransformError: {message}")
+    assert "a record-wise transform keeps one row per record" in last_error
+    with pytest.raises(OnceflowError, match="process has not staged its output"):
+        ledger.commit(env["ONCEFLOW_POSTGRES_DSN"], cfg(env, name), "run-1")

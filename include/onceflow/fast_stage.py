@@ -189,7 +189,7 @@ def fast_stage_frame(
     """A DataFrame of the DECLINED records of `pieces` (reader SCHEMA; Spark partition k
     holds those of pieces[k]); computing it stages the accepted records of piece k as part k
     of `target`. `options`: FastStageFn's (client, timeout_s, batch_records, client_conf,
-    stats)."""
+    counter, stats)."""
     return pieces_frame(spark, FastStageFn(pieces, bootstrap, target, transform, **options))
 
 

@@ -3,8 +3,9 @@
 Every rule that must hold across retries and crashes is enforced here, inside database
 transactions, so it holds whichever Airflow worker, Spark driver or zombie calls it. Each rule
 is stated once: the attempt fence (`check_attempt`, also run by every stage part inside its
-own transaction), the parts of a complete stage (`mark_staged`) and the batch that commits
-wait for (`_lowest_open`, behind the commit, its trigger, the CLI, the UI and the metrics).
+own transaction), the parts of a complete stage and records read = rows + dead letters
+(`mark_staged`) and the batch that commits wait for (`_lowest_open`, behind the commit, its
+trigger, the CLI, the UI and the metrics).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from onceflow.errors import (
     CommitOrderError,
     FencedAttemptError,
     OnceflowError,
+    TransformError,
     UnknownTxidError,
 )
 from onceflow.ranges import LossEvent, OffsetRange, TopicPartition, plan_ranges
@@ -273,6 +275,7 @@ def mark_staged(
     bytes_read: int | None = None,
     process_seconds: float | None = None,
     parts: int | None = None,
+    records_read: int | None = None,
 ) -> Staged:
     """Record that `attempt` staged its output, unless a newer attempt has claimed the txid.
 
@@ -286,6 +289,12 @@ def mark_staged(
     come from the part rows: never published silently. Without `parts`, the staged rows are
     counted (Sink.staged_counts). Commit compares either with what it publishes.
     `bytes_read` defaults to the parts' bytes.
+
+    `records_read` is what the reader handed to the transform, counted apart from it (process
+    counts it: onceflow.reader.RangeReadFn). Records read = rows + dead letters, per batch
+    (PROTOCOL.md, record-wise transforms): a transform that filtered records or added rows
+    gets its attempt refused with a TransformError, and nothing is marked, so commit can never
+    publish it. Without `records_read` (nothing counted them), the rows count as the records.
     """
     with transaction(dsn) as cur:
         check_attempt(cur, cfg.name, txid, attempt, lock=True)
@@ -316,6 +325,14 @@ def mark_staged(
         if bytes_read is None and part_bytes is not None:
             bytes_read = int(part_bytes)
         n, valid, dead = int(n), int(valid), int(dead)
+        if records_read is not None and valid + dead != records_read:
+            raise TransformError(
+                f"transform {cfg.transform!r} of pipeline {cfg.name!r} got {records_read} "
+                f"record(s) and returned {valid + dead} row(s) ({dead} of them dead letters) "
+                f"in txid {txid!r}, attempt {attempt}: a record-wise transform keeps one row "
+                "per record (set its `error` column to refuse a record: it becomes a dead "
+                "letter). Nothing was marked staged."
+            )
         cur.execute(
             """
             update onceflow.batches

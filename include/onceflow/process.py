@@ -3,8 +3,10 @@ job (spark_jobs/process.py is the application file that calls it).
 
 Claims a new attempt of the txid in the ledger (fencing every earlier attempt), reads
 exactly the txid's recorded ranges from Kafka, transforms them in Spark and stages the rows
-tagged (txid, attempt, part), then records the staged counts and checksum in the ledger.
-Commit publishes them later, in seq order.
+tagged (txid, attempt, part), then records the staged counts and checksum in the ledger,
+with the records the reader counted: the ledger refuses an attempt whose rows + dead
+letters are not the records read (a transform that filtered or added rows). Commit
+publishes them later, in seq order.
 
 Input partition i of n is staged as part i, or, when the transform has a fast form (the
 pipeline's `fast_form`, default true), as two parts: i, the records the fast form accepted,
@@ -38,6 +40,7 @@ import os
 import re
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -187,17 +190,24 @@ def main(argv: list[str] | None = None) -> int:
     timings: dict[str, float] = {"claim": claimed_at - started}
     try:
         failpoints.hit("process.fail", txid)
-        parts = _run_spark(
+        job = _run_spark(
             args, settings.kafka_bootstrap, dsn, cfg, txid, attempt, claim.ranges, timings
         )
         failpoints.hit("process.before_mark_staged", txid)
         t0 = time.monotonic()
         staged = ledger.mark_staged(
-            dsn, cfg, txid, attempt, process_seconds=time.monotonic() - claimed_at, parts=parts
+            dsn,
+            cfg,
+            txid,
+            attempt,
+            process_seconds=time.monotonic() - claimed_at,
+            parts=job.parts,
+            records_read=job.records_read,
         )
         timings["mark_staged"] = time.monotonic() - t0
     except (TransformError, SinkSchemaError) as e:
         # the transform or its sink tables must change first: a retry would fail the same way
+        # (a transform that filters or adds rows: mark_staged's records-read check)
         log.error("onceflow process: txid=%s: %s", txid, e)
         try:
             ledger.record_error(
@@ -241,6 +251,14 @@ def main(argv: list[str] | None = None) -> int:
     return ProcessExit.OK
 
 
+@dataclass(frozen=True)
+class StageJob:
+    """What one stage job did: the parts it staged and the records its reader handed on."""
+
+    parts: int
+    records_read: int
+
+
 def _run_spark(
     args: argparse.Namespace,
     bootstrap: str,
@@ -250,8 +268,9 @@ def _run_spark(
     attempt: int,
     ranges: list[Any],
     timings: dict[str, float],
-) -> int:
-    """Read, transform and stage in one Spark job; returns the number of parts staged.
+) -> StageJob:
+    """Read, transform and stage in one Spark job; returns the parts staged and the records
+    read.
 
     Input partition k (Spark partition k, stage part k) is input_ranges(...)[k]; with the
     transform's fast form its declined records are part n + k (onceflow.fast_stage), so there
@@ -263,7 +282,7 @@ def _run_spark(
     pieces = input_ranges(ranges, cfg.records_per_input_partition)
     if not pieces:
         log.info("no offsets to read: nothing to stage, no Spark session needed")
-        return 0
+        return StageJob(parts=0, records_read=0)
     t0 = time.monotonic()
     spark = _session(cfg)
     timings["session"] = time.monotonic() - t0
@@ -404,12 +423,13 @@ def stage_job(
     read_timeout: float = 60.0,
     fast_form: bool = True,
     timings: dict[str, float] | None = None,
-) -> int:
-    """Read `pieces`, transform and stage them as parts of (txid, attempt) in one job;
-    returns the number of parts: n (parts 0..n-1), or 2n when the transform has a fast
-    form and `fast_form` is on (accepted records part k, declined ones part n + k). A user
-    transform has no fast form; its sink's tables are created or checked from its output
-    schema before anything is staged."""
+) -> StageJob:
+    """Read `pieces`, transform and stage them as parts of (txid, attempt) in one job.
+    The parts: n (parts 0..n-1), or 2n when the transform has a fast form and `fast_form`
+    is on (accepted records part k, declined ones part n + k). The records read: what the
+    reader handed on, counted by the reader itself (an accumulator), apart from the
+    transform. A user transform has no fast form; its sink's tables are created or checked
+    from its output schema before anything is staged."""
     from onceflow.db import transaction
     from onceflow.fast_stage import fast_stage_frame
     from onceflow.sinks import sink_for
@@ -420,17 +440,15 @@ def stage_job(
     t0 = time.monotonic()
     n = len(pieces)
     sink = sink_for(cfg)
+    read = spark.sparkContext.accumulator(0)
+    options = {"client": client, "timeout_s": read_timeout, "counter": read}
     if fast_form and cfg.sink is None and get_fast_form(cfg.transform) is not None:
         target = StageTarget.for_sink(dsn, sink, cfg.name, txid, attempt)
-        declined = fast_stage_frame(
-            spark, pieces, bootstrap, target, cfg.transform, client=client, timeout_s=read_timeout
-        )
+        declined = fast_stage_frame(spark, pieces, bootstrap, target, cfg.transform, **options)
         job = stage_frame(stage_columns(declined, cfg), target, first_part=n)
         parts = 2 * n
     else:
-        df = staged_frame(
-            spark, pieces, bootstrap=bootstrap, cfg=cfg, client=client, timeout_s=read_timeout
-        )
+        df = staged_frame(spark, pieces, bootstrap=bootstrap, cfg=cfg, **options)
         if cfg.sink is not None:  # a user transform: its sink tables follow its output
             with transaction(dsn) as cur:
                 sink = sink.bind_output(cur, output_fields(df))
@@ -438,6 +456,7 @@ def stage_job(
         parts = n
     timings["plan"] = time.monotonic() - t0
     t0 = time.monotonic()
+    read.value = 0  # only this job's reads count (a transform may have run jobs of its own)
     messages = job.collect()
     timings["job"] = time.monotonic() - t0
     log.info(
@@ -456,7 +475,7 @@ def stage_job(
             n,
             parts - 1,
         )
-    return parts
+    return StageJob(parts=parts, records_read=read.value)
 
 
 def _package_zip() -> str:

@@ -173,6 +173,13 @@ class RangesReader(DataSourceReader):
 class RangeReadFn:
     """mapInArrow function of `ranges_frame`: the input row with id k reads input range k.
 
+    With `counter` (a Spark accumulator of int), every record it hands on is added to it: the
+    records read, counted apart from the transform (process checks records read = rows +
+    dead letters with it, ledger.mark_staged). Spark applies a result task's accumulator
+    updates once per partition, from its first successful attempt, so a batch's count is
+    exact as long as every task reads its range to the end (onceflow.stage drains a part it
+    skips).
+
     Picklable (cloudpickle ships it to the executors by reference to this module).
     """
 
@@ -185,6 +192,7 @@ class RangeReadFn:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         batch_records: int = DEFAULT_BATCH_RECORDS,
         client_conf: Mapping[str, str] | None = None,
+        counter: Any = None,
     ) -> None:
         self.pieces = list(pieces)
         self.bootstrap = bootstrap
@@ -192,6 +200,7 @@ class RangeReadFn:
         self.timeout_s = timeout_s
         self.batch_records = batch_records
         self.client_conf = dict(client_conf or {})
+        self.counter = counter
         check_client_options(self.client_conf, "range reader")
 
     def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
@@ -200,8 +209,8 @@ class RangeReadFn:
                 yield from self.records(k)
 
     def records(self, k: int) -> Iterator[Any]:
-        """The Arrow batches of input range k."""
-        return read_range(
+        """The Arrow batches of input range k (each one counted in `counter`, if any)."""
+        batches = read_range(
             self.pieces[k],
             self.bootstrap,
             client=self.client,
@@ -209,6 +218,12 @@ class RangeReadFn:
             batch_records=self.batch_records,
             client_conf=self.client_conf,
         )
+        return batches if self.counter is None else self._counted(batches)
+
+    def _counted(self, batches: Iterator[Any]) -> Iterator[Any]:
+        for batch in batches:
+            self.counter.add(batch.num_rows)
+            yield batch
 
 
 def ranges_frame(
@@ -224,7 +239,7 @@ def ranges_frame(
     code (read_range), but run by a plain mapInArrow over spark.range, so no Python worker
     has to be started on the driver to look up, create and plan a data source (measured: up
     to seven interpreter start-ups and several seconds per batch). `options` are those of
-    read_range (client, timeout_s, batch_records, client_conf).
+    RangeReadFn (read_range's client, timeout_s, batch_records, client_conf; counter).
     """
     return pieces_frame(spark, RangeReadFn(pieces, bootstrap, **options))
 

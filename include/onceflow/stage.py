@@ -9,7 +9,8 @@ and then COPYs the rows, tagged (txid, attempt, part):
 - a retried or speculative task of the same attempt finds the part claimed and stages
   nothing: output is a deterministic function of the part's records, so the first copy is
   as good as its own (the reader's input partitions are fixed, and nothing shuffles between
-  read and write, so part k always holds the same records);
+  read and write, so part k always holds the same records). It still consumes its input, so
+  that the reader's count of records read (onceflow.reader.RangeReadFn) is complete;
 - a task of a fenced attempt (a newer process attempt claimed the txid, or a reset abandoned
   it) fails before writing, by the ledger's attempt fence (ledger.check_attempt) run in the
   part's transaction; rows it staged earlier carry its attempt number, which commit never
@@ -95,6 +96,11 @@ class StagePartFn:
         if ctx is None:
             raise RuntimeError("onceflow_stage: stage_frame must run in a Spark task")
         msg = stage_part(self.target, self.first_part + ctx.partitionId(), batches)
+        if msg.skipped:
+            # Read the input to its end all the same: the reader counts the records it hands
+            # on (process's records-read check), and this task's count is the one Spark keeps.
+            for _ in batches:
+                pass
         # from buffers: pa.array / from_pylist would import pandas into the worker
         yield pa.RecordBatch.from_arrays(
             [

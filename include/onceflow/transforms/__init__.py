@@ -4,8 +4,9 @@ the users' (`load_transform("module:function")`).
 A transform maps the rows of the `onceflow_ranges` source (topic, partition, offset, key,
 value, timestamp) to its sink's stage columns, one output row per input row: a record that
 cannot be used becomes a dead letter (error set), never a missing row, so records read =
-rows staged + dead letters. It must be deterministic and must not shuffle (part k of the
-stage holds exactly the records of input partition k).
+rows staged + dead letters (process counts the records read apart from the transform, and
+ledger.mark_staged refuses an attempt where they differ). It must be deterministic and must
+not shuffle (part k of the stage holds exactly the records of input partition k).
 
 A transform may also have a fast form: a module `<name>_fast` with
 `fast_form(batch) -> (accepted indices, rows)` over the reader's Arrow batches, run in the
