@@ -54,6 +54,16 @@ def filtered(df):
 def duplicated(df):
     """Each record twice (an explode gone wrong)."""
     return transform(df).withColumn("n", F.explode(F.array(F.lit(1), F.lit(2)))).drop("n")
+
+
+def _upper(s):
+    return None if s is None else s.upper()
+
+
+def with_udf(df):
+    """The sku upper-cased by a Python UDF: cloudpickle pickles _upper by reference to this
+    module, so the executors' Python workers must import it."""
+    return transform(df).withColumn("sku", F.udf(_upper, "string")("sku"))
 '''
 
 
@@ -134,7 +144,11 @@ def env(pg, broker, produced, tmp_path_factory):
         f'[pipelines.inv_missing]\ntopics = ["{TOPIC}"]\ntransform = "no_such_module:transform"\n'
         '[pipelines.inv_missing.sink]\ntable = "stock"\n'
     )
-    for name, fn in (("inv_filter", "filtered"), ("inv_dup", "duplicated")):
+    for name, fn in (
+        ("inv_filter", "filtered"),
+        ("inv_dup", "duplicated"),
+        ("inv_udf", "with_udf"),
+    ):
         text += (
             f'[pipelines.{name}]\ntopics = ["{TOPIC}"]\ntransform = "user_inventory:{fn}"\n'
             f'[pipelines.{name}.sink]\ntable = "stock"\n'
@@ -160,20 +174,21 @@ def cfg(env, name):
     return get_pipeline(env["ONCEFLOW_PIPELINES"], name)
 
 
-def run(env, name, ends):
-    """plan run-1, spark-submit process, commit; returns (process, commit result)."""
+def run(env, name, ends, master="local[2]", *args):
+    """plan run-1, spark-submit process (with `args`), commit; returns (process, commit result)."""
     from onceflow import ledger
 
     c, dsn = cfg(env, name), env["ONCEFLOW_POSTGRES_DSN"]
     ledger.plan(dsn, c, "run-1", lambda: ledger.BrokerSnapshot({tp: 0 for tp in ends}, ends))
     cmd = [
         str(SPARK_SUBMIT),
-        "--master", "local[2]",
+        "--master", master,
         "--driver-memory", "512m",
         "--conf", "spark.ui.enabled=false",
         str(ROOT / "spark_jobs" / "process.py"),
         "--pipeline", name,
         "--txid", "run-1",
+        *args,
     ]  # fmt: skip
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400)
     if proc.returncode != 0:
@@ -300,3 +315,25 @@ def test_a_transform_that_filters_or_duplicates_is_refused_and_nothing_is_staged
     assert "a record-wise transform keeps one row per record" in last_error
     with pytest.raises(OnceflowError, match="process has not staged its output"):
         ledger.commit(env["ONCEFLOW_POSTGRES_DSN"], cfg(env, name), "run-1")
+
+
+def test_the_transforms_module_is_shipped_to_executors_that_lack_it(env, produced):
+    """The executors' PYTHONPATH here lacks the user's folder: a Python UDF of the transform
+    cannot be unpickled there in local mode (process ships nothing unless asked), and is on
+    local-cluster, a master that is not local (executors in their own JVMs): process ships
+    the module there by itself (onceflow.shipping)."""
+    ends, sent = produced
+    proc, _ = run(env, "inv_udf", ends)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "No module named 'user_inventory'" in proc.stdout + proc.stderr
+    proc, res = run(env, "inv_udf", ends, "local-cluster[1,1,1024]")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert (
+        f"shipped to the executors' Python path: {env['ONCEFLOW_SPARK_JOBS']}/user_inventory.py"
+        in proc.stdout
+    )
+    assert res.published + res.dead == len(sent)
+    skus = {s for _, _, s, v in sent if s is not None and v != b"not json"}
+    assert query(
+        env, "select distinct sku from inv_udf.stock where sku is not null order by 1"
+    ) == [(s.upper(),) for s in sorted(skus)]

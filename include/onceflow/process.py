@@ -26,6 +26,8 @@ How the DAG runs it (SparkSubmitOperator):
                   installed (cd include && zip -qr /tmp/onceflow.zip onceflow), or pass
                   --ship-package and the job zips the package it imported itself.
                   Local mode needs neither: workers import onceflow like the driver does.
+                  A user transform's module is shipped by the job itself on any master that
+                  is not local, or with --ship-package (onceflow.shipping).
 
 Imports are lazy: a no-op spark-submit already costs ~6 s, and a bad argument should fail
 before the JVM work starts.
@@ -119,8 +121,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--ship-package",
         action="store_true",
-        help="zip the imported onceflow package and add it to the executors' Python path "
-        "(for clusters whose executors do not have it; local mode does not need it)",
+        help="zip the imported onceflow package and add it, and a user transform's module, "
+        "to the executors' Python path (for clusters whose executors do not have onceflow; "
+        "local mode does not need it; the module is shipped to a master that is not local "
+        "anyway)",
     )
     return p.parse_args(argv)
 
@@ -277,7 +281,10 @@ def _run_spark(
     are 2n parts. An empty batch (no offsets in any range) has no input partition: no Spark
     session is started.
     """
+    import tempfile
+
     from onceflow.reader import input_ranges
+    from onceflow.shipping import py_files
 
     pieces = input_ranges(ranges, cfg.records_per_input_partition)
     if not pieces:
@@ -288,21 +295,25 @@ def _run_spark(
     timings["session"] = time.monotonic() - t0
     log.info("spark session ready in %.1f s", timings["session"])
     try:
-        if args.ship_package:
-            spark.sparkContext.addPyFile(_package_zip())
-        return stage_job(
-            spark,
-            pieces,
-            bootstrap=bootstrap,
-            dsn=dsn,
-            cfg=cfg,
-            txid=txid,
-            attempt=attempt,
-            client=args.client,
-            read_timeout=args.read_timeout,
-            fast_form=cfg.fast_form and not args.no_fast_form,
-            timings=timings,
-        )
+        # the zips must outlive the job: the driver serves them to the executors from there
+        with tempfile.TemporaryDirectory(prefix="onceflow-py-files-") as folder:
+            sc = spark.sparkContext
+            for path in py_files(cfg.transform, sc.master, args.ship_package, Path(folder)):
+                sc.addPyFile(path)
+                log.info("shipped to the executors' Python path: %s", path)
+            return stage_job(
+                spark,
+                pieces,
+                bootstrap=bootstrap,
+                dsn=dsn,
+                cfg=cfg,
+                txid=txid,
+                attempt=attempt,
+                client=args.client,
+                read_timeout=args.read_timeout,
+                fast_form=cfg.fast_form and not args.no_fast_form,
+                timings=timings,
+            )
     finally:
         t0 = time.monotonic()
         spark.stop()
@@ -476,22 +487,6 @@ def stage_job(
             parts - 1,
         )
     return StageJob(parts=parts, records_read=read.value)
-
-
-def _package_zip() -> str:
-    """A zip of the imported onceflow package (root entry `onceflow/`) for addPyFile."""
-    import tempfile
-    import zipfile
-
-    import onceflow as pkg
-
-    root = Path(pkg.__file__).resolve().parent
-    fd, path = tempfile.mkstemp(prefix="onceflow-", suffix=".zip")
-    with open(fd, "wb") as fh, zipfile.ZipFile(fh, "w", zipfile.ZIP_DEFLATED) as z:
-        for f in sorted(root.rglob("*")):
-            if f.is_file() and "__pycache__" not in f.parts:
-                z.write(f, Path("onceflow") / f.relative_to(root))
-    return path
 
 
 _ERROR_LINE = re.compile(r"^(?:[\w.]+\.)?(\w+(?:Error|Exception)): (.+)$", re.MULTILINE)

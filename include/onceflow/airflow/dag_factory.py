@@ -53,7 +53,8 @@ def build_dag(cfg: PipelineConfig) -> DAG:
             "spark.pyspark.python": python,
             "spark.pyspark.driver.python": python,
             # executors import onceflow, and a user transform's module when its Python UDFs
-            # are unpickled there (a shared filesystem: local or single-host deployments)
+            # are unpickled there (a shared filesystem: local or single-host deployments;
+            # on other masters process ships the module itself, onceflow.shipping)
             "spark.executorEnv.PYTHONPATH": os.pathsep.join(
                 (str(PROJECT_ROOT / "include"), str(spark_jobs_dir()))
             ),

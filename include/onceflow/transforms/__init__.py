@@ -21,7 +21,8 @@ not null, sends the record to dead letters with that reason; it may keep `key` a
 which the stage keeps for dead letters, and whose `value` being null makes the record a
 tombstone for an upsert sink. `check_output` states this contract once, before anything is
 staged. The module is looked up in the spark_jobs folder (settings.spark_jobs_dir) first,
-then on sys.path (any installed package).
+then on sys.path (any installed package); process ships it to executors that may lack it
+(onceflow.shipping).
 """
 
 from __future__ import annotations

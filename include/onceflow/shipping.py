@@ -1,0 +1,71 @@
+"""Python code shipped to the executors: the files process adds with SparkContext.addPyFile.
+
+Executors import onceflow (the reader, the stage writer) and, when they unpickle a user
+transform's Python UDFs, the transform's module. In local mode the Python workers run on the
+driver's host with its environment (the DAG puts include/ and the spark_jobs folder on their
+PYTHONPATH). On any other master (standalone, YARN, Kubernetes, local-cluster) executors may
+run on hosts without the user's code: the transform's module is shipped, as its file, or as a
+zip of its top-level package when it is in a package (its imports go through the package).
+onceflow itself is shipped only when asked (--ship-package): executors need the packages of
+requirements.lock installed anyway, and onceflow with them; the user's code changes with
+every pipeline and is installed nowhere.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import zipfile
+from pathlib import Path
+from types import ModuleType
+
+from onceflow.config import TRANSFORMS
+from onceflow.errors import TransformError
+from onceflow.transforms import load_transform
+
+# local, local[4], local[*], local[4,2]: executor threads in the driver's JVM (not
+# local-cluster[...], whose executors are separate processes)
+_LOCAL_MASTER = re.compile(r"local(\[[^\]]*\])?")
+
+
+def ships_user_code(master: str, ship_package: bool) -> bool:
+    """Whether process ships the user transform's module: on a master that is not local,
+    or when --ship-package asks for every file."""
+    return ship_package or _LOCAL_MASTER.fullmatch(master) is None
+
+
+def py_files(transform: str, master: str, ship_package: bool, folder: Path) -> list[str]:
+    """The files for addPyFile: onceflow zipped (with ship_package) and the user transform's
+    module (see ships_user_code); zips are written into `folder`, which must outlive the
+    Spark session (the driver serves the files from there)."""
+    import onceflow
+
+    files = [package_zip(onceflow, folder)] if ship_package else []
+    if transform not in TRANSFORMS and ships_user_code(master, ship_package):
+        load_transform(transform)  # imports its module, from the spark_jobs folder too
+        files.append(module_file(sys.modules[transform.partition(":")[0]], folder))
+    return files
+
+
+def module_file(module: ModuleType, folder: Path) -> str:
+    """What executors need to import `module`: its own file when it is a top-level module,
+    else a zip of its top-level package (written into `folder`)."""
+    top = module.__name__.partition(".")[0]
+    if top == module.__name__ and not hasattr(module, "__path__"):
+        if not getattr(module, "__file__", None):
+            raise TransformError(f"module {module.__name__!r} has no file to ship to the executors")
+        return module.__file__
+    return package_zip(sys.modules[top], folder)
+
+
+def package_zip(package: ModuleType, folder: Path) -> str:
+    """A zip of `package` with `name/` at its root (no __pycache__), as `folder/name.zip`.
+    A namespace package's portions all go into it."""
+    name = package.__name__
+    path = folder / f"{name}.zip"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        for root in map(Path, package.__path__):
+            for f in sorted(root.rglob("*")):
+                if f.is_file() and "__pycache__" not in f.relative_to(root).parts:
+                    z.write(f, Path(name) / f.relative_to(root))
+    return str(path)

@@ -1,0 +1,94 @@
+"""What process ships to the executors (onceflow.shipping): the user transform's module as its
+file or its top-level package zipped, onceflow zipped on request, and when."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+import zipfile
+from pathlib import Path
+
+import pytest
+from onceflow.shipping import py_files, ships_user_code
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture
+def jobs(tmp_path, monkeypatch):
+    """A spark_jobs folder outside the repository, a fresh module name, and a folder for zips."""
+    folder = tmp_path / "jobs"
+    folder.mkdir()
+    monkeypatch.setenv("ONCEFLOW_SPARK_JOBS", str(folder))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    name = f"user_{uuid.uuid4().hex[:8]}"
+    out = tmp_path / "out"
+    out.mkdir()
+    yield folder, name, out
+    for mod in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
+        del sys.modules[mod]
+
+
+@pytest.mark.parametrize(
+    ("master", "ship_package", "ships"),
+    [
+        ("local", False, False),
+        ("local[2]", False, False),
+        ("local[*]", False, False),
+        ("local[2,3]", False, False),
+        ("local[2]", True, True),
+        ("local-cluster[2,1,1024]", False, True),
+        ("spark://127.0.0.1:7077", False, True),
+        ("yarn", False, True),
+        ("k8s://https://api.cluster:6443", False, True),
+    ],
+)
+def test_the_user_module_is_shipped_when_the_master_is_not_local(master, ship_package, ships):
+    assert ships_user_code(master, ship_package) is ships
+
+
+def test_a_top_level_module_is_shipped_as_its_file(jobs):
+    folder, name, out = jobs
+    (folder / f"{name}.py").write_text("def transform(df):\n    return df\n")
+    assert py_files(f"{name}:transform", "local[2]", False, out) == []
+    assert py_files(f"{name}:transform", "spark://h:7077", False, out) == [
+        str(folder / f"{name}.py")
+    ]
+    assert py_files("orders", "spark://h:7077", False, out) == []  # built in: in onceflow
+
+
+def test_a_module_in_a_package_ships_the_top_level_package_zipped(jobs):
+    folder, name, out = jobs
+    pkg = folder / name
+    (pkg / "sub" / "__pycache__").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "helpers.py").write_text("def upper(s):\n    return s.upper()\n")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "sub" / "mod.py").write_text(
+        f"from {name}.helpers import upper\n\ndef transform(df):\n    return upper(df)\n"
+    )
+    (pkg / "sub" / "__pycache__" / "mod.cpython-311.pyc").write_bytes(b"stale")
+    (path,) = py_files(f"{name}.sub.mod:transform", "yarn", False, out)
+    assert Path(path).parent == out
+    assert sorted(zipfile.ZipFile(path).namelist()) == [
+        f"{name}/__init__.py",
+        f"{name}/helpers.py",
+        f"{name}/sub/__init__.py",
+        f"{name}/sub/mod.py",
+    ]
+    # an executor with nothing but the zip on its path imports the module and its imports
+    code = f"import sys; sys.path.insert(0, {path!r}); from {name}.sub.mod import transform; print(transform('ok'))"
+    run = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True)
+    assert (run.returncode, run.stdout, run.stderr) == (0, "OK\n", "")
+
+
+def test_ship_package_adds_onceflow_zipped_in_any_mode(jobs):
+    folder, name, out = jobs
+    (folder / f"{name}.py").write_text("def transform(df):\n    return df\n")
+    zipped, module = py_files(f"{name}:transform", "local[2]", True, out)
+    assert module == str(folder / f"{name}.py")
+    names = zipfile.ZipFile(zipped).namelist()
+    assert {"onceflow/__init__.py", "onceflow/shipping.py", "onceflow/process.py"} <= set(names)
+    assert all(n.startswith("onceflow/") and "__pycache__" not in n for n in names)
+    assert py_files("orders", "local[2]", True, out) == [str(out / "onceflow.zip")]
