@@ -498,6 +498,13 @@ def _short_error(e: BaseException) -> str:
     if ours:
         name, msg = ours[-1]
         return f"{name}: {msg}"[:2000]
+    # a Python worker's exception: its first line is generic, the raised error ends the
+    # last traceback (e.g. a user transform's module missing on the executors)
+    _, header, traceback = text.rpartition("Traceback (most recent call last):")
+    raised = _ERROR_LINE.findall(traceback) if header else []
+    if raised:
+        name, msg = raised[0]
+        return f"{type(e).__name__}: {name}: {msg}"[:2000]
     first = text.strip().splitlines()[0]
     return f"{type(e).__name__}: {first}"[:2000]
 
