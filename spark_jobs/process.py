@@ -18,6 +18,8 @@ How the DAG runs it (SparkSubmitOperator):
                   spark.driver.extraJavaOptions when this host has one (onceflow.jvm_archive);
                   master local[2] (or the cluster's), driver_memory from the pipeline (>= 512m)
     env_vars      ONCEFLOW_POSTGRES_DSN, ONCEFLOW_KAFKA_BOOTSTRAP, ONCEFLOW_PIPELINES,
+                  ONCEFLOW_SPARK_JOBS and ONCEFLOW_PYTHONPATH (where a user transform's
+                  module is imported from; also on spark.executorEnv.PYTHONPATH),
                   SPARK_LOCAL_IP=127.0.0.1 on a single host
     py_files      a zip with `onceflow/` at its root when executors do not have the package
                   installed (cd include && zip -qr /tmp/onceflow.zip onceflow), or pass
