@@ -106,14 +106,37 @@ def _running_stack(env: dict[str, str], override: bool):
 
 
 @pytest.fixture(scope="session")
-def stack():
-    """The one local stack the integration tests share, on ports of its own.
+def outside_package(tmp_path_factory) -> Path:
+    """A folder outside the repository holding the user's package `acme_pipelines` (copied
+    from tests/outside_pipeline), whose transform the pipeline it_outside names."""
+    import shutil
+
+    folder = tmp_path_factory.mktemp("outside")
+    shutil.copytree(
+        ROOT / "tests" / "outside_pipeline" / "acme_pipelines",
+        folder / "acme_pipelines",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    return folder
+
+
+@pytest.fixture(scope="session")
+def stack(outside_package):
+    """The one local stack the integration tests share, on ports of its own, with the
+    `outside_package` folder in ONCEFLOW_PYTHONPATH, as a user puts their own folder there.
 
     Started fresh once per session and stopped at the end. While iterating:
-    ONCEFLOW_KEEP_STACK=1 leaves it running, ONCEFLOW_REUSE_STACK=1 reuses it as it is.
+    ONCEFLOW_KEEP_STACK=1 leaves it running, ONCEFLOW_REUSE_STACK=1 reuses it as it is (its
+    running scheduler keeps the outside folder of the session that started it: pytest
+    deletes that folder a few sessions later, and the it_outside pipeline then fails).
     """
-    with _running_stack(TEST_STACK_ENV, override=False) as settings:
-        yield settings
+    users = os.environ.get("ONCEFLOW_PYTHONPATH", "")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(
+            "ONCEFLOW_PYTHONPATH", os.pathsep.join(p for p in (str(outside_package), users) if p)
+        )
+        with _running_stack(TEST_STACK_ENV, override=False) as settings:
+            yield settings
 
 
 @pytest.fixture(scope="session")

@@ -41,3 +41,23 @@ def test_bad_pipeline_file_becomes_an_import_error(tmp_path, monkeypatch):
     assert len(bag.import_errors) == 1
     assert "sink_schema" in next(iter(bag.import_errors.values()))
     assert os.environ["ONCEFLOW_PIPELINES"] == str(bad)
+
+
+def test_the_users_folders_reach_the_spark_driver_and_its_executors(tmp_path, monkeypatch):
+    """ONCEFLOW_PYTHONPATH is passed to spark-submit (the driver imports the transform from
+    it) and put on the executors' PYTHONPATH (their Python workers unpickle its UDFs)."""
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path))
+    monkeypatch.setenv("ONCEFLOW_PYTHONPATH", f"{tmp_path}/acme:{tmp_path}/more")
+    monkeypatch.delenv("ONCEFLOW_SPARK_JOBS", raising=False)
+    from onceflow.airflow.dag_factory import build_dags
+
+    dag = build_dags(ROOT / "dags" / "pipelines.toml")["onceflow_orders"]
+    process = dag.get_task("process")
+    assert process.env_vars["ONCEFLOW_PYTHONPATH"] == f"{tmp_path}/acme:{tmp_path}/more"
+    executor_path = process.conf["spark.executorEnv.PYTHONPATH"].split(":")
+    assert executor_path == [
+        str(ROOT / "include"),
+        str(ROOT / "spark_jobs"),
+        f"{tmp_path}/acme",
+        f"{tmp_path}/more",
+    ]

@@ -752,6 +752,24 @@ def test_short_error_picks_the_onceflow_error_from_a_spark_failure():
 
 
 @pytest.mark.unit
+def test_short_error_of_a_python_worker_is_the_error_it_raised():
+    """A user transform's UDF whose module the executors cannot import: the ledger says so."""
+    mod = _process_module()
+    text = (
+        "An exception was thrown from the Python worker:\n"
+        "Traceback (most recent call last):\n"
+        '  File "/x/pyspark.zip/pyspark/serializers.py", line 193, in _read_with_length\n'
+        "    return self.loads(obj)\n"
+        "ModuleNotFoundError: No module named 'acme_pipelines'\n"
+        "\tat org.apache.spark.api.python.BasePythonRunner...\n"
+        "org.apache.spark.SparkException: Job aborted\n"
+    )
+    assert mod._short_error(RuntimeError(text)) == (
+        "RuntimeError: ModuleNotFoundError: No module named 'acme_pipelines'"
+    )
+
+
+@pytest.mark.unit
 def test_bytea_hex_encodes_only_the_present_values_of_any_slice():
     import pyarrow as pa
     from onceflow.stage import _bytea_hex

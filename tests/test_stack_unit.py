@@ -54,6 +54,16 @@ def test_airflow_env_points_every_component_at_the_same_places(settings, monkeyp
     assert stack.MARKER_ENV not in env
 
 
+def test_the_users_folders_reach_airflow_as_absolute_paths(settings, monkeypatch, tmp_path):
+    """The components run in ONCEFLOW_HOME: a relative folder means where `onceflow up` ran."""
+    monkeypatch.delenv("ONCEFLOW_PYTHONPATH", raising=False)
+    assert "ONCEFLOW_PYTHONPATH" not in stack.airflow_env(settings)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ONCEFLOW_PYTHONPATH", "acme::/srv/pipelines")
+    env = stack.airflow_env(settings)
+    assert env["ONCEFLOW_PYTHONPATH"] == f"{tmp_path}/acme:/srv/pipelines"
+
+
 def test_secrets_are_generated_once_and_reused(settings):
     first = stack.airflow_env(settings)
     second = stack.airflow_env(settings)

@@ -18,6 +18,7 @@ pytestmark = pytest.mark.unit
 def jobs(tmp_path, monkeypatch):
     """A spark_jobs folder outside the repository, and a fresh module name in it."""
     monkeypatch.setenv("ONCEFLOW_SPARK_JOBS", str(tmp_path))
+    monkeypatch.delenv("ONCEFLOW_PYTHONPATH", raising=False)
     monkeypatch.setattr(sys, "path", list(sys.path))
     name = f"user_{uuid.uuid4().hex[:8]}"
     yield tmp_path, name
@@ -39,10 +40,34 @@ def test_a_function_of_an_installed_package():
     assert load_transform("json:dumps")([1]) == "[1]"
 
 
-def test_module_not_found_names_module_and_search_path(jobs):
+def test_a_package_in_a_folder_of_onceflow_pythonpath(jobs, tmp_path_factory, monkeypatch):
+    """The user's own folder, relative to the current directory, after the spark_jobs one."""
+    _, name = jobs
+    outside = tmp_path_factory.mktemp("outside")
+    (outside / name).mkdir()
+    (outside / name / "__init__.py").write_text("")
+    (outside / name / "clicks.py").write_text("def transform(df):\n    return ('clicks', df)\n")
+    monkeypatch.chdir(outside.parent)
+    monkeypatch.setenv("ONCEFLOW_PYTHONPATH", f"/no/such/folder:{outside.name}")
+    try:
+        assert load_transform(f"{name}.clicks:transform")("x") == ("clicks", "x")
+    finally:
+        sys.modules.pop(f"{name}.clicks", None)
+    assert sys.path[:3] == [str(jobs[0]), "/no/such/folder", str(outside)]
+
+
+def test_module_not_found_names_module_and_search_path(jobs, monkeypatch):
     folder, name = jobs
     with pytest.raises(
-        TransformError, match=f"module '{name}' not found; searched the spark_jobs folder {folder}"
+        TransformError,
+        match=f"module '{name}' not found; searched the spark_jobs folder {folder} "
+        r"\(ONCEFLOW_SPARK_JOBS\), ONCEFLOW_PYTHONPATH \(not set\) and then sys.path",
+    ):
+        load_transform(f"{name}:transform")
+    monkeypatch.setenv("ONCEFLOW_PYTHONPATH", f"{folder}/acme:{folder}")
+    with pytest.raises(
+        TransformError,
+        match=rf"ONCEFLOW_PYTHONPATH \['{folder}/acme \(no such folder\)', '{folder}'\] and",
     ):
         load_transform(f"{name}:transform")
     with pytest.raises(TransformError, match=f"module '{name}.sub' not found"):

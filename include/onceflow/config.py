@@ -18,8 +18,9 @@ NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 SPARK_CONF_KEY_RE = re.compile(r"^spark\.[A-Za-z0-9._-]+$")
 TRANSFORMS = ("orders",)  # built in, under onceflow.transforms
-# A user transform "module:function": module dotted, importable from the spark_jobs folder or
-# any installed package (onceflow.transforms.load_transform imports it, in process only).
+# A user transform "module:function": module dotted, importable from the spark_jobs folder,
+# the folders of ONCEFLOW_PYTHONPATH or any installed package (settings.transform_path;
+# onceflow.transforms.load_transform imports it, in process only).
 USER_TRANSFORM_RE = re.compile(
     r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
 )

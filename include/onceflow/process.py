@@ -21,6 +21,8 @@ How the DAG runs it (SparkSubmitOperator):
                   spark.driver.extraJavaOptions when this host has one (onceflow.jvm_archive);
                   master local[2] (or the cluster's), driver_memory from the pipeline (>= 512m)
     env_vars      ONCEFLOW_POSTGRES_DSN, ONCEFLOW_KAFKA_BOOTSTRAP, ONCEFLOW_PIPELINES,
+                  ONCEFLOW_SPARK_JOBS and ONCEFLOW_PYTHONPATH (where a user transform's
+                  module is imported from; also on spark.executorEnv.PYTHONPATH),
                   SPARK_LOCAL_IP=127.0.0.1 on a single host
     py_files      a zip with `onceflow/` at its root when executors do not have the package
                   installed (cd include && zip -qr /tmp/onceflow.zip onceflow), or pass
@@ -510,5 +512,12 @@ def _short_error(e: BaseException) -> str:
     if ours:
         name, msg = ours[-1]
         return f"{name}: {msg}"[:2000]
+    # a Python worker's exception: its first line is generic, the raised error ends the
+    # last traceback (e.g. a user transform's module missing on the executors)
+    _, header, traceback = text.rpartition("Traceback (most recent call last):")
+    raised = _ERROR_LINE.findall(traceback) if header else []
+    if raised:
+        name, msg = raised[0]
+        return f"{type(e).__name__}: {name}: {msg}"[:2000]
     first = text.strip().splitlines()[0]
     return f"{type(e).__name__}: {first}"[:2000]

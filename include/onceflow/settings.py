@@ -19,6 +19,22 @@ def spark_jobs_dir() -> Path:
     return Path(os.environ.get("ONCEFLOW_SPARK_JOBS", PROJECT_ROOT / "spark_jobs"))
 
 
+def user_python_path() -> tuple[Path, ...]:
+    """ONCEFLOW_PYTHONPATH: folders holding the user's own transform modules and packages
+    (separated by os.pathsep, like PYTHONPATH), made absolute from the current directory.
+    An installed package (`pip install -e` into Onceflow's Python) needs no entry."""
+    raw = os.environ.get("ONCEFLOW_PYTHONPATH", "")
+    return tuple(Path(p).resolve() for p in raw.split(os.pathsep) if p)
+
+
+def transform_path() -> tuple[Path, ...]:
+    """Where a user transform's module is imported from before sys.path, by the driver
+    (onceflow.transforms.load_transform) and by the executors' Python workers that unpickle
+    its UDFs (the DAG's spark.executorEnv.PYTHONPATH): the spark_jobs folder, then
+    ONCEFLOW_PYTHONPATH's folders."""
+    return (spark_jobs_dir(), *user_python_path())
+
+
 def _int(name: str, default: int) -> int:
     raw = os.environ.get(name)
     if raw is None or raw == "":

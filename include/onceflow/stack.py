@@ -47,7 +47,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 import psutil
 
-from onceflow.settings import PROJECT_ROOT, Settings
+from onceflow.settings import PROJECT_ROOT, Settings, user_python_path
 
 PG_USER = "onceflow"
 PG_PASSWORD = "onceflow"
@@ -822,6 +822,9 @@ def airflow_env(settings: Settings) -> dict[str, str]:
             "PYTHONUNBUFFERED": "1",
         }
     )
+    users = user_python_path()
+    if users:  # absolute: the components run in ONCEFLOW_HOME, not where `onceflow up` ran
+        env["ONCEFLOW_PYTHONPATH"] = os.pathsep.join(str(p) for p in users)
     # SparkSubmitHook: conn_type "spark" with a host holding the whole master and no port
     # makes the master exactly the host ("local[2]"); a URI would mangle the brackets.
     env.setdefault(

@@ -19,7 +19,7 @@ from airflow.sdk import DAG, Asset
 from onceflow import jvm_archive
 from onceflow.airflow.tasks import CommitOperator, ProcessOperator, plan_task
 from onceflow.config import PipelineConfig, load_pipelines
-from onceflow.settings import PROJECT_ROOT, Settings, spark_jobs_dir
+from onceflow.settings import PROJECT_ROOT, Settings, spark_jobs_dir, transform_path
 from onceflow.sinks import sink_for
 
 # Passed to spark-submit so the job finds the same ledger, broker and pipelines file.
@@ -30,7 +30,8 @@ _PASSTHROUGH = (
     "ONCEFLOW_HOME",
     "ONCEFLOW_PG_PORT",
     "ONCEFLOW_KAFKA_PORT",
-    "ONCEFLOW_SPARK_JOBS",  # where the driver imports user transforms from
+    "ONCEFLOW_SPARK_JOBS",  # where the driver imports user transforms from,
+    "ONCEFLOW_PYTHONPATH",  # and the user's own folders (settings.transform_path)
     "SPARK_LOCAL_IP",
     "JAVA_HOME",
     "PATH",
@@ -56,7 +57,7 @@ def build_dag(cfg: PipelineConfig) -> DAG:
             # are unpickled there (a shared filesystem: local or single-host deployments;
             # on other masters process ships the module itself, onceflow.shipping)
             "spark.executorEnv.PYTHONPATH": os.pathsep.join(
-                (str(PROJECT_ROOT / "include"), str(spark_jobs_dir()))
+                str(p) for p in (PROJECT_ROOT / "include", *transform_path())
             ),
             **cfg.spark_conf,
         }

@@ -20,9 +20,9 @@ filter, no shuffle) and adds the columns its sink publishes; an `error` string c
 not null, sends the record to dead letters with that reason; it may keep `key` and `value`,
 which the stage keeps for dead letters, and whose `value` being null makes the record a
 tombstone for an upsert sink. `check_output` states this contract once, before anything is
-staged. The module is looked up in the spark_jobs folder (settings.spark_jobs_dir) first,
-then on sys.path (any installed package); process ships it to executors that may lack it
-(onceflow.shipping).
+staged. The module is looked up in the spark_jobs folder and the user's folders of
+ONCEFLOW_PYTHONPATH first (settings.transform_path), then on sys.path (any installed
+package); process ships it to executors that may lack it (onceflow.shipping).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterable
 from importlib import import_module
+from pathlib import Path
 from typing import Any
 
 from onceflow.config import TRANSFORMS, SinkConfig
@@ -69,19 +70,22 @@ def load_transform(spec: str) -> Callable[[Any], Any]:
     module_name, sep, function = spec.partition(":")
     if not sep or not module_name or not function:
         raise TransformError(f"transform {spec!r} is not 'module:function'")
-    from onceflow.settings import spark_jobs_dir
+    from onceflow.settings import transform_path
 
-    jobs = str(spark_jobs_dir())
-    if jobs not in sys.path:
-        sys.path.insert(0, jobs)
+    folders = [str(p) for p in transform_path()]
+    jobs, users = folders[0], folders[1:]
+    for folder in reversed(folders):
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
     try:
         module = import_module(module_name)
     except ModuleNotFoundError as e:
         if e.name is not None and (module_name == e.name or module_name.startswith(e.name + ".")):
             raise TransformError(
                 f"transform {spec!r}: module {module_name!r} not found; searched the "
-                f"spark_jobs folder {jobs} (ONCEFLOW_SPARK_JOBS) and then sys.path "
-                f"{[p for p in sys.path if p != jobs]}"
+                f"spark_jobs folder {jobs} (ONCEFLOW_SPARK_JOBS), "
+                f"ONCEFLOW_PYTHONPATH {_described(users) if users else '(not set)'} "
+                f"and then sys.path {[p for p in sys.path if p not in folders]}"
             ) from None
         raise TransformError(
             f"transform {spec!r}: module {module_name!r} imports {e.name!r}, which is not "
@@ -99,6 +103,11 @@ def load_transform(spec: str) -> Callable[[Any], Any]:
             f"{type(fn).__name__}, not a function DataFrame -> DataFrame"
         )
     return fn
+
+
+def _described(folders: list[str]) -> list[str]:
+    """The folders, each missing one marked: a typo in ONCEFLOW_PYTHONPATH shows at once."""
+    return [f if Path(f).is_dir() else f"{f} (no such folder)" for f in folders]
 
 
 def user_columns(columns: Iterable[str]) -> tuple[str, ...]:
