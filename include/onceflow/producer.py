@@ -3,7 +3,8 @@ malformed, of every kind the transform rejects), or a user transform's own `samp
 
 A sample function `sample(i, rng) -> (key, value)` gives the i-th record of a series; a
 series (seed, start, count) is `sample(i, Random(seed + start))` for i in start..start+count,
-so the same arguments always produce the same records, and --start continues a series.
+so the same arguments always produce the same records; a later `start` numbers its records
+after an earlier series' (order ids and timestamps go on).
 """
 
 from __future__ import annotations
