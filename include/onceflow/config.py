@@ -359,6 +359,15 @@ def load_pipelines(path: Path | str) -> dict[str, PipelineConfig]:
     dup = {s for s in schemas if schemas.count(s) > 1}
     if dup:
         raise ConfigError(f"{path}: two pipelines share sink_schema {sorted(dup)[0]!r}")
+    # an Iceberg table's rows and snapshots are audited against one pipeline's ledger
+    lakes = [
+        f"{p.sink.namespace or p.sink_schema}.{p.sink.table}"
+        for p in pipelines.values()
+        if p.sink is not None and p.sink.kind == "iceberg"
+    ]
+    dup = {t for t in lakes if lakes.count(t) > 1}
+    if dup:
+        raise ConfigError(f"{path}: two pipelines share the Iceberg table {sorted(dup)[0]!r}")
     return pipelines
 
 
