@@ -14,10 +14,10 @@ import threading
 from pathlib import Path
 
 import pytest
-from onceflow import ledger
+from onceflow import ledger, outside_commit
 from onceflow.audit import run_audit
 from onceflow.db import transaction
-from onceflow.errors import FencedAttemptError, SinkSchemaError
+from onceflow.errors import FencedAttemptError, SinkMovedError, SinkSchemaError
 from onceflow.failpoints import FailpointError
 from onceflow.sinks import PublishTarget, sink_for
 from onceflow.sinks.iceberg import CATALOG_SCHEMA, open_catalog
@@ -147,15 +147,25 @@ def test_a_zombie_committer_is_fenced_by_icebergs_optimistic_commit(ledger_dsn, 
     lock, say) loses the Iceberg commit, reads again, finds the seq and publishes nothing."""
     ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])
-    before = table(ledger_dsn, cfg)  # the zombie's view: no snapshot of seq 1 yet
-    ledger.commit(ledger_dsn, cfg, "a")
-    sink = sink_for(cfg)
-    monkeypatch.setattr(type(sink), "_load", lambda self, catalog: before)
+    sink, t = sink_for(cfg), PublishTarget(cfg.name, "a", 1, 1)
     with transaction(ledger_dsn) as cur:
-        zombie = sink.publish_outside(cur, PublishTarget(cfg.name, "a", 1, 1), replace=False)
-    monkeypatch.undo()
-    assert (zombie.seq, zombie.attempt, zombie.records) == (1, 1, 2)
+        stale = sink.read(cur, t)  # the zombie's view: no snapshot of seq 1 yet
+    assert stale.publication is None
+    ledger.commit(ledger_dsn, cfg, "a")
+    with pytest.raises(SinkMovedError), transaction(ledger_dsn) as cur:
+        sink.publish_outside(cur, t, stale, replace=False)
     assert len(snapshots(ledger_dsn, cfg, seq=1)) == 1
+    # the two-step commit's step 1 reads again after the conflict and finds seq 1
+    readings = [stale]
+    read = type(sink).read
+    monkeypatch.setattr(
+        type(sink), "read", lambda self, cur, t: readings.pop() if readings else read(self, cur, t)
+    )
+    with transaction(ledger_dsn) as cur:
+        again = outside_commit._publish(sink, cur, t, replace=False)
+    assert (readings, again.seq, again.attempt, again.records) == ([], 1, 1, 2)
+    assert len(snapshots(ledger_dsn, cfg, seq=1)) == 1
+    monkeypatch.undo()
     exactly_once(ledger_dsn, cfg)
 
 

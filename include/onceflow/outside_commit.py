@@ -30,11 +30,14 @@ import time
 from onceflow import failpoints, ledger
 from onceflow.config import PipelineConfig
 from onceflow.db import transaction
-from onceflow.errors import CommitConflictError
-from onceflow.sinks.base import OutsideSink, PublishTarget
+from onceflow.errors import CommitConflictError, SinkMovedError
+from onceflow.sinks.base import OutsideSink, Publication, PublishTarget
 from onceflow.states import BatchState
 
 log = logging.getLogger("onceflow.outside_commit")
+
+# Publishes in a row that may find the sink moved by another writer before commit gives up.
+PUBLISH_TRIES = 5
 
 
 def commit_outside(
@@ -52,18 +55,7 @@ def commit_outside(
         t = PublishTarget(cfg.name, txid, row.seq, row.staged_attempt)
 
         # step 1: the sink
-        found = sink.find_publication(cur, t)
-        if found is not None and found.attempt == t.attempt:
-            log.info(
-                "txid %s (seq %d) attempt %d is already in the sink (%s): not published again",
-                txid,
-                t.seq,
-                t.attempt,
-                found.ref,
-            )
-            publication = found
-        else:
-            publication = sink.publish_outside(cur, t, replace=row.republish or found is not None)
+        publication = _publish(sink, cur, t, replace=row.republish)
         failpoints.hit("commit.after_sink_publish", txid)
 
         # step 2: the ledger
@@ -93,3 +85,30 @@ def commit_outside(
         return ledger.CommitResult(txid, t.seq, "republished", publication.records, dead)
     failpoints.hit("commit.after_db_commit", txid)
     return ledger.CommitResult(txid, t.seq, "committed", publication.records, dead)
+
+
+def _publish(sink: OutsideSink, cur, t: PublishTarget, replace: bool) -> Publication:
+    """Step 1: read the sink; if it records t's seq for t's attempt, that publication;
+    otherwise publish, conditional on the sink as read (replacing the txid's output if the
+    sink records the seq for another attempt); read again if another commit moved it."""
+    for _ in range(PUBLISH_TRIES):
+        reading = sink.read(cur, t)
+        found = reading.publication
+        if found is not None and found.attempt == t.attempt:
+            log.info(
+                "txid %s (seq %d) attempt %d is already in the sink (%s): not published again",
+                t.txid,
+                t.seq,
+                t.attempt,
+                found.ref,
+            )
+            return found
+        try:
+            return sink.publish_outside(cur, t, reading, replace=replace or found is not None)
+        except SinkMovedError as e:
+            log.warning("txid %s (seq %d): %s", t.txid, t.seq, e)
+    raise CommitConflictError(
+        f"txid {t.txid!r} (seq {t.seq}): the sink {sink.schema}.{sink.table} changed under "
+        f"{PUBLISH_TRIES} publishes in a row (other writers); nothing was published, retry "
+        "the commit"
+    )

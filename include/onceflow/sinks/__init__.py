@@ -4,7 +4,14 @@
 from __future__ import annotations
 
 from onceflow.config import PipelineConfig
-from onceflow.sinks.base import OutsideSink, Publication, PublishTarget, Sink, StagedCounts
+from onceflow.sinks.base import (
+    OutsideSink,
+    Publication,
+    PublishTarget,
+    Sink,
+    SinkReading,
+    StagedCounts,
+)
 from onceflow.sinks.iceberg import IcebergSink
 from onceflow.sinks.orders import OrdersSink
 from onceflow.sinks.postgres import PostgresSink
@@ -14,6 +21,7 @@ __all__ = [
     "Publication",
     "PublishTarget",
     "Sink",
+    "SinkReading",
     "StagedCounts",
     "default_warehouse",
     "sink_for",

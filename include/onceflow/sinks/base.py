@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from psycopg2 import sql
 
@@ -250,6 +250,16 @@ class Publication:
     ref: str
 
 
+@dataclass(frozen=True)
+class SinkReading:
+    """What step 1 read of a sink outside the database: the newest publication of the seq
+    (None: the sink records none) and the sink's state it saw, which publish_outside's
+    commit is conditional on (an Iceberg table's metadata: its current snapshot)."""
+
+    publication: Publication | None
+    state: Any
+
+
 class OutsideSink(Sink):
     """A sink the commit's database transaction cannot reach (a lake table, a Kafka topic):
     commit publishes in two idempotent steps around the ledger transaction
@@ -266,13 +276,15 @@ class OutsideSink(Sink):
         self.publish(cur, t)  # the same refusal
 
     @abstractmethod
-    def find_publication(self, cur, t: PublishTarget) -> Publication | None:
-        """Step 1's read: the newest publication the sink records for t's pipeline and seq
-        (whatever its attempt), or None. `cur` is a cursor on the ledger's database."""
+    def read(self, cur, t: PublishTarget) -> SinkReading:
+        """Step 1's read: the newest publication the sink records for t's pipeline and seq,
+        and the sink's state it was read at. `cur` is a cursor on the ledger's database."""
 
     @abstractmethod
-    def publish_outside(self, cur, t: PublishTarget, replace: bool) -> Publication:
+    def publish_outside(
+        self, cur, t: PublishTarget, reading: SinkReading, replace: bool
+    ) -> Publication:
         """Step 1's write: make attempt t.attempt's staged output visible in ONE atomic
-        commit of the sink that records t's pipeline, txid, seq and attempt; with `replace`,
-        the same commit removes the txid's earlier output. Must not publish t's seq again if
-        the sink records it for t.attempt by the time it commits (re-read on a conflict)."""
+        commit of the sink that records t's pipeline, txid, seq and attempt, and with
+        `replace` removes the txid's earlier output in the same commit; conditional on the
+        sink being as `reading` found it (SinkMovedError otherwise, nothing published)."""

@@ -23,11 +23,11 @@ checks an existing one (`bind_output`). Data files are written under the table's
 Publishing (step 1 of the two-step commit) adds exactly the staged attempt's files in ONE
 snapshot whose summary records onceflow.pipeline, onceflow.txid, onceflow.seq and
 onceflow.attempt: an append, or for a re-run (or a txid an earlier attempt already
-published) an overwrite that also removes the txid's live files. Before it publishes it reads
-the snapshots (the current snapshot's ancestry): if one records this seq for this attempt,
-it publishes nothing. The table's `commit.retry.num-retries` is 0: pyiceberg would
-otherwise re-apply a commit that lost a race on top of the winner, without reading the
-summaries again; publish re-reads them itself and retries.
+published) an overwrite that also removes the txid's live files. The read before it (`read`)
+looks for the seq in the snapshots (the current snapshot's ancestry), and the snapshot is
+committed on top of the one that read saw, or not at all (SinkMovedError: commit reads
+again). So the table's `commit.retry.num-retries` is 0: pyiceberg would otherwise re-apply
+a commit that lost a race on top of the winner, without the summaries being read again.
 
 The audit scans the table (txid and coordinates) into a temporary table of the audit's
 transaction, so the rules shared with the other sinks (counts per txid, placement inside
@@ -50,9 +50,15 @@ from typing import Any
 from psycopg2 import sql
 
 from onceflow.config import NAME_RE, RESERVED_COLUMNS, SinkConfig
-from onceflow.errors import CommitConflictError, OnceflowError, SinkSchemaError
+from onceflow.errors import OnceflowError, SinkMovedError, SinkSchemaError
 from onceflow.file_stage import FileStage
-from onceflow.sinks.base import OutsideSink, Publication, PublishTarget, StagedCounts
+from onceflow.sinks.base import (
+    OutsideSink,
+    Publication,
+    PublishTarget,
+    SinkReading,
+    StagedCounts,
+)
 from onceflow.transforms import COORDINATES, PASSED_THROUGH
 
 log = logging.getLogger("onceflow.sinks.iceberg")
@@ -60,8 +66,6 @@ log = logging.getLogger("onceflow.sinks.iceberg")
 CATALOG_SCHEMA = "onceflow_iceberg"
 CATALOG_NAME = "onceflow"
 SUMMARY_PREFIX = "onceflow."
-# Retries of a publish that lost a race to another commit of the table (each re-reads it).
-PUBLISH_TRIES = 5
 # The columns Onceflow writes before the transform's: (name, Iceberg type name).
 FIXED_COLUMNS = (
     ("topic", "string"),
@@ -400,66 +404,54 @@ class IcebergSink(OutsideSink):
         except NoSuchTableError:
             return None
 
-    def find_publication(self, cur, t: PublishTarget) -> Publication | None:
+    def read(self, cur, t: PublishTarget) -> SinkReading:
+        """The newest snapshot recording t's pipeline and seq, and the table it was read
+        from (None: the table does not exist yet)."""
         with open_catalog(cur, self.warehouse) as catalog:
             table = self._load(catalog)
-            return None if table is None else _newest(table, t.pipeline, t.seq)
+            if table is None:
+                return SinkReading(None, None)
+            table = _fence_retries(catalog, table)
+        return SinkReading(_newest(table, t.pipeline, t.seq), table)
 
-    def publish_outside(self, cur, t: PublishTarget, replace: bool) -> Publication:
+    def publish_outside(
+        self, cur, t: PublishTarget, reading: SinkReading, replace: bool
+    ) -> Publication:
+        """ONE snapshot on top of the one `reading` saw: an append of the attempt's files,
+        or with `replace` an overwrite that also deletes the txid's live files."""
         from pyiceberg.exceptions import CommitFailedException
         from pyiceberg.io.pyarrow import parquet_file_to_data_file
 
         paths = self._staged_files(cur, t.txid, t.attempt)
-        with open_catalog(cur, self.warehouse) as catalog:
-            table = self._load(catalog)
-            if table is None:
-                if paths:
-                    raise OnceflowError(
-                        f"Iceberg table {self.name} does not exist, but txid {t.txid!r} attempt "
-                        f"{t.attempt} staged {len(paths)} data file(s) for it: was it dropped?"
-                    )
-                return Publication(t.pipeline, t.txid, t.seq, t.attempt, 0, "")
-            table = _fence_retries(catalog, table)
+        table = reading.state
+        if table is None:
+            if paths:
+                raise OnceflowError(
+                    f"Iceberg table {self.name} does not exist, but txid {t.txid!r} attempt "
+                    f"{t.attempt} staged {len(paths)} data file(s) for it: was it dropped?"
+                )
+            return Publication(t.pipeline, t.txid, t.seq, t.attempt, 0, "")
+        try:
             data_files = [parquet_file_to_data_file(table.io, table.metadata, p) for p in paths]
-            for _ in range(PUBLISH_TRIES):
-                found = _newest(table, t.pipeline, t.seq)
-                if found is not None and found.attempt == t.attempt:
-                    return found  # a racing committer published this attempt meanwhile
-                old = (
-                    list(self._live_files(table, t.pipeline, t.txid))
-                    if replace or found is not None
-                    else []
-                )
-                tx = table.transaction()
-                update = tx.update_snapshot(snapshot_properties=_summary(t))
-                producer = (
-                    update.overwrite() if replace or found is not None else update.fast_append()
-                )
-                with producer:
-                    for f in old:
+            tx = table.transaction()
+            update = tx.update_snapshot(snapshot_properties=_summary(t))
+            producer = update.overwrite() if replace else update.fast_append()
+            with producer:
+                if replace:
+                    for f in self._live_files(table, t.pipeline, t.txid):
                         producer.delete_data_file(f)
-                    for f in data_files:
-                        producer.append_data_file(f)
-                try:
-                    tx.commit_transaction()
-                except CommitFailedException as e:
-                    log.warning(
-                        "publish of txid %s to %s: %s; reading the table again",
-                        t.txid,
-                        self.name,
-                        e,
-                    )
-                    table = catalog.load_table(self.identifier)
-                    continue
-                records = sum(f.record_count for f in data_files)
-                return Publication(
-                    t.pipeline, t.txid, t.seq, t.attempt, records, str(producer.snapshot_id)
-                )
-        raise CommitConflictError(
-            f"publish of txid {t.txid!r} (seq {t.seq}) to Iceberg table {self.name}: "
-            f"{PUBLISH_TRIES} commits in a row conflicted with other writers; nothing was "
-            "published, retry the commit"
-        )
+                for f in data_files:
+                    producer.append_data_file(f)
+            try:
+                tx.commit_transaction()
+            except CommitFailedException as e:
+                raise SinkMovedError(
+                    f"Iceberg table {self.name} changed since it was read ({e})"
+                ) from None
+        finally:
+            table.catalog.engine.dispose()
+        records = sum(f.record_count for f in data_files)
+        return Publication(t.pipeline, t.txid, t.seq, t.attempt, records, str(producer.snapshot_id))
 
     def _live_files(self, table: Any, pipeline: str, txid: str) -> Iterator[Any]:
         """The txid's data files in the current snapshot (by their folder)."""
