@@ -17,7 +17,12 @@ import pytest
 from onceflow import ledger, outside_commit
 from onceflow.audit import run_audit
 from onceflow.db import transaction
-from onceflow.errors import FencedAttemptError, SinkMovedError, SinkSchemaError
+from onceflow.errors import (
+    CommitConflictError,
+    FencedAttemptError,
+    SinkMovedError,
+    SinkSchemaError,
+)
 from onceflow.failpoints import FailpointError
 from onceflow.sinks import PublishTarget, sink_for
 from onceflow.sinks.iceberg import CATALOG_SCHEMA, open_catalog
@@ -97,6 +102,24 @@ def test_a_crash_between_the_sink_and_the_ledger_is_repaired_without_publishing_
     res = ledger.commit(ledger_dsn, cfg, "a")  # the retry: finds seq 1, only the ledger step
     assert (res.outcome, res.published, res.dead) == ("committed", 2, 1)
     assert len(snapshots(ledger_dsn, cfg, seq=1)) == 1
+    assert published(ledger_dsn, cfg) == [(0, 0, "x", 1), (0, 1, "y", 2)]
+    report = exactly_once(ledger_dsn, cfg)
+    assert (report.records_in_sink, report.dead_lettered) == (2, 1)
+
+
+def test_lost_dead_letters_fail_the_ledger_step_and_a_new_attempt_replaces_the_snapshot(
+    ledger_dsn, cfg
+):
+    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
+    process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2), (0, 2, "z", 3, "bad")])
+    with transaction(ledger_dsn) as cur:  # the staged dead letter is lost (a database crash)
+        cur.execute(f'delete from "{cfg.sink_schema}".stage_items')
+    with pytest.raises(CommitConflictError, match="a new process attempt's commit replaces it"):
+        ledger.commit(ledger_dsn, cfg, "a")
+    assert batch_state(ledger_dsn, cfg, "a") == (BatchState.STAGED, None)
+    process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2), (0, 2, "z", 3, "bad")])
+    assert ledger.commit(ledger_dsn, cfg, "a").outcome == "committed"
+    assert [op for op, _ in snapshots(ledger_dsn, cfg, seq=1)] == ["append", "overwrite"]
     assert published(ledger_dsn, cfg) == [(0, 0, "x", 1), (0, 1, "y", 2)]
     report = exactly_once(ledger_dsn, cfg)
     assert (report.records_in_sink, report.dead_lettered) == (2, 1)
