@@ -34,10 +34,10 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from onceflow.reader import _fixed_array, _fixed_values, _string_repeat, _valid_mask
+from onceflow.sinks.base import FileStage
 from onceflow.stage import (
     HASH_COLUMN,
     StageCommitMessage,
@@ -53,17 +53,6 @@ DEAD_COLUMNS = ("topic", "partition", "offset", "error", "key", "value", "row_ha
 _DEAD_INPUT = (*DEAD_COLUMNS[:-1], HASH_COLUMN)
 # Data file columns the writer fills itself: the txid, and the epoch of the record's range.
 WRITER_COLUMNS = ("txid", "epoch")
-
-
-@dataclass(frozen=True)
-class FileStage:
-    """Where an attempt's parts are written: `directory` (a URI or absolute path), as
-    Parquet files of `schema` (a pyarrow.Schema carrying the table's field ids), each file
-    recorded as a row of `files_table` (in the stage target's schema)."""
-
-    directory: str
-    schema: Any
-    files_table: str
 
 
 def stage_file_part(target: StageTarget, part: int, batches: Iterable[Any]) -> StageCommitMessage:

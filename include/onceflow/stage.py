@@ -36,14 +36,11 @@ import contextlib
 import io
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from onceflow import failpoints
 from onceflow.reader import _fixed_array, _fixed_values, _string_repeat, _valid_mask
-from onceflow.sinks.base import TAG_COLUMNS, Sink
-
-if TYPE_CHECKING:
-    from onceflow.file_stage import FileStage
+from onceflow.sinks.base import TAG_COLUMNS, FileStage, Sink
 
 BYTES_COLUMN = "_meta_bytes"  # per input row: bytes read (key + value); summed, not staged
 HASH_COLUMN = "_meta_hash"  # per row: 64-bit hash; summed into the checksum, staged as row_hash

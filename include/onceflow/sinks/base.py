@@ -26,12 +26,9 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from psycopg2 import sql
-
-if TYPE_CHECKING:
-    from onceflow.file_stage import FileStage
 
 TAG_COLUMNS = ("txid", "attempt", "part")
 
@@ -44,6 +41,18 @@ class PublishTarget:
     txid: str
     seq: int
     attempt: int
+
+
+@dataclass(frozen=True)
+class FileStage:
+    """Where process writes an attempt's parts as data files (onceflow.file_stage): in
+    `directory` (a URI or absolute path), as Parquet files of `schema` (a pyarrow.Schema
+    carrying the table's field ids), each recorded as a row of `files_table` (in the stage
+    target's schema)."""
+
+    directory: str
+    schema: Any
+    files_table: str
 
 
 @dataclass(frozen=True)

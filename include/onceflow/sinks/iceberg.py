@@ -51,8 +51,8 @@ from psycopg2 import sql
 
 from onceflow.config import NAME_RE, RESERVED_COLUMNS, SinkConfig
 from onceflow.errors import OnceflowError, SinkMovedError, SinkSchemaError
-from onceflow.file_stage import FileStage
 from onceflow.sinks.base import (
+    FileStage,
     OutsideSink,
     Publication,
     PublishTarget,
