@@ -320,6 +320,20 @@ def test_an_existing_table_that_does_not_fit_is_refused_naming_the_columns(ledge
     assert "sku is string, the output needs int" in msg
 
 
+def test_an_existing_table_with_an_extra_optional_column_is_used(ledger_dsn, cfg):
+    with transaction(ledger_dsn) as cur:  # a table made for an output with a `note` too
+        sink_for(cfg).bind_output(cur, [*FIELDS, ("note", "string")])
+    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
+    process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])  # without `note`
+    ledger.commit(ledger_dsn, cfg, "a")
+    rows = table(ledger_dsn, cfg).scan(selected_fields=("sku", "note")).to_arrow()
+    assert sorted(rows.to_pylist(), key=lambda r: r["sku"]) == [
+        {"sku": "x", "note": None},
+        {"sku": "y", "note": None},
+    ]
+    exactly_once(ledger_dsn, cfg)
+
+
 def test_an_unreachable_warehouse_is_a_clear_error(ledger_dsn, unique_name, tmp_path):
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("a file where the warehouse folder should be")

@@ -160,14 +160,17 @@ class _Split:
             self._stream = filesystem.open_output_stream(path)
             self._writer = pq.ParquetWriter(self._stream, self._files.schema, compression="zstd")
         schema = self._files.schema
+        names = rows.schema.names
         arrays = []
         for field in schema:
             if field.name == "txid":
                 arrays.append(_string_repeat(self._txid, rows.num_rows))
             elif field.name == "epoch":
                 arrays.append(self._epoch(rows))
-            else:
+            elif field.name in names:
                 arrays.append(rows.column(field.name).cast(field.type))
+            else:  # an optional column of an existing table that the output lacks
+                arrays.append(pa.nulls(rows.num_rows, field.type))
         self._writer.write_batch(pa.RecordBatch.from_arrays(arrays, schema=schema))
 
     def _epoch(self, rows: Any) -> Any:

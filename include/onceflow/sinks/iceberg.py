@@ -15,6 +15,9 @@ In PostgreSQL, in the pipeline's sink schema, for an Iceberg table T:
 - `stage_T_files`: the data files process staged, one per part with valid rows, each
   recorded with its part's claim (onceflow.file_stage), with its row count and checksum.
 
+Both are small (dead letters and one row per part), so unlike the other stage tables they
+are logged: the rows naming staged files survive a database crash like the files do.
+
 The Iceberg table holds topic, partition, epoch, offset (the record's coordinates), txid,
 then the transform's columns; process creates it from the transform's output schema, or
 checks an existing one (`bind_output`). Data files are written under the table's location,
