@@ -111,6 +111,45 @@ def test_user_transform_with_sink_tables():
     assert (merge.sink.key, merge.sink.aggregates) == (("page", "minute"), ("views",))
 
 
+def test_an_iceberg_sink_table_namespace_and_warehouse(monkeypatch, tmp_path):
+    from onceflow.sinks import sink_for
+
+    cfg = parse_pipeline("demo", {**USER, "sink": {"kind": "iceberg", "table": "stock"}})
+    assert cfg.sink == SinkConfig(table="stock", kind="iceberg")
+    monkeypatch.setenv("ONCEFLOW_HOME", str(tmp_path))
+    sink = sink_for(cfg)
+    assert (sink.identifier, sink.warehouse) == (
+        ("demo", "stock"),  # the pipeline's sink schema is the default namespace
+        (tmp_path / "warehouse").as_uri(),
+    )
+    lake = parse_pipeline(
+        "demo",
+        {**USER, "sink": {"kind": "iceberg", "table": "lake.stock", "warehouse": "s3://b/wh/"}},
+    )
+    assert (lake.sink.namespace, lake.sink.table, lake.sink.warehouse) == (
+        "lake",
+        "stock",
+        "s3://b/wh",
+    )
+    assert sink_for(lake).identifier == ("lake", "stock")
+    assert sink_for(lake).asset_uri("postgresql://u:p@db:5433/ledger") == (
+        "iceberg://db:5433/ledger/lake/stock"
+    )
+
+
+def test_two_pipelines_may_not_share_an_iceberg_table(tmp_path):
+    f = tmp_path / "p.toml"
+    f.write_text(
+        "".join(
+            f'[pipelines.{n}]\ntopics = ["t"]\ntransform = "m:f"\n'
+            f'[pipelines.{n}.sink]\nkind = "iceberg"\ntable = "lake.stock"\n'
+            for n in ("a", "b")
+        )
+    )
+    with pytest.raises(ConfigError, match="two pipelines share the Iceberg table 'lake.stock'"):
+        load_pipelines(f)
+
+
 def test_orders_without_a_sink_table_keeps_its_own_sink():
     assert parse_pipeline("demo", {"topics": ["t"]}).sink is None
 
@@ -141,7 +180,7 @@ def test_a_sink_table_in_a_file(tmp_path):
         (USER, "sink", "needs a \\[pipelines.demo.sink\\] table"),
         ({**USER, "sink": "stock"}, "sink", "give a table"),
         ({**USER, "sink": {"table": "s", "colour": 1}}, "sink.colour", "unknown key"),
-        ({**USER, "sink": {"table": "s", "kind": "iceberg"}}, "sink.kind", "not one of"),
+        ({**USER, "sink": {"table": "s", "kind": "delta"}}, "sink.kind", "not one of"),
         ({**USER, "sink": {}}, "sink.table", "not a valid table name"),
         ({**USER, "sink": {"table": "Stock"}}, "sink.table", "not a valid table name"),
         ({**USER, "sink": {"table": "s; drop"}}, "sink.table", "not a valid table name"),
@@ -179,6 +218,30 @@ def test_a_sink_table_in_a_file(tmp_path):
             {**USER, "sink": {"table": "s", "mode": "merge", "key": ["a"], "aggregates": ["a"]}},
             "sink.aggregates",
             "also a key column",
+        ),
+        (
+            {**USER, "sink": {"kind": "iceberg", "table": "s", "mode": "upsert", "key": ["a"]}},
+            "sink.mode",
+            "kind 'iceberg' takes mode \\('append',\\) only",
+        ),
+        ({**USER, "sink": {"kind": "iceberg", "table": "Lake.s"}}, "sink.table", "namespace"),
+        ({**USER, "sink": {"kind": "iceberg", "table": "a.b.c"}}, "sink.table", "not a valid"),
+        ({**USER, "sink": {"kind": "iceberg", "table": "lake."}}, "sink.table", "not a valid"),
+        ({**USER, "sink": {"table": "lake.s"}}, "sink.table", "not a valid table name"),
+        (
+            {**USER, "sink": {"table": "s", "warehouse": "/lake"}},
+            "sink.warehouse",
+            "kind 'postgres' takes no warehouse",
+        ),
+        (
+            {**USER, "sink": {"kind": "iceberg", "table": "s", "warehouse": "lake"}},
+            "sink.warehouse",
+            "neither an absolute path nor a URI",
+        ),
+        (
+            {**USER, "sink": {"kind": "iceberg", "table": "s", "warehouse": 3}},
+            "sink.warehouse",
+            "neither an absolute path nor a URI",
         ),
     ],
 )

@@ -1,5 +1,6 @@
 """The Sink contract on a real PostgreSQL, for each mode of the user pipelines' PostgresSink
-(append, upsert, merge), and each mode's own truth.
+(append, upsert, merge) and for an Iceberg table (IcebergSink, append, in a warehouse under the
+test's tmp_path), and each mode's own truth.
 
 Rows are staged as process stages them (onceflow.stage.stage_part: Arrow batches, the part
 fence, COPY), into tables created from an output schema as process creates them
@@ -20,6 +21,7 @@ from onceflow.db import transaction
 from onceflow.errors import FencedAttemptError, SinkSchemaError
 from onceflow.ledger import BrokerSnapshot
 from onceflow.sinks import sink_for
+from onceflow.sinks.iceberg import open_catalog
 from onceflow.sinks.postgres import PostgresSink, output_columns
 from onceflow.stage import StageTarget, stage_part
 
@@ -29,6 +31,7 @@ MODES = {
     "append": {"table": "items", "mode": "append"},
     "upsert": {"table": "items", "mode": "upsert", "key": ["sku"]},
     "merge": {"table": "items", "mode": "merge", "key": ["sku"], "aggregates": ["qty"]},
+    "iceberg": {"kind": "iceberg", "table": "items"},
 }
 # The transform's output schema as Spark gives it: (name, DataType.simpleString()).
 FIELDS = [
@@ -47,21 +50,24 @@ def snap(ends):
     return lambda: BrokerSnapshot({tp: 0 for tp in ends}, dict(ends))
 
 
-def pipeline(name, mode):
+def pipeline(name, mode, warehouse=None):
+    sink = dict(MODES[mode])
+    if warehouse is not None:
+        sink["warehouse"] = str(warehouse)
     return parse_pipeline(
         name,
         {
             "topics": [T],
             "transform": "inventory:transform",
             "max_records_per_partition": 100,
-            "sink": MODES[mode],
+            "sink": sink,
         },
     )
 
 
 @pytest.fixture(params=sorted(MODES))
-def cfg(request, unique_name):
-    return pipeline(unique_name, request.param)
+def cfg(request, unique_name, tmp_path):
+    return pipeline(unique_name, request.param, tmp_path if request.param == "iceberg" else None)
 
 
 def bound(dsn, cfg):
@@ -129,6 +135,8 @@ def published(dsn, cfg):
     """The sink's visible state: append rows by coordinates, upsert rows and merge state by key."""
     sink = cfg.sink
     with transaction(dsn) as cur:
+        if sink.kind == "iceberg":
+            return iceberg_rows(cur, cfg, "partition", "offset", "sku", "qty")
         if sink.mode == "append":
             cur.execute(
                 f'select partition, "offset", sku, qty from "{cfg.sink_schema}".items order by 1, 2'
@@ -138,6 +146,16 @@ def published(dsn, cfg):
         else:
             cur.execute(f'select sku, qty, last_seq from "{cfg.sink_schema}".items order by 1')
         return cur.fetchall()
+
+
+def iceberg_rows(cur, cfg, *columns):
+    """The Iceberg table's rows (a scan with pyiceberg), sorted; [] before it exists."""
+    sink = sink_for(cfg)
+    with open_catalog(cur, sink.warehouse) as catalog:
+        if not catalog.table_exists(sink.identifier):
+            return []
+        rows = catalog.load_table(sink.identifier).scan(selected_fields=columns).to_arrow()
+    return sorted(zip(*(rows.column(c).to_pylist() for c in columns), strict=True))
 
 
 def exactly_once(dsn, cfg):

@@ -1,6 +1,6 @@
 """A user pipeline through the REAL `spark-submit spark_jobs/process.py`: a transform in a
-folder outside the repository (ONCEFLOW_SPARK_JOBS), staged into each PostgresSink mode,
-committed through ledger.commit and audited; and the transform errors that stage nothing.
+folder outside the repository (ONCEFLOW_SPARK_JOBS), staged into each PostgresSink mode and
+an Iceberg table, committed through ledger.commit and audited; and the transform errors that stage nothing.
 
 A private tansu broker and PostgreSQL, stopped by PID; ranges come from the producer's
 delivery reports (as in test_process_job.py).
@@ -138,6 +138,10 @@ def env(pg, broker, produced, tmp_path_factory):
             f'[pipelines.{name}]\ntopics = ["{TOPIC}"]\ntransform = "user_inventory:transform"\n'
             f'[pipelines.{name}.sink]\ntable = "stock"\n{sink}\n'
         )
+    text += (  # an Iceberg table in the default warehouse, under ONCEFLOW_HOME
+        f'[pipelines.inv_iceberg]\ntopics = ["{TOPIC}"]\ntransform = "user_inventory:transform"\n'
+        '[pipelines.inv_iceberg.sink]\nkind = "iceberg"\ntable = "stock"\n'
+    )
     text += (
         f'[pipelines.inv_bad]\ntopics = ["{TOPIC}"]\ntransform = "user_inventory:without_offset"\n'
         '[pipelines.inv_bad.sink]\ntable = "stock"\n'
@@ -261,6 +265,34 @@ def test_merge_folds_the_batchs_partial_aggregates(env, produced):
     rows = query(env, "select sku, qty, last_seq from inv_merge.stock order by 1")
     assert rows == [(s, sums[s], 1) for s in sorted(sums)]
     audit(env, "inv_merge")
+
+
+def test_iceberg_appends_one_row_per_record_in_one_snapshot(env, produced, monkeypatch):
+    from onceflow.db import transaction
+    from onceflow.sinks import sink_for
+    from onceflow.sinks.iceberg import open_catalog
+
+    ends, sent = produced
+    proc, res = run(env, "inv_iceberg", ends)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert (res.published, res.dead) == (len(sent) - 1, 1)
+    monkeypatch.setenv("ONCEFLOW_HOME", env["ONCEFLOW_HOME"])  # the default warehouse
+    sink = sink_for(cfg(env, "inv_iceberg"))
+    assert sink.warehouse.startswith(Path(env["ONCEFLOW_HOME"]).as_uri())
+    with transaction(env["ONCEFLOW_POSTGRES_DSN"]) as cur, open_catalog(cur, sink.warehouse) as c:
+        table = c.load_table(sink.identifier)
+    names = ("partition", "offset", "sku", "qty", "txid")
+    rows = table.scan(selected_fields=names).to_arrow()
+    assert sorted(zip(*(rows.column(n).to_pylist() for n in names), strict=True)) == [
+        (p, o, s, qty(v), "run-1") for p, o, s, v in sent if v != b"not json"
+    ]
+    (snapshot,) = table.snapshots()
+    assert snapshot.summary["onceflow.txid"] == "run-1"
+    assert snapshot.summary["added-records"] == str(len(sent) - 1)
+    (dead,) = query(env, "select reason, key, value from onceflow.dead_letters"
+                    " where pipeline = 'inv_iceberg'")  # fmt: skip
+    assert (dead[0], bytes(dead[1]), bytes(dead[2])) == ("no qty", b"s2", b"not json")
+    assert audit(env, "inv_iceberg").records_in_sink == len(sent) - 1
 
 
 def test_an_output_without_offset_stages_nothing_and_is_not_retried(env, produced):

@@ -24,8 +24,12 @@ TRANSFORMS = ("orders",)  # built in, under onceflow.transforms
 USER_TRANSFORM_RE = re.compile(
     r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
 )
-SINK_KINDS = ("postgres",)
+SINK_KINDS = ("postgres", "iceberg")
 SINK_MODES = ("append", "upsert", "merge")
+# An Iceberg sink appends (one row per source record); keyed modes need row-level deletes.
+ICEBERG_MODES = ("append",)
+# A warehouse: an absolute local path or a URI with a scheme (file://, s3://, gs://, ...).
+WAREHOUSE_RE = re.compile(r"^(/|[a-z][a-z0-9+.-]*://)\S*$")
 # Columns the sink tables hold besides the user's: a key or aggregate column of the same
 # name would collide with them.
 RESERVED_COLUMNS = frozenset(
@@ -48,7 +52,7 @@ RESERVED_COLUMNS = frozenset(
         "published_at",
     )
 )
-_SINK_KEYS = {"kind", "table", "mode", "key", "aggregates"}
+_SINK_KEYS = {"kind", "table", "mode", "key", "aggregates", "warehouse"}
 
 _KEYS = {
     "topics",
@@ -78,7 +82,11 @@ class SinkConfig:
     mode: Literal["append", "upsert", "merge"] = "append"
     key: tuple[str, ...] = ()  # upsert: the row's identity; merge: the group
     aggregates: tuple[str, ...] = ()  # merge: summed per key
-    kind: Literal["postgres"] = "postgres"
+    kind: Literal["postgres", "iceberg"] = "postgres"
+    # iceberg: the table's namespace ("" = the pipeline's sink_schema; `table = "ns.t"` sets
+    # it) and the warehouse new tables go to (None = a folder under ONCEFLOW_HOME)
+    namespace: str = ""
+    warehouse: str | None = None
 
 
 @dataclass(frozen=True)
@@ -249,15 +257,43 @@ def _parse_sink(source: str, name: str, raw: Any) -> SinkConfig | None:
     if kind not in SINK_KINDS:
         raise fail("kind", f"{kind!r} is not one of {SINK_KINDS}")
     table = raw.get("table")
+    namespace = ""
+    if kind == "iceberg" and isinstance(table, str) and "." in table:
+        namespace, _, table = table.partition(".")
+        if not NAME_RE.match(namespace):
+            raise fail(
+                "table",
+                f"namespace {namespace!r} of {raw['table']!r} is not valid: give "
+                '"namespace.table" or "table", each of lower-case letters, digits and '
+                "underscores, starting with a letter, at most 40 characters",
+            )
     if not isinstance(table, str) or not NAME_RE.match(table):
         raise fail(
             "table",
-            f"{table!r} is not a valid table name (lower-case letters, digits and "
-            "underscores, starting with a letter, at most 40 characters)",
+            f"{raw.get('table')!r} is not a valid table name (lower-case letters, digits and "
+            "underscores, starting with a letter, at most 40 characters"
+            + ('; an Iceberg table may be "namespace.table")' if kind == "iceberg" else ")"),
         )
     mode = raw.get("mode", "append")
     if mode not in SINK_MODES:
         raise fail("mode", f"{mode!r} is not one of {SINK_MODES}")
+    if kind == "iceberg" and mode not in ICEBERG_MODES:
+        raise fail(
+            "mode",
+            f"kind 'iceberg' takes mode {ICEBERG_MODES} only, not {mode!r} (upsert and merge "
+            'need row-level deletes; use kind = "postgres" for them)',
+        )
+    warehouse = raw.get("warehouse")
+    if warehouse is not None:
+        if kind != "iceberg":
+            raise fail("warehouse", f"kind {kind!r} takes no warehouse (only 'iceberg' does)")
+        if not isinstance(warehouse, str) or not WAREHOUSE_RE.match(warehouse):
+            raise fail(
+                "warehouse",
+                f"{warehouse!r} is neither an absolute path nor a URI like 'file:///data/lake' "
+                "or 's3://bucket/lake'",
+            )
+        warehouse = warehouse.rstrip("/") or "/"
 
     def columns(key: str, needed: bool) -> tuple[str, ...]:
         value = raw.get(key)
@@ -286,7 +322,15 @@ def _parse_sink(source: str, name: str, raw: Any) -> SinkConfig | None:
     both = sorted(set(key) & set(aggregates))
     if both:
         raise fail("aggregates", f"{both[0]!r} is also a key column")
-    return SinkConfig(table=table, mode=mode, key=key, aggregates=aggregates, kind=kind)
+    return SinkConfig(
+        table=table,
+        mode=mode,
+        key=key,
+        aggregates=aggregates,
+        kind=kind,
+        namespace=namespace,
+        warehouse=warehouse,
+    )
 
 
 def load_pipelines(path: Path | str) -> dict[str, PipelineConfig]:
@@ -316,6 +360,15 @@ def load_pipelines(path: Path | str) -> dict[str, PipelineConfig]:
     dup = {s for s in schemas if schemas.count(s) > 1}
     if dup:
         raise ConfigError(f"{path}: two pipelines share sink_schema {sorted(dup)[0]!r}")
+    # an Iceberg table's rows and snapshots are audited against one pipeline's ledger
+    lakes = [
+        f"{p.sink.namespace or p.sink_schema}.{p.sink.table}"
+        for p in pipelines.values()
+        if p.sink is not None and p.sink.kind == "iceberg"
+    ]
+    dup = {t for t in lakes if lakes.count(t) > 1}
+    if dup:
+        raise ConfigError(f"{path}: two pipelines share the Iceberg table {sorted(dup)[0]!r}")
     return pipelines
 
 

@@ -90,6 +90,11 @@ class CommitConflictError(OnceflowError):
     """The compare-and-set on a committed offset did not change exactly one row."""
 
 
+class SinkMovedError(OnceflowError):
+    """A sink outside the database changed between commit's read and its publish (another
+    commit won the sink's optimistic concurrency): nothing was published; read it again."""
+
+
 class FencedAttemptError(OnceflowError):
     """A process attempt tried to stage after a newer attempt claimed the txid (a zombie)."""
 

@@ -29,6 +29,7 @@ from onceflow.errors import (
 )
 from onceflow.ranges import LossEvent, OffsetRange, TopicPartition, plan_ranges
 from onceflow.sinks import PublishTarget, sink_for
+from onceflow.sinks.base import OutsideSink
 from onceflow.states import CLOSED, BatchState
 
 
@@ -74,6 +75,12 @@ class CommitResult:
     outcome: str  # committed | already-committed | republished
     published: int
     dead: int
+
+
+# The advisory lock key of a pipeline's commits (one parameter: the pipeline's name): held by
+# every commit and by reset-offsets, per transaction, or per session across both steps of a
+# commit to a sink outside the database (onceflow.outside_commit).
+COMMIT_LOCK_KEY = "hashtextextended('onceflow.commit:' || %s, 0)"
 
 
 def ensure_pipeline(dsn: str, cfg: PipelineConfig) -> None:
@@ -438,6 +445,61 @@ def commit_blocker(dsn: str, pipeline: str) -> Blocker | None:
     return blocker if blocker is not None and blocker.waiting else None
 
 
+@dataclass(frozen=True)
+class CommitRow:
+    """A batch as its commit finds it (commit_row)."""
+
+    seq: int
+    state: BatchState
+    staged_attempt: int
+    published_attempt: int | None
+    records_out: int | None
+    records_dead: int | None
+
+    @property
+    def done(self) -> bool:
+        """Committed with the staged attempt's output: committing again changes nothing."""
+        return self.state == BatchState.COMMITTED and self.staged_attempt == self.published_attempt
+
+    @property
+    def republish(self) -> bool:
+        """Committed, and a newer attempt was staged since (a re-run): it replaces the
+        published output; the offsets, already past it, stay."""
+        return self.state == BatchState.COMMITTED and self.staged_attempt != self.published_attempt
+
+
+def commit_row(cur, pipeline: str, txid: str) -> CommitRow:
+    """The txid's batch row, locked for the caller's transaction, if the rules let it commit:
+    committed already (CommitRow.done, .republish), or staged with every lower seq closed;
+    otherwise the error saying why not (unknown, abandoned, not staged, CommitOrderError
+    naming the batch it waits for)."""
+    cur.execute(
+        "select seq, state, staged_attempt, published_attempt, records_out, records_dead"
+        " from onceflow.batches where pipeline = %s and txid = %s for update",
+        (pipeline, txid),
+    )
+    found = cur.fetchone()
+    if not found:
+        raise UnknownTxidError(pipeline, txid)
+    row = CommitRow(found[0], BatchState(found[1]), *found[2:])
+    if row.state == BatchState.COMMITTED:
+        return row
+    if row.state == BatchState.ABANDONED:
+        raise _abandoned(pipeline, txid)
+    if row.state != BatchState.STAGED:
+        raise OnceflowError(
+            f"txid {txid!r} (seq {row.seq}) is {row.state}: process has not staged its output, "
+            "nothing to commit"
+        )
+    blocker = _lowest_open(cur, pipeline)
+    if blocker is not None and blocker.seq < row.seq:
+        raise CommitOrderError(
+            f"txid {txid!r} (seq {row.seq}) cannot commit before txid {blocker.txid!r} "
+            f"(seq {blocker.seq}), which is {blocker.state}"
+        )
+    return row
+
+
 def commit(dsn: str, cfg: PipelineConfig, txid: str) -> CommitResult:
     """Publish txid's staged output, mark it committed and advance offsets: one transaction.
 
@@ -447,33 +509,28 @@ def commit(dsn: str, cfg: PipelineConfig, txid: str) -> CommitResult:
     compare-and-set, so a range can never be applied twice or out of order. Committing a committed txid changes nothing, unless a newer
     process attempt was staged on purpose (re-run by run id): then its output replaces the
     published output atomically, and the offsets, already past it, stay.
+
+    A sink outside the database (OutsideSink) commits in two steps around the ledger
+    transaction instead, under the same rules (onceflow.outside_commit).
     """
     started = time.monotonic()
     sink = sink_for(cfg)
-    with transaction(dsn) as cur:
-        cur.execute(
-            "select pg_advisory_xact_lock(hashtextextended('onceflow.commit:' || %s, 0))",
-            (cfg.name,),
-        )
-        cur.execute(
-            "select seq, state, staged_attempt, published_attempt, records_out, records_dead"
-            " from onceflow.batches where pipeline = %s and txid = %s for update",
-            (cfg.name, txid),
-        )
-        row = cur.fetchone()
-        if not row:
-            raise UnknownTxidError(cfg.name, txid)
-        seq, state, staged_attempt, published_attempt, records_out, records_dead = row
+    if isinstance(sink, OutsideSink):
+        from onceflow.outside_commit import commit_outside
 
-        if state == BatchState.COMMITTED:
-            if staged_attempt == published_attempt:
-                return CommitResult(
-                    txid, seq, "already-committed", records_out or 0, records_dead or 0
-                )
+        return commit_outside(dsn, cfg, txid, sink)
+    with transaction(dsn) as cur:
+        cur.execute(f"select pg_advisory_xact_lock({COMMIT_LOCK_KEY})", (cfg.name,))
+        row = commit_row(cur, cfg.name, txid)
+        seq, staged_attempt = row.seq, row.staged_attempt
+        records_out, records_dead = row.records_out, row.records_dead
+        if row.done:
+            return CommitResult(txid, seq, "already-committed", records_out or 0, records_dead or 0)
+        if row.republish:
             target = PublishTarget(cfg.name, txid, seq, staged_attempt)
             sink.unpublish(cur, target)
             published, dead = sink.publish(cur, target)
-            _check_counts(txid, staged_attempt, published, dead, records_out, records_dead)
+            check_staged_counts(txid, staged_attempt, published, dead, records_out, records_dead)
             cur.execute(
                 "update onceflow.batches set published_attempt = %s, committed_at = now(),"
                 " commit_seconds = %s where pipeline = %s and txid = %s",
@@ -482,47 +539,10 @@ def commit(dsn: str, cfg: PipelineConfig, txid: str) -> CommitResult:
             sink.drop_staged(cur, txid, staged_attempt)
             return CommitResult(txid, seq, "republished", published, dead)
 
-        if state == BatchState.ABANDONED:
-            raise _abandoned(cfg.name, txid)
-        if state != BatchState.STAGED:
-            raise OnceflowError(
-                f"txid {txid!r} (seq {seq}) is {state}: process has not staged its output, nothing to commit"
-            )
-        blocker = _lowest_open(cur, cfg.name)
-        if blocker is not None and blocker.seq < seq:
-            raise CommitOrderError(
-                f"txid {txid!r} (seq {seq}) cannot commit before txid {blocker.txid!r} "
-                f"(seq {blocker.seq}), which is {blocker.state}"
-            )
-
         published, dead = sink.publish(cur, PublishTarget(cfg.name, txid, seq, staged_attempt))
-        _check_counts(txid, staged_attempt, published, dead, records_out, records_dead)
+        check_staged_counts(txid, staged_attempt, published, dead, records_out, records_dead)
 
-        cur.execute(
-            "select r.topic, r.partition, r.from_offset, r.until_offset, l.from_offset"
-            " from onceflow.ranges r left join onceflow.loss_events l using (pipeline, txid, topic, partition)"
-            " where r.pipeline = %s and r.txid = %s order by r.topic, r.partition",
-            (cfg.name, txid),
-        )
-        for topic, partition, from_offset, until_offset, loss_from in cur.fetchall():
-            expected = from_offset if loss_from is None else loss_from
-            cur.execute(
-                "update onceflow.offsets set committed_offset = %s, updated_at = now()"
-                " where pipeline = %s and topic = %s and partition = %s and committed_offset = %s",
-                (until_offset, cfg.name, topic, partition, expected),
-            )
-            if cur.rowcount != 1:
-                cur.execute(
-                    "select committed_offset from onceflow.offsets"
-                    " where pipeline = %s and topic = %s and partition = %s",
-                    (cfg.name, topic, partition),
-                )
-                actual = cur.fetchone()
-                raise CommitConflictError(
-                    f"commit of txid {txid!r} (seq {seq}) expected {topic}[{partition}] committed at "
-                    f"offset {expected} but the ledger has {actual[0] if actual else 'no row'}: was this "
-                    "range already applied, or an earlier batch reset? Nothing was committed."
-                )
+        advance_offsets(cur, cfg, txid, seq)
         cur.execute(
             "update onceflow.batches set state = %s, published_attempt = %s,"
             " committed_at = now(), commit_seconds = %s where pipeline = %s and txid = %s",
@@ -534,7 +554,38 @@ def commit(dsn: str, cfg: PipelineConfig, txid: str) -> CommitResult:
     return CommitResult(txid, seq, "committed", published, dead)
 
 
-def _check_counts(
+def advance_offsets(cur, cfg: PipelineConfig, txid: str, seq: int) -> None:
+    """Move each partition's committed offset from the range's from_offset (or its loss
+    event's start) to its until_offset by compare-and-set, in the commit's transaction, so a
+    range can never be applied twice or out of order; CommitConflictError otherwise."""
+    cur.execute(
+        "select r.topic, r.partition, r.from_offset, r.until_offset, l.from_offset"
+        " from onceflow.ranges r left join onceflow.loss_events l using (pipeline, txid, topic, partition)"
+        " where r.pipeline = %s and r.txid = %s order by r.topic, r.partition",
+        (cfg.name, txid),
+    )
+    for topic, partition, from_offset, until_offset, loss_from in cur.fetchall():
+        expected = from_offset if loss_from is None else loss_from
+        cur.execute(
+            "update onceflow.offsets set committed_offset = %s, updated_at = now()"
+            " where pipeline = %s and topic = %s and partition = %s and committed_offset = %s",
+            (until_offset, cfg.name, topic, partition, expected),
+        )
+        if cur.rowcount != 1:
+            cur.execute(
+                "select committed_offset from onceflow.offsets"
+                " where pipeline = %s and topic = %s and partition = %s",
+                (cfg.name, topic, partition),
+            )
+            actual = cur.fetchone()
+            raise CommitConflictError(
+                f"commit of txid {txid!r} (seq {seq}) expected {topic}[{partition}] committed at "
+                f"offset {expected} but the ledger has {actual[0] if actual else 'no row'}: was this "
+                "range already applied, or an earlier batch reset? Nothing was committed."
+            )
+
+
+def check_staged_counts(
     txid: str, attempt: int, published: int, dead: int, out: int | None, dead_expected: int | None
 ) -> None:
     if (published, dead) != (out, dead_expected):
@@ -576,10 +627,7 @@ def reset_offsets(
         cur.execute("select name from onceflow.pipelines where name = %s for update", (cfg.name,))
         if cur.fetchone() is None:
             raise OnceflowError(f"pipeline {cfg.name!r} has no ledger yet: nothing to reset")
-        cur.execute(
-            "select pg_advisory_xact_lock(hashtextextended('onceflow.commit:' || %s, 0))",
-            (cfg.name,),
-        )
+        cur.execute(f"select pg_advisory_xact_lock({COMMIT_LOCK_KEY})", (cfg.name,))
         cur.execute(
             "update onceflow.batches set state = %s, last_error = %s"
             " where pipeline = %s and state not in %s returning txid",

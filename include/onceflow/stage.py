@@ -21,6 +21,10 @@ valid rows, dead letters, the bytes read (column `_meta_bytes` of the input, if 
 a checksum (the exact sum of column `_meta_hash`, a 64-bit hash per row that is also staged
 as `row_hash`). process sums the parts instead of scanning the staged rows again.
 
+A sink outside the database with a file stage (Sink.file_stage: an Iceberg table) has each
+part's valid rows written as one data file instead, recorded in the same transaction as the
+claim, and only its dead letters COPYed (onceflow.file_stage).
+
 Rows: the sink's stage columns (Sink.stage_columns: the transform's columns, binary
 key/value, error), and optionally `_meta_bytes` (not staged) and `_meta_hash` (staged as
 row_hash). process stages through `stage_frame` (a mapInArrow: no data source workers to
@@ -29,6 +33,7 @@ start on the driver).
 
 from __future__ import annotations
 
+import contextlib
 import io
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -36,7 +41,7 @@ from typing import Any
 
 from onceflow import failpoints
 from onceflow.reader import _fixed_array, _fixed_values, _string_repeat, _valid_mask
-from onceflow.sinks.base import TAG_COLUMNS, Sink
+from onceflow.sinks.base import TAG_COLUMNS, FileStage, Sink
 
 BYTES_COLUMN = "_meta_bytes"  # per input row: bytes read (key + value); summed, not staged
 HASH_COLUMN = "_meta_hash"  # per row: 64-bit hash; summed into the checksum, staged as row_hash
@@ -70,10 +75,20 @@ class StageTarget:
     pipeline: str
     txid: str
     attempt: int
+    files: FileStage | None = None  # valid rows go to data files (Sink.file_stage)
 
     @classmethod
     def for_sink(cls, dsn: str, sink: Sink, pipeline: str, txid: str, attempt: int) -> StageTarget:
-        return cls(dsn, sink.schema, sink.stage_table, sink.stage_columns, pipeline, txid, attempt)
+        return cls(
+            dsn,
+            sink.schema,
+            sink.stage_table,
+            sink.stage_columns,
+            pipeline,
+            txid,
+            attempt,
+            sink.file_stage(pipeline, txid, attempt),
+        )
 
     def unknown_columns(self, names: Iterable[str]) -> list[str]:
         """Input column names the writer does not know (neither stage nor meta columns)."""
@@ -128,9 +143,28 @@ def stage_frame(df: Any, target: StageTarget, first_part: int = 0) -> Any:
 
 
 def stage_part(target: StageTarget, part: int, batches: Iterable[Any]) -> StageCommitMessage:
-    """Stage one part (Arrow record batches) under the task fence, in one transaction."""
+    """Stage one part (Arrow record batches) under the task fence, in one transaction: its
+    rows COPYed into the stage table, or for a sink with a file stage (target.files) its
+    valid rows as a data file (onceflow.file_stage)."""
+    if target.files is not None:
+        from onceflow.file_stage import stage_file_part
+
+        return stage_file_part(target, part, batches)
+    with claimed_part(target, part) as cur:
+        if cur is None:
+            return StageCommitMessage(part, 0, skipped=True)
+        stream = copy_rows(cur, target, part, batches)
+        record_part(cur, target, part, stream.rows, stream.dead, stream.bytes, stream.checksum)
+    return StageCommitMessage(part, stream.rows, skipped=False)
+
+
+@contextlib.contextmanager
+def claimed_part(target: StageTarget, part: int) -> Iterator[Any]:
+    """The part's PostgreSQL transaction under the task fence: yields its cursor once the
+    attempt fence passed and the part is claimed in onceflow.stage_parts, or None when another
+    task attempt already staged it (then nothing is written). Commits when the body returns,
+    rolls back (claim included) when it raises."""
     import psycopg2
-    from psycopg2 import sql
 
     from onceflow import ledger
 
@@ -149,42 +183,54 @@ def stage_part(target: StageTarget, part: int, batches: Iterable[Any]) -> StageC
             )
             if cur.rowcount == 0:
                 conn.rollback()
-                return StageCommitMessage(part, 0, skipped=True)
+                yield None
+                return
             # Timestamps are written as UTC wall times without a zone (Arrow formats a
             # zoned timestamp ~20x slower): the session reads them in UTC.
             cur.execute("set local time zone 'UTC'")
-            stream = _CsvStream(batches, t, part)
-            copy = sql.SQL("copy {}.{} ({}) from stdin with (format csv)").format(
-                sql.Identifier(t.schema),
-                sql.Identifier(t.table),
-                sql.SQL(", ").join(sql.Identifier(c) for c in stream.columns),
-            )
-            cur.copy_expert(copy, stream, size=1 << 20)
-            cur.execute(
-                "update onceflow.stage_parts set rows = %s, valid = %s, dead = %s, bytes = %s,"
-                " checksum = %s"
-                " where pipeline = %s and txid = %s and attempt = %s and part = %s",
-                (
-                    stream.rows,
-                    stream.rows - stream.dead,
-                    stream.dead,
-                    stream.bytes,
-                    stream.checksum,
-                    t.pipeline,
-                    t.txid,
-                    t.attempt,
-                    part,
-                ),
-            )
+            yield cur
         failpoints.hit("stage.before_part_commit", t.txid)
         conn.commit()
         failpoints.hit("stage.after_part_commit", t.txid)
-        return StageCommitMessage(part, stream.rows, skipped=False)
     except BaseException:
         conn.rollback()
         raise
     finally:
         conn.close()
+
+
+def copy_rows(cur: Any, target: StageTarget, part: int, batches: Iterable[Any]) -> _CsvStream:
+    """COPY the batches' rows into the stage table, tagged; returns the stream, which
+    counted them."""
+    from psycopg2 import sql
+
+    stream = _CsvStream(batches, target, part)
+    copy = sql.SQL("copy {}.{} ({}) from stdin with (format csv)").format(
+        sql.Identifier(target.schema),
+        sql.Identifier(target.table),
+        sql.SQL(", ").join(sql.Identifier(c) for c in stream.columns),
+    )
+    cur.copy_expert(copy, stream, size=1 << 20)
+    return stream
+
+
+def record_part(
+    cur: Any,
+    target: StageTarget,
+    part: int,
+    rows: int,
+    dead: int,
+    bytes_read: int | None,
+    checksum: int | None,
+) -> None:
+    """What the claimed part staged, on its fence row (ledger.mark_staged sums them)."""
+    t = target
+    cur.execute(
+        "update onceflow.stage_parts set rows = %s, valid = %s, dead = %s, bytes = %s,"
+        " checksum = %s"
+        " where pipeline = %s and txid = %s and attempt = %s and part = %s",
+        (rows, rows - dead, dead, bytes_read, checksum, t.pipeline, t.txid, t.attempt, part),
+    )
 
 
 class _CsvStream(io.RawIOBase):

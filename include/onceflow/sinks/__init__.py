@@ -4,11 +4,28 @@
 from __future__ import annotations
 
 from onceflow.config import PipelineConfig
-from onceflow.sinks.base import PublishTarget, Sink, StagedCounts
+from onceflow.sinks.base import (
+    OutsideSink,
+    Publication,
+    PublishTarget,
+    Sink,
+    SinkReading,
+    StagedCounts,
+)
+from onceflow.sinks.iceberg import IcebergSink
 from onceflow.sinks.orders import OrdersSink
 from onceflow.sinks.postgres import PostgresSink
 
-__all__ = ["PublishTarget", "Sink", "StagedCounts", "sink_for"]
+__all__ = [
+    "OutsideSink",
+    "Publication",
+    "PublishTarget",
+    "Sink",
+    "SinkReading",
+    "StagedCounts",
+    "default_warehouse",
+    "sink_for",
+]
 
 
 def sink_for(cfg: PipelineConfig) -> Sink:
@@ -16,4 +33,13 @@ def sink_for(cfg: PipelineConfig) -> Sink:
     orders transform) the orders sink."""
     if cfg.sink is None:
         return OrdersSink(cfg.sink_schema)
+    if cfg.sink.kind == "iceberg":
+        return IcebergSink(cfg.sink_schema, cfg.sink, cfg.sink.warehouse or default_warehouse())
     return PostgresSink(cfg.sink_schema, cfg.sink)
+
+
+def default_warehouse() -> str:
+    """Where Iceberg tables go without a `warehouse`: ONCEFLOW_HOME/warehouse, as a URI."""
+    from onceflow.settings import Settings
+
+    return (Settings.from_env().home / "warehouse").as_uri()

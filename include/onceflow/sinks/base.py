@@ -14,7 +14,9 @@ Publishing differs by family (PROTOCOL.md "Sinks"). A sink in the ledger's datab
 `unpublish` take its cursor, so the output, the batch's state and the offsets' compare-and-set
 commit together. A sink outside it (a lake table, a Kafka topic) cannot join that transaction
 and will publish in two idempotent steps around it, recording txid and seq in its own atomic
-commit; it stages and counts the same way.
+commit; it stages and counts the same way, except that process may write its valid rows as
+data files (`file_stage`) that the part fence records, instead of stage table rows
+(OutsideSink; the two-step commit is onceflow.outside_commit).
 
 Dead letters (records the transform refused) are the ledger's, whatever the sink: they are
 published into onceflow.dead_letters in the same transaction as the rows.
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import Any
 
 from psycopg2 import sql
 
@@ -38,6 +41,18 @@ class PublishTarget:
     txid: str
     seq: int
     attempt: int
+
+
+@dataclass(frozen=True)
+class FileStage:
+    """Where process writes an attempt's parts as data files (onceflow.file_stage): in
+    `directory` (a URI or absolute path), as Parquet files of `schema` (a pyarrow.Schema
+    carrying the table's field ids), each recorded as a row of `files_table` (in the stage
+    target's schema)."""
+
+    directory: str
+    schema: Any
+    files_table: str
 
 
 @dataclass(frozen=True)
@@ -67,6 +82,11 @@ class Sink(ABC):
     @abstractmethod
     def stage_columns(self) -> tuple[str, ...]:
         """The data columns a staged row may hold (besides the TAG_COLUMNS)."""
+
+    def file_stage(self, pipeline: str, txid: str, attempt: int) -> FileStage | None:
+        """Where process writes an attempt's valid rows as data files, one per part (a sink
+        outside the database, bound to its output); None: they go to the stage table."""
+        return None
 
     def _stage(self) -> sql.Composed:
         return sql.SQL("{}.{}").format(
@@ -164,6 +184,11 @@ class Sink(ABC):
     def asset_uri(self, dsn: str) -> str:
         """The Airflow Asset of the published table (no credentials): postgres://host:port/
         database/schema/table, the form Airflow's PostgreSQL provider expects."""
+        return f"postgres://{self.database_address(dsn)}/{self.schema}/{self.table}"
+
+    @staticmethod
+    def database_address(dsn: str) -> str:
+        """host:port/database of the ledger's database (no credentials)."""
         from psycopg2.extensions import parse_dsn
 
         params = parse_dsn(dsn)
@@ -172,7 +197,7 @@ class Sink(ABC):
             host = "localhost"
         port = params.get("port") or "5432"
         database = params.get("dbname") or params.get("user") or "postgres"
-        return f"postgres://{host}:{port}/{database}/{self.schema}/{self.table}"
+        return f"{host}:{port}/{database}"
 
     # -- what each sink defines -----------------------------------------------------------
 
@@ -218,3 +243,57 @@ class Sink(ABC):
         the last committed records, a merge state the fold of its partials); one message
         per violation, at most `limit`."""
         return []
+
+
+@dataclass(frozen=True)
+class Publication:
+    """What a sink outside the ledger's database recorded in one of its own atomic commits:
+    the txid, seq and attempt it published, how many rows it added, and the commit's id in
+    the sink (an Iceberg snapshot id)."""
+
+    pipeline: str
+    txid: str
+    seq: int
+    attempt: int
+    records: int
+    ref: str
+
+
+@dataclass(frozen=True)
+class SinkReading:
+    """What step 1 read of a sink outside the database: the newest publication of the seq
+    (None: the sink records none) and the sink's state it saw, which publish_outside's
+    commit is conditional on (an Iceberg table's metadata: its current snapshot)."""
+
+    publication: Publication | None
+    state: Any
+
+
+class OutsideSink(Sink):
+    """A sink the commit's database transaction cannot reach (a lake table, a Kafka topic):
+    commit publishes in two idempotent steps around the ledger transaction
+    (onceflow.outside_commit), so `publish` and `unpublish` inside it do not exist; dead
+    letters are still the ledger's and published in its transaction."""
+
+    def publish(self, cur, t: PublishTarget) -> tuple[int, int]:
+        raise TypeError(
+            f"sink {self.schema}.{self.table} is outside the ledger's database: it publishes "
+            "in two steps (onceflow.outside_commit), not inside the commit transaction"
+        )
+
+    def unpublish(self, cur, t: PublishTarget) -> None:
+        self.publish(cur, t)  # the same refusal
+
+    @abstractmethod
+    def read(self, cur, t: PublishTarget) -> SinkReading:
+        """Step 1's read: the newest publication the sink records for t's pipeline and seq,
+        and the sink's state it was read at. `cur` is a cursor on the ledger's database."""
+
+    @abstractmethod
+    def publish_outside(
+        self, cur, t: PublishTarget, reading: SinkReading, replace: bool
+    ) -> Publication:
+        """Step 1's write: make attempt t.attempt's staged output visible in ONE atomic
+        commit of the sink that records t's pipeline, txid, seq and attempt, and with
+        `replace` removes the txid's earlier output in the same commit; conditional on the
+        sink being as `reading` found it (SinkMovedError otherwise, nothing published)."""

@@ -10,7 +10,7 @@ deletes them.
 A PostgreSQL crash truncates the UNLOGGED stage table: staged rows of uncommitted batches
 vanish while their ledger rows stay. That cannot be published silently: mark_staged checks
 that the parts' rows are there (has_staged), and commit compares the rows it publishes with
-the counts process recorded (ledger.commit -> _check_counts) and fails without committing
+the counts process recorded (ledger.commit -> check_staged_counts) and fails without committing
 anything; retrying process (clearing the run) stages the batch again.
 """
 

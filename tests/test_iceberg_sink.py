@@ -1,0 +1,363 @@
+"""The Iceberg sink beyond the Sink contract (test_sinks.py runs that for it too): the
+two-step commit (a crash between the sink and the ledger, commit twice, two committers at
+once, a zombie committer fenced by Iceberg's optimistic commit), re-runs as one overwrite
+snapshot, fenced attempts' files never referenced, the catalog in a schema of its own, the
+audit's Iceberg rules, and bad input.
+
+On a real PostgreSQL (the ledger and the SQL catalog) and a warehouse under tmp_path;
+rows are staged as process stages them (onceflow.stage.stage_part through the file stage).
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+from onceflow import ledger, outside_commit
+from onceflow.audit import run_audit
+from onceflow.db import transaction
+from onceflow.errors import (
+    CommitConflictError,
+    FencedAttemptError,
+    SinkMovedError,
+    SinkSchemaError,
+)
+from onceflow.failpoints import FailpointError
+from onceflow.sinks import PublishTarget, sink_for
+from onceflow.sinks.iceberg import CATALOG_SCHEMA, open_catalog
+from onceflow.stage import StageTarget, stage_part
+from onceflow.states import BatchState
+from test_sinks import FIELDS, T, bound, pipeline, process, published, records, snap
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def cfg(unique_name, tmp_path):
+    return pipeline(unique_name, "iceberg", tmp_path / "warehouse")
+
+
+def table(dsn, cfg):
+    sink = sink_for(cfg)
+    with transaction(dsn) as cur, open_catalog(cur, sink.warehouse) as catalog:
+        return catalog.load_table(sink.identifier)
+
+
+def snapshots(dsn, cfg, seq=None):
+    """(operation, summary) of the table's snapshots recording the pipeline (and seq)."""
+    out = []
+    for s in table(dsn, cfg).snapshots():
+        props = s.summary.additional_properties
+        if props.get("onceflow.pipeline") == cfg.name and (
+            seq is None or props.get("onceflow.seq") == str(seq)
+        ):
+            out.append((s.summary.operation.value, props))
+    return out
+
+
+def live_files(dsn, cfg):
+    return sorted(table(dsn, cfg).inspect.files().column("file_path").to_pylist())
+
+
+def batch_state(dsn, cfg, txid):
+    with transaction(dsn) as cur:
+        cur.execute(
+            "select state, published_attempt from onceflow.batches where pipeline = %s"
+            " and txid = %s",
+            (cfg.name, txid),
+        )
+        return cur.fetchone()
+
+
+def exactly_once(dsn, cfg):
+    report = run_audit(dsn, cfg)
+    assert report.violations == []
+    return report
+
+
+@pytest.fixture
+def failpoints_dir(tmp_path, monkeypatch):
+    d = tmp_path / "failpoints"
+    d.mkdir()
+    monkeypatch.setenv("ONCEFLOW_FAILPOINTS_DIR", str(d))
+    return d
+
+
+# -- the two-step commit ----------------------------------------------------------------
+
+
+def test_a_crash_between_the_sink_and_the_ledger_is_repaired_without_publishing_twice(
+    ledger_dsn, cfg, failpoints_dir
+):
+    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
+    process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2), (0, 2, "z", 3, "bad")])
+    (failpoints_dir / "commit.after_sink_publish@a").write_text("raise")
+    with pytest.raises(FailpointError):
+        ledger.commit(ledger_dsn, cfg, "a")
+    # the sink has seq 1, the ledger does not: offsets, state and dead letters rolled back
+    assert len(snapshots(ledger_dsn, cfg, seq=1)) == 1
+    assert batch_state(ledger_dsn, cfg, "a") == (BatchState.STAGED, None)
+    assert "has not committed" in " ".join(run_audit(ledger_dsn, cfg).violations)
+    res = ledger.commit(ledger_dsn, cfg, "a")  # the retry: finds seq 1, only the ledger step
+    assert (res.outcome, res.published, res.dead) == ("committed", 2, 1)
+    assert len(snapshots(ledger_dsn, cfg, seq=1)) == 1
+    assert published(ledger_dsn, cfg) == [(0, 0, "x", 1), (0, 1, "y", 2)]
+    report = exactly_once(ledger_dsn, cfg)
+    assert (report.records_in_sink, report.dead_lettered) == (2, 1)
+
+
+def test_lost_dead_letters_fail_the_ledger_step_and_a_new_attempt_replaces_the_snapshot(
+    ledger_dsn, cfg
+):
+    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
+    process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2), (0, 2, "z", 3, "bad")])
+    with transaction(ledger_dsn) as cur:  # the staged dead letter is lost (a database crash)
+        cur.execute(f'delete from "{cfg.sink_schema}".stage_items')
+    with pytest.raises(CommitConflictError, match="a new process attempt's commit replaces it"):
+        ledger.commit(ledger_dsn, cfg, "a")
+    assert batch_state(ledger_dsn, cfg, "a") == (BatchState.STAGED, None)
+    process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2), (0, 2, "z", 3, "bad")])
+    assert ledger.commit(ledger_dsn, cfg, "a").outcome == "committed"
+    assert [op for op, _ in snapshots(ledger_dsn, cfg, seq=1)] == ["append", "overwrite"]
+    assert published(ledger_dsn, cfg) == [(0, 0, "x", 1), (0, 1, "y", 2)]
+    report = exactly_once(ledger_dsn, cfg)
+    assert (report.records_in_sink, report.dead_lettered) == (2, 1)
+
+
+def test_commit_twice_makes_one_snapshot(ledger_dsn, cfg):
+    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
+    process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])
+    assert ledger.commit(ledger_dsn, cfg, "a").outcome == "committed"
+    assert ledger.commit(ledger_dsn, cfg, "a").outcome == "already-committed"
+    ((operation, summary),) = snapshots(ledger_dsn, cfg)
+    assert operation == "append"
+    assert {k: summary[k] for k in summary if k.startswith("onceflow.")} == {
+        "onceflow.pipeline": cfg.name,
+        "onceflow.txid": "a",
+        "onceflow.seq": "1",
+        "onceflow.attempt": "1",
+    }
+    assert summary["added-records"] == "2"
+
+
+def test_two_commit_processes_at_once_make_one_snapshot(ledger_dsn, cfg):
+    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
+    process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])
+    start = threading.Barrier(2)
+    outcomes, errors = [], []
+
+    def commit():
+        start.wait()
+        try:
+            outcomes.append(ledger.commit(ledger_dsn, cfg, "a").outcome)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=commit) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert errors == []
+    assert sorted(outcomes) == ["already-committed", "committed"]
+    assert len(snapshots(ledger_dsn, cfg, seq=1)) == 1
+    exactly_once(ledger_dsn, cfg)
+
+
+def test_a_zombie_committer_is_fenced_by_icebergs_optimistic_commit(ledger_dsn, cfg, monkeypatch):
+    """A committer that read the table before another one published the seq (it lost its
+    lock, say) loses the Iceberg commit, reads again, finds the seq and publishes nothing."""
+    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
+    process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])
+    sink, t = sink_for(cfg), PublishTarget(cfg.name, "a", 1, 1)
+    with transaction(ledger_dsn) as cur:
+        stale = sink.read(cur, t)  # the zombie's view: no snapshot of seq 1 yet
+    assert stale.publication is None
+    ledger.commit(ledger_dsn, cfg, "a")
+    with pytest.raises(SinkMovedError), transaction(ledger_dsn) as cur:
+        sink.publish_outside(cur, t, stale, replace=False)
+    assert len(snapshots(ledger_dsn, cfg, seq=1)) == 1
+    # the two-step commit's step 1 reads again after the conflict and finds seq 1
+    readings = [stale]
+    read = type(sink).read
+    monkeypatch.setattr(
+        type(sink), "read", lambda self, cur, t: readings.pop() if readings else read(self, cur, t)
+    )
+    with transaction(ledger_dsn) as cur:
+        again = outside_commit._publish(sink, cur, t, replace=False)
+    assert (readings, again.seq, again.attempt, again.records) == ([], 1, 1, 2)
+    assert len(snapshots(ledger_dsn, cfg, seq=1)) == 1
+    monkeypatch.undo()
+    exactly_once(ledger_dsn, cfg)
+
+
+# -- re-runs and fencing ------------------------------------------------------------------
+
+
+def test_a_rerun_replaces_the_txids_files_in_one_overwrite_snapshot(ledger_dsn, cfg):
+    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
+    ledger.plan(ledger_dsn, cfg, "b", snap({(T, 0): 3}))
+    process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])
+    process(ledger_dsn, cfg, "b", [(0, 2, "z", 3)])
+    ledger.commit(ledger_dsn, cfg, "a")
+    ledger.commit(ledger_dsn, cfg, "b")
+    b_files = [f for f in live_files(ledger_dsn, cfg) if "txid=b-" in f]
+    process(ledger_dsn, cfg, "a", [(0, 0, "x", 10), (0, 1, "y", 20, "refused now")])
+    assert ledger.commit(ledger_dsn, cfg, "a").outcome == "republished"
+    ((op1, first), (op2, rerun)) = snapshots(ledger_dsn, cfg, seq=1)
+    assert (op1, op2) == ("append", "overwrite")
+    assert (rerun["onceflow.attempt"], rerun["added-records"], rerun["deleted-records"]) == (
+        "2",
+        "1",
+        "2",
+    )
+    assert first["onceflow.attempt"] == "1"
+    assert published(ledger_dsn, cfg) == [(0, 0, "x", 10), (0, 2, "z", 3)]
+    files = live_files(ledger_dsn, cfg)
+    assert [f for f in files if "txid=b-" in f] == b_files  # b's files untouched
+    assert all("attempt=1" not in f for f in files if "txid=a-" in f)
+    assert batch_state(ledger_dsn, cfg, "a") == (BatchState.COMMITTED, 2)
+    exactly_once(ledger_dsn, cfg)
+
+
+def test_a_fenced_attempts_file_is_written_but_never_referenced(ledger_dsn, cfg):
+    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
+    old = ledger.claim_attempt(ledger_dsn, cfg.name, "a")
+    old_target = StageTarget.for_sink(ledger_dsn, bound(ledger_dsn, cfg), cfg.name, "a", 1)
+    stage_part(old_target, 0, [records((0, 0, "x", 100), (0, 1, "y", 100))])
+    process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])
+    with pytest.raises(FencedAttemptError):
+        stage_part(old_target, 1, [records((0, 0, "x", 100))])
+    with pytest.raises(FencedAttemptError):
+        ledger.mark_staged(ledger_dsn, cfg, "a", old.attempt, parts=1)
+    ledger.commit(ledger_dsn, cfg, "a")
+    on_disk = sorted(str(p) for p in Path(cfg.sink.warehouse).rglob("*.parquet"))
+    assert any("attempt=1" in p for p in on_disk)  # the zombie's file exists...
+    assert all("attempt=2" in f for f in live_files(ledger_dsn, cfg))  # ...and is not in the table
+    exactly_once(ledger_dsn, cfg)
+
+
+def test_a_part_whose_transaction_rolls_back_leaves_no_referenced_file(
+    ledger_dsn, cfg, failpoints_dir
+):
+    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
+    claim = ledger.claim_attempt(ledger_dsn, cfg.name, "a")
+    target = StageTarget.for_sink(ledger_dsn, bound(ledger_dsn, cfg), cfg.name, "a", claim.attempt)
+    (failpoints_dir / "stage.before_part_commit@a").write_text("raise")
+    with pytest.raises(FailpointError):  # file written, claim and file row rolled back
+        stage_part(target, 0, [records((0, 0, "x", 1), (0, 1, "y", 2))])
+    retried = stage_part(target, 0, [records((0, 0, "x", 1), (0, 1, "y", 2))])
+    assert (retried.rows, retried.skipped) == (2, False)
+    ledger.mark_staged(ledger_dsn, cfg, "a", claim.attempt, parts=1)
+    assert ledger.commit(ledger_dsn, cfg, "a").published == 2
+    assert len(list(Path(cfg.sink.warehouse).rglob("part-00000-*.parquet"))) == 2
+    assert len(live_files(ledger_dsn, cfg)) == 1
+    exactly_once(ledger_dsn, cfg)
+
+
+# -- the catalog and the table --------------------------------------------------------------
+
+
+def test_the_catalog_lives_in_a_schema_of_its_own(ledger_dsn, cfg):
+    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 1}))
+    process(ledger_dsn, cfg, "a", [(0, 0, "x", 1)])
+    with transaction(ledger_dsn) as cur:
+        cur.execute(
+            "select table_schema from information_schema.tables where table_name = 'iceberg_tables'"
+        )
+        assert cur.fetchall() == [(CATALOG_SCHEMA,)]
+        cur.execute(
+            f"select table_namespace, table_name from {CATALOG_SCHEMA}.iceberg_tables"
+            " where table_namespace = %s",
+            (cfg.sink_schema,),
+        )
+        assert cur.fetchall() == [(cfg.sink_schema, "items")]
+    t = table(ledger_dsn, cfg)
+    assert [f.name for f in t.schema().fields] == [
+        "topic",
+        "partition",
+        "epoch",
+        "offset",
+        "txid",
+        "sku",
+        "qty",
+    ]
+    assert t.location().startswith(cfg.sink.warehouse)
+    assert t.properties["commit.retry.num-retries"] == "0"
+
+
+def test_a_namespace_of_its_own_and_the_rows_txid_and_epoch(ledger_dsn, unique_name, tmp_path):
+    from onceflow.config import parse_pipeline
+
+    namespace = "lake_" + unique_name[2:]
+    cfg = parse_pipeline(
+        unique_name,
+        {
+            "topics": [T],
+            "transform": "inventory:transform",
+            "sink": {"kind": "iceberg", "table": f"{namespace}.items", "warehouse": str(tmp_path)},
+        },
+    )
+    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
+    process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])
+    ledger.commit(ledger_dsn, cfg, "a")
+    assert sink_for(cfg).identifier == (namespace, "items")
+    rows = table(ledger_dsn, cfg).scan(selected_fields=("txid", "epoch")).to_arrow()
+    assert rows.to_pylist() == [{"txid": "a", "epoch": 0}] * 2
+    exactly_once(ledger_dsn, cfg)
+
+
+def test_an_existing_table_that_does_not_fit_is_refused_naming_the_columns(ledger_dsn, cfg):
+    bound(ledger_dsn, cfg)  # creates the table with sku string, qty long
+    changed = [(n, "int" if n == "sku" else t) for n, t in FIELDS if n != "qty"]
+    changed.append(("price", "double"))
+    with pytest.raises(SinkSchemaError) as e, transaction(ledger_dsn) as cur:
+        sink_for(cfg).bind_output(cur, changed)
+    msg = str(e.value)
+    assert f"Iceberg table {cfg.sink_schema}.items exists but does not fit" in msg
+    assert "lacks column(s) ['price']" in msg
+    assert "sku is string, the output needs int" in msg
+
+
+def test_an_existing_table_with_an_extra_optional_column_is_used(ledger_dsn, cfg):
+    with transaction(ledger_dsn) as cur:  # a table made for an output with a `note` too
+        sink_for(cfg).bind_output(cur, [*FIELDS, ("note", "string")])
+    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
+    process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])  # without `note`
+    ledger.commit(ledger_dsn, cfg, "a")
+    rows = table(ledger_dsn, cfg).scan(selected_fields=("sku", "note")).to_arrow()
+    assert sorted(rows.to_pylist(), key=lambda r: r["sku"]) == [
+        {"sku": "x", "note": None},
+        {"sku": "y", "note": None},
+    ]
+    exactly_once(ledger_dsn, cfg)
+
+
+def test_an_unreachable_warehouse_is_a_clear_error(ledger_dsn, unique_name, tmp_path):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the warehouse folder should be")
+    cfg = pipeline(unique_name, "iceberg", blocker / "lake")
+    with pytest.raises(SinkSchemaError) as e, transaction(ledger_dsn) as cur:
+        sink_for(cfg).bind_output(cur, FIELDS)
+    assert f"Iceberg table {cfg.sink_schema}.items (warehouse {blocker / 'lake'})" in str(e.value)
+
+
+# -- the audit ----------------------------------------------------------------------------
+
+
+def test_the_audit_finds_a_seq_published_twice_and_its_records_twice(ledger_dsn, cfg):
+    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
+    process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])
+    ledger.commit(ledger_dsn, cfg, "a")
+    exactly_once(ledger_dsn, cfg)
+    t = table(ledger_dsn, cfg)
+    (summary,) = [s for _, s in snapshots(ledger_dsn, cfg)]
+    again = {k: v for k, v in summary.items() if k.startswith("onceflow.")}
+    t.add_files(live_files(ledger_dsn, cfg), again, check_duplicate_files=False)
+    report = run_audit(ledger_dsn, cfg)
+    assert report.verdict == "violated"
+    text = "\n".join(report.violations)
+    assert "seq 1 attempt 1 is published by 2 snapshots" in text
+    assert f"record {T}[0]@0 (epoch 0) is in the table 2 times" in text
+    assert "4 published + 0 dead letters != 2 records in its ranges" in text
