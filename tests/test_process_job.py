@@ -754,7 +754,8 @@ def test_short_error_picks_the_onceflow_error_from_a_spark_failure():
 @pytest.mark.unit
 def test_short_error_of_a_python_worker_is_the_error_it_raised():
     """A user transform's UDF whose module the executors cannot import: the ledger says so."""
-    mod = _process_module()
+    from onceflow import process as mod
+
     text = (
         "An exception was thrown from the Python worker:\n"
         "Traceback (most recent call last):\n"
