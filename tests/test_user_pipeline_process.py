@@ -328,8 +328,10 @@ def test_a_retried_task_that_finds_its_part_staged_still_counts_its_records(
     env, produced, tmp_path
 ):
     """A task dies after its part committed (the chaos harness's stage.after_part_commit);
-    Spark's retry finds the part staged and stages nothing, but still reads its range, so the
-    records read that Spark keeps (the retry's) are complete and the attempt is staged."""
+    Spark's retry finds the part staged and stages nothing. Spark keeps the records read of
+    the attempt that succeeded (the retry's), not the failed one's as well, so the count is
+    exact and the attempt is staged. (That the retry reads its whole range even when its
+    input spans many batches: test_process_job's ..._still_reads_its_input_to_the_end.)"""
     from onceflow import failpoints
 
     ends, sent = produced
