@@ -504,6 +504,42 @@ def test_task_fence_stages_a_part_once_per_attempt(env, first_run):
 
 
 @pytest.mark.integration
+def test_a_task_that_finds_its_part_staged_still_reads_its_input_to_the_end(
+    env, first_run, monkeypatch
+):
+    """The reader counts the records it hands on (the records-read check), and Spark keeps the
+    count of the task attempt that succeeded: a retried task that stages nothing must still
+    consume every batch, or the batch would look short of records."""
+    import pyarrow as pa
+    import pyspark
+    from onceflow.sinks.orders import OrdersSink
+    from onceflow.stage import StagePartFn, StageTarget
+
+    class Part0:
+        @staticmethod
+        def partitionId() -> int:  # noqa: N802 - TaskContext's name
+            return 0
+
+    monkeypatch.setattr(pyspark.TaskContext, "get", classmethod(lambda cls: Part0))
+    (attempt,) = query(
+        env, "select attempt from onceflow.batches where pipeline = %s and txid = 'run-1'", PIPELINE
+    )[0]
+    target = StageTarget.for_sink(
+        env["ONCEFLOW_POSTGRES_DSN"], OrdersSink("it_orders"), PIPELINE, "run-1", attempt
+    )
+    handed = []
+
+    def batches():
+        for offset in range(3):
+            handed.append(offset)
+            yield pa.RecordBatch.from_pydict({"offset": [offset], "error": ["x"]})
+
+    (msg,) = StagePartFn(target)(batches())  # part 0 of this attempt is staged already
+    assert msg.column("skipped").to_pylist() == [True]
+    assert handed == [0, 1, 2]
+
+
+@pytest.mark.integration
 def test_a_task_that_dies_before_its_commit_leaves_nothing(env, first_run, tmp_path, monkeypatch):
     import pyarrow as pa
     from onceflow import failpoints

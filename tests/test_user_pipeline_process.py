@@ -56,6 +56,11 @@ def duplicated(df):
     return transform(df).withColumn("n", F.explode(F.array(F.lit(1), F.lit(2)))).drop("n")
 
 
+def counting(df):
+    """Runs a Spark job of its own over the records (a count), then one row per record."""
+    return transform(df).withColumn("records_in_batch", F.lit(df.count()))
+
+
 def _upper(s):
     return None if s is None else s.upper()
 
@@ -152,6 +157,8 @@ def env(pg, broker, produced, tmp_path_factory):
         ("inv_filter", "filtered"),
         ("inv_dup", "duplicated"),
         ("inv_udf", "with_udf"),
+        ("inv_count", "counting"),
+        ("inv_retry", "transform"),
     ):
         text += (
             f'[pipelines.{name}]\ntopics = ["{TOPIC}"]\ntransform = "user_inventory:{fn}"\n'
@@ -347,6 +354,38 @@ def test_a_transform_that_filters_or_duplicates_is_refused_and_nothing_is_staged
     assert "a record-wise transform keeps one row per record" in last_error
     with pytest.raises(OnceflowError, match="process has not staged its output"):
         ledger.commit(env["ONCEFLOW_POSTGRES_DSN"], cfg(env, name), "run-1")
+
+
+def test_a_retried_task_that_finds_its_part_staged_still_counts_its_records(
+    env, produced, tmp_path
+):
+    """A task dies after its part committed (the chaos harness's stage.after_part_commit);
+    Spark's retry finds the part staged and stages nothing. Spark keeps the records read of
+    the attempt that succeeded (the retry's), not the failed one's as well, so the count is
+    exact and the attempt is staged. (That the retry reads its whole range even when its
+    input spans many batches: test_process_job's ..._still_reads_its_input_to_the_end.)"""
+    from onceflow import failpoints
+
+    ends, sent = produced
+    (tmp_path / "stage.after_part_commit@run-1").write_text("raise")
+    armed = dict(env, **{failpoints.ENV: str(tmp_path)})
+    proc, res = run(armed, "inv_retry", ends, "local[2,2]")  # two attempts per task
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "stage.after_part_commit\trun-1\traise" in (tmp_path / "fired.log").read_text()
+    assert res.published + res.dead == len(sent)
+    assert query(env, "select records_read from onceflow.batches where pipeline = 'inv_retry'") == [
+        (len(sent),)
+    ]
+
+
+def test_records_read_by_a_job_the_transform_runs_itself_are_not_counted(env, produced):
+    """Only the stage job's reads are the records read: a transform that counts its input
+    first (another job over the same ranges) is not refused for reading them twice."""
+    ends, sent = produced
+    proc, res = run(env, "inv_count", ends)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert res.published + res.dead == len(sent)
+    assert query(env, "select distinct records_in_batch from inv_count.stock") == [(len(sent),)]
 
 
 def test_the_transforms_module_is_shipped_to_executors_that_lack_it(env, produced):
