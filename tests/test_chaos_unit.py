@@ -549,6 +549,18 @@ def test_a_user_row_agrees_with_its_record_on_every_derivable_column():
     assert not check(Acked(1, b"sku-1", None), {"sku": "sku-1", "tombstone": False})
 
 
+def test_compared_columns_are_those_a_record_says():
+    from onceflow.chaos_truth import compared_columns
+
+    acked = {0: {(0, 0): Acked(0, b"s", b'{"quantity": 1}'), (0, 1): Acked(1, b"s", None)}}
+    rows = [
+        SinkRecord(0, 0, 0, "row", {"sku": "s", "quantity": 1, "computed": 2}),
+        SinkRecord(0, 0, 1, "row", {"sku": "s", "quantity": None, "tombstone": True}),
+        SinkRecord(0, 0, 9, "row", {"other": 1}),  # no record acknowledged there
+    ]
+    assert compared_columns(acked, rows, ("sku",)) == ["quantity", "sku"]
+
+
 # -- merge accounting: by counts per txid -----------------------------------------------------
 
 

@@ -61,6 +61,7 @@ from onceflow.chaos_truth import (
     SinkRecord,
     account,
     account_counted,
+    compared_columns,
     fields_row,
     merge_projection,
     merge_totals,
@@ -1809,17 +1810,20 @@ class Harness:
             table, row_agrees = "orders", orders_row
             published = read.rows(table)
             rows = [SinkRecord(*_coord(r), "row", r["order_id"]) for r in published]
+            compared = ["order_id"]
         else:
             table = self.sink.versions_table if self.mode == "upsert" else self.sink.table
             row_agrees = fields_row(key)
             published = read.rows(table)
             rows = [SinkRecord(*_coord(r), "row", _user_columns(r)) for r in published]
+            compared = compared_columns(acked, rows, key)
         counts = account(acked, rows + dead, *args, row_agrees=row_agrees, dead_values_kept=kept)
         checks = [
             _check(
                 f"{table} rows + dead letters = acknowledged records, by coordinates; each "
                 f"row's derivable columns and each dead letter ({note}) are its record's",
                 _count_violations(counts),
+                columns_compared=compared,
             )
         ]
         if self.mode == "upsert":
@@ -1834,6 +1838,7 @@ class Harness:
                     "partition, offset), no row after a tombstone",
                     upsert_truth(acked, read.committed_ranges(), versions, current, key),
                     keys=len(current),
+                    columns_compared=[c for c in compared if c != "tombstone"],
                 )
             )
         return counts, checks

@@ -175,6 +175,19 @@ def disagreeing(columns: dict[str, Any], record: Acked, key_columns: tuple[str, 
     return [c for c, v in columns.items() if c in fields and not agrees(v, fields[c])]
 
 
+def compared_columns(
+    acked: AckedMap, rows: Iterable[SinkRecord], key_columns: tuple[str, ...]
+) -> list[str]:
+    """The columns of published rows (ident: their columns) that the content check compared
+    with their record at least once: what `fields_row` proves, for the report."""
+    out: set[str] = set()
+    for rec in rows:
+        record = acked.get(rec.epoch, {}).get((rec.partition, rec.offset))
+        if record is not None:
+            out |= set(rec.ident) & set(derived_fields(record, key_columns))
+    return sorted(out)
+
+
 # ---------------------------------------------------------------------------------------------
 # the content of one published row / dead letter
 
