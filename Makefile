@@ -60,12 +60,12 @@ system-deps:
 	  else echo "system-deps:$${need_dc:+ docker-compose}$${need_chromium:+ chromium}$${need_jdbc:+ libpostgresql-jdbc-java} missing and not root; the tests (and bench measurements) needing them will be skipped"; fi; \
 	fi
 
-## demo: set up, start the stack, produce 100k events, run 3 DAG runs through the scheduler, print the audit
+## demo: set up, start the stack and run the three example pipelines (orders, inventory: upsert,
+##       pageviews: merge): produce their records, trigger the runs through the scheduler, audit
+##       each with --reread, print a summary (onceflow demo); again: more records, still exactly-once
 demo: setup
 	$(ONCEFLOW) up
-	$(ONCEFLOW) produce --pipeline orders --count 100000
-	$(ONCEFLOW) trigger --pipeline orders --runs 3 --prefix demo
-	$(ONCEFLOW) audit --pipeline orders --reread
+	$(ONCEFLOW) demo
 
 ## lint: ruff check and format check
 lint: setup

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from onceflow.config import PipelineConfig, get_pipeline, load_pipelines
+from onceflow.demo import PIPELINES as DEMO_PIPELINES
 from onceflow.errors import OnceflowError
 from onceflow.settings import Settings
 from onceflow.states import BatchState
@@ -68,6 +69,7 @@ def cmd_produce(args: argparse.Namespace, settings: Settings) -> int:
     from onceflow import broker, producer
 
     cfg = _pipeline(settings, args.pipeline)
+    sample = producer.sample_for(cfg.transform, args.malformed_rate)
     topic = args.topic or cfg.topics[0]
     created = broker.create_topic(settings.kafka_bootstrap, topic, args.partitions)
     print(
@@ -79,13 +81,13 @@ def cmd_produce(args: argparse.Namespace, settings: Settings) -> int:
         topic,
         args.partitions,
         args.count,
-        malformed_rate=args.malformed_rate,
+        sample=sample,
         seed=args.seed,
         start=args.start,
         progress=lambda acked: print(f"  produced {acked}/{args.count}", flush=True),
     )
     took = time.monotonic() - started
-    print(f"produced {n} events to {topic} in {took:.1f}s ({n / max(took, 1e-9):,.0f}/s)")
+    print(f"produced {n} records to {topic} in {took:.1f}s ({n / max(took, 1e-9):,.0f}/s)")
     return 0
 
 
@@ -136,29 +138,104 @@ def cmd_audit(args: argparse.Namespace, settings: Settings) -> int:
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     else:
-        print(f"audit of pipeline {cfg.name}: {report.verdict}")
-        for key in (
-            "batches",
-            "batches_committed",
-            "records_in_ranges",
-            "records_in_sink",
-            "dead_lettered",
-            "gaps",
-            "overlaps",
-            "duplicates",
-        ):
-            print(f"  {key:<20} {getattr(report, key)}")
-        print(f"  {'reread_from_broker':<20} {report.reread_from_broker}")
-        if report.reread_skipped:
-            print(
-                f"  {'reread_skipped':<20} {report.reread_skipped} committed txid(s) whose records"
-                " the broker no longer holds (retention or a reset): counted from the ledger"
-            )
-        for loss in report.loss_events:
-            print(f"  loss event: {loss}")
-        for v in report.violations:
-            print(f"  VIOLATION: {v}")
+        _print_audit(cfg, report)
     return 0 if report.verdict == "exactly-once" else 1
+
+
+def _print_audit(cfg: PipelineConfig, report) -> None:
+    print(f"audit of pipeline {cfg.name}: {report.verdict}")
+    for key in (
+        "batches",
+        "batches_committed",
+        "records_in_ranges",
+        "records_in_sink",
+        "dead_lettered",
+        "gaps",
+        "overlaps",
+        "duplicates",
+    ):
+        print(f"  {key:<20} {getattr(report, key)}")
+    print(f"  {'reread_from_broker':<20} {report.reread_from_broker}")
+    if report.reread_skipped:
+        print(
+            f"  {'reread_skipped':<20} {report.reread_skipped} committed txid(s) whose records"
+            " the broker no longer holds (retention or a reset): counted from the ledger"
+        )
+    for loss in report.loss_events:
+        print(f"  loss event: {loss}")
+    for v in report.violations:
+        print(f"  VIOLATION: {v}")
+
+
+def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
+    from onceflow import demo
+    from onceflow.airflow_api import AirflowClient
+    from onceflow.audit import run_audit
+
+    pipelines = load_pipelines(settings.pipelines_file)
+    missing = [name for name, _ in demo.PIPELINES if name not in pipelines]
+    if missing:
+        raise OnceflowError(
+            f"{settings.pipelines_file} lacks the demo pipeline(s) {missing}; the demo runs "
+            f"{[name for name, _ in demo.PIPELINES]} as dags/pipelines.toml defines them"
+        )
+    cfgs = [(pipelines[name], count) for name, count in demo.PIPELINES]
+    dsn, bootstrap = settings.postgres_dsn, settings.kafka_bootstrap
+    for cfg, count in cfgs:
+        started = time.monotonic()
+        start, n = demo.produce(
+            bootstrap,
+            cfg,
+            count,
+            progress=lambda acked, name=cfg.name, count=count: print(
+                f"  {name}: {acked}/{count}", flush=True
+            ),
+        )
+        print(
+            f"produced {n} {cfg.name} records {start}..{start + n - 1} to {cfg.topics[0]}"
+            f" in {time.monotonic() - started:.1f}s",
+            flush=True,
+        )
+    client = AirflowClient(settings.airflow_url, settings.airflow_user, settings.airflow_password)
+    runs = {}
+    for cfg, _ in cfgs:
+        client.wait_for_dag(cfg.dag_id, timeout=args.timeout)
+        client.unpause(cfg.dag_id)
+        runs[cfg.dag_id] = new_run_ids(f"demo_{cfg.name}", demo.runs_to_drain(dsn, bootstrap, cfg))
+        for run_id in runs[cfg.dag_id]:
+            client.trigger(cfg.dag_id, run_id)
+        print(f"triggered {len(runs[cfg.dag_id])} run(s) of {cfg.dag_id}", flush=True)
+    deadline = time.monotonic() + args.timeout
+    failed = []
+    for dag_id, run_ids in runs.items():
+        states = client.wait_for_runs(
+            dag_id, run_ids, timeout=max(1.0, deadline - time.monotonic())
+        )
+        failed += [f"{dag_id} {r}: {s}" for r, s in states.items() if s != "success"]
+    summary, verdicts = [], []
+    for cfg, _ in cfgs:
+        report = run_audit(dsn, cfg, reread_counter(settings))
+        _print_audit(cfg, report)
+        verdicts.append(report.verdict)
+        table, rows = demo.sink_rows(dsn, cfg)
+        summary.append(
+            {
+                "pipeline": cfg.name,
+                "audit": report.verdict,
+                "batches": report.batches_committed,
+                "records": report.records_in_ranges,
+                "dead_letters": report.dead_lettered,
+                "table": table,
+                "rows": rows,
+            }
+        )
+    print()
+    _print_table(
+        summary, ("pipeline", "audit", "batches", "records", "dead_letters", "table", "rows")
+    )
+    for f in failed:
+        print(f"run did not succeed: {f}; see its task logs in the Airflow UI", file=sys.stderr)
+    return 0 if not failed and all(v == "exactly-once" for v in verdicts) else 1
 
 
 def _table(rows: list[dict], columns: Sequence[str]) -> str:
@@ -423,7 +500,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="onceflow",
         description="Exactly-once micro-batches from Kafka through Spark, orchestrated by Airflow.",
-        epilog="Quick start: onceflow up && onceflow produce --count 100000 && onceflow trigger --runs 3 && onceflow audit",
+        epilog="Quick start: onceflow up && onceflow demo (or: onceflow produce --pipeline orders"
+        " --count 100000 && onceflow trigger --pipeline orders --runs 3 && onceflow audit"
+        " --pipeline orders)",
     )
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -465,24 +544,28 @@ def build_parser() -> argparse.ArgumentParser:
     sp = add(
         "produce",
         cmd_produce,
-        "Produce demo order events (about 1%% malformed) to the pipeline's topic.",
-        "onceflow produce --count 100000",
+        "Produce demo records to the pipeline's topic: order events (1 in 100 malformed) for "
+        "the built-in orders transform, else the records of the `sample` function in the "
+        "transform's module.",
+        "onceflow produce --pipeline inventory --count 20000",
     )
     sp.add_argument("--pipeline", help="pipeline name (default: the only one configured)")
     sp.add_argument("--topic", help="topic (default: the pipeline's first topic)")
-    sp.add_argument("--count", type=int, default=100_000, help="events to produce (default 100000)")
+    sp.add_argument(
+        "--count", type=int, default=100_000, help="records to produce (default 100000)"
+    )
     sp.add_argument(
         "--partitions", type=int, default=4, help="partitions when creating the topic (default 4)"
     )
     sp.add_argument(
         "--malformed-rate",
         type=float,
-        default=0.01,
-        help="share of malformed events (default 0.01)",
+        help="share of malformed order events (default 0.01; the built-in orders transform "
+        "only: a user transform's sample decides its own mix)",
     )
     sp.add_argument("--seed", type=int, default=42, help="random seed (default 42)")
     sp.add_argument(
-        "--start", type=int, default=0, help="first event number, to continue a series (default 0)"
+        "--start", type=int, default=0, help="first record number, to continue a series (default 0)"
     )
 
     sp = add(
@@ -513,6 +596,19 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="re-read every committed range from the broker and count its records (txids "
         "whose records retention has deleted since keep the ledger's count, and are reported)",
+    )
+    sp = add(
+        "demo",
+        cmd_demo,
+        "Run the shipped example pipelines on the running stack: produce "
+        + ", ".join(f"{n:,} {name}" for name, n in DEMO_PIPELINES)
+        + " records (continuing each series), trigger the runs each backlog needs, audit each "
+        "with --reread and print a summary; exits 1 unless every run succeeded and every "
+        "audit says exactly-once.",
+        "onceflow up && onceflow demo",
+    )
+    sp.add_argument(
+        "--timeout", type=float, default=1800, help="seconds to wait for the runs (default 1800)"
     )
     sp = add(
         "ledger",

@@ -21,6 +21,14 @@ which the stage keeps for dead letters, and whose `value` being null makes the r
 tombstone for an upsert sink. `check_output` states this contract once, before anything is
 staged. The module is looked up in the spark_jobs folder (settings.spark_jobs_dir) first,
 then on sys.path (any installed package).
+
+A user transform's module may also define `sample(i: int, rng: random.Random) ->
+(key: bytes | None, value: bytes | None)`, the i-th demo record of its topic, a deterministic
+function of i and the state of rng (a value None is a tombstone).
+`onceflow produce --pipeline NAME` (onceflow.producer) and the chaos harness produce the
+pipeline's test records with it; processing never calls it, so it is optional: without it
+a pipeline runs as well, only those two commands refuse it.
+spark_jobs/inventory.py and spark_jobs/pageviews.py are examples of both functions.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterable
 from importlib import import_module
+from types import ModuleType
 from typing import Any
 
 from onceflow.config import TRANSFORMS, SinkConfig
@@ -64,6 +73,27 @@ def load_transform(spec: str) -> Callable[[Any], Any]:
     function "module:function"; raises TransformError saying what is missing and where."""
     if spec in TRANSFORMS:
         return get_transform(spec)
+    module = load_module(spec)
+    function = spec.partition(":")[2]
+    where = getattr(module, "__file__", None) or module.__name__
+    if not hasattr(module, function):
+        raise TransformError(
+            f"transform {spec!r}: module {module.__name__!r} ({where}) has no attribute "
+            f"{function!r}"
+        )
+    fn = getattr(module, function)
+    if not callable(fn):
+        raise TransformError(
+            f"transform {spec!r}: {module.__name__}.{function} ({where}) is a "
+            f"{type(fn).__name__}, not a function DataFrame -> DataFrame"
+        )
+    return fn
+
+
+def load_module(spec: str) -> ModuleType:
+    """The module of a user transform "module:function", looked up in the spark_jobs folder
+    (settings.spark_jobs_dir) first, then on sys.path; raises TransformError naming the
+    module and where it was searched."""
     module_name, sep, function = spec.partition(":")
     if not sep or not module_name or not function:
         raise TransformError(f"transform {spec!r} is not 'module:function'")
@@ -73,7 +103,7 @@ def load_transform(spec: str) -> Callable[[Any], Any]:
     if jobs not in sys.path:
         sys.path.insert(0, jobs)
     try:
-        module = import_module(module_name)
+        return import_module(module_name)
     except ModuleNotFoundError as e:
         if e.name is not None and (module_name == e.name or module_name.startswith(e.name + ".")):
             raise TransformError(
@@ -85,18 +115,6 @@ def load_transform(spec: str) -> Callable[[Any], Any]:
             f"transform {spec!r}: module {module_name!r} imports {e.name!r}, which is not "
             "installed for this Python"
         ) from e
-    where = getattr(module, "__file__", None) or module_name
-    if not hasattr(module, function):
-        raise TransformError(
-            f"transform {spec!r}: module {module_name!r} ({where}) has no attribute {function!r}"
-        )
-    fn = getattr(module, function)
-    if not callable(fn):
-        raise TransformError(
-            f"transform {spec!r}: {module_name}.{function} ({where}) is a "
-            f"{type(fn).__name__}, not a function DataFrame -> DataFrame"
-        )
-    return fn
 
 
 def user_columns(columns: Iterable[str]) -> tuple[str, ...]:

@@ -1,0 +1,75 @@
+"""`onceflow demo`: the shipped example pipelines end to end on the running stack.
+
+Each pipeline gets its demo records (onceflow.producer, continuing its series, so a second
+demo adds new records instead of repeating them), as many DAG runs as its backlog needs at
+its per-batch cap, and an audit that re-reads the committed ranges from the broker. These
+are the helpers; onceflow.cli.cmd_demo runs and reports them.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the CLI reads PIPELINES at start; the clients load when the demo runs
+    from onceflow.config import PipelineConfig
+
+#: (pipeline, records produced per demo): the built-in transform, an upsert and a merge sink
+PIPELINES = (("orders", 100_000), ("inventory", 20_000), ("pageviews", 50_000))
+PARTITIONS = 4
+
+
+def produce(bootstrap: str, cfg: PipelineConfig, count: int, progress=None) -> tuple[int, int]:
+    """Produce `count` records of the pipeline's sample to its first topic, after the ones
+    already there (the demo is the topic's only producer: its end offsets count them);
+    returns (the first record's number, records acknowledged)."""
+    from onceflow import broker, producer
+
+    topic = cfg.topics[0]
+    broker.create_topic(bootstrap, topic, PARTITIONS)
+    start = sum(broker.snapshot(bootstrap, cfg.name, (topic,)).ends.values())
+    n = producer.produce(
+        bootstrap,
+        topic,
+        PARTITIONS,
+        count,
+        sample=producer.sample_for(cfg.transform),
+        start=start,
+        progress=progress,
+    )
+    return start, n
+
+
+def runs_to_drain(dsn: str, bootstrap: str, cfg: PipelineConfig) -> int:
+    """How many runs plan the pipeline's whole backlog: the largest partition's records not
+    yet planned over the per-batch cap (at least one run)."""
+    from onceflow import broker, views
+
+    snap = broker.snapshot(bootstrap, cfg.name, cfg.topics)
+    planned = {
+        (r["topic"], r["partition"]): r["planned_offset"] or r["committed_offset"]
+        for r in views.partitions(dsn, cfg.name)
+    }
+    backlog = max(
+        end - planned.get(tp, snap.beginnings[tp] if cfg.starting_position == "earliest" else end)
+        for tp, end in snap.ends.items()
+    )
+    cap = cfg.max_records_per_partition
+    return max(1, math.ceil(backlog / cap)) if cap else 1
+
+
+def sink_rows(dsn: str, cfg: PipelineConfig) -> tuple[str, int]:
+    """The pipeline's published table (schema.table) and how many rows it holds now."""
+    from psycopg2 import sql
+
+    from onceflow.db import transaction
+    from onceflow.sinks import sink_for
+
+    sink = sink_for(cfg)
+    with transaction(dsn) as cur:
+        cur.execute(
+            sql.SQL("select count(*) from {}.{}").format(
+                sql.Identifier(sink.schema), sql.Identifier(sink.table)
+            )
+        )
+        return f"{sink.schema}.{sink.table}", int(cur.fetchone()[0])

@@ -1,0 +1,250 @@
+"""The shipped example transforms (spark_jobs/inventory.py, spark_jobs/pageviews.py) in a
+local SparkSession, loaded as process loads them ("inventory:transform"): valid records,
+tombstones, each refusal reason in rule order, and their own demo samples."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import random
+import sys
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration  # needs a JVM (local Spark), no other service
+
+ROOT = Path(__file__).resolve().parents[1]
+UTC = dt.UTC
+READER_SCHEMA = (
+    "topic string, partition int, offset bigint, key binary, value binary, timestamp timestamp"
+)
+
+
+@pytest.fixture(scope="module")
+def spark():
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[1]")
+        .appName("test_example_transforms")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.memory", "512m")
+        .config("spark.sql.shuffle.partitions", "1")
+        # The transforms must not depend on the session time zone.
+        .config("spark.sql.session.timeZone", "America/New_York")
+        .getOrCreate()
+    )
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def pipelines():
+    from onceflow.config import load_pipelines
+
+    return load_pipelines(ROOT / "dags" / "pipelines.toml")
+
+
+def module(name):
+    from onceflow.transforms import load_module
+
+    return load_module(f"{name}:transform")
+
+
+def run(spark, name, records):
+    """records: (key, value) -> the transform's output rows as dicts, in input order."""
+    from onceflow.transforms import load_transform
+
+    rows = [("t", 0, i, k, v, None) for i, (k, v) in enumerate(records)]
+    out = load_transform(f"{name}:transform")(spark.createDataFrame(rows, READER_SCHEMA))
+    return [r.asDict() for r in out.orderBy("offset").collect()]
+
+
+def fits_its_sink(spark, pipelines, name):
+    """The output passes process's contract check and every user column has a PostgreSQL type."""
+    from onceflow.sinks.postgres import output_columns
+    from onceflow.transforms import check_output, load_transform
+
+    cfg = pipelines[name]
+    out = load_transform(cfg.transform)(spark.createDataFrame([], READER_SCHEMA))
+    check_output(cfg.transform, name, out.columns, cfg.sink)
+    return {
+        c.name: c.type
+        for c in output_columns((f.name, f.dataType.simpleString()) for f in out.schema.fields)
+    }
+
+
+# -- inventory -------------------------------------------------------------------------------
+
+UPDATE = {
+    "sku": "sku-00042",
+    "warehouse": "ams-1",
+    "quantity": 12,
+    "unit_price": 9.95,
+    "ts": "2026-11-21T08:00:00+02:00",
+}
+
+
+def update(**changes) -> bytes:
+    u = {**UPDATE, **changes}
+    return json.dumps({k: v for k, v in u.items() if v is not DROP}).encode()
+
+
+DROP = object()
+KEY = b"sku-00042"
+
+
+def test_inventory_fits_an_upsert_sink_by_sku(spark, pipelines):
+    assert pipelines["inventory"].sink.mode == "upsert"
+    assert fits_its_sink(spark, pipelines, "inventory") == {
+        "sku": "text",
+        "warehouse": "text",
+        "quantity": "bigint",
+        "unit_price": "numeric(12,2)",
+        "ts": "timestamp with time zone",
+    }
+
+
+def test_inventory_update_and_tombstone(spark):
+    valid, no_zone, tombstone = run(
+        spark,
+        "inventory",
+        [(KEY, update()), (KEY, update(ts="2026-11-21 08:00:00.5", unit_price=3)), (KEY, None)],
+    )
+    assert valid["error"] is None
+    assert (valid["sku"], valid["warehouse"], valid["quantity"]) == ("sku-00042", "ams-1", 12)
+    assert valid["unit_price"] == Decimal("9.95")
+    assert valid["ts"].astimezone(UTC) == dt.datetime(2026, 11, 21, 6, tzinfo=UTC)
+    assert (valid["key"], valid["value"]) == (bytearray(KEY), bytearray(update()))
+    # a time without a zone is UTC, whatever the session's time zone
+    assert no_zone["ts"].astimezone(UTC) == dt.datetime(2026, 11, 21, 8, 0, 0, 500000, tzinfo=UTC)
+    assert no_zone["unit_price"] == Decimal("3.00") and no_zone["error"] is None
+    # a tombstone keeps its sku (from the key) and its null value: the sink deletes the sku
+    assert tombstone["error"] is None and tombstone["value"] is None
+    assert tombstone["sku"] == "sku-00042"
+    assert tombstone["quantity"] is None and tombstone["warehouse"] is None
+
+
+INVENTORY_REFUSED = [
+    (None, update(), "key is null (it is the sku)"),
+    (None, None, "key is null (it is the sku)"),  # a tombstone needs its key
+    (b"\xff\xfe", update(), "key is not valid UTF-8"),
+    (b" ", update(), "key is empty"),
+    (KEY, b"\xff\xfe not utf-8", "value is not valid UTF-8"),
+    (KEY, update()[:-3], "malformed JSON: not an object"),
+    (KEY, update() + b" x", "malformed JSON: not an object"),
+    (KEY, b"[1, 2]", "malformed JSON: not an object"),
+    (KEY, b'"sku-00042"', "malformed JSON: not an object"),
+    (KEY, update(sku=DROP), "missing field 'sku'"),
+    (KEY, update(warehouse=None), "missing field 'warehouse'"),
+    (KEY, update(quantity=DROP), "missing field 'quantity'"),
+    (KEY, update(unit_price=DROP), "missing field 'unit_price'"),
+    (KEY, update(ts=DROP), "missing field 'ts'"),
+    (KEY, update(sku=42), "field 'sku' is not a string"),
+    (KEY, update(warehouse=["ams-1"]), "field 'warehouse' is not a string"),
+    (KEY, update(quantity="12"), "field 'quantity' is not an integer"),
+    (KEY, update(quantity=12.5), "field 'quantity' is not an integer"),
+    (KEY, update(unit_price="9.95"), "field 'unit_price' is not a number"),
+    (KEY, update(ts=1700000000), "field 'ts' is not a string"),
+    (KEY, update(sku="sku-00043"), "field 'sku' (sku-00043) is not the key (sku-00042)"),
+    (KEY, update(quantity=-1), "field 'quantity' is negative"),
+    (KEY, update(unit_price=1e12), "field 'unit_price' does not fit decimal(12,2)"),
+    (KEY, update(unit_price=-0.01), "field 'unit_price' is negative"),
+    (KEY, update(ts="yesterday"), "field 'ts' is not an ISO-8601 timestamp"),
+    (KEY, update(ts="2026-13-01T00:00:00Z"), "field 'ts' is not an ISO-8601 timestamp"),
+]
+
+
+def test_inventory_refusals_name_the_first_failing_rule(spark):
+    out = run(spark, "inventory", [(k, v) for k, v, _ in INVENTORY_REFUSED])
+    assert [r["error"] for r in out] == [why for _, _, why in INVENTORY_REFUSED]
+    # a refused record publishes nothing of its value; key and value go to its dead letter
+    assert all(r["quantity"] is None and r["ts"] is None for r in out)
+    assert [(r["key"], r["value"]) for r in out] == [
+        (k and bytearray(k), v and bytearray(v)) for k, v, _ in INVENTORY_REFUSED
+    ]
+
+
+# -- pageviews -------------------------------------------------------------------------------
+
+VIEW = {"page": "/p/17", "user": "u00042", "ts": "2026-11-21T08:00:59.999Z", "dwell_ms": 5300}
+
+
+def view(**changes) -> bytes:
+    v = {**VIEW, **changes}
+    return json.dumps({k: x for k, x in v.items() if x is not DROP}).encode()
+
+
+def test_pageviews_fits_a_merge_sink_by_page_and_minute(spark, pipelines):
+    sink = pipelines["pageviews"].sink
+    assert (sink.mode, sink.key, sink.aggregates) == (
+        "merge",
+        ("page", "minute"),
+        ("views", "dwell_ms"),
+    )
+    assert fits_its_sink(spark, pipelines, "pageviews") == {
+        "page": "text",
+        "minute": "timestamp with time zone",
+        "views": "bigint",
+        "dwell_ms": "bigint",
+    }
+
+
+def test_pageviews_one_view_per_record_in_its_minute(spark):
+    a, b = run(spark, "pageviews", [(b"u1", view()), (None, view(ts="2026-11-21 08:01:00+01:00"))])
+    assert a["error"] is None and b["error"] is None
+    assert (a["page"], a["views"], a["dwell_ms"]) == ("/p/17", 1, 5300)
+    assert a["minute"].astimezone(UTC) == dt.datetime(2026, 11, 21, 8, 0, tzinfo=UTC)
+    assert b["minute"].astimezone(UTC) == dt.datetime(2026, 11, 21, 7, 1, tzinfo=UTC)
+
+
+PAGEVIEWS_REFUSED = [
+    (None, "value is null"),
+    (b"\xff\xfe not utf-8", "value is not valid UTF-8"),
+    (view()[:-2], "malformed JSON: not an object"),
+    (b"[]", "malformed JSON: not an object"),
+    (view(page=DROP), "missing field 'page'"),
+    (view(user=None), "missing field 'user'"),
+    (view(ts=DROP), "missing field 'ts'"),
+    (view(dwell_ms=DROP), "missing field 'dwell_ms'"),
+    (view(page=17), "field 'page' is not a string"),
+    (view(user=42), "field 'user' is not a string"),
+    (view(ts=True), "field 'ts' is not a string"),
+    (view(dwell_ms=5300.5), "field 'dwell_ms' is not an integer"),
+    (view(page="p/17"), "field 'page' does not start with '/'"),
+    (view(dwell_ms=-1), "field 'dwell_ms' is negative"),
+    (view(ts="21/11/2026 08:00"), "field 'ts' is not an ISO-8601 timestamp"),
+]
+
+
+def test_pageviews_refusals_name_the_first_failing_rule(spark):
+    out = run(spark, "pageviews", [(b"u1", v) for v, _ in PAGEVIEWS_REFUSED])
+    assert [r["error"] for r in out] == [why for _, why in PAGEVIEWS_REFUSED]
+    # nothing of a refused record is counted: the merge sink never sees its key null or not
+    assert all(r["views"] is None and r["page"] is None for r in out)
+
+
+# -- the demo samples through their transforms -----------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["inventory", "pageviews"])
+def test_each_sample_kind_is_what_its_transform_makes_of_it(spark, name):
+    """The sample's ~1% malformed records are exactly the ones the transform refuses, with
+    several reasons; everything else is accepted (inventory: ~5% of it tombstones)."""
+    rng = random.Random(5)
+    records = [module(name).sample(i, rng) for i in range(4000)]
+    out = run(spark, name, records)
+    refused = [r["error"] for r in out if r["error"] is not None]
+    assert 0.005 * len(out) < len(refused) < 0.02 * len(out)
+    assert len(set(refused)) >= 6, set(refused)
+    tombstones = sum(1 for r in out if r["error"] is None and r["value"] is None)
+    if name == "inventory":
+        assert 0.035 * len(out) < tombstones < 0.065 * len(out)
+        assert len({r["sku"] for r in out if r["error"] is None}) <= 500
+    else:
+        assert tombstones == 0
