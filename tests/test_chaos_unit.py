@@ -474,14 +474,14 @@ def test_record_source_is_the_transform_module_s_sample(tmp_path, monkeypatch):
     (tmp_path / "chaos_nosample_mod.py").write_text("def transform(df):\n    return df\n")
     monkeypatch.setenv("ONCEFLOW_SPARK_JOBS", str(tmp_path))
     monkeypatch.setattr(sys, "path", list(sys.path))
-    source = chaos.record_source("chaos_sample_mod:transform", seed=5, malformed_rate=0.5)
+    source = chaos.record_source("chaos_sample_mod:transform", seed=5, malformed_rate=None)
     first = list(source(0, 6))
     assert [k for k, _ in first] == [b"k%d" % i for i in range(6)]
     assert first[0][1] is None and first[3][1] is None  # tombstones pass through
     assert first == list(source(0, 6))  # a series is a function of (seed, start)
     assert list(source(4, 2))[0][0] == b"k4"
-    with pytest.raises(TransformError, match="defines no sample"):
-        chaos.record_source("chaos_nosample_mod:transform", seed=5, malformed_rate=0.01)
+    with pytest.raises(TransformError, match="defines no function sample"):
+        chaos.record_source("chaos_nosample_mod:transform", seed=5, malformed_rate=None)
 
 
 def test_record_source_of_orders_is_the_orders_events():

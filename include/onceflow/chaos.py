@@ -269,7 +269,7 @@ class Options:
     max_minutes: float = 120.0
     keep: bool = False
     report: Path = PROJECT_ROOT / "chaos-report.json"
-    malformed_rate: float = 0.01  # orders events only: a user's sample decides its own mix
+    malformed_rate: float | None = None  # orders events only (None: the producer's default)
     only: tuple[str, ...] = ()  # fault kinds to inject (default: all)
     pipeline: str | None = None  # a pipeline of pipelines_file (default: DEFAULT_PIPELINE)
     pipelines_file: Path | None = None  # the user's (default: settings.pipelines_file)
@@ -388,37 +388,15 @@ def _now() -> float:
 Records = Callable[[int, int], Iterable[tuple[bytes | None, bytes | None]]]
 
 
-def record_source(transform: str, seed: int, malformed_rate: float) -> Records:
-    """(start, count) -> records start..start+count of the pipeline's series, as (key, value):
-    the orders events (malformed_rate of them malformed) for the built-in transform, else
-    the transform module's `sample(i, rng)` with rng = Random(seed + start), which decides
-    its own mix of malformed records and tombstones."""
-    from onceflow.producer import events
+def record_source(transform: str, seed: int, malformed_rate: float | None) -> Records:
+    """(start, count) -> records start..start+count of the pipeline's series `seed`, as
+    (key, value) (onceflow.producer.records): the orders events (malformed_rate of them
+    malformed, None: the default) for the built-in transform, else the transform module's
+    `sample(i, rng)`, which decides its own mix of malformed records and tombstones."""
+    from onceflow.producer import records, sample_for
 
-    if transform == "orders":
-        return lambda start, count: events(
-            count, malformed_rate=malformed_rate, seed=seed, start=start
-        )
-    import inspect
-
-    from onceflow.errors import TransformError
-    from onceflow.transforms import load_transform
-
-    module = inspect.getmodule(load_transform(transform))
-    sample = getattr(module, "sample", None)
-    if not callable(sample):
-        raise TransformError(
-            f"transform {transform!r}: module {getattr(module, '__name__', '?')!r} defines no "
-            "sample(i: int, rng: random.Random) -> (key, value); the chaos harness produces "
-            "the pipeline's records with it"
-        )
-
-    def series(start: int, count: int) -> Iterator[tuple[bytes | None, bytes | None]]:
-        rng = random.Random(seed + start)
-        for i in range(start, start + count):
-            yield sample(i, rng)
-
-    return series
+    sample = sample_for(transform, malformed_rate)
+    return lambda start, count: records(sample, count, seed=seed, start=start)
 
 
 class TrackingProducer(threading.Thread):
