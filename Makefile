@@ -85,7 +85,8 @@ test-cluster: setup
 	$(VENV)/bin/pytest -m cluster $(PYTEST_ARGS)
 
 ## chaos: fault-injection run on a dedicated stack (ports 25435/29095/28083); writes chaos-report.json
-##        (CHAOS_ARGS="--batches 20" for a short run; --seed N, --max-minutes M, --keep)
+##        (CHAOS_ARGS="--batches 20" for a short run; --pipeline NAME for a pipeline of
+##        dags/pipelines.toml instead of the orders one; --seed N, --max-minutes M, --keep)
 .PHONY: chaos
 CHAOS_ARGS ?=
 chaos: setup

@@ -1,13 +1,33 @@
-"""The chaos harness's pure parts: the fault schedule drawn from a seed, the lost/duplicated
-accounting over record coordinates, the verdict and the report table."""
+"""The chaos harness's pure parts: the fault schedule drawn from a seed, the chaos stack's
+pipeline derived from a user's, the lost/duplicated accounting over record coordinates, each
+sink mode's truth (onceflow.chaos_truth), the verdict and the report table."""
 
 from __future__ import annotations
 
 import json
+import tomllib
+from datetime import UTC, datetime
+from decimal import Decimal
 
 import pytest
 from onceflow import chaos
-from onceflow.chaos import SinkRecord, account, fault_schedule, value_crc
+from onceflow.chaos import fault_schedule
+from onceflow.chaos_truth import (
+    Acked,
+    CommittedRange,
+    CurrentRow,
+    Partial,
+    SinkRecord,
+    account,
+    account_counted,
+    agrees,
+    derived_fields,
+    expected_order_id,
+    fields_row,
+    merge_projection,
+    merge_truth,
+    upsert_truth,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -69,7 +89,7 @@ def _acked(epoch_records: dict[int, list[tuple[int, int]]]) -> dict:
     for epoch, coords in epoch_records.items():
         out[epoch] = {}
         for p, o in coords:
-            out[epoch][(p, o)] = (i, value_crc(b"v%d" % i))
+            out[epoch][(p, o)] = Acked(i, b"k", b"v%d" % i)
             i += 1
     return out
 
@@ -77,13 +97,13 @@ def _acked(epoch_records: dict[int, list[tuple[int, int]]]) -> dict:
 def _rows(acked: dict, skip: set = frozenset(), dead: set = frozenset()) -> list[SinkRecord]:
     out = []
     for epoch, records in acked.items():
-        for (p, o), (i, crc) in records.items():
+        for (p, o), record in records.items():
             if (epoch, p, o) in skip:
                 continue
             if (epoch, p, o) in dead:
-                out.append(SinkRecord(epoch, p, o, "dead", crc))
+                out.append(SinkRecord(epoch, p, o, "dead", record.value))
             else:
-                out.append(SinkRecord(epoch, p, o, "row", chaos.expected_order_id(i)))
+                out.append(SinkRecord(epoch, p, o, "row", expected_order_id(record.i)))
     return out
 
 
@@ -114,7 +134,7 @@ def test_a_missing_record_of_the_final_epoch_is_lost():
 
 def test_a_record_both_published_and_dead_lettered_is_duplicated():
     acked = _acked({0: [(0, 0), (0, 1)]})
-    sink = _rows(acked) + [SinkRecord(0, 0, 1, "dead", acked[0][(0, 1)][1])]
+    sink = _rows(acked) + [SinkRecord(0, 0, 1, "dead", acked[0][(0, 1)].value)]
     counts = account(acked, sink, [], 0)
     assert counts["duplicated"] == 1
     assert counts["duplicate_copies"] == 1
@@ -174,14 +194,26 @@ def test_a_row_with_another_records_content_is_mismatched():
 
 def test_a_dead_letter_with_another_value_is_mismatched():
     acked = _acked({0: [(0, 0)]})
-    counts = account(acked, [SinkRecord(0, 0, 0, "dead", value_crc(b"other"))], [], 0)
+    counts = account(acked, [SinkRecord(0, 0, 0, "dead", b"other")], [], 0)
     assert counts["mismatched"] == 1
 
 
 def test_a_tombstone_dead_letter_matches_a_null_value():
-    acked = {0: {(0, 0): (0, value_crc(None))}}
+    acked = {0: {(0, 0): Acked(0, b"k", None)}}
     counts = account(acked, [SinkRecord(0, 0, 0, "dead", None)], [], 0)
     assert counts["mismatched"] == 0 and counts["lost"] == 0
+    acked = {0: {(0, 0): Acked(0, b"k", b"v")}}
+    counts = account(acked, [SinkRecord(0, 0, 0, "dead", None)], [], 0)
+    assert counts["mismatched"] == 1
+
+
+def test_dead_letters_of_a_transform_that_keeps_no_value_are_checked_by_coordinates():
+    acked = {0: {(0, 0): Acked(0, b"k", b"v")}}
+    counts = account(acked, [SinkRecord(0, 0, 0, "dead", None)], [], 0, dead_values_kept=False)
+    assert counts["mismatched"] == 0 and counts["lost"] == 0
+    # a stored value is still compared
+    counts = account(acked, [SinkRecord(0, 0, 0, "dead", b"w")], [], 0, dead_values_kept=False)
+    assert counts["mismatched"] == 1
 
 
 def test_the_audit_verdict_counts_too():
@@ -232,6 +264,8 @@ def test_report_table_lists_every_kind_and_the_verdict():
 def test_chaos_env_uses_its_own_ports_home_and_spark_retries(tmp_path):
     env = chaos.chaos_env(tmp_path)
     assert env["ONCEFLOW_HOME"] == str(tmp_path / ".onceflow" / "chaos")
+    # the derived pipelines file lives in the chaos home: nothing in the repository changes
+    assert env["ONCEFLOW_PIPELINES"] == str(tmp_path / ".onceflow" / "chaos" / "pipelines.toml")
     assert (env["ONCEFLOW_PG_PORT"], env["ONCEFLOW_KAFKA_PORT"], env["ONCEFLOW_AIRFLOW_PORT"]) == (
         "25435",
         "29095",
@@ -244,7 +278,7 @@ def test_chaos_env_uses_its_own_ports_home_and_spark_retries(tmp_path):
 def test_chaos_pipeline_config_is_valid():
     from onceflow.config import get_pipeline
 
-    cfg = get_pipeline(chaos.PROJECT_ROOT / "tests" / "chaos_pipelines.toml", chaos.PIPELINE)
+    cfg = get_pipeline(chaos.CHAOS_PIPELINES, chaos.DEFAULT_PIPELINE)
     assert cfg.topics == (chaos.TOPIC,)
     assert cfg.max_records_per_partition == 150
     assert cfg.max_active_runs >= 2
@@ -255,6 +289,9 @@ def test_cli_has_the_chaos_command():
 
     args = build_parser().parse_args(["chaos", "--batches", "20", "--seed", "3"])
     assert (args.batches, args.seed, args.max_minutes, args.keep) == (20, 3, 120.0, False)
+    assert args.pipeline is None
+    args = build_parser().parse_args(["chaos", "--pipeline", "inventory"])
+    assert args.pipeline == "inventory"
 
 
 def test_schedule_can_keep_some_kinds_only():
@@ -322,3 +359,456 @@ def test_a_run_is_complete_when_every_kind_ran_and_the_target_was_reached():
     assert not chaos.is_complete(ran, 250, 200, ended_by="target", only=True)
     missing = {**ran, next(iter(chaos.KINDS)): {"injected": 0, "recovered": 0}}
     assert not chaos.is_complete(missing, 250, 200, ended_by="target", only=False)
+
+
+# -- the chaos stack's pipeline --------------------------------------------------------------
+
+USER_PIPELINES = """
+[pipelines.stock]
+topics = ["stock-updates", "stock-corrections"]
+transform = "stock:transform"
+sink_schema = "warehouse"
+schedule = "@hourly"
+max_records_per_partition = 50000
+max_active_runs = 1
+commit_poke_interval = 30
+fast_form = false
+driver_memory = "4g"
+
+[pipelines.stock.spark_conf]
+"spark.sql.shuffle.partitions" = "400"
+
+[pipelines.stock.sink]
+kind = "postgres"
+table = "stock"
+mode = "upsert"
+key = ["sku", "warehouse"]
+"""
+
+
+def _derived(tmp_path, name="stock"):
+    from onceflow.config import parse_pipeline
+
+    path = tmp_path / "pipelines.toml"
+    path.write_text(USER_PIPELINES)
+    base = chaos.pipeline_tables(chaos.CHAOS_PIPELINES)[chaos.DEFAULT_PIPELINE]
+    raw = chaos.chaos_pipeline(base, chaos.pipeline_tables(path)[name], name)
+    text = chaos.pipelines_toml(name, raw)
+    # the file the chaos stack reads holds exactly the derived pipeline
+    assert tomllib.loads(text)["pipelines"][name] == raw
+    return parse_pipeline(name, tomllib.loads(text)["pipelines"][name]), base
+
+
+def test_chaos_pipeline_keeps_the_user_s_transform_and_sink_with_chaos_s_batches(tmp_path):
+    from onceflow.config import SinkConfig, get_pipeline
+
+    cfg, base = _derived(tmp_path)
+    chaos_cfg = get_pipeline(chaos.CHAOS_PIPELINES, chaos.DEFAULT_PIPELINE)
+    assert cfg.name == "stock" and cfg.dag_id == "onceflow_stock"
+    assert cfg.transform == "stock:transform"
+    assert cfg.sink == SinkConfig("stock", "upsert", ("sku", "warehouse"))
+    assert cfg.sink_schema == "warehouse"
+    assert cfg.fast_form is False
+    assert cfg.topics == (chaos.TOPIC,)
+    assert cfg.schedule is None  # the harness triggers the runs
+    assert cfg.max_records_per_partition == chaos_cfg.max_records_per_partition == 150
+    assert cfg.max_active_runs == chaos_cfg.max_active_runs == 3
+    assert cfg.commit_poke_interval == chaos_cfg.commit_poke_interval == 2
+    assert cfg.driver_memory == chaos_cfg.driver_memory
+    assert cfg.spark_conf == chaos_cfg.spark_conf
+    assert "spark.sql.shuffle.partitions" not in cfg.spark_conf
+
+
+def test_the_default_chaos_pipeline_is_the_orders_one():
+    from onceflow.config import get_pipeline, parse_pipeline
+
+    base = chaos.pipeline_tables(chaos.CHAOS_PIPELINES)[chaos.DEFAULT_PIPELINE]
+    raw = chaos.chaos_pipeline(base, base, chaos.DEFAULT_PIPELINE)
+    cfg = parse_pipeline(chaos.DEFAULT_PIPELINE, raw)
+    want = get_pipeline(chaos.CHAOS_PIPELINES, chaos.DEFAULT_PIPELINE)
+    assert cfg.transform == "orders" and cfg.sink is None
+    assert {**vars(cfg), "description": ""} == {**vars(want), "description": ""}
+
+
+@pytest.mark.parametrize("name", ["inventory", "pageviews"])
+def test_the_example_pipelines_run_in_the_chaos_stack(name):
+    """The shipped examples derive a valid chaos pipeline with their upsert / merge sink."""
+    from onceflow.config import get_pipeline, parse_pipeline
+
+    dags = chaos.PROJECT_ROOT / "dags" / "pipelines.toml"
+    base = chaos.pipeline_tables(chaos.CHAOS_PIPELINES)[chaos.DEFAULT_PIPELINE]
+    raw = chaos.chaos_pipeline(base, chaos.pipeline_tables(dags)[name], name)
+    cfg = parse_pipeline(name, tomllib.loads(chaos.pipelines_toml(name, raw))["pipelines"][name])
+    assert cfg.sink == get_pipeline(dags, name).sink
+    assert cfg.max_records_per_partition == 150
+
+
+def test_pipelines_toml_writes_strings_toml_reads_back():
+    raw = {
+        "topics": ["a.b", "c-d"],
+        "description": 'quote " backslash \\ tab \t é ☃ 😀',
+        "max_active_runs": 3,
+        "commit_poke_interval": 2.5,
+        "fast_form": False,
+        "spark_conf": {"spark.driver.extraJavaOptions": "-XX:+UseSerialGC"},
+    }
+    assert tomllib.loads(chaos.pipelines_toml("p", raw)) == {"pipelines": {"p": raw}}
+
+
+SAMPLE_MODULE = """
+def transform(df):
+    return df
+
+
+def sample(i, rng):
+    return (b"k%d" % i, None if i % 3 == 0 else b"%d:%d" % (i, rng.randrange(1000)))
+"""
+
+
+def test_record_source_is_the_transform_module_s_sample(tmp_path, monkeypatch):
+    import sys
+
+    from onceflow.errors import TransformError
+
+    (tmp_path / "chaos_sample_mod.py").write_text(SAMPLE_MODULE)
+    (tmp_path / "chaos_nosample_mod.py").write_text("def transform(df):\n    return df\n")
+    monkeypatch.setenv("ONCEFLOW_SPARK_JOBS", str(tmp_path))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    source = chaos.record_source("chaos_sample_mod:transform", seed=5, malformed_rate=None)
+    first = list(source(0, 6))
+    assert [k for k, _ in first] == [b"k%d" % i for i in range(6)]
+    assert first[0][1] is None and first[3][1] is None  # tombstones pass through
+    assert first == list(source(0, 6))  # a series is a function of (seed, start)
+    assert list(source(4, 2))[0][0] == b"k4"
+    with pytest.raises(TransformError, match="defines no function sample"):
+        chaos.record_source("chaos_nosample_mod:transform", seed=5, malformed_rate=None)
+
+
+def test_record_source_of_orders_is_the_orders_events():
+    from onceflow.producer import events
+
+    source = chaos.record_source("orders", seed=7, malformed_rate=0.2)
+    assert list(source(10, 5)) == list(events(5, malformed_rate=0.2, seed=7, start=10))
+
+
+# -- what a record says -----------------------------------------------------------------------
+
+
+def test_derived_fields_read_the_json_value_and_a_single_key_from_the_kafka_key():
+    rec = Acked(0, b"sku-1", b'{"warehouse": "ams-1", "quantity": 3, "nested": {"a": 1}}')
+    assert derived_fields(rec, ("sku",)) == {"warehouse": "ams-1", "quantity": 3, "sku": "sku-1"}
+    assert derived_fields(rec, ("sku", "warehouse")) == {"warehouse": "ams-1", "quantity": 3}
+    assert derived_fields(Acked(0, b"sku-1", None), ("sku",)) == {"sku": "sku-1"}
+    assert derived_fields(Acked(0, b"\xff", b"not json"), ("sku",)) == {}
+    # a field of the key's name wins over the Kafka key
+    assert derived_fields(Acked(0, b"x", b'{"sku": "y"}'), ("sku",)) == {"sku": "y"}
+
+
+@pytest.mark.parametrize(
+    ("stored", "raw", "same"),
+    [
+        (Decimal("9.90"), 9.9, True),
+        (Decimal("9.90"), 9.91, False),
+        (12, 12, True),
+        (12, 13, False),
+        (0.1 + 0.2, 0.3, True),
+        (1.5, 2.5, False),
+        (datetime(2026, 11, 21, 8, tzinfo=UTC), "2026-11-21T08:00:00Z", True),
+        (datetime(2026, 11, 21, 8, tzinfo=UTC), "2026-11-21T08:00:01Z", False),
+        ("ams-1", "ams-1", True),
+        ("ams-1", "fra-2", False),
+        (None, None, True),
+        (None, 3, False),
+        (3, None, False),
+        (True, True, True),
+        (True, False, False),
+        (5, "five", True),  # not comparable: not a mismatch
+    ],
+)
+def test_agrees_compares_by_the_stored_column_s_type(stored, raw, same):
+    assert agrees(stored, raw) is same
+
+
+def test_a_user_row_agrees_with_its_record_on_every_derivable_column():
+    check = fields_row(("sku",))
+    rec = Acked(0, b"sku-1", b'{"quantity": 3, "unit_price": 9.5, "ts": "2026-11-21T08:00:00Z"}')
+    row = {
+        "sku": "sku-1",
+        "quantity": 3,
+        "unit_price": Decimal("9.50"),
+        "ts": datetime(2026, 11, 21, 8, tzinfo=UTC),
+        "computed": "x",  # no field of that name: not compared
+    }
+    assert check(rec, row)
+    assert not check(rec, {**row, "quantity": 4})
+    assert not check(rec, {**row, "sku": "sku-2"})
+    # an upsert version: a tombstone exactly when the record's value is null
+    assert check(rec, {**row, "tombstone": False})
+    assert not check(rec, {**row, "tombstone": True})
+    assert check(Acked(1, b"sku-1", None), {"sku": "sku-1", "quantity": None, "tombstone": True})
+    assert not check(Acked(1, b"sku-1", None), {"sku": "sku-1", "tombstone": False})
+
+
+def test_compared_columns_are_those_a_record_says():
+    from onceflow.chaos_truth import compared_columns
+
+    acked = {0: {(0, 0): Acked(0, b"s", b'{"quantity": 1}'), (0, 1): Acked(1, b"s", None)}}
+    rows = [
+        SinkRecord(0, 0, 0, "row", {"sku": "s", "quantity": 1, "computed": 2}),
+        SinkRecord(0, 0, 1, "row", {"sku": "s", "quantity": None, "tombstone": True}),
+        SinkRecord(0, 0, 9, "row", {"other": 1}),  # no record acknowledged there
+    ]
+    assert compared_columns(acked, rows, ("sku",)) == ["quantity", "sku"]
+
+
+# -- merge accounting: by counts per txid -----------------------------------------------------
+
+
+def _ranges(*spec: tuple[str, int, int, int, int]) -> list[CommittedRange]:
+    """(txid, seq, partition, from, until), epoch 0."""
+    return [CommittedRange(t, s, 0, p, a, b) for t, s, p, a, b in spec]
+
+
+def _four(epoch=0):
+    return _acked({epoch: [(p, o) for p in range(2) for o in range(4)]})
+
+
+MERGE_RANGES = _ranges(
+    ("t1", 1, 0, 0, 2), ("t1", 1, 1, 0, 2), ("t2", 2, 0, 2, 4), ("t2", 2, 1, 2, 4)
+)
+
+
+def test_counted_accounting_is_clean_when_each_txid_accounts_for_its_records():
+    acked = _four()
+    dead = [SinkRecord(0, 1, 3, "dead", acked[0][(1, 3)].value)]
+    counts = account_counted(acked, dead, {"t1": 4, "t2": 3}, MERGE_RANGES, [], 0)
+    assert counts == {
+        "produced": 8,
+        "in_sink": 7,
+        "dead_lettered": 1,
+        "lost": 0,
+        "lost_with_broker": 0,
+        "unprocessed": 0,
+        "duplicated": 0,
+        "duplicate_copies": 0,
+        "not_acked_in_sink": 0,
+        "mismatched": 0,
+    }
+
+
+def test_counted_accounting_finds_a_record_lost_or_folded_twice():
+    acked = _four()
+    assert account_counted(acked, [], {"t1": 3, "t2": 4}, MERGE_RANGES, [], 0)["lost"] == 1
+    counts = account_counted(acked, [], {"t1": 5, "t2": 4}, MERGE_RANGES, [], 0)
+    assert (counts["duplicated"], counts["lost"]) == (1, 0)
+    # a dead letter is a record too: published as well, it is one too many
+    dead = [SinkRecord(0, 0, 0, "dead", acked[0][(0, 0)].value)]
+    counts = account_counted(acked, dead, {"t1": 4, "t2": 4}, MERGE_RANGES, [], 0)
+    assert counts["duplicated"] == 1
+
+
+def test_counted_accounting_output_of_an_uncommitted_txid_is_duplicated():
+    counts = account_counted(_four(), [], {"t1": 4, "t2": 4, "t3": 2}, MERGE_RANGES, [], 0)
+    assert (counts["duplicated"], counts["not_acked_in_sink"]) == (2, 2)
+
+
+def test_counted_accounting_records_in_no_committed_range():
+    acked = _acked({0: [(0, o) for o in range(6)]})
+    ranges = _ranges(("t1", 1, 0, 0, 4))
+    counts = account_counted(acked, [], {"t1": 4}, ranges, [], 0, committed={0: 4})
+    assert (counts["lost"], counts["unprocessed"]) == (0, 2)  # lag above the committed offset
+    counts = account_counted(acked, [], {"t1": 4}, ranges, [], 0, committed={0: 6})
+    assert counts["lost"] == 2  # committed, yet in no committed range
+
+
+# -- upsert: the current table ----------------------------------------------------------------
+
+
+def _inventory(*records: tuple[int, int, str, bytes | None]) -> dict:
+    """(partition, offset, sku, value) in epoch 0."""
+    return {0: {(p, o): Acked(n, sku.encode(), v) for n, (p, o, sku, v) in enumerate(records)}}
+
+
+def _qty(q: int) -> bytes:
+    return json.dumps({"quantity": q}).encode()
+
+
+UPSERT_RANGES = _ranges(
+    ("t1", 1, 0, 0, 2), ("t1", 1, 1, 0, 2), ("t2", 2, 0, 2, 4), ("t2", 2, 1, 2, 4)
+)
+
+
+def _versions(acked: dict) -> dict:
+    return {(0, p, o): (r.key.decode(),) for (p, o), r in acked[0].items()}
+
+
+def _current(*rows: tuple[str, int, int, int]) -> dict:
+    """(sku, partition, offset, quantity)"""
+    return {(k,): CurrentRow(0, p, o, {"sku": k, "quantity": q}) for k, p, o, q in rows}
+
+
+def test_upsert_current_rows_are_the_last_committed_record_per_key():
+    acked = _inventory(
+        (0, 0, "a", _qty(1)),
+        (1, 1, "a", _qty(2)),  # seq 1: partition 1 beats partition 0
+        (0, 2, "a", _qty(3)),  # seq 2 beats seq 1 whatever the partition
+        (1, 0, "b", _qty(4)),
+        (0, 3, "b", None),  # a tombstone: b has no row
+        (1, 2, "c", _qty(5)),
+        (1, 3, "c", _qty(6)),  # a dead letter: not c's last record
+        (0, 1, "d", _qty(7)),
+        (1, 4, "d", _qty(8)),  # no committed range holds it (lag): not d's last record
+    )
+    versions = {c: k for c, k in _versions(acked).items() if c != (0, 1, 3)}
+    current = _current(("a", 0, 2, 3), ("c", 1, 2, 5), ("d", 0, 1, 7))
+    args = (acked, UPSERT_RANGES, versions)
+    assert upsert_truth(*args, current, ("sku",)) == []
+    stale = _current(("a", 1, 1, 2), ("c", 1, 2, 5), ("d", 0, 1, 7))
+    assert "the current row is record 1@1" in upsert_truth(*args, stale, ("sku",))[0]
+    wrong = _current(("a", 0, 2, 9), ("c", 1, 2, 5), ("d", 0, 1, 7))
+    assert "column(s) ['quantity']" in upsert_truth(*args, wrong, ("sku",))[0]
+    deleted = {**current, ("b",): CurrentRow(0, 1, 0, {"sku": "b", "quantity": 4})}
+    assert "is a tombstone" in upsert_truth(*args, deleted, ("sku",))[0]
+    missing = {k: v for k, v in current.items() if k != ("c",)}
+    assert "no current row" in upsert_truth(*args, missing, ("sku",))[0]
+    stray = {**current, ("z",): CurrentRow(0, 0, 0, {"sku": "z", "quantity": 1})}
+    assert "no committed record" in upsert_truth(*args, stray, ("sku",))[0]
+
+
+def test_upsert_order_is_seq_then_partition_then_offset():
+    acked = _inventory((0, 0, "a", _qty(1)), (1, 0, "a", _qty(2)), (0, 1, "a", _qty(3)))
+    ranges = _ranges(("t1", 1, 0, 0, 1), ("t1", 1, 1, 0, 1), ("t2", 2, 0, 1, 2))
+    versions = _versions(acked)
+    assert upsert_truth(acked, ranges, versions, _current(("a", 0, 1, 3)), ("sku",)) == []
+    # in one txid the higher partition wins over the higher offset
+    ranges = _ranges(("t1", 1, 0, 0, 2), ("t1", 1, 1, 0, 1))
+    assert upsert_truth(acked, ranges, versions, _current(("a", 1, 0, 2)), ("sku",)) == []
+
+
+# -- merge: the state -------------------------------------------------------------------------
+
+
+def _view(page: str, dwell: int) -> bytes:
+    return json.dumps({"page": page, "ts": "2026-11-21T08:00:00Z", "dwell_ms": dwell}).encode()
+
+
+MINUTE = datetime(2026, 11, 21, 8, tzinfo=UTC)
+PARTIALS = [
+    Partial("t1", 1, ("/a", MINUTE), (2, 300), 2),
+    Partial("t1", 1, ("/b", MINUTE), (1, 50), 1),
+    Partial("t2", 2, ("/a", MINUTE), (1, 5), 1),
+]
+STATE = {("/a", MINUTE): ((3, 305), 2), ("/b", MINUTE): ((1, 50), 1)}
+
+
+def test_merge_state_is_the_fold_of_the_committed_partials():
+    assert merge_truth(PARTIALS, STATE, {"t1", "t2"}) == []
+    off = {**STATE, ("/a", MINUTE): ((3, 306), 2)}
+    assert (
+        "the fold of the committed partials [3, 305]" in merge_truth(PARTIALS, off, {"t1", "t2"})[0]
+    )
+    old = {**STATE, ("/a", MINUTE): ((3, 305), 1)}
+    assert merge_truth(PARTIALS, old, {"t1", "t2"})
+    # t2 not committed: its partials must not exist, and the state is t1's fold
+    t1_state = {("/a", MINUTE): ((2, 300), 1), ("/b", MINUTE): ((1, 50), 1)}
+    assert "not committed" in merge_truth(PARTIALS, t1_state, {"t1"})[0]
+    assert len(merge_truth(PARTIALS[:2], t1_state, {"t1"})) == 0
+    assert "no state row" in merge_truth(PARTIALS, {("/b", MINUTE): ((1, 50), 1)}, {"t1", "t2"})[0]
+
+
+def test_merge_totals_of_the_state_are_the_partials_totals():
+    from onceflow.chaos_truth import merge_totals
+
+    assert merge_totals(PARTIALS, STATE, ("views", "dwell_ms")) == []
+    off = {**STATE, ("/b", MINUTE): ((1, 51), 1)}
+    assert merge_totals(PARTIALS, off, ("views", "dwell_ms")) == [
+        "dwell_ms: the state sums to 356, the committed partials to 355"
+    ]
+    floats = [Partial("t1", 1, ("/a",), (0.1,), 1), Partial("t2", 2, ("/a",), (0.2,), 1)]
+    assert merge_totals(floats, {("/a",): ((0.3,), 2)}, ("x",)) == []  # up to rounding
+
+
+def _views() -> dict:
+    return {
+        0: {
+            (0, 0): Acked(0, b"u1", _view("/a", 100)),
+            (0, 1): Acked(1, b"u2", _view("/a", 200)),
+            (0, 2): Acked(2, b"u3", b"broken"),  # a dead letter
+            (1, 0): Acked(3, b"u4", _view("/b", 50)),
+            (0, 3): Acked(4, b"u5", _view("/a", 5)),
+            (0, 4): Acked(5, b"u6", _view("/b", 7)),  # lag: in no committed range
+        }
+    }
+
+
+VIEW_RANGES = _ranges(("t1", 1, 0, 0, 3), ("t1", 1, 1, 0, 1), ("t2", 2, 0, 3, 4))
+
+
+def test_merge_projection_checks_counts_and_sums_read_from_the_records():
+    args = (_views(), VIEW_RANGES, {(0, 0, 2)})
+    keys, aggs = ("page", "minute"), ("views", "dwell_ms")
+    got = merge_projection(*args, PARTIALS, STATE, keys, aggs)
+    # page and dwell_ms are fields of the values; minute and views are computed by the transform
+    assert (got.key_columns, got.aggregates, got.groups, got.violations) == (
+        ("page",),
+        ("dwell_ms",),
+        2,
+        [],
+    )
+    # a record folded twice into the partials and the state alike: the fold agrees, this does not
+    doubled = [*PARTIALS, Partial("t2", 2, ("/b", MINUTE), (1, 50), 1)]
+    state = {("/a", MINUTE): ((3, 305), 2), ("/b", MINUTE): ((2, 100), 2)}
+    assert merge_truth(doubled, state, {"t1", "t2"}) == []
+    bad = merge_projection(*args, doubled, state, keys, aggs).violations
+    assert any("page=/b: 1 acknowledged records, the committed partials count 2" in v for v in bad)
+    assert any("page=/b: the records' ['dwell_ms'] sum to ['50']" in v for v in bad)
+
+
+def test_merge_projection_falls_back_to_totals_when_no_key_column_is_readable():
+    views = _views()
+    views[0][(1, 0)] = Acked(3, b"u4", json.dumps({"dwell_ms": 50}).encode())  # no page field
+    got = merge_projection(
+        views, VIEW_RANGES, {(0, 0, 2)}, PARTIALS, STATE, ("page", "minute"), ("views", "dwell_ms")
+    )
+    assert (got.key_columns, got.aggregates, got.groups, got.violations) == (
+        (),
+        ("dwell_ms",),
+        1,
+        [],
+    )
+    short = [PARTIALS[0], PARTIALS[1]]
+    assert merge_projection(
+        views, VIEW_RANGES, {(0, 0, 2)}, short, STATE, ("page", "minute"), ("views", "dwell_ms")
+    ).violations
+
+
+# -- verdict and report -----------------------------------------------------------------------
+
+
+def test_a_failed_truth_check_violates_the_verdict():
+    acked = _acked({0: [(0, 0)]})
+    counts = account(acked, _rows(acked), [], 0)
+    ok = {"check": "state", "ok": True, "violations": []}
+    bad = {"check": "state", "ok": False, "violations": ["key ('/a',): ..."]}
+    assert chaos.verdict_of("exactly-once", counts, [ok]) == "exactly-once"
+    assert chaos.verdict_of("exactly-once", counts, [ok, bad]) == "violated"
+
+
+def test_report_table_names_the_pipeline_mode_and_truth_checks():
+    report = {
+        "verdict": "violated",
+        "pipeline": "pageviews",
+        "mode": "merge",
+        "truth": [
+            {"check": "state = fold", "ok": True, "violations": []},
+            {"check": "per page", "ok": False, "violations": ["a", "b"]},
+        ],
+        "faults": {k: {"injected": 1, "recovered": 1} for k in chaos.KINDS},
+        "audit": {"verdict": "exactly-once"},
+        "seed": 3,
+        "duration_s": 60.0,
+    }
+    table = chaos.report_table(report)
+    assert "| pipeline, sink mode | pageviews, merge |" in table
+    assert "| truth: state = fold | holds |" in table
+    assert "| truth: per page | **2 violation(s)** |" in table

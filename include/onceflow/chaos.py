@@ -1,8 +1,13 @@
 """The chaos harness behind `onceflow chaos` / `make chaos`.
 
 It starts a dedicated local stack (ONCEFLOW_HOME=.onceflow/chaos, ports 25435/29095/28083,
-pipeline `chaos` from tests/chaos_pipelines.toml, failpoints armed in <home>/failpoints),
-keeps a producer writing while DAG runs go through the real scheduler (several at once), and
+failpoints armed in <home>/failpoints) running one pipeline: by default `chaos` from
+tests/chaos_pipelines.toml (the built-in orders transform); with `--pipeline NAME` the user's
+pipeline NAME from their pipelines file, with its transform and sink but chaos's small
+batches, runs in flight and Spark settings and the harness's own topic (`chaos_pipeline`),
+written to <home>/pipelines.toml so nothing in the repository changes per run. It keeps a
+producer writing the pipeline's records (orders events, or the transform module's
+`sample(i, rng)`) while DAG runs go through the real scheduler (several at once), and
 injects faults by a schedule drawn from the seed:
 
   1 kill -9 of the spark-submit driver while its Spark tasks stage output
@@ -19,13 +24,15 @@ injects faults by a schedule drawn from the seed:
   9 a run failing for good while later runs wait in commit (blocked, saying why), then
     retried by clearing it
 
-Every acknowledged record is tracked by its coordinates (epoch, partition, offset); at the end
-the producer stops, runs drain the lag, and the sink is compared with what was acknowledged:
-lost, duplicated, content mismatches. The audit (with a re-read from the broker) must agree.
-The result goes to chaos-report.json at the project root.
+Every acknowledged record is tracked by its coordinates (epoch, partition, offset) and its
+key and value; at the end the producer stops, runs drain the lag, and the sink is compared
+with what was acknowledged, by the truth of its mode (onceflow.chaos_truth: lost,
+duplicated, content mismatches; an upsert table's rows, a merge state). The audit (with a
+re-read from the broker) must agree. The result goes to chaos-report.json at the project
+root.
 
-The pure parts (fault schedule, accounting, report table) are unit-tested in
-tests/test_chaos_unit.py; the rest needs the real stack.
+The pure parts (fault schedule, pipeline derivation, accounting, report table) are
+unit-tested in tests/test_chaos_unit.py; the rest needs the real stack.
 """
 
 from __future__ import annotations
@@ -39,20 +46,37 @@ import signal
 import sys
 import threading
 import time
-import zlib
+import tomllib
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from onceflow.chaos_truth import (
+    Acked,
+    CommittedRange,
+    CurrentRow,
+    Partial,
+    SinkRecord,
+    account,
+    account_counted,
+    compared_columns,
+    fields_row,
+    merge_projection,
+    merge_totals,
+    merge_truth,
+    orders_row,
+    upsert_truth,
+)
+from onceflow.config import RESERVED_COLUMNS, PipelineConfig
 from onceflow.settings import PROJECT_ROOT
 from onceflow.states import BatchState
 
-PIPELINE = "chaos"
-TOPIC = "chaos"
+CHAOS_PIPELINES = PROJECT_ROOT / "tests" / "chaos_pipelines.toml"
+DEFAULT_PIPELINE = "chaos"  # in CHAOS_PIPELINES: the built-in orders transform
+TOPIC = "chaos"  # the harness's own topic, whatever the pipeline
 PARTITIONS = 4
-DAG_ID = f"onceflow_{PIPELINE}"
 SPARK_MASTER = "local[2,3]"  # local mode with up to 3 attempts per Spark task
 
 KINDS: dict[str, str] = {
@@ -155,106 +179,13 @@ def fault_schedule(seed: int, batches: int, only: Iterable[str] | None = None) -
     ]
 
 
-@dataclass(frozen=True)
-class SinkRecord:
-    epoch: int
-    partition: int
-    offset: int
-    kind: str  # "row" (published order) or "dead" (dead letter)
-    ident: Any  # row: order_id; dead: crc32 of the stored value (None for a NULL value)
-
-
-def value_crc(value: bytes | None) -> int | None:
-    return None if value is None else zlib.crc32(value)
-
-
-def expected_order_id(i: int) -> str:
-    return f"o-{i:09d}"  # onceflow.producer.event
-
-
-def account(
-    acked: dict[int, dict[tuple[int, int], tuple[int, int | None]]],
-    sink: Iterable[SinkRecord],
-    resets: Iterable[tuple[int, int]],
-    final_epoch: int,
-    committed: dict[int, int] | None = None,
-) -> dict[str, int]:
-    """Compare what the broker acknowledged with what the sink holds.
-
-    acked: per epoch, {(partition, offset): (event number, crc32 of the value)}.
-    resets: (partition, committed_before) of onceflow.resets in id order; the k-th reset of a
-      partition ends its epoch k, and committed_before is how far that epoch was committed.
-
-    committed: per partition, the final epoch's committed offset; acked records at or above it
-      are `unprocessed` (lag left when a run ends early), not lost. None: every record counts.
-
-    lost: acked records of the final epoch missing from the sink, and acked records of an
-      earlier epoch below the offset committed when it was reset, missing from the sink.
-    lost_with_broker: acked records of an earlier epoch at or above that offset: the memory
-      broker lost them before they were planned (expected, shown apart, not a product loss).
-    duplicated: extra copies of a coordinate across orders and dead letters, plus sink
-      records no producer acknowledged (not_acked_in_sink).
-    mismatched: a row whose order_id, or a dead letter whose value, is not the record acked
-      at its coordinates.
-    """
-    cutoffs: dict[int, list[int]] = {}
-    for partition, committed_before in resets:
-        cutoffs.setdefault(partition, []).append(committed_before)
-    seen: Counter[tuple[int, int, int]] = Counter()
-    mismatched = not_acked = rows = dead = 0
-    for rec in sink:
-        key = (rec.epoch, rec.partition, rec.offset)
-        seen[key] += 1
-        rows += rec.kind == "row"
-        dead += rec.kind == "dead"
-        produced = acked.get(rec.epoch, {}).get((rec.partition, rec.offset))
-        if produced is None:
-            not_acked += 1
-            continue
-        i, crc = produced
-        if (
-            rec.kind == "row"
-            and rec.ident != expected_order_id(i)
-            or rec.kind == "dead"
-            and rec.ident != crc
-        ):
-            mismatched += 1
-    copies = sum(n - 1 for n in seen.values() if n > 1)
-    lost = lost_with_broker = unprocessed = produced_n = 0
-    for epoch, records in acked.items():
-        for partition, offset in records:
-            produced_n += 1
-            if (epoch, partition, offset) in seen:
-                continue
-            if epoch >= final_epoch:
-                if committed is not None and offset >= committed.get(partition, 0):
-                    unprocessed += 1  # not committed yet: lag, not loss
-                else:
-                    lost += 1
-                continue
-            ends = cutoffs.get(partition, [])
-            cutoff = ends[epoch] if epoch < len(ends) else None
-            if cutoff is not None and offset >= cutoff:
-                lost_with_broker += 1
-            else:
-                lost += 1
-    return {
-        "produced": produced_n,
-        "in_sink": rows,
-        "dead_lettered": dead,
-        "lost": lost,
-        "lost_with_broker": lost_with_broker,
-        "unprocessed": unprocessed,
-        "duplicated": copies + not_acked,
-        "duplicate_copies": copies,
-        "not_acked_in_sink": not_acked,
-        "mismatched": mismatched,
-    }
-
-
-def verdict_of(audit_verdict: str, counts: dict[str, int]) -> str:
+def verdict_of(
+    audit_verdict: str, counts: dict[str, int], checks: Iterable[dict[str, Any]] = ()
+) -> str:
+    """exactly-once when the audit agrees, nothing is lost, duplicated or mismatched and
+    every truth check of the sink's mode holds (checks: {"check", "ok", ...})."""
     clean = counts["lost"] == 0 and counts["duplicated"] == 0 and counts["mismatched"] == 0
-    if audit_verdict != "exactly-once" or not clean:
+    if audit_verdict != "exactly-once" or not clean or not all(c["ok"] for c in checks):
         return "violated"
     return "exactly-once" if not counts.get("unprocessed") else "exactly-once-so-far"
 
@@ -304,6 +235,7 @@ def report_table(report: dict[str, Any]) -> str:
         "",
         "| result | value |",
         "| --- | ---: |",
+        f"| pipeline, sink mode | {report.get('pipeline')}, {report.get('mode')} |",
         f"| verdict | **{report['verdict']}** |",
     ]
     for key in (
@@ -317,6 +249,9 @@ def report_table(report: dict[str, Any]) -> str:
         "lost_with_broker",
     ):
         lines.append(f"| {key} | {report.get(key)} |")
+    for check in report.get("truth", ()):
+        ok = "holds" if check["ok"] else f"**{len(check['violations'])} violation(s)**"
+        lines.append(f"| truth: {check['check']} | {ok} |")
     audit = report.get("audit") or {}
     lines.append(f"| audit (re-read from broker) | {audit.get('verdict')} |")
     lines.append(f"| seed, duration | {report['seed']}, {report['duration_s'] / 60:.1f} min |")
@@ -334,19 +269,70 @@ class Options:
     max_minutes: float = 120.0
     keep: bool = False
     report: Path = PROJECT_ROOT / "chaos-report.json"
-    malformed_rate: float = 0.01
+    malformed_rate: float | None = None  # orders events only (None: the producer's default)
     only: tuple[str, ...] = ()  # fault kinds to inject (default: all)
+    pipeline: str | None = None  # a pipeline of pipelines_file (default: DEFAULT_PIPELINE)
+    pipelines_file: Path | None = None  # the user's (default: settings.pipelines_file)
+
+
+# Keys a user pipeline brings to the chaos stack: what it computes and where it publishes.
+# Everything else (batch size, runs in flight, Spark settings, positions, loss policy) is
+# the chaos pipeline's, and the topic is the harness's.
+FROM_PIPELINE = ("transform", "sink", "sink_schema", "fast_form")
+
+
+def chaos_pipeline(base: dict[str, Any], user: dict[str, Any], name: str) -> dict[str, Any]:
+    """The chaos stack's pipeline `name` (raw TOML table): the user's pipeline `user` with
+    the chaos pipeline `base`'s settings and TOPIC."""
+    raw = {k: v for k, v in base.items() if k not in FROM_PIPELINE}
+    raw.update({k: user[k] for k in FROM_PIPELINE if k in user})
+    raw["topics"] = [TOPIC]
+    raw["description"] = f"Chaos harness: pipeline {name} under injected faults"
+    return raw
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)  # a JSON string is a TOML basic string
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {value!r} ({type(value).__name__}) as a TOML value")
+
+
+def pipelines_toml(name: str, raw: dict[str, Any]) -> str:
+    """A pipelines file holding the one pipeline `name` (values: scalars, lists, and the
+    tables sink and spark_conf)."""
+    lines = [f"[pipelines.{name}]"]
+    tables = {k: v for k, v in raw.items() if isinstance(v, dict)}
+    lines += [f"{json.dumps(k)} = {_toml_value(v)}" for k, v in raw.items() if k not in tables]
+    for table, values in tables.items():
+        lines += ["", f"[pipelines.{name}.{table}]"]
+        lines += [f"{json.dumps(k)} = {_toml_value(v)}" for k, v in values.items()]
+    return "\n".join(lines) + "\n"
+
+
+def pipeline_tables(path: Path) -> dict[str, dict[str, Any]]:
+    """The raw [pipelines.NAME] tables of a pipelines file, after config validated it."""
+    from onceflow.config import load_pipelines
+
+    load_pipelines(path)  # every error named, as for the DAGs
+    return tomllib.loads(Path(path).read_text())["pipelines"]
 
 
 def chaos_env(root: Path = PROJECT_ROOT) -> dict[str, str]:
-    """What the chaos stack's components get (set before stack.up: airflow_env copies it)."""
+    """What the chaos stack's components get (set before stack.up: airflow_env copies it).
+    Its pipelines file is written into its home by the harness (chaos_pipeline)."""
     home = root / ".onceflow" / "chaos"
     return {
         "ONCEFLOW_HOME": str(home),
         "ONCEFLOW_PG_PORT": "25435",
         "ONCEFLOW_KAFKA_PORT": "29095",
         "ONCEFLOW_AIRFLOW_PORT": "28083",
-        "ONCEFLOW_PIPELINES": str(root / "tests" / "chaos_pipelines.toml"),
+        "ONCEFLOW_PIPELINES": str(home / "pipelines.toml"),
         "ONCEFLOW_FAILPOINTS_DIR": str(home / "failpoints"),
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": SPARK_MASTER}),
         # killed tasks: noticed within ~30 s instead of 5 minutes
@@ -399,25 +385,41 @@ def _now() -> float:
 # the producer
 
 
+Records = Callable[[int, int], Iterable[tuple[bytes | None, bytes | None]]]
+
+
+def record_source(transform: str, seed: int, malformed_rate: float | None) -> Records:
+    """(start, count) -> records start..start+count of the pipeline's series `seed`, as
+    (key, value) (onceflow.producer.records): the orders events (malformed_rate of them
+    malformed, None: the default) for the built-in transform, else the transform module's
+    `sample(i, rng)`, which decides its own mix of malformed records and tombstones."""
+    from onceflow.producer import records, sample_for
+
+    sample = sample_for(transform, malformed_rate)
+    return lambda start, count: records(sample, count, seed=seed, start=start)
+
+
 class TrackingProducer(threading.Thread):
-    """Writes order events round-robin over the partitions and records every acknowledged
-    (partition, offset) of the current broker epoch with its event number and value crc.
+    """Writes the pipeline's records round-robin over the partitions of `topic` and records
+    every acknowledged (partition, offset) of the current broker epoch with the record's
+    number, key and value.
 
     The harness throttles it (planned_total: it waits while BACKLOG_HIGH acked records are
-    not planned yet), pauses it around a broker restart (the new log is a new epoch) and finishes it with one single-record batch per partition, which keeps the
-    memory broker's end offsets exact.
+    not planned yet), pauses it around a broker restart (the new log is a new epoch) and
+    finishes it with one single-record batch per partition, which keeps the memory broker's
+    end offsets exact.
     """
 
     CHUNK = 10
 
-    def __init__(self, bootstrap: str, seed: int, malformed_rate: float, log: Callable) -> None:
+    def __init__(self, bootstrap: str, topic: str, records: Records, log: Callable) -> None:
         super().__init__(name="chaos-producer", daemon=True)
         self.bootstrap = bootstrap
-        self.seed = seed
-        self.malformed_rate = malformed_rate
+        self.topic = topic
+        self.records = records
         self.log = log
         self.lock = threading.Lock()
-        self.acked: dict[int, dict[tuple[int, int], tuple[int, int | None]]] = {0: {}}
+        self.acked: dict[int, dict[tuple[int, int], Acked]] = {0: {}}
         self.ends: dict[int, dict[int, int]] = {0: {}}  # epoch -> partition -> max offset + 1
         self.epoch = 0
         self.next_i = 0
@@ -487,32 +489,32 @@ class TrackingProducer(threading.Thread):
         )
 
     def _send(self, client, count: int, *, one_per_partition: bool = False) -> None:
-        from onceflow.producer import events
-
         with self.lock:
             epoch, start = self.epoch, self.next_i
             self.next_i += count
-        for n, (key, value) in enumerate(
-            events(count, malformed_rate=self.malformed_rate, seed=self.seed, start=start)
-        ):
+        for n, (key, value) in enumerate(self.records(start, count)):
             i = start + n
             partition = (n if one_per_partition else i) % PARTITIONS
-            crc = value_crc(value)
+            record = Acked(i, key, value)
 
-            def on_delivery(err, msg, i=i, crc=crc, epoch=epoch) -> None:
+            def on_delivery(err, msg, record=record, epoch=epoch) -> None:
                 if err is not None:
                     self.delivery_errors.append(str(err))
                     return
                 key_ = (msg.partition(), msg.offset())
                 with self.lock:
-                    self.acked[epoch][key_] = (i, crc)
+                    self.acked[epoch][key_] = record
                     ends = self.ends[epoch]
                     ends[key_[0]] = max(ends.get(key_[0], 0), key_[1] + 1)
 
             while True:
                 try:
                     client.produce(
-                        TOPIC, value=value, key=key, partition=partition, on_delivery=on_delivery
+                        self.topic,
+                        value=value,
+                        key=key,
+                        partition=partition,
+                        on_delivery=on_delivery,
                     )
                     break
                 except BufferError:
@@ -564,6 +566,82 @@ class TrackingProducer(threading.Thread):
             self.finished.set()
 
 
+def _user_columns(row: dict[str, Any]) -> dict[str, Any]:
+    """A user sink table's row without the columns the sink keeps itself, but with an
+    upsert version's tombstone flag (chaos_truth.fields_row checks it)."""
+    out = {k: v for k, v in row.items() if k not in RESERVED_COLUMNS}
+    if "tombstone" in row:
+        out["tombstone"] = row["tombstone"]
+    return out
+
+
+def _coord(row: dict[str, Any]) -> tuple[int, int, int]:
+    return row["epoch"], row["partition"], row["offset"]
+
+
+def _split(row: dict[str, Any], key: tuple[str, ...], aggs: tuple[str, ...]) -> tuple[tuple, tuple]:
+    return tuple(row[k] for k in key), tuple(row[a] for a in aggs)
+
+
+def _count_violations(counts: dict[str, int]) -> list[str]:
+    return [f"{counts[k]} {k}" for k in ("lost", "duplicated", "mismatched") if counts[k]]
+
+
+def _check(name: str, violations: list[str], **detail: Any) -> dict[str, Any]:
+    return {"check": name, "ok": not violations, "violations": violations[:20], **detail}
+
+
+class SinkSnapshot:
+    """Reads of a pipeline's sink tables, dead letters and committed batches through one
+    cursor (the harness opens it in a repeatable-read transaction: one snapshot)."""
+
+    def __init__(self, cur, cfg: PipelineConfig, topic: str) -> None:
+        self.cur = cur
+        self.cfg = cfg
+        self.topic = topic
+
+    def _dicts(self, query: Any, params: tuple = ()) -> list[dict[str, Any]]:
+        self.cur.execute(query, params)
+        names = [d.name for d in self.cur.description]
+        return [dict(zip(names, row, strict=True)) for row in self.cur.fetchall()]
+
+    def rows(self, table: str, *, topic: bool = True) -> list[dict[str, Any]]:
+        """A sink table's rows as dicts; topic: only those of the harness's topic (tables
+        with coordinates)."""
+        from psycopg2 import sql
+
+        name = sql.SQL("{}.{}").format(sql.Identifier(self.cfg.sink_schema), sql.Identifier(table))
+        if not topic:
+            return self._dicts(sql.SQL("select * from {}").format(name))
+        return self._dicts(sql.SQL("select * from {} where topic = %s").format(name), (self.topic,))
+
+    def dead_letters(self) -> list[SinkRecord]:
+        return [
+            SinkRecord(*_coord(r), "dead", None if r["value"] is None else bytes(r["value"]))
+            for r in self._dicts(
+                'select epoch, partition, "offset", value from onceflow.dead_letters'
+                " where pipeline = %s and topic = %s",
+                (self.cfg.name, self.topic),
+            )
+        ]
+
+    def committed_ranges(self) -> list[CommittedRange]:
+        self.cur.execute(
+            "select r.txid, b.seq, r.epoch, r.partition, r.from_offset, r.until_offset"
+            " from onceflow.ranges r join onceflow.batches b using (pipeline, txid)"
+            " where r.pipeline = %s and r.topic = %s and b.state = %s",
+            (self.cfg.name, self.topic, BatchState.COMMITTED),
+        )
+        return [CommittedRange(*row) for row in self.cur.fetchall()]
+
+    def committed_txids(self) -> set[str]:
+        self.cur.execute(
+            "select txid from onceflow.batches where pipeline = %s and state = %s",
+            (self.cfg.name, BatchState.COMMITTED),
+        )
+        return {row[0] for row in self.cur.fetchall()}
+
+
 # ---------------------------------------------------------------------------------------------
 # the harness
 
@@ -582,19 +660,39 @@ class Run:
 
 class Harness:
     def __init__(self, opts: Options) -> None:
+        from onceflow.config import parse_pipeline
+        from onceflow.settings import Settings
+        from onceflow.sinks import sink_for
+
         self.opts = opts
         self.started = _now()
+        base = pipeline_tables(CHAOS_PIPELINES)[DEFAULT_PIPELINE]
+        if opts.pipeline is None:
+            self.pipeline, user = DEFAULT_PIPELINE, base
+        else:
+            # the user's pipelines file, read before the chaos environment replaces it
+            source = opts.pipelines_file or Settings.from_env().pipelines_file
+            self.pipeline, user = opts.pipeline, pipeline_tables(source).get(opts.pipeline)
+            if user is None:
+                from onceflow.config import get_pipeline
+
+                get_pipeline(source, opts.pipeline)  # raises ConfigError naming the known ones
+        self.raw = chaos_pipeline(base, user, self.pipeline)
         env = chaos_env()
         for key, value in env.items():
             if value:
                 os.environ[key] = value
             else:
                 os.environ.pop(key, None)
-        from onceflow.config import get_pipeline
-        from onceflow.settings import Settings
-
         self.settings = Settings.from_env()
-        self.cfg = get_pipeline(self.settings.pipelines_file, PIPELINE)
+        self.cfg: PipelineConfig = parse_pipeline(
+            self.pipeline, self.raw, str(self.settings.pipelines_file)
+        )
+        self.dag_id = self.cfg.dag_id
+        self.topic = TOPIC
+        self.sink = sink_for(self.cfg)
+        self.mode = "orders" if self.cfg.sink is None else self.cfg.sink.mode
+        self.records = record_source(self.cfg.transform, opts.seed, opts.malformed_rate)
         self.home = self.settings.home
         self.fp_dir = Path(env["ONCEFLOW_FAILPOINTS_DIR"])
         self.rng = random.Random(f"onceflow-chaos-run:{opts.seed}")
@@ -645,8 +743,12 @@ class Harness:
             shutil.rmtree(self.home)
         self.home.mkdir(parents=True)
         self.fp_dir.mkdir(parents=True)
+        self.settings.pipelines_file.write_text(pipelines_toml(self.pipeline, self.raw))
         self.log_file = open(self.home / "chaos.log", "a")  # noqa: SIM115
-        self.log(f"starting the chaos stack in {self.home}")
+        self.log(
+            f"starting the chaos stack in {self.home}: pipeline {self.pipeline} "
+            f"({self.cfg.transform}, sink mode {self.mode}), topic {self.topic}"
+        )
         self.stack_up()
         from onceflow.db import migrate
 
@@ -654,8 +756,8 @@ class Harness:
         self.client = AirflowClient(
             self.settings.airflow_url, self.settings.airflow_user, self.settings.airflow_password
         )
-        self.client.wait_for_dag(DAG_ID, timeout=300)
-        self.client.unpause(DAG_ID)
+        self.client.wait_for_dag(self.dag_id, timeout=300)
+        self.client.unpause(self.dag_id)
 
     def stack_up(self, attempts: int = 3) -> None:
         from onceflow import stack
@@ -704,12 +806,19 @@ class Harness:
             self._ledger_conn.autocommit = True
         return self._ledger_conn
 
-    def _query(self, which: str, sql: str, params: tuple = ()) -> list[tuple]:
+    def _query(self, which: str, sql: Any, params: tuple = ()) -> list[tuple]:
         conn = self._airflow_db() if which == "airflow" else self._ledger_db()
+        return self._on(conn, lambda cur: (cur.execute(sql, params), cur.fetchall())[1])
+
+    def _on_ledger(self, fn: Callable[[Any], Any]) -> Any:
+        """fn(cursor) on the ledger's database (a sink's reads)."""
+        return self._on(self._ledger_db(), fn)
+
+    @staticmethod
+    def _on(conn, fn: Callable[[Any], Any]) -> Any:
         try:
             with conn.cursor() as cur:
-                cur.execute(sql, params)
-                return cur.fetchall()
+                return fn(cur)
         except Exception:
             with contextlib.suppress(Exception):
                 conn.close()
@@ -718,7 +827,7 @@ class Harness:
     def poll(self) -> bool:
         try:
             for run_id, state in self._query(
-                "airflow", "select run_id, state from dag_run where dag_id = %s", (DAG_ID,)
+                "airflow", "select run_id, state from dag_run where dag_id = %s", (self.dag_id,)
             ):
                 if run_id in self.runs:
                     self.runs[run_id].state = state
@@ -727,7 +836,7 @@ class Harness:
                 for r, t, s, n in self._query(
                     "airflow",
                     "select run_id, task_id, state, try_number from task_instance where dag_id = %s",
-                    (DAG_ID,),
+                    (self.dag_id,),
                 )
             }
             cols = (
@@ -747,7 +856,7 @@ class Harness:
                 for row in self._query(
                     "ledger",
                     f"select {', '.join(cols)} from onceflow.batches where pipeline = %s",
-                    (PIPELINE,),
+                    (self.pipeline,),
                 )
             }
             self.offsets = {
@@ -755,7 +864,7 @@ class Harness:
                 for p, c, e in self._query(
                     "ledger",
                     "select partition, committed_offset, epoch from onceflow.offsets where pipeline = %s",
-                    (PIPELINE,),
+                    (self.pipeline,),
                 )
             }
             planned = {
@@ -765,7 +874,7 @@ class Harness:
                     "select r.partition, max(r.until_offset) from onceflow.ranges r join onceflow.offsets o"
                     " using (pipeline, topic, partition) where r.pipeline = %s and r.epoch = o.epoch"
                     " group by r.partition",
-                    (PIPELINE,),
+                    (self.pipeline,),
                 )
             }
             self.planned = {p: planned.get(p, self.offsets.get(p, (0, 0))[0]) for p in range(4)}
@@ -831,7 +940,7 @@ class Harness:
         run_id = f"chaos__{self.opts.seed}__{self.n:04d}"
         for name, action in (arm or {}).items():
             self.arm(name, run_id, action)
-        self.client.trigger(DAG_ID, run_id)
+        self.client.trigger(self.dag_id, run_id)
         self.runs[run_id] = Run(run_id, self.n, _now(), state="queued")
         return run_id
 
@@ -843,7 +952,7 @@ class Harness:
 
     def clear(self, run_id: str, why: str) -> None:
         run = self.runs[run_id]
-        self.client.clear_run(DAG_ID, run_id)
+        self.client.clear_run(self.dag_id, run_id)
         run.clears += 1
         run.cleared_s = _now()
         run.state = "queued"
@@ -898,7 +1007,7 @@ class Harness:
         victim = max(running, key=lambda r: seq[r.run_id])
         victim.held = True
         self.client.request(
-            "PATCH", f"/api/v2/dags/{DAG_ID}/dagRuns/{victim.run_id}", json={"state": "failed"}
+            "PATCH", f"/api/v2/dags/{self.dag_id}/dagRuns/{victim.run_id}", json={"state": "failed"}
         )
         victim.state = "failed"
         self.freed[victim.run_id] = first.run_id
@@ -923,7 +1032,7 @@ class Harness:
         folder = (
             stack.airflow_home(self.settings)
             / "logs"
-            / f"dag_id={DAG_ID}"
+            / f"dag_id={self.dag_id}"
             / f"run_id={run_id}"
             / f"task_id={task}"
         )
@@ -1212,7 +1321,7 @@ class Harness:
         folder = (
             stack.airflow_home(self.settings)
             / "logs"
-            / f"dag_id={DAG_ID}"
+            / f"dag_id={self.dag_id}"
             / f"run_id={run_id}"
             / "task_id=plan"
         )
@@ -1260,8 +1369,10 @@ class Harness:
             while not regression_seen():
                 if not created and _now() > t_created:
                     # nothing auto-created the topic: re-create it ourselves
-                    created = broker.create_topic(self.settings.kafka_bootstrap, TOPIC, PARTITIONS)
-                    self.log(f"topic {TOPIC} re-created by the harness: {created}")
+                    created = broker.create_topic(
+                        self.settings.kafka_bootstrap, self.topic, PARTITIONS
+                    )
+                    self.log(f"topic {self.topic} re-created by the harness: {created}")
                     t_created = float("inf")
                 if _now() > deadline:
                     raise FaultTimeout("no plan failed with an offset regression")
@@ -1276,16 +1387,16 @@ class Harness:
             if new_plans:
                 f.error = f"batches planned after the broker lost its log: {new_plans}"
             self.log(f"plan of {seen[0]} stopped with an offset regression, as it must")
-            created = broker.create_topic(self.settings.kafka_bootstrap, TOPIC, PARTITIONS)
-            snap = broker.snapshot(self.settings.kafka_bootstrap, PIPELINE, (TOPIC,))
+            created = broker.create_topic(self.settings.kafka_bootstrap, self.topic, PARTITIONS)
+            snap = broker.snapshot(self.settings.kafka_bootstrap, self.pipeline, (self.topic,))
             f.detail["topic"] = {"created_now": created, "partitions": len(snap.ends)}
             if len(snap.ends) != PARTITIONS:
-                raise RuntimeError(f"topic {TOPIC} has {len(snap.ends)} partitions, not 4")
+                raise RuntimeError(f"topic {self.topic} has {len(snap.ends)} partitions, not 4")
             code = cli.main(
                 [
                     "reset-offsets",
                     "--pipeline",
-                    PIPELINE,
+                    self.pipeline,
                     "--reason",
                     f"chaos harness: broker restarted, its memory log was lost (epoch {self.epoch})",
                     "--yes",
@@ -1356,24 +1467,17 @@ class Harness:
             " and not exists (select 1 from onceflow.ranges r join onceflow.offsets o"
             " using (pipeline, topic, partition) where r.pipeline = b.pipeline and r.txid = b.txid"
             " and r.epoch <> o.epoch)",
-            (PIPELINE, BatchState.COMMITTED),
+            (self.pipeline, BatchState.COMMITTED),
         )
         return {r[0] for r in rows}
 
     def _published(self, txid: str) -> tuple[int, int]:
-        from psycopg2 import sql
-
-        rows = self._query(
-            "ledger",
-            sql.SQL("select count(*) from {}.orders where txid = %s")
-            .format(sql.Identifier(self.cfg.sink_schema))
-            .as_string(self._ledger_db()),
-            (txid,),
-        )[0][0]
+        """(records the sink's output of txid accounts for, its dead letters)."""
+        rows = self._on_ledger(lambda cur: self.sink.published_per_txid(cur).get(txid, 0))
         dead = self._query(
             "ledger",
             "select count(*) from onceflow.dead_letters where pipeline = %s and txid = %s",
-            (PIPELINE, txid),
+            (self.pipeline, txid),
         )[0][0]
         return int(rows), int(dead)
 
@@ -1403,7 +1507,11 @@ class Harness:
                 waiting[:] = [
                     t
                     for t in later
-                    if (w := ledger.blocking_predecessor(self.settings.postgres_dsn, PIPELINE, t))
+                    if (
+                        w := ledger.blocking_predecessor(
+                            self.settings.postgres_dsn, self.pipeline, t
+                        )
+                    )
                     and w.txid == txid
                     and self._commit_log_says_waits(t, txid)
                 ]
@@ -1412,7 +1520,7 @@ class Harness:
             yield from self.wait(
                 successors_blocked, INJECT_TIMEOUT, f"later runs wait in commit for {txid}"
             )
-            block = views.commit_block(self.settings.postgres_dsn, PIPELINE)
+            block = views.commit_block(self.settings.postgres_dsn, self.pipeline)
             f.detail["waiting"] = sorted(waiting)
             f.detail["blocked_view"] = (
                 {k: block.get(k) for k in ("txid", "state", "waiting", "last_error")}
@@ -1451,7 +1559,7 @@ class Harness:
         folder = (
             stack.airflow_home(self.settings)
             / "logs"
-            / f"dag_id={DAG_ID}"
+            / f"dag_id={self.dag_id}"
             / f"run_id={run_id}"
             / "task_id=commit"
         )
@@ -1564,7 +1672,7 @@ class Harness:
             return False
         if any(r.state == "failed" and not r.abandoned for r in self.runs.values()):
             return False
-        snap = broker.snapshot(self.settings.kafka_bootstrap, PIPELINE, (TOPIC,))
+        snap = broker.snapshot(self.settings.kafka_bootstrap, self.pipeline, (self.topic,))
         ends = {p: e for (_, p), e in snap.ends.items()}
         committed = {p: c for p, (c, _) in self.offsets.items()}
         lag = {p: ends[p] - committed.get(p, 0) for p in ends}
@@ -1578,9 +1686,9 @@ class Harness:
         self.start_stack()
         from onceflow import broker
 
-        broker.create_topic(self.settings.kafka_bootstrap, TOPIC, PARTITIONS)
+        broker.create_topic(self.settings.kafka_bootstrap, self.topic, PARTITIONS)
         self.producer = TrackingProducer(
-            self.settings.kafka_bootstrap, opts.seed, opts.malformed_rate, self.log
+            self.settings.kafka_bootstrap, self.topic, self.records, self.log
         )
         self.producer.start()
         self.log(
@@ -1642,27 +1750,129 @@ class Harness:
 
     # -- the verdict -------------------------------------------------------------------------
 
-    def sink_records(self) -> list[SinkRecord]:
-        from psycopg2 import sql
+    def check_sink(
+        self,
+        acked: dict[int, dict[tuple[int, int], Acked]],
+        resets: list[tuple[int, int]],
+        committed: dict[int, int],
+    ) -> tuple[dict[str, int], list[dict[str, Any]]]:
+        """The sink against the acknowledged records, by its mode's truth
+        (onceflow.chaos_truth): the counts (lost, duplicated, ...) and each check. The sink,
+        the dead letters and the ledger are read in one snapshot."""
+        from onceflow.db import transaction
 
-        out = []
-        q = (
-            sql.SQL('select epoch, partition, "offset", order_id from {}.orders where topic = %s')
-            .format(sql.Identifier(self.cfg.sink_schema))
-            .as_string(self._ledger_db())
-        )
-        for e, p, o, order_id in self._query("ledger", q, (TOPIC,)):
-            out.append(SinkRecord(e, p, o, "row", order_id))
-        for e, p, o, value in self._query(
-            "ledger",
-            'select epoch, partition, "offset", value from onceflow.dead_letters'
-            " where pipeline = %s and topic = %s",
-            (PIPELINE, TOPIC),
-        ):
-            out.append(
-                SinkRecord(e, p, o, "dead", value_crc(None if value is None else bytes(value)))
+        with transaction(self.settings.postgres_dsn) as cur:
+            cur.execute("set transaction isolation level repeatable read")
+            read = SinkSnapshot(cur, self.cfg, self.topic)
+            dead = read.dead_letters()
+            # a transform that drops `value` leaves every dead letter's value NULL
+            kept = self.mode == "orders" or any(d.ident is not None for d in dead)
+            note = "value compared" if kept else "coordinates only (the transform keeps no value)"
+            args = (resets, self.epoch, committed)
+            if self.mode == "merge":
+                return self._check_merge(read, acked, dead, args, kept, note)
+            return self._check_rows(read, acked, dead, args, kept, note)
+
+    def _check_rows(
+        self,
+        read: SinkSnapshot,
+        acked: dict[int, dict[tuple[int, int], Acked]],
+        dead: list[SinkRecord],
+        args: tuple,
+        kept: bool,
+        note: str,
+    ) -> tuple[dict[str, int], list[dict[str, Any]]]:
+        """The orders sink, append and upsert: rows (upsert: versions) by coordinates."""
+        key = self.cfg.sink.key if self.cfg.sink else ()
+        if self.mode == "orders":
+            table, row_agrees = "orders", orders_row
+            published = read.rows(table)
+            rows = [SinkRecord(*_coord(r), "row", r["order_id"]) for r in published]
+            compared = ["order_id"]
+        else:
+            table = self.sink.versions_table if self.mode == "upsert" else self.sink.table
+            row_agrees = fields_row(key)
+            published = read.rows(table)
+            rows = [SinkRecord(*_coord(r), "row", _user_columns(r)) for r in published]
+            compared = compared_columns(acked, rows, key)
+        counts = account(acked, rows + dead, *args, row_agrees=row_agrees, dead_values_kept=kept)
+        checks = [
+            _check(
+                f"{table} rows + dead letters = acknowledged records, by coordinates; each "
+                f"row's derivable columns and each dead letter ({note}) are its record's",
+                _count_violations(counts),
+                columns_compared=compared,
             )
-        return out
+        ]
+        if self.mode == "upsert":
+            versions = {_coord(r): tuple(r[k] for k in key) for r in published}
+            current = {
+                tuple(r[k] for k in key): CurrentRow(*_coord(r), _user_columns(r))
+                for r in read.rows(self.sink.table, topic=False)
+            }
+            checks.append(
+                _check(
+                    f"{self.sink.table}: per key the last committed record (highest seq, "
+                    "partition, offset), no row after a tombstone",
+                    upsert_truth(acked, read.committed_ranges(), versions, current, key),
+                    keys=len(current),
+                    columns_compared=[c for c in compared if c != "tombstone"],
+                )
+            )
+        return counts, checks
+
+    def _check_merge(
+        self,
+        read: SinkSnapshot,
+        acked: dict[int, dict[tuple[int, int], Acked]],
+        dead: list[SinkRecord],
+        args: tuple,
+        kept: bool,
+        note: str,
+    ) -> tuple[dict[str, int], list[dict[str, Any]]]:
+        """merge: partial records per txid, the state as the fold, and as the records say."""
+        key, aggs = self.cfg.sink.key, self.cfg.sink.aggregates
+        partials = [
+            Partial(r["txid"], r["seq"], *_split(r, key, aggs), r["records"])
+            for r in read.rows(self.sink.partials_table, topic=False)
+        ]
+        state = {}
+        for r in read.rows(self.sink.table, topic=False):
+            k, values = _split(r, key, aggs)
+            state[k] = (values, r["last_seq"])
+        ranges = read.committed_ranges()
+        committed = read.committed_txids()
+        published: Counter[str] = Counter()
+        for p in partials:
+            published[p.txid] += p.records
+        counts = account_counted(acked, dead, published, ranges, *args, dead_values_kept=kept)
+        folded = [p for p in partials if p.txid in committed]
+        coords = {(d.epoch, d.partition, d.offset) for d in dead}
+        projection = merge_projection(acked, ranges, coords, folded, state, key, aggs)
+        table = self.sink.table
+        checks = [
+            _check(
+                "per committed txid: partial records + dead letters = acknowledged records in "
+                f"its ranges; dead letters by coordinates ({note})",
+                _count_violations(counts),
+            ),
+            _check(
+                f"{table} = the fold of the committed txids' partials (sums per key, last_seq)",
+                merge_truth(partials, state, committed),
+                keys=len(state),
+            ),
+            _check(
+                f"{table}: each aggregate's total = its committed partials' total",
+                merge_totals(folded, state, aggs),
+            ),
+            _check(
+                f"{table} per {list(projection.key_columns) or 'all records'}: records and sums "
+                f"of {list(projection.aggregates)} read from the acknowledged values",
+                projection.violations,
+                groups=projection.groups,
+            ),
+        ]
+        return counts, checks
 
     def finish_report(self, ended_by: str) -> dict[str, Any]:
         from onceflow import broker
@@ -1676,14 +1886,14 @@ class Harness:
                 "ledger",
                 "select partition, committed_before from onceflow.resets where pipeline = %s"
                 " and topic = %s order by id",
-                (PIPELINE, TOPIC),
+                (self.pipeline, self.topic),
             )
         ]
         with self.producer.lock:
             acked = {e: dict(v) for e, v in self.producer.acked.items()}
         committed = {p: c for p, (c, e) in self.offsets.items() if e == self.epoch}
-        counts = account(acked, self.sink_records(), resets, self.epoch, committed)
-        snap = broker.snapshot(self.settings.kafka_bootstrap, PIPELINE, (TOPIC,))
+        counts, checks = self.check_sink(acked, resets, committed)
+        snap = broker.snapshot(self.settings.kafka_bootstrap, self.pipeline, (self.topic,))
         broker_ends = {p: e for (_, p), e in snap.ends.items()}
         audit = run_audit(
             self.settings.postgres_dsn,
@@ -1699,7 +1909,11 @@ class Harness:
             only=bool(self.opts.only),
         )
         report = {
-            "verdict": verdict_of(audit.verdict, counts),
+            "verdict": verdict_of(audit.verdict, counts, checks),
+            "pipeline": self.pipeline,
+            "transform": self.cfg.transform,
+            "mode": self.mode,
+            "truth": checks,
             "batches_committed": audit.batches_committed,
             "lost": counts["lost"],
             "duplicated": counts["duplicated"],

@@ -469,6 +469,8 @@ def cmd_chaos(args: argparse.Namespace, settings: Settings) -> int:
         keep=args.keep,
         report=Path(args.report) if args.report else chaos.Options.report,
         only=tuple(k.strip() for k in (args.faults or "").split(",") if k.strip()),
+        pipeline=args.pipeline,
+        pipelines_file=settings.pipelines_file,
     )
     return chaos.run(opts)
 
@@ -689,7 +691,12 @@ def build_parser() -> argparse.ArgumentParser:
         cmd_chaos,
         "Run the chaos harness on a dedicated local stack: faults injected while runs go "
         "through the scheduler; writes chaos-report.json (exit 0 only for exactly-once).",
-        "onceflow chaos --batches 200 --seed 1 --max-minutes 120",
+        "onceflow chaos --pipeline inventory --batches 200 --seed 1 --max-minutes 120",
+    )
+    sp.add_argument(
+        "--pipeline",
+        help="a pipeline of the pipelines file (its transform and sink, chaos's batch size and "
+        "topic; default: the built-in orders transform of tests/chaos_pipelines.toml)",
     )
     sp.add_argument(
         "--batches", type=int, default=200, help="committed batches to reach (default 200)"
