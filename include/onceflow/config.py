@@ -181,7 +181,7 @@ def parse_pipeline(name: str, raw: dict[str, Any], source: str = "<config>") -> 
         where = (
             f"the built-in transform {transform!r}'s own sink"
             if sink is None
-            else f"a {sink.kind} sink in mode {sink.mode!r}"
+            else f"sink kind {sink.kind!r}, mode {sink.mode!r}"
         )
         raise _fail(
             source,

@@ -3,8 +3,8 @@
 Every rule that must hold across retries and crashes is enforced here, inside database
 transactions, so it holds whichever Airflow worker, Spark driver or zombie calls it. Each rule
 is stated once: the attempt fence (`check_attempt`, also run by every stage part inside its
-own transaction), the parts of a complete stage and records read = rows + dead letters
-(`mark_staged`) and the batch that commits wait for (`_lowest_open`, behind the commit, its
+own transaction), the parts of a complete stage and records read = records the rows account
+for + dead letters (`mark_staged`) and the batch that commits wait for (`_lowest_open`, behind the commit, its
 trigger, the CLI, the UI and the metrics).
 """
 

@@ -385,7 +385,8 @@ def _user_stage_columns(src: Any, cfg: Any) -> Any:
 
     An aggregating transform's rows carry coordinates only as dead letters; a row that
     breaks its contract (transforms.aggregate_row_violation) fails the Spark task that
-    stages it, before its part commits: the attempt stages nothing."""
+    stages it, before its part commits, and the job with it (stage_job raises it as a
+    TransformError): the attempt is never marked staged."""
     from pyspark.sql import functions as F
 
     from onceflow.stage import HASH_COLUMN
@@ -474,6 +475,7 @@ def stage_job(
     and shuffles them: the records are persisted and counted first (the records read), so
     Kafka is read once, and its output partition k is part k (n = the output's partitions)."""
     from onceflow.db import transaction
+    from onceflow.errors import TransformError
     from onceflow.fast_stage import fast_stage_frame
     from onceflow.reader import ranges_frame
     from onceflow.sinks import sink_for
@@ -510,6 +512,11 @@ def stage_job(
     read.value = 0  # only this job's reads count (a transform may have run jobs of its own)
     try:
         messages = job.collect()
+    except Exception as e:
+        violation = _ROW_VIOLATION.search(str(e)) if cfg.aggregating else None
+        if violation:  # the transform must change: a retry would fail the same way
+            raise TransformError(violation.group(1)) from None
+        raise
     finally:
         if cfg.aggregating:
             source.unpersist()
@@ -539,6 +546,9 @@ def stage_job(
     return StageJob(parts=parts, records_read=records_read)
 
 
+# A row breaking an aggregating transform's contract, as Spark reports the raise_error of
+# transforms.aggregate_row_violation.
+_ROW_VIOLATION = re.compile(r"\[USER_RAISED_EXCEPTION\] (aggregating transform .+?) SQLSTATE")
 _ERROR_LINE = re.compile(r"^(?:[\w.]+\.)?(\w+(?:Error|Exception)): (.+)$", re.MULTILINE)
 _ONCEFLOW_ERRORS = {
     "RangeReadError",

@@ -13,7 +13,7 @@ A transform may also have a fast form: a module `<name>_fast` with
 reader's Python worker (onceflow.fast_stage). It accepts only records whose rows it computes
 exactly as `transform` would; the rest still go through `transform` in the JVM.
 
-A user transform ("module:function", config.USER_TRANSFORM_RE) is a record-wise function
+A user transform ("module:function", config.USER_TRANSFORM_RE) is by default a record-wise function
 `DataFrame -> DataFrame` over the reader's columns (topic, partition, offset, key, value,
 timestamp). Its output keeps topic, partition and offset (one row per input record, no
 filter, no shuffle) and adds the columns its sink publishes; an `error` string column, when
@@ -31,7 +31,8 @@ checks it); optionally dead-letter rows, whose `error` is not null and which car
 refused record's topic, partition and offset (and key and value if kept), typically a
 unionByName(..., allowMissingColumns=True) of the aggregate rows and the refused records.
 A row that breaks it (`aggregate_row_violation`: a dead row without coordinates, an
-aggregate row with a null key or `records`) fails the attempt before its part commits. Its
+aggregate row with a null key or `records`) fails its part before the part commits, and the
+attempt with it: it is never marked staged, so nothing of it can be published. Its
 output partitioning must be a function of the records (a groupBy's is): output partition k
 is stage part k, and a retried task restages it under the part fence.
 
@@ -211,9 +212,10 @@ def aggregate_row_violation(
         )
     )
     where = f"aggregating transform {spec!r} of pipeline {pipeline!r}: "
-    violation = F.when(rules[0][0], F.lit(f"{where}{rules[0][1]}. Nothing was staged."))
+    end = ". The attempt fails: nothing of it can be published."
+    violation = F.when(rules[0][0], F.lit(f"{where}{rules[0][1]}{end}"))
     for condition, why in rules[1:]:
-        violation = violation.when(condition, F.lit(f"{where}{why}. Nothing was staged."))
+        violation = violation.when(condition, F.lit(f"{where}{why}{end}"))
     return violation
 
 
