@@ -13,9 +13,9 @@ A transform may also have a fast form: a module `<name>_fast` with
 reader's Python worker (onceflow.fast_stage). It accepts only records whose rows it computes
 exactly as `transform` would; the rest still go through `transform` in the JVM.
 
-A user transform ("module:function", config.USER_TRANSFORM_RE) is by default a record-wise function
-`DataFrame -> DataFrame` over the reader's columns (topic, partition, offset, key, value,
-timestamp). Its output keeps topic, partition and offset (one row per input record, no
+A user transform ("module:function", config.USER_TRANSFORM_RE) is by default a record-wise
+function `DataFrame -> DataFrame` over the reader's columns (topic, partition, offset, key,
+value, timestamp). Its output keeps topic, partition and offset (one row per input record, no
 filter, no shuffle) and adds the columns its sink publishes; an `error` string column, when
 not null, sends the record to dead letters with that reason; it may keep `key` and `value`,
 which the stage keeps for dead letters, and whose `value` being null makes the record a
