@@ -450,6 +450,7 @@ def test_the_example_pipelines_run_in_the_chaos_stack(name):
     raw = chaos.chaos_pipeline(base, chaos.pipeline_tables(dags)[name], name)
     cfg = parse_pipeline(name, tomllib.loads(chaos.pipelines_toml(name, raw))["pipelines"][name])
     assert cfg.sink == get_pipeline(dags, name).sink
+    assert cfg.transform_kind == get_pipeline(dags, name).transform_kind
     assert cfg.max_records_per_partition == 150
 
 

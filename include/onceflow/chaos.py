@@ -279,7 +279,7 @@ class Options:
 # Keys a user pipeline brings to the chaos stack: what it computes and where it publishes.
 # Everything else (batch size, runs in flight, Spark settings, positions, loss policy) is
 # the chaos pipeline's, and the topic is the harness's.
-FROM_PIPELINE = ("transform", "sink", "sink_schema", "fast_form")
+FROM_PIPELINE = ("transform", "transform_kind", "sink", "sink_schema", "fast_form")
 
 
 def chaos_pipeline(base: dict[str, Any], user: dict[str, Any], name: str) -> dict[str, Any]:
