@@ -1,6 +1,8 @@
 """A user pipeline through the REAL `spark-submit spark_jobs/process.py`: a transform in a
 folder outside the repository (ONCEFLOW_SPARK_JOBS), staged into each PostgresSink mode and
-an Iceberg table, committed through ledger.commit and audited; and the transform errors that stage nothing.
+an Iceberg table, committed through ledger.commit and audited; the transform errors that
+stage nothing, the records-read check (a filter, a duplicate, a retried task, a transform's
+own job) and the transform's module shipped to executors that lack it.
 
 A private tansu broker and PostgreSQL, stopped by PID; ranges come from the producer's
 delivery reports (as in test_process_job.py).
