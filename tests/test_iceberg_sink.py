@@ -56,6 +56,25 @@ def snapshots(dsn, cfg, seq=None):
     return out
 
 
+def snapshot_ids(dsn, cfg, seq):
+    """The ids of the table's snapshots recording the pipeline's seq, oldest first."""
+    return [
+        str(s.snapshot_id)
+        for s in table(dsn, cfg).snapshots()
+        if s.summary.additional_properties.get("onceflow.pipeline") == cfg.name
+        and s.summary.additional_properties.get("onceflow.seq") == str(seq)
+    ]
+
+
+def sink_commit(dsn, cfg, txid):
+    with transaction(dsn) as cur:
+        cur.execute(
+            "select sink_commit from onceflow.batches where pipeline = %s and txid = %s",
+            (cfg.name, txid),
+        )
+        return cur.fetchone()[0]
+
+
 def live_files(dsn, cfg):
     return sorted(table(dsn, cfg).inspect.files().column("file_path").to_pylist())
 
@@ -102,6 +121,8 @@ def test_a_crash_between_the_sink_and_the_ledger_is_repaired_without_publishing_
     res = ledger.commit(ledger_dsn, cfg, "a")  # the retry: finds seq 1, only the ledger step
     assert (res.outcome, res.published, res.dead) == ("committed", 2, 1)
     assert len(snapshots(ledger_dsn, cfg, seq=1)) == 1
+    # the ledger names the snapshot the first attempt made, which the retry found
+    assert [sink_commit(ledger_dsn, cfg, "a")] == snapshot_ids(ledger_dsn, cfg, 1)
     assert published(ledger_dsn, cfg) == [(0, 0, "x", 1), (0, 1, "y", 2)]
     report = exactly_once(ledger_dsn, cfg)
     assert (report.records_in_sink, report.dead_lettered) == (2, 1)
@@ -219,6 +240,71 @@ def test_a_rerun_replaces_the_txids_files_in_one_overwrite_snapshot(ledger_dsn, 
     assert all("attempt=1" not in f for f in files if "txid=a-" in f)
     assert batch_state(ledger_dsn, cfg, "a") == (BatchState.COMMITTED, 2)
     exactly_once(ledger_dsn, cfg)
+
+
+def test_the_ledger_cli_and_ui_show_each_committed_txids_snapshot(
+    ledger_dsn, cfg, tmp_path, monkeypatch
+):
+    import contextlib
+    import io
+    import sys
+    from dataclasses import replace
+
+    from onceflow import cli
+    from onceflow.settings import Settings
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins"))
+    from fastapi.testclient import TestClient
+    from onceflow_ui import app as app_mod
+    from onceflow_ui import create_app
+
+    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
+    ledger.plan(ledger_dsn, cfg, "b", snap({(T, 0): 3}))
+    process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])
+    ledger.commit(ledger_dsn, cfg, "a")
+    assert [sink_commit(ledger_dsn, cfg, "a")] == snapshot_ids(ledger_dsn, cfg, 1)
+    assert sink_commit(ledger_dsn, cfg, "b") is None  # not committed: no snapshot yet
+    process(ledger_dsn, cfg, "a", [(0, 0, "x", 10), (0, 1, "y", 20)])
+    assert ledger.commit(ledger_dsn, cfg, "a").outcome == "republished"
+    first, rerun = snapshot_ids(ledger_dsn, cfg, 1)
+    assert sink_commit(ledger_dsn, cfg, "a") == rerun  # the re-run's overwrite snapshot
+
+    pipelines = tmp_path / "pipelines.toml"
+    pipelines.write_text(
+        f'[pipelines.{cfg.name}]\ntopics = ["{T}"]\ntransform = "inventory:transform"\n'
+        f'[pipelines.{cfg.name}.sink]\nkind = "iceberg"\ntable = "items"\n'
+        f'warehouse = "{cfg.sink.warehouse}"\n'
+    )
+    monkeypatch.setenv("ONCEFLOW_POSTGRES_DSN", ledger_dsn)
+    monkeypatch.setenv("ONCEFLOW_PIPELINES", str(pipelines))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert cli.main(["ledger", "--pipeline", cfg.name]) == 0
+    header, *lines = out.getvalue().splitlines()
+    assert "snapshot" in header.split()
+    (row_a,) = [line for line in lines if " a " in f" {line} "]
+    assert rerun in row_a.split() and first not in row_a
+
+    def broker_down(*_args):
+        raise ConnectionRefusedError("no broker in this test")
+
+    monkeypatch.setattr("onceflow.broker.snapshot", broker_down)
+    settings = replace(
+        Settings.from_env(),
+        postgres_dsn=ledger_dsn,
+        kafka_bootstrap="127.0.0.1:1",  # no broker: the pages still render
+        pipelines_file=pipelines,
+    )
+    app = create_app(settings=lambda: settings, can_read_dag=lambda _user, _dag_id: True)
+    app.dependency_overrides[app_mod.require_user] = lambda: object()
+    client = TestClient(app, root_path="/onceflow")
+    page = client.get(f"/pipelines/{cfg.name}").text
+    assert "<th>snapshot</th>" in page and f'<span class="mono">{rerun}</span>' in page
+    entry = client.get(f"/pipelines/{cfg.name}/batches/a").text
+    assert f'<dt>snapshot</dt><dd><span class="mono" id="sink-commit">{rerun}</span>' in entry
+    assert client.get(f"/api/pipelines/{cfg.name}/batches/a").json()["batch"]["sink_commit"] == (
+        rerun
+    )
 
 
 def test_a_fenced_attempts_file_is_written_but_never_referenced(ledger_dsn, cfg):

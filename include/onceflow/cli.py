@@ -254,8 +254,10 @@ def _ranges_text(ranges: list[dict]) -> str:
 
 def cmd_ledger(args: argparse.Namespace, settings: Settings) -> int:
     from onceflow import views
+    from onceflow.sinks import sink_for
 
     cfg = _pipeline(settings, args.pipeline)
+    commit_name = sink_for(cfg).commit_name
     if args.txid:
         rows = [views.batch(settings.postgres_dsn, cfg.name, args.txid)]
     else:
@@ -270,6 +272,8 @@ def cmd_ledger(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     for r in rows:
         r["ranges"] = _ranges_text(r["ranges"])
+        if commit_name:
+            r[commit_name] = r["sink_commit"]
         r["secs plan/proc/commit"] = "/".join(
             "-" if r[k] is None else f"{r[k]:.1f}"
             for k in ("plan_seconds", "process_seconds", "commit_seconds")
@@ -286,6 +290,7 @@ def cmd_ledger(args: argparse.Namespace, settings: Settings) -> int:
                 "records_out",
                 "records_dead",
                 "secs plan/proc/commit",
+                *((commit_name,) if commit_name else ()),
                 "ranges",
             ),
         )
@@ -613,7 +618,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp = add(
         "ledger",
         cmd_ledger,
-        "Show the ledger: batches with seq, txid, state, counts, durations and ranges.",
+        "Show the ledger: batches with seq, txid, state, counts, durations and ranges (and "
+        "for an Iceberg sink the snapshot of each committed txid).",
         "onceflow ledger --pipeline orders --limit 20",
     )
     sp.add_argument("--pipeline", help="pipeline name (default: the only one configured)")

@@ -10,7 +10,8 @@ order, abandoned and unstaged batches refused, a committed txid done or re-run):
    that records them, replacing whatever the sink held of the txid (a re-run, or an earlier
    attempt published before a crash);
 2. the ledger transaction, as for a sink in the database: dead letters, the offsets'
-   compare-and-set, the batch committed with the attempt step 1 published.
+   compare-and-set, the batch committed with the attempt step 1 published and the id of
+   the sink's commit that holds it (onceflow.batches.sink_commit: an Iceberg snapshot id).
 
 Both steps run inside ONE transaction on a dedicated connection that holds the pipeline's
 commit lock (ledger.COMMIT_LOCK_KEY, the lock of every commit and of reset-offsets) and the
@@ -74,9 +75,16 @@ def commit_outside(
         if not row.republish:
             ledger.advance_offsets(cur, cfg, txid, t.seq)
         cur.execute(
-            "update onceflow.batches set state = %s, published_attempt = %s,"
+            "update onceflow.batches set state = %s, published_attempt = %s, sink_commit = %s,"
             " committed_at = now(), commit_seconds = %s where pipeline = %s and txid = %s",
-            (BatchState.COMMITTED, t.attempt, time.monotonic() - started, cfg.name, txid),
+            (
+                BatchState.COMMITTED,
+                t.attempt,
+                publication.ref or None,
+                time.monotonic() - started,
+                cfg.name,
+                txid,
+            ),
         )
         sink.drop_staged(cur, txid, t.attempt)
         if not row.republish:

@@ -67,6 +67,11 @@ class Sink(ABC):
     """One pipeline's sink. Identifiers come from validated configuration and are still
     quoted (psycopg2.sql.Identifier); values are always parameters."""
 
+    # What the sink calls its own atomic commit, whose id the ledger keeps for each committed
+    # txid (onceflow.batches.sink_commit) and `onceflow ledger` and the UI show; None: the
+    # sink publishes inside the ledger's transaction, which is the only commit there is.
+    commit_name: str | None = None
+
     def __init__(self, schema: str, table: str) -> None:
         self.schema = schema
         self.table = table

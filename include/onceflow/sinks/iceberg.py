@@ -215,6 +215,8 @@ class _Bound:
 class IcebergSink(OutsideSink):
     """Iceberg table `namespace.table` of mode append, fed through the file stage."""
 
+    commit_name = "snapshot"
+
     def __init__(
         self,
         schema: str,
