@@ -75,6 +75,37 @@ def sink_commit(dsn, cfg, txid):
         return cur.fetchone()[0]
 
 
+def on_disk(cfg, txid, attempt):
+    """The Parquet files in the warehouse under txid's attempt folder."""
+    return sorted(
+        str(p)
+        for p in Path(cfg.sink.warehouse).rglob("*.parquet")
+        if f"/txid={txid}-" in str(p) and f"/attempt={attempt}/" in str(p)
+    )
+
+
+def cleanup(dsn, cfg, monkeypatch, tmp_path, *args):
+    """`onceflow cleanup --pipeline P --json ARGS` on a pipelines file holding cfg."""
+    import contextlib
+    import io
+    import json
+
+    from onceflow import cli
+
+    pipelines = tmp_path / "pipelines.toml"
+    pipelines.write_text(
+        f'[pipelines.{cfg.name}]\ntopics = ["{T}"]\ntransform = "inventory:transform"\n'
+        f'[pipelines.{cfg.name}.sink]\nkind = "iceberg"\ntable = "items"\n'
+        f'warehouse = "{cfg.sink.warehouse}"\n'
+    )
+    monkeypatch.setenv("ONCEFLOW_POSTGRES_DSN", dsn)
+    monkeypatch.setenv("ONCEFLOW_PIPELINES", str(pipelines))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert cli.main(["cleanup", "--pipeline", cfg.name, "--json", *args]) == 0
+    return {(a["txid"], a["attempt"]): a["files"] for a in json.loads(out.getvalue())["attempts"]}
+
+
 def live_files(dsn, cfg):
     return sorted(table(dsn, cfg).inspect.files().column("file_path").to_pylist())
 
@@ -142,6 +173,7 @@ def test_lost_dead_letters_fail_the_ledger_step_and_a_new_attempt_replaces_the_s
     assert ledger.commit(ledger_dsn, cfg, "a").outcome == "committed"
     assert [op for op, _ in snapshots(ledger_dsn, cfg, seq=1)] == ["append", "overwrite"]
     assert published(ledger_dsn, cfg) == [(0, 0, "x", 1), (0, 1, "y", 2)]
+    assert on_disk(cfg, "a", 1)  # published once: the first snapshot still references them
     report = exactly_once(ledger_dsn, cfg)
     assert (report.records_in_sink, report.dead_lettered) == (2, 1)
 
@@ -235,6 +267,7 @@ def test_a_rerun_replaces_the_txids_files_in_one_overwrite_snapshot(ledger_dsn, 
     )
     assert first["onceflow.attempt"] == "1"
     assert published(ledger_dsn, cfg) == [(0, 0, "x", 10), (0, 2, "z", 3)]
+    assert on_disk(cfg, "a", 1)  # replaced, but the first snapshot still references them
     files = live_files(ledger_dsn, cfg)
     assert [f for f in files if "txid=b-" in f] == b_files  # b's files untouched
     assert all("attempt=1" not in f for f in files if "txid=a-" in f)
@@ -307,7 +340,7 @@ def test_the_ledger_cli_and_ui_show_each_committed_txids_snapshot(
     )
 
 
-def test_a_fenced_attempts_file_is_written_but_never_referenced(ledger_dsn, cfg):
+def test_a_fenced_attempts_file_is_never_referenced_and_removed_after_commit(ledger_dsn, cfg):
     ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
     old = ledger.claim_attempt(ledger_dsn, cfg.name, "a")
     old_target = StageTarget.for_sink(ledger_dsn, bound(ledger_dsn, cfg), cfg.name, "a", 1)
@@ -317,10 +350,60 @@ def test_a_fenced_attempts_file_is_written_but_never_referenced(ledger_dsn, cfg)
         stage_part(old_target, 1, [records((0, 0, "x", 100))])
     with pytest.raises(FencedAttemptError):
         ledger.mark_staged(ledger_dsn, cfg, "a", old.attempt, parts=1)
+    zombie = on_disk(cfg, "a", 1)
+    assert len(zombie) == 1  # the zombie's file exists...
     ledger.commit(ledger_dsn, cfg, "a")
-    on_disk = sorted(str(p) for p in Path(cfg.sink.warehouse).rglob("*.parquet"))
-    assert any("attempt=1" in p for p in on_disk)  # the zombie's file exists...
-    assert all("attempt=2" in f for f in live_files(ledger_dsn, cfg))  # ...and is not in the table
+    assert all("attempt=2" in f for f in live_files(ledger_dsn, cfg))  # ...is not in the table
+    assert on_disk(cfg, "a", 1) == []  # ...and the commit removed it
+    assert not Path(zombie[0]).parent.exists()
+    published_files = on_disk(cfg, "a", 2)
+    assert [f.removeprefix("file://") for f in live_files(ledger_dsn, cfg)] == published_files
+    exactly_once(ledger_dsn, cfg)
+
+
+def test_cleanup_never_removes_what_an_attempt_may_still_publish(
+    ledger_dsn, cfg, monkeypatch, tmp_path
+):
+    for txid, n in (("a", 2), ("b", 3), ("c", 4), ("d", 5)):
+        ledger.plan(ledger_dsn, cfg, txid, snap({(T, 0): n}))
+    # a: committed, a re-run staged (attempt 2), another re-run running (attempt 3);
+    # b: staged, waiting to commit; c: attempt 1 fenced by attempt 2, which is still running
+    # (one part staged); d: attempt 1 still running
+    process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])
+    ledger.commit(ledger_dsn, cfg, "a")
+    process(ledger_dsn, cfg, "a", [(0, 0, "x", 5), (0, 1, "y", 6)])
+    process(ledger_dsn, cfg, "b", [(0, 2, "z", 3)])
+    for txid in ("a", "c", "c", "d"):
+        claim = ledger.claim_attempt(ledger_dsn, cfg.name, txid)
+        target = StageTarget.for_sink(
+            ledger_dsn, bound(ledger_dsn, cfg), cfg.name, txid, claim.attempt
+        )
+        stage_part(target, 0, [records((0, 3, "w", claim.attempt))])
+    kept = {
+        (t, n): on_disk(cfg, t, n)
+        for t, n in (("a", 1), ("a", 2), ("a", 3), ("b", 1), ("c", 2), ("d", 1))
+    }
+    assert all(len(files) == 1 for files in kept.values())
+    assert len(on_disk(cfg, "c", 1)) == 1
+
+    assert cleanup(ledger_dsn, cfg, monkeypatch, tmp_path) == {("c", 1): 1}  # a dry run...
+    assert len(on_disk(cfg, "c", 1)) == 1  # ...removes nothing
+    assert cleanup(ledger_dsn, cfg, monkeypatch, tmp_path, "--yes") == {("c", 1): 1}
+    assert on_disk(cfg, "c", 1) == []
+    assert {k: on_disk(cfg, *k) for k in kept} == kept
+    assert cleanup(ledger_dsn, cfg, monkeypatch, tmp_path) == {}
+    # the survivors still publish
+    ledger.mark_staged(ledger_dsn, cfg, "c", 2, parts=1)
+    assert ledger.commit(ledger_dsn, cfg, "a").outcome == "republished"  # attempt 2
+    for txid in ("b", "c"):
+        assert ledger.commit(ledger_dsn, cfg, txid).outcome == "committed"
+    assert {k: on_disk(cfg, *k) for k in kept} == kept  # attempt 3 of a may still stage
+    assert published(ledger_dsn, cfg) == [
+        (0, 0, "x", 5),
+        (0, 1, "y", 6),
+        (0, 2, "z", 3),
+        (0, 3, "w", 2),
+    ]
     exactly_once(ledger_dsn, cfg)
 
 

@@ -353,6 +353,26 @@ def cmd_dead_letters(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_cleanup(args: argparse.Namespace, settings: Settings) -> int:
+    from onceflow import file_cleanup
+
+    cfg = _pipeline(settings, args.pipeline)
+    removals = file_cleanup.unpublishable(settings.postgres_dsn, cfg, args.txid)
+    if args.yes:
+        file_cleanup.remove(cfg, removals)
+    rows = [{"txid": r.txid, "attempt": r.attempt, "files": len(r.paths)} for r in removals]
+    if args.json:
+        out = [{**row, "paths": list(r.paths)} for row, r in zip(rows, removals, strict=True)]
+        print(json.dumps({"pipeline": cfg.name, "removed": args.yes, "attempts": out}, indent=2))
+        return 0
+    if rows:
+        print(_table(rows, ("txid", "attempt", "files")))
+    verb = "removed" if args.yes else "would remove (dry run: give --yes to remove them)"
+    files = sum(len(r.paths) for r in removals)
+    print(f"{verb} {files} data file(s) of {len(rows)} attempt(s) that never publish")
+    return 0
+
+
 def _rerun(client, cfg: PipelineConfig, settings: Settings, txid: str, timeout: float) -> str:
     from onceflow import ledger
 
@@ -691,6 +711,19 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="leave the abandoned batches' DAG runs alone (default: mark them failed in Airflow)",
     )
+
+    sp = add(
+        "cleanup",
+        cmd_cleanup,
+        "List, and with --yes remove, the data files of process attempts that never publish "
+        "(an Iceberg sink's fenced, overtaken or abandoned attempts; never a file an attempt "
+        "may still publish, nor one a snapshot records).",
+        "onceflow cleanup --pipeline inventory_lake --yes",
+    )
+    sp.add_argument("--pipeline", help="pipeline name (default: the only one configured)")
+    sp.add_argument("--txid", help="only this txid (run id)")
+    sp.add_argument("--yes", action="store_true", help="remove them (default: only list them)")
+    sp.add_argument("--json", action="store_true", help="machine-readable output")
 
     sp = add(
         "chaos",

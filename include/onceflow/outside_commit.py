@@ -21,6 +21,9 @@ steps. A crash between them rolls that transaction back and releases the locks; 
 finds the seq in the sink and only does step 2. A committer that lost its connection but
 still runs (a zombie) is fenced by the sink's own concurrency control: its commit conflicts
 with the newer one, and re-reading the sink it finds the seq already there.
+
+After both steps, the data files of the txid's attempts that never publish are removed
+(onceflow.file_cleanup states when a file may go).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from __future__ import annotations
 import logging
 import time
 
-from onceflow import failpoints, ledger
+from onceflow import failpoints, file_cleanup, ledger
 from onceflow.config import PipelineConfig
 from onceflow.db import transaction
 from onceflow.errors import CommitConflictError, SinkMovedError
@@ -89,6 +92,8 @@ def commit_outside(
         sink.drop_staged(cur, txid, t.attempt)
         if not row.republish:
             failpoints.hit("commit.before_db_commit", txid)
+    if t.attempt > 1:  # earlier attempts wrote files that may never publish
+        file_cleanup.after_commit(dsn, cfg, txid)
     if row.republish:
         return ledger.CommitResult(txid, t.seq, "republished", publication.records, dead)
     failpoints.hit("commit.after_db_commit", txid)

@@ -274,6 +274,15 @@ class SinkReading:
     state: Any
 
 
+@dataclass(frozen=True)
+class StagedFiles:
+    """The data files process wrote for a sink outside the database, as its storage holds
+    them, and what the sink's own commits recorded of them (onceflow.file_cleanup)."""
+
+    files: dict[tuple[str, int], list[str]]  # (txid, attempt) -> paths (URIs)
+    published: set[tuple[str, int]]  # (txid, attempt) some commit of the sink recorded
+
+
 class OutsideSink(Sink):
     """A sink the commit's database transaction cannot reach (a lake table, a Kafka topic):
     commit publishes in two idempotent steps around the ledger transaction
@@ -302,3 +311,11 @@ class OutsideSink(Sink):
         commit of the sink that records t's pipeline, txid, seq and attempt, and with
         `replace` removes the txid's earlier output in the same commit; conditional on the
         sink being as `reading` found it (SinkMovedError otherwise, nothing published)."""
+
+    def staged_files(self, cur, pipeline: str, txids: set[str]) -> StagedFiles:
+        """The data files the storage holds for these txids of the pipeline, by attempt,
+        and the attempts some commit of the sink recorded (a sink without data files: none)."""
+        return StagedFiles({}, set())
+
+    def remove_files(self, paths: list[str]) -> None:
+        """Delete these data files (they exist, or did: a missing one is no error)."""

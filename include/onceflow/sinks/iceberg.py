@@ -61,6 +61,7 @@ from onceflow.sinks.base import (
     PublishTarget,
     SinkReading,
     StagedCounts,
+    StagedFiles,
 )
 from onceflow.transforms import COORDINATES, PASSED_THROUGH
 
@@ -468,6 +469,51 @@ class IcebergSink(OutsideSink):
             for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
                 if entry.data_file.file_path.startswith(prefix):
                     yield entry.data_file
+
+    # -- files of attempts that never publish (onceflow.file_cleanup) ---------------------
+
+    def staged_files(self, cur, pipeline: str, txids: set[str]) -> StagedFiles:
+        """The Parquet files under the txids' folders (`<txid>/attempt=<n>/`), and the
+        (txid, attempt) pairs a snapshot in the table's history records."""
+        from pyarrow import fs
+
+        with open_catalog(cur, self.warehouse) as catalog:
+            table = self._load(catalog)
+        if table is None or not txids:
+            return StagedFiles({}, set())
+        root = self._data_root(table.location(), pipeline)
+        by_dir = {txid_dir(t): t for t in txids}
+        # one txid (a commit's): its own folder; more (the cleanup command): the whole root
+        top = f"{root}/{txid_dir(next(iter(txids)))}" if len(txids) == 1 else root
+        filesystem, path = fs.FileSystem.from_uri(top)
+        base = fs.FileSystem.from_uri(root)[1]  # the root as the file system names it
+        files: dict[tuple[str, int], list[str]] = {}
+        selector = fs.FileSelector(path, recursive=True, allow_not_found=True)
+        for info in filesystem.get_file_info(selector):
+            parts = info.path[len(base) :].strip("/").split("/")
+            if info.type != fs.FileType.File or len(parts) != 3 or parts[0] not in by_dir:
+                continue
+            m = re.fullmatch(r"attempt=(\d+)", parts[1])
+            if m:
+                key = (by_dir[parts[0]], int(m.group(1)))
+                files.setdefault(key, []).append(f"{root}/{'/'.join(parts)}")
+        published = {(p.txid, p.attempt) for p in _publications(table, pipeline)}
+        return StagedFiles(files, published)
+
+    def remove_files(self, paths: list[str]) -> None:
+        """Delete the files, then their attempt folders if left empty."""
+        from pyarrow import fs
+
+        for uri in paths:
+            filesystem, path = fs.FileSystem.from_uri(uri)
+            with contextlib.suppress(FileNotFoundError):
+                filesystem.delete_file(path)
+        for uri in {p.rsplit("/", 1)[0] for p in paths}:
+            filesystem, folder = fs.FileSystem.from_uri(uri)
+            selector = fs.FileSelector(folder, allow_not_found=True)
+            if not filesystem.get_file_info(selector):  # a zombie's later file stays
+                with contextlib.suppress(OSError):
+                    filesystem.delete_dir(folder)
 
     # -- the audit ------------------------------------------------------------------------
 
