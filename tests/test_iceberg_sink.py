@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from onceflow import ledger, outside_commit
+from onceflow import demo, ledger, outside_commit
 from onceflow.audit import run_audit
 from onceflow.db import transaction
 from onceflow.errors import (
@@ -267,6 +267,8 @@ def test_a_rerun_replaces_the_txids_files_in_one_overwrite_snapshot(ledger_dsn, 
     )
     assert first["onceflow.attempt"] == "1"
     assert published(ledger_dsn, cfg) == [(0, 0, "x", 10), (0, 2, "z", 3)]
+    # what `onceflow demo` prints: the table scanned (a's replaced rows are gone)
+    assert demo.sink_rows(ledger_dsn, cfg) == (f"iceberg:{cfg.sink_schema}.items", 2)
     assert on_disk(cfg, "a", 1)  # replaced, but the first snapshot still references them
     files = live_files(ledger_dsn, cfg)
     assert [f for f in files if "txid=b-" in f] == b_files  # b's files untouched
