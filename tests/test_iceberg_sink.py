@@ -22,6 +22,7 @@ from onceflow.errors import (
     FencedAttemptError,
     SinkMovedError,
     SinkSchemaError,
+    SinkUnavailableError,
 )
 from onceflow.failpoints import FailpointError
 from onceflow.sinks import PublishTarget, sink_for
@@ -512,6 +513,35 @@ def test_an_unreachable_warehouse_is_a_clear_error(ledger_dsn, unique_name, tmp_
     with pytest.raises(SinkSchemaError) as e, transaction(ledger_dsn) as cur:
         sink_for(cfg).bind_output(cur, FIELDS)
     assert f"Iceberg table {cfg.sink_schema}.items (warehouse {blocker / 'lake'})" in str(e.value)
+
+
+def test_a_warehouse_unreachable_at_commit_is_a_clear_error_and_the_retry_publishes(
+    ledger_dsn, cfg
+):
+    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
+    process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])
+    warehouse = Path(cfg.sink.warehouse)
+    warehouse.rename(warehouse.with_name("unmounted"))  # the whole warehouse is gone
+    with pytest.raises(SinkUnavailableError) as e:
+        ledger.commit(ledger_dsn, cfg, "a")
+    where = f"Iceberg table {cfg.sink_schema}.items (warehouse {warehouse})"
+    assert str(e.value).startswith(f"{where}: could not read its snapshots for seq 1")
+    assert "nothing was published" in str(e.value)
+    assert batch_state(ledger_dsn, cfg, "a") == (BatchState.STAGED, None)
+    warehouse.with_name("unmounted").rename(warehouse)
+
+    (lost,) = on_disk(cfg, "a", 1)  # a staged data file gone: the publish fails, naming it
+    Path(lost).rename(f"{lost}.away")
+    with pytest.raises(SinkUnavailableError) as e:
+        ledger.commit(ledger_dsn, cfg, "a")
+    assert str(e.value).startswith(f"{where}: could not publish txid 'a' (seq 1) attempt 1's")
+    assert "nothing was published" in str(e.value) and Path(lost).name in str(e.value)
+    assert snapshots(ledger_dsn, cfg) == []
+    Path(f"{lost}.away").rename(lost)
+
+    assert ledger.commit(ledger_dsn, cfg, "a").outcome == "committed"
+    assert len(snapshots(ledger_dsn, cfg, seq=1)) == 1
+    exactly_once(ledger_dsn, cfg)
 
 
 # -- the audit ----------------------------------------------------------------------------

@@ -31,6 +31,9 @@ looks for the seq in the snapshots (the current snapshot's ancestry), and the sn
 committed on top of the one that read saw, or not at all (SinkMovedError: commit reads
 again). So the table's `commit.retry.num-retries` is 0: pyiceberg would otherwise re-apply
 a commit that lost a race on top of the winner, without the summaries being read again.
+A catalog or warehouse that cannot be reached (or a staged file gone) makes the read or the
+publish fail with SinkUnavailableError naming the table and the warehouse; the commit's
+retry reads the table again.
 
 The audit scans the table (txid and coordinates) into a temporary table of the audit's
 transaction, so the rules shared with the other sinks (counts per txid, placement inside
@@ -53,7 +56,7 @@ from typing import Any
 from psycopg2 import sql
 
 from onceflow.config import NAME_RE, RESERVED_COLUMNS, SinkConfig
-from onceflow.errors import OnceflowError, SinkMovedError, SinkSchemaError
+from onceflow.errors import OnceflowError, SinkMovedError, SinkSchemaError, SinkUnavailableError
 from onceflow.sinks.base import (
     FileStage,
     OutsideSink,
@@ -410,15 +413,35 @@ class IcebergSink(OutsideSink):
         except NoSuchTableError:
             return None
 
+    @contextlib.contextmanager
+    def _reaching(self, doing: str) -> Iterator[None]:
+        """Errors of the catalog or the warehouse's storage (pyiceberg's, pyarrow's, the
+        OS's) while `doing` become SinkUnavailableError naming the table and the warehouse;
+        Onceflow's own errors and a lost commit race pass through."""
+        from pyiceberg.exceptions import CommitFailedException
+
+        try:
+            yield
+        except (OnceflowError, CommitFailedException):
+            raise
+        except Exception as e:
+            raise SinkUnavailableError(
+                f"Iceberg table {self.name} (warehouse {self.warehouse}): could not {doing}: "
+                f"{type(e).__name__}: {e}"
+            ) from e
+
     def read(self, cur, t: PublishTarget) -> SinkReading:
         """The newest snapshot recording t's pipeline and seq, and the table it was read
         from (None: the table does not exist yet)."""
-        with open_catalog(cur, self.warehouse) as catalog:
+        with (
+            self._reaching(f"read its snapshots for seq {t.seq}; nothing was published"),
+            open_catalog(cur, self.warehouse) as catalog,
+        ):
             table = self._load(catalog)
             if table is None:
                 return SinkReading(None, None)
             table = _fence_retries(catalog, table)
-        return SinkReading(_newest(table, t.pipeline, t.seq), table)
+            return SinkReading(_newest(table, t.pipeline, t.seq), table)
 
     def publish_outside(
         self, cur, t: PublishTarget, reading: SinkReading, replace: bool
@@ -437,23 +460,28 @@ class IcebergSink(OutsideSink):
                     f"{t.attempt} staged {len(paths)} data file(s) for it: was it dropped?"
                 )
             return Publication(t.pipeline, t.txid, t.seq, t.attempt, 0, "")
+        doing = f"publish txid {t.txid!r} (seq {t.seq}) attempt {t.attempt}"
         try:
-            data_files = [parquet_file_to_data_file(table.io, table.metadata, p) for p in paths]
-            tx = table.transaction()
-            update = tx.update_snapshot(snapshot_properties=_summary(t))
-            producer = update.overwrite() if replace else update.fast_append()
-            with producer:
-                if replace:
-                    for f in self._live_files(table, t.pipeline, t.txid):
-                        producer.delete_data_file(f)
-                for f in data_files:
-                    producer.append_data_file(f)
-            try:
-                tx.commit_transaction()
-            except CommitFailedException as e:
-                raise SinkMovedError(
-                    f"Iceberg table {self.name} changed since it was read ({e})"
-                ) from None
+            with self._reaching(f"{doing}'s {len(paths)} data file(s); nothing was published"):
+                data_files = [parquet_file_to_data_file(table.io, table.metadata, p) for p in paths]
+                tx = table.transaction()
+                update = tx.update_snapshot(snapshot_properties=_summary(t))
+                producer = update.overwrite() if replace else update.fast_append()
+                with producer:
+                    if replace:
+                        for f in self._live_files(table, t.pipeline, t.txid):
+                            producer.delete_data_file(f)
+                    for f in data_files:
+                        producer.append_data_file(f)
+            # a failure here may come after the catalog took the snapshot: the commit's
+            # retry reads the table again and publishes only if the seq is not there
+            with self._reaching(f"commit the snapshot to {doing}; the retry reads it again"):
+                try:
+                    tx.commit_transaction()
+                except CommitFailedException as e:
+                    raise SinkMovedError(
+                        f"Iceberg table {self.name} changed since it was read ({e})"
+                    ) from None
         finally:
             table.catalog.engine.dispose()
         records = sum(f.record_count for f in data_files)
@@ -475,6 +503,10 @@ class IcebergSink(OutsideSink):
     def staged_files(self, cur, pipeline: str, txids: set[str]) -> StagedFiles:
         """The Parquet files under the txids' folders (`<txid>/attempt=<n>/`), and the
         (txid, attempt) pairs a snapshot in the table's history records."""
+        with self._reaching("list the data files of its attempts"):
+            return self._files_on_storage(cur, pipeline, txids)
+
+    def _files_on_storage(self, cur, pipeline: str, txids: set[str]) -> StagedFiles:
         from pyarrow import fs
 
         with open_catalog(cur, self.warehouse) as catalog:
