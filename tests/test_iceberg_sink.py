@@ -562,3 +562,43 @@ def test_the_audit_finds_a_seq_published_twice_and_its_records_twice(ledger_dsn,
     assert "seq 1 attempt 1 is published by 2 snapshots" in text
     assert f"record {T}[0]@0 (epoch 0) is in the table 2 times" in text
     assert "4 published + 0 dead letters != 2 records in its ranges" in text
+
+
+# -- the chaos harness's truth ------------------------------------------------------------
+
+
+def test_the_chaos_truth_scans_the_table_by_coordinates(ledger_dsn, cfg):
+    import json
+
+    from onceflow.chaos import SinkSnapshot, _coord, _user_columns
+    from onceflow.chaos_truth import Acked, SinkRecord, account, fields_row
+
+    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
+    process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2), (0, 2, "z", 3, "bad")])
+    ledger.commit(ledger_dsn, cfg, "a")
+
+    def acked(qty_of_y):
+        values = {0: ("x", 1), 1: ("y", qty_of_y), 2: ("z", 3)}
+        return {
+            0: {
+                (0, o): Acked(o, sku.encode(), json.dumps({"sku": sku, "qty": q}).encode())
+                for o, (sku, q) in values.items()
+            }
+        }
+
+    with transaction(ledger_dsn) as cur:
+        read = SinkSnapshot(cur, cfg, T)
+        rows = [
+            SinkRecord(*_coord(r), "row", _user_columns(r))
+            for r in read.iceberg_rows(sink_for(cfg))
+        ]
+        dead = [SinkRecord(0, 0, 2, "dead", None)]
+    assert sorted((r.offset, r.ident["sku"], r.ident["qty"]) for r in rows) == [
+        (0, "x", 1),
+        (1, "y", 2),
+    ]
+    counts = account(acked(2), rows + dead, [], 0, None, fields_row(()), dead_values_kept=False)
+    assert (counts["lost"], counts["duplicated"], counts["mismatched"]) == (0, 0, 0)
+    wrong = account(acked(7), rows + dead, [], 0, None, fields_row(()), dead_values_kept=False)
+    assert wrong["mismatched"] == 1  # y's row is not the acknowledged record
+    assert account(acked(2), rows[:1] + dead, [], 0, None, fields_row(()), False)["lost"] == 1

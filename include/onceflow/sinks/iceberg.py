@@ -554,7 +554,9 @@ class IcebergSink(OutsideSink):
     def _table_for_audit(self, cur) -> Any:
         """The table (None if missing) and its rows loaded into a temporary table, once per
         audit transaction."""
-        if self._audit_cur != id(cur):
+        cur.execute("select to_regclass(%s) is not null", (f"pg_temp.{self._ROWS}",))
+        loaded = cur.fetchone()[0]  # another transaction's cursor may reuse a dead one's id
+        if self._audit_cur != id(cur) or not loaded:
             with open_catalog(cur, self.warehouse) as catalog:
                 self._audit_table = self._load(catalog)
                 self._audit_cur = id(cur)
