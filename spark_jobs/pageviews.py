@@ -5,15 +5,17 @@ A record's value is a JSON object (the key, the user id, is not used)
     {"page": "/p/17", "user": "u0042", "ts": "2026-11-21T08:00:12.5Z", "dwell_ms": 5300}
 
 The pipeline (dags/pipelines.toml) publishes into `pageviews.page_views_per_minute`, mode
-"merge", key ["page", "minute"], aggregates ["views", "dwell_ms"]: `transform` gives one row
-per record (views = 1, its dwell_ms, its minute), and the sink sums each batch's rows per
-page and minute into partial aggregates and folds them into the state table in batch order,
-so the table holds, per page and minute, the number of views and their total dwell time.
+"merge", key ["page", "minute"], aggregates ["views", "dwell_ms"], with `transform_kind =
+"aggregating"`: `transform` counts the batch's views per page and minute itself (views, the
+sum of their dwell_ms, and `records`, how many records each row sums up), and the sink folds
+each batch's rows into the state table in batch order, so the table holds, per page and
+minute, the number of views and their total dwell time.
 
-`transform` is record-wise and runs in the JVM (Spark SQL expressions, no Python UDF): the
-value is parsed into a VARIANT (`try_parse_json`), which keeps each JSON token's type. Other
+`transform` runs in the JVM (Spark SQL expressions, no Python UDF): `views` parses each
+record's value into a VARIANT (`try_parse_json`), which keeps each JSON token's type. Other
 fields than the four above are ignored. `error` names the first failing rule (see `_error`);
-such a record goes to dead letters with that reason.
+such a record is not counted: `transform` returns it as a dead-letter row (its topic,
+partition, offset, key, value and error) next to the aggregate rows.
 
 `sample` is the demo's record generator (`onceflow produce --pipeline pageviews`).
 """
@@ -37,8 +39,26 @@ _TS_RE = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}"
 
 
 def transform(df: DataFrame) -> DataFrame:
-    """Source records -> topic, partition, offset, key, value, page, minute, views,
-    dwell_ms, error."""
+    """Source records -> one row per page and minute (page, minute, views, dwell_ms,
+    records) and one per refused record (topic, partition, offset, key, value, error)."""
+    rows = views(df)
+    valid = F.col("error").isNull()
+    counted = (
+        rows.where(valid)
+        .groupBy("page", "minute")
+        .agg(
+            F.count(F.lit(1)).alias("views"),
+            F.sum("dwell_ms").alias("dwell_ms"),
+            F.count(F.lit(1)).alias("records"),
+        )
+    )
+    refused = rows.where(~valid).select("topic", "partition", "offset", "key", "value", "error")
+    return counted.unionByName(refused, allowMissingColumns=True)
+
+
+def views(df: DataFrame) -> DataFrame:
+    """Source records -> one row per record: topic, partition, offset, key, value, page,
+    minute, views (1), dwell_ms, error (then the others are null)."""
     text = F.col("value").cast("string")
     doc = F.try_parse_json(text)
     parsed = df.select(

@@ -291,6 +291,16 @@ def test_chaos_env_uses_its_own_ports_home_and_spark_retries(tmp_path):
     assert json.loads(env["AIRFLOW_CONN_SPARK_DEFAULT"])["host"] == "local[2,3]"
 
 
+def test_a_second_chaos_stack_slot_has_its_own_home_and_ports(tmp_path):
+    first, second = chaos.chaos_env(tmp_path), chaos.chaos_env(tmp_path, slot=1)
+    assert second["ONCEFLOW_HOME"] == str(tmp_path / ".onceflow" / "chaos-1")
+    for key in ("ONCEFLOW_PG_PORT", "ONCEFLOW_KAFKA_PORT", "ONCEFLOW_AIRFLOW_PORT"):
+        assert int(second[key]) == int(first[key]) + 10
+    from onceflow.cli import build_parser
+
+    assert build_parser().parse_args(["chaos", "--stack", "1"]).stack == 1
+
+
 def test_chaos_pipeline_config_is_valid():
     from onceflow.config import get_pipeline
 
@@ -456,6 +466,7 @@ def test_the_example_pipelines_run_in_the_chaos_stack(name):
     raw = chaos.chaos_pipeline(base, chaos.pipeline_tables(dags)[name], name)
     cfg = parse_pipeline(name, tomllib.loads(chaos.pipelines_toml(name, raw))["pipelines"][name])
     assert cfg.sink == get_pipeline(dags, name).sink
+    assert cfg.transform_kind == get_pipeline(dags, name).transform_kind
     assert cfg.max_records_per_partition == 150
 
 

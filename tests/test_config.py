@@ -257,3 +257,33 @@ def test_bad_sink_values_name_file_pipeline_and_key(raw, key, why):
         ConfigError, match=f"^pipelines.toml: pipeline 'demo', key '{key}': .*{why}"
     ):
         parse_pipeline("demo", raw, "pipelines.toml")
+
+
+MERGE_SINK = {"table": "s", "mode": "merge", "key": ["page"], "aggregates": ["views"]}
+
+
+def test_a_transform_is_record_wise_unless_it_says_it_aggregates():
+    assert parse_pipeline("demo", {**USER, "sink": MERGE_SINK}).transform_kind == "record-wise"
+    cfg = parse_pipeline("demo", {**USER, "sink": MERGE_SINK, "transform_kind": "aggregating"})
+    assert cfg.transform_kind == "aggregating" and cfg.aggregating
+
+
+@pytest.mark.parametrize(
+    ("raw", "why"),
+    [
+        ({**USER, "sink": MERGE_SINK, "transform_kind": "grouped"}, "not one of"),
+        (
+            {**USER, "sink": {"table": "s", "mode": "upsert", "key": ["a"]}},
+            "needs a postgres sink in mode 'merge', not sink kind 'postgres', mode 'upsert'",
+        ),
+        ({**USER, "sink": {"table": "s"}}, "not sink kind 'postgres', mode 'append'"),
+        ({**USER, "sink": {"kind": "iceberg", "table": "s"}}, "not sink kind 'iceberg'"),
+        ({"topics": ["t"]}, "not the built-in transform 'orders''s own sink"),
+    ],
+)
+def test_an_aggregating_transform_needs_a_postgres_merge_sink(tmp_path, raw, why):
+    raw = {"transform_kind": "aggregating", **raw}
+    with pytest.raises(
+        ConfigError, match=f"^pipelines.toml: pipeline 'demo', key 'transform_kind': .*{why}"
+    ):
+        parse_pipeline("demo", raw, "pipelines.toml")

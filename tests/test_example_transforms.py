@@ -56,27 +56,31 @@ def module(name):
     return load_module(f"{name}:transform")
 
 
-def run(spark, name, records):
-    """records: (key, value) -> the transform's output rows as dicts, in input order."""
+def run(spark, name, records, partitions=1):
+    """records: (key, value) -> the transform's output rows as dicts, in input order (an
+    aggregating transform's rows, without coordinates, first, by their key), the records
+    spread over `partitions` input partitions."""
     from onceflow.transforms import load_transform
 
-    rows = [("t", 0, i, k, v, None) for i, (k, v) in enumerate(records)]
-    out = load_transform(f"{name}:transform")(spark.createDataFrame(rows, READER_SCHEMA))
-    return [r.asDict() for r in out.orderBy("offset").collect()]
+    rows = [("t", i % partitions, i, k, v, None) for i, (k, v) in enumerate(records)]
+    src = spark.createDataFrame(rows, READER_SCHEMA).repartition(partitions, "partition")
+    out = load_transform(f"{name}:transform")(src)
+    key = [c for c in ("page", "minute") if c in out.columns]
+    return [r.asDict() for r in out.orderBy("offset", *key).collect()]
 
 
 def fits_its_sink(spark, pipelines, name):
-    """The output passes process's contract check and every user column has a PostgreSQL type."""
+    """The output passes process's contract check for the transform's kind and every user
+    column has a PostgreSQL type."""
     from onceflow.sinks.postgres import output_columns
-    from onceflow.transforms import check_output, load_transform
+    from onceflow.transforms import check_aggregate_output, check_output, load_transform
 
     cfg = pipelines[name]
     out = load_transform(cfg.transform)(spark.createDataFrame([], READER_SCHEMA))
-    check_output(cfg.transform, name, out.columns, cfg.sink)
-    return {
-        c.name: c.type
-        for c in output_columns((f.name, f.dataType.simpleString()) for f in out.schema.fields)
-    }
+    check = check_aggregate_output if cfg.aggregating else check_output
+    check(cfg.transform, name, out.columns, cfg.sink)
+    fields = ((f.name, f.dataType.simpleString()) for f in out.schema.fields)
+    return {c.name: c.type for c in output_columns(fields, cfg.aggregating)}
 
 
 # -- inventory -------------------------------------------------------------------------------
@@ -182,6 +186,7 @@ def view(**changes) -> bytes:
 
 def test_pageviews_fits_a_merge_sink_by_page_and_minute(spark, pipelines):
     sink = pipelines["pageviews"].sink
+    assert pipelines["pageviews"].transform_kind == "aggregating"
     assert (sink.mode, sink.key, sink.aggregates) == (
         "merge",
         ("page", "minute"),
@@ -195,12 +200,38 @@ def test_pageviews_fits_a_merge_sink_by_page_and_minute(spark, pipelines):
     }
 
 
-def test_pageviews_one_view_per_record_in_its_minute(spark):
-    a, b = run(spark, "pageviews", [(b"u1", view()), (None, view(ts="2026-11-21 08:01:00+01:00"))])
-    assert a["error"] is None and b["error"] is None
-    assert (a["page"], a["views"], a["dwell_ms"]) == ("/p/17", 1, 5300)
-    assert a["minute"].astimezone(UTC) == dt.datetime(2026, 11, 21, 8, 0, tzinfo=UTC)
-    assert b["minute"].astimezone(UTC) == dt.datetime(2026, 11, 21, 7, 1, tzinfo=UTC)
+def test_pageviews_counts_views_per_page_and_minute(spark):
+    """Views of one page and minute in several input partitions make one row; another
+    minute (in another zone) or another page make their own; a refused record is a dead
+    letter with its coordinates, counted nowhere else."""
+    records = [
+        (b"u1", view()),
+        (b"u2", view(dwell_ms=700, ts="2026-11-21T08:00:00Z")),
+        (None, view(ts="2026-11-21 08:01:00+01:00")),
+        (b"u3", view(dwell_ms=1)),
+        (b"u4", view(page="/p/3", dwell_ms=10)),
+        (b"u5", view(page=DROP)),
+    ]
+    out = run(spark, "pageviews", records, partitions=3)
+    minute = dt.datetime(2026, 11, 21, 8, 0, tzinfo=UTC)
+    counted = [
+        (r["page"], r["minute"].astimezone(UTC), r["views"], r["dwell_ms"], r["records"])
+        for r in out
+        if r["error"] is None
+    ]
+    assert sorted(counted) == [
+        ("/p/17", dt.datetime(2026, 11, 21, 7, 1, tzinfo=UTC), 1, 5300, 1),
+        ("/p/17", minute, 3, 5300 + 700 + 1, 3),
+        ("/p/3", minute, 1, 10, 1),
+    ]
+    (dead,) = [r for r in out if r["error"] is not None]
+    assert (dead["partition"], dead["offset"], dead["key"], dead["value"]) == (
+        2,
+        5,
+        b"u5",
+        records[5][1],
+    )
+    assert dead["error"] == "missing field 'page'" and dead["records"] is None
 
 
 PAGEVIEWS_REFUSED = [
@@ -225,7 +256,8 @@ PAGEVIEWS_REFUSED = [
 def test_pageviews_refusals_name_the_first_failing_rule(spark):
     out = run(spark, "pageviews", [(b"u1", v) for v, _ in PAGEVIEWS_REFUSED])
     assert [r["error"] for r in out] == [why for _, why in PAGEVIEWS_REFUSED]
-    # nothing of a refused record is counted: the merge sink never sees its key null or not
+    assert [r["offset"] for r in out] == list(range(len(PAGEVIEWS_REFUSED)))
+    # nothing of a refused record is counted: no aggregate row
     assert all(r["views"] is None and r["page"] is None for r in out)
 
 
@@ -240,11 +272,11 @@ def test_each_sample_kind_is_what_its_transform_makes_of_it(spark, name):
     records = [module(name).sample(i, rng) for i in range(4000)]
     out = run(spark, name, records)
     refused = [r["error"] for r in out if r["error"] is not None]
-    assert 0.005 * len(out) < len(refused) < 0.02 * len(out)
+    assert 0.005 * len(records) < len(refused) < 0.02 * len(records)
     assert len(set(refused)) >= 6, set(refused)
     tombstones = sum(1 for r in out if r["error"] is None and r["value"] is None)
     if name == "inventory":
         assert 0.035 * len(out) < tombstones < 0.065 * len(out)
         assert len({r["sku"] for r in out if r["error"] is None}) <= 500
-    else:
-        assert tombstones == 0
+    else:  # aggregating: each record counted once, in an aggregate row or as a dead letter
+        assert sum(r["records"] for r in out if r["error"] is None) + len(refused) == len(records)

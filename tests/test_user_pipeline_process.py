@@ -61,6 +61,33 @@ def counting(df):
     return transform(df).withColumn("records_in_batch", F.lit(df.count()))
 
 
+def aggregated(df):
+    """An aggregating transform: qty summed per sku (a sku's updates fall in several input
+    partitions' rows only by key, so this shuffles); the update without qty and the one
+    without a sku as dead-letter rows."""
+    rows = transform(df).withColumn(
+        "error", F.coalesce("error", F.when(F.col("sku").isNull(), F.lit("no sku")))
+    )
+    counted = (
+        rows.where(F.col("error").isNull())
+        .groupBy("sku")
+        .agg(F.sum("qty").alias("qty"), F.count(F.lit(1)).alias("records"))
+    )
+    dead = rows.where(F.col("error").isNotNull())
+    dead = dead.select("topic", "partition", "offset", "key", "value", "error")
+    return counted.unionByName(dead, allowMissingColumns=True)
+
+
+def short(df):
+    """Counts each sku's records one short."""
+    return aggregated(df).withColumn("records", F.col("records") - 1)
+
+
+def dead_without_offset(df):
+    """Its dead-letter rows lose their offset."""
+    return aggregated(df).withColumn("offset", F.when(F.col("error").isNull(), F.col("offset")))
+
+
 def _upper(s):
     return None if s is None else s.upper()
 
@@ -163,6 +190,17 @@ def env(pg, broker, produced, tmp_path_factory):
         text += (
             f'[pipelines.{name}]\ntopics = ["{TOPIC}"]\ntransform = "user_inventory:{fn}"\n'
             f'[pipelines.{name}.sink]\ntable = "stock"\n'
+        )
+    for name, fn in (
+        ("agg_merge", "aggregated"),
+        ("agg_short", "short"),
+        ("agg_nocoord", "dead_without_offset"),
+    ):
+        text += (
+            f'[pipelines.{name}]\ntopics = ["{TOPIC}"]\ntransform = "user_inventory:{fn}"\n'
+            'transform_kind = "aggregating"\n'
+            f'[pipelines.{name}.sink]\ntable = "stock"\nmode = "merge"\nkey = ["sku"]\n'
+            'aggregates = ["qty"]\n'
         )
     pipelines.write_text(text)
     e = dict(os.environ)
@@ -408,3 +446,77 @@ def test_the_transforms_module_is_shipped_to_executors_that_lack_it(env, produce
     assert query(
         env, "select distinct sku from inv_udf.stock where sku is not null order by 1"
     ) == [(s.upper(),) for s in sorted(skus)]
+
+
+def test_an_aggregating_transform_folds_its_own_aggregates_and_dead_letters(env, produced):
+    """Each sku's updates (many per key, over both partitions' rows) summed by the transform
+    itself: the state is the fold, the refused records are dead letters with their
+    coordinates, and the ledger counts the records read, those the rows sum up, the dead."""
+    ends, sent = produced
+    proc, res = run(env, "agg_merge", ends)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    sums: dict[str, int] = {}
+    for _, _, sku, value in sent:
+        if value != b"not json" and sku is not None:
+            sums[sku] = sums.get(sku, 0) + (qty(value) or 0)
+    rows = query(env, "select sku, qty, last_seq from agg_merge.stock order by 1")
+    assert rows == [(s, sums[s], 1) for s in sorted(sums)]
+    dead = query(
+        env,
+        'select partition, "offset", reason from onceflow.dead_letters'
+        " where pipeline = 'agg_merge' order by 1, 2",
+    )
+    assert dead == sorted(
+        (p, o, "no qty" if v == b"not json" else "no sku")
+        for p, o, s, v in sent
+        if v == b"not json" or s is None
+    )
+    counted = len(sent) - len(dead)
+    assert (res.published, res.dead) == (counted, 2)
+    assert query(
+        env,
+        "select records_read, records_out, records_dead from onceflow.batches"
+        " where pipeline = 'agg_merge'",
+    ) == [(len(sent), counted, 2)]
+    assert query(env, "select sum(records)::int from agg_merge.stock_partials") == [(counted,)]
+    report = audit(env, "agg_merge")
+    assert (report.records_in_sink, report.dead_lettered) == (counted, 2)
+
+
+def test_an_aggregating_transform_whose_records_fall_short_is_refused(env, produced):
+    """records sums up one record less per sku: the attempt is refused (exit 2, no retry)
+    and not marked staged, so nothing can be published."""
+    ends, sent = produced
+    proc, _ = run(env, "agg_short", ends)
+    assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+    skus = len({s for _, _, s, v in sent if s is not None and v != b"not json"})
+    message = (
+        f"aggregating transform 'user_inventory:short' of pipeline 'agg_short' got {len(sent)} "
+        f"record(s), and its {skus} aggregate row(s) sum up {len(sent) - 2 - skus} in their "
+        "'records' column, with 2 dead letter(s)"
+    )
+    assert message in proc.stdout
+    assert query(
+        env, "select state, staged_attempt from onceflow.batches where pipeline = 'agg_short'"
+    ) == [("processing", None)]
+
+
+def test_an_aggregating_transforms_dead_row_without_coordinates_is_refused(env, produced):
+    """The task staging the dead rows fails before its part commits; the attempt is refused
+    (exit 2, no retry) and never marked staged."""
+    ends, _ = produced
+    proc, _ = run(env, "agg_nocoord", ends)
+    assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (last_error,) = query(
+        env, "select last_error from onceflow.batches where pipeline = 'agg_nocoord'"
+    )[0]
+    assert (
+        "aggregating transform 'user_inventory:dead_without_offset' of pipeline 'agg_nocoord': "
+        "a dead-letter row has no 'offset'"
+    ) in last_error
+    assert query(
+        env, "select state, staged_attempt from onceflow.batches where pipeline = 'agg_nocoord'"
+    ) == [("processing", None)]
+    assert query(env, "select count(*) from agg_nocoord.stage_stock where error is not null") == [
+        (0,)
+    ]

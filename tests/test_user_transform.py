@@ -111,3 +111,31 @@ def test_output_keeps_coordinates_and_the_sink_columns():
 def test_user_columns_leave_out_what_the_stage_passes_through():
     cols = ["topic", "partition", "offset", "sku", "error", "key", "value", "qty"]
     assert user_columns(cols) == ("sku", "qty")
+
+
+def test_an_aggregating_output_has_the_sink_columns_and_records():
+    from onceflow.transforms import check_aggregate_output
+
+    check_aggregate_output("m:f", "p", ["page", "views", "records"], MERGE)
+    with_dead = ["page", "views", "records", "topic", "partition", "offset", "error"]
+    check_aggregate_output("m:f", "p", with_dead, MERGE)
+    for columns, missing in (
+        (["views", "records"], "['page']"),
+        (["page", "records"], "['views']"),
+        (["page", "views"], "['records']"),
+        (["page", "views", "records", "topic", "offset", "error"], "['partition']"),
+    ):
+        with pytest.raises(
+            TransformError,
+            match=rf"aggregating transform 'm:f' of pipeline 'p': its output lacks column\(s\) "
+            rf"\{missing[:-1]}\].*Nothing was staged",
+        ):
+            check_aggregate_output("m:f", "p", columns, MERGE)
+    with pytest.raises(TransformError, match=r"\['page'\] appear twice"):
+        check_aggregate_output("m:f", "p", ["page", "page", "views", "records"], MERGE)
+
+
+def test_an_aggregating_transforms_records_are_not_a_user_column():
+    cols = ["page", "views", "records", "topic", "partition", "offset", "error", "key", "value"]
+    assert user_columns(cols, aggregating=True) == ("page", "views")
+    assert user_columns(cols) == ("page", "views", "records")

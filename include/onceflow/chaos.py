@@ -292,12 +292,13 @@ class Options:
     only: tuple[str, ...] = ()  # fault kinds to inject (default: all)
     pipeline: str | None = None  # a pipeline of pipelines_file (default: DEFAULT_PIPELINE)
     pipelines_file: Path | None = None  # the user's (default: settings.pipelines_file)
+    slot: int = 0  # which chaos stack: its own home and ports, so runs can go side by side
 
 
 # Keys a user pipeline brings to the chaos stack: what it computes and where it publishes.
 # Everything else (batch size, runs in flight, Spark settings, positions, loss policy) is
 # the chaos pipeline's, and the topic is the harness's.
-FROM_PIPELINE = ("transform", "sink", "sink_schema", "fast_form")
+FROM_PIPELINE = ("transform", "transform_kind", "sink", "sink_schema", "fast_form")
 
 
 def chaos_pipeline(base: dict[str, Any], user: dict[str, Any], name: str) -> dict[str, Any]:
@@ -342,15 +343,17 @@ def pipeline_tables(path: Path) -> dict[str, dict[str, Any]]:
     return tomllib.loads(Path(path).read_text())["pipelines"]
 
 
-def chaos_env(root: Path = PROJECT_ROOT) -> dict[str, str]:
+def chaos_env(root: Path = PROJECT_ROOT, slot: int = 0) -> dict[str, str]:
     """What the chaos stack's components get (set before stack.up: airflow_env copies it).
-    Its pipelines file is written into its home by the harness (chaos_pipeline)."""
-    home = root / ".onceflow" / "chaos"
+    Its pipelines file is written into its home by the harness (chaos_pipeline). Stack slot
+    0 is .onceflow/chaos on ports 25435/29095/28083; slot k its own home and each port + 10k
+    (two runs at once, e.g. one pipeline each)."""
+    home = root / ".onceflow" / ("chaos" if slot == 0 else f"chaos-{slot}")
     return {
         "ONCEFLOW_HOME": str(home),
-        "ONCEFLOW_PG_PORT": "25435",
-        "ONCEFLOW_KAFKA_PORT": "29095",
-        "ONCEFLOW_AIRFLOW_PORT": "28083",
+        "ONCEFLOW_PG_PORT": str(25435 + 10 * slot),
+        "ONCEFLOW_KAFKA_PORT": str(29095 + 10 * slot),
+        "ONCEFLOW_AIRFLOW_PORT": str(28083 + 10 * slot),
         "ONCEFLOW_PIPELINES": str(home / "pipelines.toml"),
         "ONCEFLOW_FAILPOINTS_DIR": str(home / "failpoints"),
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": SPARK_MASTER}),
@@ -710,7 +713,7 @@ class Harness:
 
                 get_pipeline(source, opts.pipeline)  # raises ConfigError naming the known ones
         self.raw = chaos_pipeline(base, user, self.pipeline)
-        env = chaos_env()
+        env = chaos_env(slot=opts.slot)
         for key, value in env.items():
             if value:
                 os.environ[key] = value

@@ -499,6 +499,7 @@ def cmd_chaos(args: argparse.Namespace, settings: Settings) -> int:
         only=tuple(k.strip() for k in (args.faults or "").split(",") if k.strip()),
         pipeline=args.pipeline,
         pipelines_file=settings.pipelines_file,
+        slot=args.stack,
     )
     return chaos.run(opts)
 
@@ -751,6 +752,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="time budget; faults stop at 80%% of it, then the lag drains (default 120)",
     )
     sp.add_argument("--keep", action="store_true", help="leave the chaos stack running afterwards")
+    sp.add_argument(
+        "--stack",
+        type=int,
+        default=0,
+        choices=range(10),
+        metavar="N",
+        help="chaos stack slot: N > 0 uses .onceflow/chaos-N and ports +10N, so two runs can go "
+        "side by side (default 0: .onceflow/chaos, 25435/29095/28083)",
+    )
     sp.add_argument("--report", help="report path (default: chaos-report.json at the project root)")
     sp.add_argument(
         "--faults",

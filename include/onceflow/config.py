@@ -24,6 +24,9 @@ TRANSFORMS = ("orders",)  # built in, under onceflow.transforms
 USER_TRANSFORM_RE = re.compile(
     r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
 )
+# Record-wise: one output row per source record, with its coordinates; aggregating: rows
+# that each sum up `records` source records (onceflow.transforms, PROTOCOL.md "Sinks").
+TRANSFORM_KINDS = ("record-wise", "aggregating")
 SINK_KINDS = ("postgres", "iceberg")
 SINK_MODES = ("append", "upsert", "merge")
 # An Iceberg sink appends (one row per source record); keyed modes need row-level deletes.
@@ -57,6 +60,7 @@ _SINK_KEYS = {"kind", "table", "mode", "key", "aggregates", "warehouse"}
 _KEYS = {
     "topics",
     "transform",
+    "transform_kind",
     "sink_schema",
     "starting_position",
     "max_records_per_partition",
@@ -94,6 +98,7 @@ class PipelineConfig:
     name: str
     topics: tuple[str, ...]
     transform: str = "orders"
+    transform_kind: Literal["record-wise", "aggregating"] = "record-wise"
     sink_schema: str = ""  # defaults to the pipeline name
     starting_position: Literal["earliest", "latest"] = "earliest"
     max_records_per_partition: int | None = None
@@ -108,6 +113,10 @@ class PipelineConfig:
     spark_conf: dict[str, str] = field(default_factory=dict)
     description: str = ""
     sink: SinkConfig | None = None  # None: the built-in orders transform's own sink
+
+    @property
+    def aggregating(self) -> bool:
+        return self.transform_kind == "aggregating"
 
     @property
     def dag_id(self) -> str:
@@ -158,6 +167,27 @@ def parse_pipeline(name: str, raw: dict[str, Any], source: str = "<config>") -> 
             "sink",
             f"transform {transform!r} needs a [pipelines.{name}.sink] table "
             '(kind = "postgres", table, mode)',
+        )
+
+    transform_kind = raw.get("transform_kind", "record-wise")
+    if transform_kind not in TRANSFORM_KINDS:
+        raise _fail(
+            source, name, "transform_kind", f"{transform_kind!r} is not one of {TRANSFORM_KINDS}"
+        )
+    if transform_kind == "aggregating" and (
+        sink is None or sink.kind != "postgres" or sink.mode != "merge"
+    ):
+        # its rows carry no source coordinates: only a merge table folds them per txid
+        where = (
+            f"the built-in transform {transform!r}'s own sink"
+            if sink is None
+            else f"sink kind {sink.kind!r}, mode {sink.mode!r}"
+        )
+        raise _fail(
+            source,
+            name,
+            "transform_kind",
+            f"an aggregating transform needs a postgres sink in mode 'merge', not {where}",
         )
 
     sink_schema = raw.get("sink_schema", name)
@@ -222,6 +252,7 @@ def parse_pipeline(name: str, raw: dict[str, Any], source: str = "<config>") -> 
         name=name,
         topics=tuple(topics),
         transform=transform,
+        transform_kind=transform_kind,
         sink_schema=sink_schema,
         starting_position=choice("starting_position", ("earliest", "latest"), "earliest"),  # type: ignore[arg-type]
         max_records_per_partition=positive_int("max_records_per_partition", None),

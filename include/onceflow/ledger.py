@@ -3,10 +3,10 @@
 Every rule that must hold across retries and crashes is enforced here, inside database
 transactions, so it holds whichever Airflow worker, Spark driver or zombie calls it. Each rule
 is stated once: the attempt fence (`check_attempt`, also run by every stage part inside its
-own transaction), the parts of a complete stage and records read = rows + dead letters
-(`mark_staged`), the batch that commits wait for (`_lowest_open`, behind the commit, its
-trigger, the CLI, the UI and the metrics) and the attempts whose output may still be
-published (`live_attempts`, behind the removal of unpublished data files).
+own transaction), the parts of a complete stage and records read = records the rows account
+for + dead letters (`mark_staged`), the batch that commits wait for (`_lowest_open`, behind
+the commit, its trigger, the CLI, the UI and the metrics) and the attempts whose output may
+still be published (`live_attempts`, behind the removal of unpublished data files).
 """
 
 from __future__ import annotations
@@ -63,8 +63,8 @@ class Claim:
 
 @dataclass(frozen=True)
 class Staged:
-    records: int
-    valid: int
+    records: int  # records read
+    valid: int  # records the valid rows account for
     dead: int
     checksum: str
 
@@ -299,10 +299,14 @@ def mark_staged(
     `bytes_read` defaults to the parts' bytes.
 
     `records_read` is what the reader handed to the transform, counted apart from it (process
-    counts it: onceflow.reader.RangeReadFn). Records read = rows + dead letters, per batch
-    (PROTOCOL.md, record-wise transforms): a transform that filtered records or added rows
-    gets its attempt refused with a TransformError, and nothing is marked, so commit can never
-    publish it. Without `records_read` (nothing counted them), the rows count as the records.
+    counts it: onceflow.reader.RangeReadFn). Records read = records the valid rows account for
+    + dead letters, per batch (PROTOCOL.md): a record-wise transform's valid row accounts for
+    one record, an aggregating transform's for its `records` (the parts' `valid` holds
+    either). A transform that filtered records, added rows or miscounted gets its attempt
+    refused with a TransformError, and nothing is marked, so commit can never publish it.
+    Without `records_read` (nothing counted them), the rows count as the records.
+    The batch's records_read is then the records read, records_out what the valid rows
+    account for (what commit's publish must count), records_dead the dead letters.
     """
     with transaction(dsn) as cur:
         check_attempt(cur, cfg.name, txid, attempt, lock=True)
@@ -334,19 +338,15 @@ def mark_staged(
             bytes_read = int(part_bytes)
         n, valid, dead = int(n), int(valid), int(dead)
         if records_read is not None and valid + dead != records_read:
-            raise TransformError(
-                f"transform {cfg.transform!r} of pipeline {cfg.name!r} got {records_read} "
-                f"record(s) and returned {valid + dead} row(s) ({dead} of them dead letters) "
-                f"in txid {txid!r}, attempt {attempt}: a record-wise transform keeps one row "
-                "per record (set its `error` column to refuse a record: it becomes a dead "
-                "letter). Nothing was marked staged."
-            )
+            raise _unaccounted(cfg, txid, attempt, records_read, n, valid, dead)
+        if records_read is None:
+            records_read = n
         cur.execute(
             """
             update onceflow.batches
                set staged_attempt = %(attempt)s,
                    state = case when state = %(committed)s then state else %(staged)s end,
-                   records_read = %(n)s, records_out = %(valid)s, records_dead = %(dead)s,
+                   records_read = %(read)s, records_out = %(valid)s, records_dead = %(dead)s,
                    checksum = %(checksum)s, bytes_read = %(bytes_read)s,
                    process_seconds = %(process_seconds)s, staged_at = now(), last_error = null
              where pipeline = %(pipeline)s and txid = %(txid)s
@@ -355,7 +355,7 @@ def mark_staged(
                 "attempt": attempt,
                 "committed": BatchState.COMMITTED,
                 "staged": BatchState.STAGED,
-                "n": n,
+                "read": records_read,
                 "valid": valid,
                 "dead": dead,
                 "checksum": checksum,
@@ -365,7 +365,29 @@ def mark_staged(
                 "txid": txid,
             },
         )
-        return Staged(n, valid, dead, checksum)
+        return Staged(records_read, valid, dead, checksum)
+
+
+def _unaccounted(
+    cfg: PipelineConfig, txid: str, attempt: int, read: int, rows: int, valid: int, dead: int
+) -> TransformError:
+    """mark_staged's refusal of an attempt whose output does not account for every record."""
+    where = f"in txid {txid!r}, attempt {attempt}"
+    refuse = "set its `error` column to refuse a record: it becomes a dead letter"
+    if cfg.aggregating:
+        return TransformError(
+            f"aggregating transform {cfg.transform!r} of pipeline {cfg.name!r} got {read} "
+            f"record(s), and its {rows - dead} aggregate row(s) sum up {valid} in their "
+            f"'records' column, with {dead} dead letter(s): {valid + dead} {where}. Each "
+            "record must be counted once, in `records` or as a dead letter "
+            f"({refuse}). Nothing was marked staged."
+        )
+    return TransformError(
+        f"transform {cfg.transform!r} of pipeline {cfg.name!r} got {read} "
+        f"record(s) and returned {valid + dead} row(s) ({dead} of them dead letters) "
+        f"{where}: a record-wise transform keeps one row per record ({refuse}). "
+        "Nothing was marked staged."
+    )
 
 
 def _abandoned(pipeline: str, txid: str, context: str = "") -> AbandonedTxidError:

@@ -378,36 +378,63 @@ def stage_columns(src: Any, cfg: Any) -> Any:
 
 def _user_stage_columns(src: Any, cfg: Any) -> Any:
     """A user transform's output as PostgresSink stages it: the coordinates, the user's
-    columns, error (a null key of an upsert or merge sink is one), key and value (kept for
-    dead letters only, value cut to 64 KiB), tombstone (the output's value is null) and the
-    row hash. The transform sees the reader's columns as they are, so no bytes column."""
+    columns, error (a null key of a record-wise transform's upsert or merge sink is one),
+    key and value (kept for dead letters only, value cut to 64 KiB), tombstone (the output's
+    value is null), an aggregating transform's `records`, and the row hash. The transform
+    sees the reader's columns as they are, so no bytes column.
+
+    An aggregating transform's rows carry coordinates only as dead letters; a row that
+    breaks its contract (transforms.aggregate_row_violation) fails the Spark task that
+    stages it, before its part commits, and the job with it (stage_job raises it as a
+    TransformError): the attempt is never marked staged."""
     from pyspark.sql import functions as F
 
     from onceflow.stage import HASH_COLUMN
-    from onceflow.transforms import check_output, load_transform, user_columns
+    from onceflow.transforms import (
+        RECORDS,
+        aggregate_row_violation,
+        check_aggregate_output,
+        check_output,
+        load_transform,
+        user_columns,
+    )
 
     out = load_transform(cfg.transform)(src)
-    check_output(cfg.transform, cfg.name, out.columns, cfg.sink)
-    error = F.col("error").cast("string") if "error" in out.columns else F.lit(None).cast("string")
-    for k in cfg.sink.key:
-        error = F.coalesce(error, F.when(F.col(k).isNull(), F.lit(f"key column '{k}' is null")))
+    columns = out.columns
+    error = F.col("error").cast("string") if "error" in columns else F.lit(None).cast("string")
+    if cfg.aggregating:
+        check_aggregate_output(cfg.transform, cfg.name, columns, cfg.sink)
+        violation = aggregate_row_violation(cfg.transform, cfg.name, columns, cfg.sink)
+        error = F.coalesce(
+            F.when(violation.isNotNull(), F.raise_error(violation)).cast("string"), error
+        )
+    else:
+        check_output(cfg.transform, cfg.name, columns, cfg.sink)
+        for k in cfg.sink.key:
+            error = F.coalesce(error, F.when(F.col(k).isNull(), F.lit(f"key column '{k}' is null")))
     dead = error.isNotNull()
-    key = F.col("key").cast("binary") if "key" in out.columns else F.lit(None).cast("binary")
-    if "value" in out.columns:
+    key = F.col("key").cast("binary") if "key" in columns else F.lit(None).cast("binary")
+    if "value" in columns and not cfg.aggregating:
         value = F.col("value").cast("binary")
         tombstone = error.isNull() & value.isNull()
-    else:  # a transform that drops value marks no tombstone
-        value, tombstone = F.lit(None).cast("binary"), F.lit(False)
-    users = list(user_columns(out.columns))
+    else:  # a transform that drops value, or an aggregating one, marks no tombstone
+        value = F.col("value").cast("binary") if "value" in columns else F.lit(None)
+        tombstone = F.lit(False)
+    coordinates = []
+    for name, spark_type in (("topic", "string"), ("partition", "int"), ("offset", "bigint")):
+        c = F.col(name).cast(spark_type) if name in columns else F.lit(None).cast(spark_type)
+        coordinates.append((F.when(dead, c) if cfg.aggregating else c).alias(name))
+    records = (
+        [F.when(~dead, F.col(RECORDS).cast("bigint")).alias(RECORDS)] if cfg.aggregating else []
+    )
     staged = out.select(
-        "topic",
-        "partition",
-        "offset",
-        *users,
+        *coordinates,
+        *user_columns(columns, cfg.aggregating),
         error.alias("error"),
         F.when(dead, key).alias("key"),
-        F.when(dead, F.substring(value, 1, DEAD_VALUE_BYTES)).alias("value"),
+        F.when(dead, F.substring(value.cast("binary"), 1, DEAD_VALUE_BYTES)).alias("value"),
         tombstone.alias("tombstone"),
+        *records,
     )
     hashed = [c for c in staged.columns if c not in ("key", "value")]
     return staged.withColumn(HASH_COLUMN, F.xxhash64(*hashed))
@@ -442,9 +469,15 @@ def stage_job(
     is on (accepted records part k, declined ones part n + k). The records read: what the
     reader handed on, counted by the reader itself (an accumulator), apart from the
     transform. A user transform has no fast form; its sink's tables are created or checked
-    from its output schema before anything is staged."""
+    from its output schema before anything is staged.
+
+    An aggregating transform may use its records more than once (aggregates, dead letters)
+    and shuffles them: the records are persisted and counted first (the records read), so
+    Kafka is read once, and its output partition k is part k (n = the output's partitions)."""
     from onceflow.db import transaction
+    from onceflow.errors import TransformError
     from onceflow.fast_stage import fast_stage_frame
+    from onceflow.reader import ranges_frame
     from onceflow.sinks import sink_for
     from onceflow.stage import StageTarget, stage_frame
     from onceflow.transforms import get_fast_form
@@ -455,13 +488,20 @@ def stage_job(
     sink = sink_for(cfg)
     read = spark.sparkContext.accumulator(0)
     options = {"client": client, "timeout_s": read_timeout, "counter": read}
-    if fast_form and cfg.sink is None and get_fast_form(cfg.transform) is not None:
+    fast = fast_form and cfg.sink is None and get_fast_form(cfg.transform) is not None
+    if fast:
         target = StageTarget.for_sink(dsn, sink, cfg.name, txid, attempt)
         declined = fast_stage_frame(spark, pieces, bootstrap, target, cfg.transform, **options)
         job = stage_frame(stage_columns(declined, cfg), target, first_part=n)
         parts = 2 * n
     else:
-        df = staged_frame(spark, pieces, bootstrap=bootstrap, cfg=cfg, **options)
+        source = ranges_frame(spark, pieces, bootstrap, **options)
+        if cfg.aggregating:
+            from pyspark import StorageLevel
+
+            source = source.persist(StorageLevel.MEMORY_AND_DISK)
+            records_read = source.count()  # the reader's records, apart from the transform
+        df = stage_columns(source, cfg)
         if cfg.sink is not None:  # a user transform: its sink tables follow its output
             with transaction(dsn) as cur:
                 sink = sink.bind_output(cur, output_fields(df))
@@ -470,15 +510,30 @@ def stage_job(
     timings["plan"] = time.monotonic() - t0
     t0 = time.monotonic()
     read.value = 0  # only this job's reads count (a transform may have run jobs of its own)
-    messages = job.collect()
+    try:
+        messages = job.collect()
+    except Exception as e:
+        violation = _ROW_VIOLATION.search(str(e)) if cfg.aggregating else None
+        if violation:  # the transform must change: a retry would fail the same way
+            raise TransformError(violation.group(1)) from None
+        raise
+    finally:
+        if cfg.aggregating:
+            source.unpersist()
     timings["job"] = time.monotonic() - t0
+    if cfg.aggregating:
+        # each output partition staged one part; with adaptive execution on (a pipeline's
+        # spark_conf), only the executed job knows how many the shuffle kept
+        parts = len(messages)
+    else:
+        records_read = read.value
     log.info(
         "read, transform and stage of %d input partition(s) as %d part(s) took %.1f s",
         n,
         parts,
         timings["job"],
     )
-    if parts > n:
+    if fast:
         log.info(
             "fast form: parts 0..%d staged by the readers' Python workers; %d declined "
             "record(s) through the %s transform in the JVM, parts %d..%d",
@@ -488,9 +543,12 @@ def stage_job(
             n,
             parts - 1,
         )
-    return StageJob(parts=parts, records_read=read.value)
+    return StageJob(parts=parts, records_read=records_read)
 
 
+# A row breaking an aggregating transform's contract, as Spark reports the raise_error of
+# transforms.aggregate_row_violation.
+_ROW_VIOLATION = re.compile(r"\[USER_RAISED_EXCEPTION\] (aggregating transform .+?) SQLSTATE")
 _ERROR_LINE = re.compile(r"^(?:[\w.]+\.)?(\w+(?:Error|Exception)): (.+)$", re.MULTILINE)
 _ONCEFLOW_ERRORS = {
     "RangeReadError",

@@ -17,7 +17,8 @@ and then COPYs the rows, tagged (txid, attempt, part):
   publishes (ledger.mark_staged runs the same fence).
 
 Per part, the fence row in onceflow.stage_parts also records what the part staged: rows,
-valid rows, dead letters, the bytes read (column `_meta_bytes` of the input, if present) and
+the records its valid rows account for (one per valid row; an aggregating transform's rows
+the sum of their `records` column), dead letters, the bytes read (column `_meta_bytes` of the input, if present) and
 a checksum (the exact sum of column `_meta_hash`, a 64-bit hash per row that is also staged
 as `row_hash`). process sums the parts instead of scanning the staged rows again.
 
@@ -42,6 +43,7 @@ from typing import Any
 from onceflow import failpoints
 from onceflow.reader import _fixed_array, _fixed_values, _string_repeat, _valid_mask
 from onceflow.sinks.base import TAG_COLUMNS, FileStage, Sink
+from onceflow.transforms import RECORDS
 
 BYTES_COLUMN = "_meta_bytes"  # per input row: bytes read (key + value); summed, not staged
 HASH_COLUMN = "_meta_hash"  # per row: 64-bit hash; summed into the checksum, staged as row_hash
@@ -154,7 +156,16 @@ def stage_part(target: StageTarget, part: int, batches: Iterable[Any]) -> StageC
         if cur is None:
             return StageCommitMessage(part, 0, skipped=True)
         stream = copy_rows(cur, target, part, batches)
-        record_part(cur, target, part, stream.rows, stream.dead, stream.bytes, stream.checksum)
+        record_part(
+            cur,
+            target,
+            part,
+            stream.rows,
+            stream.dead,
+            stream.bytes,
+            stream.checksum,
+            valid=stream.valid,
+        )
     return StageCommitMessage(part, stream.rows, skipped=False)
 
 
@@ -222,14 +233,26 @@ def record_part(
     dead: int,
     bytes_read: int | None,
     checksum: int | None,
+    valid: int | None = None,
 ) -> None:
-    """What the claimed part staged, on its fence row (ledger.mark_staged sums them)."""
+    """What the claimed part staged, on its fence row (ledger.mark_staged sums them);
+    `valid`: the records its valid rows account for, one per valid row by default."""
     t = target
     cur.execute(
         "update onceflow.stage_parts set rows = %s, valid = %s, dead = %s, bytes = %s,"
         " checksum = %s"
         " where pipeline = %s and txid = %s and attempt = %s and part = %s",
-        (rows, rows - dead, dead, bytes_read, checksum, t.pipeline, t.txid, t.attempt, part),
+        (
+            rows,
+            rows - dead if valid is None else valid,
+            dead,
+            bytes_read,
+            checksum,
+            t.pipeline,
+            t.txid,
+            t.attempt,
+            part,
+        ),
     )
 
 
@@ -247,6 +270,7 @@ class _CsvStream(io.RawIOBase):
         self._pos = 0
         self.rows = 0
         self.dead = 0  # rows with an error (dead letters)
+        self.valid = 0  # records the valid rows account for (`records` when there is one)
         self.bytes: int | None = None  # sum of _meta_bytes, None without that column
         self.checksum: int | None = None  # exact sum of _meta_hash, None without it
         self.columns: tuple[str, ...] = TAG_COLUMNS + target.columns
@@ -288,11 +312,22 @@ class _CsvStream(io.RawIOBase):
         return batch
 
     def _count(self, batch: Any) -> None:
+        import pyarrow.compute as pc
+
         names = batch.schema.names
         self.rows += batch.num_rows
-        if "error" in names:
-            error = batch.column(names.index("error"))
-            self.dead += len(error) - error.null_count
+        dead = 0
+        error = batch.column(names.index("error")) if "error" in names else None
+        if error is not None:
+            dead = len(error) - error.null_count
+        self.dead += dead
+        if RECORDS in names:  # an aggregating transform's row sums up `records` records
+            records = batch.column(names.index(RECORDS))
+            if error is not None:
+                records = pc.filter(records, pc.is_null(error))
+            self.valid += pc.sum(records).as_py() or 0
+        else:
+            self.valid += batch.num_rows - dead
         if BYTES_COLUMN in names:
             self.bytes = (self.bytes or 0) + _exact_sum(batch.column(names.index(BYTES_COLUMN)))
         if HASH_COLUMN in names:

@@ -35,7 +35,7 @@ def sink_for(cfg: PipelineConfig) -> Sink:
         return OrdersSink(cfg.sink_schema)
     if cfg.sink.kind == "iceberg":
         return IcebergSink(cfg.sink_schema, cfg.sink, cfg.sink.warehouse or default_warehouse())
-    return PostgresSink(cfg.sink_schema, cfg.sink)
+    return PostgresSink(cfg.sink_schema, cfg.sink, aggregating=cfg.aggregating)
 
 
 def default_warehouse() -> str:

@@ -57,8 +57,8 @@ class FileStage:
 
 @dataclass(frozen=True)
 class StagedCounts:
-    records: int
-    valid: int
+    records: int  # staged rows
+    valid: int  # source records the valid rows account for (Sink._valid_records)
     dead: int
     checksum: str  # exact sum of the rows' row_hash, as text (order-independent)
 
@@ -108,17 +108,22 @@ class Sink(ABC):
         )
         return cur.fetchone()[0]
 
+    @property
+    def _valid_records(self) -> sql.Composable:
+        """The source records an attempt's staged rows `s` account for, as SQL: one per
+        valid row (a record-wise transform's)."""
+        return sql.SQL("count(*) filter (where s.error is null)")
+
     def staged_counts(self, cur, txid: str, attempt: int) -> StagedCounts:
         """One attempt's staged output counted in the table (process records the same from
         the part fence rows without this scan: ledger.mark_staged); the checksum is the
         exact sum of row_hash, so two attempts over the same ranges give the same one."""
         cur.execute(
             sql.SQL(
-                "select count(*), count(*) filter (where error is null),"
-                " count(*) filter (where error is not null),"
-                " coalesce(sum(row_hash::numeric), 0)::text"
-                " from {} where txid = %s and attempt = %s"
-            ).format(self._stage()),
+                "select count(*), {valid}, count(*) filter (where s.error is not null),"
+                " coalesce(sum(s.row_hash::numeric), 0)::text"
+                " from {stage} s where s.txid = %s and s.attempt = %s"
+            ).format(valid=self._valid_records, stage=self._stage()),
             (txid, attempt),
         )
         n, valid, dead, checksum = cur.fetchone()

@@ -5,7 +5,9 @@ Tables, in the pipeline's sink schema, for a sink table T:
 
 - `stage_T` (UNLOGGED): what process stages, tagged (txid, attempt, part): the coordinates
   topic, partition, offset; the user's columns; error, key, value (dead letters);
-  tombstone (upsert: the output's value is null); row_hash.
+  tombstone (upsert: the output's value is null); row_hash; for an aggregating transform
+  (merge only) also `records`, how many source records the row sums up, and the
+  coordinates are null except on dead letters.
 - append: `T`, one row per source record, primary key (topic, partition, epoch, offset)
   like the orders sink, plus txid and the user's columns.
 - upsert: `T_versions` keeps every published version, primary key (key..., seq, topic,
@@ -16,8 +18,9 @@ Tables, in the pipeline's sink schema, for a sink table T:
   versions and re-derives those keys. So a replay or a re-run of an older txid can never
   overwrite a newer value: the newer version is still there and still wins.
 - merge: `T_partials` holds each txid's partial aggregates (sum of the aggregates per key,
-  with the txid's seq and how many records went in), computed at publish from the staged
-  rows; `T` is the state (key..., aggregates..., last_seq), the fold of the partials.
+  with the txid's seq and how many records went in: the staged rows of a record-wise
+  transform, the sum of their `records` for an aggregating one), computed at publish from
+  the staged rows; `T` is the state (key..., aggregates..., last_seq), the fold of the partials.
   unpublish subtracts the txid's partials from the state and deletes them (a key no partial
   contributes to any more is deleted), so a re-run replaces its contribution.
 
@@ -42,7 +45,7 @@ from psycopg2 import sql
 from onceflow.config import NAME_RE, RESERVED_COLUMNS, SinkConfig
 from onceflow.errors import SinkSchemaError
 from onceflow.sinks.base import TAG_COLUMNS, PublishTarget, Sink
-from onceflow.transforms import COORDINATES, PASSED_THROUGH
+from onceflow.transforms import COORDINATES, RECORDS, passed_through
 
 # Spark SQL types (DataType.simpleString(), or typeName() spellings) -> PostgreSQL types,
 # spelled as format_type() prints them, so a table's columns compare as text.
@@ -94,12 +97,16 @@ def pg_type(column: str, spark_type: str) -> str:
     )
 
 
-def output_columns(fields: Iterable[tuple[str, str]]) -> tuple[Column, ...]:
+def output_columns(
+    fields: Iterable[tuple[str, str]], aggregating: bool = False
+) -> tuple[Column, ...]:
     """The user's columns of a transform's output ((name, Spark type) pairs), typed for
-    PostgreSQL; the coordinates, error, key and value are the stage's own."""
+    PostgreSQL; the coordinates, error, key and value (and an aggregating transform's
+    records) are the stage's own."""
+    own = passed_through(aggregating)
     columns = []
     for name, spark_type in fields:
-        if name in PASSED_THROUGH:
+        if name in own:
             continue
         if not NAME_RE.match(name):
             raise SinkSchemaError(
@@ -145,14 +152,20 @@ def _defs(columns: Iterable[Column], not_null: Iterable[str] = ()) -> sql.Compos
 class PostgresSink(Sink):
     """A sink table T of mode append, upsert or merge. `columns` are the user's columns of
     the transform's output: given by process (bind_output), read from the stage table by
-    everyone else."""
+    everyone else. `aggregating`: the pipeline's transform is aggregating (merge only): each
+    staged row sums up `records` source records and carries no coordinates."""
 
     def __init__(
-        self, schema: str, cfg: SinkConfig, columns: tuple[Column, ...] | None = None
+        self,
+        schema: str,
+        cfg: SinkConfig,
+        columns: tuple[Column, ...] | None = None,
+        aggregating: bool = False,
     ) -> None:
         super().__init__(schema, cfg.table)
         self.cfg = cfg
         self._columns = columns
+        self.aggregating = aggregating
 
     # -- names --------------------------------------------------------------------------
 
@@ -180,7 +193,18 @@ class PostgresSink(Sink):
     def stage_columns(self) -> tuple[str, ...]:
         if self._columns is None:
             raise RuntimeError("PostgresSink.stage_columns: bind_output first (process only)")
-        return (*COORDINATES, *(c.name for c in self._columns), *(n for n, _ in _STAGE_FIXED[3:]))
+        return (
+            *COORDINATES,
+            *(c.name for c in self._columns),
+            *(n for n, _ in _STAGE_FIXED[3:]),
+            *((RECORDS,) if self.aggregating else ()),
+        )
+
+    @property
+    def _valid_records(self) -> sql.Composable:
+        if self.aggregating:  # each valid row sums up `records` source records
+            return sql.SQL("coalesce(sum(s.records) filter (where s.error is null), 0)")
+        return super()._valid_records
 
     # -- the output schema ----------------------------------------------------------------
 
@@ -205,7 +229,7 @@ class PostgresSink(Sink):
         rows = self._table_columns(cur, self.stage_table)
         if rows is None:
             return None
-        fixed = set(TAG_COLUMNS) | {n for n, _ in _STAGE_FIXED}
+        fixed = set(TAG_COLUMNS) | {n for n, _ in _STAGE_FIXED} | {RECORDS}
         self._columns = tuple(Column(n, t) for n, t, _ in rows if n not in fixed)
         return self._columns
 
@@ -248,6 +272,7 @@ class PostgresSink(Sink):
             *(Column(n, t) for n, t in _STAGE_FIXED[:3]),
             *self._columns,
             *(Column(n, t) for n, t in _STAGE_FIXED[3:]),
+            *((Column(RECORDS, "bigint"),) if self.aggregating else ()),
         )
         tables = {self.stage_table: (stage, ())}
         key = self.cfg.key
@@ -299,7 +324,9 @@ class PostgresSink(Sink):
         """process, before staging: this sink for the transform's output (name, Spark type),
         with its tables created, or checked if they exist (SinkSchemaError naming the
         columns an existing table lacks or types differently)."""
-        bound = PostgresSink(self.schema, self.cfg, output_columns(fields))
+        bound = PostgresSink(
+            self.schema, self.cfg, output_columns(fields, self.aggregating), self.aggregating
+        )
         cur.execute(
             "select pg_advisory_xact_lock(hashtextextended('onceflow.sink:' || %s, 0))",
             (f"{self.schema}.{self.table}",),
@@ -315,9 +342,11 @@ class PostgresSink(Sink):
 
     def _create(self, cur, name: str, columns: tuple[Column, ...], pk: tuple[str, ...]) -> None:
         stage = name == self.stage_table
-        nullable = {"error", "key", "value", "tombstone", "row_hash"} | {
+        nullable = {"error", "key", "value", "tombstone", "row_hash", RECORDS} | {
             c.name for c in self._columns
         }
+        if self.aggregating:  # only dead letters carry coordinates
+            nullable |= set(COORDINATES)
         body = _defs(columns, not_null=[c.name for c in columns if c.name not in nullable])
         if not stage:
             body = sql.SQL("{}, published_at timestamptz not null default now()").format(body)
@@ -535,10 +564,23 @@ class PostgresSink(Sink):
     def _publish_merge(self, cur, t: PublishTarget) -> int:
         key = list(self.cfg.key)
         aggs = [c.name for c in self._aggregate_columns()]
+        if self.aggregating:
+            # rows of the txid, not of a record: no range (epoch) to join; each sums up
+            # `records` records
+            staged = sql.SQL(
+                "select {names} from {stage} s"
+                " where s.txid = %s and s.attempt = %s and s.error is null"
+            ).format(names=_prefixed("s", [*key, *aggs, RECORDS]), stage=self._t(self.stage_table))
+            params = (t.txid, t.attempt)
+            records = sql.SQL("sum(records)")
+        else:
+            staged = self._staged_valid(_prefixed("s", [*key, *aggs]))
+            params = (t.pipeline, t.txid, t.attempt)
+            records = sql.SQL("count(*)")
         cur.execute(
             sql.SQL(
                 "insert into {partials} (txid, seq, {key}, {aggs}, records)"
-                " select %s, %s, {key}, {sums}, count(*) from ({q}) s group by {key}"
+                " select %s, %s, {key}, {sums}, {records} from ({q}) s group by {key}"
             ).format(
                 partials=self._t(self.partials_table),
                 key=_ids(key),
@@ -546,9 +588,10 @@ class PostgresSink(Sink):
                 sums=sql.SQL(", ").join(
                     sql.SQL("coalesce(sum({}), 0)").format(sql.Identifier(a)) for a in aggs
                 ),
-                q=self._staged_valid(_prefixed("s", [*key, *aggs])),
+                records=records,
+                q=staged,
             ),
-            (t.txid, t.seq, t.pipeline, t.txid, t.attempt),
+            (t.txid, t.seq, *params),
         )
         cur.execute(
             sql.SQL("select coalesce(sum(records), 0) from {} where txid = %s").format(

@@ -13,14 +13,30 @@ A transform may also have a fast form: a module `<name>_fast` with
 reader's Python worker (onceflow.fast_stage). It accepts only records whose rows it computes
 exactly as `transform` would; the rest still go through `transform` in the JVM.
 
-A user transform ("module:function", config.USER_TRANSFORM_RE) is a record-wise function
-`DataFrame -> DataFrame` over the reader's columns (topic, partition, offset, key, value,
-timestamp). Its output keeps topic, partition and offset (one row per input record, no
+A user transform ("module:function", config.USER_TRANSFORM_RE) is by default a record-wise
+function `DataFrame -> DataFrame` over the reader's columns (topic, partition, offset, key,
+value, timestamp). Its output keeps topic, partition and offset (one row per input record, no
 filter, no shuffle) and adds the columns its sink publishes; an `error` string column, when
 not null, sends the record to dead letters with that reason; it may keep `key` and `value`,
 which the stage keeps for dead letters, and whose `value` being null makes the record a
 tombstone for an upsert sink. `check_output` states this contract once, before anything is
-staged. The module is looked up in the spark_jobs folder and the user's folders of
+staged.
+
+An aggregating user transform (the pipeline's `transform_kind = "aggregating"`, into a
+merge sink) may filter, group and shuffle: its output rows belong to the txid, not to a
+record. `check_aggregate_output` states its contract once, before anything is staged: the
+sink's key and aggregate columns and `records`, a bigint saying how many source records
+each row sums up, so that sum(records) + dead letters = records read (ledger.mark_staged
+checks it); optionally dead-letter rows, whose `error` is not null and which carry the
+refused record's topic, partition and offset (and key and value if kept), typically a
+unionByName(..., allowMissingColumns=True) of the aggregate rows and the refused records.
+A row that breaks it (`aggregate_row_violation`: a dead row without coordinates, an
+aggregate row with a null key or `records`) fails its part before the part commits, and the
+attempt with it: it is never marked staged, so nothing of it can be published. Its
+output partitioning must be a function of the records (a groupBy's is): output partition k
+is stage part k, and a retried task restages it under the part fence.
+
+The module is looked up in the spark_jobs folder and the user's folders of
 ONCEFLOW_PYTHONPATH first (settings.transform_path), then on sys.path (any installed
 package); process ships it to executors that may lack it (onceflow.shipping).
 
@@ -49,6 +65,8 @@ from onceflow.errors import TransformError
 COORDINATES = ("topic", "partition", "offset")
 #: output columns the stage treats itself (not published as the user's columns)
 PASSED_THROUGH = (*COORDINATES, "error", "key", "value")
+#: an aggregating transform's column: how many source records an output row sums up
+RECORDS = "records"
 
 
 def get_transform(name: str) -> Callable[[Any], Any]:
@@ -128,9 +146,77 @@ def _described(folders: list[str]) -> list[str]:
     return [f if Path(f).is_dir() else f"{f} (no such folder)" for f in folders]
 
 
-def user_columns(columns: Iterable[str]) -> tuple[str, ...]:
+def passed_through(aggregating: bool) -> tuple[str, ...]:
+    """The output columns the stage treats itself: an aggregating transform's `records` too."""
+    return (*PASSED_THROUGH, RECORDS) if aggregating else PASSED_THROUGH
+
+
+def user_columns(columns: Iterable[str], aggregating: bool = False) -> tuple[str, ...]:
     """The output columns a sink publishes as the user's: all but the passed-through ones."""
-    return tuple(c for c in columns if c not in PASSED_THROUGH)
+    own = passed_through(aggregating)
+    return tuple(c for c in columns if c not in own)
+
+
+def check_aggregate_output(
+    spec: str, pipeline: str, columns: Iterable[str], sink: SinkConfig
+) -> None:
+    """Refuse an aggregating transform's output that lacks the columns of its contract (the
+    sink's key and aggregates, `records`; the coordinates when it has dead letters, i.e. an
+    `error` column), naming them, before anything is staged. Per row the contract is
+    `aggregate_row_violation`'s."""
+    columns = list(columns)
+    needed = [*sink.key, *sink.aggregates, RECORDS]
+    if "error" in columns:
+        needed += COORDINATES
+    missing = [c for c in needed if c not in columns]
+    if missing:
+        raise TransformError(
+            f"aggregating transform {spec!r} of pipeline {pipeline!r}: its output lacks "
+            f"column(s) {missing}; it must have the sink's key {list(sink.key)}, its "
+            f"aggregates {list(sink.aggregates)} and {RECORDS!r} (how many source records "
+            "each row sums up), and with an 'error' column (dead letters) topic, partition "
+            f"and offset of each refused record. Output columns: {columns}. Nothing was staged."
+        )
+    _refuse_duplicates(spec, pipeline, columns)
+
+
+def aggregate_row_violation(
+    spec: str, pipeline: str, columns: Iterable[str], sink: SinkConfig
+) -> Any:
+    """A Spark Column over an aggregating transform's output (of `columns`, which passed
+    check_aggregate_output): why the row breaks the contract, NULL when it keeps it. A dead
+    row (error not null) needs its record's coordinates, to be a dead letter the audit
+    places; an aggregate row needs its key (the state table's primary key) and a `records`
+    >= 0."""
+    from pyspark.sql import functions as F
+
+    has_error = "error" in list(columns)
+    dead = F.col("error").isNotNull() if has_error else F.lit(False)
+    rules = [
+        (
+            dead & F.col(c).isNull(),
+            f"a dead-letter row has no {c!r} (a dead row carries topic, partition and offset "
+            "of the record it refuses)",
+        )
+        for c in (COORDINATES if has_error else ())
+    ]
+    rules += [
+        (~dead & F.col(k).isNull(), f"an aggregate row's key column {k!r} is null")
+        for k in sink.key
+    ]
+    rules.append(
+        (
+            ~dead & (F.col(RECORDS).isNull() | (F.col(RECORDS) < 0)),
+            f"an aggregate row's {RECORDS!r} is null or negative (it counts the source "
+            "records the row sums up)",
+        )
+    )
+    where = f"aggregating transform {spec!r} of pipeline {pipeline!r}: "
+    end = ". The attempt fails: nothing of it can be published."
+    violation = F.when(rules[0][0], F.lit(f"{where}{rules[0][1]}{end}"))
+    for condition, why in rules[1:]:
+        violation = violation.when(condition, F.lit(f"{where}{why}{end}"))
+    return violation
 
 
 def check_output(spec: str, pipeline: str, columns: Iterable[str], sink: SinkConfig) -> None:
@@ -150,6 +236,10 @@ def check_output(spec: str, pipeline: str, columns: Iterable[str], sink: SinkCon
             f"{missing}; it must have {' and '.join(why)}. Output columns: {columns}. "
             "Nothing was staged."
         )
+    _refuse_duplicates(spec, pipeline, columns)
+
+
+def _refuse_duplicates(spec: str, pipeline: str, columns: list[str]) -> None:
     dup = sorted({c for c in columns if columns.count(c) > 1})
     if dup:
         raise TransformError(
