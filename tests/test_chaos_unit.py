@@ -55,6 +55,22 @@ def test_schedule_holds_every_fault_kind_and_variant(seed, batches):
     assert sorted(head, key=str) == sorted(chaos.BASE_FAULTS, key=str)
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2, 99])
+def test_an_outside_sinks_schedule_also_kills_commit_between_the_sink_and_the_ledger(seed):
+    from onceflow import failpoints
+
+    between = ("4_commit_killed", "after_sink_publish")
+    faults = [(f.kind, f.variant) for f in fault_schedule(seed, 20, outside=True)]
+    assert sorted(faults, key=str) == sorted(chaos.BASE_FAULTS + (between,), key=str)
+    assert between not in {(f.kind, f.variant) for f in fault_schedule(seed, 200)}
+    assert fault_schedule(seed, 20, only=["3"], outside=True)[0].kind == "3_zombie_attempt"
+    # every variant kills the commit at a failpoint the product has
+    variants = {v for k, v in chaos.BASE_FAULTS + chaos.OUTSIDE_FAULTS if k == "4_commit_killed"}
+    assert set(chaos.COMMIT_KILL_POINTS) == variants
+    assert chaos.COMMIT_KILL_POINTS["after_sink_publish"] == "commit.after_sink_publish"
+    assert set(chaos.COMMIT_KILL_POINTS.values()) <= set(failpoints.NAMES)
+
+
 def test_short_mode_injects_each_fault_once():
     faults = fault_schedule(1, 20)
     assert len(faults) == len(chaos.BASE_FAULTS)

@@ -13,6 +13,13 @@ def test_shipped_pipelines_file_is_valid():
     pipelines = load_pipelines(Path(__file__).parents[1] / "dags" / "pipelines.toml")
     assert pipelines["orders"].topics == ("orders",)
     assert pipelines["orders"].dag_id == "onceflow_orders"
+    lake = pipelines["inventory_lake"]  # the demo's Iceberg table, on inventory's topic
+    assert (lake.topics, lake.sink.kind, lake.sink.namespace, lake.sink.table) == (
+        pipelines["inventory"].topics,
+        "iceberg",
+        "lake",
+        "stock",
+    )
 
 
 def test_defaults():

@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from onceflow import ledger, outside_commit
+from onceflow import demo, ledger, outside_commit
 from onceflow.audit import run_audit
 from onceflow.db import transaction
 from onceflow.errors import (
@@ -22,6 +22,7 @@ from onceflow.errors import (
     FencedAttemptError,
     SinkMovedError,
     SinkSchemaError,
+    SinkUnavailableError,
 )
 from onceflow.failpoints import FailpointError
 from onceflow.sinks import PublishTarget, sink_for
@@ -54,6 +55,56 @@ def snapshots(dsn, cfg, seq=None):
         ):
             out.append((s.summary.operation.value, props))
     return out
+
+
+def snapshot_ids(dsn, cfg, seq):
+    """The ids of the table's snapshots recording the pipeline's seq, oldest first."""
+    return [
+        str(s.snapshot_id)
+        for s in table(dsn, cfg).snapshots()
+        if s.summary.additional_properties.get("onceflow.pipeline") == cfg.name
+        and s.summary.additional_properties.get("onceflow.seq") == str(seq)
+    ]
+
+
+def sink_commit(dsn, cfg, txid):
+    with transaction(dsn) as cur:
+        cur.execute(
+            "select sink_commit from onceflow.batches where pipeline = %s and txid = %s",
+            (cfg.name, txid),
+        )
+        return cur.fetchone()[0]
+
+
+def on_disk(cfg, txid, attempt):
+    """The Parquet files in the warehouse under txid's attempt folder."""
+    return sorted(
+        str(p)
+        for p in Path(cfg.sink.warehouse).rglob("*.parquet")
+        if f"/txid={txid}-" in str(p) and f"/attempt={attempt}/" in str(p)
+    )
+
+
+def cleanup(dsn, cfg, monkeypatch, tmp_path, *args):
+    """`onceflow cleanup --pipeline P --json ARGS` on a pipelines file holding cfg."""
+    import contextlib
+    import io
+    import json
+
+    from onceflow import cli
+
+    pipelines = tmp_path / "pipelines.toml"
+    pipelines.write_text(
+        f'[pipelines.{cfg.name}]\ntopics = ["{T}"]\ntransform = "inventory:transform"\n'
+        f'[pipelines.{cfg.name}.sink]\nkind = "iceberg"\ntable = "items"\n'
+        f'warehouse = "{cfg.sink.warehouse}"\n'
+    )
+    monkeypatch.setenv("ONCEFLOW_POSTGRES_DSN", dsn)
+    monkeypatch.setenv("ONCEFLOW_PIPELINES", str(pipelines))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert cli.main(["cleanup", "--pipeline", cfg.name, "--json", *args]) == 0
+    return {(a["txid"], a["attempt"]): a["files"] for a in json.loads(out.getvalue())["attempts"]}
 
 
 def live_files(dsn, cfg):
@@ -102,6 +153,8 @@ def test_a_crash_between_the_sink_and_the_ledger_is_repaired_without_publishing_
     res = ledger.commit(ledger_dsn, cfg, "a")  # the retry: finds seq 1, only the ledger step
     assert (res.outcome, res.published, res.dead) == ("committed", 2, 1)
     assert len(snapshots(ledger_dsn, cfg, seq=1)) == 1
+    # the ledger names the snapshot the first attempt made, which the retry found
+    assert [sink_commit(ledger_dsn, cfg, "a")] == snapshot_ids(ledger_dsn, cfg, 1)
     assert published(ledger_dsn, cfg) == [(0, 0, "x", 1), (0, 1, "y", 2)]
     report = exactly_once(ledger_dsn, cfg)
     assert (report.records_in_sink, report.dead_lettered) == (2, 1)
@@ -121,6 +174,7 @@ def test_lost_dead_letters_fail_the_ledger_step_and_a_new_attempt_replaces_the_s
     assert ledger.commit(ledger_dsn, cfg, "a").outcome == "committed"
     assert [op for op, _ in snapshots(ledger_dsn, cfg, seq=1)] == ["append", "overwrite"]
     assert published(ledger_dsn, cfg) == [(0, 0, "x", 1), (0, 1, "y", 2)]
+    assert on_disk(cfg, "a", 1)  # published once: the first snapshot still references them
     report = exactly_once(ledger_dsn, cfg)
     assert (report.records_in_sink, report.dead_lettered) == (2, 1)
 
@@ -214,6 +268,9 @@ def test_a_rerun_replaces_the_txids_files_in_one_overwrite_snapshot(ledger_dsn, 
     )
     assert first["onceflow.attempt"] == "1"
     assert published(ledger_dsn, cfg) == [(0, 0, "x", 10), (0, 2, "z", 3)]
+    # what `onceflow demo` prints: the table scanned (a's replaced rows are gone)
+    assert demo.sink_rows(ledger_dsn, cfg) == (f"iceberg:{cfg.sink_schema}.items", 2)
+    assert on_disk(cfg, "a", 1)  # replaced, but the first snapshot still references them
     files = live_files(ledger_dsn, cfg)
     assert [f for f in files if "txid=b-" in f] == b_files  # b's files untouched
     assert all("attempt=1" not in f for f in files if "txid=a-" in f)
@@ -221,7 +278,72 @@ def test_a_rerun_replaces_the_txids_files_in_one_overwrite_snapshot(ledger_dsn, 
     exactly_once(ledger_dsn, cfg)
 
 
-def test_a_fenced_attempts_file_is_written_but_never_referenced(ledger_dsn, cfg):
+def test_the_ledger_cli_and_ui_show_each_committed_txids_snapshot(
+    ledger_dsn, cfg, tmp_path, monkeypatch
+):
+    import contextlib
+    import io
+    import sys
+    from dataclasses import replace
+
+    from onceflow import cli
+    from onceflow.settings import Settings
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins"))
+    from fastapi.testclient import TestClient
+    from onceflow_ui import app as app_mod
+    from onceflow_ui import create_app
+
+    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
+    ledger.plan(ledger_dsn, cfg, "b", snap({(T, 0): 3}))
+    process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])
+    ledger.commit(ledger_dsn, cfg, "a")
+    assert [sink_commit(ledger_dsn, cfg, "a")] == snapshot_ids(ledger_dsn, cfg, 1)
+    assert sink_commit(ledger_dsn, cfg, "b") is None  # not committed: no snapshot yet
+    process(ledger_dsn, cfg, "a", [(0, 0, "x", 10), (0, 1, "y", 20)])
+    assert ledger.commit(ledger_dsn, cfg, "a").outcome == "republished"
+    first, rerun = snapshot_ids(ledger_dsn, cfg, 1)
+    assert sink_commit(ledger_dsn, cfg, "a") == rerun  # the re-run's overwrite snapshot
+
+    pipelines = tmp_path / "pipelines.toml"
+    pipelines.write_text(
+        f'[pipelines.{cfg.name}]\ntopics = ["{T}"]\ntransform = "inventory:transform"\n'
+        f'[pipelines.{cfg.name}.sink]\nkind = "iceberg"\ntable = "items"\n'
+        f'warehouse = "{cfg.sink.warehouse}"\n'
+    )
+    monkeypatch.setenv("ONCEFLOW_POSTGRES_DSN", ledger_dsn)
+    monkeypatch.setenv("ONCEFLOW_PIPELINES", str(pipelines))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert cli.main(["ledger", "--pipeline", cfg.name]) == 0
+    header, *lines = out.getvalue().splitlines()
+    assert "snapshot" in header.split()
+    (row_a,) = [line for line in lines if " a " in f" {line} "]
+    assert rerun in row_a.split() and first not in row_a
+
+    def broker_down(*_args):
+        raise ConnectionRefusedError("no broker in this test")
+
+    monkeypatch.setattr("onceflow.broker.snapshot", broker_down)
+    settings = replace(
+        Settings.from_env(),
+        postgres_dsn=ledger_dsn,
+        kafka_bootstrap="127.0.0.1:1",  # no broker: the pages still render
+        pipelines_file=pipelines,
+    )
+    app = create_app(settings=lambda: settings, can_read_dag=lambda _user, _dag_id: True)
+    app.dependency_overrides[app_mod.require_user] = lambda: object()
+    client = TestClient(app, root_path="/onceflow")
+    page = client.get(f"/pipelines/{cfg.name}").text
+    assert "<th>snapshot</th>" in page and f'<span class="mono">{rerun}</span>' in page
+    entry = client.get(f"/pipelines/{cfg.name}/batches/a").text
+    assert f'<dt>snapshot</dt><dd><span class="mono" id="sink-commit">{rerun}</span>' in entry
+    assert client.get(f"/api/pipelines/{cfg.name}/batches/a").json()["batch"]["sink_commit"] == (
+        rerun
+    )
+
+
+def test_a_fenced_attempts_file_is_never_referenced_and_removed_after_commit(ledger_dsn, cfg):
     ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
     old = ledger.claim_attempt(ledger_dsn, cfg.name, "a")
     old_target = StageTarget.for_sink(ledger_dsn, bound(ledger_dsn, cfg), cfg.name, "a", 1)
@@ -231,10 +353,60 @@ def test_a_fenced_attempts_file_is_written_but_never_referenced(ledger_dsn, cfg)
         stage_part(old_target, 1, [records((0, 0, "x", 100))])
     with pytest.raises(FencedAttemptError):
         ledger.mark_staged(ledger_dsn, cfg, "a", old.attempt, parts=1)
+    zombie = on_disk(cfg, "a", 1)
+    assert len(zombie) == 1  # the zombie's file exists...
     ledger.commit(ledger_dsn, cfg, "a")
-    on_disk = sorted(str(p) for p in Path(cfg.sink.warehouse).rglob("*.parquet"))
-    assert any("attempt=1" in p for p in on_disk)  # the zombie's file exists...
-    assert all("attempt=2" in f for f in live_files(ledger_dsn, cfg))  # ...and is not in the table
+    assert all("attempt=2" in f for f in live_files(ledger_dsn, cfg))  # ...is not in the table
+    assert on_disk(cfg, "a", 1) == []  # ...and the commit removed it
+    assert not Path(zombie[0]).parent.exists()
+    published_files = on_disk(cfg, "a", 2)
+    assert [f.removeprefix("file://") for f in live_files(ledger_dsn, cfg)] == published_files
+    exactly_once(ledger_dsn, cfg)
+
+
+def test_cleanup_never_removes_what_an_attempt_may_still_publish(
+    ledger_dsn, cfg, monkeypatch, tmp_path
+):
+    for txid, n in (("a", 2), ("b", 3), ("c", 4), ("d", 5)):
+        ledger.plan(ledger_dsn, cfg, txid, snap({(T, 0): n}))
+    # a: committed, a re-run staged (attempt 2), another re-run running (attempt 3);
+    # b: staged, waiting to commit; c: attempt 1 fenced by attempt 2, which is still running
+    # (one part staged); d: attempt 1 still running
+    process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])
+    ledger.commit(ledger_dsn, cfg, "a")
+    process(ledger_dsn, cfg, "a", [(0, 0, "x", 5), (0, 1, "y", 6)])
+    process(ledger_dsn, cfg, "b", [(0, 2, "z", 3)])
+    for txid in ("a", "c", "c", "d"):
+        claim = ledger.claim_attempt(ledger_dsn, cfg.name, txid)
+        target = StageTarget.for_sink(
+            ledger_dsn, bound(ledger_dsn, cfg), cfg.name, txid, claim.attempt
+        )
+        stage_part(target, 0, [records((0, 3, "w", claim.attempt))])
+    kept = {
+        (t, n): on_disk(cfg, t, n)
+        for t, n in (("a", 1), ("a", 2), ("a", 3), ("b", 1), ("c", 2), ("d", 1))
+    }
+    assert all(len(files) == 1 for files in kept.values())
+    assert len(on_disk(cfg, "c", 1)) == 1
+
+    assert cleanup(ledger_dsn, cfg, monkeypatch, tmp_path) == {("c", 1): 1}  # a dry run...
+    assert len(on_disk(cfg, "c", 1)) == 1  # ...removes nothing
+    assert cleanup(ledger_dsn, cfg, monkeypatch, tmp_path, "--yes") == {("c", 1): 1}
+    assert on_disk(cfg, "c", 1) == []
+    assert {k: on_disk(cfg, *k) for k in kept} == kept
+    assert cleanup(ledger_dsn, cfg, monkeypatch, tmp_path) == {}
+    # the survivors still publish
+    ledger.mark_staged(ledger_dsn, cfg, "c", 2, parts=1)
+    assert ledger.commit(ledger_dsn, cfg, "a").outcome == "republished"  # attempt 2
+    for txid in ("b", "c"):
+        assert ledger.commit(ledger_dsn, cfg, txid).outcome == "committed"
+    assert {k: on_disk(cfg, *k) for k in kept} == kept  # attempt 3 of a may still stage
+    assert published(ledger_dsn, cfg) == [
+        (0, 0, "x", 5),
+        (0, 1, "y", 6),
+        (0, 2, "z", 3),
+        (0, 3, "w", 2),
+    ]
     exactly_once(ledger_dsn, cfg)
 
 
@@ -343,6 +515,35 @@ def test_an_unreachable_warehouse_is_a_clear_error(ledger_dsn, unique_name, tmp_
     assert f"Iceberg table {cfg.sink_schema}.items (warehouse {blocker / 'lake'})" in str(e.value)
 
 
+def test_a_warehouse_unreachable_at_commit_is_a_clear_error_and_the_retry_publishes(
+    ledger_dsn, cfg
+):
+    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
+    process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])
+    warehouse = Path(cfg.sink.warehouse)
+    warehouse.rename(warehouse.with_name("unmounted"))  # the whole warehouse is gone
+    with pytest.raises(SinkUnavailableError) as e:
+        ledger.commit(ledger_dsn, cfg, "a")
+    where = f"Iceberg table {cfg.sink_schema}.items (warehouse {warehouse})"
+    assert str(e.value).startswith(f"{where}: could not read its snapshots for seq 1")
+    assert "nothing was published" in str(e.value)
+    assert batch_state(ledger_dsn, cfg, "a") == (BatchState.STAGED, None)
+    warehouse.with_name("unmounted").rename(warehouse)
+
+    (lost,) = on_disk(cfg, "a", 1)  # a staged data file gone: the publish fails, naming it
+    Path(lost).rename(f"{lost}.away")
+    with pytest.raises(SinkUnavailableError) as e:
+        ledger.commit(ledger_dsn, cfg, "a")
+    assert str(e.value).startswith(f"{where}: could not publish txid 'a' (seq 1) attempt 1's")
+    assert "nothing was published" in str(e.value) and Path(lost).name in str(e.value)
+    assert snapshots(ledger_dsn, cfg) == []
+    Path(f"{lost}.away").rename(lost)
+
+    assert ledger.commit(ledger_dsn, cfg, "a").outcome == "committed"
+    assert len(snapshots(ledger_dsn, cfg, seq=1)) == 1
+    exactly_once(ledger_dsn, cfg)
+
+
 # -- the audit ----------------------------------------------------------------------------
 
 
@@ -361,3 +562,43 @@ def test_the_audit_finds_a_seq_published_twice_and_its_records_twice(ledger_dsn,
     assert "seq 1 attempt 1 is published by 2 snapshots" in text
     assert f"record {T}[0]@0 (epoch 0) is in the table 2 times" in text
     assert "4 published + 0 dead letters != 2 records in its ranges" in text
+
+
+# -- the chaos harness's truth ------------------------------------------------------------
+
+
+def test_the_chaos_truth_scans_the_table_by_coordinates(ledger_dsn, cfg):
+    import json
+
+    from onceflow.chaos import SinkSnapshot, _coord, _user_columns
+    from onceflow.chaos_truth import Acked, SinkRecord, account, fields_row
+
+    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
+    process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2), (0, 2, "z", 3, "bad")])
+    ledger.commit(ledger_dsn, cfg, "a")
+
+    def acked(qty_of_y):
+        values = {0: ("x", 1), 1: ("y", qty_of_y), 2: ("z", 3)}
+        return {
+            0: {
+                (0, o): Acked(o, sku.encode(), json.dumps({"sku": sku, "qty": q}).encode())
+                for o, (sku, q) in values.items()
+            }
+        }
+
+    with transaction(ledger_dsn) as cur:
+        read = SinkSnapshot(cur, cfg, T)
+        rows = [
+            SinkRecord(*_coord(r), "row", _user_columns(r))
+            for r in read.iceberg_rows(sink_for(cfg))
+        ]
+        dead = [SinkRecord(0, 0, 2, "dead", None)]
+    assert sorted((r.offset, r.ident["sku"], r.ident["qty"]) for r in rows) == [
+        (0, "x", 1),
+        (1, "y", 2),
+    ]
+    counts = account(acked(2), rows + dead, [], 0, None, fields_row(()), dead_values_kept=False)
+    assert (counts["lost"], counts["duplicated"], counts["mismatched"]) == (0, 0, 0)
+    wrong = account(acked(7), rows + dead, [], 0, None, fields_row(()), dead_values_kept=False)
+    assert wrong["mismatched"] == 1  # y's row is not the acknowledged record
+    assert account(acked(2), rows[:1] + dead, [], 0, None, fields_row(()), False)["lost"] == 1

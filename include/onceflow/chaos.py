@@ -14,7 +14,9 @@ injects faults by a schedule drawn from the seed:
   2 Spark task attempts that fail before and after committing their part (Spark task retry)
   3 a zombie: the Airflow task running process is killed, its driver keeps running; the
     retry's new attempt fences it
-  4 the commit task killed inside the commit transaction, and right after the database commit
+  4 the commit task killed inside the commit transaction, and right after the database
+    commit; for a sink outside the database (an Iceberg table) also between the sink's
+    commit and the ledger's (failpoint commit.after_sink_publish)
   5 the scheduler and its running tasks killed -9, then restarted
   6 PostgreSQL restarted while a run plans, while a Spark task holds a staging transaction
     open, and while a commit transaction is open
@@ -27,7 +29,8 @@ injects faults by a schedule drawn from the seed:
 Every acknowledged record is tracked by its coordinates (epoch, partition, offset) and its
 key and value; at the end the producer stops, runs drain the lag, and the sink is compared
 with what was acknowledged, by the truth of its mode (onceflow.chaos_truth: lost,
-duplicated, content mismatches; an upsert table's rows, a merge state). The audit (with a
+duplicated, content mismatches; an upsert table's rows, a merge state; an Iceberg table
+scanned by coordinates). The audit (with a
 re-read from the broker) must agree. The result goes to chaos-report.json at the project
 root.
 
@@ -71,6 +74,8 @@ from onceflow.chaos_truth import (
 )
 from onceflow.config import RESERVED_COLUMNS, PipelineConfig
 from onceflow.settings import PROJECT_ROOT
+from onceflow.sinks.base import OutsideSink
+from onceflow.sinks.iceberg import IcebergSink
 from onceflow.states import BatchState
 
 CHAOS_PIPELINES = PROJECT_ROOT / "tests" / "chaos_pipelines.toml"
@@ -83,7 +88,8 @@ KINDS: dict[str, str] = {
     "1_driver_kill": "kill -9 of the spark-submit driver while it stages output",
     "2_spark_task_retry": "Spark task attempt fails before / after committing its part",
     "3_zombie_attempt": "zombie: earlier process attempt still running when the retry starts",
-    "4_commit_killed": "commit task killed mid-transaction / right after the DB commit",
+    "4_commit_killed": "commit task killed mid-transaction / right after the DB commit / "
+    "(a sink outside the database) between the sink's commit and the ledger's",
     "5_scheduler_killed": "scheduler and its running tasks killed -9, restarted",
     "6_postgres_restarted": "PostgreSQL restarted during plan / process / commit",
     "7_broker_restarted": "broker restarted, log lost: regression stop, topic re-created, reset",
@@ -106,6 +112,15 @@ BASE_FAULTS: tuple[tuple[str, str | None], ...] = (
     ("8_rerun_committed", None),
     ("9_failed_run_blocks", None),
 )
+# and for a sink outside the ledger's database (an Iceberg table): the crash between its two
+# commit steps (onceflow.outside_commit)
+OUTSIDE_FAULTS: tuple[tuple[str, str | None], ...] = (("4_commit_killed", "after_sink_publish"),)
+# the failpoint each variant of 4_commit_killed kills the commit task at
+COMMIT_KILL_POINTS = {
+    "mid_transaction": "commit.before_db_commit",
+    "after_db_commit": "commit.after_db_commit",
+    "after_sink_publish": "commit.after_sink_publish",
+}
 # extra random faults: broker and scheduler faults are the expensive ones, drawn less often
 EXTRA_WEIGHTS = {"7_broker_restarted": 0.25, "5_scheduler_killed": 0.5}
 # faults that reach every run (or hold commits back): never overlapped with another fault
@@ -152,17 +167,21 @@ class Fault:
         return self.kind + (f"/{self.variant}" if self.variant else "")
 
 
-def fault_schedule(seed: int, batches: int, only: Iterable[str] | None = None) -> list[Fault]:
+def fault_schedule(
+    seed: int, batches: int, only: Iterable[str] | None = None, outside: bool = False
+) -> list[Fault]:
     """The faults of a run: every base fault once in a seeded order, then extra random ones.
 
-    `only` (kind numbers such as "3" or "7") keeps the faults of those kinds (development).
+    `only` (kind numbers such as "3" or "7") keeps the faults of those kinds (development);
+    `outside` (a sink outside the ledger's database) adds OUTSIDE_FAULTS to the base ones.
 
     They are spread over the first ~70% of the batches (a fault starts once at_batch batches
     committed, and only after the previous one has ended, so they never overlap).
     """
     rng = random.Random(f"onceflow-chaos:{seed}")
     wanted = set(only or ())
-    pool = [(k, v) for k, v in BASE_FAULTS if not wanted or k.split("_")[0] in wanted]
+    faults = BASE_FAULTS + (OUTSIDE_FAULTS if outside else ())
+    pool = [(k, v) for k, v in faults if not wanted or k.split("_")[0] in wanted]
     if not pool:
         raise ValueError(f"no fault kind matches {sorted(wanted)}; kinds are 1..9")
     base = list(pool)
@@ -628,6 +647,19 @@ class SinkSnapshot:
             )
         ]
 
+    def iceberg_rows(self, sink: IcebergSink) -> list[dict[str, Any]]:
+        """An Iceberg sink's rows of the harness's topic: the table scanned (pyiceberg)."""
+        from pyiceberg.exceptions import NoSuchTableError
+
+        from onceflow.sinks.iceberg import open_catalog
+
+        with open_catalog(self.cur, sink.warehouse) as catalog:
+            try:
+                table = catalog.load_table(sink.identifier)
+            except NoSuchTableError:  # no batch with output committed
+                return []
+        return table.scan(row_filter=f"topic = '{self.topic}'").to_arrow().to_pylist()
+
     def committed_ranges(self) -> list[CommittedRange]:
         self.cur.execute(
             "select r.txid, b.seq, r.epoch, r.partition, r.from_offset, r.until_offset"
@@ -702,7 +734,9 @@ class Harness:
         self.runs: dict[str, Run] = {}
         self.n = 0
         self.epoch = 0
-        self.faults = fault_schedule(opts.seed, opts.batches, opts.only)
+        self.faults = fault_schedule(
+            opts.seed, opts.batches, opts.only, outside=isinstance(self.sink, OutsideSink)
+        )
         self.active: list[tuple[Fault, Iterator[None]]] = []
         self.hold_clears = False
         self.harness_clears = 0
@@ -1229,11 +1263,7 @@ class Harness:
             f.error = f"the zombie's attempt {first_attempt} was staged or published"
 
     def fault_commit_kill(self, f: Fault) -> Iterator[None]:
-        point = (
-            "commit.before_db_commit"
-            if f.variant == "mid_transaction"
-            else "commit.after_db_commit"
-        )
+        point = COMMIT_KILL_POINTS[f.variant]
         txid = self.trigger({point: "kill"})
         f.txids.append(txid)
         yield from self.wait(
@@ -1476,7 +1506,11 @@ class Harness:
 
     def _published(self, txid: str) -> tuple[int, int]:
         """(records the sink's output of txid accounts for, its dead letters)."""
-        rows = self._on_ledger(lambda cur: self.sink.published_per_txid(cur).get(txid, 0))
+        from onceflow.db import transaction
+
+        # in a transaction: an Iceberg sink reads its scan through a temporary table
+        with transaction(self.settings.postgres_dsn) as cur:
+            rows = self.sink.published_per_txid(cur).get(txid, 0)
         dead = self._query(
             "ledger",
             "select count(*) from onceflow.dead_letters where pipeline = %s and txid = %s",
@@ -1795,7 +1829,11 @@ class Harness:
         else:
             table = self.sink.versions_table if self.mode == "upsert" else self.sink.table
             row_agrees = fields_row(key)
-            published = read.rows(table)
+            if isinstance(self.sink, IcebergSink):  # the table scanned, by coordinates
+                table = f"Iceberg table {self.sink.name}"
+                published = read.iceberg_rows(self.sink)
+            else:
+                published = read.rows(table)
             rows = [SinkRecord(*_coord(r), "row", _user_columns(r)) for r in published]
             compared = compared_columns(acked, rows, key)
         counts = account(acked, rows + dead, *args, row_agrees=row_agrees, dead_values_kept=kept)

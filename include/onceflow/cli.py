@@ -182,6 +182,9 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     cfgs = [(pipelines[name], count) for name, count in demo.PIPELINES]
     dsn, bootstrap = settings.postgres_dsn, settings.kafka_bootstrap
     for cfg, count in cfgs:
+        if not count:
+            print(f"{cfg.name} reads topic {cfg.topics[0]}: the records produced above", flush=True)
+            continue
         started = time.monotonic()
         start, n = demo.produce(
             bootstrap,
@@ -254,8 +257,10 @@ def _ranges_text(ranges: list[dict]) -> str:
 
 def cmd_ledger(args: argparse.Namespace, settings: Settings) -> int:
     from onceflow import views
+    from onceflow.sinks import sink_for
 
     cfg = _pipeline(settings, args.pipeline)
+    commit_name = sink_for(cfg).commit_name
     if args.txid:
         rows = [views.batch(settings.postgres_dsn, cfg.name, args.txid)]
     else:
@@ -270,6 +275,8 @@ def cmd_ledger(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     for r in rows:
         r["ranges"] = _ranges_text(r["ranges"])
+        if commit_name:
+            r[commit_name] = r["sink_commit"]
         r["secs plan/proc/commit"] = "/".join(
             "-" if r[k] is None else f"{r[k]:.1f}"
             for k in ("plan_seconds", "process_seconds", "commit_seconds")
@@ -286,6 +293,7 @@ def cmd_ledger(args: argparse.Namespace, settings: Settings) -> int:
                 "records_out",
                 "records_dead",
                 "secs plan/proc/commit",
+                *((commit_name,) if commit_name else ()),
                 "ranges",
             ),
         )
@@ -345,6 +353,26 @@ def cmd_dead_letters(args: argparse.Namespace, settings: Settings) -> int:
         print(json.dumps(rows, indent=2, default=str))
     else:
         print(_table(rows, ("topic", "partition", "offset", "reason", "value_bytes")))
+    return 0
+
+
+def cmd_cleanup(args: argparse.Namespace, settings: Settings) -> int:
+    from onceflow import file_cleanup
+
+    cfg = _pipeline(settings, args.pipeline)
+    removals = file_cleanup.unpublishable(settings.postgres_dsn, cfg, args.txid)
+    if args.yes:
+        file_cleanup.remove(cfg, removals)
+    rows = [{"txid": r.txid, "attempt": r.attempt, "files": len(r.paths)} for r in removals]
+    if args.json:
+        out = [{**row, "paths": list(r.paths)} for row, r in zip(rows, removals, strict=True)]
+        print(json.dumps({"pipeline": cfg.name, "removed": args.yes, "attempts": out}, indent=2))
+        return 0
+    if rows:
+        print(_table(rows, ("txid", "attempt", "files")))
+    verb = "removed" if args.yes else "would remove (dry run: give --yes to remove them)"
+    files = sum(len(r.paths) for r in removals)
+    print(f"{verb} {files} data file(s) of {len(rows)} attempt(s) that never publish")
     return 0
 
 
@@ -614,7 +642,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp = add(
         "ledger",
         cmd_ledger,
-        "Show the ledger: batches with seq, txid, state, counts, durations and ranges.",
+        "Show the ledger: batches with seq, txid, state, counts, durations and ranges (and "
+        "for an Iceberg sink the snapshot of each committed txid).",
         "onceflow ledger --pipeline orders --limit 20",
     )
     sp.add_argument("--pipeline", help="pipeline name (default: the only one configured)")
@@ -686,6 +715,19 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="leave the abandoned batches' DAG runs alone (default: mark them failed in Airflow)",
     )
+
+    sp = add(
+        "cleanup",
+        cmd_cleanup,
+        "List, and with --yes remove, the data files of process attempts that never publish "
+        "(an Iceberg sink's fenced, overtaken or abandoned attempts; never a file an attempt "
+        "may still publish, nor one a snapshot records).",
+        "onceflow cleanup --pipeline inventory_lake --yes",
+    )
+    sp.add_argument("--pipeline", help="pipeline name (default: the only one configured)")
+    sp.add_argument("--txid", help="only this txid (run id)")
+    sp.add_argument("--yes", action="store_true", help="remove them (default: only list them)")
+    sp.add_argument("--json", action="store_true", help="machine-readable output")
 
     sp = add(
         "chaos",

@@ -14,8 +14,14 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # the CLI reads PIPELINES at start; the clients load when the demo runs
     from onceflow.config import PipelineConfig
 
-#: (pipeline, records produced per demo): the built-in transform, an upsert and a merge sink
-PIPELINES = (("orders", 100_000), ("inventory", 20_000), ("pageviews", 50_000))
+#: (pipeline, records produced per demo): the built-in transform, an upsert and a merge sink,
+#: and an Iceberg table fed by the inventory topic (0: it reads records produced above)
+PIPELINES = (
+    ("orders", 100_000),
+    ("inventory", 20_000),
+    ("pageviews", 50_000),
+    ("inventory_lake", 0),
+)
 PARTITIONS = 4
 
 
@@ -59,14 +65,20 @@ def runs_to_drain(dsn: str, bootstrap: str, cfg: PipelineConfig) -> int:
 
 
 def sink_rows(dsn: str, cfg: PipelineConfig) -> tuple[str, int]:
-    """The pipeline's published table (schema.table) and how many rows it holds now."""
+    """The pipeline's published table (schema.table, or iceberg:namespace.table) and how many
+    rows it holds now (an Iceberg table scanned with pyiceberg)."""
     from psycopg2 import sql
 
     from onceflow.db import transaction
     from onceflow.sinks import sink_for
+    from onceflow.sinks.iceberg import IcebergSink, open_catalog
 
     sink = sink_for(cfg)
     with transaction(dsn) as cur:
+        if isinstance(sink, IcebergSink):
+            with open_catalog(cur, sink.warehouse) as catalog:
+                rows = catalog.load_table(sink.identifier).scan(selected_fields=("offset",))
+                return f"iceberg:{sink.name}", rows.count()
         cur.execute(
             sql.SQL("select count(*) from {}.{}").format(
                 sql.Identifier(sink.schema), sql.Identifier(sink.table)

@@ -95,6 +95,12 @@ class SinkMovedError(OnceflowError):
     commit won the sink's optimistic concurrency): nothing was published; read it again."""
 
 
+class SinkUnavailableError(OnceflowError):
+    """A sink outside the database could not be read or written (its storage or catalog
+    unreachable, a staged file gone): nothing was published; the message names the sink and
+    where it lives, and a retry of the commit may succeed."""
+
+
 class FencedAttemptError(OnceflowError):
     """A process attempt tried to stage after a newer attempt claimed the txid (a zombie)."""
 

@@ -14,6 +14,8 @@ same transaction, together with the claim and the part's counts:
 - a task of a fenced attempt fails the attempt fence before it writes; a file it wrote
   earlier is recorded under its attempt number, which commit never publishes.
 
+The files of attempts that never publish are removed later (onceflow.file_cleanup).
+
 Why pyarrow in the stage worker rather than Spark's own Parquet writer: Spark's writer
 commits files through its output committer at job end, outside any PostgreSQL transaction,
 so a part's files could not be recorded atomically with its claim (a task retried after the

@@ -4,8 +4,9 @@ Every rule that must hold across retries and crashes is enforced here, inside da
 transactions, so it holds whichever Airflow worker, Spark driver or zombie calls it. Each rule
 is stated once: the attempt fence (`check_attempt`, also run by every stage part inside its
 own transaction), the parts of a complete stage and records read = records the rows account
-for + dead letters (`mark_staged`) and the batch that commits wait for (`_lowest_open`, behind the commit, its
-trigger, the CLI, the UI and the metrics).
+for + dead letters (`mark_staged`), the batch that commits wait for (`_lowest_open`, behind
+the commit, its trigger, the CLI, the UI and the metrics) and the attempts whose output may
+still be published (`live_attempts`, behind the removal of unpublished data files).
 """
 
 from __future__ import annotations
@@ -720,3 +721,21 @@ def reset_offsets(
             ),
         )
         return Reset(after_seq, abandoned, partitions)
+
+
+def live_attempts(cur, pipeline: str, txid: str | None = None) -> dict[str, set[int]]:
+    """Per txid of the pipeline (or only `txid`), the process attempts whose staged output
+    may still be staged, published or is published: the newest attempt (it may still be
+    writing) and the staged one (a commit may publish it), unless the txid was abandoned,
+    and the published one. Attempt numbers only grow and only the newest attempt can be
+    marked staged (check_attempt), so an attempt missing here never publishes anything."""
+    cur.execute(
+        "select txid, attempt, staged_attempt, published_attempt, state from onceflow.batches"
+        " where pipeline = %s and (%s::text is null or txid = %s)",
+        (pipeline, txid, txid),
+    )
+    out: dict[str, set[int]] = {}
+    for t, attempt, staged, published, state in cur.fetchall():
+        live = {published} if state == BatchState.ABANDONED else {attempt, staged, published}
+        out[t] = {a for a in live if a is not None}
+    return out

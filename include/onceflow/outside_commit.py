@@ -10,7 +10,8 @@ order, abandoned and unstaged batches refused, a committed txid done or re-run):
    that records them, replacing whatever the sink held of the txid (a re-run, or an earlier
    attempt published before a crash);
 2. the ledger transaction, as for a sink in the database: dead letters, the offsets'
-   compare-and-set, the batch committed with the attempt step 1 published.
+   compare-and-set, the batch committed with the attempt step 1 published and the id of
+   the sink's commit that holds it (onceflow.batches.sink_commit: an Iceberg snapshot id).
 
 Both steps run inside ONE transaction on a dedicated connection that holds the pipeline's
 commit lock (ledger.COMMIT_LOCK_KEY, the lock of every commit and of reset-offsets) and the
@@ -20,6 +21,9 @@ steps. A crash between them rolls that transaction back and releases the locks; 
 finds the seq in the sink and only does step 2. A committer that lost its connection but
 still runs (a zombie) is fenced by the sink's own concurrency control: its commit conflicts
 with the newer one, and re-reading the sink it finds the seq already there.
+
+After both steps, the data files of the txid's attempts that never publish are removed
+(onceflow.file_cleanup states when a file may go).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from __future__ import annotations
 import logging
 import time
 
-from onceflow import failpoints, ledger
+from onceflow import failpoints, file_cleanup, ledger
 from onceflow.config import PipelineConfig
 from onceflow.db import transaction
 from onceflow.errors import CommitConflictError, SinkMovedError
@@ -74,13 +78,22 @@ def commit_outside(
         if not row.republish:
             ledger.advance_offsets(cur, cfg, txid, t.seq)
         cur.execute(
-            "update onceflow.batches set state = %s, published_attempt = %s,"
+            "update onceflow.batches set state = %s, published_attempt = %s, sink_commit = %s,"
             " committed_at = now(), commit_seconds = %s where pipeline = %s and txid = %s",
-            (BatchState.COMMITTED, t.attempt, time.monotonic() - started, cfg.name, txid),
+            (
+                BatchState.COMMITTED,
+                t.attempt,
+                publication.ref or None,
+                time.monotonic() - started,
+                cfg.name,
+                txid,
+            ),
         )
         sink.drop_staged(cur, txid, t.attempt)
         if not row.republish:
             failpoints.hit("commit.before_db_commit", txid)
+    if t.attempt > 1:  # earlier attempts wrote files that may never publish
+        file_cleanup.after_commit(dsn, cfg, txid)
     if row.republish:
         return ledger.CommitResult(txid, t.seq, "republished", publication.records, dead)
     failpoints.hit("commit.after_db_commit", txid)

@@ -22,6 +22,7 @@ def batches(dsn: str, pipeline: str, limit: int = 50) -> list[dict[str, Any]]:
         cur.execute(
             """
             select b.seq, b.txid, b.state, b.attempt, b.staged_attempt, b.published_attempt,
+                   b.sink_commit,
                    b.records_read, b.records_out, b.records_dead, b.bytes_read,
                    b.plan_seconds, b.process_seconds, b.commit_seconds,
                    b.planned_at, b.staged_at, b.committed_at, b.last_error,

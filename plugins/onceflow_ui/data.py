@@ -16,6 +16,7 @@ from typing import Any
 from onceflow import broker, ledger, views
 from onceflow.config import PipelineConfig, load_pipelines
 from onceflow.settings import Settings
+from onceflow.sinks import sink_for
 from onceflow.states import CLOSED, BatchState
 
 BROKER_TIMEOUT = 3.0  # seconds a page waits for end offsets before showing "unavailable"
@@ -139,6 +140,7 @@ def pipeline_overview(s: Settings, cfg: PipelineConfig) -> dict[str, Any]:
         "summary": views.summary(s.postgres_dsn, cfg.name),
         "blocked": block,
         "blocked_reason": block_reason(block),
+        "commit_name": sink_for(cfg).commit_name,
     }
 
 
@@ -169,6 +171,7 @@ def batch_view(
     return {
         "pipeline": cfg.name,
         "dag_id": cfg.dag_id,
+        "commit_name": sink_for(cfg).commit_name,
         "batch": b,
         "losses": views.batch_losses(s.postgres_dsn, cfg.name, txid),
         "waits_for": wait,

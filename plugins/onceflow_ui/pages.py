@@ -331,6 +331,8 @@ def ledger_page(data: dict[str, Any], links: Links) -> str:
     body.append(
         f"<h2>Batches <span class='muted'>(newest first, {len(data['batches'])})</span></h2>"
     )
+    # a sink outside the ledger's database: the id of its commit that holds each txid
+    sink_commit = [data["commit_name"]] if data["commit_name"] else []
     body.append(
         table(
             [
@@ -346,6 +348,7 @@ def ledger_page(data: dict[str, Any], links: Links) -> str:
                 "process",
                 "commit",
                 "committed at",
+                *sink_commit,
                 "last error",
             ],
             (
@@ -369,6 +372,7 @@ def ledger_page(data: dict[str, Any], links: Links) -> str:
                     secs(b["process_seconds"]),
                     secs(b["commit_seconds"]),
                     when(b["committed_at"]),
+                    *(_mono(b["sink_commit"]) for _ in sink_commit),
                     f'<span class="err">{e(_short(b["last_error"]))}</span>'
                     if b["last_error"]
                     else "",
@@ -453,6 +457,14 @@ def ledger_page(data: dict[str, Any], links: Links) -> str:
     return layout(f"Ledger · {p}", crumbs, "".join(body))
 
 
+def _mono(value: str | None, id: str = "") -> str:
+    """An id in monospace (a sink's commit id), or a muted dash when there is none."""
+    if value is None:
+        return '<span class="muted">-</span>'
+    attr = f' id="{e(id)}"' if id else ""
+    return f'<span class="mono"{attr}>{e(value)}</span>'
+
+
 def _short(text: str | None, limit: int = 160) -> str:
     text = text or ""
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -491,6 +503,11 @@ def batch_page(data: dict[str, Any], links: Links, dl_url: Callable[[int], str])
         ("planned at", when(b["planned_at"])),
         ("staged at", when(b["staged_at"])),
         ("committed at", when(b["committed_at"])),
+        *(
+            ((data["commit_name"], _mono(b["sink_commit"], "sink-commit")),)
+            if data["commit_name"]
+            else ()
+        ),
         (
             "last error",
             f'<span class="err">{e(b["last_error"])}</span>'

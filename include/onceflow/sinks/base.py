@@ -67,6 +67,11 @@ class Sink(ABC):
     """One pipeline's sink. Identifiers come from validated configuration and are still
     quoted (psycopg2.sql.Identifier); values are always parameters."""
 
+    # What the sink calls its own atomic commit, whose id the ledger keeps for each committed
+    # txid (onceflow.batches.sink_commit) and `onceflow ledger` and the UI show; None: the
+    # sink publishes inside the ledger's transaction, which is the only commit there is.
+    commit_name: str | None = None
+
     def __init__(self, schema: str, table: str) -> None:
         self.schema = schema
         self.table = table
@@ -274,6 +279,15 @@ class SinkReading:
     state: Any
 
 
+@dataclass(frozen=True)
+class StagedFiles:
+    """The data files process wrote for a sink outside the database, as its storage holds
+    them, and what the sink's own commits recorded of them (onceflow.file_cleanup)."""
+
+    files: dict[tuple[str, int], list[str]]  # (txid, attempt) -> paths (URIs)
+    published: set[tuple[str, int]]  # (txid, attempt) some commit of the sink recorded
+
+
 class OutsideSink(Sink):
     """A sink the commit's database transaction cannot reach (a lake table, a Kafka topic):
     commit publishes in two idempotent steps around the ledger transaction
@@ -302,3 +316,11 @@ class OutsideSink(Sink):
         commit of the sink that records t's pipeline, txid, seq and attempt, and with
         `replace` removes the txid's earlier output in the same commit; conditional on the
         sink being as `reading` found it (SinkMovedError otherwise, nothing published)."""
+
+    def staged_files(self, cur, pipeline: str, txids: set[str]) -> StagedFiles:
+        """The data files the storage holds for these txids of the pipeline, by attempt,
+        and the attempts some commit of the sink recorded (a sink without data files: none)."""
+        return StagedFiles({}, set())
+
+    def remove_files(self, paths: list[str]) -> None:
+        """Delete these data files (they exist, or did: a missing one is no error)."""

@@ -31,6 +31,9 @@ looks for the seq in the snapshots (the current snapshot's ancestry), and the sn
 committed on top of the one that read saw, or not at all (SinkMovedError: commit reads
 again). So the table's `commit.retry.num-retries` is 0: pyiceberg would otherwise re-apply
 a commit that lost a race on top of the winner, without the summaries being read again.
+A catalog or warehouse that cannot be reached (or a staged file gone) makes the read or the
+publish fail with SinkUnavailableError naming the table and the warehouse; the commit's
+retry reads the table again.
 
 The audit scans the table (txid and coordinates) into a temporary table of the audit's
 transaction, so the rules shared with the other sinks (counts per txid, placement inside
@@ -53,7 +56,7 @@ from typing import Any
 from psycopg2 import sql
 
 from onceflow.config import NAME_RE, RESERVED_COLUMNS, SinkConfig
-from onceflow.errors import OnceflowError, SinkMovedError, SinkSchemaError
+from onceflow.errors import OnceflowError, SinkMovedError, SinkSchemaError, SinkUnavailableError
 from onceflow.sinks.base import (
     FileStage,
     OutsideSink,
@@ -61,6 +64,7 @@ from onceflow.sinks.base import (
     PublishTarget,
     SinkReading,
     StagedCounts,
+    StagedFiles,
 )
 from onceflow.transforms import COORDINATES, PASSED_THROUGH
 
@@ -214,6 +218,8 @@ class _Bound:
 
 class IcebergSink(OutsideSink):
     """Iceberg table `namespace.table` of mode append, fed through the file stage."""
+
+    commit_name = "snapshot"
 
     def __init__(
         self,
@@ -407,15 +413,35 @@ class IcebergSink(OutsideSink):
         except NoSuchTableError:
             return None
 
+    @contextlib.contextmanager
+    def _reaching(self, doing: str) -> Iterator[None]:
+        """Errors of the catalog or the warehouse's storage (pyiceberg's, pyarrow's, the
+        OS's) while `doing` become SinkUnavailableError naming the table and the warehouse;
+        Onceflow's own errors and a lost commit race pass through."""
+        from pyiceberg.exceptions import CommitFailedException
+
+        try:
+            yield
+        except (OnceflowError, CommitFailedException):
+            raise
+        except Exception as e:
+            raise SinkUnavailableError(
+                f"Iceberg table {self.name} (warehouse {self.warehouse}): could not {doing}: "
+                f"{type(e).__name__}: {e}"
+            ) from e
+
     def read(self, cur, t: PublishTarget) -> SinkReading:
         """The newest snapshot recording t's pipeline and seq, and the table it was read
         from (None: the table does not exist yet)."""
-        with open_catalog(cur, self.warehouse) as catalog:
+        with (
+            self._reaching(f"read its snapshots for seq {t.seq}; nothing was published"),
+            open_catalog(cur, self.warehouse) as catalog,
+        ):
             table = self._load(catalog)
             if table is None:
                 return SinkReading(None, None)
             table = _fence_retries(catalog, table)
-        return SinkReading(_newest(table, t.pipeline, t.seq), table)
+            return SinkReading(_newest(table, t.pipeline, t.seq), table)
 
     def publish_outside(
         self, cur, t: PublishTarget, reading: SinkReading, replace: bool
@@ -434,23 +460,28 @@ class IcebergSink(OutsideSink):
                     f"{t.attempt} staged {len(paths)} data file(s) for it: was it dropped?"
                 )
             return Publication(t.pipeline, t.txid, t.seq, t.attempt, 0, "")
+        doing = f"publish txid {t.txid!r} (seq {t.seq}) attempt {t.attempt}"
         try:
-            data_files = [parquet_file_to_data_file(table.io, table.metadata, p) for p in paths]
-            tx = table.transaction()
-            update = tx.update_snapshot(snapshot_properties=_summary(t))
-            producer = update.overwrite() if replace else update.fast_append()
-            with producer:
-                if replace:
-                    for f in self._live_files(table, t.pipeline, t.txid):
-                        producer.delete_data_file(f)
-                for f in data_files:
-                    producer.append_data_file(f)
-            try:
-                tx.commit_transaction()
-            except CommitFailedException as e:
-                raise SinkMovedError(
-                    f"Iceberg table {self.name} changed since it was read ({e})"
-                ) from None
+            with self._reaching(f"{doing}'s {len(paths)} data file(s); nothing was published"):
+                data_files = [parquet_file_to_data_file(table.io, table.metadata, p) for p in paths]
+                tx = table.transaction()
+                update = tx.update_snapshot(snapshot_properties=_summary(t))
+                producer = update.overwrite() if replace else update.fast_append()
+                with producer:
+                    if replace:
+                        for f in self._live_files(table, t.pipeline, t.txid):
+                            producer.delete_data_file(f)
+                    for f in data_files:
+                        producer.append_data_file(f)
+            # a failure here may come after the catalog took the snapshot: the commit's
+            # retry reads the table again and publishes only if the seq is not there
+            with self._reaching(f"commit the snapshot to {doing}; the retry reads it again"):
+                try:
+                    tx.commit_transaction()
+                except CommitFailedException as e:
+                    raise SinkMovedError(
+                        f"Iceberg table {self.name} changed since it was read ({e})"
+                    ) from None
         finally:
             table.catalog.engine.dispose()
         records = sum(f.record_count for f in data_files)
@@ -467,6 +498,55 @@ class IcebergSink(OutsideSink):
                 if entry.data_file.file_path.startswith(prefix):
                     yield entry.data_file
 
+    # -- files of attempts that never publish (onceflow.file_cleanup) ---------------------
+
+    def staged_files(self, cur, pipeline: str, txids: set[str]) -> StagedFiles:
+        """The Parquet files under the txids' folders (`<txid>/attempt=<n>/`), and the
+        (txid, attempt) pairs a snapshot in the table's history records."""
+        with self._reaching("list the data files of its attempts"):
+            return self._files_on_storage(cur, pipeline, txids)
+
+    def _files_on_storage(self, cur, pipeline: str, txids: set[str]) -> StagedFiles:
+        from pyarrow import fs
+
+        with open_catalog(cur, self.warehouse) as catalog:
+            table = self._load(catalog)
+        if table is None or not txids:
+            return StagedFiles({}, set())
+        root = self._data_root(table.location(), pipeline)
+        by_dir = {txid_dir(t): t for t in txids}
+        # one txid (a commit's): its own folder; more (the cleanup command): the whole root
+        top = f"{root}/{txid_dir(next(iter(txids)))}" if len(txids) == 1 else root
+        filesystem, path = fs.FileSystem.from_uri(top)
+        base = fs.FileSystem.from_uri(root)[1]  # the root as the file system names it
+        files: dict[tuple[str, int], list[str]] = {}
+        selector = fs.FileSelector(path, recursive=True, allow_not_found=True)
+        for info in filesystem.get_file_info(selector):
+            parts = info.path[len(base) :].strip("/").split("/")
+            if info.type != fs.FileType.File or len(parts) != 3 or parts[0] not in by_dir:
+                continue
+            m = re.fullmatch(r"attempt=(\d+)", parts[1])
+            if m:
+                key = (by_dir[parts[0]], int(m.group(1)))
+                files.setdefault(key, []).append(f"{root}/{'/'.join(parts)}")
+        published = {(p.txid, p.attempt) for p in _publications(table, pipeline)}
+        return StagedFiles(files, published)
+
+    def remove_files(self, paths: list[str]) -> None:
+        """Delete the files, then their attempt folders if left empty."""
+        from pyarrow import fs
+
+        for uri in paths:
+            filesystem, path = fs.FileSystem.from_uri(uri)
+            with contextlib.suppress(FileNotFoundError):
+                filesystem.delete_file(path)
+        for uri in {p.rsplit("/", 1)[0] for p in paths}:
+            filesystem, folder = fs.FileSystem.from_uri(uri)
+            selector = fs.FileSelector(folder, allow_not_found=True)
+            if not filesystem.get_file_info(selector):  # a zombie's later file stays
+                with contextlib.suppress(OSError):
+                    filesystem.delete_dir(folder)
+
     # -- the audit ------------------------------------------------------------------------
 
     _ROWS = "onceflow_iceberg_rows"  # temporary table of the audit's transaction
@@ -474,7 +554,9 @@ class IcebergSink(OutsideSink):
     def _table_for_audit(self, cur) -> Any:
         """The table (None if missing) and its rows loaded into a temporary table, once per
         audit transaction."""
-        if self._audit_cur != id(cur):
+        cur.execute("select to_regclass(%s) is not null", (f"pg_temp.{self._ROWS}",))
+        loaded = cur.fetchone()[0]  # another transaction's cursor may reuse a dead one's id
+        if self._audit_cur != id(cur) or not loaded:
             with open_catalog(cur, self.warehouse) as catalog:
                 self._audit_table = self._load(catalog)
                 self._audit_cur = id(cur)
