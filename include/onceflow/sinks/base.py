@@ -30,7 +30,23 @@ from typing import Any
 
 from psycopg2 import sql
 
+from onceflow.config import NAME_RE, RESERVED_COLUMNS
+from onceflow.errors import SinkSchemaError
+
 TAG_COLUMNS = ("txid", "attempt", "part")
+
+
+def check_output_column(name: str) -> None:
+    """Refuse an output column a sink table cannot hold under that name (every sink kind)."""
+    if not NAME_RE.match(name):
+        raise SinkSchemaError(
+            f"output column {name!r} is not a valid column name (lower-case letters, "
+            "digits and underscores, starting with a letter, at most 40 characters)"
+        )
+    if name in RESERVED_COLUMNS:
+        raise SinkSchemaError(
+            f"output column {name!r} is a column Onceflow's sink tables hold themselves; rename it"
+        )
 
 
 @dataclass(frozen=True)

@@ -55,7 +55,7 @@ from typing import Any
 
 from psycopg2 import sql
 
-from onceflow.config import NAME_RE, RESERVED_COLUMNS, SinkConfig
+from onceflow.config import SinkConfig
 from onceflow.errors import OnceflowError, SinkMovedError, SinkSchemaError, SinkUnavailableError
 from onceflow.sinks.base import (
     FileStage,
@@ -65,6 +65,7 @@ from onceflow.sinks.base import (
     SinkReading,
     StagedCounts,
     StagedFiles,
+    check_output_column,
 )
 from onceflow.transforms import COORDINATES, PASSED_THROUGH
 
@@ -127,16 +128,7 @@ def table_columns(fields: Iterable[tuple[str, str]]) -> tuple[Column, ...]:
     for name, spark_type in fields:
         if name in PASSED_THROUGH:
             continue
-        if not NAME_RE.match(name):
-            raise SinkSchemaError(
-                f"output column {name!r} is not a valid column name (lower-case letters, "
-                "digits and underscores, starting with a letter, at most 40 characters)"
-            )
-        if name in RESERVED_COLUMNS:
-            raise SinkSchemaError(
-                f"output column {name!r} is a column Onceflow's sink tables hold themselves; "
-                "rename it"
-            )
+        check_output_column(name)
         columns.append(Column(name, iceberg_type(name, spark_type)))
     return tuple(columns)
 

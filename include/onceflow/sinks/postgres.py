@@ -42,9 +42,9 @@ from dataclasses import dataclass
 
 from psycopg2 import sql
 
-from onceflow.config import NAME_RE, RESERVED_COLUMNS, SinkConfig
+from onceflow.config import SinkConfig
 from onceflow.errors import SinkSchemaError
-from onceflow.sinks.base import TAG_COLUMNS, PublishTarget, Sink
+from onceflow.sinks.base import TAG_COLUMNS, PublishTarget, Sink, check_output_column
 from onceflow.transforms import COORDINATES, RECORDS, passed_through
 
 # Spark SQL types (DataType.simpleString(), or typeName() spellings) -> PostgreSQL types,
@@ -108,16 +108,7 @@ def output_columns(
     for name, spark_type in fields:
         if name in own:
             continue
-        if not NAME_RE.match(name):
-            raise SinkSchemaError(
-                f"output column {name!r} is not a valid column name (lower-case letters, "
-                "digits and underscores, starting with a letter, at most 40 characters)"
-            )
-        if name in RESERVED_COLUMNS:
-            raise SinkSchemaError(
-                f"output column {name!r} is a column Onceflow's sink tables hold themselves; "
-                "rename it"
-            )
+        check_output_column(name)
         columns.append(Column(name, pg_type(name, spark_type)))
     return tuple(columns)
 
