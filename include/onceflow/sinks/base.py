@@ -24,6 +24,7 @@ published into onceflow.dead_letters in the same transaction as the rows.
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +35,24 @@ from onceflow.config import NAME_RE, RESERVED_COLUMNS
 from onceflow.errors import SinkSchemaError
 
 TAG_COLUMNS = ("txid", "attempt", "part")
+
+
+_DECIMAL = re.compile(r"^decimal\((\d+),\s*(\d+)\)$")
+
+
+def sink_type(column: str, spark_type: str, types: dict[str, str], decimal: str, sink: str) -> str:
+    """An output column's type in a sink: `types` maps Spark's simple type names, `decimal`
+    formats decimal(p,s) with {p} and {s}; SinkSchemaError naming column, type and sink."""
+    t = spark_type.strip().lower()
+    if t in types:
+        return types[t]
+    m = _DECIMAL.match(t)
+    if m:
+        return decimal.format(p=m.group(1), s=m.group(2))
+    raise SinkSchemaError(
+        f"output column {column!r} has Spark type {spark_type!r}, which {sink} "
+        f"cannot hold; cast it to one of {sorted(set(types))} or decimal(p,s)"
+    )
 
 
 def check_output_column(name: str) -> None:

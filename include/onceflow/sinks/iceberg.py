@@ -66,6 +66,7 @@ from onceflow.sinks.base import (
     StagedCounts,
     StagedFiles,
     check_output_column,
+    sink_type,
 )
 from onceflow.transforms import COORDINATES, PASSED_THROUGH
 
@@ -97,21 +98,11 @@ _SPARK_TO_ICEBERG = {
     "boolean": "boolean",
     "binary": "binary",
 }
-_DECIMAL = re.compile(r"^decimal\((\d+),\s*(\d+)\)$")
 
 
 def iceberg_type(column: str, spark_type: str) -> str:
     """The Iceberg type (as pyiceberg prints it) of an output column, or SinkSchemaError."""
-    t = spark_type.strip().lower()
-    if t in _SPARK_TO_ICEBERG:
-        return _SPARK_TO_ICEBERG[t]
-    m = _DECIMAL.match(t)
-    if m:
-        return f"decimal({m.group(1)}, {m.group(2)})"
-    raise SinkSchemaError(
-        f"output column {column!r} has Spark type {spark_type!r}, which an Iceberg sink "
-        f"cannot hold; cast it to one of {sorted(set(_SPARK_TO_ICEBERG))} or decimal(p,s)"
-    )
+    return sink_type(column, spark_type, _SPARK_TO_ICEBERG, "decimal({p}, {s})", "an Iceberg sink")
 
 
 @dataclass(frozen=True)

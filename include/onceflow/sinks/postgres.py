@@ -36,7 +36,6 @@ columns, until the user migrates the tables.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -44,7 +43,7 @@ from psycopg2 import sql
 
 from onceflow.config import SinkConfig
 from onceflow.errors import SinkSchemaError
-from onceflow.sinks.base import TAG_COLUMNS, PublishTarget, Sink, check_output_column
+from onceflow.sinks.base import TAG_COLUMNS, PublishTarget, Sink, check_output_column, sink_type
 from onceflow.transforms import COORDINATES, RECORDS, passed_through
 
 # Spark SQL types (DataType.simpleString(), or typeName() spellings) -> PostgreSQL types,
@@ -61,7 +60,6 @@ _SPARK_TO_PG = {
     "boolean": "boolean",
     "binary": "bytea",
 }
-_DECIMAL = re.compile(r"^decimal\((\d+),\s*(\d+)\)$")
 # Columns the stage table holds besides the tags and the user's columns, and their types.
 _STAGE_FIXED = (
     ("topic", "text"),
@@ -85,16 +83,7 @@ class Column:
 
 def pg_type(column: str, spark_type: str) -> str:
     """The PostgreSQL type of an output column, or SinkSchemaError naming column and type."""
-    t = spark_type.strip().lower()
-    if t in _SPARK_TO_PG:
-        return _SPARK_TO_PG[t]
-    m = _DECIMAL.match(t)
-    if m:
-        return f"numeric({m.group(1)},{m.group(2)})"
-    raise SinkSchemaError(
-        f"output column {column!r} has Spark type {spark_type!r}, which a PostgreSQL sink "
-        f"cannot hold; cast it to one of {sorted(set(_SPARK_TO_PG))} or decimal(p,s)"
-    )
+    return sink_type(column, spark_type, _SPARK_TO_PG, "numeric({p},{s})", "a PostgreSQL sink")
 
 
 def output_columns(
@@ -133,7 +122,7 @@ def _defs(columns: Iterable[Column], not_null: Iterable[str] = ()) -> sql.Compos
     return sql.SQL(", ").join(
         sql.SQL("{} {}{}").format(
             sql.Identifier(c.name),
-            sql.SQL(c.type),  # from _SPARK_TO_PG / _DECIMAL / _STAGE_FIXED only
+            sql.SQL(c.type),  # from _SPARK_TO_PG / sink_type / _STAGE_FIXED only
             sql.SQL(" not null" if c.name in required else ""),
         )
         for c in columns
