@@ -37,7 +37,7 @@ from onceflow.sinks import kafka as kafka_sink
 from onceflow.states import BatchState
 from test_sinks import T, process, snap
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.real_kafka
 ROOT = Path(__file__).resolve().parents[1]
 
 
