@@ -232,14 +232,19 @@ def test_an_empty_first_batch_publishes_a_marker(ledger_dsn, cfg, real_kafka):
 
 def test_a_key_column_is_the_record_key(ledger_dsn, unique_name, real_kafka, topic):
     cfg = make_cfg(unique_name, real_kafka.bootstrap, topic, key="sku", partitions=3)
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
-    process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2), (0, 2, "x", 3)])
+    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 2, (T, 2): 2}))
+    process(
+        ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)], [(2, 0, "x", 3), (2, 1, None, 4)]
+    )
     ledger.commit(ledger_dsn, cfg, "a")
     records = consume(real_kafka.bootstrap, topic)
-    assert sorted(k for _, _, k, _, _ in records) == [b"x", b"x", b"y"]
+    assert sorted(k or b"" for _, _, k, _, _ in records) == [b"", b"x", b"x", b"y"]
     # one key, one partition (murmur2, as Java clients): x's two records in source order
     xs = sorted((p, o, json.loads(v)["qty"]) for p, o, k, v, _ in records if k == b"x")
     assert xs[0][0] == xs[1][0] and [q for _, _, q in xs] == [1, 3]
+    # a null key: the source partition (2) modulo the topic's 3 partitions
+    (nokey,) = [(p, json.loads(v)) for p, _, k, v, _ in records if k is None]
+    assert nokey == (2, {"sku": None, "qty": 4})
     exactly_once(ledger_dsn, cfg)
 
 

@@ -29,7 +29,7 @@ committed before the fence, and its marker is read, or it never commits.
 An output record: the value is JSON of the transform's columns, made by PostgreSQL from the
 staged row (numbers exact, timestamps ISO 8601 in UTC, bytes as "\\x<hex>"); the key is the
 `key` column as UTF-8 text (null when it is null, or without a `key`); the partition is the
-key's murmur2 hash (as Java clients choose it) with a key, otherwise the source partition
+key's murmur2 hash (as Java clients choose it), or for a null key the source partition
 modulo the topic's partitions. Headers: `onceflow.source` (JSON topic, partition, epoch,
 offset of the source record), `onceflow.txid` and `onceflow.seq`.
 
@@ -581,7 +581,7 @@ class KafkaSink(OutsideSink):
                     json.dumps(source).encode(),
                     None if k is None else k.encode(),
                     value.encode(),
-                    partition % partitions if key is None else None,
+                    partition % partitions if k is None else None,
                 )
         finally:
             named.close()
