@@ -402,7 +402,8 @@ class KafkaSink(OutsideSink):
             if entry is not None and entry.value is not None:
                 size = int(entry.value)
                 limit = size if limit is None else min(limit, size)
-        return len(topics[0].partitions), limit or 1_000_000
+        # librdkafka's message.max.bytes takes 1000 .. 10^9
+        return len(topics[0].partitions), min(max(limit or 1_000_000, 1000), 10**9)
 
     def _create(self, admin: Any, topics: list[str]) -> None:
         from confluent_kafka import KafkaError, KafkaException
@@ -603,6 +604,8 @@ class KafkaSink(OutsideSink):
 
     def _delivery_error(self, failure: tuple[Any, Any], t: PublishTarget) -> OnceflowError:
         err, msg = failure
+        if _fenced(err):
+            return self._fenced_error(err, f"publish txid {t.txid!r} (seq {t.seq})")
         if err.name() in _TOO_LARGE:  # a batch the broker refused: no single record named
             return SinkRejectedError(
                 f"{self._where()}: the broker refused records to {msg.topic()!r}"
@@ -617,16 +620,19 @@ class KafkaSink(OutsideSink):
 
     def _transaction_error(self, e: Any, doing: str) -> OnceflowError:
         err = e.args[0]
-        if err.fatal() and err.name() in ("_FENCED", "PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH"):
-            return CommitConflictError(
-                f"{self._where()}: could not {doing}: a newer committer of the pipeline fenced "
-                f"this one ({err.str()}); nothing of this commit was published, and the newer "
-                "committer's commit stands"
-            )
+        if _fenced(err):
+            return self._fenced_error(err, doing)
         return SinkUnavailableError(
             f"{self._where()}: could not {doing}: {err.str()}. If the Kafka commit did not "
             "complete, nothing was published; the commit's retry reads the commit log and "
             "publishes only if the seq is not there. The ledger is unchanged."
+        )
+
+    def _fenced_error(self, err: Any, doing: str) -> CommitConflictError:
+        return CommitConflictError(
+            f"{self._where()}: could not {doing}: a newer committer of the pipeline fenced "
+            f"this one ({err.str()}); nothing of this commit was published, and the newer "
+            "committer's commit stands"
         )
 
     @staticmethod
@@ -787,6 +793,11 @@ class KafkaSink(OutsideSink):
                 "committed"
             )
         return out[:limit]
+
+
+def _fenced(err: Any) -> bool:
+    """Whether a Kafka error says a newer producer of the transactional.id fenced this one."""
+    return err.fatal() and err.name() in ("_FENCED", "PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH")
 
 
 def _audit_row(msg: Any) -> tuple | None:
