@@ -332,7 +332,8 @@ class Publication:
 class SinkReading:
     """What step 1 read of a sink outside the database: the newest publication of the seq
     (None: the sink records none) and the sink's state it saw, which publish_outside's
-    commit is conditional on (an Iceberg table's metadata: its current snapshot)."""
+    commit is conditional on (an Iceberg table's metadata: its current snapshot; a Kafka
+    sink's producer, which fenced earlier committers before the read)."""
 
     publication: Publication | None
     state: Any

@@ -83,6 +83,10 @@ TXID_HEADER = "onceflow.txid"
 SEQ_HEADER = "onceflow.seq"
 # Seconds to wait for the broker (metadata, transactions, delivery, offsets).
 TIMEOUT_S = 30.0
+# How long the broker lets one publish's transaction stay open before it aborts it: long
+# enough for a large batch; a crashed committer's open transaction holds read_committed
+# consumers back at most this long (the commit's retry aborts it sooner, see above).
+TRANSACTION_TIMEOUT_MS = 300_000
 # Rows fetched from the stage table at a time.
 FETCH_ROWS = 5000
 # Offsets of the commit log read back at first when looking for the last marker (each
@@ -325,7 +329,7 @@ class KafkaSink(OutsideSink):
                     "enable.idempotence": True,
                     "acks": "all",
                     "partitioner": "murmur2_random",  # a key's partition as Java clients pick it
-                    "transaction.timeout.ms": 60_000,
+                    "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
                     "message.timeout.ms": int(TIMEOUT_S * 1000),
                     "linger.ms": 5,
                     # the topics' limit: a record above it fails at produce, naming it, and no
