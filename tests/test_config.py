@@ -157,6 +157,67 @@ def test_two_pipelines_may_not_share_an_iceberg_table(tmp_path):
         load_pipelines(f)
 
 
+def test_a_kafka_sink_topic_key_and_bootstrap(monkeypatch):
+    from onceflow.sinks import sink_for
+
+    cfg = parse_pipeline("demo", {**USER, "sink": {"kind": "kafka", "topic": "stock.out"}})
+    assert cfg.sink == SinkConfig(table="", kind="kafka", topic="stock.out")
+    assert (cfg.sink.partitions, cfg.sink.create_topic, cfg.sink.key) == (1, True, ())
+    assert cfg.sink.commit_log == "stock.out.onceflow-commits"
+    monkeypatch.setenv("ONCEFLOW_KAFKA_BOOTSTRAP", "source:9092")
+    sink = sink_for(cfg)
+    assert (sink.bootstrap, sink.stage_table, sink.commit_name) == (
+        "source:9092",  # the source cluster by default
+        "stage_kafka",
+        "marker",
+    )
+    assert sink.asset_uri("postgresql://u:p@db/ledger") == "kafka://source:9092/stock.out"
+    keyed = parse_pipeline(
+        "demo",
+        {
+            **USER,
+            "sink": {
+                "kind": "kafka",
+                "topic": "o",
+                "key": "sku",
+                "partitions": 6,
+                "create_topic": False,
+                "bootstrap": "k1:9092,k2:9092",
+            },
+        },
+    )
+    assert (keyed.sink.key, keyed.sink.partitions, keyed.sink.create_topic) == (("sku",), 6, False)
+    assert sink_for(keyed).bootstrap == "k1:9092,k2:9092"
+
+
+def test_two_pipelines_may_not_share_a_kafka_output_topic(tmp_path):
+    f = tmp_path / "p.toml"
+    f.write_text(
+        "".join(
+            f'[pipelines.{n}]\ntopics = ["t"]\ntransform = "m:f"\n'
+            f'[pipelines.{n}.sink]\nkind = "kafka"\ntopic = "out"\n'
+            for n in ("a", "b")
+        )
+    )
+    with pytest.raises(ConfigError, match="two pipelines share the Kafka output topic 'out'"):
+        load_pipelines(f)
+
+
+def test_only_an_append_only_sink_refuses_a_rerun():
+    from onceflow.errors import RerunRefusedError
+    from onceflow.sinks import sink_for
+
+    for sink in ({"table": "s"}, {"kind": "iceberg", "table": "s", "warehouse": "/w"}):
+        sink_for(parse_pipeline("demo", {**USER, "sink": sink})).refuse_rerun("demo", "r", 3)
+    kafka = sink_for(
+        parse_pipeline(
+            "demo", {**USER, "sink": {"kind": "kafka", "topic": "o", "bootstrap": "k:1"}}
+        )
+    )
+    with pytest.raises(RerunRefusedError, match="txid 'r' \\(seq 3\\) of pipeline 'demo'"):
+        kafka.refuse_rerun("demo", "r", 3)
+
+
 def test_orders_without_a_sink_table_keeps_its_own_sink():
     assert parse_pipeline("demo", {"topics": ["t"]}).sink is None
 
@@ -249,6 +310,57 @@ def test_a_sink_table_in_a_file(tmp_path):
             {**USER, "sink": {"kind": "iceberg", "table": "s", "warehouse": 3}},
             "sink.warehouse",
             "neither an absolute path nor a URI",
+        ),
+        ({**USER, "sink": {"kind": "kafka"}}, "sink.topic", "not a valid output topic"),
+        (
+            {**USER, "sink": {"kind": "kafka", "topic": "a/b"}},
+            "sink.topic",
+            "not a valid output topic",
+        ),
+        (
+            {**USER, "sink": {"kind": "kafka", "topic": "t" * 233}},
+            "sink.topic",
+            "at most 232 characters",
+        ),
+        (
+            {**USER, "sink": {"kind": "kafka", "topic": "o", "table": "s"}},
+            "sink.table",
+            "kind 'kafka' takes topic, not 'table'",
+        ),
+        (
+            {**USER, "sink": {"kind": "kafka", "topic": "o", "mode": "upsert"}},
+            "sink.mode",
+            "append-only",
+        ),
+        (
+            {**USER, "sink": {"kind": "kafka", "topic": "o", "key": ["a", "b"]}},
+            "sink.key",
+            "give one column name",
+        ),
+        (
+            {**USER, "sink": {"kind": "kafka", "topic": "o", "key": "offset"}},
+            "sink.key",
+            "tables hold themselves",
+        ),
+        (
+            {**USER, "sink": {"kind": "kafka", "topic": "o", "partitions": 0}},
+            "sink.partitions",
+            "not a positive integer",
+        ),
+        (
+            {**USER, "sink": {"kind": "kafka", "topic": "o", "create_topic": "no"}},
+            "sink.create_topic",
+            "not true or false",
+        ),
+        (
+            {**USER, "sink": {"kind": "kafka", "topic": "o", "bootstrap": "kafka"}},
+            "sink.bootstrap",
+            "not 'host:port",
+        ),
+        (
+            {**USER, "sink": {"table": "s", "topic": "o"}},
+            "sink.topic",
+            "kind 'postgres' takes no 'topic'",
         ),
     ],
 )

@@ -342,6 +342,42 @@ def test_iceberg_appends_one_row_per_record_in_one_snapshot(env, produced, monke
     assert audit(env, "inv_iceberg").records_in_sink == len(sent) - 1
 
 
+def test_kafka_publishes_one_record_per_valid_record_keyed_by_sku(
+    env, produced, real_kafka, tmp_path
+):
+    """The Kafka sink (on the real Apache Kafka; the source stays on tansu) after a real
+    process: a record whose key column is null is published with a null key, not a dead
+    letter (only upsert and merge need their key)."""
+    import uuid
+
+    from test_kafka_sink import consume
+
+    ends, sent = produced
+    topic = f"inv-out-{uuid.uuid4().hex[:8]}"
+    pipelines = tmp_path / "pipelines.toml"
+    pipelines.write_text(
+        f'[pipelines.inv_kafka]\ntopics = ["{TOPIC}"]\ntransform = "user_inventory:transform"\n'
+        f'[pipelines.inv_kafka.sink]\nkind = "kafka"\ntopic = "{topic}"\nkey = "sku"\n'
+        f'partitions = 2\nbootstrap = "{real_kafka.bootstrap}"\n'
+    )
+    kafka_env = {**env, "ONCEFLOW_PIPELINES": str(pipelines)}
+    proc, res = run(kafka_env, "inv_kafka", ends)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert (res.published, res.dead) == (len(sent) - 1, 1)
+    records = consume(real_kafka.bootstrap, topic)
+    got = sorted(
+        (
+            json.loads(h["onceflow.source"])["partition"],
+            json.loads(h["onceflow.source"])["offset"],
+            k and k.decode(),
+            json.loads(v),
+        )
+        for _, _, k, v, h in records
+    )
+    assert got == [(p, o, s, {"sku": s, "qty": qty(v)}) for p, o, s, v in sent if v != b"not json"]
+    assert audit(kafka_env, "inv_kafka").records_in_sink == len(sent) - 1
+
+
 def test_an_output_without_offset_stages_nothing_and_is_not_retried(env, produced):
     ends, _ = produced
     proc, _ = run(env, "inv_bad", ends)

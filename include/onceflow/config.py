@@ -27,10 +27,14 @@ USER_TRANSFORM_RE = re.compile(
 # Record-wise: one output row per source record, with its coordinates; aggregating: rows
 # that each sum up `records` source records (onceflow.transforms, PROTOCOL.md "Sinks").
 TRANSFORM_KINDS = ("record-wise", "aggregating")
-SINK_KINDS = ("postgres", "iceberg")
+SINK_KINDS = ("postgres", "iceberg", "kafka")
 SINK_MODES = ("append", "upsert", "merge")
 # An Iceberg sink appends (one row per source record); keyed modes need row-level deletes.
 ICEBERG_MODES = ("append",)
+# A Kafka topic sink keeps its markers in a commit-log topic named after the output topic.
+COMMIT_LOG_SUFFIX = ".onceflow-commits"
+# bootstrap servers: host:port[,host:port...]
+BOOTSTRAP_RE = re.compile(r"^[A-Za-z0-9_.\[\]:-]+:[0-9]+(,[A-Za-z0-9_.\[\]:-]+:[0-9]+)*$")
 # A warehouse: an absolute local path or a URI with a scheme (file://, s3://, gs://, ...).
 WAREHOUSE_RE = re.compile(r"^(/|[a-z][a-z0-9+.-]*://)\S*$")
 # Columns the sink tables hold besides the user's: a key or aggregate column of the same
@@ -55,7 +59,21 @@ RESERVED_COLUMNS = frozenset(
         "published_at",
     )
 )
-_SINK_KEYS = {"kind", "table", "mode", "key", "aggregates", "warehouse"}
+_SINK_KEYS = {
+    "kind",
+    "table",
+    "mode",
+    "key",
+    "aggregates",
+    "warehouse",
+    "topic",
+    "partitions",
+    "create_topic",
+    "bootstrap",
+}
+# The keys only a Kafka sink takes, and the ones it does not.
+_KAFKA_ONLY = ("topic", "partitions", "create_topic", "bootstrap")
+_NOT_KAFKA = ("table", "aggregates", "warehouse")
 
 _KEYS = {
     "topics",
@@ -82,15 +100,27 @@ _KEYS = {
 class SinkConfig:
     """A `[pipelines.NAME.sink]` table: where a user transform's output is published."""
 
-    table: str
+    table: str  # kafka: "" (the stage table is the sink's own)
     mode: Literal["append", "upsert", "merge"] = "append"
-    key: tuple[str, ...] = ()  # upsert: the row's identity; merge: the group
+    key: tuple[str, ...] = ()  # upsert: the row's identity; merge: the group; kafka: the record key
     aggregates: tuple[str, ...] = ()  # merge: summed per key
-    kind: Literal["postgres", "iceberg"] = "postgres"
+    kind: Literal["postgres", "iceberg", "kafka"] = "postgres"
     # iceberg: the table's namespace ("" = the pipeline's sink_schema; `table = "ns.t"` sets
     # it) and the warehouse new tables go to (None = a folder under ONCEFLOW_HOME)
     namespace: str = ""
     warehouse: str | None = None
+    # kafka: the output topic, its partition count when Onceflow creates it, whether it may
+    # create it (and the commit log), and the cluster (None = the source cluster,
+    # ONCEFLOW_KAFKA_BOOTSTRAP)
+    topic: str = ""
+    partitions: int = 1
+    create_topic: bool = True
+    bootstrap: str | None = None
+
+    @property
+    def commit_log(self) -> str:
+        """A Kafka sink's commit-log topic: one marker record per committed seq."""
+        return f"{self.topic}{COMMIT_LOG_SUFFIX}"
 
 
 @dataclass(frozen=True)
@@ -287,6 +317,11 @@ def _parse_sink(source: str, name: str, raw: Any) -> SinkConfig | None:
     kind = raw.get("kind", "postgres")
     if kind not in SINK_KINDS:
         raise fail("kind", f"{kind!r} is not one of {SINK_KINDS}")
+    if kind == "kafka":
+        return _parse_kafka_sink(raw, fail)
+    for k in _KAFKA_ONLY:
+        if k in raw:
+            raise fail(k, f"kind {kind!r} takes no {k!r} (only 'kafka' does)")
     table = raw.get("table")
     namespace = ""
     if kind == "iceberg" and isinstance(table, str) and "." in table:
@@ -326,30 +361,8 @@ def _parse_sink(source: str, name: str, raw: Any) -> SinkConfig | None:
             )
         warehouse = warehouse.rstrip("/") or "/"
 
-    def columns(key: str, needed: bool) -> tuple[str, ...]:
-        value = raw.get(key)
-        if not needed:
-            if value is not None:
-                raise fail(
-                    key,
-                    f"mode {mode!r} takes no {key!r} (append rows are keyed by "
-                    "their source coordinates; key is for upsert and merge, "
-                    "aggregates for merge)",
-                )
-            return ()
-        if not isinstance(value, list) or not value:
-            raise fail(key, f"mode {mode!r} needs {key} = [column, ...]")
-        for c in value:
-            if not isinstance(c, str) or not NAME_RE.match(c):
-                raise fail(key, f"{c!r} is not a valid column name")
-            if c in RESERVED_COLUMNS:
-                raise fail(key, f"{c!r} is a column Onceflow's sink tables hold themselves")
-        if len(set(value)) != len(value):
-            raise fail(key, "a column is listed twice")
-        return tuple(value)
-
-    key = columns("key", mode in ("upsert", "merge"))
-    aggregates = columns("aggregates", mode == "merge")
+    key = _columns(raw, "key", mode in ("upsert", "merge"), mode, fail)
+    aggregates = _columns(raw, "aggregates", mode == "merge", mode, fail)
     both = sorted(set(key) & set(aggregates))
     if both:
         raise fail("aggregates", f"{both[0]!r} is also a key column")
@@ -361,6 +374,87 @@ def _parse_sink(source: str, name: str, raw: Any) -> SinkConfig | None:
         kind=kind,
         namespace=namespace,
         warehouse=warehouse,
+    )
+
+
+def _columns(raw: dict, key: str, needed: bool, mode: str, fail: Any) -> tuple[str, ...]:
+    """A sink's list of column names under `key` (needed: non-empty; otherwise absent)."""
+    value = raw.get(key)
+    if not needed:
+        if value is not None:
+            raise fail(
+                key,
+                f"mode {mode!r} takes no {key!r} (append rows are keyed by "
+                "their source coordinates; key is for upsert and merge, "
+                "aggregates for merge)",
+            )
+        return ()
+    if not isinstance(value, list) or not value:
+        raise fail(key, f"mode {mode!r} needs {key} = [column, ...]")
+    for c in value:
+        if not isinstance(c, str) or not NAME_RE.match(c):
+            raise fail(key, f"{c!r} is not a valid column name")
+        if c in RESERVED_COLUMNS:
+            raise fail(key, f"{c!r} is a column Onceflow's sink tables hold themselves")
+    if len(set(value)) != len(value):
+        raise fail(key, "a column is listed twice")
+    return tuple(value)
+
+
+def _parse_kafka_sink(raw: dict, fail: Any) -> SinkConfig:
+    """kind = "kafka": the output topic, its partitions, create_topic, bootstrap, the
+    optional key column (the record key); append only."""
+    for k in _NOT_KAFKA:
+        if k in raw:
+            what = "topic" if k == "table" else "no " + repr(k)
+            raise fail(k, f"kind 'kafka' takes {what}, not {k!r}")
+    mode = raw.get("mode", "append")
+    if mode != "append":
+        raise fail(
+            "mode",
+            f"kind 'kafka' takes mode 'append' only, not {mode!r} (a topic is append-only: "
+            "one record per source record)",
+        )
+    topic = raw.get("topic")
+    longest = 249 - len(COMMIT_LOG_SUFFIX)
+    if (
+        not isinstance(topic, str)
+        or not TOPIC_RE.match(topic)
+        or topic in (".", "..")
+        or len(topic) > longest
+    ):
+        raise fail(
+            "topic",
+            f"{topic!r} is not a valid output topic: letters, digits, '.', '_' and '-', at most "
+            f"{longest} characters (its commit log is '<topic>{COMMIT_LOG_SUFFIX}')",
+        )
+    key = raw.get("key")
+    if key is not None:
+        if isinstance(key, str):
+            key = [key]
+        if not isinstance(key, list) or len(key) != 1:
+            raise fail("key", f"{raw.get('key')!r}: give one column name, the record key")
+        key = _columns({"key": key}, "key", True, mode, fail)
+    partitions = raw.get("partitions", 1)
+    if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions <= 0:
+        raise fail("partitions", f"{partitions!r} is not a positive integer")
+    create = raw.get("create_topic", True)
+    if not isinstance(create, bool):
+        raise fail("create_topic", f"{create!r} is not true or false")
+    bootstrap = raw.get("bootstrap")
+    if bootstrap is not None and (
+        not isinstance(bootstrap, str) or not BOOTSTRAP_RE.match(bootstrap)
+    ):
+        raise fail("bootstrap", f"{bootstrap!r} is not 'host:port[,host:port...]'")
+    return SinkConfig(
+        table="",
+        mode="append",
+        key=key or (),
+        kind="kafka",
+        topic=topic,
+        partitions=partitions,
+        create_topic=create,
+        bootstrap=bootstrap,
     )
 
 
@@ -400,6 +494,17 @@ def load_pipelines(path: Path | str) -> dict[str, PipelineConfig]:
     dup = {t for t in lakes if lakes.count(t) > 1}
     if dup:
         raise ConfigError(f"{path}: two pipelines share the Iceberg table {sorted(dup)[0]!r}")
+    # likewise a Kafka output topic's records and markers (on one cluster)
+    outputs = [
+        (p.sink.bootstrap or "", p.sink.topic)
+        for p in pipelines.values()
+        if p.sink is not None and p.sink.kind == "kafka"
+    ]
+    dup = {t for t in outputs if outputs.count(t) > 1}
+    if dup:
+        raise ConfigError(
+            f"{path}: two pipelines share the Kafka output topic {sorted(dup)[0][1]!r}"
+        )
     return pipelines
 
 

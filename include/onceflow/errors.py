@@ -101,6 +101,18 @@ class SinkUnavailableError(OnceflowError):
     where it lives, and a retry of the commit may succeed."""
 
 
+class SinkRejectedError(OnceflowError):
+    """A sink outside the database refused a publish for a reason a retry alone cannot mend
+    (a record larger than the topic takes, an output topic missing that the pipeline may not
+    create): nothing was published; the message says what to change, and the commit's retry
+    after that publishes once."""
+
+
+class RerunRefusedError(OnceflowError):
+    """A committed txid cannot be re-run into an append-only sink (a Kafka topic): its records
+    were delivered and cannot be replaced; the message says what to do instead."""
+
+
 class FencedAttemptError(OnceflowError):
     """A process attempt tried to stage after a newer attempt claimed the txid (a zombie)."""
 

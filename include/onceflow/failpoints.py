@@ -26,6 +26,7 @@ NAMES = (
     "process.before_mark_staged",  # driver: output staged, ledger not yet told
     "stage.before_part_commit",  # Spark task: rows copied, PostgreSQL transaction still open
     "stage.after_part_commit",  # Spark task: part committed, task not yet reported success
+    "commit.before_sink_commit",  # commit to a Kafka topic: records produced, transaction open
     "commit.after_sink_publish",  # commit to a sink outside the database: published, ledger not told
     "commit.before_db_commit",  # commit: publish + offsets done inside the open transaction
     "commit.after_db_commit",  # commit: database committed, Airflow not yet told

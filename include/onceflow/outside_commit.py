@@ -1,17 +1,22 @@
 """The two-step commit of a sink outside the ledger's database (PROTOCOL.md "Sinks").
 
-An Iceberg table (or, later, a Kafka topic) cannot join the ledger's transaction, so commit
-publishes in two steps, each idempotent, around the ledger's rules (ledger.commit_row: seq
-order, abandoned and unstaged batches refused, a committed txid done or re-run):
+An Iceberg table or a Kafka topic cannot join the ledger's transaction, so commit publishes
+in two steps, each idempotent, around the ledger's rules (ledger.commit_row: seq order,
+abandoned and unstaged batches refused, a committed txid done or re-run):
 
 1. the sink: if it already records this pipeline's seq for the staged attempt (an Iceberg
-   snapshot whose summary holds pipeline, txid, seq and attempt), nothing is published;
-   otherwise the staged attempt's output is published in ONE atomic commit of the sink
-   that records them, replacing whatever the sink held of the txid (a re-run, or an earlier
-   attempt published before a crash);
+   snapshot whose summary holds pipeline, txid, seq and attempt; a Kafka marker record),
+   nothing is published; otherwise the staged attempt's output is published in ONE atomic
+   commit of the sink that records them, replacing whatever the sink held of the txid (a
+   re-run, or an earlier attempt published before a crash). An append-only sink (Kafka,
+   Sink.replaces_output false) replaces nothing: a re-run of a committed txid is refused
+   (Sink.refuse_rerun), and an earlier attempt that it already records stands as the seq's
+   publication (attempts of one txid read the same ranges with the same code: the same
+   output, which the ledger's counts check);
 2. the ledger transaction, as for a sink in the database: dead letters, the offsets'
    compare-and-set, the batch committed with the attempt step 1 published and the id of
-   the sink's commit that holds it (onceflow.batches.sink_commit: an Iceberg snapshot id).
+   the sink's commit that holds it (onceflow.batches.sink_commit: an Iceberg snapshot id,
+   a Kafka marker's offset).
 
 Both steps run inside ONE transaction on a dedicated connection that holds the pipeline's
 commit lock (ledger.COMMIT_LOCK_KEY, the lock of every commit and of reset-offsets) and the
@@ -56,6 +61,8 @@ def commit_outside(
             return ledger.CommitResult(
                 txid, row.seq, "already-committed", row.records_out or 0, row.records_dead or 0
             )
+        if row.republish:
+            sink.refuse_rerun(cfg.name, txid, row.seq)
         t = PublishTarget(cfg.name, txid, row.seq, row.staged_attempt)
 
         # step 1: the sink
@@ -71,9 +78,15 @@ def commit_outside(
                 txid, t.attempt, publication.records, dead, row.records_out, row.records_dead
             )
         except CommitConflictError as e:
+            then = (
+                "a new process attempt's commit replaces it."
+                if sink.replaces_output
+                else "the sink is append-only and keeps it: the transform's output was not "
+                "the same for the same records (non-deterministic, or its code changed)."
+            )
             raise CommitConflictError(
                 f"{e} The sink shows it as {publication.ref or 'no commit'}; the ledger did not "
-                "commit it, and a new process attempt's commit replaces it."
+                f"commit it, and {then}"
             ) from None
         if not row.republish:
             ledger.advance_offsets(cur, cfg, txid, t.seq)
@@ -82,7 +95,7 @@ def commit_outside(
             " committed_at = now(), commit_seconds = %s where pipeline = %s and txid = %s",
             (
                 BatchState.COMMITTED,
-                t.attempt,
+                publication.attempt,
                 publication.ref or None,
                 time.monotonic() - started,
                 cfg.name,
@@ -101,25 +114,28 @@ def commit_outside(
 
 
 def _publish(sink: OutsideSink, cur, t: PublishTarget, replace: bool) -> Publication:
-    """Step 1: read the sink; if it records t's seq for t's attempt, that publication;
-    otherwise publish, conditional on the sink as read (replacing the txid's output if the
-    sink records the seq for another attempt); read again if another commit moved it."""
+    """Step 1: read the sink; if it records t's seq for t's attempt (an append-only sink:
+    for any attempt), that publication; otherwise publish, conditional on the sink as read
+    (replacing the txid's output if the sink records the seq for another attempt); read
+    again if another commit moved it."""
     for _ in range(PUBLISH_TRIES):
         reading = sink.read(cur, t)
-        found = reading.publication
-        if found is not None and found.attempt == t.attempt:
-            log.info(
-                "txid %s (seq %d) attempt %d is already in the sink (%s): not published again",
-                t.txid,
-                t.seq,
-                t.attempt,
-                found.ref,
-            )
-            return found
         try:
+            found = reading.publication
+            if found is not None and (found.attempt == t.attempt or not sink.replaces_output):
+                log.info(
+                    "txid %s (seq %d) attempt %d is already in the sink (%s): not published again",
+                    t.txid,
+                    t.seq,
+                    found.attempt,
+                    found.ref,
+                )
+                return found
             return sink.publish_outside(cur, t, reading, replace=replace or found is not None)
         except SinkMovedError as e:
             log.warning("txid %s (seq %d): %s", t.txid, t.seq, e)
+        finally:
+            reading.release()
     raise CommitConflictError(
         f"txid {t.txid!r} (seq {t.seq}): the sink {sink.schema}.{sink.table} changed under "
         f"{PUBLISH_TRIES} publishes in a row (other writers); nothing was published, retry "

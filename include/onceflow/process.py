@@ -378,7 +378,8 @@ def stage_columns(src: Any, cfg: Any) -> Any:
 
 def _user_stage_columns(src: Any, cfg: Any) -> Any:
     """A user transform's output as PostgresSink stages it: the coordinates, the user's
-    columns, error (a null key of a record-wise transform's upsert or merge sink is one),
+    columns, error (a null key column of a record-wise transform's upsert or merge sink is
+    one),
     key and value (kept for dead letters only, value cut to 64 KiB), tombstone (the output's
     value is null), an aggregating transform's `records`, and the row hash. The transform
     sees the reader's columns as they are, so no bytes column.
@@ -410,7 +411,8 @@ def _user_stage_columns(src: Any, cfg: Any) -> Any:
         )
     else:
         check_output(cfg.transform, cfg.name, columns, cfg.sink)
-        for k in cfg.sink.key:
+        # a row's identity in upsert and merge; a Kafka record key may be null
+        for k in cfg.sink.key if cfg.sink.mode in ("upsert", "merge") else ():
             error = F.coalesce(error, F.when(F.col(k).isNull(), F.lit(f"key column '{k}' is null")))
     dead = error.isNotNull()
     key = F.col("key").cast("binary") if "key" in columns else F.lit(None).cast("binary")

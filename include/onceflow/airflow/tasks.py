@@ -27,8 +27,11 @@ from onceflow.errors import (
     OnceflowError,
     PartitionRemovedError,
     ProcessExit,
+    RerunRefusedError,
 )
 from onceflow.settings import Settings
+from onceflow.sinks import sink_for
+from onceflow.states import BatchState
 
 log = logging.getLogger("onceflow")
 
@@ -48,6 +51,11 @@ def plan_task(pipeline: str, run_id: str) -> dict[str, Any]:
     except (DataLossError, OffsetRegressionError, PartitionRemovedError, ConfigError) as e:
         # The broker's state or the configuration must change first: retrying replans the same.
         raise AirflowFailException(f"onceflow plan txid={run_id}: {e}") from e
+    if batch.replayed and batch.state == BatchState.COMMITTED:
+        try:  # a re-run: refused before anything is processed if the sink is append-only
+            sink_for(cfg).refuse_rerun(cfg.name, run_id, batch.seq)
+        except RerunRefusedError as e:
+            raise AirflowFailException(f"onceflow plan txid={run_id}: {e}") from e
     for r in batch.ranges:
         log.info(
             "range %s[%d] [%d, %d) up to %d records",

@@ -13,6 +13,7 @@ from onceflow.sinks.base import (
     StagedCounts,
 )
 from onceflow.sinks.iceberg import IcebergSink
+from onceflow.sinks.kafka import KafkaSink
 from onceflow.sinks.orders import OrdersSink
 from onceflow.sinks.postgres import PostgresSink
 
@@ -35,7 +36,16 @@ def sink_for(cfg: PipelineConfig) -> Sink:
         return OrdersSink(cfg.sink_schema)
     if cfg.sink.kind == "iceberg":
         return IcebergSink(cfg.sink_schema, cfg.sink, cfg.sink.warehouse or default_warehouse())
+    if cfg.sink.kind == "kafka":
+        return KafkaSink(cfg.sink_schema, cfg.sink, cfg.sink.bootstrap or source_bootstrap())
     return PostgresSink(cfg.sink_schema, cfg.sink, aggregating=cfg.aggregating)
+
+
+def source_bootstrap() -> str:
+    """The pipelines' source cluster (ONCEFLOW_KAFKA_BOOTSTRAP): a Kafka sink's default."""
+    from onceflow.settings import Settings
+
+    return Settings.from_env().kafka_bootstrap
 
 
 def default_warehouse() -> str:

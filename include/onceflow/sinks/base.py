@@ -26,13 +26,14 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from psycopg2 import sql
 
 from onceflow.config import NAME_RE, RESERVED_COLUMNS
-from onceflow.errors import SinkSchemaError
+from onceflow.errors import RerunRefusedError, SinkSchemaError
 
 TAG_COLUMNS = ("txid", "attempt", "part")
 
@@ -106,10 +107,33 @@ class Sink(ABC):
     # txid (onceflow.batches.sink_commit) and `onceflow ledger` and the UI show; None: the
     # sink publishes inside the ledger's transaction, which is the only commit there is.
     commit_name: str | None = None
+    # Whether a commit can replace a txid's published output (a re-run by run id); an
+    # append-only sink (a Kafka topic) cannot: `refuse_rerun` says so.
+    replaces_output: bool = True
 
     def __init__(self, schema: str, table: str) -> None:
         self.schema = schema
         self.table = table
+
+    def refuse_rerun(self, pipeline: str, txid: str, seq: int) -> None:
+        """Raise RerunRefusedError if this sink cannot replace the committed txid's output
+        (plan refuses the re-run before anything is processed, commit before anything is
+        published); nothing for a sink that replaces it."""
+        if self.replaces_output:
+            return
+        raise RerunRefusedError(
+            f"txid {txid!r} (seq {seq}) of pipeline {pipeline!r} is committed to "
+            f"{self.describe()}, which is append-only: its records were delivered to "
+            "consumers and cannot be replaced or withdrawn, so a re-run of a committed txid "
+            "is refused (nothing was processed or published). To correct its output, publish "
+            "corrections from a fixed pipeline (for instance a new pipeline, with its own "
+            "offsets, into a new output topic), and let consumers switch over. Clearing a run "
+            "that has not committed works as for every sink."
+        )
+
+    def describe(self) -> str:
+        """The sink in a sentence ("the Kafka topic 'x' on host:port")."""
+        return f"the table {self.schema}.{self.table}"
 
     # -- staging (common to every sink) ---------------------------------------------------
 
@@ -308,10 +332,14 @@ class Publication:
 class SinkReading:
     """What step 1 read of a sink outside the database: the newest publication of the seq
     (None: the sink records none) and the sink's state it saw, which publish_outside's
-    commit is conditional on (an Iceberg table's metadata: its current snapshot)."""
+    commit is conditional on (an Iceberg table's metadata: its current snapshot; a Kafka
+    sink's producer, which fenced earlier committers before the read)."""
 
     publication: Publication | None
     state: Any
+    # what the read holds open until step 1 ends (a Kafka producer): called once, by
+    # outside_commit, however step 1 ends
+    release: Callable[[], None] = lambda: None
 
 
 @dataclass(frozen=True)

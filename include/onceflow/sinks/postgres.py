@@ -304,7 +304,7 @@ class PostgresSink(Sink):
         """process, before staging: this sink for the transform's output (name, Spark type),
         with its tables created, or checked if they exist (SinkSchemaError naming the
         columns an existing table lacks or types differently)."""
-        bound = PostgresSink(
+        bound = type(self)(
             self.schema, self.cfg, output_columns(fields, self.aggregating), self.aggregating
         )
         cur.execute(
@@ -779,3 +779,13 @@ class PostgresSink(Sink):
             "committed txids' partial aggregates"
             for row in cur.fetchall()
         ]
+
+
+class StageTable(PostgresSink):
+    """Only the stage table of an append sink, without a published table: the stage of a
+    sink outside the database whose commit reads the valid rows back and publishes them
+    itself (onceflow.sinks.kafka). Created and checked from the output schema like every
+    stage table (bind_output), under the name `stage_<table>`."""
+
+    def _expected_tables(self) -> dict[str, tuple[tuple[Column, ...], tuple[str, ...]]]:
+        return {self.stage_table: super()._expected_tables()[self.stage_table]}
