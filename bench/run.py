@@ -362,6 +362,7 @@ def lake_run(a: argparse.Namespace, work: Path, bootstrap: str, pg: common.Postg
             bootstrap, "lake", a.partitions, a.lake_records, load_sample(lake.TRANSFORM)
         )
         say(f"lake: produced {topic.records:,} records in {time.monotonic() - t0:.0f} s")
+        imported = lake.import_pyiceberg()
         warehouse = str(work / "warehouse")
         ledgers = {
             kind: Ledger(pg.dsn, pg.pid, work, f"lake_{kind}", lake.pipeline_settings(kind, warehouse))
@@ -394,6 +395,7 @@ def lake_run(a: argparse.Namespace, work: Path, bootstrap: str, pg: common.Postg
             "repeats": a.repeats,
             "broker": brk.name,
             "transform": lake.TRANSFORM,
+            "iceberg_import_s": imported,
         },
         "started_at": started.isoformat(timespec="seconds"),
         "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),

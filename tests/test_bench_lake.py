@@ -15,8 +15,8 @@ import lake  # noqa: E402
 
 pytestmark = pytest.mark.unit
 
-RECORDS = 1000
-DEAD = 60
+RECORDS = 1_000_000
+DEAD = 60_000
 
 
 def _run(records_per_s: float, commit_s: float, *, published: int = RECORDS, dead: int = DEAD):
@@ -81,13 +81,15 @@ def test_summarise_refuses_a_commit_that_did_not_publish_every_record():
         "postgres": [_run(40_000, 1.0)],
         "iceberg": [_run(20_000, 0.5), _run(20_000, 0.5, published=RECORDS - DEAD)],
     }
-    with pytest.raises(ValueError, match="iceberg sink's commit of repeat 2 published 940"):
+    with pytest.raises(ValueError, match="iceberg sink's commit of repeat 2 published 940,000"):
         lake.summarise(runs, RECORDS)
 
 
 def test_summarise_refuses_sinks_that_disagree_on_dead_letters():
     one_sink = {"postgres": [_run(40_000, 1.0), _run(40_000, 1.0, dead=DEAD + 1)]}
-    with pytest.raises(ValueError, match=r"postgres sink's runs found \[60, 61\] dead letters"):
+    with pytest.raises(
+        ValueError, match=r"postgres sink's runs found \[60000, 60001\] dead letters"
+    ):
         lake.summarise(one_sink, RECORDS)
     runs = {"postgres": [_run(40_000, 1.0)], "iceberg": [_run(20_000, 0.5, dead=DEAD + 1)]}
     with pytest.raises(ValueError, match="different dead letters"):
@@ -108,6 +110,7 @@ def test_section_renders_both_sinks_and_the_ratio():
                     "repeats": 1,
                     "broker": "tansu",
                     "transform": lake.TRANSFORM,
+                    "iceberg_import_s": 4.2,
                 },
                 "started_at": "2026-11-24T06:40:00+00:00",
                 "finished_at": "2026-11-24T06:45:00+00:00",
@@ -118,6 +121,8 @@ def test_section_renders_both_sinks_and_the_ratio():
     )
     assert f"| {lake.SINK_LABELS['postgres']} | 40k/s |" in text
     assert f"| {lake.SINK_LABELS['iceberg']} | 20k/s |" in text
-    assert "| 2.00 s | 0k/s |" in text  # postgres commit: 1,000 records in 2 s
+    assert "| 2.00 s | 500k/s |" in text  # postgres commit: 1M records in 2 s
     assert "process in-job **0.50** (each repeat: 0.50)" in text
     assert "commit takes 0.25× the seconds" in text
+    assert "the job (read, transform, stage) 24.0 / 49.0 s" in text
+    assert "first imports it: 4.2 s here" in text
