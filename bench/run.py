@@ -384,7 +384,7 @@ def lake_run(a: argparse.Namespace, work: Path, bootstrap: str, pg: common.Postg
         snapshots = lake.check_snapshots(
             pg.dsn,
             warehouse,
-            [f"lake_iceberg_{n}" for n in range(1, ledgers["iceberg"].n + 1)],
+            [f"{ledgers['iceberg'].prefix}_{n}" for n in range(1, ledgers["iceberg"].n + 1)],
             topic.records - sinks["iceberg"]["dead"],
         )
     return {
