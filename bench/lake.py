@@ -146,6 +146,7 @@ def section(lake: dict[str, Any]) -> list[str]:
         return f"{v / 1000:,.0f}k" if v >= 10_000 else f"{v:,.0f}"
 
     c, load, s = lake["config"], lake["load"], lake["sinks"]
+    runs = f"medians of {c['repeats']} runs" if c["repeats"] > 1 else "one run"
     lines = [
         "",
         "## Lake: the same transform into PostgreSQL and into Iceberg",
@@ -155,7 +156,7 @@ def section(lake: dict[str, Any]) -> list[str]:
         f"{c['partitions']} partitions, broker {c['broker']}; transform `{c['transform']}` "
         "(record-wise, in the JVM). Per sink and repeat a fresh pipeline over the whole "
         "topic: spark-submit of spark_jobs/process.py, then `ledger.commit` as `onceflow "
-        f"commit` does it, into an empty table; medians of {c['repeats']} runs, the sinks back "
+        f"commit` does it, into an empty table; {runs}, the sinks back "
         f"to back. Run {lake['started_at']} – {lake['finished_at']}, 1-minute load average "
         f"min {load['min']:.1f}, mean {load['mean']:.1f}, max {load['max']:.1f}.",
         "",

@@ -123,6 +123,7 @@ def test_section_renders_both_sinks_and_the_ratio():
     assert f"| {lake.SINK_LABELS['iceberg']} | 20k/s |" in text
     assert "| 2.00 s | 500k/s |" in text  # postgres commit: 1M records in 2 s
     assert "process in-job **0.50** (each repeat: 0.50)" in text
+    assert "into an empty table; one run, the sinks back to back" in text
     assert "commit takes 0.25× the seconds" in text
     assert "the job (read, transform, stage) 24.0 / 49.0 s" in text
     assert "first imports it: 4.2 s here" in text
