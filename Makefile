@@ -94,7 +94,8 @@ chaos: setup
 
 ## bench: throughput, fixed cost and scaling, measured side by side on data it produces
 ##        (~20-40 min on 2 cores; run on a quiet machine). Writes bench/results.json,
-##        bench/throughput.png and BENCHMARKS.md. BENCH_ARGS="--quick" for a smoke run.
+##        bench/throughput.png and BENCHMARKS.md. BENCH_ARGS="--quick" for a smoke run;
+##        BENCH_ARGS="--only lake": only the PostgreSQL-against-Iceberg section (~5-10 min).
 ##        On the real Apache Kafka, with Spark's own Kafka connector as the peer (the vendored
 ##        distributions; native_process also needs /usr/share/java/postgresql.jar, see system-deps):
 ##          ONCEFLOW_KAFKA_DIST=/path/to/kafka_2.13-4.1.1.tgz ONCEFLOW_SPARK_KAFKA_CONNECTOR=/path/to/spark-kafka-connector-4.0.0.tgz make bench

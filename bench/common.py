@@ -14,7 +14,7 @@ import shutil
 import socket
 import sys
 import tarfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -200,9 +200,14 @@ def create_topic(bootstrap: str, name: str, partitions: int) -> None:
     broker_mod.create_topic(bootstrap, name, partitions)
 
 
-def produce(bootstrap: str, name: str, partitions: int, count: int) -> Topic:
-    """`count` records round-robin over `partitions`; ranges from the delivery reports."""
+def produce(
+    bootstrap: str, name: str, partitions: int, count: int, sample: Callable | None = None
+) -> Topic:
+    """`count` records round-robin over `partitions`: order events, or the series of a user
+    transform's `sample(i, rng)` (onceflow.producer.records); ranges from the delivery
+    reports."""
     from confluent_kafka import Producer
+    from onceflow.producer import records
 
     create_topic(bootstrap, name, partitions)
     p = Producer(
@@ -225,11 +230,16 @@ def produce(bootstrap: str, name: str, partitions: int, count: int) -> Topic:
         else:
             ends[msg.partition()] = max(ends[msg.partition()], msg.offset() + 1)
 
-    for n, v in enumerate(values(count)):
+    items = (
+        records(sample, count)
+        if sample
+        else ((b"k%d" % (n % 1000), v) for n, v in enumerate(values(count)))
+    )
+    for n, (key, v) in enumerate(items):
         nbytes += len(v or b"")
         while True:
             try:
-                p.produce(name, v, key=b"k%d" % (n % 1000), partition=n % partitions,
+                p.produce(name, v, key=key, partition=n % partitions,
                           on_delivery=on_delivery)  # fmt: skip
                 break
             except BufferError:

@@ -24,6 +24,9 @@ Phase 1, data plane (a private broker and PostgreSQL, nothing else of Onceflow r
                    /usr/share/java/postgresql.jar) (bench/native_job.py)
   commit           ledger.commit of one staged batch (publish into the sink, offsets)
   scaling          the same for 1, 2, 4 partitions and for several batch sizes
+  lake             one user transform (spark_jobs/inventory.py) into a PostgreSQL append
+                   table and into an Iceberg table: process and commit of each, side by side
+                   (bench/lake.py; `--only lake` measures just this and merges it into --out)
 Phase 2, orchestration (the local stack with Airflow on ports 25437/29097/28085, on the same
 Apache Kafka when given): DAG runs of a 1,000-record batch, trigger to commit success, split
 into plan, process (start, session, job, stop), commit and the scheduler's hand-offs.
@@ -31,6 +34,7 @@ into plan, process (start, session, job, stop), commit and the scheduler's hand-
 Writes bench/results.json, bench/throughput.png and BENCHMARKS.md (table + bench/NOTES.md).
 
 usage: python bench/run.py [--quick] [--records N] [--repeats K] [--skip-dag] [--render]
+                           [--lake-records N] [--only lake]
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common  # noqa: E402
+import lake  # noqa: E402
 from common import ROOT, SPARK_SUBMIT, Topic  # noqa: E402
 from onceflow import jvm_archive  # noqa: E402
 from procmon import run_watched  # noqa: E402
@@ -245,10 +250,14 @@ def native_run(
 
 class Ledger:
     """Fresh pipelines over the bench topics, one per process run (the ledger then plans
-    exactly the topic's ranges), and their cleanup."""
+    exactly the topic's ranges), and their cleanup. Their names are `prefix`_n; `settings`
+    is more of the pipeline's TOML table (a transform, a sink), default the orders pipeline."""
 
-    def __init__(self, dsn: str, postmaster: int, workdir: Path) -> None:
+    def __init__(
+        self, dsn: str, postmaster: int, workdir: Path, prefix: str = "bench", settings: str = ""
+    ) -> None:
         self.dsn, self.postmaster, self.workdir = dsn, postmaster, workdir
+        self.prefix, self.settings = prefix, settings
         self.n = 0
 
     def new_pipeline(self, topic: Topic) -> tuple[Any, Path]:
@@ -256,9 +265,9 @@ class Ledger:
         from onceflow.config import get_pipeline
 
         self.n += 1
-        name = f"bench_{self.n}"
+        name = f"{self.prefix}_{self.n}"
         path = self.workdir / f"{name}.toml"
-        path.write_text(f'[pipelines.{name}]\ntopics = ["{topic.name}"]\n')
+        path.write_text(f'[pipelines.{name}]\ntopics = ["{topic.name}"]\n{self.settings}')
         cfg = get_pipeline(path, name)
         ends = {r.tp: r.until_offset for r in topic.ranges}
         ledger.plan(
@@ -333,6 +342,67 @@ def rss_summary(usages: list[dict]) -> dict:
         "python_worker_max_mib": peak("python_worker"),
         "python_workers_sum_mib": peak("python_worker", "peak_rss_sum_mib"),
         "python_worker_processes": max(u["processes"].get("python_worker", 0) for u in usages),
+    }
+
+
+# --- lake: the same transform into PostgreSQL and Iceberg ---------------------------------
+
+
+def lake_run(a: argparse.Namespace, work: Path, bootstrap: str, pg: common.Postgres,
+             brk: common.Broker) -> dict:  # fmt: skip
+    """bench/lake.py's section: `a.lake_records` stock updates produced once, then per repeat
+    process + commit into each sink (order alternating), summarised, every Iceberg table
+    checked to hold its one snapshot."""
+    from onceflow.producer import load_sample
+
+    started = datetime.now(UTC)
+    with LoadWatch() as load:
+        t0 = time.monotonic()
+        topic = common.produce(
+            bootstrap, "lake", a.partitions, a.lake_records, load_sample(lake.TRANSFORM)
+        )
+        say(f"lake: produced {topic.records:,} records in {time.monotonic() - t0:.0f} s")
+        imported = lake.import_pyiceberg()
+        warehouse = str(work / "warehouse")
+        ledgers = {
+            kind: Ledger(pg.dsn, pg.pid, work, f"lake_{kind}", lake.pipeline_settings(kind, warehouse))
+            for kind in lake.SINKS
+        }  # fmt: skip
+        runs: dict[str, list[dict]] = {kind: [] for kind in lake.SINKS}
+        for i in range(a.repeats):
+            for kind in lake.SINKS if i % 2 == 0 else lake.SINKS[::-1]:
+                runs[kind].append(process_run(bootstrap, ledgers[kind], topic, commit=True))
+                x = runs[kind][-1]
+                say(
+                    f"lake {i + 1}/{a.repeats} {kind}: process {x['records_per_s']:,.0f}/s "
+                    f"(wall {x['wall_s']:.1f} s), commit {x['commit_s']:.2f} s, "
+                    f"load {os.getloadavg()[0]:.1f}"
+                )
+        sinks = lake.summarise(runs, topic.records)
+        for kind in lake.SINKS:
+            sinks[kind]["rss"] = rss_summary([x["usage"] for x in runs[kind]])
+        snapshots = lake.check_snapshots(
+            pg.dsn,
+            warehouse,
+            [f"{ledgers['iceberg'].prefix}_{n}" for n in range(1, ledgers["iceberg"].n + 1)],
+            topic.records - sinks["iceberg"]["dead"],
+        )
+    return {
+        "config": {
+            "records": topic.records,
+            "partitions": a.partitions,
+            "value_bytes_avg": topic.bytes / topic.records,
+            "repeats": a.repeats,
+            "broker": brk.name,
+            "transform": lake.TRANSFORM,
+            "iceberg_import_s": imported,
+        },
+        "started_at": started.isoformat(timespec="seconds"),
+        "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "load": load.summary(),
+        "sinks": sinks,
+        "iceberg_snapshots": snapshots,
+        "runs": runs,
     }
 
 
@@ -717,6 +787,8 @@ def write_markdown(r: dict, path: Path) -> None:
             "",
             f"Not measured: {r['small_batch_skipped']}.",
         ]
+    if r.get("lake"):
+        lines += lake.section(r["lake"])
     lines += [
         "",
         "## Scaling",
@@ -938,6 +1010,12 @@ def main() -> int:
     p.add_argument("--partition-records", type=int, default=1_000_000)
     p.add_argument("--dag-runs", type=int, default=3)
     p.add_argument("--skip-dag", action="store_true")
+    p.add_argument("--lake-records", type=int, default=1_000_000, help="the lake section's topic")
+    p.add_argument(
+        "--only",
+        choices=["lake"],
+        help="measure only this section and merge it into --out (if that holds a full run)",
+    )
     p.add_argument("--quick", action="store_true", help="small sizes, one repeat (a smoke test)")
     p.add_argument("--out", type=Path, default=BENCH / "results.json")
     p.add_argument("--markdown", type=Path, default=ROOT / "BENCHMARKS.md")
@@ -965,6 +1043,7 @@ def main() -> int:
             100_000,
             1,
         )
+        a.lake_records = 50_000
     sizes = sorted({int(x) for x in a.sizes.split(",") if x} | {a.records})
     pcounts = [int(x) for x in a.partition_counts.split(",") if x]
 
@@ -998,19 +1077,35 @@ def main() -> int:
                 + (f"; {process_skip}" if process_skip else "")
             )
             with common.postgres(work) as pg:
-                results.update(
-                    data_plane(a, work, bootstrap, pg, sizes, pcounts, bool(archive), brk,
-                               [] if native_skip else jars, connector, native_skip, process_skip)
-                )  # fmt: skip
-            if a.skip_dag:
-                results["small_batch_skipped"] = "bench/run.py --skip-dag"
+                if not a.only:
+                    results.update(
+                        data_plane(a, work, bootstrap, pg, sizes, pcounts, bool(archive), brk,
+                                   [] if native_skip else jars, connector, native_skip,
+                                   process_skip)
+                    )  # fmt: skip
+                results["lake"] = lake_run(a, work, bootstrap, pg, brk)
+            if a.skip_dag or a.only:
+                results["small_batch_skipped"] = (
+                    f"bench/run.py {'--skip-dag' if a.skip_dag else '--only ' + a.only}"
+                )
             else:
                 results["small_batch"] = small_batch(a.dag_runs, brk)
                 results["small_batch_run_s"] = results["small_batch"]["median"]["small_batch_run_s"]
     results["load"] = load.summary()
     results["finished_at"] = datetime.now(UTC).isoformat(timespec="seconds")
-    results["acceptance"] = acceptance(results)
+    if a.only:  # the section alone: into the full run of --out when there is one
+        previous = json.loads(a.out.read_text()) if a.out.exists() else {}
+        if "scaling" in previous:
+            results = {**previous, a.only: results[a.only]}
+    else:
+        results["acceptance"] = acceptance(results)
     a.out.write_text(json.dumps(results, indent=1, default=str) + "\n")
+    if "scaling" not in results:  # no full run to render it with
+        a.markdown.write_text(
+            "\n".join(["# Benchmarks: the lake section alone", *lake.section(results["lake"]), ""])
+        )
+        say(f"wrote {a.out}, {a.markdown}")
+        return 0
     plot(results, BENCH / "throughput.png")
     write_markdown(results, a.markdown)
     say(f"wrote {a.out}, {BENCH / 'throughput.png'}, {a.markdown}")
