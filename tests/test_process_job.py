@@ -33,6 +33,7 @@ BOOTSTRAP = f"127.0.0.1:{PORT}"
 TOPIC = "it_orders"
 TX_TOPIC = "it_orders_tx"
 PIPELINE = "it_orders"
+TRANSFORM = "orders:transform"
 SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
 
 
@@ -141,12 +142,14 @@ def env(pg, produced, tmp_path_factory):
     db.migrate(pg)
     home = tmp_path_factory.mktemp("home")
     pipelines = home / "pipelines.toml"
+    # the orders example (spark_jobs/orders.py, with its fast form) into append tables
+    orders = f'transform = "{TRANSFORM}"\nsink = {{ kind = "postgres", table = "orders" }}\n'
     pipelines.write_text(
         f'[pipelines.{PIPELINE}]\ntopics = ["{TOPIC}", "{TX_TOPIC}"]\n'
-        "records_per_input_partition = 25\n"
-        f'[pipelines.it_bad]\nsink_schema = "it_bad"\ntopics = ["{TOPIC}"]\n'
+        f"records_per_input_partition = 25\n{orders}"
+        f'[pipelines.it_bad]\nsink_schema = "it_bad"\ntopics = ["{TOPIC}"]\n{orders}'
         f'[pipelines.it_fast]\nsink_schema = "it_fast"\ntopics = ["{TOPIC}"]\n'
-        "records_per_input_partition = 25\n"
+        f"records_per_input_partition = 25\n{orders}"
     )
     e = dict(os.environ)
     e.update(
@@ -165,6 +168,36 @@ def cfg(env, name=PIPELINE):
     from onceflow.config import get_pipeline
 
     return get_pipeline(env["ONCEFLOW_PIPELINES"], name)
+
+
+# the orders transform's columns as Spark types them: its sink's columns, its fast form's rows
+ORDER_FIELDS = [
+    ("order_id", "string"),
+    ("customer_id", "string"),
+    ("amount", "decimal(18,2)"),
+    ("currency", "string"),
+    ("ts", "timestamp"),
+]
+
+
+def orders_sink(dsn: str, schema: str):
+    """The pipeline's append sink in `schema`, bound to the orders output (its tables
+    created or checked, as process does)."""
+    from onceflow.config import SinkConfig
+    from onceflow.db import transaction
+    from onceflow.sinks.postgres import PostgresSink
+
+    with transaction(dsn) as cur:
+        return PostgresSink(schema, SinkConfig("orders")).bind_output(cur, ORDER_FIELDS)
+
+
+def fast_form_columns():
+    """The Arrow schema of the orders fast form's rows (fast_stage.fast_form_columns)."""
+    import pyarrow as pa
+
+    types = {"string": pa.string(), "decimal(18,2)": pa.decimal128(18, 2)}
+    types["timestamp"] = pa.timestamp("us", tz="UTC")
+    return pa.schema([(name, types[t]) for name, t in ORDER_FIELDS])
 
 
 def plan(env, txid: str, ends: dict, name=PIPELINE):
@@ -304,7 +337,7 @@ def test_parts_follow_the_split_input_partitions(env, produced, first_run):
     assert accepted > declined > 0  # most records take the fast form; dead letters do not
     assert (
         f"fast form: parts 0..{n - 1} staged by the readers' Python workers; {declined} "
-        f"declined record(s) through the orders transform in the JVM, parts {n}..{2 * n - 1}"
+        f"declined record(s) through transform {TRANSFORM} in the JVM, parts {n}..{2 * n - 1}"
     ) in proc.stdout
 
 
@@ -331,7 +364,6 @@ def test_retry_claims_attempt_2_with_the_same_output_and_fences_attempt_1(env, f
     from onceflow import ledger
     from onceflow.db import transaction
     from onceflow.errors import FencedAttemptError
-    from onceflow.sinks.orders import OrdersSink
 
     assert first_run[1].returncode == 0
     # --ship-package: executors import onceflow from a zip the job builds (cluster mode)
@@ -339,9 +371,10 @@ def test_retry_claims_attempt_2_with_the_same_output_and_fences_attempt_1(env, f
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     assert summary(proc)["attempt"] == "2"
     dsn = env["ONCEFLOW_POSTGRES_DSN"]
+    sink = orders_sink(dsn, "it_orders")
     with transaction(dsn) as cur:
-        first = OrdersSink("it_orders").staged_counts(cur, "run-1", 1)
-        second = OrdersSink("it_orders").staged_counts(cur, "run-1", 2)
+        first = sink.staged_counts(cur, "run-1", 1)
+        second = sink.staged_counts(cur, "run-1", 2)
     assert first == second  # deterministic: same rows, same checksum
     (row,) = query(
         env,
@@ -404,7 +437,6 @@ def test_a_retried_fast_stage_task_still_hands_on_its_declined_records(env, prod
     from onceflow.errors import FencedAttemptError
     from onceflow.fast_stage import FastStageFn
     from onceflow.reader import input_ranges
-    from onceflow.sinks.orders import OrdersSink
     from onceflow.stage import StageTarget
 
     ends, delivered = produced
@@ -412,8 +444,8 @@ def test_a_retried_fast_stage_task_still_hands_on_its_declined_records(env, prod
     batch = plan(env, "run-fs", {tp: e for tp, e in ends.items() if tp[0] == TOPIC}, "it_fast")
     pieces = input_ranges(batch.ranges, 25)
     attempt = ledger.claim_attempt(dsn, "it_fast", "run-fs").attempt
-    target = StageTarget.for_sink(dsn, OrdersSink("it_fast"), "it_fast", "run-fs", attempt)
-    fn = FastStageFn(pieces, BOOTSTRAP, target, "orders")
+    target = StageTarget.for_sink(dsn, orders_sink(dsn, "it_fast"), "it_fast", "run-fs", attempt)
+    fn = FastStageFn(pieces, BOOTSTRAP, target, TRANSFORM, fast_form_columns())
 
     def records_of(piece) -> dict:
         return {
@@ -461,7 +493,6 @@ def test_a_retried_fast_stage_task_still_hands_on_its_declined_records(env, prod
 def test_task_fence_stages_a_part_once_per_attempt(env, first_run):
     import pyarrow as pa
     from onceflow.errors import FencedAttemptError
-    from onceflow.sinks.orders import OrdersSink
     from onceflow.stage import StageTarget, stage_part
 
     dsn = env["ONCEFLOW_POSTGRES_DSN"]
@@ -481,7 +512,8 @@ def test_task_fence_stages_a_part_once_per_attempt(env, first_run):
             "error": ["x"],
         }
     )
-    target = StageTarget.for_sink(dsn, OrdersSink("it_orders"), PIPELINE, "run-1", attempt)
+    target_sink = orders_sink(dsn, "it_orders")
+    target = StageTarget.for_sink(dsn, target_sink, PIPELINE, "run-1", attempt)
     msg = stage_part(target, 0, [batch])  # a retried task of part 0 of the same attempt
     assert msg.skipped and msg.rows == 0
     assert (
@@ -494,7 +526,7 @@ def test_task_fence_stages_a_part_once_per_attempt(env, first_run):
     )
     with pytest.raises(FencedAttemptError):  # a task of an older attempt (a zombie driver)
         stage_part(
-            StageTarget.for_sink(dsn, OrdersSink("it_orders"), PIPELINE, "run-1", attempt - 1),
+            StageTarget.for_sink(dsn, target_sink, PIPELINE, "run-1", attempt - 1),
             77,
             [batch],
         )
@@ -512,7 +544,6 @@ def test_a_task_that_finds_its_part_staged_still_reads_its_input_to_the_end(
     consume every batch, or the batch would look short of records."""
     import pyarrow as pa
     import pyspark
-    from onceflow.sinks.orders import OrdersSink
     from onceflow.stage import StagePartFn, StageTarget
 
     class Part0:
@@ -524,9 +555,8 @@ def test_a_task_that_finds_its_part_staged_still_reads_its_input_to_the_end(
     (attempt,) = query(
         env, "select attempt from onceflow.batches where pipeline = %s and txid = 'run-1'", PIPELINE
     )[0]
-    target = StageTarget.for_sink(
-        env["ONCEFLOW_POSTGRES_DSN"], OrdersSink("it_orders"), PIPELINE, "run-1", attempt
-    )
+    dsn = env["ONCEFLOW_POSTGRES_DSN"]
+    target = StageTarget.for_sink(dsn, orders_sink(dsn, "it_orders"), PIPELINE, "run-1", attempt)
     handed = []
 
     def batches():
@@ -543,7 +573,6 @@ def test_a_task_that_finds_its_part_staged_still_reads_its_input_to_the_end(
 def test_a_task_that_dies_before_its_commit_leaves_nothing(env, first_run, tmp_path, monkeypatch):
     import pyarrow as pa
     from onceflow import failpoints
-    from onceflow.sinks.orders import OrdersSink
     from onceflow.stage import StageTarget, stage_part
 
     (attempt,) = query(
@@ -559,9 +588,8 @@ def test_a_task_that_dies_before_its_commit_leaves_nothing(env, first_run, tmp_p
             "error": ["x"],
         }
     )
-    target = StageTarget.for_sink(
-        env["ONCEFLOW_POSTGRES_DSN"], OrdersSink("it_orders"), PIPELINE, "run-1", attempt
-    )
+    dsn = env["ONCEFLOW_POSTGRES_DSN"]
+    target = StageTarget.for_sink(dsn, orders_sink(dsn, "it_orders"), PIPELINE, "run-1", attempt)
     with pytest.raises(failpoints.FailpointError):
         stage_part(target, 88, [batch])  # rows copied, then the task dies before its commit
     assert not query(env, "select 1 from onceflow.stage_parts where part = 88")
@@ -581,7 +609,6 @@ def test_staged_timestamps_are_utc_whatever_the_servers_time_zone(env, first_run
     import datetime as dt
 
     import pyarrow as pa
-    from onceflow.sinks.orders import OrdersSink
     from onceflow.stage import StageTarget, stage_part
 
     (attempt,) = query(
@@ -597,11 +624,12 @@ def test_staged_timestamps_are_utc_whatever_the_servers_time_zone(env, first_run
             "ts": pa.array([instant], pa.timestamp("us", tz="Asia/Tokyo")),
         }
     )
+    sink = orders_sink(env["ONCEFLOW_POSTGRES_DSN"], "it_orders")
     dsn = env["ONCEFLOW_POSTGRES_DSN"]
     dsn += ("&" if "?" in dsn else "?") + "options=-c%20TimeZone%3DAmerica/New_York"
     try:
         msg = stage_part(
-            StageTarget.for_sink(dsn, OrdersSink("it_orders"), PIPELINE, "run-1", attempt),
+            StageTarget.for_sink(dsn, sink, PIPELINE, "run-1", attempt),
             87,
             [batch],
         )
@@ -827,7 +855,6 @@ def test_csv_for_copy_tags_rows_and_encodes_bytea():
     from decimal import Decimal
 
     import pyarrow as pa
-    from onceflow.sinks.orders import OrdersSink
     from onceflow.stage import StageTarget, _CsvStream
 
     batch = pa.RecordBatch.from_pydict(
@@ -845,7 +872,11 @@ def test_csv_for_copy_tags_rows_and_encodes_bytea():
             "value": pa.array([None, b"\x00\xff"], pa.binary()),
         }
     )
-    target = StageTarget.for_sink("dsn", OrdersSink("s"), "p", "run,1", 3)
+    from onceflow.config import SinkConfig
+    from onceflow.sinks.postgres import PostgresSink, output_columns
+
+    sink = PostgresSink("s", SinkConfig("orders"), output_columns(ORDER_FIELDS))
+    target = StageTarget.for_sink("dsn", sink, "p", "run,1", 3)
     stream = _CsvStream([batch, batch.slice(0, 0)], target, 7)
     text = io.BytesIO(stream.read()).getvalue().decode()
     assert stream.read() == b"" and stream.rows == 2

@@ -9,7 +9,13 @@ import uuid
 import pytest
 from onceflow.config import SinkConfig
 from onceflow.errors import TransformError
-from onceflow.transforms import check_output, get_transform, load_transform, user_columns
+from onceflow.transforms import (
+    check_output,
+    get_transform,
+    load_fast_form,
+    load_transform,
+    user_columns,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -94,6 +100,25 @@ def test_function_missing_or_not_callable(jobs):
 
 UPSERT = SinkConfig(table="stock", mode="upsert", key=("sku",))
 MERGE = SinkConfig(table="views", mode="merge", key=("page",), aggregates=("views",))
+
+
+def test_a_fast_form_goes_with_the_modules_transform(jobs):
+    folder, name = jobs
+    (folder / f"{name}.py").write_text(
+        "def transform(df):\n    return df\n"
+        "def totals(df):\n    return df\n"
+        "def fast_form(batch):\n    return [], batch\n"
+    )
+    assert load_fast_form(f"{name}:transform") is sys.modules[name].fast_form
+    assert load_fast_form(f"{name}:totals") is None  # another function: no fast form
+    assert load_fast_form("inventory:transform") is None  # a module without one
+
+
+def test_a_fast_form_that_is_not_a_function_is_named(jobs):
+    folder, name = jobs
+    (folder / f"{name}.py").write_text("def transform(df):\n    return df\nfast_form = 3\n")
+    with pytest.raises(TransformError, match=rf"{name}\.fast_form .* is a int, not a function"):
+        load_fast_form(f"{name}:transform")
 
 
 def test_output_keeps_coordinates_and_the_sink_columns():

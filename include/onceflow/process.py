@@ -8,10 +8,11 @@ with the records the reader counted: the ledger refuses an attempt whose rows + 
 letters are not the records read (a transform that filtered or added rows). Commit
 publishes them later, in seq order.
 
-Input partition i of n is staged as part i, or, when the transform has a fast form (the
-pipeline's `fast_form`, default true), as two parts: i, the records the fast form accepted,
-parsed and COPYed by the Python worker that read them; and n + i, the records it declined,
-through the transform in the JVM (onceflow.fast_stage).
+Input partition i of n is staged as part i, or, when the transform has a fast form and its
+sink takes one (the pipeline's `fast_form`, default true; onceflow.transforms), as two
+parts: i, the records the fast form accepted, parsed and COPYed by the Python worker that
+read them; and n + i, the records it declined, through the transform in the JVM
+(onceflow.fast_stage).
 
 How the DAG runs it (SparkSubmitOperator):
     application   spark_jobs/process.py
@@ -468,19 +469,19 @@ def stage_job(
     The parts: n (parts 0..n-1), or 2n when the transform has a fast form and `fast_form`
     is on (accepted records part k, declined ones part n + k). The records read: what the
     reader handed on, counted by the reader itself (an accumulator), apart from the
-    transform. A user transform has no fast form; its sink's tables are created or checked
-    from its output schema before anything is staged.
+    transform. The sink's tables are created or checked from the transform's output schema
+    before anything is staged.
 
     An aggregating transform may use its records more than once (aggregates, dead letters)
     and shuffles them: the records are persisted and counted first (the records read), so
     Kafka is read once, and its output partition k is part k (n = the output's partitions)."""
     from onceflow.db import transaction
     from onceflow.errors import TransformError
-    from onceflow.fast_stage import fast_stage_frame
-    from onceflow.reader import ranges_frame
+    from onceflow.fast_stage import fast_form_columns, fast_stage_frame
+    from onceflow.reader import SCHEMA, ranges_frame
     from onceflow.sinks import sink_for
     from onceflow.stage import StageTarget, stage_frame
-    from onceflow.transforms import get_fast_form
+    from onceflow.transforms import load_fast_form, load_transform
 
     timings = {} if timings is None else timings
     t0 = time.monotonic()
@@ -488,10 +489,23 @@ def stage_job(
     sink = sink_for(cfg)
     read = spark.sparkContext.accumulator(0)
     options = {"client": client, "timeout_s": read_timeout, "counter": read}
-    fast = fast_form and cfg.sink is None and get_fast_form(cfg.transform) is not None
+    fast = (
+        fast_form
+        and cfg.sink is not None
+        and sink.takes_fast_form
+        and load_fast_form(cfg.transform) is not None
+    )
     if fast:
+        # the output's schema, from the transform over no records (analysed, not run): the
+        # sink's tables and the fast form's rows follow it
+        shape = spark.createDataFrame([], SCHEMA)
+        with transaction(dsn) as cur:
+            sink = sink.bind_output(cur, output_fields(stage_columns(shape, cfg)))
         target = StageTarget.for_sink(dsn, sink, cfg.name, txid, attempt)
-        declined = fast_stage_frame(spark, pieces, bootstrap, target, cfg.transform, **options)
+        columns = fast_form_columns(load_transform(cfg.transform)(shape))
+        declined = fast_stage_frame(
+            spark, pieces, bootstrap, target, cfg.transform, columns, **options
+        )
         job = stage_frame(stage_columns(declined, cfg), target, first_part=n)
         parts = 2 * n
     else:
@@ -536,7 +550,7 @@ def stage_job(
     if fast:
         log.info(
             "fast form: parts 0..%d staged by the readers' Python workers; %d declined "
-            "record(s) through the %s transform in the JVM, parts %d..%d",
+            "record(s) through transform %s in the JVM, parts %d..%d",
             n - 1,
             sum(m.rows for m in messages),
             cfg.transform,

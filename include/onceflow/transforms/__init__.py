@@ -8,10 +8,19 @@ rows staged + dead letters (process counts the records read apart from the trans
 ledger.mark_staged refuses an attempt where they differ). It must be deterministic and must
 not shuffle (part k of the stage holds exactly the records of input partition k).
 
-A transform may also have a fast form: a module `<name>_fast` with
-`fast_form(batch) -> (accepted indices, rows)` over the reader's Arrow batches, run in the
-reader's Python worker (onceflow.fast_stage). It accepts only records whose rows it computes
-exactly as `transform` would; the rest still go through `transform` in the JVM.
+A record-wise transform "module:transform" may have a fast form: a function of its module
+`fast_form(batch) -> (accepted, rows)` over the reader's Arrow batches (the reader's columns
+above, as pyarrow.RecordBatch), run in the reader's Python worker (onceflow.fast_stage):
+`accepted` are the indices (int64 numpy, ascending) of the records of `batch` it takes,
+`rows` their output as a pyarrow.RecordBatch of the user's columns of `transform`'s output
+(all but topic, partition, offset, error, key, value), in the same order, with the Arrow
+types Spark gives them (fast_stage.fast_form_columns); the stage adds the coordinates. It
+must take only records whose rows it computes exactly as `transform` would (valid ones: a
+fast row is never a dead letter); the rest still go through `transform` in the JVM, dead
+letters with them. process uses it when the pipeline's `fast_form` is on (the default) and
+its sink takes one (Sink.takes_fast_form: a PostgreSQL append table). It runs in every
+reader worker, so it should import no more than pyarrow and numpy (pandas costs seconds per
+worker). spark_jobs/orders.py is an example.
 
 A user transform ("module:function", config.USER_TRANSFORM_RE) is by default a record-wise
 function `DataFrame -> DataFrame` over the reader's columns (topic, partition, offset, key,
@@ -87,6 +96,23 @@ def get_fast_form(name: str) -> Callable[[Any], Any] | None:
         if e.name != module:
             raise
         return None
+
+
+def load_fast_form(spec: str) -> Callable[[Any], Any] | None:
+    """The fast form of a user transform "module:transform": its module's `fast_form`, or
+    None without one (or when the pipeline's transform is another function of the module:
+    a fast form goes with `transform`); TransformError if `fast_form` is not a function."""
+    if spec in TRANSFORMS or spec.partition(":")[2] != "transform":
+        return None
+    module = load_module(spec)
+    fn = getattr(module, "fast_form", None)
+    if fn is not None and not callable(fn):
+        where = getattr(module, "__file__", None) or module.__name__
+        raise TransformError(
+            f"transform {spec!r}: {module.__name__}.fast_form ({where}) is a "
+            f"{type(fn).__name__}, not a function batch -> (accepted indices, rows)"
+        )
+    return fn
 
 
 def load_transform(spec: str) -> Callable[[Any], Any]:
