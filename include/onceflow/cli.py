@@ -630,7 +630,7 @@ def build_parser() -> argparse.ArgumentParser:
         "demo",
         cmd_demo,
         "Run the shipped example pipelines on the running stack: produce "
-        + ", ".join(f"{n:,} {name}" for name, n in DEMO_PIPELINES)
+        + ", ".join(f"{n:,} {name}" for name, n in DEMO_PIPELINES if n)
         + " records (continuing each series), trigger the runs each backlog needs, audit each "
         "with --reread and print a summary; exits 1 unless every run succeeded and every "
         "audit says exactly-once.",
