@@ -555,11 +555,19 @@ def event(i: int, rng: random.Random) -> dict:
     }
 
 
-def sample(i: int, rng: random.Random) -> tuple[bytes | None, bytes | None]:
-    """The i-th demo record: an order event keyed by its customer, malformed (one of
-    MALFORMED) with probability MALFORMED_RATE."""
-    e = event(i, rng)
-    key = e["customer_id"].encode()
-    if rng.random() < MALFORMED_RATE:
-        return key, rng.choice(MALFORMED)(e)
-    return key, json.dumps(e, separators=(",", ":")).encode()
+def sample_with(malformed_rate: float) -> Callable[[int, random.Random], tuple]:
+    """A sample function whose records are malformed (one of MALFORMED) with probability
+    malformed_rate (tests and benchmarks choose their own mix)."""
+
+    def sample(i: int, rng: random.Random) -> tuple[bytes | None, bytes | None]:
+        e = event(i, rng)
+        key = e["customer_id"].encode()
+        if rng.random() < malformed_rate:
+            return key, rng.choice(MALFORMED)(e)
+        return key, json.dumps(e, separators=(",", ":")).encode()
+
+    return sample
+
+
+#: the i-th demo record: an order event keyed by its customer, 1 in 100 malformed
+sample = sample_with(MALFORMED_RATE)

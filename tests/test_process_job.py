@@ -285,11 +285,15 @@ def test_process_stages_every_record_of_the_ranges(env, produced, first_run):
     (b,) = query(
         env,
         "select state, attempt, staged_attempt, records_read, records_out, records_dead, checksum,"
-        " last_error from onceflow.batches where pipeline = %s and txid = 'run-1'",
+        " last_error, bytes_read from onceflow.batches where pipeline = %s and txid = 'run-1'",
         PIPELINE,
     )
     assert b[:6] == ("staged", 1, 1, len(delivered), len(delivered) - n_dead, n_dead)
     assert b[6] and b[7] is None
+    # the reader counts the key and value bytes of every record it hands on (keys: see
+    # `produced`), the fast form's and the JVM's alike
+    keys = sum(len(b"k%d" % i) for i in range(120)) + len(b"tombstone")
+    assert b[8] == keys + sum(len(v) for v in delivered.values() if v is not None)
 
 
 @pytest.mark.integration

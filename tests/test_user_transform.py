@@ -1,4 +1,4 @@
-"""Loading a user transform ("module:function") and its output contract: each failure names
+"""Loading a transform ("module:function") and its output contract: each failure names
 the transform, the module or the missing columns."""
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from onceflow.config import SinkConfig
 from onceflow.errors import TransformError
 from onceflow.transforms import (
     check_output,
-    get_transform,
     load_fast_form,
     load_transform,
     user_columns,
@@ -29,10 +28,6 @@ def jobs(tmp_path, monkeypatch):
     name = f"user_{uuid.uuid4().hex[:8]}"
     yield tmp_path, name
     sys.modules.pop(name, None)
-
-
-def test_builtin_name_is_the_builtin_transform():
-    assert load_transform("orders") is get_transform("orders")
 
 
 def test_a_function_in_the_spark_jobs_folder(jobs):

@@ -41,7 +41,7 @@ def produce(bootstrap: str, cfg: PipelineConfig, count: int, progress=None) -> t
         topic,
         PARTITIONS,
         count,
-        sample=producer.sample_for(cfg.transform),
+        sample=producer.load_sample(cfg.transform),
         start=start,
         progress=progress,
     )

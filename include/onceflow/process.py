@@ -53,7 +53,7 @@ from onceflow.errors import ProcessExit
 
 log = logging.getLogger("onceflow.process")
 
-DEAD_VALUE_BYTES = 64 << 10  # a dead letter keeps the value's first 64 KiB (as orders does)
+DEAD_VALUE_BYTES = 64 << 10  # a dead letter keeps the value's first 64 KiB
 
 # Applied unless spark-submit --conf or the pipeline's spark_conf sets them.
 SPARK_DEFAULTS = {
@@ -210,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
             process_seconds=time.monotonic() - claimed_at,
             parts=job.parts,
             records_read=job.records_read,
+            bytes_read=job.bytes_read,
         )
         timings["mark_staged"] = time.monotonic() - t0
     except (TransformError, SinkSchemaError) as e:
@@ -260,10 +261,12 @@ def main(argv: list[str] | None = None) -> int:
 
 @dataclass(frozen=True)
 class StageJob:
-    """What one stage job did: the parts it staged and the records its reader handed on."""
+    """What one stage job did: the parts it staged, the records its reader handed on and
+    their bytes (key + value)."""
 
     parts: int
     records_read: int
+    bytes_read: int
 
 
 def _run_spark(
@@ -292,7 +295,7 @@ def _run_spark(
     pieces = input_ranges(ranges, cfg.records_per_input_partition)
     if not pieces:
         log.info("no offsets to read: nothing to stage, no Spark session needed")
-        return StageJob(parts=0, records_read=0)
+        return StageJob(parts=0, records_read=0, bytes_read=0)
     t0 = time.monotonic()
     spark = _session(cfg)
     timings["session"] = time.monotonic() - t0
@@ -349,40 +352,18 @@ def _session(cfg: Any) -> Any:
 
 
 def staged_frame(spark: Any, pieces: list[Any], *, bootstrap: str, cfg: Any, **read: Any) -> Any:
-    """The transform's output for `pieces` (Spark partition k = pieces[k]) plus the columns
-    the stage writer sums per part: bytes read and a 64-bit hash of each staged row."""
+    """The transform's output for `pieces` (Spark partition k = pieces[k]) as the stage
+    writer takes it (stage_columns)."""
     from onceflow.reader import ranges_frame
 
     return stage_columns(ranges_frame(spark, pieces, bootstrap, **read), cfg)
 
 
 def stage_columns(src: Any, cfg: Any) -> Any:
-    """Records (the reader's schema) -> the pipeline's transform plus the columns the stage
-    writer sums per part: bytes read (the built-in transform's sink only) and a 64-bit hash
-    of each staged row."""
-    from pyspark.sql import functions as F
-
-    from onceflow.stage import BYTES_COLUMN, HASH_COLUMN
-    from onceflow.transforms import get_transform
-
-    if cfg.sink is not None:
-        return _user_stage_columns(src, cfg)
-    sized = src.withColumn(
-        BYTES_COLUMN,
-        F.coalesce(F.length("key"), F.lit(0)).cast("long")
-        + F.coalesce(F.length("value"), F.lit(0)).cast("long"),
-    )
-    out = get_transform(cfg.transform)(sized)
-    hashed = [c for c in out.columns if c not in ("key", "value") and not c.startswith("_meta_")]
-    return out.withColumn(HASH_COLUMN, F.xxhash64(*hashed))
-
-
-def _user_stage_columns(src: Any, cfg: Any) -> Any:
-    """A user transform's output as PostgresSink stages it: the coordinates, the user's
-    columns, error (a null key of a record-wise transform's upsert or merge sink is one),
-    key and value (kept for dead letters only, value cut to 64 KiB), tombstone (the output's
-    value is null), an aggregating transform's `records`, and the row hash. The transform
-    sees the reader's columns as they are, so no bytes column.
+    """Records (the reader's schema) -> the pipeline's transform's output as its sink stages
+    it: the coordinates, the user's columns, error (a null key of a record-wise transform's
+    upsert or merge sink is one), key and value (kept for dead letters only, value cut to 64 KiB), tombstone (the output's
+    value is null), an aggregating transform's `records`, and the row hash (HASH_COLUMN).
 
     An aggregating transform's rows carry coordinates only as dead letters; a row that
     breaks its contract (transforms.aggregate_row_violation) fails the Spark task that
@@ -487,14 +468,14 @@ def stage_job(
     t0 = time.monotonic()
     n = len(pieces)
     sink = sink_for(cfg)
-    read = spark.sparkContext.accumulator(0)
-    options = {"client": client, "timeout_s": read_timeout, "counter": read}
-    fast = (
-        fast_form
-        and cfg.sink is not None
-        and sink.takes_fast_form
-        and load_fast_form(cfg.transform) is not None
-    )
+    read, nbytes = spark.sparkContext.accumulator(0), spark.sparkContext.accumulator(0)
+    options = {
+        "client": client,
+        "timeout_s": read_timeout,
+        "counter": read,
+        "bytes_counter": nbytes,
+    }
+    fast = fast_form and sink.takes_fast_form and load_fast_form(cfg.transform) is not None
     if fast:
         # the output's schema, from the transform over no records (analysed, not run): the
         # sink's tables and the fast form's rows follow it
@@ -515,15 +496,16 @@ def stage_job(
 
             source = source.persist(StorageLevel.MEMORY_AND_DISK)
             records_read = source.count()  # the reader's records, apart from the transform
+            bytes_read = nbytes.value
         df = stage_columns(source, cfg)
-        if cfg.sink is not None:  # a user transform: its sink tables follow its output
-            with transaction(dsn) as cur:
-                sink = sink.bind_output(cur, output_fields(df))
+        with transaction(dsn) as cur:  # the sink's tables follow the transform's output
+            sink = sink.bind_output(cur, output_fields(df))
         job = stage_frame(df, StageTarget.for_sink(dsn, sink, cfg.name, txid, attempt))
         parts = n
     timings["plan"] = time.monotonic() - t0
     t0 = time.monotonic()
-    read.value = 0  # only this job's reads count (a transform may have run jobs of its own)
+    # only this job's reads count (a transform may have run jobs of its own)
+    read.value = nbytes.value = 0
     try:
         messages = job.collect()
     except Exception as e:
@@ -540,7 +522,7 @@ def stage_job(
         # spark_conf), only the executed job knows how many the shuffle kept
         parts = len(messages)
     else:
-        records_read = read.value
+        records_read, bytes_read = read.value, nbytes.value
     log.info(
         "read, transform and stage of %d input partition(s) as %d part(s) took %.1f s",
         n,
@@ -557,7 +539,7 @@ def stage_job(
             n,
             parts - 1,
         )
-    return StageJob(parts=parts, records_read=records_read)
+    return StageJob(parts=parts, records_read=records_read, bytes_read=bytes_read)
 
 
 # A row breaking an aggregating transform's contract, as Spark reports the raise_error of

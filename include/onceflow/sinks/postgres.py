@@ -1,4 +1,4 @@
-"""A user pipeline's sink in PostgreSQL, in the ledger's database: `append`, `upsert` or
+"""A pipeline's sink in PostgreSQL, in the ledger's database: `append`, `upsert` or
 `merge` (PROTOCOL.md "Sinks"), with tables created from the transform's output schema.
 
 Tables, in the pipeline's sink schema, for a sink table T:
@@ -8,8 +8,8 @@ Tables, in the pipeline's sink schema, for a sink table T:
   tombstone (upsert: the output's value is null); row_hash; for an aggregating transform
   (merge only) also `records`, how many source records the row sums up, and the
   coordinates are null except on dead letters.
-- append: `T`, one row per source record, primary key (topic, partition, epoch, offset)
-  like the orders sink, plus txid and the user's columns.
+- append: `T`, one row per source record, primary key (topic, partition, epoch, offset),
+  plus txid and the user's columns.
 - upsert: `T_versions` keeps every published version, primary key (key..., seq, topic,
   partition, offset) and one per source record (topic, partition, epoch, offset); `T` holds
   each key's current row, derived from the versions: the version with the highest (seq,
