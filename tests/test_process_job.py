@@ -32,6 +32,7 @@ PORT = _free_port()  # the module's own broker: never a fixed port another run m
 BOOTSTRAP = f"127.0.0.1:{PORT}"
 TOPIC = "it_orders"
 TX_TOPIC = "it_orders_tx"
+REV_TOPIC = "it_revenue"
 PIPELINE = "it_orders"
 TRANSFORM = "orders:transform"
 SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
@@ -150,6 +151,11 @@ def env(pg, produced, tmp_path_factory):
         f'[pipelines.it_bad]\nsink_schema = "it_bad"\ntopics = ["{TOPIC}"]\n{orders}'
         f'[pipelines.it_fast]\nsink_schema = "it_fast"\ntopics = ["{TOPIC}"]\n'
         f"records_per_input_partition = 25\n{orders}"
+        # the revenue example (spark_jobs/orders.py `revenue`): aggregating, into a merge table
+        f'[pipelines.it_revenue]\nsink_schema = "it_revenue"\ntopics = ["{REV_TOPIC}"]\n'
+        'transform = "orders:revenue"\ntransform_kind = "aggregating"\n'
+        'sink = { table = "revenue_per_minute", mode = "merge",'
+        ' key = ["customer_id", "currency", "minute"], aggregates = ["revenue", "orders"] }\n'
     )
     e = dict(os.environ)
     e.update(
@@ -663,6 +669,57 @@ def test_commit_publishes_staged_rows_and_dead_letters(env, produced, first_run)
         c for c, v in delivered.items() if v in MALFORMED or v is None
     }
     assert all(reason for *_, reason in dead)
+
+
+@pytest.mark.integration
+def test_revenue_folds_each_customers_orders_per_currency_and_minute(env, broker):
+    """The revenue example through the real job and commit, on orders of three customers in
+    two currencies and two minutes (so each key sums several orders): the state holds, per
+    customer, currency and minute, the sum and count of the valid orders; refused records
+    are dead letters; the audit says exactly-once."""
+    import datetime as dt
+    from collections import defaultdict
+    from decimal import Decimal
+
+    from confluent_kafka import Producer
+    from kafka.admin import KafkaAdminClient, NewTopic
+    from onceflow import ledger
+    from onceflow.audit import run_audit
+
+    admin = KafkaAdminClient(bootstrap_servers=broker)
+    admin.create_topics([NewTopic(REV_TOPIC, 1, 1)])
+    admin.close()
+    values = [
+        order(i, customer_id=f"c-{i % 3}", currency=("EUR", "USD")[i // 6 % 2],
+              ts=f"2024-05-01T12:0{i % 2}:{i:02d}+00:00")
+        for i in range(48)
+    ] + list(MALFORMED) + [None]  # fmt: skip
+    p = Producer({"bootstrap.servers": broker})
+    for v in values:
+        p.produce(REV_TOPIC, v, key=b"k")
+        p.flush(10)
+    plan(env, "run-rev", {(REV_TOPIC, 0): len(values)}, "it_revenue")
+    proc = submit(env, "--pipeline", "it_revenue", "--txid", "run-rev")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    dsn = env["ONCEFLOW_POSTGRES_DSN"]
+    assert ledger.commit(dsn, cfg(env, "it_revenue"), "run-rev").outcome == "committed"
+
+    expected: dict = defaultdict(lambda: [Decimal(0), 0])
+    for v in values[:48]:
+        e = json.loads(v)
+        minute = dt.datetime.fromisoformat(e["ts"]).replace(second=0)
+        key = (e["customer_id"], e["currency"], minute)
+        expected[key][0] += Decimal(str(e["amount"])).quantize(Decimal("0.01"))
+        expected[key][1] += 1
+    assert len(expected) == 12  # 3 customers x 2 currencies x 2 minutes, 4 orders each
+    state = query(
+        env,
+        "select customer_id, currency, minute, revenue, orders from it_revenue.revenue_per_minute",
+    )
+    assert {(c, cur, m): [r, n] for c, cur, m, r, n in state} == dict(expected)
+    dead = query(env, "select count(*) from onceflow.dead_letters where pipeline = 'it_revenue'")
+    assert dead == [(len(MALFORMED) + 1,)]
+    assert run_audit(dsn, cfg(env, "it_revenue")).verdict == "exactly-once"
 
 
 @pytest.mark.integration
