@@ -896,6 +896,27 @@ def test_short_error_of_a_python_worker_is_the_error_it_raised():
 
 
 @pytest.mark.unit
+def test_a_fast_form_that_does_not_fit_is_the_transforms_fault_not_a_failure_to_retry():
+    from onceflow import process as mod
+
+    text = (
+        "An exception was thrown from the Python worker:\n"
+        "Traceback (most recent call last):\n"
+        '  File "/x/onceflow/fast_stage.py", line 103, in _split\n'
+        "onceflow.errors.TransformError: the fast form of transform 'orders:transform' "
+        "accepted 2 record(s) but gave 1 row(s)\n"
+        "\tat org.apache.spark.api.python.BasePythonRunner...\n"
+    )
+    assert mod.transform_refusal(text, aggregating=False) == (
+        "the fast form of transform 'orders:transform' accepted 2 record(s) but gave 1 row(s)"
+    )
+    violation = "[USER_RAISED_EXCEPTION] aggregating transform 'm:f' of pipeline 'p': x SQLSTATE"
+    assert mod.transform_refusal(violation, aggregating=True).startswith("aggregating transform")
+    assert mod.transform_refusal(violation, aggregating=False) is None
+    assert mod.transform_refusal("RangeReadError: no progress", aggregating=False) is None
+
+
+@pytest.mark.unit
 def test_bytea_hex_encodes_only_the_present_values_of_any_slice():
     import pyarrow as pa
     from onceflow.stage import _bytea_hex

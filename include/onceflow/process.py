@@ -509,9 +509,9 @@ def stage_job(
     try:
         messages = job.collect()
     except Exception as e:
-        violation = _ROW_VIOLATION.search(str(e)) if cfg.aggregating else None
-        if violation:  # the transform must change: a retry would fail the same way
-            raise TransformError(violation.group(1)) from None
+        refused = transform_refusal(str(e), cfg.aggregating)
+        if refused:  # the transform must change: a retry would fail the same way
+            raise TransformError(refused) from None
         raise
     finally:
         if cfg.aggregating:
@@ -545,6 +545,19 @@ def stage_job(
 # A row breaking an aggregating transform's contract, as Spark reports the raise_error of
 # transforms.aggregate_row_violation.
 _ROW_VIOLATION = re.compile(r"\[USER_RAISED_EXCEPTION\] (aggregating transform .+?) SQLSTATE")
+# A TransformError raised in a Python worker (a fast form whose rows do not fit: fast_stage).
+_WORKER_REFUSAL = re.compile(r"^onceflow\.errors\.TransformError: (.+)$", re.MULTILINE)
+
+
+def transform_refusal(failure: str, aggregating: bool) -> str | None:
+    """Why a failed stage job's transform broke its contract (a Spark task's failure text),
+    or None when it failed for another reason, which a retry may not meet again."""
+    found = (_ROW_VIOLATION.search(failure) if aggregating else None) or _WORKER_REFUSAL.search(
+        failure
+    )
+    return found.group(1) if found else None
+
+
 _ERROR_LINE = re.compile(r"^(?:[\w.]+\.)?(\w+(?:Error|Exception)): (.+)$", re.MULTILINE)
 _ONCEFLOW_ERRORS = {
     "RangeReadError",
