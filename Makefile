@@ -60,8 +60,8 @@ system-deps:
 	  else echo "system-deps:$${need_dc:+ docker-compose}$${need_chromium:+ chromium}$${need_jdbc:+ libpostgresql-jdbc-java} missing and not root; the tests (and bench measurements) needing them will be skipped"; fi; \
 	fi
 
-## demo: set up, start the stack and run the four example pipelines (orders, inventory: upsert,
-##       pageviews: merge, inventory_lake: an Iceberg table): produce their records, trigger the runs through the scheduler, audit
+## demo: set up, start the stack and run the five example pipelines (orders: append with a fast form,
+##       revenue: merge, inventory: upsert, pageviews: merge, inventory_lake: an Iceberg table): produce their records, trigger the runs through the scheduler, audit
 ##       each with --reread, print a summary (onceflow demo); again: more records, still exactly-once
 demo: setup
 	$(ONCEFLOW) up

@@ -168,8 +168,9 @@ def order_value(rng: random.Random, i: int) -> bytes:
 
 
 def values(count: int, seed: int = 7) -> Iterator[bytes | None]:
-    from onceflow.producer import MALFORMED
+    from onceflow.transforms import load_module
 
+    malformed = load_module("orders:transform").MALFORMED  # spark_jobs/orders.py
     rng = random.Random(seed)
     for i in range(count):
         if rng.random() < MALFORMED_RATE:
@@ -180,7 +181,7 @@ def values(count: int, seed: int = 7) -> Iterator[bytes | None]:
                 "currency": "EUR",
                 "ts": "2026-11-21T00:00:00Z",
             }
-            yield rng.choice(MALFORMED)(rng, e)
+            yield rng.choice(malformed)(e)
         else:
             yield order_value(rng, i)
 

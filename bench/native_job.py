@@ -14,7 +14,7 @@ process     the same rows (valid rows with their fields, dead letters with key a
             rows, one transaction per task), into an UNLOGGED PostgreSQL table of the shape of
             Onceflow's stage table (PostgreSQL's JDBC driver given with --jars)
 
-Validation, next to the orders transform's (include/onceflow/transforms/orders.py): a value
+Validation, next to the orders transform's (spark_jobs/orders.py): a value
 that is null, not a JSON object of the schema, missing a field, with an amount that is
 negative, 1e12 or more or not a number, a currency not of three capital letters, a ts that
 try_to_timestamp cannot read, or an empty order_id is a dead letter. from_json is more lenient

@@ -248,6 +248,15 @@ def native_run(
     }
 
 
+def pipeline_toml(name: str, topic: str) -> str:
+    """A pipeline of the orders example (spark_jobs/orders.py, with its fast form) into an
+    append table, as dags/pipelines.toml's `orders`."""
+    return (
+        f'[pipelines.{name}]\ntopics = ["{topic}"]\ntransform = "orders:transform"\n'
+        f'[pipelines.{name}.sink]\nkind = "postgres"\ntable = "orders"\nmode = "append"\n'
+    )
+
+
 class Ledger:
     """Fresh pipelines over the bench topics, one per process run (the ledger then plans
     exactly the topic's ranges), and their cleanup. Their names are `prefix`_n; `settings`
@@ -267,7 +276,11 @@ class Ledger:
         self.n += 1
         name = f"{self.prefix}_{self.n}"
         path = self.workdir / f"{name}.toml"
-        path.write_text(f'[pipelines.{name}]\ntopics = ["{topic.name}"]\n{self.settings}')
+        path.write_text(
+            f'[pipelines.{name}]\ntopics = ["{topic.name}"]\n{self.settings}'
+            if self.settings
+            else pipeline_toml(name, topic.name)
+        )
         cfg = get_pipeline(path, name)
         ends = {r.tp: r.until_offset for r in topic.ranges}
         ledger.plan(
@@ -435,7 +448,7 @@ def small_batch(runs: int, kafka: common.Broker) -> dict:
         shutil.rmtree(home, ignore_errors=True)
         home.mkdir(parents=True)
         pipelines = home / "pipelines.toml"
-        pipelines.write_text('[pipelines.bench_small]\ntopics = ["bench_small"]\n')
+        pipelines.write_text(pipeline_toml("bench_small", "bench_small"))
         os.environ["ONCEFLOW_PIPELINES"] = str(pipelines)
         if kafka.name != "tansu":
             os.environ["ONCEFLOW_KAFKA_BOOTSTRAP"] = kafka.bootstrap
@@ -454,7 +467,12 @@ def small_batch(runs: int, kafka: common.Broker) -> dict:
         client.unpause(dag_id)
         for i in range(runs + 1):  # the first run warms up (task process imports, DB caches)
             producer.produce(
-                settings.kafka_bootstrap, "bench_small", 4, SMALL_BATCH, start=i * SMALL_BATCH
+                settings.kafka_bootstrap,
+                "bench_small",
+                4,
+                SMALL_BATCH,
+                sample=producer.load_sample("orders:transform"),
+                start=i * SMALL_BATCH,
             )
             run_id = f"bench-small-{i}"
             client.trigger(dag_id, run_id)

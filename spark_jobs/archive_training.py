@@ -1,8 +1,9 @@
 """Training run for the driver JVM's class-data-sharing archive (onceflow.jvm_archive).
 
 Runs what a process job runs, minus Kafka and PostgreSQL: the session with process's
-settings, a mapInArrow source of synthetic order records (valid ones and one of every
-malformed kind), the pipeline transform with its bytes and hash columns, a mapInArrow
+settings, a mapInArrow source of synthetic order records (the orders example's sample:
+valid ones and malformed ones of every kind), the orders example's transform into an append
+table as process stages it (with the hash column), a mapInArrow
 consumer shaped like the stage writer, and an aggregate like `make bench`'s read_parse. The
 JVM, started with -XX:ArchiveClassesAtExit, archives every class it loaded.
 
@@ -24,6 +25,8 @@ try:
 except ImportError:  # run from a checkout without the package installed
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "include"))
 
+TRANSFORM = "orders:transform"  # spark_jobs/orders.py
+
 
 class SyntheticRecords:
     """mapInArrow function: Spark partition k yields `records` synthetic records of topic
@@ -35,14 +38,14 @@ class SyntheticRecords:
     def __call__(self, batches: Any) -> Any:
         import random
 
-        from onceflow.producer import events
+        from onceflow.producer import load_sample, records
         from onceflow.ranges import OffsetRange
         from onceflow.reader import _Batcher
 
         for ids in batches:
             for k in ids.column(0).to_pylist():
                 batch = _Batcher(OffsetRange("training", k, 0, self.records))
-                pairs = list(events(self.records, malformed_rate=0.2, seed=k))
+                pairs = list(records(load_sample(TRANSFORM), self.records, seed=k))
                 rng = random.Random(k)
                 batch.add(
                     list(range(self.records)),
@@ -78,13 +81,16 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     from onceflow import process
-    from onceflow.config import PipelineConfig
+    from onceflow.config import PipelineConfig, SinkConfig
     from onceflow.reader import SCHEMA
     from pyspark.sql import functions as F
 
     cfg = PipelineConfig(
-        name="archive_training", topics=("archive_training",)
-    )  # the orders transform
+        name="archive_training",
+        topics=("archive_training",),
+        transform=TRANSFORM,
+        sink=SinkConfig("orders"),
+    )
     spark = process._session(cfg)
     try:
         src = spark.range(0, 2, 1, 2).mapInArrow(SyntheticRecords(args.records), SCHEMA)
@@ -94,7 +100,6 @@ def main(argv: list[str] | None = None) -> int:
             F.count(F.lit(1)).alias("records"),
             F.count("error").alias("dead"),
             F.sum("amount").alias("amount"),
-            F.sum("_meta_bytes").alias("bytes"),
             F.bit_xor("_meta_hash").alias("hash"),
         ).collect()[0]
     finally:

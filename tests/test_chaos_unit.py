@@ -4,13 +4,14 @@ sink mode's truth (onceflow.chaos_truth), the verdict and the report table."""
 
 from __future__ import annotations
 
+import functools
 import json
 import tomllib
 from datetime import UTC, datetime
 from decimal import Decimal
 
 import pytest
-from onceflow import chaos
+from onceflow import chaos, chaos_truth
 from onceflow.chaos import fault_schedule
 from onceflow.chaos_truth import (
     Acked,
@@ -18,11 +19,9 @@ from onceflow.chaos_truth import (
     CurrentRow,
     Partial,
     SinkRecord,
-    account,
     account_counted,
     agrees,
     derived_fields,
-    expected_order_id,
     fields_row,
     merge_projection,
     merge_truth,
@@ -30,6 +29,19 @@ from onceflow.chaos_truth import (
 )
 
 pytestmark = pytest.mark.unit
+
+
+def row_ident(i: int) -> str:
+    """What the rows of these tests carry of their record: its number."""
+    return f"row-{i}"
+
+
+def same_record(record: Acked, ident: str) -> bool:
+    return ident == row_ident(record.i)
+
+
+# the accounting of rows by coordinates, with the tests' own content check
+account = functools.partial(chaos_truth.account, row_agrees=same_record)
 
 
 # -- the schedule ----------------------------------------------------------------------------
@@ -119,7 +131,7 @@ def _rows(acked: dict, skip: set = frozenset(), dead: set = frozenset()) -> list
             if (epoch, p, o) in dead:
                 out.append(SinkRecord(epoch, p, o, "dead", record.value))
             else:
-                out.append(SinkRecord(epoch, p, o, "row", expected_order_id(record.i)))
+                out.append(SinkRecord(epoch, p, o, "row", row_ident(record.i)))
     return out
 
 
@@ -159,7 +171,7 @@ def test_a_record_both_published_and_dead_lettered_is_duplicated():
 
 def test_a_sink_record_nobody_acked_counts_as_duplicated():
     acked = _acked({0: [(0, 0)]})
-    sink = _rows(acked) + [SinkRecord(0, 0, 7, "row", "o-000000007")]
+    sink = _rows(acked) + [SinkRecord(0, 0, 7, "row", row_ident(7))]
     counts = account(acked, sink, [], 0)
     assert counts["not_acked_in_sink"] == 1
     assert counts["duplicated"] == 1
@@ -202,7 +214,7 @@ def test_each_reset_ends_its_own_epoch():
 
 def test_a_row_with_another_records_content_is_mismatched():
     acked = _acked({0: [(0, 0), (0, 1)], 1: [(0, 0)]})
-    sink = _rows({0: acked[0]}) + [SinkRecord(1, 0, 0, "row", "o-000000000")]  # epoch 0's event
+    sink = _rows({0: acked[0]}) + [SinkRecord(1, 0, 0, "row", row_ident(0))]  # epoch 0's record
     counts = account(acked, sink, [(0, 2)], 1)
     assert counts["mismatched"] == 1
     assert chaos.verdict_of("exactly-once", counts) == "violated"
@@ -452,13 +464,14 @@ def test_the_default_chaos_pipeline_is_the_orders_one():
     raw = chaos.chaos_pipeline(base, base, chaos.DEFAULT_PIPELINE)
     cfg = parse_pipeline(chaos.DEFAULT_PIPELINE, raw)
     want = get_pipeline(chaos.CHAOS_PIPELINES, chaos.DEFAULT_PIPELINE)
-    assert cfg.transform == "orders" and cfg.sink is None
+    assert cfg.transform == "orders:transform" and cfg.sink.mode == "append"
+    assert cfg.fast_form  # the fast form runs in the chaos stack too
     assert {**vars(cfg), "description": ""} == {**vars(want), "description": ""}
 
 
-@pytest.mark.parametrize("name", ["inventory", "pageviews"])
+@pytest.mark.parametrize("name", ["inventory", "pageviews", "orders", "revenue"])
 def test_the_example_pipelines_run_in_the_chaos_stack(name):
-    """The shipped examples derive a valid chaos pipeline with their upsert / merge sink."""
+    """The shipped examples derive a valid chaos pipeline with their sink."""
     from onceflow.config import get_pipeline, parse_pipeline
 
     dags = chaos.PROJECT_ROOT / "dags" / "pipelines.toml"
@@ -501,21 +514,23 @@ def test_record_source_is_the_transform_module_s_sample(tmp_path, monkeypatch):
     (tmp_path / "chaos_nosample_mod.py").write_text("def transform(df):\n    return df\n")
     monkeypatch.setenv("ONCEFLOW_SPARK_JOBS", str(tmp_path))
     monkeypatch.setattr(sys, "path", list(sys.path))
-    source = chaos.record_source("chaos_sample_mod:transform", seed=5, malformed_rate=None)
+    source = chaos.record_source("chaos_sample_mod:transform", seed=5)
     first = list(source(0, 6))
     assert [k for k, _ in first] == [b"k%d" % i for i in range(6)]
     assert first[0][1] is None and first[3][1] is None  # tombstones pass through
     assert first == list(source(0, 6))  # a series is a function of (seed, start)
     assert list(source(4, 2))[0][0] == b"k4"
     with pytest.raises(TransformError, match="defines no function sample"):
-        chaos.record_source("chaos_nosample_mod:transform", seed=5, malformed_rate=None)
+        chaos.record_source("chaos_nosample_mod:transform", seed=5)
 
 
-def test_record_source_of_orders_is_the_orders_events():
-    from onceflow.producer import events
+def test_record_source_of_orders_is_the_orders_example_s_sample():
+    from onceflow.producer import records
+    from onceflow.transforms import load_module
 
-    source = chaos.record_source("orders", seed=7, malformed_rate=0.2)
-    assert list(source(10, 5)) == list(events(5, malformed_rate=0.2, seed=7, start=10))
+    source = chaos.record_source("orders:transform", seed=7)
+    sample = load_module("orders:transform").sample  # spark_jobs/orders.py
+    assert list(source(10, 5)) == list(records(sample, 5, seed=7, start=10))
 
 
 # -- what a record says -----------------------------------------------------------------------

@@ -174,6 +174,8 @@ def cluster_stack(spark_cluster):
         pipelines.write_text(
             f"[pipelines.{PIPELINE}]\n"
             f'topics = ["{TOPIC}"]\n'
+            'transform = "orders:transform"\n'  # spark_jobs/orders.py: shipped to the executors
+            'sink = { table = "orders" }\n'
             "max_records_per_partition = 25000\n"  # 200k records over 4 partitions: 2 batches
             "records_per_input_partition = 12500\n"  # each batch: 8 input partitions
             "commit_poke_interval = 1\n"
@@ -233,7 +235,15 @@ def test_dag_runs_on_a_standalone_cluster_read_on_both_workers(cluster_stack):
     settings, events = cluster_stack
     broker.create_topic(settings.kafka_bootstrap, TOPIC, PARTITIONS)
     assert (
-        producer.produce(settings.kafka_bootstrap, TOPIC, PARTITIONS, RECORDS, seed=11) == RECORDS
+        producer.produce(
+            settings.kafka_bootstrap,
+            TOPIC,
+            PARTITIONS,
+            RECORDS,
+            sample=producer.load_sample("orders:transform"),
+            seed=11,
+        )
+        == RECORDS
     )
     client = AirflowClient(settings.airflow_url, settings.airflow_user, settings.airflow_password)
     dag_id = f"onceflow_{PIPELINE}"

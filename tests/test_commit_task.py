@@ -26,6 +26,7 @@ def cfg(unique_name, ledger_dsn, tmp_path, monkeypatch):
     path = tmp_path / "pipelines.toml"
     path.write_text(
         f'[pipelines.{unique_name}]\ntopics = ["{T}"]\nmax_records_per_partition = 100\n'
+        'transform = "orders:transform"\nsink = { table = "orders" }\n'
     )
     monkeypatch.setenv("ONCEFLOW_PIPELINES", str(path))
     monkeypatch.setenv("ONCEFLOW_POSTGRES_DSN", ledger_dsn)

@@ -8,11 +8,16 @@ from onceflow.errors import ConfigError
 
 pytestmark = pytest.mark.unit
 
+# the least a pipeline says: its topics, its transform and its sink
+BASE = {"topics": ["t"], "transform": "m:f", "sink": {"table": "out"}}
+
 
 def test_shipped_pipelines_file_is_valid():
     pipelines = load_pipelines(Path(__file__).parents[1] / "dags" / "pipelines.toml")
     assert pipelines["orders"].topics == ("orders",)
     assert pipelines["orders"].dag_id == "onceflow_orders"
+    assert pipelines["orders"].transform == "orders:transform"  # spark_jobs/orders.py
+    assert pipelines["revenue"].topics == pipelines["orders"].topics
     lake = pipelines["inventory_lake"]  # the demo's Iceberg table, on inventory's topic
     assert (lake.topics, lake.sink.kind, lake.sink.namespace, lake.sink.table) == (
         pipelines["inventory"].topics,
@@ -23,7 +28,7 @@ def test_shipped_pipelines_file_is_valid():
 
 
 def test_defaults():
-    cfg = parse_pipeline("demo", {"topics": ["t"]})
+    cfg = parse_pipeline("demo", BASE)
     assert (cfg.sink_schema, cfg.starting_position, cfg.on_data_loss) == (
         "demo",
         "earliest",
@@ -31,7 +36,7 @@ def test_defaults():
     )
     assert cfg.max_records_per_partition is None
     assert cfg.fast_form is True
-    assert parse_pipeline("demo", {"topics": ["t"], "fast_form": False}).fast_form is False
+    assert parse_pipeline("demo", {**BASE, "fast_form": False}).fast_form is False
 
 
 @pytest.mark.parametrize(
@@ -40,7 +45,7 @@ def test_defaults():
 )
 def test_bad_pipeline_names_are_refused(name):
     with pytest.raises(ConfigError, match="pipeline name"):
-        parse_pipeline(name, {"topics": ["t"]})
+        parse_pipeline(name, BASE)
 
 
 @pytest.mark.parametrize(
@@ -49,17 +54,19 @@ def test_bad_pipeline_names_are_refused(name):
         ({}, "topics"),
         ({"topics": ["bad topic"]}, "topics"),
         ({"topics": ["t", "t"]}, "topics"),
-        ({"topics": ["t"], "sink_schema": "public; drop"}, "sink_schema"),
-        ({"topics": ["t"], "sink_schema": "onceflow"}, "sink_schema"),
-        ({"topics": ["t"], "starting_position": "middle"}, "starting_position"),
-        ({"topics": ["t"], "on_data_loss": "ignore"}, "on_data_loss"),
-        ({"topics": ["t"], "max_records_per_partition": 0}, "max_records_per_partition"),
-        ({"topics": ["t"], "max_records_per_partition": True}, "max_records_per_partition"),
-        ({"topics": ["t"], "driver_memory": "lots"}, "driver_memory"),
-        ({"topics": ["t"], "spark_conf": {"not.spark": "1"}}, "spark_conf"),
+        ({**BASE, "sink_schema": "public; drop"}, "sink_schema"),
+        ({**BASE, "sink_schema": "onceflow"}, "sink_schema"),
+        ({**BASE, "starting_position": "middle"}, "starting_position"),
+        ({**BASE, "on_data_loss": "ignore"}, "on_data_loss"),
+        ({**BASE, "max_records_per_partition": 0}, "max_records_per_partition"),
+        ({**BASE, "max_records_per_partition": True}, "max_records_per_partition"),
+        ({**BASE, "driver_memory": "lots"}, "driver_memory"),
+        ({**BASE, "spark_conf": {"not.spark": "1"}}, "spark_conf"),
         ({"topics": ["t"], "transform": "nope"}, "transform"),
-        ({"topics": ["t"], "colour": "red"}, "colour"),
-        ({"topics": ["t"], "fast_form": "yes"}, "fast_form"),
+        ({"topics": ["t"]}, "transform"),
+        ({"topics": ["t"], "transform": "m:f"}, "sink"),
+        ({**BASE, "colour": "red"}, "colour"),
+        ({**BASE, "fast_form": "yes"}, "fast_form"),
     ],
 )
 def test_bad_values_name_the_key(raw, key):
@@ -76,7 +83,10 @@ def test_file_errors(tmp_path):
         load_pipelines(bad)
     two = tmp_path / "two.toml"
     two.write_text(
-        '[pipelines.a]\ntopics=["t"]\nsink_schema="s"\n[pipelines.b]\ntopics=["u"]\nsink_schema="s"\n'
+        "".join(
+            f'[pipelines.{n}]\ntopics=["t"]\ntransform="m:f"\nsink={{table="o"}}\nsink_schema="s"\n'
+            for n in "ab"
+        )
     )
     with pytest.raises(ConfigError, match="share sink_schema"):
         load_pipelines(two)
@@ -218,8 +228,11 @@ def test_only_an_append_only_sink_refuses_a_rerun():
         kafka.refuse_rerun("demo", "r", 3)
 
 
-def test_orders_without_a_sink_table_keeps_its_own_sink():
-    assert parse_pipeline("demo", {"topics": ["t"]}).sink is None
+def test_a_pipeline_names_its_transform_and_its_sink():
+    with pytest.raises(ConfigError, match="key 'transform': None is not a function 'module:"):
+        parse_pipeline("demo", {"topics": ["t"], "sink": {"table": "out"}})
+    with pytest.raises(ConfigError, match=r"key 'sink': the pipeline needs a \[pipelines.demo"):
+        parse_pipeline("demo", {"topics": ["t"], "transform": "m:f"})
 
 
 def test_a_sink_table_in_a_file(tmp_path):
@@ -390,7 +403,6 @@ def test_a_transform_is_record_wise_unless_it_says_it_aggregates():
         ),
         ({**USER, "sink": {"table": "s"}}, "not sink kind 'postgres', mode 'append'"),
         ({**USER, "sink": {"kind": "iceberg", "table": "s"}}, "not sink kind 'iceberg'"),
-        ({"topics": ["t"]}, "not the built-in transform 'orders''s own sink"),
     ],
 )
 def test_an_aggregating_transform_needs_a_postgres_merge_sink(tmp_path, raw, why):

@@ -32,7 +32,10 @@ def test_dag_folder_imports_without_errors(tmp_path, monkeypatch):
 
 def test_bad_pipeline_file_becomes_an_import_error(tmp_path, monkeypatch):
     bad = tmp_path / "pipelines.toml"
-    bad.write_text('[pipelines.x]\ntopics = ["ok"]\nsink_schema = "a; drop table b"\n')
+    bad.write_text(
+        '[pipelines.x]\ntopics = ["ok"]\ntransform = "m:f"\nsink = { table = "t" }\n'
+        'sink_schema = "a; drop table b"\n'
+    )
     monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path))
     monkeypatch.setenv("ONCEFLOW_PIPELINES", str(bad))
     from airflow.dag_processing.dagbag import DagBag

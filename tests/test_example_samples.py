@@ -1,5 +1,5 @@
-"""The example pipelines' demo samples (`sample(i, rng)` in spark_jobs/inventory.py and
-spark_jobs/pageviews.py) and how `onceflow produce --pipeline` finds a pipeline's sample:
+"""The example pipelines' demo samples (`sample(i, rng)` in spark_jobs/inventory.py,
+spark_jobs/pageviews.py and spark_jobs/orders.py) and how `onceflow produce --pipeline` finds a pipeline's sample:
 deterministic series, the mix of records, and the refusals that name what to define."""
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ N = 20_000
 
 def series(name, seed=42, start=0, count=N):
     return list(
-        producer.records(producer.sample_for(f"{name}:transform"), count, seed=seed, start=start)
+        producer.records(producer.load_sample(f"{name}:transform"), count, seed=seed, start=start)
     )
 
 
-@pytest.mark.parametrize("name", ["inventory", "pageviews"])
+@pytest.mark.parametrize("name", ["inventory", "pageviews", "orders"])
 def test_a_series_is_a_function_of_seed_and_start(name):
     a = series(name, count=500)
     assert a == series(name, count=500)
@@ -114,11 +114,26 @@ def test_pageviews_cover_pages_and_minutes_with_a_share_malformed():
     assert len(minutes) > 5  # several minutes, so the merge table has many keys per page
 
 
-def test_orders_keep_their_own_generator():
-    assert list(producer.records(producer.sample_for("orders"), 300, seed=9)) == list(
-        producer.events(300, seed=9)
-    )
-    assert producer.sample_for("orders", 0.5) is not None
+def test_orders_are_numbered_events_of_a_thousand_customers_with_a_share_malformed():
+    records = series("orders")
+    good, bad = [], 0
+    for i, (key, value) in enumerate(records):
+        try:
+            e = json.loads(value)
+            ok = e["order_id"] == f"o-{i:09d}" and key == e["customer_id"].encode()
+            ok = ok and set(e) == {"order_id", "customer_id", "amount", "currency", "ts"}
+            ok = ok and type(e["amount"]) is float and e["amount"] >= 0
+            ok = ok and len(e["currency"]) == 3 and e["currency"].isupper()
+            ok = ok and datetime.fromisoformat(e["ts"]) is not None
+        except (TypeError, ValueError, KeyError, AttributeError):
+            ok = False
+        if ok:
+            good.append(e)
+        else:
+            bad += 1
+    assert 0.007 * N < bad < 0.013 * N
+    assert len({e["customer_id"] for e in good}) > 900
+    assert {e["currency"] for e in good} == {"EUR", "USD", "GBP", "CHF"}
 
 
 @pytest.fixture
@@ -149,14 +164,6 @@ def test_produce_refuses_a_module_without_sample(jobs, capsys):
     assert "defines no function sample(i: int, rng: random.Random)" in err
 
 
-def test_produce_refuses_a_malformed_rate_for_a_user_sample(jobs, tmp_path, capsys):
-    from onceflow.cli import main
-
-    (tmp_path / f"{jobs}.py").write_text("def sample(i, rng):\n    return None, None\n")
-    assert main(["produce", "--pipeline", "nosample", "--malformed-rate", "0.1"]) == 2
-    assert "a malformed rate applies to the built-in orders events only" in capsys.readouterr().err
-
-
 def test_a_sample_that_returns_no_pair_of_bytes_is_named():
     def sample(i, rng):
         return "k", "v"
@@ -169,4 +176,4 @@ def test_a_missing_module_is_named_as_for_the_transform(tmp_path, monkeypatch):
     monkeypatch.setenv("ONCEFLOW_SPARK_JOBS", str(tmp_path))
     monkeypatch.setattr(sys, "path", list(sys.path))
     with pytest.raises(TransformError, match="module 'no_such_mod_xyz' not found"):
-        producer.sample_for("no_such_mod_xyz:transform")
+        producer.load_sample("no_such_mod_xyz:transform")

@@ -1,6 +1,7 @@
-"""The shipped example transforms (spark_jobs/inventory.py, spark_jobs/pageviews.py) in a
-local SparkSession, loaded as process loads them ("inventory:transform"): valid records,
-tombstones, each refusal reason in rule order, and their own demo samples."""
+"""The shipped example transforms (spark_jobs/inventory.py, spark_jobs/pageviews.py,
+spark_jobs/orders.py's revenue; its transform has tests of its own, test_transform_orders.py)
+in a local SparkSession, loaded as process loads them ("inventory:transform"): valid
+records, tombstones, each refusal reason in rule order, and their own demo samples."""
 
 from __future__ import annotations
 
@@ -56,7 +57,7 @@ def module(name):
     return load_module(f"{name}:transform")
 
 
-def run(spark, name, records, partitions=1):
+def run(spark, name, records, partitions=1, function="transform"):
     """records: (key, value) -> the transform's output rows as dicts, in input order (an
     aggregating transform's rows, without coordinates, first, by their key), the records
     spread over `partitions` input partitions."""
@@ -64,8 +65,8 @@ def run(spark, name, records, partitions=1):
 
     rows = [("t", i % partitions, i, k, v, None) for i, (k, v) in enumerate(records)]
     src = spark.createDataFrame(rows, READER_SCHEMA).repartition(partitions, "partition")
-    out = load_transform(f"{name}:transform")(src)
-    key = [c for c in ("page", "minute") if c in out.columns]
+    out = load_transform(f"{name}:{function}")(src)
+    key = [c for c in ("page", "customer_id", "currency", "minute") if c in out.columns]
     return [r.asDict() for r in out.orderBy("offset", *key).collect()]
 
 
@@ -261,10 +262,79 @@ def test_pageviews_refusals_name_the_first_failing_rule(spark):
     assert all(r["views"] is None and r["page"] is None for r in out)
 
 
+# -- orders and revenue ----------------------------------------------------------------------
+
+
+def order(**changes) -> bytes:
+    o = {"order_id": "o-1", "customer_id": "c-1", "amount": 12.5, "currency": "EUR"}
+    return json.dumps({**o, "ts": "2026-11-21T08:00:10Z", **changes}).encode()
+
+
+def test_orders_fits_an_append_sink(spark, pipelines):
+    assert pipelines["orders"].sink.mode == "append" and pipelines["orders"].fast_form
+    assert fits_its_sink(spark, pipelines, "orders") == {
+        "order_id": "text",
+        "customer_id": "text",
+        "amount": "numeric(18,2)",
+        "currency": "text",
+        "ts": "timestamp with time zone",
+    }
+
+
+def test_revenue_fits_a_merge_sink_by_customer_currency_and_minute(spark, pipelines):
+    cfg = pipelines["revenue"]
+    assert cfg.aggregating and cfg.topics == pipelines["orders"].topics
+    assert (cfg.sink.mode, cfg.sink.aggregates) == ("merge", ("revenue", "orders"))
+    assert fits_its_sink(spark, pipelines, "revenue") == {
+        "customer_id": "text",
+        "currency": "text",
+        "minute": "timestamp with time zone",
+        "revenue": "numeric(28,2)",
+        "orders": "bigint",
+    }
+
+
+def test_revenue_sums_orders_per_customer_currency_and_minute(spark):
+    """Orders of one customer, currency and minute in several input partitions make one
+    row; another minute, currency or customer their own; a refused order is a dead letter
+    with its coordinates, summed nowhere."""
+    records = [
+        (b"c-1", order()),
+        (b"c-1", order(order_id="o-2", amount=0.5, ts="2026-11-21T09:00:59+01:00")),
+        (b"c-1", order(order_id="o-3", amount=1.005)),
+        (b"c-1", order(order_id="o-4", ts="2026-11-21T08:01:00Z")),
+        (b"c-1", order(order_id="o-5", currency="USD")),
+        (b"c-2", order(order_id="o-6", customer_id="c-2")),
+        (b"c-1", order(order_id="o-7", amount=-1)),
+    ]
+    out = run(spark, "orders", records, partitions=3, function="revenue")
+    minute = dt.datetime(2026, 11, 21, 8, 0, tzinfo=UTC)
+    summed = [
+        (r["customer_id"], r["currency"], r["minute"].astimezone(UTC), r["revenue"], r["orders"])
+        for r in out
+        if r["error"] is None
+    ]
+    assert sorted(summed) == [
+        ("c-1", "EUR", minute, Decimal("12.50") + Decimal("0.50") + Decimal("1.01"), 3),
+        ("c-1", "EUR", dt.datetime(2026, 11, 21, 8, 1, tzinfo=UTC), Decimal("12.50"), 1),
+        ("c-1", "USD", minute, Decimal("12.50"), 1),
+        ("c-2", "EUR", minute, Decimal("12.50"), 1),
+    ]
+    assert all(r["records"] == r["orders"] for r in out if r["error"] is None)
+    (dead,) = [r for r in out if r["error"] is not None]
+    assert (dead["partition"], dead["offset"], dead["key"], dead["value"]) == (
+        0,
+        6,
+        b"c-1",
+        records[6][1],
+    )
+    assert dead["error"] == "field 'amount' out of range" and dead["records"] is None
+
+
 # -- the demo samples through their transforms -----------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["inventory", "pageviews"])
+@pytest.mark.parametrize("name", ["inventory", "pageviews", "orders"])
 def test_each_sample_kind_is_what_its_transform_makes_of_it(spark, name):
     """The sample's ~1% malformed records are exactly the ones the transform refuses, with
     several reasons; everything else is accepted (inventory: ~5% of it tombstones)."""
@@ -278,5 +348,8 @@ def test_each_sample_kind_is_what_its_transform_makes_of_it(spark, name):
     if name == "inventory":
         assert 0.035 * len(out) < tombstones < 0.065 * len(out)
         assert len({r["sku"] for r in out if r["error"] is None}) <= 500
+    elif name == "orders":  # one row per record, every valid one an order
+        assert len(out) == len(records)
+        assert all(r["order_id"] and r["value"] is None for r in out if r["error"] is None)
     else:  # aggregating: each record counted once, in an aggregate row or as a dead letter
         assert sum(r["records"] for r in out if r["error"] is None) + len(refused) == len(records)

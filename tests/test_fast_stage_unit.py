@@ -17,13 +17,31 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from onceflow import fast_stage
+from onceflow.errors import TransformError
 from onceflow.fast_stage import Split
 from onceflow.rowhash import row_hash
-from onceflow.stage import BYTES_COLUMN, HASH_COLUMN
-from onceflow.transforms.orders_fast import FAST_COLUMNS, fast_form
+from onceflow.stage import HASH_COLUMN
+from onceflow.transforms import load_module
 
 pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[1]
+
+orders = load_module("orders:transform")  # spark_jobs/orders.py: a fast form
+fast_form = orders.fast_form
+COLUMNS = pa.schema(
+    [
+        ("order_id", pa.string()),
+        ("customer_id", pa.string()),
+        ("amount", pa.decimal128(18, 2)),
+        ("currency", pa.string()),
+        ("ts", pa.timestamp("us", tz="UTC")),
+    ]
+)  # what fast_stage.fast_form_columns makes of the transform's output
+STAGED = ("topic", "partition", "offset", *orders.COLUMNS)
+
+
+def split_of(batches, form=fast_form) -> Split:
+    return Split(iter(batches), form, COLUMNS, "orders:transform")
 
 
 def order(i: int) -> bytes:
@@ -129,12 +147,17 @@ def test_split_stages_accepted_records_and_hands_on_the_rest_in_order():
         reader_batch([b"{}"] * 3, first=4),  # nothing accepted: no stage batch
         reader_batch([order(7), order(8)], first=7),
     ]
-    split = Split(iter(batches), fast_form)
+    split = split_of(batches)
     staged = list(split)
     assert [b.num_rows for b in staged] == [2, 2]
-    assert tuple(staged[0].schema.names) == (*FAST_COLUMNS, BYTES_COLUMN, HASH_COLUMN)
+    assert tuple(staged[0].schema.names) == (*STAGED, HASH_COLUMN)
     assert [o for b in staged for o in b.column("offset").to_pylist()] == [0, 2, 7, 8]
-    assert staged[0].column(BYTES_COLUMN).to_pylist() == [3 + len(order(0)), 3 + len(order(2))]
+    assert [o for b in staged for o in b.column("order_id").to_pylist()] == [
+        "o-0", "o-2", "o-7", "o-8"
+    ]  # fmt: skip
+    assert {(b.column("topic")[0].as_py(), b.column("partition")[0].as_py()) for b in staged} == {
+        ("orders", 0)
+    }
     hashes = [h for b in staged for h in b.column(HASH_COLUMN).to_pylist()]
     declined = list(split.declined())
     assert [o for b in declined for o in b.column("offset").to_pylist()] == [1, 3, 4, 5, 6]
@@ -144,19 +167,31 @@ def test_split_stages_accepted_records_and_hands_on_the_rest_in_order():
     assert declined[0].schema == batches[0].schema
     s = split.stats
     assert (s.records, s.accepted, s.declined) == (9, 4, 5)
-    assert sum(x for b in staged for x in b.column(BYTES_COLUMN).to_pylist()) == sum(
-        3 + len(order(i)) for i in (0, 2, 7, 8)
-    )
     assert hashes == [
-        h for b in staged for h in row_hash(b.select(list(FAST_COLUMNS)).columns).tolist()
+        h for b in staged for h in row_hash(b.select(list(STAGED)).columns).tolist()
     ]  # the staged row_hash is the hash of the staged columns
     split.close()
+
+
+def test_a_fast_form_whose_rows_differ_from_the_transform_output_fails_naming_columns():
+    def renamed(batch):
+        accepted, rows = fast_form(batch)
+        return accepted, rows.rename_columns(["order_id", "customer", *orders.COLUMNS[2:]])
+
+    def short(batch):
+        accepted, rows = fast_form(batch)
+        return accepted[:-1], rows
+
+    with pytest.raises(TransformError, match=r"columns \['order_id string', 'customer string'"):
+        list(split_of([reader_batch([order(0)])], renamed))
+    with pytest.raises(TransformError, match="accepted 1 record.* gave 2 row"):
+        list(split_of([reader_batch([order(0), order(1)])], short))
 
 
 def test_split_spools_declined_records_to_disk_beyond_its_memory(monkeypatch):
     monkeypatch.setattr(fast_stage, "DECLINED_SPOOL_BYTES", 1024)
     big = [b"x" * 500 for _ in range(100)]
-    split = Split(iter([reader_batch(big), reader_batch(big, first=100)]), fast_form)
+    split = split_of([reader_batch(big), reader_batch(big, first=100)])
     split.drain()
     assert split._spool._rolled  # on disk: the worker does not hold them in memory
     declined = list(split.declined())
@@ -166,7 +201,7 @@ def test_split_spools_declined_records_to_disk_beyond_its_memory(monkeypatch):
 
 
 def test_split_without_declined_records_has_no_spool():
-    split = Split(iter([reader_batch([order(1)])]), fast_form)
+    split = split_of([reader_batch([order(1)])])
     split.drain()
     assert list(split.declined()) == [] and split._spool is None
 
@@ -178,11 +213,17 @@ def test_the_fast_stage_path_does_not_import_pandas():
 import sys, json
 import pyarrow as pa
 from onceflow.reader import _binary_array, _fixed_array, _string_repeat, _timestamp_array
+from onceflow.config import SinkConfig
 from onceflow.fast_stage import Split
-from onceflow.sinks.orders import OrdersSink
+from onceflow.sinks.postgres import Column, PostgresSink
 from onceflow.stage import StageTarget, _CsvStream
-from onceflow.transforms.orders_fast import fast_form
+from onceflow.transforms import load_module
 import numpy as np
+orders = load_module("orders:transform")
+columns = pa.schema([("order_id", pa.string()), ("customer_id", pa.string()),
+    ("amount", pa.decimal128(18, 2)), ("currency", pa.string()),
+    ("ts", pa.timestamp("us", tz="UTC"))])
+sink = PostgresSink("s", SinkConfig("orders"), tuple(Column(f.name, "text") for f in columns))
 vals = [json.dumps({"order_id": "o", "customer_id": "c", "amount": 1.5, "currency": "EUR",
         "ts": "2024-05-01T12:00:00+02:00"}).encode(), b"{}", None] * 10
 n = len(vals)
@@ -191,8 +232,8 @@ b = pa.RecordBatch.from_arrays([_string_repeat("t", n),
     _binary_array([b"k"] * n), _binary_array(vals), _timestamp_array([1] * n)],
     names=["topic", "partition", "offset", "key", "value", "timestamp"])
 assert "pandas" not in sys.modules
-split = Split(iter([b]), fast_form)
-stream = _CsvStream(split, StageTarget.for_sink("dsn", OrdersSink("s"), "p", "tx", 1), 0)
+split = Split(iter([b]), orders.fast_form, columns, "orders:transform")
+stream = _CsvStream(split, StageTarget.for_sink("dsn", sink, "p", "tx", 1), 0)
 assert stream.read(1 << 20) and stream.read(1 << 20) == b""
 assert stream.rows == 10 and stream.checksum is not None
 assert sum(x.num_rows for x in split.declined()) == 20
@@ -212,3 +253,17 @@ def test_exact_sum_of_slices_narrow_types_and_huge_values():
     assert _exact_sum(big.slice(1, 2)) == 2**62 - 2**63
     assert _exact_sum(pa.array([1, 2, 3], pa.int32())) == 6
     assert _exact_sum(pa.chunked_array([big.slice(3), big.slice(0, 1)])) == 5 + 2**62
+
+
+def test_only_a_postgresql_append_sink_takes_a_fast_form():
+    from onceflow.config import SinkConfig
+    from onceflow.sinks.postgres import PostgresSink
+
+    def takes(mode, key=(), aggregates=(), aggregating=False):
+        cfg = SinkConfig("t", mode, key, aggregates)
+        return PostgresSink("s", cfg, aggregating=aggregating).takes_fast_form
+
+    assert takes("append")
+    assert not takes("upsert", ("k",))  # a null key is a dead letter; tombstones
+    assert not takes("merge", ("k",), ("n",))
+    assert not takes("merge", ("k",), ("n",), aggregating=True)

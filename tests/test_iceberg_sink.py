@@ -597,8 +597,9 @@ def test_the_chaos_truth_scans_the_table_by_coordinates(ledger_dsn, cfg):
         (0, "x", 1),
         (1, "y", 2),
     ]
-    counts = account(acked(2), rows + dead, [], 0, None, fields_row(()), dead_values_kept=False)
+    check = {"row_agrees": fields_row(()), "dead_values_kept": False}
+    counts = account(acked(2), rows + dead, [], 0, **check)
     assert (counts["lost"], counts["duplicated"], counts["mismatched"]) == (0, 0, 0)
-    wrong = account(acked(7), rows + dead, [], 0, None, fields_row(()), dead_values_kept=False)
+    wrong = account(acked(7), rows + dead, [], 0, **check)
     assert wrong["mismatched"] == 1  # y's row is not the acknowledged record
-    assert account(acked(2), rows[:1] + dead, [], 0, None, fields_row(()), False)["lost"] == 1
+    assert account(acked(2), rows[:1] + dead, [], 0, **check)["lost"] == 1

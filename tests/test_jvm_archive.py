@@ -63,7 +63,8 @@ def test_the_dags_process_task_submits_with_the_archive(tmp_path, monkeypatch):
     monkeypatch.setenv(jvm_archive.ENV, str(archive))
     pipelines = tmp_path / "p.toml"
     pipelines.write_text(
-        '[pipelines.a]\ntopics = ["a"]\n'
+        '[pipelines.a]\ntopics = ["a"]\ntransform = "orders:transform"\n'
+        '[pipelines.a.sink]\ntable = "orders"\n'
         '[pipelines.a.spark_conf]\n"spark.driver.extraJavaOptions" = "-Dmine=1"\n'
     )
     from onceflow.airflow.dag_factory import build_dags

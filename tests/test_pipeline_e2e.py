@@ -13,8 +13,14 @@ from onceflow.config import get_pipeline
 from onceflow.db import transaction
 from onceflow.errors import UnknownTxidError
 from onceflow.recount import count_records
+from onceflow.transforms import load_module
 
 pytestmark = pytest.mark.integration
+
+
+def orders_sample(malformed_rate: float):
+    """The orders example's sample (spark_jobs/orders.py) with this share malformed."""
+    return load_module("orders:transform").sample_with(malformed_rate)
 
 
 def audit(stack, name):
@@ -31,7 +37,7 @@ def feed(stack, topic, count, start=0, partitions=2, malformed_rate=0.05):
         topic,
         partitions,
         count,
-        malformed_rate=malformed_rate,
+        sample=orders_sample(malformed_rate),
         start=start,
         seed=7,
     )
@@ -60,10 +66,8 @@ def test_runs_through_the_scheduler_publish_exactly_the_produced_records(stack, 
             " where pipeline = 'it_basic' order by partition, \"offset\""
         )
         dead = cur.fetchall()
-        cur.execute(
-            "select count(*), sum(orders) from it_basic.orders, "
-            "(select sum(orders) orders from it_basic.revenue_per_minute) a"
-        )
+        cur.execute("select count(*) from it_basic.orders")
+        assert cur.fetchone()[0] == report.records_in_sink
     assert all(t == "it_basic" and r for t, _, _, r in dead)
     assert len(dead) == report.dead_lettered
     # the summary lines: plan, process and commit report their counts in the task logs

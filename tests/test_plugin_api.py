@@ -25,6 +25,8 @@ if str(ROOT / "plugins") not in sys.path:
 
 PIPELINE = "it_ui"
 DAG_ID = f"onceflow_{PIPELINE}"
+# a pipeline's transform and sink in a pipelines file (the orders example, append)
+ORDERS = 'transform = "orders:transform"\nsink = { table = "orders" }\n'
 
 # one concrete URL per route of the app (relative to the mount point)
 ROUTES = [
@@ -153,7 +155,7 @@ def test_a_hanging_broker_makes_lag_unavailable_without_piling_up_calls(monkeypa
     monkeypatch.setattr(data, "BROKER_TIMEOUT", 0.2)
     monkeypatch.setattr(data, "BROKER_CACHE_SECONDS", 0.0)
     settings = replace(Settings.from_env(), kafka_bootstrap="127.0.0.1:1")
-    cfg = parse_pipeline("hang", {"topics": ["t"]})
+    cfg = parse_pipeline("hang", {"topics": ["t"], "transform": "m:f", "sink": {"table": "t"}})
     try:
         for _ in range(3):
             ends = data.broker_ends(settings, cfg)
@@ -177,7 +179,8 @@ def seeded_client(ledger_dsn, tmp_path, unique_name, monkeypatch):
     _seed(ledger_dsn, unique_name)
     pipelines = tmp_path / "pipelines.toml"
     pipelines.write_text(
-        f'[pipelines.{unique_name}]\ntopics = ["ev"]\n\n[pipelines.secret]\ntopics = ["s"]\n'
+        f'[pipelines.{unique_name}]\ntopics = ["ev"]\n{ORDERS}\n[pipelines.secret]\ntopics = ["s"]\n'
+        f"{ORDERS}"
     )
     settings = replace(
         Settings.from_env(),
@@ -285,6 +288,7 @@ def feed_it_ui(stack, count: int, seed: int) -> None:
     from onceflow import broker, ledger, producer, views
     from onceflow.config import get_pipeline
     from onceflow.db import migrate
+    from onceflow.transforms import load_module
 
     migrate(stack.postgres_dsn)  # a fresh test stack has no ledger schema yet (idempotent)
     cfg = get_pipeline(stack.pipelines_file, PIPELINE)
@@ -296,7 +300,8 @@ def feed_it_ui(stack, count: int, seed: int) -> None:
             lambda: broker.snapshot(stack.kafka_bootstrap, cfg.name, cfg.topics),
             reason="test stack restarted: the in-memory broker lost topic it_ui",
         )
-    producer.produce(stack.kafka_bootstrap, PIPELINE, 2, count, malformed_rate=0.05, seed=seed)
+    sample = load_module("orders:transform").sample_with(0.05)  # spark_jobs/orders.py
+    producer.produce(stack.kafka_bootstrap, PIPELINE, 2, count, sample=sample, seed=seed)
 
 
 def ready_dag(airflow) -> None:

@@ -32,7 +32,9 @@ PORT = _free_port()  # the module's own broker: never a fixed port another run m
 BOOTSTRAP = f"127.0.0.1:{PORT}"
 TOPIC = "it_orders"
 TX_TOPIC = "it_orders_tx"
+REV_TOPIC = "it_revenue"
 PIPELINE = "it_orders"
+TRANSFORM = "orders:transform"
 SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
 
 
@@ -141,12 +143,19 @@ def env(pg, produced, tmp_path_factory):
     db.migrate(pg)
     home = tmp_path_factory.mktemp("home")
     pipelines = home / "pipelines.toml"
+    # the orders example (spark_jobs/orders.py, with its fast form) into append tables
+    orders = f'transform = "{TRANSFORM}"\nsink = {{ kind = "postgres", table = "orders" }}\n'
     pipelines.write_text(
         f'[pipelines.{PIPELINE}]\ntopics = ["{TOPIC}", "{TX_TOPIC}"]\n'
-        "records_per_input_partition = 25\n"
-        f'[pipelines.it_bad]\nsink_schema = "it_bad"\ntopics = ["{TOPIC}"]\n'
+        f"records_per_input_partition = 25\n{orders}"
+        f'[pipelines.it_bad]\nsink_schema = "it_bad"\ntopics = ["{TOPIC}"]\n{orders}'
         f'[pipelines.it_fast]\nsink_schema = "it_fast"\ntopics = ["{TOPIC}"]\n'
-        "records_per_input_partition = 25\n"
+        f"records_per_input_partition = 25\n{orders}"
+        # the revenue example (spark_jobs/orders.py `revenue`): aggregating, into a merge table
+        f'[pipelines.it_revenue]\nsink_schema = "it_revenue"\ntopics = ["{REV_TOPIC}"]\n'
+        'transform = "orders:revenue"\ntransform_kind = "aggregating"\n'
+        'sink = { table = "revenue_per_minute", mode = "merge",'
+        ' key = ["customer_id", "currency", "minute"], aggregates = ["revenue", "orders"] }\n'
     )
     e = dict(os.environ)
     e.update(
@@ -165,6 +174,36 @@ def cfg(env, name=PIPELINE):
     from onceflow.config import get_pipeline
 
     return get_pipeline(env["ONCEFLOW_PIPELINES"], name)
+
+
+# the orders transform's columns as Spark types them: its sink's columns, its fast form's rows
+ORDER_FIELDS = [
+    ("order_id", "string"),
+    ("customer_id", "string"),
+    ("amount", "decimal(18,2)"),
+    ("currency", "string"),
+    ("ts", "timestamp"),
+]
+
+
+def orders_sink(dsn: str, schema: str):
+    """The pipeline's append sink in `schema`, bound to the orders output (its tables
+    created or checked, as process does)."""
+    from onceflow.config import SinkConfig
+    from onceflow.db import transaction
+    from onceflow.sinks.postgres import PostgresSink
+
+    with transaction(dsn) as cur:
+        return PostgresSink(schema, SinkConfig("orders")).bind_output(cur, ORDER_FIELDS)
+
+
+def fast_form_columns():
+    """The Arrow schema of the orders fast form's rows (fast_stage.fast_form_columns)."""
+    import pyarrow as pa
+
+    types = {"string": pa.string(), "decimal(18,2)": pa.decimal128(18, 2)}
+    types["timestamp"] = pa.timestamp("us", tz="UTC")
+    return pa.schema([(name, types[t]) for name, t in ORDER_FIELDS])
 
 
 def plan(env, txid: str, ends: dict, name=PIPELINE):
@@ -252,11 +291,15 @@ def test_process_stages_every_record_of_the_ranges(env, produced, first_run):
     (b,) = query(
         env,
         "select state, attempt, staged_attempt, records_read, records_out, records_dead, checksum,"
-        " last_error from onceflow.batches where pipeline = %s and txid = 'run-1'",
+        " last_error, bytes_read from onceflow.batches where pipeline = %s and txid = 'run-1'",
         PIPELINE,
     )
     assert b[:6] == ("staged", 1, 1, len(delivered), len(delivered) - n_dead, n_dead)
     assert b[6] and b[7] is None
+    # the reader counts the key and value bytes of every record it hands on (keys: see
+    # `produced`), the fast form's and the JVM's alike
+    keys = sum(len(b"k%d" % i) for i in range(120)) + len(b"tombstone")
+    assert b[8] == keys + sum(len(v) for v in delivered.values() if v is not None)
 
 
 @pytest.mark.integration
@@ -304,7 +347,7 @@ def test_parts_follow_the_split_input_partitions(env, produced, first_run):
     assert accepted > declined > 0  # most records take the fast form; dead letters do not
     assert (
         f"fast form: parts 0..{n - 1} staged by the readers' Python workers; {declined} "
-        f"declined record(s) through the orders transform in the JVM, parts {n}..{2 * n - 1}"
+        f"declined record(s) through transform {TRANSFORM} in the JVM, parts {n}..{2 * n - 1}"
     ) in proc.stdout
 
 
@@ -331,7 +374,6 @@ def test_retry_claims_attempt_2_with_the_same_output_and_fences_attempt_1(env, f
     from onceflow import ledger
     from onceflow.db import transaction
     from onceflow.errors import FencedAttemptError
-    from onceflow.sinks.orders import OrdersSink
 
     assert first_run[1].returncode == 0
     # --ship-package: executors import onceflow from a zip the job builds (cluster mode)
@@ -339,9 +381,10 @@ def test_retry_claims_attempt_2_with_the_same_output_and_fences_attempt_1(env, f
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     assert summary(proc)["attempt"] == "2"
     dsn = env["ONCEFLOW_POSTGRES_DSN"]
+    sink = orders_sink(dsn, "it_orders")
     with transaction(dsn) as cur:
-        first = OrdersSink("it_orders").staged_counts(cur, "run-1", 1)
-        second = OrdersSink("it_orders").staged_counts(cur, "run-1", 2)
+        first = sink.staged_counts(cur, "run-1", 1)
+        second = sink.staged_counts(cur, "run-1", 2)
     assert first == second  # deterministic: same rows, same checksum
     (row,) = query(
         env,
@@ -404,7 +447,6 @@ def test_a_retried_fast_stage_task_still_hands_on_its_declined_records(env, prod
     from onceflow.errors import FencedAttemptError
     from onceflow.fast_stage import FastStageFn
     from onceflow.reader import input_ranges
-    from onceflow.sinks.orders import OrdersSink
     from onceflow.stage import StageTarget
 
     ends, delivered = produced
@@ -412,8 +454,8 @@ def test_a_retried_fast_stage_task_still_hands_on_its_declined_records(env, prod
     batch = plan(env, "run-fs", {tp: e for tp, e in ends.items() if tp[0] == TOPIC}, "it_fast")
     pieces = input_ranges(batch.ranges, 25)
     attempt = ledger.claim_attempt(dsn, "it_fast", "run-fs").attempt
-    target = StageTarget.for_sink(dsn, OrdersSink("it_fast"), "it_fast", "run-fs", attempt)
-    fn = FastStageFn(pieces, BOOTSTRAP, target, "orders")
+    target = StageTarget.for_sink(dsn, orders_sink(dsn, "it_fast"), "it_fast", "run-fs", attempt)
+    fn = FastStageFn(pieces, BOOTSTRAP, target, TRANSFORM, fast_form_columns())
 
     def records_of(piece) -> dict:
         return {
@@ -461,7 +503,6 @@ def test_a_retried_fast_stage_task_still_hands_on_its_declined_records(env, prod
 def test_task_fence_stages_a_part_once_per_attempt(env, first_run):
     import pyarrow as pa
     from onceflow.errors import FencedAttemptError
-    from onceflow.sinks.orders import OrdersSink
     from onceflow.stage import StageTarget, stage_part
 
     dsn = env["ONCEFLOW_POSTGRES_DSN"]
@@ -481,7 +522,8 @@ def test_task_fence_stages_a_part_once_per_attempt(env, first_run):
             "error": ["x"],
         }
     )
-    target = StageTarget.for_sink(dsn, OrdersSink("it_orders"), PIPELINE, "run-1", attempt)
+    target_sink = orders_sink(dsn, "it_orders")
+    target = StageTarget.for_sink(dsn, target_sink, PIPELINE, "run-1", attempt)
     msg = stage_part(target, 0, [batch])  # a retried task of part 0 of the same attempt
     assert msg.skipped and msg.rows == 0
     assert (
@@ -494,7 +536,7 @@ def test_task_fence_stages_a_part_once_per_attempt(env, first_run):
     )
     with pytest.raises(FencedAttemptError):  # a task of an older attempt (a zombie driver)
         stage_part(
-            StageTarget.for_sink(dsn, OrdersSink("it_orders"), PIPELINE, "run-1", attempt - 1),
+            StageTarget.for_sink(dsn, target_sink, PIPELINE, "run-1", attempt - 1),
             77,
             [batch],
         )
@@ -512,7 +554,6 @@ def test_a_task_that_finds_its_part_staged_still_reads_its_input_to_the_end(
     consume every batch, or the batch would look short of records."""
     import pyarrow as pa
     import pyspark
-    from onceflow.sinks.orders import OrdersSink
     from onceflow.stage import StagePartFn, StageTarget
 
     class Part0:
@@ -524,9 +565,8 @@ def test_a_task_that_finds_its_part_staged_still_reads_its_input_to_the_end(
     (attempt,) = query(
         env, "select attempt from onceflow.batches where pipeline = %s and txid = 'run-1'", PIPELINE
     )[0]
-    target = StageTarget.for_sink(
-        env["ONCEFLOW_POSTGRES_DSN"], OrdersSink("it_orders"), PIPELINE, "run-1", attempt
-    )
+    dsn = env["ONCEFLOW_POSTGRES_DSN"]
+    target = StageTarget.for_sink(dsn, orders_sink(dsn, "it_orders"), PIPELINE, "run-1", attempt)
     handed = []
 
     def batches():
@@ -543,7 +583,6 @@ def test_a_task_that_finds_its_part_staged_still_reads_its_input_to_the_end(
 def test_a_task_that_dies_before_its_commit_leaves_nothing(env, first_run, tmp_path, monkeypatch):
     import pyarrow as pa
     from onceflow import failpoints
-    from onceflow.sinks.orders import OrdersSink
     from onceflow.stage import StageTarget, stage_part
 
     (attempt,) = query(
@@ -559,9 +598,8 @@ def test_a_task_that_dies_before_its_commit_leaves_nothing(env, first_run, tmp_p
             "error": ["x"],
         }
     )
-    target = StageTarget.for_sink(
-        env["ONCEFLOW_POSTGRES_DSN"], OrdersSink("it_orders"), PIPELINE, "run-1", attempt
-    )
+    dsn = env["ONCEFLOW_POSTGRES_DSN"]
+    target = StageTarget.for_sink(dsn, orders_sink(dsn, "it_orders"), PIPELINE, "run-1", attempt)
     with pytest.raises(failpoints.FailpointError):
         stage_part(target, 88, [batch])  # rows copied, then the task dies before its commit
     assert not query(env, "select 1 from onceflow.stage_parts where part = 88")
@@ -581,7 +619,6 @@ def test_staged_timestamps_are_utc_whatever_the_servers_time_zone(env, first_run
     import datetime as dt
 
     import pyarrow as pa
-    from onceflow.sinks.orders import OrdersSink
     from onceflow.stage import StageTarget, stage_part
 
     (attempt,) = query(
@@ -597,11 +634,12 @@ def test_staged_timestamps_are_utc_whatever_the_servers_time_zone(env, first_run
             "ts": pa.array([instant], pa.timestamp("us", tz="Asia/Tokyo")),
         }
     )
+    sink = orders_sink(env["ONCEFLOW_POSTGRES_DSN"], "it_orders")
     dsn = env["ONCEFLOW_POSTGRES_DSN"]
     dsn += ("&" if "?" in dsn else "?") + "options=-c%20TimeZone%3DAmerica/New_York"
     try:
         msg = stage_part(
-            StageTarget.for_sink(dsn, OrdersSink("it_orders"), PIPELINE, "run-1", attempt),
+            StageTarget.for_sink(dsn, sink, PIPELINE, "run-1", attempt),
             87,
             [batch],
         )
@@ -631,6 +669,57 @@ def test_commit_publishes_staged_rows_and_dead_letters(env, produced, first_run)
         c for c, v in delivered.items() if v in MALFORMED or v is None
     }
     assert all(reason for *_, reason in dead)
+
+
+@pytest.mark.integration
+def test_revenue_folds_each_customers_orders_per_currency_and_minute(env, broker):
+    """The revenue example through the real job and commit, on orders of three customers in
+    two currencies and two minutes (so each key sums several orders): the state holds, per
+    customer, currency and minute, the sum and count of the valid orders; refused records
+    are dead letters; the audit says exactly-once."""
+    import datetime as dt
+    from collections import defaultdict
+    from decimal import Decimal
+
+    from confluent_kafka import Producer
+    from kafka.admin import KafkaAdminClient, NewTopic
+    from onceflow import ledger
+    from onceflow.audit import run_audit
+
+    admin = KafkaAdminClient(bootstrap_servers=broker)
+    admin.create_topics([NewTopic(REV_TOPIC, 1, 1)])
+    admin.close()
+    values = [
+        order(i, customer_id=f"c-{i % 3}", currency=("EUR", "USD")[i // 6 % 2],
+              ts=f"2024-05-01T12:0{i % 2}:{i:02d}+00:00")
+        for i in range(48)
+    ] + list(MALFORMED) + [None]  # fmt: skip
+    p = Producer({"bootstrap.servers": broker})
+    for v in values:
+        p.produce(REV_TOPIC, v, key=b"k")
+        p.flush(10)
+    plan(env, "run-rev", {(REV_TOPIC, 0): len(values)}, "it_revenue")
+    proc = submit(env, "--pipeline", "it_revenue", "--txid", "run-rev")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    dsn = env["ONCEFLOW_POSTGRES_DSN"]
+    assert ledger.commit(dsn, cfg(env, "it_revenue"), "run-rev").outcome == "committed"
+
+    expected: dict = defaultdict(lambda: [Decimal(0), 0])
+    for v in values[:48]:
+        e = json.loads(v)
+        minute = dt.datetime.fromisoformat(e["ts"]).replace(second=0)
+        key = (e["customer_id"], e["currency"], minute)
+        expected[key][0] += Decimal(str(e["amount"])).quantize(Decimal("0.01"))
+        expected[key][1] += 1
+    assert len(expected) == 12  # 3 customers x 2 currencies x 2 minutes, 4 orders each
+    state = query(
+        env,
+        "select customer_id, currency, minute, revenue, orders from it_revenue.revenue_per_minute",
+    )
+    assert {(c, cur, m): [r, n] for c, cur, m, r, n in state} == dict(expected)
+    dead = query(env, "select count(*) from onceflow.dead_letters where pipeline = 'it_revenue'")
+    assert dead == [(len(MALFORMED) + 1,)]
+    assert run_audit(dsn, cfg(env, "it_revenue")).verdict == "exactly-once"
 
 
 @pytest.mark.integration
@@ -807,6 +896,27 @@ def test_short_error_of_a_python_worker_is_the_error_it_raised():
 
 
 @pytest.mark.unit
+def test_a_fast_form_that_does_not_fit_is_the_transforms_fault_not_a_failure_to_retry():
+    from onceflow import process as mod
+
+    text = (
+        "An exception was thrown from the Python worker:\n"
+        "Traceback (most recent call last):\n"
+        '  File "/x/onceflow/fast_stage.py", line 103, in _split\n'
+        "onceflow.errors.TransformError: the fast form of transform 'orders:transform' "
+        "accepted 2 record(s) but gave 1 row(s)\n"
+        "\tat org.apache.spark.api.python.BasePythonRunner...\n"
+    )
+    assert mod.transform_refusal(text, aggregating=False) == (
+        "the fast form of transform 'orders:transform' accepted 2 record(s) but gave 1 row(s)"
+    )
+    violation = "[USER_RAISED_EXCEPTION] aggregating transform 'm:f' of pipeline 'p': x SQLSTATE"
+    assert mod.transform_refusal(violation, aggregating=True).startswith("aggregating transform")
+    assert mod.transform_refusal(violation, aggregating=False) is None
+    assert mod.transform_refusal("RangeReadError: no progress", aggregating=False) is None
+
+
+@pytest.mark.unit
 def test_bytea_hex_encodes_only_the_present_values_of_any_slice():
     import pyarrow as pa
     from onceflow.stage import _bytea_hex
@@ -827,7 +937,6 @@ def test_csv_for_copy_tags_rows_and_encodes_bytea():
     from decimal import Decimal
 
     import pyarrow as pa
-    from onceflow.sinks.orders import OrdersSink
     from onceflow.stage import StageTarget, _CsvStream
 
     batch = pa.RecordBatch.from_pydict(
@@ -845,7 +954,11 @@ def test_csv_for_copy_tags_rows_and_encodes_bytea():
             "value": pa.array([None, b"\x00\xff"], pa.binary()),
         }
     )
-    target = StageTarget.for_sink("dsn", OrdersSink("s"), "p", "run,1", 3)
+    from onceflow.config import SinkConfig
+    from onceflow.sinks.postgres import PostgresSink, output_columns
+
+    sink = PostgresSink("s", SinkConfig("orders"), output_columns(ORDER_FIELDS))
+    target = StageTarget.for_sink("dsn", sink, "p", "run,1", 3)
     stream = _CsvStream([batch, batch.slice(0, 0)], target, 7)
     text = io.BytesIO(stream.read()).getvalue().decode()
     assert stream.read() == b"" and stream.rows == 2

@@ -17,6 +17,7 @@ from onceflow.errors import DataLossError, PartitionRemovedError
 from onceflow.ranges import OffsetRange
 
 pytestmark = pytest.mark.real_kafka
+ORDERS = {"transform": "orders:transform", "sink": {"table": "orders"}}  # spark_jobs/orders.py
 
 
 @pytest.fixture
@@ -51,7 +52,7 @@ def test_retention_deleted_records_fail_plan_or_become_a_loss_event(
     from kafka import KafkaAdminClient
     from kafka.structs import TopicPartition
 
-    cfg = parse_pipeline(unique_name, {"topics": [topic]})
+    cfg = parse_pipeline(unique_name, {"topics": [topic], **ORDERS})
     _produce(bootstrap, topic, 10)
     ledger.plan(ledger_dsn, cfg, "a", _snapshot(bootstrap, cfg))
     _produce(bootstrap, topic, 10)
@@ -60,7 +61,7 @@ def test_retention_deleted_records_fail_plan_or_become_a_loss_event(
     admin.close()
     with pytest.raises(DataLossError, match=r"\[10, 15\)"):
         ledger.plan(ledger_dsn, cfg, "b", _snapshot(bootstrap, cfg))
-    skip = parse_pipeline(unique_name, {"topics": [topic], "on_data_loss": "skip"})
+    skip = parse_pipeline(unique_name, {"topics": [topic], **ORDERS, "on_data_loss": "skip"})
     b = ledger.plan(ledger_dsn, skip, "b", _snapshot(bootstrap, skip))
     assert [(lo.from_offset, lo.until_offset) for lo in b.losses] == [(10, 15)]
     assert (b.ranges[0].from_offset, b.ranges[0].until_offset) == (15, 20)
@@ -72,7 +73,7 @@ def test_added_partition_joins_and_removed_partition_stops(
     from kafka import KafkaAdminClient
     from kafka.admin import NewPartitions
 
-    cfg = parse_pipeline(unique_name, {"topics": [topic]})
+    cfg = parse_pipeline(unique_name, {"topics": [topic], **ORDERS})
     _produce(bootstrap, topic, 5)
     ledger.plan(ledger_dsn, cfg, "a", _snapshot(bootstrap, cfg))
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)

@@ -16,8 +16,14 @@ from onceflow.config import get_pipeline
 from onceflow.db import transaction
 from onceflow.errors import UnknownTxidError
 from onceflow.recount import count_records
+from onceflow.transforms import load_module
 
 pytestmark = [pytest.mark.integration, pytest.mark.real_kafka]
+
+
+def orders_sample(malformed_rate: float):
+    """The orders example's sample (spark_jobs/orders.py) with this share malformed."""
+    return load_module("orders:transform").sample_with(malformed_rate)
 
 
 def audit(stack, name):
@@ -35,8 +41,9 @@ def run_and_wait(client, dag_id, run_ids, timeout=600):
 
 def produce(stack, topic, count, start, partitions):
     return producer.produce(
-        stack.kafka_bootstrap, topic, partitions, count, malformed_rate=0.0, start=start, seed=3
-    )
+        stack.kafka_bootstrap, topic, partitions, count, sample=orders_sample(0.0), start=start,
+        seed=3,
+    )  # fmt: skip
 
 
 def published_order_ids(stack, schema):
@@ -59,7 +66,7 @@ def settled_ends(bootstrap, topic, expected, timeout=30.0):
 def test_runs_on_apache_kafka_publish_exactly_the_produced_records(real_stack, real_airflow):
     broker.create_topic(real_stack.kafka_bootstrap, "rk_basic", 2)
     produced = producer.produce(
-        real_stack.kafka_bootstrap, "rk_basic", 2, 2000, malformed_rate=0.05, seed=7
+        real_stack.kafka_bootstrap, "rk_basic", 2, 2000, sample=orders_sample(0.05), seed=7
     )
     # cap 700/partition over 2 partitions: 2000 records need two batches, the third is empty
     states = run_and_wait(
@@ -86,7 +93,8 @@ def test_aborted_transactions_in_the_source_are_never_published(real_stack, real
     def transaction_of(count, commit):
         nonlocal start
         txp.begin_transaction()
-        for i, (key, value) in enumerate(producer.events(count, malformed_rate=0.0, start=start)):
+        events = producer.records(orders_sample(0.0), count, start=start)
+        for i, (key, value) in enumerate(events):
             partition = i % 2
             txp.produce(topic, key=key, value=value, partition=partition)
             records[partition] += 1

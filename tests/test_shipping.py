@@ -55,7 +55,6 @@ def test_a_top_level_module_is_shipped_as_its_file(jobs):
     assert py_files(f"{name}:transform", "spark://h:7077", False, out) == [
         str(folder / f"{name}.py")
     ]
-    assert py_files("orders", "spark://h:7077", False, out) == []  # built in: in onceflow
 
 
 def test_a_module_in_a_package_ships_the_top_level_package_zipped(jobs):
@@ -91,4 +90,3 @@ def test_ship_package_adds_onceflow_zipped_in_any_mode(jobs):
     names = zipfile.ZipFile(zipped).namelist()
     assert {"onceflow/__init__.py", "onceflow/shipping.py", "onceflow/process.py"} <= set(names)
     assert all(n.startswith("onceflow/") and "__pycache__" not in n for n in names)
-    assert py_files("orders", "local[2]", True, out) == [str(out / "onceflow.zip")]

@@ -392,6 +392,33 @@ def test_a_compatible_existing_table_is_used(ledger_dsn, unique_name):
     assert published(ledger_dsn, cfg) == [(0, 0, "x", 1)]
 
 
+def test_the_tables_of_an_earlier_version_are_taken_over(ledger_dsn, unique_name):
+    """The built-in orders sink's tables (before the orders example moved onto the public
+    interface): a stage without `tombstone` gets it, a published table whose columns are
+    not null fits; the existing rows stay."""
+    cfg = pipeline(unique_name, "append")
+    s = f'"{cfg.sink_schema}"'
+    with transaction(ledger_dsn) as cur:
+        cur.execute(f"create schema {s}")
+        cur.execute(
+            f"create unlogged table {s}.stage_items (txid text not null, attempt integer not"
+            " null, part integer not null, topic text not null, partition integer not null,"
+            ' "offset" bigint not null, sku text, qty bigint, error text, key bytea,'
+            " value bytea, row_hash bigint)"
+        )
+        cur.execute(
+            f"create table {s}.items (topic text not null, partition integer not null, epoch"
+            ' integer not null, "offset" bigint not null, txid text not null, sku text not'
+            " null, qty bigint not null, published_at timestamptz not null default now(),"
+            ' primary key (topic, partition, epoch, "offset"))'
+        )
+        cur.execute(f"insert into {s}.items values ('{T}', 0, 0, 7, 'old', 'y', 2)")
+    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 1}))
+    process(ledger_dsn, cfg, "a", [(0, 0, "x", 1)])
+    ledger.commit(ledger_dsn, cfg, "a")
+    assert published(ledger_dsn, cfg) == [(0, 0, "x", 1), (0, 7, "y", 2)]
+
+
 def test_output_columns_the_sink_cannot_hold_are_named():
     with pytest.raises(SinkSchemaError, match="'tags' has Spark type 'array<string>'"):
         output_columns([("topic", "string"), ("tags", "array<string>")])

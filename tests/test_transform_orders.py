@@ -1,4 +1,5 @@
-"""The orders transform in a local SparkSession: every validation rule, in rule order."""
+"""The orders example's transform (spark_jobs/orders.py) in a local SparkSession: every
+validation rule, in rule order, and its Python fast form against it."""
 
 from __future__ import annotations
 
@@ -9,8 +10,11 @@ import sys
 from decimal import Decimal
 
 import pytest
+from onceflow.transforms import load_module
 
 pytestmark = pytest.mark.integration  # needs a JVM (local Spark), no other service
+
+orders = load_module("orders:transform")  # spark_jobs/orders.py
 
 UTC = dt.UTC
 GOOD = {
@@ -70,9 +74,10 @@ def run(
     ts_as_micros: bool = False,
 ) -> list:
     """The transform's rows of `values`, in offset order. Also checks, for every caller, that
-    the records the Python fast form accepts (orders_fast) get exactly the same rows there."""
-    from onceflow.transforms.orders import OUTPUT_COLUMNS, transform
+    the records the Python fast form accepts (orders.fast_form) get exactly the same rows there."""
     from pyspark.sql import functions as F
+
+    OUTPUT_COLUMNS, transform = orders.OUTPUT_COLUMNS, orders.transform
 
     keys = keys or [b"k"] * len(values)
     rows = [
@@ -102,8 +107,6 @@ def fast_form_rows(spark, keys: list, values: list) -> tuple[list[int], list]:
     """(offsets the Python fast form accepts, their rows with ts as epoch microseconds:
     Python's datetime cannot hold every edge instant)."""
     import pyarrow as pa
-    from onceflow.transforms.orders_fast import FAST_COLUMNS as PY_COLUMNS
-    from onceflow.transforms.orders_fast import fast_form
     from pyspark.sql import functions as F
 
     n = len(values)
@@ -118,11 +121,15 @@ def fast_form_rows(spark, keys: list, values: list) -> tuple[list[int], list]:
         ],
         names=["topic", "partition", "offset", "key", "value", "timestamp"],
     )
-    accepted, rows = fast_form(batch)
-    assert tuple(rows.schema.names) == PY_COLUMNS
-    assert rows.column("offset").to_pylist() == accepted.tolist()
+    accepted, rows = orders.fast_form(batch)
+    assert tuple(rows.schema.names) == orders.COLUMNS
     if not len(accepted):
         return [], []
+    # the fast stage adds the coordinates of the accepted records (onceflow.fast_stage)
+    coordinates = batch.select(["topic", "partition", "offset"]).take(pa.array(accepted))
+    rows = pa.RecordBatch.from_arrays(
+        [*coordinates.columns, *rows.columns], names=[*coordinates.schema.names, *orders.COLUMNS]
+    )
     df = spark.createDataFrame(pa.Table.from_batches([rows]))
     got = df.select(*FAST_COLUMNS, F.unix_micros("ts").alias("ts")).orderBy("offset").collect()
     return accepted.tolist(), [tuple(r) for r in got]
@@ -278,8 +285,7 @@ def test_nested_and_unicode_values(spark):
 
 
 def test_transform_adds_no_shuffle(spark):
-    from onceflow.transforms.orders import transform
-
+    transform = orders.transform
     df = spark.createDataFrame(
         [("t", 0, 0, None, event(), None)],
         "topic string, partition int, offset bigint, key binary, value binary, timestamp timestamp",
@@ -349,7 +355,7 @@ def test_fast_path_gives_the_same_rows_as_the_variant_rules(spark):
 
 
 def _fuzz_values() -> list[bytes]:
-    """Timestamps and amounts at and around every edge of orders_fast's checks."""
+    """Timestamps and amounts at and around every edge of the Python fast form's checks."""
     import random
 
     rng = random.Random(7)
@@ -391,7 +397,7 @@ def _fuzz_values() -> list[bytes]:
 
 
 def test_python_fast_form_gives_the_rules_rows_on_edge_and_random_values(spark):
-    """orders_fast (the reader's Python worker) against the JVM transform, both with its own
+    """orders.fast_form (the reader's Python worker) against the JVM transform, both with its own
     fast path and with every record through the VARIANT rules (run() compares them)."""
     values = _fuzz_values()
     run(spark, values, ts_as_micros=True)
@@ -402,8 +408,9 @@ def test_python_fast_form_gives_the_rules_rows_on_edge_and_random_values(spark):
 
 
 def test_the_fast_form_is_taken_by_common_layouts(spark):
-    from onceflow.transforms.orders import FAST_RE
     from pyspark.sql import functions as F
+
+    FAST_RE = orders.FAST_RE
 
     values = [*FAST_CASES[:4], b'{"order_id":"x"}', event(order_id='a"b')]
     df = spark.createDataFrame([(v,) for v in values], "value binary")

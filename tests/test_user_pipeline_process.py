@@ -153,6 +153,21 @@ def produced(broker):
     return ends, sorted(sent)
 
 
+# A module whose fast form gives rows that do not fit its transform's output (no qty).
+BAD_FAST_FORM = '''
+import numpy as np
+import pyarrow as pa
+from user_inventory import transform  # noqa: F401
+
+
+def fast_form(batch):
+    """Takes every record, with its key as the sku and no qty."""
+    sku = batch.column(batch.schema.get_field_index("key")).cast(pa.string())
+    accepted = np.arange(batch.num_rows, dtype=np.int64)
+    return accepted, pa.RecordBatch.from_arrays([sku], names=["sku"])
+'''
+
+
 @pytest.fixture(scope="module")
 def env(pg, broker, produced, tmp_path_factory):
     from onceflow import db
@@ -160,6 +175,7 @@ def env(pg, broker, produced, tmp_path_factory):
     db.migrate(pg)
     jobs = tmp_path_factory.mktemp("user_jobs")  # outside the repository
     (jobs / "user_inventory.py").write_text(TRANSFORM)
+    (jobs / "user_fast.py").write_text(BAD_FAST_FORM)
     home = tmp_path_factory.mktemp("home")
     pipelines = home / "pipelines.toml"
     text = ""
@@ -181,6 +197,8 @@ def env(pg, broker, produced, tmp_path_factory):
         '[pipelines.inv_bad.sink]\ntable = "stock"\n'
         f'[pipelines.inv_missing]\ntopics = ["{TOPIC}"]\ntransform = "no_such_module:transform"\n'
         '[pipelines.inv_missing.sink]\ntable = "stock"\n'
+        f'[pipelines.inv_fast]\ntopics = ["{TOPIC}"]\ntransform = "user_fast:transform"\n'
+        '[pipelines.inv_fast.sink]\ntable = "stock"\n'
     )
     for name, fn in (
         ("inv_filter", "filtered"),
@@ -387,6 +405,25 @@ def test_an_output_without_offset_stages_nothing_and_is_not_retried(env, produce
     )[0]
     assert "its output lacks column(s) ['offset']" in last_error
     assert query(env, "select count(*) from onceflow.stage_parts where pipeline = 'inv_bad'") == [
+        (0,)
+    ]
+
+
+def test_a_fast_form_whose_rows_do_not_fit_stages_nothing_and_is_not_retried(env, produced):
+    """The fast form runs in the reader's worker: rows of other columns than the transform's
+    fail their part before it commits, and the attempt as the transform's fault (exit 2)."""
+    ends, _ = produced
+    proc, _ = run(env, "inv_fast", ends)
+    assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (last_error,) = query(
+        env, "select last_error from onceflow.batches where pipeline = 'inv_fast'"
+    )[0]
+    assert last_error.startswith(
+        "process attempt 1: TransformError: the fast form of transform 'user_fast:transform' "
+        "gives rows of columns ['sku string'], but the transform's output has the columns "
+        "['sku string', 'qty int64']"
+    ), last_error
+    assert query(env, "select count(*) from onceflow.stage_parts where pipeline = 'inv_fast'") == [
         (0,)
     ]
 

@@ -1,4 +1,4 @@
-"""Loading a user transform ("module:function") and its output contract: each failure names
+"""Loading a transform ("module:function") and its output contract: each failure names
 the transform, the module or the missing columns."""
 
 from __future__ import annotations
@@ -9,7 +9,12 @@ import uuid
 import pytest
 from onceflow.config import SinkConfig
 from onceflow.errors import TransformError
-from onceflow.transforms import check_output, get_transform, load_transform, user_columns
+from onceflow.transforms import (
+    check_output,
+    load_fast_form,
+    load_transform,
+    user_columns,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -23,10 +28,6 @@ def jobs(tmp_path, monkeypatch):
     name = f"user_{uuid.uuid4().hex[:8]}"
     yield tmp_path, name
     sys.modules.pop(name, None)
-
-
-def test_builtin_name_is_the_builtin_transform():
-    assert load_transform("orders") is get_transform("orders")
 
 
 def test_a_function_in_the_spark_jobs_folder(jobs):
@@ -94,6 +95,25 @@ def test_function_missing_or_not_callable(jobs):
 
 UPSERT = SinkConfig(table="stock", mode="upsert", key=("sku",))
 MERGE = SinkConfig(table="views", mode="merge", key=("page",), aggregates=("views",))
+
+
+def test_a_fast_form_goes_with_the_modules_transform(jobs):
+    folder, name = jobs
+    (folder / f"{name}.py").write_text(
+        "def transform(df):\n    return df\n"
+        "def totals(df):\n    return df\n"
+        "def fast_form(batch):\n    return [], batch\n"
+    )
+    assert load_fast_form(f"{name}:transform") is sys.modules[name].fast_form
+    assert load_fast_form(f"{name}:totals") is None  # another function: no fast form
+    assert load_fast_form("inventory:transform") is None  # a module without one
+
+
+def test_a_fast_form_that_is_not_a_function_is_named(jobs):
+    folder, name = jobs
+    (folder / f"{name}.py").write_text("def transform(df):\n    return df\nfast_form = 3\n")
+    with pytest.raises(TransformError, match=rf"{name}\.fast_form .* is a int, not a function"):
+        load_fast_form(f"{name}:transform")
 
 
 def test_output_keeps_coordinates_and_the_sink_columns():

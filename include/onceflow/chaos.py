@@ -2,11 +2,11 @@
 
 It starts a dedicated local stack (ONCEFLOW_HOME=.onceflow/chaos, ports 25435/29095/28083,
 failpoints armed in <home>/failpoints) running one pipeline: by default `chaos` from
-tests/chaos_pipelines.toml (the built-in orders transform); with `--pipeline NAME` the user's
-pipeline NAME from their pipelines file, with its transform and sink but chaos's small
-batches, runs in flight and Spark settings and the harness's own topic (`chaos_pipeline`),
-written to <home>/pipelines.toml so nothing in the repository changes per run. It keeps a
-producer writing the pipeline's records (orders events, or the transform module's
+tests/chaos_pipelines.toml (the orders example into an append table); with `--pipeline
+NAME` the user's pipeline NAME from their pipelines file, with its transform and sink but
+chaos's small batches, runs in flight and Spark settings and the harness's own topic
+(`chaos_pipeline`), written to <home>/pipelines.toml so nothing in the repository changes
+per run. It keeps a producer writing the pipeline's records (the transform module's
 `sample(i, rng)`) while DAG runs go through the real scheduler (several at once), and
 injects faults by a schedule drawn from the seed:
 
@@ -69,7 +69,6 @@ from onceflow.chaos_truth import (
     merge_projection,
     merge_totals,
     merge_truth,
-    orders_row,
     upsert_truth,
 )
 from onceflow.config import RESERVED_COLUMNS, PipelineConfig
@@ -79,7 +78,7 @@ from onceflow.sinks.iceberg import IcebergSink
 from onceflow.states import BatchState
 
 CHAOS_PIPELINES = PROJECT_ROOT / "tests" / "chaos_pipelines.toml"
-DEFAULT_PIPELINE = "chaos"  # in CHAOS_PIPELINES: the built-in orders transform
+DEFAULT_PIPELINE = "chaos"  # in CHAOS_PIPELINES: the orders example (spark_jobs/orders.py)
 TOPIC = "chaos"  # the harness's own topic, whatever the pipeline
 PARTITIONS = 4
 SPARK_MASTER = "local[2,3]"  # local mode with up to 3 attempts per Spark task
@@ -288,7 +287,6 @@ class Options:
     max_minutes: float = 120.0
     keep: bool = False
     report: Path = PROJECT_ROOT / "chaos-report.json"
-    malformed_rate: float | None = None  # orders events only (None: the producer's default)
     only: tuple[str, ...] = ()  # fault kinds to inject (default: all)
     pipeline: str | None = None  # a pipeline of pipelines_file (default: DEFAULT_PIPELINE)
     pipelines_file: Path | None = None  # the user's (default: settings.pipelines_file)
@@ -410,14 +408,13 @@ def _now() -> float:
 Records = Callable[[int, int], Iterable[tuple[bytes | None, bytes | None]]]
 
 
-def record_source(transform: str, seed: int, malformed_rate: float | None) -> Records:
+def record_source(transform: str, seed: int) -> Records:
     """(start, count) -> records start..start+count of the pipeline's series `seed`, as
-    (key, value) (onceflow.producer.records): the orders events (malformed_rate of them
-    malformed, None: the default) for the built-in transform, else the transform module's
-    `sample(i, rng)`, which decides its own mix of malformed records and tombstones."""
-    from onceflow.producer import records, sample_for
+    (key, value) (onceflow.producer.records): the transform module's `sample(i, rng)`,
+    which decides its own mix of malformed records and tombstones."""
+    from onceflow.producer import load_sample, records
 
-    sample = sample_for(transform, malformed_rate)
+    sample = load_sample(transform)
     return lambda start, count: records(sample, count, seed=seed, start=start)
 
 
@@ -726,8 +723,8 @@ class Harness:
         self.dag_id = self.cfg.dag_id
         self.topic = TOPIC
         self.sink = sink_for(self.cfg)
-        self.mode = "orders" if self.cfg.sink is None else self.cfg.sink.mode
-        self.records = record_source(self.cfg.transform, opts.seed, opts.malformed_rate)
+        self.mode = self.cfg.sink.mode
+        self.records = record_source(self.cfg.transform, opts.seed)
         self.home = self.settings.home
         self.fp_dir = Path(env["ONCEFLOW_FAILPOINTS_DIR"])
         self.rng = random.Random(f"onceflow-chaos-run:{opts.seed}")
@@ -1803,7 +1800,7 @@ class Harness:
             read = SinkSnapshot(cur, self.cfg, self.topic)
             dead = read.dead_letters()
             # a transform that drops `value` leaves every dead letter's value NULL
-            kept = self.mode == "orders" or any(d.ident is not None for d in dead)
+            kept = any(d.ident is not None for d in dead)
             note = "value compared" if kept else "coordinates only (the transform keeps no value)"
             args = (resets, self.epoch, committed)
             if self.mode == "merge":
@@ -1819,23 +1816,17 @@ class Harness:
         kept: bool,
         note: str,
     ) -> tuple[dict[str, int], list[dict[str, Any]]]:
-        """The orders sink, append and upsert: rows (upsert: versions) by coordinates."""
-        key = self.cfg.sink.key if self.cfg.sink else ()
-        if self.mode == "orders":
-            table, row_agrees = "orders", orders_row
-            published = read.rows(table)
-            rows = [SinkRecord(*_coord(r), "row", r["order_id"]) for r in published]
-            compared = ["order_id"]
+        """append and upsert: rows (upsert: versions) by coordinates."""
+        key = self.cfg.sink.key
+        table = self.sink.versions_table if self.mode == "upsert" else self.sink.table
+        row_agrees = fields_row(key)
+        if isinstance(self.sink, IcebergSink):  # the table scanned, by coordinates
+            table = f"Iceberg table {self.sink.name}"
+            published = read.iceberg_rows(self.sink)
         else:
-            table = self.sink.versions_table if self.mode == "upsert" else self.sink.table
-            row_agrees = fields_row(key)
-            if isinstance(self.sink, IcebergSink):  # the table scanned, by coordinates
-                table = f"Iceberg table {self.sink.name}"
-                published = read.iceberg_rows(self.sink)
-            else:
-                published = read.rows(table)
-            rows = [SinkRecord(*_coord(r), "row", _user_columns(r)) for r in published]
-            compared = compared_columns(acked, rows, key)
+            published = read.rows(table)
+        rows = [SinkRecord(*_coord(r), "row", _user_columns(r)) for r in published]
+        compared = compared_columns(acked, rows, key)
         counts = account(acked, rows + dead, *args, row_agrees=row_agrees, dead_values_kept=kept)
         checks = [
             _check(

@@ -4,7 +4,7 @@ and the audit) and the sink's tables as read back.
 
 - every mode: dead letters by their coordinates (topic, partition, epoch, offset), their
   stored value the acknowledged one;
-- the orders sink and `append`: one row per acknowledged record, by coordinates (`account`);
+- `append`: one row per acknowledged record, by coordinates (`account`);
   rows + dead letters = acknowledged records; each row's content is the record's;
 - `upsert`: the versions table holds one row per published record, accounted like append
   rows (`account`); the current table holds, per key, the record with the highest (seq of the
@@ -42,7 +42,7 @@ from datetime import UTC, date, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from onceflow.transforms.orders import DEAD_VALUE_BYTES
+from onceflow.process import DEAD_VALUE_BYTES
 
 Coord = tuple[int, int, int]  # (epoch, partition, offset)
 
@@ -65,7 +65,7 @@ class SinkRecord:
     epoch: int
     partition: int
     offset: int
-    kind: str  # "row" (a published row: append, upsert version, orders) or "dead"
+    kind: str  # "row" (a published row: append, upsert version) or "dead"
     ident: Any  # row: what the content check compares (RowCheck); dead: the stored value
 
 
@@ -101,10 +101,6 @@ class RangeIndex:
 
 # ---------------------------------------------------------------------------------------------
 # what a record says: its derivable columns
-
-
-def expected_order_id(i: int) -> str:
-    return f"o-{i:09d}"  # onceflow.producer.event
 
 
 def derived_fields(record: Acked, key_columns: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -194,11 +190,6 @@ def compared_columns(
 RowCheck = Callable[[Acked, Any], bool]
 
 
-def orders_row(record: Acked, ident: Any) -> bool:
-    """An orders row (ident: its order_id) is the record's event."""
-    return ident == expected_order_id(record.i)
-
-
 def fields_row(key_columns: tuple[str, ...]) -> RowCheck:
     """A user sink's row (ident: its columns; an upsert version also its tombstone flag) is
     the record's: every derivable column agrees, and a version is a tombstone exactly when
@@ -273,11 +264,12 @@ def account(
     resets: Iterable[tuple[int, int]],
     final_epoch: int,
     committed: dict[int, int] | None = None,
-    row_agrees: RowCheck = orders_row,
+    *,
+    row_agrees: RowCheck,
     dead_values_kept: bool = True,
 ) -> dict[str, int]:
-    """Compare what the broker acknowledged with a sink whose rows carry coordinates (the
-    orders sink, append rows, upsert versions).
+    """Compare what the broker acknowledged with a sink whose rows carry coordinates (append
+    rows, upsert versions).
 
     resets: (partition, committed_before) of onceflow.resets in id order; the k-th reset of a
       partition ends its epoch k, and committed_before is how far that epoch was committed.

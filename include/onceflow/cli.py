@@ -69,7 +69,7 @@ def cmd_produce(args: argparse.Namespace, settings: Settings) -> int:
     from onceflow import broker, producer
 
     cfg = _pipeline(settings, args.pipeline)
-    sample = producer.sample_for(cfg.transform, args.malformed_rate)
+    sample = producer.load_sample(cfg.transform)
     topic = args.topic or cfg.topics[0]
     created = broker.create_topic(settings.kafka_bootstrap, topic, args.partitions)
     print(
@@ -573,9 +573,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp = add(
         "produce",
         cmd_produce,
-        "Produce demo records to the pipeline's topic: order events (1 in 100 malformed) for "
-        "the built-in orders transform, else the records of the `sample` function in the "
-        "transform's module.",
+        "Produce demo records to the pipeline's topic: the records of the `sample` function "
+        "in the transform's module (onceflow.transforms).",
         "onceflow produce --pipeline inventory --count 20000",
     )
     sp.add_argument("--pipeline", help="pipeline name (default: the only one configured)")
@@ -585,12 +584,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sp.add_argument(
         "--partitions", type=int, default=4, help="partitions when creating the topic (default 4)"
-    )
-    sp.add_argument(
-        "--malformed-rate",
-        type=float,
-        help="share of malformed order events (default 0.01; the built-in orders transform "
-        "only: a user transform's sample decides its own mix)",
     )
     sp.add_argument("--seed", type=int, default=42, help="random seed (default 42)")
     sp.add_argument(
@@ -630,7 +623,7 @@ def build_parser() -> argparse.ArgumentParser:
         "demo",
         cmd_demo,
         "Run the shipped example pipelines on the running stack: produce "
-        + ", ".join(f"{n:,} {name}" for name, n in DEMO_PIPELINES)
+        + ", ".join(f"{n:,} {name}" for name, n in DEMO_PIPELINES if n)
         + " records (continuing each series), trigger the runs each backlog needs, audit each "
         "with --reread and print a summary; exits 1 unless every run succeeded and every "
         "audit says exactly-once.",
@@ -739,7 +732,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument(
         "--pipeline",
         help="a pipeline of the pipelines file (its transform and sink, chaos's batch size and "
-        "topic; default: the built-in orders transform of tests/chaos_pipelines.toml)",
+        "topic; default: the orders example as tests/chaos_pipelines.toml's `chaos`)",
     )
     sp.add_argument(
         "--batches", type=int, default=200, help="committed batches to reach (default 200)"

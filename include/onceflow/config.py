@@ -17,8 +17,7 @@ from onceflow.errors import ConfigError
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 SPARK_CONF_KEY_RE = re.compile(r"^spark\.[A-Za-z0-9._-]+$")
-TRANSFORMS = ("orders",)  # built in, under onceflow.transforms
-# A user transform "module:function": module dotted, importable from the spark_jobs folder,
+# A transform "module:function": module dotted, importable from the spark_jobs folder,
 # the folders of ONCEFLOW_PYTHONPATH or any installed package (settings.transform_path;
 # onceflow.transforms.load_transform imports it, in process only).
 USER_TRANSFORM_RE = re.compile(
@@ -98,7 +97,7 @@ _KEYS = {
 
 @dataclass(frozen=True)
 class SinkConfig:
-    """A `[pipelines.NAME.sink]` table: where a user transform's output is published."""
+    """A `[pipelines.NAME.sink]` table: where the transform's output is published."""
 
     table: str  # kafka: "" (the stage table is the sink's own)
     mode: Literal["append", "upsert", "merge"] = "append"
@@ -127,7 +126,8 @@ class SinkConfig:
 class PipelineConfig:
     name: str
     topics: tuple[str, ...]
-    transform: str = "orders"
+    transform: str  # "module:function" (onceflow.transforms)
+    sink: SinkConfig
     transform_kind: Literal["record-wise", "aggregating"] = "record-wise"
     sink_schema: str = ""  # defaults to the pipeline name
     starting_position: Literal["earliest", "latest"] = "earliest"
@@ -142,7 +142,6 @@ class PipelineConfig:
     executor_memory: str = "1g"
     spark_conf: dict[str, str] = field(default_factory=dict)
     description: str = ""
-    sink: SinkConfig | None = None  # None: the built-in orders transform's own sink
 
     @property
     def aggregating(self) -> bool:
@@ -178,46 +177,30 @@ def parse_pipeline(name: str, raw: dict[str, Any], source: str = "<config>") -> 
     if len(set(topics)) != len(topics):
         raise _fail(source, name, "topics", "a topic is listed twice")
 
-    transform = raw.get("transform", "orders")
-    if not isinstance(transform, str) or not (
-        transform in TRANSFORMS or USER_TRANSFORM_RE.match(transform)
-    ):
+    transform = raw.get("transform")
+    if not isinstance(transform, str) or not USER_TRANSFORM_RE.match(transform):
         raise _fail(
             source,
             name,
             "transform",
-            f"{transform!r} is neither a built-in transform {TRANSFORMS} nor a function "
-            "'module:function' (e.g. 'inventory:transform' for spark_jobs/inventory.py)",
+            f"{transform!r} is not a function 'module:function' (e.g. 'inventory:transform' "
+            "for spark_jobs/inventory.py)" + ("; give one" if transform is None else ""),
         )
     sink = _parse_sink(source, name, raw.get("sink"))
-    if sink is None and transform not in TRANSFORMS:
-        raise _fail(
-            source,
-            name,
-            "sink",
-            f"transform {transform!r} needs a [pipelines.{name}.sink] table "
-            '(kind = "postgres", table, mode)',
-        )
 
     transform_kind = raw.get("transform_kind", "record-wise")
     if transform_kind not in TRANSFORM_KINDS:
         raise _fail(
             source, name, "transform_kind", f"{transform_kind!r} is not one of {TRANSFORM_KINDS}"
         )
-    if transform_kind == "aggregating" and (
-        sink is None or sink.kind != "postgres" or sink.mode != "merge"
-    ):
+    if transform_kind == "aggregating" and (sink.kind != "postgres" or sink.mode != "merge"):
         # its rows carry no source coordinates: only a merge table folds them per txid
-        where = (
-            f"the built-in transform {transform!r}'s own sink"
-            if sink is None
-            else f"sink kind {sink.kind!r}, mode {sink.mode!r}"
-        )
         raise _fail(
             source,
             name,
             "transform_kind",
-            f"an aggregating transform needs a postgres sink in mode 'merge', not {where}",
+            "an aggregating transform needs a postgres sink in mode 'merge', not sink kind "
+            f"{sink.kind!r}, mode {sink.mode!r}",
         )
 
     sink_schema = raw.get("sink_schema", name)
@@ -302,9 +285,15 @@ def parse_pipeline(name: str, raw: dict[str, Any], source: str = "<config>") -> 
     )
 
 
-def _parse_sink(source: str, name: str, raw: Any) -> SinkConfig | None:
+def _parse_sink(source: str, name: str, raw: Any) -> SinkConfig:
     if raw is None:
-        return None
+        raise _fail(
+            source,
+            name,
+            "sink",
+            f"the pipeline needs a [pipelines.{name}.sink] table, where its output goes "
+            '(kind = "postgres", table, mode)',
+        )
     if not isinstance(raw, dict):
         raise _fail(source, name, "sink", "give a table [pipelines.NAME.sink]")
 
@@ -489,7 +478,7 @@ def load_pipelines(path: Path | str) -> dict[str, PipelineConfig]:
     lakes = [
         f"{p.sink.namespace or p.sink_schema}.{p.sink.table}"
         for p in pipelines.values()
-        if p.sink is not None and p.sink.kind == "iceberg"
+        if p.sink.kind == "iceberg"
     ]
     dup = {t for t in lakes if lakes.count(t) > 1}
     if dup:

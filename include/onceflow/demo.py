@@ -14,10 +14,12 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # the CLI reads PIPELINES at start; the clients load when the demo runs
     from onceflow.config import PipelineConfig
 
-#: (pipeline, records produced per demo): the built-in transform, an upsert and a merge sink,
-#: and an Iceberg table fed by the inventory topic (0: it reads records produced above)
+#: (pipeline, records produced per demo): an append sink with a fast form and a merge sink
+#: over its topic, an upsert and a merge sink, and an Iceberg table fed by the inventory
+#: topic (0: the pipeline reads records produced above for another one)
 PIPELINES = (
     ("orders", 100_000),
+    ("revenue", 0),
     ("inventory", 20_000),
     ("pageviews", 50_000),
     ("inventory_lake", 0),
@@ -39,7 +41,7 @@ def produce(bootstrap: str, cfg: PipelineConfig, count: int, progress=None) -> t
         topic,
         PARTITIONS,
         count,
-        sample=producer.sample_for(cfg.transform),
+        sample=producer.load_sample(cfg.transform),
         start=start,
         progress=progress,
     )

@@ -1,11 +1,14 @@
 """Fast stage: the transform's fast form is staged by the Python worker that reads the range.
 
-For a transform with a fast form (onceflow.transforms.get_fast_form), process stages each
+For a record-wise transform with a fast form (onceflow.transforms.load_fast_form) into a
+sink that takes one (Sink.takes_fast_form: a PostgreSQL append table), process stages each
 input partition k as TWO parts of the same attempt, both under the task fence of
 onceflow.stage (one PostgreSQL transaction per part, claimed in onceflow.stage_parts):
 
   part k      the records the fast form accepts: parsed in the reader's Python worker
-              (vectorised over Arrow batches) and COPYed from there; they never enter the JVM;
+              (vectorised over Arrow batches) and COPYed from there, as the stage rows of
+              the sink (the record's coordinates and the user's columns; error, key, value
+              and tombstone NULL); they never enter the JVM;
   part n + k  the records it declines (n = number of input partitions): handed on to the JVM,
               through the transform and the ordinary stage writer (`stage_frame(first_part=n)`).
 
@@ -20,6 +23,9 @@ form's decision is a pure function of the record), so the fence's rules still ho
 
 process then expects 2n parts. Accepted rows carry `row_hash` from onceflow.rowhash, declined
 ones Spark's xxhash64: the checksum of a txid stays the same in every attempt of one version.
+The fast form's rows must have the user's columns of the transform's output, with its
+types (process passes them as an Arrow schema): a fast form that disagrees fails the task
+before its part commits, naming the columns, so nothing of it is staged.
 
 The declined records wait in a spooled temporary file (Arrow IPC; memory up to
 DECLINED_SPOOL_BYTES, disk beyond) until part k has committed, so a worker never holds a
@@ -33,9 +39,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from onceflow.errors import TransformError
 from onceflow.ranges import OffsetRange
-from onceflow.reader import RangeReadFn, _fixed_array, _value_lengths, pieces_frame
-from onceflow.stage import BYTES_COLUMN, HASH_COLUMN, StageTarget
+from onceflow.reader import RangeReadFn, _fixed_array, pieces_frame
+from onceflow.stage import HASH_COLUMN, StageTarget
+from onceflow.transforms import COORDINATES
 
 DECLINED_SPOOL_BYTES = 32 << 20
 
@@ -54,11 +62,21 @@ class SplitStats:
 
 class Split:
     """Iterates the stage batches of the accepted records of `batches` (reader batches) and
-    spools the declined records; `declined()` gives those back once the iteration is done."""
+    spools the declined records; `declined()` gives those back once the iteration is done.
+    `columns`: the Arrow schema the fast form's rows must have (the user's columns of the
+    transform `spec`'s output)."""
 
-    def __init__(self, batches: Iterator[Any], fast_form: Callable[[Any], Any]) -> None:
+    def __init__(
+        self,
+        batches: Iterator[Any],
+        fast_form: Callable[[Any], Any],
+        columns: Any,
+        spec: str = "",
+    ) -> None:
         self._batches = batches
         self._fast_form = fast_form
+        self._columns = columns
+        self._spec = spec
         self._spool: Any = None
         self._writer: Any = None
         self.stats = SplitStats()
@@ -81,6 +99,8 @@ class Split:
 
         n = batch.num_rows
         accepted, rows = self._fast_form(batch)
+        if not rows.schema.equals(self._columns) or len(rows) != len(accepted):
+            raise TransformError(self._disagreement(rows, len(accepted)))
         self.stats.records += n
         self.stats.accepted += len(accepted)
         if len(accepted) < n:
@@ -91,17 +111,27 @@ class Split:
             self.stats.declined += len(where)
         out = None
         if len(accepted):
+            at = _fixed_array(pa.int64(), np.ascontiguousarray(accepted, dtype=np.int64))
             names = batch.schema.names
-            nbytes = (
-                _value_lengths(batch.column(names.index("key")))
-                + _value_lengths(batch.column(names.index("value")))
-            )[accepted]
-            b = _fixed_array(pa.int64(), np.ascontiguousarray(nbytes, dtype=np.int64))
-            h = _fixed_array(pa.int64(), row_hash(rows.columns))
+            columns = [batch.column(names.index(c)).take(at) for c in COORDINATES]
+            columns += rows.columns
+            h = _fixed_array(pa.int64(), row_hash(columns))
             out = pa.RecordBatch.from_arrays(
-                [*rows.columns, b, h], names=[*rows.schema.names, BYTES_COLUMN, HASH_COLUMN]
+                [*columns, h], names=[*COORDINATES, *rows.schema.names, HASH_COLUMN]
             )
         return out
+
+    def _disagreement(self, rows: Any, accepted: int) -> str:
+        where = f"the fast form of transform {self._spec!r}"
+        if len(rows) != accepted:
+            return f"{where} accepted {accepted} record(s) but gave {len(rows)} row(s)"
+        want = [f"{f.name} {f.type}" for f in self._columns]
+        got = [f"{f.name} {f.type}" for f in rows.schema]
+        return (
+            f"{where} gives rows of columns {got}, but the transform's output has the "
+            f"columns {want} (besides topic, partition, offset, error, key, value): the fast "
+            "form must give those, with these Arrow types, in this order"
+        )
 
     def _spill(self, batch: Any) -> None:
         import pyarrow as pa
@@ -137,6 +167,8 @@ class Split:
 class FastStageFn(RangeReadFn):
     """mapInArrow function of `fast_stage_frame`: the input row with id k reads input range k,
     stages its accepted records as part k and yields its declined records (reader SCHEMA).
+    `transform`: the pipeline's transform ("module:transform", whose module has the fast
+    form, imported in the worker); `columns`: the Arrow schema of its rows.
 
     With `target` None nothing is staged (the benchmark's read_parse): the accepted records'
     SplitStats go to `stats`, a Spark accumulator, if given. `read`: RangeReadFn's options.
@@ -148,6 +180,7 @@ class FastStageFn(RangeReadFn):
         bootstrap: str,
         target: StageTarget | None,
         transform: str,
+        columns: Any,
         *,
         stats: Any = None,
         **read: Any,
@@ -155,18 +188,19 @@ class FastStageFn(RangeReadFn):
         super().__init__(pieces, bootstrap, **read)
         self.target = target
         self.transform = transform
+        self.columns = columns
         self.stats = stats
 
     def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
         from onceflow.stage import stage_part
-        from onceflow.transforms import get_fast_form
+        from onceflow.transforms import load_fast_form
 
-        fast_form = get_fast_form(self.transform)
+        fast_form = load_fast_form(self.transform)
         if fast_form is None:
-            raise ValueError(f"transform {self.transform!r} has no fast form")
+            raise TransformError(f"transform {self.transform!r} has no fast form")
         for ids in batches:
             for k in ids.column(0).to_pylist():
-                split = Split(iter(self.records(k)), fast_form)
+                split = Split(iter(self.records(k)), fast_form, self.columns, self.transform)
                 try:
                     if self.target is not None:
                         stage_part(self.target, k, split)
@@ -184,13 +218,34 @@ def fast_stage_frame(
     bootstrap: str,
     target: StageTarget | None,
     transform: str,
+    columns: Any,
     **options: Any,
 ) -> Any:
     """A DataFrame of the DECLINED records of `pieces` (reader SCHEMA; Spark partition k
     holds those of pieces[k]); computing it stages the accepted records of piece k as part k
-    of `target`. `options`: FastStageFn's (client, timeout_s, batch_records, client_conf,
-    counter, stats)."""
-    return pieces_frame(spark, FastStageFn(pieces, bootstrap, target, transform, **options))
+    of `target`. `columns`: fast_form_columns of the transform's output. `options`:
+    FastStageFn's (client, timeout_s, batch_records, client_conf, counter, stats)."""
+    fn = FastStageFn(pieces, bootstrap, target, transform, columns, **options)
+    return pieces_frame(spark, fn)
+
+
+def fast_form_columns(output: Any) -> Any:
+    """The Arrow schema the fast form's rows must have: the user's columns of the
+    transform's output frame `output` (a record-wise transform's, as the sink stages them),
+    in its order, typed as Spark hands them to Arrow (timestamps in UTC)."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    from onceflow.transforms import user_columns
+
+    users = set(user_columns(output.columns))
+    return pa.schema(
+        [
+            pa.field(f.name, to_arrow_type(f.dataType, timezone="UTC"))
+            for f in output.schema.fields
+            if f.name in users
+        ]
+    )
 
 
 class StatsParam:

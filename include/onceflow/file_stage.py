@@ -92,7 +92,7 @@ def stage_file_part(target: StageTarget, part: int, batches: Iterable[Any]) -> S
                     split.valid_checksum,
                 ),
             )
-        record_part(cur, target, part, split.rows, split.dead, None, split.checksum)
+        record_part(cur, target, part, split.rows, split.dead, split.checksum)
     return StageCommitMessage(part, split.rows, skipped=False)
 
 

@@ -296,7 +296,7 @@ def mark_staged(
     of the job, rows of earlier parts gone) makes commit's count check fail, since the counts
     come from the part rows: never published silently. Without `parts`, the staged rows are
     counted (Sink.staged_counts). Commit compares either with what it publishes.
-    `bytes_read` defaults to the parts' bytes.
+    `bytes_read`: the key and value bytes the reader handed on (process counts them), if known.
 
     `records_read` is what the reader handed to the transform, counted apart from it (process
     counts it: onceflow.reader.RangeReadFn). Records read = records the valid rows account for
@@ -312,12 +312,12 @@ def mark_staged(
         check_attempt(cur, cfg.name, txid, attempt, lock=True)
         cur.execute(
             "select coalesce(sum(rows), 0), coalesce(sum(valid), 0), coalesce(sum(dead), 0),"
-            " sum(bytes), coalesce(sum(checksum), 0)::text, count(*) filter (where valid is null),"
+            " coalesce(sum(checksum), 0)::text, count(*) filter (where valid is null),"
             " count(*)"
             " from onceflow.stage_parts where pipeline = %s and txid = %s and attempt = %s",
             (cfg.name, txid, attempt),
         )
-        n, valid, dead, part_bytes, checksum, uncounted, found = cur.fetchone()
+        n, valid, dead, checksum, uncounted, found = cur.fetchone()
         if parts is not None:
             present = not n or sink_for(cfg).has_staged(cur, txid, attempt)
             if found != parts or not present:
@@ -334,8 +334,6 @@ def mark_staged(
                 counted.dead,
                 counted.checksum,
             )
-        if bytes_read is None and part_bytes is not None:
-            bytes_read = int(part_bytes)
         n, valid, dead = int(n), int(valid), int(dead)
         if records_read is not None and valid + dead != records_read:
             raise _unaccounted(cfg, txid, attempt, records_read, n, valid, dead)

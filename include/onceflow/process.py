@@ -8,10 +8,11 @@ with the records the reader counted: the ledger refuses an attempt whose rows + 
 letters are not the records read (a transform that filtered or added rows). Commit
 publishes them later, in seq order.
 
-Input partition i of n is staged as part i, or, when the transform has a fast form (the
-pipeline's `fast_form`, default true), as two parts: i, the records the fast form accepted,
-parsed and COPYed by the Python worker that read them; and n + i, the records it declined,
-through the transform in the JVM (onceflow.fast_stage).
+Input partition i of n is staged as part i, or, when the transform has a fast form and its
+sink takes one (the pipeline's `fast_form`, default true; onceflow.transforms), as two
+parts: i, the records the fast form accepted, parsed and COPYed by the Python worker that
+read them; and n + i, the records it declined, through the transform in the JVM
+(onceflow.fast_stage).
 
 How the DAG runs it (SparkSubmitOperator):
     application   spark_jobs/process.py
@@ -52,7 +53,7 @@ from onceflow.errors import ProcessExit
 
 log = logging.getLogger("onceflow.process")
 
-DEAD_VALUE_BYTES = 64 << 10  # a dead letter keeps the value's first 64 KiB (as orders does)
+DEAD_VALUE_BYTES = 64 << 10  # a dead letter keeps the value's first 64 KiB
 
 # Applied unless spark-submit --conf or the pipeline's spark_conf sets them.
 SPARK_DEFAULTS = {
@@ -209,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
             process_seconds=time.monotonic() - claimed_at,
             parts=job.parts,
             records_read=job.records_read,
+            bytes_read=job.bytes_read,
         )
         timings["mark_staged"] = time.monotonic() - t0
     except (TransformError, SinkSchemaError) as e:
@@ -259,10 +261,12 @@ def main(argv: list[str] | None = None) -> int:
 
 @dataclass(frozen=True)
 class StageJob:
-    """What one stage job did: the parts it staged and the records its reader handed on."""
+    """What one stage job did: the parts it staged, the records its reader handed on and
+    their bytes (key + value)."""
 
     parts: int
     records_read: int
+    bytes_read: int
 
 
 def _run_spark(
@@ -291,7 +295,7 @@ def _run_spark(
     pieces = input_ranges(ranges, cfg.records_per_input_partition)
     if not pieces:
         log.info("no offsets to read: nothing to stage, no Spark session needed")
-        return StageJob(parts=0, records_read=0)
+        return StageJob(parts=0, records_read=0, bytes_read=0)
     t0 = time.monotonic()
     spark = _session(cfg)
     timings["session"] = time.monotonic() - t0
@@ -348,41 +352,19 @@ def _session(cfg: Any) -> Any:
 
 
 def staged_frame(spark: Any, pieces: list[Any], *, bootstrap: str, cfg: Any, **read: Any) -> Any:
-    """The transform's output for `pieces` (Spark partition k = pieces[k]) plus the columns
-    the stage writer sums per part: bytes read and a 64-bit hash of each staged row."""
+    """The transform's output for `pieces` (Spark partition k = pieces[k]) as the stage
+    writer takes it (stage_columns)."""
     from onceflow.reader import ranges_frame
 
     return stage_columns(ranges_frame(spark, pieces, bootstrap, **read), cfg)
 
 
 def stage_columns(src: Any, cfg: Any) -> Any:
-    """Records (the reader's schema) -> the pipeline's transform plus the columns the stage
-    writer sums per part: bytes read (the built-in transform's sink only) and a 64-bit hash
-    of each staged row."""
-    from pyspark.sql import functions as F
-
-    from onceflow.stage import BYTES_COLUMN, HASH_COLUMN
-    from onceflow.transforms import get_transform
-
-    if cfg.sink is not None:
-        return _user_stage_columns(src, cfg)
-    sized = src.withColumn(
-        BYTES_COLUMN,
-        F.coalesce(F.length("key"), F.lit(0)).cast("long")
-        + F.coalesce(F.length("value"), F.lit(0)).cast("long"),
-    )
-    out = get_transform(cfg.transform)(sized)
-    hashed = [c for c in out.columns if c not in ("key", "value") and not c.startswith("_meta_")]
-    return out.withColumn(HASH_COLUMN, F.xxhash64(*hashed))
-
-
-def _user_stage_columns(src: Any, cfg: Any) -> Any:
-    """A user transform's output as PostgresSink stages it: the coordinates, the user's
-    columns, error (a null key column of a record-wise transform's upsert or merge sink is
-    one),
-    key and value (kept for dead letters only, value cut to 64 KiB), tombstone (the output's
-    value is null), an aggregating transform's `records`, and the row hash. The transform
-    sees the reader's columns as they are, so no bytes column.
+    """Records (the reader's schema) -> the pipeline's transform's output as its sink stages
+    it: the coordinates, the user's columns, error (a null key column of a record-wise
+    transform's upsert or merge sink is one), key and value (kept for dead letters only, value
+    cut to 64 KiB), tombstone (the output's value is null), an aggregating transform's
+    `records`, and the row hash (HASH_COLUMN).
 
     An aggregating transform's rows carry coordinates only as dead letters; a row that
     breaks its contract (transforms.aggregate_row_violation) fails the Spark task that
@@ -470,30 +452,43 @@ def stage_job(
     The parts: n (parts 0..n-1), or 2n when the transform has a fast form and `fast_form`
     is on (accepted records part k, declined ones part n + k). The records read: what the
     reader handed on, counted by the reader itself (an accumulator), apart from the
-    transform. A user transform has no fast form; its sink's tables are created or checked
-    from its output schema before anything is staged.
+    transform. The sink's tables are created or checked from the transform's output schema
+    before anything is staged.
 
     An aggregating transform may use its records more than once (aggregates, dead letters)
     and shuffles them: the records are persisted and counted first (the records read), so
     Kafka is read once, and its output partition k is part k (n = the output's partitions)."""
     from onceflow.db import transaction
     from onceflow.errors import TransformError
-    from onceflow.fast_stage import fast_stage_frame
-    from onceflow.reader import ranges_frame
+    from onceflow.fast_stage import fast_form_columns, fast_stage_frame
+    from onceflow.reader import SCHEMA, ranges_frame
     from onceflow.sinks import sink_for
     from onceflow.stage import StageTarget, stage_frame
-    from onceflow.transforms import get_fast_form
+    from onceflow.transforms import load_fast_form, load_transform
 
     timings = {} if timings is None else timings
     t0 = time.monotonic()
     n = len(pieces)
     sink = sink_for(cfg)
-    read = spark.sparkContext.accumulator(0)
-    options = {"client": client, "timeout_s": read_timeout, "counter": read}
-    fast = fast_form and cfg.sink is None and get_fast_form(cfg.transform) is not None
+    read, nbytes = spark.sparkContext.accumulator(0), spark.sparkContext.accumulator(0)
+    options = {
+        "client": client,
+        "timeout_s": read_timeout,
+        "counter": read,
+        "bytes_counter": nbytes,
+    }
+    fast = fast_form and sink.takes_fast_form and load_fast_form(cfg.transform) is not None
     if fast:
+        # the output's schema, from the transform over no records (analysed, not run): the
+        # sink's tables and the fast form's rows follow it
+        shape = spark.createDataFrame([], SCHEMA)
+        with transaction(dsn) as cur:
+            sink = sink.bind_output(cur, output_fields(stage_columns(shape, cfg)))
         target = StageTarget.for_sink(dsn, sink, cfg.name, txid, attempt)
-        declined = fast_stage_frame(spark, pieces, bootstrap, target, cfg.transform, **options)
+        columns = fast_form_columns(load_transform(cfg.transform)(shape))
+        declined = fast_stage_frame(
+            spark, pieces, bootstrap, target, cfg.transform, columns, **options
+        )
         job = stage_frame(stage_columns(declined, cfg), target, first_part=n)
         parts = 2 * n
     else:
@@ -503,21 +498,22 @@ def stage_job(
 
             source = source.persist(StorageLevel.MEMORY_AND_DISK)
             records_read = source.count()  # the reader's records, apart from the transform
+            bytes_read = nbytes.value
         df = stage_columns(source, cfg)
-        if cfg.sink is not None:  # a user transform: its sink tables follow its output
-            with transaction(dsn) as cur:
-                sink = sink.bind_output(cur, output_fields(df))
+        with transaction(dsn) as cur:  # the sink's tables follow the transform's output
+            sink = sink.bind_output(cur, output_fields(df))
         job = stage_frame(df, StageTarget.for_sink(dsn, sink, cfg.name, txid, attempt))
         parts = n
     timings["plan"] = time.monotonic() - t0
     t0 = time.monotonic()
-    read.value = 0  # only this job's reads count (a transform may have run jobs of its own)
+    # only this job's reads count (a transform may have run jobs of its own)
+    read.value = nbytes.value = 0
     try:
         messages = job.collect()
     except Exception as e:
-        violation = _ROW_VIOLATION.search(str(e)) if cfg.aggregating else None
-        if violation:  # the transform must change: a retry would fail the same way
-            raise TransformError(violation.group(1)) from None
+        refused = transform_refusal(str(e), cfg.aggregating)
+        if refused:  # the transform must change: a retry would fail the same way
+            raise TransformError(refused) from None
         raise
     finally:
         if cfg.aggregating:
@@ -528,7 +524,7 @@ def stage_job(
         # spark_conf), only the executed job knows how many the shuffle kept
         parts = len(messages)
     else:
-        records_read = read.value
+        records_read, bytes_read = read.value, nbytes.value
     log.info(
         "read, transform and stage of %d input partition(s) as %d part(s) took %.1f s",
         n,
@@ -538,19 +534,32 @@ def stage_job(
     if fast:
         log.info(
             "fast form: parts 0..%d staged by the readers' Python workers; %d declined "
-            "record(s) through the %s transform in the JVM, parts %d..%d",
+            "record(s) through transform %s in the JVM, parts %d..%d",
             n - 1,
             sum(m.rows for m in messages),
             cfg.transform,
             n,
             parts - 1,
         )
-    return StageJob(parts=parts, records_read=records_read)
+    return StageJob(parts=parts, records_read=records_read, bytes_read=bytes_read)
 
 
 # A row breaking an aggregating transform's contract, as Spark reports the raise_error of
 # transforms.aggregate_row_violation.
 _ROW_VIOLATION = re.compile(r"\[USER_RAISED_EXCEPTION\] (aggregating transform .+?) SQLSTATE")
+# A TransformError raised in a Python worker (a fast form whose rows do not fit: fast_stage).
+_WORKER_REFUSAL = re.compile(r"^onceflow\.errors\.TransformError: (.+)$", re.MULTILINE)
+
+
+def transform_refusal(failure: str, aggregating: bool) -> str | None:
+    """Why a failed stage job's transform broke its contract (a Spark task's failure text),
+    or None when it failed for another reason, which a retry may not meet again."""
+    found = (_ROW_VIOLATION.search(failure) if aggregating else None) or _WORKER_REFUSAL.search(
+        failure
+    )
+    return found.group(1) if found else None
+
+
 _ERROR_LINE = re.compile(r"^(?:[\w.]+\.)?(\w+(?:Error|Exception)): (.+)$", re.MULTILINE)
 _ONCEFLOW_ERRORS = {
     "RangeReadError",

@@ -175,7 +175,8 @@ class RangeReadFn:
 
     With `counter` (a Spark accumulator of int), every record it hands on is added to it: the
     records read, counted apart from the transform (process checks records read = rows +
-    dead letters with it, ledger.mark_staged). Spark applies a result task's accumulator
+    dead letters with it, ledger.mark_staged); with `bytes_counter` their key and value bytes
+    (the batch's bytes_read). Spark applies a result task's accumulator
     updates once per partition, from its first successful attempt, so a batch's count is
     exact as long as every task reads its range to the end (onceflow.stage drains a part it
     skips).
@@ -193,6 +194,7 @@ class RangeReadFn:
         batch_records: int = DEFAULT_BATCH_RECORDS,
         client_conf: Mapping[str, str] | None = None,
         counter: Any = None,
+        bytes_counter: Any = None,
     ) -> None:
         self.pieces = list(pieces)
         self.bootstrap = bootstrap
@@ -201,6 +203,7 @@ class RangeReadFn:
         self.batch_records = batch_records
         self.client_conf = dict(client_conf or {})
         self.counter = counter
+        self.bytes_counter = bytes_counter
         check_client_options(self.client_conf, "range reader")
 
     def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
@@ -209,7 +212,8 @@ class RangeReadFn:
                 yield from self.records(k)
 
     def records(self, k: int) -> Iterator[Any]:
-        """The Arrow batches of input range k (each one counted in `counter`, if any)."""
+        """The Arrow batches of input range k (each one counted in `counter` and
+        `bytes_counter`, if any)."""
         batches = read_range(
             self.pieces[k],
             self.bootstrap,
@@ -218,11 +222,19 @@ class RangeReadFn:
             batch_records=self.batch_records,
             client_conf=self.client_conf,
         )
-        return batches if self.counter is None else self._counted(batches)
+        if self.counter is None and self.bytes_counter is None:
+            return batches
+        return self._counted(batches)
 
     def _counted(self, batches: Iterator[Any]) -> Iterator[Any]:
         for batch in batches:
-            self.counter.add(batch.num_rows)
+            if self.counter is not None:
+                self.counter.add(batch.num_rows)
+            if self.bytes_counter is not None:
+                names = batch.schema.names
+                nbytes = _value_lengths(batch.column(names.index("key"))).sum()
+                nbytes += _value_lengths(batch.column(names.index("value"))).sum()
+                self.bytes_counter.add(int(nbytes))
             yield batch
 
 
@@ -239,7 +251,8 @@ def ranges_frame(
     code (read_range), but run by a plain mapInArrow over spark.range, so no Python worker
     has to be started on the driver to look up, create and plan a data source (measured: up
     to seven interpreter start-ups and several seconds per batch). `options` are those of
-    RangeReadFn (read_range's client, timeout_s, batch_records, client_conf; counter).
+    RangeReadFn (read_range's client, timeout_s, batch_records, client_conf; counter,
+    bytes_counter).
     """
     return pieces_frame(spark, RangeReadFn(pieces, bootstrap, **options))
 

@@ -1,7 +1,7 @@
 """Python code shipped to the executors: the files process adds with SparkContext.addPyFile.
 
-Executors import onceflow (the reader, the stage writer) and, when they unpickle a user
-transform's Python UDFs, the transform's module. In local mode the Python workers run on the
+Executors import onceflow (the reader, the stage writer) and, when they unpickle a
+transform's Python UDFs or run its fast form (onceflow.fast_stage), the transform's module. In local mode the Python workers run on the
 driver's host with its environment (the DAG puts include/ and the spark_jobs folder on their
 PYTHONPATH). On any other master (standalone, YARN, Kubernetes, local-cluster) executors may
 run on hosts without the user's code: the transform's module is shipped, as its file, or as a
@@ -19,7 +19,6 @@ import zipfile
 from pathlib import Path
 from types import ModuleType
 
-from onceflow.config import TRANSFORMS
 from onceflow.errors import TransformError
 from onceflow.transforms import load_transform
 
@@ -41,7 +40,7 @@ def py_files(transform: str, master: str, ship_package: bool, folder: Path) -> l
     import onceflow
 
     files = [package_zip(onceflow, folder)] if ship_package else []
-    if transform not in TRANSFORMS and ships_user_code(master, ship_package):
+    if ships_user_code(master, ship_package):
         load_transform(transform)  # imports its module, from the spark_jobs folder too
         files.append(module_file(sys.modules[transform.partition(":")[0]], folder))
     return files

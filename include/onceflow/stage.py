@@ -18,17 +18,16 @@ and then COPYs the rows, tagged (txid, attempt, part):
 
 Per part, the fence row in onceflow.stage_parts also records what the part staged: rows,
 the records its valid rows account for (one per valid row; an aggregating transform's rows
-the sum of their `records` column), dead letters, the bytes read (column `_meta_bytes` of the input, if present) and
-a checksum (the exact sum of column `_meta_hash`, a 64-bit hash per row that is also staged
-as `row_hash`). process sums the parts instead of scanning the staged rows again.
+the sum of their `records` column), dead letters and a checksum (the exact sum of column
+`_meta_hash`, a 64-bit hash per row that is also staged as `row_hash`). process sums the
+parts instead of scanning the staged rows again.
 
 A sink outside the database with a file stage (Sink.file_stage: an Iceberg table) has each
 part's valid rows written as one data file instead, recorded in the same transaction as the
 claim, and only its dead letters COPYed (onceflow.file_stage).
 
 Rows: the sink's stage columns (Sink.stage_columns: the transform's columns, binary
-key/value, error), and optionally `_meta_bytes` (not staged) and `_meta_hash` (staged as
-row_hash). process stages through `stage_frame` (a mapInArrow: no data source workers to
+key/value, error), and optionally `_meta_hash` (staged as row_hash). process stages through `stage_frame` (a mapInArrow: no data source workers to
 start on the driver).
 """
 
@@ -45,16 +44,12 @@ from onceflow.reader import _fixed_array, _fixed_values, _string_repeat, _valid_
 from onceflow.sinks.base import TAG_COLUMNS, FileStage, Sink
 from onceflow.transforms import RECORDS
 
-BYTES_COLUMN = "_meta_bytes"  # per input row: bytes read (key + value); summed, not staged
 HASH_COLUMN = "_meta_hash"  # per row: 64-bit hash; summed into the checksum, staged as row_hash
-META_COLUMNS = (BYTES_COLUMN, HASH_COLUMN)
 MESSAGE_SCHEMA = "part int, rows bigint, skipped boolean"
 
 
-def _staged_name(name: str) -> str | None:
-    """The stage column an input column is written to; None: summed, not staged."""
-    if name == BYTES_COLUMN:
-        return None
+def _staged_name(name: str) -> str:
+    """The stage column an input column is written to."""
     return "row_hash" if name == HASH_COLUMN else name
 
 
@@ -93,8 +88,8 @@ class StageTarget:
         )
 
     def unknown_columns(self, names: Iterable[str]) -> list[str]:
-        """Input column names the writer does not know (neither stage nor meta columns)."""
-        return [n for n in names if n not in self.columns + META_COLUMNS]
+        """Input column names the writer does not know (neither stage nor hash columns)."""
+        return [n for n in names if n not in (*self.columns, HASH_COLUMN)]
 
 
 class StagePartFn:
@@ -162,7 +157,6 @@ def stage_part(target: StageTarget, part: int, batches: Iterable[Any]) -> StageC
             part,
             stream.rows,
             stream.dead,
-            stream.bytes,
             stream.checksum,
             valid=stream.valid,
         )
@@ -231,22 +225,20 @@ def record_part(
     part: int,
     rows: int,
     dead: int,
-    bytes_read: int | None,
     checksum: int | None,
     valid: int | None = None,
 ) -> None:
     """What the claimed part staged, on its fence row (ledger.mark_staged sums them);
-    `valid`: the records its valid rows account for, one per valid row by default."""
+    `valid`: the records its valid rows account for, one per valid row by default. (The
+    fence row's `bytes` stays NULL: process counts the bytes read in the reader.)"""
     t = target
     cur.execute(
-        "update onceflow.stage_parts set rows = %s, valid = %s, dead = %s, bytes = %s,"
-        " checksum = %s"
+        "update onceflow.stage_parts set rows = %s, valid = %s, dead = %s, checksum = %s"
         " where pipeline = %s and txid = %s and attempt = %s and part = %s",
         (
             rows,
             rows - dead if valid is None else valid,
             dead,
-            bytes_read,
             checksum,
             t.pipeline,
             t.txid,
@@ -271,7 +263,6 @@ class _CsvStream(io.RawIOBase):
         self.rows = 0
         self.dead = 0  # rows with an error (dead letters)
         self.valid = 0  # records the valid rows account for (`records` when there is one)
-        self.bytes: int | None = None  # sum of _meta_bytes, None without that column
         self.checksum: int | None = None  # exact sum of _meta_hash, None without it
         self.columns: tuple[str, ...] = TAG_COLUMNS + target.columns
         self._first: Any = next(self._batches, None)
@@ -283,8 +274,7 @@ class _CsvStream(io.RawIOBase):
                     f"stage of {target.schema}.{target.table} part {part}: unexpected "
                     f"column(s) {unknown}"
                 )
-            staged = (_staged_name(n) for n in names)
-            self.columns = TAG_COLUMNS + tuple(n for n in staged if n is not None)
+            self.columns = TAG_COLUMNS + tuple(_staged_name(n) for n in names)
 
     def readable(self) -> bool:
         return True
@@ -328,8 +318,6 @@ class _CsvStream(io.RawIOBase):
             self.valid += pc.sum(records).as_py() or 0
         else:
             self.valid += batch.num_rows - dead
-        if BYTES_COLUMN in names:
-            self.bytes = (self.bytes or 0) + _exact_sum(batch.column(names.index(BYTES_COLUMN)))
         if HASH_COLUMN in names:
             self.checksum = (self.checksum or 0) + _exact_sum(
                 batch.column(names.index(HASH_COLUMN))
@@ -351,10 +339,7 @@ def _to_csv(batch: Any, tags: tuple[str, int, int]) -> bytes:
     ]
     names = []
     for name, col in zip(batch.schema.names, batch.columns, strict=True):
-        staged = _staged_name(name)
-        if staged is None:
-            continue
-        names.append(staged)
+        names.append(_staged_name(name))
         if pa.types.is_binary(col.type) or pa.types.is_large_binary(col.type):
             col = _bytea_hex(col)
         elif pa.types.is_timestamp(col.type) and col.type.tz is not None:
@@ -375,7 +360,7 @@ def _exact_sum(col: Any) -> int:
     import pyarrow as pa
 
     if col.null_count:
-        raise ValueError("onceflow_stage: _meta_bytes and _meta_hash must not be NULL")
+        raise ValueError(f"onceflow_stage: {HASH_COLUMN} must not be NULL")
     if isinstance(col, pa.ChunkedArray):
         return sum(_exact_sum(c) for c in col.chunks)
     if col.type != pa.int64():

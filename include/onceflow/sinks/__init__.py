@@ -14,7 +14,6 @@ from onceflow.sinks.base import (
 )
 from onceflow.sinks.iceberg import IcebergSink
 from onceflow.sinks.kafka import KafkaSink
-from onceflow.sinks.orders import OrdersSink
 from onceflow.sinks.postgres import PostgresSink
 
 __all__ = [
@@ -30,10 +29,7 @@ __all__ = [
 
 
 def sink_for(cfg: PipelineConfig) -> Sink:
-    """The pipeline's sink: its [pipelines.NAME.sink] table, or without one (the built-in
-    orders transform) the orders sink."""
-    if cfg.sink is None:
-        return OrdersSink(cfg.sink_schema)
+    """The pipeline's sink: its [pipelines.NAME.sink] table."""
     if cfg.sink.kind == "iceberg":
         return IcebergSink(cfg.sink_schema, cfg.sink, cfg.sink.warehouse or default_warehouse())
     if cfg.sink.kind == "kafka":

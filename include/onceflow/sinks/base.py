@@ -147,6 +147,12 @@ class Sink(ABC):
     def stage_columns(self) -> tuple[str, ...]:
         """The data columns a staged row may hold (besides the TAG_COLUMNS)."""
 
+    @property
+    def takes_fast_form(self) -> bool:
+        """Whether process may stage a transform's fast form here (onceflow.fast_stage): rows
+        of the coordinates and the user's columns only, never a dead letter."""
+        return False
+
     def file_stage(self, pipeline: str, txid: str, attempt: int) -> FileStage | None:
         """Where process writes an attempt's valid rows as data files, one per part (a sink
         outside the database, bound to its output); None: they go to the stage table."""

@@ -1,4 +1,4 @@
-"""A user pipeline's sink in PostgreSQL, in the ledger's database: `append`, `upsert` or
+"""A pipeline's sink in PostgreSQL, in the ledger's database: `append`, `upsert` or
 `merge` (PROTOCOL.md "Sinks"), with tables created from the transform's output schema.
 
 Tables, in the pipeline's sink schema, for a sink table T:
@@ -8,8 +8,8 @@ Tables, in the pipeline's sink schema, for a sink table T:
   tombstone (upsert: the output's value is null); row_hash; for an aggregating transform
   (merge only) also `records`, how many source records the row sums up, and the
   coordinates are null except on dead letters.
-- append: `T`, one row per source record, primary key (topic, partition, epoch, offset)
-  like the orders sink, plus txid and the user's columns.
+- append: `T`, one row per source record, primary key (topic, partition, epoch, offset),
+  plus txid and the user's columns.
 - upsert: `T_versions` keeps every published version, primary key (key..., seq, topic,
   partition, offset) and one per source record (topic, partition, epoch, offset); `T` holds
   each key's current row, derived from the versions: the version with the highest (seq,
@@ -181,6 +181,12 @@ class PostgresSink(Sink):
         )
 
     @property
+    def takes_fast_form(self) -> bool:
+        # an append row is its record's coordinates and columns; upsert and merge rows need
+        # what the fast stage does not do (a null key is a dead letter, tombstones)
+        return self.cfg.mode == "append" and not self.aggregating
+
+    @property
     def _valid_records(self) -> sql.Composable:
         if self.aggregating:  # each valid row sums up `records` source records
             return sql.SQL("coalesce(sum(s.records) filter (where s.error is null), 0)")
@@ -316,9 +322,27 @@ class PostgresSink(Sink):
             existing = bound._table_columns(cur, name)
             if existing is None:
                 bound._create(cur, name, columns, pk)
-            else:
-                bound._check(name, columns, existing, exact=name == bound.stage_table)
+                continue
+            if name == bound.stage_table:
+                existing = bound._add_own_stage_columns(cur, existing)
+            bound._check(name, columns, existing, exact=name == bound.stage_table)
         return bound
+
+    def _add_own_stage_columns(
+        self, cur, existing: list[tuple[str, str, bool]]
+    ) -> list[tuple[str, str, bool]]:
+        """Add the stage columns of Onceflow's own (not the user's) an existing stage table
+        lacks: one an earlier version created (the built-in orders stage had no
+        `tombstone`). They are nullable and a stage row without them means what it did."""
+        have = {n for n, _, _ in existing}
+        missing = [(n, t) for n, t in _STAGE_FIXED[3:] if n not in have]
+        for n, t in missing:
+            cur.execute(
+                sql.SQL("alter table {} add column {} {}").format(
+                    self._t(self.stage_table), sql.Identifier(n), sql.SQL(t)
+                )
+            )
+        return self._table_columns(cur, self.stage_table) if missing else existing
 
     def _create(self, cur, name: str, columns: tuple[Column, ...], pk: tuple[str, ...]) -> None:
         stage = name == self.stage_table

@@ -1,28 +1,21 @@
-"""Transforms: the built-in ones (one module per name, each with `transform(df) -> df`) and
-the users' (`load_transform("module:function")`).
+"""Transforms: the pipelines' functions "module:function" (`load_transform`), PySpark code
+in the spark_jobs folder or any importable package.
 
-A transform maps the rows of the `onceflow_ranges` source (topic, partition, offset, key,
-value, timestamp) to its sink's stage columns, one output row per input row: a record that
-cannot be used becomes a dead letter (error set), never a missing row, so records read =
-rows staged + dead letters (process counts the records read apart from the transform, and
-ledger.mark_staged refuses an attempt where they differ). It must be deterministic and must
-not shuffle (part k of the stage holds exactly the records of input partition k).
+A transform maps the rows of the reader (topic, partition, offset, key, value, timestamp)
+to its sink's stage columns. It must be deterministic: process counts the records read
+apart from the transform, and ledger.mark_staged refuses an attempt whose output does not
+account for every one of them (a valid row or a dead letter).
 
-A transform may also have a fast form: a module `<name>_fast` with
-`fast_form(batch) -> (accepted indices, rows)` over the reader's Arrow batches, run in the
-reader's Python worker (onceflow.fast_stage). It accepts only records whose rows it computes
-exactly as `transform` would; the rest still go through `transform` in the JVM.
-
-A user transform ("module:function", config.USER_TRANSFORM_RE) is by default a record-wise
-function `DataFrame -> DataFrame` over the reader's columns (topic, partition, offset, key,
-value, timestamp). Its output keeps topic, partition and offset (one row per input record, no
-filter, no shuffle) and adds the columns its sink publishes; an `error` string column, when
-not null, sends the record to dead letters with that reason; it may keep `key` and `value`,
-which the stage keeps for dead letters, and whose `value` being null makes the record a
-tombstone for an upsert sink. `check_output` states this contract once, before anything is
+A transform ("module:function", config.USER_TRANSFORM_RE) is by default a record-wise
+function `DataFrame -> DataFrame` over the reader's columns. Its output keeps topic,
+partition and offset (one row per input record, no filter, no shuffle: part k of the stage
+holds exactly the records of input partition k) and adds the columns its sink publishes;
+an `error` string column, when not null, sends the record to dead letters with that
+reason; it may keep `key` and `value`, which the stage keeps for dead letters, and whose
+`value` being null makes the record a tombstone for an upsert sink. `check_output` states this contract once, before anything is
 staged.
 
-An aggregating user transform (the pipeline's `transform_kind = "aggregating"`, into a
+An aggregating transform (the pipeline's `transform_kind = "aggregating"`, into a
 merge sink) may filter, group and shuffle: its output rows belong to the txid, not to a
 record. `check_aggregate_output` states its contract once, before anything is staged: the
 sink's key and aggregate columns and `records`, a bigint saying how many source records
@@ -36,17 +29,31 @@ attempt with it: it is never marked staged, so nothing of it can be published. I
 output partitioning must be a function of the records (a groupBy's is): output partition k
 is stage part k, and a retried task restages it under the part fence.
 
+A record-wise transform "module:transform" may have a fast form: a function of its module
+`fast_form(batch) -> (accepted, rows)` over the reader's Arrow batches (the reader's columns
+above, as pyarrow.RecordBatch), run in the reader's Python worker (onceflow.fast_stage):
+`accepted` are the indices (int64 numpy, ascending) of the records of `batch` it takes,
+`rows` their output as a pyarrow.RecordBatch of the user's columns of `transform`'s output
+(all but topic, partition, offset, error, key, value), in the same order, with the Arrow
+types Spark gives them (fast_stage.fast_form_columns); the stage adds the coordinates. It
+must take only records whose rows it computes exactly as `transform` would (valid ones: a
+fast row is never a dead letter); the rest still go through `transform` in the JVM, dead
+letters with them. process uses it when the pipeline's `fast_form` is on (the default) and
+its sink takes one (Sink.takes_fast_form: a PostgreSQL append table). It runs in every
+reader worker, so it should import no more than pyarrow and numpy (pandas costs seconds per
+worker). spark_jobs/orders.py is an example.
+
 The module is looked up in the spark_jobs folder and the user's folders of
 ONCEFLOW_PYTHONPATH first (settings.transform_path), then on sys.path (any installed
 package); process ships it to executors that may lack it (onceflow.shipping).
 
-A user transform's module may also define `sample(i: int, rng: random.Random) ->
+A transform's module may also define `sample(i: int, rng: random.Random) ->
 (key: bytes | None, value: bytes | None)`, the i-th demo record of its topic, a deterministic
 function of i and the state of rng (a value None is a tombstone).
 `onceflow produce --pipeline NAME` (onceflow.producer) and the chaos harness produce the
 pipeline's test records with it; processing never calls it, so it is optional: without it
 a pipeline runs as well, only those two commands refuse it.
-spark_jobs/inventory.py and spark_jobs/pageviews.py are examples of both functions.
+spark_jobs/orders.py, spark_jobs/inventory.py and spark_jobs/pageviews.py are examples.
 """
 
 from __future__ import annotations
@@ -58,7 +65,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from onceflow.config import TRANSFORMS, SinkConfig
+from onceflow.config import SinkConfig
 from onceflow.errors import TransformError
 
 #: columns a record-wise transform's output must keep: the source record's coordinates
@@ -69,31 +76,26 @@ PASSED_THROUGH = (*COORDINATES, "error", "key", "value")
 RECORDS = "records"
 
 
-def get_transform(name: str) -> Callable[[Any], Any]:
-    """The `transform` function of the named transform module (see config.TRANSFORMS)."""
-    if not name.isidentifier():
-        raise ValueError(f"transform name {name!r} is not a module name")
-    return import_module(f"onceflow.transforms.{name}").transform
-
-
-def get_fast_form(name: str) -> Callable[[Any], Any] | None:
-    """The named transform's `fast_form` function, or None if it has no `<name>_fast` module."""
-    if not name.isidentifier():
-        raise ValueError(f"transform name {name!r} is not a module name")
-    module = f"onceflow.transforms.{name}_fast"
-    try:
-        return import_module(module).fast_form
-    except ModuleNotFoundError as e:
-        if e.name != module:
-            raise
+def load_fast_form(spec: str) -> Callable[[Any], Any] | None:
+    """The fast form of a transform "module:transform": its module's `fast_form`, or
+    None without one (or when the pipeline's transform is another function of the module:
+    a fast form goes with `transform`); TransformError if `fast_form` is not a function."""
+    if spec.partition(":")[2] != "transform":
         return None
+    module = load_module(spec)
+    fn = getattr(module, "fast_form", None)
+    if fn is not None and not callable(fn):
+        where = getattr(module, "__file__", None) or module.__name__
+        raise TransformError(
+            f"transform {spec!r}: {module.__name__}.fast_form ({where}) is a "
+            f"{type(fn).__name__}, not a function batch -> (accepted indices, rows)"
+        )
+    return fn
 
 
 def load_transform(spec: str) -> Callable[[Any], Any]:
-    """The pipeline's transform function: a built-in name (config.TRANSFORMS) or a user
-    function "module:function"; raises TransformError saying what is missing and where."""
-    if spec in TRANSFORMS:
-        return get_transform(spec)
+    """The pipeline's transform function "module:function"; raises TransformError saying
+    what is missing and where."""
     module = load_module(spec)
     function = spec.partition(":")[2]
     where = getattr(module, "__file__", None) or module.__name__
@@ -112,7 +114,7 @@ def load_transform(spec: str) -> Callable[[Any], Any]:
 
 
 def load_module(spec: str) -> ModuleType:
-    """The module of a user transform "module:function", looked up in the spark_jobs folder
+    """The module of a transform "module:function", looked up in the spark_jobs folder
     and the ONCEFLOW_PYTHONPATH folders (settings.transform_path) first, then on sys.path; raises TransformError naming the
     module and where it was searched."""
     module_name, sep, function = spec.partition(":")
