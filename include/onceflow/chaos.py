@@ -164,7 +164,7 @@ INJECT_TIMEOUT = 900.0
 RECOVER_TIMEOUT = 1500.0
 # Apache Kafka's restart fault: how long the commit stalls with its Kafka transaction open,
 # long enough for the kill -9 to land inside it
-KAFKA_TXN_STALL_S = 10
+KAFKA_TXN_STALL_S = 20
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1109,6 +1109,15 @@ class Harness:
                 self.fired.append((parts[2], parts[3], parts[4]))
                 self.log(f"failpoint fired: {parts[2]}@{parts[3]} ({parts[4]}, pid {parts[1]})")
 
+    def fired_at(self, name: str, txid: str) -> float | None:
+        """When a failpoint fired for txid (wall clock, from fired.log), or None."""
+        with contextlib.suppress(OSError):
+            for line in (self.fp_dir / "fired.log").read_text().splitlines():
+                parts = line.split("\t")
+                if len(parts) >= 5 and (parts[2], parts[3]) == (name, txid):
+                    return float(parts[0])
+        return None
+
     def has_fired(self, name: str, txid: str) -> bool:
         return any(n == name and t == txid for n, t, _ in self.fired)
 
@@ -1660,6 +1669,10 @@ class Harness:
         t0 = _now()
         self.kafka.kill()
         f.injected = True
+        fired = self.fired_at(point, txid)
+        # the kill landed inside the stall: the Kafka transaction still open, records produced
+        f.detail["killed_after_fire_s"] = fired and round(wall - fired, 1)
+        f.detail["transaction_open"] = bool(fired) and wall - fired < KAFKA_TXN_STALL_S
         self.log(f"kill -9 Apache Kafka (pid {pid}) with {txid}'s Kafka transaction open")
         try:
             self.kafka.start()
