@@ -46,7 +46,8 @@ slot's Kafka port + 1 (the stack then treats the broker as external and starts n
 Its truth reads the output topic and the commit log with a read_committed consumer.
 
 The pure parts (fault schedule, pipeline derivation, accounting, report table) are
-unit-tested in tests/test_chaos_unit.py; the rest needs the real stack.
+unit-tested in tests/test_chaos_unit.py and tests/test_chaos_kafka_unit.py; the reading of a
+Kafka sink in tests/test_chaos_topic_read.py (real_kafka); the rest needs the real stack.
 """
 
 from __future__ import annotations
