@@ -56,11 +56,14 @@ TEST_STACK_ENV = {
 }
 # The second stack, for the end-to-end tests on Apache Kafka: its own PostgreSQL and Airflow,
 # and the broker of the `real_kafka` fixture instead of tansu (ONCEFLOW_KAFKA_BOOTSTRAP).
+# Its ports: ONCEFLOW_REAL_STACK_PORTS="pg,kafka,airflow" when several checkouts run tests at
+# once (the first stack's take ONCEFLOW_PG_PORT etc.; this one replaces those, so it needs its own).
+_REAL_PORTS = os.environ.get("ONCEFLOW_REAL_STACK_PORTS", "25434,29094,28082").split(",")
 REAL_KAFKA_STACK_ENV = {
     "ONCEFLOW_HOME": str(ROOT / ".onceflow" / "test-real-kafka"),
-    "ONCEFLOW_PG_PORT": "25434",
-    "ONCEFLOW_KAFKA_PORT": "29094",
-    "ONCEFLOW_AIRFLOW_PORT": "28082",
+    "ONCEFLOW_PG_PORT": _REAL_PORTS[0].strip(),
+    "ONCEFLOW_KAFKA_PORT": _REAL_PORTS[1].strip(),
+    "ONCEFLOW_AIRFLOW_PORT": _REAL_PORTS[2].strip(),
     "ONCEFLOW_PIPELINES": str(ROOT / "tests" / "real_kafka_pipelines.toml"),
 }
 

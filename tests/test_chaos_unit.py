@@ -77,7 +77,8 @@ def test_an_outside_sinks_schedule_also_kills_commit_between_the_sink_and_the_le
     assert between not in {(f.kind, f.variant) for f in fault_schedule(seed, 200)}
     assert fault_schedule(seed, 20, only=["3"], outside=True)[0].kind == "3_zombie_attempt"
     # every variant kills the commit at a failpoint the product has
-    variants = {v for k, v in chaos.BASE_FAULTS + chaos.OUTSIDE_FAULTS if k == "4_commit_killed"}
+    every = chaos.BASE_FAULTS + chaos.OUTSIDE_FAULTS + chaos.KAFKA_FAULTS
+    variants = {v for k, v in every if k == "4_commit_killed"}
     assert set(chaos.COMMIT_KILL_POINTS) == variants
     assert chaos.COMMIT_KILL_POINTS["after_sink_publish"] == "commit.after_sink_publish"
     assert set(chaos.COMMIT_KILL_POINTS.values()) <= set(failpoints.NAMES)

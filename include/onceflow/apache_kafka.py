@@ -81,13 +81,19 @@ class ApacheKafka:
     """One KRaft broker+controller with its log under `folder`; ports picked when not given."""
 
     def __init__(
-        self, dist: Path, folder: Path, port: int | None = None, heap: str = "512m"
+        self,
+        dist: Path,
+        folder: Path,
+        port: int | None = None,
+        heap: str = "512m",
+        env: dict[str, str] | None = None,
     ) -> None:
         self.folder = folder
         self.home = unpack(dist, folder.parent / "kafka-dist")
         self.port = port or free_port()
         self.controller_port = free_port()
         self.heap = heap
+        self.extra_env = env or {}  # e.g. a stack's marker, so its `down` finds the broker
         self.proc: subprocess.Popen | None = None
         self.log = folder / "server.log"
 
@@ -131,6 +137,7 @@ class ApacheKafka:
     def _env(self) -> dict[str, str]:
         return {
             **os.environ,
+            **self.extra_env,
             "KAFKA_HEAP_OPTS": f"-Xmx{self.heap} -Xms{self.heap}",
             "KAFKA_JMX_OPTS": " ",  # no JMX port on every interface
             "LOG_DIR": str(self.folder / "logs"),
@@ -187,6 +194,16 @@ class ApacheKafka:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(10)
+
+    def kill(self) -> None:
+        """SIGKILL: a crash. The records it acknowledged stay in its log (written before
+        the acknowledgement, to the page cache that outlives the process), and the next
+        `start` recovers the log and the transactions' state from it."""
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.kill()  # kafka-server-start.sh execs the JVM: this is the broker itself
+        proc.wait(10)
 
     def restart(self) -> str:
         self.stop()

@@ -16,13 +16,18 @@ injects faults by a schedule drawn from the seed:
     retry's new attempt fences it
   4 the commit task killed inside the commit transaction, and right after the database
     commit; for a sink outside the database (an Iceberg table) also between the sink's
-    commit and the ledger's (failpoint commit.after_sink_publish)
+    commit and the ledger's (failpoint commit.after_sink_publish); for a Kafka topic also
+    with its Kafka transaction open, records produced (commit.before_sink_commit)
   5 the scheduler and its running tasks killed -9, then restarted
   6 PostgreSQL restarted while a run plans, while a Spark task holds a staging transaction
     open, and while a commit transaction is open
   7 the broker restarted (memory broker: the log is lost): plan must stop with an offset
-    regression; the harness re-creates the topic and runs `onceflow reset-offsets`
-  8 committed runs cleared and re-run by run id through the API (backfill by run id)
+    regression; the harness re-creates the topic and runs `onceflow reset-offsets`.
+    On Apache Kafka (below) the broker is killed -9 while a commit's Kafka transaction is
+    open and restarted on its log: nothing is lost, no plan may see a regression
+  8 committed runs cleared and re-run by run id through the API (backfill by run id); an
+    append-only sink (a Kafka topic) must refuse it: the run fails in plan saying so, the
+    batch and its output stay as they were
   9 a run failing for good while later runs wait in commit (blocked, saying why), then
     retried by clearing it
 
@@ -34,8 +39,15 @@ scanned by coordinates). The audit (with a
 re-read from the broker) must agree. The result goes to chaos-report.json at the project
 root.
 
+A pipeline whose sink is a Kafka topic needs Kafka transactions, which tansu lacks: its chaos
+stack runs on Apache Kafka (ONCEFLOW_KAFKA_DIST, as the tests' fixture; refused without it),
+source topic and output on the one broker (the sink's own `bootstrap` is dropped), on the
+slot's Kafka port + 1 (the stack then treats the broker as external and starts no tansu).
+Its truth reads the output topic and the commit log with a read_committed consumer.
+
 The pure parts (fault schedule, pipeline derivation, accounting, report table) are
-unit-tested in tests/test_chaos_unit.py; the rest needs the real stack.
+unit-tested in tests/test_chaos_unit.py and tests/test_chaos_kafka_unit.py; the reading of a
+Kafka sink in tests/test_chaos_topic_read.py (real_kafka); the rest needs the real stack.
 """
 
 from __future__ import annotations
@@ -62,6 +74,8 @@ from onceflow.chaos_truth import (
     CurrentRow,
     Partial,
     SinkRecord,
+    TopicMarker,
+    TopicRecord,
     account,
     account_counted,
     compared_columns,
@@ -69,12 +83,14 @@ from onceflow.chaos_truth import (
     merge_projection,
     merge_totals,
     merge_truth,
+    topic_truth,
     upsert_truth,
 )
 from onceflow.config import RESERVED_COLUMNS, PipelineConfig
 from onceflow.settings import PROJECT_ROOT
 from onceflow.sinks.base import OutsideSink
 from onceflow.sinks.iceberg import IcebergSink
+from onceflow.sinks.kafka import KafkaSink
 from onceflow.states import BatchState
 
 CHAOS_PIPELINES = PROJECT_ROOT / "tests" / "chaos_pipelines.toml"
@@ -88,11 +104,14 @@ KINDS: dict[str, str] = {
     "2_spark_task_retry": "Spark task attempt fails before / after committing its part",
     "3_zombie_attempt": "zombie: earlier process attempt still running when the retry starts",
     "4_commit_killed": "commit task killed mid-transaction / right after the DB commit / "
-    "(a sink outside the database) between the sink's commit and the ledger's",
+    "(a sink outside the database) between the sink's commit and the ledger's / "
+    "(a Kafka topic) with its Kafka transaction open",
     "5_scheduler_killed": "scheduler and its running tasks killed -9, restarted",
     "6_postgres_restarted": "PostgreSQL restarted during plan / process / commit",
-    "7_broker_restarted": "broker restarted, log lost: regression stop, topic re-created, reset",
-    "8_rerun_committed": "committed run cleared and re-run by run id (API)",
+    "7_broker_restarted": "broker restarted, log lost: regression stop, topic re-created, reset"
+    " (Apache Kafka: killed -9 mid Kafka transaction, log kept, nothing lost)",
+    "8_rerun_committed": "committed run cleared and re-run by run id (API); "
+    "an append-only sink refuses it",
     "9_failed_run_blocks": "run fails for good, later commits wait and say why, retry unblocks",
 }
 
@@ -114,11 +133,15 @@ BASE_FAULTS: tuple[tuple[str, str | None], ...] = (
 # and for a sink outside the ledger's database (an Iceberg table): the crash between its two
 # commit steps (onceflow.outside_commit)
 OUTSIDE_FAULTS: tuple[tuple[str, str | None], ...] = (("4_commit_killed", "after_sink_publish"),)
+# and for a Kafka topic: the crash with its Kafka transaction open, records produced (they
+# must never reach a read_committed consumer; the retry's init_transactions aborts them)
+KAFKA_FAULTS: tuple[tuple[str, str | None], ...] = (("4_commit_killed", "before_sink_commit"),)
 # the failpoint each variant of 4_commit_killed kills the commit task at
 COMMIT_KILL_POINTS = {
     "mid_transaction": "commit.before_db_commit",
     "after_db_commit": "commit.after_db_commit",
     "after_sink_publish": "commit.after_sink_publish",
+    "before_sink_commit": "commit.before_sink_commit",
 }
 # extra random faults: broker and scheduler faults are the expensive ones, drawn less often
 EXTRA_WEIGHTS = {"7_broker_restarted": 0.25, "5_scheduler_killed": 0.5}
@@ -139,6 +162,9 @@ PRE_RESET_RECORDS = 8  # per partition, written to the new log before reset-offs
 # generous: on a loaded 2-core machine one process job can take minutes
 INJECT_TIMEOUT = 900.0
 RECOVER_TIMEOUT = 1500.0
+# Apache Kafka's restart fault: how long the commit stalls with its Kafka transaction open,
+# long enough for the kill -9 to land inside it
+KAFKA_TXN_STALL_S = 20
 
 
 # ---------------------------------------------------------------------------------------------
@@ -167,19 +193,24 @@ class Fault:
 
 
 def fault_schedule(
-    seed: int, batches: int, only: Iterable[str] | None = None, outside: bool = False
+    seed: int,
+    batches: int,
+    only: Iterable[str] | None = None,
+    outside: bool = False,
+    kafka: bool = False,
 ) -> list[Fault]:
     """The faults of a run: every base fault once in a seeded order, then extra random ones.
 
     `only` (kind numbers such as "3" or "7") keeps the faults of those kinds (development);
-    `outside` (a sink outside the ledger's database) adds OUTSIDE_FAULTS to the base ones.
+    `outside` (a sink outside the ledger's database) adds OUTSIDE_FAULTS to the base ones,
+    `kafka` (a Kafka topic) KAFKA_FAULTS.
 
     They are spread over the first ~70% of the batches (a fault starts once at_batch batches
     committed, and only after the previous one has ended, so they never overlap).
     """
     rng = random.Random(f"onceflow-chaos:{seed}")
     wanted = set(only or ())
-    faults = BASE_FAULTS + (OUTSIDE_FAULTS if outside else ())
+    faults = BASE_FAULTS + (OUTSIDE_FAULTS if outside else ()) + (KAFKA_FAULTS if kafka else ())
     pool = [(k, v) for k, v in faults if not wanted or k.split("_")[0] in wanted]
     if not pool:
         raise ValueError(f"no fault kind matches {sorted(wanted)}; kinds are 1..9")
@@ -341,12 +372,31 @@ def pipeline_tables(path: Path) -> dict[str, dict[str, Any]]:
     return tomllib.loads(Path(path).read_text())["pipelines"]
 
 
-def chaos_env(root: Path = PROJECT_ROOT, slot: int = 0) -> dict[str, str]:
+def uses_kafka_sink(raw: dict[str, Any]) -> bool:
+    """Whether a raw pipeline table publishes to a Kafka topic (its chaos stack then runs on
+    Apache Kafka: tansu has no Kafka transactions)."""
+    return (raw.get("sink") or {}).get("kind") == "kafka"
+
+
+def chaos_kafka_sink(sink: dict[str, Any]) -> dict[str, Any]:
+    """A Kafka sink table for the chaos stack: on the stack's own broker (no `bootstrap`),
+    and allowed to create its topics there (no `create_topic`: the broker is new)."""
+    return {k: v for k, v in sink.items() if k not in ("bootstrap", "create_topic")}
+
+
+def apache_kafka_port(slot: int = 0) -> int:
+    """The chaos stack's Apache Kafka listens on the slot's Kafka port + 1."""
+    return 29095 + 10 * slot + 1
+
+
+def chaos_env(root: Path = PROJECT_ROOT, slot: int = 0, real_kafka: bool = False) -> dict[str, str]:
     """What the chaos stack's components get (set before stack.up: airflow_env copies it).
     Its pipelines file is written into its home by the harness (chaos_pipeline). Stack slot
     0 is .onceflow/chaos on ports 25435/29095/28083; slot k its own home and each port + 10k
-    (two runs at once, e.g. one pipeline each)."""
+    (two runs at once, e.g. one pipeline each). `real_kafka`: the broker is the harness's
+    Apache Kafka on apache_kafka_port (an external bootstrap: the stack starts no tansu)."""
     home = root / ".onceflow" / ("chaos" if slot == 0 else f"chaos-{slot}")
+    bootstrap = f"127.0.0.1:{apache_kafka_port(slot)}" if real_kafka else ""
     return {
         "ONCEFLOW_HOME": str(home),
         "ONCEFLOW_PG_PORT": str(25435 + 10 * slot),
@@ -365,7 +415,7 @@ def chaos_env(root: Path = PROJECT_ROOT, slot: int = 0) -> dict[str, str]:
         "AIRFLOW__WORKERS__SOCKET_CLEANUP_TIMEOUT": "10",
         "ONCEFLOW_AIRFLOW_URL": "",
         "ONCEFLOW_POSTGRES_DSN": "",
-        "ONCEFLOW_KAFKA_BOOTSTRAP": "",
+        "ONCEFLOW_KAFKA_BOOTSTRAP": bootstrap,
     }
 
 
@@ -602,6 +652,26 @@ def _split(row: dict[str, Any], key: tuple[str, ...], aggs: tuple[str, ...]) -> 
     return tuple(row[k] for k in key), tuple(row[a] for a in aggs)
 
 
+def _typed(columns: dict[str, Any], types: dict[str, str]) -> dict[str, Any]:
+    """An output record's JSON columns as the stage table's types read them (PostgreSQL made
+    the JSON: timestamps as ISO 8601 text, numbers exact), so they compare with the record's
+    fields as a table's columns do."""
+    from datetime import date, datetime
+    from decimal import Decimal
+
+    out = {}
+    for name, value in columns.items():
+        kind = types.get(name, "")
+        if isinstance(value, str) and kind.startswith("timestamp"):
+            value = datetime.fromisoformat(value)
+        elif isinstance(value, str) and kind == "date":
+            value = date.fromisoformat(value)
+        elif isinstance(value, int | float) and kind == "numeric":
+            value = Decimal(str(value))
+        out[name] = value
+    return out
+
+
 def _count_violations(counts: dict[str, int]) -> list[str]:
     return [f"{counts[k]} {k}" for k in ("lost", "duplicated", "mismatched") if counts[k]]
 
@@ -657,6 +727,61 @@ class SinkSnapshot:
                 return []
         return table.scan(row_filter=f"topic = '{self.topic}'").to_arrow().to_pylist()
 
+    def topic_output(self, sink: KafkaSink) -> tuple[list[dict[str, Any]], list[TopicMarker]]:
+        """A Kafka sink's output as a read_committed consumer sees it: each record's source
+        coordinates, txid and seq (its headers) and its columns (the value's JSON, typed by
+        the stage table's columns), and the pipeline's commit-log markers."""
+        from confluent_kafka import Consumer
+
+        from onceflow.sinks import kafka
+
+        consumer = Consumer(
+            {
+                "bootstrap.servers": sink.bootstrap,
+                "group.id": "onceflow-chaos-truth",  # never joined: partitions are assigned
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                "enable.partition.eof": True,
+            }
+        )
+        records, markers = [], []
+        types = self._stage_types(kafka.STAGE_NAME)
+        try:
+            topics = consumer.list_topics(timeout=30).topics
+            for p in sorted(topics[sink.topic].partitions) if sink.topic in topics else ():
+                low, end = kafka.committed_end(consumer, sink.topic, p)
+                for msg in kafka.read_partition(consumer, sink.topic, p, low, end):
+                    headers = dict(msg.headers() or [])
+                    source = json.loads(headers[kafka.SOURCE_HEADER])
+                    records.append(
+                        {
+                            "topic": source["topic"],
+                            "epoch": source["epoch"],
+                            "partition": source["partition"],
+                            "offset": source["offset"],
+                            "txid": headers[kafka.TXID_HEADER].decode(),
+                            "seq": int(headers[kafka.SEQ_HEADER]),
+                            "columns": _typed(json.loads(msg.value()), types),
+                        }
+                    )
+            if sink.commit_log in topics:
+                low, end = kafka.committed_end(consumer, sink.commit_log, 0)
+                for msg in kafka.read_partition(consumer, sink.commit_log, 0, low, end):
+                    m = kafka.Marker.parse(msg.value(), msg.offset())
+                    if m is not None and m.pipeline == self.cfg.name:
+                        markers.append(TopicMarker(m.seq, m.txid, m.records, m.offset))
+        finally:
+            consumer.close()
+        return [r for r in records if r["topic"] == self.topic], markers
+
+    def _stage_types(self, table: str) -> dict[str, str]:
+        self.cur.execute(
+            "select column_name, data_type from information_schema.columns"
+            " where table_schema = %s and table_name = %s",
+            (self.cfg.sink_schema, f"stage_{table}"),
+        )
+        return dict(self.cur.fetchall())
+
     def committed_ranges(self) -> list[CommittedRange]:
         self.cur.execute(
             "select r.txid, b.seq, r.epoch, r.partition, r.from_offset, r.until_offset"
@@ -688,6 +813,7 @@ class Run:
     cleared_s: float = 0.0
     held: bool = False  # failed on purpose (fault 9): not cleared by the harness
     abandoned: bool = False  # abandoned by reset-offsets: never cleared
+    refused: bool = False  # a re-run an append-only sink refused (fault 8): stays failed
 
 
 class Harness:
@@ -710,7 +836,22 @@ class Harness:
 
                 get_pipeline(source, opts.pipeline)  # raises ConfigError naming the known ones
         self.raw = chaos_pipeline(base, user, self.pipeline)
-        env = chaos_env(slot=opts.slot)
+        self.kafka_dist: Path | None = None  # Apache Kafka's, for a Kafka sink
+        if uses_kafka_sink(self.raw):
+            from onceflow.apache_kafka import DIST_ENV, dist_from_env
+            from onceflow.errors import ConfigError
+
+            self.kafka_dist = dist_from_env()
+            if self.kafka_dist is None:
+                raise ConfigError(
+                    f"pipeline {self.pipeline!r} publishes to a Kafka topic, which needs Kafka "
+                    f"transactions: its chaos stack runs on Apache Kafka. Set {DIST_ENV} to an "
+                    f"Apache Kafka binary distribution (kafka_2.13-*.tgz); it is "
+                    f"{os.environ.get(DIST_ENV, 'not set')!r} now"
+                )
+            self.raw["sink"] = chaos_kafka_sink(self.raw["sink"])
+        self.kafka = None  # the running ApacheKafka (start_stack)
+        env = chaos_env(slot=opts.slot, real_kafka=self.kafka_dist is not None)
         for key, value in env.items():
             if value:
                 os.environ[key] = value
@@ -732,7 +873,11 @@ class Harness:
         self.n = 0
         self.epoch = 0
         self.faults = fault_schedule(
-            opts.seed, opts.batches, opts.only, outside=isinstance(self.sink, OutsideSink)
+            opts.seed,
+            opts.batches,
+            opts.only,
+            outside=isinstance(self.sink, OutsideSink),
+            kafka=isinstance(self.sink, KafkaSink),
         )
         self.active: list[tuple[Fault, Iterator[None]]] = []
         self.hold_clears = False
@@ -783,6 +928,8 @@ class Harness:
             f"starting the chaos stack in {self.home}: pipeline {self.pipeline} "
             f"({self.cfg.transform}, sink mode {self.mode}), topic {self.topic}"
         )
+        if self.kafka_dist is not None:
+            self.start_apache_kafka()
         self.stack_up()
         from onceflow.db import migrate
 
@@ -792,6 +939,22 @@ class Harness:
         )
         self.client.wait_for_dag(self.dag_id, timeout=300)
         self.client.unpause(self.dag_id)
+
+    def start_apache_kafka(self) -> None:
+        """The stack's broker for a Kafka sink: Apache Kafka, its log in <home>/apache-kafka,
+        carrying the stack's marker so `onceflow down` of the chaos home stops it too."""
+        from onceflow import stack
+        from onceflow.apache_kafka import ApacheKafka
+
+        self.kafka = ApacheKafka(
+            self.kafka_dist,
+            self.home / "apache-kafka",
+            port=apache_kafka_port(self.opts.slot),
+            env={stack.MARKER_ENV: f"{self.home}:apache-kafka"},
+        )
+        t0 = _now()
+        self.kafka.start()
+        self.log(f"Apache Kafka up on {self.kafka.bootstrap} ({_now() - t0:.1f}s)")
 
     def stack_up(self, attempts: int = 3) -> None:
         from onceflow import stack
@@ -814,6 +977,12 @@ class Harness:
             return
         self._last_health = _now()
         dead = [n for n in stack.ALL_SERVICES if stack.service_process(self.settings, n) is None]
+        if self.kafka is not None:  # the broker is Apache Kafka, not the stack's
+            dead = [n for n in dead if n != "broker"]
+            if self.kafka.proc is None or self.kafka.proc.poll() is not None:
+                self.restarts.update(["apache-kafka"])
+                self.log("Apache Kafka is down; starting it again on its log")
+                self.kafka.start()
         if dead:
             self.restarts.update(dead)
             self.log(f"services down: {', '.join(dead)}; restarting them (stack up)")
@@ -938,6 +1107,15 @@ class Harness:
                 self.fired.append((parts[2], parts[3], parts[4]))
                 self.log(f"failpoint fired: {parts[2]}@{parts[3]} ({parts[4]}, pid {parts[1]})")
 
+    def fired_at(self, name: str, txid: str) -> float | None:
+        """When a failpoint fired for txid (wall clock, from fired.log), or None."""
+        with contextlib.suppress(OSError):
+            for line in (self.fp_dir / "fired.log").read_text().splitlines():
+                parts = line.split("\t")
+                if len(parts) >= 5 and (parts[2], parts[3]) == (name, txid):
+                    return float(parts[0])
+        return None
+
     def has_fired(self, name: str, txid: str) -> bool:
         return any(n == name and t == txid for n, t, _ in self.fired)
 
@@ -996,7 +1174,7 @@ class Harness:
         if self.hold_clears:
             return
         for run in list(self.runs.values()):
-            if run.state != "failed" or run.held or run.abandoned:
+            if run.state != "failed" or run.held or run.abandoned or run.refused:
                 continue
             b = self.batches.get(run.run_id)
             if b and b["state"] == BatchState.ABANDONED:
@@ -1030,7 +1208,11 @@ class Harness:
         stuck = [
             r
             for r in self.runs.values()
-            if r.state == "queued" and r.clears and _now() - r.cleared_s > 30 and r.run_id in seq
+            if r.state == "queued"
+            and r.clears
+            and _now() - r.cleared_s > 30
+            and r.run_id in seq
+            and not r.refused  # committed: no later run waits for it
         ]
         running = [r for r in self.runs.values() if r.state == "running"]
         if not stuck or len(running) < self.cfg.max_active_runs:
@@ -1366,6 +1548,9 @@ class Harness:
 
         from onceflow import broker, cli, stack
 
+        if self.kafka is not None:
+            yield from self.fault_apache_kafka(f)
+            return
         max_seq = max((b["seq"] for b in self.batches.values()), default=0)
         if max_seq < 3:
             raise FaultSkipped("too few batches planned yet")
@@ -1459,7 +1644,72 @@ class Harness:
         )
         f.recovered = True
 
+    def fault_apache_kafka(self, f: Fault) -> Iterator[None]:
+        """Apache Kafka killed -9 while a commit's Kafka transaction is open (its records
+        produced, not committed) and restarted on its log. Nothing may be lost: no plan sees
+        an offset regression, the broker's end offsets still hold every acknowledged record,
+        and the commit (failed or not) and the runs after it commit."""
+        from onceflow import broker
+
+        point = "commit.before_sink_commit"
+        txid = self.trigger({point: f"sleep:{KAFKA_TXN_STALL_S}"})
+        f.txids.append(txid)
+        yield from self.wait(
+            lambda: self.has_fired(point, txid),
+            INJECT_TIMEOUT,
+            f"{point} of {txid} (Kafka transaction open)",
+        )
+        self.producer.pause()  # every record in flight acknowledged before the kill
+        acked = self.producer.ends_of(self.epoch)
+        wall = time.time()
+        max_seq = max((b["seq"] for b in self.batches.values()), default=0)
+        pid = self.kafka.proc.pid if self.kafka.proc else None
+        t0 = _now()
+        self.kafka.kill()
+        f.injected = True
+        fired = self.fired_at(point, txid)
+        # the kill landed inside the stall: the Kafka transaction still open, records produced
+        f.detail["killed_after_fire_s"] = fired and round(wall - fired, 1)
+        f.detail["transaction_open"] = bool(fired) and wall - fired < KAFKA_TXN_STALL_S
+        self.log(f"kill -9 Apache Kafka (pid {pid}) with {txid}'s Kafka transaction open")
+        try:
+            self.kafka.start()
+        finally:
+            self.producer.resume()
+        f.detail["restart_s"] = round(_now() - t0, 1)
+        f.detail["seq_before"] = max_seq
+        ends: dict[int, int] = {}
+
+        def answers() -> bool:  # its partitions may have no leader for a moment
+            snap = broker.snapshot(self.settings.kafka_bootstrap, self.pipeline, (self.topic,))
+            ends.update({p: e for (_, p), e in snap.ends.items()})
+            return True
+
+        yield from self.wait(answers, INJECT_TIMEOUT, "the restarted broker's end offsets")
+        short = {p: (ends.get(p), e) for p, e in acked.items() if ends.get(p, 0) < e}
+        f.detail["log_kept"] = not short
+        if short:
+            f.error = f"the restarted broker lost acknowledged records: (end, acked) {short}"
+        self.log(f"Apache Kafka back on its log ({f.detail['restart_s']}s); ends {ends}")
+
+        def later_committed() -> bool:
+            return any(
+                b["seq"] > max_seq and b["state"] == BatchState.COMMITTED
+                for b in self.batches.values()
+            )
+
+        yield from self.wait_recovered(f, [txid])
+        yield from self.wait(later_committed, RECOVER_TIMEOUT, "a batch planned after it commits")
+        regressions = [r for r in self.runs if self.plan_log_matches(r, "offset regression", wall)]
+        f.detail["offset_regressions"] = regressions  # must stay empty: the log was kept
+        if regressions or f.error:
+            f.recovered = False
+            f.error = f.error or f"plan saw an offset regression after the restart: {regressions}"
+
     def fault_rerun(self, f: Fault) -> Iterator[None]:
+        if not self.sink.replaces_output:
+            yield from self.fault_rerun_refused(f)
+            return
         epoch_txids = self._current_epoch_committed()
         busy = {t for fault in self.faults for t in fault.txids}
         candidates = sorted(t for t in epoch_txids if t in self.runs and t not in busy)
@@ -1489,6 +1739,45 @@ class Harness:
             f.recovered = True
         else:
             f.error = f"re-run changed the output: {before} -> {after}, rows {rows_before} -> {rows_after}"
+
+    def fault_rerun_refused(self, f: Fault) -> Iterator[None]:
+        """A re-run of a committed txid into an append-only sink (a Kafka topic): plan must
+        refuse it (the run fails, its log saying the sink is append-only), the batch stays
+        committed as it was and the sink's output of the txid does not change. The run is
+        left failed: clearing it again would be refused again."""
+        epoch_txids = self._current_epoch_committed()
+        busy = {t for fault in self.faults for t in fault.txids}
+        candidates = sorted(t for t in epoch_txids if t in self.runs and t not in busy)
+        if not candidates:
+            raise FaultSkipped("no committed run of the current epoch to re-run")
+        txid = self.rng.choice(candidates)
+        before = dict(self.batches[txid])
+        rows_before = self._published(txid)
+        f.txids.append(txid)
+        self.runs[txid].refused = True
+        wall = time.time()
+        self.clear(txid, "re-run of a committed run by run id: the append-only sink must refuse")
+        f.injected = True
+        yield from self.wait(
+            lambda: self.runs[txid].state == "failed",
+            RECOVER_TIMEOUT,
+            f"re-run of {txid} refused (the run fails)",
+        )
+        said = self.plan_log_matches(txid, "append-only", wall)
+        after = self.batches[txid]
+        rows_after = self._published(txid)
+        kept = ("state", "published_attempt", "records_out", "records_dead", "checksum")
+        same = all(after[k] == before[k] for k in kept)
+        f.detail["plan_refused"] = said
+        f.detail["rows"] = [rows_before, rows_after]
+        f.detail["published_attempt"] = after["published_attempt"]
+        if said and same and rows_before == rows_after:
+            f.recovered = True
+        else:
+            f.error = (
+                f"refusal in the plan log: {said}; batch {before} -> {after}; "
+                f"output {rows_before} -> {rows_after}"
+            )
 
     def _current_epoch_committed(self) -> set[str]:
         rows = self._query(
@@ -1704,7 +1993,7 @@ class Harness:
 
         if self.unfinished():
             return False
-        if any(r.state == "failed" and not r.abandoned for r in self.runs.values()):
+        if any(r.state == "failed" and not (r.abandoned or r.refused) for r in self.runs.values()):
             return False
         snap = broker.snapshot(self.settings.kafka_bootstrap, self.pipeline, (self.topic,))
         ends = {p: e for (_, p), e in snap.ends.items()}
@@ -1805,6 +2094,8 @@ class Harness:
             args = (resets, self.epoch, committed)
             if self.mode == "merge":
                 return self._check_merge(read, acked, dead, args, kept, note)
+            if isinstance(self.sink, KafkaSink):
+                return self._check_topic(read, acked, dead, args, kept, note)
             return self._check_rows(read, acked, dead, args, kept, note)
 
     def _check_rows(
@@ -1852,6 +2143,48 @@ class Harness:
                 )
             )
         return counts, checks
+
+    def _check_topic(
+        self,
+        read: SinkSnapshot,
+        acked: dict[int, dict[tuple[int, int], Acked]],
+        dead: list[SinkRecord],
+        args: tuple,
+        kept: bool,
+        note: str,
+    ) -> tuple[dict[str, int], list[dict[str, Any]]]:
+        """A Kafka topic, read_committed: its records by their source coordinates header
+        like append rows, and its commit log's markers (chaos_truth.topic_truth)."""
+        key = self.cfg.sink.key
+        records, markers = read.topic_output(self.sink)
+        rows = [
+            SinkRecord(r["epoch"], r["partition"], r["offset"], "row", r["columns"])
+            for r in records
+        ]
+        counts = account(
+            acked, rows + dead, *args, row_agrees=fields_row(key), dead_values_kept=kept
+        )
+        topic, commit_log = self.sink.topic, self.sink.commit_log
+        return counts, [
+            _check(
+                f"topic {topic} (read_committed) records + dead letters = acknowledged records, "
+                f"by the source coordinates header; each record's derivable columns and each "
+                f"dead letter ({note}) are its record's",
+                _count_violations(counts),
+                columns_compared=compared_columns(acked, rows, key),
+            ),
+            _check(
+                f"commit log {commit_log}: one marker per committed seq, with its txid and as "
+                "many records as carry that seq; each record headed by the seq whose committed "
+                "range holds its source record",
+                topic_truth(
+                    [TopicRecord(*_coord(r), r["txid"], r["seq"]) for r in records],
+                    markers,
+                    read.committed_ranges(),
+                ),
+                markers=len(markers),
+            ),
+        ]
 
     def _check_merge(
         self,
@@ -2025,6 +2358,8 @@ class Harness:
             stack.down(self.settings, echo=lambda m: self.log(f"  down: {m}"))
         else:
             self.log(f"--keep: the chaos stack stays up (ONCEFLOW_HOME={self.home})")
+        if self.kafka is not None and not self.opts.keep:  # after the stack: nothing uses it
+            self.kafka.stop()
         if self.log_file:
             self.log_file.close()
             self.log_file = None

@@ -1,0 +1,172 @@
+"""The chaos harness for a pipeline whose sink is a Kafka topic, its pure parts: the stack on
+Apache Kafka (refused without ONCEFLOW_KAFKA_DIST), the pipeline it runs, the Kafka-only
+fault, and the truth of the output topic and its commit log (chaos_truth.topic_truth)."""
+
+from __future__ import annotations
+
+import tomllib
+from datetime import UTC, datetime
+from decimal import Decimal
+
+import pytest
+from onceflow import chaos
+from onceflow.chaos_truth import CommittedRange, TopicMarker, TopicRecord, topic_truth
+
+pytestmark = pytest.mark.unit
+
+NAME = "chaos_topic"  # the Kafka-sink pipeline of tests/chaos_pipelines.toml
+
+
+def _derived():
+    base = chaos.pipeline_tables(chaos.CHAOS_PIPELINES)[chaos.DEFAULT_PIPELINE]
+    user = chaos.pipeline_tables(chaos.CHAOS_PIPELINES)[NAME]
+    return chaos.chaos_pipeline(base, user, NAME)
+
+
+# -- the stack and its pipeline ----------------------------------------------------------------
+
+
+def test_a_kafka_sink_pipeline_s_stack_is_on_apache_kafka_beside_its_own_ports(tmp_path):
+    from onceflow import stack
+    from onceflow.settings import Settings
+
+    for slot in (0, 3):
+        tansu, real = chaos.chaos_env(tmp_path, slot), chaos.chaos_env(tmp_path, slot, True)
+        assert tansu["ONCEFLOW_KAFKA_BOOTSTRAP"] == ""  # the stack's own broker
+        port = int(real["ONCEFLOW_KAFKA_PORT"]) + 1
+        assert real["ONCEFLOW_KAFKA_BOOTSTRAP"] == f"127.0.0.1:{port}"
+        assert chaos.apache_kafka_port(slot) == port
+        assert {k: v for k, v in real.items() if k != "ONCEFLOW_KAFKA_BOOTSTRAP"} == {
+            k: v for k, v in tansu.items() if k != "ONCEFLOW_KAFKA_BOOTSTRAP"
+        }
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in real.items():
+            mp.setenv(key, value)
+        settings = Settings.from_env()
+    # an external bootstrap: `up` starts no tansu on the stack's Kafka port
+    assert settings.kafka_bootstrap == real["ONCEFLOW_KAFKA_BOOTSTRAP"]
+    assert not stack.uses_embedded_broker(settings)
+
+
+def test_the_chaos_topic_pipeline_publishes_to_a_topic_on_the_chaos_broker():
+    from onceflow.config import parse_pipeline
+    from onceflow.sinks import sink_for
+    from onceflow.sinks.kafka import KafkaSink
+
+    raw = _derived()
+    raw["sink"] = {**raw["sink"], "bootstrap": "elsewhere:9092", "create_topic": False}
+    assert chaos.uses_kafka_sink(raw)
+    raw["sink"] = chaos.chaos_kafka_sink(raw["sink"])
+    text = chaos.pipelines_toml(NAME, raw)
+    cfg = parse_pipeline(NAME, tomllib.loads(text)["pipelines"][NAME])
+    assert (cfg.sink.kind, cfg.sink.topic, cfg.sink.key, cfg.sink.partitions) == (
+        "kafka",
+        "stock-updates",
+        ("sku",),
+        3,
+    )
+    # the user's bootstrap and create_topic are not the chaos stack's
+    assert cfg.sink.bootstrap is None and cfg.sink.create_topic is True
+    assert cfg.topics == (chaos.TOPIC,) and cfg.max_records_per_partition == 150
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("ONCEFLOW_KAFKA_BOOTSTRAP", "127.0.0.1:29096")
+        sink = sink_for(cfg)
+    assert isinstance(sink, KafkaSink) and sink.bootstrap == "127.0.0.1:29096"
+    assert not sink.replaces_output  # fault 8 expects the refusal
+    assert not chaos.uses_kafka_sink(chaos.pipeline_tables(chaos.CHAOS_PIPELINES)["chaos"])
+
+
+def test_a_kafka_sink_chaos_run_without_apache_kafka_is_refused_naming_the_variable(
+    monkeypatch,
+):
+    from onceflow.errors import ConfigError
+
+    monkeypatch.delenv("ONCEFLOW_KAFKA_DIST", raising=False)
+    opts = chaos.Options(pipeline=NAME, pipelines_file=chaos.CHAOS_PIPELINES, slot=3)
+    with pytest.raises(ConfigError, match="ONCEFLOW_KAFKA_DIST") as e:
+        chaos.Harness(opts)
+    assert "Kafka transactions" in str(e.value) and NAME in str(e.value)
+    monkeypatch.setenv("ONCEFLOW_KAFKA_DIST", "/nonexistent/kafka.tgz")
+    with pytest.raises(ConfigError, match="/nonexistent/kafka.tgz"):
+        chaos.Harness(opts)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 99])
+def test_a_kafka_sink_s_schedule_also_kills_commit_with_its_kafka_transaction_open(seed):
+    from onceflow import failpoints
+
+    faults = chaos.fault_schedule(seed, 60, outside=True, kafka=True)
+    labels = [(f.kind, f.variant) for f in faults]
+    want = ("4_commit_killed", "before_sink_commit")
+    assert labels.count(want) >= 1
+    assert set(chaos.BASE_FAULTS + chaos.OUTSIDE_FAULTS) <= set(labels)
+    assert chaos.COMMIT_KILL_POINTS["before_sink_commit"] in failpoints.NAMES
+    assert want not in {(f.kind, f.variant) for f in chaos.fault_schedule(seed, 60, outside=True)}
+
+
+def test_an_output_record_s_json_columns_are_typed_by_the_stage_table():
+    typed = chaos._typed(
+        {"ts": "2026-11-21T08:00:00+00:00", "day": "2026-11-21", "price": 2.5, "n": 3, "s": "x"},
+        {
+            "ts": "timestamp with time zone",
+            "day": "date",
+            "price": "numeric",
+            "n": "bigint",
+            "s": "text",
+        },
+    )
+    assert typed == {
+        "ts": datetime(2026, 11, 21, 8, tzinfo=UTC),
+        "day": datetime(2026, 11, 21).date(),
+        "price": Decimal("2.5"),
+        "n": 3,
+        "s": "x",
+    }
+
+
+# -- the topic's truth ---------------------------------------------------------------------------
+
+
+RANGES = [
+    CommittedRange("t1", 1, 0, 0, 0, 2),
+    CommittedRange("t1", 1, 0, 1, 0, 1),
+    CommittedRange("t2", 2, 0, 0, 2, 3),
+    CommittedRange("t2", 2, 0, 1, 1, 1),  # empty: seq 2 has no record of partition 1
+]
+RECORDS = [
+    TopicRecord(0, 0, 0, "t1", 1),
+    TopicRecord(0, 0, 1, "t1", 1),
+    TopicRecord(0, 1, 0, "t1", 1),
+    TopicRecord(0, 0, 2, "t2", 2),
+]
+MARKERS = [TopicMarker(1, "t1", 3, 0), TopicMarker(2, "t2", 1, 2)]
+
+
+def test_a_topic_with_one_marker_per_committed_seq_and_each_record_in_its_range_holds():
+    assert topic_truth(RECORDS, MARKERS, RANGES) == []
+
+
+def test_a_committed_seq_without_a_marker_or_with_two_is_a_violation():
+    (v,) = topic_truth(RECORDS, MARKERS[:1], RANGES)
+    assert "seq 2: 0 markers" in v
+    (v,) = topic_truth(RECORDS, [*MARKERS, TopicMarker(2, "t2", 1, 4)], RANGES)
+    assert "seq 2: 2 markers (offsets [2, 4])" in v
+
+
+def test_a_marker_whose_txid_or_count_is_not_the_output_s_is_a_violation():
+    (v,) = topic_truth(RECORDS, [MARKERS[0], TopicMarker(2, "zombie", 1, 2)], RANGES)
+    assert "txid 'zombie'" in v
+    (v,) = topic_truth(RECORDS[:-1], MARKERS, RANGES)
+    assert "seq 2: the marker counts 1 records, 0 carry it" in v
+
+
+def test_a_record_published_under_another_seq_or_by_no_commit_is_a_violation():
+    moved = [*RECORDS[:-1], TopicRecord(0, 0, 2, "t1", 1)]
+    out = topic_truth(moved, MARKERS, RANGES)
+    assert any("headed seq 1 txid 't1', but its committed range is seq 2" in v for v in out)
+    stray = [*RECORDS, TopicRecord(0, 0, 3, "t3", 3)]
+    out = topic_truth(stray, [*MARKERS, TopicMarker(3, "t3", 1, 6)], RANGES)
+    assert any(
+        "source 0@3 (epoch 0) is published (seq 3) but in no committed range" in v for v in out
+    )
+    assert any("seq 3: 1 marker(s), but it is not committed" in v for v in out)

@@ -1,0 +1,72 @@
+"""The chaos harness's reading of a Kafka sink on a real Apache Kafka (the `real_kafka`
+fixture; skipped with the reason without ONCEFLOW_KAFKA_DIST): after a commit whose Kafka
+transaction was aborted and two that committed, SinkSnapshot.topic_output reads what a
+read_committed consumer sees, no aborted record, and the truth of the topic holds."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from onceflow import chaos, ledger
+from onceflow.chaos_truth import Acked, SinkRecord, TopicMarker, TopicRecord, account, topic_truth
+from onceflow.db import transaction
+from onceflow.failpoints import FailpointError
+from onceflow.sinks import sink_for
+from test_kafka_sink import XY, consume, make_cfg
+from test_sinks import T, process, snap
+
+pytestmark = pytest.mark.real_kafka
+
+
+def test_the_harness_reads_the_committed_output_and_its_markers(
+    ledger_dsn, unique_name, real_kafka, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("ONCEFLOW_FAILPOINTS_DIR", str(tmp_path))
+    topic = f"out-{unique_name}"
+    cfg = make_cfg(unique_name, real_kafka.bootstrap, topic, partitions=2, key="sku")
+    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
+    process(ledger_dsn, cfg, "a", XY)
+    (tmp_path / "commit.before_sink_commit@a").write_text("raise")
+    with pytest.raises(FailpointError):  # produced, then aborted
+        ledger.commit(ledger_dsn, cfg, "a")
+    assert ledger.commit(ledger_dsn, cfg, "a").outcome == "committed"
+    ledger.plan(ledger_dsn, cfg, "b", snap({(T, 0): 4}))
+    process(ledger_dsn, cfg, "b", [(0, 3, "w", 4)])
+    assert ledger.commit(ledger_dsn, cfg, "b").outcome == "committed"
+    # the aborted transaction's two records are in the log all the same
+    assert len(consume(real_kafka.bootstrap, topic, committed=False)) == 5
+
+    with transaction(ledger_dsn) as cur:
+        read = chaos.SinkSnapshot(cur, cfg, T)
+        records, markers = read.topic_output(sink_for(cfg))
+        ranges = read.committed_ranges()
+        dead = read.dead_letters()
+    got = sorted(
+        (r["partition"], r["offset"], r["txid"], r["seq"], r["columns"]["sku"]) for r in records
+    )
+    assert got == [(0, 0, "a", 1, "x"), (0, 1, "a", 1, "y"), (0, 3, "b", 2, "w")]
+    assert sorted((m.seq, m.txid, m.records) for m in markers) == [(1, "a", 2), (2, "b", 1)]
+    assert all(isinstance(m, TopicMarker) for m in markers)
+    tops = [
+        TopicRecord(r["epoch"], r["partition"], r["offset"], r["txid"], r["seq"]) for r in records
+    ]
+    assert topic_truth(tops, markers, ranges) == []
+
+    def value(sku, qty):
+        return json.dumps({"sku": sku, "qty": qty}).encode()
+
+    acked = {
+        0: {
+            (0, 0): Acked(0, b"x", value("x", 1)),
+            (0, 1): Acked(1, b"y", value("y", 2)),
+            (0, 2): Acked(2, b"k", b"bad"),
+            (0, 3): Acked(3, b"w", value("w", 4)),
+        }
+    }
+    rows = [
+        SinkRecord(r["epoch"], r["partition"], r["offset"], "row", r["columns"]) for r in records
+    ]
+    counts = account(acked, rows + dead, [], 0, None, chaos.fields_row(("sku",)))
+    assert (counts["in_sink"], counts["dead_lettered"]) == (3, 1)
+    assert (counts["lost"], counts["duplicated"], counts["mismatched"]) == (0, 0, 0)
