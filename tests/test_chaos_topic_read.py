@@ -67,6 +67,6 @@ def test_the_harness_reads_the_committed_output_and_its_markers(
     rows = [
         SinkRecord(r["epoch"], r["partition"], r["offset"], "row", r["columns"]) for r in records
     ]
-    counts = account(acked, rows + dead, [], 0, None, chaos.fields_row(("sku",)))
+    counts = account(acked, rows + dead, [], 0, None, row_agrees=chaos.fields_row(("sku",)))
     assert (counts["in_sink"], counts["dead_lettered"]) == (3, 1)
     assert (counts["lost"], counts["duplicated"], counts["mismatched"]) == (0, 0, 0)

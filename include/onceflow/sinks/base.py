@@ -393,3 +393,37 @@ class OutsideSink(Sink):
 
     def remove_files(self, paths: list[str]) -> None:
         """Delete these data files (they exist, or did: a missing one is no error)."""
+
+    # -- audit: the sink's published coordinates, read into a temporary table ------------
+
+    # the temporary table (of the audit's transaction) `load_audit_rows` fills: txid, topic,
+    # partition, epoch, offset of every published record
+    _ROWS: str
+
+    @abstractmethod
+    def load_audit_rows(self, cur) -> bool:
+        """Read the sink's published records' coordinates into `_ROWS` (once per audit
+        transaction); False if the sink does not exist yet."""
+
+    def exists(self, cur) -> bool:
+        return self.load_audit_rows(cur)
+
+    def published_per_txid(self, cur) -> dict[str, int]:
+        self.load_audit_rows(cur)
+        cur.execute(f"select txid, count(*) from {self._ROWS} group by txid")
+        return dict(cur.fetchall())
+
+    def published_and_dead(self, cur, pipeline: str, limit: int = 100) -> list[tuple]:
+        self.load_audit_rows(cur)
+        cur.execute(
+            f'select o.topic, o.partition, o."offset" from {self._ROWS} o'
+            " join onceflow.dead_letters d on d.pipeline = %s and d.topic = o.topic"
+            ' and d.partition = o.partition and d.epoch = o.epoch and d."offset" = o."offset"'
+            " limit %s",
+            (pipeline, limit),
+        )
+        return cur.fetchall()
+
+    def outside_ranges(self, cur, pipeline: str) -> int:
+        self.load_audit_rows(cur)
+        return self.count_outside_ranges(cur, pipeline, sql.Identifier(self._ROWS))

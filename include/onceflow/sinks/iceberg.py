@@ -565,28 +565,8 @@ class IcebergSink(OutsideSink):
             out,
         )
 
-    def exists(self, cur) -> bool:
+    def load_audit_rows(self, cur) -> bool:
         return self._table_for_audit(cur) is not None
-
-    def published_per_txid(self, cur) -> dict[str, int]:
-        self._table_for_audit(cur)
-        cur.execute(f"select txid, count(*) from {self._ROWS} group by txid")
-        return dict(cur.fetchall())
-
-    def published_and_dead(self, cur, pipeline: str, limit: int = 100) -> list[tuple]:
-        self._table_for_audit(cur)
-        cur.execute(
-            f'select o.topic, o.partition, o."offset" from {self._ROWS} o'
-            " join onceflow.dead_letters d on d.pipeline = %s and d.topic = o.topic"
-            ' and d.partition = o.partition and d.epoch = o.epoch and d."offset" = o."offset"'
-            " limit %s",
-            (pipeline, limit),
-        )
-        return cur.fetchall()
-
-    def outside_ranges(self, cur, pipeline: str) -> int:
-        self._table_for_audit(cur)
-        return self.count_outside_ranges(cur, pipeline, sql.Identifier(self._ROWS))
 
     def truth_violations(self, cur, pipeline: str, limit: int = 20) -> list[str]:
         """No coordinates twice in the table; per committed seq one snapshot per attempt,

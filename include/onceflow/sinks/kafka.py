@@ -653,7 +653,7 @@ class KafkaSink(OutsideSink):
 
     _ROWS = "onceflow_kafka_rows"  # temporary table of the audit's transaction
 
-    def _load_for_audit(self, cur) -> bool:
+    def load_audit_rows(self, cur) -> bool:
         """The output topic's records (txid, seq, source coordinates) in a temporary table
         and the commit log's markers, read once per audit transaction; False if the output
         topic does not exist."""
@@ -707,34 +707,11 @@ class KafkaSink(OutsideSink):
         self._audit_cur = id(cur)
         return True
 
-    def exists(self, cur) -> bool:
-        return self._load_for_audit(cur)
-
-    def published_per_txid(self, cur) -> dict[str, int]:
-        self._load_for_audit(cur)
-        cur.execute(f"select txid, count(*) from {self._ROWS} group by txid")
-        return dict(cur.fetchall())
-
-    def published_and_dead(self, cur, pipeline: str, limit: int = 100) -> list[tuple]:
-        self._load_for_audit(cur)
-        cur.execute(
-            f'select o.topic, o.partition, o."offset" from {self._ROWS} o'
-            " join onceflow.dead_letters d on d.pipeline = %s and d.topic = o.topic"
-            ' and d.partition = o.partition and d.epoch = o.epoch and d."offset" = o."offset"'
-            " limit %s",
-            (pipeline, limit),
-        )
-        return cur.fetchall()
-
-    def outside_ranges(self, cur, pipeline: str) -> int:
-        self._load_for_audit(cur)
-        return self.count_outside_ranges(cur, pipeline, sql.Identifier(self._ROWS))
-
     def truth_violations(self, cur, pipeline: str, limit: int = 20) -> list[str]:
         """One marker per committed seq, with the ledger's txid, attempt and count, and as
         many output records carrying the seq; no marker of an uncommitted seq; every record
         with its coordinates, none twice."""
-        if not self._load_for_audit(cur):
+        if not self.load_audit_rows(cur):
             return []
         where = f"Kafka topic {self.topic!r}"
         out = [
