@@ -364,7 +364,14 @@ def stage_columns(src: Any, cfg: Any) -> Any:
     it: the coordinates, the user's columns, error (a null key column of a record-wise
     transform's upsert or merge sink is one), key and value (kept for dead letters only, value
     cut to 64 KiB), tombstone (the output's value is null), an aggregating transform's
-    `records`, and the row hash (HASH_COLUMN).
+    `records`, and the row hash (HASH_COLUMN): staged_output of the transform's output."""
+    from onceflow.transforms import load_transform
+
+    return staged_output(load_transform(cfg.transform)(src), cfg)
+
+
+def staged_output(out: Any, cfg: Any) -> Any:
+    """The transform's output frame `out` as the sink stages it (stage_columns).
 
     An aggregating transform's rows carry coordinates only as dead letters; a row that
     breaks its contract (transforms.aggregate_row_violation) fails the Spark task that
@@ -378,11 +385,9 @@ def stage_columns(src: Any, cfg: Any) -> Any:
         aggregate_row_violation,
         check_aggregate_output,
         check_output,
-        load_transform,
         user_columns,
     )
 
-    out = load_transform(cfg.transform)(src)
     columns = out.columns
     error = F.col("error").cast("string") if "error" in columns else F.lit(None).cast("string")
     if cfg.aggregating:
@@ -480,12 +485,13 @@ def stage_job(
     fast = fast_form and sink.takes_fast_form and load_fast_form(cfg.transform) is not None
     if fast:
         # the output's schema, from the transform over no records (analysed, not run): the
-        # sink's tables and the fast form's rows follow it
-        shape = spark.createDataFrame([], SCHEMA)
+        # sink's tables and the fast form's rows follow it. Built once: a transform's plan
+        # costs the driver about half a second per build (bench: process's plan step).
+        shape = load_transform(cfg.transform)(spark.createDataFrame([], SCHEMA))
         with transaction(dsn) as cur:
-            sink = sink.bind_output(cur, output_fields(stage_columns(shape, cfg)))
+            sink = sink.bind_output(cur, output_fields(staged_output(shape, cfg)))
         target = StageTarget.for_sink(dsn, sink, cfg.name, txid, attempt)
-        columns = fast_form_columns(load_transform(cfg.transform)(shape))
+        columns = fast_form_columns(shape)
         declined = fast_stage_frame(
             spark, pieces, bootstrap, target, cfg.transform, columns, **options
         )
