@@ -427,3 +427,13 @@ class OutsideSink(Sink):
     def outside_ranges(self, cur, pipeline: str) -> int:
         self.load_audit_rows(cur)
         return self.count_outside_ranges(cur, pipeline, sql.Identifier(self._ROWS))
+
+    def duplicated_coordinates(self, cur, limit: int) -> list[tuple]:
+        """(topic, partition, epoch, offset, copies) of source records published more than
+        once, from `_ROWS` (loaded by load_audit_rows)."""
+        cur.execute(
+            f'select topic, partition, epoch, "offset", count(*) from {self._ROWS}'
+            ' group by topic, partition, epoch, "offset" having count(*) > 1 limit %s',
+            (limit,),
+        )
+        return cur.fetchall()

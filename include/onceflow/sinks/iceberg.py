@@ -576,12 +576,7 @@ class IcebergSink(OutsideSink):
         if table is None:
             return []
         out = []
-        cur.execute(
-            f'select topic, partition, epoch, "offset", count(*) from {self._ROWS}'
-            ' group by topic, partition, epoch, "offset" having count(*) > 1 limit %s',
-            (limit,),
-        )
-        for topic, partition, epoch, offset, n in cur.fetchall():
+        for topic, partition, epoch, offset, n in self.duplicated_coordinates(cur, limit):
             out.append(
                 f"Iceberg table {self.name}: record {topic}[{partition}]@{offset} (epoch {epoch}) "
                 f"is in the table {n} times"

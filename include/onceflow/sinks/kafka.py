@@ -719,12 +719,7 @@ class KafkaSink(OutsideSink):
             f"{SEQ_HEADER} headers (written by something else than this pipeline's commit)"
             for p, o in self._unmarked
         ]
-        cur.execute(
-            f'select topic, partition, epoch, "offset", count(*) from {self._ROWS}'
-            ' group by topic, partition, epoch, "offset" having count(*) > 1 limit %s',
-            (limit,),
-        )
-        for topic, partition, epoch, offset, n in cur.fetchall():
+        for topic, partition, epoch, offset, n in self.duplicated_coordinates(cur, limit):
             out.append(
                 f"{where}: source record {topic}[{partition}]@{offset} (epoch {epoch}) is "
                 f"published {n} times"
