@@ -23,7 +23,9 @@ import argparse
 import json
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "include"))
@@ -42,9 +44,15 @@ def main() -> None:
 
     from onceflow import process
     from onceflow.config import PipelineConfig, SinkConfig
-    from onceflow.fast_stage import StatsParam, fast_form_columns, fast_stage_frame
+    from onceflow.fast_stage import (
+        FastStage,
+        StatsParam,
+        fast_form_columns,
+        fast_stage_frame,
+        for_job,
+    )
     from onceflow.ranges import OffsetRange
-    from onceflow.reader import SCHEMA, input_ranges, ranges_frame
+    from onceflow.reader import input_ranges, ranges_frame
     from onceflow.transforms import load_transform
     from pyspark.sql import functions as F
 
@@ -62,6 +70,7 @@ def main() -> None:
     for _ in range(a.repeat):
         t0 = time.monotonic()
         stats = None
+        job: Any = nullcontext()  # the fast form's FastStage, for its job
         if a.mode == "read":
             df = ranges_frame(spark, pieces, a.bootstrap)
             agg = df.agg(
@@ -74,19 +83,18 @@ def main() -> None:
                 df = process.staged_frame(spark, pieces, bootstrap=a.bootstrap, cfg=cfg)
             else:
                 stats = spark.sparkContext.accumulator((0, 0, 0), StatsParam())
-                shape = load_transform(TRANSFORM)(spark.createDataFrame([], SCHEMA))
-                declined = fast_stage_frame(
-                    spark, pieces, a.bootstrap, None, TRANSFORM, fast_form_columns(shape),
-                    stats=stats,
-                )  # fmt: skip
-                df = process.stage_columns(declined, cfg)
+                declined = fast_stage_frame(spark, pieces, a.bootstrap, TRANSFORM, stats=stats)
+                out = load_transform(TRANSFORM)(declined)
+                df = process.staged_output(out, cfg)
+                job = for_job(spark.sparkContext, FastStage(None, fast_form_columns(out)))
             agg = df.agg(
                 F.count(F.lit(1)).alias("records"),
                 F.count("error").alias("dead"),
                 F.sum("amount").alias("amount"),
                 F.bit_xor("_meta_hash").alias("hash"),  # depends on every parsed column
             )
-        row = agg.collect()[0]
+        with job:
+            row = agg.collect()[0]
         seconds = time.monotonic() - t0
         records = row["records"]
         if stats is not None:  # a.mode == "read_parse" with the fast form

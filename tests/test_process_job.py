@@ -445,7 +445,7 @@ def test_a_retried_fast_stage_task_still_hands_on_its_declined_records(env, prod
     import pyarrow as pa
     from onceflow import ledger
     from onceflow.errors import FencedAttemptError
-    from onceflow.fast_stage import FastStageFn
+    from onceflow.fast_stage import FastStage, FastStageFn
     from onceflow.reader import input_ranges
     from onceflow.stage import StageTarget
 
@@ -455,7 +455,7 @@ def test_a_retried_fast_stage_task_still_hands_on_its_declined_records(env, prod
     pieces = input_ranges(batch.ranges, 25)
     attempt = ledger.claim_attempt(dsn, "it_fast", "run-fs").attempt
     target = StageTarget.for_sink(dsn, orders_sink(dsn, "it_fast"), "it_fast", "run-fs", attempt)
-    fn = FastStageFn(pieces, BOOTSTRAP, target, TRANSFORM, fast_form_columns())
+    fn = FastStageFn(pieces, BOOTSTRAP, TRANSFORM, FastStage(target, fast_form_columns()))
 
     def records_of(piece) -> dict:
         return {

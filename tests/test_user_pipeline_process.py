@@ -167,6 +167,12 @@ def fast_form(batch):
     return accepted, pa.RecordBatch.from_arrays([sku], names=["sku"])
 '''
 
+# `transform` runs a Spark job over its records while it plans (user_inventory's counting)
+FAST_FORM_COUNTING = """
+from user_fast import fast_form  # noqa: F401
+from user_inventory import counting as transform  # noqa: F401
+"""
+
 
 @pytest.fixture(scope="module")
 def env(pg, broker, produced, tmp_path_factory):
@@ -176,6 +182,7 @@ def env(pg, broker, produced, tmp_path_factory):
     jobs = tmp_path_factory.mktemp("user_jobs")  # outside the repository
     (jobs / "user_inventory.py").write_text(TRANSFORM)
     (jobs / "user_fast.py").write_text(BAD_FAST_FORM)
+    (jobs / "user_fast_count.py").write_text(FAST_FORM_COUNTING)
     home = tmp_path_factory.mktemp("home")
     pipelines = home / "pipelines.toml"
     text = ""
@@ -199,6 +206,8 @@ def env(pg, broker, produced, tmp_path_factory):
         '[pipelines.inv_missing.sink]\ntable = "stock"\n'
         f'[pipelines.inv_fast]\ntopics = ["{TOPIC}"]\ntransform = "user_fast:transform"\n'
         '[pipelines.inv_fast.sink]\ntable = "stock"\n'
+        f'[pipelines.inv_fast_count]\ntopics = ["{TOPIC}"]\ntransform = "user_fast_count:transform"\n'
+        '[pipelines.inv_fast_count.sink]\ntable = "stock"\n'
     )
     for name, fn in (
         ("inv_filter", "filtered"),
@@ -426,6 +435,24 @@ def test_a_fast_form_whose_rows_do_not_fit_stages_nothing_and_is_not_retried(env
     assert query(env, "select count(*) from onceflow.stage_parts where pipeline = 'inv_fast'") == [
         (0,)
     ]
+
+
+def test_a_transform_with_a_fast_form_that_runs_a_job_while_planning_is_refused(env, produced):
+    """The fast form's workers learn their stage target only with process's own job: a job
+    the transform runs itself while it plans (a count) fails as the transform's fault."""
+    ends, _ = produced
+    proc, _ = run(env, "inv_fast_count", ends)
+    assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (last_error,) = query(
+        env, "select last_error from onceflow.batches where pipeline = 'inv_fast_count'"
+    )[0]
+    assert last_error.startswith(
+        "process attempt 1: TransformError: a transform with a fast form must not run a "
+        "Spark job over its input while its plan is built"
+    ), last_error
+    assert query(
+        env, "select count(*) from onceflow.stage_parts where pipeline = 'inv_fast_count'"
+    ) == [(0,)]
 
 
 def test_an_unknown_transform_module_names_the_module_and_the_folder(env, produced):

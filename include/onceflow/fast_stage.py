@@ -34,8 +34,11 @@ part's declined values in memory, however many there are.
 
 from __future__ import annotations
 
+import base64
+import pickle
 import tempfile
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -164,46 +167,91 @@ class Split:
             self._spool.close()
 
 
+@dataclass(frozen=True)
+class FastStage:
+    """Where FastStageFn stages the accepted records (`target`; None: nowhere, the
+    benchmark's read_parse) and the Arrow schema the fast form's rows must have
+    (`columns`, fast_form_columns of the transform's output)."""
+
+    target: StageTarget | None
+    columns: Any
+
+
+# The Spark local property that hands a job's FastStage to its tasks (for_job).
+STAGE_PROPERTY = "onceflow.fast_stage"
+
+
+@contextmanager
+def for_job(sc: Any, stage: FastStage) -> Iterator[None]:
+    """Hand `stage` to the FastStageFn tasks of the Spark jobs run inside (as a local property
+    of this thread, which Spark sends with each task, on any master).
+
+    Why not in the function itself: the stage target is the sink bound to the transform's
+    output, and that output is the transform over the very frame FastStageFn makes (its
+    declined records). Handing it over at job time builds the transform's plan once (each
+    build costs the driver about half a second: bench, process's plan step)."""
+    sc.setLocalProperty(STAGE_PROPERTY, base64.b64encode(pickle.dumps(stage)).decode("ascii"))
+    try:
+        yield
+    finally:
+        sc.setLocalProperty(STAGE_PROPERTY, None)
+
+
+def _job_stage() -> FastStage:
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    text = ctx.getLocalProperty(STAGE_PROPERTY) if ctx is not None else None
+    if not text:
+        raise TransformError(
+            "a transform with a fast form must not run a Spark job over its input while "
+            "its plan is built (the reader's workers learn where to stage only in process's "
+            "own job, fast_stage.for_job)"
+        )
+    return pickle.loads(base64.b64decode(text))
+
+
 class FastStageFn(RangeReadFn):
     """mapInArrow function of `fast_stage_frame`: the input row with id k reads input range k,
     stages its accepted records as part k and yields its declined records (reader SCHEMA).
     `transform`: the pipeline's transform ("module:transform", whose module has the fast
-    form, imported in the worker); `columns`: the Arrow schema of its rows.
+    form, imported in the worker); `stage`: where to stage and the Arrow schema of the fast
+    form's rows, or None to take them from the job (for_job).
 
-    With `target` None nothing is staged (the benchmark's read_parse): the accepted records'
-    SplitStats go to `stats`, a Spark accumulator, if given. `read`: RangeReadFn's options.
+    With the stage's target None nothing is staged (the benchmark's read_parse): the accepted
+    records' SplitStats go to `stats`, a Spark accumulator, if given. `read`: RangeReadFn's
+    options.
     """
 
     def __init__(
         self,
         pieces: list[OffsetRange],
         bootstrap: str,
-        target: StageTarget | None,
         transform: str,
-        columns: Any,
+        stage: FastStage | None = None,
         *,
         stats: Any = None,
         **read: Any,
     ) -> None:
         super().__init__(pieces, bootstrap, **read)
-        self.target = target
         self.transform = transform
-        self.columns = columns
+        self.stage = stage
         self.stats = stats
 
     def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
         from onceflow.stage import stage_part
         from onceflow.transforms import load_fast_form
 
+        stage = self.stage if self.stage is not None else _job_stage()
         fast_form = load_fast_form(self.transform)
         if fast_form is None:
             raise TransformError(f"transform {self.transform!r} has no fast form")
         for ids in batches:
             for k in ids.column(0).to_pylist():
-                split = Split(iter(self.records(k)), fast_form, self.columns, self.transform)
+                split = Split(iter(self.records(k)), fast_form, stage.columns, self.transform)
                 try:
-                    if self.target is not None:
-                        stage_part(self.target, k, split)
+                    if stage.target is not None:
+                        stage_part(stage.target, k, split)
                     split.drain()
                     if self.stats is not None:
                         self.stats.add(split.stats.as_tuple())
@@ -216,17 +264,14 @@ def fast_stage_frame(
     spark: Any,
     pieces: list[OffsetRange],
     bootstrap: str,
-    target: StageTarget | None,
     transform: str,
-    columns: Any,
     **options: Any,
 ) -> Any:
     """A DataFrame of the DECLINED records of `pieces` (reader SCHEMA; Spark partition k
-    holds those of pieces[k]); computing it stages the accepted records of piece k as part k
-    of `target`. `columns`: fast_form_columns of the transform's output. `options`:
-    FastStageFn's (client, timeout_s, batch_records, client_conf, counter, stats)."""
-    fn = FastStageFn(pieces, bootstrap, target, transform, columns, **options)
-    return pieces_frame(spark, fn)
+    holds those of pieces[k]); computing it inside for_job(sc, stage) stages the accepted
+    records of piece k as part k of the stage's target. `options`: FastStageFn's (client,
+    timeout_s, batch_records, client_conf, counter, bytes_counter, stats)."""
+    return pieces_frame(spark, FastStageFn(pieces, bootstrap, transform, **options))
 
 
 def fast_form_columns(output: Any) -> Any:

@@ -3,14 +3,18 @@
 The reader's guarantees rest on a few settings of its own: records of aborted transactions
 stay hidden (isolation.level=read_committed), a seek outside the log fails instead of jumping
 (auto.offset.reset=error), no consumer group tracks or commits offsets (the ledger does), and
-partition EOF is reported (how a range that ends in control records is recognised). A user
-option may tune anything else (fetch sizes, security, timeouts) but never these: like Spark's
-Kafka connector, the reader refuses them with an error that names the key.
+partition EOF is reported (how a range that ends in control records is recognised):
+range_consumer_conf, for every consumer that reads exact ranges (the reader, the Kafka sink's
+look at its own output). A user option may tune anything else (fetch sizes, security,
+timeouts) but never these: like Spark's Kafka connector, the reader refuses them with an error
+that names the key.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable
+from typing import Any
 
 from onceflow.errors import ConfigError
 
@@ -29,6 +33,23 @@ FIXED = {
     "value.deserializer": "the reader returns key and value as bytes",
     "interceptor.classes": "interceptors could alter or drop records",
 }
+
+
+def range_consumer_conf(bootstrap: str, client_id: str) -> dict[str, Any]:
+    """librdkafka settings of a consumer that reads exact offset ranges of assigned
+    partitions: the values FIXED explains."""
+    return {
+        "bootstrap.servers": bootstrap,
+        "group.id": f"{client_id}-{uuid.uuid4().hex}",  # required by the client, never joined
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "isolation.level": "read_committed",
+        "enable.partition.eof": True,
+        "auto.offset.reset": "error",
+        # The default 1000 ms stalls each time the prefetch queue drains.
+        "fetch.queue.backoff.ms": 10,
+        "client.id": client_id,
+    }
 
 
 def normalise(key: str) -> str:

@@ -45,6 +45,8 @@ import os
 import re
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -464,9 +466,8 @@ def stage_job(
     and shuffles them: the records are persisted and counted first (the records read), so
     Kafka is read once, and its output partition k is part k (n = the output's partitions)."""
     from onceflow.db import transaction
-    from onceflow.errors import TransformError
-    from onceflow.fast_stage import fast_form_columns, fast_stage_frame
-    from onceflow.reader import SCHEMA, ranges_frame
+    from onceflow.fast_stage import FastStage, fast_form_columns, fast_stage_frame, for_job
+    from onceflow.reader import ranges_frame
     from onceflow.sinks import sink_for
     from onceflow.stage import StageTarget, stage_frame
     from onceflow.transforms import load_fast_form, load_transform
@@ -484,18 +485,15 @@ def stage_job(
     }
     fast = fast_form and sink.takes_fast_form and load_fast_form(cfg.transform) is not None
     if fast:
-        # the output's schema, from the transform over no records (analysed, not run): the
-        # sink's tables and the fast form's rows follow it. Built once: a transform's plan
-        # costs the driver about half a second per build (bench: process's plan step).
-        shape = load_transform(cfg.transform)(spark.createDataFrame([], SCHEMA))
-        with transaction(dsn) as cur:
-            sink = sink.bind_output(cur, output_fields(staged_output(shape, cfg)))
+        declined = fast_stage_frame(spark, pieces, bootstrap, cfg.transform, **options)
+        with _refusals(cfg.aggregating):  # a job the transform runs while it plans
+            out = load_transform(cfg.transform)(declined)
+        df = staged_output(out, cfg)
+        with transaction(dsn) as cur:  # the sink's tables follow the transform's output
+            sink = sink.bind_output(cur, output_fields(df))
         target = StageTarget.for_sink(dsn, sink, cfg.name, txid, attempt)
-        columns = fast_form_columns(shape)
-        declined = fast_stage_frame(
-            spark, pieces, bootstrap, target, cfg.transform, columns, **options
-        )
-        job = stage_frame(stage_columns(declined, cfg), target, first_part=n)
+        job = stage_frame(df, target, first_part=n)
+        job_context: Any = for_job(spark.sparkContext, FastStage(target, fast_form_columns(out)))
         parts = 2 * n
     else:
         source = ranges_frame(spark, pieces, bootstrap, **options)
@@ -509,18 +507,15 @@ def stage_job(
         with transaction(dsn) as cur:  # the sink's tables follow the transform's output
             sink = sink.bind_output(cur, output_fields(df))
         job = stage_frame(df, StageTarget.for_sink(dsn, sink, cfg.name, txid, attempt))
+        job_context = nullcontext()
         parts = n
     timings["plan"] = time.monotonic() - t0
     t0 = time.monotonic()
     # only this job's reads count (a transform may have run jobs of its own)
     read.value = nbytes.value = 0
     try:
-        messages = job.collect()
-    except Exception as e:
-        refused = transform_refusal(str(e), cfg.aggregating)
-        if refused:  # the transform must change: a retry would fail the same way
-            raise TransformError(refused) from None
-        raise
+        with _refusals(cfg.aggregating), job_context:
+            messages = job.collect()
     finally:
         if cfg.aggregating:
             source.unpersist()
@@ -555,6 +550,21 @@ def stage_job(
 _ROW_VIOLATION = re.compile(r"\[USER_RAISED_EXCEPTION\] (aggregating transform .+?) SQLSTATE")
 # A TransformError raised in a Python worker (a fast form whose rows do not fit: fast_stage).
 _WORKER_REFUSAL = re.compile(r"^onceflow\.errors\.TransformError: (.+)$", re.MULTILINE)
+
+
+@contextmanager
+def _refusals(aggregating: bool) -> Iterator[None]:
+    """A Spark job failed by the transform's breach of its contract raises TransformError:
+    the transform must change, a retry would fail the same way."""
+    from onceflow.errors import TransformError
+
+    try:
+        yield
+    except Exception as e:
+        refused = transform_refusal(str(e), aggregating)
+        if refused:
+            raise TransformError(refused) from None
+        raise
 
 
 def transform_refusal(failure: str, aggregating: bool) -> str | None:

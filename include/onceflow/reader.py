@@ -32,7 +32,6 @@ from __future__ import annotations
 import bisect
 import json
 import time
-import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
@@ -40,7 +39,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from onceflow.errors import RangeReadError
-from onceflow.kafka_options import check_client_options
+from onceflow.kafka_options import check_client_options, range_consumer_conf
 from onceflow.ranges import OffsetRange
 
 SCHEMA = "topic string, partition int, offset bigint, key binary, value binary, timestamp timestamp"
@@ -474,22 +473,12 @@ def _read_confluent(
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
     conf: dict[str, Any] = {
-        "bootstrap.servers": bootstrap,
-        "group.id": f"onceflow-reader-{uuid.uuid4().hex}",  # required by the client, never joined
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
-        "isolation.level": "read_committed",
-        "enable.partition.eof": True,
-        # A seek outside the log must fail, never jump to another offset.
-        "auto.offset.reset": "error",
-        # The default 1000 ms stalls each time the prefetch queue drains.
-        "fetch.queue.backoff.ms": 10,
+        **range_consumer_conf(bootstrap, "onceflow-process"),
         "fetch.wait.max.ms": 100,
         "fetch.max.bytes": 64 << 20,
         "max.partition.fetch.bytes": 16 << 20,
         "receive.message.max.bytes": (64 << 20) + 4096,
         "queued.max.messages.kbytes": 65536,
-        "client.id": "onceflow-process",
     }
     conf.update(client_conf)
     consumer = (consumer_factory or Consumer)(conf)

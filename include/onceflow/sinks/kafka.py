@@ -157,19 +157,9 @@ def _consumer(bootstrap: str, client_id: str) -> Any:
     """A read_committed consumer that joins no group (partitions are assigned)."""
     from confluent_kafka import Consumer
 
-    return Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "onceflow-sink-reader",  # required by the client, never joined
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "isolation.level": "read_committed",
-            "enable.partition.eof": True,
-            "auto.offset.reset": "error",
-            "fetch.queue.backoff.ms": 10,
-            "client.id": client_id,
-        }
-    )
+    from onceflow.kafka_options import range_consumer_conf
+
+    return Consumer(range_consumer_conf(bootstrap, client_id))
 
 
 def read_partition(

@@ -41,7 +41,9 @@ fast row is never a dead letter); the rest still go through `transform` in the J
 letters with them. process uses it when the pipeline's `fast_form` is on (the default) and
 its sink takes one (Sink.takes_fast_form: a PostgreSQL append table). It runs in every
 reader worker, so it should import no more than pyarrow and numpy (pandas costs seconds per
-worker). spark_jobs/orders.py is an example.
+worker). With a fast form, `transform` must run no Spark job over its input while its plan
+is built: the workers get their stage target with process's own job (fast_stage.for_job).
+spark_jobs/orders.py is an example.
 
 The module is looked up in the spark_jobs folder and the user's folders of
 ONCEFLOW_PYTHONPATH first (settings.transform_path), then on sys.path (any installed
