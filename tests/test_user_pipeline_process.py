@@ -274,13 +274,13 @@ def run(env, name, ends, master="local[2]", *args):
     return proc, ledger.commit(dsn, c, "run-1")
 
 
-def query(env, sql):
+def query(env, sql, params=None):
     import psycopg2
 
     conn = psycopg2.connect(env["ONCEFLOW_POSTGRES_DSN"])
     try:
         with conn, conn.cursor() as cur:
-            cur.execute(sql)
+            cur.execute(sql, params)
             return cur.fetchall()
     finally:
         conn.close()
@@ -405,54 +405,44 @@ def test_kafka_publishes_one_record_per_valid_record_keyed_by_sku(
     assert audit(kafka_env, "inv_kafka").records_in_sink == len(sent) - 1
 
 
-def test_an_output_without_offset_stages_nothing_and_is_not_retried(env, produced):
-    ends, _ = produced
-    proc, _ = run(env, "inv_bad", ends)
+def refused(env, pipeline: str, ends) -> str:
+    """Process `pipeline`'s batch, which its transform makes fail as its own fault: exit 2
+    (no retry), no part staged; the ledger's last_error."""
+    proc, _ = run(env, pipeline, ends)
     assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert query(
+        env, "select count(*) from onceflow.stage_parts where pipeline = %s", (pipeline,)
+    ) == [(0,)]
     (last_error,) = query(
-        env, "select last_error from onceflow.batches where pipeline = 'inv_bad'"
+        env, "select last_error from onceflow.batches where pipeline = %s", (pipeline,)
     )[0]
+    return last_error
+
+
+def test_an_output_without_offset_stages_nothing_and_is_not_retried(env, produced):
+    last_error = refused(env, "inv_bad", produced[0])
     assert "its output lacks column(s) ['offset']" in last_error
-    assert query(env, "select count(*) from onceflow.stage_parts where pipeline = 'inv_bad'") == [
-        (0,)
-    ]
 
 
 def test_a_fast_form_whose_rows_do_not_fit_stages_nothing_and_is_not_retried(env, produced):
     """The fast form runs in the reader's worker: rows of other columns than the transform's
     fail their part before it commits, and the attempt as the transform's fault (exit 2)."""
-    ends, _ = produced
-    proc, _ = run(env, "inv_fast", ends)
-    assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
-    (last_error,) = query(
-        env, "select last_error from onceflow.batches where pipeline = 'inv_fast'"
-    )[0]
+    last_error = refused(env, "inv_fast", produced[0])
     assert last_error.startswith(
         "process attempt 1: TransformError: the fast form of transform 'user_fast:transform' "
         "gives rows of columns ['sku string'], but the transform's output has the columns "
         "['sku string', 'qty int64']"
     ), last_error
-    assert query(env, "select count(*) from onceflow.stage_parts where pipeline = 'inv_fast'") == [
-        (0,)
-    ]
 
 
 def test_a_transform_with_a_fast_form_that_runs_a_job_while_planning_is_refused(env, produced):
     """The fast form's workers learn their stage target only with process's own job: a job
     the transform runs itself while it plans (a count) fails as the transform's fault."""
-    ends, _ = produced
-    proc, _ = run(env, "inv_fast_count", ends)
-    assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
-    (last_error,) = query(
-        env, "select last_error from onceflow.batches where pipeline = 'inv_fast_count'"
-    )[0]
+    last_error = refused(env, "inv_fast_count", produced[0])
     assert last_error.startswith(
         "process attempt 1: TransformError: a transform with a fast form must not run a "
         "Spark job over its input while its plan is built"
     ), last_error
-    assert query(
-        env, "select count(*) from onceflow.stage_parts where pipeline = 'inv_fast_count'"
-    ) == [(0,)]
 
 
 def test_an_unknown_transform_module_names_the_module_and_the_folder(env, produced):
