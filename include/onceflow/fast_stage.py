@@ -189,7 +189,7 @@ def for_job(sc: Any, stage: FastStage) -> Iterator[None]:
     Why not in the function itself: the stage target is the sink bound to the transform's
     output, and that output is the transform over the very frame FastStageFn makes (its
     declined records). Handing it over at job time builds the transform's plan once (each
-    build costs the driver about half a second: bench, process's plan step)."""
+    build of the orders example's costs the driver about 0.7 s: bench/NOTES.md, issue 13)."""
     sc.setLocalProperty(STAGE_PROPERTY, base64.b64encode(pickle.dumps(stage)).decode("ascii"))
     try:
         yield
