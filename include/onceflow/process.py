@@ -489,12 +489,6 @@ def stage_job(
         with _refusals(cfg.aggregating):  # a job the transform runs while it plans
             out = load_transform(cfg.transform)(declined)
         df = staged_output(out, cfg)
-        with transaction(dsn) as cur:  # the sink's tables follow the transform's output
-            sink = sink.bind_output(cur, output_fields(df))
-        target = StageTarget.for_sink(dsn, sink, cfg.name, txid, attempt)
-        job = stage_frame(df, target, first_part=n)
-        job_context: Any = for_job(spark.sparkContext, FastStage(target, fast_form_columns(out)))
-        parts = 2 * n
     else:
         source = ranges_frame(spark, pieces, bootstrap, **options)
         if cfg.aggregating:
@@ -504,11 +498,17 @@ def stage_job(
             records_read = source.count()  # the reader's records, apart from the transform
             bytes_read = nbytes.value
         df = stage_columns(source, cfg)
-        with transaction(dsn) as cur:  # the sink's tables follow the transform's output
-            sink = sink.bind_output(cur, output_fields(df))
-        job = stage_frame(df, StageTarget.for_sink(dsn, sink, cfg.name, txid, attempt))
-        job_context = nullcontext()
-        parts = n
+    with transaction(dsn) as cur:  # the sink's tables follow the transform's output
+        sink = sink.bind_output(cur, output_fields(df))
+    target = StageTarget.for_sink(dsn, sink, cfg.name, txid, attempt)
+    first_part = n if fast else 0  # the fast form's own parts come first
+    job = stage_frame(df, target, first_part=first_part)
+    parts = first_part + n
+    job_context: Any = (
+        for_job(spark.sparkContext, FastStage(target, fast_form_columns(out)))
+        if fast
+        else nullcontext()
+    )
     timings["plan"] = time.monotonic() - t0
     t0 = time.monotonic()
     # only this job's reads count (a transform may have run jobs of its own)
