@@ -6,6 +6,7 @@ from onceflow.audit import (
     BatchRow,
     LossRow,
     RangeRow,
+    check_contents,
     check_contiguity,
     check_counts,
     check_seq,
@@ -91,3 +92,48 @@ def test_output_of_unknown_txid_is_a_violation():
     r = report()
     check_counts(r, [], {"ghost": 1}, {}, None)
     assert any("ghost" in v for v in r.violations)
+
+
+def _read(records):
+    from onceflow.range_digest import RangeRead
+
+    r = RangeRead(T, 0)
+    r.add(*(list(c) for c in zip(*records, strict=True)))
+    return r
+
+
+def test_a_replaced_log_with_the_same_counts_is_a_violation_naming_the_partition_and_offset():
+    old = [(o, b"k", b"old-%d" % o, None, 1000 + o) for o in range(0, 3000)]
+    new = [(o, b"k", b"new-%d" % o, None, 1000 + o) for o in range(0, 3000)]
+    ranges = [RangeRow("a", 1, T, 0, 0, 2000), RangeRow("b", 2, T, 0, 2000, 3000)]
+    recorded = {
+        ("a", T, 0): _read(old[:2000]).chunks,
+        ("b", T, 0): _read(old[2000:]).chunks,
+    }
+    same = report()
+    check_contents(
+        same, ranges, recorded, {("a", T, 0): _read(old[:2000]), ("b", T, 0): _read(old[2000:])}
+    )
+    assert same.verdict == "exactly-once" and same.ranges_compared == 2
+    replaced = report()
+    check_contents(
+        replaced, ranges, recorded, {("a", T, 0): _read(new[:2000]), ("b", T, 0): _read(old[2000:])}
+    )
+    assert replaced.violations == [
+        f"txid 'a' (seq 1): the broker's records of {T}[0] [0, 2000) are not the ones process "
+        "read: the first difference lies in offsets [0, 1024) (the log was replaced: a topic "
+        "re-created, a broker that lost its log?)"
+    ]
+    changed = list(old)
+    changed[2500] = (2500, b"k", b"changed", None, 3500)
+    one = report()
+    check_contents(one, ranges[1:], recorded, {("b", T, 0): _read(changed[2000:])})
+    assert "first difference lies in offsets [2048, 3000)" in one.violations[0]
+
+
+def test_a_range_without_a_recorded_digest_is_counted_not_compared():
+    r = report()
+    rows = [(o, None, b"v", None, 1) for o in range(5)]
+    check_contents(r, [RangeRow("a", 1, T, 0, 0, 5)], {}, {("a", T, 0): _read(rows)})
+    assert r.verdict == "exactly-once"
+    assert (r.ranges_compared, r.ranges_without_digest) == (0, 1)

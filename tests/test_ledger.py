@@ -33,7 +33,7 @@ T = "orders"
 
 
 def snap(ends, beginnings=None):
-    return lambda: BrokerSnapshot(beginnings or {tp: 0 for tp in ends}, dict(ends))
+    return lambda _at: BrokerSnapshot(beginnings or {tp: 0 for tp in ends}, dict(ends))
 
 
 # the orders example (spark_jobs/orders.py) into an append table: its output columns
@@ -110,7 +110,7 @@ def test_concurrent_planners_get_dense_seq_and_disjoint_ranges(ledger_dsn, cfg):
     results, errors = [], []
     ends = {(T, 0): 0}
 
-    def grow():  # the broker grows with every snapshot, as a live topic does
+    def grow(_at):  # the broker grows with every snapshot, as a live topic does
         ends[(T, 0)] += 7
         return BrokerSnapshot({(T, 0): 0}, dict(ends))
 
@@ -375,7 +375,15 @@ def test_reset_after_broker_lost_its_log_abandons_the_tail_and_audits_clean(ledg
         ledger.check_attempt(cur, cfg.name, "b", running.attempt)
     assert reset.abandoned == ["b"] and reset.after_seq == 2
     assert reset.partitions == [
-        {"topic": T, "partition": 0, "old_offset": 30, "committed_before": 10, "new_offset": 0}
+        {
+            "topic": T,
+            "partition": 0,
+            "old_offset": 30,
+            "committed_before": 10,
+            "new_offset": 0,
+            "log": f"the broker's log for {T}[0] ends at 4, below the committed offset 10: it "
+            "is not the log the ledger read",
+        }
     ]
     with pytest.raises(AbandonedTxidError, match="abandoned"):
         ledger.claim_attempt(ledger_dsn, cfg.name, "b")
@@ -452,3 +460,69 @@ def test_audit_finds_a_published_row_outside_its_txids_ranges(ledger_dsn, cfg):
         cur.execute(f'update "{cfg.sink_schema}".orders set "offset" = 50 where "offset" = 4')
     report = run_audit(ledger_dsn, cfg)
     assert "1 published records lie outside their txid's ranges" in report.violations
+
+
+def identity_snap(ends, topic_id, prints=None, asked=None):
+    """A broker view with topic ids and prints; `asked` collects the offsets plan asked for."""
+
+    def snapshot(at):
+        if asked is not None:
+            asked.append(dict(at))
+        return BrokerSnapshot({tp: 0 for tp in ends}, dict(ends), {T: topic_id}, prints or {})
+
+    return snapshot
+
+
+def test_plan_refuses_a_log_that_is_not_the_ledgers_and_plans_nothing(ledger_dsn, cfg):
+    from onceflow.errors import LogIdentityError
+    from onceflow.range_digest import RangeRead, RecordPrint
+
+    old_id, new_id = "id-of-the-old-topic", "id-of-the-re-created-topic"
+    ledger.plan(ledger_dsn, cfg, "a", identity_snap({(T, 0): 10}, old_id))
+    claim = ledger.claim_attempt(ledger_dsn, cfg.name, "a")
+    stage(ledger_dsn, cfg, "a", claim.attempt, 10)
+    seen = RangeRead(T, 0, records=10, last=RecordPrint(9, "hash-of-record-9"))
+    ledger.mark_staged(ledger_dsn, cfg, "a", claim.attempt, reads=[seen])
+    ledger.commit(ledger_dsn, cfg, "a")
+
+    asked: list[dict] = []
+    refilled = {(T, 0): 5000}  # the new log ends far past the committed offset 10
+    other_record = {(T, 0): RecordPrint(9, "hash-of-another-record")}
+    with pytest.raises(LogIdentityError, match=r"record at offset 9 is not the one"):
+        ledger.plan(ledger_dsn, cfg, "b", identity_snap(refilled, old_id, other_record, asked))
+    assert asked == [{(T, 0): 9}]  # commit kept the print of the last record read
+    with pytest.raises(LogIdentityError, match="re-created"):
+        ledger.plan(ledger_dsn, cfg, "b", identity_snap(refilled, new_id, other_record))
+    with pytest.raises(UnknownTxidError):
+        ledger.get_batch(ledger_dsn, cfg.name, "b")  # nothing planned
+
+    same = {(T, 0): RecordPrint(9, "hash-of-record-9")}
+    b = ledger.plan(ledger_dsn, cfg, "b", identity_snap({(T, 0): 30}, old_id, same))
+    assert [(r.from_offset, r.until_offset) for r in b.ranges] == [(10, 30)]
+
+
+def test_reset_offsets_says_what_happened_to_the_log_and_starts_from_the_new_one(ledger_dsn, cfg):
+    from onceflow.range_digest import RangeRead, RecordPrint
+
+    ledger.plan(ledger_dsn, cfg, "a", identity_snap({(T, 0): 10}, "old"))
+    claim = ledger.claim_attempt(ledger_dsn, cfg.name, "a")
+    stage(ledger_dsn, cfg, "a", claim.attempt, 10)
+    seen = RangeRead(T, 0, records=10, last=RecordPrint(9, "h9"))
+    ledger.mark_staged(ledger_dsn, cfg, "a", claim.attempt, reads=[seen])
+    ledger.commit(ledger_dsn, cfg, "a")
+
+    reset = ledger.reset_offsets(
+        ledger_dsn,
+        cfg,
+        identity_snap({(T, 0): 5000}, "new", {(T, 0): RecordPrint(9, "x")}),
+        reason="topic re-created",
+    )
+    (p,) = reset.partitions
+    assert p["log"].startswith(
+        f"the broker's log for {T}[0] is not the one committed up to offset 10: the topic's id is new"
+    )
+    assert p["new_offset"] == 0
+    asked: list[dict] = []
+    b = ledger.plan(ledger_dsn, cfg, "b", identity_snap({(T, 0): 5000}, "new", asked=asked))
+    assert asked == [{}]  # the new epoch has no print yet, and its topic id is the new one
+    assert [(r.from_offset, r.until_offset) for r in b.ranges] == [(0, 100)]

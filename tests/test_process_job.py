@@ -207,12 +207,18 @@ def fast_form_columns():
 
 
 def plan(env, txid: str, ends: dict, name=PIPELINE):
-    from onceflow import ledger
+    from onceflow import broker, ledger
 
     c = cfg(env, name)
 
-    def snapshot():
-        return ledger.BrokerSnapshot({tp: 0 for tp in ends}, dict(ends))
+    def snapshot(at):
+        # the planned ends are the test's; the logs' ids and prints are the broker's own
+        real = broker.snapshot(
+            env["ONCEFLOW_KAFKA_BOOTSTRAP"], name, tuple({t for t, _ in ends}), at
+        )
+        return ledger.BrokerSnapshot(
+            {tp: 0 for tp in ends}, dict(ends), real.topic_ids, real.prints, real.compacted
+        )
 
     return ledger.plan(env["ONCEFLOW_POSTGRES_DSN"], c, txid, snapshot)
 

@@ -47,7 +47,7 @@ FIELDS = [
 
 
 def snap(ends):
-    return lambda: BrokerSnapshot({tp: 0 for tp in ends}, dict(ends))
+    return lambda _at: BrokerSnapshot({tp: 0 for tp in ends}, dict(ends))
 
 
 def pipeline(name, mode, warehouse=None):

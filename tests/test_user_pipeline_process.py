@@ -257,7 +257,7 @@ def run(env, name, ends, master="local[2]", *args):
     from onceflow import ledger
 
     c, dsn = cfg(env, name), env["ONCEFLOW_POSTGRES_DSN"]
-    ledger.plan(dsn, c, "run-1", lambda: ledger.BrokerSnapshot({tp: 0 for tp in ends}, ends))
+    ledger.plan(dsn, c, "run-1", lambda _at: ledger.BrokerSnapshot({tp: 0 for tp in ends}, ends))
     cmd = [
         str(SPARK_SUBMIT),
         "--master", master,

@@ -3,7 +3,8 @@
 Rules (docs/PROTOCOL.md "Audit"): seq is dense and committed batches are a prefix of seq
 order; per partition, ranges are contiguous from the starting position to the committed
 offset (loss events bridge skipped intervals); per committed txid, published rows + dead
-letters = records in its ranges (optionally re-read from the broker); no source record is
+letters = records in its ranges (optionally re-read from the broker, and then their content
+compared with what process read: check_contents); no source record is
 published twice; and the sink mode's own truth (Sink.truth_violations: an upsert table's rows
 are the last committed records per key, a merge state the fold of the committed txids'
 partial aggregates). The rules are pure functions over plain rows; `run_audit` only loads them.
@@ -20,6 +21,7 @@ from psycopg2 import sql
 
 from onceflow.config import PipelineConfig
 from onceflow.db import transaction
+from onceflow.range_digest import RangeRead, first_difference
 from onceflow.sinks import sink_for
 from onceflow.states import CLOSED, BatchState
 
@@ -46,6 +48,10 @@ class AuditReport:
     # committed txids whose records the broker no longer holds (an earlier epoch after a reset,
     # or deleted by retention since): counted from the ledger
     reread_skipped: int = 0
+    # with the re-read: committed ranges whose records were compared with what process read
+    # (their digests), and those with no digest to compare (committed before digests existed)
+    ranges_compared: int = 0
+    ranges_without_digest: int = 0
     violations: list[str] = field(default_factory=list)
 
     def violate(self, message: str) -> None:
@@ -203,6 +209,35 @@ def check_counts(
         report.violate(f"published output of txid {txid!r}, which is not in the ledger")
 
 
+def check_contents(
+    report: AuditReport,
+    ranges: list[RangeRow],
+    recorded: dict[tuple[str, str, int], dict[int, int]],
+    reread: dict[tuple[str, str, int], RangeRead],
+) -> None:
+    """Per re-read committed range, its records' digest now against the digest of what the
+    published attempt read (onceflow.range_digest): a difference means the broker's log is
+    not the one the ledger read, whatever the counts say."""
+    for r in ranges:
+        key = (r.txid, r.topic, r.partition)
+        if key not in reread:
+            continue
+        if key not in recorded:
+            report.ranges_without_digest += 1
+            continue
+        report.ranges_compared += 1
+        diff = first_difference(recorded[key], reread[key].chunks, r.from_offset, r.until_offset)
+        if diff is not None:
+            lo, hi = diff
+            where = f"offset {lo}" if hi - lo == 1 else f"offsets [{lo}, {hi})"
+            report.violate(
+                f"txid {r.txid!r} (seq {r.seq}): the broker's records of {r.topic}[{r.partition}] "
+                f"[{r.from_offset}, {r.until_offset}) are not the ones process read: the first "
+                f"difference lies in {where} (the log was replaced: a topic re-created, a "
+                "broker that lost its log?)"
+            )
+
+
 def _rows(cur, query: str | sql.Composed, params: Iterable = ()) -> list[tuple]:
     cur.execute(query, tuple(params))
     return cur.fetchall()
@@ -260,6 +295,17 @@ def run_audit(
                 (cfg.name,),
             )
         ]
+        recorded = {
+            (txid, topic, partition): {int(c): int(v) for c, v in chunks}
+            for txid, topic, partition, chunks in _rows(
+                cur,
+                "select rr.txid, rr.topic, rr.partition, rr.chunks from onceflow.range_reads rr"
+                " join onceflow.batches b on b.pipeline = rr.pipeline and b.txid = rr.txid"
+                "  and b.published_attempt = rr.attempt"
+                " where rr.pipeline = %s and b.state = %s",
+                (cfg.name, BatchState.COMMITTED),
+            )
+        }
         sink = sink_for(cfg)
         sink_exists = sink.exists(cur)
         published = sink.published_per_txid(cur) if sink_exists else {}
@@ -293,6 +339,7 @@ def run_audit(
         for txid in committed - stale - recount.gone:
             counts.setdefault(txid, 0)
         report.reread_skipped = len(committed & (stale | recount.gone))
+        check_contents(report, ranges, recorded, recount.reads)
     check_counts(report, batches, published, dead, counts)
     for t, p, o in dup_rows:
         report.duplicates += 1

@@ -6,12 +6,20 @@ only asks the broker for metadata and offsets.
 
 from __future__ import annotations
 
-from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
-from kafka.admin import NewTopic
-from kafka.errors import TopicAlreadyExistsError
+import time
+from collections.abc import Mapping
 
-from onceflow.errors import TopicMissingError
+from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+from kafka.admin import ConfigResource, NewTopic
+from kafka.errors import KafkaError, TopicAlreadyExistsError
+
+from onceflow.errors import OnceflowError, TopicMissingError
 from onceflow.ledger import BrokerSnapshot
+from onceflow.range_digest import RecordPrint, record_hash
+
+# How long plan waits for the records whose prints it compares (one fetch per partition).
+PRINT_TIMEOUT_S = 30.0
+_NO_TOPIC_ID = "00000000-0000-0000-0000-000000000000"  # what brokers without ids answer
 
 
 def _consumer(bootstrap: str) -> KafkaConsumer:
@@ -38,19 +46,109 @@ def partitions(
     return tps
 
 
-def snapshot(bootstrap: str, pipeline: str, topics: tuple[str, ...]) -> BrokerSnapshot:
-    """First and end offsets (LATEST under read_committed: the last stable offset) now."""
+def snapshot(
+    bootstrap: str,
+    pipeline: str,
+    topics: tuple[str, ...],
+    prints_at: Mapping[tuple[str, int], int] | None = None,
+) -> BrokerSnapshot:
+    """First and end offsets (LATEST under read_committed: the last stable offset) now, the
+    topics' ids, and the print of the first data record at or after each offset of
+    `prints_at` (ledger.BrokerSnapshot)."""
     consumer = _consumer(bootstrap)
     try:
         tps = partitions(consumer, pipeline, topics, bootstrap)
         ends = consumer.end_offsets(tps)
         beginnings = consumer.beginning_offsets(tps)
+        # the metadata partitions() fetched carries the ids (KIP-516); the cluster view is
+        # the consumer's own copy of it
+        cluster = consumer._client.cluster  # noqa: SLF001
+        topic_ids = {t: _topic_id(cluster.topic_id(t)) for t in topics}
+        ends_by_tp = {(tp.topic, tp.partition): int(o) for tp, o in ends.items()}
+        wanted = {tp: o for tp, o in (prints_at or {}).items() if o < ends_by_tp.get(tp, 0)}
+        prints = _prints(consumer, pipeline, wanted, ends_by_tp)
     finally:
         consumer.close()
+    prints.update({tp: None for tp in (prints_at or {}) if tp not in wanted})
+    absent = {tp[0] for tp, o in wanted.items() if prints[tp] is None or prints[tp].offset != o}
     return BrokerSnapshot(
         beginnings={(tp.topic, tp.partition): int(o) for tp, o in beginnings.items()},
-        ends={(tp.topic, tp.partition): int(o) for tp, o in ends.items()},
+        ends=ends_by_tp,
+        topic_ids=topic_ids,
+        prints=prints,
+        compacted=compacted_topics(bootstrap, absent) if absent else frozenset(),
     )
+
+
+def _topic_id(raw: object) -> str | None:
+    return None if raw is None or str(raw) == _NO_TOPIC_ID else str(raw)
+
+
+def _prints(
+    consumer: KafkaConsumer,
+    pipeline: str,
+    wanted: Mapping[tuple[str, int], int],
+    ends: Mapping[tuple[str, int], int],
+) -> dict[tuple[str, int], RecordPrint | None]:
+    """Per partition, the print of the first data record at or after the wanted offset,
+    None when the partition holds none below its end (control or aborted records only)."""
+    out: dict[tuple[str, int], RecordPrint | None] = {}
+    if not wanted:
+        return out
+    tps = {tp: TopicPartition(*tp) for tp in wanted}
+    consumer.assign(list(tps.values()))
+    for tp, offset in wanted.items():
+        consumer.seek(tps[tp], offset)
+    deadline = time.monotonic() + PRINT_TIMEOUT_S
+    while len(out) < len(wanted):
+        for ktp, recs in consumer.poll(timeout_ms=200, max_records=50).items():
+            tp = (ktp.topic, ktp.partition)
+            if tp in out:
+                continue
+            for rec in recs:
+                if rec.offset >= wanted[tp]:
+                    stamp = None if rec.timestamp is None or rec.timestamp < 0 else rec.timestamp
+                    out[tp] = RecordPrint(
+                        rec.offset, record_hash(rec.key, rec.value, rec.headers, stamp)
+                    )
+                    consumer.pause(ktp)
+                    break
+        for tp, ktp in tps.items():  # past every record up to the end: none there
+            if tp not in out and (consumer.position(ktp) or 0) >= ends[tp]:
+                out[tp] = None
+        if time.monotonic() > deadline:
+            missing = ", ".join(
+                f"{t}[{p}] at {wanted[(t, p)]}" for t, p in wanted if (t, p) not in out
+            )
+            raise OnceflowError(
+                f"plan of pipeline {pipeline!r} could not fetch the records it compares with "
+                f"the ledger's within {PRINT_TIMEOUT_S:g} s ({missing}): nothing was planned; "
+                "the broker may be overloaded, try again"
+            )
+    return out
+
+
+def compacted_topics(bootstrap: str, topics: set[str]) -> frozenset[str]:
+    """Those of `topics` whose cleanup.policy includes compact, as far as the broker says
+    (one that cannot describe topic configs, like the embedded tansu, reports none)."""
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="onceflow-plan")
+    try:
+        found = admin.describe_configs(
+            [ConfigResource("TOPIC", t, ["cleanup.policy"]) for t in sorted(topics)],
+            config_filter="all",
+        )
+    except KafkaError:
+        return frozenset()
+    finally:
+        admin.close()
+    out = set()
+    for by_name in found.values():
+        for name, configs in by_name.items():
+            policy = configs.get("cleanup.policy") if isinstance(configs, dict) else None
+            value = policy.get("value") if isinstance(policy, dict) else policy
+            if name in topics and "compact" in str(value or ""):
+                out.add(name)
+    return frozenset(out)
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> bool:

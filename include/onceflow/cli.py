@@ -156,6 +156,16 @@ def _print_audit(cfg: PipelineConfig, report) -> None:
     ):
         print(f"  {key:<20} {getattr(report, key)}")
     print(f"  {'reread_from_broker':<20} {report.reread_from_broker}")
+    if report.reread_from_broker:
+        unrecorded = (
+            f" ({report.ranges_without_digest} committed before digests were kept: counted only)"
+            if report.ranges_without_digest
+            else ""
+        )
+        print(
+            f"  {'content_compared':<20} {report.ranges_compared} range(s): the broker's records"
+            f" against what process read{unrecorded}"
+        )
     if report.reread_skipped:
         print(
             f"  {'reread_skipped':<20} {report.reread_skipped} committed txid(s) whose records"
@@ -445,7 +455,7 @@ def cmd_reset_offsets(args: argparse.Namespace, settings: Settings) -> int:
     reset = ledger.reset_offsets(
         settings.postgres_dsn,
         cfg,
-        lambda: broker.snapshot(settings.kafka_bootstrap, cfg.name, cfg.topics),
+        lambda at: broker.snapshot(settings.kafka_bootstrap, cfg.name, cfg.topics, at),
         to=args.to,
         reason=args.reason,
     )
@@ -453,8 +463,9 @@ def cmd_reset_offsets(args: argparse.Namespace, settings: Settings) -> int:
         f"pipeline {cfg.name}: reset after seq {reset.after_seq}; abandoned: {', '.join(reset.abandoned) or 'none'}"
     )
     for p in reset.partitions:
+        print(f"  {p['log']}")
         print(
-            f"  {p['topic']}[{p['partition']}]: committed {p['committed_before']} -> restarts at {p['new_offset']}"
+            f"  {p['topic']}[{p['partition']}]: committed {p['committed_before']} -> restarts at {p['new_offset']} (a new epoch)"
         )
     if reset.abandoned and not args.keep_runs:
         _fail_abandoned_runs(settings, cfg.dag_id, reset.abandoned)

@@ -46,6 +46,25 @@ class OffsetRegressionError(OnceflowError):
         )
 
 
+class LogIdentityError(OnceflowError):
+    """The broker's log of a partition is not the log the ledger read (a topic deleted and
+    re-created, a broker that lost its log and was refilled), whatever its end offset says."""
+
+    def __init__(
+        self, pipeline: str, topic: str, partition: int, committed_offset: int, why: str
+    ) -> None:
+        self.pipeline, self.topic, self.partition = pipeline, topic, partition
+        self.committed_offset, self.why = committed_offset, why
+        super().__init__(
+            f"the broker's log for {topic}[{partition}] is not the one pipeline {pipeline!r} "
+            f"committed up to offset {committed_offset}: {why}. Nothing was planned: reading "
+            f"on from offset {committed_offset} would skip the new log's records below it. "
+            "If the topic was re-created on purpose, start a new epoch at its first offset with "
+            f"`onceflow reset-offsets --pipeline {pipeline} --reason '...'` (every record of "
+            "the new log is then processed); otherwise find out what happened to the broker."
+        )
+
+
 class DataLossError(OnceflowError):
     """Records the pipeline never processed were deleted (retention) before it read them."""
 

@@ -12,8 +12,9 @@ still be published (`live_attempts`, behind the removal of unpublished data file
 from __future__ import annotations
 
 import json
+import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from onceflow import failpoints
@@ -24,22 +25,37 @@ from onceflow.errors import (
     CommitConflictError,
     CommitOrderError,
     FencedAttemptError,
+    LogIdentityError,
     OnceflowError,
     TransformError,
     UnknownTxidError,
 )
+from onceflow.log_identity import BrokerLog, LedgerLog, check_log
+from onceflow.range_digest import RangeRead, RecordPrint
 from onceflow.ranges import LossEvent, OffsetRange, TopicPartition, plan_ranges
 from onceflow.sinks import PublishTarget, sink_for
 from onceflow.sinks.base import OutsideSink
 from onceflow.states import CLOSED, BatchState
 
+log = logging.getLogger("onceflow.ledger")
+
 
 @dataclass(frozen=True)
 class BrokerSnapshot:
-    """The broker's first and end offsets (LATEST, read_committed) of every partition now."""
+    """The broker's first and end offsets (LATEST, read_committed) of every partition now,
+    with what plan needs to prove each partition's log is the ledger's (log_identity): the
+    topics' ids (None where the broker has none), and for each offset plan asked about
+    (`Snapshot`'s argument) the first data record at or after it, None if there is none."""
 
     beginnings: dict[TopicPartition, int]
     ends: dict[TopicPartition, int]
+    topic_ids: Mapping[str, str | None] = field(default_factory=dict)
+    prints: Mapping[TopicPartition, RecordPrint | None] = field(default_factory=dict)
+    compacted: frozenset[str] = frozenset()  # topics with cleanup.policy compact
+
+
+# Takes, per partition, the offset of a record to fetch (its print is compared).
+Snapshot = Callable[[Mapping[TopicPartition, int]], BrokerSnapshot]
 
 
 @dataclass(frozen=True)
@@ -110,8 +126,9 @@ def _losses(cur, pipeline: str, txid: str) -> list[LossEvent]:
     return [LossEvent(*r) for r in cur.fetchall()]
 
 
-def plan(dsn: str, cfg: PipelineConfig, txid: str, snapshot: Callable[[], BrokerSnapshot]) -> Batch:
-    """Plan txid: replay its recorded ranges, or snapshot the broker and record new ones.
+def plan(dsn: str, cfg: PipelineConfig, txid: str, snapshot: Snapshot) -> Batch:
+    """Plan txid: replay its recorded ranges, or snapshot the broker and record new ones,
+    once every partition's log is proven the one the ledger read (verify_logs).
 
     Serialized per pipeline by a row lock on the pipeline, held while the broker is asked,
     so two planners can never hand out overlapping ranges or the same seq.
@@ -152,7 +169,9 @@ def plan(dsn: str, cfg: PipelineConfig, txid: str, snapshot: Callable[[], Broker
         for topic, partition, new_offset in cur.fetchall():
             previous[(topic, partition)] = new_offset
 
-        snap = snapshot()
+        logs = _ledger_logs(cur, cfg.name)
+        snap = snapshot({tp: log.last.offset for tp, log in logs.items() if log.last})
+        verify_logs(cfg.name, logs, snap)
         planned = plan_ranges(
             cfg.name,
             previous,
@@ -171,9 +190,24 @@ def plan(dsn: str, cfg: PipelineConfig, txid: str, snapshot: Callable[[], Broker
         for r in planned.ranges:
             if r.tp in new:
                 cur.execute(
-                    "insert into onceflow.offsets (pipeline, topic, partition, start_offset, committed_offset)"
-                    " values (%s, %s, %s, %s, %s) on conflict do nothing",
-                    (cfg.name, r.topic, r.partition, r.from_offset, r.from_offset),
+                    "insert into onceflow.offsets (pipeline, topic, partition, start_offset,"
+                    " committed_offset, topic_id) values (%s, %s, %s, %s, %s, %s)"
+                    " on conflict do nothing",
+                    (
+                        cfg.name,
+                        r.topic,
+                        r.partition,
+                        r.from_offset,
+                        r.from_offset,
+                        snap.topic_ids.get(r.topic),
+                    ),
+                )
+        for topic, topic_id in snap.topic_ids.items():  # ledgers older than topic ids
+            if topic_id:
+                cur.execute(
+                    "update onceflow.offsets set topic_id = %s"
+                    " where pipeline = %s and topic = %s and topic_id is null",
+                    (topic_id, cfg.name, topic),
                 )
         for r in planned.ranges:
             cur.execute(
@@ -199,6 +233,50 @@ def plan(dsn: str, cfg: PipelineConfig, txid: str, snapshot: Callable[[], Broker
                 (cfg.name, txid, loss.topic, loss.partition, loss.from_offset, loss.until_offset),
             )
         return Batch(txid, seq, BatchState.PLANNED, planned.ranges, planned.losses)
+
+
+def _ledger_logs(cur, pipeline: str) -> dict[TopicPartition, LedgerLog]:
+    cur.execute(
+        "select topic, partition, committed_offset, topic_id, print_offset, print_hash"
+        " from onceflow.offsets where pipeline = %s",
+        (pipeline,),
+    )
+    return {
+        (topic, partition): LedgerLog(
+            committed,
+            topic_id,
+            None if print_offset is None else RecordPrint(print_offset, print_hash),
+        )
+        for topic, partition, committed, topic_id, print_offset, print_hash in cur.fetchall()
+    }
+
+
+def verify_logs(
+    pipeline: str, logs: Mapping[TopicPartition, LedgerLog], snap: BrokerSnapshot
+) -> dict[TopicPartition, str]:
+    """log_identity.check_log for every partition of the ledger the broker still has (a
+    missing one is plan_ranges' PartitionRemovedError): LogIdentityError on the first log
+    that is not the ledger's; otherwise how each was proven."""
+    proven = {}
+    for tp, known in sorted(logs.items()):
+        if tp not in snap.ends:
+            continue
+        if known.last is not None and tp not in snap.prints:
+            raise OnceflowError(
+                f"plan of pipeline {pipeline!r} asked the broker for the record at offset "
+                f"{known.last.offset} of {tp[0]}[{tp[1]}] and got no answer: the log cannot be "
+                "proven the ledger's, nothing was planned"
+            )
+        now = BrokerLog(
+            snap.topic_ids.get(tp[0]),
+            snap.beginnings.get(tp, 0),
+            snap.ends[tp],
+            snap.prints.get(tp),
+            tp[0] in snap.compacted,
+        )
+        proven[tp] = check_log(pipeline, tp[0], tp[1], known, now)
+        log.info("log of %s[%d] is the ledger's: %s", tp[0], tp[1], proven[tp])
+    return proven
 
 
 def get_batch(dsn: str, pipeline: str, txid: str) -> Batch:
@@ -284,6 +362,7 @@ def mark_staged(
     process_seconds: float | None = None,
     parts: int | None = None,
     records_read: int | None = None,
+    reads: list[RangeRead] | None = None,
 ) -> Staged:
     """Record that `attempt` staged its output, unless a newer attempt has claimed the txid.
 
@@ -307,6 +386,10 @@ def mark_staged(
     Without `records_read` (nothing counted them), the rows count as the records.
     The batch's records_read is then the records read, records_out what the valid rows
     account for (what commit's publish must count), records_dead the dead letters.
+
+    `reads`: what the reader saw of each range (onceflow.range_digest), kept per attempt in
+    onceflow.range_reads: commit takes the published attempt's last prints into the offsets,
+    `audit --reread` compares its digests with the broker's records.
     """
     with transaction(dsn) as cur:
         check_attempt(cur, cfg.name, txid, attempt, lock=True)
@@ -339,6 +422,25 @@ def mark_staged(
             raise _unaccounted(cfg, txid, attempt, records_read, n, valid, dead)
         if records_read is None:
             records_read = n
+        for r in reads or ():
+            cur.execute(
+                "insert into onceflow.range_reads (pipeline, txid, attempt, topic, partition,"
+                " records, chunks, last_offset, last_hash) values (%s, %s, %s, %s, %s, %s, %s,"
+                " %s, %s) on conflict (pipeline, txid, attempt, topic, partition) do update"
+                " set records = excluded.records, chunks = excluded.chunks,"
+                " last_offset = excluded.last_offset, last_hash = excluded.last_hash",
+                (
+                    cfg.name,
+                    txid,
+                    attempt,
+                    r.topic,
+                    r.partition,
+                    r.records,
+                    json.dumps(r.chunks_json()),
+                    r.last.offset if r.last else None,
+                    r.last.hash if r.last else None,
+                ),
+            )
         cur.execute(
             """
             update onceflow.batches
@@ -578,19 +680,27 @@ def commit(dsn: str, cfg: PipelineConfig, txid: str) -> CommitResult:
 def advance_offsets(cur, cfg: PipelineConfig, txid: str, seq: int) -> None:
     """Move each partition's committed offset from the range's from_offset (or its loss
     event's start) to its until_offset by compare-and-set, in the commit's transaction, so a
-    range can never be applied twice or out of order; CommitConflictError otherwise."""
+    range can never be applied twice or out of order; CommitConflictError otherwise. The
+    print of the last data record the staged attempt read in the range (if it read one)
+    becomes the partition's, for the next plan's log_identity check."""
     cur.execute(
-        "select r.topic, r.partition, r.from_offset, r.until_offset, l.from_offset"
-        " from onceflow.ranges r left join onceflow.loss_events l using (pipeline, txid, topic, partition)"
+        "select r.topic, r.partition, r.from_offset, r.until_offset, l.from_offset,"
+        " rr.last_offset, rr.last_hash"
+        " from onceflow.ranges r"
+        " join onceflow.batches b using (pipeline, txid)"
+        " left join onceflow.loss_events l using (pipeline, txid, topic, partition)"
+        " left join onceflow.range_reads rr on rr.pipeline = r.pipeline and rr.txid = r.txid"
+        "  and rr.attempt = b.staged_attempt and rr.topic = r.topic and rr.partition = r.partition"
         " where r.pipeline = %s and r.txid = %s order by r.topic, r.partition",
         (cfg.name, txid),
     )
-    for topic, partition, from_offset, until_offset, loss_from in cur.fetchall():
+    for topic, partition, from_offset, until_offset, loss_from, p_off, p_hash in cur.fetchall():
         expected = from_offset if loss_from is None else loss_from
         cur.execute(
-            "update onceflow.offsets set committed_offset = %s, updated_at = now()"
+            "update onceflow.offsets set committed_offset = %s, updated_at = now(),"
+            " print_offset = coalesce(%s, print_offset), print_hash = coalesce(%s, print_hash)"
             " where pipeline = %s and topic = %s and partition = %s and committed_offset = %s",
-            (until_offset, cfg.name, topic, partition, expected),
+            (until_offset, p_off, p_hash, cfg.name, topic, partition, expected),
         )
         if cur.rowcount != 1:
             cur.execute(
@@ -627,7 +737,7 @@ class Reset:
 def reset_offsets(
     dsn: str,
     cfg: PipelineConfig,
-    snapshot: Callable[[], BrokerSnapshot],
+    snapshot: Snapshot,
     *,
     to: str = "earliest",
     reason: str,
@@ -670,7 +780,8 @@ def reset_offsets(
         )
         last = cur.fetchone()
         planned = {r.tp: r.until_offset for r in _ranges(cur, cfg.name, last[0])} if last else {}
-        snap = snapshot()
+        logs = _ledger_logs(cur, cfg.name)
+        snap = snapshot({tp: log.last.offset for tp, log in logs.items() if log.last})
         cur.execute(
             "select topic, partition, committed_offset from onceflow.offsets where pipeline = %s",
             (cfg.name,),
@@ -689,10 +800,12 @@ def reset_offsets(
                 " committed_before, new_offset, reason) values (%s, %s, %s, %s, %s, %s, %s, %s)",
                 (cfg.name, after_seq, topic, partition, planned.get(tp), committed, new, reason),
             )
+            # the new epoch reads the broker's log as it is now: its topic id, no print yet
             cur.execute(
-                "update onceflow.offsets set committed_offset = %s, epoch = epoch + 1, updated_at = now()"
+                "update onceflow.offsets set committed_offset = %s, epoch = epoch + 1,"
+                " topic_id = %s, print_offset = null, print_hash = null, updated_at = now()"
                 " where pipeline = %s and topic = %s and partition = %s",
-                (new, cfg.name, topic, partition),
+                (new, snap.topic_ids.get(topic), cfg.name, topic, partition),
             )
             partitions.append(
                 {
@@ -701,6 +814,7 @@ def reset_offsets(
                     "old_offset": planned.get(tp),
                     "committed_before": committed,
                     "new_offset": new,
+                    "log": _log_before_reset(cfg.name, tp, logs.get(tp), snap),
                 }
             )
         cur.execute(
@@ -719,6 +833,28 @@ def reset_offsets(
             ),
         )
         return Reset(after_seq, abandoned, partitions)
+
+
+def _log_before_reset(
+    pipeline: str, tp: TopicPartition, known: LedgerLog | None, snap: BrokerSnapshot
+) -> str:
+    """What reset-offsets found of a partition's log, in the operator's words."""
+    end = snap.ends[tp]
+    if known is None:
+        return "not read by the ledger yet"
+    if end < known.committed_offset:
+        return (
+            f"the broker's log for {tp[0]}[{tp[1]}] ends at {end}, below the committed offset "
+            f"{known.committed_offset}: it is not the log the ledger read"
+        )
+    try:
+        verify_logs(pipeline, {tp: known}, snap)
+    except LogIdentityError as e:
+        return (
+            f"the broker's log for {tp[0]}[{tp[1]}] is not the one committed up to offset "
+            f"{known.committed_offset}: {e.why}"
+        )
+    return f"the broker's log for {tp[0]}[{tp[1]}] is the one the ledger read"
 
 
 def live_attempts(cur, pipeline: str, txid: str | None = None) -> dict[str, set[int]]:

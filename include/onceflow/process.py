@@ -213,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
             parts=job.parts,
             records_read=job.records_read,
             bytes_read=job.bytes_read,
+            reads=job.reads,
         )
         timings["mark_staged"] = time.monotonic() - t0
     except (TransformError, SinkSchemaError) as e:
@@ -269,6 +270,7 @@ class StageJob:
     parts: int
     records_read: int
     bytes_read: int
+    reads: list[Any]  # onceflow.range_digest.RangeRead per partition: what the reader saw
 
 
 def _run_spark(
@@ -297,7 +299,7 @@ def _run_spark(
     pieces = input_ranges(ranges, cfg.records_per_input_partition)
     if not pieces:
         log.info("no offsets to read: nothing to stage, no Spark session needed")
-        return StageJob(parts=0, records_read=0, bytes_read=0)
+        return StageJob(parts=0, records_read=0, bytes_read=0, reads=[])
     t0 = time.monotonic()
     spark = _session(cfg)
     timings["session"] = time.monotonic() - t0
@@ -467,7 +469,7 @@ def stage_job(
     Kafka is read once, and its output partition k is part k (n = the output's partitions)."""
     from onceflow.db import transaction
     from onceflow.fast_stage import FastStage, fast_form_columns, fast_stage_frame, for_job
-    from onceflow.reader import ranges_frame
+    from onceflow.reader import ReadsParam, ranges_frame
     from onceflow.sinks import sink_for
     from onceflow.stage import StageTarget, stage_frame
     from onceflow.transforms import load_fast_form, load_transform
@@ -477,11 +479,13 @@ def stage_job(
     n = len(pieces)
     sink = sink_for(cfg)
     read, nbytes = spark.sparkContext.accumulator(0), spark.sparkContext.accumulator(0)
+    seen = spark.sparkContext.accumulator({}, ReadsParam())
     options = {
         "client": client,
         "timeout_s": read_timeout,
         "counter": read,
         "bytes_counter": nbytes,
+        "reads": seen,
     }
     fast = fast_form and sink.takes_fast_form and load_fast_form(cfg.transform) is not None
     if fast:
@@ -496,7 +500,7 @@ def stage_job(
 
             source = source.persist(StorageLevel.MEMORY_AND_DISK)
             records_read = source.count()  # the reader's records, apart from the transform
-            bytes_read = nbytes.value
+            bytes_read, reads = nbytes.value, dict(seen.value)
         df = stage_columns(source, cfg)
     with transaction(dsn) as cur:  # the sink's tables follow the transform's output
         sink = sink.bind_output(cur, output_fields(df))
@@ -513,6 +517,7 @@ def stage_job(
     t0 = time.monotonic()
     # only this job's reads count (a transform may have run jobs of its own)
     read.value = nbytes.value = 0
+    seen.value = {}
     try:
         with _refusals(cfg.aggregating), job_context:
             messages = job.collect()
@@ -525,7 +530,7 @@ def stage_job(
         # spark_conf), only the executed job knows how many the shuffle kept
         parts = len(messages)
     else:
-        records_read, bytes_read = read.value, nbytes.value
+        records_read, bytes_read, reads = read.value, nbytes.value, dict(seen.value)
     log.info(
         "read, transform and stage of %d input partition(s) as %d part(s) took %.1f s",
         n,
@@ -542,7 +547,26 @@ def stage_job(
             n,
             parts - 1,
         )
-    return StageJob(parts=parts, records_read=records_read, bytes_read=bytes_read)
+    return StageJob(
+        parts=parts,
+        records_read=records_read,
+        bytes_read=bytes_read,
+        reads=whole_reads(pieces, reads),
+    )
+
+
+def whole_reads(pieces: list[Any], reads: dict[int, Any]) -> list[Any]:
+    """What the reader saw of each partition whose every piece reported (RangeReadFn adds a
+    piece once it read it to its end); a partition with a piece missing is left out, and
+    the ledger then keeps no digest or print for its range (the next plan verifies the log
+    by the print of an earlier range)."""
+    from onceflow.range_digest import merge_pieces
+
+    incomplete = {(p.topic, p.partition) for k, p in enumerate(pieces) if k not in reads}
+    for topic, partition in sorted(incomplete):
+        log.warning("no digest of %s[%d]: a piece of its range did not report", topic, partition)
+    merged = merge_pieces(reads[k] for k in sorted(reads) if k < len(pieces))
+    return [r for tp, r in sorted(merged.items()) if tp not in incomplete]
 
 
 # A row breaking an aggregating transform's contract, as Spark reports the raise_error of

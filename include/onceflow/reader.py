@@ -35,11 +35,13 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
+from pyspark.accumulators import AccumulatorParam
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from onceflow.errors import RangeReadError
 from onceflow.kafka_options import check_client_options, range_consumer_conf
+from onceflow.range_digest import RangeRead
 from onceflow.ranges import OffsetRange
 
 SCHEMA = "topic string, partition int, offset bigint, key binary, value binary, timestamp timestamp"
@@ -169,18 +171,33 @@ class RangesReader(DataSourceReader):
         )
 
 
+class ReadsParam(AccumulatorParam):
+    """A Spark accumulator of {input range k: RangeRead}. Range k is read whole by one task,
+    and reading it again (a retried task, a recomputed cache) gives the same value, so
+    merging by key is exact however often Spark applies a task's update."""
+
+    def zero(self, value: dict) -> dict:
+        return {}
+
+    def addInPlace(self, value1: dict, value2: dict) -> dict:
+        value1.update(value2)
+        return value1
+
+
 class RangeReadFn:
     """mapInArrow function of `ranges_frame`: the input row with id k reads input range k.
 
-    With `counter` (a Spark accumulator of int), every record it hands on is added to it: the
-    records read, counted apart from the transform (process checks records read = rows +
-    dead letters with it, ledger.mark_staged); with `bytes_counter` their key and value bytes
-    (the batch's bytes_read). Spark applies a result task's accumulator
-    updates once per partition, from its first successful attempt, so a batch's count is
-    exact as long as every task reads its range to the end (onceflow.stage drains a part it
-    skips).
+        With `counter` (a Spark accumulator of int), every record it hands on is added to it: the
+        records read, counted apart from the transform (process checks records read = rows +
+        dead letters with it, ledger.mark_staged); with `bytes_counter` their key and value bytes
+        (the batch's bytes_read); with `reads` (a Spark accumulator of ReadsParam), what it read of
+    range k (onceflow.range_digest.RangeRead: the records' digest and the last one's print),
+    added once the range was read to its end. Spark applies a result task's accumulator
+        updates once per partition, from its first successful attempt, so a batch's count is
+        exact as long as every task reads its range to the end (onceflow.stage drains a part it
+        skips).
 
-    Picklable (cloudpickle ships it to the executors by reference to this module).
+        Picklable (cloudpickle ships it to the executors by reference to this module).
     """
 
     def __init__(
@@ -194,6 +211,7 @@ class RangeReadFn:
         client_conf: Mapping[str, str] | None = None,
         counter: Any = None,
         bytes_counter: Any = None,
+        reads: Any = None,
     ) -> None:
         self.pieces = list(pieces)
         self.bootstrap = bootstrap
@@ -203,6 +221,7 @@ class RangeReadFn:
         self.client_conf = dict(client_conf or {})
         self.counter = counter
         self.bytes_counter = bytes_counter
+        self.reads = reads
         check_client_options(self.client_conf, "range reader")
 
     def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
@@ -212,20 +231,23 @@ class RangeReadFn:
 
     def records(self, k: int) -> Iterator[Any]:
         """The Arrow batches of input range k (each one counted in `counter` and
-        `bytes_counter`, if any)."""
+        `bytes_counter`, if any; what was read added to `reads` at the end, if given)."""
+        piece = self.pieces[k]
+        seen = None if self.reads is None else RangeRead(piece.topic, piece.partition)
         batches = read_range(
-            self.pieces[k],
+            piece,
             self.bootstrap,
             client=self.client,
             timeout_s=self.timeout_s,
             batch_records=self.batch_records,
             client_conf=self.client_conf,
+            seen=seen,
         )
-        if self.counter is None and self.bytes_counter is None:
+        if self.counter is None and self.bytes_counter is None and seen is None:
             return batches
-        return self._counted(batches)
+        return self._counted(batches, k, seen)
 
-    def _counted(self, batches: Iterator[Any]) -> Iterator[Any]:
+    def _counted(self, batches: Iterator[Any], k: int, seen: RangeRead | None) -> Iterator[Any]:
         for batch in batches:
             if self.counter is not None:
                 self.counter.add(batch.num_rows)
@@ -235,6 +257,8 @@ class RangeReadFn:
                 nbytes += _value_lengths(batch.column(names.index("value"))).sum()
                 self.bytes_counter.add(int(nbytes))
             yield batch
+        if seen is not None:  # only a range read to its end is recorded
+            self.reads.add({k: seen})
 
 
 def ranges_frame(
@@ -251,7 +275,7 @@ def ranges_frame(
     has to be started on the driver to look up, create and plan a data source (measured: up
     to seven interpreter start-ups and several seconds per batch). `options` are those of
     RangeReadFn (read_range's client, timeout_s, batch_records, client_conf; counter,
-    bytes_counter).
+    bytes_counter, reads).
     """
     return pieces_frame(spark, RangeReadFn(pieces, bootstrap, **options))
 
@@ -277,21 +301,23 @@ def read_range(
     batch_records: int = DEFAULT_BATCH_RECORDS,
     client_conf: Mapping[str, str] | None = None,
     consumer_factory: Callable[[dict], Any] | None = None,
+    seen: RangeRead | None = None,
 ) -> Iterator[Any]:
     """Yield the range's records as pyarrow.RecordBatch objects (schema SCHEMA), in offset order.
 
     Usable without Spark (tests, audits). `consumer_factory` replaces the client's consumer
     class, so tests can replay what only a real Kafka does (aborted records, truncation).
+    `seen`, if given, takes in every record handed on (RangeRead.add: headers included).
     """
     if r.size == 0:
         return iter(())
     if client == "confluent":
         return _read_confluent(
-            r, bootstrap, timeout_s, batch_records, client_conf or {}, consumer_factory
+            r, bootstrap, timeout_s, batch_records, client_conf or {}, consumer_factory, seen
         )
     if client == "kafka-python":
         return _read_kafka_python(
-            r, bootstrap, timeout_s, batch_records, client_conf or {}, consumer_factory
+            r, bootstrap, timeout_s, batch_records, client_conf or {}, consumer_factory, seen
         )
     raise ValueError(f"client {client!r} is not one of {CLIENTS}")
 
@@ -469,6 +495,7 @@ def _read_confluent(
     batch_records: int,
     client_conf: Mapping[str, str],
     consumer_factory: Callable[[dict], Any] | None,
+    seen: RangeRead | None,
 ) -> Iterator[Any]:
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
@@ -534,13 +561,12 @@ def _read_confluent(
             if offsets:
                 if any([a >= b for a, b in zip(offsets, offsets[1:], strict=False)]):
                     raise _fail(r, last, "the client delivered offsets out of order")
-                batch.add(
-                    offsets,
-                    [m.key() for m in msgs],
-                    [m.value() for m in msgs],
-                    [m.timestamp()[1] for m in msgs],
-                    sum(map(len, msgs)),  # value sizes
-                )
+                keys = [m.key() for m in msgs]
+                values = [m.value() for m in msgs]
+                stamps = [m.timestamp()[1] for m in msgs]
+                batch.add(offsets, keys, values, stamps, sum(map(len, msgs)))  # value sizes
+                if seen is not None:
+                    seen.add(offsets, keys, values, [m.headers() for m in msgs], stamps)
                 last = offsets[-1]
                 next_offset = last + 1
                 progress_at = time.monotonic()
@@ -576,6 +602,7 @@ def _read_kafka_python(
     batch_records: int,
     client_conf: Mapping[str, str],
     consumer_factory: Callable[..., Any] | None,
+    seen: RangeRead | None,
 ) -> Iterator[Any]:
     """The pure-Python fallback (~30x slower than librdkafka): same rules as _read_confluent."""
     from kafka import KafkaConsumer, TopicPartition
@@ -621,13 +648,10 @@ def _read_kafka_python(
                     break
                 if o < next_offset:
                     continue
-                batch.add(
-                    [o],
-                    [rec.key],
-                    [rec.value],
-                    [-1 if rec.timestamp is None else rec.timestamp],
-                    len(rec.value or b""),
-                )
+                stamp = -1 if rec.timestamp is None else rec.timestamp
+                batch.add([o], [rec.key], [rec.value], [stamp], len(rec.value or b""))
+                if seen is not None:
+                    seen.add([o], [rec.key], [rec.value], [rec.headers], [stamp])
                 next_offset = o + 1
                 last = o
             now = time.monotonic()

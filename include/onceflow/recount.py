@@ -1,7 +1,10 @@
-"""Count the records the broker holds in committed ranges, for `audit --reread`.
+"""Count the records the broker holds in committed ranges, and digest them, for `audit --reread`.
 
 Deliberately independent of reader.py (the code it checks): a plain consumer per partition
-that counts delivered records with from_offset <= offset < until_offset.
+that counts delivered records with from_offset <= offset < until_offset. Each range's records
+are also digested as process digested what it read (onceflow.range_digest), so the audit
+compares their content, not only their number: a log replaced by another of the same length
+(a topic re-created and refilled) is found.
 
 Records of committed ranges that retention has deleted since (the partition's first offset is
 now past the range's start) cannot be counted again: their txids are reported as `gone`, and
@@ -19,6 +22,7 @@ from typing import Protocol
 from confluent_kafka import OFFSET_END, Consumer, KafkaError, TopicPartition
 
 from onceflow.errors import RangeReadError
+from onceflow.range_digest import RangeRead
 
 
 class _Range(Protocol):
@@ -33,6 +37,8 @@ class _Range(Protocol):
 class Recount:
     counts: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # records per txid
     gone: set[str] = field(default_factory=set)  # txids with records deleted by retention
+    # per (txid, topic, partition): the range's records as the broker holds them now
+    reads: dict[tuple[str, str, int], RangeRead] = field(default_factory=dict)
 
 
 def count_records(bootstrap: str, ranges: Iterable[_Range], timeout_s: float = 60.0) -> Recount:
@@ -68,11 +74,13 @@ def count_records(bootstrap: str, ranges: Iterable[_Range], timeout_s: float = 6
             rs.sort(key=lambda r: r.from_offset)
             lo, hi = rs[0].from_offset, max(r.until_offset for r in rs)
             starts = [r.from_offset for r in rs]
+            seen = [RangeRead(topic, partition) for _ in rs]
             consumer.assign([TopicPartition(topic, partition, lo)])
             deadline = time.monotonic() + timeout_s
             position = lo
             while position < hi:
                 msgs = consumer.consume(10_000, 1.0)
+                found: dict[int, list] = defaultdict(list)
                 if not msgs and time.monotonic() > deadline:
                     raise RangeReadError(
                         f"audit re-read of {topic}[{partition}] stalled at offset {position}, "
@@ -101,12 +109,25 @@ def count_records(bootstrap: str, ranges: Iterable[_Range], timeout_s: float = 6
                     i = _find(starts, off)
                     if i is not None and off < rs[i].until_offset:
                         counts[rs[i].txid] += 1
+                        found[i].append(m)
+                for i, ms in found.items():
+                    seen[i].add(
+                        [m.offset() for m in ms],
+                        [m.key() for m in ms],
+                        [m.value() for m in ms],
+                        [m.headers() for m in ms],
+                        [m.timestamp()[1] for m in ms],
+                    )
                 deadline = time.monotonic() + timeout_s if msgs else deadline
+            for r, read in zip(rs, seen, strict=True):
+                result.reads[(r.txid, topic, partition)] = read
             consumer.assign([TopicPartition(topic, partition, OFFSET_END)])
     finally:
         consumer.close()
     for txid in result.gone:  # partly re-read: the ledger's count stands for the whole txid
         counts.pop(txid, None)
+        for key in [k for k in result.reads if k[0] == txid]:
+            del result.reads[key]
     return result
 
 

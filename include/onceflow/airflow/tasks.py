@@ -23,6 +23,7 @@ from onceflow.errors import (
     CommitOrderError,
     ConfigError,
     DataLossError,
+    LogIdentityError,
     OffsetRegressionError,
     OnceflowError,
     PartitionRemovedError,
@@ -46,9 +47,15 @@ def plan_task(pipeline: str, run_id: str) -> dict[str, Any]:
             settings.postgres_dsn,
             cfg,
             run_id,
-            lambda: broker.snapshot(settings.kafka_bootstrap, cfg.name, cfg.topics),
+            lambda at: broker.snapshot(settings.kafka_bootstrap, cfg.name, cfg.topics, at),
         )
-    except (DataLossError, OffsetRegressionError, PartitionRemovedError, ConfigError) as e:
+    except (
+        DataLossError,
+        OffsetRegressionError,
+        LogIdentityError,
+        PartitionRemovedError,
+        ConfigError,
+    ) as e:
         # The broker's state or the configuration must change first: retrying replans the same.
         raise AirflowFailException(f"onceflow plan txid={run_id}: {e}") from e
     if batch.replayed and batch.state == BatchState.COMMITTED:
