@@ -526,3 +526,13 @@ def test_reset_offsets_says_what_happened_to_the_log_and_starts_from_the_new_one
     b = ledger.plan(ledger_dsn, cfg, "b", identity_snap({(T, 0): 5000}, "new", asked=asked))
     assert asked == [{}]  # the new epoch has no print yet, and its topic id is the new one
     assert [(r.from_offset, r.until_offset) for r in b.ranges] == [(0, 100)]
+
+
+def test_process_refuses_a_planned_batch_whose_topic_was_recreated_since(ledger_dsn, cfg):
+    from onceflow.errors import LogIdentityError
+
+    ledger.plan(ledger_dsn, cfg, "a", identity_snap({(T, 0): 10}, "old"))
+    ledger.verify_topic_ids(ledger_dsn, cfg.name, "a", {T: "old"})
+    ledger.verify_topic_ids(ledger_dsn, cfg.name, "a", {T: None})  # a broker without ids
+    with pytest.raises(LogIdentityError, match="the topic's id is new, not old"):
+        ledger.verify_topic_ids(ledger_dsn, cfg.name, "a", {T: "new"})

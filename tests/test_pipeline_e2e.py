@@ -91,7 +91,7 @@ def test_commit_waits_for_its_predecessor_and_commits_in_seq_order(stack, airflo
         stack.postgres_dsn,
         cfg,
         "order-1",
-        lambda: broker.snapshot(stack.kafka_bootstrap, cfg.name, cfg.topics),
+        lambda at: broker.snapshot(stack.kafka_bootstrap, cfg.name, cfg.topics, at),
     )
     assert first.seq == 1
     feed(stack, "it_order", 300, start=400)
@@ -202,7 +202,7 @@ def test_reset_offsets_abandons_uncommitted_batches_and_fails_their_runs(stack, 
 
     feed(stack, "it_reset", 100)
     cfg = get_pipeline(stack.pipelines_file, "it_reset")
-    snapshot = lambda: broker.snapshot(stack.kafka_bootstrap, cfg.name, cfg.topics)  # noqa: E731
+    snapshot = lambda at: broker.snapshot(stack.kafka_bootstrap, cfg.name, cfg.topics, at)  # noqa: E731
     ledger.plan(stack.postgres_dsn, cfg, "reset-0", snapshot)  # seq 1: no Airflow run
     feed(stack, "it_reset", 50, start=100)
     airflow.trigger(cfg.dag_id, "reset-1")  # seq 2: processed, its commit waits for seq 1

@@ -297,7 +297,7 @@ def feed_it_ui(stack, count: int, seed: int) -> None:
         ledger.reset_offsets(
             stack.postgres_dsn,
             cfg,
-            lambda: broker.snapshot(stack.kafka_bootstrap, cfg.name, cfg.topics),
+            lambda at: broker.snapshot(stack.kafka_bootstrap, cfg.name, cfg.topics, at),
             reason="test stack restarted: the in-memory broker lost topic it_ui",
         )
     sample = load_module("orders:transform").sample_with(0.05)  # spark_jobs/orders.py

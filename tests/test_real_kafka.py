@@ -43,7 +43,7 @@ def _produce(bootstrap: str, topic: str, n: int, partition: int = 0) -> None:
 
 
 def _snapshot(bootstrap, cfg):
-    return lambda: broker.snapshot(bootstrap, cfg.name, cfg.topics)
+    return lambda at: broker.snapshot(bootstrap, cfg.name, cfg.topics, at)
 
 
 def test_retention_deleted_records_fail_plan_or_become_a_loss_event(

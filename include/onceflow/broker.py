@@ -64,20 +64,30 @@ def snapshot(
         # the consumer's own copy of it
         cluster = consumer._client.cluster  # noqa: SLF001
         topic_ids = {t: _topic_id(cluster.topic_id(t)) for t in topics}
-        ends_by_tp = {(tp.topic, tp.partition): int(o) for tp, o in ends.items()}
-        wanted = {tp: o for tp, o in (prints_at or {}).items() if o < ends_by_tp.get(tp, 0)}
-        prints = _prints(consumer, pipeline, wanted, ends_by_tp)
+        wanted = dict(prints_at or {})
+        prints = _prints(consumer, pipeline, wanted)
     finally:
         consumer.close()
-    prints.update({tp: None for tp in (prints_at or {}) if tp not in wanted})
     absent = {tp[0] for tp, o in wanted.items() if prints[tp] is None or prints[tp].offset != o}
     return BrokerSnapshot(
         beginnings={(tp.topic, tp.partition): int(o) for tp, o in beginnings.items()},
-        ends=ends_by_tp,
+        ends={(tp.topic, tp.partition): int(o) for tp, o in ends.items()},
         topic_ids=topic_ids,
         prints=prints,
         compacted=compacted_topics(bootstrap, absent) if absent else frozenset(),
     )
+
+
+def topic_ids(bootstrap: str, pipeline: str, topics: tuple[str, ...]) -> dict[str, str | None]:
+    """The topics' ids now (None where the broker has none), for process's check that the
+    log it is about to read is the one plan planned (ledger.verify_topic_ids)."""
+    consumer = _consumer(bootstrap)
+    try:
+        partitions(consumer, pipeline, topics, bootstrap)  # fetches the metadata, ids included
+        cluster = consumer._client.cluster  # noqa: SLF001
+        return {t: _topic_id(cluster.topic_id(t)) for t in topics}
+    finally:
+        consumer.close()
 
 
 def _topic_id(raw: object) -> str | None:
@@ -85,13 +95,12 @@ def _topic_id(raw: object) -> str | None:
 
 
 def _prints(
-    consumer: KafkaConsumer,
-    pipeline: str,
-    wanted: Mapping[tuple[str, int], int],
-    ends: Mapping[tuple[str, int], int],
+    consumer: KafkaConsumer, pipeline: str, wanted: Mapping[tuple[str, int], int]
 ) -> dict[tuple[str, int], RecordPrint | None]:
     """Per partition, the print of the first data record at or after the wanted offset,
-    None when the partition holds none below its end (control or aborted records only)."""
+    None when the partition holds none (only control or aborted records, or nothing, up to
+    its end). The end is the high watermark the fetches report, not ListOffsets' answer,
+    which a broker may give short (tansu: ENVIRONMENT), hiding records that are there."""
     out: dict[tuple[str, int], RecordPrint | None] = {}
     if not wanted:
         return out
@@ -114,7 +123,8 @@ def _prints(
                     consumer.pause(ktp)
                     break
         for tp, ktp in tps.items():  # past every record up to the end: none there
-            if tp not in out and (consumer.position(ktp) or 0) >= ends[tp]:
+            high = consumer.highwater(ktp)
+            if tp not in out and high is not None and (consumer.position(ktp) or 0) >= high:
                 out[tp] = None
         if time.monotonic() > deadline:
             missing = ", ".join(

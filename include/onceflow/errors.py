@@ -60,7 +60,7 @@ class LogIdentityError(OnceflowError):
             f"committed up to offset {committed_offset}: {why}. Nothing was planned: reading "
             f"on from offset {committed_offset} would skip the new log's records below it. "
             "If the topic was re-created on purpose, start a new epoch at its first offset with "
-            f"`onceflow reset-offsets --pipeline {pipeline} --reason '...'` (every record of "
+            f"`onceflow reset-offsets --pipeline {pipeline} --reason '...' --yes` (every record of "
             "the new log is then processed); otherwise find out what happened to the broker."
         )
 

@@ -279,6 +279,26 @@ def verify_logs(
     return proven
 
 
+def verify_topic_ids(
+    dsn: str, pipeline: str, txid: str, topic_ids: Mapping[str, str | None]
+) -> None:
+    """Process's check before it reads txid's ranges: each topic still has the id the ledger
+    recorded (log_identity.check_log by topic id). A batch planned before its topic was
+    deleted and re-created would otherwise read the new log's records at the old ranges'
+    offsets; plan's own check only runs for new txids. LogIdentityError if not."""
+    with transaction(dsn) as cur:
+        cur.execute(
+            "select o.topic, o.partition, o.committed_offset, o.topic_id from onceflow.offsets o"
+            " join onceflow.ranges r using (pipeline, topic, partition)"
+            " where o.pipeline = %s and r.txid = %s order by o.topic, o.partition",
+            (pipeline, txid),
+        )
+        rows = cur.fetchall()
+    for topic, partition, committed, recorded in rows:
+        now = BrokerLog(topic_ids.get(topic), 0, committed)
+        check_log(pipeline, topic, partition, LedgerLog(committed, recorded, None), now)
+
+
 def get_batch(dsn: str, pipeline: str, txid: str) -> Batch:
     with transaction(dsn) as cur:
         cur.execute(
@@ -379,7 +399,7 @@ def mark_staged(
 
     `records_read` is what the reader handed to the transform, counted apart from it (process
     counts it: onceflow.reader.RangeReadFn). Records read = records the valid rows account for
-    + dead letters, per batch (PROTOCOL.md): a record-wise transform's valid row accounts for
+    + dead letters, per batch (PROTOCOL.md "The three phases"): a record-wise transform's valid row accounts for
     one record, an aggregating transform's for its `records` (the parts' `valid` holds
     either). A transform that filtered records, added rows or miscounted gets its attempt
     refused with a TransformError, and nothing is marked, so commit can never publish it.

@@ -143,12 +143,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     started = time.monotonic()
 
-    from onceflow import failpoints, ledger
+    from onceflow import broker, failpoints, ledger
     from onceflow.config import get_pipeline
     from onceflow.errors import (
         AbandonedTxidError,
         ConfigError,
         FencedAttemptError,
+        LogIdentityError,
         SinkSchemaError,
         TransformError,
         UnknownTxidError,
@@ -199,6 +200,9 @@ def main(argv: list[str] | None = None) -> int:
     timings: dict[str, float] = {"claim": claimed_at - started}
     try:
         failpoints.hit("process.fail", txid)
+        topics = tuple(sorted({r.topic for r in claim.ranges}))
+        ids = broker.topic_ids(settings.kafka_bootstrap, cfg.name, topics)
+        ledger.verify_topic_ids(dsn, cfg.name, txid, ids)
         job = _run_spark(
             args, settings.kafka_bootstrap, dsn, cfg, txid, attempt, claim.ranges, timings
         )
@@ -216,9 +220,10 @@ def main(argv: list[str] | None = None) -> int:
             reads=job.reads,
         )
         timings["mark_staged"] = time.monotonic() - t0
-    except (TransformError, SinkSchemaError) as e:
-        # the transform or its sink tables must change first: a retry would fail the same way
-        # (a transform that filters or adds rows: mark_staged's records-read check)
+    except (TransformError, SinkSchemaError, LogIdentityError) as e:
+        # the transform, its sink tables or the broker's log must change first: a retry would
+        # fail the same way (a transform that filters or adds rows: mark_staged's records-read
+        # check; a topic re-created since plan: reset-offsets)
         log.error("onceflow process: txid=%s: %s", txid, e)
         try:
             ledger.record_error(

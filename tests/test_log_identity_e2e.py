@@ -1,0 +1,103 @@
+"""A topic deleted, re-created and refilled past the committed offset, on the shared test
+stack through the real scheduler: plan refuses before a record is skipped, the audit of the
+ledger names the replaced log, and after reset-offsets every record of the new log lands.
+
+The sequence issue 21 measured with `make demo`, `onceflow down`/`up` and a million records,
+scaled down: on the embedded broker a restart loses the topics (ENVIRONMENT), as deleting
+and re-creating the topic does here.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from onceflow import broker, ledger, producer
+from onceflow.audit import run_audit
+from onceflow.config import get_pipeline
+from onceflow.db import transaction
+from onceflow.errors import UnknownTxidError
+from onceflow.recount import count_records
+from test_pipeline_e2e import feed, orders_sample, run_and_wait
+
+pytestmark = pytest.mark.integration
+NAME = "it_recreate"
+
+
+def recreate(bootstrap: str, topic: str, partitions: int) -> None:
+    broker.delete_topic(bootstrap, topic)
+    deadline = time.monotonic() + 30
+    while not broker.create_topic(bootstrap, topic, partitions):
+        if time.monotonic() > deadline:
+            pytest.fail(f"topic {topic} could not be re-created")
+        time.sleep(0.2)
+
+
+def test_a_recreated_topic_refilled_past_the_committed_offset_stops_plan_until_reset(
+    stack, airflow, capsys
+):
+    from onceflow.cli import main
+
+    cfg = get_pipeline(stack.pipelines_file, NAME)
+    feed(stack, NAME, 400)  # 200 per partition
+    assert run_and_wait(airflow, cfg.dag_id, ["recreate-1"]) == {"recreate-1": "success"}
+    with transaction(stack.postgres_dsn) as cur:
+        cur.execute(
+            "select partition, committed_offset, topic_id, print_offset from onceflow.offsets"
+            " where pipeline = %s order by partition",
+            (NAME,),
+        )
+        offsets = cur.fetchall()
+    assert [(p, c) for p, c, _, _ in offsets] == [(0, 200), (1, 200)]
+    assert all(topic_id and print_offset == 199 for _, _, topic_id, print_offset in offsets)
+
+    # the topic is deleted and re-created, and its new log refilled past offset 200
+    recreate(stack.kafka_bootstrap, NAME, 2)
+    produced = producer.produce(
+        stack.kafka_bootstrap, NAME, 2, 1000, sample=orders_sample(0.05), start=10_000, seed=8
+    )
+    assert produced == 1000
+    assert min(broker.snapshot(stack.kafka_bootstrap, NAME, (NAME,)).ends.values()) == 500
+
+    # plan refuses, names the partition and what to do, is not retried, plans nothing
+    assert run_and_wait(airflow, cfg.dag_id, ["recreate-2"]) == {"recreate-2": "failed"}
+    tis = {t["task_id"]: t for t in airflow.task_instances(cfg.dag_id, "recreate-2")}
+    assert (tis["plan"]["state"], tis["plan"]["try_number"]) == ("failed", 1)
+    text = airflow.task_log(cfg.dag_id, "recreate-2", "plan", 1)
+    assert (
+        f"the broker's log for {NAME}[0] is not the one pipeline '{NAME}' committed up to " in text
+    )
+    assert "onceflow reset-offsets --pipeline it_recreate" in text
+    with pytest.raises(UnknownTxidError):
+        ledger.get_batch(stack.postgres_dsn, NAME, "recreate-2")
+
+    # the audit of this ledger re-reads the committed ranges: same counts, other records
+    reread = lambda rs: count_records(stack.kafka_bootstrap, rs)  # noqa: E731
+    report = run_audit(stack.postgres_dsn, cfg, reread)
+    assert report.verdict == "violated"
+    assert any(
+        f"{NAME}[0] [0, 200) are not the ones process read: the first difference lies in "
+        "offsets [0, 200)" in v
+        for v in report.violations
+    ), report.violations
+
+    # on call: reset to the new log's first offset; every record of it is then published
+    assert main(["reset-offsets", "--pipeline", NAME, "--reason", "topic re-created", "--yes"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        f"the broker's log for {NAME}[1] is not the one committed up to offset 200: "
+        "the topic's id is" in out
+    )
+    states = run_and_wait(airflow, cfg.dag_id, ["recreate-3"])
+    assert states == {"recreate-3": "success"}
+    report = run_audit(stack.postgres_dsn, cfg, reread)
+    assert report.verdict == "exactly-once", report.violations
+    with transaction(stack.postgres_dsn) as cur:
+        cur.execute(f"select count(*) from {NAME}.orders where epoch = 1")
+        rows = cur.fetchone()[0]
+        cur.execute(
+            "select count(*) from onceflow.dead_letters where pipeline = %s and epoch = 1", (NAME,)
+        )
+        dead = cur.fetchone()[0]
+    assert rows + dead == produced  # the new log's records below offset 200 included
+    assert report.ranges_compared >= 2  # the new epoch's ranges, compared by content
