@@ -62,8 +62,8 @@ def test_a_recreated_topic_refilled_past_the_committed_offset_stops_plan_until_r
     # plan refuses, names the partition and what to do, is not retried, plans nothing
     assert run_and_wait(airflow, cfg.dag_id, ["recreate-2"]) == {"recreate-2": "failed"}
     tis = {t["task_id"]: t for t in airflow.task_instances(cfg.dag_id, "recreate-2")}
-    assert (tis["plan"]["state"], tis["plan"]["try_number"]) == ("failed", 1)
     text = airflow.task_log(cfg.dag_id, "recreate-2", "plan", 1)
+    assert (tis["plan"]["state"], tis["plan"]["try_number"]) == ("failed", 1), text[-3000:]
     assert (
         f"the broker's log for {NAME}[0] is not the one pipeline '{NAME}' committed up to " in text
     )

@@ -1,0 +1,71 @@
+"""The control plane's view of a real broker (tansu, our own on a free port): what plan reads
+besides the end offsets (topic ids, the prints of records it compares with the ledger's)."""
+
+from __future__ import annotations
+
+import pytest
+from onceflow import broker
+from onceflow.range_digest import RangeRead
+from onceflow.ranges import OffsetRange
+from onceflow.reader import read_range
+from test_process_job import _free_port
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def bootstrap(tmp_path_factory):
+    from onceflow.stack import private_broker
+
+    port = _free_port()
+    with private_broker(port, tmp_path_factory.mktemp("tansu") / "tansu.log") as address:
+        yield address
+
+
+def produce(bootstrap: str, topic: str, n: int, **conf) -> None:
+    from confluent_kafka import Producer
+
+    broker.create_topic(bootstrap, topic, 1)
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, **conf})
+    for i in range(n):
+        headers = [("trace", b"t%d" % i)] if i % 3 else None
+        p.produce(topic, b"value-%d" % i, key=b"k%d" % i, partition=0, headers=headers)
+    p.flush(10)
+
+
+@pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
+def test_plan_prints_a_record_as_the_reader_does_whatever_the_codec(bootstrap, codec):
+    topic = f"prints_{codec}"
+    produce(bootstrap, topic, 60, **{"compression.type": codec})
+    seen = RangeRead(topic, 0)
+    for _ in read_range(OffsetRange(topic, 0, 0, 41), bootstrap, seen=seen):
+        pass
+    snap = broker.snapshot(bootstrap, "p", (topic,), {(topic, 0): 40})
+    assert seen.last is not None and seen.last.offset == 40
+    assert snap.prints == {(topic, 0): seen.last}
+    assert snap.topic_ids[topic]  # tansu gives topics ids (KIP-516)
+
+
+def test_a_recreated_topic_gets_another_id_and_its_records_other_prints(bootstrap):
+    topic = "prints_recreated"
+    produce(bootstrap, topic, 30)
+    before = broker.snapshot(bootstrap, "p", (topic,), {(topic, 0): 20})
+    broker.delete_topic(bootstrap, topic)
+    from confluent_kafka import Producer
+
+    broker.create_topic(bootstrap, topic, 1)
+    p = Producer({"bootstrap.servers": bootstrap})
+    for i in range(30):
+        p.produce(topic, b"other-%d" % i, key=b"k%d" % i, partition=0)
+    p.flush(10)
+    after = broker.snapshot(bootstrap, "p", (topic,), {(topic, 0): 20})
+    assert after.topic_ids[topic] != before.topic_ids[topic]
+    assert after.prints[(topic, 0)].offset == 20
+    assert after.prints[(topic, 0)].hash != before.prints[(topic, 0)].hash
+
+
+def test_an_offset_past_the_log_has_no_record(bootstrap):
+    topic = "prints_short"
+    produce(bootstrap, topic, 5)
+    snap = broker.snapshot(bootstrap, "p", (topic,), {(topic, 0): 50})
+    assert snap.prints == {(topic, 0): None}
