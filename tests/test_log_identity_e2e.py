@@ -1,6 +1,7 @@
-"""A topic deleted, re-created and refilled past the committed offset, on the shared test
-stack through the real scheduler: plan refuses before a record is skipped, the audit of the
-ledger names the replaced log, and after reset-offsets every record of the new log lands.
+"""A topic deleted, re-created and refilled past the committed offset, through the real
+scheduler: plan refuses before a record is skipped, the audit of the ledger names the
+replaced log, and after reset-offsets every record of the new log lands. On the shared test
+stack (tansu) and, where ONCEFLOW_KAFKA_DIST gives one, on Apache Kafka (skipped otherwise).
 
 The sequence issue 21 measured with `make demo`, `onceflow down`/`up` and a million records,
 scaled down: on the embedded broker a restart loses the topics (ENVIRONMENT), as deleting
@@ -18,10 +19,9 @@ from onceflow.config import get_pipeline
 from onceflow.db import transaction
 from onceflow.errors import UnknownTxidError
 from onceflow.recount import count_records
-from test_pipeline_e2e import feed, orders_sample, run_and_wait
+from test_pipeline_e2e import orders_sample, run_and_wait
 
 pytestmark = pytest.mark.integration
-NAME = "it_recreate"
 
 
 def recreate(bootstrap: str, topic: str, partitions: int) -> None:
@@ -36,28 +36,38 @@ def recreate(bootstrap: str, topic: str, partitions: int) -> None:
 def test_a_recreated_topic_refilled_past_the_committed_offset_stops_plan_until_reset(
     stack, airflow, capsys
 ):
+    recreated_topic(stack, airflow, capsys, "it_recreate")
+
+
+@pytest.mark.real_kafka
+def test_on_apache_kafka_a_recreated_topic_stops_plan_until_reset(real_stack, real_airflow, capsys):
+    recreated_topic(real_stack, real_airflow, capsys, "rk_recreate")
+
+
+def recreated_topic(stack, airflow, capsys, name: str) -> None:
     from onceflow.cli import main
 
-    cfg = get_pipeline(stack.pipelines_file, NAME)
-    feed(stack, NAME, 400)  # 200 per partition
+    cfg = get_pipeline(stack.pipelines_file, name)
+    broker.create_topic(stack.kafka_bootstrap, name, 2)
+    producer.produce(stack.kafka_bootstrap, name, 2, 400, sample=orders_sample(0.05), seed=7)
     assert run_and_wait(airflow, cfg.dag_id, ["recreate-1"]) == {"recreate-1": "success"}
     with transaction(stack.postgres_dsn) as cur:
         cur.execute(
             "select partition, committed_offset, topic_id, print_offset from onceflow.offsets"
             " where pipeline = %s order by partition",
-            (NAME,),
+            (name,),
         )
         offsets = cur.fetchall()
     assert [(p, c) for p, c, _, _ in offsets] == [(0, 200), (1, 200)]
     assert all(topic_id and print_offset == 199 for _, _, topic_id, print_offset in offsets)
 
     # the topic is deleted and re-created, and its new log refilled past offset 200
-    recreate(stack.kafka_bootstrap, NAME, 2)
+    recreate(stack.kafka_bootstrap, name, 2)
     produced = producer.produce(
-        stack.kafka_bootstrap, NAME, 2, 1000, sample=orders_sample(0.05), start=10_000, seed=8
+        stack.kafka_bootstrap, name, 2, 1000, sample=orders_sample(0.05), start=10_000, seed=8
     )
     assert produced == 1000
-    assert min(broker.snapshot(stack.kafka_bootstrap, NAME, (NAME,)).ends.values()) == 500
+    assert min(broker.snapshot(stack.kafka_bootstrap, name, (name,)).ends.values()) == 500
 
     # plan refuses, names the partition and what to do, is not retried, plans nothing
     assert run_and_wait(airflow, cfg.dag_id, ["recreate-2"]) == {"recreate-2": "failed"}
@@ -65,27 +75,27 @@ def test_a_recreated_topic_refilled_past_the_committed_offset_stops_plan_until_r
     text = airflow.task_log(cfg.dag_id, "recreate-2", "plan", 1)
     assert (tis["plan"]["state"], tis["plan"]["try_number"]) == ("failed", 1), text[-3000:]
     assert (
-        f"the broker's log for {NAME}[0] is not the one pipeline '{NAME}' committed up to " in text
+        f"the broker's log for {name}[0] is not the one pipeline '{name}' committed up to " in text
     )
-    assert "onceflow reset-offsets --pipeline it_recreate" in text
+    assert f"onceflow reset-offsets --pipeline {name}" in text
     with pytest.raises(UnknownTxidError):
-        ledger.get_batch(stack.postgres_dsn, NAME, "recreate-2")
+        ledger.get_batch(stack.postgres_dsn, name, "recreate-2")
 
     # the audit of this ledger re-reads the committed ranges: same counts, other records
     reread = lambda rs: count_records(stack.kafka_bootstrap, rs)  # noqa: E731
     report = run_audit(stack.postgres_dsn, cfg, reread)
     assert report.verdict == "violated"
     assert any(
-        f"{NAME}[0] [0, 200) are not the ones process read: the first difference lies in "
+        f"{name}[0] [0, 200) are not the ones process read: the first difference lies in "
         "offsets [0, 200)" in v
         for v in report.violations
     ), report.violations
 
     # on call: reset to the new log's first offset; every record of it is then published
-    assert main(["reset-offsets", "--pipeline", NAME, "--reason", "topic re-created", "--yes"]) == 0
+    assert main(["reset-offsets", "--pipeline", name, "--reason", "topic re-created", "--yes"]) == 0
     out = capsys.readouterr().out
     assert (
-        f"the broker's log for {NAME}[1] is not the one committed up to offset 200: "
+        f"the broker's log for {name}[1] is not the one committed up to offset 200: "
         "the topic's id is" in out
     )
     states = run_and_wait(airflow, cfg.dag_id, ["recreate-3"])
@@ -93,10 +103,10 @@ def test_a_recreated_topic_refilled_past_the_committed_offset_stops_plan_until_r
     report = run_audit(stack.postgres_dsn, cfg, reread)
     assert report.verdict == "exactly-once", report.violations
     with transaction(stack.postgres_dsn) as cur:
-        cur.execute(f"select count(*) from {NAME}.orders where epoch = 1")
+        cur.execute(f"select count(*) from {name}.orders where epoch = 1")
         rows = cur.fetchone()[0]
         cur.execute(
-            "select count(*) from onceflow.dead_letters where pipeline = %s and epoch = 1", (NAME,)
+            "select count(*) from onceflow.dead_letters where pipeline = %s and epoch = 1", (name,)
         )
         dead = cur.fetchone()[0]
     assert rows + dead == produced  # the new log's records below offset 200 included
