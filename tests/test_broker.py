@@ -69,3 +69,31 @@ def test_an_offset_past_the_log_has_no_record(bootstrap):
     produce(bootstrap, topic, 5)
     snap = broker.snapshot(bootstrap, "p", (topic,), {(topic, 0): 50})
     assert snap.prints == {(topic, 0): None}
+
+
+def test_plan_plans_every_record_of_an_ordinary_producers_batches(
+    bootstrap, ledger_dsn, unique_name
+):
+    """A producer's batches hold many records (linger): the embedded broker answers ListOffsets
+    with the last batch's base offset + 1, and plan must not take that for the end."""
+    from confluent_kafka import Producer
+    from onceflow import ledger
+    from onceflow.config import parse_pipeline
+
+    topic = f"batches_{unique_name}"
+    broker.create_topic(bootstrap, topic, 3)
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.num.messages": 10_000})
+    for i in range(30_000):
+        p.produce(topic, b'{"i": %d}' % i, key=b"k%d" % i, partition=i % 3)
+    p.flush(30)
+    cfg = parse_pipeline(
+        unique_name, {"topics": [topic], "transform": "orders:transform", "sink": {"table": "t"}}
+    )
+    batch = ledger.plan(
+        ledger_dsn, cfg, "run-1", lambda at: broker.snapshot(bootstrap, cfg.name, cfg.topics, at)
+    )
+    assert {(r.partition, r.from_offset, r.until_offset) for r in batch.ranges} == {
+        (0, 0, 10_000),
+        (1, 0, 10_000),
+        (2, 0, 10_000),
+    }

@@ -6,6 +6,7 @@ only asks the broker for metadata and offsets.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping
 
@@ -16,6 +17,8 @@ from kafka.errors import KafkaError, TopicAlreadyExistsError
 from onceflow.errors import OnceflowError, TopicMissingError
 from onceflow.ledger import BrokerSnapshot
 from onceflow.range_digest import RecordPrint, record_hash
+
+log = logging.getLogger("onceflow.broker")
 
 # How long plan waits for the records whose prints it compares (one fetch per partition).
 PRINT_TIMEOUT_S = 30.0
@@ -52,13 +55,16 @@ def snapshot(
     topics: tuple[str, ...],
     prints_at: Mapping[tuple[str, int], int] | None = None,
 ) -> BrokerSnapshot:
-    """First and end offsets (LATEST under read_committed: the last stable offset) now, the
-    topics' ids, and the print of the first data record at or after each offset of
-    `prints_at` (ledger.BrokerSnapshot)."""
+    """First and end offsets now, the topics' ids, and the print of the first data record at
+    or after each offset of `prints_at` (ledger.BrokerSnapshot).
+
+    The end is where a read_committed reader finds the partition's end (fetchable_ends), not
+    only ListOffsets' answer (LATEST under read_committed: the last stable offset), which a
+    broker may give short; both are kept, so lag can show a difference."""
     consumer = _consumer(bootstrap)
     try:
         tps = partitions(consumer, pipeline, topics, bootstrap)
-        ends = consumer.end_offsets(tps)
+        claimed = {(tp.topic, tp.partition): int(o) for tp, o in consumer.end_offsets(tps).items()}
         beginnings = consumer.beginning_offsets(tps)
         # the metadata partitions() fetched carries the ids (KIP-516); the cluster view is
         # the consumer's own copy of it
@@ -71,11 +77,71 @@ def snapshot(
     absent = {tp[0] for tp, o in wanted.items() if prints[tp] is None or prints[tp].offset != o}
     return BrokerSnapshot(
         beginnings={(tp.topic, tp.partition): int(o) for tp, o in beginnings.items()},
-        ends={(tp.topic, tp.partition): int(o) for tp, o in ends.items()},
+        ends=fetchable_ends(bootstrap, pipeline, claimed),
+        claimed_ends=claimed,
         topic_ids=topic_ids,
         prints=prints,
         compacted=compacted_topics(bootstrap, absent) if absent else frozenset(),
     )
+
+
+def fetchable_ends(
+    bootstrap: str, pipeline: str, claimed: Mapping[tuple[str, int], int]
+) -> dict[tuple[str, int], int]:
+    """Each partition's end as a read_committed reader meets it: the partition-end offset a
+    fetch from the claimed end reports (librdkafka's partition EOF: the fetch response's last
+    stable offset), past whatever records lie beyond the claim.
+
+    ListOffsets alone is not to be trusted: the embedded tansu answers the base offset of
+    the partition's last record batch + 1 (ENVIRONMENT), so a producer's ordinary batches
+    would hide their tails from plan, lag and the audit at once. On Apache Kafka the fetch
+    finds nothing past the claim and both agree."""
+    from confluent_kafka import Consumer, KafkaError
+    from confluent_kafka import TopicPartition as Partition
+
+    from onceflow.kafka_options import range_consumer_conf
+
+    if not claimed:
+        return {}
+    consumer = Consumer(
+        {**range_consumer_conf(bootstrap, "onceflow-plan"), "fetch.wait.max.ms": 10}
+    )
+    ends: dict[tuple[str, int], int] = {}
+    try:
+        consumer.assign([Partition(t, p, o) for (t, p), o in claimed.items()])
+        deadline = time.monotonic() + PRINT_TIMEOUT_S
+        while len(ends) < len(claimed):
+            for m in consumer.consume(10_000, 0.1):
+                err = m.error()
+                if err is not None and err.code() == KafkaError._PARTITION_EOF:
+                    ends[(m.topic(), m.partition())] = max(m.offset(), 0)
+                elif err is not None and (err.fatal() or not err.retriable()):
+                    raise OnceflowError(
+                        f"plan of pipeline {pipeline!r}: fetching {m.topic()}[{m.partition()}] "
+                        f"from its end offset failed: {err.str()}"
+                    )
+            if time.monotonic() > deadline:
+                missing = sorted(set(claimed) - set(ends))
+                raise OnceflowError(
+                    f"plan of pipeline {pipeline!r} found no partition end for {missing} within "
+                    f"{PRINT_TIMEOUT_S:g} s of fetching: nothing was planned; the broker may be "
+                    "overloaded, try again"
+                )
+    finally:
+        consumer.close()
+    # a partition end below the claim (a transaction still open on a broker that answers
+    # ListOffsets past it) is where a reader stops: records beyond it cannot be read yet
+    for (t, p), end in sorted(ends.items()):
+        if end != claimed[(t, p)]:
+            log.info(
+                "%s[%d]: the broker answers end offset %d, a fetch finds the end at %d: plan "
+                "takes the latter",
+                t,
+                p,
+                claimed[(t, p)],
+                end,
+            )
+    return ends
 
 
 def topic_ids(bootstrap: str, pipeline: str, topics: tuple[str, ...]) -> dict[str, str | None]:

@@ -323,6 +323,12 @@ def cmd_lag(args: argparse.Namespace, settings: Settings) -> int:
     cfg = _pipeline(settings, args.pipeline)
     snap = broker.snapshot(settings.kafka_bootstrap, cfg.name, cfg.topics)
     rows = views.partitions(settings.postgres_dsn, cfg.name, snap.ends)
+    # where ListOffsets answered other than what a fetch finds (a broker that under-reports)
+    short = {
+        f"{t}[{p}]": {"claimed": claimed, "fetchable": snap.ends[(t, p)]}
+        for (t, p), claimed in sorted(snap.claimed_ends.items())
+        if claimed != snap.ends.get((t, p), claimed)
+    }
     if args.json:
         print(
             json.dumps(
@@ -330,6 +336,7 @@ def cmd_lag(args: argparse.Namespace, settings: Settings) -> int:
                     "pipeline": cfg.name,
                     "partitions": rows,
                     "total_lag": sum(r["lag"] or 0 for r in rows),
+                    "end_offsets_claimed_otherwise": short,
                 },
                 indent=2,
                 default=str,
@@ -351,6 +358,11 @@ def cmd_lag(args: argparse.Namespace, settings: Settings) -> int:
         )
     )
     print(f"total lag: {sum(r['lag'] or 0 for r in rows)} records")
+    for where, ends in short.items():
+        print(
+            f"note: the broker answers end offset {ends['claimed']} for {where}, but records are "
+            f"fetchable up to {ends['fetchable']}: Onceflow plans and counts lag from the latter"
+        )
     return 0
 
 

@@ -52,6 +52,8 @@ class BrokerSnapshot:
     topic_ids: Mapping[str, str | None] = field(default_factory=dict)
     prints: Mapping[TopicPartition, RecordPrint | None] = field(default_factory=dict)
     compacted: frozenset[str] = frozenset()  # topics with cleanup.policy compact
+    # ListOffsets' own answers, where the broker was asked (ends are what a fetch finds)
+    claimed_ends: Mapping[TopicPartition, int] = field(default_factory=dict)
 
 
 # Takes, per partition, the offset of a record to fetch (its print is compared).

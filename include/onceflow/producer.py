@@ -71,11 +71,7 @@ def produce(
     progress: Callable[[int], None] | None = None,
 ) -> int:
     """Produce records start..start+count of `sample`'s series round-robin over partitions;
-    returns how many the broker acknowledged.
-
-    The last record of each partition goes in a batch of its own: the embedded broker reports
-    the end offset as the last batch's base offset + 1, and this keeps that exact.
-    """
+    returns how many the broker acknowledged."""
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
@@ -95,10 +91,8 @@ def produce(
         else:
             failed.append(str(err))
 
-    items = list(records(sample, count, seed=seed, start=start))
-    head, tail = items[: max(0, count - partitions)], items[max(0, count - partitions) :]
     last_report = time.monotonic()
-    for n, (key, value) in enumerate(head):
+    for n, (key, value) in enumerate(records(sample, count, seed=seed, start=start)):
         while True:
             try:
                 producer.produce(
@@ -112,15 +106,6 @@ def produce(
             progress(acked)
             last_report = time.monotonic()
     producer.flush(60)
-    for n, (key, value) in enumerate(tail):
-        producer.produce(
-            topic,
-            value=value,
-            key=key,
-            partition=(len(head) + n) % partitions,
-            on_delivery=on_delivery,
-        )
-        producer.flush(30)
     if failed:
         raise RuntimeError(
             f"{len(failed)} records were not acknowledged by {bootstrap}: {failed[0]}"
