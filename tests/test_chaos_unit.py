@@ -105,7 +105,28 @@ def test_extra_faults_favour_the_cheap_kinds():
         for f in fault_schedule(seed, 200)[len(chaos.BASE_FAULTS) :]:
             counts[f.kind] += 1
     assert counts["7_broker_restarted"] < counts["1_driver_kill"]
+    assert counts["10_topic_recreated"] < counts["1_driver_kill"]
     assert counts["5_scheduler_killed"] < counts["1_driver_kill"]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_run_of_30_batches_re_creates_the_topic_once(seed):
+    faults = fault_schedule(seed, 30)
+    recreated = [f for f in faults if f.kind == "10_topic_recreated"]
+    assert len(recreated) == 1
+    assert recreated[0].at_batch < 30  # starts before the run's target is reached
+    assert "10_topic_recreated" in chaos.EXCLUSIVE  # it reaches every run in flight
+
+
+def test_plan_refusals_are_what_plan_raises():
+    from onceflow.errors import LogIdentityError, OffsetRegressionError
+
+    # a re-created topic: refused by its id whatever its end offset says
+    identity = LogIdentityError("inventory", "chaos", 2, 1200, "the topic's id is b, not a")
+    regression = OffsetRegressionError("inventory", "chaos", 2, 1200, 8)
+    assert chaos.NOT_THE_LEDGERS_LOG in str(identity)
+    assert [n for n in chaos.PLAN_REFUSALS if n in str(identity)] == [chaos.NOT_THE_LEDGERS_LOG]
+    assert [n for n in chaos.PLAN_REFUSALS if n in str(regression)] == ["offset regression"]
 
 
 # -- the accounting --------------------------------------------------------------------------
@@ -203,6 +224,26 @@ def test_a_committed_record_of_an_earlier_epoch_missing_is_lost():
     counts = account(acked, sink, [(0, 4)], 1)
     assert counts["lost"] == 1  # offset 1 < committed_before 4
     assert counts["lost_with_broker"] == 1  # offset 5 >= 4
+
+
+def test_a_re_created_topic_s_new_log_is_accounted_from_offset_0():
+    # epoch 0 (the deleted log): committed up to 4 at the reset, 4..6 planned or not, never
+    # committed; epoch 1 (the new log, refilled past 4 before the reset): read from offset 0
+    acked = _acked({0: [(0, o) for o in range(7)], 1: [(0, o) for o in range(9)]})
+    sink = _rows(acked, skip={(0, 0, 4), (0, 0, 5), (0, 0, 6)})
+    counts = account(acked, sink, [(0, 4)], 1)
+    assert (counts["lost_with_broker"], counts["lost"], counts["duplicated"]) == (3, 0, 0)
+    assert chaos.verdict_of("exactly-once", counts) == "exactly-once"
+    # the new log's records below the old committed offset, skipped, are lost
+    skipped = account(
+        acked, _rows(acked, skip={(0, 0, 4), (0, 0, 5), (0, 0, 6), (1, 0, 2)}), [(0, 4)], 1
+    )
+    assert (skipped["lost"], skipped["lost_with_broker"]) == (1, 3)
+    # the new log's records published under the old epoch's coordinates are not its records
+    under_old = [
+        r if (r.epoch, r.offset) != (0, 3) else SinkRecord(0, 0, 3, "row", "row-99") for r in sink
+    ]
+    assert account(acked, under_old, [(0, 4)], 1)["mismatched"] == 1
 
 
 def test_each_reset_ends_its_own_epoch():
@@ -336,6 +377,8 @@ def test_cli_has_the_chaos_command():
 def test_schedule_can_keep_some_kinds_only():
     faults = fault_schedule(1, 20, only=["3", "7"])
     assert {f.kind for f in faults} == {"3_zombie_attempt", "7_broker_restarted"}
+    assert [f.kind for f in fault_schedule(1, 20, only=["10"])] == ["10_topic_recreated"]
+    assert "10_topic_recreated" not in {f.kind for f in fault_schedule(1, 20, only=["1"])}
     with pytest.raises(ValueError):
         fault_schedule(1, 20, only=["42"])
 
@@ -835,6 +878,25 @@ def test_a_failed_truth_check_violates_the_verdict():
     bad = {"check": "state", "ok": False, "violations": ["key ('/a',): ..."]}
     assert chaos.verdict_of("exactly-once", counts, [ok]) == "exactly-once"
     assert chaos.verdict_of("exactly-once", counts, [ok, bad]) == "violated"
+
+
+def test_a_plan_that_accepted_a_re_created_topic_violates_the_verdict():
+    faults = fault_schedule(1, 30, only=["10"])
+    assert chaos.recreated_topic_checks(faults) == []  # not injected: nothing to check
+    (f,) = faults
+    f.injected = True
+    f.detail["planned_on_new_log"] = []
+    (check,) = chaos.recreated_topic_checks(faults)
+    assert check["ok"] and check["recreations"] == 1
+    acked = _acked({0: [(0, 0)]})
+    counts = account(acked, _rows(acked), [], 0)
+    assert chaos.verdict_of("exactly-once", counts, [check]) == "exactly-once"
+    # a plan that read on from the old committed offset: the reset abandons its batch, so the
+    # sink is clean, but the verdict is not
+    f.detail["planned_on_new_log"] = ["chaos__1__0042"]
+    (check,) = chaos.recreated_topic_checks(faults)
+    assert not check["ok"] and "chaos__1__0042" in check["violations"][0]
+    assert chaos.verdict_of("exactly-once", counts, [check]) == "violated"
 
 
 def test_report_table_names_the_pipeline_mode_and_truth_checks():

@@ -21,15 +21,22 @@ injects faults by a schedule drawn from the seed:
   5 the scheduler and its running tasks killed -9, then restarted
   6 PostgreSQL restarted while a run plans, while a Spark task holds a staging transaction
     open, and while a commit transaction is open
-  7 the broker restarted (memory broker: the log is lost): plan must stop with an offset
-    regression; the harness re-creates the topic and runs `onceflow reset-offsets`.
-    On Apache Kafka (below) the broker is killed -9 while a commit's Kafka transaction is
-    open and restarted on its log: nothing is lost, no plan may see a regression
+  7 the broker restarted (memory broker: the log is lost): plan must refuse the new log (an
+    offset regression, or, where the broker gives topic ids, a log that is not the ledger's:
+    onceflow.log_identity); the harness re-creates the topic and runs `onceflow
+    reset-offsets`. On Apache Kafka (below) the broker is killed -9 while a commit's Kafka
+    transaction is open and restarted on its log: nothing is lost, no plan may refuse the log
   8 committed runs cleared and re-run by run id through the API (backfill by run id); an
     append-only sink (a Kafka topic) must refuse it: the run fails in plan saying so, the
     batch and its output stay as they were
   9 a run failing for good while later runs wait in commit (blocked, saying why), then
     retried by clearing it
+ 10 the topic deleted and re-created with its partitions while the broker keeps running and
+    runs are in flight, and refilled past every partition's planned offset before the next
+    plan (its end offsets then look like the old log's read on): that plan must refuse the
+    new log (log identity, not an offset regression) and no run in flight may publish it;
+    the harness runs `onceflow reset-offsets` and the new log is processed from its first
+    offset
 
 Every acknowledged record is tracked by its coordinates (epoch, partition, offset) and its
 key and value; at the end the producer stops, runs drain the lag, and the sink is compared
@@ -108,11 +115,13 @@ KINDS: dict[str, str] = {
     "(a Kafka topic) with its Kafka transaction open",
     "5_scheduler_killed": "scheduler and its running tasks killed -9, restarted",
     "6_postgres_restarted": "PostgreSQL restarted during plan / process / commit",
-    "7_broker_restarted": "broker restarted, log lost: regression stop, topic re-created, reset"
-    " (Apache Kafka: killed -9 mid Kafka transaction, log kept, nothing lost)",
+    "7_broker_restarted": "broker restarted, log lost: plan refuses the new log, topic "
+    "re-created, reset (Apache Kafka: killed -9 mid Kafka transaction, log kept, nothing lost)",
     "8_rerun_committed": "committed run cleared and re-run by run id (API); "
     "an append-only sink refuses it",
     "9_failed_run_blocks": "run fails for good, later commits wait and say why, retry unblocks",
+    "10_topic_recreated": "topic deleted, re-created and refilled past the committed offset: "
+    "plan refuses the new log, reset",
 }
 
 # (kind, variant): the faults every schedule holds at least once
@@ -129,6 +138,7 @@ BASE_FAULTS: tuple[tuple[str, str | None], ...] = (
     ("7_broker_restarted", None),
     ("8_rerun_committed", None),
     ("9_failed_run_blocks", None),
+    ("10_topic_recreated", None),
 )
 # and for a sink outside the ledger's database (an Iceberg table): the crash between its two
 # commit steps (onceflow.outside_commit)
@@ -143,8 +153,12 @@ COMMIT_KILL_POINTS = {
     "after_sink_publish": "commit.after_sink_publish",
     "before_sink_commit": "commit.before_sink_commit",
 }
-# extra random faults: broker and scheduler faults are the expensive ones, drawn less often
-EXTRA_WEIGHTS = {"7_broker_restarted": 0.25, "5_scheduler_killed": 0.5}
+# extra random faults: the broker, topic and scheduler faults are expensive, drawn less often
+EXTRA_WEIGHTS = {
+    "7_broker_restarted": 0.25,
+    "10_topic_recreated": 0.25,
+    "5_scheduler_killed": 0.5,
+}
 # faults that reach every run (or hold commits back): never overlapped with another fault
 EXCLUSIVE = {
     "5_scheduler_killed",
@@ -153,11 +167,19 @@ EXCLUSIVE = {
     "6_postgres_restarted/commit",
     "7_broker_restarted",
     "9_failed_run_blocks",
+    "10_topic_recreated",
 }
 FIRST_FAULT_BATCH = 2  # faults start once this many batches committed
 
 BACKLOG_HIGH = 2400  # producer waits while this many acked records are not yet planned
-PRE_RESET_RECORDS = 8  # per partition, written to the new log before reset-offsets
+# per partition, written to the new log before reset-offsets (past the committed offset, for a
+# re-created topic)
+PRE_RESET_RECORDS = 8
+# how plan refuses a log that is not the one the ledger read (its task log says): one whose
+# topic id or last committed record is not the ledger's (log_identity: a broker with topic ids
+# shows this first), or one ending below the committed offset (plan_ranges)
+NOT_THE_LEDGERS_LOG = "is not the one pipeline"
+PLAN_REFUSALS = (NOT_THE_LEDGERS_LOG, "offset regression")
 
 # generous: on a loaded 2-core machine one process job can take minutes
 INJECT_TIMEOUT = 900.0
@@ -213,7 +235,7 @@ def fault_schedule(
     faults = BASE_FAULTS + (OUTSIDE_FAULTS if outside else ()) + (KAFKA_FAULTS if kafka else ())
     pool = [(k, v) for k, v in faults if not wanted or k.split("_")[0] in wanted]
     if not pool:
-        raise ValueError(f"no fault kind matches {sorted(wanted)}; kinds are 1..9")
+        raise ValueError(f"no fault kind matches {sorted(wanted)}; kinds are 1..{len(KINDS)}")
     base = list(pool)
     rng.shuffle(base)
     n_extra = max(0, (batches - 40) // 20)
@@ -237,6 +259,29 @@ def verdict_of(
     if audit_verdict != "exactly-once" or not clean or not all(c["ok"] for c in checks):
         return "violated"
     return "exactly-once" if not counts.get("unprocessed") else "exactly-once-so-far"
+
+
+def recreated_topic_checks(faults: Iterable[Fault]) -> list[dict[str, Any]]:
+    """The verdict's check of the topic re-creations (10_topic_recreated): the first plan
+    after each refused the new log. One that planned instead read on from the old committed
+    offset, skipping the new log's records below it; the reset-offsets that follows abandons
+    that batch, so the sink would not show it."""
+    ran = [f for f in faults if f.kind == "10_topic_recreated" and f.injected]
+    if not ran:
+        return []
+    accepted = [
+        f"fault #{f.index}: plan accepted the new log, planned {f.detail['planned_on_new_log']}"
+        for f in ran
+        if f.detail.get("planned_on_new_log")
+    ]
+    return [
+        _check(
+            "plan refused each re-created topic's log (refilled past the committed offset) "
+            "until reset-offsets",
+            accepted,
+            recreations=len(ran),
+        )
+    ]
 
 
 def fault_counts(faults: Iterable[Fault]) -> dict[str, dict[str, int]]:
@@ -402,6 +447,8 @@ def chaos_env(root: Path = PROJECT_ROOT, slot: int = 0, real_kafka: bool = False
         "ONCEFLOW_PG_PORT": str(25435 + 10 * slot),
         "ONCEFLOW_KAFKA_PORT": str(29095 + 10 * slot),
         "ONCEFLOW_AIRFLOW_PORT": str(28083 + 10 * slot),
+        # the broker-restart fault is a broker that loses its log: tansu in memory
+        "ONCEFLOW_BROKER_STORAGE": "memory",
         "ONCEFLOW_PIPELINES": str(home / "pipelines.toml"),
         "ONCEFLOW_FAILPOINTS_DIR": str(home / "failpoints"),
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": SPARK_MASTER}),
@@ -474,9 +521,10 @@ class TrackingProducer(threading.Thread):
     number, key and value.
 
     The harness throttles it (planned_total: it waits while BACKLOG_HIGH acked records are
-    not planned yet), pauses it around a broker restart (the new log is a new epoch) and
-    finishes it with one single-record batch per partition, which keeps the memory broker's
-    end offsets exact.
+    not planned yet), pauses it around a broker restart or a topic re-creation (the new log
+    is a new epoch), has it write a number of records to the new log before the reset (an
+    allowance) and finishes it with one single-record batch per partition, which keeps the
+    memory broker's end offsets exact.
     """
 
     CHUNK = 10
@@ -615,7 +663,8 @@ class TrackingProducer(threading.Thread):
                     allowance = self.allowance
                 with self.lock:
                     backlog = sum(self.ends[self.epoch].values()) - self.planned_total
-                if backlog > BACKLOG_HIGH or allowance == 0:
+                # an allowance is not throttled: nothing plans its records before the reset
+                if allowance == 0 or (allowance is None and backlog > BACKLOG_HIGH):
                     client.poll(0.1)
                     continue
                 count = self.CHUNK if allowance is None else min(self.CHUNK, allowance)
@@ -881,6 +930,7 @@ class Harness:
         )
         self.active: list[tuple[Fault, Iterator[None]]] = []
         self.hold_clears = False
+        self.hold_triggers = False
         self.harness_clears = 0
         self.failures: list[dict[str, Any]] = []
         self.deadlocks: list[dict[str, Any]] = []
@@ -1125,6 +1175,10 @@ class Harness:
     def unfinished(self) -> list[Run]:
         return [r for r in self.runs.values() if r.state not in ("success", "failed")]
 
+    def all_planned(self) -> bool:
+        """Every run not finished yet has planned its batch: none has a plan still to come."""
+        return all(r.run_id in self.batches for r in self.unfinished())
+
     def ti_state(self, run_id: str, task: str) -> str | None:
         return self.ti.get((run_id, task), (None, 0))[0]
 
@@ -1157,7 +1211,10 @@ class Harness:
         return run_id
 
     def keep_triggering(self, target: int | None = None) -> None:
-        """Keep max_active_runs runs active and one more queued behind them."""
+        """Keep max_active_runs runs active and one more queued behind them (none while a
+        fault holds the triggers)."""
+        if self.hold_triggers:
+            return
         target = self.cfg.max_active_runs + 1 if target is None else target
         while len(self.unfinished()) < target:
             self.trigger()
@@ -1543,10 +1600,43 @@ class Harness:
                     return True
         return False
 
+    def plan_refused_log(self, run_id: str, since: float) -> str | None:
+        """How the plan of run_id refused the broker's log since `since` (PLAN_REFUSALS)."""
+        return next((n for n in PLAN_REFUSALS if self.plan_log_matches(run_id, n, since)), None)
+
+    def reset_offsets(self, f: Fault, reason: str) -> int:
+        """`onceflow reset-offsets`: a new epoch at the new log's first offset. The runs of
+        the batches it abandons are never cleared. Returns the last seq before the epoch."""
+        from onceflow import cli
+
+        code = cli.main(["reset-offsets", "--pipeline", self.pipeline, "--reason", reason, "--yes"])
+        if code != 0:
+            raise RuntimeError(f"onceflow reset-offsets exited {code}")
+        self.poll()
+        abandoned = sorted(t for t, b in self.batches.items() if b["state"] == BatchState.ABANDONED)
+        for t in abandoned:
+            if t in self.runs:
+                self.runs[t].abandoned = True
+        f.detail["abandoned"] = abandoned
+        reset_seq = max(b["seq"] for b in self.batches.values())
+        self.log(f"reset done after seq {reset_seq}; abandoned {abandoned}")
+        return reset_seq
+
+    def wait_new_epoch(self, f: Fault, reset_seq: int) -> Iterator[None]:
+        yield from self.wait(
+            lambda: any(
+                b["seq"] > reset_seq and b["state"] == BatchState.COMMITTED
+                for b in self.batches.values()
+            ),
+            RECOVER_TIMEOUT,
+            "a batch of the new epoch commits",
+        )
+        f.recovered = f.error is None
+
     def fault_broker(self, f: Fault) -> Iterator[None]:
         import psutil
 
-        from onceflow import broker, cli, stack
+        from onceflow import broker, stack
 
         if self.kafka is not None:
             yield from self.fault_apache_kafka(f)
@@ -1569,19 +1659,19 @@ class Harness:
             self.producer.resume(epoch=self.epoch, allowance=PRE_RESET_RECORDS * PARTITIONS)
             before = {r for r in self.runs}
             f.detail["seq_before"] = max_seq
-            seen: list[str] = []
+            seen: list[tuple[str, str]] = []
 
-            def regression_seen() -> bool:
+            def refused() -> bool:
                 for run_id in sorted(set(self.runs) - before) + sorted(before):
-                    if self.plan_log_matches(run_id, "offset regression", wall):
-                        seen.append(run_id)
+                    if how := self.plan_refused_log(run_id, wall):
+                        seen.append((run_id, how))
                         return True
                 return False
 
             t_created = _now() + 30
             created = False
             deadline = _now() + INJECT_TIMEOUT
-            while not regression_seen():
+            while not refused():
                 if not created and _now() > t_created:
                     # nothing auto-created the topic: re-create it ourselves
                     created = broker.create_topic(
@@ -1590,65 +1680,37 @@ class Harness:
                     self.log(f"topic {self.topic} re-created by the harness: {created}")
                     t_created = float("inf")
                 if _now() > deadline:
-                    raise FaultTimeout("no plan failed with an offset regression")
+                    raise FaultTimeout("no plan refused the broker's new log")
                 yield
             new_plans = [
                 b["txid"]
                 for b in self.batches.values()
                 if b["seq"] > max_seq and b["state"] != BatchState.ABANDONED
             ]
-            f.detail["regression_in_plan_of"] = seen[0]
+            run_id, how = seen[0]
+            f.detail["plan_refused"] = {"run": run_id, "with": how}
             f.detail["batches_planned_after_restart"] = new_plans  # must stay empty
             if new_plans:
                 f.error = f"batches planned after the broker lost its log: {new_plans}"
-            self.log(f"plan of {seen[0]} stopped with an offset regression, as it must")
+            self.log(f"plan of {run_id} refused the new log ({how}), as it must")
             created = broker.create_topic(self.settings.kafka_bootstrap, self.topic, PARTITIONS)
             snap = broker.snapshot(self.settings.kafka_bootstrap, self.pipeline, (self.topic,))
             f.detail["topic"] = {"created_now": created, "partitions": len(snap.ends)}
             if len(snap.ends) != PARTITIONS:
                 raise RuntimeError(f"topic {self.topic} has {len(snap.ends)} partitions, not 4")
-            code = cli.main(
-                [
-                    "reset-offsets",
-                    "--pipeline",
-                    self.pipeline,
-                    "--reason",
-                    f"chaos harness: broker restarted, its memory log was lost (epoch {self.epoch})",
-                    "--yes",
-                ]
+            reset_seq = self.reset_offsets(
+                f, f"chaos harness: broker restarted, its memory log was lost (epoch {self.epoch})"
             )
-            if code != 0:
-                raise RuntimeError(f"onceflow reset-offsets exited {code}")
-            self.poll()
-            abandoned = sorted(
-                t for t, b in self.batches.items() if b["state"] == BatchState.ABANDONED
-            )
-            for t in abandoned:
-                if t in self.runs:
-                    self.runs[t].abandoned = True
-            f.detail["abandoned"] = abandoned
-            reset_seq = max(b["seq"] for b in self.batches.values())
             self.producer.resume(allowance=None)
         finally:
             self.hold_clears = False
-        self.log(f"reset done after seq {reset_seq}; abandoned {abandoned}")
-
-        def new_epoch_committed() -> bool:
-            return any(
-                b["seq"] > reset_seq and b["state"] == BatchState.COMMITTED
-                for b in self.batches.values()
-            )
-
-        yield from self.wait(
-            new_epoch_committed, RECOVER_TIMEOUT, "a batch of the new epoch commits"
-        )
-        f.recovered = True
+        yield from self.wait_new_epoch(f, reset_seq)
 
     def fault_apache_kafka(self, f: Fault) -> Iterator[None]:
         """Apache Kafka killed -9 while a commit's Kafka transaction is open (its records
-        produced, not committed) and restarted on its log. Nothing may be lost: no plan sees
-        an offset regression, the broker's end offsets still hold every acknowledged record,
-        and the commit (failed or not) and the runs after it commit."""
+        produced, not committed) and restarted on its log. Nothing may be lost: no plan
+        refuses the log (PLAN_REFUSALS), the broker's end offsets still hold every
+        acknowledged record, and the commit (failed or not) and the runs after it commit."""
         from onceflow import broker
 
         point = "commit.before_sink_commit"
@@ -1700,11 +1762,125 @@ class Harness:
 
         yield from self.wait_recovered(f, [txid])
         yield from self.wait(later_committed, RECOVER_TIMEOUT, "a batch planned after it commits")
-        regressions = [r for r in self.runs if self.plan_log_matches(r, "offset regression", wall)]
-        f.detail["offset_regressions"] = regressions  # must stay empty: the log was kept
-        if regressions or f.error:
+        refusals = {r: how for r in self.runs if (how := self.plan_refused_log(r, wall))}
+        f.detail["plan_refusals"] = refusals  # must stay empty: the log was kept
+        if refusals or f.error:
             f.recovered = False
-            f.error = f.error or f"plan saw an offset regression after the restart: {regressions}"
+            f.error = f.error or f"plan refused the log after the restart: {refusals}"
+
+    def fault_topic_recreated(self, f: Fault) -> Iterator[None]:
+        """The pipeline's topic deleted and re-created with its partitions while the broker
+        keeps running, then refilled past every partition's planned (so committed) offset
+        before the next plan: by its end offsets the new log looks like the old one read on.
+        That plan must refuse it (log_identity: the topic id, the record of the ledger's
+        print); one that plans is a protocol failure (recreated_topic_checks). The runs in
+        flight meet the new log in process or commit, as with a broker that lost its log.
+        Then `onceflow reset-offsets` starts a new epoch at the new log's first offset: every
+        record of it must reach the sink once; the old log's records above the committed
+        offset go with it."""
+        from onceflow import broker
+
+        if max((b["seq"] for b in self.batches.values()), default=0) < 3:
+            raise FaultSkipped("too few batches planned yet")
+        bootstrap = self.settings.kafka_bootstrap
+        # the runs triggered so far plan on the old log first, and no other run starts before
+        # the refill: the offsets it must pass are then final, the next plan meets it whole
+        self.hold_triggers = True
+        try:
+            yield from self.wait(self.all_planned, INJECT_TIMEOUT, "every run triggered planned")
+            committed = {p: c for p, (c, _) in self.offsets.items()}
+            planned = dict(self.planned)
+            in_flight = sorted(r.run_id for r in self.unfinished())
+            max_seq = max(b["seq"] for b in self.batches.values())
+            old_id = broker.snapshot(bootstrap, self.pipeline, (self.topic,)).topic_ids[self.topic]
+            self.hold_clears = True
+            self.producer.pause()
+            broker.delete_topic(bootstrap, self.topic)
+            wall = time.time()
+            f.injected = True
+            self.epoch += 1
+            self.log(
+                f"topic {self.topic} (id {old_id}) deleted; committed {committed}, planned "
+                f"{planned}, runs in flight {in_flight}"
+            )
+            # explicitly: an auto-created topic gets the broker's default partition count
+            yield from self.wait(
+                lambda: broker.create_topic(bootstrap, self.topic, PARTITIONS),
+                INJECT_TIMEOUT,
+                f"topic {self.topic} created again with {PARTITIONS} partitions",
+            )
+            per_partition = max(planned.values()) + PRE_RESET_RECORDS
+            self.producer.resume(epoch=self.epoch, allowance=per_partition * PARTITIONS)
+            now: dict[str, Any] = {}
+
+            def refilled() -> bool:  # acknowledged, and past the planned offsets as plan sees
+                acked = self.producer.ends_of(self.epoch)
+                if any(acked.get(p, 0) < per_partition for p in range(PARTITIONS)):
+                    return False
+                snap = broker.snapshot(bootstrap, self.pipeline, (self.topic,))
+                now["id"] = snap.topic_ids[self.topic]
+                now["ends"] = {p: e for (_, p), e in snap.ends.items()}
+                return all(now["ends"].get(p, 0) > o for p, o in planned.items())
+
+            yield from self.wait(
+                refilled, INJECT_TIMEOUT, f"{per_partition} records in each new partition"
+            )
+            f.detail.update(
+                seq_before=max_seq,
+                committed=committed,
+                planned=planned,
+                records_per_partition=per_partition,
+                end_offsets=now["ends"],
+                topic_ids={"old": old_id, "new": now["id"]},
+            )
+            self.log(f"topic {self.topic} re-created (id {now['id']}), ends {now['ends']}")
+            before = set(self.runs)
+            self.hold_triggers = False
+            refused: list[str] = []
+
+            def planned_on() -> list[str]:
+                return sorted(t for t, b in self.batches.items() if b["seq"] > max_seq)
+
+            def met() -> bool:
+                new = sorted(set(self.runs) - before)
+                refused[:] = [r for r in new if self.plan_log_matches(r, NOT_THE_LEDGERS_LOG, wall)]
+                return bool(refused or planned_on())
+
+            yield from self.wait(met, INJECT_TIMEOUT, "the next plan refuses the new log")
+            accepted = planned_on()
+            f.txids.extend(refused)
+            f.detail["plan_refused"] = {r: self.task_error(r, "plan") for r in refused}
+            f.detail["planned_on_new_log"] = accepted  # must stay empty
+            if accepted:
+                f.error = (
+                    f"plan accepted the re-created topic's log: {accepted} planned on from the "
+                    "old committed offsets, skipping the new log's records below them"
+                )
+                self.log(f"protocol failure: {f.error}")
+            else:
+                self.log(f"plan of {refused} refused the new log, as it must")
+            reset_seq = self.reset_offsets(
+                f, f"chaos harness: topic {self.topic} deleted and re-created (epoch {self.epoch})"
+            )
+            # partition: (committed before, the new epoch's first offset)
+            starts = {
+                p: (committed_before, new)
+                for p, committed_before, new in self._query(
+                    "ledger",
+                    "select partition, committed_before, new_offset from onceflow.resets"
+                    " where pipeline = %s and topic = %s order by id desc limit %s",
+                    (self.pipeline, self.topic, PARTITIONS),
+                )
+            }
+            f.detail["reset"] = starts
+            f.detail["in_flight"] = {t: self.batches[t]["state"] for t in in_flight}
+            if len(starts) != PARTITIONS or any(new for _, new in starts.values()):
+                f.error = f.error or f"the new epoch does not start at offset 0: {starts}"
+            self.producer.resume(allowance=None)
+        finally:
+            self.hold_triggers = False
+            self.hold_clears = False
+        yield from self.wait_new_epoch(f, reset_seq)
 
     def fault_rerun(self, f: Fault) -> Iterator[None]:
         if not self.sink.replaces_output:
@@ -1913,6 +2089,7 @@ class Harness:
         "7_broker_restarted": fault_broker,
         "8_rerun_committed": fault_rerun,
         "9_failed_run_blocks": fault_blocked,
+        "10_topic_recreated": fault_topic_recreated,
     }
 
     # -- the main loop -----------------------------------------------------------------------
@@ -2258,6 +2435,7 @@ class Harness:
             acked = {e: dict(v) for e, v in self.producer.acked.items()}
         committed = {p: c for p, (c, e) in self.offsets.items() if e == self.epoch}
         counts, checks = self.check_sink(acked, resets, committed)
+        checks += recreated_topic_checks(self.faults)
         snap = broker.snapshot(self.settings.kafka_bootstrap, self.pipeline, (self.topic,))
         broker_ends = {p: e for (_, p), e in snap.ends.items()}
         audit = run_audit(
