@@ -26,7 +26,7 @@ from onceflow.errors import (
 )
 from onceflow.failpoints import FailpointError
 from onceflow.sinks import PublishTarget, sink_for
-from onceflow.sinks.iceberg import CATALOG_SCHEMA, open_catalog
+from onceflow.sinks.iceberg import CATALOG_SCHEMA, OUTPUT_COLUMNS, open_catalog
 from onceflow.stage import StageTarget, stage_part
 from onceflow.states import BatchState
 from test_sinks import FIELDS, T, bound, pipeline, process, published, records, snap
@@ -486,15 +486,20 @@ def test_an_existing_table_that_does_not_fit_is_refused_naming_the_columns(ledge
     changed.append(("price", "double"))
     with pytest.raises(SinkSchemaError) as e, transaction(ledger_dsn) as cur:
         sink_for(cfg).bind_output(cur, changed)
-    msg = str(e.value)
-    assert f"Iceberg table {cfg.sink_schema}.items exists but does not fit" in msg
-    assert "lacks column(s) ['price']" in msg
-    assert "sku is string, the output needs int" in msg
+    msg, t = str(e.value), f"{cfg.sink_schema}.items"
+    assert msg.startswith(f"the transform's output does not fit the Iceberg table {t}: ")
+    assert f"column 'price' (double), which the output adds, is not in {t}" in msg
+    assert f"column 'sku' of {t} is string, the output now gives int" in msg
+    assert f"column 'qty' (long) of {t} is no longer in the output" in msg
 
 
 def test_an_existing_table_with_an_extra_optional_column_is_used(ledger_dsn, cfg):
-    with transaction(ledger_dsn) as cur:  # a table made for an output with a `note` too
+    """A column someone else added (not one of an earlier output's, which the table property
+    onceflow.output-columns names: that would be a removed column) is left alone."""
+    with transaction(ledger_dsn) as cur:  # a table with a `note` too, not from an output
         sink_for(cfg).bind_output(cur, [*FIELDS, ("note", "string")])
+    with table(ledger_dsn, cfg).transaction() as tx:
+        tx.remove_properties(OUTPUT_COLUMNS)
     ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])  # without `note`
     ledger.commit(ledger_dsn, cfg, "a")

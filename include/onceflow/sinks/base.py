@@ -34,6 +34,7 @@ from psycopg2 import sql
 
 from onceflow.config import NAME_RE, RESERVED_COLUMNS
 from onceflow.errors import RerunRefusedError, SinkSchemaError
+from onceflow.schema_evolution import Evolution
 
 TAG_COLUMNS = ("txid", "attempt", "part")
 
@@ -276,10 +277,12 @@ class Sink(ABC):
 
     # -- what each sink defines -----------------------------------------------------------
 
-    def bind_output(self, cur, fields) -> Sink:
+    def bind_output(self, cur, fields, evolution: Evolution | None = None) -> Sink:
         """process, before it stages: the sink for the transform's output schema (`fields`:
-        (name, Spark type) pairs), its tables created or checked. A sink whose tables do not
-        depend on the output (they are known in advance: `ensure`) is already bound."""
+        (name, Spark type) pairs), its tables created, or checked and evolved to the output
+        under `evolution`'s policy and recorded as its txid's (onceflow.schema_evolution;
+        None: checked only). A sink whose tables do not depend on the output (they are known
+        in advance: `ensure`) is already bound."""
         return self
 
     @abstractmethod

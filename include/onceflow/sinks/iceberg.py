@@ -20,8 +20,13 @@ are logged: the rows naming staged files survive a database crash like the files
 
 The Iceberg table holds topic, partition, epoch, offset (the record's coordinates), txid,
 then the transform's columns; process creates it from the transform's output schema, or
-checks an existing one (`bind_output`). Data files are written under the table's location,
-`data/onceflow/<pipeline>/txid=<txid, path-safe>-<hash>/attempt=<n>/`.
+checks an existing one and evolves it (`bind_output`, onceflow.schema_evolution): a column
+the output adds is added, optional, by pyiceberg's update_schema (data files written before
+it read null there, none is rewritten); a column the output no longer gives, or gives with
+another type, is refused. The table property `onceflow.output-columns` keeps the output's
+columns, so that a removed column is told from an optional column someone else added. Data
+files are written under the table's location with the table's schema as bound (field ids
+included), `data/onceflow/<pipeline>/txid=<txid, path-safe>-<hash>/attempt=<n>/`.
 
 Publishing (step 1 of the two-step commit) adds exactly the staged attempt's files in ONE
 snapshot whose summary records onceflow.pipeline, onceflow.txid, onceflow.seq and
@@ -55,8 +60,10 @@ from typing import Any
 
 from psycopg2 import sql
 
+from onceflow import schema_evolution
 from onceflow.config import SinkConfig
 from onceflow.errors import OnceflowError, SinkMovedError, SinkSchemaError, SinkUnavailableError
+from onceflow.schema_evolution import Evolution
 from onceflow.sinks.base import (
     FileStage,
     OutsideSink,
@@ -75,6 +82,13 @@ log = logging.getLogger("onceflow.sinks.iceberg")
 CATALOG_SCHEMA = "onceflow_iceberg"
 CATALOG_NAME = "onceflow"
 SUMMARY_PREFIX = "onceflow."
+# The table property naming the user's columns of the output the table was last bound to
+# (comma-separated): a column listed there that the output no longer gives is a removed
+# column (onceflow.schema_evolution); an optional column the table has besides them is
+# someone else's and left alone.
+OUTPUT_COLUMNS = "onceflow.output-columns"
+# Commits of a schema change tried before giving up to the commits that keep winning.
+EVOLVE_TRIES = 5
 # The columns Onceflow writes before the transform's: (name, Iceberg type name).
 FIXED_COLUMNS = (
     ("topic", "string"),
@@ -276,13 +290,19 @@ class IcebergSink(OutsideSink):
             ).format(self._t(self.files_table))
         )
 
-    def bind_output(self, cur, fields: Iterable[tuple[str, str]]) -> IcebergSink:
+    def bind_output(
+        self, cur, fields: Iterable[tuple[str, str]], evolution: Evolution | None = None
+    ) -> IcebergSink:
         """process, before staging: the Iceberg table created from the transform's output,
-        or an existing one checked (SinkSchemaError naming the columns that do not fit)."""
+        or an existing one checked and evolved to it (onceflow.schema_evolution: with
+        `evolution`, the columns the output adds, by pyiceberg's update_schema, recorded as
+        its txid's; without it nothing is added). SinkSchemaError names each column that
+        does not fit; the table is not changed then."""
         from pyiceberg.exceptions import TableAlreadyExistsError
         from pyiceberg.io.pyarrow import schema_to_pyarrow
 
         columns = table_columns(fields)
+        users = ",".join(c.name for c in columns[len(FIXED_COLUMNS) :])
         cur.execute(
             "select pg_advisory_xact_lock(hashtextextended('onceflow.sink:' || %s, 0))",
             (f"{self.schema}.{self.table}",),
@@ -293,17 +313,17 @@ class IcebergSink(OutsideSink):
                 catalog.create_namespace_if_not_exists(self.namespace)
                 if catalog.table_exists(self.identifier):
                     table = catalog.load_table(self.identifier)
-                    self._check(table, columns)
+                    table = self._evolve(cur, catalog, table, columns, evolution)
                 else:
                     try:
                         table = catalog.create_table(
                             self.identifier,
                             _schema(columns),
-                            properties={"commit.retry.num-retries": "0"},
+                            properties={"commit.retry.num-retries": "0", OUTPUT_COLUMNS: users},
                         )
                     except TableAlreadyExistsError:  # created meanwhile by someone else
                         table = catalog.load_table(self.identifier)
-                        self._check(table, columns)
+                        table = self._evolve(cur, catalog, table, columns, evolution)
                 table = _fence_retries(catalog, table)
             except SinkSchemaError:
                 raise
@@ -312,36 +332,104 @@ class IcebergSink(OutsideSink):
                     f"Iceberg table {self.name} (warehouse {self.warehouse}): could not create "
                     f"or read it: {type(e).__name__}: {e}"
                 ) from e
-        users = tuple(c.name for c in columns[len(FIXED_COLUMNS) :])
-        bound = _Bound(users, table.location(), schema_to_pyarrow(table.schema()))
+        bound = _Bound(
+            tuple(c.name for c in columns[len(FIXED_COLUMNS) :]),
+            table.location(),
+            schema_to_pyarrow(table.schema()),
+        )
         return IcebergSink(self.schema, self.cfg, self.warehouse, bound)
 
-    def _check(self, table: Any, columns: tuple[Column, ...]) -> None:
-        have = {f.name: f for f in table.schema().fields}
-        lacks, differ, extra = [], [], []
-        for c in columns:
-            f = have.get(c.name)
-            if f is None:
-                lacks.append(c.name)
-            elif str(f.field_type) != c.type or (f.required and not c.required):
-                differ.append(
-                    f"{c.name} is {'required ' if f.required else ''}{f.field_type}, "
-                    f"the output needs {'required ' if c.required else ''}{c.type}"
-                )
-        names = {c.name for c in columns}
-        extra = [n for n, f in have.items() if n not in names and f.required]
-        if lacks or differ or extra:
-            why = []
-            if lacks:
-                why.append(f"lacks column(s) {lacks}")
-            if differ:
-                why.append("; ".join(differ))
-            if extra:
-                why.append(f"has required column(s) {extra} the output does not have")
-            raise SinkSchemaError(
-                f"Iceberg table {self.name} exists but does not fit the transform's output: "
-                + "; ".join(why)
+    def _evolve(
+        self,
+        cur,
+        catalog: Any,
+        table: Any,
+        columns: tuple[Column, ...],
+        evolution: Evolution | None,
+    ) -> Any:
+        """The existing table fitted to the output: the columns it adds added (optional) and
+        the output's columns kept in the table property OUTPUT_COLUMNS, in ONE commit of the
+        table, recorded in the ledger in the caller's transaction. A publish committing
+        meanwhile (a commit's snapshot) makes the commit fail: read the table and decide
+        again. A crash between the table's commit and the ledger's leaves the columns added
+        without their event (the next bind finds them there)."""
+        from pyiceberg.exceptions import CommitFailedException
+
+        users = ",".join(c.name for c in columns[len(FIXED_COLUMNS) :])
+        for _ in range(EVOLVE_TRIES):
+            added, problems = schema_evolution.decide(
+                [self._fit(table, columns)], evolution.policy if evolution else "fail"
             )
+            if problems:
+                raise schema_evolution.refusal(
+                    f"the Iceberg table {self.name}", problems, self._fixes(problems, evolution)
+                )
+            if not added and table.properties.get(OUTPUT_COLUMNS) == users:
+                return table
+            try:
+                with table.transaction() as tx:
+                    if added:
+                        with tx.update_schema() as update:
+                            for a in added:
+                                update.add_column(a.column, _primitive(a.type))
+                    tx.set_properties(**{OUTPUT_COLUMNS: users})
+            except CommitFailedException:
+                table = catalog.load_table(self.identifier)
+                continue
+            if added:
+                schema_evolution.record(cur, evolution, "iceberg", added)
+                log.info(
+                    "txid %s: added to Iceberg table %s: %s",
+                    evolution.txid,
+                    self.name,
+                    ", ".join(f"{a.column} {a.type}" for a in added),
+                )
+            return catalog.load_table(self.identifier)
+        raise SinkUnavailableError(
+            f"Iceberg table {self.name} (warehouse {self.warehouse}): its schema could not be "
+            f"evolved in {EVOLVE_TRIES} tries, other commits of the table won each time; "
+            "nothing was staged, the retry tries again"
+        )
+
+    def _fit(self, table: Any, columns: tuple[Column, ...]) -> schema_evolution.TableFit:
+        """The table as the evolution rule sees it: a required column of the table that the
+        output makes optional counts as another type; the table's OUTPUT_COLUMNS are the
+        columns an earlier output gave (a table made by something else has none)."""
+        wanted = {c.name: c for c in columns}
+        have = []
+        for f in table.schema().fields:
+            c = wanted.get(f.name)
+            loosened = f.required and c is not None and not c.required
+            have.append(
+                (f.name, f"{'required ' if loosened else ''}{f.field_type}", not f.required)
+            )
+        previous = table.properties.get(OUTPUT_COLUMNS)
+        return schema_evolution.TableFit(
+            name=self.name,
+            wanted=tuple((c.name, c.type) for c in columns),
+            have=tuple(have),
+            user=frozenset(c.name for c in columns[len(FIXED_COLUMNS) :]),
+            previous=frozenset(previous.split(",")) if previous else frozenset(),
+        )
+
+    def _fixes(
+        self, problems: list[schema_evolution.Problem], evolution: Evolution | None
+    ) -> list[str]:
+        """What to do about a refusal of the table."""
+        if schema_evolution.only_added(problems):
+            return [
+                schema_evolution.ALLOW,
+                "add them yourself with Iceberg's schema evolution (pyiceberg's "
+                f"update_schema(), Spark SQL `ALTER TABLE {self.name} ADD COLUMNS ...`)",
+            ]
+        return [
+            schema_evolution.CHANGE_BACK,
+            schema_evolution.new_tables("a new table", evolution),
+            "evolve the table yourself with Iceberg's schema evolution (pyiceberg's "
+            f"update_schema(), Spark SQL `ALTER TABLE {self.name} ...`): drop a column the "
+            "output no longer gives, make a required one optional, or widen a type where "
+            "Iceberg allows it (int to long, float to double, a decimal's precision)",
+        ]
 
     # -- staging --------------------------------------------------------------------------
 

@@ -26,6 +26,11 @@ is stable per pipeline (`onceflow-<pipeline>`), in this order:
 Reading after the fence is what makes the check sound: a zombie's transaction either
 committed before the fence, and its marker is read, or it never commits.
 
+A column the transform's output adds goes into the stage table (onceflow.schema_evolution)
+and so into the JSON of every record published from then on; the topic itself has no schema
+to evolve, and records already published are never rewritten. A removed column or a changed
+type is refused as for any stage table.
+
 An output record: the value is JSON of the transform's columns, made by PostgreSQL from the
 staged row (numbers exact, timestamps ISO 8601 in UTC, bytes as "\\x<hex>"); the key is the
 `key` column as UTF-8 text (null when it is null, or without a `key`); the partition is the
@@ -72,6 +77,7 @@ from onceflow.errors import (
     SinkRejectedError,
     SinkUnavailableError,
 )
+from onceflow.schema_evolution import Evolution
 from onceflow.sinks.base import OutsideSink, Publication, PublishTarget, SinkReading, StagedCounts
 from onceflow.sinks.postgres import StageTable
 
@@ -275,9 +281,14 @@ class KafkaSink(OutsideSink):
     def ensure(self, cur) -> None:
         self._staging.ensure(cur)
 
-    def bind_output(self, cur, fields) -> KafkaSink:
+    def bind_output(self, cur, fields, evolution: Evolution | None = None) -> KafkaSink:
+        """Only the stage table follows the output (a column added there goes into every
+        record's JSON from then on); the topic has no schema to evolve."""
         return KafkaSink(
-            self.schema, self.cfg, self.bootstrap, self._staging.bind_output(cur, fields)
+            self.schema,
+            self.cfg,
+            self.bootstrap,
+            self._staging.bind_output(cur, fields, evolution),
         )
 
     def _staged(self, cur) -> bool:

@@ -29,22 +29,34 @@ the schema (Spark) and creates or checks the tables before it stages anything (`
 under an advisory lock, so concurrent process runs of one pipeline do not race on DDL);
 commit runs in Airflow without Spark and reads the user's columns from the stage table
 (pg_attribute) in the same transaction that publishes. One place, no copy that could
-disagree with what was staged, and no ledger migration; the price is that the output schema
-is fixed once the tables exist: a transform whose output changes is refused, naming the
-columns, until the user migrates the tables.
+disagree with what was staged.
+
+When the output changes (onceflow.schema_evolution): a column it adds is added to every table
+of the sink that holds the user's columns (the stage; append's table; upsert's versions and
+current table; merge's partials and state if it is a key or an aggregate), nullable, in
+bind_output's transaction, and recorded as the txid's. Rows staged or published before read
+null in it; a batch staged before and committed after publishes null there. A merge state
+row folds a later-added aggregate from null as from 0. A removed column (the stage table
+holds one the output no longer gives) or a changed type is refused, with the SQL that
+would migrate the tables.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from psycopg2 import sql
 
+from onceflow import schema_evolution
 from onceflow.config import SinkConfig
 from onceflow.errors import SinkSchemaError
+from onceflow.schema_evolution import Evolution
 from onceflow.sinks.base import TAG_COLUMNS, PublishTarget, Sink, check_output_column, sink_type
 from onceflow.transforms import COORDINATES, RECORDS, passed_through
+
+log = logging.getLogger("onceflow.sinks.postgres")
 
 # Spark SQL types (DataType.simpleString(), or typeName() spellings) -> PostgreSQL types,
 # spelled as format_type() prints them, so a table's columns compare as text.
@@ -127,6 +139,21 @@ def _defs(columns: Iterable[Column], not_null: Iterable[str] = ()) -> sql.Compos
         )
         for c in columns
     )
+
+
+def _migration(p: schema_evolution.Problem) -> str | None:
+    """The SQL that makes a table fit where the output does not (None: none does, a key).
+    Names are validated identifiers, printed unquoted for the reader to copy."""
+    c, t = p.column, p.table
+    return {
+        "retyped": f"alter table {t} alter column {c} type {p.new} using {c}::{p.new}",
+        # the published tables keep the column (nullable): later rows hold null there
+        "removed": f"alter table {t} drop column {c}",
+        "required": f"alter table {t} alter column {c} drop not null",
+        "added": f"alter table {t} add column {c} {p.new}",
+        "key": None,
+        "own": None,
+    }[p.why]
 
 
 class PostgresSink(Sink):
@@ -306,10 +333,14 @@ class PostgresSink(Sink):
             )
         return tables
 
-    def bind_output(self, cur, fields: Iterable[tuple[str, str]]) -> PostgresSink:
+    def bind_output(
+        self, cur, fields: Iterable[tuple[str, str]], evolution: Evolution | None = None
+    ) -> PostgresSink:
         """process, before staging: this sink for the transform's output (name, Spark type),
-        with its tables created, or checked if they exist (SinkSchemaError naming the
-        columns an existing table lacks or types differently)."""
+        with its tables created, or checked and evolved if they exist (onceflow.schema_evolution:
+        with `evolution`, columns the output adds go to every table and are recorded as its
+        txid's; without it nothing is added). SinkSchemaError names each column that does not
+        fit, and nothing is created or altered then (the caller's transaction rolls back)."""
         bound = type(self)(
             self.schema, self.cfg, output_columns(fields, self.aggregating), self.aggregating
         )
@@ -318,6 +349,7 @@ class PostgresSink(Sink):
             (f"{self.schema}.{self.table}",),
         )
         cur.execute(sql.SQL("create schema if not exists {}").format(sql.Identifier(self.schema)))
+        fits = []
         for name, (columns, pk) in bound._expected_tables().items():
             existing = bound._table_columns(cur, name)
             if existing is None:
@@ -325,8 +357,87 @@ class PostgresSink(Sink):
                 continue
             if name == bound.stage_table:
                 existing = bound._add_own_stage_columns(cur, existing)
-            bound._check(name, columns, existing, exact=name == bound.stage_table)
+            fits.append(bound._fit(name, columns, pk, existing))
+        added, problems = schema_evolution.decide(fits, evolution.policy if evolution else "fail")
+        if problems:
+            raise schema_evolution.refusal(
+                bound._label, problems, bound._fixes(problems, evolution)
+            )
+        for a in added:
+            cur.execute(
+                sql.SQL("alter table {} add column {} {}").format(
+                    self._t(a.table.removeprefix(f"{self.schema}.")),
+                    sql.Identifier(a.column),
+                    sql.SQL(a.type),  # from _SPARK_TO_PG / sink_type / _SUM_TYPES only
+                )
+            )
+        if added:
+            schema_evolution.record(cur, evolution, "postgres", added)
+            log.info(
+                "txid %s: added to %s: %s",
+                evolution.txid,
+                bound._label,
+                ", ".join(f"{a.table}.{a.column} {a.type}" for a in added),
+            )
         return bound
+
+    def _fit(
+        self,
+        name: str,
+        columns: tuple[Column, ...],
+        pk: tuple[str, ...],
+        existing: list[tuple[str, str, bool]],
+    ) -> schema_evolution.TableFit:
+        """An existing table as the evolution rule sees it; the stage table holds exactly
+        the columns of the last output, so any other column there is one the output no
+        longer gives."""
+        return schema_evolution.TableFit(
+            name=f"{self.schema}.{name}",
+            wanted=tuple((c.name, c.type) for c in columns),
+            have=tuple(existing),
+            user=frozenset(c.name for c in self._columns),
+            key=frozenset(pk),
+            previous=frozenset(n for n, _, _ in existing)
+            if name == self.stage_table
+            else frozenset(),
+        )
+
+    @property
+    def _label(self) -> str:
+        """The sink's tables, as a refusal names them."""
+        return f"the tables of sink {self.schema}.{self.table}"
+
+    @property
+    def _publishes_tables(self) -> bool:
+        """Whether the sink has published tables of its own (new ones are a way out)."""
+        return True
+
+    def _fixes(
+        self, problems: list[schema_evolution.Problem], evolution: Evolution | None
+    ) -> list[str]:
+        """What to do about a refusal: allow additions, or change the transform back or go
+        into new tables; and the SQL that migrates the tables, where there is one."""
+        if schema_evolution.only_added(problems):
+            fixes = [schema_evolution.ALLOW]
+        else:
+            fixes = [schema_evolution.CHANGE_BACK]
+            if self._publishes_tables:
+                fixes.append(schema_evolution.new_tables("new tables", evolution))
+        statements = [_migration(p) for p in problems]
+        if None not in statements:
+            kept = any(p.why == "removed" for p in problems)
+            fixes.append(
+                "migrate the tables yourself, in one transaction: `"
+                + "; ".join(statements)
+                + "`"
+                + (
+                    " (the published tables keep a column dropped from the stage table, later "
+                    "rows hold null there; drop it once the batches staged with it committed)"
+                    if kept
+                    else ""
+                )
+            )
+        return fixes
 
     def _add_own_stage_columns(
         self, cur, existing: list[tuple[str, str, bool]]
@@ -375,41 +486,6 @@ class PostgresSink(Sink):
                 sql.SQL('create unique index on {} (topic, partition, epoch, "offset")').format(
                     self._t(name)
                 )
-            )
-
-    def _check(
-        self,
-        name: str,
-        columns: tuple[Column, ...],
-        existing: list[tuple[str, str, bool]],
-        exact: bool,
-    ) -> None:
-        have = {n: (t, optional) for n, t, optional in existing}
-        missing = [c.name for c in columns if c.name not in have]
-        differ = [
-            f"{c.name} is {have[c.name][0]}, the output needs {c.type}"
-            for c in columns
-            if c.name in have and have[c.name][0] != c.type
-        ]
-        wanted = {c.name for c in columns} | {"published_at"}
-        extra = [
-            n for n, (_, optional) in have.items() if n not in wanted and (exact or not optional)
-        ]
-        if missing or differ or extra:
-            problems = []
-            if missing:
-                problems.append(f"lacks column(s) {missing}")
-            if differ:
-                problems.append("; ".join(differ))
-            if extra:
-                problems.append(
-                    f"has column(s) {extra} the output does not give"
-                    + ("" if exact else " (not null, without a default)")
-                )
-            raise SinkSchemaError(
-                f"table {self.schema}.{name} exists but does not fit the output of the "
-                f"pipeline's transform: it {', '.join(problems)}. Nothing was staged; alter "
-                "or drop the table, or change the transform."
             )
 
     # -- plan, process, commit ------------------------------------------------------------
@@ -616,7 +692,9 @@ class PostgresSink(Sink):
                 key=_ids(key),
                 aggs=_ids(aggs),
                 adds=sql.SQL(", ").join(
-                    sql.SQL("{a} = s.{a} + excluded.{a}").format(a=sql.Identifier(a)) for a in aggs
+                    # an aggregate added later (schema_evolution) is null in older state
+                    sql.SQL("{a} = coalesce(s.{a}, 0) + excluded.{a}").format(a=sql.Identifier(a))
+                    for a in aggs
                 ),
             ),
             (t.txid,),
@@ -636,7 +714,9 @@ class PostgresSink(Sink):
                 state=self._t(self.table),
                 partials=self._t(self.partials_table),
                 subs=sql.SQL(", ").join(
-                    sql.SQL("{a} = s.{a} - p.{a}").format(a=sql.Identifier(a)) for a in aggs
+                    # a partial from before an aggregate was added holds null in it
+                    sql.SQL("{a} = s.{a} - coalesce(p.{a}, 0)").format(a=sql.Identifier(a))
+                    for a in aggs
                 ),
                 match=match,
             ),
@@ -813,3 +893,11 @@ class StageTable(PostgresSink):
 
     def _expected_tables(self) -> dict[str, tuple[tuple[Column, ...], tuple[str, ...]]]:
         return {self.stage_table: super()._expected_tables()[self.stage_table]}
+
+    @property
+    def _label(self) -> str:
+        return f"the stage table {self.schema}.{self.stage_table}"
+
+    @property
+    def _publishes_tables(self) -> bool:
+        return False  # what it stages is published elsewhere (a Kafka topic)
