@@ -2,7 +2,8 @@
 folder outside the repository (ONCEFLOW_SPARK_JOBS), staged into each PostgresSink mode and
 an Iceberg table, committed through ledger.commit and audited; the transform errors that
 stage nothing, the records-read check (a filter, a duplicate, a retried task, a transform's
-own job) and the transform's module shipped to executors that lack it.
+own job), the transform's module shipped to executors that lack it, and a column a new
+version of the transform adds (schema evolution).
 
 A private tansu broker and PostgreSQL, stopped by PID; ranges come from the producer's
 delivery reports (as in test_process_job.py).
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -101,37 +101,15 @@ def with_udf(df):
 '''
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory):
-    from onceflow.stack import private_broker
-
-    with private_broker(_free_port(), tmp_path_factory.mktemp("tansu") / "tansu.log") as b:
-        yield b
-
-
-@pytest.fixture(scope="module")
-def pg(tmp_path_factory):
-    from onceflow.stack import private_postgres
-
-    with private_postgres(tmp_path_factory.mktemp("pg") / "data") as dsn:
-        yield dsn
-
-
-@pytest.fixture(scope="module")
-def produced(broker):
+def produced(private_tansu):
     """Stock updates for skus s0..s4 (each sku on one partition, as a keyed producer puts
     it), then a tombstone for s1, a malformed update of s2, a last update of s3 and an update
     without a key (no sku: a dead letter where sku is the sink's key)."""
     from confluent_kafka import Producer
     from kafka.admin import KafkaAdminClient, NewTopic
 
-    admin = KafkaAdminClient(bootstrap_servers=broker)
+    admin = KafkaAdminClient(bootstrap_servers=private_tansu)
     admin.create_topics([NewTopic(TOPIC, 2, 1)])
     admin.close()
     sent = []  # (partition, offset, sku, value)
@@ -141,7 +119,7 @@ def produced(broker):
         key = msg.key()
         sent.append((msg.partition(), msg.offset(), key and key.decode(), msg.value()))
 
-    p = Producer({"bootstrap.servers": broker, "linger.ms": 5})
+    p = Producer({"bootstrap.servers": private_tansu, "linger.ms": 5})
     updates = [(f"s{i % 5}", json.dumps({"qty": i}).encode()) for i in range(40)]
     updates += [("s1", None), ("s2", b"not json"), ("s3", b'{"qty": 100}'), (None, b'{"qty": 7}')]
     for sku, value in updates:
@@ -175,10 +153,10 @@ from user_inventory import counting as transform  # noqa: F401
 
 
 @pytest.fixture(scope="module")
-def env(pg, broker, produced, tmp_path_factory):
+def env(private_pg, private_tansu, produced, tmp_path_factory):
     from onceflow import db
 
-    db.migrate(pg)
+    db.migrate(private_pg)
     jobs = tmp_path_factory.mktemp("user_jobs")  # outside the repository
     (jobs / "user_inventory.py").write_text(TRANSFORM)
     (jobs / "user_fast.py").write_text(BAD_FAST_FORM)
@@ -234,8 +212,8 @@ def env(pg, broker, produced, tmp_path_factory):
     pipelines.write_text(text)
     e = dict(os.environ)
     e.update(
-        ONCEFLOW_POSTGRES_DSN=pg,
-        ONCEFLOW_KAFKA_BOOTSTRAP=broker,
+        ONCEFLOW_POSTGRES_DSN=private_pg,
+        ONCEFLOW_KAFKA_BOOTSTRAP=private_tansu,
         ONCEFLOW_PIPELINES=str(pipelines),
         ONCEFLOW_SPARK_JOBS=str(jobs),
         ONCEFLOW_HOME=str(home),
@@ -612,3 +590,68 @@ def test_an_aggregating_transforms_dead_row_without_coordinates_is_refused(env, 
     assert query(env, "select count(*) from agg_nocoord.stage_stock where error is not null") == [
         (0,)
     ]
+
+
+# the user's module of a later version: `transform`'s output and a price
+EVOLVED = """
+from pyspark.sql import functions as F
+from user_inventory import transform
+
+
+def with_price(df):
+    return transform(df).withColumn("price", (F.col("qty") / 2).cast("decimal(12,2)"))
+"""
+
+
+def test_a_column_the_transform_adds_evolves_the_tables_and_is_published_from_then_on(
+    env, produced, tmp_path
+):
+    """Schema evolution (onceflow.schema_evolution): an upsert pipeline's batch 1 through
+    `transform`, then batch 2 through `with_price`: batch 2's process adds price to the stage,
+    the versions and the current table before it stages, and records it with txid run-2;
+    batch 1's versions keep null there, batch 2's carry it, the audit holds."""
+    from decimal import Decimal
+
+    from onceflow import ledger
+    from onceflow.broker import snapshot as broker_snapshot
+
+    ends, _ = produced
+    (Path(env["ONCEFLOW_SPARK_JOBS"]) / "user_evolved.py").write_text(EVOLVED)
+    pipelines = tmp_path / "pipelines.toml"
+    e = {**env, "ONCEFLOW_PIPELINES": str(pipelines)}
+
+    def run_batch(txid, transform, snapshot):
+        pipelines.write_text(
+            f'[pipelines.evo]\ntopics = ["{TOPIC}"]\ntransform = "{transform}"\n'
+            '[pipelines.evo.sink]\ntable = "stock"\nmode = "upsert"\nkey = ["sku"]\n'
+        )
+        ledger.plan(e["ONCEFLOW_POSTGRES_DSN"], cfg(e, "evo"), txid, snapshot)
+        proc = subprocess.run(
+            [str(SPARK_SUBMIT), "--master", "local[2]", "--driver-memory", "512m",
+             "--conf", "spark.ui.enabled=false", str(ROOT / "spark_jobs" / "process.py"),
+             "--pipeline", "evo", "--txid", txid],
+            env=e, capture_output=True, text=True, timeout=400,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert ledger.commit(e["ONCEFLOW_POSTGRES_DSN"], cfg(e, "evo"), txid).published
+
+    half = {tp: end // 2 for tp, end in ends.items()}
+    run_batch("run-1", "user_inventory:transform", lambda _at: ledger.BrokerSnapshot({tp: 0 for tp in half}, half))  # fmt: skip
+    # the rest, up to the broker's end (plan proves the log by the record batch 1 ended at)
+    bootstrap = e["ONCEFLOW_KAFKA_BOOTSTRAP"]
+    run_batch("run-2", "user_evolved:with_price", lambda at: broker_snapshot(bootstrap, "evo", (TOPIC,), at))  # fmt: skip
+    assert query(
+        e,
+        "select txid, seq, sink_table, column_name, column_type from onceflow.schema_changes"
+        " where pipeline = 'evo' order by id",
+    ) == [
+        ("run-2", 2, f"evo.{t}", "price", "numeric(12,2)")
+        for t in ("stage_stock", "stock_versions", "stock")
+    ]
+    versions = query(e, "select txid, qty, price from evo.stock_versions")
+    assert {t for t, _, _ in versions} == {"run-1", "run-2"}
+    for txid, quantity, price in versions:
+        expected = None if txid == "run-1" or quantity is None else Decimal(quantity) / 2
+        assert price == expected, (txid, quantity, price)
+    assert any(p is not None for _, _, p in versions)
+    audit(e, "evo")

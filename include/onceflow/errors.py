@@ -18,6 +18,13 @@ class TransformError(OnceflowError):
     is staged. The message names the transform and what is wrong."""
 
 
+class TransformRaisedError(TransformError):
+    """The user's code raised on a record of the batch and the pipeline does not dead-letter
+    such records (on_transform_error = "fail"), or the records it raised on could not be set
+    aside (onceflow.poison); the message names the record and shows the user's traceback.
+    Also the marker of an exception a fast form raised in the reader's worker."""
+
+
 class SinkSchemaError(OnceflowError):
     """A sink table exists with columns the transform's output does not fit, or the output has
     a column the sink cannot hold; the message names the table and the columns."""
@@ -92,6 +99,7 @@ class PartitionRemovedError(OnceflowError):
 
 class TopicMissingError(OnceflowError):
     def __init__(self, pipeline: str, topic: str, bootstrap: str) -> None:
+        self.pipeline, self.topic = pipeline, topic
         super().__init__(
             f"topic {topic!r} of pipeline {pipeline!r} does not exist on the broker {bootstrap}"
         )
@@ -150,7 +158,8 @@ class ProcessExit(enum.IntEnum):
     OK = 0
     FAILED = 1  # recorded in the ledger as last_error; a retry may succeed
     USAGE = 2  # bad arguments, unknown pipeline or txid (plan must run first), or a transform
-    # that cannot load or whose output does not fit its sink table (fix it, then clear the run)
+    # that cannot load, whose output does not fit its sink table, or that raised on a record
+    # (on_transform_error = "fail"): fix it, then clear the run
     FENCED = 3  # a newer attempt of the txid claimed it: this attempt's output is never published
     ABANDONED = 4  # `onceflow reset-offsets` abandoned the txid: it never processes again
 

@@ -42,7 +42,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from onceflow.errors import TransformError
+from onceflow.errors import TransformError, TransformRaisedError
+from onceflow.poison import raised_in_worker
 from onceflow.ranges import OffsetRange
 from onceflow.reader import RangeReadFn, _fixed_array, pieces_frame
 from onceflow.stage import HASH_COLUMN, StageTarget
@@ -101,7 +102,13 @@ class Split:
         from onceflow.rowhash import row_hash
 
         n = batch.num_rows
-        accepted, rows = self._fast_form(batch)
+        try:
+            accepted, rows = self._fast_form(batch)
+        except Exception as e:
+            # the user's code raised: marked, so process can tell it from Onceflow's faults
+            # and look for the records it raised on (onceflow.poison)
+            what = f"the fast form of transform {self._spec!r}"
+            raise TransformRaisedError(raised_in_worker(what, e)) from None
         if not rows.schema.equals(self._columns) or len(rows) != len(accepted):
             raise TransformError(self._disagreement(rows, len(accepted)))
         self.stats.records += n

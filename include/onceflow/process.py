@@ -45,7 +45,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,7 +79,9 @@ environment (onceflow.settings): ONCEFLOW_POSTGRES_DSN (ledger and sink),
 ONCEFLOW_KAFKA_BOOTSTRAP, ONCEFLOW_PIPELINES (or --pipelines-file).
 
 exit codes: 0 staged; 1 failed (the reason is in the ledger's last_error; retry);
-2 bad arguments, unknown pipeline or txid (plan must run first); 3 fenced: a newer
+2 bad arguments, unknown pipeline or txid (plan must run first), or the transform must
+change (it does not fit its sink, or it raised on a record under on_transform_error =
+"fail": the ledger's last_error names the record); 3 fenced: a newer
 attempt of the txid took over (do not retry this one); 4 the txid was abandoned by
 `onceflow reset-offsets` (it never processes again).
 """
@@ -206,6 +208,11 @@ def main(argv: list[str] | None = None) -> int:
         job = _run_spark(
             args, settings.kafka_bootstrap, dsn, cfg, txid, attempt, claim.ranges, timings
         )
+        # and once read: only ids unchanged since plan prove the job read plan's log (a topic
+        # re-created while it ran passed the check above, and its reader read the new log's
+        # records at the ranges' offsets)
+        ids = broker.topic_ids(settings.kafka_bootstrap, cfg.name, topics)
+        ledger.verify_topic_ids(dsn, cfg.name, txid, ids)
         failpoints.hit("process.before_mark_staged", txid)
         t0 = time.monotonic()
         staged = ledger.mark_staged(
@@ -316,7 +323,7 @@ def _run_spark(
             for path in py_files(cfg.transform, sc.master, args.ship_package, Path(folder)):
                 sc.addPyFile(path)
                 log.info("shipped to the executors' Python path: %s", path)
-            return stage_job(
+            return stage_attempt(
                 spark,
                 pieces,
                 bootstrap=bootstrap,
@@ -461,20 +468,28 @@ def stage_job(
     read_timeout: float = 60.0,
     fast_form: bool = True,
     timings: dict[str, float] | None = None,
+    poison: Sequence[Any] = (),
 ) -> StageJob:
     """Read `pieces`, transform and stage them as parts of (txid, attempt) in one job.
     The parts: n (parts 0..n-1), or 2n when the transform has a fast form and `fast_form`
     is on (accepted records part k, declined ones part n + k). The records read: what the
     reader handed on, counted by the reader itself (an accumulator), apart from the
-    transform. The sink's tables are created or checked from the transform's output schema
+    transform. The sink's tables are created, or checked and evolved (onceflow.schema_evolution:
+    columns the output adds, recorded as this txid's), from the transform's output schema
     before anything is staged.
 
     An aggregating transform may use its records more than once (aggregates, dead letters)
     and shuffles them: the records are persisted and counted first (the records read), so
-    Kafka is read once, and its output partition k is part k (n = the output's partitions)."""
+    Kafka is read once, and its output partition k is part k (n = the output's partitions).
+
+    `poison` (onceflow.poison.Poison): records the transform raised on, which the reader
+    reads but does not hand on (neither the fast form nor the transform sees them); they are
+    staged as dead letters in one more part, after all the others, and count as records
+    read."""
     from onceflow.db import transaction
     from onceflow.fast_stage import FastStage, fast_form_columns, fast_stage_frame, for_job
     from onceflow.reader import ReadsParam, ranges_frame
+    from onceflow.schema_evolution import Evolution
     from onceflow.sinks import sink_for
     from onceflow.stage import StageTarget, stage_frame
     from onceflow.transforms import load_fast_form, load_transform
@@ -491,6 +506,7 @@ def stage_job(
         "counter": read,
         "bytes_counter": nbytes,
         "reads": seen,
+        "skip": [p.coordinates for p in poison],
     }
     fast = fast_form and sink.takes_fast_form and load_fast_form(cfg.transform) is not None
     if fast:
@@ -508,11 +524,19 @@ def stage_job(
             bytes_read, reads = nbytes.value, dict(seen.value)
         df = stage_columns(source, cfg)
     with transaction(dsn) as cur:  # the sink's tables follow the transform's output
-        sink = sink.bind_output(cur, output_fields(df))
+        evolution = Evolution(cfg.name, txid, attempt, cfg.schema_evolution)
+        sink = sink.bind_output(cur, output_fields(df), evolution)
+    if poison:  # one more Spark partition: the part after all the others
+        from onceflow.poison import dead_letter_frame
+
+        dead = dead_letter_frame(
+            spark, poison, df, bootstrap, client=client, timeout_s=read_timeout
+        )
+        df = df.union(dead)
     target = StageTarget.for_sink(dsn, sink, cfg.name, txid, attempt)
     first_part = n if fast else 0  # the fast form's own parts come first
     job = stage_frame(df, target, first_part=first_part)
-    parts = first_part + n
+    parts = first_part + n + (1 if poison else 0)
     job_context: Any = (
         for_job(spark.sparkContext, FastStage(target, fast_form_columns(out)))
         if fast
@@ -536,6 +560,7 @@ def stage_job(
         parts = len(messages)
     else:
         records_read, bytes_read, reads = read.value, nbytes.value, dict(seen.value)
+    records_read += len(poison)  # read, and set aside as dead letters
     log.info(
         "read, transform and stage of %d input partition(s) as %d part(s) took %.1f s",
         n,
@@ -547,10 +572,10 @@ def stage_job(
             "fast form: parts 0..%d staged by the readers' Python workers; %d declined "
             "record(s) through transform %s in the JVM, parts %d..%d",
             n - 1,
-            sum(m.rows for m in messages),
+            sum(m.rows for m in messages if m.part < 2 * n),
             cfg.transform,
             n,
-            parts - 1,
+            2 * n - 1,
         )
     return StageJob(
         parts=parts,
@@ -558,6 +583,104 @@ def stage_job(
         bytes_read=bytes_read,
         reads=whole_reads(pieces, reads),
     )
+
+
+def stage_attempt(spark: Any, pieces: list[Any], **job: Any) -> StageJob:
+    """stage_job(spark, pieces, **job), and when the user's code raised on records of the
+    batch (onceflow.poison): find them, then by the pipeline's on_transform_error either
+    refuse the attempt naming the first ("fail": TransformRaisedError, not retried) or stage
+    the batch again with them as dead letters ("dead_letter"), in the same attempt. The
+    parts the failed job committed are found claimed and kept (the part fence): each is the
+    output of an input partition without such a record, which the reader hands on unchanged
+    (an aggregating transform raising per record before its shuffle staged no output part;
+    a part that counted such a record would make mark_staged's count check refuse)."""
+    from onceflow.errors import TransformRaisedError
+    from onceflow.poison import Poison, isolate, raised_by_user_code, raised_on
+
+    cfg, timings = job["cfg"], job.setdefault("timings", {})
+    t0 = time.monotonic()
+    try:
+        return stage_job(spark, pieces, **job)
+    except Exception as e:
+        failure = raised_by_user_code(e)
+        if failure is None:
+            raise
+    timings["raised_job"] = time.monotonic() - t0
+    dead_letter = cfg.on_transform_error == "dead_letter"
+    log.warning(
+        "transform %s raised %s; looking for the records it raised on (on_transform_error=%s)",
+        cfg.transform,
+        failure,
+        cfg.on_transform_error,
+    )
+    t0 = time.monotonic()
+    probes = 0
+
+    def probe(piece: Any) -> Any:
+        nonlocal probes
+        probes += 1
+        return _probe(spark, piece, **job)
+
+    found = isolate(pieces, probe, failure, first_only=not dead_letter)
+    timings["isolate"] = time.monotonic() - t0
+    log.info(
+        "%d record(s) isolated by %d probe(s) in %.1f s", len(found), probes, timings["isolate"]
+    )
+    if not dead_letter:
+        where, raised = found[0]
+        raise TransformRaisedError(raised_on(cfg.transform, cfg.name, where, raised))
+    poison = [Poison(r.topic, r.partition, r.from_offset, raised.reason) for r, raised in found]
+    for p in poison:
+        log.warning("dead letter: %s: %s", p, p.reason)
+    return stage_job(spark, pieces, **job, poison=poison)
+
+
+def _probe(
+    spark: Any,
+    piece: Any,
+    *,
+    bootstrap: str,
+    cfg: Any,
+    client: str = "confluent",
+    read_timeout: float = 60.0,
+    fast_form: bool = True,
+    **_: Any,
+) -> Any:
+    """What the user's code raises on the records of `piece` alone (onceflow.poison.
+    RaisedFailure), or None: the transform's output over them, computed in full as the stage
+    job computes it (with the fast form when the job uses it) and thrown away (Spark's noop
+    sink). Any other failure is raised."""
+    from onceflow.fast_stage import FastStage, fast_form_columns, fast_stage_frame, for_job
+    from onceflow.poison import raised_by_user_code
+    from onceflow.sinks import sink_for
+    from onceflow.transforms import load_fast_form, load_transform
+
+    read = {"client": client, "timeout_s": read_timeout}
+    context: Any = nullcontext()
+    if fast_form and sink_for(cfg).takes_fast_form and load_fast_form(cfg.transform) is not None:
+        declined = fast_stage_frame(spark, [piece], bootstrap, cfg.transform, **read)
+        with _refusals(cfg.aggregating):
+            out = load_transform(cfg.transform)(declined)
+        frame = staged_output(out, cfg)
+        context = for_job(spark.sparkContext, FastStage(None, fast_form_columns(out)))
+    else:
+        frame = staged_frame(spark, [piece], bootstrap=bootstrap, cfg=cfg, **read)
+    try:
+        with _refusals(cfg.aggregating), context:
+            frame.write.format("noop").mode("overwrite").save()
+    except Exception as e:
+        failure = raised_by_user_code(e)
+        if failure is None:
+            raise
+        log.info(
+            "probe %s[%d] [%d, %d): raises",
+            piece.topic,
+            piece.partition,
+            piece.from_offset,
+            piece.until_offset,
+        )
+        return failure
+    return None
 
 
 def whole_reads(pieces: list[Any], reads: dict[int, Any]) -> list[Any]:

@@ -195,7 +195,9 @@ class RangeReadFn:
     added once the range was read to its end. Spark applies a result task's accumulator
         updates once per partition, from its first successful attempt, so a batch's count is
         exact as long as every task reads its range to the end (onceflow.stage drains a part it
-        skips).
+        skips). With `skip`, the (topic, partition, offset) of records it reads but does not
+        hand on (onceflow.poison: records the transform raised on, staged as dead letters
+        instead): they are in `reads`, not in `counter` or `bytes_counter`.
 
         Picklable (cloudpickle ships it to the executors by reference to this module).
     """
@@ -212,6 +214,7 @@ class RangeReadFn:
         counter: Any = None,
         bytes_counter: Any = None,
         reads: Any = None,
+        skip: Iterable[tuple[str, int, int]] = (),
     ) -> None:
         self.pieces = list(pieces)
         self.bootstrap = bootstrap
@@ -222,6 +225,9 @@ class RangeReadFn:
         self.counter = counter
         self.bytes_counter = bytes_counter
         self.reads = reads
+        self.skip: dict[tuple[str, int], list[int]] = {}
+        for topic, partition, offset in sorted(skip):
+            self.skip.setdefault((topic, partition), []).append(offset)
         check_client_options(self.client_conf, "range reader")
 
     def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
@@ -243,6 +249,11 @@ class RangeReadFn:
             client_conf=self.client_conf,
             seen=seen,
         )
+        skipped = [
+            o for o in self.skip.get(piece.tp, ()) if piece.from_offset <= o < piece.until_offset
+        ]
+        if skipped:
+            batches = _without(batches, skipped)
         if self.counter is None and self.bytes_counter is None and seen is None:
             return batches
         return self._counted(batches, k, seen)
@@ -261,6 +272,21 @@ class RangeReadFn:
             self.reads.add({k: seen})
 
 
+def _without(batches: Iterator[Any], offsets: list[int]) -> Iterator[Any]:
+    """The reader's batches without the records at `offsets`."""
+    import numpy as np
+    import pyarrow as pa
+
+    skipped = np.array(offsets, dtype=np.int64)
+    for batch in batches:
+        at = _fixed_values(batch.column(batch.schema.names.index("offset")), np.int64)
+        keep = ~np.isin(at, skipped)
+        if keep.all():
+            yield batch
+        elif keep.any():
+            yield batch.take(_fixed_array(pa.int64(), np.flatnonzero(keep).astype(np.int64)))
+
+
 def ranges_frame(
     spark: Any,
     pieces: list[OffsetRange],
@@ -275,7 +301,7 @@ def ranges_frame(
     has to be started on the driver to look up, create and plan a data source (measured: up
     to seven interpreter start-ups and several seconds per batch). `options` are those of
     RangeReadFn (read_range's client, timeout_s, batch_records, client_conf; counter,
-    bytes_counter, reads).
+    bytes_counter, reads, skip).
     """
     return pieces_frame(spark, RangeReadFn(pieces, bootstrap, **options))
 

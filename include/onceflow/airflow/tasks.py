@@ -99,9 +99,10 @@ class ProcessOperator(SparkSubmitOperator):
 
     process exits FENCED when a newer attempt of the txid took over (this attempt's output is
     never published), ABANDONED after a reset, USAGE for an unknown pipeline or txid or a
-    transform that cannot load or does not fit its sink table: retrying cannot change any of
-    them. The exit code is spark-submit's, i.e. the driver's in client deploy mode (local,
-    standalone client, YARN client); in cluster deploy mode every failure is retried.
+    transform that cannot load, does not fit its sink table or raised on a record (its code
+    is deterministic by contract; onceflow.poison): retrying cannot change any of them. The
+    exit code is spark-submit's, i.e. the driver's in client deploy mode (local, standalone
+    client, YARN client); in cluster deploy mode every failure is retried.
     """
 
     def execute(self, context: Any) -> None:
@@ -125,8 +126,8 @@ class ProcessOperator(SparkSubmitOperator):
 
 
 _FINAL_EXIT_REASONS = {
-    ProcessExit.USAGE: "unknown pipeline or txid, bad arguments, or a transform or sink table "
-    "that does not fit (see the lines above)",
+    ProcessExit.USAGE: "unknown pipeline or txid, bad arguments, a transform or sink table "
+    "that does not fit, or a transform that raised on a record (see the lines above)",
     ProcessExit.FENCED: "a newer attempt of this txid took over; only its output can be "
     "published, so this attempt stops here",
     ProcessExit.ABANDONED: "`onceflow reset-offsets` abandoned this txid; it never processes again",
