@@ -256,6 +256,22 @@ def test_pages_and_json_render_the_seeded_ledger(seeded_client):
 
 
 @pytest.mark.integration
+def test_the_ledger_view_shows_a_failed_attempt_and_answers_unknown_txids(seeded_client):
+    """t-2 is processing with its attempt 2's error: shown failed; t-9 is no txid: the 404
+    names the known ones nearest to it."""
+    client, p = seeded_client
+    html = client.get(f"/pipelines/{p}").text
+    batches = html.split('<table class="batches">', 1)[1].split("</table>", 1)[0]
+    row = next(r for r in batches.split("<tr>") if ">t-2<" in r)
+    assert '<span class="badge s-failed" title="ledger state: processing">failed</span>' in row
+    assert "(attempt 2)" in row and "process attempt 2 failed" in html  # and the alert says so
+    page = client.get(f"/pipelines/{p}/batches/t-9")
+    assert page.status_code == 404 and "nearest known: t-" in page.text
+    api = client.get(f"/api/pipelines/{p}/batches/t-9")
+    assert api.status_code == 404 and "nearest known: t-" in api.json()["detail"]
+
+
+@pytest.mark.integration
 def test_the_cli_names_the_blocker_the_ui_names(seeded_client, ledger_dsn, tmp_path, monkeypatch):
     """One query behind both: the abandoned t-4 waits for nothing, so one batch waits."""
     import json

@@ -57,6 +57,34 @@ def _q(part: str) -> str:
     return quote(part, safe="")
 
 
+def failed_task(task_instances: Iterable[dict]) -> dict | None:
+    """The task instance a run failed on: the first `failed` one to start (the tasks after it
+    are `upstream_failed`); None when none failed (a run marked failed from outside)."""
+    failed = [t for t in task_instances if t.get("state") == "failed"]
+    return min(failed, key=lambda t: t.get("start_date") or "", default=None)
+
+
+# how much of a log's tail log_error returns when the log records no exception
+LOG_TAIL_LINES = 5
+
+
+def log_error(content: Any) -> str:
+    """What a task log (as the logs endpoint answers it) ended with: the last exception it
+    records as `type: message`, so that the reason is read without opening the Airflow UI;
+    else its last LOG_TAIL_LINES lines (a try that was killed logs no exception)."""
+    if isinstance(content, str):
+        lines = [line for line in content.splitlines() if line.strip()]
+        return "\n".join(lines[-LOG_TAIL_LINES:])
+    records = [r for r in content if isinstance(r, dict)]
+    for record in reversed(records):
+        details = [d for d in record.get("error_detail") or [] if isinstance(d, dict)]
+        if details:
+            raised = details[0]  # the one the try ended with; its causes follow it
+            return f"{raised.get('exc_type')}: {raised.get('exc_value')}"
+    events = [str(r.get("event", "")) for r in records if r.get("event")]
+    return "\n".join(events[-LOG_TAIL_LINES:])
+
+
 class AirflowClient:
     """Token-authenticated client; re-fetches the token once when it expires."""
 
@@ -254,9 +282,8 @@ class AirflowClient:
             if not batch or len(items) >= page.get("total_entries", 0):
                 return items
 
-    def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int) -> str:
-        """The text of one try's task log: each record's event on a line, followed by the
-        type and message of any exception it carries."""
+    def _log_content(self, dag_id: str, run_id: str, task_id: str, try_number: int) -> Any:
+        """One try's task log as Airflow answers it: a list of records, or a text."""
         path = (
             f"/api/v2/dags/{_q(dag_id)}/dagRuns/{_q(run_id)}/taskInstances/{_q(task_id)}"
             f"/logs/{int(try_number)}"
@@ -264,7 +291,16 @@ class AirflowClient:
         page = self._run_call(
             dag_id, run_id, lambda: self.request("GET", path, params={"full_content": "true"})
         )
-        content = page.get("content", []) if isinstance(page, dict) else []
+        return page.get("content", []) if isinstance(page, dict) else []
+
+    def task_error(self, dag_id: str, run_id: str, task_id: str, try_number: int) -> str:
+        """What one try of a task ended with (log_error of its log)."""
+        return log_error(self._log_content(dag_id, run_id, task_id, try_number))
+
+    def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int) -> str:
+        """The text of one try's task log: each record's event on a line, followed by the
+        type and message of any exception it carries."""
+        content = self._log_content(dag_id, run_id, task_id, try_number)
         if isinstance(content, str):
             return content
         lines = []

@@ -239,6 +239,43 @@ def create_topic(bootstrap: str, topic: str, partitions: int) -> bool:
         admin.close()
 
 
+def ensure_topics(
+    bootstrap: str, topics: tuple[str, ...], partitions: int, timeout_s: float = 10.0
+) -> dict[str, tuple[bool, int]]:
+    """Create each missing topic with `partitions` partitions and leave existing ones as they
+    are (a partition count is never changed under a ledger that read it). Returns, per topic,
+    whether it was created and its partition count now. A broker that does not answer within
+    `timeout_s` is refused with an OnceflowError before anything is created."""
+    try:
+        admin = KafkaAdminClient(
+            bootstrap_servers=bootstrap,
+            client_id="onceflow-admin",
+            bootstrap_timeout_ms=int(timeout_s * 1000),
+        )
+    except KafkaError as e:
+        raise OnceflowError(
+            f"the broker at {bootstrap} did not answer within {timeout_s:.0f}s ({e}); nothing "
+            "was created. Start the embedded stack (`onceflow up`) or point "
+            "ONCEFLOW_KAFKA_BOOTSTRAP at your cluster"
+        ) from None
+    try:
+        existing = set(admin.list_topics())
+        created = set()
+        for topic in (t for t in topics if t not in existing):
+            try:
+                admin.create_topics(
+                    [NewTopic(topic, num_partitions=partitions, replication_factor=1)],
+                    wait_for_metadata=True,
+                )
+                created.add(topic)
+            except TopicAlreadyExistsError:  # created by someone else since list_topics
+                pass
+        counts = {d["name"]: len(d["partitions"]) for d in admin.describe_topics(list(topics))}
+    finally:
+        admin.close()
+    return {t: (t in created, counts[t]) for t in topics}
+
+
 def delete_topic(bootstrap: str, topic: str) -> None:
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="onceflow-admin")
     try:

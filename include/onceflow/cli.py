@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 from onceflow.config import PipelineConfig, get_pipeline, load_pipelines
@@ -43,12 +43,41 @@ def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
     stack.up(settings)
     applied = migrate(settings.postgres_dsn)
     print(f"ledger schema: {'applied ' + ', '.join(applied) if applied else 'up to date'}")
-    return cmd_status(args, settings)
+    code = cmd_status(args, settings)
+    _report_lost_logs(settings)
+    return code
+
+
+def _report_lost_logs(settings: Settings) -> None:
+    """Say, per pipeline, which logs its ledger read the broker no longer holds (a broker
+    that kept its log in memory, a topic deleted or re-created), before anything plans."""
+    from onceflow.log_check import lost_logs
+
+    try:
+        pipelines = load_pipelines(settings.pipelines_file)
+    except OnceflowError as e:
+        print(f"pipelines file: {e}")
+        return
+    lost = lost_logs(settings.postgres_dsn, settings.kafka_bootstrap, pipelines.values())
+    for name in sorted({x.pipeline for x in lost}):
+        print(f"\npipeline {name}: its plans will stop until the offsets are reset:")
+        for x in (x for x in lost if x.pipeline == name):
+            print(f"  {x.why}")
+        print(
+            f"  after checking what happened: onceflow reset-offsets --pipeline {name} "
+            "--reason '...' --yes (its records are then read from the broker's first offset)"
+        )
 
 
 def cmd_down(args: argparse.Namespace, settings: Settings) -> int:
     from onceflow import stack
 
+    if stack.uses_embedded_broker(settings) and not stack.broker_durable(settings):
+        print(
+            "note: the embedded broker keeps its log in memory: its topics and records are "
+            "lost now, and each pipeline's next plan stops until `onceflow reset-offsets` "
+            "(durable storage: `make setup` with npm, ONCEFLOW_BROKER_STORAGE)"
+        )
     stack.down(settings)
     print("stack stopped")
     return 0
@@ -58,11 +87,63 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     from onceflow import stack
 
     info = stack.status(settings)
+    info["dag_import_errors"] = _dag_import_errors(settings)
     if getattr(args, "json", False):
         print(json.dumps(info, indent=2, default=str))
     else:
         print(stack.format_status(info))
+        print("\n".join(import_error_lines(info["dag_import_errors"])))
     return 0
+
+
+def _dag_import_errors(settings: Settings) -> list[dict] | str:
+    """Airflow's DAG import errors (a typo in the pipelines file stales every DAG of it), or
+    why they could not be read."""
+    from onceflow.airflow_api import AirflowClient, AirflowError
+
+    client = AirflowClient(
+        settings.airflow_url, settings.airflow_user, settings.airflow_password, timeout=10.0
+    )
+    try:
+        return client.import_errors()
+    except AirflowError as e:
+        if e.status is None:  # no HTTP answer at all: the api-server is not running
+            return f"not read: Airflow's API at {settings.airflow_url} does not answer"
+        return f"not read: {e}"
+
+
+# lines of an import error's message `status` shows (the whole: GET /api/v2/importErrors)
+IMPORT_ERROR_LINES = 4
+
+
+def import_error_lines(errors: list[dict] | str) -> list[str]:
+    """`status`'s lines on DAG import errors: per file, the error's first lines (a traceback's
+    frames skipped: the message names the pipelines file and key)."""
+    if isinstance(errors, str):
+        return [f"DAG import errors: {errors}"]
+    if not errors:
+        return ["DAG import errors: none"]
+    lines = [
+        f"DAG import errors: {len(errors)} (the DAGs of each file keep their last good "
+        "version, or are missing, until it imports again):"
+    ]
+    for err in errors:
+        bundle = f" (bundle {err['bundle_name']})" if err.get("bundle_name") else ""
+        lines.append(f"  {err.get('filename')}{bundle}:")
+        lines += [f"    {line}" for line in _error_message(err.get("stack_trace") or "")]
+    return lines
+
+
+def _error_message(stack_trace: str) -> list[str]:
+    """The first IMPORT_ERROR_LINES lines of the exception a traceback ends with (the lines
+    after its last indented frame line), or of the text when it is no traceback."""
+    lines = [line for line in stack_trace.splitlines() if line.strip()]
+    frames = [i for i, line in enumerate(lines) if line[:1].isspace()]
+    if lines and lines[0].startswith("Traceback") and frames:
+        lines = lines[frames[-1] + 1 :]
+    shown = lines[:IMPORT_ERROR_LINES]
+    more = len(lines) - len(shown)
+    return shown + ([f"... ({more} more line(s))"] if more else [])
 
 
 def cmd_produce(args: argparse.Namespace, settings: Settings) -> int:
@@ -91,6 +172,31 @@ def cmd_produce(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_topics(args: argparse.Namespace, settings: Settings) -> int:
+    """`topics create`: the pipeline's source topics for the user's own producer, which
+    (unlike `produce`) needs no `sample` in the transform's module."""
+    from onceflow import broker
+
+    cfg = _pipeline(settings, args.pipeline)
+    if args.partitions < 1:
+        raise OnceflowError(f"--partitions {args.partitions}: a topic has 1 partition or more")
+    found = broker.ensure_topics(settings.kafka_bootstrap, cfg.topics, args.partitions)
+    for topic, (created, partitions) in found.items():
+        print(f"topic {topic}: {_topic_outcome(created, partitions, args.partitions)}")
+    return 0
+
+
+def _topic_outcome(created: bool, partitions: int, wanted: int) -> str:
+    if created:
+        return f"created with {partitions} partition(s) on the broker"
+    if partitions == wanted:
+        return f"exists with {partitions} partition(s), left as it is"
+    return (
+        f"exists with {partitions} partition(s), left as it is (not {wanted}: a partition "
+        "count is changed on the broker, never by Onceflow)"
+    )
+
+
 def new_run_ids(prefix: str, count: int) -> list[str]:
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     return [f"{prefix}__{stamp}__{i:03d}" for i in range(1, count + 1)]
@@ -114,12 +220,51 @@ def cmd_trigger(args: argparse.Namespace, settings: Settings) -> int:
     for r, s in states.items():
         print(f"  {r}: {s}")
     if failed:
-        print(
-            f"{len(failed)} run(s) did not succeed; see the task logs in the Airflow UI",
-            file=sys.stderr,
-        )
+        print(f"{len(failed)} run(s) did not succeed:", file=sys.stderr)
+        for r in failed:
+            print(f"  {r}: {_indented(_run_error(client, settings, cfg, r))}", file=sys.stderr)
         return 1
     return 0
+
+
+def _run_error(client, settings: Settings, cfg: PipelineConfig, run_id: str) -> str:
+    """Why a run did not succeed, read from the ledger and the Airflow API, so that `trigger`
+    and `demo` end with the reason instead of a pointer to the task logs."""
+    from onceflow import views
+    from onceflow.airflow_api import AirflowError, failed_task
+
+    ledger_error = views.last_error(settings.postgres_dsn, cfg.name, run_id)
+    try:
+        ti = failed_task(client.task_instances(cfg.dag_id, run_id))
+        return why_run_failed(
+            ti,
+            ledger_error,
+            lambda t: client.task_error(cfg.dag_id, run_id, t["task_id"], t["try_number"]),
+        )
+    except AirflowError as e:
+        return ledger_error or f"its task logs could not be read ({e}); see the Airflow UI"
+
+
+def why_run_failed(
+    ti: dict | None, ledger_error: str | None, task_error: Callable[[dict], str]
+) -> str:
+    """The error of the task a run failed on (`ti`): for process, the reason process recorded
+    in the ledger (its task log holds only spark-submit's exit code); for the others, what
+    `task_error` reads at the end of its log."""
+    if ti is None:
+        return ledger_error or (
+            "no task of it failed: the run was marked failed from outside (by hand, or by "
+            "`onceflow reset-offsets` for an abandoned txid)"
+        )
+    if ti["task_id"] == "process" and ledger_error:
+        return f"process: {ledger_error}"
+    error = task_error(ti) or "its log records no error"
+    return f"{ti['task_id']} (try {ti.get('try_number')}): {error}"
+
+
+def _indented(text: str, by: int = 4) -> str:
+    """Continuation lines of a multi-line error, indented under the line that names it."""
+    return text.replace("\n", "\n" + " " * by)
 
 
 def reread_counter(settings: Settings):
@@ -189,8 +334,9 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
             f"{settings.pipelines_file} lacks the demo pipeline(s) {missing}; the demo runs "
             f"{[name for name, _ in demo.PIPELINES]} as dags/pipelines.toml defines them"
         )
-    cfgs = [(pipelines[name], count) for name, count in demo.PIPELINES]
+    cfgs = [(pipelines[name], round(count * args.scale)) for name, count in demo.PIPELINES]
     dsn, bootstrap = settings.postgres_dsn, settings.kafka_bootstrap
+    _reset_lost_demo_logs(settings, [cfg for cfg, _ in cfgs])
     for cfg, count in cfgs:
         if not count:
             print(f"{cfg.name} reads topic {cfg.topics[0]}: the records produced above", flush=True)
@@ -220,11 +366,15 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
         print(f"triggered {len(runs[cfg.dag_id])} run(s) of {cfg.dag_id}", flush=True)
     deadline = time.monotonic() + args.timeout
     failed = []
-    for dag_id, run_ids in runs.items():
+    for cfg, _ in cfgs:
         states = client.wait_for_runs(
-            dag_id, run_ids, timeout=max(1.0, deadline - time.monotonic())
+            cfg.dag_id, runs[cfg.dag_id], timeout=max(1.0, deadline - time.monotonic())
         )
-        failed += [f"{dag_id} {r}: {s}" for r, s in states.items() if s != "success"]
+        failed += [
+            f"{cfg.dag_id} {r}: {s}: {_indented(_run_error(client, settings, cfg, r))}"
+            for r, s in states.items()
+            if s != "success"
+        ]
     summary, verdicts = [], []
     for cfg, _ in cfgs:
         report = run_audit(dsn, cfg, reread_counter(settings))
@@ -247,8 +397,40 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
         summary, ("pipeline", "audit", "batches", "records", "dead_letters", "table", "rows")
     )
     for f in failed:
-        print(f"run did not succeed: {f}; see its task logs in the Airflow UI", file=sys.stderr)
+        print(f"run did not succeed: {f}", file=sys.stderr)
     return 0 if not failed and all(v == "exactly-once" for v in verdicts) else 1
+
+
+def _reset_lost_demo_logs(settings: Settings, cfgs: list[PipelineConfig]) -> None:
+    """The demo owns its example pipelines and their topics: where the broker lost the log
+    their ledgers read (a broker that kept it in memory, restarted), it says so and starts
+    them in a new epoch, as an operator would with `onceflow reset-offsets`."""
+    from onceflow import broker, demo, ledger
+    from onceflow.log_check import lost_logs
+
+    lost = lost_logs(settings.postgres_dsn, settings.kafka_bootstrap, cfgs)
+    for cfg in cfgs:
+        mine = [x for x in lost if x.pipeline == cfg.name]
+        if not mine:
+            continue
+        for x in mine:
+            print(f"{cfg.name}: {x.why}", flush=True)
+        for topic in cfg.topics:  # a topic the broker lost: created again for the demo's records
+            broker.create_topic(settings.kafka_bootstrap, topic, demo.PARTITIONS)
+        reset = ledger.reset_offsets(
+            settings.postgres_dsn,
+            cfg,
+            lambda at, cfg=cfg: broker.snapshot(settings.kafka_bootstrap, cfg.name, cfg.topics, at),
+            reason="onceflow demo: the broker no longer holds the log this ledger read",
+        )
+        print(
+            f"{cfg.name}: the demo reset its offsets after seq {reset.after_seq} "
+            f"(a new epoch from the broker's first offset; abandoned: "
+            f"{', '.join(reset.abandoned) or 'none'})",
+            flush=True,
+        )
+        if reset.abandoned:
+            _fail_abandoned_runs(settings, cfg.dag_id, reset.abandoned)
 
 
 def _table(rows: list[dict], columns: Sequence[str]) -> str:
@@ -259,6 +441,20 @@ def _table(rows: list[dict], columns: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
+# the last error's share of a `ledger` table row; `ledger --txid T` prints it whole
+LEDGER_ERROR_WIDTH = 60
+
+
+def _clip(text: str | None, width: int) -> str:
+    """The first line of `text` in at most `width` characters, "…" where it was cut: a
+    table row stays one line however long the error (a traceback, a Spark stage failure)."""
+    lines = (text or "").strip().splitlines()
+    first = lines[0] if lines else ""
+    if len(first) <= width and len(lines) <= 1:
+        return first
+    return first[: width - 1].rstrip() + "…"
+
+
 def _ranges_text(ranges: list[dict]) -> str:
     return " ".join(
         f"{r['topic']}[{r['partition']}]:{r['from_offset']}-{r['until_offset']}" for r in ranges
@@ -266,7 +462,7 @@ def _ranges_text(ranges: list[dict]) -> str:
 
 
 def cmd_ledger(args: argparse.Namespace, settings: Settings) -> int:
-    from onceflow import views
+    from onceflow import schema_evolution, views
     from onceflow.sinks import sink_for
 
     cfg = _pipeline(settings, args.pipeline)
@@ -291,6 +487,8 @@ def cmd_ledger(args: argparse.Namespace, settings: Settings) -> int:
             "-" if r[k] is None else f"{r[k]:.1f}"
             for k in ("plan_seconds", "process_seconds", "commit_seconds")
         )
+        r["state"] = views.shown_state(r)
+        r["last error"] = _clip(r["last_error"], LEDGER_ERROR_WIDTH)
     print(
         _table(
             rows,
@@ -304,13 +502,25 @@ def cmd_ledger(args: argparse.Namespace, settings: Settings) -> int:
                 "records_dead",
                 "secs plan/proc/commit",
                 *((commit_name,) if commit_name else ()),
+                *(() if args.txid else ("last error",)),
                 "ranges",
             ),
         )
     )
+    if args.txid and rows[0]["last_error"]:
+        print(f"\nlast error of txid {args.txid}:")
+        print("\n".join(f"  {line}" for line in rows[0]["last_error"].splitlines()))
+    elif any(r["last error"] != (r["last_error"] or "") for r in rows):
+        print(f"(last errors cut to {LEDGER_ERROR_WIDTH} characters: --txid T shows one whole)")
+    changes = [(r, line) for r in rows for line in schema_evolution.summary(r["schema_changes"])]
+    if changes:
+        print("\nschema changes, each with the txid that first needed it:")
+        for r, line in changes:
+            print(f"  seq {r['seq']} txid {r['txid']}: {line}")
     if blocked:
         print(
-            f"\ncommits blocked by txid {blocked['txid']} (seq {blocked['seq']}), which is {blocked['state']};"
+            f"\ncommits blocked by txid {blocked['txid']} (seq {blocked['seq']}), which is"
+            f" {views.shown_state(blocked)};"
             f" {blocked['waiting']} later batch(es) wait"
             + (f". Last error: {blocked['last_error']}" if blocked["last_error"] else "")
         )
@@ -379,9 +589,11 @@ def cmd_dead_letters(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_cleanup(args: argparse.Namespace, settings: Settings) -> int:
-    from onceflow import file_cleanup
+    from onceflow import file_cleanup, views
 
     cfg = _pipeline(settings, args.pipeline)
+    if args.txid:
+        views.require_txid(settings.postgres_dsn, cfg.name, args.txid)
     removals = file_cleanup.unpublishable(settings.postgres_dsn, cfg, args.txid)
     if args.yes:
         file_cleanup.remove(cfg, removals)
@@ -399,9 +611,9 @@ def cmd_cleanup(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _rerun(client, cfg: PipelineConfig, settings: Settings, txid: str, timeout: float) -> str:
-    from onceflow import ledger
+    from onceflow import views
 
-    ledger.get_batch(settings.postgres_dsn, cfg.name, txid)  # unknown txid -> clear error
+    views.require_txid(settings.postgres_dsn, cfg.name, txid)  # unknown: names known ones
     client.get_run(cfg.dag_id, txid)  # unknown run -> clear error from the API
     client.clear_run(cfg.dag_id, txid)
     print(f"cleared {cfg.dag_id} run {txid}: replaying its recorded ranges", flush=True)
@@ -614,6 +826,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     sp = add(
+        "topics",
+        cmd_topics,
+        "Create a pipeline's source topics on the broker for your own producer (`topics "
+        "create`); names each topic it created or found, and leaves existing ones as they are.",
+        "onceflow topics create --pipeline payments --partitions 3",
+    )
+    sp.add_argument("action", choices=("create",), help="create: the pipeline's missing topics")
+    sp.add_argument("--pipeline", help="pipeline name (default: the only one configured)")
+    sp.add_argument(
+        "--partitions",
+        type=int,
+        default=4,
+        help="partitions of each topic it creates (default 4)",
+    )
+
+    sp = add(
         "trigger",
         cmd_trigger,
         "Trigger DAG runs through the Airflow REST API and wait for them.",
@@ -655,11 +883,19 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument(
         "--timeout", type=float, default=1800, help="seconds to wait for the runs (default 1800)"
     )
+    sp.add_argument(
+        "--scale",
+        type=float,
+        default=1.0,
+        help="produce this share of each pipeline's demo records (default 1.0; e.g. 0.05 for a "
+        "quick run)",
+    )
     sp = add(
         "ledger",
         cmd_ledger,
         "Show the ledger: batches with seq, txid, state, counts, durations and ranges (and "
-        "for an Iceberg sink the snapshot of each committed txid).",
+        "for an Iceberg sink the snapshot of each committed txid), and the columns schema "
+        "evolution added to the sink's tables, with the txid that first needed each.",
         "onceflow ledger --pipeline orders --limit 20",
     )
     sp.add_argument("--pipeline", help="pipeline name (default: the only one configured)")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -17,7 +20,8 @@ def _dicts(cur) -> list[dict[str, Any]]:
 
 
 def batches(dsn: str, pipeline: str, limit: int = 50) -> list[dict[str, Any]]:
-    """Newest batches first, with their ranges summarised per partition."""
+    """Newest batches first, with their ranges summarised per partition and the schema
+    changes each was the first to need (schema_changes below)."""
     with transaction(dsn) as cur:
         cur.execute(
             """
@@ -26,6 +30,12 @@ def batches(dsn: str, pipeline: str, limit: int = 50) -> list[dict[str, Any]]:
                    b.records_read, b.records_out, b.records_dead, b.bytes_read,
                    b.plan_seconds, b.process_seconds, b.commit_seconds,
                    b.planned_at, b.staged_at, b.committed_at, b.last_error,
+                   coalesce((select json_agg(json_build_object(
+                       'attempt', c.attempt, 'catalog', c.catalog, 'sink_table', c.sink_table,
+                       'column_name', c.column_name, 'column_type', c.column_type, 'at', c.at)
+                       order by c.id)
+                     from onceflow.schema_changes c
+                     where c.pipeline = b.pipeline and c.txid = b.txid), '[]') as schema_changes,
                    coalesce(json_agg(json_build_object(
                        'topic', r.topic, 'partition', r.partition,
                        'from_offset', r.from_offset, 'until_offset', r.until_offset)
@@ -42,14 +52,78 @@ def batches(dsn: str, pipeline: str, limit: int = 50) -> list[dict[str, Any]]:
 
 
 def batch(dsn: str, pipeline: str, txid: str) -> dict[str, Any]:
+    require_txid(dsn, pipeline, txid)
+    return next(b for b in batches(dsn, pipeline, limit=10**9) if b["txid"] == txid)
+
+
+def last_error(dsn: str, pipeline: str, txid: str) -> str | None:
+    """The txid's last_error; None also for a txid not in the ledger (its plan failed)."""
     with transaction(dsn) as cur:
         cur.execute(
-            "select seq from onceflow.batches where pipeline = %s and txid = %s", (pipeline, txid)
+            "select last_error from onceflow.batches where pipeline = %s and txid = %s",
+            (pipeline, txid),
         )
         row = cur.fetchone()
-    if not row:
-        raise UnknownTxidError(pipeline, txid)
-    return next(b for b in batches(dsn, pipeline, limit=10**9) if b["txid"] == txid)
+    return row[0] if row else None
+
+
+# the newest txids an unknown one is compared with: a typo is nearly always of a recent run
+KNOWN_TXIDS_COMPARED = 10_000
+
+
+def require_txid(dsn: str, pipeline: str, txid: str) -> None:
+    """Raise UnknownTxidError when `txid` is not in the pipeline's ledger, naming the known
+    txids nearest to it and the most recent ones, so that a mistyped run id is answered with
+    the one that was meant."""
+    with transaction(dsn) as cur:
+        cur.execute(
+            "select 1 from onceflow.batches where pipeline = %s and txid = %s", (pipeline, txid)
+        )
+        if cur.fetchone():
+            return
+        cur.execute(
+            "select txid from onceflow.batches where pipeline = %s order by seq desc limit %s",
+            (pipeline, KNOWN_TXIDS_COMPARED),
+        )
+        known = [row[0] for row in cur.fetchall()]
+    raise UnknownTxidError(pipeline, txid, known_txids_hint(pipeline, txid, known))
+
+
+def known_txids_hint(pipeline: str, txid: str, known: Sequence[str], n: int = 3) -> str:
+    """What to say of an unknown `txid`: the `n` known txids nearest to it (difflib) and the
+    `n` most recent others. `known` is newest first."""
+    if not known:
+        return (
+            "the pipeline has no batch in the ledger yet (a run is recorded when its plan "
+            f"task runs): trigger one with `onceflow trigger --pipeline {pipeline}`"
+        )
+    nearest = difflib.get_close_matches(txid, known, n=n, cutoff=0.5)
+    recent = [t for t in known if t not in nearest][:n]
+    said = [f"nearest known: {', '.join(nearest)}"] if nearest else []
+    said += [f"most recent: {', '.join(recent)}"] if recent else []
+    return (
+        "; ".join(said) + f" (`onceflow ledger --pipeline {pipeline}` lists them; a run whose "
+        "plan task has not run yet is not recorded)"
+    )
+
+
+# a process attempt's error, as process.py records it in batches.last_error
+_ATTEMPT_ERROR = re.compile(r"process attempt (\d+):")
+
+
+def shown_state(batch: Mapping[str, Any]) -> str:
+    """A batch's state as the CLI and the UI show it: `failed (attempt N)` for a batch still
+    `processing` whose newest process attempt failed (last_error set, and no newer attempt
+    claimed the txid since: a claim clears it), else the ledger's state. Only the display
+    says failed: the ledger keeps `processing`, the state a retry or a cleared run goes on
+    from (onceflow.states)."""
+    state, attempt, error = batch["state"], batch["attempt"], batch.get("last_error")
+    if state != BatchState.PROCESSING or not error:
+        return str(state)
+    found = _ATTEMPT_ERROR.match(error)
+    if found and int(found.group(1)) != attempt:
+        return str(state)  # a fenced, older attempt's error: the newest attempt still runs
+    return f"failed (attempt {attempt})"
 
 
 def partitions(
@@ -86,8 +160,20 @@ def losses(dsn: str, pipeline: str) -> list[dict[str, Any]]:
         return _dicts(cur)
 
 
+def schema_changes(dsn: str, pipeline: str) -> list[dict[str, Any]]:
+    """The columns process added to the sink's tables (onceflow.schema_evolution), each with
+    the txid that first needed it, oldest first."""
+    with transaction(dsn) as cur:
+        cur.execute(
+            "select seq, txid, attempt, catalog, sink_table, column_name, column_type, at"
+            " from onceflow.schema_changes where pipeline = %s order by seq, id",
+            (pipeline,),
+        )
+        return _dicts(cur)
+
+
 def dead_letters(dsn: str, pipeline: str, txid: str, limit: int = 100) -> list[dict[str, Any]]:
-    batch(dsn, pipeline, txid)  # unknown txid -> clear error
+    require_txid(dsn, pipeline, txid)
     with transaction(dsn) as cur:
         cur.execute(
             'select topic, partition, "offset", reason, octet_length(value) as value_bytes,'
@@ -135,7 +221,7 @@ def dead_letter_page(
 ) -> dict[str, Any]:
     """One page of a txid's dead letters with their full coordinates (epoch included) and the
     total, so a UI can page through thousands without loading them all."""
-    batch(dsn, pipeline, txid)  # unknown txid -> clear error
+    require_txid(dsn, pipeline, txid)
     with transaction(dsn) as cur:
         cur.execute(
             "select count(*) from onceflow.dead_letters where pipeline = %s and txid = %s",

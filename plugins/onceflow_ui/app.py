@@ -159,11 +159,10 @@ def create_app(
             pages.message_page("Configuration error", detail, links(request)), status_code=500
         )
 
-    def unknown_txid(request: Request, pipeline: str, txid: str) -> HTMLResponse:
-        text = (
-            f"txid {txid!r} is not in the ledger of pipeline {pipeline!r}: its plan task has "
-            "not run yet (queued run), or the run belongs to another ledger."
-        )
+    def unknown_txid(request: Request, pipeline: str, exc: UnknownTxidError) -> HTMLResponse:
+        """The 404 page of a txid the ledger does not hold, with the known ones nearest to it
+        (views.require_txid)."""
+        text = f"{exc}. A run from another DAG belongs to another ledger."
         ln = links(request)
         extra = (
             f"<p>{pages.a(ln.pipeline(pipeline), 'Back to the ledger of ' + pages.e(pipeline))}</p>"
@@ -202,8 +201,8 @@ def create_app(
         s, cfg = h.pipeline(user, pipeline)
         try:
             view = data.batch_view(s, cfg, txid, dl_limit, dl_offset)
-        except UnknownTxidError:
-            return unknown_txid(request, pipeline, txid)
+        except UnknownTxidError as exc:
+            return unknown_txid(request, pipeline, exc)
         ln = links(request)
 
         def dl_url(offset: int) -> str:

@@ -120,6 +120,8 @@ def block_reason(block: dict[str, Any] | None) -> str | None:
         BatchState.PROCESSING: "still processing (or its process attempt died)",
         BatchState.STAGED: "staged and about to commit (or its commit task failed)",
     }.get(state, state)
+    if views.shown_state(block) != state:  # its newest process attempt failed
+        why = f"processing, and its process attempt {block['attempt']} failed"
     text = (
         f"commits of {block['waiting']} later batch(es) wait for txid {block['txid']} "
         f"(seq {block['seq']}), which is {why}"
@@ -153,6 +155,7 @@ def ledger_view(s: Settings, cfg: PipelineConfig, limit: int) -> dict[str, Any]:
         losses=views.losses(s.postgres_dsn, cfg.name),
         resets=views.resets(s.postgres_dsn, cfg.name),
         abandoned=views.abandoned(s.postgres_dsn, cfg.name),
+        schema_changes=views.schema_changes(s.postgres_dsn, cfg.name),
     )
     return data
 

@@ -7,12 +7,14 @@ iframe (nav entry, DAG/run/task tabs) and opened on their own. Links into Airflo
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from html import escape
 from typing import Any
 from urllib.parse import quote
 
+from onceflow import schema_evolution, views
 from onceflow.states import BatchState
 
 # a badge per batch state (class s-<state>); a state without a style keeps the grey badge
@@ -22,6 +24,7 @@ STATE_STYLE = {
     BatchState.STAGED: "background:#2b6cb0;",
     BatchState.COMMITTED: "background:#2f855a;",
     BatchState.ABANDONED: "background:#4a5568; text-decoration:line-through;",
+    "failed": "background:#c53030;",  # shown, not stored: a processing batch whose attempt failed
 }
 
 CSS = """
@@ -57,6 +60,18 @@ code, .mono { font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace; 
 .alert.warn { background:#fffaf0; border-color:#fbd38d; color:#744210; }
 .alert.ok { background:#f0fff4; border-color:#9ae6b4; color:#22543d; }
 .err { color:#9b2c2c; white-space:pre-wrap; word-break:break-word; }
+/* the batches table fits 1280 px with every column: headers, longer run ids and times wrap,
+   a run id of `onceflow trigger` (28 characters) stays whole, the last error wraps in 14em */
+.wide { overflow-x:auto; }
+table.batches { font-size:13px; }
+table.batches th, table.batches td { padding:5px; }
+table.batches th { white-space:normal; font-size:11px; }
+table.batches .mono { font-size:12px; }
+table.batches .txid { display:inline-block; min-width:29ch; }
+table.batches .last-error { display:block; width:14em; overflow-wrap:anywhere; }
+@media (min-width:1500px) {
+  table.batches .last-error { width:auto; min-width:14em; max-width:30em; }
+}
 dl.kv { display:grid; grid-template-columns:max-content 1fr; gap:4px 18px; margin:0; }
 dl.kv dt { color:var(--muted); } dl.kv dd { margin:0; }
 .pager { margin:6px 0; }
@@ -142,15 +157,47 @@ def secs(value: float | None) -> str:
     return '<span class="muted">–</span>' if value is None else f"{value:.1f} s"
 
 
-def when(value: datetime | None) -> str:
+def phase_seconds(batch: dict[str, Any]) -> str:
+    """A batch's plan, process and commit durations in one cell (one column, not three: the
+    batches table fits a 1280 px screen)."""
+    return " · ".join(
+        '<span class="muted">–</span>' if v is None else f"{v:.1f}"
+        for v in (batch["plan_seconds"], batch["process_seconds"], batch["commit_seconds"])
+    )
+
+
+def when(value: datetime | None, *, wrap: bool = False) -> str:
+    """A time on one line, or with `wrap` free to break between date and time (a narrow
+    column of a wide table)."""
     if value is None:
         return '<span class="muted">–</span>'
     text = value.strftime("%Y-%m-%d %H:%M:%S %Z")
-    return f'<span class="nowrap" title="{e(value.isoformat())}">{e(text)}</span>'
+    cls = "" if wrap else ' class="nowrap"'
+    return f'<span{cls} title="{e(value.isoformat())}">{e(text)}</span>'
+
+
+def breakable_id(text: str) -> str:
+    """An escaped id that may break after its separators (`__`, a date's `T`, `+`, `:`) and
+    nowhere else: an Airflow run id (`scheduled__2026-11-21T07:00:00+00:00`) is wider than a
+    column of a 1280 px table, and breaks where it still reads as one id."""
+    return re.sub(r"(__|(?<=\d)T(?=\d)|\+|:)", r"\1<wbr>", e(text))
 
 
 def badge(state: str) -> str:
     return f'<span class="badge s-{e(state)}">{e(state)}</span>'
+
+
+def state_badge(batch: dict[str, Any]) -> str:
+    """A batch's badge as views.shown_state says: `failed (attempt N)` in red for a batch
+    whose newest process attempt failed, else its state in the ledger."""
+    shown = views.shown_state(batch)
+    if shown == batch["state"]:
+        return badge(shown)
+    failed, _, attempt = shown.partition(" ")
+    return (
+        f'<span class="badge s-failed" title="ledger state: {e(batch["state"])}">{e(failed)}'
+        f'</span> <span class="muted">{e(attempt)}</span>'
+    )
 
 
 def table(
@@ -222,7 +269,7 @@ def _blocked_alert(data: dict[str, Any], links: Links) -> str:
     run = a(links.run(data["dag_id"], block["txid"]), "DAG run ↗", airflow=True)
     return (
         f'<div class="alert {cls}" id="blocked"><b>Commits blocked</b> by txid {entry} '
-        f"(seq {block['seq']}, {badge(block['state'])}, {run}): "
+        f"(seq {block['seq']}, {state_badge(block)}, {run}): "
         f"{e(data['blocked_reason'])}</div>"
     )
 
@@ -334,7 +381,8 @@ def ledger_page(data: dict[str, Any], links: Links) -> str:
     # a sink outside the ledger's database: the id of its commit that holds each txid
     sink_commit = [data["commit_name"]] if data["commit_name"] else []
     body.append(
-        table(
+        '<div class="wide">'  # narrower than the table: it scrolls in its box, the page not
+        + table(
             [
                 "seq",
                 "txid",
@@ -344,9 +392,7 @@ def ledger_page(data: dict[str, Any], links: Links) -> str:
                 "read",
                 "out",
                 "dead",
-                "plan",
-                "process",
-                "commit",
+                "seconds plan · process · commit",
                 "committed at",
                 *sink_commit,
                 "last error",
@@ -356,32 +402,51 @@ def ledger_page(data: dict[str, Any], links: Links) -> str:
                     a(links.batch(p, b["txid"]), str(b["seq"]), title="ledger entry"),
                     a(
                         links.run(dag_id, b["txid"]),
-                        f'<span class="mono nowrap">{e(b["txid"])}</span>',
+                        f'<span class="mono txid">{breakable_id(b["txid"])}</span>',
                         airflow=True,
                         title="Airflow DAG run",
                     )
                     + " · "
                     + a(links.batch(p, b["txid"]), "entry", title="ledger entry"),
-                    badge(b["state"]),
+                    state_badge(b),
                     num(b["attempt"]),
                     ranges_html(b["ranges"]),
                     num(b["records_read"]),
                     num(b["records_out"]),
                     num(b["records_dead"]),
-                    secs(b["plan_seconds"]),
-                    secs(b["process_seconds"]),
-                    secs(b["commit_seconds"]),
-                    when(b["committed_at"]),
+                    phase_seconds(b),
+                    when(b["committed_at"], wrap=True),
                     *(_mono(b["sink_commit"]) for _ in sink_commit),
-                    f'<span class="err">{e(_short(b["last_error"]))}</span>'
+                    f'<span class="err last-error" title="{e(b["last_error"])}">'
+                    f"{e(_short(b['last_error']))}</span>"
                     if b["last_error"]
                     else "",
                 ]
                 for b in data["batches"]
             ),
-            numeric=(0, 3, 5, 6, 7, 8, 9, 10),
+            numeric=(0, 3, 5, 6, 7, 8),
             empty="no batch yet: trigger a run of the DAG",
             cls="batches",
+        )
+        + "</div>"
+    )
+    body.append("<h2>Schema changes</h2>")
+    body.append(
+        table(
+            ["seq", "txid", "attempt", "columns added", "at"],
+            (
+                [
+                    num(c["seq"]),
+                    a(links.batch(p, c["txid"]), e(c["txid"])),
+                    num(c["attempt"]),
+                    "<br>".join(e(line) for line in schema_evolution.summary(c["changes"])),
+                    when(c["at"]),
+                ]
+                for c in _by_txid(data["schema_changes"])
+            ),
+            numeric=(0, 2),
+            empty="no schema changes: the transform's output kept its columns",
+            cls="schema-changes",
         )
     )
     body.append("<h2>Loss events</h2>")
@@ -457,6 +522,15 @@ def ledger_page(data: dict[str, Any], links: Links) -> str:
     return layout(f"Ledger · {p}", crumbs, "".join(body))
 
 
+def _by_txid(changes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Schema changes (views.schema_changes, in seq order) grouped per txid and attempt."""
+    groups: dict[tuple[str, int], dict[str, Any]] = {}
+    for c in changes:
+        g = groups.setdefault((c["txid"], c["attempt"]), {**c, "changes": []})
+        g["changes"].append(c)
+    return list(groups.values())
+
+
 def _mono(value: str | None, id: str = "") -> str:
     """An id in monospace (a sink's commit id), or a muted dash when there is none."""
     if value is None:
@@ -480,7 +554,7 @@ def batch_page(data: dict[str, Any], links: Links, dl_url: Callable[[int], str])
     kv = [
         ("seq", num(b["seq"])),
         ("txid", f'<span class="mono" id="txid">{e(txid)}</span>'),
-        ("state", badge(b["state"])),
+        ("state", state_badge(b)),
         (
             "DAG run",
             a(run, f"{e(dag_id)} / {e(txid)} ↗", airflow=True, id="run-link")
@@ -512,6 +586,14 @@ def batch_page(data: dict[str, Any], links: Links, dl_url: Callable[[int], str])
             "last error",
             f'<span class="err">{e(b["last_error"])}</span>'
             if b["last_error"]
+            else '<span class="muted">none</span>',
+        ),
+        (
+            "schema changes",
+            '<span id="schema-changes">'
+            + "<br>".join(e(line) for line in schema_evolution.summary(b["schema_changes"]))
+            + "</span>"
+            if b["schema_changes"]
             else '<span class="muted">none</span>',
         ),
     ]
