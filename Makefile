@@ -7,10 +7,23 @@ SETUP_STAMP = $(VENV)/.onceflow-setup-stamp
 
 .PHONY: setup system-deps up down status demo test lint format
 
-## setup: create .venv, install the locked dependencies + onceflow (editable), and write the driver JVM's class archive once (onceflow spark-archive)
-setup: $(SETUP_STAMP)
+STORE_DIR = $(VENV)/share/onceflow/broker-store
+STORE_STAMP = $(STORE_DIR)/.onceflow-setup-stamp
+
+## setup: create .venv, install the locked dependencies + onceflow (editable), the embedded broker's
+##        log store (s3rver from npm, embedded/package-lock.json) and write the driver JVM's class
+##        archive once (onceflow spark-archive)
+setup: $(SETUP_STAMP) $(STORE_STAMP)
 	@$(VENV)/bin/onceflow spark-archive \
 	  || echo "setup: the Spark class archive was not written (onceflow spark-archive); process tasks start without it"
+
+# Without npm the embedded broker keeps its log in memory (`onceflow up` says so).
+$(STORE_STAMP): embedded/package.json embedded/package-lock.json $(SETUP_STAMP)
+	@if command -v npm >/dev/null 2>&1; then \
+	  mkdir -p $(STORE_DIR) && cp embedded/package.json embedded/package-lock.json $(STORE_DIR)/ \
+	  && npm ci --prefix $(STORE_DIR) --no-audit --no-fund --loglevel=error >/dev/null \
+	  && touch $@ && echo "setup: the embedded broker's log store (s3rver) is in $(STORE_DIR)"; \
+	else echo "setup: npm not found; the embedded broker will keep its log in memory (lost on onceflow down)"; fi
 
 # Re-runs only when requirements.lock or pyproject.toml is newer than the stamp.
 # uv is much faster (~7 s vs ~60 s); pip is the fallback when uv cannot be installed or fails.

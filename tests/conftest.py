@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import socket
 import uuid
 from pathlib import Path
 
@@ -39,6 +40,32 @@ def ledger_dsn(pg_dsn):
 
     migrate(pg_dsn)
     return pg_dsn
+
+
+def free_port() -> int:
+    """A port nothing listens on now: a module's own services never take a fixed port that
+    another run may hold."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def private_tansu(tmp_path_factory):
+    """A tansu broker of the module's own (memory storage) on a free port, stopped by PID."""
+    from onceflow.stack import private_broker
+
+    with private_broker(free_port(), tmp_path_factory.mktemp("tansu") / "tansu.log") as b:
+        yield b
+
+
+@pytest.fixture(scope="module")
+def private_pg(tmp_path_factory):
+    """A PostgreSQL of the module's own (the embedded server), stopped by PID."""
+    from onceflow.stack import private_postgres
+
+    with private_postgres(tmp_path_factory.mktemp("pg") / "data") as dsn:
+        yield dsn
 
 
 @pytest.fixture
@@ -90,8 +117,8 @@ def _running_stack(env: dict[str, str], override: bool):
             os.environ.setdefault(k, v)
     settings = Settings.from_env()
     if os.environ.get("ONCEFLOW_REUSE_STACK") != "1":
-        # A fresh ledger per session: the memory broker forgets its topics on restart, and a
-        # ledger ahead of an empty topic would (rightly) stop with an offset regression.
+        # A fresh home per session (ledger and broker log alike): tests produce to topics
+        # they expect empty, and number their runs from 1.
         stack_mod.down(settings)
         shutil.rmtree(settings.home, ignore_errors=True)
     stack_mod.up(settings)

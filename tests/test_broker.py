@@ -8,18 +8,13 @@ from onceflow import broker
 from onceflow.range_digest import RangeRead
 from onceflow.ranges import OffsetRange
 from onceflow.reader import read_range
-from test_process_job import _free_port
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def bootstrap(tmp_path_factory):
-    from onceflow.stack import private_broker
-
-    port = _free_port()
-    with private_broker(port, tmp_path_factory.mktemp("tansu") / "tansu.log") as address:
-        yield address
+def bootstrap(private_tansu):
+    return private_tansu
 
 
 def produce(bootstrap: str, topic: str, n: int, **conf) -> None:

@@ -18,6 +18,7 @@ from onceflow.audit import run_audit
 from onceflow.config import get_pipeline
 from onceflow.db import transaction
 from onceflow.errors import UnknownTxidError
+from onceflow.log_check import lost_logs
 from onceflow.recount import count_records
 from test_pipeline_e2e import orders_sample, run_and_wait
 
@@ -68,6 +69,13 @@ def recreated_topic(stack, airflow, capsys, name: str) -> None:
     )
     assert produced == 1000
     assert min(broker.snapshot(stack.kafka_bootstrap, name, (name,)).ends.values()) == 500
+
+    # what `onceflow up` would say of this pipeline, before anything plans
+    lost = lost_logs(stack.postgres_dsn, stack.kafka_bootstrap, [cfg])
+    assert [(x.topic, x.partition) for x in lost] == [(name, 0), (name, 1)]
+    assert lost[0].why.startswith(
+        f"the broker's log for {name}[0] is not the one committed up to offset 200: "
+    )
 
     # plan refuses, names the partition and what to do, is not retried, plans nothing
     assert run_and_wait(airflow, cfg.dag_id, ["recreate-2"]) == {"recreate-2": "failed"}

@@ -171,7 +171,7 @@ def plan(dsn: str, cfg: PipelineConfig, txid: str, snapshot: Snapshot) -> Batch:
         for topic, partition, new_offset in cur.fetchall():
             previous[(topic, partition)] = new_offset
 
-        logs = _ledger_logs(cur, cfg.name)
+        logs = ledger_logs(cur, cfg.name)
         snap = snapshot({tp: log.last.offset for tp, log in logs.items() if log.last})
         verify_logs(cfg.name, logs, snap)
         planned = plan_ranges(
@@ -237,7 +237,8 @@ def plan(dsn: str, cfg: PipelineConfig, txid: str, snapshot: Snapshot) -> Batch:
         return Batch(txid, seq, BatchState.PLANNED, planned.ranges, planned.losses)
 
 
-def _ledger_logs(cur, pipeline: str) -> dict[TopicPartition, LedgerLog]:
+def ledger_logs(cur, pipeline: str) -> dict[TopicPartition, LedgerLog]:
+    """What the ledger knows of each partition's log: committed offset, topic id, last print."""
     cur.execute(
         "select topic, partition, committed_offset, topic_id, print_offset, print_hash"
         " from onceflow.offsets where pipeline = %s",
@@ -802,7 +803,7 @@ def reset_offsets(
         )
         last = cur.fetchone()
         planned = {r.tp: r.until_offset for r in _ranges(cur, cfg.name, last[0])} if last else {}
-        logs = _ledger_logs(cur, cfg.name)
+        logs = ledger_logs(cur, cfg.name)
         snap = snapshot({tp: log.last.offset for tp, log in logs.items() if log.last})
         cur.execute(
             "select topic, partition, committed_offset from onceflow.offsets where pipeline = %s",

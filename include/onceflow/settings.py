@@ -45,6 +45,9 @@ def _int(name: str, default: int) -> int:
         raise ValueError(f"environment variable {name}={raw!r} is not an integer") from None
 
 
+BROKER_STORAGES = ("auto", "durable", "memory")
+
+
 @dataclass(frozen=True)
 class Settings:
     """Resolved settings; build with `Settings.from_env()`."""
@@ -59,6 +62,11 @@ class Settings:
     airflow_url: str
     airflow_user: str
     airflow_password: str
+    # where the embedded broker keeps its log: "durable" (a folder of the home, through the
+    # s3rver store), "memory" (lost by `onceflow down`), or "auto" (durable when `make setup`
+    # installed the store)
+    broker_storage: str = "auto"
+    store_port: int = 28092  # the store's S3 API on 127.0.0.1 (durable storage)
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -74,6 +82,12 @@ class Settings:
             os.environ.get("ONCEFLOW_PIPELINES", PROJECT_ROOT / "dags" / "pipelines.toml")
         )
         airflow_url = os.environ.get("ONCEFLOW_AIRFLOW_URL") or f"http://127.0.0.1:{airflow_port}"
+        storage = os.environ.get("ONCEFLOW_BROKER_STORAGE", "auto")
+        if storage not in BROKER_STORAGES:
+            raise ValueError(
+                f"environment variable ONCEFLOW_BROKER_STORAGE={storage!r} is not one of "
+                f"{BROKER_STORAGES}"
+            )
         return cls(
             home=home,
             pg_port=pg_port,
@@ -85,4 +99,6 @@ class Settings:
             airflow_url=airflow_url.rstrip("/"),
             airflow_user=os.environ.get("ONCEFLOW_AIRFLOW_USER", "admin"),
             airflow_password=os.environ.get("ONCEFLOW_AIRFLOW_PASSWORD", "admin"),
+            broker_storage=storage,
+            store_port=_int("ONCEFLOW_BROKER_STORE_PORT", kafka_port - 1000),
         )

