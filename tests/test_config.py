@@ -88,7 +88,9 @@ def test_file_errors(tmp_path):
             for n in "ab"
         )
     )
-    with pytest.raises(ConfigError, match="share sink_schema"):
+    with pytest.raises(
+        ConfigError, match="pipelines 'a' and 'b' both have sink_schema 's': each pipeline's"
+    ):
         load_pipelines(two)
     with pytest.raises(ConfigError, match="no pipeline named 'zzz'"):
         get_pipeline(Path(__file__).parents[1] / "dags" / "pipelines.toml", "zzz")
@@ -163,7 +165,9 @@ def test_two_pipelines_may_not_share_an_iceberg_table(tmp_path):
             for n in ("a", "b")
         )
     )
-    with pytest.raises(ConfigError, match="two pipelines share the Iceberg table 'lake.stock'"):
+    with pytest.raises(
+        ConfigError, match="pipelines 'a' and 'b' both have sink.table 'lake.stock'"
+    ):
         load_pipelines(f)
 
 
@@ -209,7 +213,9 @@ def test_two_pipelines_may_not_share_a_kafka_output_topic(tmp_path):
             for n in ("a", "b")
         )
     )
-    with pytest.raises(ConfigError, match="two pipelines share the Kafka output topic 'out'"):
+    with pytest.raises(
+        ConfigError, match="pipelines 'a' and 'b' both have sink.topic 'out on the source cluster'"
+    ):
         load_pipelines(f)
 
 
@@ -411,3 +417,23 @@ def test_an_aggregating_transform_needs_a_postgres_merge_sink(tmp_path, raw, why
         ConfigError, match=f"^pipelines.toml: pipeline 'demo', key 'transform_kind': .*{why}"
     ):
         parse_pipeline("demo", raw, "pipelines.toml")
+
+
+def test_a_misspelled_transform_function_fails_the_file_naming_what_the_module_defines(
+    tmp_path, monkeypatch
+):
+    (tmp_path / "payments.py").write_text(
+        "import json\n\ndef transform(df):\n    return df\n\ndef sample(i, rng):\n"
+        "    return None, b'{}'\n"
+    )
+    monkeypatch.setenv("ONCEFLOW_PYTHONPATH", str(tmp_path))
+    user = {"topics": ["t"], "sink": {"table": "payments"}}
+    assert parse_pipeline("p", {**user, "transform": "payments:transform"}).transform
+    with pytest.raises(ConfigError) as e:
+        parse_pipeline("p", {**user, "transform": "payments:transfrom"}, "pipelines.toml")
+    assert "pipelines.toml: pipeline 'p', key 'transform'" in str(e.value)
+    assert "defines no 'transfrom'; it defines json, sample, transform" in str(e.value)
+    # a module that defines names dynamically, or is not a file on the path: left to process
+    (tmp_path / "dynamic.py").write_text("def __getattr__(name):\n    return name\n")
+    assert parse_pipeline("p", {**user, "transform": "dynamic:anything"})
+    assert parse_pipeline("p", {**user, "transform": "not_on_the_path:transform"})

@@ -7,12 +7,15 @@ identifiers or Kafka topics are checked against strict patterns and later still 
 from __future__ import annotations
 
 import re
+import sys
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from onceflow.errors import ConfigError
+from onceflow.settings import transform_path
+from onceflow.transform_ref import reference_problem
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
@@ -26,8 +29,13 @@ USER_TRANSFORM_RE = re.compile(
 # Record-wise: one output row per source record, with its coordinates; aggregating: rows
 # that each sum up `records` source records (onceflow.transforms, PROTOCOL.md "Sinks").
 TRANSFORM_KINDS = ("record-wise", "aggregating")
+# What process does with a record the user's code raises on (onceflow.poison).
+ON_TRANSFORM_ERROR = ("fail", "dead_letter")
 SINK_KINDS = ("postgres", "iceberg", "kafka")
 SINK_MODES = ("append", "upsert", "merge")
+# What process does when the transform's output adds columns (onceflow.schema_evolution):
+# add them to the sink's tables, or refuse the output.
+SCHEMA_EVOLUTIONS = ("add_columns", "fail")
 # An Iceberg sink appends (one row per source record); keyed modes need row-level deletes.
 ICEBERG_MODES = ("append",)
 # A Kafka topic sink keeps its markers in a commit-log topic named after the output topic.
@@ -82,11 +90,13 @@ _KEYS = {
     "starting_position",
     "max_records_per_partition",
     "on_data_loss",
+    "on_transform_error",
     "schedule",
     "max_active_runs",
     "commit_poke_interval",
     "records_per_input_partition",
     "fast_form",
+    "schema_evolution",
     "driver_memory",
     "executor_memory",
     "spark_conf",
@@ -133,11 +143,15 @@ class PipelineConfig:
     starting_position: Literal["earliest", "latest"] = "earliest"
     max_records_per_partition: int | None = None
     on_data_loss: Literal["fail", "skip"] = "fail"
+    # a record the user's code raises on: fail the attempt naming it, or stage it as a dead
+    # letter (onceflow.poison)
+    on_transform_error: Literal["fail", "dead_letter"] = "fail"
     schedule: str | None = None
     max_active_runs: int = 3
     commit_poke_interval: float = 2.0
     records_per_input_partition: int = 250_000
     fast_form: bool = True  # the transform's fast form parses and stages in the reader's worker
+    schema_evolution: Literal["add_columns", "fail"] = "add_columns"
     driver_memory: str = "512m"
     executor_memory: str = "1g"
     spark_conf: dict[str, str] = field(default_factory=dict)
@@ -186,6 +200,9 @@ def parse_pipeline(name: str, raw: dict[str, Any], source: str = "<config>") -> 
             f"{transform!r} is not a function 'module:function' (e.g. 'inventory:transform' "
             "for spark_jobs/inventory.py)" + ("; give one" if transform is None else ""),
         )
+    problem = reference_problem(transform, (*transform_path(), *map(Path, sys.path)))
+    if problem:
+        raise _fail(source, name, "transform", f"{transform!r}: {problem}")
     sink = _parse_sink(source, name, raw.get("sink"))
 
     transform_kind = raw.get("transform_kind", "record-wise")
@@ -270,11 +287,13 @@ def parse_pipeline(name: str, raw: dict[str, Any], source: str = "<config>") -> 
         starting_position=choice("starting_position", ("earliest", "latest"), "earliest"),  # type: ignore[arg-type]
         max_records_per_partition=positive_int("max_records_per_partition", None),
         on_data_loss=choice("on_data_loss", ("fail", "skip"), "fail"),  # type: ignore[arg-type]
+        on_transform_error=choice("on_transform_error", ON_TRANSFORM_ERROR, "fail"),  # type: ignore[arg-type]
         schedule=schedule,
         max_active_runs=positive_int("max_active_runs", 3) or 3,
         commit_poke_interval=float(poke),
         records_per_input_partition=positive_int("records_per_input_partition", 250_000) or 250_000,
         fast_form=fast_form,
+        schema_evolution=choice("schema_evolution", SCHEMA_EVOLUTIONS, "add_columns"),  # type: ignore[arg-type]
         driver_memory=mems["driver_memory"],
         executor_memory=mems["executor_memory"],
         spark_conf={
@@ -470,31 +489,49 @@ def load_pipelines(path: Path | str) -> dict[str, PipelineConfig]:
         if not isinstance(raw, dict):
             raise ConfigError(f"{path}: pipelines.{name} must be a table")
         pipelines[name] = parse_pipeline(name, raw, str(path))
-    schemas = [p.sink_schema for p in pipelines.values()]
-    dup = {s for s in schemas if schemas.count(s) > 1}
-    if dup:
-        raise ConfigError(f"{path}: two pipelines share sink_schema {sorted(dup)[0]!r}")
+    # a sink schema's stage, versions and sink tables, and the rows the audit reads there,
+    # belong to one pipeline's ledger
+    _refuse_shared(
+        path,
+        "sink_schema",
+        {n: p.sink_schema for n, p in pipelines.items()},
+        "each pipeline's tables live in a schema of its own (default: the pipeline's name); "
+        "give one of them another `sink_schema`",
+    )
     # an Iceberg table's rows and snapshots are audited against one pipeline's ledger
-    lakes = [
-        f"{p.sink.namespace or p.sink_schema}.{p.sink.table}"
-        for p in pipelines.values()
-        if p.sink.kind == "iceberg"
-    ]
-    dup = {t for t in lakes if lakes.count(t) > 1}
-    if dup:
-        raise ConfigError(f"{path}: two pipelines share the Iceberg table {sorted(dup)[0]!r}")
+    _refuse_shared(
+        path,
+        "sink.table",
+        {
+            n: f"{p.sink.namespace or p.sink_schema}.{p.sink.table}"
+            for n, p in pipelines.items()
+            if p.sink.kind == "iceberg"
+        },
+        "an Iceberg table's snapshots record one pipeline's seqs; give one of them another table",
+    )
     # likewise a Kafka output topic's records and markers (on one cluster)
-    outputs = [
-        (p.sink.bootstrap or "", p.sink.topic)
-        for p in pipelines.values()
-        if p.sink is not None and p.sink.kind == "kafka"
-    ]
-    dup = {t for t in outputs if outputs.count(t) > 1}
-    if dup:
-        raise ConfigError(
-            f"{path}: two pipelines share the Kafka output topic {sorted(dup)[0][1]!r}"
-        )
+    _refuse_shared(
+        path,
+        "sink.topic",
+        {
+            n: f"{p.sink.topic} on {p.sink.bootstrap or 'the source cluster'}"
+            for n, p in pipelines.items()
+            if p.sink is not None and p.sink.kind == "kafka"
+        },
+        "an output topic's markers record one pipeline's seqs; give one of them another topic",
+    )
     return pipelines
+
+
+def _refuse_shared(path: Path, key: str, values: dict[str, str], why: str) -> None:
+    """ConfigError naming both pipelines when two of them have the same `key` value."""
+    seen: dict[str, str] = {}
+    for name, value in values.items():
+        if value in seen:
+            raise ConfigError(
+                f"{path}: pipelines {seen[value]!r} and {name!r} both have {key} {value!r}: {why}"
+            )
+        seen[value] = name
 
 
 def get_pipeline(path: Path | str, name: str) -> PipelineConfig:
