@@ -104,17 +104,34 @@ def fetchable_ends(
     if not claimed:
         return {}
     consumer = Consumer(
-        {**range_consumer_conf(bootstrap, "onceflow-plan"), "fetch.wait.max.ms": 10}
+        {
+            **range_consumer_conf(bootstrap, "onceflow-plan"),
+            "fetch.wait.max.ms": 10,
+            # small fetches: only the partition end is wanted, and the first response's high
+            # watermark says where it is
+            "fetch.max.bytes": 1 << 20,
+            "max.partition.fetch.bytes": 64 << 10,
+        }
     )
     ends: dict[tuple[str, int], int] = {}
     try:
         consumer.assign([Partition(t, p, o) for (t, p), o in claimed.items()])
         deadline = time.monotonic() + PRINT_TIMEOUT_S
+        jumped: set[tuple[str, int]] = set()
         while len(ends) < len(claimed):
             for m in consumer.consume(10_000, 0.1):
                 err = m.error()
-                if err is not None and err.code() == KafkaError._PARTITION_EOF:
-                    ends[(m.topic(), m.partition())] = max(m.offset(), 0)
+                tp = (m.topic(), m.partition())
+                if err is None and tp not in jumped:
+                    # records past the claim: skip them, to the high watermark the fetch
+                    # response reported, and meet the end there (a broker that answers far
+                    # short would otherwise have its whole log read at every plan)
+                    jumped.add(tp)
+                    _, high = consumer.get_watermark_offsets(Partition(*tp), cached=True)
+                    if high > m.offset() + 1:
+                        consumer.seek(Partition(*tp, high))
+                elif err is not None and err.code() == KafkaError._PARTITION_EOF:
+                    ends[tp] = max(m.offset(), 0)
                 elif err is not None and (err.fatal() or not err.retriable()):
                     raise OnceflowError(
                         f"plan of pipeline {pipeline!r}: fetching {m.topic()}[{m.partition()}] "
