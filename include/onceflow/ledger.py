@@ -5,8 +5,10 @@ transactions, so it holds whichever Airflow worker, Spark driver or zombie calls
 is stated once: the attempt fence (`check_attempt`, also run by every stage part inside its
 own transaction), the parts of a complete stage and records read = records the rows account
 for + dead letters (`mark_staged`), the batch that commits wait for (`_lowest_open`, behind
-the commit, its trigger, the CLI, the UI and the metrics) and the attempts whose output may
-still be published (`live_attempts`, behind the removal of unpublished data files).
+the commit, its trigger, the CLI, the UI and the metrics), the attempts whose output may
+still be published (`live_attempts`, behind the removal of unpublished data files), and that
+a partition's log is the one the ledger read (`verify_logs` at plan, `verify_topic_ids` at
+process, the rule itself in onceflow.log_identity).
 """
 
 from __future__ import annotations
