@@ -1,7 +1,10 @@
-"""The control plane's view of the broker (kafka-python): offsets for plan, topics for setup.
+"""The control plane's view of the broker: what plan asks (offsets, topic ids, the records it
+compares with the ledger's), topics for setup.
 
-The hot path (reading ranges inside Spark) lives in reader.py and uses librdkafka; this module
-only asks the broker for metadata and offsets.
+Metadata, offsets and the compared records come through kafka-python; the partition ends a
+reader meets through librdkafka (`fetchable_ends`: its partition-end events carry the fetch
+response's last stable offset, which kafka-python does not expose). The hot path (reading
+ranges inside Spark) lives in reader.py.
 """
 
 from __future__ import annotations
