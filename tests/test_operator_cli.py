@@ -205,8 +205,13 @@ class FakeDemoAirflow(FakeAirflow):
 def test_demo_ends_with_each_failed_runs_error(monkeypatch):
     """`onceflow demo` on fakes of the broker, the ledger and Airflow: its closing lines
     carry the failed run's error, not a pointer to the task logs."""
+    from pathlib import Path
+
     from onceflow import audit, demo, log_check
 
+    # the shipped pipelines, whatever a session's stack set (the demo runs those)
+    shipped = Path(__file__).resolve().parents[1] / "dags" / "pipelines.toml"
+    monkeypatch.setenv("ONCEFLOW_PIPELINES", str(shipped))
     monkeypatch.setattr(airflow_api, "AirflowClient", FakeDemoAirflow)
     monkeypatch.setattr(log_check, "lost_logs", lambda *_args: [])
     monkeypatch.setattr(demo, "produce", lambda _b, _cfg, count, progress=None: (0, count))
