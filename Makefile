@@ -17,13 +17,15 @@ setup: $(SETUP_STAMP) $(STORE_STAMP)
 	@$(VENV)/bin/onceflow spark-archive \
 	  || echo "setup: the Spark class archive was not written (onceflow spark-archive); process tasks start without it"
 
-# Without npm the embedded broker keeps its log in memory (`onceflow up` says so).
+# Without npm, or when npm ci fails, the embedded broker keeps its log in memory (`onceflow up`
+# and `down` say so); the next `make setup` tries again.
 $(STORE_STAMP): embedded/package.json embedded/package-lock.json $(SETUP_STAMP)
-	@if command -v npm >/dev/null 2>&1; then \
-	  mkdir -p $(STORE_DIR) && cp embedded/package.json embedded/package-lock.json $(STORE_DIR)/ \
-	  && npm ci --prefix $(STORE_DIR) --no-audit --no-fund --loglevel=error >/dev/null \
-	  && touch $@ && echo "setup: the embedded broker's log store (s3rver) is in $(STORE_DIR)"; \
-	else echo "setup: npm not found; the embedded broker will keep its log in memory (lost on onceflow down)"; fi
+	@if ! command -v npm >/dev/null 2>&1; then \
+	  echo "setup: npm not found; the embedded broker will keep its log in memory (lost on onceflow down)"; \
+	elif mkdir -p $(STORE_DIR) && cp embedded/package.json embedded/package-lock.json $(STORE_DIR)/ \
+	  && npm ci --prefix $(STORE_DIR) --no-audit --no-fund --loglevel=error >/dev/null; then \
+	  touch $@ && echo "setup: the embedded broker's log store (s3rver) is in $(STORE_DIR)"; \
+	else echo "setup: npm ci failed; the embedded broker will keep its log in memory (lost on onceflow down)"; fi
 
 # Re-runs only when requirements.lock or pyproject.toml is newer than the stamp.
 # uv is much faster (~7 s vs ~60 s); pip is the fallback when uv cannot be installed or fails.
