@@ -69,10 +69,7 @@ def snapshot(
         tps = partitions(consumer, pipeline, topics, bootstrap)
         claimed = {(tp.topic, tp.partition): int(o) for tp, o in consumer.end_offsets(tps).items()}
         beginnings = consumer.beginning_offsets(tps)
-        # the metadata partitions() fetched carries the ids (KIP-516); the cluster view is
-        # the consumer's own copy of it
-        cluster = consumer._client.cluster  # noqa: SLF001
-        topic_ids = {t: _topic_id(cluster.topic_id(t)) for t in topics}
+        topic_ids = _topic_ids(consumer, topics)
         wanted = dict(prints_at or {})
         prints = _prints(consumer, pipeline, wanted)
     finally:
@@ -170,14 +167,17 @@ def topic_ids(bootstrap: str, pipeline: str, topics: tuple[str, ...]) -> dict[st
     consumer = _consumer(bootstrap)
     try:
         partitions(consumer, pipeline, topics, bootstrap)  # fetches the metadata, ids included
-        cluster = consumer._client.cluster  # noqa: SLF001
-        return {t: _topic_id(cluster.topic_id(t)) for t in topics}
+        return _topic_ids(consumer, topics)
     finally:
         consumer.close()
 
 
-def _topic_id(raw: object) -> str | None:
-    return None if raw is None or str(raw) == _NO_TOPIC_ID else str(raw)
+def _topic_ids(consumer: KafkaConsumer, topics: tuple[str, ...]) -> dict[str, str | None]:
+    """The topics' ids (KIP-516) in the metadata `partitions()` fetched, None where the broker
+    has none; the cluster view is the consumer's own copy of that metadata."""
+    cluster = consumer._client.cluster  # noqa: SLF001
+    ids = {t: cluster.topic_id(t) for t in topics}
+    return {t: None if i is None or str(i) == _NO_TOPIC_ID else str(i) for t, i in ids.items()}
 
 
 def _prints(

@@ -174,7 +174,7 @@ def plan(dsn: str, cfg: PipelineConfig, txid: str, snapshot: Snapshot) -> Batch:
             previous[(topic, partition)] = new_offset
 
         logs = ledger_logs(cur, cfg.name)
-        snap = snapshot({tp: log.last.offset for tp, log in logs.items() if log.last})
+        snap = snapshot(prints_at(logs))
         verify_logs(cfg.name, logs, snap)
         planned = plan_ranges(
             cfg.name,
@@ -254,6 +254,12 @@ def ledger_logs(cur, pipeline: str) -> dict[TopicPartition, LedgerLog]:
         )
         for topic, partition, committed, topic_id, print_offset, print_hash in cur.fetchall()
     }
+
+
+def prints_at(logs: Mapping[TopicPartition, LedgerLog]) -> dict[TopicPartition, int]:
+    """The offsets whose records the broker is asked for (Snapshot's argument): each
+    partition's last committed print."""
+    return {tp: known.last.offset for tp, known in logs.items() if known.last}
 
 
 def verify_logs(
@@ -806,7 +812,7 @@ def reset_offsets(
         last = cur.fetchone()
         planned = {r.tp: r.until_offset for r in _ranges(cur, cfg.name, last[0])} if last else {}
         logs = ledger_logs(cur, cfg.name)
-        snap = snapshot({tp: log.last.offset for tp, log in logs.items() if log.last})
+        snap = snapshot(prints_at(logs))
         cur.execute(
             "select topic, partition, committed_offset from onceflow.offsets where pipeline = %s",
             (cfg.name,),
@@ -860,13 +866,14 @@ def reset_offsets(
         return Reset(after_seq, abandoned, partitions)
 
 
-def _log_before_reset(
-    pipeline: str, tp: TopicPartition, known: LedgerLog | None, snap: BrokerSnapshot
-) -> str:
-    """What reset-offsets found of a partition's log, in the operator's words."""
-    end = snap.ends[tp]
-    if known is None:
-        return "not read by the ledger yet"
+def log_lost(
+    pipeline: str, tp: TopicPartition, known: LedgerLog, snap: BrokerSnapshot
+) -> str | None:
+    """Why the broker's log of a partition is not the one the ledger read, in the operator's
+    words (plan's rules: plan_ranges' offset regression, verify_logs), or None if it is."""
+    end = snap.ends.get(tp)
+    if end is None:
+        return f"the broker has no partition {tp[0]}[{tp[1]}]"
     if end < known.committed_offset:
         return (
             f"the broker's log for {tp[0]}[{tp[1]}] ends at {end}, below the committed offset "
@@ -879,7 +886,17 @@ def _log_before_reset(
             f"the broker's log for {tp[0]}[{tp[1]}] is not the one committed up to offset "
             f"{known.committed_offset}: {e.why}"
         )
-    return f"the broker's log for {tp[0]}[{tp[1]}] is the one the ledger read"
+    return None
+
+
+def _log_before_reset(
+    pipeline: str, tp: TopicPartition, known: LedgerLog | None, snap: BrokerSnapshot
+) -> str:
+    """What reset-offsets found of a partition's log, in the operator's words."""
+    if known is None:
+        return "not read by the ledger yet"
+    lost = log_lost(pipeline, tp, known, snap)
+    return lost or f"the broker's log for {tp[0]}[{tp[1]}] is the one the ledger read"
 
 
 def live_attempts(cur, pipeline: str, txid: str | None = None) -> dict[str, set[int]]:

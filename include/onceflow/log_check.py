@@ -2,8 +2,8 @@
 pipelines at once: what `onceflow up` reports after starting the stack and what `onceflow
 demo` checks before it produces.
 
-The rules are plan's (ledger.verify_logs with log_identity, plan_ranges' offset regression);
-this only asks them early, so that a lost log is said in the operator's words when the stack
+The rules are plan's (ledger.log_lost: plan_ranges' offset regression, ledger.verify_logs with
+log_identity); this only asks them early, so that a lost log is said in the operator's words when the stack
 comes up, not first as a failed plan task.
 """
 
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from onceflow.config import PipelineConfig
 from onceflow.db import transaction
-from onceflow.errors import LogIdentityError, TopicMissingError
+from onceflow.errors import TopicMissingError
 
 
 @dataclass(frozen=True)
@@ -39,12 +39,7 @@ def lost_logs(dsn: str, bootstrap: str, cfgs: Iterable[PipelineConfig]) -> list[
         if not logs:
             continue
         try:
-            snap = broker.snapshot(
-                bootstrap,
-                cfg.name,
-                cfg.topics,
-                {tp: k.last.offset for tp, k in logs.items() if k.last},
-            )
+            snap = broker.snapshot(bootstrap, cfg.name, cfg.topics, ledger.prints_at(logs))
         except TopicMissingError as e:
             committed = ", ".join(
                 f"{p}: {k.committed_offset}" for (t, p), k in sorted(logs.items()) if t == e.topic
@@ -60,31 +55,7 @@ def lost_logs(dsn: str, bootstrap: str, cfgs: Iterable[PipelineConfig]) -> list[
             )
             continue
         for tp, known in sorted(logs.items()):
-            t, p = tp
-            end = snap.ends.get(tp)
-            if end is None:
-                out.append(LostLog(cfg.name, t, p, f"the broker has no partition {t}[{p}]"))
-            elif end < known.committed_offset:
-                out.append(
-                    LostLog(
-                        cfg.name,
-                        t,
-                        p,
-                        f"the broker's log for {t}[{p}] ends at {end}, below the committed "
-                        f"offset {known.committed_offset}",
-                    )
-                )
-            else:
-                try:
-                    ledger.verify_logs(cfg.name, {tp: known}, snap)
-                except LogIdentityError as e:
-                    out.append(
-                        LostLog(
-                            cfg.name,
-                            t,
-                            p,
-                            f"the broker's log for {t}[{p}] is not the one committed up to "
-                            f"offset {known.committed_offset}: {e.why}",
-                        )
-                    )
+            why = ledger.log_lost(cfg.name, tp, known, snap)
+            if why is not None:
+                out.append(LostLog(cfg.name, tp[0], tp[1], why))
     return out

@@ -187,19 +187,19 @@ class ReadsParam(AccumulatorParam):
 class RangeReadFn:
     """mapInArrow function of `ranges_frame`: the input row with id k reads input range k.
 
-        With `counter` (a Spark accumulator of int), every record it hands on is added to it: the
-        records read, counted apart from the transform (process checks records read = rows +
-        dead letters with it, ledger.mark_staged); with `bytes_counter` their key and value bytes
-        (the batch's bytes_read); with `reads` (a Spark accumulator of ReadsParam), what it read of
+    With `counter` (a Spark accumulator of int), every record it hands on is added to it: the
+    records read, counted apart from the transform (process checks records read = rows +
+    dead letters with it, ledger.mark_staged); with `bytes_counter` their key and value bytes
+    (the batch's bytes_read); with `reads` (a Spark accumulator of ReadsParam), what it read of
     range k (onceflow.range_digest.RangeRead: the records' digest and the last one's print),
     added once the range was read to its end. Spark applies a result task's accumulator
-        updates once per partition, from its first successful attempt, so a batch's count is
-        exact as long as every task reads its range to the end (onceflow.stage drains a part it
-        skips). With `skip`, the (topic, partition, offset) of records it reads but does not
-        hand on (onceflow.poison: records the transform raised on, staged as dead letters
-        instead): they are in `reads`, not in `counter` or `bytes_counter`.
+    updates once per partition, from its first successful attempt, so a batch's count is
+    exact as long as every task reads its range to the end (onceflow.stage drains a part it
+    skips). With `skip`, the (topic, partition, offset) of records it reads but does not
+    hand on (onceflow.poison: records the transform raised on, staged as dead letters
+    instead): they are in `reads`, not in `counter` or `bytes_counter`.
 
-        Picklable (cloudpickle ships it to the executors by reference to this module).
+    Picklable (cloudpickle ships it to the executors by reference to this module).
     """
 
     def __init__(

@@ -27,11 +27,14 @@ the additions its own way (PostgreSQL `alter table`, pyiceberg's update_schema) 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
 from onceflow.errors import SinkSchemaError, UnknownTxidError
+
+log = logging.getLogger("onceflow.schema_evolution")
 
 Policy = Literal["add_columns", "fail"]
 # what a column the output does not fit is: a type other than the table's; gone from the
@@ -170,7 +173,9 @@ def new_tables(what: str, evolution: Evolution | None) -> str:
 def record(
     cur, evolution: Evolution, catalog: Literal["postgres", "iceberg"], added: Iterable[Added]
 ) -> None:
-    """Record the columns added as events of the txid, in the binding transaction."""
+    """Record the columns added as events of the txid, in the binding transaction, and say
+    so in process's log."""
+    added = list(added)
     for a in added:
         cur.execute(
             "insert into onceflow.schema_changes (pipeline, txid, seq, attempt, catalog,"
@@ -191,6 +196,13 @@ def record(
             raise UnknownTxidError(
                 evolution.pipeline, evolution.txid, f"its schema change of {a.table} is undone"
             )
+    if added:
+        log.info(
+            "txid %s: added to the %s sink: %s",
+            evolution.txid,
+            catalog,
+            ", ".join(f"{a.table}.{a.column} {a.type}" for a in added),
+        )
 
 
 def summary(changes: Iterable[dict]) -> list[str]:

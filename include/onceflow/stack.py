@@ -1205,23 +1205,18 @@ def down(settings: Settings, echo: Callable[[str], None] | None = _stderr) -> No
     for name in AIRFLOW_COMPONENTS:
         pid_file(settings, name).unlink(missing_ok=True)
 
-    proc = service_process(settings, "broker")
-    broker_procs = _family(proc) if proc is not None else set()
-    if proc is not None:
-        say(f"broker: stopping pid {proc.pid}")
-    broker_procs.update(_marked_processes(settings, "broker"))
-    _terminate(broker_procs, timeout=10, roots={proc} if proc is not None else None)
-    pid_file(settings, "broker").unlink(missing_ok=True)
-
-    proc = service_process(settings, "store")  # after the broker: it flushes to the store
-    store_procs = _family(proc) if proc is not None else set()
-    if proc is not None:
-        say(
-            f"store: stopping pid {proc.pid} (the broker's log stays in {broker_log_dir(settings)})"
-        )
-    store_procs.update(_marked_processes(settings, "store"))
-    _terminate(store_procs, timeout=10, roots={proc} if proc is not None else None)
-    pid_file(settings, "store").unlink(missing_ok=True)
+    # the store after the broker: the broker flushes its log to it
+    for name, note in (
+        ("broker", ""),
+        ("store", f" (the broker's log stays in {broker_log_dir(settings)})"),
+    ):
+        proc = service_process(settings, name)
+        procs = _family(proc) if proc is not None else set()
+        if proc is not None:
+            say(f"{name}: stopping pid {proc.pid}{note}")
+        procs.update(_marked_processes(settings, name))
+        _terminate(procs, timeout=10, roots={proc} if proc is not None else None)
+        pid_file(settings, name).unlink(missing_ok=True)
 
     proc = service_process(settings, "postgres")
     if proc is not None:

@@ -376,14 +376,7 @@ class IcebergSink(OutsideSink):
             except CommitFailedException:
                 table = catalog.load_table(self.identifier)
                 continue
-            if added:
-                schema_evolution.record(cur, evolution, "iceberg", added)
-                log.info(
-                    "txid %s: added to Iceberg table %s: %s",
-                    evolution.txid,
-                    self.name,
-                    ", ".join(f"{a.column} {a.type}" for a in added),
-                )
+            schema_evolution.record(cur, evolution, "iceberg", added)
             return catalog.load_table(self.identifier)
         raise SinkUnavailableError(
             f"Iceberg table {self.name} (warehouse {self.warehouse}): its schema could not be "

@@ -43,7 +43,6 @@ would migrate the tables.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -55,8 +54,6 @@ from onceflow.errors import SinkSchemaError
 from onceflow.schema_evolution import Evolution
 from onceflow.sinks.base import TAG_COLUMNS, PublishTarget, Sink, check_output_column, sink_type
 from onceflow.transforms import COORDINATES, RECORDS, passed_through
-
-log = logging.getLogger("onceflow.sinks.postgres")
 
 # Spark SQL types (DataType.simpleString(), or typeName() spellings) -> PostgreSQL types,
 # spelled as format_type() prints them, so a table's columns compare as text.
@@ -371,14 +368,7 @@ class PostgresSink(Sink):
                     sql.SQL(a.type),  # from _SPARK_TO_PG / sink_type / _SUM_TYPES only
                 )
             )
-        if added:
-            schema_evolution.record(cur, evolution, "postgres", added)
-            log.info(
-                "txid %s: added to %s: %s",
-                evolution.txid,
-                bound._label,
-                ", ".join(f"{a.table}.{a.column} {a.type}" for a in added),
-            )
+        schema_evolution.record(cur, evolution, "postgres", added)
         return bound
 
     def _fit(
