@@ -54,11 +54,11 @@ class Broker:
 def broker(workdir: Path) -> Iterator[Broker]:
     """Apache Kafka from the distribution named by ONCEFLOW_KAFKA_DIST when it is given, else
     a tansu broker with memory storage; either on a free port, stopped by PID at the end."""
-    from onceflow.apache_kafka import dist_from_env, private_apache_kafka, skip_reason
+    from onceflow_dev.apache_kafka import dist_from_env, private_apache_kafka, skip_reason
 
     dist = dist_from_env()
     if dist is None:
-        from onceflow.stack import private_broker
+        from onceflow_dev.stack import private_broker
 
         with private_broker(free_port(), workdir / "tansu.log") as bootstrap:
             yield Broker(bootstrap, "tansu", f"tansu (memory storage): {skip_reason()}")
@@ -205,10 +205,10 @@ def produce(
     bootstrap: str, name: str, partitions: int, count: int, sample: Callable | None = None
 ) -> Topic:
     """`count` records round-robin over `partitions`: order events, or the series of a user
-    transform's `sample(i, rng)` (onceflow.producer.records); ranges from the delivery
+    transform's `sample(i, rng)` (onceflow_dev.producer.records); ranges from the delivery
     reports."""
     from confluent_kafka import Producer
-    from onceflow.producer import records
+    from onceflow_dev.producer import records
 
     create_topic(bootstrap, name, partitions)
     p = Producer(

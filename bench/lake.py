@@ -5,7 +5,7 @@ One topic of stock updates (spark_jobs/inventory.py's `sample`: ~5% tombstones, 
 is produced once. Each repeat runs, back to back (the order alternating between repeats),
 for each sink a fresh pipeline over the whole topic with the same transform
 (`inventory:transform`, record-wise, in the JVM) through spark-submit of
-spark_jobs/process.py, then its commit through ledger.commit, as `onceflow commit` does:
+onceflow/spark_app/process.py, then its commit through ledger.commit, as `onceflow commit` does:
 
   postgres  an append table in the bench's PostgreSQL: process COPYs into the stage table,
             commit inserts it into the table with the offsets, in one transaction;
@@ -155,7 +155,7 @@ def section(lake: dict[str, Any]) -> list[str]:
         f"{s['postgres']['dead']:,} dead letters, tombstones appended as rows), "
         f"{c['partitions']} partitions, broker {c['broker']}; transform `{c['transform']}` "
         "(record-wise, in the JVM). Per sink and repeat a fresh pipeline over the whole "
-        "topic: spark-submit of spark_jobs/process.py, then `ledger.commit` as `onceflow "
+        "topic: spark-submit of onceflow/spark_app/process.py, then `ledger.commit` as `onceflow "
         f"commit` does it, into an empty table; {runs}, the sinks back "
         f"to back. Run {lake['started_at']} – {lake['finished_at']}, 1-minute load average "
         f"min {load['min']:.1f}, mean {load['mean']:.1f}, max {load['max']:.1f}.",

@@ -15,7 +15,7 @@ Phase 1, data plane (a private broker and PostgreSQL, nothing else of Onceflow r
                    every value: what this machine does per process (bench/raw_consumer.py)
   read_parse       the process job's reader + parse + aggregate in Spark, in-job, no sink
                    (bench/spark_job.py, spark-submit)
-  process          spark_jobs/process.py itself through spark-submit: claim, read, parse,
+  process          onceflow/spark_app/process.py itself through spark-submit: claim, read, parse,
                    validate, stage into PostgreSQL, mark staged; in-job = its total minus
                    the session start and stop; watched for CPU and peak RSS per process
   native_*         the peer: the same ranges through Spark's own Kafka connector, from_json,
@@ -61,6 +61,7 @@ import common  # noqa: E402
 import lake  # noqa: E402
 from common import ROOT, SPARK_SUBMIT, Topic  # noqa: E402
 from onceflow import jvm_archive  # noqa: E402
+from onceflow.spark_app import PROCESS_APPLICATION  # noqa: E402
 from procmon import run_watched  # noqa: E402
 
 BENCH = ROOT / "bench"
@@ -306,7 +307,7 @@ def process_run(bootstrap: str, led: Ledger, topic: Topic, commit: bool = False)
     cmd = [str(SPARK_SUBMIT), *SUBMIT_ARGS,
            "--conf", f"spark.pyspark.python={sys.executable}",
            "--conf", f"spark.pyspark.driver.python={sys.executable}",
-           str(ROOT / "spark_jobs" / "process.py"), "--pipeline", cfg.name, "--txid", "run-1"]  # fmt: skip
+           PROCESS_APPLICATION, "--pipeline", cfg.name, "--txid", "run-1"]  # fmt: skip
     proc, wall, usage = run_watched(cmd, env, [led.postmaster])
     timings = [x for x in proc.stdout.splitlines() if "onceflow process timings " in x]
     summary = [x for x in proc.stdout.splitlines() if "onceflow process pipeline=" in x]
@@ -366,7 +367,7 @@ def lake_run(a: argparse.Namespace, work: Path, bootstrap: str, pg: common.Postg
     """bench/lake.py's section: `a.lake_records` stock updates produced once, then per repeat
     process + commit into each sink (order alternating), summarised, every Iceberg table
     checked to hold its one snapshot."""
-    from onceflow.producer import load_sample
+    from onceflow_dev.producer import load_sample
 
     started = datetime.now(UTC)
     with LoadWatch() as load:
@@ -428,10 +429,11 @@ def small_batch(runs: int, kafka: common.Broker) -> dict:
     """DAG runs of a SMALL_BATCH-record batch through the real scheduler, each split into its
     tasks, the process job's own timings and the hand-offs between them. The stack's broker
     is `kafka` when it is Apache Kafka (an external broker to the stack), else its own tansu."""
-    from onceflow import broker, producer, stack
+    from onceflow import broker
     from onceflow.airflow_api import AirflowClient
     from onceflow.db import migrate
     from onceflow.settings import Settings
+    from onceflow_dev import producer, stack
 
     saved = dict(os.environ)
     home = Path(STACK_ENV["ONCEFLOW_HOME"])

@@ -1,8 +1,7 @@
-"""Onceflow: one DAG per pipeline in pipelines.toml (plan -> process -> commit).
+"""Onceflow: one DAG per pipeline in pipelines.toml (plan -> process -> commit); the same
+two lines a user's DAG file holds. Configuration errors show as DAG import errors naming the
+file and key."""
 
-Configuration errors surface here as DAG import errors that name the file and key.
-"""
+from onceflow.airflow import pipelines_dags
 
-from onceflow.airflow.dag_factory import build_dags
-
-globals().update(build_dags())
+globals().update(pipelines_dags(__file__))

@@ -53,7 +53,7 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def private_tansu(tmp_path_factory):
     """A tansu broker of the module's own (memory storage) on a free port, stopped by PID."""
-    from onceflow.stack import private_broker
+    from onceflow_dev.stack import private_broker
 
     with private_broker(free_port(), tmp_path_factory.mktemp("tansu") / "tansu.log") as b:
         yield b
@@ -62,7 +62,7 @@ def private_tansu(tmp_path_factory):
 @pytest.fixture(scope="module")
 def private_pg(tmp_path_factory):
     """A PostgreSQL of the module's own (the embedded server), stopped by PID."""
-    from onceflow.stack import private_postgres
+    from onceflow_dev.stack import private_postgres
 
     with private_postgres(tmp_path_factory.mktemp("pg") / "data") as dsn:
         yield dsn
@@ -105,9 +105,9 @@ def _running_stack(env: dict[str, str], override: bool):
     """
     import shutil
 
-    from onceflow import stack as stack_mod
     from onceflow.db import migrate
     from onceflow.settings import Settings
+    from onceflow_dev import stack as stack_mod
 
     saved = {k: os.environ.get(k) for k in env}
     for k, v in env.items():
@@ -172,7 +172,7 @@ def stack(outside_package):
 @pytest.fixture(scope="session")
 def real_kafka(tmp_path_factory):
     """A disposable Apache Kafka from ONCEFLOW_KAFKA_DIST (skips with the reason without it)."""
-    from onceflow.apache_kafka import dist_from_env, private_apache_kafka, skip_reason
+    from onceflow_dev.apache_kafka import dist_from_env, private_apache_kafka, skip_reason
 
     dist = dist_from_env()
     if dist is None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 from onceflow import broker
-from onceflow.apache_kafka import ApacheKafka, dist_from_env, skip_reason
+from onceflow_dev.apache_kafka import ApacheKafka, dist_from_env, skip_reason
 
 pytestmark = pytest.mark.real_kafka
 

@@ -9,8 +9,8 @@ from datetime import UTC, datetime
 from decimal import Decimal
 
 import pytest
-from onceflow import chaos
-from onceflow.chaos_truth import CommittedRange, TopicMarker, TopicRecord, topic_truth
+from onceflow_dev import chaos
+from onceflow_dev.chaos_truth import CommittedRange, TopicMarker, TopicRecord, topic_truth
 
 pytestmark = pytest.mark.unit
 
@@ -27,8 +27,8 @@ def _derived():
 
 
 def test_a_kafka_sink_pipeline_s_stack_is_on_apache_kafka_beside_its_own_ports(tmp_path):
-    from onceflow import stack
     from onceflow.settings import Settings
+    from onceflow_dev import stack
 
     for slot in (0, 3):
         tansu, real = chaos.chaos_env(tmp_path, slot), chaos.chaos_env(tmp_path, slot, True)

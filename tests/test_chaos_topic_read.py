@@ -8,11 +8,19 @@ from __future__ import annotations
 import json
 
 import pytest
-from onceflow import chaos, ledger
-from onceflow.chaos_truth import Acked, SinkRecord, TopicMarker, TopicRecord, account, topic_truth
+from onceflow import ledger
 from onceflow.db import transaction
 from onceflow.failpoints import FailpointError
 from onceflow.sinks import sink_for
+from onceflow_dev import chaos
+from onceflow_dev.chaos_truth import (
+    Acked,
+    SinkRecord,
+    TopicMarker,
+    TopicRecord,
+    account,
+    topic_truth,
+)
 from test_kafka_sink import XY, consume, make_cfg
 from test_sinks import T, process, snap
 

@@ -1,6 +1,6 @@
 """The chaos harness's pure parts: the fault schedule drawn from a seed, the chaos stack's
 pipeline derived from a user's, the lost/duplicated accounting over record coordinates, each
-sink mode's truth (onceflow.chaos_truth), the verdict and the report table."""
+sink mode's truth (onceflow_dev.chaos_truth), the verdict and the report table."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from datetime import UTC, datetime
 from decimal import Decimal
 
 import pytest
-from onceflow import chaos, chaos_truth
-from onceflow.chaos import fault_schedule
-from onceflow.chaos_truth import (
+from onceflow_dev import chaos, chaos_truth
+from onceflow_dev.chaos import fault_schedule
+from onceflow_dev.chaos_truth import (
     Acked,
     CommittedRange,
     CurrentRow,
@@ -569,8 +569,8 @@ def test_record_source_is_the_transform_module_s_sample(tmp_path, monkeypatch):
 
 
 def test_record_source_of_orders_is_the_orders_example_s_sample():
-    from onceflow.producer import records
     from onceflow.transforms import load_module
+    from onceflow_dev.producer import records
 
     source = chaos.record_source("orders:transform", seed=7)
     sample = load_module("orders:transform").sample  # spark_jobs/orders.py
@@ -636,7 +636,7 @@ def test_a_user_row_agrees_with_its_record_on_every_derivable_column():
 
 
 def test_compared_columns_are_those_a_record_says():
-    from onceflow.chaos_truth import compared_columns
+    from onceflow_dev.chaos_truth import compared_columns
 
     acked = {0: {(0, 0): Acked(0, b"s", b'{"quantity": 1}'), (0, 1): Acked(1, b"s", None)}}
     rows = [
@@ -803,7 +803,7 @@ def test_merge_state_is_the_fold_of_the_committed_partials():
 
 
 def test_merge_totals_of_the_state_are_the_partials_totals():
-    from onceflow.chaos_truth import merge_totals
+    from onceflow_dev.chaos_truth import merge_totals
 
     assert merge_totals(PARTIALS, STATE, ("views", "dwell_ms")) == []
     off = {**STATE, ("/b", MINUTE): ((1, 51), 1)}

@@ -145,9 +145,9 @@ def _wait_workers_registered(n: int, timeout: float = 60) -> None:
 @pytest.fixture(scope="module")
 def cluster_stack(spark_cluster):
     """The local stack on its own ports, with spark_default pointing at the master."""
-    from onceflow import stack
     from onceflow.db import migrate
     from onceflow.settings import Settings
+    from onceflow_dev import stack
 
     saved = dict(os.environ)
     events = spark_cluster["logs"] / "events"
@@ -225,12 +225,13 @@ def _executors_and_tasks(events: Path) -> tuple[dict[str, int], Counter]:
 
 
 def test_dag_runs_on_a_standalone_cluster_read_on_both_workers(cluster_stack):
-    from onceflow import broker, producer
+    from onceflow import broker
     from onceflow.airflow_api import AirflowClient
     from onceflow.audit import run_audit
     from onceflow.config import get_pipeline
     from onceflow.db import transaction
     from onceflow.recount import count_records
+    from onceflow_dev import producer
 
     settings, events = cluster_stack
     broker.create_topic(settings.kafka_bootstrap, TOPIC, PARTITIONS)

@@ -437,3 +437,24 @@ def test_a_misspelled_transform_function_fails_the_file_naming_what_the_module_d
     (tmp_path / "dynamic.py").write_text("def __getattr__(name):\n    return name\n")
     assert parse_pipeline("p", {**user, "transform": "dynamic:anything"})
     assert parse_pipeline("p", {**user, "transform": "not_on_the_path:transform"})
+
+
+@pytest.mark.unit
+def test_a_transform_module_next_to_the_pipelines_file_is_checked(tmp_path, monkeypatch):
+    """A user's layout: pipelines.toml and its transform package in one folder, which is on
+    no path (the command line outside Airflow, with ONCEFLOW_PIPELINES naming the file): a
+    misspelled function there is found at parse time, as in the spark_jobs folder."""
+    monkeypatch.delenv("ONCEFLOW_PYTHONPATH", raising=False)
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")  # `python -m pytest` has the cwd on sys.path
+    bundle = tmp_path / "bundle"
+    (bundle / "acme_near").mkdir(parents=True)
+    (bundle / "acme_near" / "__init__.py").write_text("")
+    (bundle / "acme_near" / "clicks.py").write_text("def transform(df):\n    return df\n")
+    path = bundle / "pipelines.toml"
+    path.write_text(
+        '[pipelines.clicks]\ntopics = ["clicks"]\ntransform = "acme_near.clicks:transfrom"\n'
+        '[pipelines.clicks.sink]\ntable = "clicks"\n'
+    )
+    with pytest.raises(ConfigError, match="defines no 'transfrom'; it defines transform"):
+        load_pipelines(path)

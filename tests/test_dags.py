@@ -20,7 +20,7 @@ def test_dag_folder_imports_without_errors(tmp_path, monkeypatch):
     dag = bag.dags["onceflow_orders"]
     assert [t.task_id for t in dag.topological_sort()] == ["plan", "process", "commit"]
     process = dag.get_task("process")
-    assert process.application.endswith("spark_jobs/process.py")
+    assert process.application.endswith("onceflow/spark_app/process.py")
     assert "{{ run_id }}" in process.application_args
     commit = dag.get_task("commit")
     assert type(commit).__name__ == "CommitOperator"
@@ -56,11 +56,42 @@ def test_the_users_folders_reach_the_spark_driver_and_its_executors(tmp_path, mo
 
     dag = build_dags(ROOT / "dags" / "pipelines.toml")["onceflow_orders"]
     process = dag.get_task("process")
-    assert process.env_vars["ONCEFLOW_PYTHONPATH"] == f"{tmp_path}/acme:{tmp_path}/more"
+    dags = str(ROOT / "dags")  # the pipelines file's folder comes last
+    assert process.env_vars["ONCEFLOW_PYTHONPATH"] == f"{tmp_path}/acme:{tmp_path}/more:{dags}"
     executor_path = process.conf["spark.executorEnv.PYTHONPATH"].split(":")
-    assert executor_path == [
-        str(ROOT / "include"),
-        str(ROOT / "spark_jobs"),
-        f"{tmp_path}/acme",
-        f"{tmp_path}/more",
-    ]
+    # no checkout folder: onceflow itself comes from the installed package
+    assert executor_path == [str(ROOT / "spark_jobs"), f"{tmp_path}/acme", f"{tmp_path}/more", dags]
+
+
+def test_a_users_two_line_dag_file_finds_its_pipelines_and_transforms_next_to_it(
+    tmp_path, monkeypatch
+):
+    """The DAG file a user writes: pipelines.toml and the transform package beside it, no
+    ONCEFLOW_* variable; the tasks and the job are pointed at that file and folder."""
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "home"))
+    for name in ("ONCEFLOW_PIPELINES", "ONCEFLOW_SPARK_JOBS", "ONCEFLOW_PYTHONPATH"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)  # no spark_jobs folder here either
+    bundle = tmp_path / "bundle"
+    (bundle / "acme_flows").mkdir(parents=True)
+    (bundle / "acme_flows" / "__init__.py").write_text("")
+    (bundle / "acme_flows" / "clicks.py").write_text("def transform(df):\n    return df\n")
+    (bundle / "pipelines.toml").write_text(
+        '[pipelines.clicks]\ntopics = ["clicks"]\ntransform = "acme_flows.clicks:transform"\n'
+        '[pipelines.clicks.sink]\ntable = "clicks"\n'
+    )
+    (bundle / "flows.py").write_text(
+        "from onceflow.airflow import pipelines_dags\n\nglobals().update(pipelines_dags(__file__))\n"
+    )
+    from airflow.dag_processing.dagbag import DagBag
+
+    monkeypatch.setenv("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+    bag = DagBag(dag_folder=str(bundle))
+    assert bag.import_errors == {}
+    dag = bag.dags["onceflow_clicks"]
+    assert dag.get_task("plan").op_kwargs["pipelines_file"] == str(bundle / "pipelines.toml")
+    assert dag.get_task("commit").pipelines_file == str(bundle / "pipelines.toml")
+    process = dag.get_task("process")
+    assert process.env_vars["ONCEFLOW_PIPELINES"] == str(bundle / "pipelines.toml")
+    assert str(bundle) in process.env_vars["ONCEFLOW_PYTHONPATH"].split(":")
+    assert process.conf["spark.executorEnv.PYTHONPATH"].split(":")[-1] == str(bundle)

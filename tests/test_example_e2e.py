@@ -35,7 +35,7 @@ def update(sku: str, quantity: int) -> bytes:
 def produce(bootstrap: str, records: list[tuple[str, bytes | None]]) -> None:
     """Keyed as a Kafka producer keys them: each sku on one partition, in order. One record
     per produce request: the embedded broker reports a partition's end offset as its last
-    batch's base offset + 1 (onceflow.producer.produce)."""
+    batch's base offset + 1 (onceflow_dev.producer.produce)."""
     from confluent_kafka import Producer
 
     p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})

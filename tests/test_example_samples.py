@@ -11,9 +11,9 @@ import uuid
 from datetime import datetime
 
 import pytest
-from onceflow import producer
 from onceflow.errors import TransformError
 from onceflow.transforms import load_module
+from onceflow_dev import producer
 
 pytestmark = pytest.mark.unit
 

@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from onceflow import demo, ledger, outside_commit
+from onceflow import ledger, outside_commit
 from onceflow.audit import run_audit
 from onceflow.db import transaction
 from onceflow.errors import (
@@ -29,6 +29,7 @@ from onceflow.sinks import PublishTarget, sink_for
 from onceflow.sinks.iceberg import CATALOG_SCHEMA, OUTPUT_COLUMNS, open_catalog
 from onceflow.stage import StageTarget, stage_part
 from onceflow.states import BatchState
+from onceflow_dev import demo
 from test_sinks import FIELDS, T, bound, pipeline, process, published, records, snap
 
 pytestmark = pytest.mark.integration
@@ -283,16 +284,13 @@ def test_the_ledger_cli_and_ui_show_each_committed_txids_snapshot(
 ):
     import contextlib
     import io
-    import sys
     from dataclasses import replace
 
+    from fastapi.testclient import TestClient
     from onceflow import cli
     from onceflow.settings import Settings
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins"))
-    from fastapi.testclient import TestClient
-    from onceflow_ui import app as app_mod
-    from onceflow_ui import create_app
+    from onceflow.ui import app as app_mod
+    from onceflow.ui import create_app
 
     ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
     ledger.plan(ledger_dsn, cfg, "b", snap({(T, 0): 3}))
@@ -575,8 +573,8 @@ def test_the_audit_finds_a_seq_published_twice_and_its_records_twice(ledger_dsn,
 def test_the_chaos_truth_scans_the_table_by_coordinates(ledger_dsn, cfg):
     import json
 
-    from onceflow.chaos import SinkSnapshot, _coord, _user_columns
-    from onceflow.chaos_truth import Acked, SinkRecord, account, fields_row
+    from onceflow_dev.chaos import SinkSnapshot, _coord, _user_columns
+    from onceflow_dev.chaos_truth import Acked, SinkRecord, account, fields_row
 
     ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2), (0, 2, "z", 3, "bad")])

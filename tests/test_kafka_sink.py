@@ -542,7 +542,7 @@ def test_an_unreachable_broker_at_commit_is_a_clear_error_and_the_retry_publishe
 ):
     from dataclasses import replace
 
-    from onceflow.apache_kafka import free_port
+    from onceflow_dev.apache_kafka import free_port
 
     monkeypatch.setattr(kafka_sink, "TIMEOUT_S", 3.0)
     nowhere = f"127.0.0.1:{free_port()}"

@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from onceflow import broker, cli, demo, views
+from onceflow import broker, cli, views
 from onceflow.config import get_pipeline
 from onceflow.sinks import kafka as kafka_sink
+from onceflow_dev import demo
 from test_example_e2e import update
 from test_kafka_sink import consume
 

@@ -8,13 +8,14 @@ audit, re-reading the broker, says exactly-once."""
 from __future__ import annotations
 
 import pytest
-from onceflow import broker, demo, views
+from onceflow import broker, views
 from onceflow.audit import run_audit
 from onceflow.config import get_pipeline
 from onceflow.db import transaction
 from onceflow.recount import count_records
 from onceflow.sinks import sink_for
 from onceflow.sinks.iceberg import open_catalog
+from onceflow_dev import demo
 from test_example_e2e import update
 
 pytestmark = pytest.mark.integration

@@ -13,13 +13,14 @@ from __future__ import annotations
 import time
 
 import pytest
-from onceflow import broker, ledger, producer
+from onceflow import broker, ledger
 from onceflow.audit import run_audit
 from onceflow.config import get_pipeline
 from onceflow.db import transaction
 from onceflow.errors import UnknownTxidError
 from onceflow.log_check import lost_logs
 from onceflow.recount import count_records
+from onceflow_dev import producer
 from test_pipeline_e2e import orders_sample, run_and_wait
 
 pytestmark = pytest.mark.integration

@@ -192,7 +192,7 @@ class FakeDemoAirflow(FakeAirflow):
     """The demo's runs: the first pipeline's fails in process, every other succeeds."""
 
     def wait_for_runs(self, dag_id, run_ids, timeout):
-        from onceflow import demo
+        from onceflow_dev import demo
 
         first = f"onceflow_{demo.PIPELINES[0][0]}"
         return {r: "failed" if dag_id == first else "success" for r in run_ids}
@@ -207,7 +207,8 @@ def test_demo_ends_with_each_failed_runs_error(monkeypatch):
     carry the failed run's error, not a pointer to the task logs."""
     from pathlib import Path
 
-    from onceflow import audit, demo, log_check
+    from onceflow import audit, log_check
+    from onceflow_dev import demo
 
     # the shipped pipelines, whatever a session's stack set (the demo runs those)
     shipped = Path(__file__).resolve().parents[1] / "dags" / "pipelines.toml"
@@ -270,7 +271,7 @@ def test_status_lines_name_each_file_and_the_error_it_raised():
 
 @pytest.mark.unit
 def test_status_lists_the_dag_import_errors_airflow_reports(monkeypatch):
-    from onceflow import stack
+    from onceflow_dev import stack
 
     monkeypatch.setattr(stack, "status", lambda _settings: {"services": {}})
     monkeypatch.setattr(stack, "format_status", lambda _info: "home: x")
@@ -316,7 +317,7 @@ def test_topics_create_refuses_a_broker_that_does_not_answer():
 
 @pytest.mark.integration  # a private broker (tansu) on a free port, no other service
 def test_topics_create_creates_a_pipelines_topics_once(pipelines_file, tmp_path, monkeypatch):
-    from onceflow.stack import private_broker
+    from onceflow_dev.stack import private_broker
     from test_process_job import _free_port
 
     with private_broker(_free_port(), tmp_path / "tansu.log") as bootstrap:

@@ -3,7 +3,7 @@
 
 The stack has its own home and ports (.onceflow/test-own-stack, 25437/29097/28085), because
 its tests stop and start it (`onceflow down`/`up`): the embedded broker must keep its log
-across them (the store, onceflow.stack). Its pipelines file is the shipped one plus the
+across them (the store, onceflow_dev.stack). Its pipelines file is the shipped one plus the
 user's two pipelines, whose transforms live in a package outside the repository, reached
 through ONCEFLOW_PYTHONPATH as the README says.
 """

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import io
 import re
-import sys
 import uuid
 from dataclasses import replace
 from pathlib import Path
@@ -20,8 +19,6 @@ import pytest
 import requests
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT / "plugins") not in sys.path:
-    sys.path.insert(0, str(ROOT / "plugins"))
 
 PIPELINE = "it_ui"
 DAG_ID = f"onceflow_{PIPELINE}"
@@ -57,7 +54,7 @@ def _route_paths(app) -> set[str]:
 @pytest.mark.unit
 def test_every_route_requires_authentication_in_process():
     from fastapi.testclient import TestClient
-    from onceflow_ui import create_app
+    from onceflow.ui import create_app
 
     app = create_app(settings=lambda: pytest.fail("settings read before authentication"))
     # the list above covers every route the app has, so a new route cannot slip in unprotected
@@ -142,7 +139,7 @@ def test_a_hanging_broker_makes_lag_unavailable_without_piling_up_calls(monkeypa
 
     from onceflow.config import parse_pipeline
     from onceflow.settings import Settings
-    from onceflow_ui import data
+    from onceflow.ui import data
 
     release, calls = threading.Event(), []
 
@@ -171,8 +168,8 @@ def seeded_client(ledger_dsn, tmp_path, unique_name, monkeypatch):
     read every DAG but `onceflow_secret`."""
     from fastapi.testclient import TestClient
     from onceflow.settings import Settings
-    from onceflow_ui import app as app_mod
-    from onceflow_ui import create_app, data
+    from onceflow.ui import app as app_mod
+    from onceflow.ui import create_app, data
 
     monkeypatch.setattr(data.broker, "snapshot", _broker_down)
 
@@ -301,10 +298,11 @@ def feed_it_ui(stack, count: int, seed: int) -> None:
     restart the ledger is ahead of the re-created, empty topic. That is what `reset-offsets` is
     for, so the product's own operator action realigns the ledger (and the ledger view shows it).
     """
-    from onceflow import broker, ledger, producer, views
+    from onceflow import broker, ledger, views
     from onceflow.config import get_pipeline
     from onceflow.db import migrate
     from onceflow.transforms import load_module
+    from onceflow_dev import producer
 
     migrate(stack.postgres_dsn)  # a fresh test stack has no ledger schema yet (idempotent)
     cfg = get_pipeline(stack.pipelines_file, PIPELINE)

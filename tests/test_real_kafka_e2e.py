@@ -10,13 +10,14 @@ from __future__ import annotations
 import time
 
 import pytest
-from onceflow import broker, ledger, producer
+from onceflow import broker, ledger
 from onceflow.audit import run_audit
 from onceflow.config import get_pipeline
 from onceflow.db import transaction
 from onceflow.errors import UnknownTxidError
 from onceflow.recount import count_records
 from onceflow.transforms import load_module
+from onceflow_dev import producer
 
 pytestmark = [pytest.mark.integration, pytest.mark.real_kafka]
 

@@ -521,17 +521,13 @@ def test_the_ledger_cli_and_ui_show_the_change_with_its_txid(
     import contextlib
     import io
     import json
-    import sys
     from dataclasses import replace
-    from pathlib import Path
 
+    from fastapi.testclient import TestClient
     from onceflow import cli
     from onceflow.settings import Settings
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins"))
-    from fastapi.testclient import TestClient
-    from onceflow_ui import app as app_mod
-    from onceflow_ui import create_app
+    from onceflow.ui import app as app_mod
+    from onceflow.ui import create_app
 
     cfg = make_cfg(unique_name, "upsert")
     s = cfg.sink_schema

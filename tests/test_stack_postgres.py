@@ -22,8 +22,8 @@ pytestmark = pytest.mark.integration
     os.geteuid() != 0, reason="only root's server runs as another user (non-root runs as itself)"
 )
 def test_root_starts_postgres_with_its_home_in_a_private_folder(monkeypatch):
-    from onceflow import stack
     from onceflow.settings import Settings
+    from onceflow_dev import stack
 
     private = Path(tempfile.mkdtemp(prefix="onceflow-private-"))  # mode 0700, owner root
     assert stat.S_IMODE(private.stat().st_mode) == 0o700

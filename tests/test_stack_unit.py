@@ -11,9 +11,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from onceflow import stack
 from onceflow.airflow_api import AirflowClient, AirflowConflict, AirflowNotFound, validate_run_id
 from onceflow.settings import Settings
+from onceflow_dev import stack
 
 pytestmark = pytest.mark.unit
 

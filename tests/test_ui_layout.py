@@ -5,7 +5,6 @@ wrapped in its cell, not cut off at the right edge."""
 
 from __future__ import annotations
 
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -16,8 +15,6 @@ pytestmark = pytest.mark.ui
 CHROMIUM = Path("/usr/bin/chromium")
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "test-artifacts" / "ui"
-if str(ROOT / "plugins") not in sys.path:
-    sys.path.insert(0, str(ROOT / "plugins"))
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -79,7 +76,7 @@ def _batch(seq: int, state: str, last_error: str | None = None) -> dict:
 
 
 def ledger_html() -> str:
-    from onceflow_ui import pages
+    from onceflow.ui import pages
 
     batches = [_batch(3, "processing", LONG_ERROR), _batch(2, "committed"), _batch(1, "committed")]
     data = {

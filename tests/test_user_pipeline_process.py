@@ -1,4 +1,4 @@
-"""A user pipeline through the REAL `spark-submit spark_jobs/process.py`: a transform in a
+"""A user pipeline through the REAL `spark-submit onceflow/spark_app/process.py`: a transform in a
 folder outside the repository (ONCEFLOW_SPARK_JOBS), staged into each PostgresSink mode and
 an Iceberg table, committed through ledger.commit and audited; the transform errors that
 stage nothing, the records-read check (a filter, a duplicate, a retried task, a transform's
@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from onceflow.spark_app import PROCESS_APPLICATION
 
 pytestmark = pytest.mark.integration
 
@@ -241,7 +242,7 @@ def run(env, name, ends, master="local[2]", *args):
         "--master", master,
         "--driver-memory", "512m",
         "--conf", "spark.ui.enabled=false",
-        str(ROOT / "spark_jobs" / "process.py"),
+        PROCESS_APPLICATION,
         "--pipeline", name,
         "--txid", "run-1",
         *args,
@@ -628,7 +629,7 @@ def test_a_column_the_transform_adds_evolves_the_tables_and_is_published_from_th
         ledger.plan(e["ONCEFLOW_POSTGRES_DSN"], cfg(e, "evo"), txid, snapshot)
         proc = subprocess.run(
             [str(SPARK_SUBMIT), "--master", "local[2]", "--driver-memory", "512m",
-             "--conf", "spark.ui.enabled=false", str(ROOT / "spark_jobs" / "process.py"),
+             "--conf", "spark.ui.enabled=false", PROCESS_APPLICATION,
              "--pipeline", "evo", "--txid", txid],
             env=e, capture_output=True, text=True, timeout=400,
         )  # fmt: skip

@@ -10,10 +10,24 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 from onceflow.config import PipelineConfig, get_pipeline, load_pipelines
-from onceflow.demo import PIPELINES as DEMO_PIPELINES
 from onceflow.errors import OnceflowError
 from onceflow.settings import Settings
 from onceflow.states import BatchState
+
+
+def local_module(name: str):
+    """A module of onceflow_dev (the local stack, demo, producers, chaos), imported when a
+    command needs it; without the `local` extra the command says what to install."""
+    from importlib import import_module
+
+    try:
+        return import_module(f"onceflow_dev.{name}")
+    except ImportError as e:
+        raise OnceflowError(
+            f"this command runs the local stack's tools, which need what the `local` extra "
+            f"installs (pip install 'onceflow[local]'); missing: {e.name}"
+        ) from e
+
 
 EPILOG_AUDIT = "example: onceflow audit --pipeline orders --reread --json"
 
@@ -37,7 +51,7 @@ def _print_table(rows: list[dict], columns: Sequence[str]) -> None:
 
 
 def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
-    from onceflow import stack
+    stack = local_module("stack")
     from onceflow.db import migrate
 
     stack.up(settings)
@@ -70,7 +84,7 @@ def _report_lost_logs(settings: Settings) -> None:
 
 
 def cmd_down(args: argparse.Namespace, settings: Settings) -> int:
-    from onceflow import stack
+    stack = local_module("stack")
 
     if stack.uses_embedded_broker(settings) and not stack.broker_durable(settings):
         print(
@@ -84,7 +98,7 @@ def cmd_down(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
-    from onceflow import stack
+    stack = local_module("stack")
 
     info = stack.status(settings)
     info["dag_import_errors"] = _dag_import_errors(settings)
@@ -147,7 +161,9 @@ def _error_message(stack_trace: str) -> list[str]:
 
 
 def cmd_produce(args: argparse.Namespace, settings: Settings) -> int:
-    from onceflow import broker, producer
+    from onceflow import broker
+
+    producer = local_module("producer")
 
     cfg = _pipeline(settings, args.pipeline)
     sample = producer.load_sample(cfg.transform)
@@ -323,7 +339,7 @@ def _print_audit(cfg: PipelineConfig, report) -> None:
 
 
 def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
-    from onceflow import demo
+    demo = local_module("demo")
     from onceflow.airflow_api import AirflowClient
     from onceflow.audit import run_audit
 
@@ -405,7 +421,9 @@ def _reset_lost_demo_logs(settings: Settings, cfgs: list[PipelineConfig]) -> Non
     """The demo owns its example pipelines and their topics: where the broker lost the log
     their ledgers read (a broker that kept it in memory, restarted), it says so and starts
     them in a new epoch, as an operator would with `onceflow reset-offsets`."""
-    from onceflow import broker, demo, ledger
+    from onceflow import broker, ledger
+
+    demo = local_module("demo")
     from onceflow.log_check import lost_logs
 
     lost = lost_logs(settings.postgres_dsn, settings.kafka_bootstrap, cfgs)
@@ -723,7 +741,7 @@ def _fail_abandoned_runs(settings: Settings, dag_id: str, txids: list[str]) -> N
 def cmd_chaos(args: argparse.Namespace, settings: Settings) -> int:
     from pathlib import Path
 
-    from onceflow import chaos
+    chaos = local_module("chaos")
 
     opts = chaos.Options(
         batches=args.batches,
@@ -873,9 +891,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp = add(
         "demo",
         cmd_demo,
-        "Run the shipped example pipelines on the running stack: produce "
-        + ", ".join(f"{n:,} {name}" for name, n in DEMO_PIPELINES if n)
-        + " records (continuing each series), trigger the runs each backlog needs, audit each "
+        "Run the shipped example pipelines on the running stack (needs onceflow[local]): "
+        "produce their sample records (continuing each series), trigger the runs each backlog needs, audit each "
         "with --reread and print a summary; exits 1 unless every run succeeded and every "
         "audit says exactly-once.",
         "onceflow up && onceflow demo",

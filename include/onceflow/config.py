@@ -170,7 +170,11 @@ def _fail(source: str, name: str, key: str, why: str) -> ConfigError:
     return ConfigError(f"{source}: pipeline {name!r}, key {key!r}: {why}")
 
 
-def parse_pipeline(name: str, raw: dict[str, Any], source: str = "<config>") -> PipelineConfig:
+def parse_pipeline(
+    name: str, raw: dict[str, Any], source: str = "<config>", near: Path | None = None
+) -> PipelineConfig:
+    """One [pipelines.NAME] table; `near` is the pipelines file's folder, where a user's
+    transform modules may live (the DAG puts it on the job's path too)."""
     if not NAME_RE.match(name):
         raise ConfigError(
             f"{source}: pipeline name {name!r} is invalid: use lower-case letters, digits and "
@@ -200,7 +204,8 @@ def parse_pipeline(name: str, raw: dict[str, Any], source: str = "<config>") -> 
             f"{transform!r} is not a function 'module:function' (e.g. 'inventory:transform' "
             "for spark_jobs/inventory.py)" + ("; give one" if transform is None else ""),
         )
-    problem = reference_problem(transform, (*transform_path(), *map(Path, sys.path)))
+    folders = (*transform_path(), *((near,) if near else ()), *map(Path, sys.path))
+    problem = reference_problem(transform, folders)
     if problem:
         raise _fail(source, name, "transform", f"{transform!r}: {problem}")
     sink = _parse_sink(source, name, raw.get("sink"))
@@ -488,7 +493,7 @@ def load_pipelines(path: Path | str) -> dict[str, PipelineConfig]:
     for name, raw in tables.items():
         if not isinstance(raw, dict):
             raise ConfigError(f"{path}: pipelines.{name} must be a table")
-        pipelines[name] = parse_pipeline(name, raw, str(path))
+        pipelines[name] = parse_pipeline(name, raw, str(path), path.resolve().parent)
     # a sink schema's stage, versions and sink tables, and the rows the audit reads there,
     # belong to one pipeline's ledger
     _refuse_shared(

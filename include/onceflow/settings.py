@@ -1,7 +1,10 @@
 """Where Onceflow finds its services and its state, from the environment.
 
-Every value has a default that points at the embedded local stack (`onceflow up`), so a
-fresh checkout needs no configuration; production sets the ONCEFLOW_* variables instead.
+Every value has a default that points at the embedded local stack (`onceflow up`) and at
+folders of the current directory (a checkout's root: `make` and the tests run there), so a
+fresh checkout needs no configuration. Inside Airflow the services come from Airflow
+connections instead (onceflow.connections); these variables stay for the embedded stack and
+the command line outside Airflow. Nothing here assumes where the package is installed.
 """
 
 from __future__ import annotations
@@ -10,13 +13,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
-
 
 def spark_jobs_dir() -> Path:
-    """The folder of process.py and of the users' transforms ("inventory:transform" is
-    spark_jobs/inventory.py): ONCEFLOW_SPARK_JOBS, else PROJECT_ROOT/spark_jobs."""
-    return Path(os.environ.get("ONCEFLOW_SPARK_JOBS", PROJECT_ROOT / "spark_jobs"))
+    """The folder of the users' transform modules ("inventory:transform" is
+    spark_jobs/inventory.py): ONCEFLOW_SPARK_JOBS, else ./spark_jobs."""
+    return Path(os.environ.get("ONCEFLOW_SPARK_JOBS") or Path.cwd() / "spark_jobs").resolve()
 
 
 def user_python_path() -> tuple[Path, ...]:
@@ -31,7 +32,7 @@ def transform_path() -> tuple[Path, ...]:
     """Where a user transform's module is imported from before sys.path, by the driver
     (onceflow.transforms.load_transform) and by the executors' Python workers that unpickle
     its UDFs (the DAG's spark.executorEnv.PYTHONPATH): the spark_jobs folder, then
-    ONCEFLOW_PYTHONPATH's folders."""
+    ONCEFLOW_PYTHONPATH's folders (the DAG adds the pipelines file's folder there)."""
     return (spark_jobs_dir(), *user_python_path())
 
 
@@ -70,7 +71,7 @@ class Settings:
 
     @classmethod
     def from_env(cls) -> Settings:
-        home = Path(os.environ.get("ONCEFLOW_HOME", PROJECT_ROOT / ".onceflow")).resolve()
+        home = Path(os.environ.get("ONCEFLOW_HOME") or Path.cwd() / ".onceflow").resolve()
         pg_port = _int("ONCEFLOW_PG_PORT", 25432)
         kafka_port = _int("ONCEFLOW_KAFKA_PORT", 29092)
         airflow_port = _int("ONCEFLOW_AIRFLOW_PORT", 28080)
@@ -79,8 +80,8 @@ class Settings:
         )
         bootstrap = os.environ.get("ONCEFLOW_KAFKA_BOOTSTRAP") or f"127.0.0.1:{kafka_port}"
         pipelines = Path(
-            os.environ.get("ONCEFLOW_PIPELINES", PROJECT_ROOT / "dags" / "pipelines.toml")
-        )
+            os.environ.get("ONCEFLOW_PIPELINES") or Path.cwd() / "dags" / "pipelines.toml"
+        ).resolve()
         airflow_url = os.environ.get("ONCEFLOW_AIRFLOW_URL") or f"http://127.0.0.1:{airflow_port}"
         storage = os.environ.get("ONCEFLOW_BROKER_STORAGE", "auto")
         if storage not in BROKER_STORAGES:

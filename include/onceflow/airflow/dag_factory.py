@@ -19,8 +19,9 @@ from airflow.sdk import DAG, Asset
 from onceflow import jvm_archive
 from onceflow.airflow.tasks import CommitOperator, ProcessOperator, plan_task
 from onceflow.config import PipelineConfig, load_pipelines
-from onceflow.settings import PROJECT_ROOT, Settings, spark_jobs_dir, transform_path
+from onceflow.settings import Settings, spark_jobs_dir, transform_path
 from onceflow.sinks import sink_for
+from onceflow.spark_app import PROCESS_APPLICATION
 
 # Passed to spark-submit so the job finds the same ledger, broker and pipelines file.
 _PASSTHROUGH = (
@@ -40,14 +41,22 @@ _PASSTHROUGH = (
 )
 
 
-def process_env() -> dict[str, str]:
+def user_folders(pipelines_file: Path) -> tuple[Path, ...]:
+    """Where the job imports user transforms from: settings.transform_path, then the
+    pipelines file's folder (a user's transform package lives next to it)."""
+    folder = pipelines_file.resolve().parent
+    return (*transform_path(), *(() if folder in transform_path() else (folder,)))
+
+
+def process_env(pipelines_file: Path) -> dict[str, str]:
     env = {k: os.environ[k] for k in _PASSTHROUGH if k in os.environ}
-    include = str(PROJECT_ROOT / "include")
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (include, os.environ.get("PYTHONPATH", "")) if p)
+    env["ONCEFLOW_PIPELINES"] = str(pipelines_file.resolve())
+    env["ONCEFLOW_SPARK_JOBS"] = str(spark_jobs_dir())
+    env["ONCEFLOW_PYTHONPATH"] = os.pathsep.join(str(p) for p in user_folders(pipelines_file)[1:])
     return env
 
 
-def build_dag(cfg: PipelineConfig) -> DAG:
+def build_dag(cfg: PipelineConfig, pipelines_file: Path) -> DAG:
     python = os.environ.get("ONCEFLOW_SPARK_PYTHON", sys.executable)
     conf = jvm_archive.with_archive(
         {
@@ -57,7 +66,7 @@ def build_dag(cfg: PipelineConfig) -> DAG:
             # are unpickled there (a shared filesystem: local or single-host deployments;
             # on other masters process ships the module itself, onceflow.shipping)
             "spark.executorEnv.PYTHONPATH": os.pathsep.join(
-                str(p) for p in (PROJECT_ROOT / "include", *transform_path())
+                str(p) for p in user_folders(pipelines_file)
             ),
             **cfg.spark_conf,
         }
@@ -80,18 +89,22 @@ def build_dag(cfg: PipelineConfig) -> DAG:
         plan = PythonOperator(
             task_id="plan",
             python_callable=plan_task,
-            op_kwargs={"pipeline": cfg.name, "run_id": "{{ run_id }}"},
+            op_kwargs={
+                "pipeline": cfg.name,
+                "run_id": "{{ run_id }}",
+                "pipelines_file": str(pipelines_file),
+            },
             retries=2,
             retry_delay=timedelta(seconds=5),
         )
         process = ProcessOperator(
             task_id="process",
             conn_id="spark_default",
-            application=str(spark_jobs_dir() / "process.py"),
+            application=PROCESS_APPLICATION,
             application_args=["--pipeline", cfg.name, "--txid", "{{ run_id }}"],
             name=f"onceflow-{cfg.name}",
             conf=conf,
-            env_vars=process_env(),
+            env_vars=process_env(pipelines_file),
             driver_memory=cfg.driver_memory,
             executor_memory=cfg.executor_memory,
             retries=2,
@@ -100,6 +113,7 @@ def build_dag(cfg: PipelineConfig) -> DAG:
         commit = CommitOperator(
             task_id="commit",
             pipeline=cfg.name,
+            pipelines_file=str(pipelines_file),
             # Each committed txid is an event of the sink's Asset (txid, seq and counts in its
             # extra): downstream DAGs can be scheduled on new data.
             outlets=[
@@ -118,5 +132,17 @@ def build_dag(cfg: PipelineConfig) -> DAG:
 
 
 def build_dags(path: Path | None = None) -> dict[str, DAG]:
-    path = path or Settings.from_env().pipelines_file
-    return {cfg.dag_id: build_dag(cfg) for cfg in load_pipelines(path).values()}
+    """The DAGs of a pipelines file (default: ONCEFLOW_PIPELINES, settings)."""
+    path = Path(path or Settings.from_env().pipelines_file).resolve()
+    return {cfg.dag_id: build_dag(cfg, path) for cfg in load_pipelines(path).values()}
+
+
+def pipelines_dags(dag_file: str) -> dict[str, DAG]:
+    """The DAGs of the pipelines.toml next to a DAG file (ONCEFLOW_PIPELINES wins when set):
+    the whole of a user's DAG file is
+
+        from onceflow.airflow import pipelines_dags
+        globals().update(pipelines_dags(__file__))
+    """
+    raw = os.environ.get("ONCEFLOW_PIPELINES")
+    return build_dags(Path(raw) if raw else Path(dag_file).resolve().parent / "pipelines.toml")

@@ -37,10 +37,10 @@ from onceflow.states import BatchState
 log = logging.getLogger("onceflow")
 
 
-def plan_task(pipeline: str, run_id: str) -> dict[str, Any]:
+def plan_task(pipeline: str, run_id: str, pipelines_file: str | None = None) -> dict[str, Any]:
     """Plan txid = run_id: replay its recorded ranges or snapshot the broker's end offsets."""
     settings = Settings.from_env()
-    cfg = get_pipeline(settings.pipelines_file, pipeline)
+    cfg = get_pipeline(pipelines_file or settings.pipelines_file, pipeline)
     started = time.monotonic()
     try:
         batch = ledger.plan(
@@ -95,7 +95,7 @@ def plan_task(pipeline: str, run_id: str) -> dict[str, Any]:
 
 
 class ProcessOperator(SparkSubmitOperator):
-    """spark-submit of spark_jobs/process.py; ends without retries on a final exit code.
+    """spark-submit of the package's process job (onceflow.spark_app); ends without retries on a final exit code.
 
     process exits FENCED when a newer attempt of the txid took over (this attempt's output is
     never published), ABANDONED after a reset, USAGE for an unknown pipeline or txid or a
@@ -151,12 +151,14 @@ class CommitOperator(BaseOperator):
         self,
         *,
         pipeline: str,
+        pipelines_file: str | None = None,
         poll_interval: float = 2.0,
         wait_timeout: timedelta = timedelta(hours=24),
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.pipeline = pipeline
+        self.pipelines_file = pipelines_file
         self.poll_interval = poll_interval
         self.wait_timeout = wait_timeout
 
@@ -171,7 +173,7 @@ class CommitOperator(BaseOperator):
 
     def _commit_or_defer(self, context: Any, waited: float) -> dict[str, Any]:
         settings = Settings.from_env()
-        cfg = get_pipeline(settings.pipelines_file, self.pipeline)
+        cfg = get_pipeline(self.pipelines_file or settings.pipelines_file, self.pipeline)
         txid = context["run_id"]
         wait = ledger.blocking_predecessor(settings.postgres_dsn, cfg.name, txid)
         if wait is None:

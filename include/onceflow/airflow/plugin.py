@@ -1,7 +1,7 @@
 """Airflow plugin: the Onceflow ledger view inside Airflow's UI.
 
 - `fastapi_apps`: the ledger pages, JSON API and Prometheus metrics at /onceflow (every route
-  requires Airflow's authentication, see onceflow_ui.app.require_user).
+  requires Airflow's authentication, see onceflow.ui.app.require_user).
 - `external_views`: a top-level nav entry opening the ledger, and tabs on a DAG, a DAG run and
   a task instance page that open the pipeline's ledger / that txid's ledger entry (the txid is
   the run id; the pipeline comes from the DAG id `onceflow_<pipeline>`).
@@ -10,7 +10,8 @@
 from __future__ import annotations
 
 from airflow.plugins_manager import AirflowPlugin
-from onceflow_ui import MOUNT, create_app
+
+from onceflow.ui import MOUNT, create_app
 
 
 class OnceflowPlugin(AirflowPlugin):

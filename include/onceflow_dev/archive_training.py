@@ -38,9 +38,10 @@ class SyntheticRecords:
     def __call__(self, batches: Any) -> Any:
         import random
 
-        from onceflow.producer import load_sample, records
         from onceflow.ranges import OffsetRange
         from onceflow.reader import _Batcher
+
+        from onceflow_dev.producer import load_sample, records
 
         for ids in batches:
             for k in ids.column(0).to_pylist():

@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable, Iterator
 
 from confluent_kafka import Producer
-
 from onceflow.errors import TransformError
 
 #: the i-th record (key, value) of a series, from the series' random state; value None: a tombstone

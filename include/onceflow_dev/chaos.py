@@ -40,7 +40,7 @@ injects faults by a schedule drawn from the seed:
 
 Every acknowledged record is tracked by its coordinates (epoch, partition, offset) and its
 key and value; at the end the producer stops, runs drain the lag, and the sink is compared
-with what was acknowledged, by the truth of its mode (onceflow.chaos_truth: lost,
+with what was acknowledged, by the truth of its mode (onceflow_dev.chaos_truth: lost,
 duplicated, content mismatches; an upsert table's rows, a merge state; an Iceberg table
 scanned by coordinates). The audit (with a
 re-read from the broker) must agree. The result goes to chaos-report.json at the project
@@ -75,7 +75,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from onceflow.chaos_truth import (
+from onceflow.config import RESERVED_COLUMNS, PipelineConfig
+from onceflow.sinks.base import OutsideSink
+from onceflow.sinks.iceberg import IcebergSink
+from onceflow.sinks.kafka import KafkaSink
+from onceflow.states import BatchState
+
+from onceflow_dev import CHECKOUT as PROJECT_ROOT
+from onceflow_dev.chaos_truth import (
     Acked,
     CommittedRange,
     CurrentRow,
@@ -93,12 +100,6 @@ from onceflow.chaos_truth import (
     topic_truth,
     upsert_truth,
 )
-from onceflow.config import RESERVED_COLUMNS, PipelineConfig
-from onceflow.settings import PROJECT_ROOT
-from onceflow.sinks.base import OutsideSink
-from onceflow.sinks.iceberg import IcebergSink
-from onceflow.sinks.kafka import KafkaSink
-from onceflow.states import BatchState
 
 CHAOS_PIPELINES = PROJECT_ROOT / "tests" / "chaos_pipelines.toml"
 DEFAULT_PIPELINE = "chaos"  # in CHAOS_PIPELINES: the orders example (spark_jobs/orders.py)
@@ -507,9 +508,9 @@ Records = Callable[[int, int], Iterable[tuple[bytes | None, bytes | None]]]
 
 def record_source(transform: str, seed: int) -> Records:
     """(start, count) -> records start..start+count of the pipeline's series `seed`, as
-    (key, value) (onceflow.producer.records): the transform module's `sample(i, rng)`,
+    (key, value) (onceflow_dev.producer.records): the transform module's `sample(i, rng)`,
     which decides its own mix of malformed records and tombstones."""
-    from onceflow.producer import load_sample, records
+    from onceflow_dev.producer import load_sample, records
 
     sample = load_sample(transform)
     return lambda start, count: records(sample, count, seed=seed, start=start)
@@ -765,9 +766,8 @@ class SinkSnapshot:
 
     def iceberg_rows(self, sink: IcebergSink) -> list[dict[str, Any]]:
         """An Iceberg sink's rows of the harness's topic: the table scanned (pyiceberg)."""
-        from pyiceberg.exceptions import NoSuchTableError
-
         from onceflow.sinks.iceberg import open_catalog
+        from pyiceberg.exceptions import NoSuchTableError
 
         with open_catalog(self.cur, sink.warehouse) as catalog:
             try:
@@ -781,7 +781,6 @@ class SinkSnapshot:
         coordinates, txid and seq (its headers) and its columns (the value's JSON, typed by
         the stage table's columns), and the pipeline's commit-log markers."""
         from confluent_kafka import Consumer
-
         from onceflow.sinks import kafka
 
         consumer = Consumer(
@@ -887,8 +886,9 @@ class Harness:
         self.raw = chaos_pipeline(base, user, self.pipeline)
         self.kafka_dist: Path | None = None  # Apache Kafka's, for a Kafka sink
         if uses_kafka_sink(self.raw):
-            from onceflow.apache_kafka import DIST_ENV, dist_from_env
             from onceflow.errors import ConfigError
+
+            from onceflow_dev.apache_kafka import DIST_ENV, dist_from_env
 
             self.kafka_dist = dist_from_env()
             if self.kafka_dist is None:
@@ -963,8 +963,9 @@ class Harness:
     # -- stack -------------------------------------------------------------------------------
 
     def start_stack(self) -> None:
-        from onceflow import stack
         from onceflow.airflow_api import AirflowClient
+
+        from onceflow_dev import stack
 
         if self.home.exists():
             self.log(f"fresh start: stopping and removing {self.home}")
@@ -993,8 +994,8 @@ class Harness:
     def start_apache_kafka(self) -> None:
         """The stack's broker for a Kafka sink: Apache Kafka, its log in <home>/apache-kafka,
         carrying the stack's marker so `onceflow down` of the chaos home stops it too."""
-        from onceflow import stack
-        from onceflow.apache_kafka import ApacheKafka
+        from onceflow_dev import stack
+        from onceflow_dev.apache_kafka import ApacheKafka
 
         self.kafka = ApacheKafka(
             self.kafka_dist,
@@ -1007,7 +1008,7 @@ class Harness:
         self.log(f"Apache Kafka up on {self.kafka.bootstrap} ({_now() - t0:.1f}s)")
 
     def stack_up(self, attempts: int = 3) -> None:
-        from onceflow import stack
+        from onceflow_dev import stack
 
         for attempt in range(1, attempts + 1):
             try:
@@ -1021,7 +1022,7 @@ class Harness:
 
     def watch_health(self) -> None:
         """Every few seconds: restart any service that died (what a process supervisor does)."""
-        from onceflow import stack
+        from onceflow_dev import stack
 
         if _now() - self._last_health < 5:
             return
@@ -1043,7 +1044,7 @@ class Harness:
     def _airflow_db(self):
         import psycopg2
 
-        from onceflow import stack
+        from onceflow_dev import stack
 
         if self._af_conn is None or self._af_conn.closed:
             url = stack.airflow_db_url(self.settings).replace("postgresql+psycopg2", "postgresql")
@@ -1300,7 +1301,7 @@ class Harness:
 
     def task_error(self, run_id: str, task: str) -> str:
         """The last error line of a task's newest log file (for the report)."""
-        from onceflow import stack
+        from onceflow_dev import stack
 
         folder = (
             stack.airflow_home(self.settings)
@@ -1342,7 +1343,7 @@ class Harness:
     def _ours(self, proc) -> bool:
         import psutil
 
-        from onceflow import stack
+        from onceflow_dev import stack
 
         try:
             marker = proc.environ().get(stack.MARKER_ENV, "")
@@ -1380,7 +1381,7 @@ class Harness:
     def restart_postgres(self) -> float:
         import psutil
 
-        from onceflow import stack
+        from onceflow_dev import stack
 
         t0 = _now()
         proc = stack.service_process(self.settings, "postgres")
@@ -1512,7 +1513,7 @@ class Harness:
     def fault_scheduler_kill(self, f: Fault) -> Iterator[None]:
         import psutil
 
-        from onceflow import stack
+        from onceflow_dev import stack
 
         yield from self.wait(
             lambda: any(s == "running" and t == "process" for (_, t), (s, _) in self.ti.items()),
@@ -1585,7 +1586,7 @@ class Harness:
         yield from self.wait_recovered(f, list(f.txids))
 
     def plan_log_matches(self, run_id: str, needle: str, since: float) -> bool:
-        from onceflow import stack
+        from onceflow_dev import stack
 
         folder = (
             stack.airflow_home(self.settings)
@@ -1635,8 +1636,9 @@ class Harness:
 
     def fault_broker(self, f: Fault) -> Iterator[None]:
         import psutil
+        from onceflow import broker
 
-        from onceflow import broker, stack
+        from onceflow_dev import stack
 
         if self.kafka is not None:
             yield from self.fault_apache_kafka(f)
@@ -2053,7 +2055,7 @@ class Harness:
             f.recovered = False
 
     def _commit_log_paths(self, run_id: str) -> list[Path]:
-        from onceflow import stack
+        from onceflow_dev import stack
 
         folder = (
             stack.airflow_home(self.settings)
@@ -2257,7 +2259,7 @@ class Harness:
         committed: dict[int, int],
     ) -> tuple[dict[str, int], list[dict[str, Any]]]:
         """The sink against the acknowledged records, by its mode's truth
-        (onceflow.chaos_truth): the counts (lost, duplicated, ...) and each check. The sink,
+        (onceflow_dev.chaos_truth): the counts (lost, duplicated, ...) and each check. The sink,
         the dead letters and the ledger are read in one snapshot."""
         from onceflow.db import transaction
 
@@ -2524,7 +2526,7 @@ class Harness:
         return report
 
     def close(self) -> None:
-        from onceflow import stack
+        from onceflow_dev import stack
 
         if self.producer is not None:
             self.producer.stop()

@@ -16,13 +16,13 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse
 from fastapi.security import HTTPAuthorizationCredentials
 from fastapi.security.utils import get_authorization_scheme_param
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
 from onceflow import metrics
 from onceflow.config import PipelineConfig
 from onceflow.errors import ConfigError, UnknownTxidError
 from onceflow.settings import Settings
-from starlette.exceptions import HTTPException as StarletteHTTPException
-
-from onceflow_ui import data, pages
+from onceflow.ui import data, pages
 
 MOUNT = "/onceflow"
 

@@ -22,7 +22,7 @@ embedded PostgreSQL is not started and Airflow's metadata lives in database `air
 server as that DSN (same credentials, database name swapped; created if missing). Likewise a
 Kafka bootstrap (ONCEFLOW_KAFKA_BOOTSTRAP) other than the embedded one skips the broker.
 
-The dags folder defaults to PROJECT_ROOT/dags; ONCEFLOW_DAGS_FOLDER / ONCEFLOW_PLUGINS_FOLDER
+The dags folder defaults to CHECKOUT/dags; ONCEFLOW_DAGS_FOLDER / ONCEFLOW_PLUGINS_FOLDER
 override it (used by tests that must not touch the project's dags).
 """
 
@@ -51,8 +51,9 @@ from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import psutil
+from onceflow.settings import Settings, user_python_path
 
-from onceflow.settings import PROJECT_ROOT, Settings, user_python_path
+from onceflow_dev import CHECKOUT
 
 PG_USER = "onceflow"
 PG_PASSWORD = "onceflow"
@@ -855,8 +856,8 @@ def airflow_env(settings: Settings) -> dict[str, str]:
     secret = _secrets(settings)
     bin_dir = venv_bin()
     python = str(bin_dir / "python")
-    dags = os.environ.get("ONCEFLOW_DAGS_FOLDER") or str(PROJECT_ROOT / "dags")
-    plugins = os.environ.get("ONCEFLOW_PLUGINS_FOLDER") or str(PROJECT_ROOT / "plugins")
+    dags = os.environ.get("ONCEFLOW_DAGS_FOLDER") or str(CHECKOUT / "dags")
+    plugins = os.environ.get("ONCEFLOW_PLUGINS_FOLDER") or str(CHECKOUT / "plugins")
     api = f"http://127.0.0.1:{settings.airflow_port}"
     env = dict(os.environ)
     env.pop(MARKER_ENV, None)
@@ -906,6 +907,10 @@ def airflow_env(settings: Settings) -> dict[str, str]:
             "ONCEFLOW_POSTGRES_DSN": settings.postgres_dsn,
             "ONCEFLOW_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
             "ONCEFLOW_PIPELINES": str(settings.pipelines_file),
+            # absolute, like the rest: the components run in ONCEFLOW_HOME
+            "ONCEFLOW_SPARK_JOBS": str(
+                os.environ.get("ONCEFLOW_SPARK_JOBS") or CHECKOUT / "spark_jobs"
+            ),
             "ONCEFLOW_AIRFLOW_URL": settings.airflow_url,
             "PYTHONUNBUFFERED": "1",
         }

@@ -1,6 +1,6 @@
 """`onceflow demo`: the shipped example pipelines end to end on the running stack.
 
-Each pipeline gets its demo records (onceflow.producer, continuing its series, so a second
+Each pipeline gets its demo records (onceflow_dev.producer, continuing its series, so a second
 demo adds new records instead of repeating them), as many DAG runs as its backlog needs at
 its per-batch cap, and an audit that re-reads the committed ranges from the broker. These
 are the helpers; onceflow.cli.cmd_demo runs and reports them.
@@ -31,7 +31,9 @@ def produce(bootstrap: str, cfg: PipelineConfig, count: int, progress=None) -> t
     """Produce `count` records of the pipeline's sample to its first topic, after the ones
     already there (the demo is the topic's only producer: its end offsets count them);
     returns (the first record's number, records acknowledged)."""
-    from onceflow import broker, producer
+    from onceflow import broker
+
+    from onceflow_dev import producer
 
     topic = cfg.topics[0]
     broker.create_topic(bootstrap, topic, PARTITIONS)
@@ -69,11 +71,10 @@ def runs_to_drain(dsn: str, bootstrap: str, cfg: PipelineConfig) -> int:
 def sink_rows(dsn: str, cfg: PipelineConfig) -> tuple[str, int]:
     """The pipeline's published table (schema.table, or iceberg:namespace.table) and how many
     rows it holds now (an Iceberg table scanned with pyiceberg)."""
-    from psycopg2 import sql
-
     from onceflow.db import transaction
     from onceflow.sinks import sink_for
     from onceflow.sinks.iceberg import IcebergSink, open_catalog
+    from psycopg2 import sql
 
     sink = sink_for(cfg)
     with transaction(dsn) as cur:

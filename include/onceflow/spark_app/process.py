@@ -1,0 +1,15 @@
+"""The process phase's spark-submit application: runs onceflow.process.main (see its
+docstring for what it does, how the DAG submits it and its exit codes; `--help` prints them).
+
+    spark-submit [options] $(python -c "from onceflow.spark_app import PROCESS_APPLICATION as a; print(a)") --pipeline NAME --txid RUN_ID
+
+It sits alone in its folder because spark-submit puts a script's folder first on sys.path:
+next to the package's modules it would shadow `airflow` with onceflow/airflow.
+"""
+
+import sys
+
+from onceflow.process import main
+
+if __name__ == "__main__":
+    sys.exit(main())

