@@ -510,7 +510,11 @@ def test_the_default_chaos_pipeline_is_the_orders_one():
     want = get_pipeline(chaos.CHAOS_PIPELINES, chaos.DEFAULT_PIPELINE)
     assert cfg.transform == "orders:transform" and cfg.sink.mode == "append"
     assert cfg.fast_form  # the fast form runs in the chaos stack too
-    assert {**vars(cfg), "description": ""} == {**vars(want), "description": ""}
+    assert {**vars(cfg), "description": "", "source": ""} == {
+        **vars(want),
+        "description": "",
+        "source": "",
+    }
 
 
 @pytest.mark.parametrize("name", ["inventory", "pageviews", "orders", "revenue"])

@@ -18,6 +18,7 @@ from kafka.admin import ConfigResource, NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
 from onceflow.errors import OnceflowError, TopicMissingError
+from onceflow.kafka_client import KafkaCluster, cluster_of
 from onceflow.ledger import BrokerSnapshot
 from onceflow.range_digest import RecordPrint, record_hash
 
@@ -28,14 +29,15 @@ PRINT_TIMEOUT_S = 30.0
 _NO_TOPIC_ID = "00000000-0000-0000-0000-000000000000"  # what brokers without ids answer
 
 
-def _consumer(bootstrap: str) -> KafkaConsumer:
+def _consumer(cluster: KafkaCluster) -> KafkaConsumer:
     return KafkaConsumer(
-        bootstrap_servers=bootstrap,
-        group_id=None,
-        enable_auto_commit=False,
-        isolation_level="read_committed",
-        request_timeout_ms=30_000,
-        client_id="onceflow-plan",
+        **cluster.kafka_python(
+            group_id=None,
+            enable_auto_commit=False,
+            isolation_level="read_committed",
+            request_timeout_ms=30_000,
+            client_id="onceflow-plan",
+        )
     )
 
 
@@ -53,7 +55,7 @@ def partitions(
 
 
 def snapshot(
-    bootstrap: str,
+    bootstrap: KafkaCluster | str,
     pipeline: str,
     topics: tuple[str, ...],
     prints_at: Mapping[tuple[str, int], int] | None = None,
@@ -64,9 +66,10 @@ def snapshot(
     The end is where a read_committed reader finds the partition's end (fetchable_ends), not
     only ListOffsets' answer (LATEST under read_committed: the last stable offset), which a
     broker may give short; both are kept, so lag can show a difference."""
-    consumer = _consumer(bootstrap)
+    cluster = cluster_of(bootstrap)
+    consumer = _consumer(cluster)
     try:
-        tps = partitions(consumer, pipeline, topics, bootstrap)
+        tps = partitions(consumer, pipeline, topics, cluster.bootstrap)
         claimed = {(tp.topic, tp.partition): int(o) for tp, o in consumer.end_offsets(tps).items()}
         beginnings = consumer.beginning_offsets(tps)
         topic_ids = _topic_ids(consumer, topics)
@@ -77,16 +80,16 @@ def snapshot(
     absent = {tp[0] for tp, o in wanted.items() if prints[tp] is None or prints[tp].offset != o}
     return BrokerSnapshot(
         beginnings={(tp.topic, tp.partition): int(o) for tp, o in beginnings.items()},
-        ends=fetchable_ends(bootstrap, pipeline, claimed),
+        ends=fetchable_ends(cluster, pipeline, claimed),
         claimed_ends=claimed,
         topic_ids=topic_ids,
         prints=prints,
-        compacted=compacted_topics(bootstrap, absent) if absent else frozenset(),
+        compacted=compacted_topics(cluster, absent) if absent else frozenset(),
     )
 
 
 def fetchable_ends(
-    bootstrap: str, pipeline: str, claimed: Mapping[tuple[str, int], int]
+    bootstrap: KafkaCluster | str, pipeline: str, claimed: Mapping[tuple[str, int], int]
 ) -> dict[tuple[str, int], int]:
     """Each partition's end as a read_committed reader meets it: the partition-end offset a
     fetch from the claimed end reports (librdkafka's partition EOF: the fetch response's last
@@ -105,7 +108,7 @@ def fetchable_ends(
         return {}
     consumer = Consumer(
         {
-            **range_consumer_conf(bootstrap, "onceflow-plan"),
+            **range_consumer_conf(cluster_of(bootstrap), "onceflow-plan"),
             "fetch.wait.max.ms": 10,
             # small fetches: only the partition end is wanted, and the first response's high
             # watermark says where it is
@@ -161,12 +164,17 @@ def fetchable_ends(
     return ends
 
 
-def topic_ids(bootstrap: str, pipeline: str, topics: tuple[str, ...]) -> dict[str, str | None]:
+def topic_ids(
+    bootstrap: KafkaCluster | str, pipeline: str, topics: tuple[str, ...]
+) -> dict[str, str | None]:
     """The topics' ids now (None where the broker has none), for process's check that the
     log it is about to read is the one plan planned (ledger.verify_topic_ids)."""
-    consumer = _consumer(bootstrap)
+    cluster = cluster_of(bootstrap)
+    consumer = _consumer(cluster)
     try:
-        partitions(consumer, pipeline, topics, bootstrap)  # fetches the metadata, ids included
+        partitions(
+            consumer, pipeline, topics, cluster.bootstrap
+        )  # fetches the metadata, ids included
         return _topic_ids(consumer, topics)
     finally:
         consumer.close()
@@ -224,10 +232,10 @@ def _prints(
     return out
 
 
-def compacted_topics(bootstrap: str, topics: set[str]) -> frozenset[str]:
+def compacted_topics(bootstrap: KafkaCluster | str, topics: set[str]) -> frozenset[str]:
     """Those of `topics` whose cleanup.policy includes compact, as far as the broker says
     (one that cannot describe topic configs, like the embedded tansu, reports none)."""
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="onceflow-plan")
+    admin = KafkaAdminClient(**cluster_of(bootstrap).kafka_python(client_id="onceflow-plan"))
     try:
         found = admin.describe_configs(
             [ConfigResource("TOPIC", t, ["cleanup.policy"]) for t in sorted(topics)],
@@ -247,9 +255,9 @@ def compacted_topics(bootstrap: str, topics: set[str]) -> frozenset[str]:
     return frozenset(out)
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int) -> bool:
+def create_topic(bootstrap: KafkaCluster | str, topic: str, partitions: int) -> bool:
     """Create topic with an explicit partition count; False when it already exists."""
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="onceflow-admin")
+    admin = KafkaAdminClient(**cluster_of(bootstrap).kafka_python(client_id="onceflow-admin"))
     try:
         admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
         return True
@@ -260,7 +268,7 @@ def create_topic(bootstrap: str, topic: str, partitions: int) -> bool:
 
 
 def ensure_topics(
-    bootstrap: str, topics: tuple[str, ...], partitions: int, timeout_s: float = 10.0
+    bootstrap: KafkaCluster | str, topics: tuple[str, ...], partitions: int, timeout_s: float = 10.0
 ) -> dict[str, tuple[bool, int]]:
     """Create each missing topic with `partitions` partitions and leave existing ones as they
     are (a partition count is never changed under a ledger that read it). Returns, per topic,
@@ -268,9 +276,9 @@ def ensure_topics(
     `timeout_s` is refused with an OnceflowError before anything is created."""
     try:
         admin = KafkaAdminClient(
-            bootstrap_servers=bootstrap,
-            client_id="onceflow-admin",
-            bootstrap_timeout_ms=int(timeout_s * 1000),
+            **cluster_of(bootstrap).kafka_python(
+                client_id="onceflow-admin", bootstrap_timeout_ms=int(timeout_s * 1000)
+            )
         )
     except KafkaError as e:
         raise OnceflowError(
@@ -296,8 +304,8 @@ def ensure_topics(
     return {t: (t in created, counts[t]) for t in topics}
 
 
-def delete_topic(bootstrap: str, topic: str) -> None:
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="onceflow-admin")
+def delete_topic(bootstrap: KafkaCluster | str, topic: str) -> None:
+    admin = KafkaAdminClient(**cluster_of(bootstrap).kafka_python(client_id="onceflow-admin"))
     try:
         admin.delete_topics([topic])
     finally:

@@ -77,9 +77,10 @@ _SINK_KEYS = {
     "partitions",
     "create_topic",
     "bootstrap",
+    "conn_id",
 }
 # The keys only a Kafka sink takes, and the ones it does not.
-_KAFKA_ONLY = ("topic", "partitions", "create_topic", "bootstrap")
+_KAFKA_ONLY = ("topic", "partitions", "create_topic", "bootstrap", "conn_id")
 _NOT_KAFKA = ("table", "aggregates", "warehouse")
 
 _KEYS = {
@@ -102,7 +103,12 @@ _KEYS = {
     "spark_conf",
     "description",
     "sink",
+    "ledger_conn_id",
+    "kafka_conn_id",
+    "spark_conn_id",
 }
+# An Airflow connection id (Airflow allows more; these are the ones that need no quoting)
+CONN_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,250}$")
 
 
 @dataclass(frozen=True)
@@ -119,12 +125,14 @@ class SinkConfig:
     namespace: str = ""
     warehouse: str | None = None
     # kafka: the output topic, its partition count when Onceflow creates it, whether it may
-    # create it (and the commit log), and the cluster (None = the source cluster,
-    # ONCEFLOW_KAFKA_BOOTSTRAP)
+    # create it (and the commit log), and the cluster: a `kafka` Airflow connection
+    # (conn_id), or a bootstrap with the source cluster's client config, or (neither) the
+    # source cluster itself
     topic: str = ""
     partitions: int = 1
     create_topic: bool = True
     bootstrap: str | None = None
+    conn_id: str | None = None
 
     @property
     def commit_log(self) -> str:
@@ -156,6 +164,11 @@ class PipelineConfig:
     executor_memory: str = "1g"
     spark_conf: dict[str, str] = field(default_factory=dict)
     description: str = ""
+    # Airflow connections (onceflow.connections): None = the default id, else one that must exist
+    ledger_conn_id: str | None = None
+    kafka_conn_id: str | None = None
+    spark_conn_id: str = "spark_default"
+    source: str = field(default="<config>", compare=False)  # the pipelines file, for messages
 
     @property
     def aggregating(self) -> bool:
@@ -306,7 +319,18 @@ def parse_pipeline(
         },
         description=str(raw.get("description", "")),
         sink=sink,
+        ledger_conn_id=_conn_id(source, name, raw, "ledger_conn_id"),
+        kafka_conn_id=_conn_id(source, name, raw, "kafka_conn_id"),
+        spark_conn_id=_conn_id(source, name, raw, "spark_conn_id") or "spark_default",
+        source=source,
     )
+
+
+def _conn_id(source: str, name: str, raw: dict[str, Any], key: str) -> str | None:
+    value = raw.get(key)
+    if value is not None and (not isinstance(value, str) or not CONN_ID_RE.match(value)):
+        raise _fail(source, name, key, f"{value!r} is not an Airflow connection id")
+    return value
 
 
 def _parse_sink(source: str, name: str, raw: Any) -> SinkConfig:
@@ -459,6 +483,11 @@ def _parse_kafka_sink(raw: dict, fail: Any) -> SinkConfig:
         not isinstance(bootstrap, str) or not BOOTSTRAP_RE.match(bootstrap)
     ):
         raise fail("bootstrap", f"{bootstrap!r} is not 'host:port[,host:port...]'")
+    conn_id = raw.get("conn_id")
+    if conn_id is not None and (not isinstance(conn_id, str) or not CONN_ID_RE.match(conn_id)):
+        raise fail("conn_id", f"{conn_id!r} is not an Airflow connection id")
+    if conn_id is not None and bootstrap is not None:
+        raise fail("conn_id", "give the sink's cluster by conn_id or by bootstrap, not both")
     return SinkConfig(
         table="",
         mode="append",
@@ -468,6 +497,7 @@ def _parse_kafka_sink(raw: dict, fail: Any) -> SinkConfig:
         partitions=partitions,
         create_topic=create,
         bootstrap=bootstrap,
+        conn_id=conn_id,
     )
 
 
@@ -519,7 +549,7 @@ def load_pipelines(path: Path | str) -> dict[str, PipelineConfig]:
         path,
         "sink.topic",
         {
-            n: f"{p.sink.topic} on {p.sink.bootstrap or 'the source cluster'}"
+            n: f"{p.sink.topic} on {p.sink.conn_id or p.sink.bootstrap or 'the source cluster'}"
             for n, p in pipelines.items()
             if p.sink is not None and p.sink.kind == "kafka"
         },

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from onceflow.errors import TransformError, TransformRaisedError
+from onceflow.kafka_client import KafkaCluster
 from onceflow.poison import raised_in_worker
 from onceflow.ranges import OffsetRange
 from onceflow.reader import RangeReadFn, _fixed_array, pieces_frame
@@ -233,7 +234,7 @@ class FastStageFn(RangeReadFn):
     def __init__(
         self,
         pieces: list[OffsetRange],
-        bootstrap: str,
+        bootstrap: KafkaCluster | str,
         transform: str,
         stage: FastStage | None = None,
         *,
@@ -270,7 +271,7 @@ class FastStageFn(RangeReadFn):
 def fast_stage_frame(
     spark: Any,
     pieces: list[OffsetRange],
-    bootstrap: str,
+    bootstrap: KafkaCluster | str,
     transform: str,
     **options: Any,
 ) -> Any:

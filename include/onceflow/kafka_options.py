@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from onceflow.errors import ConfigError
+from onceflow.kafka_client import KafkaCluster, cluster_of
 
 # Normalised names (lower case, "_" as "."): librdkafka's and kafka-python's spellings alike.
 FIXED = {
@@ -35,21 +36,22 @@ FIXED = {
 }
 
 
-def range_consumer_conf(bootstrap: str, client_id: str) -> dict[str, Any]:
+def range_consumer_conf(cluster: KafkaCluster | str, client_id: str) -> dict[str, Any]:
     """librdkafka settings of a consumer that reads exact offset ranges of assigned
-    partitions: the values FIXED explains."""
-    return {
-        "bootstrap.servers": bootstrap,
-        "group.id": f"{client_id}-{uuid.uuid4().hex}",  # required by the client, never joined
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
-        "isolation.level": "read_committed",
-        "enable.partition.eof": True,
-        "auto.offset.reset": "error",
-        # The default 1000 ms stalls each time the prefetch queue drains.
-        "fetch.queue.backoff.ms": 10,
-        "client.id": client_id,
-    }
+    partitions: the cluster's (security included), then the values FIXED explains."""
+    return cluster_of(cluster).librdkafka_conf(
+        {
+            "group.id": f"{client_id}-{uuid.uuid4().hex}",  # required by the client, never joined
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+            "auto.offset.reset": "error",
+            # The default 1000 ms stalls each time the prefetch queue drains.
+            "fetch.queue.backoff.ms": 10,
+            "client.id": client_id,
+        }
+    )
 
 
 def normalise(key: str) -> str:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from onceflow.config import PipelineConfig
 from onceflow.db import transaction
 from onceflow.errors import TopicMissingError
+from onceflow.kafka_client import KafkaCluster
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,9 @@ class LostLog:
     why: str  # in the operator's words
 
 
-def lost_logs(dsn: str, bootstrap: str, cfgs: Iterable[PipelineConfig]) -> list[LostLog]:
+def lost_logs(
+    dsn: str, bootstrap: KafkaCluster | str, cfgs: Iterable[PipelineConfig]
+) -> list[LostLog]:
     """Per pipeline with a ledger, the partitions whose log the broker no longer holds."""
     from onceflow import broker, ledger
 

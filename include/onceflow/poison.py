@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from onceflow.errors import OnceflowError, TransformRaisedError
+from onceflow.kafka_client import KafkaCluster
 from onceflow.ranges import OffsetRange
 from onceflow.reader import SCHEMA, RangeReadFn, _string_repeat
 
@@ -359,7 +360,9 @@ class DeadLetterReadFn(RangeReadFn):
     """mapInArrow function of `dead_letter_frame`: the input row with id k reads poison
     record k (a one-offset range) and adds its reason as column `error`."""
 
-    def __init__(self, poison: Sequence[Poison], bootstrap: str, **read: Any) -> None:
+    def __init__(
+        self, poison: Sequence[Poison], bootstrap: KafkaCluster | str, **read: Any
+    ) -> None:
         super().__init__([p.range for p in poison], bootstrap, **read)
         self.reasons = [p.reason for p in poison]
 
@@ -372,7 +375,7 @@ class DeadLetterReadFn(RangeReadFn):
 
 
 def dead_letter_frame(
-    spark: Any, poison: Sequence[Poison], like: Any, bootstrap: str, **read: Any
+    spark: Any, poison: Sequence[Poison], like: Any, bootstrap: KafkaCluster | str, **read: Any
 ) -> Any:
     """The poison records as dead-letter rows of the staged frame `like` (its columns, in
     its order; onceflow.process.staged_output): coordinates, reason, key and value (cut as

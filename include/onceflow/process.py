@@ -1,5 +1,5 @@
 """Onceflow process phase: stage the output of one planned txid; `main` is the spark-submit
-job (spark_jobs/process.py is the application file that calls it).
+job (onceflow/spark_app/process.py is the application file that calls it).
 
 Claims a new attempt of the txid in the ledger (fencing every earlier attempt), reads
 exactly the txid's recorded ranges from Kafka, transforms them in Spark and stages the rows
@@ -15,16 +15,19 @@ read them; and n + i, the records it declined, through the transform in the JVM
 (onceflow.fast_stage).
 
 How the DAG runs it (SparkSubmitOperator):
-    application   spark_jobs/process.py
+    application   onceflow.spark_app.PROCESS_APPLICATION (a file of the installed package)
     application_args  ["--pipeline", NAME, "--txid", "{{ run_id }}"]
     conf          {"spark.pyspark.python": VENV_PYTHON} (or env PYSPARK_PYTHON), plus the
                   pipeline's spark_conf, plus the driver JVM's class archive in
                   spark.driver.extraJavaOptions when this host has one (onceflow.jvm_archive);
                   master local[2] (or the cluster's), driver_memory from the pipeline (>= 512m)
-    env_vars      ONCEFLOW_POSTGRES_DSN, ONCEFLOW_KAFKA_BOOTSTRAP, ONCEFLOW_PIPELINES,
-                  ONCEFLOW_SPARK_JOBS and ONCEFLOW_PYTHONPATH (where a user transform's
-                  module is imported from; also on spark.executorEnv.PYTHONPATH),
-                  SPARK_LOCAL_IP=127.0.0.1 on a single host
+    env_vars      ONCEFLOW_PIPELINES, ONCEFLOW_SPARK_JOBS and ONCEFLOW_PYTHONPATH (where a
+                  user transform's module is imported from: also the pipelines file's
+                  folder, and on spark.executorEnv.PYTHONPATH), SPARK_LOCAL_IP=127.0.0.1
+                  on a single host
+    environment   ONCEFLOW_POSTGRES_DSN, ONCEFLOW_KAFKA_BOOTSTRAP and ONCEFLOW_KAFKA_CONFIG
+                  from the pipeline's Airflow connections, set by the task in its own
+                  process (spark-submit inherits them; they are secrets, so never env_vars)
     py_files      a zip with `onceflow/` at its root when executors do not have the package
                   installed (cd include && zip -qr /tmp/onceflow.zip onceflow), or pass
                   --ship-package and the job zips the package it imported itself.
@@ -72,11 +75,13 @@ EPILOG = """\
 example:
   spark-submit --master 'local[2]' --driver-memory 512m \\
       --conf spark.pyspark.python=/opt/onceflow/.venv/bin/python \\
-      --py-files onceflow.zip \\
-      spark_jobs/process.py --pipeline orders --txid manual__2024-05-01T12:00:00+00:00
+      "$(python -c 'from onceflow.spark_app import PROCESS_APPLICATION as a; print(a)')" \\
+      --pipeline orders --txid manual__2024-05-01T12:00:00+00:00
 
-environment (onceflow.settings): ONCEFLOW_POSTGRES_DSN (ledger and sink),
-ONCEFLOW_KAFKA_BOOTSTRAP, ONCEFLOW_PIPELINES (or --pipelines-file).
+environment (onceflow.settings; the DAG's process task sets them from its Airflow
+connections): ONCEFLOW_POSTGRES_DSN (ledger and sink), ONCEFLOW_KAFKA_BOOTSTRAP,
+ONCEFLOW_KAFKA_CONFIG (librdkafka client settings as JSON: TLS, SASL), ONCEFLOW_PIPELINES
+(or --pipelines-file).
 
 exit codes: 0 staged; 1 failed (the reason is in the ledger's last_error; retry);
 2 bad arguments, unknown pipeline or txid (plan must run first), or the transform must
@@ -162,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings.from_env()
     try:
         cfg = get_pipeline(args.pipelines_file or settings.pipelines_file, args.pipeline)
+        kafka = settings.kafka_cluster()  # the process task put its connection's settings there
     except ConfigError as e:
         log.error("onceflow process: %s", e)
         return ProcessExit.USAGE
@@ -203,15 +209,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         failpoints.hit("process.fail", txid)
         topics = tuple(sorted({r.topic for r in claim.ranges}))
-        ids = broker.topic_ids(settings.kafka_bootstrap, cfg.name, topics)
+        ids = broker.topic_ids(kafka, cfg.name, topics)
         ledger.verify_topic_ids(dsn, cfg.name, txid, ids)
-        job = _run_spark(
-            args, settings.kafka_bootstrap, dsn, cfg, txid, attempt, claim.ranges, timings
-        )
+        job = _run_spark(args, kafka, dsn, cfg, txid, attempt, claim.ranges, timings)
         # and once read: only ids unchanged since plan prove the job read plan's log (a topic
         # re-created while it ran passed the check above, and its reader read the new log's
         # records at the ranges' offsets)
-        ids = broker.topic_ids(settings.kafka_bootstrap, cfg.name, topics)
+        ids = broker.topic_ids(kafka, cfg.name, topics)
         ledger.verify_topic_ids(dsn, cfg.name, txid, ids)
         failpoints.hit("process.before_mark_staged", txid)
         t0 = time.monotonic()

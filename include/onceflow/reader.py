@@ -40,6 +40,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from onceflow.errors import RangeReadError
+from onceflow.kafka_client import KafkaCluster, cluster_of
 from onceflow.kafka_options import check_client_options, range_consumer_conf
 from onceflow.range_digest import RangeRead
 from onceflow.ranges import OffsetRange
@@ -205,7 +206,7 @@ class RangeReadFn:
     def __init__(
         self,
         pieces: list[OffsetRange],
-        bootstrap: str,
+        bootstrap: KafkaCluster | str,
         *,
         client: str = "confluent",
         timeout_s: float = DEFAULT_TIMEOUT_S,
@@ -290,7 +291,7 @@ def _without(batches: Iterator[Any], offsets: list[int]) -> Iterator[Any]:
 def ranges_frame(
     spark: Any,
     pieces: list[OffsetRange],
-    bootstrap: str,
+    bootstrap: KafkaCluster | str,
     **options: Any,
 ) -> Any:
     """The records of `pieces` as a DataFrame (schema SCHEMA) with one Spark partition per
@@ -320,7 +321,7 @@ def pieces_frame(spark: Any, fn: RangeReadFn) -> Any:
 
 def read_range(
     r: OffsetRange,
-    bootstrap: str,
+    bootstrap: KafkaCluster | str,
     *,
     client: str = "confluent",
     timeout_s: float = DEFAULT_TIMEOUT_S,
@@ -516,7 +517,7 @@ def _fail(r: OffsetRange, last: int | None, why: str) -> RangeReadError:
 
 def _read_confluent(
     r: OffsetRange,
-    bootstrap: str,
+    bootstrap: KafkaCluster | str,
     timeout_s: float,
     batch_records: int,
     client_conf: Mapping[str, str],
@@ -623,7 +624,7 @@ def _read_confluent(
 
 def _read_kafka_python(
     r: OffsetRange,
-    bootstrap: str,
+    bootstrap: KafkaCluster | str,
     timeout_s: float,
     batch_records: int,
     client_conf: Mapping[str, str],
@@ -635,7 +636,7 @@ def _read_kafka_python(
     from kafka import errors as kerrors
 
     conf: dict[str, Any] = {
-        "bootstrap_servers": bootstrap,
+        **cluster_of(bootstrap).kafka_python(),
         "group_id": None,
         "enable_auto_commit": False,
         "isolation_level": "read_committed",

@@ -22,6 +22,7 @@ from typing import Protocol
 from confluent_kafka import OFFSET_END, Consumer, KafkaError, TopicPartition
 
 from onceflow.errors import RangeReadError
+from onceflow.kafka_client import KafkaCluster, cluster_of
 from onceflow.range_digest import RangeRead
 
 
@@ -41,7 +42,9 @@ class Recount:
     reads: dict[tuple[str, str, int], RangeRead] = field(default_factory=dict)
 
 
-def count_records(bootstrap: str, ranges: Iterable[_Range], timeout_s: float = 60.0) -> Recount:
+def count_records(
+    bootstrap: KafkaCluster | str, ranges: Iterable[_Range], timeout_s: float = 60.0
+) -> Recount:
     """Records per txid. Ranges of one partition are read in one sequential pass."""
     by_tp: dict[tuple[str, int], list[_Range]] = defaultdict(list)
     for r in ranges:
@@ -52,15 +55,16 @@ def count_records(bootstrap: str, ranges: Iterable[_Range], timeout_s: float = 6
     if not by_tp:
         return result
     consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "onceflow-audit",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-            "enable.partition.eof": True,
-            "fetch.queue.backoff.ms": 10,
-            "auto.offset.reset": "error",
-        }
+        cluster_of(bootstrap).librdkafka_conf(
+            {
+                "group.id": "onceflow-audit",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                "enable.partition.eof": True,
+                "fetch.queue.backoff.ms": 10,
+                "auto.offset.reset": "error",
+            }
+        )
     )
     try:
         for (topic, partition), rs in sorted(by_tp.items()):

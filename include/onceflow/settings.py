@@ -12,6 +12,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from onceflow.kafka_client import KafkaCluster
 
 
 def spark_jobs_dir() -> Path:
@@ -68,6 +72,12 @@ class Settings:
     # installed the store)
     broker_storage: str = "auto"
     store_port: int = 28092  # the store's S3 API on 127.0.0.1 (durable storage)
+
+    def kafka_cluster(self) -> KafkaCluster:
+        """The source cluster: the bootstrap with ONCEFLOW_KAFKA_CONFIG's client settings."""
+        from onceflow.kafka_client import cluster_from_env
+
+        return cluster_from_env(self.kafka_bootstrap)
 
     @classmethod
     def from_env(cls) -> Settings:

@@ -16,17 +16,16 @@ from pathlib import Path
 from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import DAG, Asset
 
-from onceflow import jvm_archive
+from onceflow import connections, jvm_archive
 from onceflow.airflow.tasks import CommitOperator, ProcessOperator, plan_task
 from onceflow.config import PipelineConfig, load_pipelines
 from onceflow.settings import Settings, spark_jobs_dir, transform_path
 from onceflow.sinks import sink_for
 from onceflow.spark_app import PROCESS_APPLICATION
 
-# Passed to spark-submit so the job finds the same ledger, broker and pipelines file.
+# Passed to spark-submit (as env_vars, which Airflow renders into its UI: nothing secret; the
+# ledger's DSN and the Kafka settings are the process task's own, ProcessOperator.execute).
 _PASSTHROUGH = (
-    "ONCEFLOW_POSTGRES_DSN",
-    "ONCEFLOW_KAFKA_BOOTSTRAP",
     "ONCEFLOW_PIPELINES",
     "ONCEFLOW_HOME",
     "ONCEFLOW_PG_PORT",
@@ -99,7 +98,9 @@ def build_dag(cfg: PipelineConfig, pipelines_file: Path) -> DAG:
         )
         process = ProcessOperator(
             task_id="process",
-            conn_id="spark_default",
+            pipeline=cfg.name,
+            pipelines_file=str(pipelines_file),
+            conn_id=cfg.spark_conn_id,
             application=PROCESS_APPLICATION,
             application_args=["--pipeline", cfg.name, "--txid", "{{ run_id }}"],
             name=f"onceflow-{cfg.name}",
@@ -119,7 +120,7 @@ def build_dag(cfg: PipelineConfig, pipelines_file: Path) -> DAG:
             outlets=[
                 Asset(
                     name=f"onceflow_{cfg.name}",
-                    uri=sink_for(cfg).asset_uri(Settings.from_env().postgres_dsn),
+                    uri=sink_for(cfg).asset_uri(connections.ledger_dsn(cfg.ledger_conn_id)[0]),
                 )
             ],
             poll_interval=cfg.commit_poke_interval,

@@ -8,6 +8,7 @@ task log; transient ones (the broker or the ledger unreachable) are retried as c
 from __future__ import annotations
 
 import logging
+import os
 import time
 from datetime import timedelta
 from typing import Any
@@ -16,7 +17,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
-from onceflow import broker, ledger
+from onceflow import broker, connections, ledger
 from onceflow.airflow.triggers import CommitReadyTrigger, describe_wait
 from onceflow.config import get_pipeline
 from onceflow.errors import (
@@ -39,15 +40,16 @@ log = logging.getLogger("onceflow")
 
 def plan_task(pipeline: str, run_id: str, pipelines_file: str | None = None) -> dict[str, Any]:
     """Plan txid = run_id: replay its recorded ranges or snapshot the broker's end offsets."""
-    settings = Settings.from_env()
-    cfg = get_pipeline(pipelines_file or settings.pipelines_file, pipeline)
+    cfg = get_pipeline(pipelines_file or Settings.from_env().pipelines_file, pipeline)
     started = time.monotonic()
     try:
+        svc = connections.services(cfg)
+        log.info("onceflow plan: ledger from %s, Kafka %s", svc.ledger_source, svc.kafka.describe())
         batch = ledger.plan(
-            settings.postgres_dsn,
+            svc.ledger_dsn,
             cfg,
             run_id,
-            lambda at: broker.snapshot(settings.kafka_bootstrap, cfg.name, cfg.topics, at),
+            lambda at: broker.snapshot(svc.kafka, cfg.name, cfg.topics, at),
         )
     except (
         DataLossError,
@@ -95,7 +97,14 @@ def plan_task(pipeline: str, run_id: str, pipelines_file: str | None = None) -> 
 
 
 class ProcessOperator(SparkSubmitOperator):
-    """spark-submit of the package's process job (onceflow.spark_app); ends without retries on a final exit code.
+    """spark-submit of the package's process job (onceflow.spark_app); ends without retries
+    on a final exit code.
+
+    The ledger's DSN and the Kafka client settings (credentials) are read from the pipeline's
+    Airflow connections when the task runs and handed to spark-submit in its environment
+    (ONCEFLOW_POSTGRES_DSN, ONCEFLOW_KAFKA_BOOTSTRAP, ONCEFLOW_KAFKA_CONFIG), never in
+    `env_vars` or `conf`: those are rendered into Airflow's UI and, on YARN and Kubernetes,
+    put on spark-submit's command line.
 
     process exits FENCED when a newer attempt of the txid took over (this attempt's output is
     never published), ABANDONED after a reset, USAGE for an unknown pipeline or txid or a
@@ -105,7 +114,24 @@ class ProcessOperator(SparkSubmitOperator):
     client, YARN client); in cluster deploy mode every failure is retried.
     """
 
+    template_fields = (*SparkSubmitOperator.template_fields, "pipeline")
+
+    def __init__(self, *, pipeline: str, pipelines_file: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.pipeline = pipeline
+        self.pipelines_file = pipelines_file
+
     def execute(self, context: Any) -> None:
+        cfg = get_pipeline(self.pipelines_file or Settings.from_env().pipelines_file, self.pipeline)
+        try:
+            svc = connections.services(cfg)
+        except ConfigError as e:
+            raise AirflowFailException(f"onceflow process txid={context['run_id']}: {e}") from e
+        # This task's own process: spark-submit inherits it (the hook copies os.environ).
+        os.environ.update({"ONCEFLOW_POSTGRES_DSN": svc.ledger_dsn, **svc.kafka.to_env()})
+        self.log.info(
+            "onceflow process: ledger from %s, Kafka %s", svc.ledger_source, svc.kafka.describe()
+        )
         try:
             super().execute(context)
         except Exception as e:
@@ -172,13 +198,16 @@ class CommitOperator(BaseOperator):
         return self._commit_or_defer(context, waited=float(event.get("waited", 0.0)))
 
     def _commit_or_defer(self, context: Any, waited: float) -> dict[str, Any]:
-        settings = Settings.from_env()
-        cfg = get_pipeline(self.pipelines_file or settings.pipelines_file, self.pipeline)
+        cfg = get_pipeline(self.pipelines_file or Settings.from_env().pipelines_file, self.pipeline)
         txid = context["run_id"]
-        wait = ledger.blocking_predecessor(settings.postgres_dsn, cfg.name, txid)
+        try:
+            dsn, _ = connections.ledger_dsn(cfg.ledger_conn_id, cfg.source)
+        except ConfigError as e:
+            raise AirflowFailException(f"onceflow commit txid={txid}: {e}") from e
+        wait = ledger.blocking_predecessor(dsn, cfg.name, txid)
         if wait is None:
             try:
-                result = ledger.commit(settings.postgres_dsn, cfg, txid)
+                result = ledger.commit(dsn, cfg, txid)
             except CommitOrderError as e:  # a predecessor was re-opened between check and commit
                 self.log.info("%s", e)
             else:
@@ -206,7 +235,7 @@ class CommitOperator(BaseOperator):
         else:
             self.log.info("%s; deferring to the triggerer", describe_wait(txid, wait, waited))
         self.defer(
-            trigger=CommitReadyTrigger(cfg.name, txid, self.poll_interval),
+            trigger=CommitReadyTrigger(cfg.name, txid, self.poll_interval, cfg.ledger_conn_id),
             method_name="execute_complete",
             timeout=self.wait_timeout,
         )

@@ -16,9 +16,8 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from onceflow import ledger
-from onceflow.errors import UnknownTxidError
-from onceflow.settings import Settings
+from onceflow import connections, ledger
+from onceflow.errors import ConfigError, UnknownTxidError
 
 #: how often a still-waiting commit says so in the task log, in seconds
 WAIT_LOG_EVERY = 60.0
@@ -36,22 +35,34 @@ def describe_wait(txid: str, wait: ledger.Blocker, waited: float) -> str:
 class CommitReadyTrigger(BaseTrigger):
     """Fire once no uncommitted batch with a lower seq than txid's is left in the ledger.
 
-    Serialises only the pipeline, the txid and the poll interval: the DSN comes from the
-    triggerer's own environment (ONCEFLOW_POSTGRES_DSN), so no credentials land in the
-    trigger table. A ledger that cannot be reached (PostgreSQL restarting) is logged and
+    Serialises only the pipeline, the txid, the poll interval and the ledger's connection id:
+    the DSN is read from that Airflow connection in the triggerer (onceflow.connections), so
+    no credentials land in the trigger table. A ledger that cannot be reached (PostgreSQL restarting) is logged and
     polled again, never turned into a failure: the commit has nothing to lose by waiting.
     """
 
-    def __init__(self, pipeline: str, txid: str, poll_interval: float = 2.0) -> None:
+    def __init__(
+        self,
+        pipeline: str,
+        txid: str,
+        poll_interval: float = 2.0,
+        ledger_conn_id: str | None = None,
+    ) -> None:
         super().__init__()
         self.pipeline = pipeline
         self.txid = txid
         self.poll_interval = float(poll_interval)
+        self.ledger_conn_id = ledger_conn_id
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
             f"{type(self).__module__}.{type(self).__qualname__}",
-            {"pipeline": self.pipeline, "txid": self.txid, "poll_interval": self.poll_interval},
+            {
+                "pipeline": self.pipeline,
+                "txid": self.txid,
+                "poll_interval": self.poll_interval,
+                "ledger_conn_id": self.ledger_conn_id,
+            },
         )
 
     def check(self, dsn: str) -> ledger.Blocker | None:
@@ -59,7 +70,11 @@ class CommitReadyTrigger(BaseTrigger):
         return ledger.blocking_predecessor(dsn, self.pipeline, self.txid)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        dsn = Settings.from_env().postgres_dsn
+        try:  # in a thread: the connection lookup is blocking
+            dsn, _ = await asyncio.to_thread(connections.ledger_dsn, self.ledger_conn_id)
+        except ConfigError as e:
+            yield TriggerEvent({"status": "error", "message": str(e)})
+            return
         started = time.monotonic()
         last_logged: tuple[Any, ...] | None = None
         last_logged_at = float("-inf")

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from onceflow.config import PipelineConfig
+from onceflow.kafka_client import KafkaCluster
 from onceflow.sinks.base import (
     OutsideSink,
     Publication,
@@ -33,15 +34,21 @@ def sink_for(cfg: PipelineConfig) -> Sink:
     if cfg.sink.kind == "iceberg":
         return IcebergSink(cfg.sink_schema, cfg.sink, cfg.sink.warehouse or default_warehouse())
     if cfg.sink.kind == "kafka":
-        return KafkaSink(cfg.sink_schema, cfg.sink, cfg.sink.bootstrap or source_bootstrap())
+        return KafkaSink(cfg.sink_schema, cfg.sink, sink_cluster(cfg))
     return PostgresSink(cfg.sink_schema, cfg.sink, aggregating=cfg.aggregating)
 
 
-def source_bootstrap() -> str:
-    """The pipelines' source cluster (ONCEFLOW_KAFKA_BOOTSTRAP): a Kafka sink's default."""
-    from onceflow.settings import Settings
+def sink_cluster(cfg: PipelineConfig) -> KafkaCluster:
+    """A Kafka sink's cluster: its `conn_id` connection; else its `bootstrap` with the source
+    cluster's client settings; else the source cluster (onceflow.connections)."""
+    from dataclasses import replace
 
-    return Settings.from_env().kafka_bootstrap
+    from onceflow import connections
+
+    if cfg.sink.conn_id:
+        return connections.kafka_cluster(cfg.sink.conn_id, cfg.source, key="sink.conn_id")
+    source = connections.kafka_cluster(cfg.kafka_conn_id, cfg.source)
+    return replace(source, bootstrap=cfg.sink.bootstrap) if cfg.sink.bootstrap else source
 
 
 def default_warehouse() -> str:

@@ -77,6 +77,7 @@ from onceflow.errors import (
     SinkRejectedError,
     SinkUnavailableError,
 )
+from onceflow.kafka_client import KafkaCluster, cluster_of
 from onceflow.schema_evolution import Evolution
 from onceflow.sinks.base import OutsideSink, Publication, PublishTarget, SinkReading, StagedCounts
 from onceflow.sinks.postgres import StageTable
@@ -159,7 +160,7 @@ class Marker:
             return None
 
 
-def _consumer(bootstrap: str, client_id: str) -> Any:
+def _consumer(bootstrap: KafkaCluster | str, client_id: str) -> Any:
     """A read_committed consumer that joins no group (partitions are assigned)."""
     from confluent_kafka import Consumer
 
@@ -253,13 +254,18 @@ class KafkaSink(OutsideSink):
     replaces_output = False
 
     def __init__(
-        self, schema: str, cfg: SinkConfig, bootstrap: str, stage: StageTable | None = None
+        self,
+        schema: str,
+        cfg: SinkConfig,
+        cluster: KafkaCluster | str,
+        stage: StageTable | None = None,
     ) -> None:
         super().__init__(schema, STAGE_NAME)
         self.cfg = cfg
         self.topic = cfg.topic
         self.commit_log = cfg.commit_log
-        self.bootstrap = bootstrap
+        self.cluster = cluster_of(cluster)  # the output topic's cluster, security included
+        self.bootstrap = self.cluster.bootstrap
         self._staging = stage or StageTable(schema, SinkConfig(table=STAGE_NAME))
         self._audit_cur: int | None = None
         self._markers: list[Marker] = []
@@ -287,7 +293,7 @@ class KafkaSink(OutsideSink):
         return KafkaSink(
             self.schema,
             self.cfg,
-            self.bootstrap,
+            self.cluster,
             self._staging.bind_output(cur, fields, evolution),
         )
 
@@ -321,27 +327,28 @@ class KafkaSink(OutsideSink):
         doing = f"read its commit log {self.commit_log!r} for seq {t.seq}; nothing was published"
         producer = None
         try:
-            admin = AdminClient({"bootstrap.servers": self.bootstrap})
+            admin = AdminClient(self.cluster.librdkafka_conf())
             partitions, limit = self._ensure_topics(admin, t)
             producer = Producer(
-                {
-                    "bootstrap.servers": self.bootstrap,
-                    "transactional.id": transactional_id(t.pipeline),
-                    "enable.idempotence": True,
-                    "acks": "all",
-                    "partitioner": "murmur2_random",  # a key's partition as Java clients pick it
-                    "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
-                    "message.timeout.ms": int(TIMEOUT_S * 1000),
-                    "linger.ms": 5,
-                    # the topics' limit: a record above it fails at produce, naming it, and no
-                    # batch of smaller ones exceeds it (the broker would refuse the batch)
-                    "message.max.bytes": limit,
-                    "batch.size": max(1, min(1_000_000, limit - _BATCH_OVERHEAD)),
-                    "client.id": f"onceflow-commit-{t.pipeline}",
-                }
+                self.cluster.librdkafka_conf(
+                    {
+                        "transactional.id": transactional_id(t.pipeline),
+                        "enable.idempotence": True,
+                        "acks": "all",
+                        "partitioner": "murmur2_random",  # a key's partition as Java clients pick it
+                        "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
+                        "message.timeout.ms": int(TIMEOUT_S * 1000),
+                        "linger.ms": 5,
+                        # the topics' limit: a record above it fails at produce, naming it, and no
+                        # batch of smaller ones exceeds it (the broker would refuse the batch)
+                        "message.max.bytes": limit,
+                        "batch.size": max(1, min(1_000_000, limit - _BATCH_OVERHEAD)),
+                        "client.id": f"onceflow-commit-{t.pipeline}",
+                    }
+                )
             )
             producer.init_transactions(TIMEOUT_S)
-            consumer = _consumer(self.bootstrap, f"onceflow-commit-{t.pipeline}")
+            consumer = _consumer(self.cluster, f"onceflow-commit-{t.pipeline}")
             try:
                 marker = last_marker(consumer, self.commit_log, t.pipeline)
             finally:
@@ -504,7 +511,7 @@ class KafkaSink(OutsideSink):
         offsets trail it for a moment. The commit happened either way; past TIMEOUT_S this
         only logs."""
         deadline = time.monotonic() + TIMEOUT_S
-        consumer = _consumer(self.bootstrap, "onceflow-commit-visible")
+        consumer = _consumer(self.cluster, "onceflow-commit-visible")
         try:
             for (topic, partition), offset in sorted(last.items()):
                 while committed_end(consumer, topic, partition)[1] <= offset:
@@ -662,7 +669,7 @@ class KafkaSink(OutsideSink):
         loaded = cur.fetchone()[0]
         if self._audit_cur == id(cur) and loaded:
             return True
-        consumer = _consumer(self.bootstrap, "onceflow-audit")
+        consumer = _consumer(self.cluster, "onceflow-audit")
         try:
             meta = consumer.list_topics(timeout=TIMEOUT_S)
             if self.topic not in meta.topics:

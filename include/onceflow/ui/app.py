@@ -274,8 +274,8 @@ def create_app(
         return json(
             {
                 "pipeline": cfg.name,
-                "batches": views.batches(s.postgres_dsn, cfg.name, limit=limit),
-                "blocked": views.commit_block(s.postgres_dsn, cfg.name),
+                "batches": views.batches(data.ledger_dsn(s, cfg), cfg.name, limit=limit),
+                "blocked": views.commit_block(data.ledger_dsn(s, cfg), cfg.name),
             }
         )
 
@@ -293,9 +293,9 @@ def create_app(
         return json(
             {
                 "pipeline": cfg.name,
-                "loss_events": views.losses(s.postgres_dsn, cfg.name),
-                "resets": views.resets(s.postgres_dsn, cfg.name),
-                "abandoned": views.abandoned(s.postgres_dsn, cfg.name),
+                "loss_events": views.losses(data.ledger_dsn(s, cfg), cfg.name),
+                "resets": views.resets(data.ledger_dsn(s, cfg), cfg.name),
+                "abandoned": views.abandoned(data.ledger_dsn(s, cfg), cfg.name),
             }
         )
 
@@ -321,7 +321,7 @@ def create_app(
         from onceflow import views
 
         try:
-            page = views.dead_letter_page(s.postgres_dsn, cfg.name, txid, limit, offset)
+            page = views.dead_letter_page(data.ledger_dsn(s, cfg), cfg.name, txid, limit, offset)
         except UnknownTxidError as exc:
             raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
         return json({"pipeline": cfg.name, "txid": txid, **page})
@@ -334,7 +334,7 @@ def create_app(
         collected = []
         for cfg in cfgs:
             ends = data.broker_ends(s, cfg)
-            collected.append(metrics.collect(s.postgres_dsn, cfg.name, ends.ends))
+            collected.append(metrics.collect(data.ledger_dsn(s, cfg), cfg.name, ends.ends))
         return PlainTextResponse(metrics.render(collected), media_type=metrics.CONTENT_TYPE)
 
     return api

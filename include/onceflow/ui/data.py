@@ -13,8 +13,9 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
 
-from onceflow import broker, ledger, views
+from onceflow import broker, connections, ledger, views
 from onceflow.config import PipelineConfig, load_pipelines
+from onceflow.errors import OnceflowError
 from onceflow.settings import Settings
 from onceflow.sinks import sink_for
 from onceflow.states import CLOSED, BatchState
@@ -69,25 +70,35 @@ def _call_in_thread(fn, *args) -> Future:
     return future
 
 
+def ledger_dsn(s: Settings, cfg: PipelineConfig) -> str:
+    """The pipeline's ledger DSN: its Airflow connection, else the settings' (per request:
+    a rotated password is read the next time)."""
+    return connections.ledger_dsn(cfg.ledger_conn_id, cfg.source, s)[0]
+
+
 def broker_ends(s: Settings, cfg: PipelineConfig) -> BrokerEnds:
     """End offsets of the pipeline's partitions, or why they are unavailable."""
-    key = (s.kafka_bootstrap, cfg.topics)
+    try:
+        cluster = connections.kafka_cluster(cfg.kafka_conn_id, cfg.source, settings=s)
+    except OnceflowError as exc:
+        return BrokerEnds(None, str(exc))
+    key = (cluster, cfg.topics)
     with _lock:
         hit = _cache.get(key)
         if hit and time.monotonic() - hit[0] < BROKER_CACHE_SECONDS:
             return BrokerEnds(hit[1], hit[2])
         future = _inflight.get(key)
         if future is None or future.done():
-            future = _call_in_thread(broker.snapshot, s.kafka_bootstrap, cfg.name, cfg.topics)
+            future = _call_in_thread(broker.snapshot, cluster, cfg.name, cfg.topics)
             _inflight[key] = future
     ends: dict | None = None
     error: str | None = None
     try:
         ends = future.result(timeout=BROKER_TIMEOUT).ends
     except FutureTimeout:
-        error = f"broker {s.kafka_bootstrap} did not answer within {BROKER_TIMEOUT:g} s"
+        error = f"broker {cluster} did not answer within {BROKER_TIMEOUT:g} s"
     except Exception as exc:  # noqa: BLE001 - any broker failure means "lag unavailable"
-        error = f"broker {s.kafka_bootstrap}: {type(exc).__name__}: {exc}"
+        error = f"broker {cluster}: {type(exc).__name__}: {exc}"
     with _lock:
         _cache[key] = (time.monotonic(), ends, error)
     return BrokerEnds(ends, error)
@@ -95,7 +106,7 @@ def broker_ends(s: Settings, cfg: PipelineConfig) -> BrokerEnds:
 
 def partitions(s: Settings, cfg: PipelineConfig) -> dict[str, Any]:
     ends = broker_ends(s, cfg)
-    rows = views.partitions(s.postgres_dsn, cfg.name, ends.ends)
+    rows = views.partitions(ledger_dsn(s, cfg), cfg.name, ends.ends)
     if not ends.available:
         for r in rows:
             r["broker_end_offset"] = None
@@ -134,12 +145,12 @@ def block_reason(block: dict[str, Any] | None) -> str | None:
 
 
 def pipeline_overview(s: Settings, cfg: PipelineConfig) -> dict[str, Any]:
-    block = views.commit_block(s.postgres_dsn, cfg.name)
+    block = views.commit_block(ledger_dsn(s, cfg), cfg.name)
     return {
         "pipeline": cfg.name,
         "dag_id": cfg.dag_id,
         "topics": list(cfg.topics),
-        "summary": views.summary(s.postgres_dsn, cfg.name),
+        "summary": views.summary(ledger_dsn(s, cfg), cfg.name),
         "blocked": block,
         "blocked_reason": block_reason(block),
         "commit_name": sink_for(cfg).commit_name,
@@ -150,12 +161,12 @@ def ledger_view(s: Settings, cfg: PipelineConfig, limit: int) -> dict[str, Any]:
     """Everything the per-pipeline ledger page shows."""
     data = pipeline_overview(s, cfg)
     data.update(
-        batches=views.batches(s.postgres_dsn, cfg.name, limit=limit),
+        batches=views.batches(ledger_dsn(s, cfg), cfg.name, limit=limit),
         partitions=partitions(s, cfg),
-        losses=views.losses(s.postgres_dsn, cfg.name),
-        resets=views.resets(s.postgres_dsn, cfg.name),
-        abandoned=views.abandoned(s.postgres_dsn, cfg.name),
-        schema_changes=views.schema_changes(s.postgres_dsn, cfg.name),
+        losses=views.losses(ledger_dsn(s, cfg), cfg.name),
+        resets=views.resets(ledger_dsn(s, cfg), cfg.name),
+        abandoned=views.abandoned(ledger_dsn(s, cfg), cfg.name),
+        schema_changes=views.schema_changes(ledger_dsn(s, cfg), cfg.name),
     )
     return data
 
@@ -164,11 +175,11 @@ def batch_view(
     s: Settings, cfg: PipelineConfig, txid: str, dl_limit: int = 100, dl_offset: int = 0
 ) -> dict[str, Any]:
     """One txid's ledger entry; raises UnknownTxidError when plan has not recorded it."""
-    b = views.batch(s.postgres_dsn, cfg.name, txid)
-    b["ranges"] = views.batch_ranges(s.postgres_dsn, cfg.name, txid)
+    b = views.batch(ledger_dsn(s, cfg), cfg.name, txid)
+    b["ranges"] = views.batch_ranges(ledger_dsn(s, cfg), cfg.name, txid)
     wait = None
     if b["state"] not in CLOSED:
-        w = ledger.blocking_predecessor(s.postgres_dsn, cfg.name, txid)
+        w = ledger.blocking_predecessor(ledger_dsn(s, cfg), cfg.name, txid)
         if w is not None:
             wait = {"txid": w.txid, "seq": w.seq, "state": w.state, "last_error": w.last_error}
     return {
@@ -176,9 +187,9 @@ def batch_view(
         "dag_id": cfg.dag_id,
         "commit_name": sink_for(cfg).commit_name,
         "batch": b,
-        "losses": views.batch_losses(s.postgres_dsn, cfg.name, txid),
+        "losses": views.batch_losses(ledger_dsn(s, cfg), cfg.name, txid),
         "waits_for": wait,
         "dead_letters": views.dead_letter_page(
-            s.postgres_dsn, cfg.name, txid, limit=dl_limit, offset=dl_offset
+            ledger_dsn(s, cfg), cfg.name, txid, limit=dl_limit, offset=dl_offset
         ),
     }

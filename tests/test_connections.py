@@ -1,0 +1,118 @@
+"""Where a pipeline's services come from: Airflow connections (read through Airflow's own
+lookup, here its environment-variable secrets backend, AIRFLOW_CONN_*), the per-pipeline
+ids of pipelines.toml, and the ONCEFLOW_* fallback for the default ids."""
+
+import json
+
+import pytest
+from onceflow import connections
+from onceflow.config import parse_pipeline
+from onceflow.errors import ConfigError
+from onceflow.sinks import sink_cluster
+
+pytestmark = pytest.mark.unit
+
+SECRET = "s3cr3t-Pa55word"
+
+
+@pytest.fixture(autouse=True)
+def _airflow_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
+    monkeypatch.setenv("ONCEFLOW_POSTGRES_DSN", "postgresql://env:env@127.0.0.1:1/envdb")
+    monkeypatch.setenv("ONCEFLOW_KAFKA_BOOTSTRAP", "127.0.0.1:2")
+    monkeypatch.delenv("ONCEFLOW_KAFKA_CONFIG", raising=False)
+    for name in ("ONCEFLOW_LEDGER", "ONCEFLOW_KAFKA", "PROD_PG", "PROD_KAFKA", "SINK_KAFKA"):
+        monkeypatch.delenv(f"AIRFLOW_CONN_{name}", raising=False)
+
+
+def _conn(monkeypatch, conn_id: str, **fields) -> None:
+    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(fields))
+
+
+def _cfg(**keys):
+    raw = {"topics": ["t"], "transform": "m:f", "sink": {"table": "x"}, **keys}
+    return parse_pipeline("p", raw, "/etc/flows/pipelines.toml")
+
+
+def test_without_connections_the_environment_is_used():
+    svc = connections.services(_cfg())
+    assert svc.ledger_dsn == "postgresql://env:env@127.0.0.1:1/envdb"
+    assert svc.ledger_source == "ONCEFLOW_POSTGRES_DSN"
+    assert svc.kafka.bootstrap == "127.0.0.1:2"
+
+
+def test_the_default_connections_win_over_the_environment(monkeypatch):
+    _conn(monkeypatch, "onceflow_ledger", conn_type="postgres", host="db.internal", port=6432,
+          login="flow", password=SECRET, schema="ledger", extra={"sslmode": "verify-full"})  # fmt: skip
+    _conn(monkeypatch, "onceflow_kafka", conn_type="kafka", extra={
+        "bootstrap.servers": "k1:9093,k2:9093", "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "flow", "sasl.password": SECRET,
+        "group.id": "the-providers-hooks-need-one"})  # fmt: skip
+    svc = connections.services(_cfg())
+    from psycopg2.extensions import parse_dsn
+
+    assert parse_dsn(svc.ledger_dsn) == {
+        "host": "db.internal", "port": "6432", "user": "flow", "password": SECRET,
+        "dbname": "ledger", "sslmode": "verify-full"}  # fmt: skip
+    assert svc.ledger_source == "Airflow connection 'onceflow_ledger'"
+    assert svc.kafka.bootstrap == "k1:9093,k2:9093"
+    assert dict(svc.kafka.security)["sasl.password"] == SECRET
+    assert "onceflow_kafka" in svc.kafka.describe()
+    assert SECRET not in repr(svc) and SECRET not in svc.kafka.describe()
+
+
+def test_a_pipeline_names_its_own_connections(monkeypatch):
+    _conn(monkeypatch, "prod_pg", conn_type="postgres", host="pg", login="u", password="p")
+    _conn(monkeypatch, "prod_kafka", conn_type="kafka", extra={"bootstrap.servers": "pk:9092"})
+    svc = connections.services(_cfg(ledger_conn_id="prod_pg", kafka_conn_id="prod_kafka"))
+    assert "host=pg" in svc.ledger_dsn and svc.kafka.bootstrap == "pk:9092"
+
+
+def test_a_named_connection_that_does_not_exist_names_itself_and_where():
+    with pytest.raises(ConfigError) as e:
+        connections.services(_cfg(kafka_conn_id="prod_kafka"))
+    assert "Airflow connection 'prod_kafka' does not exist" in str(e.value)
+    assert "/etc/flows/pipelines.toml: `kafka_conn_id`" in str(e.value)
+    with pytest.raises(ConfigError, match="'prod_pg' does not exist .*`ledger_conn_id`"):
+        connections.services(_cfg(ledger_conn_id="prod_pg"))
+
+
+def test_an_extra_that_is_not_json_says_so(monkeypatch):
+    _conn(monkeypatch, "onceflow_kafka", conn_type="kafka", extra='{"bootstrap.servers": k1:9092}')
+    with pytest.raises(ConfigError, match="'onceflow_kafka': its extra is not valid JSON"):
+        connections.services(_cfg())
+
+
+def test_an_unknown_client_key_is_named(monkeypatch):
+    _conn(monkeypatch, "onceflow_kafka", conn_type="kafka",
+          extra={"bootstrap.servers": "k:1", "sasl.mechanisms": "PLAIN", "sasl.usernme": "x"})  # fmt: skip
+    with pytest.raises(ConfigError, match="'sasl.usernme'") as e:
+        connections.services(_cfg())
+    assert "onceflow_kafka" in str(e.value)
+
+
+def test_an_unknown_libpq_key_and_a_wrong_type_are_named(monkeypatch):
+    _conn(monkeypatch, "onceflow_ledger", conn_type="postgres", host="h", extra={"iam": True})
+    with pytest.raises(ConfigError, match="extra key 'iam'"):
+        connections.services(_cfg())
+    _conn(monkeypatch, "onceflow_ledger", conn_type="mysql", host="h")
+    with pytest.raises(ConfigError, match="of type 'mysql'; the ledger needs a 'postgres'"):
+        connections.services(_cfg())
+
+
+def test_a_kafka_sinks_cluster(monkeypatch):
+    _conn(monkeypatch, "onceflow_kafka", conn_type="kafka", extra={
+        "bootstrap.servers": "src:9093", "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "PLAIN", "sasl.username": "u", "sasl.password": SECRET})  # fmt: skip
+    _conn(monkeypatch, "sink_kafka", conn_type="kafka", extra={"bootstrap.servers": "out:9092"})
+    kafka = {"kind": "kafka", "topic": "out"}
+    assert sink_cluster(_cfg(sink=kafka)).bootstrap == "src:9093"  # the source cluster
+    other = sink_cluster(_cfg(sink={**kafka, "bootstrap": "b:9092"}))
+    assert other.bootstrap == "b:9092" and dict(other.security)["sasl.password"] == SECRET
+    assert sink_cluster(_cfg(sink={**kafka, "conn_id": "sink_kafka"})).security == (
+        ("security.protocol", "PLAINTEXT"),
+    )
+    with pytest.raises(ConfigError, match="'nope' does not exist .*`sink.conn_id`"):
+        sink_cluster(_cfg(sink={**kafka, "conn_id": "nope"}))
+    with pytest.raises(ConfigError, match="not both"):
+        _cfg(sink={**kafka, "conn_id": "sink_kafka", "bootstrap": "b:9092"})
