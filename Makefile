@@ -5,7 +5,7 @@ PYTHON ?= python3
 UV_VERSION = 0.13.8
 SETUP_STAMP = $(VENV)/.onceflow-setup-stamp
 
-.PHONY: setup system-deps up down status demo test lint format
+.PHONY: setup system-deps wheel up down status demo test lint format
 
 STORE_DIR = $(VENV)/share/onceflow/broker-store
 STORE_STAMP = $(STORE_DIR)/.onceflow-setup-stamp
@@ -42,6 +42,13 @@ $(SETUP_STAMP): requirements.lock pyproject.toml
 	fi
 	@touch $@
 
+## wheel: build dist/onceflow-<version>-py3-none-any.whl, the package to install into your own Airflow
+wheel: setup
+	@rm -rf build
+	$(PY) -m pip wheel --no-deps --no-build-isolation --quiet -w dist .
+	@rm -rf build
+	@ls -l dist/onceflow-*.whl
+
 ## up: start the local stack (PostgreSQL, tansu broker, Airflow) in the background
 up: setup
 	$(VENV)/bin/onceflow up
@@ -57,13 +64,14 @@ status:
 ONCEFLOW = $(VENV)/bin/onceflow
 PYTEST_ARGS ?=
 
-## system-deps: Debian packages the tests and the benchmark use (docker-compose to validate the compose file, chromium + chromium-driver for the `ui` browser tests, libpostgresql-jdbc-java for the benchmark's Spark JDBC peer); root only, skipped when present
+## system-deps: Debian packages the tests and the benchmark use (docker-compose to validate the compose file, chromium + chromium-driver for the `ui` browser tests, libpostgresql-jdbc-java for the benchmark's Spark JDBC peer, stunnel4 as the TLS peer in front of the broker, redis-server as the Celery executor's broker); root only, skipped when present
 system-deps:
-	@need_dc=; need_chromium=; need_jdbc=; \
+	@need_dc=; need_chromium=; need_jdbc=; need_tls=; \
 	command -v docker-compose >/dev/null 2>&1 || need_dc=1; \
 	[ -x /usr/bin/chromium ] || need_chromium=1; \
 	[ -f /usr/share/java/postgresql.jar ] || need_jdbc=1; \
-	if [ -n "$$need_dc$$need_chromium$$need_jdbc" ]; then \
+	{ command -v stunnel4 >/dev/null 2>&1 && command -v redis-server >/dev/null 2>&1; } || need_tls=1; \
+	if [ -n "$$need_dc$$need_chromium$$need_jdbc$$need_tls" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    apt-get update -qq || echo "system-deps: apt-get update failed"; \
 	    [ -z "$$need_dc" ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker-compose >/dev/null \
@@ -72,7 +80,9 @@ system-deps:
 	      || echo "system-deps: could not install chromium; the ui browser tests will be skipped"; \
 	    [ -z "$$need_jdbc" ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends libpostgresql-jdbc-java >/dev/null \
 	      || echo "system-deps: could not install libpostgresql-jdbc-java; make bench will skip native_process"; \
-	  else echo "system-deps:$${need_dc:+ docker-compose}$${need_chromium:+ chromium}$${need_jdbc:+ libpostgresql-jdbc-java} missing and not root; the tests (and bench measurements) needing them will be skipped"; fi; \
+	    [ -z "$$need_tls" ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends stunnel4 redis-server >/dev/null \
+	      || echo "system-deps: could not install stunnel4 and redis-server; the TLS and Celery tests will be skipped"; \
+	  else echo "system-deps:$${need_dc:+ docker-compose}$${need_chromium:+ chromium}$${need_jdbc:+ libpostgresql-jdbc-java}$${need_tls:+ stunnel4 redis-server} missing and not root; the tests (and bench measurements) needing them will be skipped"; fi; \
 	fi
 
 ## demo: set up, start the stack and run the five example pipelines (orders: append with a fast form,

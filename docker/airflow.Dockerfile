@@ -1,6 +1,6 @@
-# Airflow image of the distributed deployment: the official image plus what the Onceflow tasks
-# need. Built by docker-compose.yaml (context ./docker). The project code is NOT baked in: dags/,
-# plugins/, spark_jobs/ and include/ are mounted, and include/ is on PYTHONPATH.
+# Airflow image of the distributed deployment: the official image plus Onceflow's wheel (`make
+# wheel` writes dist/onceflow-*.whl), installed as into any Airflow. Built by docker-compose.yaml
+# (context: the repository). The DAG folder and the examples' transforms are mounted.
 FROM apache/airflow:3.3.2-python3.11
 
 USER root
@@ -22,10 +22,12 @@ RUN set -eux; \
     ln -s /usr/local/bin/python /opt/onceflow/venv/bin/python; \
     /opt/onceflow/venv/bin/python -c 'import sys; assert sys.version_info[:2] == (3, 11), sys.version'
 
-COPY scripts/airflow-init.sh scripts/airflow-api-server.sh /opt/onceflow/scripts/
+COPY docker/scripts/airflow-init.sh docker/scripts/airflow-api-server.sh /opt/onceflow/scripts/
+COPY dist/ /tmp/onceflow-dist/
 
 USER airflow
-COPY airflow-requirements.txt /tmp/airflow-requirements.txt
-# Re-pinning apache-airflow keeps pip from up- or downgrading Airflow while resolving the extras.
-RUN pip install --no-cache-dir "apache-airflow==${AIRFLOW_VERSION}" -r /tmp/airflow-requirements.txt \
+# The wheel pins its dependencies (providers, PySpark, Kafka clients); re-pinning apache-airflow
+# keeps pip from up- or downgrading Airflow while resolving them.
+RUN pip install --no-cache-dir "apache-airflow==${AIRFLOW_VERSION}" /tmp/onceflow-dist/onceflow-*.whl \
+    && python -c "import onceflow.airflow" \
     && spark-submit --version 2>&1 | grep -m1 -i version

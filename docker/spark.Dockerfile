@@ -1,5 +1,6 @@
 # Spark image of the distributed deployment (master and worker): the official apache/spark image
-# plus a Python for the executors. Built by docker-compose.yaml (context ./docker).
+# plus a Python for the executors with Onceflow's wheel. Built by docker-compose.yaml (context:
+# the repository; `make wheel` first).
 #
 # Why a Dockerfile rather than `pip install` when the container starts: the executors' Python
 # packages (confluent-kafka, pyarrow, psycopg2-binary, ...) are then fixed at build time, a
@@ -25,12 +26,16 @@ RUN set -eux; \
     apt-get clean; \
     rm -rf /var/lib/apt/lists/*
 
-COPY spark-requirements.txt /tmp/spark-requirements.txt
+COPY docker/spark-requirements.txt /tmp/spark-requirements.txt
+COPY dist/ /tmp/onceflow-dist/
+# The executors' Python: what the reader and the stage import, and Onceflow itself (the same
+# wheel as the Airflow image; --no-deps: PySpark is the image's own, Airflow is not needed here).
 RUN set -eux; \
     python3.11 -m venv /opt/onceflow/venv; \
     /opt/onceflow/venv/bin/pip install --no-cache-dir --upgrade pip; \
     /opt/onceflow/venv/bin/pip install --no-cache-dir -r /tmp/spark-requirements.txt; \
-    /opt/onceflow/venv/bin/python -c 'import confluent_kafka, kafka, pyarrow, pandas, psycopg2'
+    /opt/onceflow/venv/bin/pip install --no-cache-dir --no-deps /tmp/onceflow-dist/onceflow-*.whl; \
+    /opt/onceflow/venv/bin/python -c 'import confluent_kafka, kafka, pyarrow, pandas, psycopg2, onceflow.reader'
 # A DAG that passes its own sys.executable (/usr/local/bin/python in the Airflow image) as
 # spark.pyspark.python still finds Python 3.11 with these packages here. A wrapper, not a
 # symlink: a symlinked venv interpreter would not find its pyvenv.cfg.
@@ -38,11 +43,8 @@ RUN set -eux; \
     printf '#!/bin/sh\nexec /opt/onceflow/venv/bin/python "$@"\n' > /usr/local/bin/python; \
     chmod 755 /usr/local/bin/python
 
-COPY spark-healthcheck.py /opt/onceflow/spark-healthcheck.py
+COPY docker/spark-healthcheck.py /opt/onceflow/spark-healthcheck.py
 
-# Executors inherit the worker's environment: Python workers then import onceflow from the
-# ./include mount, at the same path as in the Airflow containers.
-ENV PYSPARK_PYTHON=/opt/onceflow/venv/bin/python \
-    PYTHONPATH=/opt/airflow/include
+ENV PYSPARK_PYTHON=/opt/onceflow/venv/bin/python
 
 USER spark

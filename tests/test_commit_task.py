@@ -49,9 +49,15 @@ def first_event(trigger: CommitReadyTrigger, within: float):
 
 
 def test_trigger_serialises_without_credentials(cfg):
-    path, kwargs = CommitReadyTrigger(cfg.name, "run/1", 0.5).serialize()
+    path, kwargs = CommitReadyTrigger(cfg.name, "run/1", 0.5, "prod_ledger").serialize()
     assert path == "onceflow.airflow.triggers.CommitReadyTrigger"
-    assert kwargs == {"pipeline": cfg.name, "txid": "run/1", "poll_interval": 0.5}
+    # the ledger's connection id, never its DSN
+    assert kwargs == {
+        "pipeline": cfg.name,
+        "txid": "run/1",
+        "poll_interval": 0.5,
+        "ledger_conn_id": "prod_ledger",
+    }
     assert CommitReadyTrigger(**kwargs).serialize() == (path, kwargs)
 
 

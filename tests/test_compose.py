@@ -41,11 +41,11 @@ EXPECTED_SERVICES = AIRFLOW_SERVICES | {
 }
 # Host ports that may be published (container port -> service).
 PUBLISHED = {"airflow-apiserver": "8080", "spark-master": "8080"}
+# Only the user's layer is mounted (the DAG folder, the examples' transforms); Onceflow itself
+# is the wheel installed in both images.
 CODE_MOUNTS = {
     "./dags": "/opt/airflow/dags",
-    "./plugins": "/opt/airflow/plugins",
     "./spark_jobs": "/opt/airflow/spark_jobs",
-    "./include": "/opt/airflow/include",
 }
 _VAR_RE = re.compile(r"(?<!\$)\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?])([^}]*))?\}")
 
@@ -172,7 +172,7 @@ def _build_dockerfile(service: dict) -> tuple[Path, Path]:
     dockerfile = context / (
         build.get("dockerfile", "Dockerfile") if isinstance(build, dict) else "Dockerfile"
     )
-    return context, dockerfile
+    return context.resolve(), dockerfile
 
 
 # ---------------------------------------------------------------- structure (PyYAML)
@@ -233,6 +233,8 @@ def test_dockerfile_copy_sources_exist(services):
                 continue
             parts = [p for p in m.group(2).split() if not p.startswith("--")]
             for src in parts[:-1]:
+                if src == "dist/":  # the wheel `make wheel` writes before a build
+                    continue
                 assert (context / src).exists(), (
                     f"{dockerfile.name}: {m.group(1)} source {src} missing"
                 )
@@ -246,11 +248,23 @@ def test_airflow_services_share_mounts_and_environment(services):
         mounts = dict(_volumes(services[name]))
         for source, target in CODE_MOUNTS.items():
             assert mounts.get(source) == target, f"{name}: {source} not mounted at {target}"
-    assert reference["PYTHONPATH"] == CODE_MOUNTS["./include"], (
-        "import onceflow needs include/ on PYTHONPATH"
-    )
-    for required in ("dags", "include"):
+        assert "./include" not in mounts, f"{name}: onceflow comes from the wheel, not a mount"
+    assert "PYTHONPATH" not in reference, "onceflow is installed, not put on a path"
+    for required in ("dags", "spark_jobs"):
         assert (ROOT / required).is_dir()
+
+
+def test_both_images_install_the_wheel_and_only_it_leaves_the_checkout(services):
+    """`make wheel` then `docker compose build`: the images copy dist/ (and docker/), and the
+    build context sends nothing else (.dockerignore)."""
+    for name in ("airflow-scheduler", "spark-worker"):
+        context, dockerfile = _build_dockerfile(services[name])
+        assert context == ROOT, name
+        text = dockerfile.read_text()
+        assert "COPY dist/ /tmp/onceflow-dist/" in text and "onceflow-*.whl" in text, name
+    ignore = (ROOT / ".dockerignore").read_text().split()
+    assert ignore[ignore.index("*") :] == ["*", "!dist/", "!docker/"]
+    assert "wheel:" in (ROOT / "Makefile").read_text()
 
 
 def test_airflow_components_and_executor(services):
@@ -274,19 +288,42 @@ def test_airflow_components_and_executor(services):
         assert deps["postgres"]["condition"] == "service_healthy", name
 
 
-def test_onceflow_environment_points_at_services(services):
+def test_onceflow_connections_point_at_services(services, tmp_path):
+    """The ledger and the broker are Airflow connections, read as the tasks read them."""
     env = _env(services["airflow-scheduler"])
-    dsn = _interpolate(env["ONCEFLOW_POSTGRES_DSN"])
-    assert dsn.startswith("postgresql://") and dsn.endswith("@postgres:5432/onceflow"), dsn
-    host, _, port = env["ONCEFLOW_KAFKA_BOOTSTRAP"].partition(":")
+    assert "ONCEFLOW_POSTGRES_DSN" not in env and "ONCEFLOW_KAFKA_BOOTSTRAP" not in env
+    values = {k: _interpolate(v, {"ONCEFLOW_DB_PASSWORD": "pw"}) for k, v in env.items()}
+    code = (
+        "import json\n"
+        "from onceflow import connections\n"
+        "dsn, source = connections.ledger_dsn()\n"
+        "kafka = connections.kafka_cluster()\n"
+        "print(json.dumps([dsn, source, kafka.bootstrap]))\n"
+    )
+    run_env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "AIRFLOW_HOME": str(tmp_path),
+        **{k: v for k, v in values.items() if k.startswith("AIRFLOW_CONN_")},
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=run_env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    dsn, source, bootstrap = json.loads(out.stdout.splitlines()[-1])
+    from psycopg2.extensions import parse_dsn
+
+    assert parse_dsn(dsn) == {
+        "host": "postgres", "port": "5432", "user": "onceflow", "password": "pw",
+        "dbname": "onceflow"}  # fmt: skip
+    assert source == "Airflow connection 'onceflow_ledger'"
+    host, _, port = bootstrap.partition(":")
     assert host == "kafka" and host in services
     kafka_env = _env(services["kafka"])
     assert f"//{host}:{port}" in kafka_env["KAFKA_ADVERTISED_LISTENERS"], (
         "bootstrap must be an advertised listener"
     )
     worker_env = _env(services["spark-worker"])
-    assert worker_env["ONCEFLOW_KAFKA_BOOTSTRAP"] == env["ONCEFLOW_KAFKA_BOOTSTRAP"]
-    assert worker_env["ONCEFLOW_POSTGRES_DSN"] == env["ONCEFLOW_POSTGRES_DSN"]
+    assert not [k for k in worker_env if k.startswith("ONCEFLOW_")], "no credentials on workers"
     assert "SPARK_LOCAL_IP" not in env, "the driver must advertise its container address"
 
 
@@ -437,31 +474,18 @@ def test_python_versions_match_between_driver_and_executors(services):
     env = _env(services["airflow-scheduler"])
     assert env["ONCEFLOW_SPARK_PYTHON"] == env["PYSPARK_PYTHON"] == "/opt/onceflow/venv/bin/python"
     assert "openjdk-17-jre-headless" in airflow_dockerfile, "spark-submit needs Java 17"
-    assert _env(services["spark-worker"])["PYTHONPATH"] == CODE_MOUNTS["./include"]
-    assert dict(_volumes(services["spark-worker"]))["./include"] == CODE_MOUNTS["./include"]
 
 
 def test_image_pins_match_pyproject(services):
+    """The Airflow image takes its pins from the wheel; the executors' Python (installed with
+    --no-deps) pins what the reader imports, as pyproject does."""
     pins = _pyproject_pins()
-    airflow_reqs = _requirements(ROOT / "docker" / "airflow-requirements.txt")
     spark_reqs = _requirements(ROOT / "docker" / "spark-requirements.txt")
-    for reqs, label in ((airflow_reqs, "airflow"), (spark_reqs, "spark")):
-        for name, version in reqs.items():
-            if name in pins:
-                assert version == pins[name], (
-                    f"docker/{label}-requirements.txt: {name}=={version}, pyproject {pins[name]}"
-                )
-    for needed in (
-        "apache-airflow-providers-apache-spark",
-        "pyspark",
-        "kafka-python",
-        "confluent-kafka",
-        "psycopg2-binary",
-        "pyarrow",
-        "pandas",
-    ):
-        assert needed in airflow_reqs, f"Airflow image lacks {needed}"
-    for needed in ("confluent-kafka", "pyarrow", "psycopg2-binary"):
+    for name, version in spark_reqs.items():
+        assert version == pins.get(name), (
+            f"docker/spark-requirements.txt: {name}=={version}, pyproject {pins.get(name)}"
+        )
+    for needed in ("confluent-kafka", "kafka-python", "pyarrow", "psycopg2-binary", "lz4"):
         assert needed in spark_reqs, f"Spark image lacks {needed}"
     airflow_from = _dockerfile_from_images(_build_dockerfile(services["airflow-scheduler"])[1])[-1]
     assert airflow_from.split(":")[1].startswith(pins["apache-airflow"] + "-")
@@ -529,9 +553,8 @@ def test_docker_compose_interpolates_env_example():
     resolved = yaml.safe_load(out.stdout)["services"]
     example = _env_example()
     env = resolved["airflow-scheduler"]["environment"]
-    assert env["ONCEFLOW_POSTGRES_DSN"] == (
-        f"postgresql://onceflow:{example['ONCEFLOW_DB_PASSWORD']}@postgres:5432/onceflow"
-    )
+    ledger = json.loads(env["AIRFLOW_CONN_ONCEFLOW_LEDGER"])
+    assert (ledger["host"], ledger["password"]) == ("postgres", example["ONCEFLOW_DB_PASSWORD"])
     assert env["AIRFLOW__API_AUTH__JWT_SECRET"] == example["AIRFLOW_JWT_SECRET"]
     assert resolved["kafka"]["environment"]["KAFKA_HEAP_OPTS"] == example["KAFKA_HEAP_OPTS"]
 

@@ -116,3 +116,24 @@ def test_a_kafka_sinks_cluster(monkeypatch):
         sink_cluster(_cfg(sink={**kafka, "conn_id": "nope"}))
     with pytest.raises(ConfigError, match="not both"):
         _cfg(sink={**kafka, "conn_id": "sink_kafka", "bootstrap": "b:9092"})
+
+
+def test_the_command_line_reads_named_connections(monkeypatch):
+    """`onceflow --ledger-conn ID --kafka-conn ID ...`: the command's ONCEFLOW_* settings (and
+    so every client it makes) come from those connections."""
+    from onceflow import cli
+    from onceflow.settings import Settings
+
+    _conn(monkeypatch, "prod_pg", conn_type="postgres", host="pg", login="u", password=SECRET)
+    _conn(monkeypatch, "prod_kafka", conn_type="kafka", extra={
+        "bootstrap.servers": "pk:9093", "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "PLAIN", "sasl.username": "u", "sasl.password": SECRET})  # fmt: skip
+    for name in ("ONCEFLOW_POSTGRES_DSN", "ONCEFLOW_KAFKA_BOOTSTRAP", "ONCEFLOW_KAFKA_CONFIG"):
+        monkeypatch.setenv(name, "")  # restored after the test
+    cli.use_connections("prod_pg", "prod_kafka")
+    settings = Settings.from_env()
+    assert "host=pg" in settings.postgres_dsn
+    cluster = settings.kafka_cluster()
+    assert cluster.bootstrap == "pk:9093" and dict(cluster.security)["sasl.password"] == SECRET
+    with pytest.raises(ConfigError, match=r"'nope' does not exist \(--kafka-conn names it\)"):
+        cli.use_connections(None, "nope")

@@ -6,15 +6,8 @@ set -euo pipefail
 echo "== Airflow metadata database"
 airflow db migrate
 
-echo "== Onceflow ledger schema"
-python - <<'PY'
-import os
-
-from onceflow.db import migrate
-
-applied = migrate(os.environ["ONCEFLOW_POSTGRES_DSN"])
-print("applied:", ", ".join(applied) if applied else "none, already up to date")
-PY
+echo "== Onceflow ledger schema (the onceflow_ledger connection)"
+onceflow --ledger-conn onceflow_ledger migrate
 
 # Connections are AIRFLOW_CONN_* variables, identical in every Airflow container (nothing to
 # store in the database). Fail here, before anything runs, if spark_default does not resolve.

@@ -18,7 +18,7 @@ from kafka.admin import ConfigResource, NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
 from onceflow.errors import OnceflowError, TopicMissingError
-from onceflow.kafka_client import KafkaCluster, cluster_of
+from onceflow.kafka_client import KafkaCluster, check_access, cluster_of
 from onceflow.ledger import BrokerSnapshot
 from onceflow.range_digest import RecordPrint, record_hash
 
@@ -65,8 +65,12 @@ def snapshot(
 
     The end is where a read_committed reader finds the partition's end (fetchable_ends), not
     only ListOffsets' answer (LATEST under read_committed: the last stable offset), which a
-    broker may give short; both are kept, so lag can show a difference."""
+    broker may give short; both are kept, so lag can show a difference.
+
+    A cluster that refuses this client (TLS, SASL) raises KafkaAccessError at once, one that
+    does not answer KafkaUnreachableError (kafka_client.check_access)."""
     cluster = cluster_of(bootstrap)
+    check_access(cluster)
     consumer = _consumer(cluster)
     try:
         tps = partitions(consumer, pipeline, topics, cluster.bootstrap)

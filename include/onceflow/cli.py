@@ -786,6 +786,18 @@ def build_parser() -> argparse.ArgumentParser:
         " --count 100000 && onceflow trigger --pipeline orders --runs 3 && onceflow audit"
         " --pipeline orders)",
     )
+    p.add_argument(
+        "--ledger-conn",
+        metavar="CONN_ID",
+        help="read the ledger's database from this Airflow `postgres` connection (the "
+        "Airflow of AIRFLOW_HOME) instead of ONCEFLOW_POSTGRES_DSN",
+    )
+    p.add_argument(
+        "--kafka-conn",
+        metavar="CONN_ID",
+        help="read the Kafka cluster and its client settings (TLS, SASL) from this Airflow "
+        "`kafka` connection instead of ONCEFLOW_KAFKA_BOOTSTRAP and ONCEFLOW_KAFKA_CONFIG",
+    )
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def add(name: str, func, help_: str, example: str) -> argparse.ArgumentParser:
@@ -1038,10 +1050,27 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def use_connections(ledger_conn: str | None, kafka_conn: str | None) -> None:
+    """--ledger-conn / --kafka-conn: this process's ONCEFLOW_* variables from Airflow
+    connections, so every command (and the clients it makes) reads them as usual."""
+    import os
+
+    from onceflow import connections
+
+    if ledger_conn:
+        os.environ["ONCEFLOW_POSTGRES_DSN"] = connections.ledger_dsn(
+            ledger_conn, "--ledger-conn", key=""
+        )[0]
+    if kafka_conn:
+        cluster = connections.kafka_cluster(kafka_conn, "--kafka-conn", key="")
+        os.environ.update(cluster.to_env())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    settings = Settings.from_env()
     try:
+        use_connections(args.ledger_conn, args.kafka_conn)
+        settings = Settings.from_env()
         return args.func(args, settings)
     except OnceflowError as e:
         print(f"onceflow {args.command}: {e}", file=sys.stderr)

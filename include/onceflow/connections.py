@@ -62,13 +62,32 @@ class Services:
 
 
 def _airflow_connection(conn_id: str) -> Any | None:
-    """The Airflow connection, or None when it does not exist (or Airflow is not installed)."""
+    """The Airflow connection, or None when it does not exist (or Airflow is not installed).
+
+    A task, the dag-processor and a trigger ask through the Task SDK (the API server answers);
+    a process outside them (the API server's Ledger view, `onceflow --ledger-conn`) reads
+    Airflow's secrets backends itself, its database included, as Airflow's own CLI does."""
+    import sys
+
     try:
         from airflow.sdk import BaseHook
         from airflow.sdk.exceptions import AirflowNotFoundException
     except ImportError:
         return None
+    runner = sys.modules.get("airflow.sdk.execution_time.task_runner")
+    if getattr(runner, "SUPERVISOR_COMMS", None) is not None:
+        try:
+            return BaseHook.get_connection(conn_id)
+        except AirflowNotFoundException:
+            return None
+    from airflow.exceptions import AirflowNotFoundException as NotFound
+    from airflow.models.connection import Connection
+
     try:
+        return Connection.get_connection_from_secrets(conn_id)
+    except (NotFound, AirflowNotFoundException):
+        pass
+    try:  # one whose extra is not JSON is "not defined" there, but found here, so we can say why
         return BaseHook.get_connection(conn_id)
     except AirflowNotFoundException:
         return None
@@ -129,26 +148,55 @@ def _extra(conn: Any, conn_id: str) -> dict[str, Any]:
     return extra
 
 
-def _lookup(conn_id: str, key: str | None, source: str) -> Any | None:
-    conn = _airflow_connection(conn_id)
-    if conn is None and key:
+async def _airflow_connection_async(conn_id: str) -> Any | None:
+    """_airflow_connection for a trigger, which runs in the triggerer's event loop."""
+    try:
+        from airflow.sdk import BaseHook
+        from airflow.sdk.exceptions import AirflowNotFoundException
+    except ImportError:
+        return None
+    try:
+        return await BaseHook.aget_connection(conn_id)
+    except AirflowNotFoundException:
+        return None
+
+
+def _lookup(conn_id: str, named_by: str | None, conn: Any | None = None) -> Any | None:
+    """The connection; one that `named_by` (a file's key, a command-line option) names must
+    exist, a default id may not. `conn`: one already looked up."""
+    conn = conn or _airflow_connection(conn_id)
+    if conn is None and named_by:
         raise ConfigError(
-            f"Airflow connection {conn_id!r} does not exist ({source}: `{key}` names it); "
+            f"Airflow connection {conn_id!r} does not exist ({named_by} names it); "
             f"create it (Admin > Connections, or `airflow connections add {conn_id} ...`)"
         )
     return conn
 
 
+def _named_by(source: str, key: str) -> str:
+    return f"{source}: `{key}`" if key else source
+
+
 def ledger_dsn(
-    conn_id: str | None = None, source: str = "", settings: Settings | None = None
+    conn_id: str | None = None,
+    source: str = "",
+    settings: Settings | None = None,
+    key: str = "ledger_conn_id",
+    _found: Any | None = None,
 ) -> tuple[str, str]:
     """(DSN, where it came from): the named connection, else the default one, else
     ONCEFLOW_POSTGRES_DSN (`settings`, default: from the environment)."""
     cid = conn_id or LEDGER_CONN
-    conn = _lookup(cid, "ledger_conn_id" if conn_id else None, source)
+    conn = _lookup(cid, _named_by(source, key) if conn_id else None, _found)
     if conn is not None:
         return ledger_dsn_from(conn, cid), f"Airflow connection {cid!r}"
     return (settings or Settings.from_env()).postgres_dsn, "ONCEFLOW_POSTGRES_DSN"
+
+
+async def ledger_dsn_async(conn_id: str | None = None) -> str:
+    """ledger_dsn inside a trigger (the lookup awaited, not blocking the triggerer's loop)."""
+    found = await _airflow_connection_async(conn_id or LEDGER_CONN)
+    return ledger_dsn(conn_id, "the commit trigger", _found=found)[0]
 
 
 def kafka_cluster(
@@ -160,7 +208,7 @@ def kafka_cluster(
     """The named `kafka` connection, else the default one, else ONCEFLOW_KAFKA_BOOTSTRAP and
     ONCEFLOW_KAFKA_CONFIG (`settings`, default: from the environment)."""
     cid = conn_id or KAFKA_CONN
-    conn = _lookup(cid, key if conn_id else None, source)
+    conn = _lookup(cid, _named_by(source, key) if conn_id else None)
     if conn is not None:
         return kafka_from(conn, cid)
     return cluster_from_env((settings or Settings.from_env()).kafka_bootstrap)

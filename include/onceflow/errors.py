@@ -105,6 +105,16 @@ class TopicMissingError(OnceflowError):
         )
 
 
+class KafkaAccessError(OnceflowError):
+    """The Kafka cluster refuses this client: a TLS handshake (unknown CA, hostname
+    mismatch, client certificate) or a SASL login failed. Retrying cannot change it; the
+    message names where the settings came from, the broker and the cause."""
+
+
+class KafkaUnreachableError(OnceflowError):
+    """No broker of the cluster answered in time (down, wrong address): worth a retry."""
+
+
 class AbandonedTxidError(OnceflowError):
     """The txid was abandoned by an operator reset; it will never process or commit."""
 

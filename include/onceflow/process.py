@@ -156,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         AbandonedTxidError,
         ConfigError,
         FencedAttemptError,
+        KafkaAccessError,
         LogIdentityError,
         SinkSchemaError,
         TransformError,
@@ -231,10 +232,10 @@ def main(argv: list[str] | None = None) -> int:
             reads=job.reads,
         )
         timings["mark_staged"] = time.monotonic() - t0
-    except (TransformError, SinkSchemaError, LogIdentityError) as e:
-        # the transform, its sink tables or the broker's log must change first: a retry would
-        # fail the same way (a transform that filters or adds rows: mark_staged's records-read
-        # check; a topic re-created since plan: reset-offsets)
+    except (TransformError, SinkSchemaError, LogIdentityError, KafkaAccessError) as e:
+        # the transform, its sink tables, the broker's log or the Kafka connection's settings
+        # must change first: a retry would fail the same way (a transform that filters or adds
+        # rows: mark_staged's records-read check; a topic re-created since plan: reset-offsets)
         log.error("onceflow process: txid=%s: %s", txid, e)
         try:
             ledger.record_error(

