@@ -137,3 +137,14 @@ def test_the_command_line_reads_named_connections(monkeypatch):
     assert cluster.bootstrap == "pk:9093" and dict(cluster.security)["sasl.password"] == SECRET
     with pytest.raises(ConfigError, match=r"'nope' does not exist \(--kafka-conn names it\)"):
         cli.use_connections(None, "nope")
+
+
+def test_a_kafka_sink_reads_its_connection_only_when_it_publishes(monkeypatch):
+    """The process job stages a Kafka sink's output into PostgreSQL outside Airflow, where the
+    sink's connection cannot be read: building the sink must not ask for it."""
+    from onceflow.sinks import sink_for
+
+    sink = sink_for(_cfg(sink={"kind": "kafka", "topic": "out", "conn_id": "nope"}))
+    assert sink.describe() == "the Kafka topic 'out' on the cluster of Airflow connection 'nope'"
+    with pytest.raises(ConfigError, match="'nope' does not exist"):
+        assert sink.bootstrap

@@ -1052,18 +1052,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 def use_connections(ledger_conn: str | None, kafka_conn: str | None) -> None:
     """--ledger-conn / --kafka-conn: this process's ONCEFLOW_* variables from Airflow
-    connections, so every command (and the clients it makes) reads them as usual."""
+    connections, so every command (and the clients it makes) reads them as usual. Airflow's
+    own log lines while it reads them go to stderr: stdout stays the command's (--json)."""
+    import contextlib
     import os
 
     from onceflow import connections
 
-    if ledger_conn:
-        os.environ["ONCEFLOW_POSTGRES_DSN"] = connections.ledger_dsn(
-            ledger_conn, "--ledger-conn", key=""
-        )[0]
-    if kafka_conn:
-        cluster = connections.kafka_cluster(kafka_conn, "--kafka-conn", key="")
-        os.environ.update(cluster.to_env())
+    with contextlib.redirect_stdout(sys.stderr):
+        if ledger_conn:
+            dsn, _ = connections.ledger_dsn(ledger_conn, "--ledger-conn", key="")
+            os.environ["ONCEFLOW_POSTGRES_DSN"] = dsn
+        if kafka_conn:
+            cluster = connections.kafka_cluster(kafka_conn, "--kafka-conn", key="")
+            os.environ.update(cluster.to_env())
 
 
 def main(argv: Sequence[str] | None = None) -> int:

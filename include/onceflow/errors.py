@@ -159,7 +159,7 @@ class RangeReadError(OnceflowError):
 
 
 class ProcessExit(enum.IntEnum):
-    """Exit codes of the process job (spark_jobs/process.py).
+    """Exit codes of the process job (onceflow.process, run by onceflow/spark_app/process.py).
 
     Only FAILED is worth a retry; the DAG's process task ends at once, without retries, on
     the others (onceflow.airflow.tasks.ProcessOperator).

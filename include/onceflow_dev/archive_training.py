@@ -8,7 +8,7 @@ consumer shaped like the stage writer, and an aggregate like `make bench`'s read
 JVM, started with -XX:ArchiveClassesAtExit, archives every class it loaded.
 
     spark-submit --driver-java-options -XX:ArchiveClassesAtExit=FILE \\
-        spark_jobs/archive_training.py [--records N]
+        onceflow_dev/archive_training.py [--records N]
 
 Use `onceflow spark-archive`, which adds the options and installs the file.
 """

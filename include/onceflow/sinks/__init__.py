@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from onceflow.config import PipelineConfig
 from onceflow.kafka_client import KafkaCluster
 from onceflow.sinks.base import (
@@ -34,7 +36,7 @@ def sink_for(cfg: PipelineConfig) -> Sink:
     if cfg.sink.kind == "iceberg":
         return IcebergSink(cfg.sink_schema, cfg.sink, cfg.sink.warehouse or default_warehouse())
     if cfg.sink.kind == "kafka":
-        return KafkaSink(cfg.sink_schema, cfg.sink, sink_cluster(cfg))
+        return KafkaSink(cfg.sink_schema, cfg.sink, functools.partial(sink_cluster, cfg))
     return PostgresSink(cfg.sink_schema, cfg.sink, aggregating=cfg.aggregating)
 
 

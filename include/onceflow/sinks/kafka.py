@@ -59,11 +59,12 @@ coordinates appear twice.
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -257,22 +258,39 @@ class KafkaSink(OutsideSink):
         self,
         schema: str,
         cfg: SinkConfig,
-        cluster: KafkaCluster | str,
+        cluster: KafkaCluster | str | Callable[[], KafkaCluster],
         stage: StageTable | None = None,
     ) -> None:
         super().__init__(schema, STAGE_NAME)
         self.cfg = cfg
         self.topic = cfg.topic
         self.commit_log = cfg.commit_log
-        self.cluster = cluster_of(cluster)  # the output topic's cluster, security included
-        self.bootstrap = self.cluster.bootstrap
+        # Resolved on first use: the process job stages into PostgreSQL and never asks for it
+        # (it runs outside Airflow, where a sink's connection cannot be read).
+        self._cluster_source = cluster
         self._staging = stage or StageTable(schema, SinkConfig(table=STAGE_NAME))
         self._audit_cur: int | None = None
         self._markers: list[Marker] = []
         self._unmarked: list[tuple[int, int]] = []  # output records without coordinates
 
+    @functools.cached_property
+    def cluster(self) -> KafkaCluster:
+        """The output topic's cluster, security included."""
+        source = self._cluster_source
+        return source() if callable(source) else cluster_of(source)
+
+    @property
+    def bootstrap(self) -> str:
+        return self.cluster.bootstrap
+
     def describe(self) -> str:
-        return f"the Kafka topic {self.topic!r} on {self.bootstrap}"
+        """Where the topic is, without asking for the cluster's connection."""
+        where = (
+            f"the cluster of Airflow connection {self.cfg.conn_id!r}"
+            if self.cfg.conn_id
+            else self.cfg.bootstrap or "the source cluster"
+        )
+        return f"the Kafka topic {self.topic!r} on {where}"
 
     def asset_uri(self, dsn: str) -> str:
         """kafka://bootstrap/topic, the form of Airflow's Kafka provider."""
@@ -293,7 +311,7 @@ class KafkaSink(OutsideSink):
         return KafkaSink(
             self.schema,
             self.cfg,
-            self.cluster,
+            self._cluster_source,
             self._staging.bind_output(cur, fields, evolution),
         )
 
