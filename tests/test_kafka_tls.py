@@ -101,3 +101,30 @@ def test_a_refused_client_fails_plan_at_once_naming_the_cause(tls_broker, case, 
     text = str(e.value)
     assert "Airflow connection 'k'" in text and cluster.bootstrap in text and cause in text
     assert KEY_PASSWORD not in text
+
+
+def test_a_refused_sasl_login_fails_plan_at_once(tmp_path):
+    """tansu with `--authentication` knows no user (its `user create` fails against it:
+    ENVIRONMENT), so every SCRAM login is refused: the one SASL failure this machine can show
+    end to end. Logins that succeed run on Apache Kafka (test_kafka_sasl.py)."""
+    from onceflow_dev.stack import private_broker
+
+    port = free_port()
+    with private_broker(port, tmp_path / "tansu.log", extra=("--authentication",)) as address:
+        cluster = cluster_from_config(
+            {
+                "bootstrap.servers": address,
+                "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": "SCRAM-SHA-256",
+                "sasl.username": "onceflow",
+                "sasl.password": KEY_PASSWORD,
+            },
+            "Airflow connection 'k'",
+        )
+        started = time.monotonic()
+        with pytest.raises(KafkaAccessError) as e:
+            broker.snapshot(cluster, "p", ("any",))
+    assert time.monotonic() - started < 5
+    text = str(e.value)
+    assert "Airflow connection 'k'" in text and address in text
+    assert "SASL authentication error" in text and KEY_PASSWORD not in text

@@ -37,13 +37,15 @@ def dist_from_env() -> Path | None:
     return path if path.is_file() else None
 
 
-def skip_reason() -> str:
+def skip_reason(
+    cannot: str = "delete records, add partitions or hide aborted records",
+) -> str:
+    """Why a test that needs Apache Kafka skips: what the embedded tansu `cannot` do."""
     raw = os.environ.get(DIST_ENV)
     if not raw:
         return (
             f"needs an Apache Kafka distribution: set {DIST_ENV} to a kafka_2.13-*.tgz "
-            "(the embedded tansu broker cannot delete records, add partitions or hide "
-            "aborted records)"
+            f"(the embedded tansu broker cannot {cannot})"
         )
     return f"{DIST_ENV}={raw} is not a file"
 
@@ -87,11 +89,15 @@ class ApacheKafka:
         port: int | None = None,
         heap: str = "512m",
         env: dict[str, str] | None = None,
+        scram_users: dict[str, str] | None = None,
     ) -> None:
         self.folder = folder
         self.home = unpack(dist, folder.parent / "kafka-dist")
         self.port = port or free_port()
         self.controller_port = free_port()
+        # users of a second listener, SASL_PLAINTEXT with SCRAM-SHA-256/512 (the SASL tests)
+        self.scram_users = scram_users or {}
+        self.sasl_port = free_port() if self.scram_users else None
         self.heap = heap
         self.extra_env = env or {}  # e.g. a stack's marker, so its `down` finds the broker
         self.proc: subprocess.Popen | None = None
@@ -101,18 +107,34 @@ class ApacheKafka:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    @property
+    def sasl_bootstrap(self) -> str:
+        return f"127.0.0.1:{self.sasl_port}"
+
     def _configure(self) -> Path:
         props = self.folder / "server.properties"
         self.folder.mkdir(parents=True, exist_ok=True)
+        listeners = f"PLAINTEXT://127.0.0.1:{self.port}"
+        sasl = ""
+        if self.sasl_port:
+            listeners += f",SASL_PLAINTEXT://127.0.0.1:{self.sasl_port}"
+            login = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+            sasl = (
+                "sasl.enabled.mechanisms=SCRAM-SHA-256,SCRAM-SHA-512\n"
+                f"listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config={login}\n"
+                f"listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config={login}\n"
+            )
         props.write_text(
             "process.roles=broker,controller\n"
             "node.id=1\n"
             f"controller.quorum.voters=1@127.0.0.1:{self.controller_port}\n"
-            f"listeners=PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}\n"
-            f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}\n"
+            f"listeners={listeners},CONTROLLER://127.0.0.1:{self.controller_port}\n"
+            f"advertised.listeners={listeners}\n"
             "controller.listener.names=CONTROLLER\n"
             "inter.broker.listener.name=PLAINTEXT\n"
-            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT\n"
+            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,"
+            "SASL_PLAINTEXT:SASL_PLAINTEXT\n"
+            f"{sasl}"
             "offsets.topic.replication.factor=1\n"
             "transaction.state.log.replication.factor=1\n"
             "transaction.state.log.min.isr=1\n"
@@ -126,8 +148,15 @@ class ApacheKafka:
             cluster = subprocess.run(
                 [storage, "random-uuid"], check=True, capture_output=True, text=True
             ).stdout.strip()
+            # SCRAM credentials live in the cluster's metadata, written when it is formatted
+            scram = [
+                arg
+                for user, password in self.scram_users.items()
+                for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512")
+                for arg in ("--add-scram", f"{mechanism}=[name={user},password={password}]")
+            ]
             subprocess.run(
-                [storage, "format", "-t", cluster, "-c", str(props)],
+                [storage, "format", "-t", cluster, "-c", str(props), *scram],
                 check=True,
                 capture_output=True,
                 env=self._env(),
@@ -211,9 +240,11 @@ class ApacheKafka:
 
 
 @contextlib.contextmanager
-def private_apache_kafka(dist: Path, folder: Path) -> Iterator[ApacheKafka]:
+def private_apache_kafka(
+    dist: Path, folder: Path, scram_users: dict[str, str] | None = None
+) -> Iterator[ApacheKafka]:
     """A started broker in `folder`, stopped by PID at the end."""
-    kafka = ApacheKafka(dist, folder)
+    kafka = ApacheKafka(dist, folder, scram_users=scram_users)
     kafka.start()
     try:
         yield kafka

@@ -719,13 +719,16 @@ def _store_wait(settings: Settings) -> None:
 
 
 @contextlib.contextmanager
-def private_broker(port: int, log: Path, advertised: str | None = None) -> Iterator[str]:
+def private_broker(
+    port: int, log: Path, advertised: str | None = None, extra: tuple[str, ...] = ()
+) -> Iterator[str]:
     """A throwaway tansu broker (memory storage) on 127.0.0.1:`port` (tests, benchmarks);
-    `advertised` (host:port) sends its clients elsewhere, e.g. to a TLS terminator.
+    `advertised` (host:port) sends its clients elsewhere, e.g. to a TLS terminator; `extra`:
+    more tansu arguments (`--authentication`).
 
     Yields its bootstrap address once the port answers; stopped by PID at the end.
     """
-    argv = _tansu_argv(port, advertised=advertised)
+    argv = [*_tansu_argv(port, advertised=advertised), *extra]
     with open(log, "wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
     try:

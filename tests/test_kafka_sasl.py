@@ -1,0 +1,78 @@
+"""Kafka with SASL SCRAM end to end, on Apache Kafka: the embedded tansu cannot log anyone in
+(`--authentication` knows no user: ENVIRONMENT), so this runs where ONCEFLOW_KAFKA_DIST gives a
+distribution and skips with the reason otherwise. The mapping of every mechanism (PLAIN,
+SCRAM-SHA-256/512, OAUTHBEARER) is unit-tested in test_kafka_client.py.
+
+A broker with a SASL_PLAINTEXT listener and SCRAM users written at format time: every client
+kind Onceflow makes (kafka-python's admin and plan's snapshot, librdkafka's producer and the
+audit's re-read) logs in with the connection's credentials; a wrong password fails plan at
+once, naming the connection, the broker and the cause, never the password."""
+
+import time
+
+import pytest
+from onceflow import broker
+from onceflow.errors import KafkaAccessError
+from onceflow.kafka_client import cluster_from_config
+from onceflow.recount import count_records
+from onceflow_dev.apache_kafka import dist_from_env, private_apache_kafka, skip_reason
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.real_kafka,
+    pytest.mark.skipif(dist_from_env() is None, reason=skip_reason("log a SASL user in")),
+]
+USER, PASSWORD = "onceflow", "scram-Pa55-word"
+
+
+@pytest.fixture(scope="module")
+def sasl_kafka(tmp_path_factory):
+    with private_apache_kafka(
+        dist_from_env(), tmp_path_factory.mktemp("sasl-kafka") / "broker", {USER: PASSWORD}
+    ) as kafka:
+        yield kafka
+
+
+def _extra(kafka, mechanism, password=PASSWORD):
+    return {
+        "bootstrap.servers": kafka.sasl_bootstrap,
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": mechanism,
+        "sasl.username": USER,
+        "sasl.password": password,
+    }
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_every_client_logs_in_with_scram(sasl_kafka, mechanism):
+    from confluent_kafka import Producer
+
+    cluster = cluster_from_config(_extra(sasl_kafka, mechanism), "Airflow connection 'k'")
+    topic = f"sasl_{mechanism[-3:]}"
+    assert broker.create_topic(cluster, topic, 2)
+    producer = Producer(cluster.librdkafka_conf())
+    for i in range(40):
+        producer.produce(topic, b"v%d" % i, partition=i % 2)
+    assert producer.flush(30) == 0
+    snap = broker.snapshot(cluster, "p", (topic,))
+    assert snap.ends == {(topic, 0): 20, (topic, 1): 20}
+
+    class R:
+        def __init__(self, p):
+            self.txid, self.topic, self.partition, self.from_offset, self.until_offset = (
+                "t1", topic, p, 0, 20)  # fmt: skip
+
+    assert count_records(cluster, [R(0), R(1)]).counts == {"t1": 40}
+
+
+def test_a_wrong_password_fails_plan_at_once(sasl_kafka):
+    cluster = cluster_from_config(
+        _extra(sasl_kafka, "SCRAM-SHA-512", "not-the-password"), "Airflow connection 'k'"
+    )
+    started = time.monotonic()
+    with pytest.raises(KafkaAccessError) as e:
+        broker.snapshot(cluster, "p", ("sasl_256",))
+    assert time.monotonic() - started < 10
+    text = str(e.value)
+    assert "Airflow connection 'k'" in text and sasl_kafka.sasl_bootstrap in text
+    assert "SASL authentication" in text and "not-the-password" not in text
