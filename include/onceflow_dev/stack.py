@@ -739,12 +739,17 @@ def private_broker(
             time.sleep(0.05)
         yield f"127.0.0.1:{port}"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        stop_child(proc)
+
+
+def stop_child(proc: subprocess.Popen, timeout: float = 10) -> None:
+    """SIGTERM a process this one started, SIGKILL it when it lingers past `timeout`."""
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
 
 
 def _broker_healthy(settings: Settings) -> bool:

@@ -137,9 +137,6 @@ def stunnel(folder: Path, port: int, target_port: int, pki: Pki, mutual: bool) -
             time.sleep(0.05)
         yield port
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        from onceflow_dev.stack import stop_child
+
+        stop_child(proc)
