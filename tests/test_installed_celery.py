@@ -8,7 +8,9 @@ working folder with its own copy of the DAG folder, nothing of the checkout anyw
 Every credential comes from Airflow connections in Airflow's database: the ledger's (a
 PostgreSQL role whose password is SECRET) and the Kafka cluster's, reached over mutual TLS
 (stunnel in front of tansu, onceflow_dev.tls_peer) with a client key locked by KEY_SECRET.
-A PostgreSQL upsert pipeline and a Kafka-sink pipeline run through plan, process and commit;
+A PostgreSQL upsert pipeline and a Kafka-sink pipeline run through plan, process and commit
+(and, where ONCEFLOW_KAFKA_DIST gives an Apache Kafka, a third pipeline reads it over SASL
+SCRAM through its own `kafka_conn_id`: tansu logs no SASL user in);
 `onceflow audit --reread` (reading the same connections) says exactly-once. Then the
 secrets are searched for, and found nowhere: task and component logs, Spark's event logs
 (what Spark's environment page shows comes from them), every table of the ledger's and of
@@ -31,6 +33,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, free_port
 from onceflow_dev import tls_peer
+from onceflow_dev.apache_kafka import dist_from_env
 
 pytestmark = [
     pytest.mark.integration,
@@ -41,8 +44,16 @@ pytestmark = [
 SECRET = "ledger-Pw-7f3c9a"  # the ledger role's password, in the onceflow_ledger connection
 KEY_SECRET = "client-key-Pw-51d2"  # unlocks the Kafka client key, in onceflow_kafka
 META_PASSWORD = "airflow-meta-pw"  # Airflow's own database
-TOPIC, OUT_TOPIC = "inst_stock", "inst_stock_out"
-DAGS = ("onceflow_inst_stock", "onceflow_inst_out")
+SASL_SECRET = "scram-Pw-90be"  # the SCRAM user's password, in sasl_kafka (Apache Kafka only)
+TOPIC, OUT_TOPIC, SASL_TOPIC = "inst_stock", "inst_stock_out", "inst_sasl"
+SASL = dist_from_env() is not None
+# pipeline -> the Kafka connection its audit reads
+PIPELINES = {
+    "inst_stock": "onceflow_kafka",
+    "inst_out": "onceflow_kafka",
+    **({"inst_sasl": "sasl_kafka"} if SASL else {}),
+}
+DAGS = tuple(f"onceflow_{p}" for p in PIPELINES)
 
 TRANSFORM = '''"""Stock updates, JSON {"sku": "a1", "qty": 3}: one row per update."""
 
@@ -88,7 +99,23 @@ commit_poke_interval = 1
 kind = "kafka"
 topic = "{OUT_TOPIC}"
 key = "sku"
+""" + (
+        f"""
+[pipelines.inst_sasl]
+topics = ["{SASL_TOPIC}"]
+transform = "acme_flows.stock:transform"
+kafka_conn_id = "sasl_kafka"
+commit_poke_interval = 1
+{spark}
+
+[pipelines.inst_sasl.sink]
+table = "stock"
+mode = "upsert"
+key = ["sku"]
 """
+        if SASL
+        else ""
+    )
 
 
 def _bundle(folder: Path, events: Path) -> Path:
@@ -203,6 +230,21 @@ def installed(stack):
         "ssl.key.password": KEY_SECRET,
     }
     inst.kafka_extra = kafka_extra
+    sasl_cm = None
+    if SASL:  # Apache Kafka with a SCRAM user, on a SASL_PLAINTEXT listener
+        from onceflow_dev.apache_kafka import private_apache_kafka
+
+        sasl_cm = private_apache_kafka(
+            dist_from_env(), work / "sasl-kafka", {"onceflow": SASL_SECRET}
+        )
+        sasl_broker = sasl_cm.__enter__()
+        inst.sasl_extra = {
+            "bootstrap.servers": sasl_broker.sasl_bootstrap,
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.username": "onceflow",
+            "sasl.password": SASL_SECRET,
+        }
 
     # Two Airflow homes, two copies of the DAG folder; no ONCEFLOW_* variable anywhere but
     # ONCEFLOW_PIPELINES for the API server (the Ledger view's list of pipelines)
@@ -269,6 +311,8 @@ def installed(stack):
             "onceflow_kafka": {"conn_type": "kafka", "extra": json.dumps(kafka_extra)},
             "spark_default": {"conn_type": "spark", "host": "local[2]"},
         }  # fmt: skip
+        if SASL:
+            conns["sasl_kafka"] = {"conn_type": "kafka", "extra": json.dumps(inst.sasl_extra)}
         conn_file = work / "connections.json"
         conn_file.write_text(json.dumps(conns))
         conn_file.chmod(0o600)
@@ -313,24 +357,25 @@ def installed(stack):
         yield inst
     finally:
         inst.stop()
+        if sasl_cm is not None:
+            sasl_cm.__exit__(None, None, None)
         tls_cm.__exit__(None, None, None)
         broker_cm.__exit__(None, None, None)
         if os.environ.get("ONCEFLOW_KEEP_INSTALLED") != "1":
             shutil.rmtree(work, ignore_errors=True)
 
 
-def _produce(extra: dict, start: int, count: int) -> None:
+def _produce(extra: dict, start: int, count: int, topic: str = TOPIC) -> None:
     from confluent_kafka import Producer
+    from onceflow import broker
     from onceflow.kafka_client import cluster_from_config
 
     cluster = cluster_from_config(extra, "test")
-    from onceflow import broker
-
-    broker.create_topic(cluster, TOPIC, 2)
+    broker.create_topic(cluster, topic, 2)
     p = Producer(cluster.librdkafka_conf())
     for i in range(start, start + count):
         value = {"sku": f"s{i % 20}", "qty": i} if i % 25 else {"qty": i}  # every 25th: no sku
-        p.produce(TOPIC, json.dumps(value).encode(), key=f"s{i % 20}".encode(), partition=i % 2)
+        p.produce(topic, json.dumps(value).encode(), key=f"s{i % 20}".encode(), partition=i % 2)
     assert p.flush(30) == 0
 
 
@@ -373,20 +418,21 @@ def test_the_installed_wheel_runs_pipelines_on_celery_with_every_secret_kept(ins
     sampler.start()
     started = time.monotonic()
     try:
-        _produce(inst.kafka_extra, 0, 300)
-        _runs(inst, ["r1"])
-        _produce(inst.kafka_extra, 300, 200)
-        _runs(inst, ["r2", "r3"])
+        for start, count, run_ids in ((0, 300, ["r1"]), (300, 200, ["r2", "r3"])):
+            _produce(inst.kafka_extra, start, count)
+            if SASL:
+                _produce(inst.sasl_extra, start, count, SASL_TOPIC)
+            _runs(inst, run_ids)
     finally:
         stop.set()
         sampler.join()
-    print(f"four runs of two pipelines on Celery: {time.monotonic() - started:.0f} s")
+    print(f"three runs of {len(DAGS)} pipelines on Celery: {time.monotonic() - started:.0f} s")
 
     # the audit, through the same connections, re-reading the ranges over TLS
     audit_env = {**inst.main_env, "ONCEFLOW_PIPELINES": str(inst.bundle / "pipelines.toml")}
-    for pipeline in ("inst_stock", "inst_out"):
+    for pipeline, kafka_conn in PIPELINES.items():
         out = _run([inst.bin("onceflow"), "--ledger-conn", "onceflow_ledger", "--kafka-conn",
-                    "onceflow_kafka", "audit", "--pipeline", pipeline, "--reread", "--json"],
+                    kafka_conn, "audit", "--pipeline", pipeline, "--reread", "--json"],
                    env=audit_env, cwd=inst.work)  # fmt: skip
         report = json.loads(out)
         assert report["verdict"] == "exactly-once", report
@@ -397,10 +443,10 @@ def test_the_installed_wheel_runs_pipelines_on_celery_with_every_secret_kept(ins
 
 
 def _secret_hits(inst: Installed) -> list[str]:
-    """Where SECRET or KEY_SECRET shows: files, tables, pages, command lines."""
+    """Where SECRET, KEY_SECRET or SASL_SECRET shows: files, tables, pages, command lines."""
     import psycopg2
 
-    secrets = (SECRET, KEY_SECRET)
+    secrets = (SECRET, KEY_SECRET, *((SASL_SECRET,) if SASL else ()))
     hits: list[str] = []
     # task logs (the worker's), the components' logs and output, Spark's event logs
     for folder in (inst.worker_home / "logs", inst.home / "logs", inst.events, inst.work):
@@ -442,7 +488,7 @@ def _secret_hits(inst: Installed) -> list[str]:
                         hits.append(f"{db} {schema}.{table}: {s}")
     # the Ledger view's pages and API, Airflow's assets and rendered task fields
     paths = ["/onceflow/", "/onceflow/api/pipelines", "/api/v2/assets", "/api/v2/assets/events"]
-    for p in ("inst_stock", "inst_out"):
+    for p in PIPELINES:
         paths += [f"/onceflow/pipelines/{p}", f"/onceflow/api/pipelines/{p}/batches",
                   f"/onceflow/pipelines/{p}/batches/r1", f"/onceflow/api/pipelines/{p}/batches/r2",
                   f"/onceflow/api/pipelines/{p}/partitions", "/onceflow/metrics"]  # fmt: skip
