@@ -114,12 +114,13 @@ def test_commit_task_defers_while_blocked_and_commits_when_resumed(ledger_dsn, c
     assert op.execute({"run_id": "b"})["outcome"] == "already-committed"
 
 
-def test_commit_task_defers_again_if_a_predecessor_reopened(ledger_dsn, cfg):
+def test_commit_task_defers_again_when_resumed_while_a_predecessor_is_open(ledger_dsn, cfg):
     ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}))
     ledger.plan(ledger_dsn, cfg, "b", snap({(T, 0): 16}))
     process(ledger_dsn, cfg, "b", 6)
     op = CommitOperator(task_id="commit", pipeline=cfg.name)
-    # the trigger fired, but a was re-opened before the task resumed: wait again, never skip
+    # resumed as if the trigger had fired while seq 1 (a) is still open (a trigger that fired
+    # before a was cleared, say): the task asks the ledger again and waits, never skips a
     with pytest.raises(TaskDeferred):
         op.execute_complete({"run_id": "b"}, {"status": "ready"})
     assert ledger.get_batch(ledger_dsn, cfg.name, "b").state == "staged"

@@ -8,8 +8,10 @@ pytestmark = pytest.mark.unit
 
 def test_inert_without_the_environment(monkeypatch, tmp_path):
     monkeypatch.delenv(failpoints.ENV, raising=False)
-    (tmp_path / "commit.after_db_commit@t1").write_text("raise")
-    failpoints.hit("commit.after_db_commit", "t1")  # nothing happens
+    armed = tmp_path / "commit.after_db_commit@t1"
+    armed.write_text("raise")
+    failpoints.hit("commit.after_db_commit", "t1")  # would raise if it read the folder
+    assert armed.exists() and not (tmp_path / "fired.log").exists()
 
 
 def test_fires_once_for_its_txid(monkeypatch, tmp_path):

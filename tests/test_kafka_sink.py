@@ -32,6 +32,7 @@ from onceflow.errors import (
     SinkUnavailableError,
 )
 from onceflow.failpoints import FailpointError
+from onceflow.kafka_client import watermarks
 from onceflow.sinks import PublishTarget, sink_for
 from onceflow.sinks import kafka as kafka_sink
 from onceflow.states import BatchState
@@ -82,7 +83,7 @@ def consume(bootstrap, topic, committed=True):
         if topic not in meta.topics:
             return []
         for p in sorted(meta.topics[topic].partitions):
-            low, high = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)
+            low, high = watermarks(c, topic, p, 10)  # a new topic's leader may still move
             if low >= high:
                 continue
             c.assign([TopicPartition(topic, p, low)])
@@ -99,6 +100,15 @@ def consume(bootstrap, topic, committed=True):
     finally:
         c.close()
     return out
+
+
+def wait_visible(bootstrap, topic, records, timeout=30):
+    """Until a read_committed consumer sees `records` records of the topic: a committed
+    transaction's markers reach the partitions after commit_transaction returns."""
+    deadline = time.monotonic() + timeout
+    while len(consume(bootstrap, topic)) < records:
+        assert time.monotonic() < deadline, f"{topic}: {records} records never became visible"
+        time.sleep(0.1)
 
 
 def values(bootstrap, topic, committed=True):
@@ -443,7 +453,7 @@ def test_the_audit_finds_a_seq_published_twice(ledger_dsn, cfg, real_kafka):
     p.produce(cfg.sink.commit_log, value=value, key=key, partition=0)
     p.produce(cfg.sink.topic, value=b"{}", partition=1)
     p.commit_transaction(10)
-    time.sleep(1)  # the commit markers follow commit_transaction
+    wait_visible(real_kafka.bootstrap, cfg.sink.commit_log, 2)
     report = run_audit(ledger_dsn, cfg)
     text = "\n".join(report.violations)
     assert "committed seq 1 (txid 'a') has 2 markers" in text
@@ -474,7 +484,7 @@ def test_the_audit_finds_a_marker_whose_count_the_records_do_not_match(ledger_ds
     t = PublishTarget(cfg.name, "a", 1, 1)
     p.produce(cfg.sink.commit_log, value=kafka_sink.Marker.value(t, 2, 1), partition=0)
     p.commit_transaction(10)
-    time.sleep(1)
+    wait_visible(real_kafka.bootstrap, cfg.sink.commit_log, 1)
     # the marker counts 2 records as the ledger staged: the ledger step takes it
     assert ledger.commit(ledger_dsn, cfg, "a").outcome == "committed"
     text = "\n".join(run_audit(ledger_dsn, cfg).violations)

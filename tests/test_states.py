@@ -21,7 +21,9 @@ def test_the_states_are_exactly_the_ones_the_ledger_schema_allows():
     assert allowed == [s.value for s in BatchState]
 
 
-def test_closed_states_are_the_ones_a_batch_never_leaves():
-    assert CLOSED == (BatchState.COMMITTED, BatchState.ABANDONED)
-    assert "committed" in CLOSED and "staged" not in CLOSED  # plain strings from the database
+def test_a_state_is_the_plain_string_the_database_returns():
+    """Rows come back as str: a state must compare, hash and format as its value, or a check
+    like `row.state in CLOSED` silently never matches."""
+    assert "committed" in CLOSED and "staged" not in CLOSED
+    assert {"planned": 1}[BatchState.PLANNED] == 1
     assert f"{BatchState.PLANNED}" == "planned" and BatchState("abandoned") is BatchState.ABANDONED

@@ -26,7 +26,7 @@ import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from time import monotonic
+from time import monotonic, sleep
 from typing import Any
 
 from kafka.net.sasl.oauth import AbstractTokenProvider
@@ -272,6 +272,33 @@ def check_access(cluster: KafkaCluster, timeout_s: float = ACCESS_TIMEOUT_S) -> 
     raise KafkaAccessError(
         f"the Kafka cluster {cluster.describe()} refuses this client: {refused[0]}"
     )
+
+
+# A partition whose leader is moving or was just elected (right after a topic is created,
+# or while a broker restarts): asking again shortly is the answer.
+LEADER_MOVING = ("NOT_LEADER_FOR_PARTITION", "LEADER_NOT_AVAILABLE", "UNKNOWN_TOPIC_OR_PART")
+
+
+def watermarks(consumer: Any, topic: str, partition: int, timeout_s: float) -> tuple[int, int]:
+    """(first offset, high watermark: the last stable offset under read_committed) of a
+    partition, asked of the broker through a librdkafka consumer; a moving leader or another
+    retriable error is asked again until `timeout_s` has passed."""
+    from confluent_kafka import KafkaException, TopicPartition
+
+    deadline = monotonic() + timeout_s
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=timeout_s, cached=False
+            )
+            return int(low), int(high)
+        except KafkaException as e:
+            err = e.args[0]
+            if not err.retriable() and err.name() not in LEADER_MOVING:
+                raise
+            if monotonic() > deadline:
+                raise
+            sleep(0.1)
 
 
 def cluster_of(cluster: KafkaCluster | str) -> KafkaCluster:

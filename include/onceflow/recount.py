@@ -22,7 +22,7 @@ from typing import Protocol
 from confluent_kafka import OFFSET_END, Consumer, KafkaError, TopicPartition
 
 from onceflow.errors import RangeReadError
-from onceflow.kafka_client import KafkaCluster, cluster_of
+from onceflow.kafka_client import KafkaCluster, cluster_of, watermarks
 from onceflow.range_digest import RangeRead
 
 
@@ -68,9 +68,7 @@ def count_records(
     )
     try:
         for (topic, partition), rs in sorted(by_tp.items()):
-            first, _ = consumer.get_watermark_offsets(
-                TopicPartition(topic, partition), timeout=timeout_s
-            )
+            first, _ = watermarks(consumer, topic, partition, timeout_s)
             result.gone.update(r.txid for r in rs if r.from_offset < first)
             rs = [r for r in rs if r.from_offset >= first]
             if not rs:

@@ -78,7 +78,7 @@ from onceflow.errors import (
     SinkRejectedError,
     SinkUnavailableError,
 )
-from onceflow.kafka_client import KafkaCluster, cluster_of
+from onceflow.kafka_client import KafkaCluster, cluster_of, watermarks
 from onceflow.schema_evolution import Evolution
 from onceflow.sinks.base import OutsideSink, Publication, PublishTarget, SinkReading, StagedCounts
 from onceflow.sinks.postgres import StageTable
@@ -101,7 +101,6 @@ FETCH_ROWS = 5000
 # commit takes two: the marker and the transaction's commit record); doubled until found.
 MARKER_WINDOW = 64
 _TOO_LARGE = ("MSG_SIZE_TOO_LARGE", "MESSAGE_TOO_LARGE", "RECORD_TOO_LARGE")
-_LEADER_MOVING = ("NOT_LEADER_FOR_PARTITION", "LEADER_NOT_AVAILABLE", "UNKNOWN_TOPIC_OR_PART")
 # Bytes of a record batch's own framing, kept free below a topic's max.message.bytes.
 _BATCH_OVERHEAD = 512
 
@@ -206,21 +205,7 @@ def read_partition(
 def committed_end(consumer: Any, topic: str, partition: int) -> tuple[int, int]:
     """(first offset, last stable offset) of a partition, as a read_committed consumer
     sees it."""
-    from confluent_kafka import KafkaException, TopicPartition
-
-    deadline = time.monotonic() + TIMEOUT_S
-    while True:
-        try:
-            low, high = consumer.get_watermark_offsets(
-                TopicPartition(topic, partition), timeout=TIMEOUT_S, cached=False
-            )
-            return int(low), int(high)
-        except KafkaException as e:  # a leader moving or just elected: ask again
-            if not e.args[0].retriable() and e.args[0].name() not in _LEADER_MOVING:
-                raise
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
+    return watermarks(consumer, topic, partition, TIMEOUT_S)
 
 
 def last_marker(consumer: Any, commit_log: str, pipeline: str) -> Marker | None:
