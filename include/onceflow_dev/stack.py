@@ -930,34 +930,15 @@ def airflow_env(settings: Settings) -> dict[str, str]:
     users = user_python_path()
     if users:  # absolute: the components run in ONCEFLOW_HOME, not where `onceflow up` ran
         env["ONCEFLOW_PYTHONPATH"] = os.pathsep.join(str(p) for p in users)
-    # The pipelines' default connections (onceflow.connections), as a team would define them:
-    # every task reads the ledger and the broker through Airflow's connection lookup.
-    env.setdefault("AIRFLOW_CONN_ONCEFLOW_LEDGER", json.dumps(postgres_connection(settings)))
-    env.setdefault(
-        "AIRFLOW_CONN_ONCEFLOW_KAFKA",
-        json.dumps({"conn_type": "kafka", "extra": settings.kafka_cluster().librdkafka_conf()}),
-    )
+    # No onceflow_ledger / onceflow_kafka connection: the tasks fall back to the ONCEFLOW_*
+    # variables above (onceflow.connections). A connection's password is masked by Airflow
+    # wherever it appears in a task log, and the embedded server's is the word "onceflow".
     # SparkSubmitHook: conn_type "spark" with a host holding the whole master and no port
     # makes the master exactly the host ("local[2]"); a URI would mangle the brackets.
     env.setdefault(
         "AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": SPARK_MASTER})
     )
     return env
-
-
-def postgres_connection(settings: Settings) -> dict[str, Any]:
-    """The ledger's DSN as an Airflow `postgres` connection (AIRFLOW_CONN_* JSON form)."""
-    from psycopg2.extensions import parse_dsn
-
-    p = parse_dsn(settings.postgres_dsn)
-    return {
-        "conn_type": "postgres",
-        "host": p.get("host", "127.0.0.1"),
-        "port": int(p.get("port", 5432)),
-        "login": p.get("user"),
-        "password": p.get("password"),
-        "schema": p.get("dbname"),
-    }
 
 
 def _write_passwords(settings: Settings) -> None:
