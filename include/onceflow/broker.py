@@ -287,8 +287,8 @@ def ensure_topics(
     except KafkaError as e:
         raise OnceflowError(
             f"the broker at {bootstrap} did not answer within {timeout_s:.0f}s ({e}); nothing "
-            "was created. Start the embedded stack (`onceflow up`) or point "
-            "ONCEFLOW_KAFKA_BOOTSTRAP at your cluster"
+            "was created. Start the embedded stack (`onceflow up`), or point "
+            "ONCEFLOW_KAFKA_BOOTSTRAP (or --kafka-conn) at your cluster"
         ) from None
     try:
         existing = set(admin.list_topics())

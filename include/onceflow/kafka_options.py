@@ -21,7 +21,7 @@ from onceflow.kafka_client import KafkaCluster, cluster_of
 
 # Normalised names (lower case, "_" as "."): librdkafka's and kafka-python's spellings alike.
 FIXED = {
-    "bootstrap.servers": "the bootstrap comes from ONCEFLOW_KAFKA_BOOTSTRAP (the reader's "
+    "bootstrap.servers": "the cluster comes from the pipeline's Kafka connection (the reader's "
     "`bootstrap` option)",
     "group.id": "the reader joins no consumer group; offsets live in the ledger",
     "group.instance.id": "the reader joins no consumer group",

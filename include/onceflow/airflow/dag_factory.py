@@ -1,9 +1,10 @@
 """One DAG per configured pipeline: plan -> process (spark-submit) -> commit.
 
-A declaration only: reading the pipelines file (and whether the driver JVM's class archive
-exists, see onceflow.jvm_archive) is the sole I/O, and nothing touches the ledger, the broker
-or Spark until a task runs. txid is `{{ run_id }}` everywhere; no
-logical-date macro is used (NULL for runs triggered through the API).
+A declaration only: reading the pipelines file, whether the driver JVM's class archive exists
+(onceflow.jvm_archive) and the ledger connection's address (the sink's Asset names the
+database, never a credential) is the sole I/O, and nothing touches the ledger, the broker or
+Spark until a task runs. txid is `{{ run_id }}` everywhere; no logical-date macro is used
+(NULL for runs triggered through the API).
 """
 
 from __future__ import annotations
