@@ -707,7 +707,16 @@ def _store_wait(settings: Settings) -> None:
 
     def check() -> bool:
         if service_process(settings, name) is None:
-            raise _fail(name, settings, "process exited")
+            # exited, or alive but not yet readable as s3rver (seen once right after a
+            # restart, the store then serving): only a gone process is a failure
+            pid = _read_pid(pid_file(settings, name))
+            try:
+                gone = pid is None or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+            except psutil.Error:
+                gone = True
+            if gone:
+                raise _fail(name, settings, "process exited")
+            return False
         url = f"http://127.0.0.1:{settings.store_port}/{STORE_BUCKET}?max-keys=1"
         with urllib.request.urlopen(url, timeout=2) as response:  # noqa: S310 - loopback
             return response.status == 200
