@@ -98,6 +98,9 @@ def test_a_refused_client_fails_plan_at_once_naming_the_cause(tls_broker, case, 
     with pytest.raises(KafkaAccessError) as e:
         broker.snapshot(cluster, "p", ("tls_orders",))
     assert time.monotonic() - started < 5  # not kafka-python's 30 s per try
+    with pytest.raises(KafkaAccessError):  # process's topic-id check, before and after its job
+        broker.topic_ids(cluster, "p", ("tls_orders",))
+    assert time.monotonic() - started < 10
     text = str(e.value)
     assert "Airflow connection 'k'" in text and cluster.bootstrap in text and cause in text
     assert KEY_PASSWORD not in text

@@ -172,8 +172,10 @@ def topic_ids(
     bootstrap: KafkaCluster | str, pipeline: str, topics: tuple[str, ...]
 ) -> dict[str, str | None]:
     """The topics' ids now (None where the broker has none), for process's check that the
-    log it is about to read is the one plan planned (ledger.verify_topic_ids)."""
+    log it is about to read is the one plan planned (ledger.verify_topic_ids). A cluster that
+    refuses this client raises KafkaAccessError at once, as in `snapshot`."""
     cluster = cluster_of(bootstrap)
+    check_access(cluster)
     consumer = _consumer(cluster)
     try:
         partitions(
