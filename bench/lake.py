@@ -5,14 +5,14 @@ One topic of stock updates (spark_jobs/inventory.py's `sample`: ~5% tombstones, 
 is produced once. Each repeat runs, back to back (the order alternating between repeats),
 for each sink a fresh pipeline over the whole topic with the same transform
 (`inventory:transform`, record-wise, in the JVM) through spark-submit of
-onceflow/spark_app/process.py, then its commit through ledger.commit, as `onceflow commit` does:
+onceflow/spark_app/process.py, then its commit through onceflow.commit, as `onceflow commit` does:
 
   postgres  an append table in the bench's PostgreSQL: process COPYs into the stage table,
             commit inserts it into the table with the offsets, in one transaction;
   iceberg   an Iceberg table whose catalog is in the same PostgreSQL and whose warehouse is
             in the bench's work folder: each Spark task writes its part as one Parquet file,
             commit publishes them in ONE snapshot, then the ledger transaction
-            (onceflow.outside_commit).
+            (onceflow.commit).
 
 Each commit publishes into a new, empty table (a fresh pipeline per run, so every process
 run plans the same ranges). Nothing here is used by the product.
@@ -119,7 +119,8 @@ def check_snapshots(dsn: str, warehouse: str, namespaces: list[str], valid: int)
     row: the commit published the txid once, in one atomic commit. Returns the snapshot ids;
     raises RuntimeError naming the table otherwise."""
     from onceflow.db import transaction
-    from onceflow.sinks.iceberg import SUMMARY_PREFIX, open_catalog
+    from onceflow.sinks.iceberg.catalog import open_catalog
+    from onceflow.sinks.iceberg.snapshots import SUMMARY_PREFIX
 
     ids = []
     with transaction(dsn) as cur, open_catalog(cur, warehouse) as catalog:
@@ -155,7 +156,7 @@ def section(lake: dict[str, Any]) -> list[str]:
         f"{s['postgres']['dead']:,} dead letters, tombstones appended as rows), "
         f"{c['partitions']} partitions, broker {c['broker']}; transform `{c['transform']}` "
         "(record-wise, in the JVM). Per sink and repeat a fresh pipeline over the whole "
-        "topic: spark-submit of onceflow/spark_app/process.py, then `ledger.commit` as `onceflow "
+        "topic: spark-submit of onceflow/spark_app/process.py, then `onceflow.commit` as `onceflow "
         f"commit` does it, into an empty table; {runs}, the sinks back "
         f"to back. Run {lake['started_at']} – {lake['finished_at']}, 1-minute load average "
         f"min {load['min']:.1f}, mean {load['mean']:.1f}, max {load['max']:.1f}.",

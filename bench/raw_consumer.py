@@ -59,7 +59,7 @@ def raw(bootstrap: str, ranges: list[dict], decode: bool) -> tuple[int, int]:
 
 def reader(bootstrap: str, ranges: list[dict]) -> tuple[int, int]:
     from onceflow.ranges import OffsetRange
-    from onceflow.reader import read_range
+    from onceflow.reader.range_fetch import read_range
 
     n = 0
     for d in ranges:

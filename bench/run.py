@@ -22,7 +22,7 @@ Phase 1, data plane (a private broker and PostgreSQL, nothing else of Onceflow r
                    validation and the same aggregate (native_read_parse), or appended to a
                    PostgreSQL table with DataFrameWriter.jdbc (native_process; needs
                    /usr/share/java/postgresql.jar) (bench/native_job.py)
-  commit           ledger.commit of one staged batch (publish into the sink, offsets)
+  commit           onceflow.commit of one staged batch (publish into the sink, offsets)
   scaling          the same for 1, 2, 4 partitions and for several batch sizes
   lake             one user transform (spark_jobs/inventory.py) into a PostgreSQL append
                    table and into an Iceberg table: process and commit of each, side by side
@@ -271,8 +271,9 @@ class Ledger:
         self.n = 0
 
     def new_pipeline(self, topic: Topic) -> tuple[Any, Path]:
-        from onceflow import ledger
-        from onceflow.config import get_pipeline
+        from onceflow.config.pipelines_file import get_pipeline
+        from onceflow.ledger.log_checks import BrokerSnapshot
+        from onceflow.ledger.planning import plan
 
         self.n += 1
         name = f"{self.prefix}_{self.n}"
@@ -284,9 +285,7 @@ class Ledger:
         )
         cfg = get_pipeline(path, name)
         ends = {r.tp: r.until_offset for r in topic.ranges}
-        ledger.plan(
-            self.dsn, cfg, "run-1", lambda: ledger.BrokerSnapshot(dict.fromkeys(ends, 0), ends)
-        )
+        plan(self.dsn, cfg, "run-1", lambda: BrokerSnapshot(dict.fromkeys(ends, 0), ends))
         return cfg, path
 
     def drop(self, cfg: Any) -> None:
@@ -328,10 +327,10 @@ def process_run(bootstrap: str, led: Ledger, topic: Topic, commit: bool = False)
         "usage": usage.to_json(),
     }
     if commit:
-        from onceflow import ledger
+        from onceflow.commit import commit
 
         t0 = time.monotonic()
-        result = ledger.commit(led.dsn, cfg, "run-1")
+        result = commit(led.dsn, cfg, "run-1")
         res["commit_s"] = time.monotonic() - t0
         res["commit_published"] = result.published + result.dead
     led.drop(cfg)

@@ -10,7 +10,7 @@ read_parse  what process does before staging, plus an aggregate over every outpu
             the reader and the orders example's fast form (spark_jobs/orders.py) in the reader's Python worker
             (its accepted records are counted and summed there: process stages them from
             there), the declined records through the orders transform in the JVM
-            (onceflow.fast_stage); with --no-fast-form every record through the JVM transform
+            (onceflow.staging.fast_stage); with --no-fast-form every record through the JVM transform
 
 Times are in-job: from the action's start to its end, session start-up excluded. With
 --repeat K the action runs K times in the same session (the first includes Python worker
@@ -42,17 +42,20 @@ def main() -> None:
     p.add_argument("--no-fast-form", action="store_true")
     a = p.parse_args()
 
-    from onceflow import process
-    from onceflow.config import PipelineConfig, SinkConfig
-    from onceflow.fast_stage import (
+    from onceflow.config.pipeline import PipelineConfig
+    from onceflow.config.sink import SinkConfig
+    from onceflow.process.session import spark_session
+    from onceflow.process.staged_output import staged_frame, staged_output
+    from onceflow.ranges import OffsetRange
+    from onceflow.reader.frame import ranges_frame
+    from onceflow.reader.input_ranges import input_ranges
+    from onceflow.staging.fast_stage import (
         FastStage,
         StatsParam,
         fast_form_columns,
         fast_stage_frame,
         for_job,
     )
-    from onceflow.ranges import OffsetRange
-    from onceflow.reader import input_ranges, ranges_frame
     from onceflow.transforms import load_transform
     from pyspark.sql import functions as F
 
@@ -62,7 +65,7 @@ def main() -> None:
         name="bench", topics=("bench",), transform=TRANSFORM, sink=SinkConfig("orders")
     )
     t0 = time.monotonic()
-    spark = process._session(cfg)
+    spark = spark_session(cfg)
     session_s = time.monotonic() - t0
     ranges = [OffsetRange.from_json(d) for d in json.loads(a.ranges)]
     pieces = input_ranges(ranges, a.records_per_input_partition)
@@ -80,12 +83,12 @@ def main() -> None:
             )
         else:
             if a.no_fast_form:
-                df = process.staged_frame(spark, pieces, bootstrap=a.bootstrap, cfg=cfg)
+                df = staged_frame(spark, pieces, bootstrap=a.bootstrap, cfg=cfg)
             else:
                 stats = spark.sparkContext.accumulator((0, 0, 0), StatsParam())
                 declined = fast_stage_frame(spark, pieces, a.bootstrap, TRANSFORM, stats=stats)
                 out = load_transform(TRANSFORM)(declined)
-                df = process.staged_output(out, cfg)
+                df = staged_output(out, cfg)
                 job = for_job(spark.sparkContext, FastStage(None, fast_form_columns(out)))
             agg = df.agg(
                 F.count(F.lit(1)).alias("records"),

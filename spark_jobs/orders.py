@@ -60,7 +60,7 @@ nothing for fast records. Both paths give the same row for a record the fast pat
 
 Fast form (in Python). `fast_form(batch)` is `transform`'s fast form (onceflow.transforms):
 the same fast layout parsed vectorised (pyarrow, numpy) over the reader's Arrow batches in
-the reader's Python worker, which stages the rows itself (onceflow.fast_stage); only the
+the reader's Python worker, which stages the rows itself (onceflow.staging.fast_stage); only the
 records it declines go through `transform` in the JVM. It may decline any record it is
 unsure about, but must never accept one that the rules above would reject or parse
 differently (tests/test_transform_orders.py runs every case and a fuzz of edge values
@@ -406,21 +406,21 @@ def fast_form(batch: Any) -> tuple[Any, Any]:
     Arrow RecordBatch of COLUMNS, typed as `transform` types them, in the same order."""
     import pyarrow as pa
     import pyarrow.compute as pc
-    from onceflow.reader import (
-        _bool_values,
-        _fixed_array,
-        _fixed_values,
-        _valid_mask,
-        _value_lengths,
+    from onceflow.arrow_columns import (
+        bool_values,
+        fixed_array,
+        fixed_values,
+        valid_mask,
+        value_lengths,
     )
 
     value = batch.column(batch.schema.get_field_index("value"))
-    valid = _valid_mask(value)
-    lengths = _value_lengths(value)
+    valid = valid_mask(value)
+    lengths = value_lengths(value)
     # An over-long value is not even matched (RE2 would scan all of it).
     candidates = np.flatnonzero(valid & (lengths <= MAX_VALUE_BYTES))
     m = pc.extract_regex(value.take(_indices(candidates)), FAST_BYTES_RE)
-    matched = _valid_mask(m)
+    matched = valid_mask(m)
     rows = candidates[matched]
     m = m.take(_indices(np.flatnonzero(matched)))
 
@@ -433,10 +433,10 @@ def fast_form(batch: Any) -> tuple[Any, Any]:
         t = pc.utf8_rpad(text(name), width, "0")
         if width > 1:
             t = pc.utf8_slice_codeunits(t, 0, width)
-        return _fixed_values(pc.cast(t, pa.int64()), np.int64)
+        return fixed_values(pc.cast(t, pa.int64()), np.int64)
 
     order_id = text("order_id")
-    ok = _bool_values(pc.match_substring_regex(order_id, "[^ ]"))
+    ok = bool_values(pc.match_substring_regex(order_id, "[^ ]"))
 
     # amount: cents, rounded HALF_UP on the digits (3rd fraction digit >= 5 rounds up)
     frac3 = digits("cents", 3)
@@ -447,7 +447,7 @@ def fast_form(batch: Any) -> tuple[Any, Any]:
     y, mo, d = digits("y"), digits("mo"), digits("d")
     h, mi, s = digits("h"), digits("mi"), digits("s")
     oh, om = digits("oh"), digits("om")
-    sign = np.where(_bool_values(pc.starts_with(text("sign"), "-")), -1, 1)
+    sign = np.where(bool_values(pc.starts_with(text("sign"), "-")), -1, 1)
     ok &= (y >= 1) & (mo >= 1) & (mo <= 12) & (d >= 1) & (d <= _days_in_month(y, mo))
     ok &= (h <= 23) & (mi <= 59) & (s <= 59) & (oh <= 17) & (om <= 59)
     micros = digits("frac", 6)
@@ -461,25 +461,25 @@ def fast_form(batch: Any) -> tuple[Any, Any]:
     columns = [
         order_id.take(keep),
         text("customer_id").take(keep),
-        _fixed_array(pa.decimal128(18, 2), _decimal128_words(cents[ok])),
+        fixed_array(pa.decimal128(18, 2), _decimal128_words(cents[ok])),
         text("currency").take(keep),
-        _fixed_array(pa.timestamp("us", tz="UTC"), np.ascontiguousarray(ts[ok], np.int64)),
+        fixed_array(pa.timestamp("us", tz="UTC"), np.ascontiguousarray(ts[ok], np.int64)),
     ]
     return accepted, pa.RecordBatch.from_arrays(columns, names=list(COLUMNS))
 
 
 def _indices(positions: Any) -> Any:
     import pyarrow as pa
-    from onceflow.reader import _fixed_array
+    from onceflow.arrow_columns import fixed_array
 
-    return _fixed_array(pa.int64(), np.ascontiguousarray(positions, dtype=np.int64))
+    return fixed_array(pa.int64(), np.ascontiguousarray(positions, dtype=np.int64))
 
 
 def _decimal128_words(cents: Any) -> Any:
     """decimal128 buffer of non-negative int64 cents (little-endian: high word 0)."""
     words = np.zeros((len(cents), 2), dtype=np.int64)
     words[:, 0] = cents
-    return words  # len() is the number of values, as _fixed_array expects
+    return words  # len() is the number of values, as fixed_array expects
 
 
 def _days_in_month(y: Any, mo: Any) -> Any:

@@ -192,7 +192,7 @@ def real_stack(real_kafka):
 def _airflow_with_dags(settings):
     """An API client once every pipeline's DAG is parsed and unpaused."""
     from onceflow.airflow_api import AirflowClient
-    from onceflow.config import load_pipelines
+    from onceflow.config.pipelines_file import load_pipelines
 
     client = AirflowClient(settings.airflow_url, settings.airflow_user, settings.airflow_password)
     for cfg in load_pipelines(settings.pipelines_file).values():
@@ -209,3 +209,38 @@ def airflow(stack):
 @pytest.fixture(scope="module")
 def real_airflow(real_stack):
     return _airflow_with_dags(real_stack)
+
+
+# -- the sink tests (test_sinks.py, test_kafka_sink.py, test_iceberg_sink.py; their helpers
+# are in sink_support.py) --------------------------------------------------------------------
+
+
+@pytest.fixture
+def failpoints_dir(tmp_path, monkeypatch):
+    """The test's own failpoints folder, armed for this process (onceflow.failpoints): a
+    file `<point>@<txid>` in it makes that point raise, sleep or kill."""
+    d = tmp_path / "failpoints"
+    d.mkdir()
+    monkeypatch.setenv("ONCEFLOW_FAILPOINTS_DIR", str(d))
+    return d
+
+
+@pytest.fixture
+def write_pipelines(tmp_path, monkeypatch, ledger_dsn):
+    """write_pipelines(cfg, **sink): a pipelines file holding cfg's pipeline with this
+    [sink] table (string values), where a CLI command or an Airflow task reads it
+    (ONCEFLOW_PIPELINES, and the ledger in ONCEFLOW_POSTGRES_DSN); returns its path."""
+
+    def write(cfg, **sink: str) -> Path:
+        pipelines = tmp_path / "pipelines.toml"
+        topics = ", ".join(f'"{t}"' for t in cfg.topics)
+        table = "".join(f'{k} = "{v}"\n' for k, v in sink.items())
+        pipelines.write_text(
+            f'[pipelines.{cfg.name}]\ntopics = [{topics}]\ntransform = "{cfg.transform}"\n'
+            f"[pipelines.{cfg.name}.sink]\n{table}"
+        )
+        monkeypatch.setenv("ONCEFLOW_POSTGRES_DSN", ledger_dsn)
+        monkeypatch.setenv("ONCEFLOW_PIPELINES", str(pipelines))
+        return pipelines
+
+    return write

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.real_kafka
 def test_a_killed_broker_restarts_on_its_log_with_every_acknowledged_record(tmp_path):
     import psutil
     from confluent_kafka import Producer
-    from test_kafka_sink import consume
+    from sink_support import consume
 
     dist = dist_from_env()
     if dist is None:

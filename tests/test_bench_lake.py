@@ -36,7 +36,7 @@ def _run(records_per_s: float, commit_s: float, *, published: int = RECORDS, dea
 
 
 def test_pipeline_settings_give_the_two_sinks_of_one_transform(tmp_path):
-    from onceflow.config import get_pipeline
+    from onceflow.config.pipelines_file import get_pipeline
     from onceflow.sinks import IcebergSink, PostgresSink, sink_for
 
     warehouse = str(tmp_path / "warehouse")

@@ -7,7 +7,7 @@ import pytest
 from onceflow import broker
 from onceflow.range_digest import RangeRead
 from onceflow.ranges import OffsetRange
-from onceflow.reader import read_range
+from onceflow.reader.range_fetch import read_range
 
 pytestmark = pytest.mark.integration
 
@@ -72,8 +72,8 @@ def test_plan_plans_every_record_of_an_ordinary_producers_batches(
     """A producer's batches hold many records (linger): the embedded broker answers ListOffsets
     with the last batch's base offset + 1, and plan must not take that for the end."""
     from confluent_kafka import Producer
-    from onceflow import ledger
-    from onceflow.config import parse_pipeline
+    from onceflow.config.pipeline_table import parse_pipeline
+    from onceflow.ledger.planning import plan
 
     topic = f"batches_{unique_name}"
     broker.create_topic(bootstrap, topic, 3)
@@ -84,7 +84,7 @@ def test_plan_plans_every_record_of_an_ordinary_producers_batches(
     cfg = parse_pipeline(
         unique_name, {"topics": [topic], "transform": "orders:transform", "sink": {"table": "t"}}
     )
-    batch = ledger.plan(
+    batch = plan(
         ledger_dsn, cfg, "run-1", lambda at: broker.snapshot(bootstrap, cfg.name, cfg.topics, at)
     )
     assert {(r.partition, r.from_offset, r.until_offset) for r in batch.ranges} == {

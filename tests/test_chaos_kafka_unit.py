@@ -49,7 +49,7 @@ def test_a_kafka_sink_pipeline_s_stack_is_on_apache_kafka_beside_its_own_ports(t
 
 
 def test_the_chaos_topic_pipeline_publishes_to_a_topic_on_the_chaos_broker():
-    from onceflow.config import parse_pipeline
+    from onceflow.config.pipeline_table import parse_pipeline
     from onceflow.sinks import sink_for
     from onceflow.sinks.kafka import KafkaSink
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from onceflow import ledger
+from onceflow.commit import commit
 from onceflow.db import transaction
 from onceflow.failpoints import FailpointError
+from onceflow.ledger.planning import plan
 from onceflow.sinks import sink_for
 from onceflow_dev import chaos
 from onceflow_dev.chaos_truth import (
@@ -21,8 +22,7 @@ from onceflow_dev.chaos_truth import (
     account,
     topic_truth,
 )
-from test_kafka_sink import XY, consume, make_cfg
-from test_sinks import T, process, snap
+from sink_support import XY, T, consume, kafka_pipeline, process, snap
 
 pytestmark = pytest.mark.real_kafka
 
@@ -32,16 +32,16 @@ def test_the_harness_reads_the_committed_output_and_its_markers(
 ):
     monkeypatch.setenv("ONCEFLOW_FAILPOINTS_DIR", str(tmp_path))
     topic = f"out-{unique_name}"
-    cfg = make_cfg(unique_name, real_kafka.bootstrap, topic, partitions=2, key="sku")
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
+    cfg = kafka_pipeline(unique_name, real_kafka.bootstrap, topic, partitions=2, key="sku")
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
     process(ledger_dsn, cfg, "a", XY)
     (tmp_path / "commit.before_sink_commit@a").write_text("raise")
     with pytest.raises(FailpointError):  # produced, then aborted
-        ledger.commit(ledger_dsn, cfg, "a")
-    assert ledger.commit(ledger_dsn, cfg, "a").outcome == "committed"
-    ledger.plan(ledger_dsn, cfg, "b", snap({(T, 0): 4}))
+        commit(ledger_dsn, cfg, "a")
+    assert commit(ledger_dsn, cfg, "a").outcome == "committed"
+    plan(ledger_dsn, cfg, "b", snap({(T, 0): 4}))
     process(ledger_dsn, cfg, "b", [(0, 3, "w", 4)])
-    assert ledger.commit(ledger_dsn, cfg, "b").outcome == "committed"
+    assert commit(ledger_dsn, cfg, "b").outcome == "committed"
     # the aborted transaction's two records are in the log all the same
     assert len(consume(real_kafka.bootstrap, topic, committed=False)) == 5
 

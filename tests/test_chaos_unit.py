@@ -350,13 +350,13 @@ def test_a_second_chaos_stack_slot_has_its_own_home_and_ports(tmp_path):
     assert second["ONCEFLOW_HOME"] == str(tmp_path / ".onceflow" / "chaos-1")
     for key in ("ONCEFLOW_PG_PORT", "ONCEFLOW_KAFKA_PORT", "ONCEFLOW_AIRFLOW_PORT"):
         assert int(second[key]) == int(first[key]) + 10
-    from onceflow.cli import build_parser
+    from onceflow.cli.main import build_parser
 
     assert build_parser().parse_args(["chaos", "--stack", "1"]).stack == 1
 
 
 def test_chaos_pipeline_config_is_valid():
-    from onceflow.config import get_pipeline
+    from onceflow.config.pipelines_file import get_pipeline
 
     cfg = get_pipeline(chaos.CHAOS_PIPELINES, chaos.DEFAULT_PIPELINE)
     assert cfg.topics == (chaos.TOPIC,)
@@ -365,7 +365,7 @@ def test_chaos_pipeline_config_is_valid():
 
 
 def test_cli_has_the_chaos_command():
-    from onceflow.cli import build_parser
+    from onceflow.cli.main import build_parser
 
     args = build_parser().parse_args(["chaos", "--batches", "20", "--seed", "3"])
     assert (args.batches, args.seed, args.max_minutes, args.keep) == (20, 3, 120.0, False)
@@ -469,7 +469,7 @@ key = ["sku", "warehouse"]
 
 
 def _derived(tmp_path, name="stock"):
-    from onceflow.config import parse_pipeline
+    from onceflow.config.pipeline_table import parse_pipeline
 
     path = tmp_path / "pipelines.toml"
     path.write_text(USER_PIPELINES)
@@ -482,7 +482,8 @@ def _derived(tmp_path, name="stock"):
 
 
 def test_chaos_pipeline_keeps_the_user_s_transform_and_sink_with_chaos_s_batches(tmp_path):
-    from onceflow.config import SinkConfig, get_pipeline
+    from onceflow.config.pipelines_file import get_pipeline
+    from onceflow.config.sink import SinkConfig
 
     cfg, base = _derived(tmp_path)
     chaos_cfg = get_pipeline(chaos.CHAOS_PIPELINES, chaos.DEFAULT_PIPELINE)
@@ -502,7 +503,8 @@ def test_chaos_pipeline_keeps_the_user_s_transform_and_sink_with_chaos_s_batches
 
 
 def test_the_default_chaos_pipeline_is_the_orders_one():
-    from onceflow.config import get_pipeline, parse_pipeline
+    from onceflow.config.pipeline_table import parse_pipeline
+    from onceflow.config.pipelines_file import get_pipeline
 
     base = chaos.pipeline_tables(chaos.CHAOS_PIPELINES)[chaos.DEFAULT_PIPELINE]
     raw = chaos.chaos_pipeline(base, base, chaos.DEFAULT_PIPELINE)
@@ -520,7 +522,8 @@ def test_the_default_chaos_pipeline_is_the_orders_one():
 @pytest.mark.parametrize("name", ["inventory", "pageviews", "orders", "revenue"])
 def test_the_example_pipelines_run_in_the_chaos_stack(name):
     """The shipped examples derive a valid chaos pipeline with their sink."""
-    from onceflow.config import get_pipeline, parse_pipeline
+    from onceflow.config.pipeline_table import parse_pipeline
+    from onceflow.config.pipelines_file import get_pipeline
 
     dags = chaos.PROJECT_ROOT / "dags" / "pipelines.toml"
     base = chaos.pipeline_tables(chaos.CHAOS_PIPELINES)[chaos.DEFAULT_PIPELINE]

@@ -228,7 +228,7 @@ def test_dag_runs_on_a_standalone_cluster_read_on_both_workers(cluster_stack):
     from onceflow import broker
     from onceflow.airflow_api import AirflowClient
     from onceflow.audit import run_audit
-    from onceflow.config import get_pipeline
+    from onceflow.config.pipelines_file import get_pipeline
     from onceflow.db import transaction
     from onceflow.recount import count_records
     from onceflow_dev import producer
@@ -270,7 +270,7 @@ def test_dag_runs_on_a_standalone_cluster_read_on_both_workers(cluster_stack):
         )
         parts = dict(cur.fetchall())
     # 4 ranges of 25k offsets, split in 2 each: 8 input partitions, each staged as a part of
-    # the fast form's records and a part of the records it declined (onceflow.fast_stage)
+    # the fast form's records and a part of the records it declined (onceflow.staging.fast_stage)
     assert parts == dict.fromkeys(runs, 16)
     assert sum(tasks.values()) >= 2 * 8
 

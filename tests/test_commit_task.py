@@ -11,11 +11,13 @@ import asyncio
 
 import pytest
 from airflow.sdk.exceptions import TaskDeferred
-from onceflow import ledger
 from onceflow.airflow.tasks import CommitOperator
 from onceflow.airflow.triggers import CommitReadyTrigger
-from onceflow.config import get_pipeline
+from onceflow.commit import commit
+from onceflow.config.pipelines_file import get_pipeline
 from onceflow.errors import OnceflowError
+from onceflow.ledger.batches import get_batch
+from onceflow.ledger.planning import plan
 from test_ledger import T, process, snap
 
 pytestmark = pytest.mark.integration
@@ -62,15 +64,15 @@ def test_trigger_serialises_without_credentials(cfg):
 
 
 def test_trigger_waits_for_the_predecessor_then_fires(ledger_dsn, cfg, capsys):
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}))
-    ledger.plan(ledger_dsn, cfg, "b", snap({(T, 0): 16}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}))
+    plan(ledger_dsn, cfg, "b", snap({(T, 0): 16}))
     process(ledger_dsn, cfg, "b", 6)
     trigger = CommitReadyTrigger(cfg.name, "b", 0.2)
     assert first_event(trigger, within=1.5) is None  # a is only planned
     # the triggerer's log (structlog, to stdout here) is what the task log shows
     assert "commit of txid b waits for txid a (seq 1), which is planned" in capsys.readouterr().out
     process(ledger_dsn, cfg, "a", 10)
-    ledger.commit(ledger_dsn, cfg, "a")
+    commit(ledger_dsn, cfg, "a")
     event = first_event(trigger, within=5)
     assert event is not None and event.payload["status"] == "ready"
 
@@ -88,47 +90,46 @@ def test_trigger_reports_an_unknown_txid(cfg):
 
 
 def test_commit_task_defers_while_blocked_and_commits_when_resumed(ledger_dsn, cfg):
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}))
-    ledger.plan(ledger_dsn, cfg, "b", snap({(T, 0): 16}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}))
+    plan(ledger_dsn, cfg, "b", snap({(T, 0): 16}))
     process(ledger_dsn, cfg, "b", 5, 1)
-    op = CommitOperator(task_id="commit", pipeline=cfg.name, poll_interval=0.5)
+    op = CommitOperator(task_id="commit", pipeline=cfg.name, txid="b", poll_interval=0.5)
     with pytest.raises(TaskDeferred) as deferred:
-        op.execute({"run_id": "b"})
+        op.execute({})
     trigger = deferred.value.trigger
     assert isinstance(trigger, CommitReadyTrigger)
     assert (trigger.pipeline, trigger.txid, trigger.poll_interval) == (cfg.name, "b", 0.5)
     assert deferred.value.method_name == "execute_complete"
-    assert ledger.get_batch(ledger_dsn, cfg.name, "b").state == "staged"
+    assert get_batch(ledger_dsn, cfg.name, "b").state == "staged"
 
     process(ledger_dsn, cfg, "a", 10)
-    assert op.execute({"run_id": "a"})["outcome"] == "committed"  # free: commits at once
-    out = op.execute_complete({"run_id": "b"}, {"status": "ready", "waited": 3.0})
+    first = CommitOperator(task_id="commit", pipeline=cfg.name, txid="a")
+    assert first.execute({})["outcome"] == "committed"  # free: commits at once
+    out = op.execute_complete({}, {"status": "ready", "waited": 3.0})
     assert (out["seq"], out["outcome"], out["published"], out["dead_lettered"]) == (
         2,
         "committed",
         5,
         1,
     )
-    assert ledger.get_batch(ledger_dsn, cfg.name, "b").state == "committed"
+    assert get_batch(ledger_dsn, cfg.name, "b").state == "committed"
     # a retry of the task after commit changes nothing
-    assert op.execute({"run_id": "b"})["outcome"] == "already-committed"
+    assert op.execute({})["outcome"] == "already-committed"
 
 
 def test_commit_task_defers_again_when_resumed_while_a_predecessor_is_open(ledger_dsn, cfg):
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}))
-    ledger.plan(ledger_dsn, cfg, "b", snap({(T, 0): 16}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}))
+    plan(ledger_dsn, cfg, "b", snap({(T, 0): 16}))
     process(ledger_dsn, cfg, "b", 6)
-    op = CommitOperator(task_id="commit", pipeline=cfg.name)
+    op = CommitOperator(task_id="commit", pipeline=cfg.name, txid="b")
     # resumed as if the trigger had fired while seq 1 (a) is still open (a trigger that fired
     # before a was cleared, say): the task asks the ledger again and waits, never skips a
     with pytest.raises(TaskDeferred):
-        op.execute_complete({"run_id": "b"}, {"status": "ready"})
-    assert ledger.get_batch(ledger_dsn, cfg.name, "b").state == "staged"
+        op.execute_complete({}, {"status": "ready"})
+    assert get_batch(ledger_dsn, cfg.name, "b").state == "staged"
 
 
 def test_commit_task_fails_clearly_on_a_trigger_error(cfg):
-    op = CommitOperator(task_id="commit", pipeline=cfg.name)
+    op = CommitOperator(task_id="commit", pipeline=cfg.name, txid="x")
     with pytest.raises(OnceflowError, match="commit of txid x: txid 'x' is not in the ledger"):
-        op.execute_complete(
-            {"run_id": "x"}, {"status": "error", "message": "txid 'x' is not in the ledger"}
-        )
+        op.execute_complete({}, {"status": "error", "message": "txid 'x' is not in the ledger"})

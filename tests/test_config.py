@@ -3,7 +3,9 @@
 from pathlib import Path
 
 import pytest
-from onceflow.config import SinkConfig, get_pipeline, load_pipelines, parse_pipeline
+from onceflow.config.pipeline_table import parse_pipeline
+from onceflow.config.pipelines_file import get_pipeline, load_pipelines
+from onceflow.config.sink import SinkConfig
 from onceflow.errors import ConfigError
 
 pytestmark = pytest.mark.unit

@@ -6,7 +6,7 @@ import json
 
 import pytest
 from onceflow import connections
-from onceflow.config import parse_pipeline
+from onceflow.config.pipeline_table import parse_pipeline
 from onceflow.errors import ConfigError
 from onceflow.sinks import sink_cluster
 
@@ -121,7 +121,7 @@ def test_a_kafka_sinks_cluster(monkeypatch):
 def test_the_command_line_reads_named_connections(monkeypatch):
     """`onceflow --ledger-conn ID --kafka-conn ID ...`: the command's ONCEFLOW_* settings (and
     so every client it makes) come from those connections."""
-    from onceflow import cli
+    from onceflow.cli.selection import use_connections
     from onceflow.settings import Settings
 
     _conn(monkeypatch, "prod_pg", conn_type="postgres", host="pg", login="u", password=SECRET)
@@ -130,13 +130,13 @@ def test_the_command_line_reads_named_connections(monkeypatch):
         "sasl.mechanism": "PLAIN", "sasl.username": "u", "sasl.password": SECRET})  # fmt: skip
     for name in ("ONCEFLOW_POSTGRES_DSN", "ONCEFLOW_KAFKA_BOOTSTRAP", "ONCEFLOW_KAFKA_CONFIG"):
         monkeypatch.setenv(name, "")  # restored after the test
-    cli.use_connections("prod_pg", "prod_kafka")
+    use_connections("prod_pg", "prod_kafka")
     settings = Settings.from_env()
     assert "host=pg" in settings.postgres_dsn
     cluster = settings.kafka_cluster()
     assert cluster.bootstrap == "pk:9093" and dict(cluster.security)["sasl.password"] == SECRET
     with pytest.raises(ConfigError, match=r"'nope' does not exist \(--kafka-conn names it\)"):
-        cli.use_connections(None, "nope")
+        use_connections(None, "nope")
 
 
 def test_a_kafka_sink_reads_its_connection_only_when_it_publishes(monkeypatch):

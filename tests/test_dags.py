@@ -26,6 +26,9 @@ def test_dag_folder_imports_without_errors(tmp_path, monkeypatch):
     commit = dag.get_task("commit")
     assert type(commit).__name__ == "CommitOperator"
     assert commit.poll_interval == 2.0  # waits as a trigger in the triggerer, not in a worker
+    # the txid reaches every phase the same way: the run id, templated
+    assert commit.txid == "{{ run_id }}" and "txid" in commit.template_fields
+    assert dag.get_task("plan").op_kwargs["txid"] == "{{ run_id }}"
     # no logical-date macro in any templated field: they are NULL for runs triggered through
     # the API, where only the run id (the txid) is set
     templates = []

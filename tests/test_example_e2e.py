@@ -10,7 +10,7 @@ import json
 import pytest
 from onceflow import broker
 from onceflow.audit import run_audit
-from onceflow.config import get_pipeline
+from onceflow.config.pipelines_file import get_pipeline
 from onceflow.db import transaction
 from onceflow.recount import count_records
 

@@ -156,7 +156,7 @@ def jobs(tmp_path, monkeypatch):
 
 
 def test_produce_refuses_a_module_without_sample(jobs, capsys):
-    from onceflow.cli import main
+    from onceflow.cli.main import main
 
     assert main(["produce", "--pipeline", "nosample", "--count", "10"]) == 2
     err = capsys.readouterr().err

@@ -46,7 +46,7 @@ def spark():
 
 @pytest.fixture(scope="module")
 def pipelines():
-    from onceflow.config import load_pipelines
+    from onceflow.config.pipelines_file import load_pipelines
 
     return load_pipelines(ROOT / "dags" / "pipelines.toml")
 
@@ -73,7 +73,7 @@ def run(spark, name, records, partitions=1, function="transform"):
 def fits_its_sink(spark, pipelines, name):
     """The output passes process's contract check for the transform's kind and every user
     column has a PostgreSQL type."""
-    from onceflow.sinks.postgres import output_columns
+    from onceflow.sinks.postgres.columns import output_columns
     from onceflow.transforms import check_aggregate_output, check_output, load_transform
 
     cfg = pipelines[name]

@@ -16,11 +16,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from onceflow import fast_stage
 from onceflow.errors import TransformError
-from onceflow.fast_stage import Split
 from onceflow.rowhash import row_hash
-from onceflow.stage import HASH_COLUMN
+from onceflow.staging import fast_stage
+from onceflow.staging.checksum import HASH_COLUMN
+from onceflow.staging.fast_stage import Split
 from onceflow.transforms import load_module
 
 pytestmark = pytest.mark.unit
@@ -212,11 +212,13 @@ def test_the_fast_stage_path_does_not_import_pandas():
     code = """
 import sys, json
 import pyarrow as pa
-from onceflow.reader import _binary_array, _fixed_array, _string_repeat, _timestamp_array
-from onceflow.config import SinkConfig
-from onceflow.fast_stage import Split
-from onceflow.sinks.postgres import Column, PostgresSink
-from onceflow.stage import StageTarget, _CsvStream
+from onceflow.arrow_columns import binary_array, fixed_array, string_repeat, timestamp_array
+from onceflow.config.sink import SinkConfig
+from onceflow.sinks.postgres import PostgresSink
+from onceflow.sinks.postgres.columns import Column
+from onceflow.staging.fast_stage import Split
+from onceflow.staging.table_stage import _CsvStream
+from onceflow.staging.target import StageTarget
 from onceflow.transforms import load_module
 import numpy as np
 orders = load_module("orders:transform")
@@ -227,9 +229,9 @@ sink = PostgresSink("s", SinkConfig("orders"), tuple(Column(f.name, "text") for 
 vals = [json.dumps({"order_id": "o", "customer_id": "c", "amount": 1.5, "currency": "EUR",
         "ts": "2024-05-01T12:00:00+02:00"}).encode(), b"{}", None] * 10
 n = len(vals)
-b = pa.RecordBatch.from_arrays([_string_repeat("t", n),
-    _fixed_array(pa.int32(), np.zeros(n, np.int32)), _fixed_array(pa.int64(), np.arange(n)),
-    _binary_array([b"k"] * n), _binary_array(vals), _timestamp_array([1] * n)],
+b = pa.RecordBatch.from_arrays([string_repeat("t", n),
+    fixed_array(pa.int32(), np.zeros(n, np.int32)), fixed_array(pa.int64(), np.arange(n)),
+    binary_array([b"k"] * n), binary_array(vals), timestamp_array([1] * n)],
     names=["topic", "partition", "offset", "key", "value", "timestamp"])
 assert "pandas" not in sys.modules
 split = Split(iter([b]), orders.fast_form, columns, "orders:transform")
@@ -246,17 +248,17 @@ print("pandas" in sys.modules)
 
 
 def test_exact_sum_of_slices_narrow_types_and_huge_values():
-    from onceflow.stage import _exact_sum
+    from onceflow.staging.checksum import exact_sum
 
     big = pa.array([2**62, 2**62, -(2**63), 5], pa.int64())
-    assert _exact_sum(big) == 2**63 - 2**63 + 5
-    assert _exact_sum(big.slice(1, 2)) == 2**62 - 2**63
-    assert _exact_sum(pa.array([1, 2, 3], pa.int32())) == 6
-    assert _exact_sum(pa.chunked_array([big.slice(3), big.slice(0, 1)])) == 5 + 2**62
+    assert exact_sum(big) == 2**63 - 2**63 + 5
+    assert exact_sum(big.slice(1, 2)) == 2**62 - 2**63
+    assert exact_sum(pa.array([1, 2, 3], pa.int32())) == 6
+    assert exact_sum(pa.chunked_array([big.slice(3), big.slice(0, 1)])) == 5 + 2**62
 
 
 def test_only_a_postgresql_append_sink_takes_a_fast_form():
-    from onceflow.config import SinkConfig
+    from onceflow.config.sink import SinkConfig
     from onceflow.sinks.postgres import PostgresSink
 
     def takes(mode, key=(), aggregates=(), aggregating=False):

@@ -5,7 +5,7 @@ snapshot, fenced attempts' files never referenced, the catalog in a schema of it
 audit's Iceberg rules, and bad input.
 
 On a real PostgreSQL (the ledger and the SQL catalog) and a warehouse under tmp_path;
-rows are staged as process stages them (onceflow.stage.stage_part through the file stage).
+rows are staged as process stages them (onceflow.staging.writer.stage_part through the file stage).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import threading
 from pathlib import Path
 
 import pytest
-from onceflow import ledger, outside_commit
 from onceflow.audit import run_audit
+from onceflow.commit import _publish_outside, commit
 from onceflow.db import transaction
 from onceflow.errors import (
     CommitConflictError,
@@ -25,12 +25,33 @@ from onceflow.errors import (
     SinkUnavailableError,
 )
 from onceflow.failpoints import FailpointError
+from onceflow.ledger.fencing import claim_attempt, mark_staged
+from onceflow.ledger.planning import plan
 from onceflow.sinks import PublishTarget, sink_for
-from onceflow.sinks.iceberg import CATALOG_SCHEMA, OUTPUT_COLUMNS, open_catalog
-from onceflow.stage import StageTarget, stage_part
+from onceflow.sinks.iceberg.catalog import CATALOG_SCHEMA
+from onceflow.sinks.iceberg.evolution import OUTPUT_COLUMNS
+from onceflow.staging.target import StageTarget
+from onceflow.staging.writer import stage_part
 from onceflow.states import BatchState
 from onceflow_dev import demo
-from test_sinks import FIELDS, T, bound, pipeline, process, published, records, snap
+from sink_support import (
+    FIELDS,
+    T,
+    batch,
+    bound,
+    cleanup,
+    exactly_once,
+    iceberg_table,
+    live_files,
+    on_disk,
+    pipeline,
+    process,
+    published,
+    records,
+    snap,
+    snapshot_ids,
+    snapshots,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -40,122 +61,26 @@ def cfg(unique_name, tmp_path):
     return pipeline(unique_name, "iceberg", tmp_path / "warehouse")
 
 
-def table(dsn, cfg):
-    sink = sink_for(cfg)
-    with transaction(dsn) as cur, open_catalog(cur, sink.warehouse) as catalog:
-        return catalog.load_table(sink.identifier)
-
-
-def snapshots(dsn, cfg, seq=None):
-    """(operation, summary) of the table's snapshots recording the pipeline (and seq)."""
-    out = []
-    for s in table(dsn, cfg).snapshots():
-        props = s.summary.additional_properties
-        if props.get("onceflow.pipeline") == cfg.name and (
-            seq is None or props.get("onceflow.seq") == str(seq)
-        ):
-            out.append((s.summary.operation.value, props))
-    return out
-
-
-def snapshot_ids(dsn, cfg, seq):
-    """The ids of the table's snapshots recording the pipeline's seq, oldest first."""
-    return [
-        str(s.snapshot_id)
-        for s in table(dsn, cfg).snapshots()
-        if s.summary.additional_properties.get("onceflow.pipeline") == cfg.name
-        and s.summary.additional_properties.get("onceflow.seq") == str(seq)
-    ]
-
-
-def sink_commit(dsn, cfg, txid):
-    with transaction(dsn) as cur:
-        cur.execute(
-            "select sink_commit from onceflow.batches where pipeline = %s and txid = %s",
-            (cfg.name, txid),
-        )
-        return cur.fetchone()[0]
-
-
-def on_disk(cfg, txid, attempt):
-    """The Parquet files in the warehouse under txid's attempt folder."""
-    return sorted(
-        str(p)
-        for p in Path(cfg.sink.warehouse).rglob("*.parquet")
-        if f"/txid={txid}-" in str(p) and f"/attempt={attempt}/" in str(p)
-    )
-
-
-def cleanup(dsn, cfg, monkeypatch, tmp_path, *args):
-    """`onceflow cleanup --pipeline P --json ARGS` on a pipelines file holding cfg."""
-    import contextlib
-    import io
-    import json
-
-    from onceflow import cli
-
-    pipelines = tmp_path / "pipelines.toml"
-    pipelines.write_text(
-        f'[pipelines.{cfg.name}]\ntopics = ["{T}"]\ntransform = "inventory:transform"\n'
-        f'[pipelines.{cfg.name}.sink]\nkind = "iceberg"\ntable = "items"\n'
-        f'warehouse = "{cfg.sink.warehouse}"\n'
-    )
-    monkeypatch.setenv("ONCEFLOW_POSTGRES_DSN", dsn)
-    monkeypatch.setenv("ONCEFLOW_PIPELINES", str(pipelines))
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        assert cli.main(["cleanup", "--pipeline", cfg.name, "--json", *args]) == 0
-    return {(a["txid"], a["attempt"]): a["files"] for a in json.loads(out.getvalue())["attempts"]}
-
-
-def live_files(dsn, cfg):
-    return sorted(table(dsn, cfg).inspect.files().column("file_path").to_pylist())
-
-
-def batch_state(dsn, cfg, txid):
-    with transaction(dsn) as cur:
-        cur.execute(
-            "select state, published_attempt from onceflow.batches where pipeline = %s"
-            " and txid = %s",
-            (cfg.name, txid),
-        )
-        return cur.fetchone()
-
-
-def exactly_once(dsn, cfg):
-    report = run_audit(dsn, cfg)
-    assert report.violations == []
-    return report
-
-
-@pytest.fixture
-def failpoints_dir(tmp_path, monkeypatch):
-    d = tmp_path / "failpoints"
-    d.mkdir()
-    monkeypatch.setenv("ONCEFLOW_FAILPOINTS_DIR", str(d))
-    return d
-
-
 # -- the two-step commit ----------------------------------------------------------------
 
 
 def test_a_crash_between_the_sink_and_the_ledger_is_repaired_without_publishing_twice(
     ledger_dsn, cfg, failpoints_dir
 ):
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2), (0, 2, "z", 3, "bad")])
     (failpoints_dir / "commit.after_sink_publish@a").write_text("raise")
     with pytest.raises(FailpointError):
-        ledger.commit(ledger_dsn, cfg, "a")
+        commit(ledger_dsn, cfg, "a")
     # the sink has seq 1, the ledger does not: offsets, state and dead letters rolled back
     assert len(snapshots(ledger_dsn, cfg, seq=1)) == 1
-    assert batch_state(ledger_dsn, cfg, "a") == (BatchState.STAGED, None)
+    assert batch(ledger_dsn, cfg, "a")[:2] == (BatchState.STAGED, None)
     assert "has not committed" in " ".join(run_audit(ledger_dsn, cfg).violations)
-    res = ledger.commit(ledger_dsn, cfg, "a")  # the retry: finds seq 1, only the ledger step
+    res = commit(ledger_dsn, cfg, "a")  # the retry: finds seq 1, only the ledger step
     assert (res.outcome, res.published, res.dead) == ("committed", 2, 1)
     assert len(snapshots(ledger_dsn, cfg, seq=1)) == 1
     # the ledger names the snapshot the first attempt made, which the retry found
-    assert [sink_commit(ledger_dsn, cfg, "a")] == snapshot_ids(ledger_dsn, cfg, 1)
+    assert [batch(ledger_dsn, cfg, "a").sink_commit] == snapshot_ids(ledger_dsn, cfg, 1)
     assert published(ledger_dsn, cfg) == [(0, 0, "x", 1), (0, 1, "y", 2)]
     report = exactly_once(ledger_dsn, cfg)
     assert (report.records_in_sink, report.dead_lettered) == (2, 1)
@@ -164,15 +89,15 @@ def test_a_crash_between_the_sink_and_the_ledger_is_repaired_without_publishing_
 def test_lost_dead_letters_fail_the_ledger_step_and_a_new_attempt_replaces_the_snapshot(
     ledger_dsn, cfg
 ):
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2), (0, 2, "z", 3, "bad")])
     with transaction(ledger_dsn) as cur:  # the staged dead letter is lost (a database crash)
         cur.execute(f'delete from "{cfg.sink_schema}".stage_items')
     with pytest.raises(CommitConflictError, match="a new process attempt's commit replaces it"):
-        ledger.commit(ledger_dsn, cfg, "a")
-    assert batch_state(ledger_dsn, cfg, "a") == (BatchState.STAGED, None)
+        commit(ledger_dsn, cfg, "a")
+    assert batch(ledger_dsn, cfg, "a")[:2] == (BatchState.STAGED, None)
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2), (0, 2, "z", 3, "bad")])
-    assert ledger.commit(ledger_dsn, cfg, "a").outcome == "committed"
+    assert commit(ledger_dsn, cfg, "a").outcome == "committed"
     assert [op for op, _ in snapshots(ledger_dsn, cfg, seq=1)] == ["append", "overwrite"]
     assert published(ledger_dsn, cfg) == [(0, 0, "x", 1), (0, 1, "y", 2)]
     assert on_disk(cfg, "a", 1)  # published once: the first snapshot still references them
@@ -181,10 +106,10 @@ def test_lost_dead_letters_fail_the_ledger_step_and_a_new_attempt_replaces_the_s
 
 
 def test_commit_twice_makes_one_snapshot(ledger_dsn, cfg):
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])
-    assert ledger.commit(ledger_dsn, cfg, "a").outcome == "committed"
-    assert ledger.commit(ledger_dsn, cfg, "a").outcome == "already-committed"
+    assert commit(ledger_dsn, cfg, "a").outcome == "committed"
+    assert commit(ledger_dsn, cfg, "a").outcome == "already-committed"
     ((operation, summary),) = snapshots(ledger_dsn, cfg)
     assert operation == "append"
     assert {k: summary[k] for k in summary if k.startswith("onceflow.")} == {
@@ -197,19 +122,19 @@ def test_commit_twice_makes_one_snapshot(ledger_dsn, cfg):
 
 
 def test_two_commit_processes_at_once_make_one_snapshot(ledger_dsn, cfg):
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])
     start = threading.Barrier(2)
     outcomes, errors = [], []
 
-    def commit():
+    def commit_once():
         start.wait()
         try:
-            outcomes.append(ledger.commit(ledger_dsn, cfg, "a").outcome)
+            outcomes.append(commit(ledger_dsn, cfg, "a").outcome)
         except Exception as e:  # noqa: BLE001 - reported below
             errors.append(e)
 
-    threads = [threading.Thread(target=commit) for _ in range(2)]
+    threads = [threading.Thread(target=commit_once) for _ in range(2)]
     for t in threads:
         t.start()
     for t in threads:
@@ -223,13 +148,13 @@ def test_two_commit_processes_at_once_make_one_snapshot(ledger_dsn, cfg):
 def test_a_zombie_committer_is_fenced_by_icebergs_optimistic_commit(ledger_dsn, cfg, monkeypatch):
     """A committer that read the table before another one published the seq (it lost its
     lock, say) loses the Iceberg commit, reads again, finds the seq and publishes nothing."""
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])
     sink, t = sink_for(cfg), PublishTarget(cfg.name, "a", 1, 1)
     with transaction(ledger_dsn) as cur:
         stale = sink.read(cur, t)  # the zombie's view: no snapshot of seq 1 yet
     assert stale.publication is None
-    ledger.commit(ledger_dsn, cfg, "a")
+    commit(ledger_dsn, cfg, "a")
     with pytest.raises(SinkMovedError), transaction(ledger_dsn) as cur:
         sink.publish_outside(cur, t, stale, replace=False)
     assert len(snapshots(ledger_dsn, cfg, seq=1)) == 1
@@ -240,7 +165,7 @@ def test_a_zombie_committer_is_fenced_by_icebergs_optimistic_commit(ledger_dsn, 
         type(sink), "read", lambda self, cur, t: readings.pop() if readings else read(self, cur, t)
     )
     with transaction(ledger_dsn) as cur:
-        again = outside_commit._publish(sink, cur, t, replace=False)
+        again = _publish_outside(sink, cur, t, replace=False)
     assert (readings, again.seq, again.attempt, again.records) == ([], 1, 1, 2)
     assert len(snapshots(ledger_dsn, cfg, seq=1)) == 1
     monkeypatch.undo()
@@ -251,15 +176,15 @@ def test_a_zombie_committer_is_fenced_by_icebergs_optimistic_commit(ledger_dsn, 
 
 
 def test_a_rerun_replaces_the_txids_files_in_one_overwrite_snapshot(ledger_dsn, cfg):
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
-    ledger.plan(ledger_dsn, cfg, "b", snap({(T, 0): 3}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
+    plan(ledger_dsn, cfg, "b", snap({(T, 0): 3}))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])
     process(ledger_dsn, cfg, "b", [(0, 2, "z", 3)])
-    ledger.commit(ledger_dsn, cfg, "a")
-    ledger.commit(ledger_dsn, cfg, "b")
+    commit(ledger_dsn, cfg, "a")
+    commit(ledger_dsn, cfg, "b")
     b_files = [f for f in live_files(ledger_dsn, cfg) if "txid=b-" in f]
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 10), (0, 1, "y", 20, "refused now")])
-    assert ledger.commit(ledger_dsn, cfg, "a").outcome == "republished"
+    assert commit(ledger_dsn, cfg, "a").outcome == "republished"
     ((op1, first), (op2, rerun)) = snapshots(ledger_dsn, cfg, seq=1)
     assert (op1, op2) == ("append", "overwrite")
     assert (rerun["onceflow.attempt"], rerun["added-records"], rerun["deleted-records"]) == (
@@ -275,45 +200,38 @@ def test_a_rerun_replaces_the_txids_files_in_one_overwrite_snapshot(ledger_dsn, 
     files = live_files(ledger_dsn, cfg)
     assert [f for f in files if "txid=b-" in f] == b_files  # b's files untouched
     assert all("attempt=1" not in f for f in files if "txid=a-" in f)
-    assert batch_state(ledger_dsn, cfg, "a") == (BatchState.COMMITTED, 2)
+    assert batch(ledger_dsn, cfg, "a")[:2] == (BatchState.COMMITTED, 2)
     exactly_once(ledger_dsn, cfg)
 
 
 def test_the_ledger_cli_and_ui_show_each_committed_txids_snapshot(
-    ledger_dsn, cfg, tmp_path, monkeypatch
+    ledger_dsn, cfg, monkeypatch, write_pipelines
 ):
     import contextlib
     import io
     from dataclasses import replace
 
     from fastapi.testclient import TestClient
-    from onceflow import cli
+    from onceflow.cli.main import main
     from onceflow.settings import Settings
     from onceflow.ui import app as app_mod
-    from onceflow.ui import create_app
+    from onceflow.ui.app import create_app
 
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
-    ledger.plan(ledger_dsn, cfg, "b", snap({(T, 0): 3}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
+    plan(ledger_dsn, cfg, "b", snap({(T, 0): 3}))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])
-    ledger.commit(ledger_dsn, cfg, "a")
-    assert [sink_commit(ledger_dsn, cfg, "a")] == snapshot_ids(ledger_dsn, cfg, 1)
-    assert sink_commit(ledger_dsn, cfg, "b") is None  # not committed: no snapshot yet
+    commit(ledger_dsn, cfg, "a")
+    assert [batch(ledger_dsn, cfg, "a").sink_commit] == snapshot_ids(ledger_dsn, cfg, 1)
+    assert batch(ledger_dsn, cfg, "b").sink_commit is None  # not committed: no snapshot yet
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 10), (0, 1, "y", 20)])
-    assert ledger.commit(ledger_dsn, cfg, "a").outcome == "republished"
+    assert commit(ledger_dsn, cfg, "a").outcome == "republished"
     first, rerun = snapshot_ids(ledger_dsn, cfg, 1)
-    assert sink_commit(ledger_dsn, cfg, "a") == rerun  # the re-run's overwrite snapshot
+    assert batch(ledger_dsn, cfg, "a").sink_commit == rerun  # the re-run's overwrite snapshot
 
-    pipelines = tmp_path / "pipelines.toml"
-    pipelines.write_text(
-        f'[pipelines.{cfg.name}]\ntopics = ["{T}"]\ntransform = "inventory:transform"\n'
-        f'[pipelines.{cfg.name}.sink]\nkind = "iceberg"\ntable = "items"\n'
-        f'warehouse = "{cfg.sink.warehouse}"\n'
-    )
-    monkeypatch.setenv("ONCEFLOW_POSTGRES_DSN", ledger_dsn)
-    monkeypatch.setenv("ONCEFLOW_PIPELINES", str(pipelines))
+    pipelines = write_pipelines(cfg, kind="iceberg", table="items", warehouse=cfg.sink.warehouse)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        assert cli.main(["ledger", "--pipeline", cfg.name]) == 0
+        assert main(["ledger", "--pipeline", cfg.name]) == 0
     header, *lines = out.getvalue().splitlines()
     assert "snapshot" in header.split()
     (row_a,) = [line for line in lines if " a " in f" {line} "]
@@ -342,18 +260,18 @@ def test_the_ledger_cli_and_ui_show_each_committed_txids_snapshot(
 
 
 def test_a_fenced_attempts_file_is_never_referenced_and_removed_after_commit(ledger_dsn, cfg):
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
-    old = ledger.claim_attempt(ledger_dsn, cfg.name, "a")
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
+    old = claim_attempt(ledger_dsn, cfg.name, "a")
     old_target = StageTarget.for_sink(ledger_dsn, bound(ledger_dsn, cfg), cfg.name, "a", 1)
     stage_part(old_target, 0, [records((0, 0, "x", 100), (0, 1, "y", 100))])
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])
     with pytest.raises(FencedAttemptError):
         stage_part(old_target, 1, [records((0, 0, "x", 100))])
     with pytest.raises(FencedAttemptError):
-        ledger.mark_staged(ledger_dsn, cfg, "a", old.attempt, parts=1)
+        mark_staged(ledger_dsn, cfg, "a", old.attempt, parts=1)
     zombie = on_disk(cfg, "a", 1)
     assert len(zombie) == 1  # the zombie's file exists...
-    ledger.commit(ledger_dsn, cfg, "a")
+    commit(ledger_dsn, cfg, "a")
     assert all("attempt=2" in f for f in live_files(ledger_dsn, cfg))  # ...is not in the table
     assert on_disk(cfg, "a", 1) == []  # ...and the commit removed it
     assert not Path(zombie[0]).parent.exists()
@@ -362,20 +280,18 @@ def test_a_fenced_attempts_file_is_never_referenced_and_removed_after_commit(led
     exactly_once(ledger_dsn, cfg)
 
 
-def test_cleanup_never_removes_what_an_attempt_may_still_publish(
-    ledger_dsn, cfg, monkeypatch, tmp_path
-):
+def test_cleanup_never_removes_what_an_attempt_may_still_publish(ledger_dsn, cfg, write_pipelines):
     for txid, n in (("a", 2), ("b", 3), ("c", 4), ("d", 5)):
-        ledger.plan(ledger_dsn, cfg, txid, snap({(T, 0): n}))
+        plan(ledger_dsn, cfg, txid, snap({(T, 0): n}))
     # a: committed, a re-run staged (attempt 2), another re-run running (attempt 3);
     # b: staged, waiting to commit; c: attempt 1 fenced by attempt 2, which is still running
     # (one part staged); d: attempt 1 still running
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])
-    ledger.commit(ledger_dsn, cfg, "a")
+    commit(ledger_dsn, cfg, "a")
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 5), (0, 1, "y", 6)])
     process(ledger_dsn, cfg, "b", [(0, 2, "z", 3)])
     for txid in ("a", "c", "c", "d"):
-        claim = ledger.claim_attempt(ledger_dsn, cfg.name, txid)
+        claim = claim_attempt(ledger_dsn, cfg.name, txid)
         target = StageTarget.for_sink(
             ledger_dsn, bound(ledger_dsn, cfg), cfg.name, txid, claim.attempt
         )
@@ -387,17 +303,18 @@ def test_cleanup_never_removes_what_an_attempt_may_still_publish(
     assert all(len(files) == 1 for files in kept.values())
     assert len(on_disk(cfg, "c", 1)) == 1
 
-    assert cleanup(ledger_dsn, cfg, monkeypatch, tmp_path) == {("c", 1): 1}  # a dry run...
+    write_pipelines(cfg, kind="iceberg", table="items", warehouse=cfg.sink.warehouse)
+    assert cleanup(cfg) == {("c", 1): 1}  # a dry run...
     assert len(on_disk(cfg, "c", 1)) == 1  # ...removes nothing
-    assert cleanup(ledger_dsn, cfg, monkeypatch, tmp_path, "--yes") == {("c", 1): 1}
+    assert cleanup(cfg, "--yes") == {("c", 1): 1}
     assert on_disk(cfg, "c", 1) == []
     assert {k: on_disk(cfg, *k) for k in kept} == kept
-    assert cleanup(ledger_dsn, cfg, monkeypatch, tmp_path) == {}
+    assert cleanup(cfg) == {}
     # the survivors still publish
-    ledger.mark_staged(ledger_dsn, cfg, "c", 2, parts=1)
-    assert ledger.commit(ledger_dsn, cfg, "a").outcome == "republished"  # attempt 2
+    mark_staged(ledger_dsn, cfg, "c", 2, parts=1)
+    assert commit(ledger_dsn, cfg, "a").outcome == "republished"  # attempt 2
     for txid in ("b", "c"):
-        assert ledger.commit(ledger_dsn, cfg, txid).outcome == "committed"
+        assert commit(ledger_dsn, cfg, txid).outcome == "committed"
     assert {k: on_disk(cfg, *k) for k in kept} == kept  # attempt 3 of a may still stage
     assert published(ledger_dsn, cfg) == [
         (0, 0, "x", 5),
@@ -411,16 +328,16 @@ def test_cleanup_never_removes_what_an_attempt_may_still_publish(
 def test_a_part_whose_transaction_rolls_back_leaves_no_referenced_file(
     ledger_dsn, cfg, failpoints_dir
 ):
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
-    claim = ledger.claim_attempt(ledger_dsn, cfg.name, "a")
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
+    claim = claim_attempt(ledger_dsn, cfg.name, "a")
     target = StageTarget.for_sink(ledger_dsn, bound(ledger_dsn, cfg), cfg.name, "a", claim.attempt)
     (failpoints_dir / "stage.before_part_commit@a").write_text("raise")
     with pytest.raises(FailpointError):  # file written, claim and file row rolled back
         stage_part(target, 0, [records((0, 0, "x", 1), (0, 1, "y", 2))])
     retried = stage_part(target, 0, [records((0, 0, "x", 1), (0, 1, "y", 2))])
     assert (retried.rows, retried.skipped) == (2, False)
-    ledger.mark_staged(ledger_dsn, cfg, "a", claim.attempt, parts=1)
-    assert ledger.commit(ledger_dsn, cfg, "a").published == 2
+    mark_staged(ledger_dsn, cfg, "a", claim.attempt, parts=1)
+    assert commit(ledger_dsn, cfg, "a").published == 2
     assert len(list(Path(cfg.sink.warehouse).rglob("part-00000-*.parquet"))) == 2
     assert len(live_files(ledger_dsn, cfg)) == 1
     exactly_once(ledger_dsn, cfg)
@@ -430,7 +347,7 @@ def test_a_part_whose_transaction_rolls_back_leaves_no_referenced_file(
 
 
 def test_the_catalog_lives_in_a_schema_of_its_own(ledger_dsn, cfg):
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 1}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 1}))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1)])
     with transaction(ledger_dsn) as cur:
         cur.execute(
@@ -443,7 +360,7 @@ def test_the_catalog_lives_in_a_schema_of_its_own(ledger_dsn, cfg):
             (cfg.sink_schema,),
         )
         assert cur.fetchall() == [(cfg.sink_schema, "items")]
-    t = table(ledger_dsn, cfg)
+    t = iceberg_table(ledger_dsn, cfg)
     assert [f.name for f in t.schema().fields] == [
         "topic",
         "partition",
@@ -458,7 +375,7 @@ def test_the_catalog_lives_in_a_schema_of_its_own(ledger_dsn, cfg):
 
 
 def test_a_namespace_of_its_own_and_the_rows_txid_and_epoch(ledger_dsn, unique_name, tmp_path):
-    from onceflow.config import parse_pipeline
+    from onceflow.config.pipeline_table import parse_pipeline
 
     namespace = "lake_" + unique_name[2:]
     cfg = parse_pipeline(
@@ -469,11 +386,11 @@ def test_a_namespace_of_its_own_and_the_rows_txid_and_epoch(ledger_dsn, unique_n
             "sink": {"kind": "iceberg", "table": f"{namespace}.items", "warehouse": str(tmp_path)},
         },
     )
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])
-    ledger.commit(ledger_dsn, cfg, "a")
+    commit(ledger_dsn, cfg, "a")
     assert sink_for(cfg).identifier == (namespace, "items")
-    rows = table(ledger_dsn, cfg).scan(selected_fields=("txid", "epoch")).to_arrow()
+    rows = iceberg_table(ledger_dsn, cfg).scan(selected_fields=("txid", "epoch")).to_arrow()
     assert rows.to_pylist() == [{"txid": "a", "epoch": 0}] * 2
     exactly_once(ledger_dsn, cfg)
 
@@ -496,12 +413,12 @@ def test_an_existing_table_with_an_extra_optional_column_is_used(ledger_dsn, cfg
     onceflow.output-columns names: that would be a removed column) is left alone."""
     with transaction(ledger_dsn) as cur:  # a table with a `note` too, not from an output
         sink_for(cfg).bind_output(cur, [*FIELDS, ("note", "string")])
-    with table(ledger_dsn, cfg).transaction() as tx:
+    with iceberg_table(ledger_dsn, cfg).transaction() as tx:
         tx.remove_properties(OUTPUT_COLUMNS)
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])  # without `note`
-    ledger.commit(ledger_dsn, cfg, "a")
-    rows = table(ledger_dsn, cfg).scan(selected_fields=("sku", "note")).to_arrow()
+    commit(ledger_dsn, cfg, "a")
+    rows = iceberg_table(ledger_dsn, cfg).scan(selected_fields=("sku", "note")).to_arrow()
     assert sorted(rows.to_pylist(), key=lambda r: r["sku"]) == [
         {"sku": "x", "note": None},
         {"sku": "y", "note": None},
@@ -521,28 +438,28 @@ def test_an_unreachable_warehouse_is_a_clear_error(ledger_dsn, unique_name, tmp_
 def test_a_warehouse_unreachable_at_commit_is_a_clear_error_and_the_retry_publishes(
     ledger_dsn, cfg
 ):
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])
     warehouse = Path(cfg.sink.warehouse)
     warehouse.rename(warehouse.with_name("unmounted"))  # the whole warehouse is gone
     with pytest.raises(SinkUnavailableError) as e:
-        ledger.commit(ledger_dsn, cfg, "a")
+        commit(ledger_dsn, cfg, "a")
     where = f"Iceberg table {cfg.sink_schema}.items (warehouse {warehouse})"
     assert str(e.value).startswith(f"{where}: could not read its snapshots for seq 1")
     assert "nothing was published" in str(e.value)
-    assert batch_state(ledger_dsn, cfg, "a") == (BatchState.STAGED, None)
+    assert batch(ledger_dsn, cfg, "a")[:2] == (BatchState.STAGED, None)
     warehouse.with_name("unmounted").rename(warehouse)
 
     (lost,) = on_disk(cfg, "a", 1)  # a staged data file gone: the publish fails, naming it
     Path(lost).rename(f"{lost}.away")
     with pytest.raises(SinkUnavailableError) as e:
-        ledger.commit(ledger_dsn, cfg, "a")
+        commit(ledger_dsn, cfg, "a")
     assert str(e.value).startswith(f"{where}: could not publish txid 'a' (seq 1) attempt 1's")
     assert "nothing was published" in str(e.value) and Path(lost).name in str(e.value)
     assert snapshots(ledger_dsn, cfg) == []
     Path(f"{lost}.away").rename(lost)
 
-    assert ledger.commit(ledger_dsn, cfg, "a").outcome == "committed"
+    assert commit(ledger_dsn, cfg, "a").outcome == "committed"
     assert len(snapshots(ledger_dsn, cfg, seq=1)) == 1
     exactly_once(ledger_dsn, cfg)
 
@@ -551,11 +468,11 @@ def test_a_warehouse_unreachable_at_commit_is_a_clear_error_and_the_retry_publis
 
 
 def test_the_audit_finds_a_seq_published_twice_and_its_records_twice(ledger_dsn, cfg):
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])
-    ledger.commit(ledger_dsn, cfg, "a")
+    commit(ledger_dsn, cfg, "a")
     exactly_once(ledger_dsn, cfg)
-    t = table(ledger_dsn, cfg)
+    t = iceberg_table(ledger_dsn, cfg)
     (summary,) = [s for _, s in snapshots(ledger_dsn, cfg)]
     again = {k: v for k, v in summary.items() if k.startswith("onceflow.")}
     t.add_files(live_files(ledger_dsn, cfg), again, check_duplicate_files=False)
@@ -576,9 +493,9 @@ def test_the_chaos_truth_scans_the_table_by_coordinates(ledger_dsn, cfg):
     from onceflow_dev.chaos import SinkSnapshot, _coord, _user_columns
     from onceflow_dev.chaos_truth import Acked, SinkRecord, account, fields_row
 
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2), (0, 2, "z", 3, "bad")])
-    ledger.commit(ledger_dsn, cfg, "a")
+    commit(ledger_dsn, cfg, "a")
 
     def acked(qty_of_y):
         values = {0: ("x", 1), 1: ("y", qty_of_y), 2: ("z", 3)}

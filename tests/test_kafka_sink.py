@@ -16,14 +16,11 @@ import os
 import subprocess
 import sys
 import threading
-import time
 import uuid
-from pathlib import Path
 
 import pytest
-from onceflow import ledger
 from onceflow.audit import run_audit
-from onceflow.config import parse_pipeline
+from onceflow.commit import commit
 from onceflow.db import transaction
 from onceflow.errors import (
     CommitConflictError,
@@ -32,25 +29,28 @@ from onceflow.errors import (
     SinkUnavailableError,
 )
 from onceflow.failpoints import FailpointError
-from onceflow.kafka_client import watermarks
+from onceflow.ledger.fencing import claim_attempt, mark_staged
+from onceflow.ledger.planning import plan
 from onceflow.sinks import PublishTarget, sink_for
-from onceflow.sinks import kafka as kafka_sink
+from onceflow.sinks.kafka import limits as kafka_limits
+from onceflow.sinks.kafka.markers import Marker
 from onceflow.states import BatchState
-from test_sinks import T, process, snap
+from sink_support import (
+    PUBLISHED_XY,
+    XY,
+    T,
+    batch,
+    consume,
+    exactly_once,
+    kafka_pipeline,
+    markers,
+    process,
+    snap,
+    values,
+    wait_visible,
+)
 
 pytestmark = pytest.mark.real_kafka
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def make_cfg(name, bootstrap, topic, **sink):
-    return parse_pipeline(
-        name,
-        {
-            "topics": [T],
-            "transform": "inventory:transform",
-            "sink": {"kind": "kafka", "topic": topic, "bootstrap": bootstrap, **sink},
-        },
-    )
 
 
 @pytest.fixture
@@ -60,106 +60,16 @@ def topic():
 
 @pytest.fixture
 def cfg(unique_name, real_kafka, topic):
-    return make_cfg(unique_name, real_kafka.bootstrap, topic, partitions=2)
-
-
-def consume(bootstrap, topic, committed=True):
-    """Every record of the topic: (partition, offset, key, value, headers), read_committed
-    (or read_uncommitted: aborted records too); [] if the topic does not exist."""
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
-
-    c = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "test",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed" if committed else "read_uncommitted",
-            "enable.partition.eof": True,
-        }
-    )
-    out = []
-    try:
-        meta = c.list_topics(timeout=10)
-        if topic not in meta.topics:
-            return []
-        for p in sorted(meta.topics[topic].partitions):
-            low, high = watermarks(c, topic, p, 10)  # a new topic's leader may still move
-            if low >= high:
-                continue
-            c.assign([TopicPartition(topic, p, low)])
-            while True:
-                msg = c.poll(10)
-                assert msg is not None, f"{topic}[{p}]: no record nor EOF"
-                if msg.error():
-                    assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
-                    break
-                out.append((p, msg.offset(), msg.key(), msg.value(), dict(msg.headers() or [])))
-                if msg.offset() >= high - 1:
-                    break
-            c.unassign()
-    finally:
-        c.close()
-    return out
-
-
-def wait_visible(bootstrap, topic, records, timeout=30):
-    """Until a read_committed consumer sees `records` records of the topic: a committed
-    transaction's markers reach the partitions after commit_transaction returns."""
-    deadline = time.monotonic() + timeout
-    while len(consume(bootstrap, topic)) < records:
-        assert time.monotonic() < deadline, f"{topic}: {records} records never became visible"
-        time.sleep(0.1)
-
-
-def values(bootstrap, topic, committed=True):
-    """(source offset, value as JSON) of the topic's records, sorted by source offset."""
-    return sorted(
-        (json.loads(h[kafka_sink.SOURCE_HEADER])["offset"], json.loads(v))
-        for _, _, _, v, h in consume(bootstrap, topic, committed)
-    )
-
-
-def markers(bootstrap, cfg):
-    return [
-        kafka_sink.Marker.parse(v, o) for _, o, _, v, _ in consume(bootstrap, cfg.sink.commit_log)
-    ]
-
-
-def batch(dsn, cfg, txid):
-    with transaction(dsn) as cur:
-        cur.execute(
-            "select state, published_attempt, sink_commit from onceflow.batches"
-            " where pipeline = %s and txid = %s",
-            (cfg.name, txid),
-        )
-        return cur.fetchone()
-
-
-def exactly_once(dsn, cfg):
-    report = run_audit(dsn, cfg)
-    assert report.violations == []
-    return report
-
-
-@pytest.fixture
-def failpoints_dir(tmp_path, monkeypatch):
-    d = tmp_path / "failpoints"
-    d.mkdir()
-    monkeypatch.setenv("ONCEFLOW_FAILPOINTS_DIR", str(d))
-    return d
-
-
-XY = [(0, 0, "x", 1), (0, 1, "y", 2), (0, 2, "z", 3, "bad")]
-PUBLISHED_XY = [(0, {"sku": "x", "qty": 1}), (1, {"sku": "y", "qty": 2})]
+    return kafka_pipeline(unique_name, real_kafka.bootstrap, topic, partitions=2)
 
 
 # -- the contract and the record format -------------------------------------------------
 
 
 def test_one_transaction_publishes_the_rows_and_one_marker(ledger_dsn, cfg, real_kafka):
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 3, (T, 1): 1}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3, (T, 1): 1}))
     process(ledger_dsn, cfg, "a", XY, [(1, 0, "w", 4)])
-    res = ledger.commit(ledger_dsn, cfg, "a")
+    res = commit(ledger_dsn, cfg, "a")
     assert (res.outcome, res.published, res.dead) == ("committed", 3, 1)
     records = consume(real_kafka.bootstrap, cfg.sink.topic)
     by_source = {json.loads(h["onceflow.source"])["offset"]: r for r in records for h in [r[4]]}
@@ -191,10 +101,10 @@ def test_one_transaction_publishes_the_rows_and_one_marker(ledger_dsn, cfg, real
 
 
 def test_commit_twice_publishes_once(ledger_dsn, cfg, real_kafka):
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
     process(ledger_dsn, cfg, "a", XY)
-    assert ledger.commit(ledger_dsn, cfg, "a").outcome == "committed"
-    again = ledger.commit(ledger_dsn, cfg, "a")
+    assert commit(ledger_dsn, cfg, "a").outcome == "committed"
+    again = commit(ledger_dsn, cfg, "a")
     assert (again.outcome, again.published) == ("already-committed", 2)
     assert values(real_kafka.bootstrap, cfg.sink.topic) == PUBLISHED_XY
     assert len(markers(real_kafka.bootstrap, cfg)) == 1
@@ -202,12 +112,12 @@ def test_commit_twice_publishes_once(ledger_dsn, cfg, real_kafka):
 
 
 def test_batches_in_seq_order_each_with_one_marker(ledger_dsn, cfg, real_kafka):
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
-    ledger.plan(ledger_dsn, cfg, "b", snap({(T, 0): 3}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
+    plan(ledger_dsn, cfg, "b", snap({(T, 0): 3}))
     process(ledger_dsn, cfg, "a", XY[:2])
     process(ledger_dsn, cfg, "b", [XY[2]])
-    ledger.commit(ledger_dsn, cfg, "a")
-    ledger.commit(ledger_dsn, cfg, "b")  # only a dead letter: a marker counting 0 records
+    commit(ledger_dsn, cfg, "a")
+    commit(ledger_dsn, cfg, "b")  # only a dead letter: a marker counting 0 records
     assert [(m.seq, m.txid, m.records, m.dead) for m in markers(real_kafka.bootstrap, cfg)] == [
         (1, "a", 2, 0),
         (2, "b", 0, 1),
@@ -217,36 +127,37 @@ def test_batches_in_seq_order_each_with_one_marker(ledger_dsn, cfg, real_kafka):
 
 
 def test_a_fenced_attempts_output_is_never_published(ledger_dsn, cfg, real_kafka):
-    from onceflow.stage import StageTarget, stage_part
-    from test_sinks import bound, records
+    from onceflow.staging.target import StageTarget
+    from onceflow.staging.writer import stage_part
+    from sink_support import bound, records
 
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
-    old = ledger.claim_attempt(ledger_dsn, cfg.name, "a")
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
+    old = claim_attempt(ledger_dsn, cfg.name, "a")
     target = StageTarget.for_sink(ledger_dsn, bound(ledger_dsn, cfg), cfg.name, "a", old.attempt)
     stage_part(target, 0, [records((0, 0, "x", 100), (0, 1, "y", 100))])
     process(ledger_dsn, cfg, "a", XY[:2])  # the retry, attempt 2
-    ledger.commit(ledger_dsn, cfg, "a")
+    commit(ledger_dsn, cfg, "a")
     assert values(real_kafka.bootstrap, cfg.sink.topic) == PUBLISHED_XY
     exactly_once(ledger_dsn, cfg)
 
 
 def test_an_empty_first_batch_publishes_a_marker(ledger_dsn, cfg, real_kafka):
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 0}))
-    claim = ledger.claim_attempt(ledger_dsn, cfg.name, "a")
-    ledger.mark_staged(ledger_dsn, cfg, "a", claim.attempt, parts=0)  # no stage table yet
-    assert ledger.commit(ledger_dsn, cfg, "a").published == 0
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 0}))
+    claim = claim_attempt(ledger_dsn, cfg.name, "a")
+    mark_staged(ledger_dsn, cfg, "a", claim.attempt, parts=0)  # no stage table yet
+    assert commit(ledger_dsn, cfg, "a").published == 0
     assert [(m.seq, m.records) for m in markers(real_kafka.bootstrap, cfg)] == [(1, 0)]
     assert consume(real_kafka.bootstrap, cfg.sink.topic) == []
     assert run_audit(ledger_dsn, cfg).verdict == "exactly-once"
 
 
 def test_a_key_column_is_the_record_key(ledger_dsn, unique_name, real_kafka, topic):
-    cfg = make_cfg(unique_name, real_kafka.bootstrap, topic, key="sku", partitions=3)
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 2, (T, 2): 2}))
+    cfg = kafka_pipeline(unique_name, real_kafka.bootstrap, topic, key="sku", partitions=3)
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2, (T, 2): 2}))
     process(
         ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)], [(2, 0, "x", 3), (2, 1, None, 4)]
     )
-    ledger.commit(ledger_dsn, cfg, "a")
+    commit(ledger_dsn, cfg, "a")
     records = consume(real_kafka.bootstrap, topic)
     assert sorted(k or b"" for _, _, k, _, _ in records) == [b"", b"x", b"x", b"y"]
     # one key, one partition (murmur2, as Java clients): x's two records in source order
@@ -262,14 +173,14 @@ def test_a_key_column_is_the_record_key(ledger_dsn, unique_name, real_kafka, top
 
 
 def commit_in_a_process(dsn, cfg, txid, failpoints):
-    """`ledger.commit` in a child process with the failpoints of `failpoints` armed: a real
+    """`commit` in a child process with the failpoints of `failpoints` armed: a real
     crash (SIGKILL) leaves the Kafka transaction open, as a killed Airflow worker does."""
     code = (
         "import sys, json\n"
-        "from onceflow import ledger\n"
-        "from onceflow.config import parse_pipeline\n"
+        "from onceflow.commit import commit\n"
+        "from onceflow.config.pipeline_table import parse_pipeline\n"
         "name, raw, dsn, txid = json.loads(sys.argv[1])\n"
-        "ledger.commit(dsn, parse_pipeline(name, raw), txid)\n"
+        "commit(dsn, parse_pipeline(name, raw), txid)\n"
     )
     raw = {
         "topics": list(cfg.topics),
@@ -294,7 +205,7 @@ def commit_in_a_process(dsn, cfg, txid, failpoints):
 def test_a_crash_before_the_kafka_commit_leaves_nothing_visible_and_the_retry_publishes_once(
     ledger_dsn, cfg, real_kafka, tmp_path
 ):
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
     process(ledger_dsn, cfg, "a", XY)
     failpoints = tmp_path / "fp"
     failpoints.mkdir()
@@ -304,7 +215,7 @@ def test_a_crash_before_the_kafka_commit_leaves_nothing_visible_and_the_retry_pu
     # the records are in the log, in a transaction that never commits
     assert len(values(real_kafka.bootstrap, cfg.sink.topic, committed=False)) == 2
     assert batch(ledger_dsn, cfg, "a") == (BatchState.STAGED, None, None)
-    res = ledger.commit(ledger_dsn, cfg, "a")  # the retry fences and aborts the dead one
+    res = commit(ledger_dsn, cfg, "a")  # the retry fences and aborts the dead one
     assert (res.outcome, res.published) == ("committed", 2)
     assert values(real_kafka.bootstrap, cfg.sink.topic) == PUBLISHED_XY
     assert len(values(real_kafka.bootstrap, cfg.sink.topic, committed=False)) == 4
@@ -315,15 +226,15 @@ def test_a_crash_before_the_kafka_commit_leaves_nothing_visible_and_the_retry_pu
 def test_a_crash_between_the_kafka_commit_and_the_ledger_is_repaired_without_publishing_twice(
     ledger_dsn, cfg, real_kafka, failpoints_dir
 ):
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
     process(ledger_dsn, cfg, "a", XY)
     (failpoints_dir / "commit.after_sink_publish@a").write_text("raise")
     with pytest.raises(FailpointError):
-        ledger.commit(ledger_dsn, cfg, "a")
+        commit(ledger_dsn, cfg, "a")
     assert values(real_kafka.bootstrap, cfg.sink.topic) == PUBLISHED_XY  # Kafka has seq 1...
     assert batch(ledger_dsn, cfg, "a") == (BatchState.STAGED, None, None)  # ...the ledger not
     assert "which the ledger has not committed" in " ".join(run_audit(ledger_dsn, cfg).violations)
-    res = ledger.commit(ledger_dsn, cfg, "a")  # finds the marker: only the ledger step
+    res = commit(ledger_dsn, cfg, "a")  # finds the marker: only the ledger step
     assert (res.outcome, res.published, res.dead) == ("committed", 2, 1)
     assert values(real_kafka.bootstrap, cfg.sink.topic) == PUBLISHED_XY
     (marker,) = markers(real_kafka.bootstrap, cfg)
@@ -336,13 +247,13 @@ def test_a_new_attempt_after_a_kafka_commit_keeps_the_published_one(
 ):
     """The run cleared after a crash between the two steps: process stages attempt 2, but
     the topic (append-only) already holds attempt 1's records, the same output: they stand."""
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
     process(ledger_dsn, cfg, "a", XY)
     (failpoints_dir / "commit.after_sink_publish@a").write_text("raise")
     with pytest.raises(FailpointError):
-        ledger.commit(ledger_dsn, cfg, "a")
+        commit(ledger_dsn, cfg, "a")
     assert process(ledger_dsn, cfg, "a", XY) == 2
-    assert ledger.commit(ledger_dsn, cfg, "a").outcome == "committed"
+    assert commit(ledger_dsn, cfg, "a").outcome == "committed"
     assert values(real_kafka.bootstrap, cfg.sink.topic) == PUBLISHED_XY
     (marker,) = markers(real_kafka.bootstrap, cfg)
     assert batch(ledger_dsn, cfg, "a") == (BatchState.COMMITTED, 1, str(marker.offset))
@@ -355,7 +266,7 @@ def test_a_zombie_committer_is_fenced_by_the_epoch_and_its_records_stay_invisibl
     """A committer stalls with its Kafka transaction open (records produced and flushed)
     after losing its ledger lock; the next committer's init_transactions fences it and
     aborts that transaction, then publishes; the zombie's Kafka commit then fails."""
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
     process(ledger_dsn, cfg, "a", XY)
     sink, t = sink_for(cfg), PublishTarget(cfg.name, "a", 1, 1)
     (failpoints_dir / "commit.before_sink_commit@a").write_text("sleep:8")
@@ -374,11 +285,8 @@ def test_a_zombie_committer_is_fenced_by_the_epoch_and_its_records_stay_invisibl
 
     z = threading.Thread(target=zombie)
     z.start()
-    deadline = time.monotonic() + 30
-    while len(values(real_kafka.bootstrap, cfg.sink.topic, committed=False)) < 2:
-        assert time.monotonic() < deadline, "the zombie never produced"
-        time.sleep(0.1)
-    res = ledger.commit(ledger_dsn, cfg, "a")  # while the zombie sleeps
+    wait_visible(real_kafka.bootstrap, cfg.sink.topic, 2, committed=False)  # it produced
+    res = commit(ledger_dsn, cfg, "a")  # while the zombie sleeps
     assert res.outcome == "committed"
     z.join(60)
     (e,) = outcome
@@ -394,12 +302,12 @@ def test_a_zombie_committer_is_fenced_by_the_epoch_and_its_records_stay_invisibl
 
 
 def test_a_rerun_of_a_committed_txid_is_refused_as_append_only(ledger_dsn, cfg, real_kafka):
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
     process(ledger_dsn, cfg, "a", XY)
-    ledger.commit(ledger_dsn, cfg, "a")
+    commit(ledger_dsn, cfg, "a")
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 10), (0, 1, "y", 20), (0, 2, "z", 3, "bad")])
     with pytest.raises(RerunRefusedError) as e:
-        ledger.commit(ledger_dsn, cfg, "a")
+        commit(ledger_dsn, cfg, "a")
     msg = str(e.value)
     assert f"Kafka topic {cfg.sink.topic!r}" in msg and "append-only" in msg
     assert "new output topic" in msg  # what to do instead
@@ -409,23 +317,16 @@ def test_a_rerun_of_a_committed_txid_is_refused_as_append_only(ledger_dsn, cfg, 
 
 
 def test_plan_refuses_the_rerun_before_anything_is_processed(
-    ledger_dsn, cfg, real_kafka, tmp_path, monkeypatch
+    ledger_dsn, cfg, real_kafka, write_pipelines
 ):
     from airflow.sdk.exceptions import AirflowFailException
     from onceflow.airflow.tasks import plan_task
 
-    pipelines = tmp_path / "pipelines.toml"
-    pipelines.write_text(
-        f'[pipelines.{cfg.name}]\ntopics = ["{T}"]\ntransform = "inventory:transform"\n'
-        f'[pipelines.{cfg.name}.sink]\nkind = "kafka"\ntopic = "{cfg.sink.topic}"\n'
-        f'bootstrap = "{cfg.sink.bootstrap}"\n'
-    )
-    monkeypatch.setenv("ONCEFLOW_POSTGRES_DSN", ledger_dsn)
-    monkeypatch.setenv("ONCEFLOW_PIPELINES", str(pipelines))
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
+    write_pipelines(cfg, kind="kafka", topic=cfg.sink.topic, bootstrap=cfg.sink.bootstrap)
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
     process(ledger_dsn, cfg, "a", XY)
     assert plan_task(cfg.name, "a")["replayed"]  # staged, not committed: a retry replays
-    ledger.commit(ledger_dsn, cfg, "a")
+    commit(ledger_dsn, cfg, "a")
     with pytest.raises(AirflowFailException, match="append-only"):
         plan_task(cfg.name, "a")
 
@@ -436,9 +337,9 @@ def test_plan_refuses_the_rerun_before_anything_is_processed(
 def test_the_audit_finds_a_seq_published_twice(ledger_dsn, cfg, real_kafka):
     from confluent_kafka import Producer
 
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
     process(ledger_dsn, cfg, "a", XY)
-    ledger.commit(ledger_dsn, cfg, "a")
+    commit(ledger_dsn, cfg, "a")
     exactly_once(ledger_dsn, cfg)
     # a second committed transaction of the same records and marker (what the protocol
     # prevents), plus a stranger's record
@@ -465,7 +366,7 @@ def test_the_audit_finds_a_seq_published_twice(ledger_dsn, cfg, real_kafka):
 def test_the_audit_finds_a_marker_whose_count_the_records_do_not_match(ledger_dsn, cfg, real_kafka):
     from confluent_kafka import Producer
 
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
     process(ledger_dsn, cfg, "a", XY)
     # publish seq 1 by hand with one record missing, then let the ledger step find it
     p = Producer({"bootstrap.servers": real_kafka.bootstrap, "transactional.id": "test-short"})
@@ -482,11 +383,11 @@ def test_the_audit_finds_a_marker_whose_count_the_records_do_not_match(ledger_ds
         headers=[("onceflow.source", src), ("onceflow.txid", b"a"), ("onceflow.seq", b"1")],
     )
     t = PublishTarget(cfg.name, "a", 1, 1)
-    p.produce(cfg.sink.commit_log, value=kafka_sink.Marker.value(t, 2, 1), partition=0)
+    p.produce(cfg.sink.commit_log, value=Marker.value(t, 2, 1), partition=0)
     p.commit_transaction(10)
     wait_visible(real_kafka.bootstrap, cfg.sink.commit_log, 1)
     # the marker counts 2 records as the ledger staged: the ledger step takes it
-    assert ledger.commit(ledger_dsn, cfg, "a").outcome == "committed"
+    assert commit(ledger_dsn, cfg, "a").outcome == "committed"
     text = "\n".join(run_audit(ledger_dsn, cfg).violations)
     assert "1 records carry seq 1, its marker at offset" in text
     assert "1 published + 1 dead letters != 3 records in its ranges" in text
@@ -500,18 +401,18 @@ def test_a_missing_topic_that_may_not_be_created_is_a_clear_error(
 ):
     from onceflow import broker
 
-    cfg = make_cfg(unique_name, real_kafka.bootstrap, topic, create_topic=False)
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
+    cfg = kafka_pipeline(unique_name, real_kafka.bootstrap, topic, create_topic=False)
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
     process(ledger_dsn, cfg, "a", XY)
     with pytest.raises(SinkRejectedError) as e:
-        ledger.commit(ledger_dsn, cfg, "a")
+        commit(ledger_dsn, cfg, "a")
     msg = str(e.value)
     assert f"topic(s) [{topic!r}, '{topic}.onceflow-commits'] do not exist" in msg
     assert "create_topic = false" in msg and "Nothing was published" in msg
     assert batch(ledger_dsn, cfg, "a") == (BatchState.STAGED, None, None)
     assert broker.create_topic(real_kafka.bootstrap, topic, 1)  # it was not created
     broker.create_topic(real_kafka.bootstrap, cfg.sink.commit_log, 1)
-    assert ledger.commit(ledger_dsn, cfg, "a").outcome == "committed"  # the retry
+    assert commit(ledger_dsn, cfg, "a").outcome == "committed"  # the retry
     assert values(real_kafka.bootstrap, topic) == PUBLISHED_XY
     exactly_once(ledger_dsn, cfg)
 
@@ -528,10 +429,10 @@ def test_a_record_too_large_for_the_topic_is_a_clear_error_and_nothing_is_visibl
     ).values():
         f.result(10)
     big = "s" * 5000
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, big, 2), (0, 2, "z", 3)])
     with pytest.raises(SinkRejectedError) as e:
-        ledger.commit(ledger_dsn, cfg, "a")
+        commit(ledger_dsn, cfg, "a")
     msg = str(e.value)
     assert '"offset": 1' in msg and "too large for the topic" in msg
     assert "max.message.bytes" in msg and "nothing was published" in msg
@@ -541,7 +442,7 @@ def test_a_record_too_large_for_the_topic_is_a_clear_error_and_nothing_is_visibl
     resource = ConfigResource("topic", topic, set_config={"max.message.bytes": "100000"})
     for f in admin.alter_configs([resource]).values():
         f.result(10)
-    assert ledger.commit(ledger_dsn, cfg, "a").published == 3  # the retry
+    assert commit(ledger_dsn, cfg, "a").published == 3  # the retry
     assert [o for o, _ in values(real_kafka.bootstrap, topic)] == [0, 1, 2]
     assert len(markers(real_kafka.bootstrap, cfg)) == 1
     exactly_once(ledger_dsn, cfg)
@@ -554,17 +455,17 @@ def test_an_unreachable_broker_at_commit_is_a_clear_error_and_the_retry_publishe
 
     from onceflow_dev.apache_kafka import free_port
 
-    monkeypatch.setattr(kafka_sink, "TIMEOUT_S", 3.0)
+    monkeypatch.setattr(kafka_limits, "TIMEOUT_S", 3.0)
     nowhere = f"127.0.0.1:{free_port()}"
     away = replace(cfg, sink=replace(cfg.sink, bootstrap=nowhere))
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
     process(ledger_dsn, cfg, "a", XY)
     with pytest.raises(SinkUnavailableError) as e:
-        ledger.commit(ledger_dsn, away, "a")
+        commit(ledger_dsn, away, "a")
     msg = str(e.value)
     assert msg.startswith(f"Kafka sink {cfg.sink.topic!r} on {nowhere}: could not read")
     assert "nothing was published" in msg
     assert batch(ledger_dsn, cfg, "a") == (BatchState.STAGED, None, None)
-    assert ledger.commit(ledger_dsn, cfg, "a").outcome == "committed"
+    assert commit(ledger_dsn, cfg, "a").outcome == "committed"
     assert values(real_kafka.bootstrap, cfg.sink.topic) == PUBLISHED_XY
     exactly_once(ledger_dsn, cfg)

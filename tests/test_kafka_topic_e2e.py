@@ -11,12 +11,14 @@ from __future__ import annotations
 import json
 
 import pytest
-from onceflow import broker, cli, views
-from onceflow.config import get_pipeline
-from onceflow.sinks import kafka as kafka_sink
+from onceflow import broker, views
+from onceflow.cli.main import main
+from onceflow.config.pipelines_file import get_pipeline
+from onceflow.sinks.kafka.markers import Marker
+from onceflow.sinks.kafka.output_records import SEQ_HEADER, SOURCE_HEADER, TXID_HEADER
 from onceflow_dev import demo
+from sink_support import consume
 from test_example_e2e import update
-from test_kafka_sink import consume
 
 pytestmark = [pytest.mark.integration, pytest.mark.real_kafka]
 
@@ -71,7 +73,7 @@ def test_a_kafka_topic_pipeline_through_the_scheduler_is_exactly_once(
 
     # every valid source record exactly once, by its coordinates, with its own columns
     out = consume(bootstrap, cfg.sink.topic)
-    sources = [json.loads(h[kafka_sink.SOURCE_HEADER]) for _, _, _, _, h in out]
+    sources = [json.loads(h[SOURCE_HEADER]) for _, _, _, _, h in out]
     coords = [(s["topic"], s["partition"], s["offset"]) for s in sources]
     valid = {
         (TOPIC, p, o): i
@@ -92,12 +94,10 @@ def test_a_kafka_topic_pipeline_through_the_scheduler_is_exactly_once(
     assert sorted(batches) == run_ids
     per_seq: dict[int, int] = {}
     for _, _, _, _, h in out:
-        txid, seq = h[kafka_sink.TXID_HEADER].decode(), int(h[kafka_sink.SEQ_HEADER])
+        txid, seq = h[TXID_HEADER].decode(), int(h[SEQ_HEADER])
         assert batches[txid]["seq"] == seq
         per_seq[seq] = per_seq.get(seq, 0) + 1
-    markers = [
-        kafka_sink.Marker.parse(v, o) for _, o, _, v, _ in consume(bootstrap, cfg.sink.commit_log)
-    ]
+    markers = [Marker.parse(v, o) for _, o, _, v, _ in consume(bootstrap, cfg.sink.commit_log)]
     assert sorted((m.seq, m.txid, m.records) for m in markers) == sorted(
         (b["seq"], t, per_seq.get(b["seq"], 0)) for t, b in batches.items()
     )
@@ -106,6 +106,6 @@ def test_a_kafka_topic_pipeline_through_the_scheduler_is_exactly_once(
     }
 
     capsys.readouterr()
-    assert cli.main(["audit", "--pipeline", PIPELINE, "--reread"]) == 0
+    assert main(["audit", "--pipeline", PIPELINE, "--reread"]) == 0
     said = capsys.readouterr().out
     assert f"audit of pipeline {PIPELINE}: exactly-once" in said, said

@@ -10,11 +10,11 @@ from __future__ import annotations
 import pytest
 from onceflow import broker, views
 from onceflow.audit import run_audit
-from onceflow.config import get_pipeline
+from onceflow.config.pipelines_file import get_pipeline
 from onceflow.db import transaction
 from onceflow.recount import count_records
 from onceflow.sinks import sink_for
-from onceflow.sinks.iceberg import open_catalog
+from onceflow.sinks.iceberg.catalog import open_catalog
 from onceflow_dev import demo
 from test_example_e2e import update
 

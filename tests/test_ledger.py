@@ -11,8 +11,9 @@ from decimal import Decimal
 
 import psycopg2
 import pytest
-from onceflow import ledger, views
-from onceflow.config import parse_pipeline
+from onceflow import views
+from onceflow.commit import commit
+from onceflow.config.pipeline_table import parse_pipeline
 from onceflow.db import migrate, transaction
 from onceflow.errors import (
     CommitConflictError,
@@ -24,7 +25,12 @@ from onceflow.errors import (
     TransformError,
     UnknownTxidError,
 )
-from onceflow.ledger import BrokerSnapshot
+from onceflow.ledger.batches import ensure_pipeline, get_batch
+from onceflow.ledger.fencing import check_attempt, claim_attempt, mark_staged
+from onceflow.ledger.log_checks import BrokerSnapshot, verify_topic_ids
+from onceflow.ledger.ordering import blocking_predecessor, commit_blocker
+from onceflow.ledger.planning import plan
+from onceflow.ledger.resets import reset_offsets
 from onceflow.sinks import sink_for
 from onceflow.sinks.postgres import PostgresSink
 
@@ -58,7 +64,7 @@ def cfg(unique_name):
 
 def stage(dsn, cfg, txid, attempt, n_valid, n_dead=0, partition=0, start=None):
     """Insert staged rows as the Spark job would, covering the txid's range of `partition`."""
-    batch = ledger.get_batch(dsn, cfg.name, txid)
+    batch = get_batch(dsn, cfg.name, txid)
     r = next(r for r in batch.ranges if r.partition == partition)
     offset = r.from_offset if start is None else start
     with transaction(dsn) as cur:
@@ -86,22 +92,49 @@ def stage(dsn, cfg, txid, attempt, n_valid, n_dead=0, partition=0, start=None):
 
 
 def process(dsn, cfg, txid, n_valid, n_dead=0):
-    claim = ledger.claim_attempt(dsn, cfg.name, txid)
+    claim = claim_attempt(dsn, cfg.name, txid)
     stage(dsn, cfg, txid, claim.attempt, n_valid, n_dead)
-    return claim, ledger.mark_staged(dsn, cfg, txid, claim.attempt)
+    return claim, mark_staged(dsn, cfg, txid, claim.attempt)
 
 
 def test_migrate_is_idempotent(ledger_dsn):
     assert migrate(ledger_dsn) == []
 
 
+def test_migration_0003_reshapes_any_sinks_stage_table(ledger_dsn, unique_name):
+    """The stage-speed migration names no pipeline: every stage table created before it
+    (stage_*, with the attempt tag) loses its primary key, gains row_hash, turns UNLOGGED."""
+    from onceflow.db import migrations
+
+    text = next(t for _, name, t in migrations() if name.startswith("0003_"))
+    reshape = text[text.index("do $$") :]
+    with transaction(ledger_dsn) as cur:
+        cur.execute(f"create schema {unique_name}")
+        cur.execute(
+            f"create table {unique_name}.stage_widgets (txid text, attempt int, part int,"
+            " widget int, primary key (txid, attempt, widget))"
+        )
+        cur.execute(reshape)
+        cur.execute(
+            "select c.relpersistence, (select count(*) from pg_constraint k"
+            "  where k.conrelid = c.oid and k.contype = 'p'),"
+            " exists (select 1 from pg_attribute a where a.attrelid = c.oid"
+            "  and a.attname = 'row_hash')"
+            " from pg_class c join pg_namespace n on n.oid = c.relnamespace"
+            " where n.nspname = %s and c.relname = 'stage_widgets'",
+            (unique_name,),
+        )
+        assert cur.fetchone() == ("u", 0, True)
+        cur.execute(f"drop schema {unique_name} cascade")
+
+
 def test_plan_replays_a_known_txid_unchanged(ledger_dsn, cfg):
-    first = ledger.plan(ledger_dsn, cfg, "run-1", snap({(T, 0): 10, (T, 1): 5}))
-    again = ledger.plan(ledger_dsn, cfg, "run-1", snap({(T, 0): 50, (T, 1): 50}))
+    first = plan(ledger_dsn, cfg, "run-1", snap({(T, 0): 10, (T, 1): 5}))
+    again = plan(ledger_dsn, cfg, "run-1", snap({(T, 0): 50, (T, 1): 50}))
     assert first.seq == again.seq == 1
     assert again.replayed and not first.replayed
     assert again.ranges == first.ranges
-    second = ledger.plan(ledger_dsn, cfg, "run-2", snap({(T, 0): 50, (T, 1): 50}))
+    second = plan(ledger_dsn, cfg, "run-2", snap({(T, 0): 50, (T, 1): 50}))
     assert second.seq == 2
     assert [(r.from_offset, r.until_offset) for r in second.ranges] == [(10, 50), (5, 50)]
 
@@ -116,7 +149,7 @@ def test_concurrent_planners_get_dense_seq_and_disjoint_ranges(ledger_dsn, cfg):
 
     def planner(i):
         try:
-            results.append(ledger.plan(ledger_dsn, cfg, f"run-{i}", grow))
+            results.append(plan(ledger_dsn, cfg, f"run-{i}", grow))
         except Exception as e:  # pragma: no cover - reported below
             errors.append(e)
 
@@ -133,27 +166,27 @@ def test_concurrent_planners_get_dense_seq_and_disjoint_ranges(ledger_dsn, cfg):
 
 
 def test_plan_refuses_offset_regression_and_plans_nothing(ledger_dsn, cfg):
-    ledger.plan(ledger_dsn, cfg, "run-1", snap({(T, 0): 10}))
+    plan(ledger_dsn, cfg, "run-1", snap({(T, 0): 10}))
     with pytest.raises(OffsetRegressionError):
-        ledger.plan(ledger_dsn, cfg, "run-2", snap({(T, 0): 3}))
+        plan(ledger_dsn, cfg, "run-2", snap({(T, 0): 3}))
     with pytest.raises(UnknownTxidError):
-        ledger.get_batch(ledger_dsn, cfg.name, "run-2")
+        get_batch(ledger_dsn, cfg.name, "run-2")
 
 
 def test_plan_data_loss_fails_or_records_loss_event(ledger_dsn, unique_name):
     strict = pipeline(unique_name)
-    ledger.plan(ledger_dsn, strict, "run-1", snap({(T, 0): 10}))
+    plan(ledger_dsn, strict, "run-1", snap({(T, 0): 10}))
     with pytest.raises(DataLossError):
-        ledger.plan(ledger_dsn, strict, "run-2", snap({(T, 0): 20}, {(T, 0): 15}))
+        plan(ledger_dsn, strict, "run-2", snap({(T, 0): 20}, {(T, 0): 15}))
     skip = pipeline(unique_name, on_data_loss="skip")
-    b2 = ledger.plan(ledger_dsn, skip, "run-2", snap({(T, 0): 20}, {(T, 0): 15}))
+    b2 = plan(ledger_dsn, skip, "run-2", snap({(T, 0): 20}, {(T, 0): 15}))
     assert [(lo.from_offset, lo.until_offset) for lo in b2.losses] == [(10, 15)]
     assert (b2.ranges[0].from_offset, b2.ranges[0].until_offset) == (15, 20)
     # commit must move the committed offset across the loss: 10 -> 20
     process(ledger_dsn, skip, "run-1", 10)
-    ledger.commit(ledger_dsn, skip, "run-1")
+    commit(ledger_dsn, skip, "run-1")
     process(ledger_dsn, skip, "run-2", 5)
-    assert ledger.commit(ledger_dsn, skip, "run-2").outcome == "committed"
+    assert commit(ledger_dsn, skip, "run-2").outcome == "committed"
     with transaction(ledger_dsn) as cur:
         cur.execute(
             "select committed_offset from onceflow.offsets where pipeline = %s", (skip.name,)
@@ -162,21 +195,21 @@ def test_plan_data_loss_fails_or_records_loss_event(ledger_dsn, unique_name):
 
 
 def test_commit_publishes_in_seq_order_and_is_idempotent(ledger_dsn, cfg):
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}))
-    ledger.plan(ledger_dsn, cfg, "b", snap({(T, 0): 16}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}))
+    plan(ledger_dsn, cfg, "b", snap({(T, 0): 16}))
     process(ledger_dsn, cfg, "b", 5, 1)  # b is staged before a
     with pytest.raises(CommitOrderError, match="cannot commit before txid 'a'"):
-        ledger.commit(ledger_dsn, cfg, "b")
-    wait = ledger.blocking_predecessor(ledger_dsn, cfg.name, "b")
+        commit(ledger_dsn, cfg, "b")
+    wait = blocking_predecessor(ledger_dsn, cfg.name, "b")
     assert (wait.txid, wait.seq, wait.state) == ("a", 1, "planned")
     with pytest.raises(OnceflowError, match="has not staged"):
-        ledger.commit(ledger_dsn, cfg, "a")
+        commit(ledger_dsn, cfg, "a")
     process(ledger_dsn, cfg, "a", 9, 1)
-    assert ledger.commit(ledger_dsn, cfg, "a").outcome == "committed"
-    assert ledger.blocking_predecessor(ledger_dsn, cfg.name, "b") is None
-    res = ledger.commit(ledger_dsn, cfg, "b")
+    assert commit(ledger_dsn, cfg, "a").outcome == "committed"
+    assert blocking_predecessor(ledger_dsn, cfg.name, "b") is None
+    res = commit(ledger_dsn, cfg, "b")
     assert (res.outcome, res.published, res.dead) == ("committed", 5, 1)
-    assert ledger.commit(ledger_dsn, cfg, "b").outcome == "already-committed"
+    assert commit(ledger_dsn, cfg, "b").outcome == "already-committed"
     with transaction(ledger_dsn) as cur:
         cur.execute(f'select count(*), sum(amount) from "{cfg.sink_schema}".orders')
         assert cur.fetchone() == (14, 147)
@@ -191,13 +224,13 @@ def test_commit_publishes_in_seq_order_and_is_idempotent(ledger_dsn, cfg):
 def test_commit_its_trigger_and_the_views_name_the_same_blocker(ledger_dsn, cfg):
     """Every commit waits for the lowest batch that is not closed, whatever lies between."""
     for txid, end in (("a", 10), ("b", 16), ("c", 20)):
-        ledger.plan(ledger_dsn, cfg, txid, snap({(T, 0): end}))
+        plan(ledger_dsn, cfg, txid, snap({(T, 0): end}))
     process(ledger_dsn, cfg, "b", 6)
     process(ledger_dsn, cfg, "c", 4)
     with pytest.raises(CommitOrderError, match=r"before txid 'a' \(seq 1\), which is planned"):
-        ledger.commit(ledger_dsn, cfg, "c")
-    assert ledger.blocking_predecessor(ledger_dsn, cfg.name, "c").txid == "a"
-    assert ledger.blocking_predecessor(ledger_dsn, cfg.name, "a") is None
+        commit(ledger_dsn, cfg, "c")
+    assert blocking_predecessor(ledger_dsn, cfg.name, "c").txid == "a"
+    assert blocking_predecessor(ledger_dsn, cfg.name, "a") is None
     assert views.commit_block(ledger_dsn, cfg.name) == {
         "txid": "a",
         "seq": 1,
@@ -207,49 +240,49 @@ def test_commit_its_trigger_and_the_views_name_the_same_blocker(ledger_dsn, cfg)
         "waiting": 2,
     }
     process(ledger_dsn, cfg, "a", 10)
-    ledger.commit(ledger_dsn, cfg, "a")
-    block = ledger.commit_blocker(ledger_dsn, cfg.name)
+    commit(ledger_dsn, cfg, "a")
+    block = commit_blocker(ledger_dsn, cfg.name)
     assert (block.txid, block.state, block.waiting) == ("b", "staged", 1)
-    assert ledger.blocking_predecessor(ledger_dsn, cfg.name, "c") == block
-    ledger.commit(ledger_dsn, cfg, "b")
-    assert ledger.commit_blocker(ledger_dsn, cfg.name) is None  # c is open, nothing waits for it
-    assert ledger.blocking_predecessor(ledger_dsn, cfg.name, "c") is None
+    assert blocking_predecessor(ledger_dsn, cfg.name, "c") == block
+    commit(ledger_dsn, cfg, "b")
+    assert commit_blocker(ledger_dsn, cfg.name) is None  # c is open, nothing waits for it
+    assert blocking_predecessor(ledger_dsn, cfg.name, "c") is None
 
 
 def test_zombie_attempt_is_fenced(ledger_dsn, cfg):
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}))
-    old = ledger.claim_attempt(ledger_dsn, cfg.name, "a")
-    new = ledger.claim_attempt(ledger_dsn, cfg.name, "a")
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}))
+    old = claim_attempt(ledger_dsn, cfg.name, "a")
+    new = claim_attempt(ledger_dsn, cfg.name, "a")
     assert new.attempt == old.attempt + 1 and new.ranges == old.ranges
     stage(ledger_dsn, cfg, "a", old.attempt, 10)  # the zombie stages everything twice over
     stage(ledger_dsn, cfg, "a", new.attempt, 8, 2)
     with pytest.raises(FencedAttemptError, match="superseded"):
-        ledger.mark_staged(ledger_dsn, cfg, "a", old.attempt)
-    ledger.mark_staged(ledger_dsn, cfg, "a", new.attempt)
-    res = ledger.commit(ledger_dsn, cfg, "a")
+        mark_staged(ledger_dsn, cfg, "a", old.attempt)
+    mark_staged(ledger_dsn, cfg, "a", new.attempt)
+    res = commit(ledger_dsn, cfg, "a")
     assert (res.published, res.dead) == (8, 2)
 
 
 def test_the_attempt_fence_refuses_inside_the_callers_transaction(ledger_dsn, cfg):
     """A stage part runs the fence on its own cursor, before it claims the part."""
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}))
-    old = ledger.claim_attempt(ledger_dsn, cfg.name, "a")
-    new = ledger.claim_attempt(ledger_dsn, cfg.name, "a")
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}))
+    old = claim_attempt(ledger_dsn, cfg.name, "a")
+    new = claim_attempt(ledger_dsn, cfg.name, "a")
     with transaction(ledger_dsn) as cur:
-        ledger.check_attempt(cur, cfg.name, "a", new.attempt)
+        check_attempt(cur, cfg.name, "a", new.attempt)
         with pytest.raises(
             FencedAttemptError, match="^stage of part 3: process attempt 1 .*by attempt 2"
         ):
-            ledger.check_attempt(cur, cfg.name, "a", old.attempt, context="stage of part 3: ")
+            check_attempt(cur, cfg.name, "a", old.attempt, context="stage of part 3: ")
         with pytest.raises(UnknownTxidError):
-            ledger.check_attempt(cur, cfg.name, "nope", 1)
+            check_attempt(cur, cfg.name, "nope", 1)
 
 
 def test_mark_staged_refuses_an_incomplete_stage(ledger_dsn, cfg):
     """The part fence rows are the counts; a missing part, or rows a PostgreSQL crash took
     from the unlogged stage table, is an incomplete stage, never marked staged."""
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}))
-    claim = ledger.claim_attempt(ledger_dsn, cfg.name, "a")
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}))
+    claim = claim_attempt(ledger_dsn, cfg.name, "a")
     with transaction(ledger_dsn) as cur:
         cur.execute(
             "insert into onceflow.stage_parts (pipeline, txid, attempt, part, rows, valid, dead)"
@@ -257,21 +290,21 @@ def test_mark_staged_refuses_an_incomplete_stage(ledger_dsn, cfg):
             (cfg.name, claim.attempt),
         )
     with pytest.raises(OnceflowError, match="incomplete: 1 of 2 parts"):
-        ledger.mark_staged(ledger_dsn, cfg, "a", claim.attempt, parts=2)
+        mark_staged(ledger_dsn, cfg, "a", claim.attempt, parts=2)
     with pytest.raises(OnceflowError, match="none in the stage table"):
-        ledger.mark_staged(ledger_dsn, cfg, "a", claim.attempt, parts=1)
-    assert ledger.get_batch(ledger_dsn, cfg.name, "a").state == "processing"
+        mark_staged(ledger_dsn, cfg, "a", claim.attempt, parts=1)
+    assert get_batch(ledger_dsn, cfg.name, "a").state == "processing"
     stage(ledger_dsn, cfg, "a", claim.attempt, 10)
-    assert ledger.mark_staged(ledger_dsn, cfg, "a", claim.attempt, parts=1).records == 10
-    assert ledger.get_batch(ledger_dsn, cfg.name, "a").state == "staged"
+    assert mark_staged(ledger_dsn, cfg, "a", claim.attempt, parts=1).records == 10
+    assert get_batch(ledger_dsn, cfg.name, "a").state == "staged"
 
 
 def test_mark_staged_refuses_rows_that_are_not_the_records_read(ledger_dsn, cfg):
     """Records read (counted by the reader, apart from the transform) = rows + dead letters:
     fewer rows (a filter) or more (a duplicate) is the transform's fault, and nothing is
     marked; the same rows with the right count are."""
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}))
-    claim = ledger.claim_attempt(ledger_dsn, cfg.name, "a")
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}))
+    claim = claim_attempt(ledger_dsn, cfg.name, "a")
     stage(ledger_dsn, cfg, "a", claim.attempt, 8, n_dead=1)
     for read in (10, 8):
         with pytest.raises(
@@ -280,16 +313,16 @@ def test_mark_staged_refuses_rows_that_are_not_the_records_read(ledger_dsn, cfg)
             r"returned 9 row\(s\) \(1 of them dead letters\) in txid 'a', attempt 1: a "
             r"record-wise transform keeps one row per record \(set its `error` column",
         ):
-            ledger.mark_staged(ledger_dsn, cfg, "a", claim.attempt, records_read=read)
-        batch = ledger.get_batch(ledger_dsn, cfg.name, "a")
+            mark_staged(ledger_dsn, cfg, "a", claim.attempt, records_read=read)
+        batch = get_batch(ledger_dsn, cfg.name, "a")
         assert batch.state == "processing"
-    staged = ledger.mark_staged(ledger_dsn, cfg, "a", claim.attempt, records_read=9)
+    staged = mark_staged(ledger_dsn, cfg, "a", claim.attempt, records_read=9)
     assert (staged.records, staged.valid, staged.dead) == (9, 8, 1)
-    assert ledger.get_batch(ledger_dsn, cfg.name, "a").state == "staged"
+    assert get_batch(ledger_dsn, cfg.name, "a").state == "staged"
 
 
 def test_compare_and_set_refuses_a_moved_offset(ledger_dsn, cfg):
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}))
     process(ledger_dsn, cfg, "a", 10)
     with transaction(ledger_dsn) as cur:  # someone else applied part of the range
         cur.execute(
@@ -299,7 +332,7 @@ def test_compare_and_set_refuses_a_moved_offset(ledger_dsn, cfg):
         CommitConflictError,
         match=r"expected orders\[0\] committed at offset 0 but the ledger has 4",
     ):
-        ledger.commit(ledger_dsn, cfg, "a")
+        commit(ledger_dsn, cfg, "a")
     with transaction(ledger_dsn) as cur:  # and nothing was published
         cur.execute(f'select count(*) from "{cfg.sink_schema}".orders')
         assert cur.fetchone()[0] == 0
@@ -308,12 +341,12 @@ def test_compare_and_set_refuses_a_moved_offset(ledger_dsn, cfg):
 
 
 def test_reprocessing_a_committed_txid_replaces_its_output(ledger_dsn, cfg):
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}))
     process(ledger_dsn, cfg, "a", 10)
-    ledger.commit(ledger_dsn, cfg, "a")
+    commit(ledger_dsn, cfg, "a")
     claim, staged = process(ledger_dsn, cfg, "a", 7, 3)  # e.g. a bug fix now rejects 3
     assert claim.state == "committed" and claim.attempt == 2
-    res = ledger.commit(ledger_dsn, cfg, "a")
+    res = commit(ledger_dsn, cfg, "a")
     assert (res.outcome, res.published, res.dead) == ("republished", 7, 3)
     with transaction(ledger_dsn) as cur:
         cur.execute(f'select count(*), sum(amount) from "{cfg.sink_schema}".orders')
@@ -322,15 +355,15 @@ def test_reprocessing_a_committed_txid_replaces_its_output(ledger_dsn, cfg):
             "select committed_offset from onceflow.offsets where pipeline = %s", (cfg.name,)
         )
         assert cur.fetchone()[0] == 10
-    assert ledger.commit(ledger_dsn, cfg, "a").outcome == "already-committed"
+    assert commit(ledger_dsn, cfg, "a").outcome == "already-committed"
 
 
 def test_unknown_txid_errors_are_clear(ledger_dsn, cfg):
-    ledger.ensure_pipeline(ledger_dsn, cfg)
+    ensure_pipeline(ledger_dsn, cfg)
     for call in (
-        lambda: ledger.claim_attempt(ledger_dsn, cfg.name, "nope"),
-        lambda: ledger.commit(ledger_dsn, cfg, "nope"),
-        lambda: ledger.get_batch(ledger_dsn, cfg.name, "nope"),
+        lambda: claim_attempt(ledger_dsn, cfg.name, "nope"),
+        lambda: commit(ledger_dsn, cfg, "nope"),
+        lambda: get_batch(ledger_dsn, cfg.name, "nope"),
     ):
         with pytest.raises(UnknownTxidError, match="txid 'nope' is not in the ledger"):
             call()
@@ -358,21 +391,21 @@ def test_reset_after_broker_lost_its_log_abandons_the_tail_and_audits_clean(ledg
     from onceflow.audit import run_audit
     from onceflow.errors import AbandonedTxidError
 
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}))
     process(ledger_dsn, cfg, "a", 10)
-    ledger.commit(ledger_dsn, cfg, "a")
-    ledger.plan(ledger_dsn, cfg, "b", snap({(T, 0): 30}))  # planned, never processed
+    commit(ledger_dsn, cfg, "a")
+    plan(ledger_dsn, cfg, "b", snap({(T, 0): 30}))  # planned, never processed
     # the broker restarts empty and gets 4 new records: plan must refuse, not reprocess or skip
     with pytest.raises(OffsetRegressionError, match="broker's end offset is 4"):
-        ledger.plan(ledger_dsn, cfg, "c", snap({(T, 0): 4}))
+        plan(ledger_dsn, cfg, "c", snap({(T, 0): 4}))
     with pytest.raises(OnceflowError, match="give a reason"):
-        ledger.reset_offsets(ledger_dsn, cfg, snap({(T, 0): 4}), reason=" ")
-    running = ledger.claim_attempt(ledger_dsn, cfg.name, "b")  # still processing at reset time
-    reset = ledger.reset_offsets(ledger_dsn, cfg, snap({(T, 0): 4}), reason="broker restarted")
+        reset_offsets(ledger_dsn, cfg, snap({(T, 0): 4}), reason=" ")
+    running = claim_attempt(ledger_dsn, cfg.name, "b")  # still processing at reset time
+    reset = reset_offsets(ledger_dsn, cfg, snap({(T, 0): 4}), reason="broker restarted")
     with pytest.raises(AbandonedTxidError):  # a late attempt cannot revive an abandoned txid
-        ledger.mark_staged(ledger_dsn, cfg, "b", running.attempt)
+        mark_staged(ledger_dsn, cfg, "b", running.attempt)
     with transaction(ledger_dsn) as cur, pytest.raises(AbandonedTxidError):  # nor stage a part
-        ledger.check_attempt(cur, cfg.name, "b", running.attempt)
+        check_attempt(cur, cfg.name, "b", running.attempt)
     assert reset.abandoned == ["b"] and reset.after_seq == 2
     assert reset.partitions == [
         {
@@ -386,12 +419,12 @@ def test_reset_after_broker_lost_its_log_abandons_the_tail_and_audits_clean(ledg
         }
     ]
     with pytest.raises(AbandonedTxidError, match="abandoned"):
-        ledger.claim_attempt(ledger_dsn, cfg.name, "b")
-    c = ledger.plan(ledger_dsn, cfg, "c", snap({(T, 0): 4}))
+        claim_attempt(ledger_dsn, cfg.name, "b")
+    c = plan(ledger_dsn, cfg, "c", snap({(T, 0): 4}))
     assert (c.seq, c.ranges[0].from_offset, c.ranges[0].until_offset) == (3, 0, 4)
-    assert ledger.blocking_predecessor(ledger_dsn, cfg.name, "c") is None
+    assert blocking_predecessor(ledger_dsn, cfg.name, "c") is None
     process(ledger_dsn, cfg, "c", 4)
-    assert ledger.commit(ledger_dsn, cfg, "c").outcome == "committed"
+    assert commit(ledger_dsn, cfg, "c").outcome == "committed"
     report = run_audit(ledger_dsn, cfg)
     assert report.verdict == "exactly-once", report.violations
     assert report.abandoned == ["b"] and len(report.resets) == 1
@@ -404,7 +437,7 @@ def test_commit_refuses_staged_rows_that_differ_from_the_counts_process_recorded
 ):
     """Staged rows can vanish after mark_staged (stage_orders is UNLOGGED: a PostgreSQL crash
     truncates it) or be added by hand: commit compares and publishes nothing."""
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}))
     claim, _ = process(ledger_dsn, cfg, "a", 5, 1)
     with transaction(ledger_dsn) as cur:
         if change == "lost":
@@ -417,7 +450,7 @@ def test_commit_refuses_staged_rows_that_differ_from_the_counts_process_recorded
                 (claim.attempt, T),
             )
     with pytest.raises(CommitConflictError, match="staged counts changed since process"):
-        ledger.commit(ledger_dsn, cfg, "a")
+        commit(ledger_dsn, cfg, "a")
     with transaction(ledger_dsn) as cur:
         cur.execute(f'select count(*) from "{cfg.sink_schema}".orders')
         assert cur.fetchone()[0] == 0
@@ -434,9 +467,9 @@ def test_commit_refuses_staged_rows_that_differ_from_the_counts_process_recorded
 def test_audit_finds_a_record_published_both_as_a_row_and_as_a_dead_letter(ledger_dsn, cfg):
     from onceflow.audit import run_audit
 
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 6}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 6}))
     process(ledger_dsn, cfg, "a", 5, 1)
-    ledger.commit(ledger_dsn, cfg, "a")
+    commit(ledger_dsn, cfg, "a")
     assert run_audit(ledger_dsn, cfg).verdict == "exactly-once"
     with transaction(ledger_dsn) as cur:  # offset 2 was published as a row; now also dead
         cur.execute(
@@ -453,9 +486,9 @@ def test_audit_finds_a_record_published_both_as_a_row_and_as_a_dead_letter(ledge
 def test_audit_finds_a_published_row_outside_its_txids_ranges(ledger_dsn, cfg):
     from onceflow.audit import run_audit
 
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 5}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 5}))
     process(ledger_dsn, cfg, "a", 5)
-    ledger.commit(ledger_dsn, cfg, "a")
+    commit(ledger_dsn, cfg, "a")
     with transaction(ledger_dsn) as cur:
         cur.execute(f'update "{cfg.sink_schema}".orders set "offset" = 50 where "offset" = 4')
     report = run_audit(ledger_dsn, cfg)
@@ -478,40 +511,40 @@ def test_plan_refuses_a_log_that_is_not_the_ledgers_and_plans_nothing(ledger_dsn
     from onceflow.range_digest import RangeRead, RecordPrint
 
     old_id, new_id = "id-of-the-old-topic", "id-of-the-re-created-topic"
-    ledger.plan(ledger_dsn, cfg, "a", identity_snap({(T, 0): 10}, old_id))
-    claim = ledger.claim_attempt(ledger_dsn, cfg.name, "a")
+    plan(ledger_dsn, cfg, "a", identity_snap({(T, 0): 10}, old_id))
+    claim = claim_attempt(ledger_dsn, cfg.name, "a")
     stage(ledger_dsn, cfg, "a", claim.attempt, 10)
     seen = RangeRead(T, 0, records=10, last=RecordPrint(9, "hash-of-record-9"))
-    ledger.mark_staged(ledger_dsn, cfg, "a", claim.attempt, reads=[seen])
-    ledger.commit(ledger_dsn, cfg, "a")
+    mark_staged(ledger_dsn, cfg, "a", claim.attempt, reads=[seen])
+    commit(ledger_dsn, cfg, "a")
 
     asked: list[dict] = []
     refilled = {(T, 0): 5000}  # the new log ends far past the committed offset 10
     other_record = {(T, 0): RecordPrint(9, "hash-of-another-record")}
     with pytest.raises(LogIdentityError, match=r"record at offset 9 is not the one"):
-        ledger.plan(ledger_dsn, cfg, "b", identity_snap(refilled, old_id, other_record, asked))
+        plan(ledger_dsn, cfg, "b", identity_snap(refilled, old_id, other_record, asked))
     assert asked == [{(T, 0): 9}]  # commit kept the print of the last record read
     with pytest.raises(LogIdentityError, match="re-created"):
-        ledger.plan(ledger_dsn, cfg, "b", identity_snap(refilled, new_id, other_record))
+        plan(ledger_dsn, cfg, "b", identity_snap(refilled, new_id, other_record))
     with pytest.raises(UnknownTxidError):
-        ledger.get_batch(ledger_dsn, cfg.name, "b")  # nothing planned
+        get_batch(ledger_dsn, cfg.name, "b")  # nothing planned
 
     same = {(T, 0): RecordPrint(9, "hash-of-record-9")}
-    b = ledger.plan(ledger_dsn, cfg, "b", identity_snap({(T, 0): 30}, old_id, same))
+    b = plan(ledger_dsn, cfg, "b", identity_snap({(T, 0): 30}, old_id, same))
     assert [(r.from_offset, r.until_offset) for r in b.ranges] == [(10, 30)]
 
 
 def test_reset_offsets_says_what_happened_to_the_log_and_starts_from_the_new_one(ledger_dsn, cfg):
     from onceflow.range_digest import RangeRead, RecordPrint
 
-    ledger.plan(ledger_dsn, cfg, "a", identity_snap({(T, 0): 10}, "old"))
-    claim = ledger.claim_attempt(ledger_dsn, cfg.name, "a")
+    plan(ledger_dsn, cfg, "a", identity_snap({(T, 0): 10}, "old"))
+    claim = claim_attempt(ledger_dsn, cfg.name, "a")
     stage(ledger_dsn, cfg, "a", claim.attempt, 10)
     seen = RangeRead(T, 0, records=10, last=RecordPrint(9, "h9"))
-    ledger.mark_staged(ledger_dsn, cfg, "a", claim.attempt, reads=[seen])
-    ledger.commit(ledger_dsn, cfg, "a")
+    mark_staged(ledger_dsn, cfg, "a", claim.attempt, reads=[seen])
+    commit(ledger_dsn, cfg, "a")
 
-    reset = ledger.reset_offsets(
+    reset = reset_offsets(
         ledger_dsn,
         cfg,
         identity_snap({(T, 0): 5000}, "new", {(T, 0): RecordPrint(9, "x")}),
@@ -523,7 +556,7 @@ def test_reset_offsets_says_what_happened_to_the_log_and_starts_from_the_new_one
     )
     assert p["new_offset"] == 0
     asked: list[dict] = []
-    b = ledger.plan(ledger_dsn, cfg, "b", identity_snap({(T, 0): 5000}, "new", asked=asked))
+    b = plan(ledger_dsn, cfg, "b", identity_snap({(T, 0): 5000}, "new", asked=asked))
     assert asked == [{}]  # the new epoch has no print yet, and its topic id is the new one
     assert [(r.from_offset, r.until_offset) for r in b.ranges] == [(0, 100)]
 
@@ -531,8 +564,8 @@ def test_reset_offsets_says_what_happened_to_the_log_and_starts_from_the_new_one
 def test_process_refuses_a_planned_batch_whose_topic_was_recreated_since(ledger_dsn, cfg):
     from onceflow.errors import LogIdentityError
 
-    ledger.plan(ledger_dsn, cfg, "a", identity_snap({(T, 0): 10}, "old"))
-    ledger.verify_topic_ids(ledger_dsn, cfg.name, "a", {T: "old"})
-    ledger.verify_topic_ids(ledger_dsn, cfg.name, "a", {T: None})  # a broker without ids
+    plan(ledger_dsn, cfg, "a", identity_snap({(T, 0): 10}, "old"))
+    verify_topic_ids(ledger_dsn, cfg.name, "a", {T: "old"})
+    verify_topic_ids(ledger_dsn, cfg.name, "a", {T: None})  # a broker without ids
     with pytest.raises(LogIdentityError, match="the topic's id is new, not old"):
-        ledger.verify_topic_ids(ledger_dsn, cfg.name, "a", {T: "new"})
+        verify_topic_ids(ledger_dsn, cfg.name, "a", {T: "new"})

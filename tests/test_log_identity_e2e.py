@@ -13,11 +13,12 @@ from __future__ import annotations
 import time
 
 import pytest
-from onceflow import broker, ledger
+from onceflow import broker
 from onceflow.audit import run_audit
-from onceflow.config import get_pipeline
+from onceflow.config.pipelines_file import get_pipeline
 from onceflow.db import transaction
 from onceflow.errors import UnknownTxidError
+from onceflow.ledger.batches import get_batch
 from onceflow.log_check import lost_logs
 from onceflow.recount import count_records
 from onceflow_dev import producer
@@ -47,7 +48,7 @@ def test_on_apache_kafka_a_recreated_topic_stops_plan_until_reset(real_stack, re
 
 
 def recreated_topic(stack, airflow, capsys, name: str) -> None:
-    from onceflow.cli import main
+    from onceflow.cli.main import main
 
     cfg = get_pipeline(stack.pipelines_file, name)
     broker.create_topic(stack.kafka_bootstrap, name, 2)
@@ -88,7 +89,7 @@ def recreated_topic(stack, airflow, capsys, name: str) -> None:
     )
     assert f"onceflow reset-offsets --pipeline {name}" in text
     with pytest.raises(UnknownTxidError):
-        ledger.get_batch(stack.postgres_dsn, name, "recreate-2")
+        get_batch(stack.postgres_dsn, name, "recreate-2")
 
     # the audit of this ledger re-reads the committed ranges: same counts, other records
     reread = lambda rs: count_records(stack.kafka_bootstrap, rs)  # noqa: E731

@@ -15,7 +15,9 @@ import re
 from pathlib import Path
 
 import pytest
-from onceflow import airflow_api, broker, cli, views
+from onceflow import airflow_api, broker, views
+from onceflow.cli import inspection, local_stack, provision, runs
+from onceflow.cli.main import main
 from onceflow.errors import OnceflowError
 from onceflow.states import BatchState
 
@@ -26,7 +28,7 @@ ORDERS = 'transform = "orders:transform"\nsink = { table = "orders" }\n'
 def run_cli(argv: list[str]) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli.main(argv)
+        code = main(argv)
     return code, out.getvalue(), err.getvalue()
 
 
@@ -61,12 +63,12 @@ def test_a_batch_whose_newest_attempt_failed_shows_as_failed():
 
 @pytest.mark.unit
 def test_a_ledger_row_shows_the_first_line_of_a_long_error_cut_to_its_width():
-    assert cli._clip(None, 60) == ""
-    assert cli._clip("process attempt 1: boom", 60) == "process attempt 1: boom"
+    assert inspection._clip(None, 60) == ""
+    assert inspection._clip("process attempt 1: boom", 60) == "process attempt 1: boom"
     long = "process attempt 2: " + "x" * 100
-    assert cli._clip(long, 60) == long[:59] + "…"
-    assert len(cli._clip(long, 60)) == 60
-    assert cli._clip("first line\n  at frame", 60) == "first line…"  # more follows
+    assert inspection._clip(long, 60) == long[:59] + "…"
+    assert len(inspection._clip(long, 60)) == 60
+    assert inspection._clip("first line\n  at frame", 60) == "first line…"  # more follows
 
 
 # -- unknown txids --------------------------------------------------------------------------------
@@ -134,12 +136,12 @@ def test_why_a_run_failed_reads_the_ledger_for_process_and_the_log_for_the_other
 
     process = _ti("process", "failed", "t", 2)
     ledger_error = "process attempt 2: PythonException: ValueError: bad row"
-    assert cli.why_run_failed(process, ledger_error, log) == f"process: {ledger_error}"
-    assert cli.why_run_failed(process, None, log) == "process (try 2): error in the log of process"
+    assert runs.why_run_failed(process, ledger_error, log) == f"process: {ledger_error}"
+    assert runs.why_run_failed(process, None, log) == "process (try 2): error in the log of process"
     plan = _ti("plan", "failed", "t")
-    assert cli.why_run_failed(plan, None, log) == "plan (try 1): error in the log of plan"
-    assert cli.why_run_failed(None, ledger_error, log) == ledger_error
-    assert "marked failed from outside" in cli.why_run_failed(None, None, log)
+    assert runs.why_run_failed(plan, None, log) == "plan (try 1): error in the log of plan"
+    assert runs.why_run_failed(None, ledger_error, log) == ledger_error
+    assert "marked failed from outside" in runs.why_run_failed(None, None, log)
 
 
 class FakeAirflow:
@@ -244,7 +246,7 @@ TRACEBACK = (
 
 @pytest.mark.unit
 def test_status_lines_name_each_file_and_the_error_it_raised():
-    lines = cli.import_error_lines(
+    lines = local_stack.import_error_lines(
         [
             {
                 "filename": "dags/onceflow_pipelines.py",
@@ -259,12 +261,12 @@ def test_status_lines_name_each_file_and_the_error_it_raised():
         "    onceflow.errors.ConfigError: /x/pipelines.toml: pipeline 'x', key 'sink_schema': bad",
     ]
     long = "\n".join(f"SyntaxError line {i}" for i in range(7))
-    shown = cli.import_error_lines([{"filename": "f.py", "stack_trace": long}])
+    shown = local_stack.import_error_lines([{"filename": "f.py", "stack_trace": long}])
     assert shown[2:] == [f"    SyntaxError line {i}" for i in range(4)] + [
         "    ... (3 more line(s))"
     ]
-    assert cli.import_error_lines([]) == ["DAG import errors: none"]
-    assert cli.import_error_lines("not read: unreachable") == [
+    assert local_stack.import_error_lines([]) == ["DAG import errors: none"]
+    assert local_stack.import_error_lines("not read: unreachable") == [
         "DAG import errors: not read: unreachable"
     ]
 
@@ -301,8 +303,8 @@ def test_topics_create_names_what_it_created_and_what_it_found(pipelines_file, m
     code, out, _ = run_cli(["topics", "create", "--pipeline", "payments", "--partitions", "3"])
     assert (code, calls) == (0, [(("payments",), 3)])
     assert out == "topic payments: created with 3 partition(s) on the broker\n"
-    assert cli._topic_outcome(False, 3, 3) == "exists with 3 partition(s), left as it is"
-    assert "not 5" in cli._topic_outcome(False, 3, 5)
+    assert provision._topic_outcome(False, 3, 3) == "exists with 3 partition(s), left as it is"
+    assert "not 5" in provision._topic_outcome(False, 3, 5)
     code, _, err = run_cli(["topics", "create", "--pipeline", "payments", "--partitions", "0"])
     assert code == 2 and "--partitions 0" in err
 
@@ -329,6 +331,86 @@ def test_topics_create_creates_a_pipelines_topics_once(pipelines_file, tmp_path,
         )
         code, out, _ = run_cli([*argv, "--partitions", "5"])
         assert code == 0 and out.startswith("topic payments: exists with 3 partition(s)")
+
+
+# -- refusals and repairs -------------------------------------------------------------------------
+
+
+@pytest.mark.unit
+def test_a_refused_command_raises_a_named_error_with_its_coordinates(
+    pipelines_file, tmp_path, monkeypatch
+):
+    import argparse
+
+    from onceflow.cli import actions, selection
+    from onceflow.errors import PipelineNotChosenError, ResetNotConfirmedError, SeqRangeError
+    from onceflow.settings import Settings
+
+    settings = Settings.from_env()
+    args = argparse.Namespace(pipeline=None, to="latest", yes=False, reason="x", keep_runs=False)
+    with pytest.raises(ResetNotConfirmedError) as refused:
+        actions.cmd_reset_offsets(args, settings)
+    assert (refused.value.pipeline, refused.value.to) == ("payments", "latest")
+    args = argparse.Namespace(pipeline="payments", from_seq=3, to_seq=1, timeout=1.0)
+    with pytest.raises(SeqRangeError) as bad_range:
+        actions.cmd_backfill(args, settings)
+    assert (bad_range.value.from_seq, bad_range.value.to_seq) == (3, 1)
+    code, _, err = run_cli(["reset-offsets", "--reason", "x"])
+    assert code == 2
+    assert err == (
+        "onceflow reset-offsets: reset-offsets abandons every uncommitted batch and restarts each "
+        "partition at the broker's earliest offset; add --yes to do it\n"
+    )
+    two = tmp_path / "two.toml"
+    text = pipelines_file.read_text()
+    two.write_text(text + text.replace("payments", "refunds"))
+    monkeypatch.setenv("ONCEFLOW_PIPELINES", str(two))
+    with pytest.raises(PipelineNotChosenError) as unchosen:
+        selection.select_pipeline(Settings.from_env(), None)
+    assert unchosen.value.known == ("payments", "refunds")
+
+
+class FakeRunsAirflow:
+    """fail_run as Airflow answers it: one run failed, one unknown, one refused."""
+
+    def __init__(self, *_args, **_kwargs):
+        self.failed: list[tuple[str, str, str | None]] = []
+
+    def fail_run(self, dag_id, run_id, note=None):
+        if run_id == "gone":
+            raise airflow_api.AirflowNotFound("404", status=404)
+        if run_id == "locked":
+            raise airflow_api.AirflowError("HTTP 500: busy", status=500)
+        self.failed.append((dag_id, run_id, note))
+        return {}
+
+
+@pytest.mark.unit
+def test_the_runs_of_abandoned_batches_are_marked_failed_each_outcome_said(monkeypatch):
+    from onceflow.abandoned_runs import NOTE, stop_abandoned_runs
+    from onceflow.cli import actions
+    from onceflow.settings import Settings
+
+    client = FakeRunsAirflow()
+    outcomes = dict(stop_abandoned_runs(client, "onceflow_payments", ["t-1", "gone", "locked"]))
+    assert outcomes["t-1"] is None and client.failed == [("onceflow_payments", "t-1", NOTE)]
+    assert isinstance(outcomes["gone"], airflow_api.AirflowNotFound)
+    assert outcomes["locked"].status == 500
+
+    monkeypatch.setattr(airflow_api, "AirflowClient", FakeRunsAirflow)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        actions.fail_abandoned_runs(
+            Settings.from_env(), "onceflow_payments", ["t-1", "gone", "locked"]
+        )
+    assert out.getvalue().splitlines() == [
+        "  marked run t-1 of onceflow_payments failed (abandoned: it never commits)",
+        "  run gone is not in Airflow's DAG onceflow_payments: nothing to stop",
+    ]
+    assert err.getvalue() == (
+        "  could not mark run locked failed (HTTP 500: busy); mark it failed in the Airflow UI: "
+        "it can never commit\n"
+    )
 
 
 # -- on a private PostgreSQL: the ledger as the CLI shows it --------------------------------------
@@ -375,7 +457,7 @@ def test_ledger_shows_the_failed_attempt_and_its_error(seeded):
     assert code == 0
     row = next(line for line in out.splitlines() if "__002" in line)
     assert "failed (attempt 2)" in row
-    assert LONG_ERROR[: cli.LEDGER_ERROR_WIDTH - 1] + "…" in row
+    assert LONG_ERROR[: inspection.LEDGER_ERROR_WIDTH - 1] + "…" in row
     assert "pay-0033500 (the record's" not in row  # cut in the table
     assert "--txid T shows one whole" in out
     assert "which is failed (attempt 2)" in out  # the commits it blocks

@@ -22,7 +22,7 @@ def test_the_runtime_imports_nothing_of_the_local_stack(tmp_path):
     code = (
         "import json, sys\n"
         "import onceflow.airflow, onceflow.airflow.dag_factory, onceflow.airflow.plugin\n"
-        "import onceflow.airflow.triggers, onceflow.process, onceflow.cli, onceflow.audit\n"
+        "import onceflow.airflow.triggers, onceflow.process.entry, onceflow.cli.main, onceflow.audit\n"
         "import onceflow.sinks.postgres, onceflow.sinks.kafka, onceflow.sinks.iceberg\n"
         "print(json.dumps(sorted(sys.modules)))\n"
     )

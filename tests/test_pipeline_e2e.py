@@ -7,11 +7,15 @@ from __future__ import annotations
 import time
 
 import pytest
-from onceflow import broker, ledger
+from onceflow import broker
 from onceflow.audit import run_audit
-from onceflow.config import get_pipeline
+from onceflow.config.pipelines_file import get_pipeline
 from onceflow.db import transaction
 from onceflow.errors import UnknownTxidError
+from onceflow.ledger.batches import get_batch
+from onceflow.ledger.fencing import claim_attempt
+from onceflow.ledger.ordering import blocking_predecessor
+from onceflow.ledger.planning import plan
 from onceflow.recount import count_records
 from onceflow.transforms import load_module
 from onceflow_dev import producer
@@ -72,7 +76,7 @@ def test_runs_through_the_scheduler_publish_exactly_the_produced_records(stack, 
     assert all(t == "it_basic" and r for t, _, _, r in dead)
     assert len(dead) == report.dead_lettered
     # the summary lines: plan, process and commit report their counts in the task logs
-    seqs = {r: ledger.get_batch(stack.postgres_dsn, "it_basic", r).seq for r in states}
+    seqs = {r: get_batch(stack.postgres_dsn, "it_basic", r).seq for r in states}
     assert set(seqs.values()) == {1, 2, 3}
     # each commit is an event of the sink's Asset, with what it published
     events = airflow.asset_events("onceflow_it_basic")
@@ -88,7 +92,7 @@ def test_commit_waits_for_its_predecessor_and_commits_in_seq_order(stack, airflo
     cfg = get_pipeline(stack.pipelines_file, "it_order")
     feed(stack, "it_order", 400)
     # seq 1 is planned outside the scheduler and left unprocessed: it blocks later commits
-    first = ledger.plan(
+    first = plan(
         stack.postgres_dsn,
         cfg,
         "order-1",
@@ -101,7 +105,7 @@ def test_commit_waits_for_its_predecessor_and_commits_in_seq_order(stack, airflo
     state, commit_ti = None, {}
     while time.monotonic() < deadline:
         try:
-            state = ledger.get_batch(stack.postgres_dsn, cfg.name, "order-2").state
+            state = get_batch(stack.postgres_dsn, cfg.name, "order-2").state
         except UnknownTxidError:  # its plan task has not run yet
             state = None
         commit_ti = {
@@ -112,13 +116,13 @@ def test_commit_waits_for_its_predecessor_and_commits_in_seq_order(stack, airflo
         time.sleep(1)
     else:
         pytest.fail(f"order-2 never reached staged with a waiting commit: {state} {commit_ti}")
-    wait = ledger.blocking_predecessor(stack.postgres_dsn, cfg.name, "order-2")
+    wait = blocking_predecessor(stack.postgres_dsn, cfg.name, "order-2")
     assert (wait.txid, wait.seq, wait.state) == ("order-1", 1, "planned")
     # now run seq 1 through the scheduler: its plan replays the recorded ranges
     states = run_and_wait(airflow, cfg.dag_id, ["order-1"])
     states.update(airflow.wait_for_runs(cfg.dag_id, ["order-2"], timeout=300, echo=None))
     assert set(states.values()) == {"success"}, states
-    assert ledger.get_batch(stack.postgres_dsn, cfg.name, "order-1").ranges == first.ranges
+    assert get_batch(stack.postgres_dsn, cfg.name, "order-1").ranges == first.ranges
     with transaction(stack.postgres_dsn) as cur:
         cur.execute(
             "select txid from onceflow.batches where pipeline = 'it_order' order by committed_at"
@@ -132,13 +136,13 @@ def test_cleared_and_retried_runs_replay_the_same_ranges_without_duplicates(stac
     feed(stack, "it_rerun", 1000)
     assert set(run_and_wait(airflow, "onceflow_it_rerun", ["rerun-1"]).values()) == {"success"}
     before = audit(stack, "it_rerun")
-    ranges_before = ledger.get_batch(stack.postgres_dsn, "it_rerun", "rerun-1").ranges
+    ranges_before = get_batch(stack.postgres_dsn, "it_rerun", "rerun-1").ranges
     feed(stack, "it_rerun", 500, start=1000)  # new data must not leak into the replayed txid
     airflow.clear_run("onceflow_it_rerun", "rerun-1")
     states = airflow.wait_for_runs("onceflow_it_rerun", ["rerun-1"], timeout=600, echo=None)
     assert states == {"rerun-1": "success"}
     after = audit(stack, "it_rerun")
-    batch = ledger.get_batch(stack.postgres_dsn, "it_rerun", "rerun-1")
+    batch = get_batch(stack.postgres_dsn, "it_rerun", "rerun-1")
     assert batch.ranges == ranges_before
     assert (after.records_in_sink, after.dead_lettered, after.batches_committed) == (
         before.records_in_sink,
@@ -158,7 +162,7 @@ def test_cleared_and_retried_runs_replay_the_same_ranges_without_duplicates(stac
 
 
 def test_rerun_and_backfill_through_the_cli_keep_the_audit_clean(stack, airflow, capsys):
-    from onceflow.cli import main
+    from onceflow.cli.main import main
 
     feed(stack, "it_rerun", 10, start=5000)  # it_rerun has committed runs from the test above
     assert set(run_and_wait(airflow, "onceflow_it_rerun", ["rerun-3"]).values()) == {"success"}
@@ -199,12 +203,12 @@ def test_rerun_and_backfill_through_the_cli_keep_the_audit_clean(stack, airflow,
 
 
 def test_reset_offsets_abandons_uncommitted_batches_and_fails_their_runs(stack, airflow, capsys):
-    from onceflow.cli import main
+    from onceflow.cli.main import main
 
     feed(stack, "it_reset", 100)
     cfg = get_pipeline(stack.pipelines_file, "it_reset")
     snapshot = lambda at: broker.snapshot(stack.kafka_bootstrap, cfg.name, cfg.topics, at)  # noqa: E731
-    ledger.plan(stack.postgres_dsn, cfg, "reset-0", snapshot)  # seq 1: no Airflow run
+    plan(stack.postgres_dsn, cfg, "reset-0", snapshot)  # seq 1: no Airflow run
     feed(stack, "it_reset", 50, start=100)
     airflow.trigger(cfg.dag_id, "reset-1")  # seq 2: processed, its commit waits for seq 1
     deadline = time.monotonic() + 600
@@ -222,7 +226,7 @@ def test_reset_offsets_abandons_uncommitted_batches_and_fails_their_runs(stack, 
     assert "marked run reset-1 of onceflow_it_reset failed" in out
     assert airflow.get_run(cfg.dag_id, "reset-1")["state"] == "failed"
     for txid in ("reset-0", "reset-1"):
-        assert ledger.get_batch(stack.postgres_dsn, cfg.name, txid).state == "abandoned"
+        assert get_batch(stack.postgres_dsn, cfg.name, txid).state == "abandoned"
     # new runs plan from the new offsets and commit; the audit accounts for the reset
     states = run_and_wait(airflow, cfg.dag_id, ["reset-2"])
     assert states == {"reset-2": "success"}
@@ -249,7 +253,7 @@ def test_a_fenced_process_attempt_ends_without_retries_and_a_cleared_run_commits
     else:
         pytest.fail("process never claimed attempt 1 of fence-1")
     assert row[1] == "processing"
-    newer = ledger.claim_attempt(stack.postgres_dsn, cfg.name, "fence-1")  # e.g. a manual run
+    newer = claim_attempt(stack.postgres_dsn, cfg.name, "fence-1")  # e.g. a manual run
     assert newer.attempt == 2
 
     states = airflow.wait_for_runs(cfg.dag_id, ["fence-1"], timeout=600, echo=None)
@@ -259,7 +263,7 @@ def test_a_fenced_process_attempt_ends_without_retries_and_a_cleared_run_commits
     text = airflow.task_log(cfg.dag_id, "fence-1", "process", 1)
     assert "onceflow process txid=fence-1 ended FENCED (exit 3)" in text
     assert "not retried" in text
-    assert ledger.get_batch(stack.postgres_dsn, cfg.name, "fence-1").state == "processing"
+    assert get_batch(stack.postgres_dsn, cfg.name, "fence-1").state == "processing"
 
     # on call: clear the run; a new attempt stages and commits the same ranges once
     airflow.clear_run(cfg.dag_id, "fence-1")

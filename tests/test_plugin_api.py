@@ -54,7 +54,7 @@ def _route_paths(app) -> set[str]:
 @pytest.mark.unit
 def test_every_route_requires_authentication_in_process():
     from fastapi.testclient import TestClient
-    from onceflow.ui import create_app
+    from onceflow.ui.app import create_app
 
     app = create_app(settings=lambda: pytest.fail("settings read before authentication"))
     # the list above covers every route the app has, so a new route cannot slip in unprotected
@@ -137,7 +137,7 @@ def _broker_down(*_args):
 def test_a_hanging_broker_makes_lag_unavailable_without_piling_up_calls(monkeypatch):
     import threading
 
-    from onceflow.config import parse_pipeline
+    from onceflow.config.pipeline_table import parse_pipeline
     from onceflow.settings import Settings
     from onceflow.ui import data
 
@@ -169,7 +169,8 @@ def seeded_client(ledger_dsn, tmp_path, unique_name, monkeypatch):
     from fastapi.testclient import TestClient
     from onceflow.settings import Settings
     from onceflow.ui import app as app_mod
-    from onceflow.ui import create_app, data
+    from onceflow.ui import data
+    from onceflow.ui.app import create_app
 
     monkeypatch.setattr(data.broker, "snapshot", _broker_down)
 
@@ -273,14 +274,14 @@ def test_the_cli_names_the_blocker_the_ui_names(seeded_client, ledger_dsn, tmp_p
     """One query behind both: the abandoned t-4 waits for nothing, so one batch waits."""
     import json
 
-    from onceflow import cli
+    from onceflow.cli.main import main
 
     client, p = seeded_client
     monkeypatch.setenv("ONCEFLOW_POSTGRES_DSN", ledger_dsn)
     monkeypatch.setenv("ONCEFLOW_PIPELINES", str(tmp_path / "pipelines.toml"))
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        assert cli.main(["ledger", "--pipeline", p, "--json"]) == 0
+        assert main(["ledger", "--pipeline", p, "--json"]) == 0
     shown = json.loads(out.getvalue())["blocked"]
     ui = client.get(f"/api/pipelines/{p}").json()
     assert shown == ui["blocked"] == client.get(f"/api/pipelines/{p}/batches").json()["blocked"]
@@ -298,9 +299,10 @@ def feed_it_ui(stack, count: int, seed: int) -> None:
     restart the ledger is ahead of the re-created, empty topic. That is what `reset-offsets` is
     for, so the product's own operator action realigns the ledger (and the ledger view shows it).
     """
-    from onceflow import broker, ledger, views
-    from onceflow.config import get_pipeline
+    from onceflow import broker, views
+    from onceflow.config.pipelines_file import get_pipeline
     from onceflow.db import migrate
+    from onceflow.ledger.resets import reset_offsets
     from onceflow.transforms import load_module
     from onceflow_dev import producer
 
@@ -308,7 +310,7 @@ def feed_it_ui(stack, count: int, seed: int) -> None:
     cfg = get_pipeline(stack.pipelines_file, PIPELINE)
     created = broker.create_topic(stack.kafka_bootstrap, PIPELINE, 2)
     if created and views.partitions(stack.postgres_dsn, PIPELINE):
-        ledger.reset_offsets(
+        reset_offsets(
             stack.postgres_dsn,
             cfg,
             lambda at: broker.snapshot(stack.kafka_bootstrap, cfg.name, cfg.topics, at),

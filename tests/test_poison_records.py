@@ -216,7 +216,7 @@ def env(private_pg, private_tansu, produced, tmp_path_factory):
 
 
 def cfg(env, name):
-    from onceflow.config import get_pipeline
+    from onceflow.config.pipelines_file import get_pipeline
 
     return get_pipeline(env["ONCEFLOW_PIPELINES"], name)
 
@@ -224,14 +224,15 @@ def cfg(env, name):
 def process(env, name, ends) -> subprocess.CompletedProcess:
     """plan run-1 (or replay it), then spark-submit process, as the DAG runs them (the
     executors' PYTHONPATH with the user's folder, local[2])."""
-    from onceflow import ledger
+    from onceflow.ledger.log_checks import BrokerSnapshot
+    from onceflow.ledger.planning import plan
 
     dsn = env["ONCEFLOW_POSTGRES_DSN"]
-    ledger.plan(
+    plan(
         dsn,
         cfg(env, name),
         "run-1",
-        lambda _at: ledger.BrokerSnapshot({tp: 0 for tp in ends}, ends),
+        lambda _at: BrokerSnapshot({tp: 0 for tp in ends}, ends),
     )
     executors = os.pathsep.join((str(ROOT / "include"), env["ONCEFLOW_PYTHONPATH"]))
     cmd = [
@@ -300,7 +301,7 @@ def audit(env, name):
 
 
 def test_dead_letter_stages_the_rest_and_every_attempt_isolates_the_same_record(env, produced):
-    from onceflow import ledger
+    from onceflow.commit import commit
 
     ends, sent = produced
     proc = process(env, "pay_dl", ends)
@@ -324,7 +325,7 @@ def test_dead_letter_stages_the_rest_and_every_attempt_isolates_the_same_record(
     assert query(env, staged, (2,)) == first
     assert [e for *_, e, _h in first] == ["not a payment", reason]
 
-    result = ledger.commit(env["ONCEFLOW_POSTGRES_DSN"], cfg(env, "pay_dl"), "run-1")
+    result = commit(env["ONCEFLOW_POSTGRES_DSN"], cfg(env, "pay_dl"), "run-1")
     assert (result.published, result.dead) == (len(sent) - 2, 2)
     assert dead_letters(env, "pay_dl") == expected_dead(sent, reason)
     ids = [i for (i,) in query(env, "select id from pay_dl.payments order by id")]
@@ -366,7 +367,7 @@ def test_fail_ends_the_attempt_naming_the_record_and_is_not_retried(env, produce
 def test_a_fast_form_raising_in_the_readers_worker_dead_letters_the_record(env, produced):
     """The fast form raises first (in the reader's worker): the record never reaches it
     again, nor the transform; parts 0..7 fast, 8..15 declined, 16 the dead letters."""
-    from onceflow import ledger
+    from onceflow.commit import commit
 
     ends, sent = produced
     ok(process(env, "pay_fast", ends))
@@ -375,19 +376,19 @@ def test_a_fast_form_raising_in_the_readers_worker_dead_letters_the_record(env, 
     )
     assert [p for p, _ in parts] == list(range(17)) and parts[-1] == (16, 1)
     assert counts(env, "pay_fast") == (len(sent), len(sent) - 2, 2)
-    ledger.commit(env["ONCEFLOW_POSTGRES_DSN"], cfg(env, "pay_fast"), "run-1")
+    commit(env["ONCEFLOW_POSTGRES_DSN"], cfg(env, "pay_fast"), "run-1")
     reason = f"KeyError: 'no account for {POISON}' (raised at {FAST_FORM_RAISES})"
     assert dead_letters(env, "pay_fast") == expected_dead(sent, reason)
     audit(env, "pay_fast")
 
 
 def test_an_aggregating_transform_folds_the_rest_and_dead_letters_the_record(env, produced):
-    from onceflow import ledger
+    from onceflow.commit import commit
 
     ends, sent = produced
     ok(process(env, "pay_agg", ends))
     assert counts(env, "pay_agg") == (len(sent), len(sent) - 2, 2)
-    ledger.commit(env["ONCEFLOW_POSTGRES_DSN"], cfg(env, "pay_agg"), "run-1")
+    commit(env["ONCEFLOW_POSTGRES_DSN"], cfg(env, "pay_agg"), "run-1")
     sums: dict[str, int] = {}
     for i in range(60):
         if i != 33:
@@ -402,12 +403,12 @@ def test_an_aggregating_transform_folds_the_rest_and_dead_letters_the_record(env
 def test_a_spark_sql_expression_failing_on_a_value_dead_letters_the_record(env, produced):
     """An ANSI cast of the user's transform fails on one value (a data exception, SQLSTATE
     22018): the same isolation; the reason is Spark's message and the user's call site."""
-    from onceflow import ledger
+    from onceflow.commit import commit
 
     ends, sent = produced
     ok(process(env, "pay_cast", ends))
     assert counts(env, "pay_cast") == (len(sent), len(sent) - 2, 2)
-    ledger.commit(env["ONCEFLOW_POSTGRES_DSN"], cfg(env, "pay_cast"), "run-1")
+    commit(env["ONCEFLOW_POSTGRES_DSN"], cfg(env, "pay_cast"), "run-1")
     (cast,) = [d for d in dead_letters(env, "pay_cast") if d[2] != "not a payment"]
     assert cast[:2] == poison_at(sent)
     assert cast[2].startswith("[CAST_INVALID_INPUT] The value '0033x' of the type \"STRING\"")

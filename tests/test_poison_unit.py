@@ -240,7 +240,7 @@ def test_onceflows_own_code_failing_in_a_worker_is_no_record_of_the_users():
     stage = (
         HEADER
         + f"""Traceback (most recent call last):
-  File "{onceflow_file("stage.py")}", line 140, in stage_part
+  File "{onceflow_file("staging/table_stage.py")}", line 33, in stage_table_part
     with claimed_part(target, part) as cur:
   File "/venv/lib/python3.11/site-packages/psycopg2/__init__.py", line 122, in connect
     conn = _connect(dsn, connection_factory=connection_factory, **kwasync)
@@ -249,7 +249,7 @@ psycopg2.OperationalError: connection to server failed"""
     read = (
         HEADER
         + """Traceback (most recent call last):
-  File "/tmp/spark-1/userFiles-2/onceflow.zip/onceflow/reader.py", line 220, in __call__
+  File "/tmp/spark-1/userFiles-2/onceflow.zip/onceflow/reader/frame.py", line 73, in __call__
     yield from self.records(k)
 onceflow.errors.RangeReadError: cannot read range t[0] from 0 until 10: no progress"""
     )
@@ -263,7 +263,7 @@ def test_a_fast_form_raising_in_the_readers_worker_is_the_users_code():
     traceback from the call down (Spark drops an exception's cause from its text)."""
     import numpy as np
     import pyarrow as pa
-    from onceflow.fast_stage import Split
+    from onceflow.staging.fast_stage import Split
 
     def fast_form(batch):
         raise ValueError("cannot handle payment pay-7")
@@ -340,12 +340,13 @@ def test_a_poison_record_is_a_one_offset_range():
 def test_the_reader_reads_but_does_not_hand_on_the_records_it_skips(monkeypatch):
     """Skipped records are read (the digest of the range has them) but neither handed on
     nor counted: process adds them to the records read as dead letters."""
-    import onceflow.reader as reader
     from onceflow.range_digest import RangeRead
+    from onceflow.reader import frame
+    from onceflow.reader.record_batches import RecordBatcher
 
     def read_range(r, bootstrap, *, seen=None, **_):
         for start in range(r.from_offset, r.until_offset, 4):
-            b = reader._Batcher(r)
+            b = RecordBatcher(r)
             got = list(range(start, min(start + 4, r.until_offset)))
             b.add(got, [None] * len(got), [b"v"] * len(got), [0] * len(got), len(got))
             if seen is not None:
@@ -366,11 +367,11 @@ def test_the_reader_reads_but_does_not_hand_on_the_records_it_skips(monkeypatch)
         def add(self, d):
             self.value.update(d)
 
-    monkeypatch.setattr(reader, "read_range", read_range)
+    monkeypatch.setattr(frame, "read_range", read_range)
     pieces = [R("t", 0, 0, 10), R("t", 0, 10, 20), R("t", 1, 0, 10)]
     skip = [("t", 0, 5), ("t", 0, 12), ("t", 0, 13), ("t", 1, 99)]
     counter, reads = Counter(), Reads()
-    fn = reader.RangeReadFn(pieces, "x:1", skip=skip, counter=counter, reads=reads)
+    fn = frame.RangeReadFn(pieces, "x:1", skip=skip, counter=counter, reads=reads)
     handed = [o for k in range(3) for b in fn.records(k) for o in b.column("offset").to_pylist()]
     assert handed == [o for o in range(20) if o not in (5, 12, 13)] + list(range(10))
     assert counter.value == 27
@@ -381,7 +382,7 @@ def test_the_reader_reads_but_does_not_hand_on_the_records_it_skips(monkeypatch)
 
 
 def test_on_transform_error_is_fail_by_default_dead_letter_on_request_else_refused():
-    from onceflow.config import parse_pipeline
+    from onceflow.config.pipeline_table import parse_pipeline
     from onceflow.errors import ConfigError
 
     raw = {"topics": ["payments"], "transform": "pay:transform", "sink": {"table": "payments"}}

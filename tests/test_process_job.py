@@ -172,7 +172,7 @@ def env(pg, produced, tmp_path_factory):
 
 
 def cfg(env, name=PIPELINE):
-    from onceflow.config import get_pipeline
+    from onceflow.config.pipelines_file import get_pipeline
 
     return get_pipeline(env["ONCEFLOW_PIPELINES"], name)
 
@@ -190,7 +190,7 @@ ORDER_FIELDS = [
 def orders_sink(dsn: str, schema: str):
     """The pipeline's append sink in `schema`, bound to the orders output (its tables
     created or checked, as process does)."""
-    from onceflow.config import SinkConfig
+    from onceflow.config.sink import SinkConfig
     from onceflow.db import transaction
     from onceflow.sinks.postgres import PostgresSink
 
@@ -208,7 +208,9 @@ def fast_form_columns():
 
 
 def plan(env, txid: str, ends: dict, name=PIPELINE):
-    from onceflow import broker, ledger
+    from onceflow import broker
+    from onceflow.ledger.log_checks import BrokerSnapshot
+    from onceflow.ledger.planning import plan
 
     c = cfg(env, name)
 
@@ -217,11 +219,11 @@ def plan(env, txid: str, ends: dict, name=PIPELINE):
         real = broker.snapshot(
             env["ONCEFLOW_KAFKA_BOOTSTRAP"], name, tuple({t for t, _ in ends}), at
         )
-        return ledger.BrokerSnapshot(
+        return BrokerSnapshot(
             {tp: 0 for tp in ends}, dict(ends), real.topic_ids, real.prints, real.compacted
         )
 
-    return ledger.plan(env["ONCEFLOW_POSTGRES_DSN"], c, txid, snapshot)
+    return plan(env["ONCEFLOW_POSTGRES_DSN"], c, txid, snapshot)
 
 
 def submit(env, *args: str, timeout: float = 400) -> subprocess.CompletedProcess:
@@ -311,7 +313,7 @@ def test_process_stages_every_record_of_the_ranges(env, produced, first_run):
 
 @pytest.mark.integration
 def test_parts_follow_the_split_input_partitions(env, produced, first_run):
-    from onceflow.reader import input_ranges
+    from onceflow.reader.input_ranges import input_ranges
 
     _, proc = first_run
     assert proc.returncode == 0
@@ -378,9 +380,9 @@ def test_transactional_range_ends_at_until_despite_sparse_offsets(produced, firs
 
 @pytest.mark.integration
 def test_retry_claims_attempt_2_with_the_same_output_and_fences_attempt_1(env, first_run):
-    from onceflow import ledger
     from onceflow.db import transaction
     from onceflow.errors import FencedAttemptError
+    from onceflow.ledger.fencing import mark_staged
 
     assert first_run[1].returncode == 0
     # --ship-package: executors import onceflow from a zip the job builds (cluster mode)
@@ -401,7 +403,7 @@ def test_retry_claims_attempt_2_with_the_same_output_and_fences_attempt_1(env, f
     )
     assert row == (2, 2, second.checksum)
     with pytest.raises(FencedAttemptError):
-        ledger.mark_staged(dsn, cfg(env), "run-1", 1)  # the zombie of attempt 1
+        mark_staged(dsn, cfg(env), "run-1", 1)  # the zombie of attempt 1
 
 
 ROW_COLUMNS = (
@@ -412,7 +414,7 @@ ROW_COLUMNS = (
 @pytest.mark.integration
 def test_without_the_fast_form_every_record_gets_the_same_row(env, produced, first_run):
     """--no-fast-form sends every record through the JVM transform: same rows, n parts."""
-    from onceflow.reader import input_ranges
+    from onceflow.reader.input_ranges import input_ranges
 
     assert first_run[1].returncode == 0
     (staged,) = query(
@@ -450,17 +452,17 @@ def test_a_retried_fast_stage_task_still_hands_on_its_declined_records(env, prod
     retry finds part k claimed, stages nothing there, and still yields the declined records.
     A task of a fenced attempt stages nothing at all."""
     import pyarrow as pa
-    from onceflow import ledger
     from onceflow.errors import FencedAttemptError
-    from onceflow.fast_stage import FastStage, FastStageFn
-    from onceflow.reader import input_ranges
-    from onceflow.stage import StageTarget
+    from onceflow.ledger.fencing import claim_attempt
+    from onceflow.reader.input_ranges import input_ranges
+    from onceflow.staging.fast_stage import FastStage, FastStageFn
+    from onceflow.staging.target import StageTarget
 
     ends, delivered = produced
     dsn = env["ONCEFLOW_POSTGRES_DSN"]
     batch = plan(env, "run-fs", {tp: e for tp, e in ends.items() if tp[0] == TOPIC}, "it_fast")
     pieces = input_ranges(batch.ranges, 25)
-    attempt = ledger.claim_attempt(dsn, "it_fast", "run-fs").attempt
+    attempt = claim_attempt(dsn, "it_fast", "run-fs").attempt
     target = StageTarget.for_sink(dsn, orders_sink(dsn, "it_fast"), "it_fast", "run-fs", attempt)
     fn = FastStageFn(pieces, BOOTSTRAP, TRANSFORM, FastStage(target, fast_form_columns()))
 
@@ -501,7 +503,7 @@ def test_a_retried_fast_stage_task_still_hands_on_its_declined_records(env, prod
     retried = offsets(fn(iter([ids])))  # the retry: part 0 is already claimed
     assert retried == first and staged_part() == part
 
-    ledger.claim_attempt(dsn, "it_fast", "run-fs")  # a newer attempt fences this one
+    claim_attempt(dsn, "it_fast", "run-fs")  # a newer attempt fences this one
     with pytest.raises(FencedAttemptError):
         list(fn(iter([ids])))
 
@@ -510,7 +512,8 @@ def test_a_retried_fast_stage_task_still_hands_on_its_declined_records(env, prod
 def test_task_fence_stages_a_part_once_per_attempt(env, first_run):
     import pyarrow as pa
     from onceflow.errors import FencedAttemptError
-    from onceflow.stage import StageTarget, stage_part
+    from onceflow.staging.target import StageTarget
+    from onceflow.staging.writer import stage_part
 
     dsn = env["ONCEFLOW_POSTGRES_DSN"]
     (attempt,) = query(
@@ -561,7 +564,8 @@ def test_a_task_that_finds_its_part_staged_still_reads_its_input_to_the_end(
     consume every batch, or the batch would look short of records."""
     import pyarrow as pa
     import pyspark
-    from onceflow.stage import StagePartFn, StageTarget
+    from onceflow.staging.target import StageTarget
+    from onceflow.staging.writer import StagePartFn
 
     class Part0:
         @staticmethod
@@ -590,7 +594,8 @@ def test_a_task_that_finds_its_part_staged_still_reads_its_input_to_the_end(
 def test_a_task_that_dies_before_its_commit_leaves_nothing(env, first_run, tmp_path, monkeypatch):
     import pyarrow as pa
     from onceflow import failpoints
-    from onceflow.stage import StageTarget, stage_part
+    from onceflow.staging.target import StageTarget
+    from onceflow.staging.writer import stage_part
 
     (attempt,) = query(
         env, "select attempt from onceflow.batches where pipeline = %s and txid = 'run-1'", PIPELINE
@@ -626,7 +631,8 @@ def test_staged_timestamps_are_utc_whatever_the_servers_time_zone(env, first_run
     import datetime as dt
 
     import pyarrow as pa
-    from onceflow.stage import StageTarget, stage_part
+    from onceflow.staging.target import StageTarget
+    from onceflow.staging.writer import stage_part
 
     (attempt,) = query(
         env, "select attempt from onceflow.batches where pipeline = %s and txid = 'run-1'", PIPELINE
@@ -660,11 +666,11 @@ def test_staged_timestamps_are_utc_whatever_the_servers_time_zone(env, first_run
 
 @pytest.mark.integration
 def test_commit_publishes_staged_rows_and_dead_letters(env, produced, first_run):
-    from onceflow import ledger
+    from onceflow.commit import commit
 
     _, delivered = produced
     assert first_run[1].returncode == 0
-    result = ledger.commit(env["ONCEFLOW_POSTGRES_DSN"], cfg(env), "run-1")
+    result = commit(env["ONCEFLOW_POSTGRES_DSN"], cfg(env), "run-1")
     n_dead = sum(1 for v in delivered.values() if v in MALFORMED or v is None)
     assert (result.published, result.dead) == (len(delivered) - n_dead, n_dead)
     dead = query(
@@ -690,8 +696,8 @@ def test_revenue_folds_each_customers_orders_per_currency_and_minute(env, broker
 
     from confluent_kafka import Producer
     from kafka.admin import KafkaAdminClient, NewTopic
-    from onceflow import ledger
     from onceflow.audit import run_audit
+    from onceflow.commit import commit
 
     admin = KafkaAdminClient(bootstrap_servers=broker)
     admin.create_topics([NewTopic(REV_TOPIC, 1, 1)])
@@ -709,7 +715,7 @@ def test_revenue_folds_each_customers_orders_per_currency_and_minute(env, broker
     proc = submit(env, "--pipeline", "it_revenue", "--txid", "run-rev")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     dsn = env["ONCEFLOW_POSTGRES_DSN"]
-    assert ledger.commit(dsn, cfg(env, "it_revenue"), "run-rev").outcome == "committed"
+    assert commit(dsn, cfg(env, "it_revenue"), "run-rev").outcome == "committed"
 
     expected: dict = defaultdict(lambda: [Decimal(0), 0])
     for v in values[:48]:
@@ -782,7 +788,7 @@ def test_reader_on_transactions_with_an_aborted_one(broker, produced):
     """Both clients stop at until with sparse offsets (markers, aborted records)."""
     from confluent_kafka import Producer
     from onceflow.ranges import OffsetRange
-    from onceflow.reader import read_range
+    from onceflow.reader.range_fetch import read_range
 
     topic = "it_tx_abort"
     from kafka.admin import KafkaAdminClient, NewTopic
@@ -839,24 +845,24 @@ def test_reader_on_transactions_with_an_aborted_one(broker, produced):
 
 @pytest.mark.unit
 def test_help_shows_an_example(capsys):
-    from onceflow import process
+    from onceflow.process import entry
 
     with pytest.raises(SystemExit) as e:
-        process.parse_args(["--help"])
+        entry.parse_args(["--help"])
     assert e.value.code == 0
     out = capsys.readouterr().out
-    assert "spark-submit" in out and "--pipeline orders --txid" in out and "exit codes" in out
+    assert "spark-submit" in out and "--pipeline my_pipeline --txid" in out and "exit codes" in out
 
 
 @pytest.mark.unit
 def test_the_packaged_entry_script_prints_the_jobs_help(capsys, monkeypatch):
     """The application file the DAG submits, run as a script from the installed package (its
-    folder first on sys.path, no PYTHONPATH), prints onceflow.process's help."""
-    from onceflow import process
+    folder first on sys.path, no PYTHONPATH), prints onceflow.process.entry's help."""
+    from onceflow.process import entry
 
     monkeypatch.setenv("COLUMNS", "100")
     with pytest.raises(SystemExit):
-        process.parse_args(["--help"])
+        entry.parse_args(["--help"])
     expected = capsys.readouterr().out
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     out = subprocess.run(
@@ -869,7 +875,7 @@ def test_the_packaged_entry_script_prints_the_jobs_help(capsys, monkeypatch):
 
 @pytest.mark.unit
 def test_short_error_picks_the_onceflow_error_from_a_spark_failure():
-    from onceflow import process as mod
+    from onceflow.process import failures as mod
 
     text = (
         "An error occurred while calling o12.save.\n: org.apache.spark.SparkException: Job aborted\n"
@@ -877,16 +883,16 @@ def test_short_error_picks_the_onceflow_error_from_a_spark_failure():
         "onceflow.errors.RangeReadError: cannot read range t[0] from 0 until 9: no progress\n"
         "\tat org.apache.spark.api.python.BasePythonRunner...\n"
     )
-    assert mod._short_error(RuntimeError(text)) == (
+    assert mod.short_error(RuntimeError(text)) == (
         "RangeReadError: cannot read range t[0] from 0 until 9: no progress"
     )
-    assert mod._short_error(ValueError("plain")) == "ValueError: plain"
+    assert mod.short_error(ValueError("plain")) == "ValueError: plain"
 
 
 @pytest.mark.unit
 def test_short_error_of_a_python_worker_is_the_error_it_raised():
     """A user transform's UDF whose module the executors cannot import: the ledger says so."""
-    from onceflow import process as mod
+    from onceflow.process import failures as mod
 
     text = (
         "An exception was thrown from the Python worker:\n"
@@ -897,36 +903,54 @@ def test_short_error_of_a_python_worker_is_the_error_it_raised():
         "\tat org.apache.spark.api.python.BasePythonRunner...\n"
         "org.apache.spark.SparkException: Job aborted\n"
     )
-    assert mod._short_error(RuntimeError(text)) == (
+    assert mod.short_error(RuntimeError(text)) == (
         "RuntimeError: ModuleNotFoundError: No module named 'acme_pipelines'"
     )
 
 
 @pytest.mark.unit
 def test_a_fast_form_that_does_not_fit_is_the_transforms_fault_not_a_failure_to_retry():
-    from onceflow import process as mod
+    """The fast form's worker raises the refusal with its error class (onceflow.staging.
+    task_errors); the driver, which gets only the worker's traceback as text, raises it as
+    a TransformError (exit USAGE) with the worker's message, and ledger's line says so."""
+    import traceback
 
+    import pyarrow as pa
+    from onceflow.errors import TransformError
+    from onceflow.process import failures as mod
+    from onceflow.staging.fast_stage import Split
+
+    def fast_form(batch):
+        return [0, 1], pa.RecordBatch.from_pydict({"a": pa.array([1], pa.int64())})
+
+    batch = pa.RecordBatch.from_pydict({"value": [b"x", b"y"]})
+    columns = pa.schema([("a", pa.int64())])
+    with pytest.raises(TransformError) as raised:
+        next(Split(iter([batch]), fast_form, columns, "m:transform"))
     text = (
-        "An exception was thrown from the Python worker:\n"
-        "Traceback (most recent call last):\n"
-        '  File "/x/onceflow/fast_stage.py", line 103, in _split\n'
-        "onceflow.errors.TransformError: the fast form of transform 'orders:transform' "
-        "accepted 2 record(s) but gave 1 row(s)\n"
-        "\tat org.apache.spark.api.python.BasePythonRunner...\n"
+        "An error occurred while calling o80.collectToPython.\n"
+        ": org.apache.spark.SparkException: Job aborted due to stage failure: "
+        "org.apache.spark.api.python.PythonException: Traceback (most recent call last):\n"
+        + "".join(traceback.format_exception(raised.value))
+        + "\tat org.apache.spark.api.python.BasePythonRunner...\n"
     )
-    assert mod.transform_refusal(text, aggregating=False) == (
-        "the fast form of transform 'orders:transform' accepted 2 record(s) but gave 1 row(s)"
-    )
+    with pytest.raises(TransformError) as refused, mod.job_refusals(aggregating=False):
+        raise RuntimeError(text)
+    message = "the fast form of transform 'm:transform' accepted 2 record(s) but gave 1 row(s)"
+    assert str(refused.value) == message
+    assert mod.short_error(refused.value) == f"TransformError: {message}"
     violation = "[USER_RAISED_EXCEPTION] aggregating transform 'm:f' of pipeline 'p': x SQLSTATE"
     assert mod.transform_refusal(violation, aggregating=True).startswith("aggregating transform")
     assert mod.transform_refusal(violation, aggregating=False) is None
     assert mod.transform_refusal("RangeReadError: no progress", aggregating=False) is None
+    with pytest.raises(RuntimeError), mod.job_refusals(aggregating=False):
+        raise RuntimeError("onceflow.errors.TransformError: text without an error class")
 
 
 @pytest.mark.unit
 def test_bytea_hex_encodes_only_the_present_values_of_any_slice():
     import pyarrow as pa
-    from onceflow.stage import _bytea_hex
+    from onceflow.staging.table_stage import _bytea_hex
 
     values = [None, b"", b"\x01", None, b"ab", None, b"\xff\x00"]
     whole = pa.array(values, pa.binary())
@@ -944,7 +968,8 @@ def test_csv_for_copy_tags_rows_and_encodes_bytea():
     from decimal import Decimal
 
     import pyarrow as pa
-    from onceflow.stage import StageTarget, _CsvStream
+    from onceflow.staging.table_stage import _CsvStream
+    from onceflow.staging.target import StageTarget
 
     batch = pa.RecordBatch.from_pydict(
         {
@@ -961,8 +986,9 @@ def test_csv_for_copy_tags_rows_and_encodes_bytea():
             "value": pa.array([None, b"\x00\xff"], pa.binary()),
         }
     )
-    from onceflow.config import SinkConfig
-    from onceflow.sinks.postgres import PostgresSink, output_columns
+    from onceflow.config.sink import SinkConfig
+    from onceflow.sinks.postgres import PostgresSink
+    from onceflow.sinks.postgres.columns import output_columns
 
     sink = PostgresSink("s", SinkConfig("orders"), output_columns(ORDER_FIELDS))
     target = StageTarget.for_sink("dsn", sink, "p", "run,1", 3)

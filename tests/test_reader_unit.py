@@ -10,6 +10,12 @@ import sys
 import pytest
 from onceflow.errors import RangeReadError
 from onceflow.ranges import OffsetRange
+from onceflow.reader import librdkafka_fetch
+from onceflow.reader.data_source import RangesOptions, RangesReader
+from onceflow.reader.frame import RangeReadFn
+from onceflow.reader.input_ranges import input_ranges, split_range
+from onceflow.reader.range_fetch import read_range
+from onceflow.reader.record_batches import RecordBatcher
 
 pytestmark = pytest.mark.unit
 
@@ -21,27 +27,27 @@ R = OffsetRange
 
 def test_split_range_pieces_are_contiguous_and_bounded():
     r = R("t", 0, 10, 35)
-    assert reader().split_range(r, 10) == [R("t", 0, 10, 20), R("t", 0, 20, 30), R("t", 0, 30, 35)]
-    assert reader().split_range(r, 25) == [r]
-    assert reader().split_range(r, 1000) == [r]
-    pieces = reader().split_range(R("t", 3, 0, 1_000_001), 250_000)
+    assert split_range(r, 10) == [R("t", 0, 10, 20), R("t", 0, 20, 30), R("t", 0, 30, 35)]
+    assert split_range(r, 25) == [r]
+    assert split_range(r, 1000) == [r]
+    pieces = split_range(R("t", 3, 0, 1_000_001), 250_000)
     assert len(pieces) == 5 and pieces[-1] == R("t", 3, 1_000_000, 1_000_001)
     assert all(a.until_offset == b.from_offset for a, b in zip(pieces, pieces[1:], strict=False))
 
 
 def test_split_range_empty_and_invalid():
-    assert reader().split_range(R("t", 0, 7, 7), 10) == []
+    assert split_range(R("t", 0, 7, 7), 10) == []
     with pytest.raises(ValueError):
-        reader().split_range(R("t", 0, 0, 5), 0)
+        split_range(R("t", 0, 0, 5), 0)
 
 
 def test_input_ranges_order_is_deterministic_and_skips_empty_ranges():
     ranges = [R("b", 1, 0, 5), R("a", 0, 5, 5), R("b", 0, 0, 3), R("a", 1, 0, 4)]
     expected = [R("a", 1, 0, 2), R("a", 1, 2, 4), R("b", 0, 0, 2), R("b", 0, 2, 3)]
     expected += [R("b", 1, 0, 2), R("b", 1, 2, 4), R("b", 1, 4, 5)]
-    assert reader().input_ranges(ranges, 2) == expected
-    assert reader().input_ranges(list(reversed(ranges)), 2) == expected
-    assert reader().input_ranges([R("a", 0, 5, 5)], 2) == []
+    assert input_ranges(ranges, 2) == expected
+    assert input_ranges(list(reversed(ranges)), 2) == expected
+    assert input_ranges([R("a", 0, 5, 5)], 2) == []
 
 
 # --- options ---------------------------------------------------------------------------
@@ -54,11 +60,11 @@ def options(**kw) -> dict:
 
 
 def test_options_parse_and_validate():
-    o = reader()._Options(options(records_per_input_partition="4", **{"kafka.client.rack": "a"}))
+    o = RangesOptions(options(records_per_input_partition="4", **{"kafka.client.rack": "a"}))
     assert o.ranges == [R("t", 0, 0, 10)]
     assert o.records_per_input_partition == 4 and o.client == "confluent"
     assert o.client_conf == {"client.rack": "a"}
-    parts = reader().RangesReader(o).partitions()
+    parts = RangesReader(o).partitions()
     assert [p.value for p in parts] == [R("t", 0, 0, 4), R("t", 0, 4, 8), R("t", 0, 8, 10)]
 
 
@@ -81,7 +87,7 @@ def test_options_parse_and_validate():
 )
 def test_options_rejected(bad):
     with pytest.raises(ValueError):
-        reader()._Options(options(**bad))
+        RangesOptions(options(**bad))
 
 
 @pytest.mark.parametrize(
@@ -100,19 +106,19 @@ def test_options_the_reader_fixes_are_refused_naming_the_key(key):
     from onceflow.errors import ConfigError
 
     with pytest.raises(ConfigError, match=rf"onceflow_ranges: Kafka option '{key}' cannot be set"):
-        reader()._Options(options(**{f"kafka.{key}": "x"}))
+        RangesOptions(options(**{f"kafka.{key}": "x"}))
     with pytest.raises(ConfigError, match=rf"range reader: Kafka option '{key}' cannot be set"):
-        reader().RangeReadFn([R("t", 0, 0, 1)], "x:1", client_conf={key: "x"})
+        RangeReadFn([R("t", 0, 0, 1)], "x:1", client_conf={key: "x"})
     # any other client setting passes
-    assert reader().RangeReadFn([R("t", 0, 0, 1)], "x:1", client_conf={"client.rack": "a"})
+    assert RangeReadFn([R("t", 0, 0, 1)], "x:1", client_conf={"client.rack": "a"})
 
 
 def test_empty_range_opens_no_consumer():
     def factory(conf):
         raise AssertionError("a consumer was opened for an empty range")
 
-    assert list(reader().read_range(R("t", 0, 9, 9), "x:1", consumer_factory=factory)) == []
-    rdr = reader().RangesReader(reader()._Options(options()))
+    assert list(read_range(R("t", 0, 9, 9), "x:1", consumer_factory=factory)) == []
+    rdr = RangesReader(RangesOptions(options()))
     from pyspark.sql.datasource import InputPartition
 
     assert list(rdr.read(InputPartition(None))) == []  # Spark's partition when there are none
@@ -124,7 +130,7 @@ def test_empty_range_opens_no_consumer():
 def test_batches_match_the_schema_and_keep_nulls_without_importing_pandas():
     import pyarrow as pa
 
-    b = reader()._Batcher(R("orders", 3, 0, 10))
+    b = RecordBatcher(R("orders", 3, 0, 10))
     b.add([0, 1, 2], [b"k", None, b""], [b"v1", b"\x00\xff", None], [1_700_000_000_123, -1, 0], 4)
     batch = b.flush()
     batch.validate(full=True)
@@ -151,9 +157,9 @@ def test_batcher_avoids_pandas_import():
 
     code = (
         "import sys\n"
-        "from onceflow.reader import _Batcher\n"
+        "from onceflow.reader.record_batches import RecordBatcher\n"
         "from onceflow.ranges import OffsetRange\n"
-        "b = _Batcher(OffsetRange('t', 0, 0, 9))\n"
+        "b = RecordBatcher(OffsetRange('t', 0, 0, 9))\n"
         "b.add([0, 1], [None, b'k'], [b'v', None], [5, -1], 1)\n"
         "b.flush().validate(full=True)\n"
         "assert 'pandas' not in sys.modules, 'pandas was imported'\n"
@@ -240,7 +246,7 @@ class FakeConsumer:
 
 def read(r: OffsetRange, script, **kw) -> tuple[list[int], FakeConsumer]:
     consumer = FakeConsumer(script)
-    batches = list(reader().read_range(r, "x:1", consumer_factory=consumer, **kw))
+    batches = list(read_range(r, "x:1", consumer_factory=consumer, **kw))
     return [o for b in batches for o in b.column("offset").to_pylist()], consumer
 
 
@@ -277,7 +283,7 @@ def test_range_ending_with_control_records_completes_at_partition_eof():
 
 
 def test_eof_below_until_fails_naming_the_range(monkeypatch):
-    monkeypatch.setattr(reader(), "EOF_GRACE_S", 0.2)
+    monkeypatch.setattr(librdkafka_fetch, "EOF_GRACE_S", 0.2)
     with pytest.raises(RangeReadError) as e:
         read(R("orders", 1, 0, 10), [msgs(0, 1, 2) + [eof(3)]], timeout_s=30)
     text = str(e.value)
@@ -286,7 +292,7 @@ def test_eof_below_until_fails_naming_the_range(monkeypatch):
 
 
 def test_eof_below_until_then_more_records_is_fine(monkeypatch):
-    monkeypatch.setattr(reader(), "EOF_GRACE_S", 0.2)
+    monkeypatch.setattr(librdkafka_fetch, "EOF_GRACE_S", 0.2)
     offsets, _ = read(R("t", 0, 0, 6), [msgs(0, 1) + [eof(2)], [], msgs(2, 3, 4, 5) + [eof(6)]])
     assert offsets == [0, 1, 2, 3, 4, 5]
 
@@ -330,19 +336,11 @@ def test_batches_are_bounded(monkeypatch):
     script = [msgs(*range(i, i + 10)) for i in range(0, 100, 10)] + [[eof(100)]]
     consumer = FakeConsumer(script)
     batches = list(
-        reader().read_range(R("t", 0, 0, 100), "x:1", consumer_factory=consumer, batch_records=25)
+        read_range(R("t", 0, 0, 100), "x:1", consumer_factory=consumer, batch_records=25)
     )
     assert [b.num_rows for b in batches] == [30, 30, 30, 10]
-    monkeypatch.setattr(reader(), "BATCH_BYTES", 1)
+    monkeypatch.setattr(librdkafka_fetch, "BATCH_BYTES", 1)
     batches = list(
-        reader().read_range(
-            R("t", 0, 0, 20), "x:1", consumer_factory=FakeConsumer(script[:2] + [[eof(20)]])
-        )
+        read_range(R("t", 0, 0, 20), "x:1", consumer_factory=FakeConsumer(script[:2] + [[eof(20)]]))
     )
     assert [b.num_rows for b in batches] == [10, 10]
-
-
-def reader():
-    import onceflow.reader as mod
-
-    return mod

@@ -11,9 +11,10 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from onceflow import broker, ledger
-from onceflow.config import parse_pipeline
+from onceflow import broker
+from onceflow.config.pipeline_table import parse_pipeline
 from onceflow.errors import DataLossError, PartitionRemovedError
+from onceflow.ledger.planning import plan
 from onceflow.ranges import OffsetRange
 
 pytestmark = pytest.mark.real_kafka
@@ -54,15 +55,15 @@ def test_retention_deleted_records_fail_plan_or_become_a_loss_event(
 
     cfg = parse_pipeline(unique_name, {"topics": [topic], **ORDERS})
     _produce(bootstrap, topic, 10)
-    ledger.plan(ledger_dsn, cfg, "a", _snapshot(bootstrap, cfg))
+    plan(ledger_dsn, cfg, "a", _snapshot(bootstrap, cfg))
     _produce(bootstrap, topic, 10)
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     admin.delete_records({TopicPartition(topic, 0): 15})  # 10..14 never processed
     admin.close()
     with pytest.raises(DataLossError, match=r"\[10, 15\)"):
-        ledger.plan(ledger_dsn, cfg, "b", _snapshot(bootstrap, cfg))
+        plan(ledger_dsn, cfg, "b", _snapshot(bootstrap, cfg))
     skip = parse_pipeline(unique_name, {"topics": [topic], **ORDERS, "on_data_loss": "skip"})
-    b = ledger.plan(ledger_dsn, skip, "b", _snapshot(bootstrap, skip))
+    b = plan(ledger_dsn, skip, "b", _snapshot(bootstrap, skip))
     assert [(lo.from_offset, lo.until_offset) for lo in b.losses] == [(10, 15)]
     assert (b.ranges[0].from_offset, b.ranges[0].until_offset) == (15, 20)
 
@@ -75,12 +76,12 @@ def test_added_partition_joins_and_removed_partition_stops(
 
     cfg = parse_pipeline(unique_name, {"topics": [topic], **ORDERS})
     _produce(bootstrap, topic, 5)
-    ledger.plan(ledger_dsn, cfg, "a", _snapshot(bootstrap, cfg))
+    plan(ledger_dsn, cfg, "a", _snapshot(bootstrap, cfg))
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     admin.create_partitions({topic: NewPartitions(total_count=2)})
     admin.close()
     _produce(bootstrap, topic, 3, partition=1)
-    b = ledger.plan(ledger_dsn, cfg, "b", _snapshot(bootstrap, cfg))
+    b = plan(ledger_dsn, cfg, "b", _snapshot(bootstrap, cfg))
     assert [(r.partition, r.from_offset, r.until_offset) for r in b.ranges] == [
         (0, 5, 5),
         (1, 0, 3),
@@ -89,12 +90,12 @@ def test_added_partition_joins_and_removed_partition_stops(
     _wait_topic_gone(bootstrap, topic)
     broker.create_topic(bootstrap, topic, 1)
     with pytest.raises(PartitionRemovedError):
-        ledger.plan(ledger_dsn, cfg, "c", _snapshot(bootstrap, cfg))
+        plan(ledger_dsn, cfg, "c", _snapshot(bootstrap, cfg))
 
 
 def test_aborted_transactions_make_ranges_sparse_and_the_read_stops_at_until(bootstrap, topic):
     from confluent_kafka import Producer
-    from onceflow.reader import read_range
+    from onceflow.reader.range_fetch import read_range
 
     p = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"t-{topic}"})
     p.init_transactions()

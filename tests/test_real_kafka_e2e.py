@@ -10,11 +10,12 @@ from __future__ import annotations
 import time
 
 import pytest
-from onceflow import broker, ledger
+from onceflow import broker
 from onceflow.audit import run_audit
-from onceflow.config import get_pipeline
+from onceflow.config.pipelines_file import get_pipeline
 from onceflow.db import transaction
 from onceflow.errors import UnknownTxidError
+from onceflow.ledger.batches import get_batch
 from onceflow.recount import count_records
 from onceflow.transforms import load_module
 from onceflow_dev import producer
@@ -125,7 +126,7 @@ def test_aborted_transactions_in_the_source_are_never_published(real_stack, real
     offsets = sum(
         r.until_offset - r.from_offset
         for txid in ("rk-txn-1", "rk-txn-2")
-        for r in ledger.get_batch(real_stack.postgres_dsn, "rk_txn", txid).ranges
+        for r in get_batch(real_stack.postgres_dsn, "rk_txn", txid).ranges
     )
     assert offsets == sum(records.values()) > len(committed)
 
@@ -159,7 +160,7 @@ def test_records_deleted_before_plan_fail_the_run_with_a_data_loss_error(real_st
     assert "data loss in pipeline 'rk_loss' at rk_loss[0]" in text
     assert "records [10, 15) were deleted before they were processed" in text
     with pytest.raises(UnknownTxidError):  # nothing was planned
-        ledger.get_batch(real_stack.postgres_dsn, "rk_loss", "rk-loss-2")
+        get_batch(real_stack.postgres_dsn, "rk_loss", "rk-loss-2")
     report = audit(real_stack, "rk_loss")
     assert report.loss_events == []
     assert report.reread_skipped == 1  # seq 1's records are deleted too: the ledger counts them
@@ -168,7 +169,7 @@ def test_records_deleted_before_plan_fail_the_run_with_a_data_loss_error(real_st
 def test_records_deleted_before_plan_become_a_loss_event_the_audit_lists(real_stack, real_airflow):
     dag_id = committed_then_deleted(real_stack, real_airflow, "rk_loss_skip", "rk-skip-1")
     assert run_and_wait(real_airflow, dag_id, ["rk-skip-2"]) == {"rk-skip-2": "success"}
-    batch = ledger.get_batch(real_stack.postgres_dsn, "rk_loss_skip", "rk-skip-2")
+    batch = get_batch(real_stack.postgres_dsn, "rk_loss_skip", "rk-skip-2")
     assert [(r.from_offset, r.until_offset) for r in batch.ranges] == [(15, 20)]
     report = audit(real_stack, "rk_loss_skip")
     assert report.reread_skipped == 1  # seq 1's records are gone from the broker too
@@ -195,7 +196,7 @@ def test_a_partition_added_between_runs_joins_at_its_first_offset(real_stack, re
     produce(real_stack, "rk_parts", 30, 20, 2)  # 15 into each partition
 
     assert run_and_wait(real_airflow, dag_id, ["rk-parts-2"]) == {"rk-parts-2": "success"}
-    batch = ledger.get_batch(real_stack.postgres_dsn, "rk_parts", "rk-parts-2")
+    batch = get_batch(real_stack.postgres_dsn, "rk_parts", "rk-parts-2")
     assert [(r.partition, r.from_offset, r.until_offset) for r in batch.ranges] == [
         (0, 20, 35),
         (1, 0, 15),

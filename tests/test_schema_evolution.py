@@ -6,7 +6,7 @@ table, the column and what to do.
 
 The rule itself on plain lists (unit); then on a real PostgreSQL for each PostgreSQL mode
 (append, upsert, merge), an Iceberg table and a Kafka sink's stage table, staged as process
-stages them (test_sinks.py's helpers); then once through the real spark-submit.
+stages them (sink_support.py's helpers); then once through the real spark-submit.
 """
 
 from __future__ import annotations
@@ -15,15 +15,19 @@ import threading
 
 import pyarrow as pa
 import pytest
-from onceflow import ledger, schema_evolution
-from onceflow.config import parse_pipeline
+from onceflow import schema_evolution
+from onceflow.commit import commit
+from onceflow.config.pipeline_table import parse_pipeline
 from onceflow.db import transaction
 from onceflow.errors import ConfigError, SinkSchemaError
+from onceflow.ledger.fencing import claim_attempt, mark_staged
+from onceflow.ledger.planning import plan
 from onceflow.schema_evolution import Added, Evolution, Problem, TableFit, decide
 from onceflow.sinks import PublishTarget, sink_for
-from onceflow.sinks.iceberg import open_catalog
-from onceflow.stage import StageTarget, stage_part
-from test_sinks import FIELDS, MODES, T, exactly_once, iceberg_rows, records, snap
+from onceflow.sinks.iceberg.catalog import open_catalog
+from onceflow.staging.target import StageTarget
+from onceflow.staging.writer import stage_part
+from sink_support import FIELDS, MODES, T, exactly_once, iceberg_rows, records, snap
 
 # the output of batch 2: batch 1's and a note
 WITH_NOTE = [*FIELDS, ("note", "string")]
@@ -203,15 +207,15 @@ def make_cfg(name, mode, warehouse=None, sink=None, **pipeline):
     )
 
 
-def plan(dsn, cfg, *ends):
+def plan_each(dsn, cfg, *ends):
     """txids a, b, ... planned with partition 0 ending at each of `ends`."""
     for txid, end in zip("abcd", ends, strict=False):
-        ledger.plan(dsn, cfg, txid, snap({(T, 0): end}))
+        plan(dsn, cfg, txid, snap({(T, 0): end}))
 
 
 def bind(dsn, cfg, txid, fields):
     """process's bind step for a new attempt of txid: (attempt, the sink bound to fields)."""
-    claim = ledger.claim_attempt(dsn, cfg.name, txid)
+    claim = claim_attempt(dsn, cfg.name, txid)
     evolution = Evolution(cfg.name, txid, claim.attempt, cfg.schema_evolution)
     with transaction(dsn) as cur:
         return claim.attempt, sink_for(cfg).bind_output(cur, fields, evolution)
@@ -221,7 +225,7 @@ def stage(dsn, cfg, txid, bound, batch):
     """process's staging of one part and mark_staged, after `bind`."""
     attempt, sink = bound
     stage_part(StageTarget.for_sink(dsn, sink, cfg.name, txid, attempt), 0, [batch])
-    ledger.mark_staged(dsn, cfg, txid, attempt, parts=1)
+    mark_staged(dsn, cfg, txid, attempt, parts=1)
 
 
 def extra(batch, name, values, typ=None):
@@ -264,9 +268,9 @@ def test_an_added_column_evolves_every_table_before_staging_and_is_published_fro
 ):
     cfg = make_cfg(unique_name, mode)
     s = cfg.sink_schema
-    plan(ledger_dsn, cfg, 2, 4)
+    plan_each(ledger_dsn, cfg, 2, 4)
     stage(ledger_dsn, cfg, "a", bind(ledger_dsn, cfg, "a", FIELDS), records((0, 0, "x", 1), (0, 1, "y", 2)))  # fmt: skip
-    ledger.commit(ledger_dsn, cfg, "a")
+    commit(ledger_dsn, cfg, "a")
 
     bound = bind(ledger_dsn, cfg, "b", WITH_NOTE)  # nothing of b is staged yet
     for t in TABLES[mode]:
@@ -278,7 +282,7 @@ def test_an_added_column_evolves_every_table_before_staging_and_is_published_fro
     ]
     batch = records((0, 2, "x", 3), (0, 3, "z", 4, "malformed"))
     stage(ledger_dsn, cfg, "b", bound, extra(batch, "note", ["n3", "n4"]))
-    assert ledger.commit(ledger_dsn, cfg, "b").outcome == "committed"
+    assert commit(ledger_dsn, cfg, "b").outcome == "committed"
 
     if mode == "append":
         assert rows(
@@ -315,10 +319,10 @@ def test_merge_an_added_aggregate_goes_to_the_partials_and_the_state(ledger_dsn,
     old = make_cfg(unique_name, "merge")
     new = make_cfg(unique_name, "merge", sink={"aggregates": ["qty", "cost"]})
     s = old.sink_schema
-    plan(ledger_dsn, old, 3, 5)
+    plan_each(ledger_dsn, old, 3, 5)
     a = records((0, 0, "x", 1), (0, 1, "x", 2), (0, 2, "y", 5))
     stage(ledger_dsn, old, "a", bind(ledger_dsn, old, "a", FIELDS), a)
-    ledger.commit(ledger_dsn, old, "a")
+    commit(ledger_dsn, old, "a")
 
     fields = [*FIELDS, ("cost", "bigint")]
     bound = bind(ledger_dsn, new, "b", fields)
@@ -327,7 +331,7 @@ def test_merge_an_added_aggregate_goes_to_the_partials_and_the_state(ledger_dsn,
     ]
     b = records((0, 3, "x", 3), (0, 4, "z", 1))
     stage(ledger_dsn, new, "b", bound, extra(b, "cost", [30, 10], pa.int64()))
-    ledger.commit(ledger_dsn, new, "b")
+    commit(ledger_dsn, new, "b")
     state = f"select sku, qty, cost, last_seq from {s}.items order by sku"
     # y's state is a's alone, from before the aggregate: null; x's folds b's cost from null
     assert rows(ledger_dsn, state) == [("x", 6, 30, 2), ("y", 5, None, 1), ("z", 1, 10, 2)]
@@ -335,7 +339,7 @@ def test_merge_an_added_aggregate_goes_to_the_partials_and_the_state(ledger_dsn,
 
     # a re-run of a with the new code subtracts a's partials (null cost) and adds its new ones
     stage(ledger_dsn, new, "a", bind(ledger_dsn, new, "a", fields), extra(a, "cost", [100, 200, 50], pa.int64()))  # fmt: skip
-    assert ledger.commit(ledger_dsn, new, "a").outcome == "republished"
+    assert commit(ledger_dsn, new, "a").outcome == "republished"
     assert rows(ledger_dsn, state) == [("x", 6, 330, 2), ("y", 5, 50, 1), ("z", 1, 10, 2)]
     exactly_once(ledger_dsn, new)
 
@@ -345,7 +349,7 @@ def test_iceberg_an_added_column_evolves_the_tables_schema(ledger_dsn, unique_na
     """Batch a is staged (a data file of the old schema) before b evolves the table and
     published after it: its rows read null in the new column."""
     cfg = make_cfg(unique_name, "iceberg", tmp_path)
-    plan(ledger_dsn, cfg, 2, 4)
+    plan_each(ledger_dsn, cfg, 2, 4)
     stage(ledger_dsn, cfg, "a", bind(ledger_dsn, cfg, "a", FIELDS), records((0, 0, "x", 1), (0, 1, "y", 2)))  # fmt: skip
 
     bound = bind(ledger_dsn, cfg, "b", WITH_NOTE)
@@ -359,8 +363,8 @@ def test_iceberg_an_added_column_evolves_the_tables_schema(ledger_dsn, unique_na
         ("b", 2, bound[0], "iceberg", f"{cfg.sink_schema}.items", "note", "string")
     ]
     stage(ledger_dsn, cfg, "b", bound, extra(records((0, 2, "x", 3)), "note", ["n3"]))
-    ledger.commit(ledger_dsn, cfg, "a")
-    ledger.commit(ledger_dsn, cfg, "b")
+    commit(ledger_dsn, cfg, "a")
+    commit(ledger_dsn, cfg, "b")
     with transaction(ledger_dsn) as cur:
         assert iceberg_rows(cur, cfg, "offset", "txid", "sku", "note") == [
             (0, "a", "x", None),
@@ -382,7 +386,7 @@ def test_a_kafka_sinks_stage_takes_the_column_and_its_records_carry_it(ledger_ds
             "sink": {"kind": "kafka", "topic": "out", "bootstrap": "127.0.0.1:1"},
         },
     )
-    plan(ledger_dsn, cfg, 1, 2)
+    plan_each(ledger_dsn, cfg, 1, 2)
     first = bind(ledger_dsn, cfg, "a", FIELDS)
     stage(ledger_dsn, cfg, "a", first, records((0, 0, "x", 1)))
     second = bind(ledger_dsn, cfg, "b", WITH_NOTE)
@@ -404,13 +408,13 @@ def test_a_kafka_sinks_stage_takes_the_column_and_its_records_carry_it(ledger_ds
 @pytest.mark.integration
 def test_two_attempts_binding_at_once_add_the_column_once(ledger_dsn, unique_name):
     cfg = make_cfg(unique_name, "append")
-    plan(ledger_dsn, cfg, 1, 2)
+    plan_each(ledger_dsn, cfg, 1, 2)
     bind(ledger_dsn, cfg, "a", FIELDS)
     errors, go = [], threading.Barrier(2)
 
     def binder(txid):
         try:
-            claim = ledger.claim_attempt(ledger_dsn, cfg.name, txid)
+            claim = claim_attempt(ledger_dsn, cfg.name, txid)
             go.wait()
             with transaction(ledger_dsn) as cur:
                 sink_for(cfg).bind_output(cur, WITH_NOTE, Evolution(cfg.name, txid, claim.attempt))
@@ -447,7 +451,7 @@ def test_a_removed_column_is_refused_naming_the_table_the_column_and_the_way_out
 ):
     cfg = make_cfg(unique_name, mode, tmp_path if mode == "iceberg" else None)
     s = cfg.sink_schema
-    plan(ledger_dsn, cfg, 1, 2)
+    plan_each(ledger_dsn, cfg, 1, 2)
     bind(ledger_dsn, cfg, "a", WITH_NOTE)
     msg = refused(ledger_dsn, cfg, "b", FIELDS)
     assert "Nothing was staged" in msg and "change the transform back" in msg
@@ -469,7 +473,7 @@ def test_a_changed_type_is_refused_and_no_table_changes(ledger_dsn, unique_name,
     """The output retypes qty and adds a note: refused for qty, and the note is added nowhere."""
     cfg = make_cfg(unique_name, mode, tmp_path if mode == "iceberg" else None)
     s = cfg.sink_schema
-    plan(ledger_dsn, cfg, 1, 2)
+    plan_each(ledger_dsn, cfg, 1, 2)
     bind(ledger_dsn, cfg, "a", FIELDS)
     retyped = [(n, "double" if n == "qty" else t) for n, t in WITH_NOTE]
     msg = refused(ledger_dsn, cfg, "b", retyped)
@@ -495,7 +499,7 @@ def test_under_fail_an_added_column_is_refused_naming_it(ledger_dsn, unique_name
         unique_name, mode, tmp_path if mode == "iceberg" else None, schema_evolution="fail"
     )
     s = cfg.sink_schema
-    plan(ledger_dsn, cfg, 1, 2)
+    plan_each(ledger_dsn, cfg, 1, 2)
     bind(ledger_dsn, cfg, "a", FIELDS)
     msg = refused(ledger_dsn, cfg, "b", WITH_NOTE)
     fail = 'and the pipeline\'s schema_evolution is "fail"'
@@ -524,14 +528,14 @@ def test_the_ledger_cli_and_ui_show_the_change_with_its_txid(
     from dataclasses import replace
 
     from fastapi.testclient import TestClient
-    from onceflow import cli
+    from onceflow.cli.main import main
     from onceflow.settings import Settings
     from onceflow.ui import app as app_mod
-    from onceflow.ui import create_app
+    from onceflow.ui.app import create_app
 
     cfg = make_cfg(unique_name, "upsert")
     s = cfg.sink_schema
-    plan(ledger_dsn, cfg, 1, 2)
+    plan_each(ledger_dsn, cfg, 1, 2)
     stage(ledger_dsn, cfg, "a", bind(ledger_dsn, cfg, "a", FIELDS), records((0, 0, "x", 1)))
     stage(ledger_dsn, cfg, "b", bind(ledger_dsn, cfg, "b", WITH_NOTE), extra(records((0, 1, "y", 2)), "note", ["n"]))  # fmt: skip
     line = f"added note text to {s}.stage_items, {s}.items_versions, {s}.items"
@@ -545,11 +549,11 @@ def test_the_ledger_cli_and_ui_show_the_change_with_its_txid(
     monkeypatch.setenv("ONCEFLOW_PIPELINES", str(pipelines))
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        assert cli.main(["ledger", "--pipeline", cfg.name]) == 0
+        assert main(["ledger", "--pipeline", cfg.name]) == 0
     assert f"\nschema changes, each with the txid that first needed it:\n  seq 2 txid b: {line}\n" in out.getvalue()  # fmt: skip
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        assert cli.main(["ledger", "--pipeline", cfg.name, "--json"]) == 0
+        assert main(["ledger", "--pipeline", cfg.name, "--json"]) == 0
     shown = {b["txid"]: b["schema_changes"] for b in json.loads(out.getvalue())["batches"]}
     assert shown["a"] == [] and [c["sink_table"] for c in shown["b"]] == [
         f"{s}.stage_items",

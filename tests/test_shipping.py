@@ -88,5 +88,6 @@ def test_ship_package_adds_onceflow_zipped_in_any_mode(jobs):
     zipped, module = py_files(f"{name}:transform", "local[2]", True, out)
     assert module == str(folder / f"{name}.py")
     names = zipfile.ZipFile(zipped).namelist()
-    assert {"onceflow/__init__.py", "onceflow/shipping.py", "onceflow/process.py"} <= set(names)
+    shipped = {"onceflow/__init__.py", "onceflow/shipping.py", "onceflow/process/entry.py"}
+    assert shipped <= set(names)
     assert all(n.startswith("onceflow/") and "__pycache__" not in n for n in names)

@@ -2,9 +2,8 @@
 (append, upsert, merge) and for an Iceberg table (IcebergSink, append, in a warehouse under the
 test's tmp_path), and each mode's own truth.
 
-Rows are staged as process stages them (onceflow.stage.stage_part: Arrow batches, the part
-fence, COPY), into tables created from an output schema as process creates them
-(Sink.bind_output); the broker is a snapshot callable, as in test_ledger.py.
+Rows are staged as process stages them, into tables created from an output schema as
+process creates them (the set-up is sink_support.py's).
 """
 
 from __future__ import annotations
@@ -14,55 +13,32 @@ from decimal import Decimal
 
 import pyarrow as pa
 import pytest
-from onceflow import ledger
 from onceflow.audit import run_audit
-from onceflow.config import parse_pipeline
+from onceflow.commit import commit
+from onceflow.config.pipeline_table import parse_pipeline
 from onceflow.db import transaction
 from onceflow.errors import FencedAttemptError, SinkSchemaError
-from onceflow.ledger import BrokerSnapshot
+from onceflow.ledger.fencing import claim_attempt, mark_staged
+from onceflow.ledger.planning import plan
 from onceflow.sinks import sink_for
-from onceflow.sinks.iceberg import open_catalog
-from onceflow.sinks.postgres import PostgresSink, output_columns
-from onceflow.stage import StageTarget, stage_part
+from onceflow.sinks.postgres import PostgresSink
+from onceflow.sinks.postgres.columns import output_columns
+from onceflow.staging.target import StageTarget
+from onceflow.staging.writer import stage_part
+from sink_support import (
+    FIELDS,
+    MODES,
+    T,
+    bound,
+    exactly_once,
+    pipeline,
+    process,
+    published,
+    records,
+    snap,
+)
 
 pytestmark = pytest.mark.integration
-T = "stock"
-MODES = {
-    "append": {"table": "items", "mode": "append"},
-    "upsert": {"table": "items", "mode": "upsert", "key": ["sku"]},
-    "merge": {"table": "items", "mode": "merge", "key": ["sku"], "aggregates": ["qty"]},
-    "iceberg": {"kind": "iceberg", "table": "items"},
-}
-# The transform's output schema as Spark gives it: (name, DataType.simpleString()).
-FIELDS = [
-    ("topic", "string"),
-    ("partition", "int"),
-    ("offset", "bigint"),
-    ("sku", "string"),
-    ("qty", "bigint"),
-    ("error", "string"),
-    ("key", "binary"),
-    ("value", "binary"),
-]
-
-
-def snap(ends):
-    return lambda _at: BrokerSnapshot({tp: 0 for tp in ends}, dict(ends))
-
-
-def pipeline(name, mode, warehouse=None):
-    sink = dict(MODES[mode])
-    if warehouse is not None:
-        sink["warehouse"] = str(warehouse)
-    return parse_pipeline(
-        name,
-        {
-            "topics": [T],
-            "transform": "inventory:transform",
-            "max_records_per_partition": 100,
-            "sink": sink,
-        },
-    )
 
 
 @pytest.fixture(params=sorted(MODES))
@@ -70,114 +46,20 @@ def cfg(request, unique_name, tmp_path):
     return pipeline(unique_name, request.param, tmp_path if request.param == "iceberg" else None)
 
 
-def bound(dsn, cfg):
-    with transaction(dsn) as cur:
-        return sink_for(cfg).bind_output(cur, FIELDS)
-
-
-def records(*rows):
-    """Arrow batch of staged rows: (partition, offset, sku, qty[, error | "tombstone"])."""
-    cols = {k: [] for k in ("partition", "offset", "sku", "qty", "error", "tombstone")}
-    for partition, offset, sku, qty, *flag in rows:
-        error = flag[0] if flag and flag[0] != "tombstone" else None
-        cols["partition"].append(partition)
-        cols["offset"].append(offset)
-        cols["sku"].append(sku)
-        cols["qty"].append(qty)
-        cols["error"].append(error)
-        cols["tombstone"].append(flag == ["tombstone"])
-    n = len(rows)
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array([T] * n),
-            pa.array(cols["partition"], pa.int32()),
-            pa.array(cols["offset"], pa.int64()),
-            pa.array(cols["sku"], pa.string()),
-            pa.array(cols["qty"], pa.int64()),
-            pa.array(cols["error"], pa.string()),
-            pa.array([b"k" if e else None for e in cols["error"]], pa.binary()),
-            pa.array([b"bad" if e else None for e in cols["error"]], pa.binary()),
-            pa.array(cols["tombstone"], pa.bool_()),
-            pa.array(
-                [
-                    hash((p, o)) & 0xFFFF
-                    for p, o in zip(cols["partition"], cols["offset"], strict=True)
-                ],
-                pa.int64(),
-            ),
-        ],
-        names=[
-            "topic",
-            "partition",
-            "offset",
-            "sku",
-            "qty",
-            "error",
-            "key",
-            "value",
-            "tombstone",
-            "_meta_hash",
-        ],
-    )
-
-
-def process(dsn, cfg, txid, *parts):
-    """One process attempt staging `parts` (each a list of rows) as parts 0..n-1."""
-    claim = ledger.claim_attempt(dsn, cfg.name, txid)
-    target = StageTarget.for_sink(dsn, bound(dsn, cfg), cfg.name, txid, claim.attempt)
-    for i, rows in enumerate(parts):
-        stage_part(target, i, [records(*rows)])
-    ledger.mark_staged(dsn, cfg, txid, claim.attempt, parts=len(parts))
-    return claim.attempt
-
-
-def published(dsn, cfg):
-    """The sink's visible state: append rows by coordinates, upsert rows and merge state by key."""
-    sink = cfg.sink
-    with transaction(dsn) as cur:
-        if sink.kind == "iceberg":
-            return iceberg_rows(cur, cfg, "partition", "offset", "sku", "qty")
-        if sink.mode == "append":
-            cur.execute(
-                f'select partition, "offset", sku, qty from "{cfg.sink_schema}".items order by 1, 2'
-            )
-        elif sink.mode == "upsert":
-            cur.execute(f'select sku, qty from "{cfg.sink_schema}".items order by 1')
-        else:
-            cur.execute(f'select sku, qty, last_seq from "{cfg.sink_schema}".items order by 1')
-        return cur.fetchall()
-
-
-def iceberg_rows(cur, cfg, *columns):
-    """The Iceberg table's rows (a scan with pyiceberg), sorted; [] before it exists."""
-    sink = sink_for(cfg)
-    with open_catalog(cur, sink.warehouse) as catalog:
-        if not catalog.table_exists(sink.identifier):
-            return []
-        rows = catalog.load_table(sink.identifier).scan(selected_fields=columns).to_arrow()
-    return sorted(zip(*(rows.column(c).to_pylist() for c in columns), strict=True))
-
-
-def exactly_once(dsn, cfg):
-    report = run_audit(dsn, cfg)
-    assert report.violations == []
-    return report
-
-
 # -- the contract every sink passes ------------------------------------------------------
 
 
 def test_a_part_staged_twice_is_published_once(ledger_dsn, cfg):
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
-    claim = ledger.claim_attempt(ledger_dsn, cfg.name, "a")
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
+    claim = claim_attempt(ledger_dsn, cfg.name, "a")
     target = StageTarget.for_sink(ledger_dsn, bound(ledger_dsn, cfg), cfg.name, "a", claim.attempt)
     rows = [(0, 0, "x", 1), (0, 1, "y", 2), (0, 2, "z", 3, "malformed")]
     first = stage_part(target, 0, [records(*rows)])
     again = stage_part(target, 0, [records(*rows)])  # a retried or speculative task
     assert (first.rows, first.skipped, again.skipped) == (3, False, True)
-    staged = ledger.mark_staged(ledger_dsn, cfg, "a", claim.attempt, parts=1)
+    staged = mark_staged(ledger_dsn, cfg, "a", claim.attempt, parts=1)
     assert (staged.records, staged.valid, staged.dead) == (3, 2, 1)
-    res = ledger.commit(ledger_dsn, cfg, "a")
+    res = commit(ledger_dsn, cfg, "a")
     assert (res.outcome, res.published, res.dead) == ("committed", 2, 1)
     expected = {
         "append": [(0, 0, "x", 1), (0, 1, "y", 2)],
@@ -190,8 +72,8 @@ def test_a_part_staged_twice_is_published_once(ledger_dsn, cfg):
 
 
 def test_a_fenced_attempts_output_is_never_published(ledger_dsn, cfg):
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
-    old = ledger.claim_attempt(ledger_dsn, cfg.name, "a")
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
+    old = claim_attempt(ledger_dsn, cfg.name, "a")
     old_target = StageTarget.for_sink(
         ledger_dsn, bound(ledger_dsn, cfg), cfg.name, "a", old.attempt
     )
@@ -200,8 +82,8 @@ def test_a_fenced_attempts_output_is_never_published(ledger_dsn, cfg):
     with pytest.raises(FencedAttemptError):  # the zombie's late part
         stage_part(old_target, 1, [records((0, 0, "x", 100))])
     with pytest.raises(FencedAttemptError):
-        ledger.mark_staged(ledger_dsn, cfg, "a", old.attempt, parts=1)
-    ledger.commit(ledger_dsn, cfg, "a")
+        mark_staged(ledger_dsn, cfg, "a", old.attempt, parts=1)
+    commit(ledger_dsn, cfg, "a")
     assert [r[-1] if cfg.sink.mode == "append" else r[1] for r in published(ledger_dsn, cfg)] == [
         1,
         2,
@@ -210,23 +92,23 @@ def test_a_fenced_attempts_output_is_never_published(ledger_dsn, cfg):
 
 
 def test_commit_twice_publishes_once(ledger_dsn, cfg):
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 2, (T, 1): 1}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2, (T, 1): 1}))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "x", 2)], [(1, 0, "y", 5)])
-    assert ledger.commit(ledger_dsn, cfg, "a").outcome == "committed"
+    assert commit(ledger_dsn, cfg, "a").outcome == "committed"
     before = published(ledger_dsn, cfg)
-    again = ledger.commit(ledger_dsn, cfg, "a")
+    again = commit(ledger_dsn, cfg, "a")
     assert (again.outcome, again.published) == ("already-committed", 3)
     assert published(ledger_dsn, cfg) == before
     assert exactly_once(ledger_dsn, cfg).records_in_sink == 3
 
 
 def test_a_rerun_replaces_the_txids_output(ledger_dsn, cfg):
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])
-    ledger.commit(ledger_dsn, cfg, "a")
+    commit(ledger_dsn, cfg, "a")
     # re-run by run id after a bug fix: same ranges, new output, one record now refused
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 10), (0, 1, "y", 20, "refused now")])
-    assert ledger.commit(ledger_dsn, cfg, "a").outcome == "republished"
+    assert commit(ledger_dsn, cfg, "a").outcome == "republished"
     expected = {
         "append": [(0, 0, "x", 10)],
         "upsert": [("x", 10)],
@@ -238,10 +120,10 @@ def test_a_rerun_replaces_the_txids_output(ledger_dsn, cfg):
 
 
 def test_an_empty_first_batch_commits_before_any_table_exists(ledger_dsn, cfg):
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 0}))
-    claim = ledger.claim_attempt(ledger_dsn, cfg.name, "a")
-    ledger.mark_staged(ledger_dsn, cfg, "a", claim.attempt, parts=0)  # no Spark, no schema
-    assert ledger.commit(ledger_dsn, cfg, "a").published == 0
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 0}))
+    claim = claim_attempt(ledger_dsn, cfg.name, "a")
+    mark_staged(ledger_dsn, cfg, "a", claim.attempt, parts=0)  # no Spark, no schema
+    assert commit(ledger_dsn, cfg, "a").published == 0
     assert run_audit(ledger_dsn, cfg).verdict == "exactly-once"
 
 
@@ -250,45 +132,45 @@ def test_an_empty_first_batch_commits_before_any_table_exists(ledger_dsn, cfg):
 
 def test_upsert_the_newest_record_wins_and_an_older_rerun_never_overwrites(ledger_dsn, unique_name):
     cfg = pipeline(unique_name, "upsert")
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 2, (T, 1): 1}))
-    ledger.plan(ledger_dsn, cfg, "b", snap({(T, 0): 3, (T, 1): 1}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2, (T, 1): 1}))
+    plan(ledger_dsn, cfg, "b", snap({(T, 0): 3, (T, 1): 1}))
     # within a txid: the higher (partition, offset) wins, whatever order the parts staged in
     process(ledger_dsn, cfg, "a", [(1, 0, "x", 3)], [(0, 0, "x", 1), (0, 1, "y", 2)])
-    ledger.commit(ledger_dsn, cfg, "a")
+    commit(ledger_dsn, cfg, "a")
     assert published(ledger_dsn, cfg) == [("x", 3), ("y", 2)]
     process(ledger_dsn, cfg, "b", [(0, 2, "x", 4)])
-    ledger.commit(ledger_dsn, cfg, "b")
+    commit(ledger_dsn, cfg, "b")
     assert published(ledger_dsn, cfg) == [("x", 4), ("y", 2)]
     # re-running the older txid a replaces a's versions; b's newer x still wins
     process(ledger_dsn, cfg, "a", [(1, 0, "x", 30)], [(0, 0, "x", 10), (0, 1, "y", 20)])
-    ledger.commit(ledger_dsn, cfg, "a")
+    commit(ledger_dsn, cfg, "a")
     assert published(ledger_dsn, cfg) == [("x", 4), ("y", 20)]
     exactly_once(ledger_dsn, cfg)
 
 
 def test_upsert_a_tombstone_deletes_the_key_and_a_rerun_can_bring_it_back(ledger_dsn, unique_name):
     cfg = pipeline(unique_name, "upsert")
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
-    ledger.plan(ledger_dsn, cfg, "b", snap({(T, 0): 3}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
+    plan(ledger_dsn, cfg, "b", snap({(T, 0): 3}))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])
-    ledger.commit(ledger_dsn, cfg, "a")
+    commit(ledger_dsn, cfg, "a")
     process(ledger_dsn, cfg, "b", [(0, 2, "x", None, "tombstone")])
-    res = ledger.commit(ledger_dsn, cfg, "b")
+    res = commit(ledger_dsn, cfg, "b")
     assert res.published == 1  # the tombstone is a published record (a version)
     assert published(ledger_dsn, cfg) == [("y", 2)]
     exactly_once(ledger_dsn, cfg)
     # b re-run without the tombstone: x's version of a is the newest again
     process(ledger_dsn, cfg, "b", [(0, 2, "z", 7)])
-    ledger.commit(ledger_dsn, cfg, "b")
+    commit(ledger_dsn, cfg, "b")
     assert published(ledger_dsn, cfg) == [("x", 1), ("y", 2), ("z", 7)]
     exactly_once(ledger_dsn, cfg)
 
 
 def test_upsert_audit_finds_a_row_that_is_not_the_last_committed_record(ledger_dsn, unique_name):
     cfg = pipeline(unique_name, "upsert")
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])
-    ledger.commit(ledger_dsn, cfg, "a")
+    commit(ledger_dsn, cfg, "a")
     with transaction(ledger_dsn) as cur:
         cur.execute(f"update \"{cfg.sink_schema}\".items set qty = 99 where sku = 'x'")
     report = run_audit(ledger_dsn, cfg)
@@ -303,17 +185,17 @@ def test_upsert_audit_finds_a_row_that_is_not_the_last_committed_record(ledger_d
 
 def test_merge_state_is_the_fold_of_the_committed_partials(ledger_dsn, unique_name):
     cfg = pipeline(unique_name, "merge")
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
-    ledger.plan(ledger_dsn, cfg, "b", snap({(T, 0): 5}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
+    plan(ledger_dsn, cfg, "b", snap({(T, 0): 5}))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "x", 2), (0, 2, "y", 5)])
     process(ledger_dsn, cfg, "b", [(0, 3, "x", 3), (0, 4, "z", None)])
-    ledger.commit(ledger_dsn, cfg, "a")
-    ledger.commit(ledger_dsn, cfg, "b")
+    commit(ledger_dsn, cfg, "a")
+    commit(ledger_dsn, cfg, "b")
     assert published(ledger_dsn, cfg) == [("x", 6, 2), ("y", 5, 1), ("z", 0, 2)]
     exactly_once(ledger_dsn, cfg)
     # a re-run of a first subtracts a's contribution; y, only a's, disappears
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 10), (0, 1, "w", 1), (0, 2, "x", 0, "bad")])
-    assert ledger.commit(ledger_dsn, cfg, "a").outcome == "republished"
+    assert commit(ledger_dsn, cfg, "a").outcome == "republished"
     assert published(ledger_dsn, cfg) == [("w", 1, 1), ("x", 13, 2), ("z", 0, 2)]
     exactly_once(ledger_dsn, cfg)
     with transaction(ledger_dsn) as cur:
@@ -386,9 +268,9 @@ def test_a_compatible_existing_table_is_used(ledger_dsn, unique_name):
             ' epoch integer, "offset" bigint, txid text, sku text, qty bigint, note text,'
             ' primary key (topic, partition, epoch, "offset"))'
         )
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 1}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 1}))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1)])
-    ledger.commit(ledger_dsn, cfg, "a")
+    commit(ledger_dsn, cfg, "a")
     assert published(ledger_dsn, cfg) == [(0, 0, "x", 1)]
 
 
@@ -413,9 +295,9 @@ def test_the_tables_of_an_earlier_version_are_taken_over(ledger_dsn, unique_name
             ' primary key (topic, partition, epoch, "offset"))'
         )
         cur.execute(f"insert into {s}.items values ('{T}', 0, 0, 7, 'old', 'y', 2)")
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 1}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 1}))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1)])
-    ledger.commit(ledger_dsn, cfg, "a")
+    commit(ledger_dsn, cfg, "a")
     assert published(ledger_dsn, cfg) == [(0, 0, "x", 1), (0, 7, "y", 2)]
 
 
@@ -452,8 +334,8 @@ def test_upsert_by_a_composite_key_of_mixed_types(ledger_dsn, unique_name):
         },
     )
     fields = [*FIELDS[:3], ("shop", "int"), ("day", "date"), ("price", "decimal(10,2)")]
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
-    claim = ledger.claim_attempt(ledger_dsn, cfg.name, "a")
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
+    claim = claim_attempt(ledger_dsn, cfg.name, "a")
     with transaction(ledger_dsn) as cur:
         sink = sink_for(cfg).bind_output(cur, fields)
     day = dt.date(2026, 11, 23)
@@ -473,8 +355,8 @@ def test_upsert_by_a_composite_key_of_mixed_types(ledger_dsn, unique_name):
                "_meta_hash"],
     )  # fmt: skip
     stage_part(StageTarget.for_sink(ledger_dsn, sink, cfg.name, "a", claim.attempt), 0, [batch])
-    ledger.mark_staged(ledger_dsn, cfg, "a", claim.attempt, parts=1)
-    assert ledger.commit(ledger_dsn, cfg, "a").published == 3
+    mark_staged(ledger_dsn, cfg, "a", claim.attempt, parts=1)
+    assert commit(ledger_dsn, cfg, "a").published == 3
     with transaction(ledger_dsn) as cur:
         cur.execute(f'select shop, day, price::text from "{cfg.sink_schema}".prices order by 1')
         assert cur.fetchall() == [(1, day, "2.25"), (2, day, "3.00")]
@@ -496,22 +378,22 @@ def test_an_existing_upsert_table_with_another_key_type_is_refused(ledger_dsn, u
 def test_append_of_the_coordinates_alone(ledger_dsn, unique_name):
     """A transform may publish no column of its own (an index of the records it accepted)."""
     cfg = pipeline(unique_name, "append")
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
-    claim = ledger.claim_attempt(ledger_dsn, cfg.name, "a")
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
+    claim = claim_attempt(ledger_dsn, cfg.name, "a")
     with transaction(ledger_dsn) as cur:
         sink = sink_for(cfg).bind_output(cur, [f for f in FIELDS if f[0] not in ("sku", "qty")])
     batch = records((0, 0, "x", 1), (0, 1, "y", 2, "bad")).drop_columns(["sku", "qty"])
     stage_part(StageTarget.for_sink(ledger_dsn, sink, cfg.name, "a", claim.attempt), 0, [batch])
-    ledger.mark_staged(ledger_dsn, cfg, "a", claim.attempt, parts=1)
-    res = ledger.commit(ledger_dsn, cfg, "a")
+    mark_staged(ledger_dsn, cfg, "a", claim.attempt, parts=1)
+    res = commit(ledger_dsn, cfg, "a")
     assert (res.published, res.dead) == (1, 1)
     exactly_once(ledger_dsn, cfg)
 
 
 def test_the_audit_finds_output_outside_its_txids_ranges(ledger_dsn, cfg):
-    ledger.plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2), (0, 2, "z", 3, "malformed")])
-    ledger.commit(ledger_dsn, cfg, "a")
+    commit(ledger_dsn, cfg, "a")
     exactly_once(ledger_dsn, cfg)
     with transaction(ledger_dsn) as cur:  # the dead letter of offset 2 now claims offset 7
         cur.execute(

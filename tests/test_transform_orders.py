@@ -125,7 +125,7 @@ def fast_form_rows(spark, keys: list, values: list) -> tuple[list[int], list]:
     assert tuple(rows.schema.names) == orders.COLUMNS
     if not len(accepted):
         return [], []
-    # the fast stage adds the coordinates of the accepted records (onceflow.fast_stage)
+    # the fast stage adds the coordinates of the accepted records (onceflow.staging.fast_stage)
     coordinates = batch.select(["topic", "partition", "offset"]).take(pa.array(accepted))
     rows = pa.RecordBatch.from_arrays(
         [*coordinates.columns, *rows.columns], names=[*coordinates.schema.names, *orders.COLUMNS]

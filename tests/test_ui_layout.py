@@ -76,7 +76,8 @@ def _batch(seq: int, state: str, last_error: str | None = None) -> dict:
 
 
 def ledger_html() -> str:
-    from onceflow.ui import pages
+    from onceflow.ui.links import Links
+    from onceflow.ui.pipeline_ledger import ledger_page
 
     batches = [_batch(3, "processing", LONG_ERROR), _batch(2, "committed"), _batch(1, "committed")]
     data = {
@@ -106,7 +107,7 @@ def ledger_html() -> str:
         "resets": [],
         "abandoned": [],
     }
-    return pages.ledger_page(data, pages.Links("/onceflow", ""))
+    return ledger_page(data, Links("/onceflow", ""))
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """A user pipeline through the REAL `spark-submit onceflow/spark_app/process.py`: a transform in a
 folder outside the repository (ONCEFLOW_SPARK_JOBS), staged into each PostgresSink mode and
-an Iceberg table, committed through ledger.commit and audited; the transform errors that
+an Iceberg table, committed through onceflow.commit and audited; the transform errors that
 stage nothing, the records-read check (a filter, a duplicate, a retried task, a transform's
 own job), the transform's module shipped to executors that lack it, and a column a new
 version of the transform adds (schema evolution).
@@ -226,17 +226,19 @@ def env(private_pg, private_tansu, produced, tmp_path_factory):
 
 
 def cfg(env, name):
-    from onceflow.config import get_pipeline
+    from onceflow.config.pipelines_file import get_pipeline
 
     return get_pipeline(env["ONCEFLOW_PIPELINES"], name)
 
 
 def run(env, name, ends, master="local[2]", *args):
     """plan run-1, spark-submit process (with `args`), commit; returns (process, commit result)."""
-    from onceflow import ledger
+    from onceflow.commit import commit
+    from onceflow.ledger.log_checks import BrokerSnapshot
+    from onceflow.ledger.planning import plan
 
     c, dsn = cfg(env, name), env["ONCEFLOW_POSTGRES_DSN"]
-    ledger.plan(dsn, c, "run-1", lambda _at: ledger.BrokerSnapshot({tp: 0 for tp in ends}, ends))
+    plan(dsn, c, "run-1", lambda _at: BrokerSnapshot({tp: 0 for tp in ends}, ends))
     cmd = [
         str(SPARK_SUBMIT),
         "--master", master,
@@ -250,7 +252,7 @@ def run(env, name, ends, master="local[2]", *args):
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400)
     if proc.returncode != 0:
         return proc, None
-    return proc, ledger.commit(dsn, c, "run-1")
+    return proc, commit(dsn, c, "run-1")
 
 
 def query(env, sql, params=None):
@@ -323,7 +325,7 @@ def test_merge_folds_the_batchs_partial_aggregates(env, produced):
 def test_iceberg_appends_one_row_per_record_in_one_snapshot(env, produced, monkeypatch):
     from onceflow.db import transaction
     from onceflow.sinks import sink_for
-    from onceflow.sinks.iceberg import open_catalog
+    from onceflow.sinks.iceberg.catalog import open_catalog
 
     ends, sent = produced
     proc, res = run(env, "inv_iceberg", ends)
@@ -356,7 +358,7 @@ def test_kafka_publishes_one_record_per_valid_record_keyed_by_sku(
     letter (only upsert and merge need their key)."""
     import uuid
 
-    from test_kafka_sink import consume
+    from sink_support import consume
 
     ends, sent = produced
     topic = f"inv-out-{uuid.uuid4().hex[:8]}"
@@ -442,7 +444,7 @@ def test_a_transform_that_filters_or_duplicates_is_refused_and_nothing_is_staged
     """Records read are counted by the reader, apart from the transform: a row short or
     every row twice is refused (exit 2, no retry), and the batch is not marked staged, so
     commit has nothing to publish."""
-    from onceflow import ledger
+    from onceflow.commit import commit
     from onceflow.errors import OnceflowError
 
     ends, sent = produced
@@ -462,7 +464,7 @@ def test_a_transform_that_filters_or_duplicates_is_refused_and_nothing_is_staged
     assert last_error.startswith(f"process attempt 1: TransformError: {message}")
     assert "a record-wise transform keeps one row per record" in last_error
     with pytest.raises(OnceflowError, match="process has not staged its output"):
-        ledger.commit(env["ONCEFLOW_POSTGRES_DSN"], cfg(env, name), "run-1")
+        commit(env["ONCEFLOW_POSTGRES_DSN"], cfg(env, name), "run-1")
 
 
 def test_a_retried_task_that_finds_its_part_staged_still_counts_its_records(
@@ -613,8 +615,10 @@ def test_a_column_the_transform_adds_evolves_the_tables_and_is_published_from_th
     batch 1's versions keep null there, batch 2's carry it, the audit holds."""
     from decimal import Decimal
 
-    from onceflow import ledger
     from onceflow.broker import snapshot as broker_snapshot
+    from onceflow.commit import commit
+    from onceflow.ledger.log_checks import BrokerSnapshot
+    from onceflow.ledger.planning import plan
 
     ends, _ = produced
     (Path(env["ONCEFLOW_SPARK_JOBS"]) / "user_evolved.py").write_text(EVOLVED)
@@ -626,7 +630,7 @@ def test_a_column_the_transform_adds_evolves_the_tables_and_is_published_from_th
             f'[pipelines.evo]\ntopics = ["{TOPIC}"]\ntransform = "{transform}"\n'
             '[pipelines.evo.sink]\ntable = "stock"\nmode = "upsert"\nkey = ["sku"]\n'
         )
-        ledger.plan(e["ONCEFLOW_POSTGRES_DSN"], cfg(e, "evo"), txid, snapshot)
+        plan(e["ONCEFLOW_POSTGRES_DSN"], cfg(e, "evo"), txid, snapshot)
         proc = subprocess.run(
             [str(SPARK_SUBMIT), "--master", "local[2]", "--driver-memory", "512m",
              "--conf", "spark.ui.enabled=false", PROCESS_APPLICATION,
@@ -634,10 +638,10 @@ def test_a_column_the_transform_adds_evolves_the_tables_and_is_published_from_th
             env=e, capture_output=True, text=True, timeout=400,
         )  # fmt: skip
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-        assert ledger.commit(e["ONCEFLOW_POSTGRES_DSN"], cfg(e, "evo"), txid).published
+        assert commit(e["ONCEFLOW_POSTGRES_DSN"], cfg(e, "evo"), txid).published
 
     half = {tp: end // 2 for tp, end in ends.items()}
-    run_batch("run-1", "user_inventory:transform", lambda _at: ledger.BrokerSnapshot({tp: 0 for tp in half}, half))  # fmt: skip
+    run_batch("run-1", "user_inventory:transform", lambda _at: BrokerSnapshot({tp: 0 for tp in half}, half))  # fmt: skip
     # the rest, up to the broker's end (plan proves the log by the record batch 1 ended at)
     bootstrap = e["ONCEFLOW_KAFKA_BOOTSTRAP"]
     run_batch("run-2", "user_evolved:with_price", lambda at: broker_snapshot(bootstrap, "evo", (TOPIC,), at))  # fmt: skip

@@ -7,7 +7,7 @@ import sys
 import uuid
 
 import pytest
-from onceflow.config import SinkConfig
+from onceflow.config.sink import SinkConfig
 from onceflow.errors import TransformError
 from onceflow.transforms import (
     check_output,

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from psycopg2 import sql
 
-from onceflow.config import PipelineConfig
+from onceflow.config.pipeline import PipelineConfig
 from onceflow.db import transaction
 from onceflow.range_digest import RangeRead, first_difference
 from onceflow.sinks import sink_for

@@ -19,7 +19,7 @@ from kafka.errors import KafkaError, TopicAlreadyExistsError
 
 from onceflow.errors import OnceflowError, TopicMissingError
 from onceflow.kafka_client import KafkaCluster, check_access, cluster_of
-from onceflow.ledger import BrokerSnapshot
+from onceflow.ledger.log_checks import BrokerSnapshot
 from onceflow.range_digest import RecordPrint, record_hash
 
 log = logging.getLogger("onceflow.broker")
@@ -61,7 +61,7 @@ def snapshot(
     prints_at: Mapping[tuple[str, int], int] | None = None,
 ) -> BrokerSnapshot:
     """First and end offsets now, the topics' ids, and the print of the first data record at
-    or after each offset of `prints_at` (ledger.BrokerSnapshot).
+    or after each offset of `prints_at` (ledger.log_checks.BrokerSnapshot).
 
     The end is where a read_committed reader finds the partition's end (fetchable_ends), not
     only ListOffsets' answer (LATEST under read_committed: the last stable offset), which a
@@ -172,7 +172,7 @@ def topic_ids(
     bootstrap: KafkaCluster | str, pipeline: str, topics: tuple[str, ...]
 ) -> dict[str, str | None]:
     """The topics' ids now (None where the broker has none), for process's check that the
-    log it is about to read is the one plan planned (ledger.verify_topic_ids). A cluster that
+    log it is about to read is the one plan planned (ledger.log_checks.verify_topic_ids). A cluster that
     refuses this client raises KafkaAccessError at once, as in `snapshot`."""
     cluster = cluster_of(bootstrap)
     check_access(cluster)

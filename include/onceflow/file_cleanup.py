@@ -1,12 +1,12 @@
 """Removing the data files of process attempts that never publish.
 
 Process writes a sink's data files before anyone knows which attempt will publish
-(onceflow.file_stage): a fenced zombie's, an overtaken retry's, an abandoned txid's files
+(onceflow.staging): a fenced zombie's, an overtaken retry's, an abandoned txid's files
 are never referenced by the table, but they take space. The rule, for each file under a
 txid's `attempt=<n>` folder:
 
     it is removed only when attempt n can no longer stage or publish anything
-    (ledger.live_attempts: not the txid's newest, staged or published attempt), and no
+    (ledger.fencing.live_attempts: not the txid's newest, staged or published attempt), and no
     commit of the sink ever recorded attempt n (an Iceberg snapshot's summary).
 
 The first condition never removes what a commit may still publish or a running attempt is
@@ -27,11 +27,11 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from onceflow import ledger
-from onceflow.config import PipelineConfig
+from onceflow.config.pipeline import PipelineConfig
 from onceflow.db import transaction
+from onceflow.ledger.fencing import live_attempts
 from onceflow.sinks import sink_for
-from onceflow.sinks.base import OutsideSink
+from onceflow.sinks.base import OutsideSink, Sink
 
 log = logging.getLogger("onceflow.file_cleanup")
 
@@ -45,13 +45,15 @@ class Removal:
     paths: tuple[str, ...]
 
 
-def unpublishable(dsn: str, cfg: PipelineConfig, txid: str | None = None) -> list[Removal]:
+def unpublishable(
+    dsn: str, cfg: PipelineConfig, txid: str | None = None, sink: Sink | None = None
+) -> list[Removal]:
     """The files the rule removes, per attempt, of the pipeline (or of one txid)."""
-    sink = sink_for(cfg)
+    sink = sink or sink_for(cfg)
     if not isinstance(sink, OutsideSink):
         return []
     with transaction(dsn) as cur:
-        live = ledger.live_attempts(cur, cfg.name, txid)
+        live = live_attempts(cur, cfg.name, txid)
         found = sink.staged_files(cur, cfg.name, set(live))
     return [
         Removal(t, attempt, tuple(sorted(paths)))
@@ -60,19 +62,19 @@ def unpublishable(dsn: str, cfg: PipelineConfig, txid: str | None = None) -> lis
     ]
 
 
-def remove(cfg: PipelineConfig, removals: list[Removal]) -> int:
+def remove(cfg: PipelineConfig, removals: list[Removal], sink: Sink | None = None) -> int:
     """Delete the files of `removals` (unpublishable's answer); how many."""
-    sink = sink_for(cfg)
+    sink = sink or sink_for(cfg)
     paths = [p for r in removals for p in r.paths]
     if paths and isinstance(sink, OutsideSink):
         sink.remove_files(paths)
     return len(paths)
 
 
-def after_commit(dsn: str, cfg: PipelineConfig, txid: str) -> None:
+def after_commit(dsn: str, cfg: PipelineConfig, txid: str, sink: Sink) -> None:
     """Commit's share: the committed txid's files of other attempts, best effort."""
     try:
-        removed = remove(cfg, unpublishable(dsn, cfg, txid))
+        removed = remove(cfg, unpublishable(dsn, cfg, txid, sink), sink)
     except Exception as e:  # noqa: BLE001 - the commit stands; `onceflow cleanup` retries
         log.warning(
             "txid %s committed, but removing its other attempts' data files failed (%s: %s);"

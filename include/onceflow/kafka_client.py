@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import threading
 import urllib.error
 import urllib.parse
@@ -34,6 +35,8 @@ from kafka.net.sasl.oauth import AbstractTokenProvider
 from onceflow.errors import ConfigError, KafkaAccessError, KafkaUnreachableError, OnceflowError
 
 ENV_CONFIG = "ONCEFLOW_KAFKA_CONFIG"
+# A cluster's bootstrap servers: host:port[,host:port...]
+BOOTSTRAP_RE = re.compile(r"^[A-Za-z0-9_.\[\]:-]+:[0-9]+(,[A-Za-z0-9_.\[\]:-]+:[0-9]+)*$")
 # OidcTokenProvider's arguments, in its order; the first three are required
 _OIDC = ("sasl.oauthbearer.token.endpoint.url", "sasl.oauthbearer.client.id")
 _OIDC += ("sasl.oauthbearer.client.secret", "sasl.oauthbearer.scope", "sasl.oauthbearer.extensions")
@@ -143,7 +146,6 @@ def cluster_from_config(
     """Validate a librdkafka-style client config (e.g. a connection's extra): bootstrap.servers
     comes from `raw` or `bootstrap` (if both, they must agree); every other key must be one this
     module knows; values are turned into strings (bools as "true"/"false")."""
-    from onceflow.config import BOOTSTRAP_RE  # here: config may come to import this module
 
     def fail(key: str, why: str) -> ConfigError:
         return ConfigError(f"{source}: Kafka setting {key!r} {why}")

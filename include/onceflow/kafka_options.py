@@ -4,10 +4,10 @@ The reader's guarantees rest on a few settings of its own: records of aborted tr
 stay hidden (isolation.level=read_committed), a seek outside the log fails instead of jumping
 (auto.offset.reset=error), no consumer group tracks or commits offsets (the ledger does), and
 partition EOF is reported (how a range that ends in control records is recognised):
-range_consumer_conf, for every consumer that reads exact ranges (the reader, the Kafka sink's
-look at its own output). A user option may tune anything else (fetch sizes, security,
-timeouts) but never these: like Spark's Kafka connector, the reader refuses them with an error
-that names the key.
+range_consumer_conf, for every consumer that reads exact ranges (the reader, plan's look at
+the partition ends a reader meets, the Kafka sink's look at its own output). A user option
+may tune anything else (fetch sizes, security, timeouts) but never these: like Spark's Kafka
+connector, the reader refuses them with an error that names the key.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 pipelines at once: what `onceflow up` reports after starting the stack and what `onceflow
 demo` checks before it produces.
 
-The rules are plan's (ledger.log_lost: plan_ranges' offset regression, ledger.verify_logs with
+The rules are plan's (ledger.log_checks.log_lost: plan_ranges' offset regression, ledger.log_checks.verify_logs with
 log_identity); this only asks them early, so that a lost log is said in the operator's words when the stack
 comes up, not first as a failed plan task.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from onceflow.config import PipelineConfig
+from onceflow.config.pipeline import PipelineConfig
 from onceflow.db import transaction
 from onceflow.errors import TopicMissingError
 from onceflow.kafka_client import KafkaCluster
@@ -33,16 +33,17 @@ def lost_logs(
     dsn: str, bootstrap: KafkaCluster | str, cfgs: Iterable[PipelineConfig]
 ) -> list[LostLog]:
     """Per pipeline with a ledger, the partitions whose log the broker no longer holds."""
-    from onceflow import broker, ledger
+    from onceflow import broker
+    from onceflow.ledger.log_checks import ledger_logs, log_lost, prints_at
 
     out: list[LostLog] = []
     for cfg in cfgs:
         with transaction(dsn) as cur:
-            logs = ledger.ledger_logs(cur, cfg.name)
+            logs = ledger_logs(cur, cfg.name)
         if not logs:
             continue
         try:
-            snap = broker.snapshot(bootstrap, cfg.name, cfg.topics, ledger.prints_at(logs))
+            snap = broker.snapshot(bootstrap, cfg.name, cfg.topics, prints_at(logs))
         except TopicMissingError as e:
             committed = ", ".join(
                 f"{p}: {k.committed_offset}" for (t, p), k in sorted(logs.items()) if t == e.topic
@@ -58,7 +59,7 @@ def lost_logs(
             )
             continue
         for tp, known in sorted(logs.items()):
-            why = ledger.log_lost(cfg.name, tp, known, snap)
+            why = log_lost(cfg.name, tp, known, snap)
             if why is not None:
                 out.append(LostLog(cfg.name, tp[0], tp[1], why))
     return out

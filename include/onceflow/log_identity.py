@@ -21,7 +21,7 @@ key may have replaced it). A log that now ends below the committed offset is an 
 regression (plan_ranges), reported as such.
 
 Plan checks only when it plans a new txid (a replay returns the recorded ranges), so process
-checks the topic ids again before it reads (ledger.verify_topic_ids): a batch planned before
+checks the topic ids again before it reads (ledger.log_checks.verify_topic_ids): a batch planned before
 its topic was re-created must not read the new log at the old log's offsets. On a broker
 without topic ids such a batch is not caught before it reads; the next plan's print check
 then stops the pipeline, and `audit --reread` names the range.

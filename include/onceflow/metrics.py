@@ -187,12 +187,13 @@ def from_views(
 
 def collect(dsn: str, pipeline: str, ends: Mapping[tuple[str, int], int] | None) -> PipelineMetrics:
     """Read one pipeline's metrics from the ledger; `ends` None means the broker is down."""
-    from onceflow import ledger, views
+    from onceflow import views
+    from onceflow.ledger.ordering import commit_blocker
 
     return from_views(
         pipeline,
         views.summary(dsn, pipeline),
         views.partitions(dsn, pipeline, dict(ends) if ends is not None else None),
         broker_up=ends is not None,
-        commit_blocked=ledger.commit_blocker(dsn, pipeline) is not None,
+        commit_blocked=commit_blocker(dsn, pipeline) is not None,
     )

@@ -2,19 +2,19 @@
 
 PROTOCOL.md "Poison records and schema changes": a record on which the user's code raises
 is the batch's business, like a malformed one. When a process attempt's stage job fails
-because the user's code raised (`raised_by_user_code`), process (`onceflow.process.
-stage_attempt`) looks for the records it raised on (`isolate`): it runs the transform again
-over each input partition alone, and bisects the offsets of each one that raises, one small
-Spark job per probe, until single records are left. The search depends only on the input
-partitions (fixed for a txid: onceflow.reader.input_ranges) and on the code, so every
-attempt and every replay of the same code finds the same records. Then, by the pipeline's
-`on_transform_error`:
+because the user's code raised (`raised_by_user_code`), process
+(onceflow.process.poison_records) looks for the records it raised on (`isolate`): it runs
+the transform again over each input partition alone, and bisects the offsets of each one
+that raises, one small Spark job per probe, until single records are left. The search
+depends only on the input partitions (fixed for a txid: onceflow.reader.input_ranges) and
+on the code, so every attempt and every replay of the same code finds the same records.
+Then, by the pipeline's `on_transform_error`:
 
 - "dead_letter": the stage job runs again with those records set aside by the reader
   (RangeReadFn's `skip`: neither the fast form nor the transform sees them) and staged as
-  dead letters with their coordinates and the exception (`dead_letter_frame`, one more part
-  after the others); they count as records read, so records read = rows + dead letters
-  still holds, and ledger.mark_staged checks it;
+  dead letters with their coordinates and the exception (onceflow.process.dead_letters, in
+  a part of their own: onceflow.staging.fence); they count as records read, so records
+  read = rows + dead letters still holds, and ledger.fencing.mark_staged checks it;
 - "fail" (the default): the attempt ends at once, without retries, with the first such
   record's topic, partition and offset and the user's own traceback (`raised_on`): the
   code is deterministic by contract, so a retry would raise again.
@@ -22,7 +22,7 @@ attempt and every replay of the same code finds the same records. Then, by the p
 What counts as the user's code raising: a Python worker's exception (Spark's
 PythonException) raised in a function of the user (a UDF, a pandas UDF, mapInPandas,
 mapInArrow: the worker's outermost frame that is not Spark's is not Onceflow's), or by the
-transform's fast form (onceflow.fast_stage marks it: `raised_in_worker`); or a data
+transform's fast form (onceflow.staging.fast_stage marks it: `raised_in_worker`); or a data
 exception of a Spark SQL expression (SQLSTATE class 22: an ANSI cast, a division by zero,
 an overflow). An exception of Onceflow's own code (the reader, the stage writer), a
 module the workers cannot import and every JVM fault are not: they fail the attempt as
@@ -39,15 +39,13 @@ from __future__ import annotations
 import re
 import sysconfig
 import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
-from onceflow.errors import OnceflowError, TransformRaisedError
-from onceflow.kafka_client import KafkaCluster
+from onceflow.errors import TransformRaisedError, UnrepeatedFailureError
 from onceflow.ranges import OffsetRange
-from onceflow.reader import SCHEMA, RangeReadFn, _string_repeat
 
 MAX_POISON_RECORDS = 100
 MAX_PROBES = 400  # a few minutes of probes: beyond, the search gives up
@@ -234,7 +232,7 @@ def isolate(
     `probe(r)` runs the code over range r alone: None when it passes, else the failure.
     Each piece that fails is bisected by offsets; a half with no record (sparse offsets)
     passes. Deterministic for a deterministic probe. `failure` is what failed the whole
-    job, for the errors: OnceflowError (a retry may pass) when no piece fails alone;
+    job, for the errors: UnrepeatedFailureError (a retry may pass) when no piece fails alone;
     TransformRaisedError when a range fails but neither of its halves does (the code
     raises on several records together, not on one), when more than `limit` offsets fail,
     or when finding them takes more than `budget` probes (records too many to set aside one
@@ -251,12 +249,7 @@ def isolate(
         if first_only and search.found:
             break
     if not failed:
-        raise OnceflowError(
-            f"{failure} failed the stage job, but none of its {len(pieces)} input "
-            "partition(s) fails when run again alone: the exception does not follow from the "
-            "records (a passing fault, or code that is not deterministic); the attempt fails "
-            "and a retry may pass"
-        )
+        raise UnrepeatedFailureError(str(failure), len(pieces))
     return search.found
 
 
@@ -354,57 +347,3 @@ def raised_on(transform: str, pipeline: str, where: OffsetRange, failure: Raised
         f'on_transform_error = "dead_letter" for pipeline {pipeline!r} to stage the records '
         "it raises on as dead letters; then clear the run"
     )
-
-
-class DeadLetterReadFn(RangeReadFn):
-    """mapInArrow function of `dead_letter_frame`: the input row with id k reads poison
-    record k (a one-offset range) and adds its reason as column `error`."""
-
-    def __init__(
-        self, poison: Sequence[Poison], bootstrap: KafkaCluster | str, **read: Any
-    ) -> None:
-        super().__init__([p.range for p in poison], bootstrap, **read)
-        self.reasons = [p.reason for p in poison]
-
-    def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
-        for ids in batches:
-            for k in ids.column(0).to_pylist():
-                for batch in self.records(k):
-                    error = _string_repeat(self.reasons[k], batch.num_rows)
-                    yield batch.append_column("error", error)
-
-
-def dead_letter_frame(
-    spark: Any, poison: Sequence[Poison], like: Any, bootstrap: KafkaCluster | str, **read: Any
-) -> Any:
-    """The poison records as dead-letter rows of the staged frame `like` (its columns, in
-    its order; onceflow.process.staged_output): coordinates, reason, key and value (cut as
-    for any dead letter), the user's columns null, hashed like any staged row. One Spark
-    partition, so one part. They are read from the broker again here: a record that is
-    not there gives no row, and mark_staged's count then refuses the attempt. `read`:
-    RangeReadFn's options (client, timeout_s, client_conf)."""
-    from pyspark.sql import functions as F
-
-    from onceflow.process import DEAD_VALUE_BYTES
-    from onceflow.stage import HASH_COLUMN
-
-    fn = DeadLetterReadFn(poison, bootstrap, **read)
-    n = len(poison)
-    records = spark.range(0, n, 1, n).mapInArrow(fn, f"{SCHEMA}, error string").coalesce(1)
-    columns = []
-    for field in like.schema.fields:
-        name, kind = field.name, field.dataType
-        if name == HASH_COLUMN:
-            continue
-        if name in ("topic", "partition", "offset", "error", "key"):
-            column = F.col(name).cast(kind)
-        elif name == "value":
-            column = F.substring(F.col("value"), 1, DEAD_VALUE_BYTES).cast(kind)
-        elif name == "tombstone":
-            column = F.lit(False)
-        else:
-            column = F.lit(None).cast(kind)
-        columns.append(column.alias(name))
-    rows = records.select(*columns)
-    hashed = [c for c in rows.columns if c not in ("key", "value")]  # as staged_output
-    return rows.withColumn(HASH_COLUMN, F.xxhash64(*hashed))

@@ -15,8 +15,9 @@ Two uses, two strengths:
   the first differing offset. CRC is cheap enough for the hot path (about 0.3 µs a record,
   measured) and finds a different log without an adversary.
 
-Both sides compute them with the same functions: the reader in Spark's Python workers
-(onceflow.reader), plan's fetch (onceflow.broker) and the audit's re-read (onceflow.recount).
+Every side computes them with the same functions: the reader in Spark's Python workers (its
+clients, onceflow.reader.librdkafka_fetch and kafka_python_fetch), plan's fetch of the print
+(onceflow.broker) and the audit's re-read (onceflow.recount).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Offset ranges and the pure planning rules that compute them.
 
-No I/O here: ledger.plan gathers the broker's offsets and the ledger's last ranges and
+No I/O here: ledger.planning.plan gathers the broker's offsets and the ledger's last ranges and
 calls `plan_ranges`, so every rule of the protocol's plan phase is testable without a broker.
 """
 

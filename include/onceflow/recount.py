@@ -1,6 +1,6 @@
 """Count the records the broker holds in committed ranges, and digest them, for `audit --reread`.
 
-Deliberately independent of reader.py (the code it checks): a plain consumer per partition
+Deliberately independent of onceflow.reader (the code it checks): a plain consumer per partition
 that counts delivered records with from_offset <= offset < until_offset. Each range's records
 are also digested as process digested what it read (onceflow.range_digest), so the audit
 compares their content, not only their number: a log replaced by another of the same length

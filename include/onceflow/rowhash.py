@@ -1,6 +1,6 @@
 """A 64-bit hash per row of Arrow columns, vectorised with numpy (no per-row Python).
 
-Rows staged by the fast form (onceflow.fast_stage) never enter the JVM, so Spark's xxhash64
+Rows staged by the fast form (onceflow.staging.fast_stage) never enter the JVM, so Spark's xxhash64
 cannot hash them; this hash takes its place for them in `row_hash` and the parts' checksum.
 It is deterministic (the same values give the same hash in every process and attempt, unlike
 Python's salted `hash`), position-aware within a string and order-aware across columns, and
@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+
+from onceflow.arrow_columns import valid_mask
 
 _P = np.uint64(0x100000001B3)  # odd, so invertible modulo 2**64
 _P_INV = np.uint64(pow(0x100000001B3, -1, 1 << 64))
@@ -66,9 +68,7 @@ def _column_hash(col: Any) -> Any:
     else:
         raise TypeError(f"row_hash: column type {t} is not supported")
     if col.null_count:
-        from onceflow.reader import _valid_mask
-
-        h = np.where(_valid_mask(col), h, _NULL)
+        h = np.where(valid_mask(col), h, _NULL)
     return h
 
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from onceflow.errors import SinkSchemaError, UnknownTxidError
 
@@ -171,7 +171,7 @@ def new_tables(what: str, evolution: Evolution | None) -> str:
 
 
 def record(
-    cur, evolution: Evolution, catalog: Literal["postgres", "iceberg"], added: Iterable[Added]
+    cur: Any, evolution: Evolution, catalog: Literal["postgres", "iceberg"], added: Iterable[Added]
 ) -> None:
     """Record the columns added as events of the txid, in the binding transaction, and say
     so in process's log."""

@@ -1,14 +1,15 @@
 """Python code shipped to the executors: the files process adds with SparkContext.addPyFile.
 
 Executors import onceflow (the reader, the stage writer) and, when they unpickle a
-transform's Python UDFs or run its fast form (onceflow.fast_stage), the transform's module. In local mode the Python workers run on the
-driver's host with its environment (the DAG puts include/ and the spark_jobs folder on their
-PYTHONPATH). On any other master (standalone, YARN, Kubernetes, local-cluster) executors may
-run on hosts without the user's code: the transform's module is shipped, as its file, or as a
-zip of its top-level package when it is in a package (its imports go through the package).
-onceflow itself is shipped only when asked (--ship-package): executors need the packages of
-requirements.lock installed anyway, and onceflow with them; the user's code changes with
-every pipeline and is installed nowhere.
+transform's Python UDFs or run its fast form (onceflow.staging.fast_stage), the transform's
+module. In local mode the Python workers run on the driver's host with its environment (the
+DAG puts the user's folders, the spark_jobs folder first, on their PYTHONPATH:
+spark.executorEnv.PYTHONPATH). On any other master (standalone, YARN, Kubernetes,
+local-cluster) executors may run on hosts without the user's code: the transform's module is
+shipped, as its file, or as a zip of its top-level package when it is in a package (its
+imports go through the package). onceflow itself is shipped only when asked
+(--ship-package): executors need the packages of requirements.lock installed anyway, and
+onceflow with them; the user's code changes with every pipeline and is installed nowhere.
 """
 
 from __future__ import annotations

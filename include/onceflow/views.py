@@ -8,9 +8,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
-from onceflow import ledger
 from onceflow.db import transaction
 from onceflow.errors import UnknownTxidError
+from onceflow.ledger.ordering import commit_blocker
 from onceflow.states import BatchState
 
 
@@ -189,8 +189,8 @@ def dead_letters(dsn: str, pipeline: str, txid: str, limit: int = 100) -> list[d
 
 
 def commit_block(dsn: str, pipeline: str) -> dict[str, Any] | None:
-    """The batch the pipeline's commits wait for (ledger.commit_blocker), if any waits."""
-    blocker = ledger.commit_blocker(dsn, pipeline)
+    """The batch the pipeline's commits wait for (commit_blocker), if any waits."""
+    blocker = commit_blocker(dsn, pipeline)
     return None if blocker is None else asdict(blocker)
 
 

@@ -39,13 +39,13 @@ class SyntheticRecords:
         import random
 
         from onceflow.ranges import OffsetRange
-        from onceflow.reader import _Batcher
+        from onceflow.reader.record_batches import RecordBatcher
 
         from onceflow_dev.producer import load_sample, records
 
         for ids in batches:
             for k in ids.column(0).to_pylist():
-                batch = _Batcher(OffsetRange("training", k, 0, self.records))
+                batch = RecordBatcher(OffsetRange("training", k, 0, self.records))
                 pairs = list(records(load_sample(TRANSFORM), self.records, seed=k))
                 rng = random.Random(k)
                 batch.add(
@@ -64,13 +64,13 @@ class CountRows:
     def __call__(self, batches: Any) -> Any:
         import numpy as np
         import pyarrow as pa
-        from onceflow.reader import _fixed_array
+        from onceflow.arrow_columns import fixed_array
 
         rows = sum(b.num_rows for b in batches)
         yield pa.RecordBatch.from_arrays(
             [
-                _fixed_array(pa.int32(), np.array([0], dtype=np.int32)),
-                _fixed_array(pa.int64(), np.array([rows], dtype=np.int64)),
+                fixed_array(pa.int32(), np.array([0], dtype=np.int32)),
+                fixed_array(pa.int64(), np.array([rows], dtype=np.int64)),
             ],
             names=["part", "rows"],
         )
@@ -81,9 +81,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--records", type=int, default=5000, help="records per partition (2 parts)")
     args = p.parse_args(argv)
 
-    from onceflow import process
-    from onceflow.config import PipelineConfig, SinkConfig
-    from onceflow.reader import SCHEMA
+    from onceflow.config.pipeline import PipelineConfig
+    from onceflow.config.sink import SinkConfig
+    from onceflow.process.session import spark_session
+    from onceflow.process.staged_output import stage_columns
+    from onceflow.reader.record_batches import SCHEMA
     from pyspark.sql import functions as F
 
     cfg = PipelineConfig(
@@ -92,10 +94,10 @@ def main(argv: list[str] | None = None) -> int:
         transform=TRANSFORM,
         sink=SinkConfig("orders"),
     )
-    spark = process._session(cfg)
+    spark = spark_session(cfg)
     try:
         src = spark.range(0, 2, 1, 2).mapInArrow(SyntheticRecords(args.records), SCHEMA)
-        df = process.stage_columns(src, cfg)
+        df = stage_columns(src, cfg)
         staged = df.mapInArrow(CountRows(), "part int, rows bigint").collect()
         agg = df.agg(
             F.count(F.lit(1)).alias("records"),

@@ -75,7 +75,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from onceflow.config import RESERVED_COLUMNS, PipelineConfig
+from onceflow.config.pipeline import PipelineConfig
+from onceflow.config.sink import RESERVED_COLUMNS
 from onceflow.sinks.base import OutsideSink
 from onceflow.sinks.iceberg import IcebergSink
 from onceflow.sinks.kafka import KafkaSink
@@ -142,7 +143,7 @@ BASE_FAULTS: tuple[tuple[str, str | None], ...] = (
     ("10_topic_recreated", None),
 )
 # and for a sink outside the ledger's database (an Iceberg table): the crash between its two
-# commit steps (onceflow.outside_commit)
+# commit steps (onceflow.commit)
 OUTSIDE_FAULTS: tuple[tuple[str, str | None], ...] = (("4_commit_killed", "after_sink_publish"),)
 # and for a Kafka topic: the crash with its Kafka transaction open, records produced (they
 # must never reach a read_committed consumer; the retry's init_transactions aborts them)
@@ -412,7 +413,7 @@ def pipelines_toml(name: str, raw: dict[str, Any]) -> str:
 
 def pipeline_tables(path: Path) -> dict[str, dict[str, Any]]:
     """The raw [pipelines.NAME] tables of a pipelines file, after config validated it."""
-    from onceflow.config import load_pipelines
+    from onceflow.config.pipelines_file import load_pipelines
 
     load_pipelines(path)  # every error named, as for the DAGs
     return tomllib.loads(Path(path).read_text())["pipelines"]
@@ -766,7 +767,7 @@ class SinkSnapshot:
 
     def iceberg_rows(self, sink: IcebergSink) -> list[dict[str, Any]]:
         """An Iceberg sink's rows of the harness's topic: the table scanned (pyiceberg)."""
-        from onceflow.sinks.iceberg import open_catalog
+        from onceflow.sinks.iceberg.catalog import open_catalog
         from pyiceberg.exceptions import NoSuchTableError
 
         with open_catalog(self.cur, sink.warehouse) as catalog:
@@ -781,7 +782,10 @@ class SinkSnapshot:
         coordinates, txid and seq (its headers) and its columns (the value's JSON, typed by
         the stage table's columns), and the pipeline's commit-log markers."""
         from confluent_kafka import Consumer
-        from onceflow.sinks import kafka
+        from onceflow.sinks.kafka import STAGE_NAME
+        from onceflow.sinks.kafka.markers import Marker
+        from onceflow.sinks.kafka.output_records import SEQ_HEADER, SOURCE_HEADER, TXID_HEADER
+        from onceflow.sinks.kafka.reading import committed_end, read_partition
 
         consumer = Consumer(
             {
@@ -793,29 +797,29 @@ class SinkSnapshot:
             }
         )
         records, markers = [], []
-        types = self._stage_types(kafka.STAGE_NAME)
+        types = self._stage_types(STAGE_NAME)
         try:
             topics = consumer.list_topics(timeout=30).topics
             for p in sorted(topics[sink.topic].partitions) if sink.topic in topics else ():
-                low, end = kafka.committed_end(consumer, sink.topic, p)
-                for msg in kafka.read_partition(consumer, sink.topic, p, low, end):
+                low, end = committed_end(consumer, sink.topic, p)
+                for msg in read_partition(consumer, sink.topic, p, low, end):
                     headers = dict(msg.headers() or [])
-                    source = json.loads(headers[kafka.SOURCE_HEADER])
+                    source = json.loads(headers[SOURCE_HEADER])
                     records.append(
                         {
                             "topic": source["topic"],
                             "epoch": source["epoch"],
                             "partition": source["partition"],
                             "offset": source["offset"],
-                            "txid": headers[kafka.TXID_HEADER].decode(),
-                            "seq": int(headers[kafka.SEQ_HEADER]),
+                            "txid": headers[TXID_HEADER].decode(),
+                            "seq": int(headers[SEQ_HEADER]),
                             "columns": _typed(json.loads(msg.value()), types),
                         }
                     )
             if sink.commit_log in topics:
-                low, end = kafka.committed_end(consumer, sink.commit_log, 0)
-                for msg in kafka.read_partition(consumer, sink.commit_log, 0, low, end):
-                    m = kafka.Marker.parse(msg.value(), msg.offset())
+                low, end = committed_end(consumer, sink.commit_log, 0)
+                for msg in read_partition(consumer, sink.commit_log, 0, low, end):
+                    m = Marker.parse(msg.value(), msg.offset())
                     if m is not None and m.pipeline == self.cfg.name:
                         markers.append(TopicMarker(m.seq, m.txid, m.records, m.offset))
         finally:
@@ -866,7 +870,7 @@ class Run:
 
 class Harness:
     def __init__(self, opts: Options) -> None:
-        from onceflow.config import parse_pipeline
+        from onceflow.config.pipeline_table import parse_pipeline
         from onceflow.settings import Settings
         from onceflow.sinks import sink_for
 
@@ -880,7 +884,7 @@ class Harness:
             source = opts.pipelines_file or Settings.from_env().pipelines_file
             self.pipeline, user = opts.pipeline, pipeline_tables(source).get(opts.pipeline)
             if user is None:
-                from onceflow.config import get_pipeline
+                from onceflow.config.pipelines_file import get_pipeline
 
                 get_pipeline(source, opts.pipeline)  # raises ConfigError naming the known ones
         self.raw = chaos_pipeline(base, user, self.pipeline)
@@ -1606,13 +1610,30 @@ class Harness:
         return next((n for n in PLAN_REFUSALS if self.plan_log_matches(run_id, n, since)), None)
 
     def reset_offsets(self, f: Fault, reason: str) -> int:
-        """`onceflow reset-offsets`: a new epoch at the new log's first offset. The runs of
-        the batches it abandons are never cleared. Returns the last seq before the epoch."""
-        from onceflow import cli
+        """What `onceflow reset-offsets` does: a new epoch at the new log's first offset, and
+        the runs of the batches it abandons marked failed in Airflow (the harness never
+        clears them). Returns the last seq before the epoch."""
+        from onceflow import broker
+        from onceflow.abandoned_runs import stop_abandoned_runs
+        from onceflow.airflow_api import AirflowNotFound
+        from onceflow.ledger.resets import reset_offsets
 
-        code = cli.main(["reset-offsets", "--pipeline", self.pipeline, "--reason", reason, "--yes"])
-        if code != 0:
-            raise RuntimeError(f"onceflow reset-offsets exited {code}")
+        reset = reset_offsets(
+            self.settings.postgres_dsn,
+            self.cfg,
+            lambda at: broker.snapshot(
+                self.settings.kafka_bootstrap, self.pipeline, self.cfg.topics, at
+            ),
+            reason=reason,
+        )
+        for p in reset.partitions:
+            self.log(
+                f"  {p['topic']}[{p['partition']}]: committed {p['committed_before']} -> "
+                f"restarts at {p['new_offset']} (a new epoch)"
+            )
+        for txid, error in stop_abandoned_runs(self.client, self.dag_id, reset.abandoned):
+            if error is not None and not isinstance(error, AirflowNotFound):
+                self.log(f"  could not mark the abandoned run {txid} failed: {error}")
         self.poll()
         abandoned = sorted(t for t, b in self.batches.items() if b["state"] == BatchState.ABANDONED)
         for t in abandoned:
@@ -1983,7 +2004,8 @@ class Harness:
         return int(rows), int(dead)
 
     def fault_blocked(self, f: Fault) -> Iterator[None]:
-        from onceflow import ledger, views
+        from onceflow import views
+        from onceflow.ledger.ordering import blocking_predecessor
 
         txid = self.trigger({"process.fail": "sticky:raise"})
         self.runs[txid].held = True
@@ -2008,11 +2030,7 @@ class Harness:
                 waiting[:] = [
                     t
                     for t in later
-                    if (
-                        w := ledger.blocking_predecessor(
-                            self.settings.postgres_dsn, self.pipeline, t
-                        )
-                    )
+                    if (w := blocking_predecessor(self.settings.postgres_dsn, self.pipeline, t))
                     and w.txid == txid
                     and self._commit_log_says_waits(t, txid)
                 ]

@@ -47,7 +47,7 @@ from datetime import UTC, date, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from onceflow.process import DEAD_VALUE_BYTES
+from onceflow.process.staged_output import DEAD_VALUE_BYTES
 
 Coord = tuple[int, int, int]  # (epoch, partition, offset)
 

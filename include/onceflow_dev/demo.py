@@ -3,7 +3,7 @@
 Each pipeline gets its demo records (onceflow_dev.producer, continuing its series, so a second
 demo adds new records instead of repeating them), as many DAG runs as its backlog needs at
 its per-batch cap, and an audit that re-reads the committed ranges from the broker. These
-are the helpers; onceflow.cli.cmd_demo runs and reports them.
+are the helpers; onceflow.cli.demo.cmd_demo runs and reports them.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the CLI reads PIPELINES at start; the clients load when the demo runs
-    from onceflow.config import PipelineConfig
+    from onceflow.config.pipeline import PipelineConfig
 
 #: (pipeline, records produced per demo): an append sink with a fast form and a merge sink
 #: over its topic, an upsert and a merge sink, and an Iceberg table fed by the inventory
@@ -73,7 +73,8 @@ def sink_rows(dsn: str, cfg: PipelineConfig) -> tuple[str, int]:
     rows it holds now (an Iceberg table scanned with pyiceberg)."""
     from onceflow.db import transaction
     from onceflow.sinks import sink_for
-    from onceflow.sinks.iceberg import IcebergSink, open_catalog
+    from onceflow.sinks.iceberg import IcebergSink
+    from onceflow.sinks.iceberg.catalog import open_catalog
     from psycopg2 import sql
 
     sink = sink_for(cfg)

@@ -19,7 +19,8 @@ from airflow.sdk import DAG, Asset
 
 from onceflow import connections, jvm_archive
 from onceflow.airflow.tasks import CommitOperator, ProcessOperator, plan_task
-from onceflow.config import PipelineConfig, load_pipelines
+from onceflow.config.pipeline import PipelineConfig
+from onceflow.config.pipelines_file import load_pipelines
 from onceflow.settings import Settings, spark_jobs_dir, transform_path
 from onceflow.sinks import sink_for
 from onceflow.spark_app import PROCESS_APPLICATION
@@ -91,7 +92,7 @@ def build_dag(cfg: PipelineConfig, pipelines_file: Path) -> DAG:
             python_callable=plan_task,
             op_kwargs={
                 "pipeline": cfg.name,
-                "run_id": "{{ run_id }}",
+                "txid": "{{ run_id }}",
                 "pipelines_file": str(pipelines_file),
             },
             retries=2,
@@ -115,6 +116,7 @@ def build_dag(cfg: PipelineConfig, pipelines_file: Path) -> DAG:
         commit = CommitOperator(
             task_id="commit",
             pipeline=cfg.name,
+            txid="{{ run_id }}",
             pipelines_file=str(pipelines_file),
             # Each committed txid is an event of the sink's Asset (txid, seq and counts in its
             # extra): downstream DAGs can be scheduled on new data.

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from airflow.plugins_manager import AirflowPlugin
 
-from onceflow.ui import MOUNT, create_app
+from onceflow.ui.app import MOUNT, create_app
 
 
 class OnceflowPlugin(AirflowPlugin):

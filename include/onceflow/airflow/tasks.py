@@ -1,8 +1,9 @@
 """The plan, process and commit tasks. Thin: they log, call the ledger and report counts.
 
 An error that a retry cannot mend (data loss, an offset regression, a fenced or abandoned
-attempt, a bad configuration) ends its task at once, without retries, with the reason in the
-task log; transient ones (the broker or the ledger unreachable) are retried as configured.
+attempt, a bad configuration, refused credentials) ends its task at once, without retries,
+with the reason in the task log; transient ones (the broker or the ledger unreachable, a
+commit conflict) are retried as configured. Each task builds the pipeline's sink once.
 """
 
 from __future__ import annotations
@@ -17,13 +18,16 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
-from onceflow import broker, connections, ledger
+from onceflow import broker, connections
 from onceflow.airflow.triggers import CommitReadyTrigger, describe_wait
-from onceflow.config import get_pipeline
+from onceflow.commit import commit
+from onceflow.config.pipelines_file import get_pipeline
 from onceflow.errors import (
+    AbandonedTxidError,
     CommitOrderError,
     ConfigError,
     DataLossError,
+    IllegalTransitionError,
     KafkaAccessError,
     LogIdentityError,
     OffsetRegressionError,
@@ -32,6 +36,8 @@ from onceflow.errors import (
     ProcessExit,
     RerunRefusedError,
 )
+from onceflow.ledger.ordering import blocking_predecessor
+from onceflow.ledger.planning import plan
 from onceflow.settings import Settings
 from onceflow.sinks import sink_for
 from onceflow.states import BatchState
@@ -39,18 +45,21 @@ from onceflow.states import BatchState
 log = logging.getLogger("onceflow")
 
 
-def plan_task(pipeline: str, run_id: str, pipelines_file: str | None = None) -> dict[str, Any]:
-    """Plan txid = run_id: replay its recorded ranges or snapshot the broker's end offsets."""
+def plan_task(pipeline: str, txid: str, pipelines_file: str | None = None) -> dict[str, Any]:
+    """Plan txid (the run id, templated): replay its recorded ranges, or snapshot the
+    broker's end offsets and record new ones."""
     cfg = get_pipeline(pipelines_file or Settings.from_env().pipelines_file, pipeline)
     started = time.monotonic()
+    sink = sink_for(cfg)
     try:
         svc = connections.services(cfg)
         log.info("onceflow plan: ledger from %s, Kafka %s", svc.ledger_source, svc.kafka.describe())
-        batch = ledger.plan(
+        batch = plan(
             svc.ledger_dsn,
             cfg,
-            run_id,
+            txid,
             lambda at: broker.snapshot(svc.kafka, cfg.name, cfg.topics, at),
+            sink,
         )
     except (
         DataLossError,
@@ -62,12 +71,12 @@ def plan_task(pipeline: str, run_id: str, pipelines_file: str | None = None) -> 
     ) as e:
         # The broker's state, the configuration or the connection's credentials must change
         # first: retrying replans the same (or knocks at the broker's door again).
-        raise AirflowFailException(f"onceflow plan txid={run_id}: {e}") from e
+        raise AirflowFailException(f"onceflow plan txid={txid}: {e}") from e
     if batch.replayed and batch.state == BatchState.COMMITTED:
         try:  # a re-run: refused before anything is processed if the sink is append-only
-            sink_for(cfg).refuse_rerun(cfg.name, run_id, batch.seq)
+            sink.refuse_rerun(cfg.name, txid, batch.seq)
         except RerunRefusedError as e:
-            raise AirflowFailException(f"onceflow plan txid={run_id}: {e}") from e
+            raise AirflowFailException(f"onceflow plan txid={txid}: {e}") from e
     for r in batch.ranges:
         log.info(
             "range %s[%d] [%d, %d) up to %d records",
@@ -89,14 +98,14 @@ def plan_task(pipeline: str, run_id: str, pipelines_file: str | None = None) -> 
     log.info(
         "onceflow plan pipeline=%s txid=%s seq=%d %s ranges=%d offsets=%d seconds=%.2f",
         cfg.name,
-        run_id,
+        txid,
         batch.seq,
-        "replayed" if batch.replayed else "planned",
+        "replayed" if batch.replayed else BatchState.PLANNED,
         len(batch.ranges),
         upper,
         time.monotonic() - started,
     )
-    return {"txid": run_id, "seq": batch.seq, "replayed": batch.replayed, "offsets": upper}
+    return {"txid": txid, "seq": batch.seq, "replayed": batch.replayed, "offsets": upper}
 
 
 class ProcessOperator(SparkSubmitOperator):
@@ -165,22 +174,24 @@ _FINAL_EXIT_REASONS = {
 
 
 class CommitOperator(BaseOperator):
-    """Commit txid = run_id once seq-1 has committed; waits in the triggerer, not in a worker.
+    """Commit `txid` (the run id, templated as for plan and process) once every lower seq is
+    closed; waits in the triggerer, not in a worker.
 
     The task asks the ledger which batch blocks the commit. If none, it runs the commit
-    transaction (publish + mark committed + offset compare-and-set) at once. Otherwise it
-    defers to `CommitReadyTrigger`, which polls the ledger every `poll_interval` seconds and
-    logs whom the commit waits for and that batch's state (at once, on every change and then
-    every minute); when it fires, the task resumes in `execute_complete` and commits.
-    Commit is idempotent, so a retry or a re-run of a committed txid is safe.
+    (onceflow.commit) at once. Otherwise it defers to `CommitReadyTrigger`, which polls the
+    ledger every `poll_interval` seconds and logs whom the commit waits for and that batch's
+    state (at once, on every change and then every minute); when it fires, the task resumes
+    in `execute_complete` and commits. Commit is idempotent, so a retry or a re-run of a
+    committed txid is safe; an abandoned txid ends the task at once.
     """
 
-    template_fields = ("pipeline",)
+    template_fields = ("pipeline", "txid")
 
     def __init__(
         self,
         *,
         pipeline: str,
+        txid: str = "{{ run_id }}",
         pipelines_file: str | None = None,
         poll_interval: float = 2.0,
         wait_timeout: timedelta = timedelta(hours=24),
@@ -188,6 +199,7 @@ class CommitOperator(BaseOperator):
     ) -> None:
         super().__init__(**kwargs)
         self.pipeline = pipeline
+        self.txid = txid
         self.pipelines_file = pipelines_file
         self.poll_interval = poll_interval
         self.wait_timeout = wait_timeout
@@ -198,22 +210,24 @@ class CommitOperator(BaseOperator):
     def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> dict[str, Any]:
         event = event or {}
         if event.get("status") == "error":
-            raise OnceflowError(f"commit of txid {context['run_id']}: {event.get('message')}")
+            raise OnceflowError(f"commit of txid {self.txid}: {event.get('message')}")
         return self._commit_or_defer(context, waited=float(event.get("waited", 0.0)))
 
     def _commit_or_defer(self, context: Any, waited: float) -> dict[str, Any]:
         cfg = get_pipeline(self.pipelines_file or Settings.from_env().pipelines_file, self.pipeline)
-        txid = context["run_id"]
+        txid = self.txid
         try:
             dsn, _ = connections.ledger_dsn(cfg.ledger_conn_id, cfg.source)
         except ConfigError as e:
             raise AirflowFailException(f"onceflow commit txid={txid}: {e}") from e
-        wait = ledger.blocking_predecessor(dsn, cfg.name, txid)
+        wait = blocking_predecessor(dsn, cfg.name, txid)
         if wait is None:
             try:
-                result = ledger.commit(dsn, cfg, txid)
+                result = commit(dsn, cfg, txid, sink_for(cfg))
             except CommitOrderError as e:  # a predecessor was re-opened between check and commit
                 self.log.info("%s", e)
+            except (AbandonedTxidError, IllegalTransitionError, RerunRefusedError) as e:
+                raise AirflowFailException(f"onceflow commit txid={txid}: {e}") from e
             else:
                 self.log.info(
                     "onceflow commit pipeline=%s txid=%s seq=%d outcome=%s published=%d "

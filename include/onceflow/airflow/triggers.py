@@ -16,14 +16,15 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from onceflow import connections, ledger
+from onceflow import connections
 from onceflow.errors import ConfigError, UnknownTxidError
+from onceflow.ledger.ordering import Blocker, blocking_predecessor
 
 #: how often a still-waiting commit says so in the task log, in seconds
 WAIT_LOG_EVERY = 60.0
 
 
-def describe_wait(txid: str, wait: ledger.Blocker, waited: float) -> str:
+def describe_wait(txid: str, wait: Blocker, waited: float) -> str:
     """One log line: whom the commit of txid waits for, in what state, and since when."""
     hint = f"; its last error: {wait.last_error}" if wait.last_error else ""
     return (
@@ -65,9 +66,9 @@ class CommitReadyTrigger(BaseTrigger):
             },
         )
 
-    def check(self, dsn: str) -> ledger.Blocker | None:
+    def check(self, dsn: str) -> Blocker | None:
         """One look at the ledger (blocking; run in a thread)."""
-        return ledger.blocking_predecessor(dsn, self.pipeline, self.txid)
+        return blocking_predecessor(dsn, self.pipeline, self.txid)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         try:

@@ -8,16 +8,22 @@ alter table onceflow.stage_parts
     add column bytes bigint,       -- bytes read (keys + values) for the part
     add column checksum numeric;   -- exact sum of the part's row_hash values
 
+-- Every stage table a sink created before this migration gets the new shape: a table named
+-- stage_* with the attempt column the stage tags rows with.
 do $$
 declare
     t record;
 begin
     for t in
-        select c.oid::regclass as tbl, n.nspname as schema
-        from pg_class c join pg_namespace n on n.oid = c.relnamespace
-        where c.relname = 'stage_orders' and c.relkind = 'r'
+        select c.oid::regclass as tbl, con.conname as pkey
+        from pg_class c
+        join pg_attribute a on a.attrelid = c.oid and a.attname = 'attempt' and not a.attisdropped
+        left join pg_constraint con on con.conrelid = c.oid and con.contype = 'p'
+        where c.relname like 'stage\_%' and c.relkind = 'r'
     loop
-        execute format('alter table %s drop constraint if exists stage_orders_pkey', t.tbl);
+        if t.pkey is not null then
+            execute format('alter table %s drop constraint %I', t.tbl, t.pkey);
+        end if;
         execute format('alter table %s add column if not exists row_hash bigint', t.tbl);
         execute format('alter table %s set unlogged', t.tbl);
     end loop;

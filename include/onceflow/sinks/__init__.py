@@ -1,11 +1,15 @@
-"""Sinks: where a pipeline's output is staged by process and published by commit
-(onceflow.sinks.base.Sink)."""
+"""Sinks: where a pipeline's output is staged by process and published by commit.
+
+The interface the ledger and the commit use is onceflow.sinks.base (Sink, OutsideSink); one
+package per kind of sink: postgres (tables in the ledger's database), kafka (a topic),
+iceberg (a lake table). `sink_for` builds a pipeline's from its [pipelines.NAME.sink] table.
+"""
 
 from __future__ import annotations
 
 import functools
 
-from onceflow.config import PipelineConfig
+from onceflow.config.pipeline import PipelineConfig
 from onceflow.kafka_client import KafkaCluster
 from onceflow.sinks.base import (
     OutsideSink,

@@ -5,18 +5,21 @@ a sink owns its tables and the SQL that stages, publishes and un-publishes a txi
 
 Staging is the same for every sink: process writes rows tagged (txid, attempt, part) into the
 sink's stage table, each part in one PostgreSQL transaction claimed in onceflow.stage_parts
-(onceflow.stage). A sink names its stage table and the data columns a part may hold; the
-stage table is UNLOGGED and keyed by nothing (COPY speed): the part fence and the published
-table's key keep duplicates out.
+(onceflow.staging). A sink names its stage table and the data columns a part may hold. The
+stage table of a PostgreSQL sink, and of a Kafka sink, is UNLOGGED and keyed by nothing
+(COPY speed): the part fence and the published table's key keep duplicates out, and commit's
+count check catches rows a crash loses. An Iceberg sink's stage tables (its dead letters and
+the rows naming its data files) are small and logged, since the files they name survive a
+crash (sinks.iceberg).
 
 Publishing differs by family (PROTOCOL.md "Sinks"). A sink in the ledger's database
 (PostgreSQL tables) publishes inside the commit's own transaction: `publish` and
 `unpublish` take its cursor, so the output, the batch's state and the offsets' compare-and-set
 commit together. A sink outside it (a lake table, a Kafka topic) cannot join that transaction
-and will publish in two idempotent steps around it, recording txid and seq in its own atomic
+and publishes in two idempotent steps around it, recording txid and seq in its own atomic
 commit; it stages and counts the same way, except that process may write its valid rows as
 data files (`file_stage`) that the part fence records, instead of stage table rows
-(OutsideSink; the two-step commit is onceflow.outside_commit).
+(OutsideSink; the two-step commit is onceflow.commit).
 
 Dead letters (records the transform refused) are the ledger's, whatever the sink: they are
 published into onceflow.dead_letters in the same transaction as the rows.
@@ -24,7 +27,6 @@ published into onceflow.dead_letters in the same transaction as the rows.
 
 from __future__ import annotations
 
-import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,42 +34,11 @@ from typing import Any
 
 from psycopg2 import sql
 
-from onceflow.config import NAME_RE, RESERVED_COLUMNS
-from onceflow.errors import RerunRefusedError, SinkSchemaError
+from onceflow.errors import RerunRefusedError
 from onceflow.schema_evolution import Evolution
 
+# The columns that tag every staged row: whose output it is, and which part fence claims it.
 TAG_COLUMNS = ("txid", "attempt", "part")
-
-
-_DECIMAL = re.compile(r"^decimal\((\d+),\s*(\d+)\)$")
-
-
-def sink_type(column: str, spark_type: str, types: dict[str, str], decimal: str, sink: str) -> str:
-    """An output column's type in a sink: `types` maps Spark's simple type names, `decimal`
-    formats decimal(p,s) with {p} and {s}; SinkSchemaError naming column, type and sink."""
-    t = spark_type.strip().lower()
-    if t in types:
-        return types[t]
-    m = _DECIMAL.match(t)
-    if m:
-        return decimal.format(p=m.group(1), s=m.group(2))
-    raise SinkSchemaError(
-        f"output column {column!r} has Spark type {spark_type!r}, which {sink} "
-        f"cannot hold; cast it to one of {sorted(set(types))} or decimal(p,s)"
-    )
-
-
-def check_output_column(name: str) -> None:
-    """Refuse an output column a sink table cannot hold under that name (every sink kind)."""
-    if not NAME_RE.match(name):
-        raise SinkSchemaError(
-            f"output column {name!r} is not a valid column name (lower-case letters, "
-            "digits and underscores, starting with a letter, at most 40 characters)"
-        )
-    if name in RESERVED_COLUMNS:
-        raise SinkSchemaError(
-            f"output column {name!r} is a column Onceflow's sink tables hold themselves; rename it"
-        )
 
 
 @dataclass(frozen=True)
@@ -82,7 +53,7 @@ class PublishTarget:
 
 @dataclass(frozen=True)
 class FileStage:
-    """Where process writes an attempt's parts as data files (onceflow.file_stage): in
+    """Where process writes an attempt's parts as data files (onceflow.staging.file_stage): in
     `directory` (a URI or absolute path), as Parquet files of `schema` (a pyarrow.Schema
     carrying the table's field ids), each recorded as a row of `files_table` (in the stage
     target's schema)."""
@@ -150,8 +121,9 @@ class Sink(ABC):
 
     @property
     def takes_fast_form(self) -> bool:
-        """Whether process may stage a transform's fast form here (onceflow.fast_stage): rows
-        of the coordinates and the user's columns only, never a dead letter."""
+        """Whether process may stage a transform's fast form here
+        (onceflow.staging.fast_stage): rows of the coordinates and the user's columns only,
+        never a dead letter."""
         return False
 
     def file_stage(self, pipeline: str, txid: str, attempt: int) -> FileStage | None:
@@ -182,7 +154,7 @@ class Sink(ABC):
 
     def staged_counts(self, cur, txid: str, attempt: int) -> StagedCounts:
         """One attempt's staged output counted in the table (process records the same from
-        the part fence rows without this scan: ledger.mark_staged); the checksum is the
+        the part fence rows without this scan: ledger.fencing.mark_staged); the checksum is the
         exact sum of row_hash, so two attempts over the same ranges give the same one."""
         cur.execute(
             sql.SQL(
@@ -347,7 +319,7 @@ class SinkReading:
     publication: Publication | None
     state: Any
     # what the read holds open until step 1 ends (a Kafka producer): called once, by
-    # outside_commit, however step 1 ends
+    # the commit (onceflow.commit), however step 1 ends
     release: Callable[[], None] = lambda: None
 
 
@@ -363,13 +335,13 @@ class StagedFiles:
 class OutsideSink(Sink):
     """A sink the commit's database transaction cannot reach (a lake table, a Kafka topic):
     commit publishes in two idempotent steps around the ledger transaction
-    (onceflow.outside_commit), so `publish` and `unpublish` inside it do not exist; dead
+    (onceflow.commit), so `publish` and `unpublish` inside it do not exist; dead
     letters are still the ledger's and published in its transaction."""
 
     def publish(self, cur, t: PublishTarget) -> tuple[int, int]:
         raise TypeError(
             f"sink {self.schema}.{self.table} is outside the ledger's database: it publishes "
-            "in two steps (onceflow.outside_commit), not inside the commit transaction"
+            "in two steps (onceflow.commit), not inside the commit transaction"
         )
 
     def unpublish(self, cur, t: PublishTarget) -> None:

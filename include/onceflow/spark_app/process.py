@@ -1,5 +1,6 @@
-"""The process phase's spark-submit application: runs onceflow.process.main (see its
-docstring for what it does, how the DAG submits it and its exit codes; `--help` prints them).
+"""The process phase's spark-submit application: runs onceflow.process.entry.main (see its
+docstring for how the DAG submits it, and onceflow.process for what it does; `--help` prints
+its arguments and exit codes).
 
     spark-submit [options] $(python -c "from onceflow.spark_app import PROCESS_APPLICATION as a; print(a)") --pipeline NAME --txid RUN_ID
 
@@ -9,7 +10,7 @@ next to the package's modules it would shadow `airflow` with onceflow/airflow.
 
 import sys
 
-from onceflow.process import main
+from onceflow.process.entry import main
 
 if __name__ == "__main__":
     sys.exit(main())

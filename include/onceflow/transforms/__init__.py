@@ -3,13 +3,13 @@ in the spark_jobs folder or any importable package.
 
 A transform maps the rows of the reader (topic, partition, offset, key, value, timestamp)
 to its sink's stage columns. It must be deterministic: process counts the records read
-apart from the transform, and ledger.mark_staged refuses an attempt whose output does not
+apart from the transform, and ledger.fencing.mark_staged refuses an attempt whose output does not
 account for every one of them (a valid row or a dead letter).
 
-A transform ("module:function", config.USER_TRANSFORM_RE) is by default a record-wise
+A transform ("module:function", config.pipeline_table.USER_TRANSFORM_RE) is by default a record-wise
 function `DataFrame -> DataFrame` over the reader's columns. Its output keeps topic,
-partition and offset (one row per input record, no filter, no shuffle: part k of the stage
-holds exactly the records of input partition k) and adds the columns its sink publishes;
+partition and offset (one row per input record, no filter, no shuffle, so that each stage
+part holds the same records in every attempt: onceflow.staging.fence) and adds the columns its sink publishes;
 an `error` string column, when not null, sends the record to dead letters with that
 reason; it may keep `key` and `value`, which the stage keeps for dead letters, and whose
 `value` being null makes the record a tombstone for an upsert sink. `check_output` states this contract once, before anything is
@@ -19,19 +19,19 @@ An aggregating transform (the pipeline's `transform_kind = "aggregating"`, into 
 merge sink) may filter, group and shuffle: its output rows belong to the txid, not to a
 record. `check_aggregate_output` states its contract once, before anything is staged: the
 sink's key and aggregate columns and `records`, a bigint saying how many source records
-each row sums up, so that sum(records) + dead letters = records read (ledger.mark_staged
+each row sums up, so that sum(records) + dead letters = records read (ledger.fencing.mark_staged
 checks it); optionally dead-letter rows, whose `error` is not null and which carry the
 refused record's topic, partition and offset (and key and value if kept), typically a
 unionByName(..., allowMissingColumns=True) of the aggregate rows and the refused records.
 A row that breaks it (`aggregate_row_violation`: a dead row without coordinates, an
 aggregate row with a null key or `records`) fails its part before the part commits, and the
 attempt with it: it is never marked staged, so nothing of it can be published. Its
-output partitioning must be a function of the records (a groupBy's is): output partition k
-is stage part k, and a retried task restages it under the part fence.
+output partitioning must be a function of the records (a groupBy's is): its output
+partitions are the stage's parts (onceflow.staging.fence), which a retried task restages.
 
 A record-wise transform "module:transform" may have a fast form: a function of its module
 `fast_form(batch) -> (accepted, rows)` over the reader's Arrow batches (the reader's columns
-above, as pyarrow.RecordBatch), run in the reader's Python worker (onceflow.fast_stage):
+above, as pyarrow.RecordBatch), run in the reader's Python worker (onceflow.staging.fast_stage):
 `accepted` are the indices (int64 numpy, ascending) of the records of `batch` it takes,
 `rows` their output as a pyarrow.RecordBatch of the user's columns of `transform`'s output
 (all but topic, partition, offset, error, key, value), in the same order, with the Arrow
@@ -67,7 +67,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from onceflow.config import SinkConfig
+from onceflow.config.sink import SinkConfig
 from onceflow.errors import TransformError
 
 #: columns a record-wise transform's output must keep: the source record's coordinates

@@ -19,10 +19,15 @@ from fastapi.security.utils import get_authorization_scheme_param
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from onceflow import metrics
-from onceflow.config import PipelineConfig
+from onceflow.config.pipeline import PipelineConfig
 from onceflow.errors import ConfigError, UnknownTxidError
 from onceflow.settings import Settings
-from onceflow.ui import data, pages
+from onceflow.states import BatchState
+from onceflow.ui import data, html
+from onceflow.ui.batch_detail import batch_page
+from onceflow.ui.links import Links
+from onceflow.ui.overview import overview_page
+from onceflow.ui.pipeline_ledger import ledger_page
 
 MOUNT = "/onceflow"
 
@@ -71,11 +76,11 @@ User = Annotated[Any, Depends(require_user)]
 # -- helpers -------------------------------------------------------------------------------------
 
 
-def links(request: Request) -> pages.Links:
+def links(request: Request) -> Links:
     """Links relative to where the app is mounted (root_path), so a base_url prefix works."""
     root = request.scope.get("root_path", "") or MOUNT
     airflow = root[: -len(MOUNT)] if root.endswith(MOUNT) else ""
-    return pages.Links(root, airflow)
+    return Links(root, airflow)
 
 
 def wants_html(request: Request) -> bool:
@@ -140,12 +145,12 @@ def create_app(
         if exc.status_code == status.HTTP_401_UNAUTHORIZED:
             url = login_url(str(request.url))
             if url:
-                extra = f"<p>{pages.a(url, 'Log in to Airflow')}</p>"
+                extra = f"<p>{html.a(url, 'Log in to Airflow')}</p>"
         title = {401: "Not logged in", 403: "Forbidden", 404: "Not found"}.get(
             exc.status_code, "Error"
         )
         return HTMLResponse(
-            pages.message_page(title, str(exc.detail), ln, extra),
+            html.message_page(title, str(exc.detail), ln, extra),
             status_code=exc.status_code,
             headers=headers,
         )
@@ -156,7 +161,7 @@ def create_app(
         if not wants_html(request):
             return JSONResponse({"detail": detail}, status_code=500)
         return HTMLResponse(
-            pages.message_page("Configuration error", detail, links(request)), status_code=500
+            html.message_page("Configuration error", detail, links(request)), status_code=500
         )
 
     def unknown_txid(request: Request, pipeline: str, exc: UnknownTxidError) -> HTMLResponse:
@@ -165,10 +170,10 @@ def create_app(
         text = f"{exc}. A run from another DAG belongs to another ledger."
         ln = links(request)
         extra = (
-            f"<p>{pages.a(ln.pipeline(pipeline), 'Back to the ledger of ' + pages.e(pipeline))}</p>"
+            f"<p>{html.a(ln.pipeline(pipeline), 'Back to the ledger of ' + html.e(pipeline))}</p>"
         )
         return HTMLResponse(
-            pages.message_page("Not in the ledger (yet)", text, ln, extra), status_code=404
+            html.message_page("Not in the ledger (yet)", text, ln, extra), status_code=404
         )
 
     # -- HTML ------------------------------------------------------------------------------------
@@ -177,20 +182,20 @@ def create_app(
     def overview(request: Request, user: User) -> HTMLResponse:
         s, cfgs = h.readable(user)
         items = [data.pipeline_overview(s, c) for c in cfgs]
-        return HTMLResponse(pages.overview_page(items, links(request)))
+        return HTMLResponse(overview_page(items, links(request)))
 
     @api.get("/pipelines/{pipeline}", response_class=HTMLResponse)
-    def ledger_page(
+    def pipeline_ledger(
         request: Request,
         user: User,
         pipeline: str,
         limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     ) -> HTMLResponse:
         s, cfg = h.pipeline(user, pipeline)
-        return HTMLResponse(pages.ledger_page(data.ledger_view(s, cfg, limit), links(request)))
+        return HTMLResponse(ledger_page(data.ledger_view(s, cfg, limit), links(request)))
 
     @api.get("/pipelines/{pipeline}/batches/{txid}", response_class=HTMLResponse)
-    def batch_page(
+    def batch_entry(
         request: Request,
         user: User,
         pipeline: str,
@@ -209,7 +214,7 @@ def create_app(
             query = urlencode({"dl_offset": offset, "dl_limit": dl_limit})
             return f"{ln.batch(pipeline, txid)}?{query}#dead-letters"
 
-        return HTMLResponse(pages.batch_page(view, ln, dl_url))
+        return HTMLResponse(batch_page(view, ln, dl_url))
 
     # Targets of the external views on Airflow's DAG, DAG run and task instance pages, which
     # only know {DAG_ID}, {RUN_ID} and {TASK_ID}: map dag id -> pipeline and redirect.
@@ -218,7 +223,7 @@ def create_app(
         text = (
             f"DAG {dag_id!r} is not an Onceflow pipeline (their DAG ids are onceflow_<pipeline>)."
         )
-        return HTMLResponse(pages.message_page("Not an Onceflow DAG", text, links(request)))
+        return HTMLResponse(html.message_page("Not an Onceflow DAG", text, links(request)))
 
     @api.get("/dags/{dag_id}", response_class=HTMLResponse, response_model=None)
     def from_dag(request: Request, user: User, dag_id: str) -> HTMLResponse | RedirectResponse:
@@ -295,7 +300,7 @@ def create_app(
                 "pipeline": cfg.name,
                 "loss_events": views.losses(data.ledger_dsn(s, cfg), cfg.name),
                 "resets": views.resets(data.ledger_dsn(s, cfg), cfg.name),
-                "abandoned": views.abandoned(data.ledger_dsn(s, cfg), cfg.name),
+                BatchState.ABANDONED: views.abandoned(data.ledger_dsn(s, cfg), cfg.name),
             }
         )
 

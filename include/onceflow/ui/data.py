@@ -13,9 +13,11 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
 
-from onceflow import broker, connections, ledger, views
-from onceflow.config import PipelineConfig, load_pipelines
+from onceflow import broker, connections, views
+from onceflow.config.pipeline import PipelineConfig
+from onceflow.config.pipelines_file import load_pipelines
 from onceflow.errors import OnceflowError
+from onceflow.ledger.ordering import blocking_predecessor
 from onceflow.settings import Settings
 from onceflow.sinks import sink_for
 from onceflow.states import CLOSED, BatchState
@@ -179,7 +181,7 @@ def batch_view(
     b["ranges"] = views.batch_ranges(ledger_dsn(s, cfg), cfg.name, txid)
     wait = None
     if b["state"] not in CLOSED:
-        w = ledger.blocking_predecessor(ledger_dsn(s, cfg), cfg.name, txid)
+        w = blocking_predecessor(ledger_dsn(s, cfg), cfg.name, txid)
         if w is not None:
             wait = {"txid": w.txid, "seq": w.seq, "state": w.state, "last_error": w.last_error}
     return {

@@ -1,0 +1,9 @@
+"""`python -m onceflow.cli`: the `onceflow` command run by module name, as the README's
+docker compose examples run it inside the Airflow containers."""
+
+import sys
+
+from onceflow.cli.main import main
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,148 @@
+"""The operator's repairs, the commands that change a pipeline's state: `rerun` and `backfill`
+(replay recorded ranges through Airflow), `reset-offsets` (a new epoch after the broker lost
+its log) and `cleanup` (the data files of attempts that never publish)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import TYPE_CHECKING
+
+from onceflow.cli.output import table
+from onceflow.cli.selection import select_pipeline
+from onceflow.config.pipeline import PipelineConfig
+from onceflow.errors import (
+    BackfillOpenBatchError,
+    ResetNotConfirmedError,
+    SeqRangeError,
+    UnknownSeqError,
+)
+from onceflow.settings import Settings
+from onceflow.states import BatchState
+
+if TYPE_CHECKING:
+    from onceflow.airflow_api import AirflowClient
+
+
+def _rerun(
+    client: AirflowClient, cfg: PipelineConfig, settings: Settings, txid: str, timeout: float
+) -> str:
+    from onceflow import views
+
+    views.require_txid(settings.postgres_dsn, cfg.name, txid)  # unknown: names known ones
+    client.get_run(cfg.dag_id, txid)  # unknown run -> clear error from the API
+    client.clear_run(cfg.dag_id, txid)
+    print(f"cleared {cfg.dag_id} run {txid}: replaying its recorded ranges", flush=True)
+    return client.wait_for_runs(cfg.dag_id, [txid], timeout=timeout)[txid]
+
+
+def cmd_rerun(args: argparse.Namespace, settings: Settings) -> int:
+    from onceflow.airflow_api import AirflowClient
+
+    cfg = select_pipeline(settings, args.pipeline)
+    client = AirflowClient(settings.airflow_url, settings.airflow_user, settings.airflow_password)
+    state = _rerun(client, cfg, settings, args.run_id, args.timeout)
+    print(f"{args.run_id}: {state}")
+    return 0 if state == "success" else 1
+
+
+def cmd_backfill(args: argparse.Namespace, settings: Settings) -> int:
+    from onceflow import views
+    from onceflow.airflow_api import AirflowClient
+
+    cfg = select_pipeline(settings, args.pipeline)
+    if args.from_seq < 1 or args.to_seq < args.from_seq:
+        raise SeqRangeError(cfg.name, args.from_seq, args.to_seq)
+    by_seq = {b["seq"]: b for b in views.batches(settings.postgres_dsn, cfg.name, limit=10**9)}
+    wanted = list(range(args.from_seq, args.to_seq + 1))
+    missing = [s for s in wanted if s not in by_seq]
+    if missing:
+        raise UnknownSeqError(cfg.name, missing[0], max(by_seq, default=0))
+    open_ = [s for s in wanted if by_seq[s]["state"] != BatchState.COMMITTED]
+    if open_:
+        seq = open_[0]
+        raise BackfillOpenBatchError(cfg.name, seq, by_seq[seq]["txid"], by_seq[seq]["state"])
+    client = AirflowClient(settings.airflow_url, settings.airflow_user, settings.airflow_password)
+    for i, seq in enumerate(wanted, 1):
+        txid = by_seq[seq]["txid"]
+        print(f"[{i}/{len(wanted)}] seq {seq} txid {txid}", flush=True)
+        state = _rerun(client, cfg, settings, txid, args.timeout)
+        if state != "success":
+            print(
+                f"seq {seq} txid {txid} ended {state}; stopping (later seqs untouched)",
+                file=sys.stderr,
+            )
+            return 1
+    print(f"backfilled seq {args.from_seq}..{args.to_seq}: {len(wanted)} batch(es) republished")
+    return 0
+
+
+def cmd_reset_offsets(args: argparse.Namespace, settings: Settings) -> int:
+    from onceflow import broker
+    from onceflow.ledger.resets import reset_offsets
+
+    cfg = select_pipeline(settings, args.pipeline)
+    if not args.yes:
+        raise ResetNotConfirmedError(cfg.name, args.to)
+    reset = reset_offsets(
+        settings.postgres_dsn,
+        cfg,
+        lambda at: broker.snapshot(settings.kafka_bootstrap, cfg.name, cfg.topics, at),
+        to=args.to,
+        reason=args.reason,
+    )
+    print(
+        f"pipeline {cfg.name}: reset after seq {reset.after_seq}; abandoned: {', '.join(reset.abandoned) or 'none'}"
+    )
+    for p in reset.partitions:
+        print(f"  {p['log']}")
+        print(
+            f"  {p['topic']}[{p['partition']}]: committed {p['committed_before']} -> restarts at {p['new_offset']} (a new epoch)"
+        )
+    if reset.abandoned and not args.keep_runs:
+        fail_abandoned_runs(settings, cfg.dag_id, reset.abandoned)
+    print("New runs plan from the new offsets.")
+    return 0
+
+
+def fail_abandoned_runs(settings: Settings, dag_id: str, txids: list[str]) -> None:
+    """Mark the abandoned txids' DAG runs failed, so they stop and free their active-run
+    slots (onceflow.abandoned_runs), saying what became of each."""
+    from onceflow.abandoned_runs import stop_abandoned_runs
+    from onceflow.airflow_api import AirflowClient, AirflowNotFound
+
+    client = AirflowClient(settings.airflow_url, settings.airflow_user, settings.airflow_password)
+    for txid, error in stop_abandoned_runs(client, dag_id, txids):
+        if error is None:
+            print(f"  marked run {txid} of {dag_id} failed (abandoned: it never commits)")
+        elif isinstance(error, AirflowNotFound):
+            print(f"  run {txid} is not in Airflow's DAG {dag_id}: nothing to stop")
+        else:
+            print(
+                f"  could not mark run {txid} failed ({error}); mark it failed in the Airflow UI: "
+                "it can never commit",
+                file=sys.stderr,
+            )
+
+
+def cmd_cleanup(args: argparse.Namespace, settings: Settings) -> int:
+    from onceflow import file_cleanup, views
+
+    cfg = select_pipeline(settings, args.pipeline)
+    if args.txid:
+        views.require_txid(settings.postgres_dsn, cfg.name, args.txid)
+    removals = file_cleanup.unpublishable(settings.postgres_dsn, cfg, args.txid)
+    if args.yes:
+        file_cleanup.remove(cfg, removals)
+    rows = [{"txid": r.txid, "attempt": r.attempt, "files": len(r.paths)} for r in removals]
+    if args.json:
+        out = [{**row, "paths": list(r.paths)} for row, r in zip(rows, removals, strict=True)]
+        print(json.dumps({"pipeline": cfg.name, "removed": args.yes, "attempts": out}, indent=2))
+        return 0
+    if rows:
+        print(table(rows, ("txid", "attempt", "files")))
+    verb = "removed" if args.yes else "would remove (dry run: give --yes to remove them)"
+    files = sum(len(r.paths) for r in removals)
+    print(f"{verb} {files} data file(s) of {len(rows)} attempt(s) that never publish")
+    return 0

@@ -1,0 +1,312 @@
+"""The `onceflow` command's parser, every command with its options and help, and main, which
+runs one: the console script `onceflow` and `python -m onceflow.cli` both call main.
+
+Exit codes: 2 for a usage error or an OnceflowError (its message on stderr, after the
+command's name), 1 for a command's own failure (a run that did not succeed, an audit that
+found a violation), 130 for Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+from onceflow.cli.actions import cmd_backfill, cmd_cleanup, cmd_rerun, cmd_reset_offsets
+from onceflow.cli.audit_report import cmd_audit
+from onceflow.cli.demo import cmd_demo
+from onceflow.cli.inspection import cmd_dead_letters, cmd_lag, cmd_ledger
+from onceflow.cli.local_stack import cmd_chaos, cmd_down, cmd_produce, cmd_status, cmd_up
+from onceflow.cli.provision import cmd_migrate, cmd_spark_archive, cmd_topics
+from onceflow.cli.runs import cmd_trigger
+from onceflow.cli.selection import use_connections
+from onceflow.errors import OnceflowError
+from onceflow.settings import Settings
+
+# a command: the parsed arguments and the settings in, the exit code out
+Command = Callable[[argparse.Namespace, Settings], int]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="onceflow",
+        description="Exactly-once micro-batches from Kafka through Spark, orchestrated by Airflow.",
+        epilog="Quick start: onceflow up && onceflow demo (or: onceflow produce --pipeline orders"
+        " --count 100000 && onceflow trigger --pipeline orders --runs 3 && onceflow audit"
+        " --pipeline orders)",
+    )
+    p.add_argument(
+        "--ledger-conn",
+        metavar="CONN_ID",
+        help="read the ledger's database from this Airflow `postgres` connection (the "
+        "Airflow of AIRFLOW_HOME) instead of ONCEFLOW_POSTGRES_DSN",
+    )
+    p.add_argument(
+        "--kafka-conn",
+        metavar="CONN_ID",
+        help="read the Kafka cluster and its client settings (TLS, SASL) from this Airflow "
+        "`kafka` connection instead of ONCEFLOW_KAFKA_BOOTSTRAP and ONCEFLOW_KAFKA_CONFIG",
+    )
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name: str, func: Command, help_: str, example: str) -> argparse.ArgumentParser:
+        sp = sub.add_parser(name, help=help_, description=help_, epilog=f"example: {example}")
+        sp.set_defaults(func=func)
+        return sp
+
+    add(
+        "up",
+        cmd_up,
+        "Start the embedded stack on 127.0.0.1 (PostgreSQL, broker, Airflow); idempotent.",
+        "onceflow up",
+    )
+    add("down", cmd_down, "Stop every service of the embedded stack by its PID.", "onceflow down")
+    sp = add(
+        "status",
+        cmd_status,
+        "Show the stack's services, the Airflow UI URL and login.",
+        "onceflow status --json",
+    )
+    sp.add_argument("--json", action="store_true", help="machine-readable output")
+    add(
+        "migrate",
+        cmd_migrate,
+        "Create or upgrade the ledger schema in PostgreSQL.",
+        "onceflow migrate",
+    )
+
+    sp = add(
+        "spark-archive",
+        cmd_spark_archive,
+        "Write the process job's driver JVM class archive (AppCDS) on this host, if missing: "
+        "a training spark-submit (about a minute); process tasks then start faster.",
+        "onceflow spark-archive --force",
+    )
+    sp.add_argument("--force", action="store_true", help="rewrite an existing archive")
+
+    sp = add(
+        "produce",
+        cmd_produce,
+        "Produce demo records to the pipeline's topic: the records of the `sample` function "
+        "in the transform's module (onceflow.transforms).",
+        "onceflow produce --pipeline inventory --count 20000",
+    )
+    sp.add_argument("--pipeline", help="pipeline name (default: the only one configured)")
+    sp.add_argument("--topic", help="topic (default: the pipeline's first topic)")
+    sp.add_argument(
+        "--count", type=int, default=100_000, help="records to produce (default 100000)"
+    )
+    sp.add_argument(
+        "--partitions", type=int, default=4, help="partitions when creating the topic (default 4)"
+    )
+    sp.add_argument("--seed", type=int, default=42, help="random seed (default 42)")
+    sp.add_argument(
+        "--start", type=int, default=0, help="first record number, to continue a series (default 0)"
+    )
+
+    sp = add(
+        "topics",
+        cmd_topics,
+        "Create a pipeline's source topics on the broker for your own producer (`topics "
+        "create`); names each topic it created or found, and leaves existing ones as they are.",
+        "onceflow topics create --pipeline payments --partitions 3",
+    )
+    sp.add_argument("action", choices=("create",), help="create: the pipeline's missing topics")
+    sp.add_argument("--pipeline", help="pipeline name (default: the only one configured)")
+    sp.add_argument(
+        "--partitions",
+        type=int,
+        default=4,
+        help="partitions of each topic it creates (default 4)",
+    )
+
+    sp = add(
+        "trigger",
+        cmd_trigger,
+        "Trigger DAG runs through the Airflow REST API and wait for them.",
+        "onceflow trigger --pipeline orders --runs 3",
+    )
+    sp.add_argument("--pipeline", help="pipeline name (default: the only one configured)")
+    sp.add_argument(
+        "--runs", type=int, default=1, help="number of runs to trigger at once (default 1)"
+    )
+    sp.add_argument("--run-id", action="append", help="explicit run id (txid); repeat for several")
+    sp.add_argument("--prefix", default="manual", help="run id prefix (default 'manual')")
+    sp.add_argument("--timeout", type=float, default=900, help="seconds to wait (default 900)")
+    sp.add_argument("--no-wait", action="store_true", help="return after triggering")
+
+    sp = add(
+        "audit",
+        cmd_audit,
+        "Prove the pipeline's state; exits 1 on any violation.",
+        "onceflow audit --pipeline orders --reread --json",
+    )
+    sp.add_argument("--pipeline", help="pipeline name (default: the only one configured)")
+    sp.add_argument("--json", action="store_true", help="print the report as JSON")
+    sp.add_argument(
+        "--reread",
+        action="store_true",
+        help="re-read every committed range from the broker and count its records (txids "
+        "whose records retention has deleted since keep the ledger's count, and are reported)",
+    )
+    sp = add(
+        "demo",
+        cmd_demo,
+        "Run the shipped example pipelines on the running stack (needs onceflow[local]): "
+        "produce their sample records (continuing each series), trigger the runs each backlog needs, audit each "
+        "with --reread and print a summary; exits 1 unless every run succeeded and every "
+        "audit says exactly-once.",
+        "onceflow up && onceflow demo",
+    )
+    sp.add_argument(
+        "--timeout", type=float, default=1800, help="seconds to wait for the runs (default 1800)"
+    )
+    sp.add_argument(
+        "--scale",
+        type=float,
+        default=1.0,
+        help="produce this share of each pipeline's demo records (default 1.0; e.g. 0.05 for a "
+        "quick run)",
+    )
+    sp = add(
+        "ledger",
+        cmd_ledger,
+        "Show the ledger: batches with seq, txid, state, counts, durations and ranges (and "
+        "for an Iceberg sink the snapshot of each committed txid), and the columns schema "
+        "evolution added to the sink's tables, with the txid that first needed each.",
+        "onceflow ledger --pipeline orders --limit 20",
+    )
+    sp.add_argument("--pipeline", help="pipeline name (default: the only one configured)")
+    sp.add_argument("--txid", help="show one txid (run id) only")
+    sp.add_argument("--limit", type=int, default=50, help="newest N batches (default 50)")
+    sp.add_argument("--json", action="store_true", help="machine-readable output")
+
+    sp = add(
+        "lag",
+        cmd_lag,
+        "Per partition: committed offset, the broker's end offset and the lag.",
+        "onceflow lag --pipeline orders --json",
+    )
+    sp.add_argument("--pipeline", help="pipeline name (default: the only one configured)")
+    sp.add_argument("--json", action="store_true", help="machine-readable output")
+
+    sp = add(
+        "dead-letters",
+        cmd_dead_letters,
+        "List a txid's dead letters with their coordinates and reason.",
+        "onceflow dead-letters --pipeline orders --txid manual__20261121T070000__001",
+    )
+    sp.add_argument("--pipeline", help="pipeline name (default: the only one configured)")
+    sp.add_argument("--txid", required=True, help="the txid (run id)")
+    sp.add_argument("--limit", type=int, default=100, help="at most N rows (default 100)")
+    sp.add_argument("--json", action="store_true", help="machine-readable output")
+
+    sp = add(
+        "rerun",
+        cmd_rerun,
+        "Clear a run through the Airflow API so it replays its recorded ranges; waits for it.",
+        "onceflow rerun manual__20261121T070000__001",
+    )
+    sp.add_argument("run_id", help="the run id (txid) to re-run")
+    sp.add_argument("--pipeline", help="pipeline name (default: the only one configured)")
+    sp.add_argument("--timeout", type=float, default=900, help="seconds to wait (default 900)")
+
+    sp = add(
+        "backfill",
+        cmd_backfill,
+        "Re-run committed txids in seq order; each replaces its own published output.",
+        "onceflow backfill --pipeline orders --from-seq 1 --to-seq 3",
+    )
+    sp.add_argument("--pipeline", help="pipeline name (default: the only one configured)")
+    sp.add_argument("--from-seq", type=int, required=True, help="first seq to re-run")
+    sp.add_argument("--to-seq", type=int, required=True, help="last seq to re-run")
+    sp.add_argument(
+        "--timeout", type=float, default=900, help="seconds to wait per run (default 900)"
+    )
+    sp = add(
+        "reset-offsets",
+        cmd_reset_offsets,
+        "After the broker lost its log: abandon uncommitted batches and restart partitions at the broker's offsets.",
+        "onceflow reset-offsets --pipeline orders --reason 'broker restarted, log lost' --yes",
+    )
+    sp.add_argument("--pipeline", help="pipeline name (default: the only one configured)")
+    sp.add_argument(
+        "--to",
+        choices=("earliest", "latest"),
+        default="earliest",
+        help="where partitions restart (default earliest)",
+    )
+    sp.add_argument(
+        "--reason", required=True, help="why; kept in the ledger (onceflow.resets, operator_log)"
+    )
+    sp.add_argument("--yes", action="store_true", help="confirm")
+    sp.add_argument(
+        "--keep-runs",
+        action="store_true",
+        help="leave the abandoned batches' DAG runs alone (default: mark them failed in Airflow)",
+    )
+
+    sp = add(
+        "cleanup",
+        cmd_cleanup,
+        "List, and with --yes remove, the data files of process attempts that never publish "
+        "(an Iceberg sink's fenced, overtaken or abandoned attempts; never a file an attempt "
+        "may still publish, nor one a snapshot records).",
+        "onceflow cleanup --pipeline inventory_lake --yes",
+    )
+    sp.add_argument("--pipeline", help="pipeline name (default: the only one configured)")
+    sp.add_argument("--txid", help="only this txid (run id)")
+    sp.add_argument("--yes", action="store_true", help="remove them (default: only list them)")
+    sp.add_argument("--json", action="store_true", help="machine-readable output")
+
+    sp = add(
+        "chaos",
+        cmd_chaos,
+        "Run the chaos harness on a dedicated local stack: faults injected while runs go "
+        "through the scheduler; writes chaos-report.json (exit 0 only for exactly-once).",
+        "onceflow chaos --pipeline inventory --batches 200 --seed 1 --max-minutes 120",
+    )
+    sp.add_argument(
+        "--pipeline",
+        help="a pipeline of the pipelines file (its transform and sink, chaos's batch size and "
+        "topic; default: the orders example as tests/chaos_pipelines.toml's `chaos`)",
+    )
+    sp.add_argument(
+        "--batches", type=int, default=200, help="committed batches to reach (default 200)"
+    )
+    sp.add_argument("--seed", type=int, default=1, help="seed of the fault schedule (default 1)")
+    sp.add_argument(
+        "--max-minutes",
+        type=float,
+        default=120.0,
+        help="time budget; faults stop at 80%% of it, then the lag drains (default 120)",
+    )
+    sp.add_argument("--keep", action="store_true", help="leave the chaos stack running afterwards")
+    sp.add_argument(
+        "--stack",
+        type=int,
+        default=0,
+        choices=range(10),
+        metavar="N",
+        help="chaos stack slot: N > 0 uses .onceflow/chaos-N and ports +10N, so two runs can go "
+        "side by side (default 0: .onceflow/chaos, 25435/29095/28083)",
+    )
+    sp.add_argument("--report", help="report path (default: chaos-report.json at the project root)")
+    sp.add_argument(
+        "--faults",
+        help="only these fault kinds, e.g. 3,7 (development; such a run is never complete)",
+    )
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        use_connections(args.ledger_conn, args.kafka_conn)
+        settings = Settings.from_env()
+        return args.func(args, settings)
+    except OnceflowError as e:
+        print(f"onceflow {args.command}: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,59 @@
+"""What a deployment needs before its first run: the ledger's schema (`migrate`), the process
+job's driver JVM class archive (`spark-archive`) and a pipeline's source topics for a producer
+of one's own (`topics create`). Run again, each adds only what is missing (spark-archive
+rewrites its archive with --force)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from onceflow.cli.selection import select_pipeline
+from onceflow.errors import PartitionCountError
+from onceflow.settings import Settings
+
+
+def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
+    from onceflow.db import migrate
+
+    applied = migrate(settings.postgres_dsn)
+    print("applied: " + (", ".join(applied) if applied else "nothing (up to date)"))
+    return 0
+
+
+def cmd_spark_archive(args: argparse.Namespace, settings: Settings) -> int:
+    from onceflow import jvm_archive
+
+    try:
+        path = jvm_archive.build(force=args.force)
+    except RuntimeError as e:
+        print(e, file=sys.stderr)
+        return 1
+    if path is not None:
+        print(f"process tasks submit with: {jvm_archive.java_options(path)}")
+    return 0
+
+
+def cmd_topics(args: argparse.Namespace, settings: Settings) -> int:
+    """`topics create`: the pipeline's source topics for the user's own producer, which
+    (unlike `produce`) needs no `sample` in the transform's module."""
+    from onceflow import broker
+
+    cfg = select_pipeline(settings, args.pipeline)
+    if args.partitions < 1:
+        raise PartitionCountError(cfg.name, args.partitions)
+    found = broker.ensure_topics(settings.kafka_bootstrap, cfg.topics, args.partitions)
+    for topic, (created, partitions) in found.items():
+        print(f"topic {topic}: {_topic_outcome(created, partitions, args.partitions)}")
+    return 0
+
+
+def _topic_outcome(created: bool, partitions: int, wanted: int) -> str:
+    if created:
+        return f"created with {partitions} partition(s) on the broker"
+    if partitions == wanted:
+        return f"exists with {partitions} partition(s), left as it is"
+    return (
+        f"exists with {partitions} partition(s), left as it is (not {wanted}: a partition "
+        "count is changed on the broker, never by Onceflow)"
+    )

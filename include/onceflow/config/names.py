@@ -1,0 +1,13 @@
+"""The forms a pipeline definition's names must take before they become a DAG id, a SQL
+identifier, a Kafka topic or an Airflow connection id: strict, so that each is safe where it
+goes (and SQL still quotes them)."""
+
+from __future__ import annotations
+
+import re
+
+# a pipeline, schema, table, namespace or column name (at most 40: a DAG id, a SQL schema)
+NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+# An Airflow connection id (Airflow allows more; these are the ones that need no quoting)
+CONN_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,250}$")

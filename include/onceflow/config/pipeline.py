@@ -1,0 +1,58 @@
+"""What a pipeline is, once validated (PipelineConfig): its topics, its transform, its sink,
+how its DAG runs, and the Airflow connections it uses. Parsing the TOML table is
+onceflow.config.pipeline_table's."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from onceflow.config.sink import SinkConfig
+
+# Record-wise: one output row per source record, with its coordinates; aggregating: rows
+# that each sum up `records` source records (onceflow.transforms, PROTOCOL.md "Sinks").
+TRANSFORM_KINDS = ("record-wise", "aggregating")
+# What process does with a record the user's code raises on (onceflow.poison).
+ON_TRANSFORM_ERROR = ("fail", "dead_letter")
+# What process does when the transform's output adds columns (onceflow.schema_evolution):
+# add them to the sink's tables, or refuse the output.
+SCHEMA_EVOLUTIONS = ("add_columns", "fail")
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    name: str
+    topics: tuple[str, ...]
+    transform: str  # "module:function" (onceflow.transforms)
+    sink: SinkConfig
+    transform_kind: Literal["record-wise", "aggregating"] = "record-wise"
+    sink_schema: str = ""  # defaults to the pipeline name
+    starting_position: Literal["earliest", "latest"] = "earliest"
+    max_records_per_partition: int | None = None
+    on_data_loss: Literal["fail", "skip"] = "fail"
+    # a record the user's code raises on: fail the attempt naming it, or stage it as a dead
+    # letter (onceflow.poison)
+    on_transform_error: Literal["fail", "dead_letter"] = "fail"
+    schedule: str | None = None
+    max_active_runs: int = 3
+    commit_poke_interval: float = 2.0
+    records_per_input_partition: int = 250_000
+    fast_form: bool = True  # the transform's fast form parses and stages in the reader's worker
+    schema_evolution: Literal["add_columns", "fail"] = "add_columns"
+    driver_memory: str = "512m"
+    executor_memory: str = "1g"
+    spark_conf: dict[str, str] = field(default_factory=dict)
+    description: str = ""
+    # Airflow connections (onceflow.connections): None = the default id, else one that must exist
+    ledger_conn_id: str | None = None
+    kafka_conn_id: str | None = None
+    spark_conn_id: str = "spark_default"
+    source: str = field(default="<config>", compare=False)  # the pipelines file, for messages
+
+    @property
+    def aggregating(self) -> bool:
+        return self.transform_kind == "aggregating"
+
+    @property
+    def dag_id(self) -> str:
+        return f"onceflow_{self.name}"

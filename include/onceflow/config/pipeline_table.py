@@ -1,0 +1,214 @@
+"""A `[pipelines.NAME]` table read into a PipelineConfig: every key checked, naming it, before
+any DAG, job or SQL sees it; the transform reference is checked against its module's source
+(onceflow.transform_ref) where it can be, so a misspelled function fails the definition
+rather than the first process task."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from onceflow.config.names import CONN_ID_RE, NAME_RE, TOPIC_RE
+from onceflow.config.pipeline import (
+    ON_TRANSFORM_ERROR,
+    SCHEMA_EVOLUTIONS,
+    TRANSFORM_KINDS,
+    PipelineConfig,
+)
+from onceflow.config.sink_table import parse_sink
+from onceflow.errors import ConfigError, PipelineKeyError
+from onceflow.settings import transform_path
+from onceflow.transform_ref import reference_problem
+
+SPARK_CONF_KEY_RE = re.compile(r"^spark\.[A-Za-z0-9._-]+$")
+# A transform "module:function": module dotted, importable from the spark_jobs folder,
+# the folders of ONCEFLOW_PYTHONPATH or any installed package (settings.transform_path;
+# onceflow.transforms.load_transform imports it, in process only).
+USER_TRANSFORM_RE = re.compile(
+    r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
+)
+# The keys a [pipelines.NAME] table takes.
+_KEYS = {
+    "topics",
+    "transform",
+    "transform_kind",
+    "sink_schema",
+    "starting_position",
+    "max_records_per_partition",
+    "on_data_loss",
+    "on_transform_error",
+    "schedule",
+    "max_active_runs",
+    "commit_poke_interval",
+    "records_per_input_partition",
+    "fast_form",
+    "schema_evolution",
+    "driver_memory",
+    "executor_memory",
+    "spark_conf",
+    "description",
+    "sink",
+    "ledger_conn_id",
+    "kafka_conn_id",
+    "spark_conn_id",
+}
+
+
+def parse_pipeline(
+    name: str, raw: dict[str, Any], source: str = "<config>", near: Path | None = None
+) -> PipelineConfig:
+    """One [pipelines.NAME] table; `near` is the pipelines file's folder, where a user's
+    transform modules may live (the DAG puts it on the job's path too)."""
+    if not NAME_RE.match(name):
+        raise ConfigError(
+            f"{source}: pipeline name {name!r} is invalid: use lower-case letters, digits and "
+            "underscores, starting with a letter, at most 40 characters (it becomes a DAG id and a SQL schema)"
+        )
+    unknown = sorted(set(raw) - _KEYS)
+    if unknown:
+        raise PipelineKeyError(
+            source, name, unknown[0], f"unknown key (known: {', '.join(sorted(_KEYS))})"
+        )
+
+    topics = raw.get("topics")
+    if isinstance(topics, str):
+        topics = [topics]
+    if not topics or not isinstance(topics, list):
+        raise PipelineKeyError(source, name, "topics", "give a non-empty list of topic names")
+    for t in topics:
+        if not isinstance(t, str) or not TOPIC_RE.match(t) or t in (".", ".."):
+            raise PipelineKeyError(source, name, "topics", f"{t!r} is not a valid Kafka topic name")
+    if len(set(topics)) != len(topics):
+        raise PipelineKeyError(source, name, "topics", "a topic is listed twice")
+
+    transform = raw.get("transform")
+    if not isinstance(transform, str) or not USER_TRANSFORM_RE.match(transform):
+        raise PipelineKeyError(
+            source,
+            name,
+            "transform",
+            f"{transform!r} is not a function 'module:function' (e.g. 'inventory:transform' "
+            "for spark_jobs/inventory.py)" + ("; give one" if transform is None else ""),
+        )
+    folders = (*transform_path(), *((near,) if near else ()), *map(Path, sys.path))
+    problem = reference_problem(transform, folders)
+    if problem:
+        raise PipelineKeyError(source, name, "transform", f"{transform!r}: {problem}")
+    sink = parse_sink(source, name, raw.get("sink"))
+
+    transform_kind = raw.get("transform_kind", "record-wise")
+    if transform_kind not in TRANSFORM_KINDS:
+        raise PipelineKeyError(
+            source, name, "transform_kind", f"{transform_kind!r} is not one of {TRANSFORM_KINDS}"
+        )
+    if transform_kind == "aggregating" and (sink.kind != "postgres" or sink.mode != "merge"):
+        # its rows carry no source coordinates: only a merge table folds them per txid
+        raise PipelineKeyError(
+            source,
+            name,
+            "transform_kind",
+            "an aggregating transform needs a postgres sink in mode 'merge', not sink kind "
+            f"{sink.kind!r}, mode {sink.mode!r}",
+        )
+
+    sink_schema = raw.get("sink_schema", name)
+    if (
+        not isinstance(sink_schema, str)
+        or not NAME_RE.match(sink_schema)
+        or sink_schema == "onceflow"
+    ):
+        raise PipelineKeyError(
+            source,
+            name,
+            "sink_schema",
+            f"{sink_schema!r} is not a valid schema name (lower-case identifier, not 'onceflow')",
+        )
+
+    def choice(key: str, options: tuple[str, ...], default: str) -> str:
+        value = raw.get(key, default)
+        if value not in options:
+            raise PipelineKeyError(source, name, key, f"{value!r} is not one of {options}")
+        return value
+
+    def positive_int(key: str, default: int | None) -> int | None:
+        value = raw.get(key, default)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise PipelineKeyError(source, name, key, f"{value!r} is not a positive integer")
+        return value
+
+    poke = raw.get("commit_poke_interval", 2.0)
+    if isinstance(poke, bool) or not isinstance(poke, int | float) or not 0.5 <= poke <= 600:
+        raise PipelineKeyError(
+            source, name, "commit_poke_interval", f"{poke!r} must be seconds in [0.5, 600]"
+        )
+
+    schedule = raw.get("schedule")
+    if schedule is not None and not isinstance(schedule, str):
+        raise PipelineKeyError(
+            source, name, "schedule", "give a cron expression, a preset like '@hourly', or omit it"
+        )
+
+    fast_form = raw.get("fast_form", True)
+    if not isinstance(fast_form, bool):
+        raise PipelineKeyError(source, name, "fast_form", f"{fast_form!r} is not true or false")
+
+    memory_re = re.compile(r"^[1-9][0-9]*[kmgt]?$", re.I)
+    mems = {}
+    for key, default in (("driver_memory", "512m"), ("executor_memory", "1g")):
+        value = raw.get(key, default)
+        if not isinstance(value, str) or not memory_re.match(value):
+            raise PipelineKeyError(
+                source, name, key, f"{value!r} is not a JVM memory size like '512m'"
+            )
+        mems[key] = value
+
+    spark_conf = raw.get("spark_conf", {})
+    if not isinstance(spark_conf, dict):
+        raise PipelineKeyError(source, name, "spark_conf", "give a table of spark.* keys")
+    for k, v in spark_conf.items():
+        if not SPARK_CONF_KEY_RE.match(k):
+            raise PipelineKeyError(
+                source, name, "spark_conf", f"{k!r} is not a spark.* configuration key"
+            )
+        if not isinstance(v, str | int | float | bool):
+            raise PipelineKeyError(source, name, "spark_conf", f"value of {k!r} must be a scalar")
+
+    return PipelineConfig(
+        name=name,
+        topics=tuple(topics),
+        transform=transform,
+        transform_kind=transform_kind,
+        sink_schema=sink_schema,
+        starting_position=choice("starting_position", ("earliest", "latest"), "earliest"),  # type: ignore[arg-type]
+        max_records_per_partition=positive_int("max_records_per_partition", None),
+        on_data_loss=choice("on_data_loss", ("fail", "skip"), "fail"),  # type: ignore[arg-type]
+        on_transform_error=choice("on_transform_error", ON_TRANSFORM_ERROR, "fail"),  # type: ignore[arg-type]
+        schedule=schedule,
+        max_active_runs=positive_int("max_active_runs", 3) or 3,
+        commit_poke_interval=float(poke),
+        records_per_input_partition=positive_int("records_per_input_partition", 250_000) or 250_000,
+        fast_form=fast_form,
+        schema_evolution=choice("schema_evolution", SCHEMA_EVOLUTIONS, "add_columns"),  # type: ignore[arg-type]
+        driver_memory=mems["driver_memory"],
+        executor_memory=mems["executor_memory"],
+        spark_conf={
+            k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in spark_conf.items()
+        },
+        description=str(raw.get("description", "")),
+        sink=sink,
+        ledger_conn_id=_conn_id(source, name, raw, "ledger_conn_id"),
+        kafka_conn_id=_conn_id(source, name, raw, "kafka_conn_id"),
+        spark_conn_id=_conn_id(source, name, raw, "spark_conn_id") or "spark_default",
+        source=source,
+    )
+
+
+def _conn_id(source: str, name: str, raw: dict[str, Any], key: str) -> str | None:
+    value = raw.get(key)
+    if value is not None and (not isinstance(value, str) or not CONN_ID_RE.match(value)):
+        raise PipelineKeyError(source, name, key, f"{value!r} is not an Airflow connection id")
+    return value

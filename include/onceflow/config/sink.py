@@ -1,0 +1,66 @@
+"""What a pipeline's sink is, once validated (SinkConfig): where the transform's output is
+published, and the kinds and modes Onceflow knows. Parsing the TOML table is
+onceflow.config.sink_table's."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+SINK_KINDS = ("postgres", "iceberg", "kafka")
+SINK_MODES = ("append", "upsert", "merge")
+# An Iceberg sink appends (one row per source record); keyed modes need row-level deletes.
+ICEBERG_MODES = ("append",)
+# A Kafka topic sink keeps its markers in a commit-log topic named after the output topic.
+COMMIT_LOG_SUFFIX = ".onceflow-commits"
+# Columns the sink tables hold besides the user's: a key or aggregate column of the same
+# name would collide with them.
+RESERVED_COLUMNS = frozenset(
+    (
+        "txid",
+        "attempt",
+        "part",
+        "seq",
+        "last_seq",
+        "epoch",
+        "topic",
+        "partition",
+        "offset",
+        "error",
+        "key",
+        "value",
+        "row_hash",
+        "records",
+        "tombstone",
+        "published_at",
+    )
+)
+
+
+@dataclass(frozen=True)
+class SinkConfig:
+    """A `[pipelines.NAME.sink]` table: where the transform's output is published."""
+
+    table: str  # kafka: "" (the stage table is the sink's own)
+    mode: Literal["append", "upsert", "merge"] = "append"
+    key: tuple[str, ...] = ()  # upsert: the row's identity; merge: the group; kafka: the record key
+    aggregates: tuple[str, ...] = ()  # merge: summed per key
+    kind: Literal["postgres", "iceberg", "kafka"] = "postgres"
+    # iceberg: the table's namespace ("" = the pipeline's sink_schema; `table = "ns.t"` sets
+    # it) and the warehouse new tables go to (None = a folder under ONCEFLOW_HOME)
+    namespace: str = ""
+    warehouse: str | None = None
+    # kafka: the output topic, its partition count when Onceflow creates it, whether it may
+    # create it (and the commit log), and the cluster: a `kafka` Airflow connection
+    # (conn_id), or a bootstrap with the source cluster's client config, or (neither) the
+    # source cluster itself
+    topic: str = ""
+    partitions: int = 1
+    create_topic: bool = True
+    bootstrap: str | None = None
+    conn_id: str | None = None
+
+    @property
+    def commit_log(self) -> str:
+        """A Kafka sink's commit-log topic: one marker record per committed seq."""
+        return f"{self.topic}{COMMIT_LOG_SUFFIX}"

@@ -1,0 +1,118 @@
+"""Plan: a txid's ranges, recorded once and replayed on every retry.
+
+Serialised per pipeline by a row lock on the pipeline, held while the broker is asked, so
+two planners can never hand out overlapping ranges or the same seq. The offset arithmetic
+is onceflow.ranges.plan_ranges (pure); the log checks are ledger.log_checks.
+"""
+
+from __future__ import annotations
+
+import time
+
+from onceflow.config.pipeline import PipelineConfig
+from onceflow.db import transaction
+from onceflow.ledger.batches import Batch, ensure_pipeline, read_batch, read_ranges
+from onceflow.ledger.log_checks import Snapshot, ledger_logs, prints_at, verify_logs
+from onceflow.ledger.transitions import move
+from onceflow.ranges import TopicPartition, plan_ranges
+from onceflow.sinks.base import Sink
+from onceflow.states import BatchState, Step
+
+
+def plan(
+    dsn: str, cfg: PipelineConfig, txid: str, snapshot: Snapshot, sink: Sink | None = None
+) -> Batch:
+    """Plan txid: replay its recorded ranges, or snapshot the broker and record new ones,
+    once every partition's log is proven the one the ledger read (verify_logs)."""
+    started = time.monotonic()
+    ensure_pipeline(dsn, cfg, sink)
+    with transaction(dsn) as cur:
+        cur.execute("select name from onceflow.pipelines where name = %s for update", (cfg.name,))
+        recorded = read_batch(cur, cfg.name, txid, replayed=True)
+        if recorded is not None:
+            return recorded
+
+        cur.execute(
+            "select txid, seq from onceflow.batches where pipeline = %s order by seq desc limit 1",
+            (cfg.name,),
+        )
+        last = cur.fetchone()
+        previous: dict[TopicPartition, int] = {}
+        if last:
+            previous = {r.tp: r.until_offset for r in read_ranges(cur, cfg.name, last[0])}
+        seq = (last[1] if last else 0) + 1
+        # a reset after the last batch moves its partitions' start (ledger.resets)
+        cur.execute(
+            "select distinct on (topic, partition) topic, partition, new_offset from onceflow.resets"
+            " where pipeline = %s and after_seq >= %s order by topic, partition, id desc",
+            (cfg.name, seq - 1),
+        )
+        for topic, partition, new_offset in cur.fetchall():
+            previous[(topic, partition)] = new_offset
+
+        logs = ledger_logs(cur, cfg.name)
+        snap = snapshot(prints_at(logs))
+        verify_logs(cfg.name, logs, snap)
+        planned = plan_ranges(
+            cfg.name,
+            previous,
+            snap.beginnings,
+            snap.ends,
+            starting_position=cfg.starting_position,
+            max_records_per_partition=cfg.max_records_per_partition,
+            on_data_loss=cfg.on_data_loss,
+        )
+        move(
+            cur,
+            cfg.name,
+            txid,
+            Step.PLAN,
+            {"seq": seq, "plan_seconds": time.monotonic() - started},
+        )
+        new = set(planned.new_partitions)
+        for r in planned.ranges:
+            if r.tp in new:
+                cur.execute(
+                    "insert into onceflow.offsets (pipeline, topic, partition, start_offset,"
+                    " committed_offset, topic_id) values (%s, %s, %s, %s, %s, %s)"
+                    " on conflict do nothing",
+                    (
+                        cfg.name,
+                        r.topic,
+                        r.partition,
+                        r.from_offset,
+                        r.from_offset,
+                        snap.topic_ids.get(r.topic),
+                    ),
+                )
+        for topic, topic_id in snap.topic_ids.items():  # ledgers older than topic ids
+            if topic_id:
+                cur.execute(
+                    "update onceflow.offsets set topic_id = %s"
+                    " where pipeline = %s and topic = %s and topic_id is null",
+                    (topic_id, cfg.name, topic),
+                )
+        for r in planned.ranges:
+            cur.execute(
+                "insert into onceflow.ranges (pipeline, txid, topic, partition, from_offset,"
+                " until_offset, epoch) select %s, %s, %s, %s, %s, %s, coalesce((select epoch"
+                " from onceflow.offsets where pipeline = %s and topic = %s and partition = %s), 0)",
+                (
+                    cfg.name,
+                    txid,
+                    r.topic,
+                    r.partition,
+                    r.from_offset,
+                    r.until_offset,
+                    cfg.name,
+                    r.topic,
+                    r.partition,
+                ),
+            )
+        for loss in planned.losses:
+            cur.execute(
+                "insert into onceflow.loss_events (pipeline, txid, topic, partition, from_offset,"
+                " until_offset) values (%s, %s, %s, %s, %s, %s)",
+                (cfg.name, txid, loss.topic, loss.partition, loss.from_offset, loss.until_offset),
+            )
+        return Batch(txid, seq, BatchState.PLANNED, planned.ranges, planned.losses)

@@ -1,0 +1,127 @@
+"""The attempt's bookkeeping in the ledger: claim it, prove the log it read, mark it staged.
+
+Around its stage job, a process task (one attempt of its txid):
+
+- claims a new attempt of the txid (`claim_new_attempt`), which fences every earlier one;
+- checks the topics' ids against plan's before the job and again after it
+  (`stage_and_mark`): only ids unchanged since plan prove that the job read plan's log;
+- marks the attempt staged with what the job counted (mark_staged refuses rows +
+  dead letters that are not the records read, and a fenced attempt);
+- or records why it failed as the txid's last_error (`record_failure`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+from typing import Any
+
+from onceflow import broker, failpoints
+from onceflow.kafka_client import KafkaCluster
+from onceflow.ledger.batches import record_error
+from onceflow.ledger.fencing import claim_attempt, mark_staged
+from onceflow.ledger.log_checks import verify_topic_ids
+from onceflow.process.session import run_stage_attempt
+from onceflow.sinks.base import Sink
+from onceflow.states import BatchState
+
+log = logging.getLogger("onceflow.process")
+
+
+def claim_new_attempt(dsn: str, cfg: Any, txid: str) -> Any:
+    """Claim a new attempt of `txid` (the ledger's Claim), and log it with its ranges."""
+    claim = claim_attempt(dsn, cfg.name, txid)
+    log.info(
+        "onceflow process claimed pipeline=%s txid=%s seq=%s attempt=%s state=%s ranges=%d",
+        cfg.name,
+        txid,
+        claim.seq,
+        claim.attempt,
+        claim.state,
+        len(claim.ranges),
+    )
+    if claim.state == BatchState.COMMITTED:
+        log.info("txid %s is committed: this attempt re-processes it (commit republishes)", txid)
+    for r in claim.ranges:
+        log.info(
+            "onceflow process range txid=%s topic=%s partition=%d from=%d until=%d offsets=%d",
+            txid,
+            r.topic,
+            r.partition,
+            r.from_offset,
+            r.until_offset,
+            r.size,
+        )
+    return claim
+
+
+def stage_and_mark(
+    args: argparse.Namespace,
+    kafka: KafkaCluster,
+    dsn: str,
+    cfg: Any,
+    sink: Sink,
+    claim: Any,
+    claimed_at: float,
+    timings: dict[str, float],
+) -> Any:
+    """Stage the claimed attempt into `sink` and mark it staged; the ledger's Staged counts."""
+    txid, attempt = claim.txid, claim.attempt
+    failpoints.hit("process.fail", txid)
+    topics = tuple(sorted({r.topic for r in claim.ranges}))
+    ids = broker.topic_ids(kafka, cfg.name, topics)
+    verify_topic_ids(dsn, cfg.name, txid, ids)
+    job = run_stage_attempt(args, kafka, dsn, cfg, sink, txid, attempt, claim.ranges, timings)
+    # and once read: only ids unchanged since plan prove the job read plan's log (a topic
+    # re-created while it ran passed the check above, and its reader read the new log's
+    # records at the ranges' offsets)
+    ids = broker.topic_ids(kafka, cfg.name, topics)
+    verify_topic_ids(dsn, cfg.name, txid, ids)
+    failpoints.hit("process.before_mark_staged", txid)
+    t0 = time.monotonic()
+    staged = mark_staged(
+        dsn,
+        cfg,
+        txid,
+        attempt,
+        process_seconds=time.monotonic() - claimed_at,
+        parts=job.parts,
+        records_read=job.records_read,
+        bytes_read=job.bytes_read,
+        reads=job.reads,
+        sink=sink,
+    )
+    timings["mark_staged"] = time.monotonic() - t0
+    return staged
+
+
+def record_failure(dsn: str, cfg: Any, txid: str, attempt: int, reason: str) -> None:
+    """Record why the attempt failed as the txid's last_error (logged if even that fails)."""
+    try:
+        record_error(dsn, cfg.name, txid, f"process attempt {attempt}: {reason}")
+    except Exception as e2:  # noqa: BLE001
+        log.error("could not record the error in the ledger: %s", e2)
+
+
+def log_staged(
+    cfg: Any, claim: Any, staged: Any, started: float, timings: dict[str, float]
+) -> None:
+    """The attempt's summary line, and where its seconds went (machine-readable, for bench/)."""
+    log.info(
+        "onceflow process pipeline=%s txid=%s seq=%s attempt=%s records=%d valid=%d dead=%d "
+        "seconds=%.2f",
+        cfg.name,
+        claim.txid,
+        claim.seq,
+        claim.attempt,
+        staged.records,
+        staged.valid,
+        staged.dead,
+        time.monotonic() - started,
+    )
+    timings["total"] = time.monotonic() - started
+    log.info(
+        "onceflow process timings %s", json.dumps({k: round(v, 3) for k, v in timings.items()})
+    )

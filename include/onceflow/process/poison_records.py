@@ -1,0 +1,118 @@
+"""The stage job of an attempt, and again around the records the user's code raised on.
+
+When the stage job fails because the user's code raised (onceflow.poison), process probes
+the input partitions to find the records it raised on, then by the pipeline's
+on_transform_error refuses the attempt naming the first one, or stages the batch again in
+the same attempt with them set aside as dead letters.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from contextlib import nullcontext
+from typing import Any
+
+from onceflow.errors import TransformRaisedError
+from onceflow.kafka_client import KafkaCluster
+from onceflow.poison import Poison, RaisedFailure, isolate, raised_by_user_code, raised_on
+from onceflow.process.failures import job_refusals
+from onceflow.process.stage_job import StageJob, stage_job, uses_fast_form
+from onceflow.process.staged_output import staged_frame, staged_output
+from onceflow.ranges import OffsetRange
+from onceflow.sinks.base import Sink
+from onceflow.staging.fast_stage import FastStage, fast_form_columns, fast_stage_frame, for_job
+from onceflow.transforms import load_transform
+
+log = logging.getLogger("onceflow.process")
+
+
+def stage_attempt(spark: Any, pieces: list[OffsetRange], **job: Any) -> StageJob:
+    """stage_job(spark, pieces, **job), and when the user's code raised on records of the
+    batch (onceflow.poison): find them, then by the pipeline's on_transform_error either
+    refuse the attempt naming the first ("fail": TransformRaisedError, not retried) or stage
+    the batch again with them as dead letters ("dead_letter"), in the same attempt. The
+    parts the failed job committed are found claimed and kept (the part fence): each is the
+    output of an input partition without such a record, which the reader hands on unchanged
+    (an aggregating transform raising per record before its shuffle staged no output part;
+    a part that counted such a record would make mark_staged's count check refuse)."""
+    cfg, timings = job["cfg"], job.setdefault("timings", {})
+    t0 = time.monotonic()
+    try:
+        return stage_job(spark, pieces, **job)
+    except Exception as e:
+        failure = raised_by_user_code(e)
+        if failure is None:
+            raise
+    timings["raised_job"] = time.monotonic() - t0
+    dead_letter = cfg.on_transform_error == "dead_letter"
+    log.warning(
+        "transform %s raised %s; looking for the records it raised on (on_transform_error=%s)",
+        cfg.transform,
+        failure,
+        cfg.on_transform_error,
+    )
+    t0 = time.monotonic()
+    probes = 0
+
+    def probe(piece: OffsetRange) -> RaisedFailure | None:
+        nonlocal probes
+        probes += 1
+        return _probe(spark, piece, **job)
+
+    found = isolate(pieces, probe, failure, first_only=not dead_letter)
+    timings["isolate"] = time.monotonic() - t0
+    log.info(
+        "%d record(s) isolated by %d probe(s) in %.1f s", len(found), probes, timings["isolate"]
+    )
+    if not dead_letter:
+        where, raised = found[0]
+        raise TransformRaisedError(raised_on(cfg.transform, cfg.name, where, raised))
+    poison = [Poison(r.topic, r.partition, r.from_offset, raised.reason) for r, raised in found]
+    for p in poison:
+        log.warning("dead letter: %s: %s", p, p.reason)
+    return stage_job(spark, pieces, **job, poison=poison)
+
+
+def _probe(
+    spark: Any,
+    piece: OffsetRange,
+    *,
+    bootstrap: KafkaCluster | str,
+    cfg: Any,
+    sink: Sink,
+    client: str = "confluent",
+    read_timeout: float = 60.0,
+    fast_form: bool = True,
+    **_: Any,
+) -> RaisedFailure | None:
+    """What the user's code raises on the records of `piece` alone, or None: the
+    transform's output over them, computed in full as the stage job computes it (with the
+    fast form when the job uses it) and thrown away (Spark's noop sink). Any other failure
+    is raised."""
+    read = {"client": client, "timeout_s": read_timeout}
+    context: Any = nullcontext()
+    if uses_fast_form(cfg, sink, fast_form):
+        declined = fast_stage_frame(spark, [piece], bootstrap, cfg.transform, **read)
+        with job_refusals(cfg.aggregating):
+            out = load_transform(cfg.transform)(declined)
+        frame = staged_output(out, cfg)
+        context = for_job(spark.sparkContext, FastStage(None, fast_form_columns(out)))
+    else:
+        frame = staged_frame(spark, [piece], bootstrap=bootstrap, cfg=cfg, **read)
+    try:
+        with job_refusals(cfg.aggregating), context:
+            frame.write.format("noop").mode("overwrite").save()
+    except Exception as e:
+        failure = raised_by_user_code(e)
+        if failure is None:
+            raise
+        log.info(
+            "probe %s[%d] [%d, %d): raises",
+            piece.topic,
+            piece.partition,
+            piece.from_offset,
+            piece.until_offset,
+        )
+        return failure
+    return None

@@ -1,0 +1,116 @@
+"""The process job's Spark session, the code shipped to its executors, and the stage
+attempt run in it.
+
+One session per process task: started only when the batch has records to read, given the
+user's transform module (and onceflow, on request) on the executors' Python path
+(onceflow.shipping), and stopped when the attempt's stage job is done.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from onceflow.kafka_client import KafkaCluster
+from onceflow.process.poison_records import stage_attempt
+from onceflow.process.stage_job import StageJob
+from onceflow.ranges import OffsetRange
+from onceflow.reader.input_ranges import input_ranges
+from onceflow.shipping import py_files
+from onceflow.sinks.base import Sink
+
+log = logging.getLogger("onceflow.process")
+
+# Applied unless spark-submit --conf or the pipeline's spark_conf sets them.
+SPARK_DEFAULTS = {
+    # a record-wise transform shuffles nothing; an aggregating one's output partitions
+    # (its parts) are this many
+    "spark.sql.shuffle.partitions": "2",
+    "spark.ui.enabled": "false",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.python.worker.reuse": "true",
+    "spark.sql.adaptive.enabled": "false",  # a narrow plan gains nothing from AQE
+    "spark.speculation": "false",  # safe either way (the part fence), but wasteful here
+}
+
+
+def run_stage_attempt(
+    args: argparse.Namespace,
+    kafka: KafkaCluster,
+    dsn: str,
+    cfg: Any,
+    sink: Sink,
+    txid: str,
+    attempt: int,
+    ranges: list[OffsetRange],
+    timings: dict[str, float],
+) -> StageJob:
+    """Read, transform and stage the txid's `ranges` into `sink` in a Spark session of its
+    own (onceflow.process.poison_records.stage_attempt); returns what the job staged and
+    read. An empty batch (no offsets in any range) has no input partition: no Spark
+    session is started."""
+    pieces = input_ranges(ranges, cfg.records_per_input_partition)
+    if not pieces:
+        log.info("no offsets to read: nothing to stage, no Spark session needed")
+        return StageJob(parts=0, records_read=0, bytes_read=0, reads=[])
+    t0 = time.monotonic()
+    spark = spark_session(cfg)
+    timings["session"] = time.monotonic() - t0
+    log.info("spark session ready in %.1f s", timings["session"])
+    try:
+        # the zips must outlive the job: the driver serves them to the executors from there
+        with tempfile.TemporaryDirectory(prefix="onceflow-py-files-") as folder:
+            sc = spark.sparkContext
+            for path in py_files(cfg.transform, sc.master, args.ship_package, Path(folder)):
+                sc.addPyFile(path)
+                log.info("shipped to the executors' Python path: %s", path)
+            return stage_attempt(
+                spark,
+                pieces,
+                bootstrap=kafka,
+                dsn=dsn,
+                cfg=cfg,
+                sink=sink,
+                txid=txid,
+                attempt=attempt,
+                client=args.client,
+                read_timeout=args.read_timeout,
+                fast_form=cfg.fast_form and not args.no_fast_form,
+                timings=timings,
+            )
+    finally:
+        t0 = time.monotonic()
+        spark.stop()
+        timings["stop"] = time.monotonic() - t0
+
+
+def spark_session(cfg: Any) -> Any:
+    """The Spark session: spark-submit's settings win, then the pipeline's, then SPARK_DEFAULTS."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.sql import SparkSession
+
+    # Connect to spark-submit's JVM first: before that, SparkConf() is an empty Python dict
+    # and would not see --master / --conf (the job then silently ran in local mode).
+    SparkContext._ensure_initialized()
+    submitted = SparkConf()  # what spark-submit --conf and spark-defaults.conf set
+    builder = SparkSession.builder.appName(f"onceflow-process-{cfg.name}")
+    if not submitted.contains("spark.master"):
+        builder = builder.master("local[2]")
+    defaults = dict(SPARK_DEFAULTS)
+    if not os.environ.get("PYSPARK_PYTHON"):
+        # Workers must run an interpreter with pyarrow, confluent-kafka, psycopg2 and onceflow:
+        # this one has them (the default, `python3` on PATH, often has not).
+        defaults["spark.pyspark.python"] = sys.executable
+    for key, value in {**defaults, **cfg.spark_conf}.items():
+        if not submitted.contains(key):
+            builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark

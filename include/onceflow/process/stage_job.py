@@ -1,0 +1,183 @@
+"""The stage job: one Spark job that reads a txid's input partitions, transforms and stages.
+
+The reader counts the records it hands on itself (accumulators), apart from the transform,
+so that the ledger can refuse an attempt whose rows + dead letters are not the records read.
+The sink's tables are bound to the transform's output before anything is staged. The parts
+the job stages follow the part numbering of onceflow.staging.fence.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Any
+
+from onceflow.db import transaction
+from onceflow.kafka_client import KafkaCluster
+from onceflow.poison import Poison
+from onceflow.process.dead_letters import dead_letter_frame
+from onceflow.process.failures import job_refusals
+from onceflow.process.staged_output import output_fields, stage_columns, staged_output
+from onceflow.range_digest import RangeRead, merge_pieces
+from onceflow.ranges import OffsetRange
+from onceflow.reader.frame import ranges_frame
+from onceflow.reader.read_counts import ReadsParam
+from onceflow.schema_evolution import Evolution
+from onceflow.sinks.base import Sink
+from onceflow.staging.fast_stage import FastStage, fast_form_columns, fast_stage_frame, for_job
+from onceflow.staging.fence import PartNumbers
+from onceflow.staging.target import StageTarget
+from onceflow.staging.writer import stage_frame
+from onceflow.transforms import load_fast_form, load_transform
+
+log = logging.getLogger("onceflow.process")
+
+
+@dataclass(frozen=True)
+class StageJob:
+    """What one stage job did: the parts it staged, the records its reader handed on and
+    their bytes (key + value)."""
+
+    parts: int
+    records_read: int
+    bytes_read: int
+    reads: list[RangeRead]  # per partition: what the reader saw
+
+
+def uses_fast_form(cfg: Any, sink: Sink, fast_form: bool) -> bool:
+    """Whether the job stages the transform's fast form (onceflow.staging.fast_stage): it is
+    on (`fast_form`), the sink takes one and the transform has one."""
+    return fast_form and sink.takes_fast_form and load_fast_form(cfg.transform) is not None
+
+
+def stage_job(
+    spark: Any,
+    pieces: list[OffsetRange],
+    *,
+    bootstrap: KafkaCluster | str,
+    dsn: str,
+    cfg: Any,
+    sink: Sink,
+    txid: str,
+    attempt: int,
+    client: str = "confluent",
+    read_timeout: float = 60.0,
+    fast_form: bool = True,
+    timings: dict[str, float] | None = None,
+    poison: Sequence[Poison] = (),
+) -> StageJob:
+    """Read `pieces`, transform and stage them into `sink` as the parts of (txid, attempt)
+    in one job (the parts: onceflow.staging.fence; with the fast form when `fast_form` is on
+    and uses_fast_form). The records read: what the reader handed on, counted by the reader
+    itself (an accumulator), apart from the transform. The sink's tables are created, or
+    checked and evolved (onceflow.schema_evolution: columns the output adds, recorded as
+    this txid's), from the transform's output schema before anything is staged.
+
+    An aggregating transform may use its records more than once (aggregates, dead letters)
+    and shuffles them: the records are persisted and counted first (the records read), so
+    Kafka is read once.
+
+    `poison`: records the transform raised on, which the reader reads but does not hand on
+    (neither the fast form nor the transform sees them); they are staged as dead letters in
+    a part of their own and count as records read."""
+    timings = {} if timings is None else timings
+    t0 = time.monotonic()
+    n = len(pieces)
+    read, nbytes = spark.sparkContext.accumulator(0), spark.sparkContext.accumulator(0)
+    seen = spark.sparkContext.accumulator({}, ReadsParam())
+    options = {
+        "client": client,
+        "timeout_s": read_timeout,
+        "counter": read,
+        "bytes_counter": nbytes,
+        "reads": seen,
+        "skip": [p.coordinates for p in poison],
+    }
+    numbers = PartNumbers(n, uses_fast_form(cfg, sink, fast_form), bool(poison))
+    if numbers.fast:
+        declined = fast_stage_frame(spark, pieces, bootstrap, cfg.transform, **options)
+        with job_refusals(cfg.aggregating):  # a job the transform runs while it plans
+            out = load_transform(cfg.transform)(declined)
+        df = staged_output(out, cfg)
+    else:
+        source = ranges_frame(spark, pieces, bootstrap, **options)
+        if cfg.aggregating:
+            from pyspark import StorageLevel
+
+            source = source.persist(StorageLevel.MEMORY_AND_DISK)
+            records_read = source.count()  # the reader's records, apart from the transform
+            bytes_read, reads = nbytes.value, dict(seen.value)
+        df = stage_columns(source, cfg)
+    with transaction(dsn) as cur:  # the sink's tables follow the transform's output
+        evolution = Evolution(cfg.name, txid, attempt, cfg.schema_evolution)
+        bound = sink.bind_output(cur, output_fields(df), evolution)
+    if poison:  # one more Spark partition: the dead letters' part
+        dead = dead_letter_frame(
+            spark, poison, df, bootstrap, client=client, timeout_s=read_timeout
+        )
+        df = df.union(dead)
+    target = StageTarget.for_sink(dsn, bound, cfg.name, txid, attempt)
+    job = stage_frame(df, target, first_part=numbers.first_transformed)
+    parts = numbers.count
+    job_context: Any = (
+        for_job(spark.sparkContext, FastStage(target, fast_form_columns(out)))
+        if numbers.fast
+        else nullcontext()
+    )
+    timings["plan"] = time.monotonic() - t0
+    t0 = time.monotonic()
+    # only this job's reads count (a transform may have run jobs of its own)
+    read.value = nbytes.value = 0
+    seen.value = {}
+    try:
+        with job_refusals(cfg.aggregating), job_context:
+            messages = job.collect()
+    finally:
+        if cfg.aggregating:
+            source.unpersist()
+    timings["job"] = time.monotonic() - t0
+    if cfg.aggregating:
+        # each output partition staged one part; with adaptive execution on (a pipeline's
+        # spark_conf), only the executed job knows how many the shuffle kept
+        parts = len(messages)
+    else:
+        records_read, bytes_read, reads = read.value, nbytes.value, dict(seen.value)
+    records_read += len(poison)  # read, and set aside as dead letters
+    log.info(
+        "read, transform and stage of %d input partition(s) as %d part(s) took %.1f s",
+        n,
+        parts,
+        timings["job"],
+    )
+    if numbers.fast:
+        declined_parts = range(numbers.first_transformed, numbers.first_transformed + n)
+        log.info(
+            "fast form: parts 0..%d staged by the readers' Python workers; %d declined "
+            "record(s) through transform %s in the JVM, parts %d..%d",
+            n - 1,
+            sum(m.rows for m in messages if m.part in declined_parts),
+            cfg.transform,
+            declined_parts.start,
+            declined_parts.stop - 1,
+        )
+    return StageJob(
+        parts=parts,
+        records_read=records_read,
+        bytes_read=bytes_read,
+        reads=whole_reads(pieces, reads),
+    )
+
+
+def whole_reads(pieces: list[OffsetRange], reads: dict[int, RangeRead]) -> list[RangeRead]:
+    """What the reader saw of each partition whose every piece reported (RangeReadFn adds a
+    piece once it read it to its end); a partition with a piece missing is left out, and
+    the ledger then keeps no digest or print for its range (the next plan verifies the log
+    by the print of an earlier range)."""
+    incomplete = {(p.topic, p.partition) for k, p in enumerate(pieces) if k not in reads}
+    for topic, partition in sorted(incomplete):
+        log.warning("no digest of %s[%d]: a piece of its range did not report", topic, partition)
+    merged = merge_pieces(reads[k] for k in sorted(reads) if k < len(pieces))
+    return [r for tp, r in sorted(merged.items()) if tp not in incomplete]

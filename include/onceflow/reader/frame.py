@@ -1,0 +1,146 @@
+"""The ranges of a stage job as a DataFrame: what process reads, one Spark partition per piece.
+
+Process reads with a plain mapInArrow over spark.range rather than through the
+`onceflow_ranges` data source (onceflow.reader.data_source): the same reading code
+(read_range), but no Python worker has to be started on the driver to look up, create and
+plan a data source (measured: up to seven interpreter start-ups and several seconds per
+batch). Spark partition k holds the single id k, so its output is input range k's records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from onceflow.arrow_columns import fixed_array, fixed_values
+from onceflow.kafka_client import KafkaCluster
+from onceflow.kafka_options import check_client_options
+from onceflow.range_digest import RangeRead
+from onceflow.ranges import OffsetRange
+from onceflow.reader.range_end import DEFAULT_TIMEOUT_S
+from onceflow.reader.range_fetch import read_range
+from onceflow.reader.read_counts import counted
+from onceflow.reader.record_batches import DEFAULT_BATCH_RECORDS, SCHEMA
+
+
+class RangeReadFn:
+    """mapInArrow function of `ranges_frame`: the input row with id k reads input range k.
+
+    With `counter` (a Spark accumulator of int), every record it hands on is added to it: the
+    records read, counted apart from the transform (process checks records read = rows +
+    dead letters with it, ledger.fencing.mark_staged); with `bytes_counter` their key and value bytes
+    (the batch's bytes_read); with `reads` (a Spark accumulator of ReadsParam), what it read of
+    range k (onceflow.range_digest.RangeRead: the records' digest and the last one's print),
+    added once the range was read to its end (onceflow.reader.read_counts says why these
+    counts are exact). With `skip`, the (topic, partition, offset) of records it reads but
+    does not hand on (onceflow.poison: records the transform raised on, staged as dead
+    letters instead): they are in `reads`, not in `counter` or `bytes_counter`.
+
+    Picklable (cloudpickle ships it to the executors by reference to this module).
+    """
+
+    def __init__(
+        self,
+        pieces: list[OffsetRange],
+        bootstrap: KafkaCluster | str,
+        *,
+        client: str = "confluent",
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        batch_records: int = DEFAULT_BATCH_RECORDS,
+        client_conf: Mapping[str, str] | None = None,
+        counter: Any = None,
+        bytes_counter: Any = None,
+        reads: Any = None,
+        skip: Iterable[tuple[str, int, int]] = (),
+    ) -> None:
+        self.pieces = list(pieces)
+        self.bootstrap = bootstrap
+        self.client = client
+        self.timeout_s = timeout_s
+        self.batch_records = batch_records
+        self.client_conf = dict(client_conf or {})
+        self.counter = counter
+        self.bytes_counter = bytes_counter
+        self.reads = reads
+        self.skip: dict[tuple[str, int], list[int]] = {}
+        for topic, partition, offset in sorted(skip):
+            self.skip.setdefault((topic, partition), []).append(offset)
+        check_client_options(self.client_conf, "range reader")
+
+    def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
+        for ids in batches:
+            for k in ids.column(0).to_pylist():
+                yield from self.records(k)
+
+    def records(self, k: int) -> Iterator[Any]:
+        """The Arrow batches of input range k (each one counted in `counter` and
+        `bytes_counter`, if any; what was read added to `reads` at the end, if given)."""
+        piece = self.pieces[k]
+        seen = None if self.reads is None else RangeRead(piece.topic, piece.partition)
+        batches = read_range(
+            piece,
+            self.bootstrap,
+            client=self.client,
+            timeout_s=self.timeout_s,
+            batch_records=self.batch_records,
+            client_conf=self.client_conf,
+            seen=seen,
+        )
+        skipped = [
+            o for o in self.skip.get(piece.tp, ()) if piece.from_offset <= o < piece.until_offset
+        ]
+        if skipped:
+            batches = _without(batches, skipped)
+        if self.counter is None and self.bytes_counter is None and seen is None:
+            return batches
+        return counted(
+            batches,
+            k,
+            seen,
+            counter=self.counter,
+            bytes_counter=self.bytes_counter,
+            reads=self.reads,
+        )
+
+
+def _without(batches: Iterator[Any], offsets: list[int]) -> Iterator[Any]:
+    """The reader's batches without the records at `offsets`."""
+    import numpy as np
+    import pyarrow as pa
+
+    skipped = np.array(offsets, dtype=np.int64)
+    for batch in batches:
+        at = fixed_values(batch.column(batch.schema.names.index("offset")), np.int64)
+        keep = ~np.isin(at, skipped)
+        if keep.all():
+            yield batch
+        elif keep.any():
+            yield batch.take(fixed_array(pa.int64(), np.flatnonzero(keep).astype(np.int64)))
+
+
+def ranges_frame(
+    spark: Any,
+    pieces: list[OffsetRange],
+    bootstrap: KafkaCluster | str,
+    **options: Any,
+) -> Any:
+    """The records of `pieces` as a DataFrame (schema SCHEMA) with one Spark partition per
+    piece, in order: Spark partition k holds exactly the records of pieces[k].
+
+    What process uses instead of `spark.read.format("onceflow_ranges")` (see the module's
+    docstring). `options` are those of RangeReadFn (read_range's client, timeout_s,
+    batch_records, client_conf; counter, bytes_counter, reads, skip).
+    """
+    return pieces_frame(spark, RangeReadFn(pieces, bootstrap, **options))
+
+
+def pieces_frame(spark: Any, fn: RangeReadFn) -> Any:
+    """`fn` run by a mapInArrow over spark.range: Spark partition k holds the single id k,
+    so its output is what `fn` makes of fn.pieces[k] (schema SCHEMA)."""
+    if not fn.pieces:
+        raise ValueError(
+            "a frame of input ranges needs at least one piece (an empty batch reads nothing)"
+        )
+    n = len(fn.pieces)
+    ids = spark.range(0, n, 1, n)  # partition k holds the single id k
+    return ids.mapInArrow(fn, SCHEMA)

@@ -1,0 +1,183 @@
+"""`merge`: a state of aggregates per key, the fold of each txid's partial aggregates.
+
+`T_partials` holds each txid's partial aggregates (sum of the aggregates per key, with the
+txid's seq and how many records went in: the staged rows of a record-wise transform, the
+sum of their `records` for an aggregating one), computed at publish from the staged rows;
+`T` is the state (key..., aggregates..., last_seq), the fold of the partials. unpublish
+subtracts the txid's partials from the state and deletes them (a key no partial contributes
+to any more is deleted), so a re-run replaces its contribution. The audit's own truth: the
+state is the fold of the committed txids' partials.
+"""
+
+from __future__ import annotations
+
+from psycopg2 import sql
+
+from onceflow.sinks.base import PublishTarget
+from onceflow.sinks.postgres.columns import ids, prefixed
+from onceflow.sinks.postgres.tables import PostgresTables
+from onceflow.states import BatchState
+from onceflow.transforms import RECORDS
+
+
+class MergeMode(PostgresTables):
+    """Publishing, un-publishing and auditing a merge sink (PostgresSink dispatches by
+    mode)."""
+
+    def _publish_merge(self, cur, t: PublishTarget) -> int:
+        key = list(self.cfg.key)
+        aggs = [c.name for c in self._aggregate_columns()]
+        if self.aggregating:
+            # rows of the txid, not of a record: no range (epoch) to join; each sums up
+            # `records` records
+            staged = sql.SQL(
+                "select {names} from {stage} s"
+                " where s.txid = %s and s.attempt = %s and s.error is null"
+            ).format(names=prefixed("s", [*key, *aggs, RECORDS]), stage=self._t(self.stage_table))
+            params = (t.txid, t.attempt)
+            records = sql.SQL("sum(records)")
+        else:
+            staged = self._staged_valid(prefixed("s", [*key, *aggs]))
+            params = (t.pipeline, t.txid, t.attempt)
+            records = sql.SQL("count(*)")
+        cur.execute(
+            sql.SQL(
+                "insert into {partials} (txid, seq, {key}, {aggs}, records)"
+                " select %s, %s, {key}, {sums}, {records} from ({q}) s group by {key}"
+            ).format(
+                partials=self._t(self.partials_table),
+                key=ids(key),
+                aggs=ids(aggs),
+                sums=sql.SQL(", ").join(
+                    sql.SQL("coalesce(sum({}), 0)").format(sql.Identifier(a)) for a in aggs
+                ),
+                records=records,
+                q=staged,
+            ),
+            (t.txid, t.seq, *params),
+        )
+        cur.execute(
+            sql.SQL("select coalesce(sum(records), 0) from {} where txid = %s").format(
+                self._t(self.partials_table)
+            ),
+            (t.txid,),
+        )
+        published = int(cur.fetchone()[0])
+        cur.execute(
+            sql.SQL(
+                "insert into {state} as s ({key}, {aggs}, last_seq)"
+                " select {key}, {aggs}, seq from {partials} where txid = %s"
+                " on conflict ({key}) do update set {adds},"
+                " last_seq = greatest(s.last_seq, excluded.last_seq)"
+            ).format(
+                state=self._t(self.table),
+                partials=self._t(self.partials_table),
+                key=ids(key),
+                aggs=ids(aggs),
+                adds=sql.SQL(", ").join(
+                    # an aggregate added later (schema_evolution) is null in older state
+                    sql.SQL("{a} = coalesce(s.{a}, 0) + excluded.{a}").format(a=sql.Identifier(a))
+                    for a in aggs
+                ),
+            ),
+            (t.txid,),
+        )
+        return published
+
+    def _unpublish_merge(self, cur, t: PublishTarget) -> None:
+        key = list(self.cfg.key)
+        aggs = [c.name for c in self._aggregate_columns()]
+        match = sql.SQL(" and ").join(
+            sql.SQL("s.{k} = p.{k}").format(k=sql.Identifier(k)) for k in key
+        )
+        cur.execute(
+            sql.SQL(
+                "update {state} s set {subs} from {partials} p where p.txid = %s and {match}"
+            ).format(
+                state=self._t(self.table),
+                partials=self._t(self.partials_table),
+                subs=sql.SQL(", ").join(
+                    # a partial from before an aggregate was added holds null in it
+                    sql.SQL("{a} = s.{a} - coalesce(p.{a}, 0)").format(a=sql.Identifier(a))
+                    for a in aggs
+                ),
+                match=match,
+            ),
+            (t.txid,),
+        )
+        self._touch(
+            cur,
+            sql.SQL("select {} from {} where txid = %s").format(
+                ids(key), self._t(self.partials_table)
+            ),
+            (t.txid,),
+        )
+        cur.execute(
+            sql.SQL("delete from {} where txid = %s").format(self._t(self.partials_table)),
+            (t.txid,),
+        )
+        # a key no txid contributes to any more has no state row; the others' last_seq is
+        # the newest txid still contributing
+        touched = sql.SQL("({key}) in (select {key} from onceflow_touched)").format(key=ids(key))
+        cur.execute(
+            sql.SQL(
+                "delete from {state} s where {touched}"
+                " and not exists (select 1 from {partials} p where {match})"
+            ).format(
+                state=self._t(self.table),
+                partials=self._t(self.partials_table),
+                touched=touched,
+                match=match,
+            )
+        )
+        cur.execute(
+            sql.SQL(
+                "update {state} s set last_seq = (select max(p.seq) from {partials} p where {match})"
+                " where {touched}"
+            ).format(
+                state=self._t(self.table),
+                partials=self._t(self.partials_table),
+                match=match,
+                touched=touched,
+            )
+        )
+        cur.execute("drop table onceflow_touched")
+
+    def _merge_truth(self, cur, pipeline: str, limit: int) -> list[str]:
+        key = list(self.cfg.key)
+        aggs = [c.name for c in self._aggregate_columns()]
+        cur.execute(
+            sql.SQL(
+                """
+                with fold as (
+                    select {key}, {sums}, max(p.seq) as last_seq from {partials} p
+                    join onceflow.batches b on b.pipeline = %s and b.txid = p.txid
+                     and b.state = %s
+                    group by {key})
+                select {key} from fold f full join {state} s using ({key})
+                where f.last_seq is null or s.last_seq is null or f.last_seq <> s.last_seq
+                   or {differ}
+                limit %s
+                """
+            ).format(
+                key=ids(key),
+                sums=sql.SQL(", ").join(
+                    sql.SQL("sum(p.{a}) as {a}").format(a=sql.Identifier(a)) for a in aggs
+                ),
+                partials=self._t(self.partials_table),
+                state=self._t(self.table),
+                # float sums depend on the order of addition: equal up to rounding
+                differ=sql.SQL(" or ").join(
+                    sql.SQL("abs(f.{a} - s.{a}) > 1e-9 * greatest(abs(f.{a}), 1)").format(
+                        a=sql.Identifier(a)
+                    )
+                    for a in aggs
+                ),
+            ),
+            (pipeline, BatchState.COMMITTED, limit),
+        )
+        return [
+            f"{self.schema}.{self.table} key {tuple(row)}: the state is not the fold of the "
+            "committed txids' partial aggregates"
+            for row in cur.fetchall()
+        ]

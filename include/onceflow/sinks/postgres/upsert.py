@@ -1,0 +1,137 @@
+"""`upsert`: each key's current row, derived from every published version.
+
+`T_versions` keeps every published version; `T` holds each key's current row, derived from
+the versions: the version with the highest (seq, partition, offset, topic) wins, and if it
+is a tombstone the key has no row. publish adds the attempt's versions and re-derives the
+keys it touches; unpublish deletes the txid's versions and re-derives those keys. So a
+replay or a re-run of an older txid can never overwrite a newer value: the newer version is
+still there and still wins. The audit's own truth: each key's row is the last committed
+record for it.
+"""
+
+from __future__ import annotations
+
+from psycopg2 import sql
+
+from onceflow.sinks.base import PublishTarget
+from onceflow.sinks.postgres.columns import ids, more, prefixed
+from onceflow.sinks.postgres.tables import PostgresTables
+from onceflow.states import BatchState
+
+
+class UpsertMode(PostgresTables):
+    """Publishing, un-publishing and auditing an upsert sink (PostgresSink dispatches by
+    mode)."""
+
+    def _publish_upsert(self, cur, t: PublishTarget) -> int:
+        key = list(self.cfg.key)
+        values = [c.name for c in self._value_columns()]
+        cur.execute(
+            sql.SQL(
+                'insert into {versions} ({key}, seq, topic, partition, epoch, "offset", txid,'
+                " tombstone{values}) {q}"
+            ).format(
+                versions=self._t(self.versions_table),
+                key=ids(key),
+                values=more(values),
+                q=self._staged_valid(
+                    sql.SQL(
+                        '{key}, %s, s.topic, s.partition, r.epoch, s."offset", s.txid,'
+                        " coalesce(s.tombstone, false){values}"
+                    ).format(
+                        key=prefixed("s", key),
+                        values=more(values, "s"),
+                    )
+                ),
+            ),
+            (t.seq, t.pipeline, t.txid, t.attempt),
+        )
+        published = cur.rowcount
+        self._rederive(
+            cur,
+            sql.SQL("select {} from {} where txid = %s").format(
+                ids(key), self._t(self.versions_table)
+            ),
+            (t.txid,),
+        )
+        return published
+
+    def _unpublish_upsert(self, cur, t: PublishTarget) -> None:
+        key = ids(self.cfg.key)
+        self._touch(
+            cur,
+            sql.SQL("select {} from {} where txid = %s").format(key, self._t(self.versions_table)),
+            (t.txid,),
+        )
+        cur.execute(
+            sql.SQL("delete from {} where txid = %s").format(self._t(self.versions_table)),
+            (t.txid,),
+        )
+        self._rederive_touched(cur)
+
+    def _rederive(self, cur, keys: sql.Composable, params: tuple) -> None:
+        self._touch(cur, keys, params)
+        self._rederive_touched(cur)
+
+    def _rederive_touched(self, cur) -> None:
+        """Each touched key's current row from its versions: the newest (seq, partition,
+        offset, topic) wins; a tombstone there means no row."""
+        key = list(self.cfg.key)
+        current = [*key, *(c.name for c in self._value_columns())]
+        current += ["seq", "topic", "partition", "epoch", "offset", "txid"]
+        cur.execute(
+            sql.SQL(
+                "delete from {table} where ({key}) in (select {key} from onceflow_touched)"
+            ).format(table=self._t(self.table), key=ids(key))
+        )
+        cur.execute(
+            sql.SQL(
+                "insert into {table} ({cols}) select {cols} from ("
+                " select distinct on ({key}) * from {versions}"
+                " where ({key}) in (select {key} from onceflow_touched)"
+                ' order by {key}, seq desc, partition desc, "offset" desc, topic desc) v'
+                " where not v.tombstone"
+            ).format(
+                table=self._t(self.table),
+                cols=ids(current),
+                key=ids(key),
+                versions=self._t(self.versions_table),
+            )
+        )
+        cur.execute("drop table onceflow_touched")
+
+    def _upsert_truth(self, cur, pipeline: str, limit: int) -> list[str]:
+        key = list(self.cfg.key)
+        compared = [*(c.name for c in self._value_columns()), "seq", "topic", "partition", "offset"]
+        cur.execute(
+            sql.SQL(
+                """
+                with last as (
+                    select distinct on ({key}) v.* from {versions} v
+                    join onceflow.batches b on b.pipeline = %s and b.txid = v.txid
+                     and b.state = %s
+                    order by {key}, v.seq desc, v.partition desc, v."offset" desc, v.topic desc),
+                expected as (select * from last where not tombstone)
+                select {ekey}, {ckey} from expected e full join {current} c using ({key})
+                where e.seq is null or c.seq is null or ({ecols}) is distinct from ({ccols})
+                limit %s
+                """
+            ).format(
+                key=ids(key),
+                versions=self._t(self.versions_table),
+                current=self._t(self.table),
+                ekey=sql.SQL("e.seq"),
+                ckey=sql.SQL("c.seq, {}").format(ids(key)),
+                ecols=prefixed("e", compared),
+                ccols=prefixed("c", compared),
+            ),
+            (pipeline, BatchState.COMMITTED, limit),
+        )
+        out = []
+        for row in cur.fetchall():
+            expected_seq, current_seq, *k = row
+            out.append(
+                f"{self.schema}.{self.table} key {tuple(k)}: the current row (seq {current_seq}) "
+                f"is not the last committed record for it (seq {expected_seq}; None: no row)"
+            )
+        return out

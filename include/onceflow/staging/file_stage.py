@@ -1,0 +1,209 @@
+"""The file backend: a part's valid rows as ONE Parquet data file, under the part fence.
+
+For a sink outside the ledger's database that publishes data files (an Iceberg table,
+Sink.file_stage), process does not COPY the valid rows into a stage table: each Spark task
+writes its part's valid rows as one Parquet file with pyarrow, in the stage writer's Python
+worker (onceflow.staging.writer), inside the part's fenced PostgreSQL transaction
+(onceflow.staging.fence.claimed_part), and records the file's path in the sink's files table
+in that same transaction, together with the claim and the part's counts. The fence's rules
+(onceflow.staging.fence) then hold for files too:
+
+- a task that dies, or whose transaction rolls back, leaves at most a file that no row
+  names: never published (publish takes the paths from the files table only);
+- a retried or speculative task of the same attempt finds the part claimed and writes no
+  file at all;
+- a task of a fenced attempt fails the attempt fence before it writes; a file it wrote
+  earlier is recorded under its attempt number, which commit never publishes.
+
+The files of attempts that never publish are removed later (onceflow.file_cleanup).
+
+Why pyarrow in the stage worker rather than Spark's own Parquet writer: Spark's writer
+commits files through its output committer at job end, outside any PostgreSQL transaction,
+so a part's files could not be recorded atomically with its claim (a task retried after the
+committer moved its files, or a zombie driver's job commit, would leave files that the
+ledger cannot tell apart from the real ones). Here a file exists in the ledger exactly when
+its part's claim committed. The files carry the table's field ids, so the sink reads them
+back as they are.
+
+Dead letters still go to the sink's stage table (onceflow.staging.table_stage.copy_rows),
+since the ledger publishes them. Paths: `<directory>/part-<part>-<uuid>.parquet`, the directory naming the
+pipeline, txid and attempt (Sink.file_stage); the uuid keeps a rolled-back task's file from
+being overwritten by the task that retries it. Any URI pyarrow's file systems open (a local
+path, file://, s3://, gs://, hdfs://, abfs://) works, as it does for pyiceberg's file IO.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from onceflow.arrow_columns import fixed_array, fixed_values, string_repeat, valid_mask
+from onceflow.sinks.base import FileStage
+from onceflow.staging.checksum import HASH_COLUMN, exact_sum
+from onceflow.staging.fence import StageCommitMessage, claimed_part, record_part
+from onceflow.staging.table_stage import copy_rows
+from onceflow.staging.target import StageTarget
+
+# What the stage table keeps of a dead letter (besides the tags); its hash is staged too.
+DEAD_COLUMNS = ("topic", "partition", "offset", "error", "key", "value", "row_hash")
+_DEAD_INPUT = (*DEAD_COLUMNS[:-1], HASH_COLUMN)
+# Data file columns the writer fills itself: the txid, and the epoch of the record's range.
+WRITER_COLUMNS = ("txid", "epoch")
+
+
+def stage_file_part(target: StageTarget, part: int, batches: Iterable[Any]) -> StageCommitMessage:
+    """Stage one part: its valid rows as a data file, its dead letters into the stage table,
+    the file's row and the part's counts on the fence, all in one transaction."""
+    from psycopg2 import sql
+
+    files = target.files
+    if files is None:
+        raise ValueError(f"stage of part {part}: {target.schema}.{target.table} has no file stage")
+    with claimed_part(target, part) as cur:
+        if cur is None:
+            return StageCommitMessage(part, 0, skipped=True)
+        cur.execute(
+            "select topic, partition, epoch from onceflow.ranges where pipeline = %s and txid = %s",
+            (target.pipeline, target.txid),
+        )
+        epochs = {(t, p): e for t, p, e in cur.fetchall()}
+        split = _Split(batches, files, target.txid, epochs, f"{files.directory}/part-{part:05d}")
+        dead_target = dataclasses.replace(target, columns=DEAD_COLUMNS, files=None)
+        copy_rows(cur, dead_target, part, split.dead_batches())
+        path = split.close()
+        if path is not None:
+            cur.execute(
+                sql.SQL(
+                    "insert into {}.{} (txid, attempt, part, path, records, checksum)"
+                    " values (%s, %s, %s, %s, %s, %s)"
+                ).format(sql.Identifier(target.schema), sql.Identifier(files.files_table)),
+                (
+                    target.txid,
+                    target.attempt,
+                    part,
+                    path,
+                    split.rows - split.dead,
+                    split.valid_checksum,
+                ),
+            )
+        record_part(cur, target, part, split.rows, split.dead, split.checksum)
+    return StageCommitMessage(part, split.rows, skipped=False)
+
+
+class _Split:
+    """Walks a part's batches once: valid rows into the data file (opened on the first one),
+    dead letters yielded for COPY, every row counted and hashed."""
+
+    def __init__(
+        self,
+        batches: Iterable[Any],
+        files: FileStage,
+        txid: str,
+        epochs: dict[tuple[str, int], int],
+        stem: str,
+    ) -> None:
+        self._batches = batches
+        self._files = files
+        self._txid = txid
+        self._epochs = epochs
+        self._path = f"{stem}-{uuid.uuid4().hex}.parquet"
+        self._writer: Any = None
+        self._stream: Any = None
+        self.rows = 0
+        self.dead = 0
+        self.checksum: int | None = None  # every row's hash summed (None: no hash column)
+        self.valid_checksum = 0  # the valid rows' share: the data file's
+
+    def dead_batches(self) -> Iterator[Any]:
+        import numpy as np
+        import pyarrow as pa
+
+        for batch in self._batches:
+            n = batch.num_rows
+            if n == 0:
+                continue
+            names = batch.schema.names
+            dead = (  # an error that is not null makes a dead letter
+                valid_mask(batch.column(names.index("error")))
+                if "error" in names
+                else np.zeros(n, dtype=bool)
+            )
+            valid = ~dead
+            hashed = HASH_COLUMN in names
+            self.rows += n
+            self.dead += int(dead.sum())
+            if hashed:
+                self.checksum = (self.checksum or 0) + exact_sum(batch.column(HASH_COLUMN))
+            if valid.any():
+                rows = batch if valid.all() else batch.filter(_mask(valid))
+                if hashed:
+                    self.valid_checksum += exact_sum(rows.column(HASH_COLUMN))
+                self._write(rows)
+            if dead.any():
+                rows = batch.filter(_mask(dead))
+                kept = [c for c in _DEAD_INPUT if c in names]
+                yield pa.RecordBatch.from_arrays([rows.column(c) for c in kept], names=kept)
+
+    def _write(self, rows: Any) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        if self._writer is None:
+            from pyarrow import fs
+
+            filesystem, path = fs.FileSystem.from_uri(self._path)
+            filesystem.create_dir(path.rsplit("/", 1)[0], recursive=True)
+            self._stream = filesystem.open_output_stream(path)
+            self._writer = pq.ParquetWriter(self._stream, self._files.schema, compression="zstd")
+        schema = self._files.schema
+        names = rows.schema.names
+        arrays = []
+        for field in schema:
+            if field.name == "txid":
+                arrays.append(string_repeat(self._txid, rows.num_rows))
+            elif field.name == "epoch":
+                arrays.append(self._epoch(rows))
+            elif field.name in names:
+                arrays.append(rows.column(field.name).cast(field.type))
+            else:  # an optional column of an existing table that the output lacks
+                arrays.append(pa.nulls(rows.num_rows, field.type))
+        self._writer.write_batch(pa.RecordBatch.from_arrays(arrays, schema=schema))
+
+    def _epoch(self, rows: Any) -> Any:
+        """Each row's range epoch (the ledger's, by topic and partition)."""
+        import numpy as np
+        import pyarrow as pa
+
+        n = rows.num_rows
+        if len(set(self._epochs.values())) == 1:
+            return fixed_array(pa.int32(), np.full(n, next(iter(self._epochs.values())), np.int32))
+        topics = rows.column("topic").dictionary_encode()
+        names = topics.dictionary.to_pylist()
+        index = fixed_values(topics.indices, np.int32)
+        partitions = fixed_values(rows.column("partition"), np.int32)
+        epoch = np.zeros(n, dtype=np.int32)
+        for i, topic in enumerate(names):
+            of_topic = index == i
+            for p in np.unique(partitions[of_topic]):
+                epoch[of_topic & (partitions == p)] = self._epochs[(topic, int(p))]
+        return fixed_array(pa.int32(), epoch)
+
+    def close(self) -> str | None:
+        """Finish the data file; its path, or None when the part had no valid row."""
+        if self._writer is None:
+            return None
+        self._writer.close()
+        self._stream.close()
+        return self._path
+
+
+def _mask(values: Any) -> Any:
+    """An Arrow boolean array from a numpy one (without importing pandas)."""
+    import numpy as np
+    import pyarrow as pa
+
+    return pa.Array.from_buffers(
+        pa.bool_(), len(values), [None, pa.py_buffer(np.packbits(values, bitorder="little"))]
+    )

@@ -1,0 +1,174 @@
+"""The runtime package's shape, as issue 24 set it: rules a newcomer can rely on.
+
+- no import cycle among the modules of `onceflow` and `onceflow_dev` (imports inside
+  functions count: a cycle closed by a late import is still a cycle; imports under
+  `if TYPE_CHECKING:` do not, they never run);
+- no module of the runtime package over 500 lines;
+- a batch state is spelled only in onceflow/states.py (SQL passes states as parameters);
+- every docs/PROTOCOL.md section a docstring or comment cites exists.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[1]
+INCLUDE = ROOT / "include"
+RUNTIME = INCLUDE / "onceflow"
+PACKAGES = ("onceflow", "onceflow_dev")
+MAX_LINES = 500
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in (INCLUDE / package).rglob("*.py"):
+            parts = path.relative_to(INCLUDE).with_suffix("").parts
+            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def _type_checking_only(node: ast.AST) -> bool:
+    test = getattr(node, "test", None)
+    return isinstance(node, ast.If) and (
+        (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
+        or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+    )
+
+
+def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
+    """The modules of `known` that module `name` imports, anywhere but under TYPE_CHECKING."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if _type_checking_only(node):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name in known)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(up + ([node.module] if node.module else []))
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                if full in known:
+                    out.add(full)
+                elif base in known:
+                    out.add(base)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(path.read_text()))
+    out.discard(name)
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    found = modules()
+    return {name: imports_of(name, path, set(found)) for name, path in found.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def connect(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            connect(v)
+    return found
+
+
+def test_the_cycle_finder_finds_a_cycle_closed_inside_a_function(tmp_path):
+    """The rule's own check: a late import closing a loop is reported."""
+    (tmp_path / "a.py").write_text("import b\n")
+    (tmp_path / "b.py").write_text("def f():\n    import a\n")
+    (tmp_path / "c.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import a\n"
+    )
+    known = {"a", "b", "c"}
+    graph = {m: imports_of(m, tmp_path / f"{m}.py", known) for m in known}
+    assert graph == {"a": {"b"}, "b": {"a"}, "c": set()}
+    assert cycles(graph) == [["a", "b"]]
+
+
+def test_no_import_cycle_in_the_packages():
+    graph = import_graph()
+    assert "onceflow.commit" in graph and graph["onceflow.commit"]  # the graph is real
+    assert cycles(graph) == []
+
+
+def test_no_runtime_module_is_over_500_lines():
+    sizes = {
+        str(p.relative_to(INCLUDE)): len(p.read_text().splitlines()) for p in RUNTIME.rglob("*.py")
+    }
+    assert len(sizes) > 40
+    assert {p: n for p, n in sizes.items() if n > MAX_LINES} == {}
+
+
+STATE_WORDS = ("planned", "processing", "staged", "committed", "abandoned")
+
+
+def test_a_state_is_spelled_only_in_states_py():
+    """A quoted state word anywhere else in the runtime (SQL text included) is a second
+    place a state is defined; states.py's enum is the one."""
+    words = "|".join(STATE_WORDS)
+    quoted = re.compile(rf"""(['"])({words})\1""")
+    found = []
+    for path in RUNTIME.rglob("*.py"):
+        if path.name == "states.py" and path.parent == RUNTIME:
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if quoted.search(line):
+                found.append(f"{path.relative_to(INCLUDE)}:{number}: {line.strip()}")
+    assert found == []
+
+
+def test_every_cited_protocol_section_exists():
+    headings = {
+        m.group(1).strip()
+        for m in re.finditer(r"^#+ (.+)$", (ROOT / "docs" / "PROTOCOL.md").read_text(), re.M)
+    }
+    cited = re.compile(r'PROTOCOL\.md\)?\s*"([^"]+)"')
+    missing = []
+    for path in [*INCLUDE.rglob("*.py"), *INCLUDE.rglob("*.sql"), ROOT / "README.md"]:
+        # a citation may wrap: join lines, dropping comment markers
+        text = re.sub(r"\s*\n\s*(?:--|#)?\s*", " ", path.read_text())
+        for m in cited.finditer(text):
+            if m.group(1) not in headings:
+                missing.append(f"{path.relative_to(ROOT)}: {m.group(1)!r}")
+    assert missing == []
