@@ -125,6 +125,15 @@ def test_migration_0003_reshapes_any_sinks_stage_table(ledger_dsn, unique_name):
             (unique_name,),
         )
         assert cur.fetchone() == ("u", 0, True)
+        # the ledger's part fence is no stage table: it keeps the key its conflicts rely on
+        cur.execute(
+            "select c.relpersistence, count(k.oid) from pg_class c"
+            " join pg_namespace n on n.oid = c.relnamespace"
+            " left join pg_constraint k on k.conrelid = c.oid and k.contype = 'p'"
+            " where n.nspname = 'onceflow' and c.relname = 'stage_parts'"
+            " group by c.relpersistence"
+        )
+        assert cur.fetchone() == ("p", 1)
         cur.execute(f"drop schema {unique_name} cascade")
 
 

@@ -9,7 +9,8 @@ alter table onceflow.stage_parts
     add column checksum numeric;   -- exact sum of the part's row_hash values
 
 -- Every stage table a sink created before this migration gets the new shape: a table named
--- stage_* with the attempt column the stage tags rows with.
+-- stage_* with the attempt column the stage tags rows with, in a sink's schema (the
+-- ledger's own onceflow.stage_parts, the part fence, keeps its key).
 do $$
 declare
     t record;
@@ -17,6 +18,7 @@ begin
     for t in
         select c.oid::regclass as tbl, con.conname as pkey
         from pg_class c
+        join pg_namespace n on n.oid = c.relnamespace and n.nspname <> 'onceflow'
         join pg_attribute a on a.attrelid = c.oid and a.attname = 'attempt' and not a.attisdropped
         left join pg_constraint con on con.conrelid = c.oid and con.contype = 'p'
         where c.relname like 'stage\_%' and c.relkind = 'r'
