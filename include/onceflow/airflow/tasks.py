@@ -243,7 +243,7 @@ class CommitOperator(BaseOperator):
                 summary = {
                     "txid": txid,
                     "seq": result.seq,
-                    "outcome": result.outcome,
+                    "outcome": str(result.outcome),  # a plain string in XCom and Asset extras
                     "published": result.published,
                     "dead_lettered": result.dead,
                 }
