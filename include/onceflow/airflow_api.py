@@ -57,6 +57,19 @@ def _q(part: str) -> str:
     return quote(part, safe="")
 
 
+def _reworded(exc: AirflowError, status: int, said: str, detail: bool = False) -> AirflowError:
+    """`exc` (Airflow's 404 or 409) again, of its class and with its URL and detail, saying
+    `said` (which run or DAG: Airflow's own wording does not name them), then the URL and the
+    status (and, with `detail`, Airflow's detail)."""
+    tail = f": {exc.detail}" if detail else ""
+    return type(exc)(
+        f"{said} [{exc.url} -> HTTP {status}{tail}]",
+        url=exc.url,
+        status=status,
+        detail=exc.detail,
+    )
+
+
 def failed_task(task_instances: Iterable[dict]) -> dict | None:
     """The task instance a run failed on: the first `failed` one to start (the tasks after it
     are `upstream_failed`); None when none failed (a run marked failed from outside)."""
@@ -174,9 +187,7 @@ class AirflowClient:
                 msg = f"run {run_id!r} not found in DAG {dag_id!r}"
             else:
                 msg = f"DAG {dag_id!r} not found ({text})"
-            raise AirflowNotFound(
-                f"{msg} [{exc.url} -> HTTP 404]", url=exc.url, status=404, detail=exc.detail
-            ) from None
+            raise _reworded(exc, 404, msg) from None
 
     # -- API --------------------------------------------------------------------------------
 
@@ -223,19 +234,10 @@ class AirflowClient:
         try:
             return self.request("POST", f"/api/v2/dags/{_q(dag_id)}/dagRuns", json=body)
         except AirflowConflict as exc:
-            raise AirflowConflict(
-                f"run {run_id!r} already exists in DAG {dag_id!r} [{exc.url} -> HTTP 409]",
-                url=exc.url,
-                status=409,
-                detail=exc.detail,
-            ) from None
+            raise _reworded(exc, 409, f"run {run_id!r} already exists in DAG {dag_id!r}") from None
         except AirflowNotFound as exc:
-            raise AirflowNotFound(
-                f"DAG {dag_id!r} not found (not parsed yet?) [{exc.url} -> HTTP 404: {exc.detail}]",
-                url=exc.url,
-                status=404,
-                detail=exc.detail,
-            ) from None
+            said = f"DAG {dag_id!r} not found (not parsed yet?)"
+            raise _reworded(exc, 404, said, detail=True) from None
 
     def get_run(self, dag_id: str, run_id: str) -> dict:
         return self._run_call(

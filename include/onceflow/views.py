@@ -19,36 +19,43 @@ def _dicts(cur) -> list[dict[str, Any]]:
     return [dict(zip(cols, row, strict=True)) for row in cur.fetchall()]
 
 
+def _select(dsn: str, query: str, params: tuple) -> list[dict[str, Any]]:
+    """One read of the ledger in its own transaction, its rows as dicts: what most views are
+    (the others read several things in one snapshot)."""
+    with transaction(dsn) as cur:
+        cur.execute(query, params)
+        return _dicts(cur)
+
+
 def batches(dsn: str, pipeline: str, limit: int = 50) -> list[dict[str, Any]]:
     """Newest batches first, with their ranges summarised per partition and the schema
     changes each was the first to need (schema_changes below)."""
-    with transaction(dsn) as cur:
-        cur.execute(
-            """
-            select b.seq, b.txid, b.state, b.attempt, b.staged_attempt, b.published_attempt,
-                   b.sink_commit,
-                   b.records_read, b.records_out, b.records_dead, b.bytes_read,
-                   b.plan_seconds, b.process_seconds, b.commit_seconds,
-                   b.planned_at, b.staged_at, b.committed_at, b.last_error,
-                   coalesce((select json_agg(json_build_object(
-                       'attempt', c.attempt, 'catalog', c.catalog, 'sink_table', c.sink_table,
-                       'column_name', c.column_name, 'column_type', c.column_type, 'at', c.at)
-                       order by c.id)
-                     from onceflow.schema_changes c
-                     where c.pipeline = b.pipeline and c.txid = b.txid), '[]') as schema_changes,
-                   coalesce(json_agg(json_build_object(
-                       'topic', r.topic, 'partition', r.partition,
-                       'from_offset', r.from_offset, 'until_offset', r.until_offset)
-                       order by r.topic, r.partition) filter (where r.topic is not null), '[]') as ranges
-            from onceflow.batches b
-            left join onceflow.ranges r using (pipeline, txid)
-            where b.pipeline = %s
-            group by b.pipeline, b.txid
-            order by b.seq desc limit %s
-            """,
-            (pipeline, limit),
-        )
-        return _dicts(cur)
+    return _select(
+        dsn,
+        """
+        select b.seq, b.txid, b.state, b.attempt, b.staged_attempt, b.published_attempt,
+               b.sink_commit,
+               b.records_read, b.records_out, b.records_dead, b.bytes_read,
+               b.plan_seconds, b.process_seconds, b.commit_seconds,
+               b.planned_at, b.staged_at, b.committed_at, b.last_error,
+               coalesce((select json_agg(json_build_object(
+                   'attempt', c.attempt, 'catalog', c.catalog, 'sink_table', c.sink_table,
+                   'column_name', c.column_name, 'column_type', c.column_type, 'at', c.at)
+                   order by c.id)
+                 from onceflow.schema_changes c
+                 where c.pipeline = b.pipeline and c.txid = b.txid), '[]') as schema_changes,
+               coalesce(json_agg(json_build_object(
+                   'topic', r.topic, 'partition', r.partition,
+                   'from_offset', r.from_offset, 'until_offset', r.until_offset)
+                   order by r.topic, r.partition) filter (where r.topic is not null), '[]') as ranges
+        from onceflow.batches b
+        left join onceflow.ranges r using (pipeline, txid)
+        where b.pipeline = %s
+        group by b.pipeline, b.txid
+        order by b.seq desc limit %s
+        """,
+        (pipeline, limit),
+    )
 
 
 def batch(dsn: str, pipeline: str, txid: str) -> dict[str, Any]:
@@ -130,18 +137,17 @@ def partitions(
     dsn: str, pipeline: str, ends: dict[tuple[str, int], int] | None = None
 ) -> list[dict[str, Any]]:
     """Per partition: start, committed and planned offsets; with broker `ends`, the lag."""
-    with transaction(dsn) as cur:
-        cur.execute(
-            """
-            select o.topic, o.partition, o.start_offset, o.committed_offset,
-                   (select max(r.until_offset) from onceflow.ranges r
-                     where r.pipeline = o.pipeline and r.topic = o.topic and r.partition = o.partition)
-                   as planned_offset, o.updated_at
-            from onceflow.offsets o where o.pipeline = %s order by o.topic, o.partition
-            """,
-            (pipeline,),
-        )
-        rows = _dicts(cur)
+    rows = _select(
+        dsn,
+        """
+        select o.topic, o.partition, o.start_offset, o.committed_offset,
+               (select max(r.until_offset) from onceflow.ranges r
+                 where r.pipeline = o.pipeline and r.topic = o.topic and r.partition = o.partition)
+               as planned_offset, o.updated_at
+        from onceflow.offsets o where o.pipeline = %s order by o.topic, o.partition
+        """,
+        (pipeline,),
+    )
     for r in rows:
         if ends is not None:
             end = ends.get((r["topic"], r["partition"]))
@@ -151,38 +157,35 @@ def partitions(
 
 
 def losses(dsn: str, pipeline: str) -> list[dict[str, Any]]:
-    with transaction(dsn) as cur:
-        cur.execute(
-            "select txid, topic, partition, from_offset, until_offset, detected_at"
-            " from onceflow.loss_events where pipeline = %s order by detected_at",
-            (pipeline,),
-        )
-        return _dicts(cur)
+    return _select(
+        dsn,
+        "select txid, topic, partition, from_offset, until_offset, detected_at"
+        " from onceflow.loss_events where pipeline = %s order by detected_at",
+        (pipeline,),
+    )
 
 
 def schema_changes(dsn: str, pipeline: str) -> list[dict[str, Any]]:
     """The columns process added to the sink's tables (onceflow.schema_evolution), each with
     the txid that first needed it, oldest first."""
-    with transaction(dsn) as cur:
-        cur.execute(
-            "select seq, txid, attempt, catalog, sink_table, column_name, column_type, at"
-            " from onceflow.schema_changes where pipeline = %s order by seq, id",
-            (pipeline,),
-        )
-        return _dicts(cur)
+    return _select(
+        dsn,
+        "select seq, txid, attempt, catalog, sink_table, column_name, column_type, at"
+        " from onceflow.schema_changes where pipeline = %s order by seq, id",
+        (pipeline,),
+    )
 
 
 def dead_letters(dsn: str, pipeline: str, txid: str, limit: int = 100) -> list[dict[str, Any]]:
     require_txid(dsn, pipeline, txid)
-    with transaction(dsn) as cur:
-        cur.execute(
-            'select topic, partition, "offset", reason, octet_length(value) as value_bytes,'
-            " encode(substring(value from 1 for 200), 'escape') as value_preview"
-            " from onceflow.dead_letters where pipeline = %s and txid = %s"
-            ' order by topic, partition, "offset" limit %s',
-            (pipeline, txid, limit),
-        )
-        return _dicts(cur)
+    return _select(
+        dsn,
+        'select topic, partition, "offset", reason, octet_length(value) as value_bytes,'
+        " encode(substring(value from 1 for 200), 'escape') as value_preview"
+        " from onceflow.dead_letters where pipeline = %s and txid = %s"
+        ' order by topic, partition, "offset" limit %s',
+        (pipeline, txid, limit),
+    )
 
 
 # -- added for the Airflow UI plugin and the metrics endpoint ---------------------------------
@@ -197,23 +200,21 @@ def commit_block(dsn: str, pipeline: str) -> dict[str, Any] | None:
 def batch_ranges(dsn: str, pipeline: str, txid: str) -> list[dict[str, Any]]:
     """A txid's ranges with their epoch (offsets restart after a reset, so the epoch is part
     of the coordinates)."""
-    with transaction(dsn) as cur:
-        cur.execute(
-            "select topic, partition, epoch, from_offset, until_offset from onceflow.ranges"
-            " where pipeline = %s and txid = %s order by topic, partition",
-            (pipeline, txid),
-        )
-        return _dicts(cur)
+    return _select(
+        dsn,
+        "select topic, partition, epoch, from_offset, until_offset from onceflow.ranges"
+        " where pipeline = %s and txid = %s order by topic, partition",
+        (pipeline, txid),
+    )
 
 
 def batch_losses(dsn: str, pipeline: str, txid: str) -> list[dict[str, Any]]:
-    with transaction(dsn) as cur:
-        cur.execute(
-            "select topic, partition, from_offset, until_offset, detected_at"
-            " from onceflow.loss_events where pipeline = %s and txid = %s order by topic, partition",
-            (pipeline, txid),
-        )
-        return _dicts(cur)
+    return _select(
+        dsn,
+        "select topic, partition, from_offset, until_offset, detected_at"
+        " from onceflow.loss_events where pipeline = %s and txid = %s order by topic, partition",
+        (pipeline, txid),
+    )
 
 
 def dead_letter_page(
@@ -241,24 +242,22 @@ def dead_letter_page(
 
 def resets(dsn: str, pipeline: str) -> list[dict[str, Any]]:
     """Operator resets (reset-offsets): where each partition restarted, and why."""
-    with transaction(dsn) as cur:
-        cur.execute(
-            "select id, after_seq, topic, partition, old_offset, committed_before, new_offset,"
-            " reason, at from onceflow.resets where pipeline = %s order by id",
-            (pipeline,),
-        )
-        return _dicts(cur)
+    return _select(
+        dsn,
+        "select id, after_seq, topic, partition, old_offset, committed_before, new_offset,"
+        " reason, at from onceflow.resets where pipeline = %s order by id",
+        (pipeline,),
+    )
 
 
 def abandoned(dsn: str, pipeline: str) -> list[dict[str, Any]]:
     """Batches a reset abandoned: terminal, never published, kept so seq stays dense."""
-    with transaction(dsn) as cur:
-        cur.execute(
-            "select seq, txid, attempt, records_read, planned_at, last_error"
-            " from onceflow.batches where pipeline = %s and state = %s order by seq",
-            (pipeline, BatchState.ABANDONED),
-        )
-        return _dicts(cur)
+    return _select(
+        dsn,
+        "select seq, txid, attempt, records_read, planned_at, last_error"
+        " from onceflow.batches where pipeline = %s and state = %s order by seq",
+        (pipeline, BatchState.ABANDONED),
+    )
 
 
 def summary(dsn: str, pipeline: str) -> dict[str, Any]:

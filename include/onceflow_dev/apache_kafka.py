@@ -23,6 +23,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from onceflow_dev.stack import stop_child
+
 DIST_ENV = "ONCEFLOW_KAFKA_DIST"
 START_TIMEOUT = 90.0
 STOP_TIMEOUT = 30.0
@@ -217,12 +219,7 @@ class ApacheKafka:
         proc, self.proc = self.proc, None
         if proc is None or proc.poll() is not None:
             return
-        proc.terminate()
-        try:
-            proc.wait(STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        stop_child(proc, STOP_TIMEOUT, killed_timeout=10)
 
     def kill(self) -> None:
         """SIGKILL: a crash. The records it acknowledged stay in its log (written before

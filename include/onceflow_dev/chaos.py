@@ -70,7 +70,7 @@ import threading
 import time
 import tomllib
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -1419,15 +1419,24 @@ class Harness:
         )
         fault.recovered = True
 
+    def trigger_until_fired(
+        self, f: Fault, point: str, action: str, what: str, also: dict[str, str] | None = None
+    ) -> Generator[None, None, str]:
+        """Trigger a run with fail point `point` armed to `action` (and the points of `also`),
+        count it as `f`'s, and wait until `point` fired in it; `what` (with {txid} for the
+        run) says what is awaited. Returns the run's txid (`txid = yield from ...`)."""
+        txid = self.trigger({**(also or {}), point: action})
+        f.txids.append(txid)
+        yield from self.wait(
+            lambda: self.has_fired(point, txid), INJECT_TIMEOUT, what.format(txid=txid)
+        )
+        return txid
+
     # -- the faults --------------------------------------------------------------------------
 
     def fault_driver_kill(self, f: Fault) -> Iterator[None]:
-        txid = self.trigger({"stage.after_part_commit": "sleep:60"})
-        f.txids.append(txid)
-        yield from self.wait(
-            lambda: self.has_fired("stage.after_part_commit", txid),
-            INJECT_TIMEOUT,
-            f"a Spark task of {txid} committed its part",
+        txid = yield from self.trigger_until_fired(
+            f, "stage.after_part_commit", "sleep:60", "a Spark task of {txid} committed its part"
         )
         procs = self.driver_processes(txid)
         if not procs:
@@ -1440,14 +1449,12 @@ class Harness:
         f.detail["attempt"] = self.batches[txid]["published_attempt"]
 
     def fault_task_retry(self, f: Fault) -> Iterator[None]:
-        txid = self.trigger(
-            {"stage.before_part_commit": "raise", "stage.after_part_commit": "raise"}
-        )
-        f.txids.append(txid)
-        yield from self.wait(
-            lambda: self.has_fired("stage.after_part_commit", txid),
-            INJECT_TIMEOUT,
-            f"a Spark task of {txid} failed after committing its part",
+        txid = yield from self.trigger_until_fired(
+            f,
+            "stage.after_part_commit",
+            "raise",
+            "a Spark task of {txid} failed after committing its part",
+            also={"stage.before_part_commit": "raise"},
         )
         f.injected = True
         yield from self.wait_recovered(f, [txid])
@@ -1458,12 +1465,11 @@ class Harness:
     def fault_zombie(self, f: Fault) -> Iterator[None]:
         import psutil
 
-        txid = self.trigger({"process.before_mark_staged": "sleep:60"})
-        f.txids.append(txid)
-        yield from self.wait(
-            lambda: self.has_fired("process.before_mark_staged", txid),
-            INJECT_TIMEOUT,
-            f"process of {txid} staged its output (then stalls)",
+        txid = yield from self.trigger_until_fired(
+            f,
+            "process.before_mark_staged",
+            "sleep:60",
+            "process of {txid} staged its output (then stalls)",
         )
         procs = self.driver_processes(txid)
         jvm = [p for p in procs if any("SparkSubmit" in a for a in p.cmdline())]
@@ -1505,11 +1511,7 @@ class Harness:
 
     def fault_commit_kill(self, f: Fault) -> Iterator[None]:
         point = COMMIT_KILL_POINTS[f.variant]
-        txid = self.trigger({point: "kill"})
-        f.txids.append(txid)
-        yield from self.wait(
-            lambda: self.has_fired(point, txid), INJECT_TIMEOUT, f"{point} of {txid}"
-        )
+        txid = yield from self.trigger_until_fired(f, point, "kill", point + " of {txid}")
         f.injected = True
         yield from self.wait_recovered(f, [txid])
         f.detail["commit_tries"] = self.ti.get((txid, "commit"), (None, 0))[1]
@@ -1576,12 +1578,8 @@ class Harness:
             point = (
                 "stage.before_part_commit" if f.variant == "process" else "commit.before_db_commit"
             )
-            txid = self.trigger({point: "sleep:8"})
-            f.txids.append(txid)
-            yield from self.wait(
-                lambda: self.has_fired(point, txid),
-                INJECT_TIMEOUT,
-                f"{point} of {txid} (transaction open)",
+            yield from self.trigger_until_fired(
+                f, point, "sleep:8", point + " of {txid} (transaction open)"
             )
         took = self.restart_postgres()
         f.injected = True
@@ -1737,12 +1735,8 @@ class Harness:
         from onceflow import broker
 
         point = "commit.before_sink_commit"
-        txid = self.trigger({point: f"sleep:{KAFKA_TXN_STALL_S}"})
-        f.txids.append(txid)
-        yield from self.wait(
-            lambda: self.has_fired(point, txid),
-            INJECT_TIMEOUT,
-            f"{point} of {txid} (Kafka transaction open)",
+        txid = yield from self.trigger_until_fired(
+            f, point, f"sleep:{KAFKA_TXN_STALL_S}", point + " of {txid} (Kafka transaction open)"
         )
         self.producer.pause()  # every record in flight acknowledged before the kill
         acked = self.producer.ends_of(self.epoch)
@@ -1909,15 +1903,7 @@ class Harness:
         if not self.sink.replaces_output:
             yield from self.fault_rerun_refused(f)
             return
-        epoch_txids = self._current_epoch_committed()
-        busy = {t for fault in self.faults for t in fault.txids}
-        candidates = sorted(t for t in epoch_txids if t in self.runs and t not in busy)
-        if not candidates:
-            raise FaultSkipped("no committed run of the current epoch to re-run")
-        txid = self.rng.choice(candidates)
-        before = dict(self.batches[txid])
-        rows_before = self._published(txid)
-        f.txids.append(txid)
+        txid, before, rows_before = self._rerun_target(f)
         self.clear(txid, "re-run of a committed run by run id (backfill)")
         f.injected = True
         f.detail["published_attempt_before"] = before["published_attempt"]
@@ -1944,15 +1930,7 @@ class Harness:
         refuse it (the run fails, its log saying the sink is append-only), the batch stays
         committed as it was and the sink's output of the txid does not change. The run is
         left failed: clearing it again would be refused again."""
-        epoch_txids = self._current_epoch_committed()
-        busy = {t for fault in self.faults for t in fault.txids}
-        candidates = sorted(t for t in epoch_txids if t in self.runs and t not in busy)
-        if not candidates:
-            raise FaultSkipped("no committed run of the current epoch to re-run")
-        txid = self.rng.choice(candidates)
-        before = dict(self.batches[txid])
-        rows_before = self._published(txid)
-        f.txids.append(txid)
+        txid, before, rows_before = self._rerun_target(f)
         self.runs[txid].refused = True
         wall = time.time()
         self.clear(txid, "re-run of a committed run by run id: the append-only sink must refuse")
@@ -1977,6 +1955,20 @@ class Harness:
                 f"refusal in the plan log: {said}; batch {before} -> {after}; "
                 f"output {rows_before} -> {rows_after}"
             )
+
+    def _rerun_target(self, f: Fault) -> tuple[str, dict[str, Any], tuple[int, int]]:
+        """A committed run of the current epoch that no fault uses, picked to be re-run by
+        run id and counted as `f`'s: its txid, its batch and its output before the re-run."""
+        epoch_txids = self._current_epoch_committed()
+        busy = {t for fault in self.faults for t in fault.txids}
+        candidates = sorted(t for t in epoch_txids if t in self.runs and t not in busy)
+        if not candidates:
+            raise FaultSkipped("no committed run of the current epoch to re-run")
+        txid = self.rng.choice(candidates)
+        before = dict(self.batches[txid])
+        rows_before = self._published(txid)
+        f.txids.append(txid)
+        return txid, before, rows_before
 
     def _current_epoch_committed(self) -> set[str]:
         rows = self._query(

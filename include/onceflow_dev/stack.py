@@ -242,18 +242,23 @@ def _marker(settings: Settings, name: str) -> str:
     return f"{settings.home}:{name}"
 
 
+@contextlib.contextmanager
+def _logged(settings: Settings, name: str, what: str) -> Iterator[dict[str, Any]]:
+    """The subprocess arguments that send a command's output to the log of `name`, after a
+    dated line saying `what` it runs: every command the stack runs leaves its output there."""
+    with open(log_file(settings, name), "ab") as out:
+        out.write(f"\n==== {datetime.now().isoformat()} {what}\n".encode())
+        out.flush()
+        yield {"stdin": subprocess.DEVNULL, "stdout": out, "stderr": subprocess.STDOUT}
+
+
 def _spawn(settings: Settings, name: str, argv: list[str], env: dict[str, str]) -> psutil.Process:
     """Start a service detached (own session) with output to its log and PID in its pid file."""
-    log = log_file(settings, name)
     env = {**env, MARKER_ENV: _marker(settings, name)}
-    with open(log, "ab") as out:
-        out.write(f"\n==== {datetime.now().isoformat()} starting: {' '.join(argv)}\n".encode())
-        out.flush()
+    with _logged(settings, name, f"starting: {' '.join(argv)}") as output:
         proc = subprocess.Popen(
             argv,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
+            **output,
             env=env,
             cwd=str(settings.home),
             start_new_session=True,
@@ -401,16 +406,11 @@ def _pg_ids(user: str | None) -> dict[str, Any]:
 
 
 def _pg_cmd(argv: list[str], user: str | None, settings: Settings, timeout: float) -> None:
-    log = log_file(settings, "postgres")
-    with open(log, "ab") as out:
-        out.write(f"\n==== {datetime.now().isoformat()} running: {' '.join(argv)}\n".encode())
-        out.flush()
+    with _logged(settings, "postgres", f"running: {' '.join(argv)}") as output:
         try:
             subprocess.run(
                 argv,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
+                **output,
                 check=True,
                 timeout=timeout,
                 cwd="/",
@@ -751,14 +751,15 @@ def private_broker(
         stop_child(proc)
 
 
-def stop_child(proc: subprocess.Popen, timeout: float = 10) -> None:
-    """SIGTERM a process this one started, SIGKILL it when it lingers past `timeout`."""
+def stop_child(proc: subprocess.Popen, timeout: float = 10, killed_timeout: float = 5) -> None:
+    """SIGTERM a process this one started, SIGKILL it when it lingers past `timeout`, then
+    wait up to `killed_timeout` for it to go."""
     proc.terminate()
     try:
         proc.wait(timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
-        proc.wait(5)
+        proc.wait(killed_timeout)
 
 
 def _broker_healthy(settings: Settings) -> bool:
@@ -1001,16 +1002,11 @@ def _airflow_migrate(settings: Settings, env: dict[str, str]) -> None:
         done = {}
     if revision and done == {**current, "revision": revision}:
         return
-    log = log_file(settings, "airflow-migrate")
-    with open(log, "ab") as out:
-        out.write(f"\n==== {datetime.now().isoformat()} airflow db migrate\n".encode())
-        out.flush()
+    with _logged(settings, "airflow-migrate", "airflow db migrate") as output:
         try:
             subprocess.run(
                 [str(venv_bin() / "airflow"), "db", "migrate"],
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
+                **output,
                 env=env,
                 cwd=str(settings.home),
                 check=True,

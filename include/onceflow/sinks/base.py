@@ -36,6 +36,7 @@ from psycopg2 import sql
 
 from onceflow.errors import RerunRefusedError
 from onceflow.schema_evolution import Evolution
+from onceflow.states import BatchState
 
 # The columns that tag every staged row: whose output it is, and which part fence claims it.
 TAG_COLUMNS = ("txid", "attempt", "part")
@@ -402,6 +403,34 @@ class OutsideSink(Sink):
     def outside_ranges(self, cur, pipeline: str) -> int:
         self.load_audit_rows(cur)
         return self.count_outside_ranges(cur, pipeline, sql.Identifier(self._ROWS))
+
+    # -- audit: the sink's own record of each publication against the ledger --------------
+
+    @staticmethod
+    def committed_batches(cur, pipeline: str) -> dict[int, tuple[str, int, int | None]]:
+        """seq -> (txid, published attempt, records out) of the pipeline's committed batches:
+        what the sink's own record of each commit (a snapshot, a marker) must repeat."""
+        cur.execute(
+            "select seq, txid, published_attempt, records_out from onceflow.batches"
+            " where pipeline = %s and state = %s",
+            (pipeline, BatchState.COMMITTED),
+        )
+        return {seq: (txid, attempt, n) for seq, txid, attempt, n in cur.fetchall()}
+
+    @staticmethod
+    def disagreement(
+        said: str, p: Publication, adds: str, ledger: tuple[str, int, int | None]
+    ) -> str | None:
+        """The violation when publication `p` (`said`: which one, of which seq) records
+        another txid, attempt or count than the ledger committed (committed_batches: `ledger`),
+        `adds` saying how it holds its records; None when they agree."""
+        txid, attempt, n = ledger
+        if (p.txid, p.attempt, p.records) == (txid, attempt, n or 0):
+            return None
+        return (
+            f"{said} records txid {p.txid!r} attempt {p.attempt} {adds} {p.records} records; "
+            f"the ledger committed txid {txid!r} attempt {attempt} with {n} records"
+        )
 
     def duplicated_coordinates(self, cur, limit: int) -> list[tuple]:
         """(topic, partition, epoch, offset, copies) of source records published more than

@@ -8,10 +8,12 @@ the refusals, and their wording, are the same for all.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable
 
 from onceflow.config.names import NAME_RE
 from onceflow.config.sink import RESERVED_COLUMNS
 from onceflow.errors import SinkSchemaError
+from onceflow.transforms import passed_through
 
 _DECIMAL = re.compile(r"^decimal\((\d+),\s*(\d+)\)$")
 
@@ -29,6 +31,25 @@ def sink_type(column: str, spark_type: str, types: dict[str, str], decimal: str,
         f"output column {column!r} has Spark type {spark_type!r}, which {sink} "
         f"cannot hold; cast it to one of {sorted(set(types))} or decimal(p,s)"
     )
+
+
+def typed_columns(
+    fields: Iterable[tuple[str, str]],
+    type_of: Callable[[str, str], str],
+    aggregating: bool = False,
+) -> list[tuple[str, str]]:
+    """(name, sink type) of the user's columns of a transform's output ((name, Spark type)
+    pairs), each name checked and typed by `type_of` (a sink kind's sink_type); the
+    passed-through columns (coordinates, error, key, value; an aggregating transform's
+    records) are the stage's own, not the user's."""
+    own = passed_through(aggregating)
+    columns = []
+    for name, spark_type in fields:
+        if name in own:
+            continue
+        check_output_column(name)
+        columns.append((name, type_of(name, spark_type)))
+    return columns
 
 
 def check_output_column(name: str) -> None:

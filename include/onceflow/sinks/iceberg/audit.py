@@ -13,7 +13,6 @@ from typing import Any
 from onceflow.sinks.base import OutsideSink, Publication
 from onceflow.sinks.iceberg.catalog import load_table, open_catalog
 from onceflow.sinks.iceberg.snapshots import publications
-from onceflow.states import BatchState
 
 
 class TableAudit(OutsideSink):
@@ -76,12 +75,7 @@ class TableAudit(OutsideSink):
                 f"Iceberg table {self.name}: record {topic}[{partition}]@{offset} (epoch {epoch}) "
                 f"is in the table {n} times"
             )
-        cur.execute(
-            "select seq, txid, published_attempt, records_out from onceflow.batches"
-            " where pipeline = %s and state = %s",
-            (pipeline, BatchState.COMMITTED),
-        )
-        committed = {seq: (txid, attempt, n) for seq, txid, attempt, n in cur.fetchall()}
+        committed = self.committed_batches(cur, pipeline)
         newest: dict[int, Publication] = {}
         times: dict[tuple[int, int], list[str]] = {}
         for p in publications(table, pipeline):
@@ -101,12 +95,11 @@ class TableAudit(OutsideSink):
                         f"Iceberg table {self.name}: committed seq {seq} (txid {txid!r}, {n} "
                         "records) has no snapshot"
                     )
-            elif (p.txid, p.attempt, p.records) != (txid, attempt, n or 0):
-                out.append(
-                    f"Iceberg table {self.name}: snapshot {p.ref} of seq {seq} records txid "
-                    f"{p.txid!r} attempt {p.attempt} adding {p.records} records; the ledger "
-                    f"committed txid {txid!r} attempt {attempt} with {n} records"
-                )
+            else:
+                said = f"Iceberg table {self.name}: snapshot {p.ref} of seq {seq}"
+                wrong = self.disagreement(said, p, "adding", (txid, attempt, n))
+                if wrong:
+                    out.append(wrong)
         for seq, p in sorted(newest.items()):
             if seq not in committed:
                 out.append(

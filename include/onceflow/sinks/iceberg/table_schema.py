@@ -9,8 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from onceflow.sinks.output_schema import check_output_column, sink_type
-from onceflow.transforms import PASSED_THROUGH
+from onceflow.sinks.output_schema import sink_type, typed_columns
 
 # The columns Onceflow writes before the transform's: (name, Iceberg type name).
 FIXED_COLUMNS = (
@@ -52,13 +51,8 @@ class Column:
 def table_columns(fields: Iterable[tuple[str, str]]) -> tuple[Column, ...]:
     """The Iceberg table's columns for a transform's output ((name, Spark type) pairs):
     the fixed ones (required), then the user's (optional)."""
-    columns = [Column(n, t, required=True) for n, t in FIXED_COLUMNS]
-    for name, spark_type in fields:
-        if name in PASSED_THROUGH:
-            continue
-        check_output_column(name)
-        columns.append(Column(name, iceberg_type(name, spark_type)))
-    return tuple(columns)
+    fixed = (Column(n, t, required=True) for n, t in FIXED_COLUMNS)
+    return (*fixed, *(Column(n, t) for n, t in typed_columns(fields, iceberg_type)))
 
 
 def iceberg_schema(columns: tuple[Column, ...]) -> Any:

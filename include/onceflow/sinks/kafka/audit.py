@@ -20,7 +20,6 @@ from onceflow.sinks.kafka import limits
 from onceflow.sinks.kafka.markers import Marker
 from onceflow.sinks.kafka.output_records import SEQ_HEADER, SOURCE_HEADER, TXID_HEADER, audit_row
 from onceflow.sinks.kafka.reading import committed_consumer, committed_end, read_partition
-from onceflow.states import BatchState
 
 
 class TopicAudit(OutsideSink):
@@ -114,12 +113,10 @@ class TopicAudit(OutsideSink):
             )
         cur.execute(f"select seq, count(*) from {self._ROWS} group by seq")
         per_seq = dict(cur.fetchall())
-        cur.execute(
-            "select seq, txid, published_attempt, records_out from onceflow.batches"
-            " where pipeline = %s and state = %s",
-            (pipeline, BatchState.COMMITTED),
-        )
-        committed = {seq: (txid, attempt, n or 0) for seq, txid, attempt, n in cur.fetchall()}
+        committed = {
+            seq: (txid, attempt, n or 0)
+            for seq, (txid, attempt, n) in self.committed_batches(cur, pipeline).items()
+        }
         markers: dict[int, list[Marker]] = {}
         for m in self._markers:
             if m.pipeline == pipeline:
@@ -134,12 +131,10 @@ class TopicAudit(OutsideSink):
                 )
                 continue
             (m,) = found
-            if (m.txid, m.attempt, m.records) != (txid, attempt, n):
-                out.append(
-                    f"{where}: the marker of seq {seq} at offset {m.offset} records txid "
-                    f"{m.txid!r} attempt {m.attempt} with {m.records} records; the ledger "
-                    f"committed txid {txid!r} attempt {attempt} with {n} records"
-                )
+            said = f"{where}: the marker of seq {seq} at offset {m.offset}"
+            wrong = self.disagreement(said, m.publication(), "with", (txid, attempt, n))
+            if wrong:
+                out.append(wrong)
             if per_seq.get(seq, 0) != m.records:
                 out.append(
                     f"{where}: {per_seq.get(seq, 0)} records carry seq {seq}, its marker at "

@@ -12,8 +12,7 @@ from dataclasses import dataclass
 
 from psycopg2 import sql
 
-from onceflow.sinks.output_schema import check_output_column, sink_type
-from onceflow.transforms import passed_through
+from onceflow.sinks.output_schema import sink_type, typed_columns
 
 # Spark SQL types (DataType.simpleString(), or typeName() spellings) -> PostgreSQL types,
 # spelled as format_type() prints them, so a table's columns compare as text.
@@ -61,14 +60,7 @@ def output_columns(
     """The user's columns of a transform's output ((name, Spark type) pairs), typed for
     PostgreSQL; the coordinates, error, key and value (and an aggregating transform's
     records) are the stage's own."""
-    own = passed_through(aggregating)
-    columns = []
-    for name, spark_type in fields:
-        if name in own:
-            continue
-        check_output_column(name)
-        columns.append(Column(name, pg_type(name, spark_type)))
-    return tuple(columns)
+    return tuple(Column(n, t) for n, t in typed_columns(fields, pg_type, aggregating))
 
 
 def ids(names: Iterable[str]) -> sql.Composed:
