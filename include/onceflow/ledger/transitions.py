@@ -20,11 +20,10 @@ from onceflow.states import TRANSITIONS, BatchState, Step
 NOW = sql.SQL("now()")
 
 
-def current(cur, pipeline: str, txid: str, *, lock: bool = True) -> BatchState | None:
+def _locked_state(cur, pipeline: str, txid: str) -> BatchState | None:
     """The txid's state, its row locked for the caller's transaction; None if unknown."""
     cur.execute(
-        "select state from onceflow.batches where pipeline = %s and txid = %s"
-        + (" for update" if lock else ""),
+        "select state from onceflow.batches where pipeline = %s and txid = %s for update",
         (pipeline, txid),
     )
     row = cur.fetchone()
@@ -55,7 +54,7 @@ def move(
     """Take `step` for txid: lock its row, check the step is legal, store the state it
     leads to and `columns` (values are parameters, or sql.Composable for SQL expressions
     such as NOW). PLAN inserts the row. Returns the `returning` columns' new values."""
-    after = next_state(pipeline, txid, current(cur, pipeline, txid), step)
+    after = next_state(pipeline, txid, _locked_state(cur, pipeline, txid), step)
     values = {"state": after, **(columns or {})}
     names = list(values)
     params = [v for v in values.values() if not isinstance(v, sql.Composable)]
