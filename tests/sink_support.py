@@ -24,6 +24,7 @@ from onceflow.kafka_client import watermarks
 from onceflow.ledger.fencing import claim_attempt, mark_staged
 from onceflow.ledger.log_checks import BrokerSnapshot
 from onceflow.sinks import sink_for
+from onceflow.sinks.delta import DeltaSink
 from onceflow.sinks.iceberg.catalog import open_catalog
 from onceflow.sinks.kafka.markers import Marker
 from onceflow.sinks.kafka.output_records import SOURCE_HEADER
@@ -36,6 +37,7 @@ MODES = {
     "upsert": {"table": "items", "mode": "upsert", "key": ["sku"]},
     "merge": {"table": "items", "mode": "merge", "key": ["sku"], "aggregates": ["qty"]},
     "iceberg": {"kind": "iceberg", "table": "items"},
+    "delta": {"kind": "delta", "table": "items"},
 }
 # The transform's output schema as Spark gives it: (name, DataType.simpleString()).
 FIELDS = [
@@ -136,6 +138,8 @@ def published(dsn, cfg):
     with transaction(dsn) as cur:
         if sink.kind == "iceberg":
             return iceberg_rows(cur, cfg, "partition", "offset", "sku", "qty")
+        if sink.kind == "delta":
+            return delta_rows(cfg, "partition", "offset", "sku", "qty")
         if sink.mode == "append":
             cur.execute(
                 f'select partition, "offset", sku, qty from "{cfg.sink_schema}".items order by 1, 2'
@@ -154,6 +158,16 @@ def iceberg_rows(cur, cfg, *columns):
         if not catalog.table_exists(sink.identifier):
             return []
         rows = catalog.load_table(sink.identifier).scan(selected_fields=columns).to_arrow()
+    return sorted(zip(*(rows.column(c).to_pylist() for c in columns), strict=True))
+
+
+def delta_rows(cfg, *columns):
+    """The Delta table's rows (its live files read with pyarrow), sorted; [] before it exists."""
+    sink = sink_for(cfg)
+    table = sink.open_table()
+    if table is None:
+        return []
+    rows = DeltaSink.scan(table, columns)
     return sorted(zip(*(rows.column(c).to_pylist() for c in columns), strict=True))
 
 

@@ -269,7 +269,7 @@ def test_a_sink_table_in_a_file(tmp_path):
         (USER, "sink", "needs a \\[pipelines.demo.sink\\] table"),
         ({**USER, "sink": "stock"}, "sink", "give a table"),
         ({**USER, "sink": {"table": "s", "colour": 1}}, "sink.colour", "unknown key"),
-        ({**USER, "sink": {"table": "s", "kind": "delta"}}, "sink.kind", "not one of"),
+        ({**USER, "sink": {"table": "s", "kind": "hudi"}}, "sink.kind", "not one of"),
         ({**USER, "sink": {}}, "sink.table", "not a valid table name"),
         ({**USER, "sink": {"table": "Stock"}}, "sink.table", "not a valid table name"),
         ({**USER, "sink": {"table": "s; drop"}}, "sink.table", "not a valid table name"),

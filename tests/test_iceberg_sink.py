@@ -510,7 +510,7 @@ def test_the_chaos_truth_scans_the_table_by_coordinates(ledger_dsn, cfg):
         read = SinkSnapshot(cur, cfg, T)
         rows = [
             SinkRecord(*_coord(r), "row", _user_columns(r))
-            for r in read.iceberg_rows(sink_for(cfg))
+            for r in read.lake_rows(sink_for(cfg))
         ]
         dead = [SinkRecord(0, 0, 2, "dead", None)]
     assert sorted((r.offset, r.ident["sku"], r.ident["qty"]) for r in rows) == [

@@ -1,9 +1,10 @@
-"""The Iceberg sink end to end on the shared test stack: the shipped inventory transform
-appending to an Iceberg table (pipeline it_lake), a backlog drained by three DAG runs at
-once through the scheduler, each a real spark-submit whose tasks write their parts' Parquet
-files. The table, scanned with pyiceberg, holds every valid record once (tombstones too,
-as rows without values); each committed txid's snapshot is the one the ledger names; the
-audit, re-reading the broker, says exactly-once."""
+"""The lake sinks end to end on the shared test stack: the shipped inventory transform
+appending to an Iceberg table (pipeline it_lake) and to a Delta table (it_delta), a backlog
+drained by three DAG runs at once through the scheduler, each a real spark-submit whose
+tasks write their parts' Parquet files. The table, scanned (pyiceberg; the Delta table's
+live files with pyarrow), holds every valid record once (tombstones too, as rows without
+values); each committed txid's snapshot or version is the one the ledger names; the audit,
+re-reading the broker, says exactly-once."""
 
 from __future__ import annotations
 
@@ -20,11 +21,27 @@ from test_example_e2e import update
 
 pytestmark = pytest.mark.integration
 
-PIPELINE = TOPIC = "it_lake"
 PARTITIONS = 2
+COLUMNS = ("partition", "offset", "txid", "sku", "quantity")
 
 
-def produce(bootstrap: str, records: list[tuple[str, bytes | None]]) -> None:
+def iceberg_table(dsn, sink):
+    """The rows and {txid: snapshot id} of an Iceberg table."""
+    with transaction(dsn) as cur, open_catalog(cur, sink.warehouse) as catalog:
+        table = catalog.load_table(sink.identifier)
+    rows = table.scan(selected_fields=COLUMNS).to_arrow().to_pylist()
+    return rows, {s.summary["onceflow.txid"]: str(s.snapshot_id) for s in table.snapshots()}
+
+
+def delta_table(dsn, sink):
+    """The rows and {txid: version} of a Delta table."""
+    table = sink.open_table()
+    rows = sink.scan(table, COLUMNS).to_pylist()
+    history = [h for h in table.history() if "onceflow.txid" in h]
+    return rows, {h["onceflow.txid"]: str(h["version"]) for h in history}
+
+
+def produce(topic: str, bootstrap: str, records: list[tuple[str, bytes | None]]) -> None:
     """Each sku on one partition, in order, one record per request (as test_example_e2e)."""
     from confluent_kafka import Producer
 
@@ -32,7 +49,7 @@ def produce(bootstrap: str, records: list[tuple[str, bytes | None]]) -> None:
     errors = []
     for sku, value in records:
         p.produce(
-            TOPIC,
+            topic,
             value,
             key=sku.encode(),
             partition=int(sku[1:]) % PARTITIONS,
@@ -42,15 +59,20 @@ def produce(bootstrap: str, records: list[tuple[str, bytes | None]]) -> None:
     assert not errors, errors
 
 
-def test_an_iceberg_pipeline_through_the_scheduler_is_exactly_once(stack, airflow):
+@pytest.mark.parametrize(
+    ("pipeline", "read_table"), [("it_lake", iceberg_table), ("it_delta", delta_table)]
+)
+def test_a_lake_pipeline_through_the_scheduler_is_exactly_once(
+    stack, airflow, pipeline, read_table
+):
     import json
 
-    broker.create_topic(stack.kafka_bootstrap, TOPIC, PARTITIONS)
+    broker.create_topic(stack.kafka_bootstrap, pipeline, PARTITIONS)
     # ten skus updated five times, three tombstones, one update refused (negative quantity)
     records = [(f"s{i}", update(f"s{i}", 10 * r + i)) for r in range(5) for i in range(10)]
     records += [("s3", None), ("s6", None), ("s7", None), ("s4", update("s4", -1))]
-    produce(stack.kafka_bootstrap, records)
-    cfg = get_pipeline(stack.pipelines_file, PIPELINE)
+    produce(pipeline, stack.kafka_bootstrap, records)
+    cfg = get_pipeline(stack.pipelines_file, pipeline)
     runs = demo.runs_to_drain(stack.postgres_dsn, stack.kafka_bootstrap, cfg)
     assert runs == 3  # 27 records per partition at 10 per batch
     airflow.wait_for_dag(cfg.dag_id, timeout=180)
@@ -66,11 +88,7 @@ def test_an_iceberg_pipeline_through_the_scheduler_is_exactly_once(stack, airflo
     assert report.batches_committed == 3
     assert (report.records_in_ranges, report.dead_lettered) == (len(records), 1)
 
-    sink = sink_for(cfg)
-    with transaction(stack.postgres_dsn) as cur, open_catalog(cur, sink.warehouse) as catalog:
-        table = catalog.load_table(sink.identifier)
-    rows = table.scan(selected_fields=("partition", "offset", "txid", "sku", "quantity"))
-    rows = rows.to_arrow().to_pylist()
+    rows, commit_of = read_table(stack.postgres_dsn, sink_for(cfg))
     valid = [
         (sku, None if value is None else json.loads(value)["quantity"])
         for sku, value in records
@@ -80,9 +98,8 @@ def test_an_iceberg_pipeline_through_the_scheduler_is_exactly_once(stack, airflo
     assert len({(r["partition"], r["offset"]) for r in rows}) == len(rows) == len(valid)
     assert report.records_in_sink == len(valid) == demo.sink_rows(stack.postgres_dsn, cfg)[1]
 
-    # the ledger names each committed txid's snapshot, the one whose summary records it
-    snapshot_of = {s.summary["onceflow.txid"]: str(s.snapshot_id) for s in table.snapshots()}
-    batches = views.batches(stack.postgres_dsn, PIPELINE)
+    # the ledger names each committed txid's table commit, the one that records it
+    batches = views.batches(stack.postgres_dsn, pipeline)
     assert sorted(b["txid"] for b in batches) == run_ids
-    assert {b["txid"]: b["sink_commit"] for b in batches} == snapshot_of
+    assert {b["txid"]: b["sink_commit"] for b in batches} == commit_of
     assert {r["txid"] for r in rows} == set(run_ids)

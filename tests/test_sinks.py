@@ -43,7 +43,9 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(params=sorted(MODES))
 def cfg(request, unique_name, tmp_path):
-    return pipeline(unique_name, request.param, tmp_path if request.param == "iceberg" else None)
+    return pipeline(
+        unique_name, request.param, tmp_path if request.param in ("iceberg", "delta") else None
+    )
 
 
 # -- the contract every sink passes ------------------------------------------------------

@@ -470,10 +470,10 @@ class CommitLogAheadError(CommitConflictError):
         )
 
 
-class IcebergTableMissingError(OnceflowError):
-    """An Iceberg sink's table is gone (dropped?) while the attempt being published staged
-    data files for it: nothing was published. `table`: namespace.table; `files`: how many
-    data files the attempt staged."""
+class LakeTableMissingError(OnceflowError):
+    """A lake sink's table is gone (dropped?) while the attempt being published staged data
+    files for it: nothing was published. `table`: the table as messages name it ("Iceberg
+    table ns.t"); `files`: how many data files the attempt staged."""
 
     def __init__(
         self, pipeline: str, txid: str, seq: int, attempt: int, table: str, files: int
@@ -481,6 +481,6 @@ class IcebergTableMissingError(OnceflowError):
         self.pipeline, self.txid, self.seq, self.attempt = pipeline, txid, seq, attempt
         self.table, self.files = table, files
         super().__init__(
-            f"Iceberg table {table} does not exist, but txid {txid!r} attempt "
+            f"{table} does not exist, but txid {txid!r} attempt "
             f"{attempt} staged {files} data file(s) for it: was it dropped?"
         )

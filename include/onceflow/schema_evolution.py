@@ -171,7 +171,10 @@ def new_tables(what: str, evolution: Evolution | None) -> str:
 
 
 def record(
-    cur: Any, evolution: Evolution, catalog: Literal["postgres", "iceberg"], added: Iterable[Added]
+    cur: Any,
+    evolution: Evolution,
+    catalog: Literal["postgres", "iceberg", "delta"],
+    added: Iterable[Added],
 ) -> None:
     """Record the columns added as events of the txid, in the binding transaction, and say
     so in process's log."""

@@ -78,6 +78,7 @@ from typing import Any
 from onceflow.config.pipeline import PipelineConfig
 from onceflow.config.sink import RESERVED_COLUMNS
 from onceflow.sinks.base import OutsideSink
+from onceflow.sinks.delta import DeltaSink
 from onceflow.sinks.iceberg import IcebergSink
 from onceflow.sinks.kafka import KafkaSink
 from onceflow.states import BatchState
@@ -142,7 +143,7 @@ BASE_FAULTS: tuple[tuple[str, str | None], ...] = (
     ("9_failed_run_blocks", None),
     ("10_topic_recreated", None),
 )
-# and for a sink outside the ledger's database (an Iceberg table): the crash between its two
+# and for a sink outside the ledger's database (a lake table): the crash between its two
 # commit steps (onceflow.commit)
 OUTSIDE_FAULTS: tuple[tuple[str, str | None], ...] = (("4_commit_killed", "after_sink_publish"),)
 # and for a Kafka topic: the crash with its Kafka transaction open, records produced (they
@@ -765,11 +766,18 @@ class SinkSnapshot:
             )
         ]
 
-    def iceberg_rows(self, sink: IcebergSink) -> list[dict[str, Any]]:
-        """An Iceberg sink's rows of the harness's topic: the table scanned (pyiceberg)."""
+    def lake_rows(self, sink: IcebergSink | DeltaSink) -> list[dict[str, Any]]:
+        """A lake sink's rows of the harness's topic: the table scanned (pyiceberg; a Delta
+        table's live files with pyarrow)."""
         from onceflow.sinks.iceberg.catalog import open_catalog
         from pyiceberg.exceptions import NoSuchTableError
 
+        if isinstance(sink, DeltaSink):
+            table = sink.open_table()
+            if table is None:  # no batch with output committed
+                return []
+            rows = sink.scan(table, [f.name for f in table.schema().fields])
+            return [r for r in rows.to_pylist() if r["topic"] == self.topic]
         with open_catalog(self.cur, sink.warehouse) as catalog:
             try:
                 table = catalog.load_table(sink.identifier)
@@ -2300,9 +2308,9 @@ class Harness:
         key = self.cfg.sink.key
         table = self.sink.versions_table if self.mode == "upsert" else self.sink.table
         row_agrees = fields_row(key)
-        if isinstance(self.sink, IcebergSink):  # the table scanned, by coordinates
-            table = f"Iceberg table {self.sink.name}"
-            published = read.iceberg_rows(self.sink)
+        if isinstance(self.sink, IcebergSink | DeltaSink):  # the table scanned, by coordinates
+            table = f"{self.sink.table_kind} {self.sink.name}"
+            published = read.lake_rows(self.sink)
         else:
             published = read.rows(table)
         rows = [SinkRecord(*_coord(r), "row", _user_columns(r)) for r in published]

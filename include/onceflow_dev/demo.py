@@ -69,15 +69,20 @@ def runs_to_drain(dsn: str, bootstrap: str, cfg: PipelineConfig) -> int:
 
 
 def sink_rows(dsn: str, cfg: PipelineConfig) -> tuple[str, int]:
-    """The pipeline's published table (schema.table, or iceberg:namespace.table) and how many
-    rows it holds now (an Iceberg table scanned with pyiceberg)."""
+    """The pipeline's published table (schema.table, or iceberg:namespace.table,
+    delta:namespace.table) and how many rows it holds now (a lake table scanned)."""
     from onceflow.db import transaction
     from onceflow.sinks import sink_for
+    from onceflow.sinks.delta import DeltaSink
     from onceflow.sinks.iceberg import IcebergSink
     from onceflow.sinks.iceberg.catalog import open_catalog
     from psycopg2 import sql
 
     sink = sink_for(cfg)
+    if isinstance(sink, DeltaSink):
+        table = sink.open_table()
+        rows = 0 if table is None else sink.scan(table, ("offset",)).num_rows
+        return f"delta:{sink.name}", rows
     with transaction(dsn) as cur:
         if isinstance(sink, IcebergSink):
             with open_catalog(cur, sink.warehouse) as catalog:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from onceflow.config.pipeline import PipelineConfig
 from onceflow.config.pipeline_table import parse_pipeline
+from onceflow.config.sink import LAKE_KINDS
 from onceflow.errors import ConfigError
 
 
@@ -46,16 +47,16 @@ def load_pipelines(path: Path | str) -> dict[str, PipelineConfig]:
         "each pipeline's tables live in a schema of its own (default: the pipeline's name); "
         "give one of them another `sink_schema`",
     )
-    # an Iceberg table's rows and snapshots are audited against one pipeline's ledger
+    # a lake table's rows and commits are audited against one pipeline's ledger
     _refuse_shared(
         path,
         "sink.table",
         {
             n: f"{p.sink.namespace or p.sink_schema}.{p.sink.table}"
             for n, p in pipelines.items()
-            if p.sink.kind == "iceberg"
+            if p.sink.kind in LAKE_KINDS
         },
-        "an Iceberg table's snapshots record one pipeline's seqs; give one of them another table",
+        "a lake table's commits record one pipeline's seqs; give one of them another table",
     )
     # likewise a Kafka output topic's records and markers (on one cluster)
     _refuse_shared(

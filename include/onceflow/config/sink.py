@@ -7,10 +7,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-SINK_KINDS = ("postgres", "iceberg", "kafka")
+SINK_KINDS = ("postgres", "iceberg", "delta", "kafka")
+# The lake table kinds: a table in a warehouse, published by data files.
+LAKE_KINDS = ("iceberg", "delta")
 SINK_MODES = ("append", "upsert", "merge")
-# An Iceberg sink appends (one row per source record); keyed modes need row-level deletes.
-ICEBERG_MODES = ("append",)
+# A lake table appends (one row per source record); keyed modes need row-level deletes.
+LAKE_MODES = ("append",)
 # A Kafka topic sink keeps its markers in a commit-log topic named after the output topic.
 COMMIT_LOG_SUFFIX = ".onceflow-commits"
 # Columns the sink tables hold besides the user's: a key or aggregate column of the same
@@ -45,9 +47,10 @@ class SinkConfig:
     mode: Literal["append", "upsert", "merge"] = "append"
     key: tuple[str, ...] = ()  # upsert: the row's identity; merge: the group; kafka: the record key
     aggregates: tuple[str, ...] = ()  # merge: summed per key
-    kind: Literal["postgres", "iceberg", "kafka"] = "postgres"
-    # iceberg: the table's namespace ("" = the pipeline's sink_schema; `table = "ns.t"` sets
-    # it) and the warehouse new tables go to (None = a folder under ONCEFLOW_HOME)
+    kind: Literal["postgres", "iceberg", "delta", "kafka"] = "postgres"
+    # iceberg, delta: the table's namespace ("" = the pipeline's sink_schema; `table =
+    # "ns.t"` sets it) and the warehouse new tables go to (None = a folder under
+    # ONCEFLOW_HOME)
     namespace: str = ""
     warehouse: str | None = None
     # kafka: the output topic, its partition count when Onceflow creates it, whether it may

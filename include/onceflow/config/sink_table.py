@@ -1,5 +1,5 @@
 """A `[pipelines.NAME.sink]` table read into a SinkConfig: its kind (postgres, iceberg,
-kafka) decides which keys it takes, and each value is checked here, naming the key, before
+delta, kafka) decides which keys it takes, and each value is checked here, naming the key, before
 a sink is built from it."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from typing import Any
 from onceflow.config.names import CONN_ID_RE, NAME_RE, TOPIC_RE
 from onceflow.config.sink import (
     COMMIT_LOG_SUFFIX,
-    ICEBERG_MODES,
+    LAKE_KINDS,
+    LAKE_MODES,
     RESERVED_COLUMNS,
     SINK_KINDS,
     SINK_MODES,
@@ -73,7 +74,7 @@ def parse_sink(source: str, name: str, raw: Any) -> SinkConfig:
             raise fail(k, f"kind {kind!r} takes no {k!r} (only 'kafka' does)")
     table = raw.get("table")
     namespace = ""
-    if kind == "iceberg" and isinstance(table, str) and "." in table:
+    if kind in LAKE_KINDS and isinstance(table, str) and "." in table:
         namespace, _, table = table.partition(".")
         if not NAME_RE.match(namespace):
             raise fail(
@@ -87,21 +88,21 @@ def parse_sink(source: str, name: str, raw: Any) -> SinkConfig:
             "table",
             f"{raw.get('table')!r} is not a valid table name (lower-case letters, digits and "
             "underscores, starting with a letter, at most 40 characters"
-            + ('; an Iceberg table may be "namespace.table")' if kind == "iceberg" else ")"),
+            + ('; a lake table may be "namespace.table")' if kind in LAKE_KINDS else ")"),
         )
     mode = raw.get("mode", "append")
     if mode not in SINK_MODES:
         raise fail("mode", f"{mode!r} is not one of {SINK_MODES}")
-    if kind == "iceberg" and mode not in ICEBERG_MODES:
+    if kind in LAKE_KINDS and mode not in LAKE_MODES:
         raise fail(
             "mode",
-            f"kind 'iceberg' takes mode {ICEBERG_MODES} only, not {mode!r} (upsert and merge "
+            f"kind {kind!r} takes mode {LAKE_MODES} only, not {mode!r} (upsert and merge "
             'need row-level deletes; use kind = "postgres" for them)',
         )
     warehouse = raw.get("warehouse")
     if warehouse is not None:
-        if kind != "iceberg":
-            raise fail("warehouse", f"kind {kind!r} takes no warehouse (only 'iceberg' does)")
+        if kind not in LAKE_KINDS:
+            raise fail("warehouse", f"kind {kind!r} takes no warehouse (only {LAKE_KINDS} do)")
         if not isinstance(warehouse, str) or not WAREHOUSE_RE.match(warehouse):
             raise fail(
                 "warehouse",

@@ -2,7 +2,7 @@
 
 The interface the ledger and the commit use is onceflow.sinks.base (Sink, OutsideSink); one
 package per kind of sink: postgres (tables in the ledger's database), kafka (a topic),
-iceberg (a lake table). `sink_for` builds a pipeline's from its [pipelines.NAME.sink] table.
+iceberg and delta (lake tables). `sink_for` builds a pipeline's from its [pipelines.NAME.sink] table.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from onceflow.sinks.base import (
     SinkReading,
     StagedCounts,
 )
+from onceflow.sinks.delta import DeltaSink
 from onceflow.sinks.iceberg import IcebergSink
 from onceflow.sinks.kafka import KafkaSink
 from onceflow.sinks.postgres import PostgresSink
@@ -39,6 +40,8 @@ def sink_for(cfg: PipelineConfig) -> Sink:
     """The pipeline's sink: its [pipelines.NAME.sink] table."""
     if cfg.sink.kind == "iceberg":
         return IcebergSink(cfg.sink_schema, cfg.sink, cfg.sink.warehouse or default_warehouse())
+    if cfg.sink.kind == "delta":
+        return DeltaSink(cfg.sink_schema, cfg.sink, cfg.sink.warehouse or default_warehouse())
     if cfg.sink.kind == "kafka":
         return KafkaSink(cfg.sink_schema, cfg.sink, functools.partial(sink_cluster, cfg))
     return PostgresSink(cfg.sink_schema, cfg.sink, aggregating=cfg.aggregating)
@@ -58,7 +61,8 @@ def sink_cluster(cfg: PipelineConfig) -> KafkaCluster:
 
 
 def default_warehouse() -> str:
-    """Where Iceberg tables go without a `warehouse`: ONCEFLOW_HOME/warehouse, as a URI."""
+    """Where lake tables go without a `warehouse`: ONCEFLOW_HOME/warehouse, as a URI (Iceberg
+    puts a table in `<namespace>.db/<table>`, Delta in `<namespace>/<table>`)."""
     from onceflow.settings import Settings
 
     return (Settings.from_env().home / "warehouse").as_uri()

@@ -41,7 +41,7 @@ from psycopg2 import sql
 
 from onceflow.config.sink import SinkConfig
 from onceflow.errors import (
-    IcebergTableMissingError,
+    LakeTableMissingError,
     OnceflowError,
     SinkMovedError,
     SinkSchemaError,
@@ -58,16 +58,11 @@ from onceflow.sinks.base import (
 )
 from onceflow.sinks.iceberg.audit import TableAudit
 from onceflow.sinks.iceberg.catalog import fence_retries, load_table, open_catalog
-from onceflow.sinks.iceberg.data_files import (
-    data_root,
-    delete_files,
-    files_on_storage,
-    live_files,
-    txid_dir,
-)
+from onceflow.sinks.iceberg.data_files import files_on_storage, live_files
 from onceflow.sinks.iceberg.evolution import OUTPUT_COLUMNS, evolve
 from onceflow.sinks.iceberg.snapshots import newest, snapshot_summary
 from onceflow.sinks.iceberg.table_schema import FIXED_COLUMNS, iceberg_schema, table_columns
+from onceflow.sinks.lake_files import attempt_dir, delete_files
 from onceflow.transforms import COORDINATES
 
 
@@ -97,8 +92,6 @@ class IcebergSink(TableAudit):
         self.namespace = cfg.namespace or schema
         self.warehouse = warehouse
         self._bound = bound
-        self._audit_cur: int | None = None  # the audit cursor whose scan is loaded
-        self._audit_table: Any = None
 
     @property
     def identifier(self) -> tuple[str, str]:
@@ -125,7 +118,7 @@ class IcebergSink(TableAudit):
         if self._bound is None:
             raise RuntimeError("IcebergSink.file_stage: bind_output first (process only)")
         return FileStage(
-            f"{data_root(self._bound.location, pipeline)}/{txid_dir(txid)}/attempt={attempt}",
+            attempt_dir(self._bound.location, pipeline, txid, attempt),
             self._bound.schema,
             self.files_table,
         )
@@ -288,8 +281,8 @@ class IcebergSink(TableAudit):
         table = reading.state
         if table is None:
             if paths:
-                raise IcebergTableMissingError(
-                    t.pipeline, t.txid, t.seq, t.attempt, self.name, len(paths)
+                raise LakeTableMissingError(
+                    t.pipeline, t.txid, t.seq, t.attempt, f"Iceberg table {self.name}", len(paths)
                 )
             return Publication(t.pipeline, t.txid, t.seq, t.attempt, 0, "")
         doing = f"publish txid {t.txid!r} (seq {t.seq}) attempt {t.attempt}"

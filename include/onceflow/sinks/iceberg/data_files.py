@@ -1,34 +1,17 @@
-"""The data files process stages for the Iceberg table (onceflow.staging.file_stage):
-Parquet files of the table's schema as bound (field ids included), one per part with valid
-rows, under the table's location at
-`data/onceflow/<pipeline>/txid=<txid, path-safe>-<hash>/attempt=<n>/`.
-
-A publish adds exactly the staged attempt's files to the table; a re-run's also removes the
-txid's live files (found by their folder). Files of attempts that never publish (fenced,
-failed, replaced) are found here by their folders and removed (onceflow.file_cleanup).
+"""The Iceberg table's data files (where they live: onceflow.sinks.lake_files): Parquet
+files of the table's schema as bound (field ids included), one per part with valid rows.
+A re-run's publish removes the txid's live files, found here by their folder in the
+current snapshot; file cleanup asks which attempts a snapshot recorded.
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import re
 from collections.abc import Iterator
 from typing import Any
 
+from onceflow.sinks import lake_files
 from onceflow.sinks.base import StagedFiles
 from onceflow.sinks.iceberg.snapshots import publications
-
-
-def txid_dir(txid: str) -> str:
-    """The folder of a txid's data files: path-safe, and unique by a hash of the txid."""
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", txid)[:80]
-    return f"txid={slug}-{hashlib.sha256(txid.encode()).hexdigest()[:12]}"
-
-
-def data_root(location: str, pipeline: str) -> str:
-    """The folder of the pipeline's data files under the table's location."""
-    return f"{location.rstrip('/')}/data/onceflow/{pipeline}"
 
 
 def live_files(table: Any, pipeline: str, txid: str) -> Iterator[Any]:
@@ -36,7 +19,7 @@ def live_files(table: Any, pipeline: str, txid: str) -> Iterator[Any]:
     snapshot = table.current_snapshot()
     if snapshot is None:
         return
-    prefix = f"{data_root(table.location(), pipeline)}/{txid_dir(txid)}/"
+    prefix = lake_files.txid_prefix(table.location(), pipeline, txid)
     for manifest in snapshot.manifests(table.io):
         for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
             if entry.data_file.file_path.startswith(prefix):
@@ -44,41 +27,7 @@ def live_files(table: Any, pipeline: str, txid: str) -> Iterator[Any]:
 
 
 def files_on_storage(table: Any, pipeline: str, txids: set[str]) -> StagedFiles:
-    """The Parquet files under the txids' folders (`<txid>/attempt=<n>/`), and the
-    (txid, attempt) pairs a snapshot in the table's history records."""
-    from pyarrow import fs
-
-    root = data_root(table.location(), pipeline)
-    by_dir = {txid_dir(t): t for t in txids}
-    # one txid (a commit's): its own folder; more (the cleanup command): the whole root
-    top = f"{root}/{txid_dir(next(iter(txids)))}" if len(txids) == 1 else root
-    filesystem, path = fs.FileSystem.from_uri(top)
-    base = fs.FileSystem.from_uri(root)[1]  # the root as the file system names it
-    files: dict[tuple[str, int], list[str]] = {}
-    selector = fs.FileSelector(path, recursive=True, allow_not_found=True)
-    for info in filesystem.get_file_info(selector):
-        parts = info.path[len(base) :].strip("/").split("/")
-        if info.type != fs.FileType.File or len(parts) != 3 or parts[0] not in by_dir:
-            continue
-        m = re.fullmatch(r"attempt=(\d+)", parts[1])
-        if m:
-            key = (by_dir[parts[0]], int(m.group(1)))
-            files.setdefault(key, []).append(f"{root}/{'/'.join(parts)}")
+    """The Parquet files under the txids' folders, and the (txid, attempt) pairs a snapshot
+    in the table's history records."""
     published = {(p.txid, p.attempt) for p in publications(table, pipeline)}
-    return StagedFiles(files, published)
-
-
-def delete_files(paths: list[str]) -> None:
-    """Delete the files, then their attempt folders if left empty."""
-    from pyarrow import fs
-
-    for uri in paths:
-        filesystem, path = fs.FileSystem.from_uri(uri)
-        with contextlib.suppress(FileNotFoundError):
-            filesystem.delete_file(path)
-    for uri in {p.rsplit("/", 1)[0] for p in paths}:
-        filesystem, folder = fs.FileSystem.from_uri(uri)
-        selector = fs.FileSelector(folder, allow_not_found=True)
-        if not filesystem.get_file_info(selector):  # a zombie's later file stays
-            with contextlib.suppress(OSError):
-                filesystem.delete_dir(folder)
+    return lake_files.files_on_storage(table.location(), pipeline, txids, published)

@@ -1,0 +1,89 @@
+"""An existing Delta table fitted to the transform's output (onceflow.schema_evolution),
+when process binds the sink: a column the output adds is added, nullable, by Delta's
+schema evolution (`alter.add_columns`: files written before it read null there, none is
+rewritten); a column the output no longer gives, or gives with another type, is refused,
+naming what to do.
+
+The table property `onceflow.output-columns` keeps the output's columns, so that a removed
+column is told from a nullable column someone else added.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from onceflow import schema_evolution
+from onceflow.schema_evolution import Evolution
+from onceflow.sinks.delta.table_schema import FIXED_COLUMNS, Column, delta_field
+
+if TYPE_CHECKING:
+    from onceflow.sinks.delta import DeltaSink
+
+# The table property naming the user's columns of the output the table was last bound to.
+OUTPUT_COLUMNS = "onceflow.output-columns"
+
+
+def evolve(
+    sink: DeltaSink, cur, table: Any, columns: tuple[Column, ...], evolution: Evolution | None
+) -> Any:
+    """The existing table fitted to the output: the columns it adds added (nullable), then
+    the output's columns kept in OUTPUT_COLUMNS, recorded in the ledger in the caller's
+    transaction. Each is a commit of the table, made under the sink's advisory lock (no
+    other bind runs); a publish that loses the race to one reads the table again
+    (SinkMovedError). A crash between them leaves the columns added without their event
+    (the next bind finds them there)."""
+    users = ",".join(c.name for c in columns[len(FIXED_COLUMNS) :])
+    added, problems = schema_evolution.decide(
+        [_fit(sink, table, columns)], evolution.policy if evolution else "fail"
+    )
+    if problems:
+        raise schema_evolution.refusal(
+            f"the Delta table {sink.name}", problems, _fixes(sink, problems, evolution)
+        )
+    if added:
+        wanted = {c.name: c for c in columns}
+        table.alter.add_columns([delta_field(wanted[a.column]) for a in added])
+    if added or table.metadata().configuration.get(OUTPUT_COLUMNS) != users:
+        table.alter.set_table_properties({OUTPUT_COLUMNS: users}, raise_if_not_exists=False)
+    if added:
+        schema_evolution.record(cur, evolution, "delta", added)
+    return table
+
+
+def _fit(sink: DeltaSink, table: Any, columns: tuple[Column, ...]) -> schema_evolution.TableFit:
+    """The table as the evolution rule sees it: a not-null column of the table that the
+    output makes nullable counts as another type; the table's OUTPUT_COLUMNS are the
+    columns an earlier output gave (a table made by something else has none)."""
+    wanted = {c.name: c for c in columns}
+    have = []
+    for f in table.schema().fields:
+        c = wanted.get(f.name)
+        loosened = not f.nullable and c is not None and c.nullable
+        type_name = getattr(f.type, "type", str(f.type))
+        have.append((f.name, f"{'not null ' if loosened else ''}{type_name}", f.nullable))
+    previous = table.metadata().configuration.get(OUTPUT_COLUMNS)
+    return schema_evolution.TableFit(
+        name=sink.name,
+        wanted=tuple((c.name, c.type) for c in columns),
+        have=tuple(have),
+        user=frozenset(c.name for c in columns[len(FIXED_COLUMNS) :]),
+        previous=frozenset(previous.split(",")) if previous else frozenset(),
+    )
+
+
+def _fixes(
+    sink: DeltaSink, problems: list[schema_evolution.Problem], evolution: Evolution | None
+) -> list[str]:
+    """What to do about a refusal of the table."""
+    if schema_evolution.only_added(problems):
+        return [
+            schema_evolution.ALLOW,
+            "add them yourself with Delta's schema evolution (deltalake's "
+            f"alter.add_columns(), Spark SQL `ALTER TABLE {sink.name} ADD COLUMNS ...`)",
+        ]
+    return [
+        schema_evolution.CHANGE_BACK,
+        schema_evolution.new_tables("a new table", evolution),
+        "evolve the table yourself (Spark SQL `ALTER TABLE ...` with Delta's column "
+        "mapping to drop or rename a column, or a rewrite of the table to change a type)",
+    ]
