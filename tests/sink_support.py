@@ -38,7 +38,25 @@ MODES = {
     "merge": {"table": "items", "mode": "merge", "key": ["sku"], "aggregates": ["qty"]},
     "iceberg": {"kind": "iceberg", "table": "items"},
     "delta": {"kind": "delta", "table": "items"},
+    "iceberg_upsert": {"kind": "iceberg", "table": "items", "mode": "upsert", "key": ["sku"]},
+    "delta_upsert": {"kind": "delta", "table": "items", "mode": "upsert", "key": ["sku"]},
+    "iceberg_merge": {
+        "kind": "iceberg",
+        "table": "items",
+        "mode": "merge",
+        "key": ["sku"],
+        "aggregates": ["qty"],
+    },
+    "delta_merge": {
+        "kind": "delta",
+        "table": "items",
+        "mode": "merge",
+        "key": ["sku"],
+        "aggregates": ["qty"],
+    },
 }
+# the sink kinds and modes whose tables live in a warehouse (tmp_path in the tests)
+LAKE = tuple(m for m, sink in MODES.items() if sink.get("kind") in ("iceberg", "delta"))
 # The transform's output schema as Spark gives it: (name, DataType.simpleString()).
 FIELDS = [
     ("topic", "string"),
@@ -135,11 +153,16 @@ def process(dsn, cfg, txid, *parts):
 def published(dsn, cfg):
     """The sink's visible state: append rows by coordinates, upsert rows and merge state by key."""
     sink = cfg.sink
+    columns = {
+        "append": ("partition", "offset", "sku", "qty"),
+        "upsert": ("sku", "qty"),
+        "merge": ("sku", "qty", "last_seq"),
+    }[sink.mode]
     with transaction(dsn) as cur:
         if sink.kind == "iceberg":
-            return iceberg_rows(cur, cfg, "partition", "offset", "sku", "qty")
+            return iceberg_rows(cur, cfg, *columns)
         if sink.kind == "delta":
-            return delta_rows(cfg, "partition", "offset", "sku", "qty")
+            return delta_rows(cfg, *columns)
         if sink.mode == "append":
             cur.execute(
                 f'select partition, "offset", sku, qty from "{cfg.sink_schema}".items order by 1, 2'
@@ -169,6 +192,33 @@ def delta_rows(cfg, *columns):
         return []
     rows = DeltaSink.scan(table, columns)
     return sorted(zip(*(rows.column(c).to_pylist() for c in columns), strict=True))
+
+
+def tamper(dsn, cfg, sku, add):
+    """Add `add` to the published qty of key `sku`, behind the sink's back (the audit's
+    mode truth must notice)."""
+    import pyarrow.compute as pc
+
+    sink = sink_for(cfg)
+    if cfg.sink.kind == "postgres":
+        with transaction(dsn) as cur:
+            cur.execute(
+                f'update "{cfg.sink_schema}".items set qty = qty + %s where sku = %s', (add, sku)
+            )
+        return
+    with transaction(dsn) as cur:
+        table = sink.open_table(cur)
+        rows = sink._scan(table, [f.name for f in sink._table_schema(table)])
+        qty = pc.if_else(
+            pc.equal(rows.column("sku"), sku), pc.add(rows.column("qty"), add), rows.column("qty")
+        )
+        rows = rows.set_column(rows.column_names.index("qty"), "qty", qty)
+        if cfg.sink.kind == "iceberg":
+            table.overwrite(rows.cast(sink._table_schema(table)))
+        else:
+            from deltalake import write_deltalake
+
+            write_deltalake(table, rows, mode="overwrite")
 
 
 def exactly_once(dsn, cfg):

@@ -309,9 +309,9 @@ def test_a_sink_table_in_a_file(tmp_path):
             "also a key column",
         ),
         (
-            {**USER, "sink": {"kind": "iceberg", "table": "s", "mode": "upsert", "key": ["a"]}},
-            "sink.mode",
-            "kind 'iceberg' takes mode \\('append',\\) only",
+            {**USER, "sink": {"kind": "delta", "table": "s", "mode": "upsert"}},
+            "sink.key",
+            "mode 'upsert' needs key",
         ),
         ({**USER, "sink": {"kind": "iceberg", "table": "Lake.s"}}, "sink.table", "namespace"),
         ({**USER, "sink": {"kind": "iceberg", "table": "a.b.c"}}, "sink.table", "not a valid"),

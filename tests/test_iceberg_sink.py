@@ -117,6 +117,7 @@ def test_commit_twice_makes_one_snapshot(ledger_dsn, cfg):
         "onceflow.txid": "a",
         "onceflow.seq": "1",
         "onceflow.attempt": "1",
+        "onceflow.records": "2",
     }
     assert summary["added-records"] == "2"
 
@@ -509,8 +510,7 @@ def test_the_chaos_truth_scans_the_table_by_coordinates(ledger_dsn, cfg):
     with transaction(ledger_dsn) as cur:
         read = SinkSnapshot(cur, cfg, T)
         rows = [
-            SinkRecord(*_coord(r), "row", _user_columns(r))
-            for r in read.lake_rows(sink_for(cfg))
+            SinkRecord(*_coord(r), "row", _user_columns(r)) for r in read.lake_rows(sink_for(cfg))
         ]
         dead = [SinkRecord(0, 0, 2, "dead", None)]
     assert sorted((r.offset, r.ident["sku"], r.ident["qty"]) for r in rows) == [

@@ -103,3 +103,43 @@ def test_a_lake_pipeline_through_the_scheduler_is_exactly_once(
     assert sorted(b["txid"] for b in batches) == run_ids
     assert {b["txid"]: b["sink_commit"] for b in batches} == commit_of
     assert {r["txid"] for r in rows} == set(run_ids)
+
+
+def test_a_delta_upsert_pipeline_through_the_scheduler_keeps_each_skus_last_update(
+    stack, airflow
+):
+    """Each sku's row is its last valid update; a tombstone removes it; a refused update
+    leaves the one before. Every run's rows are rewritten, by spark-submit's staged
+    versions, in one Delta version."""
+    import json
+
+    pipeline = "it_delta_upsert"
+    broker.create_topic(stack.kafka_bootstrap, pipeline, PARTITIONS)
+    records = [(f"s{i}", update(f"s{i}", 10 * r + i)) for r in range(5) for i in range(10)]
+    records += [("s3", None), ("s6", None), ("s7", None), ("s4", update("s4", -1))]
+    produce(pipeline, stack.kafka_bootstrap, records)
+    cfg = get_pipeline(stack.pipelines_file, pipeline)
+    runs = demo.runs_to_drain(stack.postgres_dsn, stack.kafka_bootstrap, cfg)
+    airflow.wait_for_dag(cfg.dag_id, timeout=180)
+    airflow.unpause(cfg.dag_id)
+    run_ids = [f"upsert-{n}" for n in range(runs)]
+    for run_id in run_ids:
+        airflow.trigger(cfg.dag_id, run_id)
+    states = airflow.wait_for_runs(cfg.dag_id, run_ids, timeout=900, echo=None)
+    assert states == dict.fromkeys(run_ids, "success")
+
+    report = run_audit(stack.postgres_dsn, cfg, lambda rs: count_records(stack.kafka_bootstrap, rs))
+    assert report.verdict == "exactly-once", report.violations
+    assert (report.records_in_ranges, report.dead_lettered) == (len(records), 1)
+    last: dict[str, int | None] = {}
+    for sku, value in records:
+        if value is None:
+            last[sku] = None
+        elif json.loads(value)["quantity"] >= 0:
+            last[sku] = json.loads(value)["quantity"]
+    rows, commit_of = delta_table(stack.postgres_dsn, sink_for(cfg))
+    assert sorted((r["sku"], r["quantity"]) for r in rows) == sorted(
+        (sku, q) for sku, q in last.items() if q is not None
+    )
+    batches = views.batches(stack.postgres_dsn, pipeline)
+    assert {b["txid"]: b["sink_commit"] for b in batches} == commit_of

@@ -27,6 +27,7 @@ from onceflow.staging.target import StageTarget
 from onceflow.staging.writer import stage_part
 from sink_support import (
     FIELDS,
+    LAKE,
     MODES,
     T,
     bound,
@@ -36,6 +37,7 @@ from sink_support import (
     published,
     records,
     snap,
+    tamper,
 )
 
 pytestmark = pytest.mark.integration
@@ -43,9 +45,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(params=sorted(MODES))
 def cfg(request, unique_name, tmp_path):
-    return pipeline(
-        unique_name, request.param, tmp_path if request.param in ("iceberg", "delta") else None
-    )
+    return pipeline(unique_name, request.param, tmp_path if request.param in LAKE else None)
 
 
 # -- the contract every sink passes ------------------------------------------------------
@@ -132,8 +132,11 @@ def test_an_empty_first_batch_commits_before_any_table_exists(ledger_dsn, cfg):
 # -- upsert ---------------------------------------------------------------------------------
 
 
-def test_upsert_the_newest_record_wins_and_an_older_rerun_never_overwrites(ledger_dsn, unique_name):
-    cfg = pipeline(unique_name, "upsert")
+@pytest.mark.parametrize("mode", ["upsert", "iceberg_upsert", "delta_upsert"])
+def test_upsert_the_newest_record_wins_and_an_older_rerun_never_overwrites(
+    ledger_dsn, unique_name, tmp_path, mode
+):
+    cfg = pipeline(unique_name, mode, tmp_path if mode in LAKE else None)
     plan(ledger_dsn, cfg, "a", snap({(T, 0): 2, (T, 1): 1}))
     plan(ledger_dsn, cfg, "b", snap({(T, 0): 3, (T, 1): 1}))
     # within a txid: the higher (partition, offset) wins, whatever order the parts staged in
@@ -150,8 +153,11 @@ def test_upsert_the_newest_record_wins_and_an_older_rerun_never_overwrites(ledge
     exactly_once(ledger_dsn, cfg)
 
 
-def test_upsert_a_tombstone_deletes_the_key_and_a_rerun_can_bring_it_back(ledger_dsn, unique_name):
-    cfg = pipeline(unique_name, "upsert")
+@pytest.mark.parametrize("mode", ["upsert", "iceberg_upsert", "delta_upsert"])
+def test_upsert_a_tombstone_deletes_the_key_and_a_rerun_can_bring_it_back(
+    ledger_dsn, unique_name, tmp_path, mode
+):
+    cfg = pipeline(unique_name, mode, tmp_path if mode in LAKE else None)
     plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
     plan(ledger_dsn, cfg, "b", snap({(T, 0): 3}))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])
@@ -168,13 +174,15 @@ def test_upsert_a_tombstone_deletes_the_key_and_a_rerun_can_bring_it_back(ledger
     exactly_once(ledger_dsn, cfg)
 
 
-def test_upsert_audit_finds_a_row_that_is_not_the_last_committed_record(ledger_dsn, unique_name):
-    cfg = pipeline(unique_name, "upsert")
+@pytest.mark.parametrize("mode", ["upsert", "iceberg_upsert", "delta_upsert"])
+def test_upsert_audit_finds_a_row_that_is_not_the_last_committed_record(
+    ledger_dsn, unique_name, tmp_path, mode
+):
+    cfg = pipeline(unique_name, mode, tmp_path if mode in LAKE else None)
     plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])
     commit(ledger_dsn, cfg, "a")
-    with transaction(ledger_dsn) as cur:
-        cur.execute(f"update \"{cfg.sink_schema}\".items set qty = 99 where sku = 'x'")
+    tamper(ledger_dsn, cfg, "x", 98)
     report = run_audit(ledger_dsn, cfg)
     assert report.verdict == "violated"
     assert any(
@@ -185,8 +193,9 @@ def test_upsert_audit_finds_a_row_that_is_not_the_last_committed_record(ledger_d
 # -- merge ----------------------------------------------------------------------------------
 
 
-def test_merge_state_is_the_fold_of_the_committed_partials(ledger_dsn, unique_name):
-    cfg = pipeline(unique_name, "merge")
+@pytest.mark.parametrize("mode", ["merge", "iceberg_merge", "delta_merge"])
+def test_merge_state_is_the_fold_of_the_committed_partials(ledger_dsn, unique_name, tmp_path, mode):
+    cfg = pipeline(unique_name, mode, tmp_path if mode in LAKE else None)
     plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
     plan(ledger_dsn, cfg, "b", snap({(T, 0): 5}))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "x", 2), (0, 2, "y", 5)])
@@ -200,8 +209,7 @@ def test_merge_state_is_the_fold_of_the_committed_partials(ledger_dsn, unique_na
     assert commit(ledger_dsn, cfg, "a").outcome == "republished"
     assert published(ledger_dsn, cfg) == [("w", 1, 1), ("x", 13, 2), ("z", 0, 2)]
     exactly_once(ledger_dsn, cfg)
-    with transaction(ledger_dsn) as cur:
-        cur.execute(f"update \"{cfg.sink_schema}\".items set qty = qty + 1 where sku = 'w'")
+    tamper(ledger_dsn, cfg, "w", 1)
     report = run_audit(ledger_dsn, cfg)
     assert any("key ('w',)" in v and "not the fold" in v for v in report.violations)
 

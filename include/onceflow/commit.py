@@ -145,6 +145,7 @@ def _two_step(sink: OutsideSink, cur, row: CommitRow, t: PublishTarget) -> Publi
         sink.refuse_rerun(t.pipeline, t.txid, t.seq)
     publication = _publish_outside(sink, cur, t, replace=row.republish)
     failpoints.hit("commit.after_sink_publish", t.txid)
+    sink.record_published(cur, t)
     if row.republish:
         sink.unpublish_dead_letters(cur, t)
     dead = sink.publish_dead_letters(cur, t)

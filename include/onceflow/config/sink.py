@@ -11,8 +11,6 @@ SINK_KINDS = ("postgres", "iceberg", "delta", "kafka")
 # The lake table kinds: a table in a warehouse, published by data files.
 LAKE_KINDS = ("iceberg", "delta")
 SINK_MODES = ("append", "upsert", "merge")
-# A lake table appends (one row per source record); keyed modes need row-level deletes.
-LAKE_MODES = ("append",)
 # A Kafka topic sink keeps its markers in a commit-log topic named after the output topic.
 COMMIT_LOG_SUFFIX = ".onceflow-commits"
 # Columns the sink tables hold besides the user's: a key or aggregate column of the same

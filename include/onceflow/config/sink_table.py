@@ -12,7 +12,6 @@ from onceflow.config.names import CONN_ID_RE, NAME_RE, TOPIC_RE
 from onceflow.config.sink import (
     COMMIT_LOG_SUFFIX,
     LAKE_KINDS,
-    LAKE_MODES,
     RESERVED_COLUMNS,
     SINK_KINDS,
     SINK_MODES,
@@ -93,12 +92,6 @@ def parse_sink(source: str, name: str, raw: Any) -> SinkConfig:
     mode = raw.get("mode", "append")
     if mode not in SINK_MODES:
         raise fail("mode", f"{mode!r} is not one of {SINK_MODES}")
-    if kind in LAKE_KINDS and mode not in LAKE_MODES:
-        raise fail(
-            "mode",
-            f"kind {kind!r} takes mode {LAKE_MODES} only, not {mode!r} (upsert and merge "
-            'need row-level deletes; use kind = "postgres" for them)',
-        )
     warehouse = raw.get("warehouse")
     if warehouse is not None:
         if kind not in LAKE_KINDS:

@@ -362,6 +362,11 @@ class OutsideSink(Sink):
         `replace` removes the txid's earlier output in the same commit; conditional on the
         sink being as `reading` found it (SinkMovedError otherwise, nothing published)."""
 
+    def record_published(self, cur, t: PublishTarget) -> None:
+        """Step 2, in the ledger's transaction: what the ledger keeps of the publication
+        (a lake upsert or merge table: the txid's versions, sinks.lake.versions); nothing
+        for most sinks."""
+
     def staged_files(self, cur, pipeline: str, txids: set[str]) -> StagedFiles:
         """The data files the storage holds for these txids of the pipeline, by attempt,
         and the attempts some commit of the sink recorded (a sink without data files: none)."""

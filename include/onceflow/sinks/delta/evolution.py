@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from onceflow import schema_evolution
 from onceflow.schema_evolution import Evolution
-from onceflow.sinks.delta.table_schema import FIXED_COLUMNS, Column, delta_field
+from onceflow.sinks.delta.table_schema import delta_field
+from onceflow.sinks.lake.layout import Layout
 
 if TYPE_CHECKING:
     from onceflow.sinks.delta import DeltaSink
@@ -23,25 +24,23 @@ if TYPE_CHECKING:
 OUTPUT_COLUMNS = "onceflow.output-columns"
 
 
-def evolve(
-    sink: DeltaSink, cur, table: Any, columns: tuple[Column, ...], evolution: Evolution | None
-) -> Any:
+def evolve(sink: DeltaSink, cur, table: Any, shape: Layout, evolution: Evolution | None) -> Any:
     """The existing table fitted to the output: the columns it adds added (nullable), then
     the output's columns kept in OUTPUT_COLUMNS, recorded in the ledger in the caller's
     transaction. Each is a commit of the table, made under the sink's advisory lock (no
     other bind runs); a publish that loses the race to one reads the table again
     (SinkMovedError). A crash between them leaves the columns added without their event
     (the next bind finds them there)."""
-    users = ",".join(c.name for c in columns[len(FIXED_COLUMNS) :])
+    users = ",".join(shape.users)
     added, problems = schema_evolution.decide(
-        [_fit(sink, table, columns)], evolution.policy if evolution else "fail"
+        [_fit(sink, table, shape)], evolution.policy if evolution else "fail"
     )
     if problems:
         raise schema_evolution.refusal(
             f"the Delta table {sink.name}", problems, _fixes(sink, problems, evolution)
         )
     if added:
-        wanted = {c.name: c for c in columns}
+        wanted = {c.name: c for c in shape.table}
         table.alter.add_columns([delta_field(wanted[a.column]) for a in added])
     if added or table.metadata().configuration.get(OUTPUT_COLUMNS) != users:
         table.alter.set_table_properties({OUTPUT_COLUMNS: users}, raise_if_not_exists=False)
@@ -50,23 +49,24 @@ def evolve(
     return table
 
 
-def _fit(sink: DeltaSink, table: Any, columns: tuple[Column, ...]) -> schema_evolution.TableFit:
+def _fit(sink: DeltaSink, table: Any, shape: Layout) -> schema_evolution.TableFit:
     """The table as the evolution rule sees it: a not-null column of the table that the
     output makes nullable counts as another type; the table's OUTPUT_COLUMNS are the
     columns an earlier output gave (a table made by something else has none)."""
-    wanted = {c.name: c for c in columns}
+    wanted = {c.name: c for c in shape.table}
     have = []
     for f in table.schema().fields:
         c = wanted.get(f.name)
-        loosened = not f.nullable and c is not None and c.nullable
+        loosened = not f.nullable and c is not None and not c.required
         type_name = getattr(f.type, "type", str(f.type))
         have.append((f.name, f"{'not null ' if loosened else ''}{type_name}", f.nullable))
     previous = table.metadata().configuration.get(OUTPUT_COLUMNS)
     return schema_evolution.TableFit(
         name=sink.name,
-        wanted=tuple((c.name, c.type) for c in columns),
+        wanted=tuple((c.name, c.type) for c in shape.table),
         have=tuple(have),
-        user=frozenset(c.name for c in columns[len(FIXED_COLUMNS) :]),
+        user=frozenset(shape.users),
+        key=frozenset(shape.key),
         previous=frozenset(previous.split(",")) if previous else frozenset(),
     )
 

@@ -1,14 +1,15 @@
-"""The Delta table's schema: topic, partition, epoch, offset (the record's coordinates) and
-txid, not null, then the transform's columns, nullable, typed from Spark's types as Delta
+"""The Delta table's columns: the mode's layout (sinks.lake.layout) of the coordinates and
+txid (not null) and the transform's columns (nullable), typed from Spark's types as Delta
 names its primitive types.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
+from onceflow.config.sink import SinkConfig
+from onceflow.sinks.lake.layout import LakeColumn, Layout, Types, layout
 from onceflow.sinks.output_schema import sink_type, typed_columns
 
 # The columns Onceflow writes before the transform's: (name, Delta type name).
@@ -41,28 +42,35 @@ def delta_type(column: str, spark_type: str) -> str:
     return sink_type(column, spark_type, _SPARK_TO_DELTA, "decimal({p},{s})", "a Delta sink")
 
 
-@dataclass(frozen=True)
-class Column:
-    name: str
-    type: str  # a Delta primitive type name ("long", "decimal(10,2)")
-    nullable: bool = True
+TYPES = Types(
+    long="long",
+    boolean="boolean",
+    sums={"integer": "long", "long": "long", "float": "double", "double": "double"},
+    decimal_prefix="decimal(",
+)
 
 
-def table_columns(fields: Iterable[tuple[str, str]]) -> tuple[Column, ...]:
-    """The Delta table's columns for a transform's output ((name, Spark type) pairs): the
-    fixed ones (not null), then the user's (nullable)."""
-    fixed = (Column(n, t, nullable=False) for n, t in FIXED_COLUMNS)
-    return (*fixed, *(Column(n, t) for n, t in typed_columns(fields, delta_type)))
+def table_layout(name: str, cfg: SinkConfig, fields: Iterable[tuple[str, str]]) -> Layout:
+    """The Delta table's and staged files' columns for a transform's output ((name, Spark
+    type) pairs) in the sink's mode."""
+    return layout(name, cfg, FIXED_COLUMNS, typed_columns(fields, delta_type), TYPES)
 
 
-def delta_field(column: Column) -> Any:
+def delta_field(column: LakeColumn) -> Any:
     from deltalake import Field
     from deltalake.schema import PrimitiveType
 
-    return Field(column.name, PrimitiveType(column.type), nullable=column.nullable)
+    return Field(column.name, PrimitiveType(column.type), nullable=not column.required)
 
 
-def delta_schema(columns: Iterable[Column]) -> Any:
+def arrow_schema(columns: Iterable[LakeColumn]) -> Any:
+    """The pyarrow schema of data files of these columns."""
+    import pyarrow as pa
+
+    return pa.schema(delta_schema(columns).to_arrow())
+
+
+def delta_schema(columns: Iterable[LakeColumn]) -> Any:
     """The deltalake Schema of a new table of these columns."""
     from deltalake import Schema
 

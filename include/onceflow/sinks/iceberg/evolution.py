@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 from onceflow import schema_evolution
 from onceflow.errors import SinkUnavailableError
 from onceflow.schema_evolution import Evolution
-from onceflow.sinks.iceberg.table_schema import FIXED_COLUMNS, Column, primitive
+from onceflow.sinks.iceberg.table_schema import primitive
+from onceflow.sinks.lake.layout import Layout
 
 if TYPE_CHECKING:
     from onceflow.sinks.iceberg import IcebergSink
@@ -33,7 +34,7 @@ def evolve(
     cur,
     catalog: Any,
     table: Any,
-    columns: tuple[Column, ...],
+    shape: Layout,
     evolution: Evolution | None,
 ) -> Any:
     """The existing table fitted to the output: the columns it adds added (optional) and
@@ -44,10 +45,10 @@ def evolve(
     without their event (the next bind finds them there)."""
     from pyiceberg.exceptions import CommitFailedException
 
-    users = ",".join(c.name for c in columns[len(FIXED_COLUMNS) :])
+    users = ",".join(shape.users)
     for _ in range(EVOLVE_TRIES):
         added, problems = schema_evolution.decide(
-            [_fit(sink, table, columns)], evolution.policy if evolution else "fail"
+            [_fit(sink, table, shape)], evolution.policy if evolution else "fail"
         )
         if problems:
             raise schema_evolution.refusal(
@@ -74,11 +75,11 @@ def evolve(
     )
 
 
-def _fit(sink: IcebergSink, table: Any, columns: tuple[Column, ...]) -> schema_evolution.TableFit:
+def _fit(sink: IcebergSink, table: Any, shape: Layout) -> schema_evolution.TableFit:
     """The table as the evolution rule sees it: a required column of the table that the
     output makes optional counts as another type; the table's OUTPUT_COLUMNS are the
     columns an earlier output gave (a table made by something else has none)."""
-    wanted = {c.name: c for c in columns}
+    wanted = {c.name: c for c in shape.table}
     have = []
     for f in table.schema().fields:
         c = wanted.get(f.name)
@@ -87,9 +88,10 @@ def _fit(sink: IcebergSink, table: Any, columns: tuple[Column, ...]) -> schema_e
     previous = table.properties.get(OUTPUT_COLUMNS)
     return schema_evolution.TableFit(
         name=sink.name,
-        wanted=tuple((c.name, c.type) for c in columns),
+        wanted=tuple((c.name, c.type) for c in shape.table),
         have=tuple(have),
-        user=frozenset(c.name for c in columns[len(FIXED_COLUMNS) :]),
+        user=frozenset(shape.users),
+        key=frozenset(shape.key),
         previous=frozenset(previous.split(",")) if previous else frozenset(),
     )
 

@@ -1,14 +1,16 @@
-"""The Iceberg table's schema: topic, partition, epoch, offset (the record's coordinates) and
-txid, required, then the transform's columns, optional, typed from Spark's types.
+"""The Iceberg table's columns: the mode's layout (sinks.lake.layout) of the coordinates and
+txid (required) and the transform's columns (optional), typed from Spark's types as
+Iceberg names them.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
+from onceflow.config.sink import SinkConfig
+from onceflow.sinks.lake.layout import LakeColumn, Layout, Types, layout
 from onceflow.sinks.output_schema import sink_type, typed_columns
 
 # The columns Onceflow writes before the transform's: (name, Iceberg type name).
@@ -41,21 +43,21 @@ def iceberg_type(column: str, spark_type: str) -> str:
     return sink_type(column, spark_type, _SPARK_TO_ICEBERG, "decimal({p}, {s})", "an Iceberg sink")
 
 
-@dataclass(frozen=True)
-class Column:
-    name: str
-    type: str  # an Iceberg primitive type as pyiceberg prints it ("long", "decimal(10, 2)")
-    required: bool = False
+TYPES = Types(
+    long="long",
+    boolean="boolean",
+    sums={"int": "long", "long": "long", "float": "double", "double": "double"},
+    decimal_prefix="decimal(",
+)
 
 
-def table_columns(fields: Iterable[tuple[str, str]]) -> tuple[Column, ...]:
-    """The Iceberg table's columns for a transform's output ((name, Spark type) pairs):
-    the fixed ones (required), then the user's (optional)."""
-    fixed = (Column(n, t, required=True) for n, t in FIXED_COLUMNS)
-    return (*fixed, *(Column(n, t) for n, t in typed_columns(fields, iceberg_type)))
+def table_layout(name: str, cfg: SinkConfig, fields: Iterable[tuple[str, str]]) -> Layout:
+    """The Iceberg table's and staged files' columns for a transform's output ((name, Spark
+    type) pairs) in the sink's mode."""
+    return layout(name, cfg, FIXED_COLUMNS, typed_columns(fields, iceberg_type), TYPES)
 
 
-def iceberg_schema(columns: tuple[Column, ...]) -> Any:
+def iceberg_schema(columns: tuple[LakeColumn, ...]) -> Any:
     """The pyiceberg Schema of a new table of these columns (field ids from 1, in order)."""
     from pyiceberg.schema import Schema
     from pyiceberg.types import NestedField

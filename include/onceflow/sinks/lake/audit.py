@@ -5,8 +5,10 @@ and dead-lettered) run as SQL; and the table's own truth: no coordinates twice, 
 committed seq one table commit per attempt, the newest with the ledger's txid, attempt and
 record count.
 
-A table format says how to load its table (`_load_table`), scan its coordinates
-(`_scan_coordinates`) and list the pipeline's publications newest first (`_publications`).
+The sink says how to open its table (`open_table`), read the published records'
+coordinates (`_audit_rows`: an append table scanned, an upsert or merge table's versions)
+and list the pipeline's publications newest first (`_publications`); an upsert or merge
+table adds its mode's truth (`_mode_truth`).
 """
 
 from __future__ import annotations
@@ -32,17 +34,21 @@ class LakeAudit(OutsideSink):
 
     _ROWS = "onceflow_lake_rows"  # temporary table of the audit's transaction
 
-    def _load_table(self, cur) -> Any:
+    def open_table(self, cur) -> Any:
         """The table as it is now, or None if it does not exist."""
         raise NotImplementedError
 
-    def _scan_coordinates(self, table: Any) -> Any:
-        """A pyarrow.Table of AUDIT_COLUMNS: every published row's."""
+    def _audit_rows(self, cur, table: Any) -> Any:
+        """A pyarrow.Table of AUDIT_COLUMNS: every published record's."""
         raise NotImplementedError
 
     def _publications(self, table: Any, pipeline: str) -> Iterator[Publication]:
         """The pipeline's publications recorded by the table, newest first."""
         raise NotImplementedError
+
+    def _mode_truth(self, cur, pipeline: str, table: Any) -> list[str]:
+        """The mode's own truth (upsert: each key's row; merge: the state), as violations."""
+        return []
 
     def _table_for_audit(self, cur) -> Any:
         """The table (None if missing) and its rows loaded into a temporary table, once per
@@ -50,10 +56,10 @@ class LakeAudit(OutsideSink):
         cur.execute("select to_regclass(%s) is not null", (f"pg_temp.{self._ROWS}",))
         loaded = cur.fetchone()[0]  # another transaction's cursor may reuse a dead one's id
         if self._audit_cur != id(cur) or not loaded:
-            self._audit_table = self._load_table(cur)
+            self._audit_table = self.open_table(cur)
             self._audit_cur = id(cur)
             if self._audit_table is not None:
-                self._load_rows(cur, self._scan_coordinates(self._audit_table))
+                self._load_rows(cur, self._audit_rows(cur, self._audit_table))
         return self._audit_table
 
     def _load_rows(self, cur, rows: Any) -> None:
@@ -121,4 +127,5 @@ class LakeAudit(OutsideSink):
                     f"{what}: {commit} {p.ref} publishes seq {seq} (txid "
                     f"{p.txid!r}), which the ledger has not committed"
                 )
+        out += self._mode_truth(cur, pipeline, table)
         return out[:limit]

@@ -1,0 +1,437 @@
+"""What a lake sink (an Iceberg table, a Delta table) does whatever its format: the stage in
+PostgreSQL, the publish by mode, file clean-up and the audit's reading of versions. A table
+format (sinks.iceberg, sinks.delta) binds the table to the output and reads and commits it.
+
+In PostgreSQL, in the pipeline's sink schema, for a table T:
+
+- `stage_T`: the dead letters process staged, tagged (txid, attempt, part), which commit
+  publishes into onceflow.dead_letters (the ledger's, whatever the sink);
+- `stage_T_files`: the data files process staged, one per part with valid rows, each
+  recorded with its part's claim (onceflow.staging.file_stage), with its row count and
+  checksum;
+- upsert and merge: `T_version_files`, the versions of the committed txids
+  (sinks.lake.versions).
+
+They are small (dead letters and one row per part), so unlike the other stage tables they
+are logged: the rows naming staged files survive a database crash like the files do.
+
+Publishing (step 1 of the two-step commit: onceflow.commit) is ONE commit of the table,
+on top of the version the read saw or not at all (SinkMovedError: commit reads again),
+recording the pipeline, txid, seq and attempt:
+
+- append: the staged attempt's files are added as they are; a re-run (or a txid an earlier
+  attempt already published) also removes the txid's live files, found by their folder;
+- upsert and merge: the files holding a key the txid touches are rewritten
+  (sinks.lake.rewrite) by the mode's rule (sinks.lake.upsert, sinks.lake.merge).
+
+A catalog, log or storage that cannot be reached (or a staged file gone) makes the read or
+the publish fail with SinkUnavailableError naming the table; the commit's retry reads the
+table again. The audit's rules: sinks.lake.audit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from psycopg2 import sql
+
+from onceflow.config.sink import SinkConfig
+from onceflow.errors import LakeTableMissingError, OnceflowError, SinkUnavailableError
+from onceflow.sinks.base import (
+    FileStage,
+    Publication,
+    PublishTarget,
+    SinkReading,
+    StagedCounts,
+    StagedFiles,
+)
+from onceflow.sinks.lake import merge, rewrite, upsert
+from onceflow.sinks.lake.audit import AUDIT_COLUMNS, LakeAudit
+from onceflow.sinks.lake.files import attempt_dir, delete_files, files_on_storage, txid_prefix
+from onceflow.sinks.lake.versions import VersionFiles, read_files, read_with_seq, schema_of
+from onceflow.transforms import COORDINATES
+
+
+class LakeSink(LakeAudit):
+    """A lake table of any mode, fed through the file stage. `users`: the user's output
+    columns once bound to the output (process); `files_schema`: the staged files' pyarrow
+    schema then."""
+
+    # the exceptions of a lost commit race, which pass through `_reaching` (the format's)
+    _lost_race: tuple[type[BaseException], ...] = ()
+
+    def __init__(
+        self,
+        schema: str,
+        cfg: SinkConfig,
+        warehouse: str,
+        users: tuple[str, ...] | None = None,
+        files_schema: Any = None,
+    ) -> None:
+        super().__init__(schema, cfg.table)
+        self.cfg = cfg
+        self.namespace = cfg.namespace or schema
+        self.warehouse = warehouse
+        self._users = users
+        self._files_schema = files_schema
+        self.versions = VersionFiles(schema, cfg.table, self.files_table)
+
+    @property
+    def name(self) -> str:
+        return f"{self.namespace}.{self.table}"
+
+    @property
+    def files_table(self) -> str:
+        return f"stage_{self.table}_files"
+
+    def _t(self, name: str) -> sql.Composed:
+        return sql.SQL("{}.{}").format(sql.Identifier(self.schema), sql.Identifier(name))
+
+    @property
+    def stage_columns(self) -> tuple[str, ...]:
+        if self._users is None:
+            raise RuntimeError(f"{type(self).__name__}.stage_columns: bind_output first")
+        return (*COORDINATES, *self._users, "error", "key", "value", "tombstone", "row_hash")
+
+    def file_stage(self, pipeline: str, txid: str, attempt: int) -> FileStage:
+        if self._files_schema is None:
+            raise RuntimeError(f"{type(self).__name__}.file_stage: bind_output first")
+        directory = attempt_dir(self.location_for_files(), pipeline, txid, attempt)
+        return FileStage(directory, self._files_schema, self.files_table)
+
+    # -- what a table format defines ------------------------------------------------------
+
+    def location_for_files(self) -> str:
+        """The table's location, under which the staged files go (bound: process only)."""
+        raise NotImplementedError
+
+    def open_table(self, cur) -> Any:
+        """The table as it is now, or None if it does not exist."""
+        raise NotImplementedError
+
+    def _location(self, table: Any) -> str:
+        raise NotImplementedError
+
+    def _newest(self, table: Any, t: PublishTarget) -> Publication | None:
+        """The newest publication of t's pipeline and seq the table records."""
+        raise NotImplementedError
+
+    def _live_files(self, table: Any) -> list[str]:
+        """The URIs of the table's live data files."""
+        raise NotImplementedError
+
+    def _table_schema(self, table: Any) -> Any:
+        """The pyarrow schema the table's data files are written in."""
+        raise NotImplementedError
+
+    def _prepare_commit(
+        self,
+        table: Any,
+        t: PublishTarget,
+        adds: list[tuple[str, int]],
+        removes: list[str],
+        records: int,
+    ) -> Callable[[], str]:
+        """ONE commit on top of the version `table` was read at, prepared (the files added,
+        URI and rows, looked at; a missing one fails here, before anything is committed):
+        calling it commits the files added and removed, recording t and `records` (the
+        versions published), and returns its ref; SinkMovedError if the table moved."""
+        raise NotImplementedError
+
+    def _release(self, table: Any) -> None:
+        """Let go of what the table holds open (a catalog's connections)."""
+
+    def _scan(self, table: Any, columns: Iterable[str]) -> Any:
+        """The table's rows (these columns) as a pyarrow.Table."""
+        raise NotImplementedError
+
+    # -- the stage tables -----------------------------------------------------------------
+
+    def ensure(self, cur) -> None:
+        cur.execute(sql.SQL("create schema if not exists {}").format(sql.Identifier(self.schema)))
+        cur.execute(
+            sql.SQL(
+                "create table if not exists {} (txid text not null, attempt integer not null,"
+                " part integer not null, topic text not null, partition integer not null,"
+                ' "offset" bigint not null, error text, key bytea, value bytea, row_hash bigint)'
+            ).format(self._t(self.stage_table))
+        )
+        cur.execute(
+            sql.SQL(
+                "create table if not exists {} (txid text not null, attempt integer not null,"
+                " part integer not null, path text not null, records bigint not null,"
+                " checksum numeric not null, primary key (txid, attempt, part))"
+            ).format(self._t(self.files_table))
+        )
+        if self.cfg.mode != "append":
+            self.versions.ensure(cur)
+
+    def has_staged(self, cur, txid: str, attempt: int) -> bool:
+        cur.execute(
+            sql.SQL(
+                "select exists (select 1 from {} where txid = %s and attempt = %s)"
+                " or exists (select 1 from {} where txid = %s and attempt = %s)"
+            ).format(self._t(self.files_table), self._t(self.stage_table)),
+            (txid, attempt, txid, attempt),
+        )
+        return cur.fetchone()[0]
+
+    def staged_counts(self, cur, txid: str, attempt: int) -> StagedCounts:
+        cur.execute(
+            sql.SQL(
+                "select (select coalesce(sum(records), 0) from {files} where txid = %s and attempt = %s),"
+                " (select count(*) from {stage} where txid = %s and attempt = %s),"
+                " ((select coalesce(sum(checksum), 0) from {files} where txid = %s and attempt = %s)"
+                " + (select coalesce(sum(row_hash::numeric), 0) from {stage}"
+                "    where txid = %s and attempt = %s))::text"
+            ).format(files=self._t(self.files_table), stage=self._t(self.stage_table)),
+            (txid, attempt) * 4,
+        )
+        valid, dead, checksum = cur.fetchone()
+        return StagedCounts(int(valid) + int(dead), int(valid), int(dead), checksum)
+
+    def drop_staged(self, cur, txid: str, up_to_attempt: int) -> None:
+        for table in (self.stage_table, self.files_table):
+            cur.execute(
+                sql.SQL("delete from {} where txid = %s and attempt <= %s").format(self._t(table)),
+                (txid, up_to_attempt),
+            )
+
+    def _staged_files(self, cur, txid: str, attempt: int) -> list[tuple[str, int]]:
+        """(URI, rows) of the attempt's staged data files."""
+        cur.execute(
+            sql.SQL(
+                "select path, records from {} where txid = %s and attempt = %s order by part"
+            ).format(self._t(self.files_table)),
+            (txid, attempt),
+        )
+        return [(p, int(n)) for p, n in cur.fetchall()]
+
+    # -- publishing (step 1 of onceflow.commit) --------------------------------------------
+
+    @contextlib.contextmanager
+    def _reaching(self, doing: str) -> Iterator[None]:
+        """Errors of the catalog, log or storage while `doing` become SinkUnavailableError
+        naming the table; Onceflow's own errors and a lost commit race pass through."""
+        try:
+            yield
+        except (OnceflowError, *self._lost_race):
+            raise
+        except Exception as e:
+            raise SinkUnavailableError(
+                f"{self.describe_briefly()}: could not {doing}: {type(e).__name__}: {e}"
+            ) from e
+
+    def describe_briefly(self) -> str:
+        """The table as errors name it: its kind, name and where it is."""
+        return f"{self.table_kind} {self.name} (warehouse {self.warehouse})"
+
+    def read(self, cur, t: PublishTarget) -> SinkReading:
+        """The newest publication of t's pipeline and seq, and the table it was read from
+        (None: the table does not exist yet)."""
+        with self._reaching(f"read its {self.commit_name}s for seq {t.seq}; nothing was published"):
+            table = self.open_table(cur)
+            if table is None:
+                return SinkReading(None, None)
+            return SinkReading(self._newest(table, t), table, lambda: self._release(table))
+
+    def publish_outside(
+        self, cur, t: PublishTarget, reading: SinkReading, replace: bool
+    ) -> Publication:
+        """ONE commit on top of the one `reading` saw (the module says what it holds)."""
+        staged = self._staged_files(cur, t.txid, t.attempt)
+        table = reading.state
+        if table is None:
+            if staged:
+                raise LakeTableMissingError(
+                    t.pipeline,
+                    t.txid,
+                    t.seq,
+                    t.attempt,
+                    f"{self.table_kind} {self.name}",
+                    len(staged),
+                )
+            return Publication(t.pipeline, t.txid, t.seq, t.attempt, 0, "")
+        records = sum(n for _, n in staged)
+        doing = f"publish txid {t.txid!r} (seq {t.seq}) attempt {t.attempt}"
+        with self._reaching(f"{doing}'s {len(staged)} data file(s); nothing was published"):
+            if self.cfg.mode == "append":
+                adds, removes = staged, self._txid_files(table, t) if replace else []
+            else:
+                found = reading.publication
+                old = (found.attempt if found else None) if replace else None
+                adds, removes = self._rewrite(cur, table, t, staged, old, replace)
+            commit = self._prepare_commit(table, t, adds, removes, records)
+        # a failure here may come after the table took the commit: the commit's retry reads
+        # the table again and publishes only if the seq is not there
+        with self._reaching(f"commit the {self.commit_name} to {doing}; the retry reads it again"):
+            ref = commit()
+        return Publication(t.pipeline, t.txid, t.seq, t.attempt, records, ref)
+
+    def _txid_files(self, table: Any, t: PublishTarget) -> list[str]:
+        """The txid's live data files (append), by their folder."""
+        prefix = txid_prefix(self._location(table), t.pipeline, t.txid)
+        return [f for f in self._live_files(table) if f.startswith(prefix)]
+
+    def _rewrite(
+        self,
+        cur,
+        table: Any,
+        t: PublishTarget,
+        staged: list[tuple[str, int]],
+        old_attempt: int | None,
+        replace: bool,
+    ) -> tuple[list[tuple[str, int]], list[str]]:
+        """upsert and merge: the files to add and remove (sinks.lake.rewrite)."""
+        key = list(self.cfg.key)
+        old_paths = self.versions.of_attempt(cur, t.txid, old_attempt) if replace else []
+        paths = [p for p, _ in staged]
+        if not paths and not old_paths:
+            return [], []
+        versions_schema = schema_of([*paths, *old_paths])
+        new = read_files(paths, versions_schema)
+        old = read_files(old_paths, versions_schema)
+        schema = self._table_schema(table)
+        keys = rewrite_keys(new, old, key)
+        live = self._live_files(table)
+        touched = rewrite.touched_files(live, schema, keys, key)
+        current = read_files(touched, schema) if touched else schema.empty_table()
+        if self.cfg.mode == "upsert":
+
+            def earlier(keys: Any) -> Any:
+                files = self.versions.committed(cur, below=t.seq, without=t.txid)
+                versions = read_with_seq(files, versions_schema)
+                return versions.join(keys, key, join_type="left semi", use_threads=False)
+
+            rows = upsert.decide(current, new, old, t.seq, key, schema.names, earlier)
+        else:
+            aggregates = list(self.cfg.aggregates)
+
+            def contributors(keys: Any) -> Any:
+                files = self.versions.committed(cur, without=t.txid)
+                versions = read_with_seq(files, versions_schema)
+                mine = versions.join(keys, key, join_type="left semi", use_threads=False)
+                best = mine.group_by(key, use_threads=False).aggregate([("seq", "max")])
+                return best.rename_columns(
+                    ["last_seq" if c == "seq_max" else c for c in best.column_names]
+                )
+
+            rows = merge.decide(current, new, old, t.seq, key, aggregates, contributors)
+        directory = attempt_dir(self._location(table), t.pipeline, t.txid, t.attempt)
+        written = rewrite.write_file(directory, rows, schema)
+        return ([written] if written else []), touched
+
+    def record_published(self, cur, t: PublishTarget) -> None:
+        """Step 2: upsert and merge keep the published attempt's files as the txid's
+        versions (sinks.lake.versions)."""
+        if self.cfg.mode != "append":
+            self.versions.record(cur, t)
+
+    # -- files of attempts that never publish (onceflow.file_cleanup) ---------------------
+
+    def staged_files(self, cur, pipeline: str, txids: set[str]) -> StagedFiles:
+        """The Parquet files under the txids' folders, and the (txid, attempt) pairs a
+        commit of the table records."""
+        with self._reaching("list the data files of its attempts"):
+            table = self.open_table(cur)
+            if table is None or not txids:
+                return StagedFiles({}, set())
+            try:
+                published = {(p.txid, p.attempt) for p in self._publications(table, pipeline)}
+                return files_on_storage(self._location(table), pipeline, txids, published)
+            finally:
+                self._release(table)
+
+    def remove_files(self, paths: list[str]) -> None:
+        """Delete the files, then their attempt folders if left empty."""
+        delete_files(paths)
+
+    # -- audit (sinks.lake.audit) ----------------------------------------------------------
+
+    def _versions(self, cur) -> Any:
+        """Every committed txid's versions, with their seq (upsert, merge)."""
+        files = self.versions.committed(cur)
+        paths = [p for ps in files.values() for p in ps]
+        return read_with_seq(files, schema_of(paths)) if paths else None
+
+    def _audit_rows(self, cur, table: Any) -> Any:
+        """append: the table's rows; upsert and merge: the committed txids' versions."""
+        import pyarrow as pa
+
+        if self.cfg.mode == "append":
+            return self._scan(table, AUDIT_COLUMNS)
+        versions = self._versions(cur)
+        if versions is None:
+            return pa.table(
+                {c: pa.array([], pa.type_for_alias(t)) for c, t in _AUDIT_TYPES.items()}
+            )
+        return versions.select(list(AUDIT_COLUMNS))
+
+    def _mode_truth(self, cur, pipeline: str, table: Any) -> list[str]:
+        """upsert: each key's row is its newest committed version (none for a tombstone);
+        merge: the state is the fold of the committed txids' partials."""
+        import pyarrow.compute as pc
+
+        if self.cfg.mode == "append":
+            return []
+        key = list(self.cfg.key)
+        rows = self._scan(table, [f.name for f in self._table_schema(table)])
+        versions = self._versions(cur)
+        if self.cfg.mode == "upsert":
+            expected = upsert.newest_per_key(versions, key) if versions else rows.slice(0, 0)
+            if versions is not None:
+                expected = expected.filter(pc.invert(expected.column("tombstone")))
+            compared = rows.column_names
+        else:
+            expected = merge.fold(versions, key, list(self.cfg.aggregates)) if versions else None
+            expected = rows.slice(0, 0) if expected is None else expected
+            compared = [*key, *self.cfg.aggregates, "last_seq"]
+        wrong = differing_keys(expected.select(compared), rows.select(compared), key)
+        what = (
+            "the last committed record for it"
+            if self.cfg.mode == "upsert"
+            else "the fold of the committed txids' partial aggregates"
+        )
+        return [f"{self.table_kind} {self.name} key {k}: the row is not {what}" for k in wrong[:20]]
+
+
+_AUDIT_TYPES = {
+    "txid": "string",
+    "topic": "string",
+    "partition": "int32",
+    "epoch": "int32",
+    "offset": "int64",
+}
+
+
+def differing_keys(expected: Any, actual: Any, key: list[str]) -> list[tuple]:
+    """The keys whose row differs between two tables of the same columns (missing from one
+    of them included); float columns equal up to rounding."""
+    import math
+
+    def by_key(t: Any) -> dict[tuple, tuple]:
+        rows = t.to_pylist()
+        return {tuple(r[k] for k in key): tuple(r[c] for c in t.column_names) for r in rows}
+
+    def same(a: tuple, b: tuple) -> bool:
+        return all(
+            math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-9)
+            if isinstance(x, float) and isinstance(y, float)
+            else x == y
+            for x, y in zip(a, b, strict=True)
+        )
+
+    want, have = by_key(expected), by_key(actual)
+    out = [k for k in want.keys() | have.keys() if k not in want or k not in have]
+    out += [k for k in want.keys() & have.keys() if not same(want[k], have[k])]
+    return sorted(out, key=repr)
+
+
+def rewrite_keys(new: Any, old: Any, key: list[str]) -> Any:
+    """The keys a txid touches: its new versions' and its old ones'."""
+    import pyarrow as pa
+
+    both = pa.concat_tables([new.select(key), old.select(key)])
+    return both.group_by(key, use_threads=False).aggregate([])
