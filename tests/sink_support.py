@@ -223,7 +223,7 @@ def tamper(dsn, cfg, sku, add):
 
 def exactly_once(dsn, cfg):
     report = run_audit(dsn, cfg)
-    assert report.violations == []
+    assert report.violations == [], report.violations
     return report
 
 

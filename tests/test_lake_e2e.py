@@ -105,9 +105,7 @@ def test_a_lake_pipeline_through_the_scheduler_is_exactly_once(
     assert {r["txid"] for r in rows} == set(run_ids)
 
 
-def test_a_delta_upsert_pipeline_through_the_scheduler_keeps_each_skus_last_update(
-    stack, airflow
-):
+def test_a_delta_upsert_pipeline_through_the_scheduler_keeps_each_skus_last_update(stack, airflow):
     """Each sku's row is its last valid update; a tombstone removes it; a refused update
     leaves the one before. Every run's rows are rewritten, by spark-submit's staged
     versions, in one Delta version."""

@@ -484,3 +484,15 @@ class LakeTableMissingError(OnceflowError):
             f"{table} does not exist, but txid {txid!r} attempt "
             f"{attempt} staged {files} data file(s) for it: was it dropped?"
         )
+
+
+class NotALakeSinkError(OnceflowError):
+    """`onceflow maintain` (or a DAG's maintain task) for a pipeline whose sink is no lake
+    table: there is nothing to compact or expire."""
+
+    def __init__(self, pipeline: str, sink: str) -> None:
+        self.pipeline = pipeline
+        super().__init__(
+            f"pipeline {pipeline!r} publishes to {sink}: maintenance (compaction, expiry) is "
+            'for lake tables (kind = "iceberg" or "delta") only'
+        )

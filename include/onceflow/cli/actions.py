@@ -146,3 +146,31 @@ def cmd_cleanup(args: argparse.Namespace, settings: Settings) -> int:
     files = sum(len(r.paths) for r in removals)
     print(f"{verb} {files} data file(s) of {len(rows)} attempt(s) that never publish")
     return 0
+
+
+def cmd_maintain(args: argparse.Namespace, settings: Settings) -> int:
+    from onceflow.maintenance import maintain
+
+    cfg = select_pipeline(settings, args.pipeline)
+    report = maintain(
+        settings.postgres_dsn,
+        cfg,
+        target_file_mb=args.target_file_mb,
+        retain_hours=args.retain_hours,
+        dry_run=args.dry_run,
+    )
+    if args.json:
+        print(json.dumps(report.as_dict(), indent=2))
+        return 0
+    verb = "would" if args.dry_run else "did"
+    print(
+        f"{report.table}: {report.files_before} data file(s) -> {report.files_after}; {verb} "
+        f"compact {report.compacted} into {report.written}, expire {report.expired} "
+        f"snapshot(s)/version(s), delete {report.removed} data file(s) ({report.seconds:.1f} s)"
+    )
+    if report.kept_from_ms:
+        print(
+            "kept the history from a publication the ledger has not committed on (a commit's "
+            "retry needs it)"
+        )
+    return 0

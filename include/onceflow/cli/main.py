@@ -12,7 +12,13 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from onceflow.cli.actions import cmd_backfill, cmd_cleanup, cmd_rerun, cmd_reset_offsets
+from onceflow.cli.actions import (
+    cmd_backfill,
+    cmd_cleanup,
+    cmd_maintain,
+    cmd_rerun,
+    cmd_reset_offsets,
+)
 from onceflow.cli.audit_report import cmd_audit
 from onceflow.cli.demo import cmd_demo
 from onceflow.cli.inspection import cmd_dead_letters, cmd_lag, cmd_ledger
@@ -21,6 +27,7 @@ from onceflow.cli.provision import cmd_migrate, cmd_spark_archive, cmd_topics
 from onceflow.cli.runs import cmd_trigger
 from onceflow.cli.selection import use_connections
 from onceflow.errors import OnceflowError
+from onceflow.maintenance import RETAIN_HOURS, TARGET_FILE_MB
 from onceflow.settings import Settings
 
 # a command: the parsed arguments and the settings in, the exit code out
@@ -257,6 +264,30 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--pipeline", help="pipeline name (default: the only one configured)")
     sp.add_argument("--txid", help="only this txid (run id)")
     sp.add_argument("--yes", action="store_true", help="remove them (default: only list them)")
+    sp.add_argument("--json", action="store_true", help="machine-readable output")
+
+    sp = add(
+        "maintain",
+        cmd_maintain,
+        "Compact a lake sink's small files and expire its old history (Iceberg snapshots, "
+        "Delta log versions) under the pipeline's commit lock; the table's record of what the "
+        "ledger has not committed yet is kept.",
+        "onceflow maintain --pipeline inventory_lake --retain-hours 24",
+    )
+    sp.add_argument("--pipeline", help="pipeline name (default: the only one configured)")
+    sp.add_argument(
+        "--target-file-mb",
+        type=float,
+        default=TARGET_FILE_MB,
+        help=f"compacted files' size; files under half of it are compacted (default {TARGET_FILE_MB})",
+    )
+    sp.add_argument(
+        "--retain-hours",
+        type=float,
+        default=RETAIN_HOURS,
+        help=f"history younger than this is kept (default {RETAIN_HOURS:g})",
+    )
+    sp.add_argument("--dry-run", action="store_true", help="say what it would do, change nothing")
     sp.add_argument("--json", action="store_true", help="machine-readable output")
 
     sp = add(

@@ -308,6 +308,7 @@ class Publication:
     attempt: int
     records: int
     ref: str
+    at_ms: int | None = None  # when the sink committed it (epoch milliseconds), if it says
 
 
 @dataclass(frozen=True)

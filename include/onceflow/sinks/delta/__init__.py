@@ -30,9 +30,11 @@ from typing import Any
 from onceflow.errors import SinkMovedError, SinkSchemaError
 from onceflow.schema_evolution import Evolution
 from onceflow.sinks.base import Publication, PublishTarget
-from onceflow.sinks.delta.commits import commit_metadata, last_seq, newest, publications
+from onceflow.sinks.delta.commits import last_seq, newest, publications
 from onceflow.sinks.delta.evolution import OUTPUT_COLUMNS, evolve
 from onceflow.sinks.delta.table_schema import arrow_schema, delta_schema, table_layout
+from onceflow.sinks.lake.compaction import LiveFile
+from onceflow.sinks.lake.records import PREFIX, maintenance_summary
 from onceflow.sinks.lake.sink import LakeSink
 
 
@@ -120,6 +122,59 @@ class DeltaSink(LakeSink):
     def _newest(self, table: Any, t: PublishTarget) -> Publication | None:
         return newest(table, t.pipeline, t.seq, t.txid)
 
+    def _live_files_sized(self, table: Any) -> list[LiveFile]:
+        import pyarrow as pa
+
+        files = pa.table(table.get_add_actions(flatten=True))
+        columns = [files.column(c).to_pylist() for c in ("path", "size_bytes")]
+        parts = table.metadata().partition_columns
+        values = [files.column(f"partition.{c}").to_pylist() for c in parts]
+        return [
+            LiveFile(f"{self.location}/{path}", size, tuple(v[i] for v in values))
+            for i, (path, size) in enumerate(zip(*columns, strict=True))
+        ]
+
+    def _expire(
+        self, table: Any, pipeline: str, before_ms: int, dry_run: bool
+    ) -> tuple[int, list[str]]:
+        """The log: a checkpoint, then the log entries older than the retention removed
+        (Delta's own log clean-up; the app transaction lives on in the checkpoint); the
+        files removed from the table before then (vacuum's list)."""
+        from deltalake import CommitProperties
+
+        age_ms = max(0, int(time.time() * 1000) - before_ms)
+        unneeded = table.vacuum(
+            retention_hours=age_ms // 3_600_000, dry_run=True, enforce_retention_duration=False
+        )
+        if dry_run:
+            return 0, [f"{self.location}/{p}" for p in unneeded]
+        # a log entry made at `before_ms` stays (the clean-up goes by whole seconds)
+        retention = f"interval {age_ms // 1000 + 1} seconds"
+        versions = self._log_versions()
+        # the checkpoint first: delta-rs cleans up to a checkpoint made before the
+        # retention's commit (whose post-commit hook already cleans up; deltalake 1.6.6)
+        table.create_checkpoint()
+        if table.metadata().configuration.get("delta.logRetentionDuration") != retention:
+            versions += 1  # this commit's
+            table.alter.set_table_properties(
+                {"delta.logRetentionDuration": retention},
+                raise_if_not_exists=False,
+                commit_properties=CommitProperties(
+                    custom_metadata=maintenance_summary(pipeline, "expiry")
+                ),
+            )
+        table.cleanup_metadata()
+        return versions - self._log_versions(), [f"{self.location}/{p}" for p in unneeded]
+
+    def _log_versions(self) -> int:
+        """How many commits the table's log holds (its JSON files; history() only reads
+        back to the last checkpoint)."""
+        from pyarrow import fs
+
+        filesystem, path = fs.FileSystem.from_uri(f"{self.location}/_delta_log")
+        files = filesystem.get_file_info(fs.FileSelector(path))
+        return sum(1 for f in files if f.path.endswith(".json"))
+
     def _live_files(self, table: Any) -> list[str]:
         """As URIs under `location` (file_uris() names local files by bare path)."""
         import pyarrow as pa
@@ -135,21 +190,23 @@ class DeltaSink(LakeSink):
     def _prepare_commit(
         self,
         table: Any,
-        t: PublishTarget,
+        summary: dict[str, str],
         adds: list[tuple[str, int]],
         removes: list[str],
-        records: int,
+        seq: int | None,
     ) -> Callable[[], str]:
-        """ONE version on top of the one read: the files added and removed, the app
-        transaction (the pipeline, the highest seq published) and t in its commit info."""
+        """ONE version on top of the one read: the files added and removed, the summary in
+        its commit info and, for a publish, the app transaction (the pipeline, the highest
+        seq published)."""
         from deltalake import CommitProperties, Transaction
 
         actions = [*self._adds(adds), *self._removes(table, removes)]
-        last = last_seq(table, t.pipeline)
+        pipeline = summary[f"{PREFIX}pipeline"]
+        apps = []
+        if seq is not None:
+            apps = [Transaction(pipeline, max(last_seq(table, pipeline) or 0, seq))]
         properties = CommitProperties(
-            custom_metadata=commit_metadata(t, records),
-            app_transactions=[Transaction(t.pipeline, max(last or 0, t.seq))],
-            max_commit_retries=0,
+            custom_metadata=summary, app_transactions=apps, max_commit_retries=0
         )
         return lambda: self._commit(table, actions, properties)
 
@@ -208,6 +265,9 @@ class DeltaSink(LakeSink):
 
     def _publications(self, table: Any, pipeline: str) -> Iterator[Publication]:
         return publications(table, pipeline)
+
+    def _history_start_ms(self, table: Any) -> int:
+        return min(int(info["timestamp"]) for info in table.history())
 
     def _scan(self, table: Any, columns: Iterable[str]) -> Any:
         return self.scan(table, columns)

@@ -1,13 +1,11 @@
-"""What a publish records in the Delta table: ONE commit (a table version) per publish,
+"""The Delta table's record of its publications: ONE commit (a table version) per publish,
 carrying
 
 - the app transaction (app id = the pipeline, version = the highest seq published), which
   Delta keeps in every snapshot of the table, checkpoints and log clean-up included: the
   table always says the last seq it holds (`last_seq`);
-- in its commit info, onceflow.pipeline, onceflow.txid, onceflow.seq, onceflow.attempt and
-  onceflow.records: the table's history is the sink's own record of what it published,
-  which step 1 of a commit reads ("is this seq already published, and by which attempt?")
-  and the audit checks against the ledger.
+- in its commit info, the `onceflow.*` properties (sinks.lake.records): the table's history
+  is what step 1 of a commit and the audit read.
 
 A re-run of an older txid republishes its seq in a newer version; the app transaction keeps
 the highest seq, so it never moves back.
@@ -18,20 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from onceflow.sinks.base import Publication, PublishTarget
-
-PREFIX = "onceflow."
-
-
-def commit_metadata(t: PublishTarget, records: int) -> dict[str, str]:
-    """What the version publishing t records of it."""
-    return {
-        f"{PREFIX}pipeline": t.pipeline,
-        f"{PREFIX}txid": t.txid,
-        f"{PREFIX}seq": str(t.seq),
-        f"{PREFIX}attempt": str(t.attempt),
-        f"{PREFIX}records": str(records),
-    }
+from onceflow.sinks.base import Publication
+from onceflow.sinks.lake.records import publication
 
 
 def last_seq(table: Any, pipeline: str) -> int | None:
@@ -42,16 +28,9 @@ def last_seq(table: Any, pipeline: str) -> int | None:
 def publications(table: Any, pipeline: str) -> Iterator[Publication]:
     """The pipeline's publications in the table's history, newest first."""
     for info in table.history():
-        if info.get(f"{PREFIX}pipeline") != pipeline:
-            continue
-        yield Publication(
-            pipeline,
-            info[f"{PREFIX}txid"],
-            int(info[f"{PREFIX}seq"]),
-            int(info[f"{PREFIX}attempt"]),
-            int(info[f"{PREFIX}records"]),
-            str(info["version"]),
-        )
+        found = publication(info, pipeline, str(info["version"]), int(info["timestamp"]))
+        if found is not None:
+            yield found
 
 
 def newest(table: Any, pipeline: str, seq: int, txid: str) -> Publication | None:

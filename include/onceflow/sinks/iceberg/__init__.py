@@ -25,10 +25,11 @@ from onceflow.errors import SinkMovedError, SinkSchemaError
 from onceflow.schema_evolution import Evolution
 from onceflow.sinks.base import Publication, PublishTarget
 from onceflow.sinks.iceberg.catalog import fence_retries, load_table, open_catalog
-from onceflow.sinks.iceberg.data_files import live_data_files
+from onceflow.sinks.iceberg.data_files import live_data_files, referenced_files
 from onceflow.sinks.iceberg.evolution import OUTPUT_COLUMNS, evolve
-from onceflow.sinks.iceberg.snapshots import newest, publications, snapshot_summary
+from onceflow.sinks.iceberg.snapshots import newest, publications
 from onceflow.sinks.iceberg.table_schema import iceberg_schema, table_layout
+from onceflow.sinks.lake.compaction import LiveFile
 from onceflow.sinks.lake.sink import LakeSink
 
 
@@ -139,6 +140,32 @@ class IcebergSink(LakeSink):
     def _live_files(self, table: Any) -> list[str]:
         return [f.file_path for f in live_data_files(table)]
 
+    def _live_files_sized(self, table: Any) -> list[LiveFile]:
+        return [
+            LiveFile(f.file_path, f.file_size_in_bytes, (f.spec_id, tuple(f.partition)))
+            for f in live_data_files(table)
+        ]
+
+    def _expire(
+        self, table: Any, pipeline: str, before_ms: int, dry_run: bool
+    ) -> tuple[int, list[str]]:
+        """Iceberg's snapshot expiry of the snapshots older than `before_ms` (never the
+        current one, nor a branch's or tag's); the data files only they referenced."""
+        refs = {ref.snapshot_id for ref in table.metadata.refs.values()}
+        snapshots = table.metadata.snapshots
+        doomed = [
+            s.snapshot_id
+            for s in snapshots
+            if s.timestamp_ms < before_ms and s.snapshot_id not in refs
+        ]
+        if not doomed:
+            return 0, []
+        before = referenced_files(table, snapshots)
+        kept = [s for s in snapshots if s.snapshot_id not in set(doomed)]
+        if not dry_run:
+            table.maintenance.expire_snapshots().by_ids(doomed).commit()
+        return len(doomed), sorted(before - referenced_files(table, kept))
+
     def _table_schema(self, table: Any) -> Any:
         from pyiceberg.io.pyarrow import schema_to_pyarrow
 
@@ -147,18 +174,19 @@ class IcebergSink(LakeSink):
     def _prepare_commit(
         self,
         table: Any,
-        t: PublishTarget,
+        summary: dict[str, str],
         adds: list[tuple[str, int]],
         removes: list[str],
-        records: int,
+        seq: int | None,
     ) -> Callable[[], str]:
-        """ONE snapshot: a fast append, or an overwrite when files are removed."""
+        """ONE snapshot with the summary: a fast append, or an overwrite when files are
+        removed (the seq is in the summary already)."""
         from pyiceberg.io.pyarrow import parquet_file_to_data_file
 
         data_files = [parquet_file_to_data_file(table.io, table.metadata, p) for p, _ in adds]
         gone = set(removes)
         tx = table.transaction()
-        update = tx.update_snapshot(snapshot_properties=snapshot_summary(t, records))
+        update = tx.update_snapshot(snapshot_properties=summary)
         producer = update.overwrite() if gone else update.fast_append()
         with producer:
             for f in live_data_files(table):
@@ -181,6 +209,9 @@ class IcebergSink(LakeSink):
 
     def _publications(self, table: Any, pipeline: str) -> Iterator[Publication]:
         return publications(table, pipeline)
+
+    def _history_start_ms(self, table: Any) -> int:
+        return min(s.timestamp_ms for s in table.metadata.snapshots)
 
     def _scan(self, table: Any, columns: Iterable[str]) -> Any:
         return table.scan(selected_fields=tuple(columns)).to_arrow()

@@ -1,9 +1,6 @@
-"""What a publish records in the Iceberg table: ONE snapshot per publish, whose summary
-records onceflow.pipeline, onceflow.txid, onceflow.seq, onceflow.attempt and
-onceflow.records (the records published: an upsert or merge snapshot rewrites rows, so its
-added-records says something else). The current
-snapshot's ancestry is the sink's own record of what it published, which step 1 of a commit
-reads ("is this seq already published?") and the audit checks against the ledger.
+"""The Iceberg table's record of its publications: ONE snapshot per publish, whose summary
+holds the `onceflow.*` properties (sinks.lake.records); the current snapshot's ancestry is
+what step 1 of a commit and the audit read.
 """
 
 from __future__ import annotations
@@ -11,20 +8,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from onceflow.sinks.base import Publication, PublishTarget
-
-SUMMARY_PREFIX = "onceflow."
-
-
-def snapshot_summary(t: PublishTarget, records: int) -> dict[str, str]:
-    """What the snapshot publishing t's `records` records of it."""
-    return {
-        f"{SUMMARY_PREFIX}pipeline": t.pipeline,
-        f"{SUMMARY_PREFIX}txid": t.txid,
-        f"{SUMMARY_PREFIX}seq": str(t.seq),
-        f"{SUMMARY_PREFIX}attempt": str(t.attempt),
-        f"{SUMMARY_PREFIX}records": str(records),
-    }
+from onceflow.sinks.base import Publication
+from onceflow.sinks.lake.records import publication
 
 
 def publications(table: Any, pipeline: str) -> Iterator[Publication]:
@@ -33,18 +18,15 @@ def publications(table: Any, pipeline: str) -> Iterator[Publication]:
 
     for snapshot in ancestors_of(table.current_snapshot(), table.metadata):
         summary = snapshot.summary
-        if summary is None or summary[f"{SUMMARY_PREFIX}pipeline"] != pipeline:
+        if summary is None:
             continue
-        yield Publication(
-            pipeline,
-            summary[f"{SUMMARY_PREFIX}txid"],
-            int(summary[f"{SUMMARY_PREFIX}seq"]),
-            int(summary[f"{SUMMARY_PREFIX}attempt"]),
-            # a snapshot of an earlier version records no onceflow.records: an append's
-            # added-records are its records
-            int(summary[f"{SUMMARY_PREFIX}records"] or summary["added-records"] or 0),
-            str(snapshot.snapshot_id),
-        )
+        props = summary.additional_properties
+        # a snapshot of an earlier version records no onceflow.records: an append's
+        # added-records are its records
+        ref, at = str(snapshot.snapshot_id), snapshot.timestamp_ms
+        found = publication(props, pipeline, ref, at, props.get("added-records"))
+        if found is not None:
+            yield found
 
 
 def newest(table: Any, pipeline: str, seq: int) -> Publication | None:

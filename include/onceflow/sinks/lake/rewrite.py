@@ -36,6 +36,7 @@ def touched_files(live: Sequence[str], schema: Any, keys: Any, key: Sequence[str
         columns=[*key, "__filename"], filter=pc.field(first).isin(keys.column(first))
     )
     distinct = keys.group_by(list(key), use_threads=False).aggregate([])
+    distinct = distinct.select(list(key)).cast(scanned.select(list(key)).schema)
     hit = scanned.join(distinct, list(key), join_type="left semi", use_threads=False)
     return sorted(by_path[p] for p in set(hit.column("__filename").to_pylist()))
 
@@ -43,12 +44,16 @@ def touched_files(live: Sequence[str], schema: Any, keys: Any, key: Sequence[str
 def write_file(directory: str, rows: Any, schema: Any) -> tuple[str, int] | None:
     """The rows as one Parquet data file of the table's `schema` in `directory` (a URI);
     (its URI, rows), or None for no rows."""
+    if rows.num_rows == 0:
+        return None
+    return write_path(f"{directory.rstrip('/')}/rewrite-{uuid.uuid4().hex}.parquet", rows, schema)
+
+
+def write_path(uri: str, rows: Any, schema: Any) -> tuple[str, int]:
+    """The rows as the Parquet data file `uri` of the table's `schema`: (uri, rows)."""
     import pyarrow.parquet as pq
     from pyarrow import fs
 
-    if rows.num_rows == 0:
-        return None
-    uri = f"{directory.rstrip('/')}/rewrite-{uuid.uuid4().hex}.parquet"
     filesystem, path = fs.FileSystem.from_uri(uri)
     filesystem.create_dir(path.rsplit("/", 1)[0], recursive=True)
     with filesystem.open_output_stream(path) as out:

@@ -32,7 +32,7 @@ table again. The audit's rules: sinks.lake.audit.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from psycopg2 import sql
@@ -47,10 +47,13 @@ from onceflow.sinks.base import (
     StagedCounts,
     StagedFiles,
 )
-from onceflow.sinks.lake import merge, rewrite, upsert
-from onceflow.sinks.lake.audit import AUDIT_COLUMNS, LakeAudit
+from onceflow.sinks.lake import compaction, merge, rewrite, upsert
+from onceflow.sinks.lake.audit import LakeAudit
+from onceflow.sinks.lake.compaction import LiveFile
 from onceflow.sinks.lake.files import attempt_dir, delete_files, files_on_storage, txid_prefix
+from onceflow.sinks.lake.records import maintenance_summary, publication_summary
 from onceflow.sinks.lake.versions import VersionFiles, read_files, read_with_seq, schema_of
+from onceflow.states import BatchState
 from onceflow.transforms import COORDINATES
 
 
@@ -122,29 +125,33 @@ class LakeSink(LakeAudit):
         """The URIs of the table's live data files."""
         raise NotImplementedError
 
-    def _table_schema(self, table: Any) -> Any:
-        """The pyarrow schema the table's data files are written in."""
-        raise NotImplementedError
-
     def _prepare_commit(
         self,
         table: Any,
-        t: PublishTarget,
+        summary: dict[str, str],
         adds: list[tuple[str, int]],
         removes: list[str],
-        records: int,
+        seq: int | None,
     ) -> Callable[[], str]:
         """ONE commit on top of the version `table` was read at, prepared (the files added,
         URI and rows, looked at; a missing one fails here, before anything is committed):
-        calling it commits the files added and removed, recording t and `records` (the
-        versions published), and returns its ref; SinkMovedError if the table moved."""
+        calling it commits the files added and removed, recording `summary`
+        (sinks.lake.records) and, for a publish, its `seq`, and returns its ref;
+        SinkMovedError if the table moved."""
         raise NotImplementedError
 
     def _release(self, table: Any) -> None:
         """Let go of what the table holds open (a catalog's connections)."""
 
-    def _scan(self, table: Any, columns: Iterable[str]) -> Any:
-        """The table's rows (these columns) as a pyarrow.Table."""
+    def _live_files_sized(self, table: Any) -> list[LiveFile]:
+        """The table's live data files with their sizes (and partitions)."""
+        raise NotImplementedError
+
+    def _expire(
+        self, table: Any, pipeline: str, before_ms: int, dry_run: bool
+    ) -> tuple[int, list[str]]:
+        """Expire the table's history (snapshots, log versions) older than `before_ms`:
+        how many it expired (or would) and the data files no remaining one needs."""
         raise NotImplementedError
 
     # -- the stage tables -----------------------------------------------------------------
@@ -258,22 +265,48 @@ class LakeSink(LakeAudit):
         doing = f"publish txid {t.txid!r} (seq {t.seq}) attempt {t.attempt}"
         with self._reaching(f"{doing}'s {len(staged)} data file(s); nothing was published"):
             if self.cfg.mode == "append":
-                adds, removes = staged, self._txid_files(table, t) if replace else []
+                adds, removes = self._append_files(table, t, staged, replace)
             else:
                 found = reading.publication
                 old = (found.attempt if found else None) if replace else None
                 adds, removes = self._rewrite(cur, table, t, staged, old, replace)
-            commit = self._prepare_commit(table, t, adds, removes, records)
+            summary = publication_summary(t, records)
+            commit = self._prepare_commit(table, summary, adds, removes, t.seq)
         # a failure here may come after the table took the commit: the commit's retry reads
         # the table again and publishes only if the seq is not there
         with self._reaching(f"commit the {self.commit_name} to {doing}; the retry reads it again"):
             ref = commit()
         return Publication(t.pipeline, t.txid, t.seq, t.attempt, records, ref)
 
-    def _txid_files(self, table: Any, t: PublishTarget) -> list[str]:
-        """The txid's live data files (append), by their folder."""
+    def _append_files(
+        self, table: Any, t: PublishTarget, staged: list[tuple[str, int]], replace: bool
+    ) -> tuple[list[tuple[str, int]], list[str]]:
+        """append: the staged files to add and, with `replace`, the txid's rows to remove:
+        its live files (by their folder) removed whole, and a compacted file holding some
+        of its rows rewritten without them. A staged file already live (the table published
+        this attempt, and its record of that was expired since) is neither."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        live = self._live_files(table)
         prefix = txid_prefix(self._location(table), t.pipeline, t.txid)
-        return [f for f in self._live_files(table) if f.startswith(prefix)]
+        mine = {f for f in live if f.startswith(prefix)}
+        adds = [(p, n) for p, n in staged if p not in mine]
+        if not replace:
+            return adds, []
+        removes = sorted(mine - {p for p, _ in staged})
+        others = [f for f in live if f not in mine]
+        schema = self._table_schema(table)
+        txid = pa.table({"txid": pa.array([t.txid], pa.string())})
+        shared = rewrite.touched_files(others, schema, txid, ["txid"])
+        if shared:
+            rows = read_files(shared, schema)
+            rows = rows.filter(pc.not_equal(rows.column("txid"), t.txid))
+            if rows.num_rows:  # other txids' rows: outside any txid's folder
+                path = compaction.compacted_path(self._location(table), t.pipeline)
+                adds.append(rewrite.write_path(path, rows, schema))
+            removes += shared
+        return adds, removes
 
     def _rewrite(
         self,
@@ -348,85 +381,49 @@ class LakeSink(LakeAudit):
         """Delete the files, then their attempt folders if left empty."""
         delete_files(paths)
 
-    # -- audit (sinks.lake.audit) ----------------------------------------------------------
+    # -- maintenance (onceflow.maintenance) ------------------------------------------------
 
-    def _versions(self, cur) -> Any:
-        """Every committed txid's versions, with their seq (upsert, merge)."""
-        files = self.versions.committed(cur)
-        paths = [p for ps in files.values() for p in ps]
-        return read_with_seq(files, schema_of(paths)) if paths else None
+    def compact(
+        self, table: Any, pipeline: str, target_bytes: int, dry_run: bool
+    ) -> tuple[int, int]:
+        """Compact the table's small files (sinks.lake.compaction) in ONE commit: (files
+        compacted, files written); SinkMovedError if the table moved meanwhile."""
+        files = self._live_files_sized(table)
+        chosen = compaction.bins(files, target_bytes)
+        if dry_run or not chosen:
+            return sum(len(b) for b in chosen), len(chosen)
+        schema = self._table_schema(table)
+        location = self._location(table)
 
-    def _audit_rows(self, cur, table: Any) -> Any:
-        """append: the table's rows; upsert and merge: the committed txids' versions."""
-        import pyarrow as pa
+        def write(rows: Any) -> tuple[str, int]:
+            return rewrite.write_path(compaction.compacted_path(location, pipeline), rows, schema)
 
-        if self.cfg.mode == "append":
-            return self._scan(table, AUDIT_COLUMNS)
-        versions = self._versions(cur)
-        if versions is None:
-            return pa.table(
-                {c: pa.array([], pa.type_for_alias(t)) for c, t in _AUDIT_TYPES.items()}
-            )
-        return versions.select(list(AUDIT_COLUMNS))
+        adds, removes = compaction.rewrite_bins(chosen, lambda u: read_files(u, schema), write)
+        summary = maintenance_summary(pipeline, f"compacted {len(removes)} files into {len(adds)}")
+        with self._reaching("commit its compaction; nothing changed"):
+            self._prepare_commit(table, summary, adds, removes, None)()
+        return len(removes), len(adds)
 
-    def _mode_truth(self, cur, pipeline: str, table: Any) -> list[str]:
-        """upsert: each key's row is its newest committed version (none for a tombstone);
-        merge: the state is the fold of the committed txids' partials."""
-        import pyarrow.compute as pc
-
-        if self.cfg.mode == "append":
-            return []
-        key = list(self.cfg.key)
-        rows = self._scan(table, [f.name for f in self._table_schema(table)])
-        versions = self._versions(cur)
-        if self.cfg.mode == "upsert":
-            expected = upsert.newest_per_key(versions, key) if versions else rows.slice(0, 0)
-            if versions is not None:
-                expected = expected.filter(pc.invert(expected.column("tombstone")))
-            compared = rows.column_names
-        else:
-            expected = merge.fold(versions, key, list(self.cfg.aggregates)) if versions else None
-            expected = rows.slice(0, 0) if expected is None else expected
-            compared = [*key, *self.cfg.aggregates, "last_seq"]
-        wrong = differing_keys(expected.select(compared), rows.select(compared), key)
-        what = (
-            "the last committed record for it"
-            if self.cfg.mode == "upsert"
-            else "the fold of the committed txids' partial aggregates"
+    def unconfirmed_since(self, cur, table: Any, pipeline: str) -> int | None:
+        """When the oldest publication the ledger has not committed was made (epoch ms), or
+        None: a commit whose ledger step has not run yet (a crash between the two steps)
+        still needs the table's record of it, so expiry keeps it and what came after."""
+        pubs = list(self._publications(table, pipeline))
+        if not pubs:
+            return None
+        cur.execute(
+            "select txid, state, published_attempt from onceflow.batches"
+            " where pipeline = %s and txid = any(%s)",
+            (pipeline, sorted({p.txid for p in pubs})),
         )
-        return [f"{self.table_kind} {self.name} key {k}: the row is not {what}" for k in wrong[:20]]
-
-
-_AUDIT_TYPES = {
-    "txid": "string",
-    "topic": "string",
-    "partition": "int32",
-    "epoch": "int32",
-    "offset": "int64",
-}
-
-
-def differing_keys(expected: Any, actual: Any, key: list[str]) -> list[tuple]:
-    """The keys whose row differs between two tables of the same columns (missing from one
-    of them included); float columns equal up to rounding."""
-    import math
-
-    def by_key(t: Any) -> dict[tuple, tuple]:
-        rows = t.to_pylist()
-        return {tuple(r[k] for k in key): tuple(r[c] for c in t.column_names) for r in rows}
-
-    def same(a: tuple, b: tuple) -> bool:
-        return all(
-            math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-9)
-            if isinstance(x, float) and isinstance(y, float)
-            else x == y
-            for x, y in zip(a, b, strict=True)
-        )
-
-    want, have = by_key(expected), by_key(actual)
-    out = [k for k in want.keys() | have.keys() if k not in want or k not in have]
-    out += [k for k in want.keys() & have.keys() if not same(want[k], have[k])]
-    return sorted(out, key=repr)
+        ledger = {t: (state, attempt) for t, state, attempt in cur.fetchall()}
+        unsafe = [
+            p.at_ms or 0
+            for p in pubs
+            if ledger.get(p.txid, (None, None))[0] != BatchState.COMMITTED
+            or (ledger[p.txid][1] or 0) < p.attempt
+        ]
+        return min(unsafe) if unsafe else None
 
 
 def rewrite_keys(new: Any, old: Any, key: list[str]) -> Any:

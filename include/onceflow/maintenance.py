@@ -1,0 +1,135 @@
+"""Maintenance of a lake sink's table (`onceflow maintain`, and the DAG's `maintain` task
+every `maintain_every` committed batches): small files compacted, old history expired, the
+data files no commit needs any more deleted.
+
+It runs in a ledger transaction holding the pipeline's commit lock
+(ledger.ordering.lock_commits), so no commit of the pipeline runs meanwhile, and its own
+table commit is conditional on the table as read (the format's optimistic concurrency),
+so a writer the lock does not cover makes it fail rather than lose anything. The steps:
+
+1. compaction (sinks.lake.compaction): ONE table commit that swaps small files for bigger
+   ones, the same rows; it publishes nothing, so the table's record of its publications
+   and every rule of the audit hold before and after;
+2. expiry: the history older than `retain_hours` (Iceberg snapshots; Delta log entries,
+   after a checkpoint that keeps the app transaction, so the table still says the last seq
+   it holds), except from the oldest publication the ledger has not committed on (a commit
+   whose ledger step has not run yet reads it to know the seq is published: kept, with
+   everything after it);
+3. the data files only the expired history referenced are deleted: files the table once
+   held and a later commit removed (Delta's vacuum in its default mode lists nothing
+   else; for Iceberg, the files of the expired snapshots that no remaining one reads). A
+   staged attempt's files and an upsert or merge table's versions were never in the table,
+   so expiry never touches them (file clean-up does: onceflow.file_cleanup).
+
+A crash at any point leaves a readable table: before step 1's commit nothing changed but
+files no commit references (removed by the next run); after it the table is compacted;
+steps 2 and 3 only remove what nothing reads.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict, dataclass
+
+from onceflow.config.pipeline import PipelineConfig
+
+log = logging.getLogger("onceflow.maintenance")
+
+TARGET_FILE_MB = 128
+RETAIN_HOURS = 24.0
+
+
+@dataclass(frozen=True)
+class MaintenanceReport:
+    pipeline: str
+    table: str
+    files_before: int  # live data files
+    files_after: int
+    compacted: int  # small files rewritten...
+    written: int  # ...into this many
+    expired: int  # snapshots or log versions expired
+    removed: int  # data files deleted
+    kept_from_ms: int | None  # the oldest publication the ledger has not committed on
+    dry_run: bool
+    seconds: float
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def maintain(
+    dsn: str,
+    cfg: PipelineConfig,
+    target_file_mb: float = TARGET_FILE_MB,
+    retain_hours: float = RETAIN_HOURS,
+    dry_run: bool = False,
+) -> MaintenanceReport:
+    """Maintain the pipeline's lake table (the module says what and how)."""
+    # imported here: the CLI imports this module for its defaults, and starts fast
+    from onceflow.db import transaction
+    from onceflow.errors import NotALakeSinkError
+    from onceflow.ledger.ordering import lock_commits
+    from onceflow.sinks import sink_for
+    from onceflow.sinks.lake.files import delete_files
+    from onceflow.sinks.lake.sink import LakeSink
+
+    started = time.monotonic()
+    sink = sink_for(cfg)
+    if not isinstance(sink, LakeSink):
+        raise NotALakeSinkError(cfg.name, sink.describe())
+    with transaction(dsn) as cur:
+        lock_commits(cur, cfg.name)
+        table = sink.open_table(cur)
+        if table is None:
+            return MaintenanceReport(
+                cfg.name, sink.name, 0, 0, 0, 0, 0, 0, None, dry_run, time.monotonic() - started
+            )
+        try:
+            before = len(sink._live_files_sized(table))
+            target = int(target_file_mb * 1024 * 1024)
+            compacted, written = sink.compact(table, cfg.name, target, dry_run)
+            if compacted and not dry_run:
+                sink._release(table)
+                table = sink.open_table(cur)
+            cutoff = int((time.time() - retain_hours * 3600) * 1000)
+            unconfirmed = sink.unconfirmed_since(cur, table, cfg.name)
+            expired, unneeded = sink._expire(
+                table, cfg.name, min(cutoff, unconfirmed or cutoff), dry_run
+            )
+            if not dry_run:
+                delete_files(unneeded)
+                sink._release(table)
+                table = sink.open_table(cur)
+            after = before - compacted + written if dry_run else len(sink._live_files_sized(table))
+        finally:
+            if table is not None:
+                sink._release(table)
+    report = MaintenanceReport(
+        cfg.name,
+        sink.name,
+        before,
+        after,
+        compacted,
+        written,
+        expired,
+        len(unneeded),
+        unconfirmed,
+        dry_run,
+        time.monotonic() - started,
+    )
+    log.info(
+        "%s %s: %d file(s) -> %d (compacted %d into %d), %d expired, %d data file(s) deleted%s",
+        "would maintain" if dry_run else "maintained",
+        sink.name,
+        report.files_before,
+        report.files_after,
+        compacted,
+        written,
+        expired,
+        report.removed,
+        "; kept the history from a publication the ledger has not committed on"
+        if unconfirmed
+        else "",
+    )
+    return report
