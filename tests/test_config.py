@@ -320,7 +320,7 @@ def test_a_sink_table_in_a_file(tmp_path):
         (
             {**USER, "sink": {"table": "s", "warehouse": "/lake"}},
             "sink.warehouse",
-            "kind 'postgres' takes no warehouse",
+            "kind 'postgres' takes no 'warehouse'",
         ),
         (
             {**USER, "sink": {"kind": "iceberg", "table": "s", "warehouse": "lake"}},

@@ -38,6 +38,10 @@ def test_dag_folder_imports_without_errors(tmp_path, monkeypatch):
     assert any("{{ run_id }}" in t for t in templates)
     dated = ("{{ ds", "logical_date", "data_interval", "{{ ts", "execution_date")
     assert [t for t in templates if any(d in t for d in dated)] == []
+    # a lake pipeline with maintain_every maintains its table after commit
+    lake = bag.dags["onceflow_inventory_lake"]
+    assert [t.task_id for t in lake.topological_sort()] == ["plan", "process", "commit", "maintain"]
+    assert lake.get_task("maintain").op_kwargs["txid"] == "{{ run_id }}"
 
 
 def test_bad_pipeline_file_becomes_an_import_error(tmp_path, monkeypatch):

@@ -141,3 +141,13 @@ def test_a_delta_upsert_pipeline_through_the_scheduler_keeps_each_skus_last_upda
     )
     batches = views.batches(stack.postgres_dsn, pipeline)
     assert {b["txid"]: b["sink_commit"] for b in batches} == commit_of
+    # maintain_every = 2: the run that committed seq 2 maintained the table, the others
+    # skipped it
+    by_seq = {b["seq"]: b["txid"] for b in batches}
+    states = {
+        r: {t["task_id"]: t["state"] for t in airflow.task_instances(cfg.dag_id, r)}["maintain"]
+        for r in run_ids
+    }
+    assert states == {r: "success" if r == by_seq[2] else "skipped" for r in run_ids}
+    history = sink_for(cfg).open_table().history()
+    assert any("onceflow.maintenance" in h for h in history)

@@ -36,9 +36,6 @@ from onceflow.config.pipeline import PipelineConfig
 
 log = logging.getLogger("onceflow.maintenance")
 
-TARGET_FILE_MB = 128
-RETAIN_HOURS = 24.0
-
 
 @dataclass(frozen=True)
 class MaintenanceReport:
@@ -61,11 +58,12 @@ class MaintenanceReport:
 def maintain(
     dsn: str,
     cfg: PipelineConfig,
-    target_file_mb: float = TARGET_FILE_MB,
-    retain_hours: float = RETAIN_HOURS,
+    target_file_mb: float | None = None,
+    retain_hours: float | None = None,
     dry_run: bool = False,
 ) -> MaintenanceReport:
-    """Maintain the pipeline's lake table (the module says what and how)."""
+    """Maintain the pipeline's lake table (the module says what and how); the sizes
+    default to its sink's `target_file_mb` and `retain_hours`."""
     # imported here: the CLI imports this module for its defaults, and starts fast
     from onceflow.db import transaction
     from onceflow.errors import NotALakeSinkError
@@ -87,12 +85,13 @@ def maintain(
             )
         try:
             before = len(sink._live_files_sized(table))
-            target = int(target_file_mb * 1024 * 1024)
+            target = int((target_file_mb or cfg.sink.target_file_mb) * 1024 * 1024)
             compacted, written = sink.compact(table, cfg.name, target, dry_run)
             if compacted and not dry_run:
                 sink._release(table)
                 table = sink.open_table(cur)
-            cutoff = int((time.time() - retain_hours * 3600) * 1000)
+            hours = cfg.sink.retain_hours if retain_hours is None else retain_hours
+            cutoff = int((time.time() - hours * 3600) * 1000)
             unconfirmed = sink.unconfirmed_since(cur, table, cfg.name)
             expired, unneeded = sink._expire(
                 table, cfg.name, min(cutoff, unconfirmed or cutoff), dry_run

@@ -704,6 +704,20 @@ def _split(row: dict[str, Any], key: tuple[str, ...], aggs: tuple[str, ...]) -> 
     return tuple(row[k] for k in key), tuple(row[a] for a in aggs)
 
 
+def _lake_partials(
+    versions: list[dict[str, Any]], key: tuple[str, ...], aggs: tuple[str, ...]
+) -> list[Partial]:
+    """A lake merge table's partials: per txid and key, each aggregate summed (null as 0)
+    and the records counted, as a PostgreSQL merge sink keeps them in its partials table."""
+    sums: dict[tuple[str, int, tuple], list] = {}
+    for v in versions:
+        k, values = _split(v, key, aggs)
+        entry = sums.setdefault((v["txid"], v["seq"], k), [[0] * len(aggs), 0])
+        entry[0] = [a + (b or 0) for a, b in zip(entry[0], values, strict=True)]
+        entry[1] += 1
+    return [Partial(txid, seq, k, tuple(values), n) for (txid, seq, k), (values, n) in sums.items()]
+
+
 def _typed(columns: dict[str, Any], types: dict[str, str]) -> dict[str, Any]:
     """An output record's JSON columns as the stage table's types read them (PostgreSQL made
     the JSON: timestamps as ISO 8601 text, numbers exact), so they compare with the record's
@@ -765,6 +779,29 @@ class SinkSnapshot:
                 (self.cfg.name, self.topic),
             )
         ]
+
+    def lake_versions(self, sink: IcebergSink | DeltaSink) -> list[dict[str, Any]]:
+        """A lake upsert or merge sink's versions of the harness's topic: the committed
+        txids' version files (sinks.lake.versions), each row with its txid's seq."""
+        from onceflow.sinks.lake.versions import read_with_seq, schema_of
+
+        files = sink.versions.committed(self.cur)
+        paths = [p for ps in files.values() for p in ps]
+        if not paths:
+            return []
+        rows = read_with_seq(files, schema_of(paths)).to_pylist()
+        return [r for r in rows if r["topic"] == self.topic]
+
+    def lake_table(self, sink: IcebergSink | DeltaSink) -> list[dict[str, Any]]:
+        """A lake sink's table, every row and column (an upsert's current rows, a merge's
+        state)."""
+        table = sink.open_table(self.cur)
+        if table is None:
+            return []
+        try:
+            return sink._scan(table, [f.name for f in sink._table_schema(table)]).to_pylist()
+        finally:
+            sink._release(table)
 
     def lake_rows(self, sink: IcebergSink | DeltaSink) -> list[dict[str, Any]]:
         """A lake sink's rows of the harness's topic: the table scanned (pyiceberg; a Delta
@@ -2308,9 +2345,14 @@ class Harness:
         key = self.cfg.sink.key
         table = self.sink.versions_table if self.mode == "upsert" else self.sink.table
         row_agrees = fields_row(key)
-        if isinstance(self.sink, IcebergSink | DeltaSink):  # the table scanned, by coordinates
+        lake = isinstance(self.sink, IcebergSink | DeltaSink)
+        if lake:  # the table scanned (upsert: the versions), by coordinates
             table = f"{self.sink.table_kind} {self.sink.name}"
-            published = read.lake_rows(self.sink)
+            if self.mode == "upsert":
+                table += " versions"
+                published = read.lake_versions(self.sink)
+            else:
+                published = read.lake_rows(self.sink)
         else:
             published = read.rows(table)
         rows = [SinkRecord(*_coord(r), "row", _user_columns(r)) for r in published]
@@ -2326,9 +2368,12 @@ class Harness:
         ]
         if self.mode == "upsert":
             versions = {_coord(r): tuple(r[k] for k in key) for r in published}
+            current_rows = (
+                read.lake_table(self.sink) if lake else read.rows(self.sink.table, topic=False)
+            )
             current = {
                 tuple(r[k] for k in key): CurrentRow(*_coord(r), _user_columns(r))
-                for r in read.rows(self.sink.table, topic=False)
+                for r in current_rows
             }
             checks.append(
                 _check(
@@ -2394,12 +2439,18 @@ class Harness:
     ) -> tuple[dict[str, int], list[dict[str, Any]]]:
         """merge: partial records per txid, the state as the fold, and as the records say."""
         key, aggs = self.cfg.sink.key, self.cfg.sink.aggregates
-        partials = [
-            Partial(r["txid"], r["seq"], *_split(r, key, aggs), r["records"])
-            for r in read.rows(self.sink.partials_table, topic=False)
-        ]
+        lake = isinstance(self.sink, IcebergSink | DeltaSink)
+        if lake:  # a txid's partials are its versions summed per key (sinks.lake.merge)
+            partials = _lake_partials(read.lake_versions(self.sink), key, aggs)
+            state_rows = read.lake_table(self.sink)
+        else:
+            partials = [
+                Partial(r["txid"], r["seq"], *_split(r, key, aggs), r["records"])
+                for r in read.rows(self.sink.partials_table, topic=False)
+            ]
+            state_rows = read.rows(self.sink.table, topic=False)
         state = {}
-        for r in read.rows(self.sink.table, topic=False):
+        for r in state_rows:
             k, values = _split(r, key, aggs)
             state[k] = (values, r["last_seq"])
         ranges = read.committed_ranges()

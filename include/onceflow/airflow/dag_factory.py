@@ -18,7 +18,7 @@ from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import DAG, Asset
 
 from onceflow import connections, jvm_archive
-from onceflow.airflow.tasks import CommitOperator, ProcessOperator, plan_task
+from onceflow.airflow.tasks import CommitOperator, ProcessOperator, maintain_task, plan_task
 from onceflow.config.pipeline import PipelineConfig
 from onceflow.config.pipelines_file import load_pipelines
 from onceflow.settings import Settings, spark_jobs_dir, transform_path
@@ -132,6 +132,20 @@ def build_dag(cfg: PipelineConfig, pipelines_file: Path) -> DAG:
             retry_delay=timedelta(seconds=5),
         )
         plan >> process >> commit
+        if cfg.sink.maintain_every:
+            commit >> PythonOperator(
+                task_id="maintain",
+                python_callable=maintain_task,
+                op_kwargs={
+                    "pipeline": cfg.name,
+                    "txid": "{{ run_id }}",
+                    "pipelines_file": str(pipelines_file),
+                },
+                doc_md=f"Compaction and expiry of the lake table every {cfg.sink.maintain_every} "
+                "committed batches (onceflow.maintenance); the other runs skip it.",
+                retries=2,
+                retry_delay=timedelta(seconds=10),
+            )
     return dag
 
 

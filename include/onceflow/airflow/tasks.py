@@ -1,4 +1,5 @@
-"""The plan, process and commit tasks. Thin: they log, call the ledger and report counts.
+"""The plan, process, commit and maintain tasks. Thin: they log, call the ledger and report
+counts.
 
 An error that a retry cannot mend (data loss, an offset regression, a fenced or abandoned
 attempt, a bad configuration, refused credentials) ends its task at once, without retries,
@@ -43,6 +44,40 @@ from onceflow.sinks import sink_for
 from onceflow.states import BatchState
 
 log = logging.getLogger("onceflow")
+
+
+def maintain_task(pipeline: str, txid: str, pipelines_file: str | None = None) -> dict[str, Any]:
+    """After commit, every `maintain_every` committed batches of a lake sink (seq a multiple
+    of it): maintain the table (onceflow.maintenance); other runs skip it."""
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    from onceflow.ledger.batches import get_batch
+    from onceflow.maintenance import maintain
+
+    cfg = get_pipeline(pipelines_file or Settings.from_env().pipelines_file, pipeline)
+    dsn, _ = connections.ledger_dsn(cfg.ledger_conn_id, cfg.source)
+    batch = get_batch(dsn, cfg.name, txid)
+    every = cfg.sink.maintain_every
+    if batch.state != BatchState.COMMITTED or batch.seq % every:
+        raise AirflowSkipException(
+            f"seq {batch.seq} ({batch.state}): the table is maintained every {every} committed "
+            f"batches, next after seq {batch.seq - batch.seq % every + every}"
+        )
+    report = maintain(dsn, cfg)
+    log.info(
+        "onceflow maintain pipeline=%s after seq %d: %d data file(s) -> %d (compacted %d into "
+        "%d), %d snapshot(s)/version(s) expired, %d data file(s) deleted, %.1fs",
+        cfg.name,
+        batch.seq,
+        report.files_before,
+        report.files_after,
+        report.compacted,
+        report.written,
+        report.expired,
+        report.removed,
+        report.seconds,
+    )
+    return report.as_dict()
 
 
 def plan_task(pipeline: str, txid: str, pipelines_file: str | None = None) -> dict[str, Any]:

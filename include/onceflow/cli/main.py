@@ -27,7 +27,6 @@ from onceflow.cli.provision import cmd_migrate, cmd_spark_archive, cmd_topics
 from onceflow.cli.runs import cmd_trigger
 from onceflow.cli.selection import use_connections
 from onceflow.errors import OnceflowError
-from onceflow.maintenance import RETAIN_HOURS, TARGET_FILE_MB
 from onceflow.settings import Settings
 
 # a command: the parsed arguments and the settings in, the exit code out
@@ -278,14 +277,13 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument(
         "--target-file-mb",
         type=float,
-        default=TARGET_FILE_MB,
-        help=f"compacted files' size; files under half of it are compacted (default {TARGET_FILE_MB})",
+        help="compacted files' size; files under half of it are compacted (default: the "
+        "sink's target_file_mb, 128)",
     )
     sp.add_argument(
         "--retain-hours",
         type=float,
-        default=RETAIN_HOURS,
-        help=f"history younger than this is kept (default {RETAIN_HOURS:g})",
+        help="history younger than this is kept (default: the sink's retain_hours, 24)",
     )
     sp.add_argument("--dry-run", action="store_true", help="say what it would do, change nothing")
     sp.add_argument("--json", action="store_true", help="machine-readable output")

@@ -7,10 +7,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from onceflow.config.partitions import PartitionField
+
 SINK_KINDS = ("postgres", "iceberg", "delta", "kafka")
 # The lake table kinds: a table in a warehouse, published by data files.
 LAKE_KINDS = ("iceberg", "delta")
 SINK_MODES = ("append", "upsert", "merge")
+# A lake table's maintenance (onceflow.maintenance): compacted files' size, and how long
+# its history is kept.
+TARGET_FILE_MB = 128.0
+RETAIN_HOURS = 24.0
 # A Kafka topic sink keeps its markers in a commit-log topic named after the output topic.
 COMMIT_LOG_SUFFIX = ".onceflow-commits"
 # Columns the sink tables hold besides the user's: a key or aggregate column of the same
@@ -51,6 +57,13 @@ class SinkConfig:
     # ONCEFLOW_HOME)
     namespace: str = ""
     warehouse: str | None = None
+    # iceberg, delta: the table's partitioning (sinks.lake.partitions), and its maintenance:
+    # every `maintain_every` committed batches (0: never; `onceflow maintain` any time),
+    # with these compacted files' size and history kept
+    partition_by: tuple[PartitionField, ...] = ()
+    maintain_every: int = 0
+    target_file_mb: float = TARGET_FILE_MB
+    retain_hours: float = RETAIN_HOURS
     # kafka: the output topic, its partition count when Onceflow creates it, whether it may
     # create it (and the commit log), and the cluster: a `kafka` Airflow connection
     # (conn_id), or a bootstrap with the source cluster's client config, or (neither) the

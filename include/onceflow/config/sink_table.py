@@ -9,12 +9,15 @@ from collections.abc import Callable
 from typing import Any
 
 from onceflow.config.names import CONN_ID_RE, NAME_RE, TOPIC_RE
+from onceflow.config.partitions import parse_partition_by
 from onceflow.config.sink import (
     COMMIT_LOG_SUFFIX,
     LAKE_KINDS,
     RESERVED_COLUMNS,
+    RETAIN_HOURS,
     SINK_KINDS,
     SINK_MODES,
+    TARGET_FILE_MB,
     SinkConfig,
 )
 from onceflow.errors import ConfigError, PipelineKeyError
@@ -34,10 +37,16 @@ _SINK_KEYS = {
     "create_topic",
     "bootstrap",
     "conn_id",
+    "partition_by",
+    "maintain_every",
+    "target_file_mb",
+    "retain_hours",
 }
 # The keys only a Kafka sink takes, and the ones it does not.
 _KAFKA_ONLY = ("topic", "partitions", "create_topic", "bootstrap", "conn_id")
 _NOT_KAFKA = ("table", "aggregates", "warehouse")
+# The keys only a lake table (iceberg, delta) takes.
+_LAKE_ONLY = ("warehouse", "partition_by", "maintain_every", "target_file_mb", "retain_hours")
 
 # the error for one key of the sink table: fail("mode", why)
 Fail = Callable[[str, str], ConfigError]
@@ -92,10 +101,11 @@ def parse_sink(source: str, name: str, raw: Any) -> SinkConfig:
     mode = raw.get("mode", "append")
     if mode not in SINK_MODES:
         raise fail("mode", f"{mode!r} is not one of {SINK_MODES}")
+    for k in _LAKE_ONLY:
+        if k in raw and kind not in LAKE_KINDS:
+            raise fail(k, f"kind {kind!r} takes no {k!r} (only {LAKE_KINDS} do)")
     warehouse = raw.get("warehouse")
     if warehouse is not None:
-        if kind not in LAKE_KINDS:
-            raise fail("warehouse", f"kind {kind!r} takes no warehouse (only {LAKE_KINDS} do)")
         if not isinstance(warehouse, str) or not WAREHOUSE_RE.match(warehouse):
             raise fail(
                 "warehouse",
@@ -109,6 +119,22 @@ def parse_sink(source: str, name: str, raw: Any) -> SinkConfig:
     both = sorted(set(key) & set(aggregates))
     if both:
         raise fail("aggregates", f"{both[0]!r} is also a key column")
+    maintain_every = raw.get("maintain_every", 0)
+    if (
+        isinstance(maintain_every, bool)
+        or not isinstance(maintain_every, int)
+        or maintain_every < 0
+    ):
+        raise fail("maintain_every", f"{maintain_every!r} is not a number of batches (0: never)")
+    sizes = {}
+    for k, default, low in (
+        ("target_file_mb", TARGET_FILE_MB, 1),
+        ("retain_hours", RETAIN_HOURS, 0),
+    ):
+        v = raw.get(k, default)
+        if isinstance(v, bool) or not isinstance(v, int | float) or v < low:
+            raise fail(k, f"{v!r} is not a number of at least {low}")
+        sizes[k] = float(v)
     return SinkConfig(
         table=table,
         mode=mode,
@@ -117,6 +143,10 @@ def parse_sink(source: str, name: str, raw: Any) -> SinkConfig:
         kind=kind,
         namespace=namespace,
         warehouse=warehouse,
+        partition_by=parse_partition_by(raw.get("partition_by", []), kind, fail),
+        maintain_every=maintain_every,
+        target_file_mb=sizes["target_file_mb"],
+        retain_hours=sizes["retain_hours"],
     )
 
 

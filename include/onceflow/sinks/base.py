@@ -57,11 +57,13 @@ class FileStage:
     """Where process writes an attempt's parts as data files (onceflow.staging.file_stage): in
     `directory` (a URI or absolute path), as Parquet files of `schema` (a pyarrow.Schema
     carrying the table's field ids), each recorded as a row of `files_table` (in the stage
-    target's schema)."""
+    target's schema); with a `partitioner`, a part's rows as one file per partition."""
 
     directory: str
     schema: Any
     files_table: str
+    # a partitioned table's (sinks.lake.partitions.Partitioner): one file per partition
+    partitioner: Any = None
 
 
 @dataclass(frozen=True)

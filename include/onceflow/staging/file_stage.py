@@ -1,14 +1,15 @@
-"""The file backend: a part's valid rows as ONE Parquet data file, under the part fence.
+"""The file backend: a part's valid rows as ONE Parquet data file (one per partition of a
+partitioned table), under the part fence.
 
-For a sink outside the ledger's database that publishes data files (an Iceberg table,
+For a sink outside the ledger's database that publishes data files (a lake table,
 Sink.file_stage), process does not COPY the valid rows into a stage table: each Spark task
-writes its part's valid rows as one Parquet file with pyarrow, in the stage writer's Python
+writes its part's valid rows as Parquet files with pyarrow, in the stage writer's Python
 worker (onceflow.staging.writer), inside the part's fenced PostgreSQL transaction
 (onceflow.staging.fence.claimed_part), and records the file's path in the sink's files table
 in that same transaction, together with the claim and the part's counts. The fence's rules
 (onceflow.staging.fence) then hold for files too:
 
-- a task that dies, or whose transaction rolls back, leaves at most a file that no row
+- a task that dies, or whose transaction rolls back, leaves at most files that no row
   names: never published (publish takes the paths from the files table only);
 - a retried or speculative task of the same attempt finds the part claimed and writes no
   file at all;
@@ -26,9 +27,10 @@ its part's claim committed. The files carry the table's field ids, so the sink r
 back as they are.
 
 Dead letters still go to the sink's stage table (onceflow.staging.table_stage.copy_rows),
-since the ledger publishes them. Paths: `<directory>/part-<part>-<uuid>.parquet`, the directory naming the
-pipeline, txid and attempt (Sink.file_stage); the uuid keeps a rolled-back task's file from
-being overwritten by the task that retries it. Any URI pyarrow's file systems open (a local
+since the ledger publishes them. Paths: `<directory>/part-<part>-<uuid>-<n>.parquet`, the
+directory naming the pipeline, txid and attempt (Sink.file_stage), n the part's n-th
+partition; the uuid keeps a rolled-back task's file from being overwritten by the task
+that retries it. Any URI pyarrow's file systems open (a local
 path, file://, s3://, gs://, hdfs://, abfs://) works, as it does for pyiceberg's file IO.
 """
 
@@ -72,21 +74,13 @@ def stage_file_part(target: StageTarget, part: int, batches: Iterable[Any]) -> S
         split = _Split(batches, files, target.txid, epochs, f"{files.directory}/part-{part:05d}")
         dead_target = dataclasses.replace(target, columns=DEAD_COLUMNS, files=None)
         copy_rows(cur, dead_target, part, split.dead_batches())
-        path = split.close()
-        if path is not None:
+        for file in split.close():
             cur.execute(
                 sql.SQL(
                     "insert into {}.{} (txid, attempt, part, path, records, checksum)"
                     " values (%s, %s, %s, %s, %s, %s)"
                 ).format(sql.Identifier(target.schema), sql.Identifier(files.files_table)),
-                (
-                    target.txid,
-                    target.attempt,
-                    part,
-                    path,
-                    split.rows - split.dead,
-                    split.valid_checksum,
-                ),
+                (target.txid, target.attempt, part, file.path, file.rows, file.checksum),
             )
         record_part(cur, target, part, split.rows, split.dead, split.checksum)
     return StageCommitMessage(part, split.rows, skipped=False)
@@ -108,13 +102,11 @@ class _Split:
         self._files = files
         self._txid = txid
         self._epochs = epochs
-        self._path = f"{stem}-{uuid.uuid4().hex}.parquet"
-        self._writer: Any = None
-        self._stream: Any = None
+        self._stem = f"{stem}-{uuid.uuid4().hex}"
+        self._open: dict[tuple, _File] = {}  # one data file per partition
         self.rows = 0
         self.dead = 0
         self.checksum: int | None = None  # every row's hash summed (None: no hash column)
-        self.valid_checksum = 0  # the valid rows' share: the data file's
 
     def dead_batches(self) -> Iterator[Any]:
         import numpy as np
@@ -137,26 +129,16 @@ class _Split:
             if hashed:
                 self.checksum = (self.checksum or 0) + exact_sum(batch.column(HASH_COLUMN))
             if valid.any():
-                rows = batch if valid.all() else batch.filter(_mask(valid))
-                if hashed:
-                    self.valid_checksum += exact_sum(rows.column(HASH_COLUMN))
-                self._write(rows)
+                self._write(batch if valid.all() else batch.filter(_mask(valid)), hashed)
             if dead.any():
                 rows = batch.filter(_mask(dead))
                 kept = [c for c in _DEAD_INPUT if c in names]
                 yield pa.RecordBatch.from_arrays([rows.column(c) for c in kept], names=kept)
 
-    def _write(self, rows: Any) -> None:
+    def _write(self, rows: Any, hashed: bool) -> None:
+        """Valid rows in the table's schema, into their partition's file."""
         import pyarrow as pa
-        import pyarrow.parquet as pq
 
-        if self._writer is None:
-            from pyarrow import fs
-
-            filesystem, path = fs.FileSystem.from_uri(self._path)
-            filesystem.create_dir(path.rsplit("/", 1)[0], recursive=True)
-            self._stream = filesystem.open_output_stream(path)
-            self._writer = pq.ParquetWriter(self._stream, self._files.schema, compression="zstd")
         schema = self._files.schema
         names = rows.schema.names
         arrays = []
@@ -169,7 +151,19 @@ class _Split:
                 arrays.append(rows.column(field.name).cast(field.type))
             else:  # an optional column of an existing table that the output lacks
                 arrays.append(pa.nulls(rows.num_rows, field.type))
-        self._writer.write_batch(pa.RecordBatch.from_arrays(arrays, schema=schema))
+        table_rows = pa.RecordBatch.from_arrays(arrays, schema=schema)
+        partitioner = self._files.partitioner
+        groups = partitioner.groups(table_rows) if partitioner else [((), None)]
+        for key, indices in groups:
+            mine = table_rows if indices is None else table_rows.take(indices)
+            file = self._open.get(key)
+            if file is None:
+                path = f"{self._stem}-{len(self._open)}.parquet"
+                file = self._open[key] = _File(path, schema)
+            file.write(mine)
+            if hashed:
+                hashes = rows.column(HASH_COLUMN)
+                file.checksum += exact_sum(hashes if indices is None else hashes.take(indices))
 
     def _epoch(self, rows: Any) -> Any:
         """Each row's range epoch (the ledger's, by topic and partition)."""
@@ -190,13 +184,35 @@ class _Split:
                 epoch[of_topic & (partitions == p)] = self._epochs[(topic, int(p))]
         return fixed_array(pa.int32(), epoch)
 
-    def close(self) -> str | None:
-        """Finish the data file; its path, or None when the part had no valid row."""
-        if self._writer is None:
-            return None
+    def close(self) -> list[_File]:
+        """Finish the data files (one per partition; none when the part had no valid row)."""
+        for file in self._open.values():
+            file.close()
+        return list(self._open.values())
+
+
+class _File:
+    """One data file being written: its path, rows and the exact sum of their hashes."""
+
+    def __init__(self, path: str, schema: Any) -> None:
+        import pyarrow.parquet as pq
+        from pyarrow import fs
+
+        filesystem, local = fs.FileSystem.from_uri(path)
+        filesystem.create_dir(local.rsplit("/", 1)[0], recursive=True)
+        self.path = path
+        self._stream = filesystem.open_output_stream(local)
+        self._writer = pq.ParquetWriter(self._stream, schema, compression="zstd")
+        self.rows = 0
+        self.checksum = 0
+
+    def write(self, rows: Any) -> None:
+        self._writer.write_batch(rows)
+        self.rows += rows.num_rows
+
+    def close(self) -> None:
         self._writer.close()
         self._stream.close()
-        return self._path
 
 
 def _mask(values: Any) -> Any:

@@ -32,8 +32,15 @@ from onceflow.schema_evolution import Evolution
 from onceflow.sinks.base import Publication, PublishTarget
 from onceflow.sinks.delta.commits import last_seq, newest, publications
 from onceflow.sinks.delta.evolution import OUTPUT_COLUMNS, evolve
-from onceflow.sinks.delta.table_schema import arrow_schema, delta_schema, table_layout
+from onceflow.sinks.delta.table_schema import (
+    TAKES,
+    arrow_schema,
+    delta_schema,
+    partition_value,
+    table_layout,
+)
 from onceflow.sinks.lake.compaction import LiveFile
+from onceflow.sinks.lake.partitions import Partitioner, check, refuse_other
 from onceflow.sinks.lake.records import PREFIX, maintenance_summary
 from onceflow.sinks.lake.sink import LakeSink
 
@@ -88,15 +95,20 @@ class DeltaSink(LakeSink):
         try:
             table = self.open_table(cur)
             if table is None:
+                fields = self.cfg.partition_by
+                check(self.describe_briefly(), fields, {c.name: c.type for c in shape.table}, TAKES)
                 table = DeltaTable.create(
                     self.location,
                     schema=delta_schema(shape.table),
+                    partition_by=[f.column for f in fields] or None,
                     mode="ignore",  # made meanwhile by someone else: evolved below
                     name=self.table,
                     configuration={OUTPUT_COLUMNS: ",".join(shape.users)},
                     raise_if_key_not_exists=False,
                 )
             table = evolve(self, cur, table, shape, evolution)
+            have = tuple(table.metadata().partition_columns)
+            refuse_other(self.describe_briefly(), have, self.cfg.partition_by)
             files = self._table_schema(table) if self.cfg.mode == "append" else None
         except SinkSchemaError:
             raise
@@ -104,8 +116,10 @@ class DeltaSink(LakeSink):
             raise SinkSchemaError(
                 f"{self.describe_briefly()}: could not create or read it: {type(e).__name__}: {e}"
             ) from e
+        append = files is not None  # the staged files are the table's
         files = files or arrow_schema(shape.files)
-        return DeltaSink(self.schema, self.cfg, self.warehouse, shape.output, files)
+        split = self._partitioner(table) if append else None
+        return DeltaSink(self.schema, self.cfg, self.warehouse, shape.output, files, split)
 
     # -- what sinks.lake.sink asks of a table format ------------------------------------
 
@@ -121,6 +135,9 @@ class DeltaSink(LakeSink):
 
     def _newest(self, table: Any, t: PublishTarget) -> Publication | None:
         return newest(table, t.pipeline, t.seq, t.txid)
+
+    def _partitioner(self, table: Any) -> Partitioner | None:
+        return Partitioner(self.cfg.partition_by) if self.cfg.partition_by else None
 
     def _live_files_sized(self, table: Any) -> list[LiveFile]:
         import pyarrow as pa
@@ -200,7 +217,7 @@ class DeltaSink(LakeSink):
         seq published)."""
         from deltalake import CommitProperties, Transaction
 
-        actions = [*self._adds(adds), *self._removes(table, removes)]
+        actions = [*self._adds(adds, self._partitioner(table)), *self._removes(table, removes)]
         pipeline = summary[f"{PREFIX}pipeline"]
         apps = []
         if seq is not None:
@@ -235,7 +252,7 @@ class DeltaSink(LakeSink):
             raise ValueError(f"data file {uri} is not under the table's location {root}")
         return uri[len(root) :]
 
-    def _adds(self, files: list[tuple[str, int]]) -> Iterator[Any]:
+    def _adds(self, files: list[tuple[str, int]], split: Partitioner | None) -> Iterator[Any]:
         from deltalake.transaction import AddAction
         from pyarrow import fs
 
@@ -246,7 +263,11 @@ class DeltaSink(LakeSink):
             if size is None:
                 raise FileNotFoundError(f"staged data file {uri} is gone")
             stats = json.dumps({"numRecords": records})
-            yield AddAction(self._relative(uri), size, {}, now, True, stats)
+            values = {}
+            if split is not None:
+                columns = (f.column for f in split.fields)
+                values = dict(zip(columns, map(partition_value, split.of_file(uri)), strict=True))
+            yield AddAction(self._relative(uri), size, values, now, True, stats)
 
     def _removes(self, table: Any, uris: list[str]) -> Iterator[Any]:
         import pyarrow as pa
@@ -256,12 +277,13 @@ class DeltaSink(LakeSink):
             return
         gone = {self._relative(u) for u in uris}
         files = pa.table(table.get_add_actions(flatten=True))
+        parts = table.metadata().partition_columns
         now = int(time.time() * 1000)
-        for path, size in zip(
-            files.column("path").to_pylist(), files.column("size_bytes").to_pylist(), strict=True
-        ):
-            if path in gone:
-                yield RemoveAction(path, True, now, size, {})
+        rows = files.select(["path", "size_bytes", *(f"partition.{c}" for c in parts)])
+        for row in rows.to_pylist():
+            if row["path"] in gone:
+                values = {c: partition_value(row[f"partition.{c}"]) for c in parts}
+                yield RemoveAction(row["path"], True, now, row["size_bytes"], values)
 
     def _publications(self, table: Any, pipeline: str) -> Iterator[Publication]:
         return publications(table, pipeline)

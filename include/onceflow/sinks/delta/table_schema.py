@@ -75,3 +75,16 @@ def delta_schema(columns: Iterable[LakeColumn]) -> Any:
     from deltalake import Schema
 
     return Schema([delta_field(c) for c in columns])
+
+
+# the column types a Delta table partitions by (identity only: onceflow.config.partitions)
+TAKES = {"identity": ("string", "integer", "long", "date", "boolean")}
+
+
+def partition_value(value: Any) -> str | None:
+    """A partition value as the Delta log writes it (a string; null as null)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return value.isoformat() if hasattr(value, "isoformat") else str(value)

@@ -25,11 +25,13 @@ from onceflow.errors import SinkMovedError, SinkSchemaError
 from onceflow.schema_evolution import Evolution
 from onceflow.sinks.base import Publication, PublishTarget
 from onceflow.sinks.iceberg.catalog import fence_retries, load_table, open_catalog
-from onceflow.sinks.iceberg.data_files import live_data_files, referenced_files
+from onceflow.sinks.iceberg.data_files import data_file, live_data_files, referenced_files
 from onceflow.sinks.iceberg.evolution import OUTPUT_COLUMNS, evolve
+from onceflow.sinks.iceberg.partitioning import partition_spec, partitioner, spec_fields
 from onceflow.sinks.iceberg.snapshots import newest, publications
 from onceflow.sinks.iceberg.table_schema import iceberg_schema, table_layout
 from onceflow.sinks.lake.compaction import LiveFile
+from onceflow.sinks.lake.partitions import Partitioner, refuse_other
 from onceflow.sinks.lake.sink import LakeSink
 
 
@@ -46,9 +48,10 @@ class IcebergSink(LakeSink):
         warehouse: str,
         users: tuple[str, ...] | None = None,
         files_schema: Any = None,
+        stage_partitioner: Partitioner | None = None,
         location: str | None = None,
     ) -> None:
-        super().__init__(schema, cfg, warehouse, users, files_schema)
+        super().__init__(schema, cfg, warehouse, users, files_schema, stage_partitioner)
         self._bound_location = location
 
     @property
@@ -97,16 +100,24 @@ class IcebergSink(LakeSink):
                     table = catalog.load_table(self.identifier)
                     table = evolve(self, cur, catalog, table, shape, evolution)
                 else:
+                    schema = iceberg_schema(shape.table)
+                    what = f"Iceberg table {self.name}"
                     try:
                         table = catalog.create_table(
                             self.identifier,
-                            iceberg_schema(shape.table),
+                            schema,
+                            partition_spec=partition_spec(
+                                what, self.cfg.partition_by, shape, schema
+                            ),
                             properties={"commit.retry.num-retries": "0", OUTPUT_COLUMNS: users},
                         )
                     except TableAlreadyExistsError:  # created meanwhile by someone else
                         table = catalog.load_table(self.identifier)
                         table = evolve(self, cur, catalog, table, shape, evolution)
                 table = fence_retries(catalog, table)
+                refuse_other(
+                    f"Iceberg table {self.name}", spec_fields(table), self.cfg.partition_by
+                )
             except SinkSchemaError:
                 raise
             except Exception as e:
@@ -114,11 +125,16 @@ class IcebergSink(LakeSink):
                     f"Iceberg table {self.name} (warehouse {self.warehouse}): could not create "
                     f"or read it: {type(e).__name__}: {e}"
                 ) from e
-        files_schema = schema_to_pyarrow(
-            table.schema() if self.cfg.mode == "append" else iceberg_schema(shape.files)
-        )
+        append = self.cfg.mode == "append"  # the staged files are the table's
+        files_schema = schema_to_pyarrow(table.schema() if append else iceberg_schema(shape.files))
         return IcebergSink(
-            self.schema, self.cfg, self.warehouse, shape.output, files_schema, table.location()
+            self.schema,
+            self.cfg,
+            self.warehouse,
+            shape.output,
+            files_schema,
+            partitioner(table, self.cfg.partition_by) if append else None,
+            table.location(),
         )
 
     # -- what sinks.lake.sink asks of a table format ------------------------------------
@@ -139,6 +155,9 @@ class IcebergSink(LakeSink):
 
     def _live_files(self, table: Any) -> list[str]:
         return [f.file_path for f in live_data_files(table)]
+
+    def _partitioner(self, table: Any) -> Partitioner | None:
+        return partitioner(table, self.cfg.partition_by)
 
     def _live_files_sized(self, table: Any) -> list[LiveFile]:
         return [
@@ -181,9 +200,8 @@ class IcebergSink(LakeSink):
     ) -> Callable[[], str]:
         """ONE snapshot with the summary: a fast append, or an overwrite when files are
         removed (the seq is in the summary already)."""
-        from pyiceberg.io.pyarrow import parquet_file_to_data_file
-
-        data_files = [parquet_file_to_data_file(table.io, table.metadata, p) for p, _ in adds]
+        split = self._partitioner(table)
+        data_files = [data_file(table, p, split.of_file(p) if split else ()) for p, _ in adds]
         gone = set(removes)
         tx = table.transaction()
         update = tx.update_snapshot(snapshot_properties=summary)

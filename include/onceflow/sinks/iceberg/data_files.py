@@ -32,3 +32,39 @@ def referenced_files(table: Any, snapshots: Iterable[Any]) -> set[str]:
             entries = manifest.fetch_manifest_entry(table.io, discard_deleted=True)
             out.update(e.data_file.file_path for e in entries)
     return out
+
+
+def data_file(table: Any, uri: str, partition: tuple) -> Any:
+    """The DataFile entry of a Parquet file of the table's schema holding the rows of ONE
+    partition (pyiceberg's parquet_file_to_data_file infers a partition from the column
+    statistics, which a bucket cannot be inferred from)."""
+    import pyarrow.parquet as pq
+    from pyiceberg.io.pyarrow import (
+        compute_statistics_plan,
+        data_file_statistics_from_parquet_metadata,
+        parquet_path_to_id_mapping,
+    )
+    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+    from pyiceberg.typedef import Record
+
+    input_file = table.io.new_input(uri)
+    with input_file.open() as stream:
+        metadata = pq.read_metadata(stream)
+    schema = table.metadata.schema()
+    statistics = data_file_statistics_from_parquet_metadata(
+        parquet_metadata=metadata,
+        stats_columns=compute_statistics_plan(schema, table.metadata.properties),
+        parquet_column_mapping=parquet_path_to_id_mapping(schema),
+    )
+    return DataFile.from_args(
+        content=DataFileContent.DATA,
+        file_path=uri,
+        file_format=FileFormat.PARQUET,
+        partition=Record(*partition),
+        file_size_in_bytes=len(input_file),
+        sort_order_id=None,
+        spec_id=table.metadata.default_spec_id,
+        equality_ids=None,
+        key_metadata=None,
+        **statistics.to_serialized_dict(),
+    )

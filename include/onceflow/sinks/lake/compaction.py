@@ -10,7 +10,6 @@ the audit holds before and after, and the table's record of its publications is 
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -46,9 +45,10 @@ def bins(files: Sequence[LiveFile], target_bytes: int) -> list[list[LiveFile]]:
     return [b for b in out if len(b) > 1]
 
 
-def compacted_path(location: str, pipeline: str) -> str:
-    """A new compacted file's URI."""
-    return f"{data_root(location, pipeline)}/compacted/{uuid.uuid4().hex}.parquet"
+def compacted_dir(location: str, pipeline: str) -> str:
+    """Where compacted files (and a re-run's rewrite of them) go: outside any txid's folder,
+    since they hold rows of many txids."""
+    return f"{data_root(location, pipeline)}/compacted"
 
 
 def rewrite_bins(

@@ -18,6 +18,8 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from onceflow.sinks.lake.partitions import Partitioner
+
 
 def touched_files(live: Sequence[str], schema: Any, keys: Any, key: Sequence[str]) -> list[str]:
     """The live data files (URIs) holding a row of one of the keys (a table of the key
@@ -41,12 +43,17 @@ def touched_files(live: Sequence[str], schema: Any, keys: Any, key: Sequence[str
     return sorted(by_path[p] for p in set(hit.column("__filename").to_pylist()))
 
 
-def write_file(directory: str, rows: Any, schema: Any) -> tuple[str, int] | None:
-    """The rows as one Parquet data file of the table's `schema` in `directory` (a URI);
-    (its URI, rows), or None for no rows."""
-    if rows.num_rows == 0:
-        return None
-    return write_path(f"{directory.rstrip('/')}/rewrite-{uuid.uuid4().hex}.parquet", rows, schema)
+def write_files(
+    directory: str, rows: Any, schema: Any, partitioner: Partitioner | None
+) -> list[tuple[str, int]]:
+    """The rows as Parquet data files of the table's `schema` in `directory` (a URI), one
+    per partition: (URI, rows) of each."""
+    out = []
+    for _, mine in partitioner.split(rows) if partitioner else [((), rows)]:
+        if mine.num_rows:
+            uri = f"{directory.rstrip('/')}/rewrite-{uuid.uuid4().hex}.parquet"
+            out.append(write_path(uri, mine, schema))
+    return out
 
 
 def write_path(uri: str, rows: Any, schema: Any) -> tuple[str, int]:

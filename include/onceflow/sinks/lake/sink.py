@@ -32,6 +32,7 @@ table again. The audit's rules: sinks.lake.audit.
 from __future__ import annotations
 
 import contextlib
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -51,6 +52,7 @@ from onceflow.sinks.lake import compaction, merge, rewrite, upsert
 from onceflow.sinks.lake.audit import LakeAudit
 from onceflow.sinks.lake.compaction import LiveFile
 from onceflow.sinks.lake.files import attempt_dir, delete_files, files_on_storage, txid_prefix
+from onceflow.sinks.lake.partitions import Partitioner
 from onceflow.sinks.lake.records import maintenance_summary, publication_summary
 from onceflow.sinks.lake.versions import VersionFiles, read_files, read_with_seq, schema_of
 from onceflow.states import BatchState
@@ -58,9 +60,9 @@ from onceflow.transforms import COORDINATES
 
 
 class LakeSink(LakeAudit):
-    """A lake table of any mode, fed through the file stage. `users`: the user's output
-    columns once bound to the output (process); `files_schema`: the staged files' pyarrow
-    schema then."""
+    """A lake table of any mode, fed through the file stage. Once bound to the output
+    (process): `users`, the user's output columns; `files_schema`, the staged files'
+    pyarrow schema; `partitioner`, how an append table's staged files split by partition."""
 
     # the exceptions of a lost commit race, which pass through `_reaching` (the format's)
     _lost_race: tuple[type[BaseException], ...] = ()
@@ -72,6 +74,7 @@ class LakeSink(LakeAudit):
         warehouse: str,
         users: tuple[str, ...] | None = None,
         files_schema: Any = None,
+        partitioner: Partitioner | None = None,
     ) -> None:
         super().__init__(schema, cfg.table)
         self.cfg = cfg
@@ -79,6 +82,7 @@ class LakeSink(LakeAudit):
         self.warehouse = warehouse
         self._users = users
         self._files_schema = files_schema
+        self._stage_partitioner = partitioner  # append: the staged files are the table's
         self.versions = VersionFiles(schema, cfg.table, self.files_table)
 
     @property
@@ -102,7 +106,7 @@ class LakeSink(LakeAudit):
         if self._files_schema is None:
             raise RuntimeError(f"{type(self).__name__}.file_stage: bind_output first")
         directory = attempt_dir(self.location_for_files(), pipeline, txid, attempt)
-        return FileStage(directory, self._files_schema, self.files_table)
+        return FileStage(directory, self._files_schema, self.files_table, self._stage_partitioner)
 
     # -- what a table format defines ------------------------------------------------------
 
@@ -143,6 +147,10 @@ class LakeSink(LakeAudit):
     def _release(self, table: Any) -> None:
         """Let go of what the table holds open (a catalog's connections)."""
 
+    def _partitioner(self, table: Any) -> Partitioner | None:
+        """How the table's rows split into its partitions (None: unpartitioned)."""
+        raise NotImplementedError
+
     def _live_files_sized(self, table: Any) -> list[LiveFile]:
         """The table's live data files with their sizes (and partitions)."""
         raise NotImplementedError
@@ -169,9 +177,22 @@ class LakeSink(LakeAudit):
             sql.SQL(
                 "create table if not exists {} (txid text not null, attempt integer not null,"
                 " part integer not null, path text not null, records bigint not null,"
-                " checksum numeric not null, primary key (txid, attempt, part))"
+                " checksum numeric not null, primary key (txid, attempt, part, path))"
             ).format(self._t(self.files_table))
         )
+        # made by an earlier version, with a file per part: a part of a partitioned table
+        # writes one per partition
+        cur.execute(
+            "select array_length(i.indkey, 1) from pg_index i"
+            " where i.indrelid = %s::regclass and i.indisprimary",
+            (f'"{self.schema}"."{self.files_table}"',),
+        )
+        if cur.fetchone()[0] == 3:
+            cur.execute(
+                sql.SQL(
+                    "alter table {} drop constraint {}, add primary key (txid, attempt, part, path)"
+                ).format(self._t(self.files_table), sql.Identifier(f"{self.files_table}_pkey"))
+            )
         if self.cfg.mode != "append":
             self.versions.ensure(cur)
 
@@ -302,9 +323,9 @@ class LakeSink(LakeAudit):
         if shared:
             rows = read_files(shared, schema)
             rows = rows.filter(pc.not_equal(rows.column("txid"), t.txid))
-            if rows.num_rows:  # other txids' rows: outside any txid's folder
-                path = compaction.compacted_path(self._location(table), t.pipeline)
-                adds.append(rewrite.write_path(path, rows, schema))
+            # other txids' rows: outside any txid's folder
+            folder = compaction.compacted_dir(self._location(table), t.pipeline)
+            adds += rewrite.write_files(folder, rows, schema, self._partitioner(table))
             removes += shared
         return adds, removes
 
@@ -353,8 +374,7 @@ class LakeSink(LakeAudit):
 
             rows = merge.decide(current, new, old, t.seq, key, aggregates, contributors)
         directory = attempt_dir(self._location(table), t.pipeline, t.txid, t.attempt)
-        written = rewrite.write_file(directory, rows, schema)
-        return ([written] if written else []), touched
+        return rewrite.write_files(directory, rows, schema, self._partitioner(table)), touched
 
     def record_published(self, cur, t: PublishTarget) -> None:
         """Step 2: upsert and merge keep the published attempt's files as the txid's
@@ -396,7 +416,8 @@ class LakeSink(LakeAudit):
         location = self._location(table)
 
         def write(rows: Any) -> tuple[str, int]:
-            return rewrite.write_path(compaction.compacted_path(location, pipeline), rows, schema)
+            uri = f"{compaction.compacted_dir(location, pipeline)}/{uuid.uuid4().hex}.parquet"
+            return rewrite.write_path(uri, rows, schema)
 
         adds, removes = compaction.rewrite_bins(chosen, lambda u: read_files(u, schema), write)
         summary = maintenance_summary(pipeline, f"compacted {len(removes)} files into {len(adds)}")
