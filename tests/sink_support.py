@@ -24,7 +24,6 @@ from onceflow.kafka_client import watermarks
 from onceflow.ledger.fencing import claim_attempt, mark_staged
 from onceflow.ledger.log_checks import BrokerSnapshot
 from onceflow.sinks import sink_for
-from onceflow.sinks.delta import DeltaSink
 from onceflow.sinks.iceberg.catalog import open_catalog
 from onceflow.sinks.kafka.markers import Marker
 from onceflow.sinks.kafka.output_records import SOURCE_HEADER
@@ -177,7 +176,8 @@ def published(dsn, cfg):
 def iceberg_rows(cur, cfg, *columns):
     """The Iceberg table's rows (a scan with pyiceberg), sorted; [] before it exists."""
     sink = sink_for(cfg)
-    with open_catalog(cur, sink.warehouse) as catalog:
+    properties = sink.storage.iceberg_properties()
+    with open_catalog(cur, sink.warehouse, properties) as catalog:
         if not catalog.table_exists(sink.identifier):
             return []
         rows = catalog.load_table(sink.identifier).scan(selected_fields=columns).to_arrow()
@@ -190,7 +190,7 @@ def delta_rows(cfg, *columns):
     table = sink.open_table()
     if table is None:
         return []
-    rows = DeltaSink.scan(table, columns)
+    rows = sink.scan(table, columns)
     return sorted(zip(*(rows.column(c).to_pylist() for c in columns), strict=True))
 
 
@@ -208,13 +208,13 @@ def tamper(dsn, cfg, sku, add):
         return
     with transaction(dsn) as cur:
         table = sink.open_table(cur)
-        rows = sink._scan(table, [f.name for f in sink._table_schema(table)])
+        rows = sink.scan(table, [f.name for f in sink.table_schema(table)])
         qty = pc.if_else(
             pc.equal(rows.column("sku"), sku), pc.add(rows.column("qty"), add), rows.column("qty")
         )
         rows = rows.set_column(rows.column_names.index("qty"), "qty", qty)
         if cfg.sink.kind == "iceberg":
-            table.overwrite(rows.cast(sink._table_schema(table)))
+            table.overwrite(rows.cast(sink.table_schema(table)))
         else:
             from deltalake import write_deltalake
 

@@ -38,11 +38,11 @@ def files_by_partition(dsn, cfg):
     with transaction(dsn) as cur:
         table = sink.open_table(cur)
         try:
-            for f in sink._live_files_sized(table):
+            for f in sink.data_files(table):
                 skus = set(pq.read_table(f.uri.removeprefix("file://")).column("sku").to_pylist())
                 out[f.partition].append(skus)
         finally:
-            sink._release(table)
+            sink.release_table(table)
     return out
 
 

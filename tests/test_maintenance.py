@@ -38,9 +38,9 @@ def live(dsn, cfg):
     with transaction(dsn) as cur:
         table = sink.open_table(cur)
         try:
-            return sorted(f.uri for f in sink._live_files_sized(table))
+            return sorted(f.uri for f in sink.data_files(table))
         finally:
-            sink._release(table)
+            sink.release_table(table)
 
 
 def commits(cfg, n, start=0):

@@ -10,6 +10,8 @@ hides) them:
   whose extra holds librdkafka's client config, `bootstrap.servers` included (onceflow.
   kafka_client reads it), default id `onceflow_kafka`, per pipeline `kafka_conn_id`;
 - a Kafka sink's cluster, when not the source's: the sink's `conn_id` (a `kafka` connection);
+- a lake sink's object storage: the sink's `storage_conn_id` (an `aws` connection: access
+  key id as login, secret as password, extra `endpoint_url` and `region_name`);
 - Spark: `spark_conn_id` (default `spark_default`), read by the provider's SparkSubmitHook.
 
 A connection id a pipelines file names must exist. A default id that does not exist falls
@@ -21,11 +23,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from onceflow.errors import ConfigError
 from onceflow.kafka_client import KafkaCluster, cluster_from_config, cluster_from_env
 from onceflow.settings import Settings
+
+if TYPE_CHECKING:
+    from onceflow.sinks.lake.storage import Storage
 
 LEDGER_CONN = "onceflow_ledger"
 KAFKA_CONN = "onceflow_kafka"
@@ -212,6 +217,35 @@ def kafka_cluster(
     if conn is not None:
         return kafka_from(conn, cid)
     return cluster_from_env((settings or Settings.from_env()).kafka_bootstrap)
+
+
+def lake_storage(cfg: Any) -> Storage:
+    """A lake sink's storage (sinks.lake.storage): ONCEFLOW_LAKE_STORAGE when set (what a
+    process task hands spark-submit, or the local stack's S3 emulator), else the sink's
+    `storage_conn_id` connection, else each library's defaults."""
+    import os
+
+    from onceflow.sinks.lake.storage import STORAGE_ENV, Storage
+
+    if os.environ.get(STORAGE_ENV):
+        return Storage.from_env(os.environ[STORAGE_ENV])
+    conn_id = cfg.sink.storage_conn_id
+    if not conn_id:
+        return Storage()
+    conn = _lookup(conn_id, _named_by(cfg.source, "sink.storage_conn_id"))
+    if conn.conn_type not in ("aws", "s3"):
+        raise ConfigError(
+            f"Airflow connection {conn_id!r} is of type {conn.conn_type!r}; a lake sink's "
+            "storage needs an 'aws' connection (access key id as login, secret as password, "
+            "extra endpoint_url and region_name)"
+        )
+    extra = _extra(conn, conn_id)
+    return Storage(
+        endpoint=extra.get("endpoint_url"),
+        region=extra.get("region_name"),
+        access_key=conn.login or None,
+        secret_key=conn.password or None,
+    )
 
 
 def services(cfg: Any, settings: Settings | None = None) -> Services:

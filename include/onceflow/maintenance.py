@@ -84,11 +84,11 @@ def maintain(
                 cfg.name, sink.name, 0, 0, 0, 0, 0, 0, None, dry_run, time.monotonic() - started
             )
         try:
-            before = len(sink._live_files_sized(table))
+            before = len(sink.data_files(table))
             target = int((target_file_mb or cfg.sink.target_file_mb) * 1024 * 1024)
             compacted, written = sink.compact(table, cfg.name, target, dry_run)
             if compacted and not dry_run:
-                sink._release(table)
+                sink.release_table(table)
                 table = sink.open_table(cur)
             hours = cfg.sink.retain_hours if retain_hours is None else retain_hours
             cutoff = int((time.time() - hours * 3600) * 1000)
@@ -97,13 +97,13 @@ def maintain(
                 table, cfg.name, min(cutoff, unconfirmed or cutoff), dry_run
             )
             if not dry_run:
-                delete_files(unneeded)
-                sink._release(table)
+                delete_files(unneeded, sink.storage)
+                sink.release_table(table)
                 table = sink.open_table(cur)
-            after = before - compacted + written if dry_run else len(sink._live_files_sized(table))
+            after = before - compacted + written if dry_run else len(sink.data_files(table))
         finally:
             if table is not None:
-                sink._release(table)
+                sink.release_table(table)
     report = MaintenanceReport(
         cfg.name,
         sink.name,

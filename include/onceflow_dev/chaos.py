@@ -370,6 +370,7 @@ class Options:
     pipeline: str | None = None  # a pipeline of pipelines_file (default: DEFAULT_PIPELINE)
     pipelines_file: Path | None = None  # the user's (default: settings.pipelines_file)
     slot: int = 0  # which chaos stack: its own home and ports, so runs can go side by side
+    lake_s3: bool = False  # a lake sink's warehouse on an S3 emulator (onceflow_dev.s3_emulator)
 
 
 # Keys a user pipeline brings to the chaos stack: what it computes and where it publishes.
@@ -789,7 +790,7 @@ class SinkSnapshot:
         paths = [p for ps in files.values() for p in ps]
         if not paths:
             return []
-        rows = read_with_seq(files, schema_of(paths)).to_pylist()
+        rows = read_with_seq(files, schema_of(paths, sink.storage), sink.storage).to_pylist()
         return [r for r in rows if r["topic"] == self.topic]
 
     def lake_table(self, sink: IcebergSink | DeltaSink) -> list[dict[str, Any]]:
@@ -799,28 +800,14 @@ class SinkSnapshot:
         if table is None:
             return []
         try:
-            return sink._scan(table, [f.name for f in sink._table_schema(table)]).to_pylist()
+            return sink.scan(table, [f.name for f in sink.table_schema(table)]).to_pylist()
         finally:
-            sink._release(table)
+            sink.release_table(table)
 
     def lake_rows(self, sink: IcebergSink | DeltaSink) -> list[dict[str, Any]]:
         """A lake sink's rows of the harness's topic: the table scanned (pyiceberg; a Delta
         table's live files with pyarrow)."""
-        from onceflow.sinks.iceberg.catalog import open_catalog
-        from pyiceberg.exceptions import NoSuchTableError
-
-        if isinstance(sink, DeltaSink):
-            table = sink.open_table()
-            if table is None:  # no batch with output committed
-                return []
-            rows = sink.scan(table, [f.name for f in table.schema().fields])
-            return [r for r in rows.to_pylist() if r["topic"] == self.topic]
-        with open_catalog(self.cur, sink.warehouse) as catalog:
-            try:
-                table = catalog.load_table(sink.identifier)
-            except NoSuchTableError:  # no batch with output committed
-                return []
-        return table.scan(row_filter=f"topic = '{self.topic}'").to_arrow().to_pylist()
+        return [r for r in self.lake_table(sink) if r["topic"] == self.topic]
 
     def topic_output(self, sink: KafkaSink) -> tuple[list[dict[str, Any]], list[TopicMarker]]:
         """A Kafka sink's output as a read_committed consumer sees it: each record's source
@@ -949,6 +936,19 @@ class Harness:
                 )
             self.raw["sink"] = chaos_kafka_sink(self.raw["sink"])
         self.kafka = None  # the running ApacheKafka (start_stack)
+        self.s3 = None  # the running S3Emulator (start_stack), for --lake-s3
+        if opts.lake_s3:
+            from onceflow.config.sink import LAKE_KINDS
+            from onceflow.errors import ConfigError
+
+            if self.raw["sink"].get("kind") not in LAKE_KINDS:
+                raise ConfigError(
+                    f"--lake-s3: pipeline {self.pipeline!r} publishes to no lake table"
+                )
+            from onceflow_dev.s3_emulator import BUCKET
+
+            self.raw["sink"] = {**self.raw["sink"], "warehouse": f"s3://{BUCKET}/warehouse"}
+            self.raw["sink"].pop("storage_conn_id", None)  # the emulator's, by environment
         env = chaos_env(slot=opts.slot, real_kafka=self.kafka_dist is not None)
         for key, value in env.items():
             if value:
@@ -1030,6 +1030,8 @@ class Harness:
         )
         if self.kafka_dist is not None:
             self.start_apache_kafka()
+        if self.opts.lake_s3:
+            self.start_s3()
         self.stack_up()
         from onceflow.db import migrate
 
@@ -1039,6 +1041,18 @@ class Harness:
         )
         self.client.wait_for_dag(self.dag_id, timeout=300)
         self.client.unpause(self.dag_id)
+
+    def start_s3(self) -> None:
+        """The lake table's object storage: an S3 emulator, whose settings the stack's
+        processes (Airflow's, spark-submit's) inherit (sinks.lake.storage.STORAGE_ENV)."""
+        from onceflow.sinks.lake.storage import STORAGE_ENV
+
+        from onceflow_dev.s3_emulator import S3Emulator
+
+        self.s3 = S3Emulator(self.home / "s3", port=29097 + 10 * self.opts.slot)
+        self.s3.start()
+        os.environ[STORAGE_ENV] = self.s3.storage.to_env()
+        self.log(f"S3 emulator (moto) up on {self.s3.storage.endpoint}")
 
     def start_apache_kafka(self) -> None:
         """The stack's broker for a Kafka sink: Apache Kafka, its log in <home>/apache-kafka,
@@ -2609,6 +2623,8 @@ class Harness:
             self.log(f"--keep: the chaos stack stays up (ONCEFLOW_HOME={self.home})")
         if self.kafka is not None and not self.opts.keep:  # after the stack: nothing uses it
             self.kafka.stop()
+        if self.s3 is not None and not self.opts.keep:
+            self.s3.stop()
         if self.log_file:
             self.log_file.close()
             self.log_file = None

@@ -41,6 +41,7 @@ from onceflow.ledger.ordering import blocking_predecessor
 from onceflow.ledger.planning import plan
 from onceflow.settings import Settings
 from onceflow.sinks import sink_for
+from onceflow.sinks.lake.storage import STORAGE_ENV
 from onceflow.states import BatchState
 
 log = logging.getLogger("onceflow")
@@ -147,9 +148,10 @@ class ProcessOperator(SparkSubmitOperator):
     """spark-submit of the package's process job (onceflow.spark_app); ends without retries
     on a final exit code.
 
-    The ledger's DSN and the Kafka client settings (credentials) are read from the pipeline's
-    Airflow connections when the task runs and handed to spark-submit in its environment
-    (ONCEFLOW_POSTGRES_DSN, ONCEFLOW_KAFKA_BOOTSTRAP, ONCEFLOW_KAFKA_CONFIG), never in
+    The ledger's DSN, the Kafka client settings and a lake sink's storage (credentials) are
+    read from the pipeline's Airflow connections when the task runs and handed to
+    spark-submit in its environment (ONCEFLOW_POSTGRES_DSN, ONCEFLOW_KAFKA_BOOTSTRAP,
+    ONCEFLOW_KAFKA_CONFIG, ONCEFLOW_LAKE_STORAGE), never in
     `env_vars` or `conf`: those are rendered into Airflow's UI and, on YARN and Kubernetes,
     put on spark-submit's command line.
 
@@ -172,10 +174,14 @@ class ProcessOperator(SparkSubmitOperator):
         cfg = get_pipeline(self.pipelines_file or Settings.from_env().pipelines_file, self.pipeline)
         try:
             svc = connections.services(cfg)
+            storage = connections.lake_storage(cfg) if cfg.sink.storage_conn_id else None
         except ConfigError as e:
             raise AirflowFailException(f"onceflow process txid={context['run_id']}: {e}") from e
         # This task's own process: spark-submit inherits it (the hook copies os.environ).
         os.environ.update({"ONCEFLOW_POSTGRES_DSN": svc.ledger_dsn, **svc.kafka.to_env()})
+        if storage is not None:
+            os.environ[STORAGE_ENV] = storage.to_env()
+            self.log.info("onceflow process: lake storage %s", storage.describe())
         self.log.info(
             "onceflow process: ledger from %s, Kafka %s", svc.ledger_source, svc.kafka.describe()
         )

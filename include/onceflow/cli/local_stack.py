@@ -180,5 +180,6 @@ def cmd_chaos(args: argparse.Namespace, settings: Settings) -> int:
         pipeline=args.pipeline,
         pipelines_file=settings.pipelines_file,
         slot=args.stack,
+        lake_s3=args.lake_s3,
     )
     return chaos.run(opts)

@@ -320,6 +320,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="chaos stack slot: N > 0 uses .onceflow/chaos-N and ports +10N, so two runs can go "
         "side by side (default 0: .onceflow/chaos, 25435/29095/28083)",
     )
+    sp.add_argument(
+        "--lake-s3",
+        action="store_true",
+        help="a lake sink's warehouse on an S3 emulator (moto's server) instead of the chaos "
+        "stack's folder",
+    )
     sp.add_argument("--report", help="report path (default: chaos-report.json at the project root)")
     sp.add_argument(
         "--faults",

@@ -61,6 +61,9 @@ class SinkConfig:
     # every `maintain_every` committed batches (0: never; `onceflow maintain` any time),
     # with these compacted files' size and history kept
     partition_by: tuple[PartitionField, ...] = ()
+    # object storage's endpoint and credentials: an Airflow connection of type `aws`
+    # (sinks.lake.storage; None: ONCEFLOW_LAKE_STORAGE, else each library's defaults)
+    storage_conn_id: str | None = None
     maintain_every: int = 0
     target_file_mb: float = TARGET_FILE_MB
     retain_hours: float = RETAIN_HOURS

@@ -41,12 +41,20 @@ _SINK_KEYS = {
     "maintain_every",
     "target_file_mb",
     "retain_hours",
+    "storage_conn_id",
 }
 # The keys only a Kafka sink takes, and the ones it does not.
 _KAFKA_ONLY = ("topic", "partitions", "create_topic", "bootstrap", "conn_id")
 _NOT_KAFKA = ("table", "aggregates", "warehouse")
 # The keys only a lake table (iceberg, delta) takes.
-_LAKE_ONLY = ("warehouse", "partition_by", "maintain_every", "target_file_mb", "retain_hours")
+_LAKE_ONLY = (
+    "warehouse",
+    "partition_by",
+    "maintain_every",
+    "target_file_mb",
+    "retain_hours",
+    "storage_conn_id",
+)
 
 # the error for one key of the sink table: fail("mode", why)
 Fail = Callable[[str, str], ConfigError]
@@ -144,10 +152,18 @@ def parse_sink(source: str, name: str, raw: Any) -> SinkConfig:
         namespace=namespace,
         warehouse=warehouse,
         partition_by=parse_partition_by(raw.get("partition_by", []), kind, fail),
+        storage_conn_id=_storage_conn_id(raw, fail),
         maintain_every=maintain_every,
         target_file_mb=sizes["target_file_mb"],
         retain_hours=sizes["retain_hours"],
     )
+
+
+def _storage_conn_id(raw: dict, fail: Fail) -> str | None:
+    value = raw.get("storage_conn_id")
+    if value is not None and (not isinstance(value, str) or not CONN_ID_RE.match(value)):
+        raise fail("storage_conn_id", f"{value!r} is not an Airflow connection id")
+    return value
 
 
 def _columns(raw: dict, key: str, needed: bool, mode: str, fail: Fail) -> tuple[str, ...]:

@@ -22,6 +22,7 @@ from onceflow.sinks.base import (
 from onceflow.sinks.delta import DeltaSink
 from onceflow.sinks.iceberg import IcebergSink
 from onceflow.sinks.kafka import KafkaSink
+from onceflow.sinks.lake.storage import Storage
 from onceflow.sinks.postgres import PostgresSink
 
 __all__ = [
@@ -38,10 +39,11 @@ __all__ = [
 
 def sink_for(cfg: PipelineConfig) -> Sink:
     """The pipeline's sink: its [pipelines.NAME.sink] table."""
-    if cfg.sink.kind == "iceberg":
-        return IcebergSink(cfg.sink_schema, cfg.sink, cfg.sink.warehouse or default_warehouse())
-    if cfg.sink.kind == "delta":
-        return DeltaSink(cfg.sink_schema, cfg.sink, cfg.sink.warehouse or default_warehouse())
+    if cfg.sink.kind in ("iceberg", "delta"):
+        lake = IcebergSink if cfg.sink.kind == "iceberg" else DeltaSink
+        warehouse = cfg.sink.warehouse or default_warehouse()
+        storage = functools.partial(lake_storage, cfg)  # looked up when first needed
+        return lake(cfg.sink_schema, cfg.sink, warehouse, storage=storage)
     if cfg.sink.kind == "kafka":
         return KafkaSink(cfg.sink_schema, cfg.sink, functools.partial(sink_cluster, cfg))
     return PostgresSink(cfg.sink_schema, cfg.sink, aggregating=cfg.aggregating)
@@ -58,6 +60,13 @@ def sink_cluster(cfg: PipelineConfig) -> KafkaCluster:
         return connections.kafka_cluster(cfg.sink.conn_id, cfg.source, key="sink.conn_id")
     source = connections.kafka_cluster(cfg.kafka_conn_id, cfg.source)
     return replace(source, bootstrap=cfg.sink.bootstrap) if cfg.sink.bootstrap else source
+
+
+def lake_storage(cfg: PipelineConfig) -> Storage:
+    """A lake sink's storage (onceflow.connections.lake_storage)."""
+    from onceflow import connections
+
+    return connections.lake_storage(cfg)
 
 
 def default_warehouse() -> str:

@@ -64,6 +64,8 @@ class FileStage:
     files_table: str
     # a partitioned table's (sinks.lake.partitions.Partitioner): one file per partition
     partitioner: Any = None
+    # how the files are reached (sinks.lake.storage.Storage; None: pyarrow's defaults)
+    storage: Any = None
 
 
 @dataclass(frozen=True)

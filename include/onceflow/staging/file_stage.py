@@ -43,6 +43,7 @@ from typing import Any
 
 from onceflow.arrow_columns import fixed_array, fixed_values, string_repeat, valid_mask
 from onceflow.sinks.base import FileStage
+from onceflow.sinks.lake.storage import Storage
 from onceflow.staging.checksum import HASH_COLUMN, exact_sum
 from onceflow.staging.fence import StageCommitMessage, claimed_part, record_part
 from onceflow.staging.table_stage import copy_rows
@@ -159,7 +160,8 @@ class _Split:
             file = self._open.get(key)
             if file is None:
                 path = f"{self._stem}-{len(self._open)}.parquet"
-                file = self._open[key] = _File(path, schema)
+                storage = self._files.storage or Storage()
+                file = self._open[key] = _File(path, schema, storage)
             file.write(mine)
             if hashed:
                 hashes = rows.column(HASH_COLUMN)
@@ -194,11 +196,10 @@ class _Split:
 class _File:
     """One data file being written: its path, rows and the exact sum of their hashes."""
 
-    def __init__(self, path: str, schema: Any) -> None:
+    def __init__(self, path: str, schema: Any, storage: Storage) -> None:
         import pyarrow.parquet as pq
-        from pyarrow import fs
 
-        filesystem, local = fs.FileSystem.from_uri(path)
+        filesystem, local = storage.filesystem(path)
         filesystem.create_dir(local.rsplit("/", 1)[0], recursive=True)
         self.path = path
         self._stream = filesystem.open_output_stream(local)

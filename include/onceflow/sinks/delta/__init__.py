@@ -99,6 +99,7 @@ class DeltaSink(LakeSink):
                 check(self.describe_briefly(), fields, {c.name: c.type for c in shape.table}, TAKES)
                 table = DeltaTable.create(
                     self.location,
+                    storage_options=self.storage.delta_options(),
                     schema=delta_schema(shape.table),
                     partition_by=[f.column for f in fields] or None,
                     mode="ignore",  # made meanwhile by someone else: evolved below
@@ -109,7 +110,7 @@ class DeltaSink(LakeSink):
             table = evolve(self, cur, table, shape, evolution)
             have = tuple(table.metadata().partition_columns)
             refuse_other(self.describe_briefly(), have, self.cfg.partition_by)
-            files = self._table_schema(table) if self.cfg.mode == "append" else None
+            files = self.table_schema(table) if self.cfg.mode == "append" else None
         except SinkSchemaError:
             raise
         except Exception as e:
@@ -119,16 +120,19 @@ class DeltaSink(LakeSink):
         append = files is not None  # the staged files are the table's
         files = files or arrow_schema(shape.files)
         split = self._partitioner(table) if append else None
-        return DeltaSink(self.schema, self.cfg, self.warehouse, shape.output, files, split)
+        return DeltaSink(
+            self.schema, self.cfg, self.warehouse, shape.output, files, split, self.storage
+        )
 
     # -- what sinks.lake.sink asks of a table format ------------------------------------
 
     def open_table(self, cur=None) -> Any:
         from deltalake import DeltaTable
 
-        if not DeltaTable.is_deltatable(self.location):
+        options = self.storage.delta_options()
+        if not DeltaTable.is_deltatable(self.location, storage_options=options):
             return None
-        return DeltaTable(self.location)
+        return DeltaTable(self.location, storage_options=options)
 
     def _location(self, table: Any) -> str:
         return self.location
@@ -139,7 +143,7 @@ class DeltaSink(LakeSink):
     def _partitioner(self, table: Any) -> Partitioner | None:
         return Partitioner(self.cfg.partition_by) if self.cfg.partition_by else None
 
-    def _live_files_sized(self, table: Any) -> list[LiveFile]:
+    def data_files(self, table: Any) -> list[LiveFile]:
         import pyarrow as pa
 
         files = pa.table(table.get_add_actions(flatten=True))
@@ -188,7 +192,7 @@ class DeltaSink(LakeSink):
         back to the last checkpoint)."""
         from pyarrow import fs
 
-        filesystem, path = fs.FileSystem.from_uri(f"{self.location}/_delta_log")
+        filesystem, path = self.storage.filesystem(f"{self.location}/_delta_log")
         files = filesystem.get_file_info(fs.FileSelector(path))
         return sum(1 for f in files if f.path.endswith(".json"))
 
@@ -199,7 +203,7 @@ class DeltaSink(LakeSink):
         paths = pa.table(table.get_add_actions(flatten=True)).column("path").to_pylist()
         return [f"{self.location}/{p}" for p in paths]
 
-    def _table_schema(self, table: Any) -> Any:
+    def table_schema(self, table: Any) -> Any:
         import pyarrow as pa
 
         return pa.schema(table.schema().to_arrow())
@@ -254,11 +258,10 @@ class DeltaSink(LakeSink):
 
     def _adds(self, files: list[tuple[str, int]], split: Partitioner | None) -> Iterator[Any]:
         from deltalake.transaction import AddAction
-        from pyarrow import fs
 
         now = int(time.time() * 1000)
         for uri, records in files:
-            filesystem, path = fs.FileSystem.from_uri(uri)
+            filesystem, path = self.storage.filesystem(uri)
             size = filesystem.get_file_info(path).size
             if size is None:
                 raise FileNotFoundError(f"staged data file {uri} is gone")
@@ -266,7 +269,8 @@ class DeltaSink(LakeSink):
             values = {}
             if split is not None:
                 columns = (f.column for f in split.fields)
-                values = dict(zip(columns, map(partition_value, split.of_file(uri)), strict=True))
+                found = split.of_file(uri, self.storage)
+                values = dict(zip(columns, map(partition_value, found), strict=True))
             yield AddAction(self._relative(uri), size, values, now, True, stats)
 
     def _removes(self, table: Any, uris: list[str]) -> Iterator[Any]:
@@ -291,15 +295,7 @@ class DeltaSink(LakeSink):
     def _history_start_ms(self, table: Any) -> int:
         return min(int(info["timestamp"]) for info in table.history())
 
-    def _scan(self, table: Any, columns: Iterable[str]) -> Any:
-        return self.scan(table, columns)
-
-    @staticmethod
-    def scan(table: Any, columns: Iterable[str]) -> Any:
-        """The table's rows (these columns) as a pyarrow.Table, read from its live files."""
-        import pyarrow as pa
-        import pyarrow.dataset as ds
-
-        schema = pa.schema(table.schema().to_arrow())
-        files = ds.dataset(table.file_uris(), schema=schema, format="parquet")
+    def scan(self, table: Any, columns: Iterable[str]) -> Any:
+        """The table's rows (these columns), read from its live files."""
+        files = self.storage.dataset(self._live_files(table), self.table_schema(table))
         return files.to_table(columns=list(columns))

@@ -33,6 +33,7 @@ from onceflow.sinks.iceberg.table_schema import iceberg_schema, table_layout
 from onceflow.sinks.lake.compaction import LiveFile
 from onceflow.sinks.lake.partitions import Partitioner, refuse_other
 from onceflow.sinks.lake.sink import LakeSink
+from onceflow.sinks.lake.storage import Storage
 
 
 class IcebergSink(LakeSink):
@@ -50,8 +51,9 @@ class IcebergSink(LakeSink):
         files_schema: Any = None,
         stage_partitioner: Partitioner | None = None,
         location: str | None = None,
+        storage: Storage | Callable[[], Storage] | None = None,
     ) -> None:
-        super().__init__(schema, cfg, warehouse, users, files_schema, stage_partitioner)
+        super().__init__(schema, cfg, warehouse, users, files_schema, stage_partitioner, storage)
         self._bound_location = location
 
     @property
@@ -93,7 +95,7 @@ class IcebergSink(LakeSink):
             (f"{self.schema}.{self.table}",),
         )
         self.ensure(cur)
-        with open_catalog(cur, self.warehouse) as catalog:
+        with open_catalog(cur, self.warehouse, self.storage.iceberg_properties()) as catalog:
             try:
                 catalog.create_namespace_if_not_exists(self.namespace)
                 if catalog.table_exists(self.identifier):
@@ -135,16 +137,17 @@ class IcebergSink(LakeSink):
             files_schema,
             partitioner(table, self.cfg.partition_by) if append else None,
             table.location(),
+            self.storage,
         )
 
     # -- what sinks.lake.sink asks of a table format ------------------------------------
 
     def open_table(self, cur) -> Any:
-        with open_catalog(cur, self.warehouse) as catalog:
+        with open_catalog(cur, self.warehouse, self.storage.iceberg_properties()) as catalog:
             table = load_table(catalog, self.identifier)
             return None if table is None else fence_retries(catalog, table)
 
-    def _release(self, table: Any) -> None:
+    def release_table(self, table: Any) -> None:
         table.catalog.engine.dispose()
 
     def _location(self, table: Any) -> str:
@@ -159,7 +162,7 @@ class IcebergSink(LakeSink):
     def _partitioner(self, table: Any) -> Partitioner | None:
         return partitioner(table, self.cfg.partition_by)
 
-    def _live_files_sized(self, table: Any) -> list[LiveFile]:
+    def data_files(self, table: Any) -> list[LiveFile]:
         return [
             LiveFile(f.file_path, f.file_size_in_bytes, (f.spec_id, tuple(f.partition)))
             for f in live_data_files(table)
@@ -185,7 +188,7 @@ class IcebergSink(LakeSink):
             table.maintenance.expire_snapshots().by_ids(doomed).commit()
         return len(doomed), sorted(before - referenced_files(table, kept))
 
-    def _table_schema(self, table: Any) -> Any:
+    def table_schema(self, table: Any) -> Any:
         from pyiceberg.io.pyarrow import schema_to_pyarrow
 
         return schema_to_pyarrow(table.schema())
@@ -201,7 +204,9 @@ class IcebergSink(LakeSink):
         """ONE snapshot with the summary: a fast append, or an overwrite when files are
         removed (the seq is in the summary already)."""
         split = self._partitioner(table)
-        data_files = [data_file(table, p, split.of_file(p) if split else ()) for p, _ in adds]
+        data_files = [
+            data_file(table, p, split.of_file(p, self.storage) if split else ()) for p, _ in adds
+        ]
         gone = set(removes)
         tx = table.transaction()
         update = tx.update_snapshot(snapshot_properties=summary)
@@ -231,5 +236,5 @@ class IcebergSink(LakeSink):
     def _history_start_ms(self, table: Any) -> int:
         return min(s.timestamp_ms for s in table.metadata.snapshots)
 
-    def _scan(self, table: Any, columns: Iterable[str]) -> Any:
+    def scan(self, table: Any, columns: Iterable[str]) -> Any:
         return table.scan(selected_fields=tuple(columns)).to_arrow()

@@ -61,15 +61,19 @@ def prepare_catalog(params: dict[str, str], open_: Any) -> Any:
 
 
 @contextlib.contextmanager
-def open_catalog(cur: Any, warehouse: str) -> Iterator[Any]:
-    """pyiceberg's SqlCatalog in the database of `cur`'s connection (CATALOG_SCHEMA)."""
+def open_catalog(
+    cur: Any, warehouse: str, properties: dict[str, str] | None = None
+) -> Iterator[Any]:
+    """pyiceberg's SqlCatalog in the database of `cur`'s connection (CATALOG_SCHEMA);
+    `properties`: its FileIO's (sinks.lake.storage.Storage.iceberg_properties)."""
     from pyiceberg.catalog.sql import SqlCatalog
     from sqlalchemy.engine import URL
 
     params = connection_params(cur.connection)
     uri = URL.create("postgresql+psycopg2", query=params).render_as_string(hide_password=False)
     catalog = prepare_catalog(
-        params, lambda: SqlCatalog(CATALOG_NAME, uri=uri, warehouse=warehouse)
+        params,
+        lambda: SqlCatalog(CATALOG_NAME, uri=uri, warehouse=warehouse, **(properties or {})),
     )
     try:
         yield catalog

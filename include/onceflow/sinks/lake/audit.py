@@ -20,6 +20,7 @@ from typing import Any
 from onceflow.config.sink import SinkConfig
 from onceflow.sinks.base import OutsideSink, Publication
 from onceflow.sinks.lake import merge, upsert
+from onceflow.sinks.lake.storage import Storage
 from onceflow.sinks.lake.versions import VersionFiles, read_with_seq, schema_of
 
 # the columns the audit scans, in this order
@@ -31,6 +32,7 @@ class LakeAudit(OutsideSink):
 
     cfg: SinkConfig
     versions: VersionFiles  # upsert and merge: the committed txids' versions
+    storage: Storage
     name: str  # the table as the user names it
     table_kind: str  # "Iceberg table", "Delta table"
     commit_name: str | None  # what a publication's ref is ("snapshot", "version")
@@ -47,7 +49,7 @@ class LakeAudit(OutsideSink):
         """The pipeline's publications recorded by the table, newest first."""
         raise NotImplementedError
 
-    def _scan(self, table: Any, columns: Iterable[str]) -> Any:
+    def scan(self, table: Any, columns: Iterable[str]) -> Any:
         """The table's rows (these columns) as a pyarrow.Table."""
         raise NotImplementedError
 
@@ -64,7 +66,7 @@ class LakeAudit(OutsideSink):
         )
         return cur.fetchone()[0]
 
-    def _table_schema(self, table: Any) -> Any:
+    def table_schema(self, table: Any) -> Any:
         """The pyarrow schema the table's data files are written in."""
         raise NotImplementedError
 
@@ -72,14 +74,14 @@ class LakeAudit(OutsideSink):
         """Every committed txid's versions, with their seq (upsert, merge)."""
         files = self.versions.committed(cur)
         paths = [p for ps in files.values() for p in ps]
-        return read_with_seq(files, schema_of(paths)) if paths else None
+        return read_with_seq(files, schema_of(paths, self.storage), self.storage) if paths else None
 
     def _audit_rows(self, cur, table: Any) -> Any:
         """append: the table's rows; upsert and merge: the committed txids' versions."""
         import pyarrow as pa
 
         if self.cfg.mode == "append":
-            return self._scan(table, AUDIT_COLUMNS)
+            return self.scan(table, AUDIT_COLUMNS)
         versions = self._versions(cur)
         if versions is None:
             return pa.table(
@@ -95,7 +97,7 @@ class LakeAudit(OutsideSink):
         if self.cfg.mode == "append":
             return []
         key = list(self.cfg.key)
-        rows = self._scan(table, [f.name for f in self._table_schema(table)])
+        rows = self.scan(table, [f.name for f in self.table_schema(table)])
         versions = self._versions(cur)
         if self.cfg.mode == "upsert":
             expected = upsert.newest_per_key(versions, key) if versions else rows.slice(0, 0)

@@ -15,6 +15,7 @@ import re
 from collections.abc import Iterable
 
 from onceflow.sinks.base import StagedFiles
+from onceflow.sinks.lake.storage import Storage
 
 
 def txid_dir(txid: str) -> str:
@@ -43,6 +44,7 @@ def files_on_storage(
     pipeline: str,
     txids: set[str],
     published: Iterable[tuple[str, int]],
+    storage: Storage,
 ) -> StagedFiles:
     """The Parquet files under the txids' folders (`<txid>/attempt=<n>/`), and `published`:
     the (txid, attempt) pairs a commit of the table records."""
@@ -52,8 +54,8 @@ def files_on_storage(
     by_dir = {txid_dir(t): t for t in txids}
     # one txid (a commit's): its own folder; more (the cleanup command): the whole root
     top = f"{root}/{txid_dir(next(iter(txids)))}" if len(txids) == 1 else root
-    filesystem, path = fs.FileSystem.from_uri(top)
-    base = fs.FileSystem.from_uri(root)[1]  # the root as the file system names it
+    filesystem, path = storage.filesystem(top)
+    base = storage.filesystem(root)[1]  # the root as the file system names it
     files: dict[tuple[str, int], list[str]] = {}
     selector = fs.FileSelector(path, recursive=True, allow_not_found=True)
     for info in filesystem.get_file_info(selector):
@@ -67,16 +69,16 @@ def files_on_storage(
     return StagedFiles(files, set(published))
 
 
-def delete_files(paths: list[str]) -> None:
+def delete_files(paths: list[str], storage: Storage) -> None:
     """Delete the files, then their attempt folders if left empty."""
     from pyarrow import fs
 
     for uri in paths:
-        filesystem, path = fs.FileSystem.from_uri(uri)
+        filesystem, path = storage.filesystem(uri)
         with contextlib.suppress(FileNotFoundError):
             filesystem.delete_file(path)
     for uri in {p.rsplit("/", 1)[0] for p in paths}:
-        filesystem, folder = fs.FileSystem.from_uri(uri)
+        filesystem, folder = storage.filesystem(uri)
         selector = fs.FileSelector(folder, allow_not_found=True)
         if not filesystem.get_file_info(selector):  # a zombie's later file stays
             with contextlib.suppress(OSError):

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from onceflow.config.partitions import PartitionField
+from onceflow.sinks.lake.storage import Storage
 
 
 @dataclass(frozen=True)
@@ -61,15 +62,14 @@ class Partitioner:
         for key, indices in self.groups(rows):
             yield key, rows if len(indices) == rows.num_rows else rows.take(indices)
 
-    def of_file(self, uri: str) -> tuple:
+    def of_file(self, uri: str, storage: Storage) -> tuple:
         """The partition of a data file's rows (all in one), from its first row."""
         import pyarrow as pa
         import pyarrow.parquet as pq
-        from pyarrow import fs
 
         if not self.fields:
             return ()
-        filesystem, path = fs.FileSystem.from_uri(uri)
+        filesystem, path = storage.filesystem(uri)
         with filesystem.open_input_file(path) as f:
             columns = sorted({field.column for field in self.fields})
             first = next(pq.ParquetFile(f).iter_batches(batch_size=1, columns=columns))

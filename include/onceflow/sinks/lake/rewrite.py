@@ -19,21 +19,21 @@ from collections.abc import Sequence
 from typing import Any
 
 from onceflow.sinks.lake.partitions import Partitioner
+from onceflow.sinks.lake.storage import Storage
 
 
-def touched_files(live: Sequence[str], schema: Any, keys: Any, key: Sequence[str]) -> list[str]:
+def touched_files(
+    live: Sequence[str], schema: Any, keys: Any, key: Sequence[str], storage: Storage
+) -> list[str]:
     """The live data files (URIs) holding a row of one of the keys (a table of the key
     columns)."""
     import pyarrow.compute as pc
-    from pyarrow import fs
-
-    from onceflow.sinks.lake.versions import dataset
 
     if not live or keys.num_rows == 0:
         return []
-    by_path = {fs.FileSystem.from_uri(uri)[1]: uri for uri in live}
+    by_path = {storage.filesystem(uri)[1]: uri for uri in live}
     first = key[0]
-    files = dataset(live, schema)
+    files = storage.dataset(list(live), schema)
     scanned = files.to_table(
         columns=[*key, "__filename"], filter=pc.field(first).isin(keys.column(first))
     )
@@ -44,7 +44,7 @@ def touched_files(live: Sequence[str], schema: Any, keys: Any, key: Sequence[str
 
 
 def write_files(
-    directory: str, rows: Any, schema: Any, partitioner: Partitioner | None
+    directory: str, rows: Any, schema: Any, partitioner: Partitioner | None, storage: Storage
 ) -> list[tuple[str, int]]:
     """The rows as Parquet data files of the table's `schema` in `directory` (a URI), one
     per partition: (URI, rows) of each."""
@@ -52,16 +52,15 @@ def write_files(
     for _, mine in partitioner.split(rows) if partitioner else [((), rows)]:
         if mine.num_rows:
             uri = f"{directory.rstrip('/')}/rewrite-{uuid.uuid4().hex}.parquet"
-            out.append(write_path(uri, mine, schema))
+            out.append(write_path(uri, mine, schema, storage))
     return out
 
 
-def write_path(uri: str, rows: Any, schema: Any) -> tuple[str, int]:
+def write_path(uri: str, rows: Any, schema: Any, storage: Storage) -> tuple[str, int]:
     """The rows as the Parquet data file `uri` of the table's `schema`: (uri, rows)."""
     import pyarrow.parquet as pq
-    from pyarrow import fs
 
-    filesystem, path = fs.FileSystem.from_uri(uri)
+    filesystem, path = storage.filesystem(uri)
     filesystem.create_dir(path.rsplit("/", 1)[0], recursive=True)
     with filesystem.open_output_stream(path) as out:
         pq.write_table(rows.select(schema.names).cast(schema), out, compression="zstd")

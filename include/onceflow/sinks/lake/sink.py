@@ -54,6 +54,7 @@ from onceflow.sinks.lake.compaction import LiveFile
 from onceflow.sinks.lake.files import attempt_dir, delete_files, files_on_storage, txid_prefix
 from onceflow.sinks.lake.partitions import Partitioner
 from onceflow.sinks.lake.records import maintenance_summary, publication_summary
+from onceflow.sinks.lake.storage import Storage
 from onceflow.sinks.lake.versions import VersionFiles, read_files, read_with_seq, schema_of
 from onceflow.states import BatchState
 from onceflow.transforms import COORDINATES
@@ -75,8 +76,11 @@ class LakeSink(LakeAudit):
         users: tuple[str, ...] | None = None,
         files_schema: Any = None,
         partitioner: Partitioner | None = None,
+        storage: Storage | Callable[[], Storage] | None = None,
     ) -> None:
         super().__init__(schema, cfg.table)
+        # resolved on first use (an Airflow connection's lookup: sinks.lake.storage)
+        self._storage = storage
         self.cfg = cfg
         self.namespace = cfg.namespace or schema
         self.warehouse = warehouse
@@ -84,6 +88,13 @@ class LakeSink(LakeAudit):
         self._files_schema = files_schema
         self._stage_partitioner = partitioner  # append: the staged files are the table's
         self.versions = VersionFiles(schema, cfg.table, self.files_table)
+
+    @property
+    def storage(self) -> Storage:
+        """How the table's files are reached (sinks.lake.storage)."""
+        if callable(self._storage):
+            self._storage = self._storage()
+        return self._storage or Storage()
 
     @property
     def name(self) -> str:
@@ -106,7 +117,13 @@ class LakeSink(LakeAudit):
         if self._files_schema is None:
             raise RuntimeError(f"{type(self).__name__}.file_stage: bind_output first")
         directory = attempt_dir(self.location_for_files(), pipeline, txid, attempt)
-        return FileStage(directory, self._files_schema, self.files_table, self._stage_partitioner)
+        return FileStage(
+            directory,
+            self._files_schema,
+            self.files_table,
+            self._stage_partitioner,
+            self.storage,
+        )
 
     # -- what a table format defines ------------------------------------------------------
 
@@ -144,14 +161,14 @@ class LakeSink(LakeAudit):
         SinkMovedError if the table moved."""
         raise NotImplementedError
 
-    def _release(self, table: Any) -> None:
+    def release_table(self, table: Any) -> None:
         """Let go of what the table holds open (a catalog's connections)."""
 
     def _partitioner(self, table: Any) -> Partitioner | None:
         """How the table's rows split into its partitions (None: unpartitioned)."""
         raise NotImplementedError
 
-    def _live_files_sized(self, table: Any) -> list[LiveFile]:
+    def data_files(self, table: Any) -> list[LiveFile]:
         """The table's live data files with their sizes (and partitions)."""
         raise NotImplementedError
 
@@ -263,7 +280,7 @@ class LakeSink(LakeAudit):
             table = self.open_table(cur)
             if table is None:
                 return SinkReading(None, None)
-            return SinkReading(self._newest(table, t), table, lambda: self._release(table))
+            return SinkReading(self._newest(table, t), table, lambda: self.release_table(table))
 
     def publish_outside(
         self, cur, t: PublishTarget, reading: SinkReading, replace: bool
@@ -317,15 +334,17 @@ class LakeSink(LakeAudit):
             return adds, []
         removes = sorted(mine - {p for p, _ in staged})
         others = [f for f in live if f not in mine]
-        schema = self._table_schema(table)
+        schema = self.table_schema(table)
         txid = pa.table({"txid": pa.array([t.txid], pa.string())})
-        shared = rewrite.touched_files(others, schema, txid, ["txid"])
+        shared = rewrite.touched_files(others, schema, txid, ["txid"], self.storage)
         if shared:
-            rows = read_files(shared, schema)
+            rows = read_files(shared, schema, self.storage)
             rows = rows.filter(pc.not_equal(rows.column("txid"), t.txid))
             # other txids' rows: outside any txid's folder
             folder = compaction.compacted_dir(self._location(table), t.pipeline)
-            adds += rewrite.write_files(folder, rows, schema, self._partitioner(table))
+            adds += rewrite.write_files(
+                folder, rows, schema, self._partitioner(table), self.storage
+            )
             removes += shared
         return adds, removes
 
@@ -344,19 +363,19 @@ class LakeSink(LakeAudit):
         paths = [p for p, _ in staged]
         if not paths and not old_paths:
             return [], []
-        versions_schema = schema_of([*paths, *old_paths])
-        new = read_files(paths, versions_schema)
-        old = read_files(old_paths, versions_schema)
-        schema = self._table_schema(table)
+        versions_schema = schema_of([*paths, *old_paths], self.storage)
+        new = read_files(paths, versions_schema, self.storage)
+        old = read_files(old_paths, versions_schema, self.storage)
+        schema = self.table_schema(table)
         keys = rewrite_keys(new, old, key)
         live = self._live_files(table)
-        touched = rewrite.touched_files(live, schema, keys, key)
-        current = read_files(touched, schema) if touched else schema.empty_table()
+        touched = rewrite.touched_files(live, schema, keys, key, self.storage)
+        current = read_files(touched, schema, self.storage)
         if self.cfg.mode == "upsert":
 
             def earlier(keys: Any) -> Any:
                 files = self.versions.committed(cur, below=t.seq, without=t.txid)
-                versions = read_with_seq(files, versions_schema)
+                versions = read_with_seq(files, versions_schema, self.storage)
                 return versions.join(keys, key, join_type="left semi", use_threads=False)
 
             rows = upsert.decide(current, new, old, t.seq, key, schema.names, earlier)
@@ -365,7 +384,7 @@ class LakeSink(LakeAudit):
 
             def contributors(keys: Any) -> Any:
                 files = self.versions.committed(cur, without=t.txid)
-                versions = read_with_seq(files, versions_schema)
+                versions = read_with_seq(files, versions_schema, self.storage)
                 mine = versions.join(keys, key, join_type="left semi", use_threads=False)
                 best = mine.group_by(key, use_threads=False).aggregate([("seq", "max")])
                 return best.rename_columns(
@@ -374,7 +393,9 @@ class LakeSink(LakeAudit):
 
             rows = merge.decide(current, new, old, t.seq, key, aggregates, contributors)
         directory = attempt_dir(self._location(table), t.pipeline, t.txid, t.attempt)
-        return rewrite.write_files(directory, rows, schema, self._partitioner(table)), touched
+        return rewrite.write_files(
+            directory, rows, schema, self._partitioner(table), self.storage
+        ), touched
 
     def record_published(self, cur, t: PublishTarget) -> None:
         """Step 2: upsert and merge keep the published attempt's files as the txid's
@@ -393,13 +414,15 @@ class LakeSink(LakeAudit):
                 return StagedFiles({}, set())
             try:
                 published = {(p.txid, p.attempt) for p in self._publications(table, pipeline)}
-                return files_on_storage(self._location(table), pipeline, txids, published)
+                return files_on_storage(
+                    self._location(table), pipeline, txids, published, self.storage
+                )
             finally:
-                self._release(table)
+                self.release_table(table)
 
     def remove_files(self, paths: list[str]) -> None:
         """Delete the files, then their attempt folders if left empty."""
-        delete_files(paths)
+        delete_files(paths, self.storage)
 
     # -- maintenance (onceflow.maintenance) ------------------------------------------------
 
@@ -408,18 +431,20 @@ class LakeSink(LakeAudit):
     ) -> tuple[int, int]:
         """Compact the table's small files (sinks.lake.compaction) in ONE commit: (files
         compacted, files written); SinkMovedError if the table moved meanwhile."""
-        files = self._live_files_sized(table)
+        files = self.data_files(table)
         chosen = compaction.bins(files, target_bytes)
         if dry_run or not chosen:
             return sum(len(b) for b in chosen), len(chosen)
-        schema = self._table_schema(table)
+        schema = self.table_schema(table)
         location = self._location(table)
 
         def write(rows: Any) -> tuple[str, int]:
             uri = f"{compaction.compacted_dir(location, pipeline)}/{uuid.uuid4().hex}.parquet"
-            return rewrite.write_path(uri, rows, schema)
+            return rewrite.write_path(uri, rows, schema, self.storage)
 
-        adds, removes = compaction.rewrite_bins(chosen, lambda u: read_files(u, schema), write)
+        adds, removes = compaction.rewrite_bins(
+            chosen, lambda u: read_files(u, schema, self.storage), write
+        )
         summary = maintenance_summary(pipeline, f"compacted {len(removes)} files into {len(adds)}")
         with self._reaching("commit its compaction; nothing changed"):
             self._prepare_commit(table, summary, adds, removes, None)()

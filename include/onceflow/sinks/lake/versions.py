@@ -18,6 +18,7 @@ from typing import Any
 from psycopg2 import sql
 
 from onceflow.sinks.base import PublishTarget
+from onceflow.sinks.lake.storage import Storage
 
 
 class VersionFiles:
@@ -92,47 +93,35 @@ class VersionFiles:
         return out
 
 
-def schema_of(paths: Iterable[str]) -> Any:
+def schema_of(paths: Iterable[str], storage: Storage) -> Any:
     """The Parquet files' schemas unified (a file written before a column was added lacks
     it), or None for no file."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from pyarrow import fs
 
     schemas = []
     for uri in paths:
-        filesystem, path = fs.FileSystem.from_uri(uri)
+        filesystem, path = storage.filesystem(uri)
         schemas.append(pq.read_schema(path, filesystem=filesystem))
     return pa.unify_schemas(schemas, promote_options="permissive") if schemas else None
 
 
-def dataset(uris: Iterable[str], schema: Any) -> Any:
-    """A pyarrow dataset of Parquet files given by URI (all on one file system)."""
-    import pyarrow.dataset as ds
-    from pyarrow import fs
-
-    uris = list(uris)
-    filesystem = fs.FileSystem.from_uri(uris[0])[0] if uris else None
-    paths = [fs.FileSystem.from_uri(u)[1] for u in uris]
-    return ds.dataset(paths, schema=schema, format="parquet", filesystem=filesystem)
-
-
-def read_files(paths: Iterable[str], schema: Any) -> Any:
+def read_files(paths: Iterable[str], schema: Any, storage: Storage) -> Any:
     """The rows of Parquet files (URIs) as one pyarrow.Table of `schema` (a column a file
     lacks reads null)."""
     paths = list(paths)
     if not paths:
         return schema.empty_table()
-    return dataset(paths, schema).to_table()
+    return storage.dataset(paths, schema).to_table()
 
 
-def read_with_seq(files_by_seq: dict[int, list[str]], schema: Any) -> Any:
+def read_with_seq(files_by_seq: dict[int, list[str]], schema: Any, storage: Storage) -> Any:
     """The versions of several txids (seq -> files) with a `seq` column."""
     import pyarrow as pa
 
     parts = []
     for seq, paths in files_by_seq.items():
-        rows = read_files(paths, schema)
+        rows = read_files(paths, schema, storage)
         parts.append(rows.append_column("seq", pa.array([seq] * rows.num_rows, pa.int64())))
     if not parts:
         return schema.append(pa.field("seq", pa.int64())).empty_table()
