@@ -27,6 +27,10 @@ Phase 1, data plane (a private broker and PostgreSQL, nothing else of Onceflow r
   lake             one user transform (spark_jobs/inventory.py) into a PostgreSQL append
                    table and into an Iceberg table: process and commit of each, side by side
                    (bench/lake.py; `--only lake` measures just this and merges it into --out)
+  lake_commits     commit seconds per batch and data files after 100 batches for every sink
+                   kind (PostgreSQL, Iceberg, Delta) and mode (append, upsert, merge), lake
+                   tables with and without maintenance (bench/lake_commits.py; `--only
+                   lake_commits`)
 Phase 2, orchestration (the local stack with Airflow on ports 25437/29097/28085, on the same
 Apache Kafka when given): DAG runs of a 1,000-record batch, trigger to commit success, split
 into plan, process (start, session, job, stop), commit and the scheduler's hand-offs.
@@ -34,7 +38,7 @@ into plan, process (start, session, job, stop), commit and the scheduler's hand-
 Writes bench/results.json, bench/throughput.png and BENCHMARKS.md (table + bench/NOTES.md).
 
 usage: python bench/run.py [--quick] [--records N] [--repeats K] [--skip-dag] [--render]
-                           [--lake-records N] [--only lake]
+                           [--lake-records N] [--only lake|lake_commits]
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common  # noqa: E402
 import lake  # noqa: E402
+import lake_commits  # noqa: E402
 from common import ROOT, SPARK_SUBMIT, Topic  # noqa: E402
 from onceflow import jvm_archive  # noqa: E402
 from onceflow.spark_app import PROCESS_APPLICATION  # noqa: E402
@@ -808,6 +813,8 @@ def write_markdown(r: dict, path: Path) -> None:
         ]
     if r.get("lake"):
         lines += lake.section(r["lake"])
+    if r.get("lake_commits"):
+        lines += lake_commits.section(r["lake_commits"])
     lines += [
         "",
         "## Scaling",
@@ -1032,7 +1039,7 @@ def main() -> int:
     p.add_argument("--lake-records", type=int, default=1_000_000, help="the lake section's topic")
     p.add_argument(
         "--only",
-        choices=["lake"],
+        choices=["lake", "lake_commits"],
         help="measure only this section and merge it into --out (if that holds a full run)",
     )
     p.add_argument("--quick", action="store_true", help="small sizes, one repeat (a smoke test)")
@@ -1102,7 +1109,13 @@ def main() -> int:
                                    [] if native_skip else jars, connector, native_skip,
                                    process_skip)
                     )  # fmt: skip
-                results["lake"] = lake_run(a, work, bootstrap, pg, brk)
+                if a.only in (None, "lake"):
+                    results["lake"] = lake_run(a, work, bootstrap, pg, brk)
+                if a.only in (None, "lake_commits"):
+                    batches = 20 if a.quick else 100
+                    results["lake_commits"] = lake_commits.run(
+                        pg.dsn, work / "lake-commits", batches=batches, say=say
+                    )
             if a.skip_dag or a.only:
                 results["small_batch_skipped"] = (
                     f"bench/run.py {'--skip-dag' if a.skip_dag else '--only ' + a.only}"
@@ -1120,8 +1133,11 @@ def main() -> int:
         results["acceptance"] = acceptance(results)
     a.out.write_text(json.dumps(results, indent=1, default=str) + "\n")
     if "scaling" not in results:  # no full run to render it with
+        alone = lake.section(results["lake"]) if a.only == "lake" else []
+        if a.only == "lake_commits":
+            alone = lake_commits.section(results["lake_commits"])
         a.markdown.write_text(
-            "\n".join(["# Benchmarks: the lake section alone", *lake.section(results["lake"]), ""])
+            "\n".join([f"# Benchmarks: the {a.only} section alone", *alone, ""])
         )
         say(f"wrote {a.out}, {a.markdown}")
         return 0

@@ -118,6 +118,7 @@ def test_commit_twice_makes_one_snapshot(ledger_dsn, cfg):
         "onceflow.seq": "1",
         "onceflow.attempt": "1",
         "onceflow.records": "2",
+        "onceflow.last-seq": "1",
     }
     assert summary["added-records"] == "2"
 
@@ -194,6 +195,8 @@ def test_a_rerun_replaces_the_txids_files_in_one_overwrite_snapshot(ledger_dsn, 
         "2",
     )
     assert first["onceflow.attempt"] == "1"
+    # the re-run of seq 1 keeps the highest seq the table holds: 2
+    assert rerun["onceflow.last-seq"] == "2"
     assert published(ledger_dsn, cfg) == [(0, 0, "x", 10), (0, 2, "z", 3)]
     # what `onceflow demo` prints: the table scanned (a's replaced rows are gone)
     assert demo.sink_rows(ledger_dsn, cfg) == (f"iceberg:{cfg.sink_schema}.items", 2)

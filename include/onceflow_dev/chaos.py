@@ -1049,7 +1049,8 @@ class Harness:
 
         from onceflow_dev.s3_emulator import S3Emulator
 
-        self.s3 = S3Emulator(self.home / "s3", port=29097 + 10 * self.opts.slot)
+        # a port of the slot's range that neither the slot's brokers nor the bench's take
+        self.s3 = S3Emulator(self.home / "s3", port=29099 + 10 * self.opts.slot)
         self.s3.start()
         os.environ[STORAGE_ENV] = self.s3.storage.to_env()
         self.log(f"S3 emulator (moto) up on {self.s3.storage.endpoint}")

@@ -28,7 +28,7 @@ from onceflow.sinks.iceberg.catalog import fence_retries, load_table, open_catal
 from onceflow.sinks.iceberg.data_files import data_file, live_data_files, referenced_files
 from onceflow.sinks.iceberg.evolution import OUTPUT_COLUMNS, evolve
 from onceflow.sinks.iceberg.partitioning import partition_spec, partitioner, spec_fields
-from onceflow.sinks.iceberg.snapshots import newest, publications
+from onceflow.sinks.iceberg.snapshots import LAST_SEQ, last_seq, newest, publications
 from onceflow.sinks.iceberg.table_schema import iceberg_schema, table_layout
 from onceflow.sinks.lake.compaction import LiveFile
 from onceflow.sinks.lake.partitions import Partitioner, refuse_other
@@ -209,10 +209,11 @@ class IcebergSink(LakeSink):
         ]
         gone = set(removes)
         tx = table.transaction()
-        update = tx.update_snapshot(snapshot_properties=summary)
+        last = max(last_seq(table) or 0, seq or 0)
+        update = tx.update_snapshot(snapshot_properties={**summary, LAST_SEQ: str(last)})
         producer = update.overwrite() if gone else update.fast_append()
         with producer:
-            for f in live_data_files(table):
+            for f in live_data_files(table) if gone else ():
                 if f.file_path in gone:
                     producer.delete_data_file(f)
             for f in data_files:

@@ -322,16 +322,18 @@ class LakeSink(LakeAudit):
         """append: the staged files to add and, with `replace`, the txid's rows to remove:
         its live files (by their folder) removed whole, and a compacted file holding some
         of its rows rewritten without them. A staged file already live (the table published
-        this attempt, and its record of that was expired since) is neither."""
+        this attempt, and its record of that was expired since) is neither. Without
+        `replace` the table holds nothing of the txid (maintenance keeps the record of a
+        publication the ledger has not committed on), so its files are not listed."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
+        if not replace:
+            return staged, []
         live = self._live_files(table)
         prefix = txid_prefix(self._location(table), t.pipeline, t.txid)
         mine = {f for f in live if f.startswith(prefix)}
         adds = [(p, n) for p, n in staged if p not in mine]
-        if not replace:
-            return adds, []
         removes = sorted(mine - {p for p, _ in staged})
         others = [f for f in live if f not in mine]
         schema = self.table_schema(table)
