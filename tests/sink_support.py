@@ -382,3 +382,18 @@ def cleanup(cfg, *args):
     with contextlib.redirect_stdout(out):
         assert main(["cleanup", "--pipeline", cfg.name, "--json", *args]) == 0
     return {(a["txid"], a["attempt"]): a["files"] for a in json.loads(out.getvalue())["attempts"]}
+
+
+def commits_recording(dsn, cfg, seq):
+    """The ids of the lake table's commits recording the pipeline's seq, oldest first,
+    read with the format's own library (pyiceberg's snapshots, deltalake's history)."""
+    if cfg.sink.kind == "iceberg":
+        return snapshot_ids(dsn, cfg, seq)
+    from deltalake import DeltaTable
+
+    history = reversed(DeltaTable(sink_for(cfg).location).history())
+    return [
+        str(h["version"])
+        for h in history
+        if h.get("onceflow.pipeline") == cfg.name and h.get("onceflow.seq") == str(seq)
+    ]

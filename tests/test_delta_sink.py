@@ -1,7 +1,6 @@
-"""The Delta Lake sink beyond the Sink contract (test_sinks.py runs that for it too): the
-two-step commit (a crash between the table's commit and the ledger's, commit twice, two
-committers at once, a zombie committer fenced by Delta's own conflict check), re-runs as
-one version, the app transaction and the commit info each version records, fenced attempts'
+"""The Delta Lake sink beyond the Sink contract (test_sinks.py runs that for it too, and
+test_lake_commit.py two committers at once and a zombie committer): the two-step commit (a
+crash between the table's commit and the ledger's, commit twice), re-runs as one version, the app transaction and the commit info each version records, fenced attempts'
 files never referenced, the ledger and UI naming each txid's version, the audit's Delta
 rules, and bad input.
 
@@ -12,7 +11,6 @@ On a real PostgreSQL (the ledger) and a local warehouse under tmp_path, with the
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import pyarrow as pa
@@ -20,18 +18,17 @@ import pytest
 from deltalake import CommitProperties, DeltaTable
 from deltalake.transaction import AddAction
 from onceflow.audit import run_audit
-from onceflow.commit import _publish_outside, commit
+from onceflow.commit import commit
 from onceflow.db import transaction
 from onceflow.errors import (
     FencedAttemptError,
-    SinkMovedError,
     SinkSchemaError,
     SinkUnavailableError,
 )
 from onceflow.failpoints import FailpointError
 from onceflow.ledger.fencing import claim_attempt, mark_staged
 from onceflow.ledger.planning import plan
-from onceflow.sinks import PublishTarget, sink_for
+from onceflow.sinks import sink_for
 from onceflow.sinks.delta.evolution import OUTPUT_COLUMNS
 from onceflow.staging.target import StageTarget
 from onceflow.staging.writer import stage_part
@@ -128,56 +125,6 @@ def test_a_crash_between_the_table_and_the_ledger_is_repaired_without_publishing
     assert batch(ledger_dsn, cfg, "a").sink_commit == str(info["version"])
     report = exactly_once(ledger_dsn, cfg)
     assert (report.records_in_sink, report.dead_lettered) == (2, 1)
-
-
-def test_two_commit_processes_at_once_make_one_version(ledger_dsn, cfg):
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
-    process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])
-    start = threading.Barrier(2)
-    outcomes, errors = [], []
-
-    def commit_once():
-        start.wait()
-        try:
-            outcomes.append(commit(ledger_dsn, cfg, "a").outcome)
-        except Exception as e:  # noqa: BLE001 - reported below
-            errors.append(e)
-
-    threads = [threading.Thread(target=commit_once) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert errors == []
-    assert sorted(outcomes) == ["already-committed", "committed"]
-    assert len(versions(cfg, seq=1)) == 1
-    exactly_once(ledger_dsn, cfg)
-
-
-def test_a_zombie_committer_is_fenced_by_deltas_conflict_check(ledger_dsn, cfg, monkeypatch):
-    """A committer that read the table before another one published the seq loses the
-    Delta commit, reads again, finds the seq and publishes nothing."""
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
-    process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])
-    sink, t = sink_for(cfg), PublishTarget(cfg.name, "a", 1, 1)
-    with transaction(ledger_dsn) as cur:
-        stale = sink.read(cur, t)  # the zombie's view: no version of seq 1 yet
-    assert stale.publication is None
-    commit(ledger_dsn, cfg, "a")
-    with pytest.raises(SinkMovedError), transaction(ledger_dsn) as cur:
-        sink.publish_outside(cur, t, stale, replace=False)
-    assert len(versions(cfg, seq=1)) == 1
-    readings = [stale]
-    read = type(sink).read
-    monkeypatch.setattr(
-        type(sink), "read", lambda self, cur, t: readings.pop() if readings else read(self, cur, t)
-    )
-    with transaction(ledger_dsn) as cur:
-        again = _publish_outside(sink, cur, t, replace=False)
-    assert (readings, again.seq, again.attempt, again.records) == ([], 1, 1, 2)
-    assert len(versions(cfg, seq=1)) == 1
-    monkeypatch.undo()
-    exactly_once(ledger_dsn, cfg)
 
 
 # -- re-runs and fencing ------------------------------------------------------------------

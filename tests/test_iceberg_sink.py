@@ -1,7 +1,6 @@
-"""The Iceberg sink beyond the Sink contract (test_sinks.py runs that for it too): the
-two-step commit (a crash between the sink and the ledger, commit twice, two committers at
-once, a zombie committer fenced by Iceberg's optimistic commit), re-runs as one overwrite
-snapshot, fenced attempts' files never referenced, the catalog in a schema of its own, the
+"""The Iceberg sink beyond the Sink contract (test_sinks.py runs that for it too, and
+test_lake_commit.py two committers at once and a zombie committer): the two-step commit (a
+crash between the sink and the ledger, commit twice), re-runs as one overwrite snapshot, fenced attempts' files never referenced, the catalog in a schema of its own, the
 audit's Iceberg rules, and bad input.
 
 On a real PostgreSQL (the ledger and the SQL catalog) and a warehouse under tmp_path;
@@ -10,24 +9,22 @@ rows are staged as process stages them (onceflow.staging.writer.stage_part throu
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import pytest
 from onceflow.audit import run_audit
-from onceflow.commit import _publish_outside, commit
+from onceflow.commit import commit
 from onceflow.db import transaction
 from onceflow.errors import (
     CommitConflictError,
     FencedAttemptError,
-    SinkMovedError,
     SinkSchemaError,
     SinkUnavailableError,
 )
 from onceflow.failpoints import FailpointError
 from onceflow.ledger.fencing import claim_attempt, mark_staged
 from onceflow.ledger.planning import plan
-from onceflow.sinks import PublishTarget, sink_for
+from onceflow.sinks import sink_for
 from onceflow.sinks.iceberg.catalog import CATALOG_SCHEMA
 from onceflow.sinks.iceberg.evolution import OUTPUT_COLUMNS
 from onceflow.staging.target import StageTarget
@@ -121,57 +118,6 @@ def test_commit_twice_makes_one_snapshot(ledger_dsn, cfg):
         "onceflow.last-seq": "1",
     }
     assert summary["added-records"] == "2"
-
-
-def test_two_commit_processes_at_once_make_one_snapshot(ledger_dsn, cfg):
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
-    process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])
-    start = threading.Barrier(2)
-    outcomes, errors = [], []
-
-    def commit_once():
-        start.wait()
-        try:
-            outcomes.append(commit(ledger_dsn, cfg, "a").outcome)
-        except Exception as e:  # noqa: BLE001 - reported below
-            errors.append(e)
-
-    threads = [threading.Thread(target=commit_once) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert errors == []
-    assert sorted(outcomes) == ["already-committed", "committed"]
-    assert len(snapshots(ledger_dsn, cfg, seq=1)) == 1
-    exactly_once(ledger_dsn, cfg)
-
-
-def test_a_zombie_committer_is_fenced_by_icebergs_optimistic_commit(ledger_dsn, cfg, monkeypatch):
-    """A committer that read the table before another one published the seq (it lost its
-    lock, say) loses the Iceberg commit, reads again, finds the seq and publishes nothing."""
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
-    process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])
-    sink, t = sink_for(cfg), PublishTarget(cfg.name, "a", 1, 1)
-    with transaction(ledger_dsn) as cur:
-        stale = sink.read(cur, t)  # the zombie's view: no snapshot of seq 1 yet
-    assert stale.publication is None
-    commit(ledger_dsn, cfg, "a")
-    with pytest.raises(SinkMovedError), transaction(ledger_dsn) as cur:
-        sink.publish_outside(cur, t, stale, replace=False)
-    assert len(snapshots(ledger_dsn, cfg, seq=1)) == 1
-    # the two-step commit's step 1 reads again after the conflict and finds seq 1
-    readings = [stale]
-    read = type(sink).read
-    monkeypatch.setattr(
-        type(sink), "read", lambda self, cur, t: readings.pop() if readings else read(self, cur, t)
-    )
-    with transaction(ledger_dsn) as cur:
-        again = _publish_outside(sink, cur, t, replace=False)
-    assert (readings, again.seq, again.attempt, again.records) == ([], 1, 1, 2)
-    assert len(snapshots(ledger_dsn, cfg, seq=1)) == 1
-    monkeypatch.undo()
-    exactly_once(ledger_dsn, cfg)
 
 
 # -- re-runs and fencing ------------------------------------------------------------------

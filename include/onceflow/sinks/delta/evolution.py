@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from onceflow import schema_evolution
 from onceflow.schema_evolution import Evolution
 from onceflow.sinks.delta.table_schema import delta_field
-from onceflow.sinks.lake.layout import Layout
+from onceflow.sinks.lake.layout import Layout, fit
 
 if TYPE_CHECKING:
     from onceflow.sinks.delta import DeltaSink
@@ -49,25 +49,13 @@ def evolve(sink: DeltaSink, cur, table: Any, shape: Layout, evolution: Evolution
     return table
 
 
-def _fit(sink: DeltaSink, table: Any, shape: Layout) -> schema_evolution.TableFit:
-    """The table as the evolution rule sees it: a not-null column of the table that the
-    output makes nullable counts as another type; the table's OUTPUT_COLUMNS are the
-    columns an earlier output gave (a table made by something else has none)."""
-    wanted = {c.name: c for c in shape.table}
-    have = []
-    for f in table.schema().fields:
-        c = wanted.get(f.name)
-        loosened = not f.nullable and c is not None and not c.required
-        type_name = getattr(f.type, "type", str(f.type))
-        have.append((f.name, f"{'not null ' if loosened else ''}{type_name}", f.nullable))
-    previous = table.metadata().configuration.get(OUTPUT_COLUMNS)
-    return schema_evolution.TableFit(
-        name=sink.name,
-        wanted=tuple((c.name, c.type) for c in shape.table),
-        have=tuple(have),
-        user=frozenset(shape.users),
-        key=frozenset(shape.key),
-        previous=frozenset(previous.split(",")) if previous else frozenset(),
+def _fit(sink: Any, table: Any, shape: Layout) -> schema_evolution.TableFit:
+    """The table as the evolution rule sees it (sinks.lake.layout.fit)."""
+    fields = (
+        (f.name, getattr(f.type, "type", str(f.type)), f.nullable) for f in table.schema().fields
+    )
+    return fit(
+        sink.name, shape, fields, table.metadata().configuration.get(OUTPUT_COLUMNS), "not null"
     )
 
 

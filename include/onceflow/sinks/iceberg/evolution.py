@@ -15,7 +15,7 @@ from onceflow import schema_evolution
 from onceflow.errors import SinkUnavailableError
 from onceflow.schema_evolution import Evolution
 from onceflow.sinks.iceberg.table_schema import primitive
-from onceflow.sinks.lake.layout import Layout
+from onceflow.sinks.lake.layout import Layout, fit
 
 if TYPE_CHECKING:
     from onceflow.sinks.iceberg import IcebergSink
@@ -75,25 +75,10 @@ def evolve(
     )
 
 
-def _fit(sink: IcebergSink, table: Any, shape: Layout) -> schema_evolution.TableFit:
-    """The table as the evolution rule sees it: a required column of the table that the
-    output makes optional counts as another type; the table's OUTPUT_COLUMNS are the
-    columns an earlier output gave (a table made by something else has none)."""
-    wanted = {c.name: c for c in shape.table}
-    have = []
-    for f in table.schema().fields:
-        c = wanted.get(f.name)
-        loosened = f.required and c is not None and not c.required
-        have.append((f.name, f"{'required ' if loosened else ''}{f.field_type}", not f.required))
-    previous = table.properties.get(OUTPUT_COLUMNS)
-    return schema_evolution.TableFit(
-        name=sink.name,
-        wanted=tuple((c.name, c.type) for c in shape.table),
-        have=tuple(have),
-        user=frozenset(shape.users),
-        key=frozenset(shape.key),
-        previous=frozenset(previous.split(",")) if previous else frozenset(),
-    )
+def _fit(sink: Any, table: Any, shape: Layout) -> schema_evolution.TableFit:
+    """The table as the evolution rule sees it (sinks.lake.layout.fit)."""
+    fields = ((f.name, str(f.field_type), not f.required) for f in table.schema().fields)
+    return fit(sink.name, shape, fields, table.properties.get(OUTPUT_COLUMNS), "required")
 
 
 def _fixes(

@@ -17,9 +17,10 @@ versions for later re-runs and the audit (sinks.lake.versions).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from onceflow import schema_evolution
 from onceflow.config.sink import SinkConfig
 from onceflow.errors import SinkSchemaError
 
@@ -92,3 +93,31 @@ def layout(
     table = (*key, *sums, LakeColumn("last_seq", types.long, required=True))
     files = (*coords, *key, *(LakeColumn(a, by_name[a]) for a in cfg.aggregates))
     return Layout(table, files, (*cfg.key, *cfg.aggregates), cfg.key, tuple(by_name))
+
+
+def fit(
+    name: str,
+    shape: Layout,
+    fields: Iterable[tuple[str, str, bool]],
+    previous: str | None,
+    not_null: str,
+) -> schema_evolution.TableFit:
+    """An existing lake table as the evolution rule (onceflow.schema_evolution) sees it:
+    `fields` its (name, type, nullable) columns; a not-null column the output makes
+    nullable counts as another type (`not_null`, the format's word for it, before the type);
+    `previous` the output columns an earlier output gave (the table property; a table made
+    by something else has none)."""
+    wanted = {c.name: c for c in shape.table}
+    have = []
+    for column, typ, nullable in fields:
+        c = wanted.get(column)
+        loosened = not nullable and c is not None and not c.required
+        have.append((column, f"{not_null + ' ' if loosened else ''}{typ}", nullable))
+    return schema_evolution.TableFit(
+        name=name,
+        wanted=tuple((c.name, c.type) for c in shape.table),
+        have=tuple(have),
+        user=frozenset(shape.users),
+        key=frozenset(shape.key),
+        previous=frozenset(previous.split(",")) if previous else frozenset(),
+    )
