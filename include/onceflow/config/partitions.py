@@ -14,8 +14,6 @@ from typing import Any
 from onceflow.config.names import NAME_RE
 from onceflow.errors import ConfigError
 
-TIME_TRANSFORMS = ("year", "month", "day", "hour")
-WIDTH_TRANSFORMS = ("bucket", "truncate")
 _FIELD_RE = re.compile(
     r"^\s*(?:(?P<time>year|month|day|hour)\(\s*(?P<tcol>\w+)\s*\)"
     r"|(?P<width>bucket|truncate)\(\s*(?P<n>\d+)\s*,\s*(?P<wcol>\w+)\s*\)"
@@ -25,7 +23,7 @@ _FIELD_RE = re.compile(
 
 @dataclass(frozen=True)
 class PartitionField:
-    transform: str  # "identity", a TIME_TRANSFORMS or WIDTH_TRANSFORMS name
+    transform: str  # identity, year, month, day, hour, bucket or truncate
     column: str
     width: int | None = None  # bucket's buckets, truncate's width
 

@@ -15,9 +15,19 @@ def live_data_files(table: Any) -> Iterator[Any]:
     if snapshot is None:
         return
     for manifest in snapshot.manifests(table.io):
+        if _only_deletes(manifest):
+            continue
         yield from (
             e.data_file for e in manifest.fetch_manifest_entry(table.io, discard_deleted=True)
         )
+
+
+def _only_deletes(manifest: Any) -> bool:
+    """Whether a manifest lists deleted files only (nothing to read). pyiceberg 0.12 carries
+    an overwrite's manifest of deleted entries into every later snapshot, so a table
+    rewritten every batch holds one more of them per commit."""
+    added, existing = manifest.added_files_count, manifest.existing_files_count
+    return added == 0 and existing == 0
 
 
 def referenced_files(table: Any, snapshots: Iterable[Any]) -> set[str]:
@@ -26,7 +36,7 @@ def referenced_files(table: Any, snapshots: Iterable[Any]) -> set[str]:
     seen: set[str] = set()
     for snapshot in snapshots:
         for manifest in snapshot.manifests(table.io):
-            if manifest.manifest_path in seen:
+            if manifest.manifest_path in seen or _only_deletes(manifest):
                 continue
             seen.add(manifest.manifest_path)
             entries = manifest.fetch_manifest_entry(table.io, discard_deleted=True)
