@@ -240,9 +240,12 @@ def apply_reference(work: Path, rows: int = 200_000, batch: int = 2_000) -> dict
 def run(dsn: str, work: Path, batches: int = 100, records: int = 2000, keys: int = 5000,
         maintain_every: int = 10, say=print) -> dict[str, Any]:  # fmt: skip
     """Every sink kind and mode; lake tables with and without maintenance."""
+    import os
+
     from onceflow.db import migrate
 
     migrate(dsn)
+    load_before = os.getloadavg()[0]
     runs = []
     for kind in KINDS:
         for mode in MODES:
@@ -273,6 +276,7 @@ def run(dsn: str, work: Path, batches: int = 100, records: int = 2000, keys: int
             "keys": keys,
             "parts_per_batch": PARTS,
             "maintain_every": maintain_every,
+            "load_1min": [load_before, os.getloadavg()[0]],
         },
         "runs": runs,
     }
@@ -289,7 +293,13 @@ def section(lc: dict[str, Any]) -> list[str]:
         f"parts each; keys drawn from {c['keys']:,} skus) committed into a fresh table per row "
         "(bench/lake_commits.py: staged as process stages them, without Spark, so the commit "
         f"alone is timed). Maintained: `onceflow maintain` every {c['maintain_every']} batches, "
-        "no history kept. Every run ends exactly-once by the audit.",
+        "no history kept. Every run ends exactly-once by the audit."
+        + (
+            f" 1-minute load average {c['load_1min'][0]:.1f} at the start, "
+            f"{c['load_1min'][1]:.1f} at the end."
+            if "load_1min" in c
+            else ""
+        ),
         "",
         "| sink | mode | maintenance | commit median | p90 | first 10 → last 10 | maintain median | data files after |",
         "|---|---|---|---|---|---|---|---|",

@@ -1136,9 +1136,7 @@ def main() -> int:
         alone = lake.section(results["lake"]) if a.only == "lake" else []
         if a.only == "lake_commits":
             alone = lake_commits.section(results["lake_commits"])
-        a.markdown.write_text(
-            "\n".join([f"# Benchmarks: the {a.only} section alone", *alone, ""])
-        )
+        a.markdown.write_text("\n".join([f"# Benchmarks: the {a.only} section alone", *alone, ""]))
         say(f"wrote {a.out}, {a.markdown}")
         return 0
     plot(results, BENCH / "throughput.png")
