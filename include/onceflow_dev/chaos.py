@@ -2358,7 +2358,6 @@ class Harness:
     ) -> tuple[dict[str, int], list[dict[str, Any]]]:
         """append and upsert: rows (upsert: versions) by coordinates."""
         key = self.cfg.sink.key
-        table = self.sink.versions_table if self.mode == "upsert" else self.sink.table
         row_agrees = fields_row(key)
         lake = isinstance(self.sink, IcebergSink | DeltaSink)
         if lake:  # the table scanned (upsert: the versions), by coordinates
@@ -2369,6 +2368,7 @@ class Harness:
             else:
                 published = read.lake_rows(self.sink)
         else:
+            table = self.sink.versions_table if self.mode == "upsert" else self.sink.table
             published = read.rows(table)
         rows = [SinkRecord(*_coord(r), "row", _user_columns(r)) for r in published]
         compared = compared_columns(acked, rows, key)
