@@ -6,13 +6,13 @@ In PostgreSQL, in the pipeline's sink schema, for a table T:
 
 - `stage_T`: the dead letters process staged, tagged (txid, attempt, part), which commit
   publishes into onceflow.dead_letters (the ledger's, whatever the sink);
-- `stage_T_files`: the data files process staged, one per part with valid rows, each
-  recorded with its part's claim (onceflow.staging.file_stage), with its row count and
-  checksum;
+- `stage_T_files`: the data files process staged, one per part with valid rows (per
+  partition of a partitioned table), each recorded with its part's claim
+  (onceflow.staging.file_stage), with its row count and checksum;
 - upsert and merge: `T_version_files`, the versions of the committed txids
   (sinks.lake.versions).
 
-They are small (dead letters and one row per part), so unlike the other stage tables they
+They are small (dead letters and a row or a few per part), so unlike the other stage tables they
 are logged: the rows naming staged files survive a database crash like the files do.
 
 Publishing (step 1 of the two-step commit: onceflow.commit) is ONE commit of the table,
@@ -20,7 +20,8 @@ on top of the version the read saw or not at all (SinkMovedError: commit reads a
 recording the pipeline, txid, seq and attempt:
 
 - append: the staged attempt's files are added as they are; a re-run (or a txid an earlier
-  attempt already published) also removes the txid's live files, found by their folder;
+  attempt already published) also removes the txid's rows: its live files, found by their
+  folder, and its rows in a compacted file, which is rewritten without them;
 - upsert and merge: the files holding a key the txid touches are rewritten
   (sinks.lake.rewrite) by the mode's rule (sinks.lake.upsert, sinks.lake.merge).
 
