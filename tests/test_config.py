@@ -25,8 +25,11 @@ def test_shipped_pipelines_file_is_valid():
         pipelines["inventory"].topics,
         "iceberg",
         "lake",
-        "stock",
+        "stock_daily",
     )
+    # partitioned and maintained
+    assert [f.text() for f in lake.sink.partition_by] == ["day(ts)"]
+    assert (lake.sink.maintain_every, lake.sink.retain_hours) == (5, 1.0)
 
 
 def test_defaults():
