@@ -23,7 +23,9 @@ The whole commit of a txid, in one place, in the ledger's transaction:
 4. the offsets' compare-and-set (ledger.offsets.advance_offsets), unless republishing: the
    offsets of a committed txid are already past it;
 5. the state change (ledger.transitions.move, Step.COMMIT), with the attempt published and
-   the sink's own commit id (onceflow.batches.sink_commit), and the stage's rows dropped;
+   the sink's own commit id (onceflow.batches.sink_commit), what the ledger keeps of the
+   publication (a lake upsert or merge table's versions: Sink.record_published), and the
+   stage's rows dropped;
 6. after the transaction, for a sink outside the database, the data files of the txid's
    attempts that never publish are removed (onceflow.file_cleanup; best effort).
 
