@@ -25,7 +25,7 @@ def test_shipped_pipelines_file_is_valid():
         pipelines["inventory"].topics,
         "iceberg",
         "lake",
-        "stock_daily",
+        "stock",
     )
     # partitioned and maintained
     assert [f.text() for f in lake.sink.partition_by] == ["day(ts)"]
