@@ -29,7 +29,7 @@ def test_shipped_pipelines_file_is_valid():
     )
     # partitioned and maintained
     assert [f.text() for f in lake.sink.partition_by] == ["day(ts)"]
-    assert (lake.sink.maintain_every, lake.sink.retain_hours) == (5, 1.0)
+    assert (lake.sink.maintain_every, lake.sink.retain_hours) == (3, 1.0)
 
 
 def test_defaults():
