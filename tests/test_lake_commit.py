@@ -1,4 +1,5 @@
-"""A lake table's two-step commit against concurrent committers, for Iceberg and Delta: two
+"""A lake table's two-step commit against concurrent committers, for Iceberg and Delta in
+every mode: two
 commit processes at once make one table commit; a zombie committer (it read the table before
 another published the seq) loses the table's own optimistic commit (Iceberg's, Delta's
 put-if-absent of the next log entry), reads again, finds the seq and publishes nothing. On a
@@ -14,12 +15,12 @@ from onceflow.db import transaction
 from onceflow.errors import SinkMovedError
 from onceflow.ledger.planning import plan
 from onceflow.sinks import PublishTarget, sink_for
-from sink_support import T, commits_recording, exactly_once, pipeline, process, snap
+from sink_support import LAKE, T, commits_recording, exactly_once, pipeline, process, snap
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(params=["iceberg", "delta"])
+@pytest.fixture(params=LAKE)
 def cfg(request, unique_name, tmp_path):
     return pipeline(unique_name, request.param, tmp_path / "warehouse")
 
@@ -71,3 +72,23 @@ def test_a_zombie_committer_is_fenced_by_the_tables_own_commit(ledger_dsn, cfg, 
     assert len(commits_recording(ledger_dsn, cfg, 1)) == 1
     monkeypatch.undo()
     exactly_once(ledger_dsn, cfg)
+
+
+@pytest.mark.parametrize("mode", ["iceberg_upsert", "delta_merge"])
+def test_a_key_column_missing_from_the_output_is_named_and_nothing_staged(
+    ledger_dsn, unique_name, tmp_path, mode
+):
+    from onceflow.errors import SinkSchemaError
+    from sink_support import FIELDS
+
+    cfg = pipeline(unique_name, mode, tmp_path / "warehouse")
+    without_sku = [(n, t) for n, t in FIELDS if n != "sku"]
+    with (
+        pytest.raises(
+            SinkSchemaError, match="key column 'sku' .* is not in the transform's output"
+        ),
+        transaction(ledger_dsn) as cur,
+    ):
+        sink_for(cfg).bind_output(cur, without_sku)
+    with transaction(ledger_dsn) as cur:
+        assert sink_for(cfg).open_table(cur) is None  # no table made

@@ -145,8 +145,9 @@ def test_expiry_keeps_a_publication_the_ledger_has_not_committed_on(lake, failpo
     exactly_once(lake.dsn, lake.cfg)
 
 
-def test_maintenance_waits_for_a_running_commit(ledger_dsn, unique_name, tmp_path):
-    cfg = pipeline(unique_name, "delta", tmp_path / "warehouse")
+@pytest.mark.parametrize("mode", LAKE)
+def test_maintenance_waits_for_a_running_commit(ledger_dsn, unique_name, tmp_path, mode):
+    cfg = pipeline(unique_name, mode, tmp_path / "warehouse")
     lake = P(ledger_dsn, cfg)
     commits(lake, 3)
     done = threading.Event()
