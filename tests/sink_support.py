@@ -24,6 +24,7 @@ from onceflow.kafka_client import watermarks
 from onceflow.ledger.fencing import claim_attempt, mark_staged
 from onceflow.ledger.log_checks import BrokerSnapshot
 from onceflow.sinks import sink_for
+from onceflow.sinks.base import PublishTarget
 from onceflow.sinks.iceberg.catalog import open_catalog
 from onceflow.sinks.kafka.markers import Marker
 from onceflow.sinks.kafka.output_records import SOURCE_HEADER
@@ -139,12 +140,30 @@ def records(*rows):
     )
 
 
+def stage_target(dsn, cfg, claim, sink=None):
+    """Where the claimed attempt stages, as process makes it: the sink bound to the output
+    (or `sink`, bound already) and the attempt's own stage created (an append table's)."""
+    sink = sink or bound(dsn, cfg)
+    with transaction(dsn) as cur:
+        sink.create_stage(cur, PublishTarget(cfg.name, claim.txid, claim.seq, claim.attempt))
+    return StageTarget.for_sink(dsn, sink, cfg.name, claim.txid, claim.seq, claim.attempt)
+
+
+def seal(dsn, cfg, claim):
+    """What process does once every part is staged (the attempt table's indexes)."""
+    with transaction(dsn) as cur:
+        bound(dsn, cfg).seal_stage(
+            cur, PublishTarget(cfg.name, claim.txid, claim.seq, claim.attempt)
+        )
+
+
 def process(dsn, cfg, txid, *parts):
     """One process attempt staging `parts` (each a list of rows) as parts 0..n-1."""
     claim = claim_attempt(dsn, cfg.name, txid)
-    target = StageTarget.for_sink(dsn, bound(dsn, cfg), cfg.name, txid, claim.attempt)
+    target = stage_target(dsn, cfg, claim)
     for i, rows in enumerate(parts):
         stage_part(target, i, [records(*rows)])
+    seal(dsn, cfg, claim)
     mark_staged(dsn, cfg, txid, claim.attempt, parts=len(parts))
     return claim.attempt
 

@@ -156,7 +156,7 @@ def test_a_rerun_replaces_the_txids_files_in_one_version(ledger_dsn, cfg):
 def test_a_fenced_attempts_file_is_never_referenced_and_removed_after_commit(ledger_dsn, cfg):
     plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
     old = claim_attempt(ledger_dsn, cfg.name, "a")
-    old_target = StageTarget.for_sink(ledger_dsn, bound(ledger_dsn, cfg), cfg.name, "a", 1)
+    old_target = StageTarget.for_sink(ledger_dsn, bound(ledger_dsn, cfg), cfg.name, "a", 1, 1)
     stage_part(old_target, 0, [records((0, 0, "x", 100), (0, 1, "y", 100))])
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])
     with pytest.raises(FencedAttemptError):

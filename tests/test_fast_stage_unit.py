@@ -20,6 +20,7 @@ from onceflow.errors import TransformError
 from onceflow.rowhash import row_hash
 from onceflow.staging import fast_stage
 from onceflow.staging.checksum import HASH_COLUMN
+from onceflow.staging.attempt_table import _ValidRows
 from onceflow.staging.fast_stage import Split
 from onceflow.transforms import load_module
 
@@ -216,6 +217,7 @@ from onceflow.arrow_columns import binary_array, fixed_array, string_repeat, tim
 from onceflow.config.sink import SinkConfig
 from onceflow.sinks.postgres import PostgresSink
 from onceflow.sinks.postgres.columns import Column
+from onceflow.staging.attempt_table import _ValidRows
 from onceflow.staging.fast_stage import Split
 from onceflow.staging.table_stage import _CsvStream
 from onceflow.staging.target import StageTarget
@@ -235,10 +237,16 @@ b = pa.RecordBatch.from_arrays([string_repeat("t", n),
     names=["topic", "partition", "offset", "key", "value", "timestamp"])
 assert "pandas" not in sys.modules
 split = Split(iter([b]), orders.fast_form, columns, "orders:transform")
-stream = _CsvStream(split, StageTarget.for_sink("dsn", sink, "p", "tx", 1), 0)
+target = StageTarget.for_sink("dsn", sink, "p", "tx", 1, 1)
+accepted = list(split)
+stream = _CsvStream(iter(accepted), target, 0)
 assert stream.read(1 << 20) and stream.read(1 << 20) == b""
 assert stream.rows == 10 and stream.checksum is not None
 assert sum(x.num_rows for x in split.declined()) == 20
+# the same rows as an append sink stages them: into the attempt's own table
+assert target.attempt_table == "orders__s1_a1"
+rows = _ValidRows(iter(accepted), target, 0, {("t", 0): 0})
+assert sum(len(c.splitlines()) for c in rows.csv()) == 10 and rows.dead_batches == []
 print("pandas" in sys.modules)
 """
     env = {**os.environ, "PYTHONPATH": str(ROOT / "include")}

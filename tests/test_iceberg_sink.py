@@ -48,6 +48,7 @@ from sink_support import (
     snap,
     snapshot_ids,
     snapshots,
+    stage_target,
 )
 
 pytestmark = pytest.mark.integration
@@ -212,7 +213,7 @@ def test_the_ledger_cli_and_ui_show_each_committed_txids_snapshot(
 def test_a_fenced_attempts_file_is_never_referenced_and_removed_after_commit(ledger_dsn, cfg):
     plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
     old = claim_attempt(ledger_dsn, cfg.name, "a")
-    old_target = StageTarget.for_sink(ledger_dsn, bound(ledger_dsn, cfg), cfg.name, "a", 1)
+    old_target = StageTarget.for_sink(ledger_dsn, bound(ledger_dsn, cfg), cfg.name, "a", 1, 1)
     stage_part(old_target, 0, [records((0, 0, "x", 100), (0, 1, "y", 100))])
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])
     with pytest.raises(FencedAttemptError):
@@ -242,9 +243,7 @@ def test_cleanup_never_removes_what_an_attempt_may_still_publish(ledger_dsn, cfg
     process(ledger_dsn, cfg, "b", [(0, 2, "z", 3)])
     for txid in ("a", "c", "c", "d"):
         claim = claim_attempt(ledger_dsn, cfg.name, txid)
-        target = StageTarget.for_sink(
-            ledger_dsn, bound(ledger_dsn, cfg), cfg.name, txid, claim.attempt
-        )
+        target = stage_target(ledger_dsn, cfg, claim)
         stage_part(target, 0, [records((0, 3, "w", claim.attempt))])
     kept = {
         (t, n): on_disk(cfg, t, n)
@@ -280,7 +279,7 @@ def test_a_part_whose_transaction_rolls_back_leaves_no_referenced_file(
 ):
     plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
     claim = claim_attempt(ledger_dsn, cfg.name, "a")
-    target = StageTarget.for_sink(ledger_dsn, bound(ledger_dsn, cfg), cfg.name, "a", claim.attempt)
+    target = stage_target(ledger_dsn, cfg, claim)
     (failpoints_dir / "stage.before_part_commit@a").write_text("raise")
     with pytest.raises(FailpointError):  # file written, claim and file row rolled back
         stage_part(target, 0, [records((0, 0, "x", 1), (0, 1, "y", 2))])

@@ -127,13 +127,12 @@ def test_batches_in_seq_order_each_with_one_marker(ledger_dsn, cfg, real_kafka):
 
 
 def test_a_fenced_attempts_output_is_never_published(ledger_dsn, cfg, real_kafka):
-    from onceflow.staging.target import StageTarget
     from onceflow.staging.writer import stage_part
-    from sink_support import bound, records
+    from sink_support import records, stage_target
 
     plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
     old = claim_attempt(ledger_dsn, cfg.name, "a")
-    target = StageTarget.for_sink(ledger_dsn, bound(ledger_dsn, cfg), cfg.name, "a", old.attempt)
+    target = stage_target(ledger_dsn, cfg, old)
     stage_part(target, 0, [records((0, 0, "x", 100), (0, 1, "y", 100))])
     process(ledger_dsn, cfg, "a", XY[:2])  # the retry, attempt 2
     commit(ledger_dsn, cfg, "a")

@@ -32,6 +32,7 @@ from onceflow.ledger.ordering import blocking_predecessor, commit_blocker
 from onceflow.ledger.planning import plan
 from onceflow.ledger.resets import reset_offsets
 from onceflow.sinks import sink_for
+from onceflow.sinks.base import PublishTarget
 from onceflow.sinks.postgres import PostgresSink
 
 pytestmark = pytest.mark.integration
@@ -63,31 +64,41 @@ def cfg(unique_name):
 
 
 def stage(dsn, cfg, txid, attempt, n_valid, n_dead=0, partition=0, start=None):
-    """Insert staged rows as the Spark job would, covering the txid's range of `partition`."""
+    """Stage rows as the Spark job would, covering the txid's range of `partition`: the valid
+    ones into the attempt's own table, the dead letters into the stage table."""
     batch = get_batch(dsn, cfg.name, txid)
     r = next(r for r in batch.ranges if r.partition == partition)
     offset = r.from_offset if start is None else start
     with transaction(dsn) as cur:
-        sink_for(cfg).bind_output(cur, ORDER_FIELDS)  # the tables, as process makes them
+        sink = sink_for(cfg).bind_output(cur, ORDER_FIELDS)  # the tables, as process makes them
+        sink.create_stage(cur, PublishTarget(cfg.name, txid, batch.seq, attempt))
+        part = sink.attempt_table(batch.seq, attempt)
         for i in range(n_valid + n_dead):
-            dead = i >= n_valid
+            if i < n_valid:
+                cur.execute(
+                    f'insert into "{cfg.sink_schema}".{part} (txid, seq, topic, partition, epoch,'
+                    ' "offset", order_id, customer_id, amount, currency, ts) select'
+                    " %s, %s, %s, %s, epoch, %s, %s, 'c1', 10.5, 'EUR', now()"
+                    " from onceflow.ranges where pipeline = %s and txid = %s and topic = %s"
+                    " and partition = %s",
+                    (
+                        txid,
+                        batch.seq,
+                        T,
+                        partition,
+                        offset + i,
+                        f"o{i}",
+                        cfg.name,
+                        txid,
+                        T,
+                        partition,
+                    ),
+                )
+                continue
             cur.execute(
-                f'insert into "{cfg.sink_schema}".stage_orders (txid, attempt, part, topic, partition, "offset",'
-                " order_id, customer_id, amount, currency, ts, error, value) values"
-                " (%s,%s,0,%s,%s,%s,%s,%s,%s,%s,now(),%s,%s)",
-                (
-                    txid,
-                    attempt,
-                    T,
-                    partition,
-                    offset + i,
-                    None if dead else f"o{i}",
-                    None if dead else "c1",
-                    None if dead else 10.5,
-                    None if dead else "EUR",
-                    "malformed JSON" if dead else None,
-                    b"x" if dead else None,
-                ),
+                f'insert into "{cfg.sink_schema}".stage_orders (txid, attempt, part, topic,'
+                ' partition, "offset", error, value) values (%s,%s,0,%s,%s,%s,%s,%s)',
+                (txid, attempt, T, partition, offset + i, "malformed JSON", b"x"),
             )
 
 
@@ -444,19 +455,21 @@ def test_reset_after_broker_lost_its_log_abandons_the_tail_and_audits_clean(ledg
 def test_commit_refuses_staged_rows_that_differ_from_the_counts_process_recorded(
     ledger_dsn, cfg, change
 ):
-    """Staged rows can vanish after mark_staged (stage_orders is UNLOGGED: a PostgreSQL crash
-    truncates it) or be added by hand: commit compares and publishes nothing."""
+    """Staged rows can vanish after mark_staged (the dead letters' stage_orders is UNLOGGED: a
+    PostgreSQL crash truncates it) or be added by hand to an attempt that mark_staged counted
+    row by row (staged without part counts): commit compares and publishes nothing."""
     plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}))
     claim, _ = process(ledger_dsn, cfg, "a", 5, 1)
     with transaction(ledger_dsn) as cur:
         if change == "lost":
-            cur.execute(f'delete from "{cfg.sink_schema}".stage_orders where "offset" = 0')
+            cur.execute(f'delete from "{cfg.sink_schema}".stage_orders where "offset" = 5')
         else:
+            part = sink_for(cfg).attempt_table(claim.seq, claim.attempt)
             cur.execute(
-                f'insert into "{cfg.sink_schema}".stage_orders (txid, attempt, part, topic,'
-                ' partition, "offset", order_id, customer_id, amount, currency, ts)'
-                " values ('a', %s, 0, %s, 0, 8, 'o8', 'c1', 1, 'EUR', now())",
-                (claim.attempt, T),
+                f'insert into "{cfg.sink_schema}".{part} (txid, seq, topic, partition, epoch,'
+                ' "offset", order_id, customer_id, amount, currency, ts)'
+                " values ('a', %s, %s, 0, 0, 8, 'o8', 'c1', 1, 'EUR', now())",
+                (claim.seq, T),
             )
     with pytest.raises(CommitConflictError, match="staged counts changed since process"):
         commit(ledger_dsn, cfg, "a")

@@ -24,9 +24,18 @@ from onceflow.ledger.ordering import lock_commits
 from onceflow.ledger.planning import plan
 from onceflow.maintenance import maintain
 from onceflow.sinks import sink_for
-from onceflow.staging.target import StageTarget
 from onceflow.staging.writer import stage_part
-from sink_support import LAKE, T, bound, exactly_once, pipeline, process, published, records, snap
+from sink_support import (
+    LAKE,
+    T,
+    exactly_once,
+    pipeline,
+    process,
+    published,
+    records,
+    snap,
+    stage_target,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -190,7 +199,7 @@ def test_a_staged_attempt_of_a_fenced_zombie_is_left_to_file_cleanup(
     cfg = pipeline(unique_name, "delta", tmp_path / "warehouse")
     plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
     claim = claim_attempt(ledger_dsn, cfg.name, "a")
-    target = StageTarget.for_sink(ledger_dsn, bound(ledger_dsn, cfg), cfg.name, "a", claim.attempt)
+    target = stage_target(ledger_dsn, cfg, claim)
     stage_part(target, 0, [records((0, 0, "x", 1), (0, 1, "y", 2))])  # attempt 1 still running
     time.sleep(2)
     for _ in range(2):  # the second finds the first's checkpoint

@@ -382,7 +382,8 @@ def test_transactional_range_ends_at_until_despite_sparse_offsets(produced, firs
 def test_retry_claims_attempt_2_with_the_same_output_and_fences_attempt_1(env, first_run):
     from onceflow.db import transaction
     from onceflow.errors import FencedAttemptError
-    from onceflow.ledger.fencing import mark_staged
+    from onceflow.ledger.fencing import check_attempt, mark_staged
+    from onceflow.sinks.base import PublishTarget
 
     assert first_run[1].returncode == 0
     # --ship-package: executors import onceflow from a zip the job builds (cluster mode)
@@ -392,8 +393,9 @@ def test_retry_claims_attempt_2_with_the_same_output_and_fences_attempt_1(env, f
     dsn = env["ONCEFLOW_POSTGRES_DSN"]
     sink = orders_sink(dsn, "it_orders")
     with transaction(dsn) as cur:
-        first = sink.staged_counts(cur, "run-1", 1)
-        second = sink.staged_counts(cur, "run-1", 2)
+        seq = check_attempt(cur, PIPELINE, "run-1", 2)
+        first = sink.staged_counts(cur, PublishTarget(PIPELINE, "run-1", seq, 1))
+        second = sink.staged_counts(cur, PublishTarget(PIPELINE, "run-1", seq, 2))
     assert first == second  # deterministic: same rows, same checksum
     (row,) = query(
         env,
@@ -463,7 +465,7 @@ def test_a_retried_fast_stage_task_still_hands_on_its_declined_records(env, prod
     batch = plan(env, "run-fs", {tp: e for tp, e in ends.items() if tp[0] == TOPIC}, "it_fast")
     pieces = input_ranges(batch.ranges, 25)
     attempt = claim_attempt(dsn, "it_fast", "run-fs").attempt
-    target = StageTarget.for_sink(dsn, orders_sink(dsn, "it_fast"), "it_fast", "run-fs", attempt)
+    target = StageTarget.for_sink(dsn, orders_sink(dsn, "it_fast"), "it_fast", "run-fs", 1, attempt)
     fn = FastStageFn(pieces, BOOTSTRAP, TRANSFORM, FastStage(target, fast_form_columns()))
 
     def records_of(piece) -> dict:
@@ -533,7 +535,7 @@ def test_task_fence_stages_a_part_once_per_attempt(env, first_run):
         }
     )
     target_sink = orders_sink(dsn, "it_orders")
-    target = StageTarget.for_sink(dsn, target_sink, PIPELINE, "run-1", attempt)
+    target = StageTarget.for_sink(dsn, target_sink, PIPELINE, "run-1", 1, attempt)
     msg = stage_part(target, 0, [batch])  # a retried task of part 0 of the same attempt
     assert msg.skipped and msg.rows == 0
     assert (
@@ -546,7 +548,7 @@ def test_task_fence_stages_a_part_once_per_attempt(env, first_run):
     )
     with pytest.raises(FencedAttemptError):  # a task of an older attempt (a zombie driver)
         stage_part(
-            StageTarget.for_sink(dsn, target_sink, PIPELINE, "run-1", attempt - 1),
+            StageTarget.for_sink(dsn, target_sink, PIPELINE, "run-1", 1, attempt - 1),
             77,
             [batch],
         )
@@ -577,7 +579,7 @@ def test_a_task_that_finds_its_part_staged_still_reads_its_input_to_the_end(
         env, "select attempt from onceflow.batches where pipeline = %s and txid = 'run-1'", PIPELINE
     )[0]
     dsn = env["ONCEFLOW_POSTGRES_DSN"]
-    target = StageTarget.for_sink(dsn, orders_sink(dsn, "it_orders"), PIPELINE, "run-1", attempt)
+    target = StageTarget.for_sink(dsn, orders_sink(dsn, "it_orders"), PIPELINE, "run-1", 1, attempt)
     handed = []
 
     def batches():
@@ -611,7 +613,7 @@ def test_a_task_that_dies_before_its_commit_leaves_nothing(env, first_run, tmp_p
         }
     )
     dsn = env["ONCEFLOW_POSTGRES_DSN"]
-    target = StageTarget.for_sink(dsn, orders_sink(dsn, "it_orders"), PIPELINE, "run-1", attempt)
+    target = StageTarget.for_sink(dsn, orders_sink(dsn, "it_orders"), PIPELINE, "run-1", 1, attempt)
     with pytest.raises(failpoints.FailpointError):
         stage_part(target, 88, [batch])  # rows copied, then the task dies before its commit
     assert not query(env, "select 1 from onceflow.stage_parts where part = 88")
@@ -634,8 +636,10 @@ def test_staged_timestamps_are_utc_whatever_the_servers_time_zone(env, first_run
     from onceflow.staging.target import StageTarget
     from onceflow.staging.writer import stage_part
 
-    (attempt,) = query(
-        env, "select attempt from onceflow.batches where pipeline = %s and txid = 'run-1'", PIPELINE
+    (seq, attempt) = query(
+        env,
+        "select seq, attempt from onceflow.batches where pipeline = %s and txid = 'run-1'",
+        PIPELINE,
     )[0]
     instant = dt.datetime(2024, 1, 15, 23, 30, 0, 250000, tzinfo=dt.UTC)
     batch = pa.RecordBatch.from_pydict(
@@ -650,18 +654,18 @@ def test_staged_timestamps_are_utc_whatever_the_servers_time_zone(env, first_run
     sink = orders_sink(env["ONCEFLOW_POSTGRES_DSN"], "it_orders")
     dsn = env["ONCEFLOW_POSTGRES_DSN"]
     dsn += ("&" if "?" in dsn else "?") + "options=-c%20TimeZone%3DAmerica/New_York"
+    target = StageTarget.for_sink(dsn, sink, PIPELINE, "run-1", seq, attempt)
+    assert target.attempt_table == f"orders__s{seq}_a{attempt}"  # valid rows go there
     try:
-        msg = stage_part(
-            StageTarget.for_sink(dsn, sink, PIPELINE, "run-1", attempt),
-            87,
-            [batch],
-        )
+        msg = stage_part(target, 87, [batch])
         assert (msg.rows, msg.skipped) == (1, False)
-        staged = query(env, 'select ts from it_orders.stage_orders where "offset" = 777777')
+        staged = query(
+            env, f'select ts from it_orders.{target.attempt_table} where "offset" = 777777'
+        )
         assert staged == [(instant,)]
     finally:  # leave the batch as the job staged it
         query(env, "delete from onceflow.stage_parts where part = 87")
-        query(env, 'delete from it_orders.stage_orders where "offset" = 777777')
+        query(env, f'delete from it_orders.{target.attempt_table} where "offset" = 777777')
 
 
 @pytest.mark.integration
@@ -991,7 +995,7 @@ def test_csv_for_copy_tags_rows_and_encodes_bytea():
     from onceflow.sinks.postgres.columns import output_columns
 
     sink = PostgresSink("s", SinkConfig("orders"), output_columns(ORDER_FIELDS))
-    target = StageTarget.for_sink("dsn", sink, "p", "run,1", 3)
+    target = StageTarget.for_sink("dsn", sink, "p", "run,1", 1, 3)
     stream = _CsvStream([batch, batch.slice(0, 0)], target, 7)
     text = io.BytesIO(stream.read()).getvalue().decode()
     assert stream.read() == b"" and stream.rows == 2

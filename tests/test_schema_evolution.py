@@ -25,9 +25,8 @@ from onceflow.ledger.planning import plan
 from onceflow.schema_evolution import Added, Evolution, Problem, TableFit, decide
 from onceflow.sinks import PublishTarget, sink_for
 from onceflow.sinks.iceberg.catalog import open_catalog
-from onceflow.staging.target import StageTarget
 from onceflow.staging.writer import stage_part
-from sink_support import FIELDS, MODES, T, exactly_once, iceberg_rows, records, snap
+from sink_support import FIELDS, MODES, T, exactly_once, iceberg_rows, records, snap, stage_target
 
 # the output of batch 2: batch 1's and a note
 WITH_NOTE = [*FIELDS, ("note", "string")]
@@ -214,18 +213,18 @@ def plan_each(dsn, cfg, *ends):
 
 
 def bind(dsn, cfg, txid, fields):
-    """process's bind step for a new attempt of txid: (attempt, the sink bound to fields)."""
+    """process's bind step for a new attempt of txid: (claim, the sink bound to fields)."""
     claim = claim_attempt(dsn, cfg.name, txid)
     evolution = Evolution(cfg.name, txid, claim.attempt, cfg.schema_evolution)
     with transaction(dsn) as cur:
-        return claim.attempt, sink_for(cfg).bind_output(cur, fields, evolution)
+        return claim, sink_for(cfg).bind_output(cur, fields, evolution)
 
 
 def stage(dsn, cfg, txid, bound, batch):
     """process's staging of one part and mark_staged, after `bind`."""
-    attempt, sink = bound
-    stage_part(StageTarget.for_sink(dsn, sink, cfg.name, txid, attempt), 0, [batch])
-    mark_staged(dsn, cfg, txid, attempt, parts=1)
+    claim, sink = bound
+    stage_part(stage_target(dsn, cfg, claim, sink), 0, [batch])
+    mark_staged(dsn, cfg, txid, claim.attempt, parts=1)
 
 
 def extra(batch, name, values, typ=None):
@@ -278,7 +277,8 @@ def test_an_added_column_evolves_every_table_before_staging_and_is_published_fro
             "text" if t in WITH_NOTE_IN[mode] else None
         )
     assert changes(ledger_dsn, cfg) == [
-        ("b", 2, bound[0], "postgres", f"{s}.{t}", "note", "text") for t in WITH_NOTE_IN[mode]
+        ("b", 2, bound[0].attempt, "postgres", f"{s}.{t}", "note", "text")
+        for t in WITH_NOTE_IN[mode]
     ]
     batch = records((0, 2, "x", 3), (0, 3, "z", 4, "malformed"))
     stage(ledger_dsn, cfg, "b", bound, extra(batch, "note", ["n3", "n4"]))
@@ -327,7 +327,8 @@ def test_merge_an_added_aggregate_goes_to_the_partials_and_the_state(ledger_dsn,
     fields = [*FIELDS, ("cost", "bigint")]
     bound = bind(ledger_dsn, new, "b", fields)
     assert changes(ledger_dsn, new) == [
-        ("b", 2, bound[0], "postgres", f"{s}.{t}", "cost", "bigint") for t in TABLES["merge"]
+        ("b", 2, bound[0].attempt, "postgres", f"{s}.{t}", "cost", "bigint")
+        for t in TABLES["merge"]
     ]
     b = records((0, 3, "x", 3), (0, 4, "z", 1))
     stage(ledger_dsn, new, "b", bound, extra(b, "cost", [30, 10], pa.int64()))
@@ -360,7 +361,7 @@ def test_iceberg_an_added_column_evolves_the_tables_schema(ledger_dsn, unique_na
     assert (str(note.field_type), note.required) == ("string", False)
     assert table.snapshots() == []  # nothing published: the schema changed before staging
     assert changes(ledger_dsn, cfg) == [
-        ("b", 2, bound[0], "iceberg", f"{cfg.sink_schema}.items", "note", "string")
+        ("b", 2, bound[0].attempt, "iceberg", f"{cfg.sink_schema}.items", "note", "string")
     ]
     stage(ledger_dsn, cfg, "b", bound, extra(records((0, 2, "x", 3)), "note", ["n3"]))
     commit(ledger_dsn, cfg, "a")
@@ -391,13 +392,13 @@ def test_a_kafka_sinks_stage_takes_the_column_and_its_records_carry_it(ledger_ds
     stage(ledger_dsn, cfg, "a", first, records((0, 0, "x", 1)))
     second = bind(ledger_dsn, cfg, "b", WITH_NOTE)
     assert changes(ledger_dsn, cfg) == [
-        ("b", 2, second[0], "postgres", f"{cfg.sink_schema}.stage_kafka", "note", "text")
+        ("b", 2, second[0].attempt, "postgres", f"{cfg.sink_schema}.stage_kafka", "note", "text")
     ]
     stage(ledger_dsn, cfg, "b", second, extra(records((0, 1, "y", 2)), "note", ["n2"]))
     values = []
     with transaction(ledger_dsn) as cur:
-        for txid, seq, (attempt, _) in (("a", 1, first), ("b", 2, second)):
-            t = PublishTarget(cfg.name, txid, seq, attempt)
+        for txid, seq, (claim, _) in (("a", 1, first), ("b", 2, second)):
+            t = PublishTarget(cfg.name, txid, seq, claim.attempt)
             values += [v for _, _, v, _ in sink_for(cfg)._staged_records(cur, t, 1)]
     assert values == [
         b'{"sku":"x","qty":1,"note":null}',

@@ -23,20 +23,19 @@ from onceflow.ledger.planning import plan
 from onceflow.sinks import sink_for
 from onceflow.sinks.postgres import PostgresSink
 from onceflow.sinks.postgres.columns import output_columns
-from onceflow.staging.target import StageTarget
 from onceflow.staging.writer import stage_part
 from sink_support import (
     FIELDS,
     LAKE,
     MODES,
     T,
-    bound,
     exactly_once,
     pipeline,
     process,
     published,
     records,
     snap,
+    stage_target,
     tamper,
 )
 
@@ -54,7 +53,7 @@ def cfg(request, unique_name, tmp_path):
 def test_a_part_staged_twice_is_published_once(ledger_dsn, cfg):
     plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
     claim = claim_attempt(ledger_dsn, cfg.name, "a")
-    target = StageTarget.for_sink(ledger_dsn, bound(ledger_dsn, cfg), cfg.name, "a", claim.attempt)
+    target = stage_target(ledger_dsn, cfg, claim)
     rows = [(0, 0, "x", 1), (0, 1, "y", 2), (0, 2, "z", 3, "malformed")]
     first = stage_part(target, 0, [records(*rows)])
     again = stage_part(target, 0, [records(*rows)])  # a retried or speculative task
@@ -76,9 +75,7 @@ def test_a_part_staged_twice_is_published_once(ledger_dsn, cfg):
 def test_a_fenced_attempts_output_is_never_published(ledger_dsn, cfg):
     plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
     old = claim_attempt(ledger_dsn, cfg.name, "a")
-    old_target = StageTarget.for_sink(
-        ledger_dsn, bound(ledger_dsn, cfg), cfg.name, "a", old.attempt
-    )
+    old_target = stage_target(ledger_dsn, cfg, old)
     stage_part(old_target, 0, [records((0, 0, "x", 100), (0, 1, "y", 100))])
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])  # the retry, attempt 2
     with pytest.raises(FencedAttemptError):  # the zombie's late part
@@ -258,7 +255,8 @@ def test_an_incompatible_existing_table_is_refused_naming_the_columns(ledger_dsn
         cur.execute(f'create schema "{cfg.sink_schema}"')
         cur.execute(
             f'create table "{cfg.sink_schema}".items (topic text, partition integer,'
-            ' epoch integer, "offset" bigint, txid text, sku integer, owner text not null)'
+            ' epoch integer, "offset" bigint, seq bigint, txid text, sku integer,'
+            " owner text not null) partition by range (seq)"
         )
     with pytest.raises(SinkSchemaError) as e, transaction(ledger_dsn) as cur:
         sink_for(cfg).bind_output(cur, FIELDS)
@@ -275,40 +273,14 @@ def test_a_compatible_existing_table_is_used(ledger_dsn, unique_name):
         cur.execute(f'create schema "{cfg.sink_schema}"')
         cur.execute(
             f'create table "{cfg.sink_schema}".items (topic text, partition integer,'
-            ' epoch integer, "offset" bigint, txid text, sku text, qty bigint, note text,'
-            ' primary key (topic, partition, epoch, "offset"))'
+            ' epoch integer, "offset" bigint, seq bigint, txid text, sku text, qty bigint,'
+            ' note text, primary key (topic, partition, epoch, "offset", seq))'
+            " partition by range (seq)"
         )
     plan(ledger_dsn, cfg, "a", snap({(T, 0): 1}))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1)])
     commit(ledger_dsn, cfg, "a")
     assert published(ledger_dsn, cfg) == [(0, 0, "x", 1)]
-
-
-def test_the_tables_of_an_earlier_version_are_taken_over(ledger_dsn, unique_name):
-    """The built-in orders sink's tables (before the orders example moved onto the public
-    interface): a stage without `tombstone` gets it, a published table whose columns are
-    not null fits; the existing rows stay."""
-    cfg = pipeline(unique_name, "append")
-    s = f'"{cfg.sink_schema}"'
-    with transaction(ledger_dsn) as cur:
-        cur.execute(f"create schema {s}")
-        cur.execute(
-            f"create unlogged table {s}.stage_items (txid text not null, attempt integer not"
-            " null, part integer not null, topic text not null, partition integer not null,"
-            ' "offset" bigint not null, sku text, qty bigint, error text, key bytea,'
-            " value bytea, row_hash bigint)"
-        )
-        cur.execute(
-            f"create table {s}.items (topic text not null, partition integer not null, epoch"
-            ' integer not null, "offset" bigint not null, txid text not null, sku text not'
-            " null, qty bigint not null, published_at timestamptz not null default now(),"
-            ' primary key (topic, partition, epoch, "offset"))'
-        )
-        cur.execute(f"insert into {s}.items values ('{T}', 0, 0, 7, 'old', 'y', 2)")
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 1}))
-    process(ledger_dsn, cfg, "a", [(0, 0, "x", 1)])
-    commit(ledger_dsn, cfg, "a")
-    assert published(ledger_dsn, cfg) == [(0, 0, "x", 1), (0, 7, "y", 2)]
 
 
 def test_output_columns_the_sink_cannot_hold_are_named():
@@ -364,7 +336,7 @@ def test_upsert_by_a_composite_key_of_mixed_types(ledger_dsn, unique_name):
         names=["topic", "partition", "offset", "shop", "day", "price", "error", "tombstone",
                "_meta_hash"],
     )  # fmt: skip
-    stage_part(StageTarget.for_sink(ledger_dsn, sink, cfg.name, "a", claim.attempt), 0, [batch])
+    stage_part(stage_target(ledger_dsn, cfg, claim, sink), 0, [batch])
     mark_staged(ledger_dsn, cfg, "a", claim.attempt, parts=1)
     assert commit(ledger_dsn, cfg, "a").published == 3
     with transaction(ledger_dsn) as cur:
@@ -393,7 +365,7 @@ def test_append_of_the_coordinates_alone(ledger_dsn, unique_name):
     with transaction(ledger_dsn) as cur:
         sink = sink_for(cfg).bind_output(cur, [f for f in FIELDS if f[0] not in ("sku", "qty")])
     batch = records((0, 0, "x", 1), (0, 1, "y", 2, "bad")).drop_columns(["sku", "qty"])
-    stage_part(StageTarget.for_sink(ledger_dsn, sink, cfg.name, "a", claim.attempt), 0, [batch])
+    stage_part(stage_target(ledger_dsn, cfg, claim, sink), 0, [batch])
     mark_staged(ledger_dsn, cfg, "a", claim.attempt, parts=1)
     res = commit(ledger_dsn, cfg, "a")
     assert (res.published, res.dead) == (1, 1)

@@ -118,6 +118,16 @@ def timestamp_array(ts_ms: list[int]) -> Any:
     return fixed_array(pa.timestamp("us", tz="UTC"), ms * 1000, ms >= 0)
 
 
+def bool_array(values: Any) -> Any:
+    """A pyarrow boolean Array, without NULL, of `values` (a numpy bool array)."""
+    import numpy as np
+    import pyarrow as pa
+
+    return pa.Array.from_buffers(
+        pa.bool_(), len(values), [None, pa.py_buffer(np.packbits(values, bitorder="little"))]
+    )
+
+
 def _bits(buf: Any, offset: int, n: int) -> Any:
     """numpy bool of `n` bits of an Arrow bitmap (least significant bit first) from `offset`."""
     import numpy as np

@@ -120,7 +120,7 @@ def commit(dsn: str, cfg: PipelineConfig, txid: str, sink: Sink | None = None) -
                 "commit_seconds": time.monotonic() - started,
             },
         )
-        sink.drop_staged(cur, txid, t.attempt)
+        sink.drop_staged(cur, t)
         if not row.republish:
             failpoints.hit("commit.before_db_commit", txid)
     if isinstance(sink, OutsideSink) and t.attempt > 1:  # earlier attempts wrote files

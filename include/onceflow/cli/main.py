@@ -74,11 +74,23 @@ def build_parser() -> argparse.ArgumentParser:
         "onceflow status --json",
     )
     sp.add_argument("--json", action="store_true", help="machine-readable output")
-    add(
+    sp = add(
         "migrate",
         cmd_migrate,
-        "Create or upgrade the ledger schema in PostgreSQL.",
-        "onceflow migrate",
+        "Create or upgrade the ledger schema in PostgreSQL; with --sinks, also the sink tables "
+        "an earlier version made (an append table becomes partitioned by seq: its rows are "
+        "rewritten once, under the pipeline's commit lock).",
+        "onceflow migrate --sinks --pipeline orders",
+    )
+    sp.add_argument(
+        "--sinks",
+        action="store_true",
+        help="also migrate the sink tables of every pipeline in the pipelines file",
+    )
+    sp.add_argument(
+        "--pipeline",
+        action="append",
+        help="only this pipeline's sink tables (implies --sinks; repeat for more)",
     )
 
     sp = add(

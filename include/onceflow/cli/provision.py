@@ -18,7 +18,31 @@ def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
 
     applied = migrate(settings.postgres_dsn)
     print("applied: " + (", ".join(applied) if applied else "nothing (up to date)"))
+    if args.sinks or args.pipeline:
+        _migrate_sinks(settings, args.pipeline)
     return 0
+
+
+def _migrate_sinks(settings: Settings, names: list[str] | None) -> None:
+    """The sink tables an earlier version made, of the named pipelines or of every one in
+    the pipelines file (sinks.postgres.append_migration), each in its own transaction."""
+    from onceflow.config.pipelines_file import get_pipeline, load_pipelines
+    from onceflow.db import transaction
+    from onceflow.sinks import sink_for
+    from onceflow.sinks.postgres import PostgresSink
+    from onceflow.sinks.postgres.append_migration import migrate_append
+
+    if names:
+        pipelines = [get_pipeline(settings.pipelines_file, n) for n in names]
+    else:
+        pipelines = list(load_pipelines(settings.pipelines_file).values())
+    for cfg in pipelines:
+        sink = sink_for(cfg)
+        done = None
+        if isinstance(sink, PostgresSink):
+            with transaction(settings.postgres_dsn) as cur:
+                done = migrate_append(cur, cfg.name, sink)
+        print(f"pipeline {cfg.name}: " + (str(done) if done else "sink tables up to date"))
 
 
 def cmd_spark_archive(args: argparse.Namespace, settings: Settings) -> int:

@@ -28,7 +28,7 @@ from onceflow.ledger.transitions import NOW, move
 from onceflow.range_digest import RangeRead
 from onceflow.ranges import OffsetRange
 from onceflow.sinks import sink_for
-from onceflow.sinks.base import Sink
+from onceflow.sinks.base import PublishTarget, Sink
 from onceflow.states import BatchState, Step
 
 
@@ -65,7 +65,7 @@ def claim_attempt(dsn: str, pipeline: str, txid: str) -> Claim:
 
 def check_attempt(
     cur, pipeline: str, txid: str, attempt: int, *, lock: bool = False, context: str = ""
-) -> None:
+) -> int:
     """The attempt fence: refuse, inside the caller's transaction, unless `attempt` is the
     txid's newest process attempt and the txid was not abandoned.
 
@@ -73,9 +73,10 @@ def check_attempt(
     the mark. Each stage part runs it too (the part fence), without the lock: parts of one
     attempt stage side by side, and a claim that overtakes a part only leaves rows tagged
     with a fenced attempt, which mark_staged then refuses. `context` starts the message.
+    Returns the txid's seq.
     """
     cur.execute(
-        "select attempt, state from onceflow.batches where pipeline = %s and txid = %s"
+        "select attempt, state, seq from onceflow.batches where pipeline = %s and txid = %s"
         + (" for update" if lock else ""),
         (pipeline, txid),
     )
@@ -86,6 +87,7 @@ def check_attempt(
         raise AbandonedTxidError(pipeline, txid, context)
     if row[0] != attempt:
         raise FencedAttemptError(pipeline, txid, attempt, row[0], context)
+    return row[2]
 
 
 def mark_staged(
@@ -130,7 +132,8 @@ def mark_staged(
     """
     sink = sink or sink_for(cfg)
     with transaction(dsn) as cur:
-        check_attempt(cur, cfg.name, txid, attempt, lock=True)
+        seq = check_attempt(cur, cfg.name, txid, attempt, lock=True)
+        staged_attempt = PublishTarget(cfg.name, txid, seq, attempt)
         cur.execute(
             "select coalesce(sum(rows), 0), coalesce(sum(valid), 0), coalesce(sum(dead), 0),"
             " coalesce(sum(checksum), 0)::text, count(*) filter (where valid is null),"
@@ -140,13 +143,13 @@ def mark_staged(
         )
         n, valid, dead, checksum, uncounted, found = cur.fetchone()
         if parts is not None:
-            present = not n or sink.has_staged(cur, txid, attempt)
+            present = not n or sink.has_staged(cur, staged_attempt)
             if found != parts or not present:
                 raise IncompleteStageError(
                     cfg.name, txid, attempt, found, parts, int(n), lost=not present
                 )
         if parts is None or uncounted:  # count the rows (parts without counts: pre-0003)
-            counted = sink.staged_counts(cur, txid, attempt)
+            counted = sink.staged_counts(cur, staged_attempt)
             n, valid, dead, checksum = (
                 counted.records,
                 counted.valid,

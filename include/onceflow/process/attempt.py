@@ -73,7 +73,9 @@ def stage_and_mark(
     topics = tuple(sorted({r.topic for r in claim.ranges}))
     ids = broker.topic_ids(kafka, cfg.name, topics)
     verify_topic_ids(dsn, cfg.name, txid, ids)
-    job = run_stage_attempt(args, kafka, dsn, cfg, sink, txid, attempt, claim.ranges, timings)
+    job = run_stage_attempt(
+        args, kafka, dsn, cfg, sink, txid, claim.seq, attempt, claim.ranges, timings
+    )
     # and once read: only ids unchanged since plan prove the job read plan's log (a topic
     # re-created while it ran passed the check above, and its reader read the new log's
     # records at the ranges' offsets)

@@ -26,7 +26,7 @@ from onceflow.ranges import OffsetRange
 from onceflow.reader.frame import ranges_frame
 from onceflow.reader.read_counts import ReadsParam
 from onceflow.schema_evolution import Evolution
-from onceflow.sinks.base import Sink
+from onceflow.sinks.base import PublishTarget, Sink
 from onceflow.staging.fast_stage import FastStage, fast_form_columns, fast_stage_frame, for_job
 from onceflow.staging.fence import PartNumbers
 from onceflow.staging.target import StageTarget
@@ -62,6 +62,7 @@ def stage_job(
     cfg: Any,
     sink: Sink,
     txid: str,
+    seq: int,
     attempt: int,
     client: str = "confluent",
     read_timeout: float = 60.0,
@@ -111,15 +112,17 @@ def stage_job(
             records_read = source.count()  # the reader's records, apart from the transform
             bytes_read, reads = nbytes.value, dict(seen.value)
         df = stage_columns(source, cfg)
+    this = PublishTarget(cfg.name, txid, seq, attempt)
     with transaction(dsn) as cur:  # the sink's tables follow the transform's output
         evolution = Evolution(cfg.name, txid, attempt, cfg.schema_evolution)
         bound = sink.bind_output(cur, output_fields(df), evolution)
+        bound.create_stage(cur, this)
     if poison:  # one more Spark partition: the dead letters' part
         dead = dead_letter_frame(
             spark, poison, df, bootstrap, client=client, timeout_s=read_timeout
         )
         df = df.union(dead)
-    target = StageTarget.for_sink(dsn, bound, cfg.name, txid, attempt)
+    target = StageTarget.for_sink(dsn, bound, cfg.name, txid, seq, attempt)
     job = stage_frame(df, target, first_part=numbers.first_transformed)
     parts = numbers.count
     job_context: Any = (
@@ -139,6 +142,10 @@ def stage_job(
         if cfg.aggregating:
             source.unpersist()
     timings["job"] = time.monotonic() - t0
+    t0 = time.monotonic()
+    with transaction(dsn) as cur:  # e.g. the attempt table's indexes, so commit builds none
+        bound.seal_stage(cur, this)
+    timings["seal"] = time.monotonic() - t0
     if cfg.aggregating:
         # each output partition staged one part; with adaptive execution on (a pipeline's
         # spark_conf), only the executed job knows how many the shuffle kept

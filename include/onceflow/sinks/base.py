@@ -44,7 +44,8 @@ TAG_COLUMNS = ("txid", "attempt", "part")
 
 @dataclass(frozen=True)
 class PublishTarget:
-    """The txid being published and the attempt whose staged output it publishes."""
+    """The txid being published and the attempt whose staged output it publishes (also what
+    the stage is asked about one attempt: has_staged, staged_counts, drop_staged)."""
 
     pipeline: str
     txid: str
@@ -136,18 +137,33 @@ class Sink(ABC):
         outside the database, bound to its output); None: they go to the stage table."""
         return None
 
+    def attempt_table(self, seq: int, attempt: int) -> str | None:
+        """The table of its own, in `schema`, that process COPYs an attempt's valid rows into
+        and commit publishes whole (a PostgreSQL append sink: sinks.postgres.append); None:
+        they go to the stage table or to data files."""
+        return None
+
+    def create_stage(self, cur, t: PublishTarget) -> None:  # noqa: B027 (a hook)
+        """process, once bound to the output (bind_output), before any part: create what
+        attempt t.attempt stages into besides the stage table (its attempt_table); nothing
+        for most sinks."""
+
+    def seal_stage(self, cur, t: PublishTarget) -> None:  # noqa: B027 (a hook)
+        """process, once every part is staged, before the attempt is marked staged: make its
+        stage ready for a publish that copies nothing (the attempt_table's indexes)."""
+
     def _stage(self) -> sql.Composed:
         return sql.SQL("{}.{}").format(
             sql.Identifier(self.schema), sql.Identifier(self.stage_table)
         )
 
-    def has_staged(self, cur, txid: str, attempt: int) -> bool:
-        """Whether any row of the attempt is in the stage table (a probe, not a count)."""
+    def has_staged(self, cur, t: PublishTarget) -> bool:
+        """Whether any row of attempt t.attempt is in the stage table (a probe, not a count)."""
         cur.execute(
             sql.SQL("select exists (select 1 from {} where txid = %s and attempt = %s)").format(
                 self._stage()
             ),
-            (txid, attempt),
+            (t.txid, t.attempt),
         )
         return cur.fetchone()[0]
 
@@ -157,7 +173,7 @@ class Sink(ABC):
         valid row (a record-wise transform's)."""
         return sql.SQL("count(*) filter (where s.error is null)")
 
-    def staged_counts(self, cur, txid: str, attempt: int) -> StagedCounts:
+    def staged_counts(self, cur, t: PublishTarget) -> StagedCounts:
         """One attempt's staged output counted in the table (process records the same from
         the part fence rows without this scan: ledger.fencing.mark_staged); the checksum is the
         exact sum of row_hash, so two attempts over the same ranges give the same one."""
@@ -167,15 +183,16 @@ class Sink(ABC):
                 " coalesce(sum(s.row_hash::numeric), 0)::text"
                 " from {stage} s where s.txid = %s and s.attempt = %s"
             ).format(valid=self._valid_records, stage=self._stage()),
-            (txid, attempt),
+            (t.txid, t.attempt),
         )
         n, valid, dead, checksum = cur.fetchone()
         return StagedCounts(int(n), int(valid), int(dead), checksum)
 
-    def drop_staged(self, cur, txid: str, up_to_attempt: int) -> None:
+    def drop_staged(self, cur, t: PublishTarget) -> None:
+        """Drop what the txid's attempts up to t.attempt staged (commit, once published)."""
         cur.execute(
             sql.SQL("delete from {} where txid = %s and attempt <= %s").format(self._stage()),
-            (txid, up_to_attempt),
+            (t.txid, t.attempt),
         )
 
     def publish_dead_letters(self, cur, t: PublishTarget) -> int:

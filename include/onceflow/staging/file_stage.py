@@ -41,10 +41,11 @@ import uuid
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from onceflow.arrow_columns import fixed_array, fixed_values, string_repeat, valid_mask
+from onceflow.arrow_columns import bool_array, string_repeat, valid_mask
 from onceflow.sinks.base import FileStage
 from onceflow.sinks.lake.storage import Storage
 from onceflow.staging.checksum import HASH_COLUMN, exact_sum
+from onceflow.staging.epochs import epoch_column, range_epochs
 from onceflow.staging.fence import StageCommitMessage, claimed_part, record_part
 from onceflow.staging.table_stage import copy_rows
 from onceflow.staging.target import StageTarget
@@ -67,11 +68,7 @@ def stage_file_part(target: StageTarget, part: int, batches: Iterable[Any]) -> S
     with claimed_part(target, part) as cur:
         if cur is None:
             return StageCommitMessage(part, 0, skipped=True)
-        cur.execute(
-            "select topic, partition, epoch from onceflow.ranges where pipeline = %s and txid = %s",
-            (target.pipeline, target.txid),
-        )
-        epochs = {(t, p): e for t, p, e in cur.fetchall()}
+        epochs = range_epochs(cur, target.pipeline, target.txid)
         split = _Split(batches, files, target.txid, epochs, f"{files.directory}/part-{part:05d}")
         dead_target = dataclasses.replace(target, columns=DEAD_COLUMNS, files=None)
         copy_rows(cur, dead_target, part, split.dead_batches())
@@ -111,7 +108,6 @@ class _Split:
 
     def dead_batches(self) -> Iterator[Any]:
         import numpy as np
-        import pyarrow as pa
 
         for batch in self._batches:
             n = batch.num_rows
@@ -130,11 +126,9 @@ class _Split:
             if hashed:
                 self.checksum = (self.checksum or 0) + exact_sum(batch.column(HASH_COLUMN))
             if valid.any():
-                self._write(batch if valid.all() else batch.filter(_mask(valid)), hashed)
+                self._write(batch if valid.all() else batch.filter(bool_array(valid)), hashed)
             if dead.any():
-                rows = batch.filter(_mask(dead))
-                kept = [c for c in _DEAD_INPUT if c in names]
-                yield pa.RecordBatch.from_arrays([rows.column(c) for c in kept], names=kept)
+                yield dead_letters(batch, dead)
 
     def _write(self, rows: Any, hashed: bool) -> None:
         """Valid rows in the table's schema, into their partition's file."""
@@ -147,7 +141,7 @@ class _Split:
             if field.name == "txid":
                 arrays.append(string_repeat(self._txid, rows.num_rows))
             elif field.name == "epoch":
-                arrays.append(self._epoch(rows))
+                arrays.append(epoch_column(rows, self._epochs))
             elif field.name in names:
                 arrays.append(rows.column(field.name).cast(field.type))
             else:  # an optional column of an existing table that the output lacks
@@ -166,25 +160,6 @@ class _Split:
             if hashed:
                 hashes = rows.column(HASH_COLUMN)
                 file.checksum += exact_sum(hashes if indices is None else hashes.take(indices))
-
-    def _epoch(self, rows: Any) -> Any:
-        """Each row's range epoch (the ledger's, by topic and partition)."""
-        import numpy as np
-        import pyarrow as pa
-
-        n = rows.num_rows
-        if len(set(self._epochs.values())) == 1:
-            return fixed_array(pa.int32(), np.full(n, next(iter(self._epochs.values())), np.int32))
-        topics = rows.column("topic").dictionary_encode()
-        names = topics.dictionary.to_pylist()
-        index = fixed_values(topics.indices, np.int32)
-        partitions = fixed_values(rows.column("partition"), np.int32)
-        epoch = np.zeros(n, dtype=np.int32)
-        for i, topic in enumerate(names):
-            of_topic = index == i
-            for p in np.unique(partitions[of_topic]):
-                epoch[of_topic & (partitions == p)] = self._epochs[(topic, int(p))]
-        return fixed_array(pa.int32(), epoch)
 
     def close(self) -> list[_File]:
         """Finish the data files (one per partition; none when the part had no valid row)."""
@@ -216,11 +191,11 @@ class _File:
         self._stream.close()
 
 
-def _mask(values: Any) -> Any:
-    """An Arrow boolean array from a numpy one (without importing pandas)."""
-    import numpy as np
+def dead_letters(batch: Any, dead: Any) -> Any:
+    """The rows of `batch` that `dead` (a numpy bool array) marks, in the columns the stage
+    table keeps of a dead letter (DEAD_COLUMNS, with the row hash as HASH_COLUMN)."""
     import pyarrow as pa
 
-    return pa.Array.from_buffers(
-        pa.bool_(), len(values), [None, pa.py_buffer(np.packbits(values, bitorder="little"))]
-    )
+    rows = batch.filter(bool_array(dead))
+    kept = [c for c in _DEAD_INPUT if c in batch.schema.names]
+    return pa.RecordBatch.from_arrays([rows.column(c) for c in kept], names=kept)

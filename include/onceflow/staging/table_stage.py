@@ -135,7 +135,6 @@ class _CsvStream(io.RawIOBase):
 def _to_csv(batch: Any, tags: tuple[str, int, int]) -> bytes:
     import numpy as np
     import pyarrow as pa
-    import pyarrow.csv as pcsv
 
     n = batch.num_rows
     txid, attempt, part = tags
@@ -145,20 +144,55 @@ def _to_csv(batch: Any, tags: tuple[str, int, int]) -> bytes:
         fixed_array(pa.int32(), np.full(n, attempt, dtype="int32")),
         fixed_array(pa.int32(), np.full(n, part, dtype="int32")),
     ]
-    names = []
-    for name, col in zip(batch.schema.names, batch.columns, strict=True):
-        names.append(staged_name(name))
+    names = [staged_name(name) for name in batch.schema.names]
+    return csv_rows([*TAG_COLUMNS, *names], [*arrays, *batch.columns])
+
+
+def csv_rows(names: list[str], columns: list[Any]) -> bytes:
+    """Arrow columns as PostgreSQL COPY CSV rows (no header): binary as bytea hex, a zoned
+    timestamp as its UTC wall time (COPY runs with time zone UTC)."""
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+
+    arrays = []
+    for col in columns:
         if pa.types.is_binary(col.type) or pa.types.is_large_binary(col.type):
             col = _bytea_hex(col)
         elif pa.types.is_timestamp(col.type) and col.type.tz is not None:
-            # the instant's UTC wall time, without a zone (COPY runs with time zone UTC);
             # Arrow stores zoned timestamps as UTC, so dropping the zone keeps the instant
             col = col.cast(pa.timestamp(col.type.unit))
         arrays.append(col)
-    table = pa.Table.from_arrays(arrays, names=list(TAG_COLUMNS) + names)
     out = io.BytesIO()
-    pcsv.write_csv(table, out, pcsv.WriteOptions(include_header=False, quoting_style="needed"))
+    pcsv.write_csv(
+        pa.Table.from_arrays(arrays, names=names),
+        out,
+        pcsv.WriteOptions(include_header=False, quoting_style="needed"),
+    )
     return out.getvalue()
+
+
+class ChunkStream(io.RawIOBase):
+    """A file-like view of an iterator of bytes chunks, for COPY: one chunk in memory at a
+    time."""
+
+    def __init__(self, chunks: Iterable[bytes]) -> None:
+        self._chunks = iter(chunks)
+        self._buf = b""
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        while self._pos >= len(self._buf):
+            chunk = next(self._chunks, None)
+            if chunk is None:
+                return b""
+            self._buf, self._pos = chunk, 0
+        end = len(self._buf) if size is None or size < 0 else self._pos + size
+        out = self._buf[self._pos : end]
+        self._pos += len(out)
+        return out
 
 
 def _bytea_hex(col: Any) -> Any:

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from onceflow.arrow_columns import fixed_array
+from onceflow.staging.attempt_table import stage_attempt_part
 from onceflow.staging.fence import StageCommitMessage
 from onceflow.staging.file_stage import stage_file_part
 from onceflow.staging.table_stage import stage_table_part
@@ -23,10 +24,13 @@ MESSAGE_SCHEMA = "part int, rows bigint, skipped boolean"
 
 def stage_part(target: StageTarget, part: int, batches: Iterable[Any]) -> StageCommitMessage:
     """Stage one part (Arrow record batches) under the part fence, in one transaction: its
-    rows COPYed into the stage table (onceflow.staging.table_stage), or for a sink with a
-    file stage (target.files) its valid rows as a data file (onceflow.staging.file_stage)."""
+    rows COPYed into the stage table (onceflow.staging.table_stage); or its valid rows as a
+    data file for a sink with a file stage (target.files: onceflow.staging.file_stage), or
+    into the attempt's own table (target.attempt_table: onceflow.staging.attempt_table)."""
     if target.files is not None:
         return stage_file_part(target, part, batches)
+    if target.attempt_table is not None:
+        return stage_attempt_part(target, part, batches)
     return stage_table_part(target, part, batches)
 
 

@@ -139,14 +139,14 @@ class KafkaSink(TopicAudit):
         """Whether the stage table exists (no process staged anything before it does)."""
         return self._staging._stored_columns(cur) is not None
 
-    def has_staged(self, cur, txid: str, attempt: int) -> bool:
-        return self._staging.has_staged(cur, txid, attempt)
+    def has_staged(self, cur, t: PublishTarget) -> bool:
+        return self._staging.has_staged(cur, t)
 
-    def staged_counts(self, cur, txid: str, attempt: int) -> StagedCounts:
-        return self._staging.staged_counts(cur, txid, attempt)
+    def staged_counts(self, cur, t: PublishTarget) -> StagedCounts:
+        return self._staging.staged_counts(cur, t)
 
-    def drop_staged(self, cur, txid: str, up_to_attempt: int) -> None:
-        self._staging.drop_staged(cur, txid, up_to_attempt)
+    def drop_staged(self, cur, t: PublishTarget) -> None:
+        self._staging.drop_staged(cur, t)
 
     def publish_dead_letters(self, cur, t: PublishTarget) -> int:
         return super().publish_dead_letters(cur, t) if self._staged(cur) else 0
@@ -160,7 +160,7 @@ class KafkaSink(TopicAudit):
     def _dead_count(self, cur, t: PublishTarget) -> int:
         if not self._staged(cur):
             return 0
-        return self.staged_counts(cur, t.txid, t.attempt).dead
+        return self.staged_counts(cur, t).dead
 
     # -- step 1: read the commit log, publish in one Kafka transaction --------------------
 

@@ -214,17 +214,17 @@ class LakeSink(LakeAudit):
         if self.cfg.mode != "append":
             self.versions.ensure(cur)
 
-    def has_staged(self, cur, txid: str, attempt: int) -> bool:
+    def has_staged(self, cur, t: PublishTarget) -> bool:
         cur.execute(
             sql.SQL(
                 "select exists (select 1 from {} where txid = %s and attempt = %s)"
                 " or exists (select 1 from {} where txid = %s and attempt = %s)"
             ).format(self._t(self.files_table), self._t(self.stage_table)),
-            (txid, attempt, txid, attempt),
+            (t.txid, t.attempt) * 2,
         )
         return cur.fetchone()[0]
 
-    def staged_counts(self, cur, txid: str, attempt: int) -> StagedCounts:
+    def staged_counts(self, cur, t: PublishTarget) -> StagedCounts:
         cur.execute(
             sql.SQL(
                 "select (select coalesce(sum(records), 0) from {files} where txid = %s and attempt = %s),"
@@ -233,16 +233,16 @@ class LakeSink(LakeAudit):
                 " + (select coalesce(sum(row_hash::numeric), 0) from {stage}"
                 "    where txid = %s and attempt = %s))::text"
             ).format(files=self._t(self.files_table), stage=self._t(self.stage_table)),
-            (txid, attempt) * 4,
+            (t.txid, t.attempt) * 4,
         )
         valid, dead, checksum = cur.fetchone()
         return StagedCounts(int(valid) + int(dead), int(valid), int(dead), checksum)
 
-    def drop_staged(self, cur, txid: str, up_to_attempt: int) -> None:
+    def drop_staged(self, cur, t: PublishTarget) -> None:
         for table in (self.stage_table, self.files_table):
             cur.execute(
                 sql.SQL("delete from {} where txid = %s and attempt <= %s").format(self._t(table)),
-                (txid, up_to_attempt),
+                (t.txid, t.attempt),
             )
 
     def _staged_files(self, cur, txid: str, attempt: int) -> list[tuple[str, int]]:

@@ -8,6 +8,7 @@ offsets' compare-and-set commit together. Its parts, one idea each:
 - tables: the sink's tables, their names and layout, and the stage every mode reads;
 - binding: process creating, checking and evolving the tables to the output;
 - append, upsert, merge: how each mode publishes, un-publishes and what the audit checks;
+- append_migration: an append table of an earlier version partitioned by seq;
 - stage_table: the stage table alone, for a sink outside the database (a Kafka topic).
 """
 
@@ -81,9 +82,16 @@ class PostgresSink(OutputBinding, AppendMode, UpsertMode, MergeMode):
         return self.count_outside_ranges(cur, pipeline, records)
 
     def truth_violations(self, cur, pipeline: str, limit: int = 20) -> list[str]:
-        """upsert: each key's row is the last record for it among committed versions (none if
+        """append: no source record in the table twice (its key holds per partition only);
+        upsert: each key's row is the last record for it among committed versions (none if
         that is a tombstone); merge: the state is the sum of the committed txids' partials,
         last_seq their newest seq."""
+        if self._attaches:
+            return [
+                f"table {self.schema}.{self.table}: record {topic}[{partition}]@{offset} "
+                f"(epoch {epoch}) is in the table {n} times"
+                for topic, partition, epoch, offset, n in self.duplicated_coordinates(cur, limit)
+            ]
         if self.cfg.mode == "upsert":
             return self._upsert_truth(cur, pipeline, limit)
         if self.cfg.mode == "merge":

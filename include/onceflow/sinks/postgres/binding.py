@@ -59,6 +59,7 @@ class OutputBinding(PostgresTables):
             (f"{self.schema}.{self.table}",),
         )
         cur.execute(sql.SQL("create schema if not exists {}").format(sql.Identifier(self.schema)))
+        bound.check_layout(cur)
         fits = []
         for name, (columns, pk) in bound._expected_tables().items():
             existing = bound._table_columns(cur, name)
@@ -109,11 +110,6 @@ class OutputBinding(PostgresTables):
     def _label(self) -> str:
         """The sink's tables, as a refusal names them."""
         return f"the tables of sink {self.schema}.{self.table}"
-
-    @property
-    def _publishes_tables(self) -> bool:
-        """Whether the sink has published tables of its own (new ones are a way out)."""
-        return True
 
     def _fixes(
         self, problems: list[schema_evolution.Problem], evolution: Evolution | None

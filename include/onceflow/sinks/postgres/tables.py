@@ -8,8 +8,10 @@ how they are created; and what every mode does with the stage.
   letters); tombstone (upsert: the output's value is null); row_hash; for an aggregating
   transform (merge only) also `records`, how many source records the row sums up, and the
   coordinates are null except on dead letters.
-- append: `T`, one row per source record, primary key (topic, partition, epoch, offset),
-  plus txid and the user's columns.
+- append: `T`, one row per source record: its coordinates (topic, partition, epoch,
+  offset), seq, txid and the user's columns; partitioned by seq, each committed txid's rows
+  one partition, the attempt's own table that process filled and commit attached
+  (sinks.postgres.append).
 - upsert: `T_versions`, every published version, primary key (key..., seq, topic,
   partition, offset) and one per source record (topic, partition, epoch, offset); `T`, each
   key's current row (sinks.postgres.upsert).
@@ -29,8 +31,8 @@ from __future__ import annotations
 from psycopg2 import sql
 
 from onceflow.config.sink import SinkConfig
-from onceflow.errors import SinkSchemaError
-from onceflow.sinks.base import TAG_COLUMNS, Sink
+from onceflow.errors import SinkLayoutError, SinkSchemaError
+from onceflow.sinks.base import TAG_COLUMNS, PublishTarget, Sink
 from onceflow.sinks.postgres.columns import STAGE_FIXED, SUM_TYPES, Column, defs, ids
 from onceflow.transforms import COORDINATES, RECORDS
 
@@ -85,6 +87,17 @@ class PostgresTables(Sink):
             *(n for n, _ in STAGE_FIXED[3:]),
             *((RECORDS,) if self.aggregating else ()),
         )
+
+    @property
+    def _attaches(self) -> bool:
+        """Whether commit publishes by attaching the attempt's own table as a partition of the
+        published table (an append sink: sinks.postgres.append)."""
+        return self.cfg.mode == "append" and self._publishes_tables
+
+    @property
+    def _publishes_tables(self) -> bool:
+        """Whether the sink has published tables of its own (new ones are a way out)."""
+        return True
 
     @property
     def takes_fast_form(self) -> bool:
@@ -170,8 +183,9 @@ class PostgresTables(Sink):
         key = self.cfg.key
         if self.cfg.mode == "append":
             tables[self.table] = (
-                (*coords, txid, *self._columns),
-                ("topic", "partition", "epoch", "offset"),
+                (*coords, Column("seq", "bigint"), txid, *self._columns),
+                # seq: a partitioned table's key holds its partition key (sinks.postgres.append)
+                ("topic", "partition", "epoch", "offset", "seq"),
             )
         elif self.cfg.mode == "upsert":
             version = (
@@ -214,7 +228,8 @@ class PostgresTables(Sink):
 
     def _create(self, cur, name: str, columns: tuple[Column, ...], pk: tuple[str, ...]) -> None:
         """Create one table of the sink; the stage table UNLOGGED (transient: commit's count
-        check catches rows a crash loses), the published ones with the time of publishing."""
+        check catches rows a crash loses), the published ones with the time of publishing,
+        except an append table: partitioned by seq, its rows written by process."""
         stage = name == self.stage_table
         nullable = {"error", "key", "value", "tombstone", "row_hash", RECORDS} | {
             c.name for c in self._columns
@@ -222,24 +237,24 @@ class PostgresTables(Sink):
         if self.aggregating:  # only dead letters carry coordinates
             nullable |= set(COORDINATES)
         body = defs(columns, not_null=[c.name for c in columns if c.name not in nullable])
-        if not stage:
+        attached = self._attaches and name == self.table
+        if not stage and not attached:
+            # an attached partition's rows were written by process: no time of publishing
             body = sql.SQL("{}, published_at timestamptz not null default now()").format(body)
         if pk:
             body = sql.SQL("{}, primary key ({})").format(body, ids(pk))
         cur.execute(
-            sql.SQL("create {}table {} ({})").format(
-                sql.SQL("unlogged " if stage else ""), self._t(name), body
+            sql.SQL("create {}table {} ({}){}").format(
+                sql.SQL("unlogged " if stage else ""),
+                self._t(name),
+                body,
+                sql.SQL(" partition by range (seq)" if attached else ""),
             )
         )
-        if (
-            name in (self.table, self.versions_table)
-            and self.cfg.mode != "merge"
-            and not (self.cfg.mode == "upsert" and name == self.table)
-        ):
-            # unpublish, the audit and re-runs find a txid's records by it (the partials'
-            # primary key starts with txid)
-            cur.execute(sql.SQL("create index on {} (txid)").format(self._t(name)))
         if name == self.versions_table:
+            # unpublish, the audit and re-runs find a txid's records by it (the partials'
+            # primary key starts with txid; an append table's partitions are by seq)
+            cur.execute(sql.SQL("create index on {} (txid)").format(self._t(name)))
             # one version per source record: no record is published twice
             cur.execute(
                 sql.SQL('create unique index on {} (topic, partition, epoch, "offset")').format(
@@ -253,12 +268,31 @@ class PostgresTables(Sink):
         # The tables need the output schema, which only process knows (bind_output).
         cur.execute(sql.SQL("create schema if not exists {}").format(sql.Identifier(self.schema)))
 
-    def has_staged(self, cur, txid: str, attempt: int) -> bool:
-        return self._stored_columns(cur) is not None and super().has_staged(cur, txid, attempt)
+    def has_staged(self, cur, t: PublishTarget) -> bool:
+        return self._stored_columns(cur) is not None and super().has_staged(cur, t)
 
-    def drop_staged(self, cur, txid: str, up_to_attempt: int) -> None:
+    def drop_staged(self, cur, t: PublishTarget) -> None:
         if self._stored_columns(cur) is not None:
-            super().drop_staged(cur, txid, up_to_attempt)
+            super().drop_staged(cur, t)
+
+    def check_layout(self, cur) -> None:
+        """Refuse an append table of an earlier version (not partitioned by seq:
+        sinks.postgres.append), naming the command that migrates it."""
+        if not self._attaches:
+            return
+        cur.execute(
+            "select relkind from pg_class where oid = to_regclass(format('%%I.%%I', %s::text,"
+            " %s::text))",
+            (self.schema, self.table),
+        )
+        row = cur.fetchone()
+        if row is not None and row[0] != "p":
+            raise SinkLayoutError(
+                f"sink table {self.schema}.{self.table} is an append table of an earlier "
+                "Onceflow version (not partitioned by seq); migrate it first: `onceflow "
+                "migrate --sinks` (every pipeline's) or `onceflow migrate --sinks --pipeline "
+                "NAME`. Nothing was staged or published."
+            )
 
     def _staged_valid(self, names: sql.Composable) -> sql.Composed:
         """The attempt's valid staged rows with their range's epoch: select `names` from

@@ -1,0 +1,119 @@
+"""Named error conditions. Each carries the coordinates an operator needs to act on it.
+
+The errors are grouped by the phase that raises them: base (OnceflowError, ConfigError),
+transform (the user's transform and its output), ledger (a txid the ledger refuses), plan
+(the broker's log and offsets), process (attempts, their fencing and stage; ProcessExit),
+commit (its order and conflicts), sinks (a sink outside the database) and cli (the command
+line's refusals). Everything is importable from onceflow.errors.
+"""
+
+from onceflow.errors.base import ConfigError, OnceflowError, PipelineKeyError
+from onceflow.errors.cli import (
+    BackfillOpenBatchError,
+    DemoPipelinesMissingError,
+    LocalToolsMissingError,
+    PartitionCountError,
+    PipelineNotChosenError,
+    ResetNotConfirmedError,
+    SeqRangeError,
+    UnknownSeqError,
+)
+from onceflow.errors.commit import (
+    CommitConflictError,
+    CommitLogAheadError,
+    CommitOrderError,
+    CommitterFencedError,
+    NotStagedError,
+    OffsetConflictError,
+    SinkContentionError,
+    StagedCountsError,
+)
+from onceflow.errors.ledger import AbandonedTxidError, IllegalTransitionError, UnknownTxidError
+from onceflow.errors.plan import (
+    DataLossError,
+    KafkaAccessError,
+    KafkaUnreachableError,
+    LogIdentityError,
+    OffsetRegressionError,
+    PartitionRemovedError,
+    ResetRefusedError,
+    TopicMissingError,
+    UnprovenLogError,
+)
+from onceflow.errors.process import (
+    FencedAttemptError,
+    IncompleteStageError,
+    ProcessExit,
+    RangeReadError,
+)
+from onceflow.errors.sinks import (
+    LakeTableMissingError,
+    NotALakeSinkError,
+    RerunRefusedError,
+    SinkMovedError,
+    SinkRejectedError,
+    SinkUnavailableError,
+)
+from onceflow.errors.transform import (
+    SinkLayoutError,
+    SinkSchemaError,
+    TransformError,
+    TransformRaisedError,
+    UnrepeatedFailureError,
+)
+
+__all__ = [
+    "AbandonedTxidError",
+    "BackfillOpenBatchError",
+    "CommitConflictError",
+    "CommitLogAheadError",
+    "CommitOrderError",
+    "CommitterFencedError",
+    "ConfigError",
+    "DataLossError",
+    "DemoPipelinesMissingError",
+    "FencedAttemptError",
+    "IllegalTransitionError",
+    "IncompleteStageError",
+    "KafkaAccessError",
+    "KafkaUnreachableError",
+    "LakeTableMissingError",
+    "LocalToolsMissingError",
+    "LogIdentityError",
+    "NotALakeSinkError",
+    "NotStagedError",
+    "OffsetConflictError",
+    "OffsetRegressionError",
+    "OnceflowError",
+    "PartitionCountError",
+    "PartitionRemovedError",
+    "PipelineKeyError",
+    "PipelineNotChosenError",
+    "ProcessExit",
+    "RangeReadError",
+    "RerunRefusedError",
+    "ResetNotConfirmedError",
+    "ResetRefusedError",
+    "SeqRangeError",
+    "SinkContentionError",
+    "SinkMovedError",
+    "SinkRejectedError",
+    "SinkLayoutError",
+    "SinkSchemaError",
+    "SinkUnavailableError",
+    "StagedCountsError",
+    "TopicMissingError",
+    "TransformError",
+    "TransformRaisedError",
+    "UnknownSeqError",
+    "UnknownTxidError",
+    "UnprovenLogError",
+    "UnrepeatedFailureError",
+]
+
+# Each error keeps the name it had when onceflow/errors.py was one module: tracebacks (the
+# text Spark hands the driver: onceflow.process.failures, onceflow.poison's marker) and
+# pickles name it onceflow.errors.NAME, whichever module of the package defines it.
+for _name in __all__:
+    globals()[_name].__module__ = __name__
+del _name

@@ -1,0 +1,85 @@
+"""Refusals of the command line (onceflow.cli): what a command was given or needs."""
+
+from __future__ import annotations
+
+from onceflow.errors.base import OnceflowError
+
+
+class LocalToolsMissingError(OnceflowError):
+    """A command of the local stack (up, down, status, produce, demo, chaos) needs what only
+    the `local` extra installs; `missing` is the module that was not found."""
+
+    def __init__(self, missing: str | None) -> None:
+        self.missing = missing
+        super().__init__(
+            f"this command runs the local stack's tools, which need what the `local` extra "
+            f"installs (pip install 'onceflow[local]'); missing: {missing}"
+        )
+
+
+class PipelineNotChosenError(OnceflowError):
+    """A command was given no --pipeline while the pipelines file defines more than one (or
+    none); `known` names them."""
+
+    def __init__(self, known: tuple[str, ...]) -> None:
+        self.known = known
+        super().__init__(f"give --pipeline, one of: {', '.join(known)}")
+
+
+class PartitionCountError(OnceflowError):
+    """`onceflow topics create` was asked for topics of fewer than one partition."""
+
+    def __init__(self, pipeline: str, partitions: int) -> None:
+        self.pipeline, self.partitions = pipeline, partitions
+        super().__init__(f"--partitions {partitions}: a topic has 1 partition or more")
+
+
+class DemoPipelinesMissingError(OnceflowError):
+    """`onceflow demo` runs the shipped example pipelines, and the pipelines file lacks some."""
+
+    def __init__(self, pipelines_file: str, missing: list[str], demo: list[str]) -> None:
+        self.pipelines_file, self.missing, self.demo = pipelines_file, missing, demo
+        super().__init__(
+            f"{pipelines_file} lacks the demo pipeline(s) {missing}; the demo runs "
+            f"{demo} as dags/pipelines.toml defines them"
+        )
+
+
+class SeqRangeError(OnceflowError):
+    """`onceflow backfill --from-seq A --to-seq B` where A..B is no range of seq numbers."""
+
+    def __init__(self, pipeline: str, from_seq: int, to_seq: int) -> None:
+        self.pipeline, self.from_seq, self.to_seq = pipeline, from_seq, to_seq
+        super().__init__(f"--from-seq {from_seq} --to-seq {to_seq} is not a range of seq numbers")
+
+
+class UnknownSeqError(OnceflowError):
+    """A seq the pipeline's ledger holds no batch for (`last_seq`: its highest, 0 if none)."""
+
+    def __init__(self, pipeline: str, seq: int, last_seq: int) -> None:
+        self.pipeline, self.seq, self.last_seq = pipeline, seq, last_seq
+        super().__init__(
+            f"pipeline {pipeline!r} has no batch with seq {seq} (last seq: {last_seq})"
+        )
+
+
+class BackfillOpenBatchError(OnceflowError):
+    """`onceflow backfill` re-runs committed batches only, and a seq of its range is open."""
+
+    def __init__(self, pipeline: str, seq: int, txid: str, state: str) -> None:
+        self.pipeline, self.seq, self.txid, self.state = pipeline, seq, txid, state
+        super().__init__(
+            f"seq {seq} (txid {txid!r}) is {state}, not committed: "
+            "backfill re-runs committed batches; retry open ones with `onceflow rerun`"
+        )
+
+
+class ResetNotConfirmedError(OnceflowError):
+    """`onceflow reset-offsets` without --yes: it abandons batches, so only when confirmed."""
+
+    def __init__(self, pipeline: str, to: str) -> None:
+        self.pipeline, self.to = pipeline, to
+        super().__init__(
+            "reset-offsets abandons every uncommitted batch and restarts each partition at the "
+            f"broker's {to} offset; add --yes to do it"
+        )

@@ -1,0 +1,36 @@
+"""A txid the ledger refuses whatever the phase: not in it, abandoned by a reset, or asked
+for a step its state does not take."""
+
+from __future__ import annotations
+
+from onceflow.errors.base import OnceflowError
+
+
+class UnknownTxidError(OnceflowError):
+    def __init__(self, pipeline: str, txid: str, hint: str = "") -> None:
+        self.pipeline, self.txid = pipeline, txid
+        msg = f"txid {txid!r} is not in the ledger of pipeline {pipeline!r}"
+        super().__init__(msg + (f"; {hint}" if hint else ""))
+
+
+class AbandonedTxidError(OnceflowError):
+    """The txid was abandoned by an operator reset; it will never process or commit."""
+
+    def __init__(self, pipeline: str, txid: str, context: str = "") -> None:
+        self.pipeline, self.txid = pipeline, txid
+        super().__init__(
+            f"{context}txid {txid!r} of pipeline {pipeline!r} was abandoned by `onceflow "
+            "reset-offsets`: its ranges are gone from the broker; it will never process or commit"
+        )
+
+
+class IllegalTransitionError(OnceflowError):
+    """A batch was asked to move between two states the protocol does not connect
+    (onceflow.states.TRANSITIONS): a bug or a hand-edited ledger, never a retry's doing."""
+
+    def __init__(self, pipeline: str, txid: str, state: str | None, event: str) -> None:
+        self.pipeline, self.txid, self.state, self.event = pipeline, txid, state, event
+        super().__init__(
+            f"txid {txid!r} of pipeline {pipeline!r} is {state or 'not in the ledger'}: "
+            f"{event} is not a step a batch in that state takes; the ledger was not changed"
+        )

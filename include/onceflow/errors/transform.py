@@ -1,0 +1,46 @@
+"""The user's transform: it cannot load, it raised on a record, or its output does not fit
+its sink (raised before or while process stages)."""
+
+from __future__ import annotations
+
+from onceflow.errors.base import OnceflowError
+
+
+class TransformError(OnceflowError):
+    """A pipeline's transform cannot be loaded, or its output does not fit its sink; nothing
+    is staged. The message names the transform and what is wrong."""
+
+
+class TransformRaisedError(TransformError):
+    """The user's code raised on a record of the batch and the pipeline does not dead-letter
+    such records (on_transform_error = "fail"), or the records it raised on could not be set
+    aside (onceflow.poison); the message names the record and shows the user's traceback.
+    Also the marker of an exception a fast form raised in the reader's worker."""
+
+
+class SinkSchemaError(OnceflowError):
+    """A sink table exists with columns the transform's output does not fit, or the output has
+    a column the sink cannot hold; the message names the table and the columns."""
+
+
+class SinkLayoutError(SinkSchemaError):
+    """A sink table is laid out as an earlier Onceflow version made it (an append table not
+    partitioned by seq) or cannot be named as this one needs; the message names the table
+    and the command that migrates it."""
+
+
+class UnrepeatedFailureError(OnceflowError):
+    """The user's code raised in a stage job, but on none of its input partitions run again
+    alone (onceflow.poison.isolate): the exception does not follow from the records (a
+    passing fault, or code that is not deterministic), so no record is set aside; the
+    attempt fails, and a retry may pass. `failure`: what failed the job; `partitions`: the
+    input partitions probed."""
+
+    def __init__(self, failure: str, partitions: int) -> None:
+        self.failure, self.partitions = failure, partitions
+        super().__init__(
+            f"{failure} failed the stage job, but none of its {partitions} input "
+            "partition(s) fails when run again alone: the exception does not follow from the "
+            "records (a passing fault, or code that is not deterministic); the attempt fails "
+            "and a retry may pass"
+        )

@@ -1,0 +1,135 @@
+"""The attempt-table backend: a part's valid rows COPYed into its attempt's own table, its
+dead letters into the stage table, in the part's fenced transaction.
+
+For a PostgreSQL append sink (Sink.attempt_table), whose commit attaches the attempt's table
+as a partition of the published table (sinks.postgres.append), process writes the rows as
+they will be published: the coordinates with their range's epoch (onceflow.staging.epochs),
+seq, txid and the user's columns. Not the tags' attempt and part (the table is the
+attempt's own, the part fence row counts each part), nor the row hash (summed into the
+part's checksum). The fence's rules (onceflow.staging.fence) hold as for the stage table: a
+task that dies leaves nothing (its rows roll back with its claim), a retried or speculative
+one finds the part claimed and writes nothing, a fenced one fails before it writes.
+
+A connection runs one COPY at a time: the part's dead letters wait in memory until the valid
+rows' COPY ends (a part of the stage writer holds few; every record dead is the worst case,
+one part's records).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from onceflow.arrow_columns import bool_array, fixed_array, string_repeat, valid_mask
+from onceflow.staging.checksum import HASH_COLUMN, exact_sum
+from onceflow.staging.epochs import epoch_column, range_epochs
+from onceflow.staging.fence import StageCommitMessage, claimed_part, record_part
+from onceflow.staging.file_stage import DEAD_COLUMNS, dead_letters
+from onceflow.staging.table_stage import ChunkStream, copy_rows, csv_rows
+from onceflow.staging.target import StageTarget
+
+# Input columns a dead letter holds, which the published rows do not.
+_DEAD_ONLY = ("error", "key", "value", "tombstone", HASH_COLUMN)
+# Columns the writer fills itself, from the target and the ranges.
+WRITER_COLUMNS = ("txid", "seq", "epoch")
+
+
+def stage_attempt_part(
+    target: StageTarget, part: int, batches: Iterable[Any]
+) -> StageCommitMessage:
+    """Stage one part: its valid rows into the attempt's table, its dead letters into the
+    stage table, its counts on the fence, all in one transaction."""
+    from psycopg2 import sql
+
+    table = target.attempt_table
+    if table is None:
+        raise ValueError(
+            f"stage of part {part}: {target.schema}.{target.table} has no attempt table"
+        )
+    with claimed_part(target, part) as cur:
+        if cur is None:
+            return StageCommitMessage(part, 0, skipped=True)
+        rows = _ValidRows(batches, target, part, range_epochs(cur, target.pipeline, target.txid))
+        if rows.columns:
+            copy = sql.SQL("copy {}.{} ({}) from stdin with (format csv)").format(
+                sql.Identifier(target.schema),
+                sql.Identifier(table),
+                sql.SQL(", ").join(sql.Identifier(c) for c in rows.columns),
+            )
+            cur.copy_expert(copy, ChunkStream(rows.csv()), size=1 << 20)
+        dead_target = dataclasses.replace(target, columns=DEAD_COLUMNS, attempt_table=None)
+        copy_rows(cur, dead_target, part, rows.dead_batches)
+        record_part(cur, target, part, rows.rows, rows.dead, rows.checksum)
+    return StageCommitMessage(part, rows.rows, skipped=False)
+
+
+class _ValidRows:
+    """Walks a part's batches once: the valid rows as CSV for the attempt's table, the dead
+    letters kept for the stage table, every row counted and hashed."""
+
+    def __init__(
+        self,
+        batches: Iterable[Any],
+        target: StageTarget,
+        part: int,
+        epochs: dict[tuple[str, int], int],
+    ) -> None:
+        self._batches = iter(batches)
+        self._target = target
+        self._epochs = epochs
+        self._first = next(self._batches, None)
+        self.columns: tuple[str, ...] = ()
+        if self._first is not None:
+            names = self._first.schema.names
+            unknown = target.unknown_columns(names)
+            if unknown:
+                raise ValueError(
+                    f"stage of {target.schema}.{target.attempt_table} part {part}: unexpected "
+                    f"column(s) {unknown}"
+                )
+            self._kept = [n for n in names if n not in _DEAD_ONLY]
+            self.columns = (*WRITER_COLUMNS, *self._kept)
+        self.rows = 0
+        self.dead = 0
+        self.checksum: int | None = None  # every row's hash summed (None: no hash column)
+        self.dead_batches: list[Any] = []
+
+    def csv(self) -> Iterator[bytes]:
+        import numpy as np
+        import pyarrow as pa
+
+        batches = self._batches if self._first is None else _chain(self._first, self._batches)
+        self._first = None
+        for batch in batches:
+            n = batch.num_rows
+            if n == 0:
+                continue
+            names = batch.schema.names
+            dead = (  # an error that is not null makes a dead letter
+                valid_mask(batch.column(names.index("error")))
+                if "error" in names
+                else np.zeros(n, dtype=bool)
+            )
+            self.rows += n
+            if HASH_COLUMN in names:
+                self.checksum = (self.checksum or 0) + exact_sum(batch.column(HASH_COLUMN))
+            if dead.any():
+                self.dead += int(dead.sum())
+                self.dead_batches.append(dead_letters(batch, dead))
+                batch = batch.filter(bool_array(~dead))
+                if batch.num_rows == 0:
+                    continue
+            m = batch.num_rows
+            written = [
+                string_repeat(self._target.txid, m),
+                fixed_array(pa.int64(), np.full(m, self._target.seq, dtype=np.int64)),
+                epoch_column(batch, self._epochs),
+                *(batch.column(c) for c in self._kept),
+            ]
+            yield csv_rows(list(self.columns), written)
+
+
+def _chain(first: Any, rest: Iterator[Any]) -> Iterator[Any]:
+    yield first
+    yield from rest
