@@ -74,6 +74,30 @@ FIELDS = [
 ]
 
 
+def stage_attempt(dsn: str, cfg: Any, sink: Any, txid: str, parts: list[list[Any]]) -> None:
+    """Stage a new attempt of txid as a process job would, without Spark: the sink bound to
+    the output and the attempt's stage made, part k's Arrow batches staged as part k under the
+    part fence (onceflow.staging.writer.stage_part), the stage sealed, the attempt marked
+    staged."""
+    from onceflow.db import transaction
+    from onceflow.ledger.fencing import claim_attempt, mark_staged
+    from onceflow.sinks.base import PublishTarget
+    from onceflow.staging.target import StageTarget
+    from onceflow.staging.writer import stage_part
+
+    claim = claim_attempt(dsn, cfg.name, txid)
+    this = PublishTarget(cfg.name, txid, claim.seq, claim.attempt)
+    with transaction(dsn) as cur:
+        bound = sink.bind_output(cur, FIELDS)
+        bound.create_stage(cur, this)
+    target = StageTarget.for_sink(dsn, bound, cfg.name, txid, claim.seq, claim.attempt)
+    for k, batches in enumerate(parts):
+        stage_part(target, k, batches)
+    with transaction(dsn) as cur:
+        bound.seal_stage(cur, this)
+    mark_staged(dsn, cfg, txid, claim.attempt, parts=len(parts))
+
+
 def one_run(
     dsn: str,
     name: str,
@@ -90,13 +114,10 @@ def one_run(
     from onceflow.commit import commit
     from onceflow.config.pipeline_table import parse_pipeline
     from onceflow.db import transaction
-    from onceflow.ledger.fencing import claim_attempt, mark_staged
     from onceflow.ledger.log_checks import BrokerSnapshot
     from onceflow.ledger.planning import plan
     from onceflow.maintenance import maintain
     from onceflow.sinks import sink_for
-    from onceflow.staging.target import StageTarget
-    from onceflow.staging.writer import stage_part
 
     raw = {
         "topics": [TOPIC],
@@ -118,14 +139,11 @@ def one_run(
             txid,
             lambda _at, s=start, e=end: BrokerSnapshot({(TOPIC, 0): 0}, {(TOPIC, 0): e}),
         )
-        claim = claim_attempt(dsn, cfg.name, txid)
-        with transaction(dsn) as cur:
-            bound = sink.bind_output(cur, FIELDS)
-        target = StageTarget.for_sink(dsn, bound, cfg.name, txid, claim.attempt)
-        for p in range(PARTS):
-            rows = _batch(rng, start + p * per_part, per_part, keys, mode == "upsert")
-            stage_part(target, p, [rows])
-        mark_staged(dsn, cfg, txid, claim.attempt, parts=PARTS)
+        parts = [
+            [_batch(rng, start + p * per_part, per_part, keys, mode == "upsert")]
+            for p in range(PARTS)
+        ]
+        stage_attempt(dsn, cfg, sink, txid, parts)
         t0 = time.perf_counter()
         commit(dsn, cfg, txid, sink)
         commit_s.append(time.perf_counter() - t0)

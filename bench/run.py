@@ -31,6 +31,9 @@ Phase 1, data plane (a private broker and PostgreSQL, nothing else of Onceflow r
                    kind (PostgreSQL, Iceberg, Delta) and mode (append, upsert, merge), lake
                    tables with and without maintenance (bench/lake_commits.py; `--only
                    lake_commits`)
+  commit_sizes     commit seconds of one batch of 1k, 100k, 1M and 2M records for each
+                   PostgreSQL mode and an Iceberg table (bench/commit_sizes.py; `--only
+                   commit_sizes`): `commit_s_by_size`
 Phase 2, orchestration (the local stack with Airflow on ports 25437/29097/28085, on the same
 Apache Kafka when given): DAG runs of a 1,000-record batch, trigger to commit success, split
 into plan, process (start, session, job, stop), commit and the scheduler's hand-offs.
@@ -38,7 +41,7 @@ into plan, process (start, session, job, stop), commit and the scheduler's hand-
 Writes bench/results.json, bench/throughput.png and BENCHMARKS.md (table + bench/NOTES.md).
 
 usage: python bench/run.py [--quick] [--records N] [--repeats K] [--skip-dag] [--render]
-                           [--lake-records N] [--only lake|lake_commits]
+                           [--lake-records N] [--only lake|lake_commits|commit_sizes]
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import commit_sizes  # noqa: E402
 import common  # noqa: E402
 import lake  # noqa: E402
 import lake_commits  # noqa: E402
@@ -628,6 +632,14 @@ def acceptance(r: dict) -> dict:
         ),
         "driver RSS <= 1 GiB": (r["rss"]["driver_mib"], 1024.0, "<="),
     }
+    append = (r.get("commit_s_by_size") or {}).get("append") or {}
+    if "2000000" in append:
+        checks["append commit of 2M records <= 1 s"] = (append["2000000"], 1.0, "<=")
+        checks["append commit of 2M records <= 2 x 1k's"] = (
+            append["2000000"],
+            2 * append["1000"],
+            "<=",
+        )
     out = {}
     for name, (value, limit, op) in checks.items():
         met = None if value is None else (value >= limit if op == ">=" else value <= limit)
@@ -815,6 +827,8 @@ def write_markdown(r: dict, path: Path) -> None:
         lines += lake.section(r["lake"])
     if r.get("lake_commits"):
         lines += lake_commits.section(r["lake_commits"])
+    if r.get("commit_sizes"):
+        lines += commit_sizes.section(r["commit_sizes"])
     lines += [
         "",
         "## Scaling",
@@ -1039,7 +1053,7 @@ def main() -> int:
     p.add_argument("--lake-records", type=int, default=1_000_000, help="the lake section's topic")
     p.add_argument(
         "--only",
-        choices=["lake", "lake_commits"],
+        choices=["lake", "lake_commits", "commit_sizes"],
         help="measure only this section and merge it into --out (if that holds a full run)",
     )
     p.add_argument("--quick", action="store_true", help="small sizes, one repeat (a smoke test)")
@@ -1111,6 +1125,12 @@ def main() -> int:
                     )  # fmt: skip
                 if a.only in (None, "lake"):
                     results["lake"] = lake_run(a, work, bootstrap, pg, brk)
+                if a.only in (None, "commit_sizes"):
+                    sizes = commit_sizes.SIZES[:2] if a.quick else commit_sizes.SIZES
+                    results["commit_sizes"] = commit_sizes.run(
+                        pg.dsn, work / "commit-sizes", sizes, say=say
+                    )
+                    results["commit_s_by_size"] = results["commit_sizes"]["commit_s_by_size"]
                 if a.only in (None, "lake_commits"):
                     batches = 20 if a.quick else 100
                     results["lake_commits"] = lake_commits.run(
@@ -1128,7 +1148,8 @@ def main() -> int:
     if a.only:  # the section alone: into the full run of --out when there is one
         previous = json.loads(a.out.read_text()) if a.out.exists() else {}
         if "scaling" in previous:
-            results = {**previous, a.only: results[a.only]}
+            kept = {k: results[k] for k in (a.only, "commit_s_by_size") if k in results}
+            results = {**previous, **kept}
     else:
         results["acceptance"] = acceptance(results)
     a.out.write_text(json.dumps(results, indent=1, default=str) + "\n")
@@ -1136,6 +1157,8 @@ def main() -> int:
         alone = lake.section(results["lake"]) if a.only == "lake" else []
         if a.only == "lake_commits":
             alone = lake_commits.section(results["lake_commits"])
+        if a.only == "commit_sizes":
+            alone = commit_sizes.section(results["commit_sizes"])
         a.markdown.write_text("\n".join([f"# Benchmarks: the {a.only} section alone", *alone, ""]))
         say(f"wrote {a.out}, {a.markdown}")
         return 0

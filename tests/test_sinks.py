@@ -211,6 +211,38 @@ def test_merge_state_is_the_fold_of_the_committed_partials(ledger_dsn, unique_na
     assert any("key ('w',)" in v and "not the fold" in v for v in report.violations)
 
 
+@pytest.mark.parametrize("mode", ["upsert", "merge"])
+def test_process_seals_one_row_per_key_and_commit_takes_it(ledger_dsn, unique_name, mode):
+    """What commit reads of a first publish is one row per key, made in process: upsert's
+    newest version of each key (a tombstone too), merge's partial aggregates; commit drops
+    it. (A re-run reads the versions or partials again: the tests above.) Changed by hand
+    before commit, it is what commit publishes; upsert's audit finds the current row is not
+    the newest version (merge's partials are what it publishes: the fold still holds)."""
+    cfg = pipeline(unique_name, mode)
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 4}))
+    process(
+        ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)], [(0, 2, "x", 3), (0, 3, "y", 4)]
+    )
+    sealed = f'"{cfg.sink_schema}".items__s1_a1'
+    with transaction(ledger_dsn) as cur:
+        if mode == "upsert":
+            cur.execute(f'select sku, qty, "offset", tombstone from {sealed} order by sku')
+            assert cur.fetchall() == [("x", 3, 2, False), ("y", 4, 3, False)]
+        else:
+            cur.execute(f"select sku, qty, records from {sealed} order by sku")
+            assert cur.fetchall() == [("x", 4, 2), ("y", 6, 2)]
+        cur.execute(f"update {sealed} set qty = qty + 100 where sku = 'y'")
+    commit(ledger_dsn, cfg, "a")
+    expected = {"upsert": [("x", 3), ("y", 104)], "merge": [("x", 4, 1), ("y", 106, 1)]}[mode]
+    assert published(ledger_dsn, cfg) == expected
+    with transaction(ledger_dsn) as cur:
+        cur.execute("select to_regclass(%s)", (sealed,))
+        assert cur.fetchone() == (None,)
+    if mode == "upsert":
+        report = run_audit(ledger_dsn, cfg)
+        assert any("key ('y',)" in v for v in report.violations), report.violations
+
+
 # -- the output schema ----------------------------------------------------------------------
 
 

@@ -100,7 +100,7 @@ def commit(dsn: str, cfg: PipelineConfig, txid: str, sink: Sink | None = None) -
             return CommitResult(
                 txid, row.seq, Outcome.ALREADY, row.records_out or 0, row.records_dead or 0
             )
-        t = PublishTarget(cfg.name, txid, row.seq, row.staged_attempt)
+        t = PublishTarget(cfg.name, txid, row.seq, row.staged_attempt, replacing=row.republish)
         if isinstance(sink, OutsideSink):
             out = _two_step(sink, cur, row, t)
         else:

@@ -51,6 +51,9 @@ class PublishTarget:
     txid: str
     seq: int
     attempt: int
+    # commit replaces the txid's published output (a re-run by run id): newer seqs may be
+    # published already
+    replacing: bool = False
 
 
 @dataclass(frozen=True)

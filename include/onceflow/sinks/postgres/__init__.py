@@ -35,6 +35,13 @@ class PostgresSink(OutputBinding, AppendMode, UpsertMode, MergeMode):
         )(cur, t)
         return published, self.publish_dead_letters(cur, t)
 
+    def seal_stage(self, cur, t: PublishTarget) -> None:
+        if self._stored_columns(cur) is None:
+            return
+        {"append": self._seal_append, "upsert": self._seal_upsert}.get(
+            self.cfg.mode, self._seal_merge
+        )(cur, t)
+
     def unpublish(self, cur, t: PublishTarget) -> None:
         if self._stored_columns(cur) is not None:
             {"append": self._unpublish_append, "upsert": self._unpublish_upsert}.get(

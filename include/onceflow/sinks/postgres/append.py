@@ -36,7 +36,7 @@ import re
 from psycopg2 import errors as pg_errors
 from psycopg2 import sql
 
-from onceflow.errors import SinkLayoutError, TransformError
+from onceflow.errors import TransformError
 from onceflow.sinks.base import PublishTarget, StagedCounts
 from onceflow.sinks.postgres.columns import ids
 from onceflow.sinks.postgres.tables import PostgresTables
@@ -54,16 +54,7 @@ class AppendMode(PostgresTables):
     # -- process: the attempt's own table --------------------------------------------------
 
     def attempt_table(self, seq: int, attempt: int) -> str | None:
-        if not self._attaches:
-            return None
-        name = f"{self.table}__s{seq}_a{attempt}"
-        if len(name.encode()) > 63:  # PostgreSQL would cut it, and two attempts could meet
-            raise SinkLayoutError(
-                f"sink {self.schema}.{self.table}: the table of seq {seq} attempt {attempt} "
-                f"would be named {name!r}, longer than PostgreSQL's 63 bytes; give the sink "
-                "a shorter table name"
-            )
-        return name
+        return self.sealed_table(seq, attempt) if self._attaches else None
 
     def create_stage(self, cur, t: PublishTarget) -> None:
         name = self.attempt_table(t.seq, t.attempt)
@@ -80,7 +71,7 @@ class AppendMode(PostgresTables):
             (t.seq, t.seq + 1),
         )
 
-    def seal_stage(self, cur, t: PublishTarget) -> None:
+    def _seal_append(self, cur, t: PublishTarget) -> None:
         """Build on the attempt's table every index T has, so that attaching it builds none;
         a row the transform output twice for one record fails T's primary key here, in
         process, with the record named."""
@@ -141,20 +132,6 @@ class AppendMode(PostgresTables):
         )
         return StagedCounts(counts.records + rows, rows, counts.dead, cur.fetchone()[0])
 
-    def drop_staged(self, cur, t: PublishTarget) -> None:
-        super().drop_staged(cur, t)
-        if not self._attaches:
-            return
-        cur.execute(
-            "select c.relname from pg_class c join pg_namespace n on n.oid = c.relnamespace"
-            " where n.nspname = %s and c.relkind = 'r' and not c.relispartition"
-            " and c.relname like %s",
-            (self.schema, f"{_like(self.table)}\\_\\_s{t.seq}\\_a%"),
-        )
-        for (name,) in cur.fetchall():  # every attempt's table but the attached one
-            if int(name.rsplit("_a", 1)[1]) <= t.attempt:
-                cur.execute(sql.SQL("drop table {}").format(self._t(name)))
-
     # -- commit -------------------------------------------------------------------------
 
     def _publish_append(self, cur, t: PublishTarget) -> int:
@@ -205,7 +182,7 @@ class AppendMode(PostgresTables):
             "select c.relname from pg_inherits i join pg_class c on c.oid = i.inhrelid"
             " where i.inhparent = to_regclass(format('%%I.%%I', %s::text, %s::text))"
             " and c.relname like %s",
-            (self.schema, self.table, f"{_like(self.table)}\\_\\_s{t.seq}\\_a%"),
+            (self.schema, self.table, self._sealed_pattern(t.seq)),
         )
         own = [name for (name,) in cur.fetchall()]
         for name in own:
@@ -227,15 +204,6 @@ class AppendMode(PostgresTables):
                     )
                 )
 
-    def _exists(self, cur, name: str | None) -> bool:
-        if name is None:
-            return False
-        cur.execute(
-            "select to_regclass(format('%%I.%%I', %s::text, %s::text)) is not null",
-            (self.schema, name),
-        )
-        return cur.fetchone()[0]
-
     def duplicated_coordinates(self, cur, limit: int) -> list[tuple]:
         """(topic, partition, epoch, offset, copies) of source records published more than
         once: the audit's check of what T's per-partition key cannot enforce."""
@@ -247,8 +215,3 @@ class AppendMode(PostgresTables):
             (limit,),
         )
         return cur.fetchall()
-
-
-def _like(name: str) -> str:
-    """`name` as a LIKE pattern matching itself (an underscore matches any character)."""
-    return name.replace("\\", "\\\\").replace("_", "\\_").replace("%", "\\%")

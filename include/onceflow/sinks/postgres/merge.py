@@ -24,7 +24,9 @@ class MergeMode(PostgresTables):
     """Publishing, un-publishing and auditing a merge sink (PostgresSink dispatches by
     mode)."""
 
-    def _publish_merge(self, cur, t: PublishTarget) -> int:
+    def _partials_of(self, t: PublishTarget) -> tuple[sql.Composed, tuple]:
+        """The query of the txid's partial aggregates (txid, seq, key..., aggregates...,
+        records) from the attempt's valid staged rows, and its parameters."""
         key = list(self.cfg.key)
         aggs = [c.name for c in self._aggregate_columns()]
         if self.aggregating:
@@ -40,22 +42,56 @@ class MergeMode(PostgresTables):
             staged = self._staged_valid(prefixed("s", [*key, *aggs]))
             params = (t.pipeline, t.txid, t.attempt)
             records = sql.SQL("count(*)")
-        cur.execute(
-            sql.SQL(
-                "insert into {partials} (txid, seq, {key}, {aggs}, records)"
-                " select %s, %s, {key}, {sums}, {records} from ({q}) s group by {key}"
-            ).format(
-                partials=self._t(self.partials_table),
-                key=ids(key),
-                aggs=ids(aggs),
-                sums=sql.SQL(", ").join(
-                    sql.SQL("coalesce(sum({}), 0)").format(sql.Identifier(a)) for a in aggs
-                ),
-                records=records,
-                q=staged,
+        query = sql.SQL(
+            "select %s::text as txid, %s::bigint as seq, {key}, {sums}, {records} as records"
+            " from ({q}) s group by {key}"
+        ).format(
+            key=ids(key),
+            sums=sql.SQL(", ").join(
+                sql.SQL("coalesce(sum({a}), 0) as {a}").format(a=sql.Identifier(a)) for a in aggs
             ),
-            (t.txid, t.seq, *params),
+            records=records,
+            q=staged,
         )
+        return query, (t.txid, t.seq, *params)
+
+    def _seal_merge(self, cur, t: PublishTarget) -> None:
+        """process: the txid's partial aggregates, so that commit reads one row per key."""
+        query, params = self._partials_of(t)
+        name = self._t(self.sealed_table(t.seq, t.attempt))
+        cur.execute(sql.SQL("drop table if exists {}").format(name))
+        cur.execute(sql.SQL("create table {} as {}").format(name, query), params)
+
+    def _publish_merge(self, cur, t: PublishTarget) -> int:
+        key = list(self.cfg.key)
+        aggs = [c.name for c in self._aggregate_columns()]
+        sealed = self.sealed_table(t.seq, t.attempt)
+        if self._exists(cur, sealed):  # process computed the partials: one row per key
+            have = {n for n, _, _ in self._table_columns(cur, sealed)}
+            cur.execute(
+                sql.SQL(
+                    "insert into {partials} (txid, seq, {key}, {aggs}, records)"
+                    " select txid, seq, {key}, {sums}, records from {sealed}"
+                ).format(
+                    partials=self._t(self.partials_table),
+                    key=ids(key),
+                    aggs=ids(aggs),
+                    # an aggregate a later txid added after this attempt sealed sums 0 here
+                    sums=sql.SQL(", ").join(
+                        sql.Identifier(a) if a in have else sql.SQL("0") for a in aggs
+                    ),
+                    sealed=self._t(sealed),
+                )
+            )
+            cur.execute(sql.SQL("drop table {}").format(self._t(sealed)))
+        else:  # staged by an earlier version: aggregate the staged rows here
+            query, params = self._partials_of(t)
+            cur.execute(
+                sql.SQL("insert into {} (txid, seq, {}, {}, records) {}").format(
+                    self._t(self.partials_table), ids(key), ids(aggs), query
+                ),
+                params,
+            )
         cur.execute(
             sql.SQL("select coalesce(sum(records), 0) from {} where txid = %s").format(
                 self._t(self.partials_table)

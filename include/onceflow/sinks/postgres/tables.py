@@ -274,6 +274,51 @@ class PostgresTables(Sink):
     def drop_staged(self, cur, t: PublishTarget) -> None:
         if self._stored_columns(cur) is not None:
             super().drop_staged(cur, t)
+        if self._publishes_tables:
+            self._drop_sealed(cur, t)
+
+    # -- what process seals for commit ---------------------------------------------------
+
+    def sealed_table(self, seq: int, attempt: int) -> str:
+        """The table, in `schema`, that process fills for an attempt so that commit copies
+        little or nothing: append's attempt table, which commit attaches (sinks.postgres.append);
+        upsert's newest version per key (sinks.postgres.upsert); merge's partial aggregates
+        (sinks.postgres.merge)."""
+        name = f"{self.table}__s{seq}_a{attempt}"
+        if len(name.encode()) > 63:  # PostgreSQL would cut it, and two attempts could meet
+            raise SinkLayoutError(
+                f"sink {self.schema}.{self.table}: the table of seq {seq} attempt {attempt} "
+                f"would be named {name!r}, longer than PostgreSQL's 63 bytes; give the sink "
+                "a shorter table name"
+            )
+        return name
+
+    def _sealed_pattern(self, seq: int) -> str:
+        """A LIKE pattern of the sealed tables of every attempt of `seq`."""
+        escaped = self.table.replace("\\", "\\\\").replace("_", "\\_").replace("%", "\\%")
+        return f"{escaped}\\_\\_s{seq}\\_a%"
+
+    def _exists(self, cur, name: str | None) -> bool:
+        if name is None:
+            return False
+        cur.execute(
+            "select to_regclass(format('%%I.%%I', %s::text, %s::text)) is not null",
+            (self.schema, name),
+        )
+        return cur.fetchone()[0]
+
+    def _drop_sealed(self, cur, t: PublishTarget) -> None:
+        """Drop the sealed tables of the txid's attempts up to t.attempt that are no partition
+        (an attached attempt table is the published output)."""
+        cur.execute(
+            "select c.relname from pg_class c join pg_namespace n on n.oid = c.relnamespace"
+            " where n.nspname = %s and c.relkind = 'r' and not c.relispartition"
+            " and c.relname like %s",
+            (self.schema, self._sealed_pattern(t.seq)),
+        )
+        for (name,) in cur.fetchall():
+            if int(name.rsplit("_a", 1)[1]) <= t.attempt:
+                cur.execute(sql.SQL("drop table {}").format(self._t(name)))
 
     def check_layout(self, cur) -> None:
         """Refuse an append table of an earlier version (not partitioned by seq:

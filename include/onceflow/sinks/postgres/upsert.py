@@ -47,14 +47,65 @@ class UpsertMode(PostgresTables):
             (t.seq, t.pipeline, t.txid, t.attempt),
         )
         published = cur.rowcount
-        self._rederive(
-            cur,
-            sql.SQL("select {} from {} where txid = %s").format(
-                ids(key), self._t(self.versions_table)
-            ),
-            (t.txid,),
-        )
+        sealed = self.sealed_table(t.seq, t.attempt)
+        if not t.replacing and self._exists(cur, sealed):
+            self._apply_newest(cur, sealed)
+        else:  # a re-run (older than the newest versions), or staged by an earlier version
+            self._rederive(
+                cur,
+                sql.SQL("select {} from {} where txid = %s").format(
+                    ids(key), self._t(self.versions_table)
+                ),
+                (t.txid,),
+            )
         return published
+
+    def _current_columns(self) -> list[str]:
+        key = list(self.cfg.key)
+        values = [c.name for c in self._value_columns()]
+        return [*key, *values, "seq", "topic", "partition", "epoch", "offset", "txid"]
+
+    def _seal_upsert(self, cur, t: PublishTarget) -> None:
+        """process: the txid's newest version of each key it touches (a tombstone too), so
+        that a first commit derives the current rows from one row per key."""
+        key = list(self.cfg.key)
+        values = [c.name for c in self._value_columns()]
+        name = self._t(self.sealed_table(t.seq, t.attempt))
+        cur.execute(sql.SQL("drop table if exists {}").format(name))
+        cur.execute(
+            sql.SQL(
+                "create table {name} as select distinct on ({key}) * from ({q}) v"
+                ' order by {key}, partition desc, "offset" desc, topic desc'
+            ).format(
+                name=name,
+                key=ids(key),
+                q=self._staged_valid(
+                    sql.SQL(
+                        "{key}{values}, %s::bigint as seq, s.topic, s.partition, r.epoch,"
+                        ' s."offset", s.txid, coalesce(s.tombstone, false) as tombstone'
+                    ).format(key=prefixed("s", key), values=more(values, "s"))
+                ),
+            ),
+            (t.seq, t.pipeline, t.txid, t.attempt),
+        )
+
+    def _apply_newest(self, cur, sealed: str) -> None:
+        """A first commit of the newest seq: each touched key's current row is the txid's
+        newest version of it (no committed version is newer), none for a tombstone."""
+        key = list(self.cfg.key)
+        have = {n for n, _, _ in self._table_columns(cur, sealed)}
+        current = [c for c in self._current_columns() if c in have]  # later evolution: null
+        cur.execute(
+            sql.SQL("delete from {table} where ({key}) in (select {key} from {sealed})").format(
+                table=self._t(self.table), key=ids(key), sealed=self._t(sealed)
+            )
+        )
+        cur.execute(
+            sql.SQL(
+                "insert into {table} ({cols}) select {cols} from {sealed} where not tombstone"
+            ).format(table=self._t(self.table), cols=ids(current), sealed=self._t(sealed))
+        )
+        cur.execute(sql.SQL("drop table {}").format(self._t(sealed)))
 
     def _unpublish_upsert(self, cur, t: PublishTarget) -> None:
         key = ids(self.cfg.key)
@@ -77,8 +128,7 @@ class UpsertMode(PostgresTables):
         """Each touched key's current row from its versions: the newest (seq, partition,
         offset, topic) wins; a tombstone there means no row."""
         key = list(self.cfg.key)
-        current = [*key, *(c.name for c in self._value_columns())]
-        current += ["seq", "topic", "partition", "epoch", "offset", "txid"]
+        current = self._current_columns()
         cur.execute(
             sql.SQL(
                 "delete from {table} where ({key}) in (select {key} from onceflow_touched)"
