@@ -281,3 +281,53 @@ def test_staging_goes_to_the_attempt_table_only_for_a_published_append_table():
     assert longest.attempt_table(10**9, 99) == "t" * 40 + "__s1000000000_a99"
     with pytest.raises(SinkLayoutError, match="longer than PostgreSQL's 63 bytes"):
         longest.attempt_table(10**15, 10**5)
+
+
+# -- maintenance: one-batch partitions rolled up --------------------------------------------
+
+
+def test_runs_of_one_batch_partitions_are_rolled_up_within_the_limits():
+    from onceflow.sinks.postgres.partition_rollup import Partition, runs
+
+    def p(low, high, rows=10):
+        return Partition(f"p{low}", low, high, rows)
+
+    legacy, singles = p(1, 5, 0), [p(s, s + 1) for s in (5, 6, 7, 9, 10, 11, 12)]
+    parts = [legacy, *singles]
+    # the newest 2 stay; a wider partition is never rolled up again; gaps (empty batches)
+    # do not break a run
+    assert [[q.low for q in r] for r in runs(parts, keep=2, limit=100)] == [[5, 6, 7, 9, 10]]
+    assert [[q.low for q in r] for r in runs(parts, keep=0, limit=25)] == [[5, 6], [7, 9], [10, 11]]
+    assert runs(parts, keep=6, limit=100) == []  # one left: nothing to merge it with
+
+
+def test_maintain_rolls_up_committed_batches_and_a_rerun_replaces_rows_there(
+    ledger_dsn, unique_name, monkeypatch
+):
+    from onceflow.maintenance import maintain
+    from onceflow.sinks.postgres import partition_rollup
+
+    monkeypatch.setattr(partition_rollup, "KEEP_NEWEST", 1)
+    cfg = pipeline(unique_name, "append")
+    for i, txid in enumerate("abcde"):
+        plan(ledger_dsn, cfg, txid, snap({(T, 0): i + 1}))
+        process(ledger_dsn, cfg, txid, [(0, i, f"k{i}", i)])
+        commit(ledger_dsn, cfg, txid)
+    before = published(ledger_dsn, cfg)
+    dry = maintain(ledger_dsn, cfg, dry_run=True)
+    assert (dry.files_before, dry.files_after, dry.unit) == (5, 2, "partition(s)")
+    assert len(partitions(ledger_dsn, cfg)) == 5  # a dry run changes nothing
+    report = maintain(ledger_dsn, cfg)
+    assert (report.files_before, report.files_after, report.compacted, report.written) == (
+        5,
+        2,
+        4,
+        1,
+    )
+    assert partitions(ledger_dsn, cfg).keys() == {"items__s1_to_4", "items__s5_a1"}
+    assert published(ledger_dsn, cfg) == before
+    exactly_once(ledger_dsn, cfg)
+    process(ledger_dsn, cfg, "b", [(0, 1, "k1", 100)])  # a re-run inside the rolled-up range
+    assert commit(ledger_dsn, cfg, "b").outcome == "republished"
+    assert (0, 1, "k1", 100) in published(ledger_dsn, cfg)
+    exactly_once(ledger_dsn, cfg)

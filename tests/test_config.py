@@ -325,6 +325,11 @@ def test_a_sink_table_in_a_file(tmp_path):
             "sink.warehouse",
             "kind 'postgres' takes no 'warehouse'",
         ),
+        (  # only an append table has partitions to roll up
+            {**USER, "sink": {"table": "s", "mode": "upsert", "key": ["a"], "maintain_every": 5}},
+            "sink.maintain_every",
+            "takes no 'maintain_every' (only ('iceberg', 'delta') and a postgres append table",
+        ),
         (
             {**USER, "sink": {"kind": "iceberg", "table": "s", "warehouse": "lake"}},
             "sink.warehouse",

@@ -20,7 +20,6 @@ from onceflow.errors import TransformError
 from onceflow.rowhash import row_hash
 from onceflow.staging import fast_stage
 from onceflow.staging.checksum import HASH_COLUMN
-from onceflow.staging.attempt_table import _ValidRows
 from onceflow.staging.fast_stage import Split
 from onceflow.transforms import load_module
 

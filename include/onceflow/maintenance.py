@@ -1,6 +1,8 @@
-"""Maintenance of a lake sink's table (`onceflow maintain`, and the DAG's `maintain` task
-every `maintain_every` committed batches): small files compacted, old history expired, the
-data files no commit needs any more deleted.
+"""Maintenance of a sink's table (`onceflow maintain`, and the DAG's `maintain` task every
+`maintain_every` committed batches). A PostgreSQL append table's one-batch partitions are
+rolled up into partitions of a range of seqs (sinks.postgres.partition_rollup). A lake
+table's small files are compacted, its old history expired, the data files no commit needs
+any more deleted; the rest of this docstring says how.
 
 It runs in a ledger transaction holding the pipeline's commit lock
 (ledger.ordering.lock_commits), so no commit of the pipeline runs meanwhile, and its own
@@ -50,6 +52,9 @@ class MaintenanceReport:
     kept_from_ms: int | None  # the oldest publication the ledger has not committed on
     dry_run: bool
     seconds: float
+    # what files_before, files_after, compacted and written count: a lake table's data files,
+    # an append table's partitions
+    unit: str = "data file(s)"
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -62,8 +67,8 @@ def maintain(
     retain_hours: float | None = None,
     dry_run: bool = False,
 ) -> MaintenanceReport:
-    """Maintain the pipeline's lake table (the module says what and how); the sizes
-    default to its sink's `target_file_mb` and `retain_hours`."""
+    """Maintain the pipeline's append or lake table (the module says what and how); a lake
+    table's sizes default to its sink's `target_file_mb` and `retain_hours`."""
     # imported here: the CLI imports this module for its defaults, and starts fast
     from onceflow.db import transaction
     from onceflow.errors import NotALakeSinkError
@@ -71,9 +76,39 @@ def maintain(
     from onceflow.sinks import sink_for
     from onceflow.sinks.lake.files import delete_files
     from onceflow.sinks.lake.sink import LakeSink
+    from onceflow.sinks.postgres import PostgresSink
+    from onceflow.sinks.postgres.partition_rollup import roll_up
 
     started = time.monotonic()
     sink = sink_for(cfg)
+    if isinstance(sink, PostgresSink) and sink.cfg.mode == "append":
+        with transaction(dsn) as cur:
+            lock_commits(cur, cfg.name)
+            done = roll_up(cur, sink, cfg.name, dry_run=dry_run)
+        log.info(
+            "%s %s.%s: %d partition(s) -> %d (rolled up %d one-batch partition(s) into %d)",
+            "would maintain" if dry_run else "maintained",
+            sink.schema,
+            sink.table,
+            done.before,
+            done.after,
+            done.merged,
+            done.written,
+        )
+        return MaintenanceReport(
+            cfg.name,
+            f"{sink.schema}.{sink.table}",
+            done.before,
+            done.after,
+            done.merged,
+            done.written,
+            0,
+            0,
+            None,
+            dry_run,
+            time.monotonic() - started,
+            unit="partition(s)",
+        )
     if not isinstance(sink, LakeSink):
         raise NotALakeSinkError(cfg.name, sink.describe())
     with transaction(dsn) as cur:

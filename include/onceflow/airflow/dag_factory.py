@@ -141,8 +141,9 @@ def build_dag(cfg: PipelineConfig, pipelines_file: Path) -> DAG:
                     "txid": "{{ run_id }}",
                     "pipelines_file": str(pipelines_file),
                 },
-                doc_md=f"Compaction and expiry of the lake table every {cfg.sink.maintain_every} "
-                "committed batches (onceflow.maintenance); the other runs skip it.",
+                doc_md=f"Maintenance of the sink's table every {cfg.sink.maintain_every} "
+                "committed batches (onceflow.maintenance: a lake table's compaction and "
+                "expiry, an append table's partitions rolled up); the other runs skip it.",
                 retries=2,
                 retry_delay=timedelta(seconds=10),
             )

@@ -48,8 +48,8 @@ log = logging.getLogger("onceflow")
 
 
 def maintain_task(pipeline: str, txid: str, pipelines_file: str | None = None) -> dict[str, Any]:
-    """After commit, every `maintain_every` committed batches of a lake sink (seq a multiple
-    of it): maintain the table (onceflow.maintenance); other runs skip it."""
+    """After commit, every `maintain_every` committed batches of a lake or append sink (seq a
+    multiple of it): maintain the table (onceflow.maintenance); other runs skip it."""
     from airflow.sdk.exceptions import AirflowSkipException
 
     from onceflow.ledger.batches import get_batch
@@ -66,11 +66,12 @@ def maintain_task(pipeline: str, txid: str, pipelines_file: str | None = None) -
         )
     report = maintain(dsn, cfg)
     log.info(
-        "onceflow maintain pipeline=%s after seq %d: %d data file(s) -> %d (compacted %d into "
+        "onceflow maintain pipeline=%s after seq %d: %d %s -> %d (compacted %d into "
         "%d), %d snapshot(s)/version(s) expired, %d data file(s) deleted, %.1fs",
         cfg.name,
         batch.seq,
         report.files_before,
+        report.unit,
         report.files_after,
         report.compacted,
         report.written,

@@ -163,6 +163,13 @@ def cmd_maintain(args: argparse.Namespace, settings: Settings) -> int:
         print(json.dumps(report.as_dict(), indent=2))
         return 0
     verb = "would" if args.dry_run else "did"
+    if report.unit == "partition(s)":
+        print(
+            f"{report.table}: {report.files_before} partition(s) -> {report.files_after}; {verb}"
+            f" roll up {report.compacted} one-batch partition(s) into {report.written}"
+            f" ({report.seconds:.1f} s)"
+        )
+        return 0
     print(
         f"{report.table}: {report.files_before} data file(s) -> {report.files_after}; {verb} "
         f"compact {report.compacted} into {report.written}, expire {report.expired} "

@@ -78,6 +78,18 @@ class AppendMode(PostgresTables):
         name = self.attempt_table(t.seq, t.attempt)
         if name is None or not self._exists(cur, name):
             return
+        try:
+            self.build_indexes(cur, name)
+        except pg_errors.UniqueViolation as e:
+            raise TransformError(
+                f"transform output of txid {t.txid!r} (pipeline {t.pipeline!r}, attempt "
+                f"{t.attempt}) holds two rows of one source record ({e.diag.message_detail}): "
+                "a record-wise transform keeps one row per record. Nothing was marked staged."
+            ) from None
+
+    def build_indexes(self, cur, name: str) -> None:
+        """Build T's indexes on table `name` (T's primary key, and the user's own plain
+        indexes), as attaching it as a partition needs them: then the attach builds none."""
         cur.execute(
             "select i.indisprimary, pg_get_indexdef(i.indexrelid) from pg_index i"
             " where i.indrelid = to_regclass(format('%%I.%%I', %s::text, %s::text))",
@@ -85,19 +97,11 @@ class AppendMode(PostgresTables):
         )
         for primary, definition in cur.fetchall():
             if primary:
-                try:
-                    cur.execute(
-                        sql.SQL("alter table {} add primary key ({})").format(
-                            self._t(name), ids(APPEND_KEY)
-                        )
+                cur.execute(
+                    sql.SQL("alter table {} add primary key ({})").format(
+                        self._t(name), ids(APPEND_KEY)
                     )
-                except pg_errors.UniqueViolation as e:
-                    raise TransformError(
-                        f"transform output of txid {t.txid!r} (pipeline {t.pipeline!r}, "
-                        f"attempt {t.attempt}) holds two rows of one source record "
-                        f"({e.diag.message_detail}): a record-wise transform keeps one row "
-                        "per record. Nothing was marked staged."
-                    ) from None
+                )
                 continue
             plain = _PLAIN_INDEX.match(definition)
             if plain:  # an index of the user's: built here rather than inside commit
