@@ -21,11 +21,11 @@ import dataclasses
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from onceflow.arrow_columns import bool_array, fixed_array, string_repeat, valid_mask
-from onceflow.staging.checksum import HASH_COLUMN, exact_sum
+from onceflow.arrow_columns import bool_array, fixed_array, string_repeat
+from onceflow.staging.checksum import HASH_COLUMN
 from onceflow.staging.epochs import epoch_column, range_epochs
 from onceflow.staging.fence import StageCommitMessage, claimed_part, record_part
-from onceflow.staging.file_stage import DEAD_COLUMNS, dead_letters
+from onceflow.staging.file_stage import DEAD_COLUMNS, PartCounts, dead_letters
 from onceflow.staging.table_stage import ChunkStream, copy_rows, csv_rows
 from onceflow.staging.target import StageTarget
 
@@ -64,7 +64,7 @@ def stage_attempt_part(
     return StageCommitMessage(part, rows.rows, skipped=False)
 
 
-class _ValidRows:
+class _ValidRows(PartCounts):
     """Walks a part's batches once: the valid rows as CSV for the attempt's table, the dead
     letters kept for the stage table, every row counted and hashed."""
 
@@ -90,9 +90,7 @@ class _ValidRows:
                 )
             self._kept = [n for n in names if n not in _DEAD_ONLY]
             self.columns = (*WRITER_COLUMNS, *self._kept)
-        self.rows = 0
-        self.dead = 0
-        self.checksum: int | None = None  # every row's hash summed (None: no hash column)
+        super().__init__()
         self.dead_batches: list[Any] = []
 
     def csv(self) -> Iterator[bytes]:
@@ -102,20 +100,10 @@ class _ValidRows:
         batches = self._batches if self._first is None else _chain(self._first, self._batches)
         self._first = None
         for batch in batches:
-            n = batch.num_rows
-            if n == 0:
+            if batch.num_rows == 0:
                 continue
-            names = batch.schema.names
-            dead = (  # an error that is not null makes a dead letter
-                valid_mask(batch.column(names.index("error")))
-                if "error" in names
-                else np.zeros(n, dtype=bool)
-            )
-            self.rows += n
-            if HASH_COLUMN in names:
-                self.checksum = (self.checksum or 0) + exact_sum(batch.column(HASH_COLUMN))
+            dead = self.count(batch)
             if dead.any():
-                self.dead += int(dead.sum())
                 self.dead_batches.append(dead_letters(batch, dead))
                 batch = batch.filter(bool_array(~dead))
                 if batch.num_rows == 0:

@@ -84,7 +84,34 @@ def stage_file_part(target: StageTarget, part: int, batches: Iterable[Any]) -> S
     return StageCommitMessage(part, split.rows, skipped=False)
 
 
-class _Split:
+class PartCounts:
+    """A part's rows, dead letters and checksum, counted batch by batch by a backend that
+    sends the valid rows and the dead letters to different places."""
+
+    def __init__(self) -> None:
+        self.rows = 0
+        self.dead = 0
+        self.checksum: int | None = None  # every row's hash summed (None: no hash column)
+
+    def count(self, batch: Any) -> Any:
+        """Count the batch; returns which of its rows are dead letters (a numpy bool array:
+        an error that is not null makes one)."""
+        import numpy as np
+
+        names = batch.schema.names
+        dead = (
+            valid_mask(batch.column(names.index("error")))
+            if "error" in names
+            else np.zeros(batch.num_rows, dtype=bool)
+        )
+        self.rows += batch.num_rows
+        self.dead += int(dead.sum())
+        if HASH_COLUMN in names:
+            self.checksum = (self.checksum or 0) + exact_sum(batch.column(HASH_COLUMN))
+        return dead
+
+
+class _Split(PartCounts):
     """Walks a part's batches once: valid rows into the data file (opened on the first one),
     dead letters yielded for COPY, every row counted and hashed."""
 
@@ -102,29 +129,15 @@ class _Split:
         self._epochs = epochs
         self._stem = f"{stem}-{uuid.uuid4().hex}"
         self._open: dict[tuple, _File] = {}  # one data file per partition
-        self.rows = 0
-        self.dead = 0
-        self.checksum: int | None = None  # every row's hash summed (None: no hash column)
+        super().__init__()
 
     def dead_batches(self) -> Iterator[Any]:
-        import numpy as np
-
         for batch in self._batches:
-            n = batch.num_rows
-            if n == 0:
+            if batch.num_rows == 0:
                 continue
-            names = batch.schema.names
-            dead = (  # an error that is not null makes a dead letter
-                valid_mask(batch.column(names.index("error")))
-                if "error" in names
-                else np.zeros(n, dtype=bool)
-            )
+            dead = self.count(batch)
             valid = ~dead
-            hashed = HASH_COLUMN in names
-            self.rows += n
-            self.dead += int(dead.sum())
-            if hashed:
-                self.checksum = (self.checksum or 0) + exact_sum(batch.column(HASH_COLUMN))
+            hashed = HASH_COLUMN in batch.schema.names
             if valid.any():
                 self._write(batch if valid.all() else batch.filter(bool_array(valid)), hashed)
             if dead.any():
