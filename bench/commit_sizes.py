@@ -121,6 +121,7 @@ def section(r: dict[str, Any]) -> list[str]:
     by_size = r["commit_s_by_size"]
     sizes = list(next(iter(by_size.values())))
     lines = [
+        "",
         "## Commit seconds by batch size",
         "",
         "One batch of each size staged as process stages it, then `onceflow.commit.commit` "

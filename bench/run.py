@@ -643,7 +643,7 @@ def acceptance(r: dict) -> dict:
     out = {}
     for name, (value, limit, op) in checks.items():
         met = None if value is None else (value >= limit if op == ">=" else value <= limit)
-        out[name] = {"value": value, "limit": round(limit, 1), "met": met}
+        out[name] = {"value": value, "limit": round(limit, 4 if limit < 10 else 1), "met": met}
     return out
 
 
@@ -790,7 +790,7 @@ def write_markdown(r: dict, path: Path) -> None:
     lines += ["", "| criterion | value | limit | met |", "| --- | ---: | ---: | :---: |"]
     for name, a in r["acceptance"].items():
         v = a["value"]
-        shown = "n/a" if v is None else (f"{v:,.0f}" if v > 100 else f"{v:.2f}")
+        shown = "n/a" if v is None else (f"{v:,.0f}" if v > 100 else f"{v:.3g}")
         met = "n/a" if a["met"] is None else ("yes" if a["met"] else "NO")
         lines.append(f"| {name} | {shown} | {a['limit']:,} | {met} |")
     t = r["process_timings"]
@@ -1150,6 +1150,7 @@ def main() -> int:
         if "scaling" in previous:
             kept = {k: results[k] for k in (a.only, "commit_s_by_size") if k in results}
             results = {**previous, **kept}
+            results["acceptance"] = acceptance(results)
     else:
         results["acceptance"] = acceptance(results)
     a.out.write_text(json.dumps(results, indent=1, default=str) + "\n")
