@@ -250,6 +250,26 @@ def query(env, sql: str, *params):
         conn.close()
 
 
+def staged(env, columns: str, attempt: int, where: str = "", *params) -> list[tuple]:
+    """`columns` of every row attempt `attempt` of run-1 staged: the valid rows in the
+    attempt's own table (an append sink's: error, key and value are null there), the dead
+    letters in the stage table; ordered by the columns."""
+    (seq,) = query(
+        env, "select seq from onceflow.batches where pipeline = %s and txid = 'run-1'", PIPELINE
+    )[0]
+    valid = columns.replace("error", "null::text").replace("key", "null::bytea")
+    valid = valid.replace("value", "null::bytea")
+    return query(
+        env,
+        f"select * from (select {valid} from it_orders.orders__s{seq}_a{attempt}"
+        f" union all select {columns} from it_orders.stage_orders"
+        f" where txid = 'run-1' and attempt = %s and error is not null) r {where}"
+        " order by 1, 2, 3",
+        attempt,
+        *params,
+    )
+
+
 def summary(proc: subprocess.CompletedProcess) -> dict[str, str]:
     lines = [x for x in proc.stdout.splitlines() if "onceflow process pipeline=" in x]
     assert len(lines) == 1, proc.stdout + proc.stderr[-3000:]
@@ -281,15 +301,11 @@ def test_process_stages_every_record_of_the_ranges(env, produced, first_run):
             in proc.stdout
         )
 
-    rows = query(
-        env,
-        'select topic, partition, "offset", error, key, value, order_id from it_orders.stage_orders'
-        " where txid = 'run-1' and attempt = 1",
-    )
-    staged = {(t, p, o): (err, k, v, oid) for t, p, o, err, k, v, oid in rows}
-    assert set(staged) == set(delivered)  # every record exactly once, nothing beyond until
+    rows = staged(env, 'topic, partition, "offset", error, key, value, order_id', 1)
+    by_coords = {(t, p, o): (err, k, v, oid) for t, p, o, err, k, v, oid in rows}
+    assert set(by_coords) == set(delivered)  # every record exactly once, nothing beyond until
     for coords, value in delivered.items():
-        err, key, v, order_id = staged[coords]
+        err, key, v, order_id = by_coords[coords]
         if value is None:
             assert err == "value is null" and bytes(key) == b"tombstone"
         elif value in MALFORMED:
@@ -329,28 +345,29 @@ def test_parts_follow_the_split_input_partitions(env, produced, first_run):
     n = len(pieces)
     # the fast form's accepted records are part k, the records it declines part n + k
     assert [p for p, _ in parts] == list(range(2 * n))
-    by_part = dict(
+    # the rows of piece k are parts k (the fast form's) and n + k (the JVM's), no other
+    dead = dict(
         query(
             env,
-            "select part, array_agg(distinct topic || ':' || partition || ':' ||"
-            " (\"offset\" >= 0)::text) from it_orders.stage_orders where txid = 'run-1'"
-            " and attempt = 1 group by part",
+            "select part, dead from onceflow.stage_parts where pipeline = %s and txid = 'run-1'"
+            " and attempt = 1",
+            PIPELINE,
         )
     )
-    for p, rows in parts:
-        piece = pieces[p % n]
-        lo_hi = query(
+    for k, piece in enumerate(pieces):
+        inside = staged(
             env,
-            'select min("offset"), max("offset"), count(*), count(error) from'
-            " it_orders.stage_orders where txid = 'run-1' and attempt = 1 and part = %s",
-            p,
-        )[0]
-        assert lo_hi[2] == rows
-        if lo_hi[2]:
-            assert piece.from_offset <= lo_hi[0] and lo_hi[1] < piece.until_offset
-            assert by_part[p] == [f"{piece.topic}:{piece.partition}:true"]
-        if p < n:
-            assert lo_hi[3] == 0  # the fast form accepts valid records only
+            'topic, partition, "offset", error',
+            1,
+            'where topic = %s and partition = %s and "offset" >= %s and "offset" < %s',
+            piece.topic,
+            piece.partition,
+            piece.from_offset,
+            piece.until_offset,
+        )
+        assert len(inside) == dict(parts)[k] + dict(parts)[n + k]
+        assert dead[k] == 0  # the fast form accepts valid records only
+    assert sum(rows for _, rows in parts) == len(staged(env, "topic, partition, error", 1))
     accepted = sum(rows for p, rows in parts if p < n)
     declined = sum(rows for p, rows in parts if p >= n)
     assert accepted > declined > 0  # most records take the fast form; dead letters do not
@@ -366,16 +383,8 @@ def test_transactional_range_ends_at_until_despite_sparse_offsets(produced, firs
     tx_offsets = sorted(o for t, _, o in delivered if t == TX_TOPIC)
     assert len(tx_offsets) == 12
     assert tx_offsets[-1] - tx_offsets[0] + 1 > len(tx_offsets)  # markers take offsets
-    staged = [
-        r[0]
-        for r in query(
-            env,
-            "select \"offset\" from it_orders.stage_orders where txid = 'run-1' and attempt = 1"
-            " and topic = %s order by 1",
-            TX_TOPIC,
-        )
-    ]
-    assert staged == tx_offsets
+    rows = staged(env, 'topic, "offset", error', 1, "where topic = %s", TX_TOPIC)
+    assert [o for _, o, _ in rows] == tx_offsets
 
 
 @pytest.mark.integration
@@ -419,7 +428,7 @@ def test_without_the_fast_form_every_record_gets_the_same_row(env, produced, fir
     from onceflow.reader.input_ranges import input_ranges
 
     assert first_run[1].returncode == 0
-    (staged,) = query(
+    (first,) = query(
         env, "select staged_attempt from onceflow.batches where pipeline = %s and txid = 'run-1'",
         PIPELINE,
     )[0]  # fmt: skip
@@ -427,15 +436,7 @@ def test_without_the_fast_form_every_record_gets_the_same_row(env, produced, fir
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     attempt = int(summary(proc)["attempt"])
 
-    def rows(a: int) -> list:
-        return query(
-            env,
-            f"select {ROW_COLUMNS} from it_orders.stage_orders where txid = 'run-1'"
-            " and attempt = %s order by 1, 2, 3",
-            a,
-        )
-
-    fast, jvm = rows(staged), rows(attempt)
+    fast, jvm = staged(env, ROW_COLUMNS, first), staged(env, ROW_COLUMNS, attempt)
     assert len(fast) == len(produced[1]) and fast == jvm
     n = len(input_ranges(plan(env, "run-1", {}).ranges, 25))
     parts = query(
@@ -454,9 +455,11 @@ def test_a_retried_fast_stage_task_still_hands_on_its_declined_records(env, prod
     retry finds part k claimed, stages nothing there, and still yields the declined records.
     A task of a fenced attempt stages nothing at all."""
     import pyarrow as pa
+    from onceflow.db import transaction
     from onceflow.errors import FencedAttemptError
     from onceflow.ledger.fencing import claim_attempt
     from onceflow.reader.input_ranges import input_ranges
+    from onceflow.sinks.base import PublishTarget
     from onceflow.staging.fast_stage import FastStage, FastStageFn
     from onceflow.staging.target import StageTarget
 
@@ -465,7 +468,10 @@ def test_a_retried_fast_stage_task_still_hands_on_its_declined_records(env, prod
     batch = plan(env, "run-fs", {tp: e for tp, e in ends.items() if tp[0] == TOPIC}, "it_fast")
     pieces = input_ranges(batch.ranges, 25)
     attempt = claim_attempt(dsn, "it_fast", "run-fs").attempt
-    target = StageTarget.for_sink(dsn, orders_sink(dsn, "it_fast"), "it_fast", "run-fs", 1, attempt)
+    sink = orders_sink(dsn, "it_fast")
+    with transaction(dsn) as cur:  # the attempt's table, as process makes it
+        sink.create_stage(cur, PublishTarget("it_fast", "run-fs", batch.seq, attempt))
+    target = StageTarget.for_sink(dsn, sink, "it_fast", "run-fs", batch.seq, attempt)
     fn = FastStageFn(pieces, BOOTSTRAP, TRANSFORM, FastStage(target, fast_form_columns()))
 
     def records_of(piece) -> dict:
