@@ -19,13 +19,14 @@ def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
     applied = migrate(settings.postgres_dsn)
     print("applied: " + (", ".join(applied) if applied else "nothing (up to date)"))
     if args.sinks or args.pipeline:
-        _migrate_sinks(settings, args.pipeline)
+        migrate_sinks(settings, args.pipeline)
     return 0
 
 
-def _migrate_sinks(settings: Settings, names: list[str] | None) -> None:
+def migrate_sinks(settings: Settings, names: list[str] | None, changes_only: bool = False) -> None:
     """The sink tables an earlier version made, of the named pipelines or of every one in
-    the pipelines file (sinks.postgres.append_migration), each in its own transaction."""
+    the pipelines file (sinks.postgres.append_migration), each in its own transaction; says
+    what it did per pipeline (with `changes_only`, only where it migrated something)."""
     from onceflow.config.pipelines_file import get_pipeline, load_pipelines
     from onceflow.db import transaction
     from onceflow.sinks import sink_for
@@ -42,7 +43,8 @@ def _migrate_sinks(settings: Settings, names: list[str] | None) -> None:
         if isinstance(sink, PostgresSink):
             with transaction(settings.postgres_dsn) as cur:
                 done = migrate_append(cur, cfg.name, sink)
-        print(f"pipeline {cfg.name}: " + (str(done) if done else "sink tables up to date"))
+        if done or not changes_only:
+            print(f"pipeline {cfg.name}: " + (str(done) if done else "sink tables up to date"))
 
 
 def cmd_spark_archive(args: argparse.Namespace, settings: Settings) -> int:
