@@ -119,7 +119,7 @@ def roll_up(
 
 def _roll_up_run(cur, sink, run: list[Partition], columns: sql.Composable) -> None:
     low, high = run[0].low, run[-1].high
-    name = f"{sink.table}__s{low}_to_{high - 1}"
+    name = sink.part_name(f"s{low}_to_{high - 1}", f"of seqs {low} to {high - 1}")
     table, new = sink._t(sink.table), sink._t(name)
     cur.execute(
         sql.SQL(

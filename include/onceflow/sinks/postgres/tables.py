@@ -284,12 +284,17 @@ class PostgresTables(Sink):
         little or nothing: append's attempt table, which commit attaches (sinks.postgres.append);
         upsert's newest version per key (sinks.postgres.upsert); merge's partial aggregates
         (sinks.postgres.merge)."""
-        name = f"{self.table}__s{seq}_a{attempt}"
-        if len(name.encode()) > 63:  # PostgreSQL would cut it, and two attempts could meet
+        return self.part_name(f"s{seq}_a{attempt}", f"of seq {seq} attempt {attempt}")
+
+    def part_name(self, suffix: str, what: str) -> str:
+        """`<table>__<suffix>`, the name of a table that holds part of the sink's rows
+        (`what` says which, in the refusal of a name PostgreSQL would cut, and two tables
+        could then share)."""
+        name = f"{self.table}__{suffix}"
+        if len(name.encode()) > 63:
             raise SinkLayoutError(
-                f"sink {self.schema}.{self.table}: the table of seq {seq} attempt {attempt} "
-                f"would be named {name!r}, longer than PostgreSQL's 63 bytes; give the sink "
-                "a shorter table name"
+                f"sink {self.schema}.{self.table}: the table {what} would be named {name!r}, "
+                "longer than PostgreSQL's 63 bytes; give the sink a shorter table name"
             )
         return name
 
