@@ -435,25 +435,38 @@ def test_an_unknown_transform_module_names_the_module_and_the_folder(env, produc
 
 
 @pytest.mark.parametrize(
-    ("name", "fn", "rows"),
-    [("inv_filter", "filtered", lambda n: n - 1), ("inv_dup", "duplicated", lambda n: 2 * n)],
+    ("name", "said"),
+    [
+        # records read are counted by the reader, apart from the transform: a row short
+        (
+            "inv_filter",
+            lambda name, n: (
+                f"transform 'user_inventory:filtered' of pipeline '{name}' got {n} "
+                f"record(s) and returned {n - 1} row(s)"
+            ),
+        ),
+        # every row twice: the append table's key, built on the attempt's table in process
+        (
+            "inv_dup",
+            lambda name, n: (
+                f"transform output of txid 'run-1' (pipeline '{name}', attempt 1) "
+                "holds two rows of one source record"
+            ),
+        ),
+    ],
 )
 def test_a_transform_that_filters_or_duplicates_is_refused_and_nothing_is_staged(
-    env, produced, name, fn, rows
+    env, produced, name, said
 ):
-    """Records read are counted by the reader, apart from the transform: a row short or
-    every row twice is refused (exit 2, no retry), and the batch is not marked staged, so
-    commit has nothing to publish."""
+    """A row short or every row twice is refused (exit 2, no retry), and the batch is not
+    marked staged, so commit has nothing to publish."""
     from onceflow.commit import commit
     from onceflow.errors import OnceflowError
 
     ends, sent = produced
     proc, _ = run(env, name, ends)
     assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
-    message = (
-        f"transform 'user_inventory:{fn}' of pipeline '{name}' got {len(sent)} record(s) and "
-        f"returned {rows(len(sent))} row(s)"
-    )
+    message = said(name, len(sent))
     assert message in proc.stdout
     state, staged_attempt, records_read, last_error = query(
         env,
