@@ -60,7 +60,7 @@ class AppendMode(PostgresTables):
         name = self.attempt_table(t.seq, t.attempt)
         if name is None:
             return
-        self.check_layout(cur)
+        # an earlier version's table was refused by bind_output, in the same transaction;
         # if not exists: a stage job run again around poison records keeps the parts
         # its first run staged (onceflow.process.poison_records)
         cur.execute(
@@ -182,13 +182,7 @@ class AppendMode(PostgresTables):
 
     def _unpublish_append(self, cur, t: PublishTarget) -> None:
         self.check_layout(cur)
-        cur.execute(
-            "select c.relname from pg_inherits i join pg_class c on c.oid = i.inhrelid"
-            " where i.inhparent = to_regclass(format('%%I.%%I', %s::text, %s::text))"
-            " and c.relname like %s",
-            (self.schema, self.table, self._sealed_pattern(t.seq)),
-        )
-        own = [name for (name,) in cur.fetchall()]
+        own = self._sealed_tables(cur, t.seq, attached=True)
         for name in own:
             cur.execute(sql.SQL("drop table {}").format(self._t(name)))
         if not own:  # in a wider partition, or an empty batch's (none)

@@ -312,16 +312,21 @@ class PostgresTables(Sink):
         )
         return cur.fetchone()[0]
 
+    def _sealed_tables(self, cur, seq: int, attached: bool) -> list[str]:
+        """The sealed tables of every attempt of `seq`: the ones attached as a partition (an
+        append table's published output), or the others."""
+        cur.execute(
+            "select c.relname from pg_class c join pg_namespace n on n.oid = c.relnamespace"
+            " where n.nspname = %s and c.relkind = 'r' and c.relispartition = %s"
+            " and c.relname like %s",
+            (self.schema, attached, self._sealed_pattern(seq)),
+        )
+        return [name for (name,) in cur.fetchall()]
+
     def _drop_sealed(self, cur, t: PublishTarget) -> None:
         """Drop the sealed tables of the txid's attempts up to t.attempt that are no partition
         (an attached attempt table is the published output)."""
-        cur.execute(
-            "select c.relname from pg_class c join pg_namespace n on n.oid = c.relnamespace"
-            " where n.nspname = %s and c.relkind = 'r' and not c.relispartition"
-            " and c.relname like %s",
-            (self.schema, self._sealed_pattern(t.seq)),
-        )
-        for (name,) in cur.fetchall():
+        for name in self._sealed_tables(cur, t.seq, attached=False):
             if int(name.rsplit("_a", 1)[1]) <= t.attempt:
                 cur.execute(sql.SQL("drop table {}").format(self._t(name)))
 
