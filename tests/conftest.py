@@ -59,6 +59,38 @@ def private_tansu(tmp_path_factory):
         yield b
 
 
+@pytest.fixture(scope="session")
+def spark_connect_server(tmp_path_factory):
+    """A Spark Connect server of the test session's own on a free port (one JVM shared by
+    every module that processes in connect mode); yields (URL, its process), stopped by PID."""
+    from onceflow_dev.stack import private_connect
+
+    port = free_port()
+    with private_connect(port, tmp_path_factory.mktemp("connect") / "connect.log") as proc:
+        yield f"sc://127.0.0.1:{port}", proc
+
+
+@pytest.fixture(scope="module", params=["spark-submit", "connect"])
+def process_mode(request):
+    """The process mode a module's tests run the job in (tests/process_modes.py): None for
+    spark-submit, else the URL of the test session's Spark Connect server."""
+    if request.param == "connect":
+        return request.getfixturevalue("spark_connect_server")[0]
+    return None
+
+
+@pytest.fixture(scope="module")
+def mode_pg(tmp_path_factory, process_mode):
+    """A PostgreSQL of the module's own per process mode (the same txids in both), migrated,
+    stopped by PID."""
+    from onceflow.db import migrate
+    from onceflow_dev.stack import private_postgres
+
+    with private_postgres(tmp_path_factory.mktemp("pg") / "data") as dsn:
+        migrate(dsn)
+        yield dsn
+
+
 @pytest.fixture(scope="module")
 def private_pg(tmp_path_factory):
     """A PostgreSQL of the module's own (the embedded server), stopped by PID."""

@@ -23,12 +23,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from onceflow.spark_app import PROCESS_APPLICATION
+from process_modes import CONNECT_ENV, run_process
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[1]
-SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
 TOPIC = "it_payments"
 POISON = "pay-0033"
 MALFORMED = b"not json"
@@ -98,13 +97,13 @@ def per_payer(df):
     return summed.unionByName(dead, allowMissingColumns=True)
 '''
 
-USER_PAY_FAST = """
-import json
-
+# self-contained (the transform's code and its fast form): in connect mode a module is
+# shipped alone, so it cannot import a sibling top-level module (onceflow.shipping)
+USER_PAY_FAST = (
+    USER_PAY
+    + """
 import numpy as np
 import pyarrow as pa
-
-from user_pay import POISON, transform  # noqa: F401
 
 
 def fast_form(batch):
@@ -128,6 +127,7 @@ def fast_form(batch):
     )
     return np.array(accepted, dtype=np.int64), rows
 """
+)
 
 
 def line_of(code: str, text: str) -> int:
@@ -176,10 +176,7 @@ def poison_at(sent) -> tuple[int, int]:
 
 
 @pytest.fixture(scope="module")
-def env(private_pg, private_tansu, produced, tmp_path_factory):
-    from onceflow import db
-
-    db.migrate(private_pg)
+def env(mode_pg, private_tansu, produced, tmp_path_factory, process_mode):
     code = tmp_path_factory.mktemp("user_code")  # outside the repository
     (code / "user_pay.py").write_text(USER_PAY)
     (code / "user_pay_fast.py").write_text(USER_PAY_FAST)
@@ -203,7 +200,7 @@ def env(private_pg, private_tansu, produced, tmp_path_factory):
     )
     e = dict(os.environ)
     e.update(
-        ONCEFLOW_POSTGRES_DSN=private_pg,
+        ONCEFLOW_POSTGRES_DSN=mode_pg,
         ONCEFLOW_KAFKA_BOOTSTRAP=private_tansu,
         ONCEFLOW_PIPELINES=str(pipelines),
         ONCEFLOW_PYTHONPATH=str(code),
@@ -212,6 +209,8 @@ def env(private_pg, private_tansu, produced, tmp_path_factory):
         PYSPARK_PYTHON=sys.executable,
         PYTHONPATH=str(ROOT / "include"),
     )
+    if process_mode:
+        e[CONNECT_ENV] = process_mode
     return e
 
 
@@ -235,17 +234,15 @@ def process(env, name, ends) -> subprocess.CompletedProcess:
         lambda _at: BrokerSnapshot({tp: 0 for tp in ends}, ends),
     )
     executors = os.pathsep.join((str(ROOT / "include"), env["ONCEFLOW_PYTHONPATH"]))
-    cmd = [
-        str(SPARK_SUBMIT),
-        "--master", "local[2]",
-        "--driver-memory", "512m",
-        "--conf", "spark.ui.enabled=false",
-        "--conf", f"spark.executorEnv.PYTHONPATH={executors}",
-        PROCESS_APPLICATION,
-        "--pipeline", name,
-        "--txid", "run-1",
-    ]  # fmt: skip
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    return run_process(
+        env,
+        "--pipeline",
+        name,
+        "--txid",
+        "run-1",
+        timeout=600,
+        conf={"spark.executorEnv.PYTHONPATH": executors},
+    )
 
 
 def ok(proc) -> None:
@@ -355,6 +352,9 @@ def test_fail_ends_the_attempt_naming_the_record_and_is_not_retried(env, produce
         f"'pay_fail' raised it (at {UDF_RAISES})."
     )
     code = Path(env["ONCEFLOW_PYTHONPATH"]) / "user_pay.py"
+    if env.get(CONNECT_ENV):  # the copy of the module shipped to the session, on the server
+        assert rest[1].startswith('  File "') and "/user_pay.py" in rest[1]
+        rest[1] = rest[1].replace(rest[1].split('"')[1], str(code))
     assert rest[:3] == [
         "Traceback (most recent call last):",
         f'  File "{code}", line {line_of(USER_PAY, "raise ValueError")}, in _cents',

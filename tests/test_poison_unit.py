@@ -355,27 +355,25 @@ def test_the_reader_reads_but_does_not_hand_on_the_records_it_skips(monkeypatch)
                 )
             yield b.flush()
 
-    class Counter:
-        value = 0
+    class Tally:
+        def __init__(self):
+            self.ranges = {}
 
-        def add(self, n):
-            self.value += n
-
-    class Reads:
-        value: dict = {}
-
-        def add(self, d):
-            self.value.update(d)
+        def record(self, k, read):
+            assert k not in self.ranges, "a range is recorded once it was read to its end"
+            self.ranges[k] = read
 
     monkeypatch.setattr(frame, "read_range", read_range)
     pieces = [R("t", 0, 0, 10), R("t", 0, 10, 20), R("t", 1, 0, 10)]
     skip = [("t", 0, 5), ("t", 0, 12), ("t", 0, 13), ("t", 1, 99)]
-    counter, reads = Counter(), Reads()
-    fn = frame.RangeReadFn(pieces, "x:1", skip=skip, counter=counter, reads=reads)
+    tally = Tally()
+    fn = frame.RangeReadFn(pieces, "x:1", skip=skip, tally=tally)
     handed = [o for k in range(3) for b in fn.records(k) for o in b.column("offset").to_pylist()]
     assert handed == [o for o in range(20) if o not in (5, 12, 13)] + list(range(10))
-    assert counter.value == 27
-    assert isinstance(reads.value[0], RangeRead) and reads.value[0].records == 10
+    assert [tally.ranges[k].records for k in range(3)] == [9, 8, 10]
+    assert [tally.ranges[k].bytes for k in range(3)] == [9, 8, 10]  # one value byte each
+    seen = tally.ranges[0].seen
+    assert isinstance(seen, RangeRead) and seen.records == 10  # the skipped one read too
 
 
 # --- the pipeline's key ------------------------------------------------------------------------

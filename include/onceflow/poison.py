@@ -160,6 +160,9 @@ def _raised_in_python(text: str) -> RaisedFailure | None:
     return RaisedFailure(raised.exception, frames)
 
 
+_SQL_STATE_SUFFIX = re.compile(r"\s*SQLSTATE: [0-9A-Z]{5}$")
+
+
 def _blocks(text: str) -> list[_Block]:
     """The tracebacks in a Spark failure's text, in order; each one's frames and the
     exception that ends it."""
@@ -179,7 +182,9 @@ def _blocks(text: str) -> list[_Block]:
                     frames[-1] = Frame(frames[-1].file, frames[-1].line, frames[-1].function, code)
             elif line.strip() or rest:
                 rest.append(line)
-        blocks.append(_Block(tuple(frames), "\n".join(rest).strip()))
+        # a Spark Connect client's text ends the exception with its SQLSTATE
+        exception = _SQL_STATE_SUFFIX.sub("", "\n".join(rest).strip())
+        blocks.append(_Block(tuple(frames), exception))
     return blocks
 
 

@@ -129,6 +129,27 @@ class RangeRead:
     def chunks_json(self) -> list[list[int]]:
         return [[c, s] for c, s in sorted(self.chunks.items())]
 
+    def to_json(self) -> dict[str, Any]:
+        last = None if self.last is None else [self.last.offset, self.last.hash]
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "records": self.records,
+            "chunks": self.chunks_json(),
+            "last": last,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> RangeRead:
+        last = d["last"]
+        return cls(
+            d["topic"],
+            d["partition"],
+            d["records"],
+            {c: s for c, s in d["chunks"]},
+            None if last is None else RecordPrint(last[0], last[1]),
+        )
+
 
 def _ts(t: int | None) -> int | None:
     return None if t is None or t < 0 else t

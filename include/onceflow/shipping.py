@@ -5,9 +5,11 @@ transform's Python UDFs or run its fast form (onceflow.staging.fast_stage), the 
 module. In local mode the Python workers run on the driver's host with its environment (the
 DAG puts the user's folders, the spark_jobs folder first, on their PYTHONPATH:
 spark.executorEnv.PYTHONPATH). On any other master (standalone, YARN, Kubernetes,
-local-cluster) executors may run on hosts without the user's code: the transform's module is
-shipped, as its file, or as a zip of its top-level package when it is in a package (its
-imports go through the package). onceflow itself is shipped only when asked
+local-cluster) and on a Spark Connect server (process_mode = "connect") executors may run on
+hosts without the user's code: the transform's module is shipped, as its file, or as a zip
+of its top-level package when it is in a package, and so is every other module of the
+user's folders (settings.transform_path) that importing it imported (a helper module next
+to it). onceflow itself is shipped only when asked
 (--ship-package): executors need the packages of requirements.lock installed anyway, and
 onceflow with them; the user's code changes with every pipeline and is installed nowhere.
 """
@@ -43,8 +45,23 @@ def py_files(transform: str, master: str, ship_package: bool, folder: Path) -> l
     files = [package_zip(onceflow, folder)] if ship_package else []
     if ships_user_code(master, ship_package):
         load_transform(transform)  # imports its module, from the spark_jobs folder too
-        files.append(module_file(sys.modules[transform.partition(":")[0]], folder))
+        own = transform.partition(":")[0].partition(".")[0]
+        for top in [own, *sorted(_user_modules() - {own})]:
+            files.append(module_file(sys.modules[top], folder))
     return files
+
+
+def _user_modules() -> set[str]:
+    """The top-level modules imported from the user's folders (settings.transform_path)."""
+    from onceflow.settings import transform_path
+
+    folders = [str(p) for p in transform_path()]
+    found = set()
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None)
+        if path and any(str(Path(path).resolve()).startswith(f + "/") for f in folders):
+            found.add(name.partition(".")[0])
+    return found
 
 
 def module_file(module: ModuleType, folder: Path) -> str:

@@ -8,7 +8,9 @@ Everything runs on 127.0.0.1 as background processes, with state under `Settings
     home/airflow              AIRFLOW_HOME (secrets, passwords file, task logs)
 
 Services: PostgreSQL (databases `onceflow` and `airflow`, role onceflow/onceflow), the tansu
-Kafka-protocol broker, and Airflow 3 as four separate processes (api-server, scheduler,
+Kafka-protocol broker, pyspark's own Spark Connect server (`spark-connect`, local[2]: where
+the pipelines with process_mode = "connect" process, through the Airflow connection
+spark_connect_default), and Airflow 3 as four separate processes (api-server, scheduler,
 dag-processor, triggerer) because `airflow standalone` cannot be stopped cleanly.
 
 The broker keeps its log in home/broker-log across `down`/`up` and machine restarts (durable
@@ -66,7 +68,7 @@ SPARK_MASTER = "local[2]"
 MARKER_ENV = "ONCEFLOW_STACK_SERVICE"
 
 AIRFLOW_COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
-ALL_SERVICES = ("postgres", "store", "broker", *AIRFLOW_COMPONENTS)
+ALL_SERVICES = ("postgres", "store", "broker", "spark-connect", *AIRFLOW_COMPONENTS)
 
 # tansu's S3 storage engine, pointed at the store (s3rver accepts any well-formed signature
 # for its fixed key pair; these are not secrets)
@@ -79,6 +81,8 @@ STORE_ENV = {
 }
 
 PG_START_TIMEOUT = 60.0
+CONNECT_START_TIMEOUT = 90.0
+CONNECT_DRIVER_MEMORY = "1g"
 BROKER_START_TIMEOUT = 30.0
 AIRFLOW_START_TIMEOUT = 180.0
 MIGRATE_TIMEOUT = 600.0
@@ -200,7 +204,13 @@ def _read_pid(path: Path) -> int | None:
 
 
 def _expected_token(name: str) -> str:
-    return {"postgres": "postgres", "broker": "tansu", "store": "s3rver"}.get(name, "airflow")
+    tokens = {
+        "postgres": "postgres",
+        "broker": "tansu",
+        "store": "s3rver",
+        "spark-connect": "SparkConnectServer",
+    }
+    return tokens.get(name, "airflow")
 
 
 def _alive(pid: int | None, token: str) -> psutil.Process | None:
@@ -824,6 +834,92 @@ def _wait_checked(check: Callable[[], bool], timeout: float) -> bool:
 
 
 # --------------------------------------------------------------------------------------------
+# Spark Connect
+
+
+def connect_argv(port: int) -> list[str]:
+    """pyspark's own Spark Connect server (its jar ships in the pyspark wheel; there is no
+    start script in it) on 127.0.0.1:`port`, local[2], its Python workers this venv's
+    interpreter (onceflow and the readers' clients installed)."""
+    spark_home = Path(importlib.util.find_spec("pyspark").origin).parent
+    python = os.environ.get("ONCEFLOW_SPARK_PYTHON", sys.executable)
+    conf = {
+        "spark.connect.grpc.binding.address": "127.0.0.1",
+        "spark.connect.grpc.binding.port": str(port),
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.driver.host": "127.0.0.1",
+        "spark.ui.enabled": "false",
+        "spark.pyspark.python": python,
+        "spark.python.worker.reuse": "true",
+        "spark.speculation": "false",
+    }
+    argv = [
+        str(spark_home / "bin" / "spark-submit"),
+        "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
+        "--name", "onceflow-spark-connect",
+        "--master", SPARK_MASTER,
+        "--driver-memory", CONNECT_DRIVER_MEMORY,
+    ]  # fmt: skip
+    for key, value in conf.items():
+        argv += ["--conf", f"{key}={value}"]
+    return [*argv, "spark-internal"]
+
+
+def connect_env() -> dict[str, str]:
+    """The server's environment: a Connect session's Python workers run PYSPARK_PYTHON (the
+    server's spark.pyspark.python alone is not enough for them)."""
+    python = os.environ.get("ONCEFLOW_SPARK_PYTHON", sys.executable)
+    return {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": python}
+
+
+def _connect_start(settings: Settings) -> psutil.Process | None:
+    name = "spark-connect"
+    if service_process(settings, name) is not None:
+        return None
+    _ensure_port_free(name, settings.connect_port)
+    return _spawn(settings, name, connect_argv(settings.connect_port), connect_env())
+
+
+def _connect_wait(settings: Settings) -> None:
+    name = "spark-connect"
+
+    def check() -> bool:
+        if service_process(settings, name) is None:
+            raise _fail(name, settings, "process exited")
+        return _port_open(settings.connect_port)
+
+    if not _wait_checked(check, CONNECT_START_TIMEOUT):
+        raise _fail(name, settings, f"not listening on 127.0.0.1:{settings.connect_port}")
+
+
+def connect_url(settings: Settings) -> str:
+    return f"sc://127.0.0.1:{settings.connect_port}"
+
+
+@contextlib.contextmanager
+def private_connect(port: int, log: Path) -> Iterator[subprocess.Popen]:
+    """A throwaway Spark Connect server on 127.0.0.1:`port` (tests, benchmarks); yields its
+    process (the JVM) once the port answers; stopped by PID at the end."""
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            connect_argv(port),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=connect_env(),
+            cwd=log.parent,
+        )
+    try:
+        deadline = time.monotonic() + CONNECT_START_TIMEOUT
+        while not _port_open(port):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"Spark Connect did not start: {log.read_text()[-2000:]}")
+            time.sleep(0.2)
+        yield proc
+    finally:
+        stop_child(proc)
+
+
+# --------------------------------------------------------------------------------------------
 # Airflow
 
 
@@ -947,6 +1043,12 @@ def airflow_env(settings: Settings) -> dict[str, str]:
     # makes the master exactly the host ("local[2]"); a URI would mangle the brackets.
     env.setdefault(
         "AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": SPARK_MASTER})
+    )
+    env.setdefault(
+        "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT",
+        json.dumps(
+            {"conn_type": "spark_connect", "host": "127.0.0.1", "port": settings.connect_port}
+        ),
     )
     return env
 
@@ -1167,6 +1269,9 @@ def up(settings: Settings, echo: Callable[[str], None] | None = _stderr) -> None
         say(f"[{time.monotonic() - start:5.1f}s] {msg}")
 
     _prepare_home(settings)
+    # its JVM takes several seconds to listen: started first, waited for before Airflow
+    started = _connect_start(settings)
+    step("spark-connect: starting" if started else "spark-connect: already running")
     broker = uses_embedded_broker(settings)
     durable = broker and broker_durable(settings)
     if durable:
@@ -1194,6 +1299,8 @@ def up(settings: Settings, echo: Callable[[str], None] | None = _stderr) -> None
     if broker:
         _broker_wait(settings)
         step(f"broker: healthy on {settings.kafka_bootstrap}")
+    _connect_wait(settings)
+    step(f"spark-connect: listening on {connect_url(settings)}")
     _airflow_up(settings, step)
     step(
         f"airflow: healthy at http://127.0.0.1:{settings.airflow_port} "
@@ -1232,6 +1339,7 @@ def down(settings: Settings, echo: Callable[[str], None] | None = _stderr) -> No
 
     # the store after the broker: the broker flushes its log to it
     for name, note in (
+        ("spark-connect", ""),
         ("broker", ""),
         ("store", f" (the broker's log stays in {broker_log_dir(settings)})"),
     ):
@@ -1261,6 +1369,7 @@ def status(settings: Settings) -> dict:
     health = _airflow_health(settings)
     ports = {"postgres": settings.pg_port, "broker": settings.kafka_port}
     ports["store"] = settings.store_port
+    ports["spark-connect"] = settings.connect_port
     for name in ALL_SERVICES:
         external = (name == "postgres" and not uses_embedded_postgres(settings)) or (
             name in ("broker", "store") and not uses_embedded_broker(settings)
@@ -1281,6 +1390,8 @@ def status(settings: Settings) -> dict:
             healthy = proc is not None and _wait_until(lambda: _broker_healthy(settings), 0)
         elif name == "store":
             healthy = proc is not None and _port_open(settings.store_port)
+        elif name == "spark-connect":
+            healthy = proc is not None and _port_open(settings.connect_port)
         else:
             healthy = _component_healthy(health, name, proc)
         port = ports.get(name, settings.airflow_port if name == "api-server" else None)

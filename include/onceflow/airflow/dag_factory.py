@@ -1,4 +1,5 @@
-"""One DAG per configured pipeline: plan -> process (spark-submit) -> commit.
+"""One DAG per configured pipeline: plan -> process (spark-submit, or in a Spark Connect
+session: process_mode) -> commit.
 
 A declaration only: reading the pipelines file, whether the driver JVM's class archive exists
 (onceflow.jvm_archive) and the ledger connection's address (the sink's Asset names the
@@ -13,12 +14,19 @@ import os
 import sys
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import DAG, Asset
 
 from onceflow import connections, jvm_archive
-from onceflow.airflow.tasks import CommitOperator, ProcessOperator, maintain_task, plan_task
+from onceflow.airflow.tasks import (
+    CommitOperator,
+    ConnectProcessOperator,
+    ProcessOperator,
+    maintain_task,
+    plan_task,
+)
 from onceflow.config.pipeline import PipelineConfig
 from onceflow.config.pipelines_file import load_pipelines
 from onceflow.settings import Settings, spark_jobs_dir, transform_path
@@ -98,21 +106,7 @@ def build_dag(cfg: PipelineConfig, pipelines_file: Path) -> DAG:
             retries=2,
             retry_delay=timedelta(seconds=5),
         )
-        process = ProcessOperator(
-            task_id="process",
-            pipeline=cfg.name,
-            pipelines_file=str(pipelines_file),
-            conn_id=cfg.spark_conn_id,
-            application=PROCESS_APPLICATION,
-            application_args=["--pipeline", cfg.name, "--txid", "{{ run_id }}"],
-            name=f"onceflow-{cfg.name}",
-            conf=conf,
-            env_vars=process_env(pipelines_file),
-            driver_memory=cfg.driver_memory,
-            executor_memory=cfg.executor_memory,
-            retries=2,
-            retry_delay=timedelta(seconds=5),
-        )
+        process = process_task(cfg, pipelines_file, conf)
         commit = CommitOperator(
             task_id="commit",
             pipeline=cfg.name,
@@ -148,6 +142,36 @@ def build_dag(cfg: PipelineConfig, pipelines_file: Path) -> DAG:
                 retry_delay=timedelta(seconds=10),
             )
     return dag
+
+
+def process_task(cfg: PipelineConfig, pipelines_file: Path, conf: dict[str, str]) -> Any:
+    """The process task of the pipeline's process_mode: a spark-submit of the package's job,
+    or the attempt run by the task itself in a Spark Connect session."""
+    if cfg.process_mode == "connect":
+        return ConnectProcessOperator(
+            task_id="process",
+            pipeline=cfg.name,
+            txid="{{ run_id }}",
+            pipelines_file=str(pipelines_file),
+            env_vars=process_env(pipelines_file),
+            retries=2,
+            retry_delay=timedelta(seconds=5),
+        )
+    return ProcessOperator(
+        task_id="process",
+        pipeline=cfg.name,
+        pipelines_file=str(pipelines_file),
+        conn_id=cfg.spark_conn_id,
+        application=PROCESS_APPLICATION,
+        application_args=["--pipeline", cfg.name, "--txid", "{{ run_id }}"],
+        name=f"onceflow-{cfg.name}",
+        conf=conf,
+        env_vars=process_env(pipelines_file),
+        driver_memory=cfg.driver_memory,
+        executor_memory=cfg.executor_memory,
+        retries=2,
+        retry_delay=timedelta(seconds=5),
+    )
 
 
 def build_dags(path: Path | None = None) -> dict[str, DAG]:

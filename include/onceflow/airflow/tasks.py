@@ -192,17 +192,85 @@ class ProcessOperator(SparkSubmitOperator):
             code = self._exit_code()
             if code is None or code not in ProcessExit.__members__.values():
                 raise
-            outcome = ProcessExit(code)
-            if outcome.retryable:
-                raise
-            raise AirflowFailException(
-                f"onceflow process txid={context['run_id']} ended {outcome.name} "
-                f"(exit {int(outcome)}): {_FINAL_EXIT_REASONS[outcome]}; not retried"
-            ) from e
+            end_process(ProcessExit(code), context["run_id"], e)
 
     def _exit_code(self) -> int | None:
         submitted = getattr(self._hook, "_submit_sp", None)
         return None if submitted is None else submitted.returncode
+
+
+class ConnectProcessOperator(BaseOperator):
+    """process_mode = "connect": the process attempt runs in this task's own process, its
+    stage job in a session of the Spark Connect server of the pipeline's
+    `spark_connect_conn_id` connection (onceflow.process.connect_session). It ends like
+    ProcessOperator: without retries on a final outcome (fenced, abandoned, a transform or
+    configuration that must change), retried otherwise (a server restart mid-job included).
+
+    The ledger's DSN, the Kafka settings and a lake sink's storage come from the pipeline's
+    connections as for spark-submit; `env_vars` (where the job imports user transforms from)
+    are set in this task's process."""
+
+    template_fields = ("pipeline", "txid")
+
+    def __init__(
+        self,
+        *,
+        pipeline: str,
+        txid: str = "{{ run_id }}",
+        pipelines_file: str | None = None,
+        env_vars: dict[str, str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.pipeline = pipeline
+        self.txid = txid
+        self.pipelines_file = pipelines_file
+        self.env_vars = dict(env_vars or {})
+
+    def execute(self, context: Any) -> None:
+        from onceflow.process.connect_session import ConnectSpark
+        from onceflow.process.entry import parse_args, run_attempt
+
+        path = self.pipelines_file or Settings.from_env().pipelines_file
+        cfg = get_pipeline(path, self.pipeline)
+        try:
+            svc = connections.services(cfg)
+            storage = connections.lake_storage(cfg) if cfg.sink.storage_conn_id else None
+            url, server = connections.spark_connect(cfg)
+        except ConfigError as e:
+            raise AirflowFailException(f"onceflow process txid={self.txid}: {e}") from e
+        os.environ.update(self.env_vars)
+        if storage is not None:
+            os.environ[STORAGE_ENV] = storage.to_env()
+            self.log.info("onceflow process: lake storage %s", storage.describe())
+        self.log.info(
+            "onceflow process: ledger from %s, Kafka %s, on %s",
+            svc.ledger_source,
+            svc.kafka.describe(),
+            server,
+        )
+        args = parse_args(
+            ["--pipeline", cfg.name, "--txid", self.txid, "--pipelines-file", str(path)]
+        )
+        outcome = run_attempt(args, cfg, svc.ledger_dsn, svc.kafka, ConnectSpark(url, server))
+        if outcome != ProcessExit.OK:
+            end_process(outcome, self.txid)
+
+
+def end_process(outcome: ProcessExit, txid: str, cause: BaseException | None = None) -> None:
+    """How a process task ends on an attempt that did not stage: retried (an OnceflowError,
+    or `cause`) when a retry may succeed, else at once (AirflowFailException)."""
+    if outcome.retryable:
+        if cause is not None:
+            raise cause
+        raise OnceflowError(
+            f"onceflow process txid={txid} ended {outcome.name}: the ledger's last_error "
+            "says why (see the lines above); retried"
+        )
+    raise AirflowFailException(
+        f"onceflow process txid={txid} ended {outcome.name} "
+        f"(exit {int(outcome)}): {_FINAL_EXIT_REASONS[outcome]}; not retried"
+    ) from cause
 
 
 _FINAL_EXIT_REASONS = {

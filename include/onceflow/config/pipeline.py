@@ -47,6 +47,10 @@ class PipelineConfig:
     ledger_conn_id: str | None = None
     kafka_conn_id: str | None = None
     spark_conn_id: str = "spark_default"
+    # where process runs its stage job: a spark-submit of its own per attempt, or a session
+    # of a long-lived Spark Connect server (onceflow.process.connect_session)
+    process_mode: Literal["spark-submit", "connect"] = "spark-submit"
+    spark_connect_conn_id: str = "spark_connect_default"
     source: str = field(default="<config>", compare=False)  # the pipelines file, for messages
 
     @property

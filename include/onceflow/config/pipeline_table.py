@@ -53,7 +53,10 @@ _KEYS = {
     "ledger_conn_id",
     "kafka_conn_id",
     "spark_conn_id",
+    "process_mode",
+    "spark_connect_conn_id",
 }
+PROCESS_MODES = ("spark-submit", "connect")
 
 
 def parse_pipeline(
@@ -203,6 +206,9 @@ def parse_pipeline(
         ledger_conn_id=_conn_id(source, name, raw, "ledger_conn_id"),
         kafka_conn_id=_conn_id(source, name, raw, "kafka_conn_id"),
         spark_conn_id=_conn_id(source, name, raw, "spark_conn_id") or "spark_default",
+        process_mode=choice("process_mode", PROCESS_MODES, "spark-submit"),  # type: ignore[arg-type]
+        spark_connect_conn_id=_conn_id(source, name, raw, "spark_connect_conn_id")
+        or "spark_connect_default",
         source=source,
     )
 

@@ -23,7 +23,7 @@ from onceflow.kafka_client import KafkaCluster
 from onceflow.ledger.batches import record_error
 from onceflow.ledger.fencing import claim_attempt, mark_staged
 from onceflow.ledger.log_checks import verify_topic_ids
-from onceflow.process.session import run_stage_attempt
+from onceflow.process.session import SparkSource, run_stage_attempt
 from onceflow.sinks.base import Sink
 from onceflow.states import BatchState
 
@@ -59,6 +59,7 @@ def claim_new_attempt(dsn: str, cfg: Any, txid: str) -> Any:
 
 def stage_and_mark(
     args: argparse.Namespace,
+    source: SparkSource,
     kafka: KafkaCluster,
     dsn: str,
     cfg: Any,
@@ -67,14 +68,15 @@ def stage_and_mark(
     claimed_at: float,
     timings: dict[str, float],
 ) -> Any:
-    """Stage the claimed attempt into `sink` and mark it staged; the ledger's Staged counts."""
+    """Stage the claimed attempt into `sink` in a Spark session from `source` and mark it
+    staged; the ledger's Staged counts."""
     txid, attempt = claim.txid, claim.attempt
     failpoints.hit("process.fail", txid)
     topics = tuple(sorted({r.topic for r in claim.ranges}))
     ids = broker.topic_ids(kafka, cfg.name, topics)
     verify_topic_ids(dsn, cfg.name, txid, ids)
     job = run_stage_attempt(
-        args, kafka, dsn, cfg, sink, txid, claim.seq, attempt, claim.ranges, timings
+        args, source, kafka, dsn, cfg, sink, txid, claim.seq, attempt, claim.ranges, timings
     )
     # and once read: only ids unchanged since plan prove the job read plan's log (a topic
     # re-created while it ran passed the check above, and its reader read the new log's

@@ -49,6 +49,7 @@ import logging
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from onceflow.errors import ProcessExit
 
@@ -121,6 +122,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "local mode does not need it; the module is shipped to a master that is not local "
         "anyway)",
     )
+    p.add_argument(
+        "--connect",
+        metavar="URL",
+        help="run the stage job in a session of the Spark Connect server at URL "
+        "(sc://host:port/;params) instead of a Spark of its own: run this file with python, "
+        'not spark-submit (what a process task of process_mode = "connect" does in its '
+        "own process; onceflow.process.connect_session)",
+    )
     return p.parse_args(argv)
 
 
@@ -131,12 +140,32 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stdout,
     )
-    started = time.monotonic()
-
     from onceflow.config.pipelines_file import get_pipeline
+    from onceflow.errors import ConfigError
+    from onceflow.process.connect_session import ConnectSpark
+    from onceflow.process.session import SubmittedSpark
+    from onceflow.settings import Settings
+
+    settings = Settings.from_env()
+    try:
+        cfg = get_pipeline(args.pipelines_file or settings.pipelines_file, args.pipeline)
+        kafka = settings.kafka_cluster()  # the process task put its connection's settings there
+    except ConfigError as e:
+        log.error("onceflow process: %s", e)
+        return ProcessExit.USAGE
+    source = ConnectSpark(args.connect) if args.connect else SubmittedSpark()
+    return run_attempt(args, cfg, settings.postgres_dsn, kafka, source)
+
+
+def run_attempt(
+    args: argparse.Namespace, cfg: Any, dsn: str, kafka: Any, source: Any
+) -> ProcessExit:
+    """One process attempt of `args.txid` of the pipeline `cfg`, its stage job in a Spark
+    session from `source` (onceflow.process.session.SparkSource): claim, stage, mark
+    staged; how it ended as its ProcessExit (a failure is recorded in the ledger first)."""
+    started = time.monotonic()
     from onceflow.errors import (
         AbandonedTxidError,
-        ConfigError,
         FencedAttemptError,
         KafkaAccessError,
         LogIdentityError,
@@ -151,18 +180,9 @@ def main(argv: list[str] | None = None) -> int:
         stage_and_mark,
     )
     from onceflow.process.failures import short_error
-    from onceflow.settings import Settings
     from onceflow.sinks import sink_for
 
-    settings = Settings.from_env()
-    try:
-        cfg = get_pipeline(args.pipelines_file or settings.pipelines_file, args.pipeline)
-        kafka = settings.kafka_cluster()  # the process task put its connection's settings there
-    except ConfigError as e:
-        log.error("onceflow process: %s", e)
-        return ProcessExit.USAGE
-    dsn, txid = settings.postgres_dsn, args.txid
-
+    txid = args.txid
     try:
         claim = claim_new_attempt(dsn, cfg, txid)
     except UnknownTxidError as e:
@@ -178,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # once per process task: every stage job and probe of the attempt stages into it
         sink = sink_for(cfg)
-        staged = stage_and_mark(args, kafka, dsn, cfg, sink, claim, claimed_at, timings)
+        staged = stage_and_mark(args, source, kafka, dsn, cfg, sink, claim, claimed_at, timings)
     except (TransformError, SinkSchemaError, LogIdentityError, KafkaAccessError) as e:
         # the transform, its sink tables, the broker's log or the Kafka connection's settings
         # must change first: a retry would fail the same way (a transform that filters or adds

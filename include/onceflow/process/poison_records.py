@@ -10,18 +10,18 @@ from __future__ import annotations
 
 import logging
 import time
-from contextlib import nullcontext
 from typing import Any
 
 from onceflow.errors import TransformRaisedError
 from onceflow.kafka_client import KafkaCluster
+from onceflow.ledger.stage_jobs import set_fast_stage, stage_job_rows
 from onceflow.poison import Poison, RaisedFailure, isolate, raised_by_user_code, raised_on
 from onceflow.process.failures import job_refusals
 from onceflow.process.stage_job import StageJob, stage_job, uses_fast_form
 from onceflow.process.staged_output import staged_frame, staged_output
 from onceflow.ranges import OffsetRange
 from onceflow.sinks.base import Sink
-from onceflow.staging.fast_stage import FastStage, fast_form_columns, fast_stage_frame, for_job
+from onceflow.staging.fast_stage import FastStage, fast_form_columns, fast_stage_frame
 from onceflow.transforms import load_transform
 
 log = logging.getLogger("onceflow.process")
@@ -79,8 +79,11 @@ def _probe(
     piece: OffsetRange,
     *,
     bootstrap: KafkaCluster | str,
+    dsn: str,
     cfg: Any,
     sink: Sink,
+    txid: str,
+    attempt: int,
     client: str = "confluent",
     read_timeout: float = 60.0,
     fast_form: bool = True,
@@ -91,28 +94,28 @@ def _probe(
     fast form when the job uses it) and thrown away (Spark's noop sink). Any other failure
     is raised."""
     read = {"client": client, "timeout_s": read_timeout}
-    context: Any = nullcontext()
-    if uses_fast_form(cfg, sink, fast_form):
-        declined = fast_stage_frame(spark, [piece], bootstrap, cfg.transform, **read)
-        with job_refusals(cfg.aggregating):
-            out = load_transform(cfg.transform)(declined)
-        frame = staged_output(out, cfg)
-        context = for_job(spark.sparkContext, FastStage(None, fast_form_columns(out)))
-    else:
-        frame = staged_frame(spark, [piece], bootstrap=bootstrap, cfg=cfg, **read)
-    try:
-        with job_refusals(cfg.aggregating), context:
-            frame.write.format("noop").mode("overwrite").save()
-    except Exception as e:
-        failure = raised_by_user_code(e)
-        if failure is None:
-            raise
-        log.info(
-            "probe %s[%d] [%d, %d): raises",
-            piece.topic,
-            piece.partition,
-            piece.from_offset,
-            piece.until_offset,
-        )
-        return failure
+    with stage_job_rows(dsn, cfg.name, txid, attempt) as job:
+        if uses_fast_form(cfg, sink, fast_form):
+            declined = fast_stage_frame(spark, [piece], bootstrap, cfg.transform, job=job, **read)
+            with job_refusals(cfg.aggregating):
+                out = load_transform(cfg.transform)(declined)
+            frame = staged_output(out, cfg)
+            set_fast_stage(job, FastStage(None, fast_form_columns(out)))
+        else:
+            frame = staged_frame(spark, [piece], bootstrap=bootstrap, cfg=cfg, **read)
+        try:
+            with job_refusals(cfg.aggregating):
+                frame.write.format("noop").mode("overwrite").save()
+        except Exception as e:
+            failure = raised_by_user_code(e)
+            if failure is None:
+                raise
+            log.info(
+                "probe %s[%d] [%d, %d): raises",
+                piece.topic,
+                piece.partition,
+                piece.from_offset,
+                piece.until_offset,
+            )
+            return failure
     return None

@@ -1,9 +1,14 @@
 """The process job's Spark session, the code shipped to its executors, and the stage
 attempt run in it.
 
-One session per process task: started only when the batch has records to read, given the
+One session per process task, opened only when the batch has records to read and given the
 user's transform module (and onceflow, on request) on the executors' Python path
-(onceflow.shipping), and stopped when the attempt's stage job is done.
+(onceflow.shipping), by the pipeline's process mode:
+
+- spark-submit (`SubmittedSpark`): the session of the job's own driver, which spark-submit
+  started; stopped when the attempt's stage job is done;
+- connect (`onceflow.process.connect_session.ConnectSpark`): a session of a long-lived
+  Spark Connect server, left open for the pipeline's next batch.
 """
 
 from __future__ import annotations
@@ -14,8 +19,10 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from onceflow.kafka_client import KafkaCluster
 from onceflow.process.poison_records import stage_attempt
@@ -41,8 +48,37 @@ SPARK_DEFAULTS = {
 }
 
 
+class SparkSource(Protocol):
+    """Where a process attempt gets its Spark session."""
+
+    def session(self, cfg: Any, ship_package: bool) -> AbstractContextManager[Any]:
+        """A session for the pipeline `cfg`'s stage job, with the user transform's module
+        (and onceflow, with `ship_package`) on the executors' Python path as
+        onceflow.shipping says."""
+        ...
+
+
+class SubmittedSpark:
+    """The session of the driver that spark-submit started (process_mode = "spark-submit")."""
+
+    @contextmanager
+    def session(self, cfg: Any, ship_package: bool) -> Iterator[Any]:
+        spark = spark_session(cfg)
+        try:
+            # the zips must outlive the job: the driver serves them to the executors from there
+            with tempfile.TemporaryDirectory(prefix="onceflow-py-files-") as folder:
+                sc = spark.sparkContext
+                for path in py_files(cfg.transform, sc.master, ship_package, Path(folder)):
+                    sc.addPyFile(path)
+                    log.info("shipped to the executors' Python path: %s", path)
+                yield spark
+        finally:
+            spark.stop()
+
+
 def run_stage_attempt(
     args: argparse.Namespace,
+    source: SparkSource,
     kafka: KafkaCluster,
     dsn: str,
     cfg: Any,
@@ -53,44 +89,36 @@ def run_stage_attempt(
     ranges: list[OffsetRange],
     timings: dict[str, float],
 ) -> StageJob:
-    """Read, transform and stage the txid's `ranges` into `sink` in a Spark session of its
-    own (onceflow.process.poison_records.stage_attempt); returns what the job staged and
-    read. An empty batch (no offsets in any range) has no input partition: no Spark
-    session is started."""
+    """Read, transform and stage the txid's `ranges` into `sink` in a Spark session from
+    `source` (onceflow.process.poison_records.stage_attempt); returns what the job staged
+    and read. An empty batch (no offsets in any range) has no input partition: no Spark
+    session is opened."""
     pieces = input_ranges(ranges, cfg.records_per_input_partition)
     if not pieces:
         log.info("no offsets to read: nothing to stage, no Spark session needed")
         return StageJob(parts=0, records_read=0, bytes_read=0, reads=[])
     t0 = time.monotonic()
-    spark = spark_session(cfg)
-    timings["session"] = time.monotonic() - t0
-    log.info("spark session ready in %.1f s", timings["session"])
-    try:
-        # the zips must outlive the job: the driver serves them to the executors from there
-        with tempfile.TemporaryDirectory(prefix="onceflow-py-files-") as folder:
-            sc = spark.sparkContext
-            for path in py_files(cfg.transform, sc.master, args.ship_package, Path(folder)):
-                sc.addPyFile(path)
-                log.info("shipped to the executors' Python path: %s", path)
-            return stage_attempt(
-                spark,
-                pieces,
-                bootstrap=kafka,
-                dsn=dsn,
-                cfg=cfg,
-                sink=sink,
-                txid=txid,
-                seq=seq,
-                attempt=attempt,
-                client=args.client,
-                read_timeout=args.read_timeout,
-                fast_form=cfg.fast_form and not args.no_fast_form,
-                timings=timings,
-            )
-    finally:
+    with source.session(cfg, args.ship_package) as spark:
+        timings["session"] = time.monotonic() - t0
+        log.info("spark session ready in %.1f s", timings["session"])
+        job = stage_attempt(
+            spark,
+            pieces,
+            bootstrap=kafka,
+            dsn=dsn,
+            cfg=cfg,
+            sink=sink,
+            txid=txid,
+            seq=seq,
+            attempt=attempt,
+            client=args.client,
+            read_timeout=args.read_timeout,
+            fast_form=cfg.fast_form and not args.no_fast_form,
+            timings=timings,
+        )
         t0 = time.monotonic()
-        spark.stop()
-        timings["stop"] = time.monotonic() - t0
+    timings["stop"] = time.monotonic() - t0
+    return job
 
 
 def spark_session(cfg: Any) -> Any:

@@ -1,7 +1,10 @@
 """The stage job: one Spark job that reads a txid's input partitions, transforms and stages.
 
-The reader counts the records it hands on itself (accumulators), apart from the transform,
-so that the ledger can refuse an attempt whose rows + dead letters are not the records read.
+The reader counts the records it hands on itself, apart from the transform, and records the
+counts in the ledger (onceflow.reader.read_counts), so that the ledger can refuse an attempt
+whose rows + dead letters are not the records read. The driver and the job's tasks hand each
+other what they must through the job's rows in the ledger (onceflow.ledger.stage_jobs), so
+the job runs the same in a Spark Connect session.
 The sink's tables are bound to the transform's output before anything is staged. The parts
 the job stages follow the part numbering of onceflow.staging.fence.
 """
@@ -11,12 +14,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
 from onceflow.db import transaction
+from onceflow.errors import RangeReadError
 from onceflow.kafka_client import KafkaCluster
+from onceflow.ledger.stage_jobs import StageJobRef, range_reads, set_fast_stage, stage_job_rows
 from onceflow.poison import Poison
 from onceflow.process.dead_letters import dead_letter_frame
 from onceflow.process.failures import job_refusals
@@ -24,10 +28,10 @@ from onceflow.process.staged_output import output_fields, stage_columns, staged_
 from onceflow.range_digest import RangeRead, merge_pieces
 from onceflow.ranges import OffsetRange
 from onceflow.reader.frame import ranges_frame
-from onceflow.reader.read_counts import ReadsParam
+from onceflow.reader.read_counts import LedgerTally
 from onceflow.schema_evolution import Evolution
 from onceflow.sinks.base import PublishTarget, Sink
-from onceflow.staging.fast_stage import FastStage, fast_form_columns, fast_stage_frame, for_job
+from onceflow.staging.fast_stage import FastStage, fast_form_columns, fast_stage_frame
 from onceflow.staging.fence import PartNumbers
 from onceflow.staging.target import StageTarget
 from onceflow.staging.writer import stage_frame
@@ -73,7 +77,7 @@ def stage_job(
     """Read `pieces`, transform and stage them into `sink` as the parts of (txid, attempt)
     in one job (the parts: onceflow.staging.fence; with the fast form when `fast_form` is on
     and uses_fast_form). The records read: what the reader handed on, counted by the reader
-    itself (an accumulator), apart from the transform. The sink's tables are created, or
+    itself, apart from the transform (onceflow.reader.read_counts). The sink's tables are created, or
     checked and evolved (onceflow.schema_evolution: columns the output adds, recorded as
     this txid's), from the transform's output schema before anything is staged.
 
@@ -84,22 +88,55 @@ def stage_job(
     `poison`: records the transform raised on, which the reader reads but does not hand on
     (neither the fast form nor the transform sees them); they are staged as dead letters in
     a part of their own and count as records read."""
-    timings = {} if timings is None else timings
+    with stage_job_rows(dsn, cfg.name, txid, attempt) as job:
+        return _run(
+            spark,
+            pieces,
+            job,
+            bootstrap=bootstrap,
+            dsn=dsn,
+            cfg=cfg,
+            sink=sink,
+            txid=txid,
+            seq=seq,
+            attempt=attempt,
+            client=client,
+            read_timeout=read_timeout,
+            fast_form=fast_form,
+            timings={} if timings is None else timings,
+            poison=poison,
+        )
+
+
+def _run(
+    spark: Any,
+    pieces: list[OffsetRange],
+    job: StageJobRef,
+    *,
+    bootstrap: KafkaCluster | str,
+    dsn: str,
+    cfg: Any,
+    sink: Sink,
+    txid: str,
+    seq: int,
+    attempt: int,
+    client: str,
+    read_timeout: float,
+    fast_form: bool,
+    timings: dict[str, float],
+    poison: Sequence[Poison],
+) -> StageJob:
     t0 = time.monotonic()
     n = len(pieces)
-    read, nbytes = spark.sparkContext.accumulator(0), spark.sparkContext.accumulator(0)
-    seen = spark.sparkContext.accumulator({}, ReadsParam())
     options = {
         "client": client,
         "timeout_s": read_timeout,
-        "counter": read,
-        "bytes_counter": nbytes,
-        "reads": seen,
+        "tally": LedgerTally(job),
         "skip": [p.coordinates for p in poison],
     }
     numbers = PartNumbers(n, uses_fast_form(cfg, sink, fast_form), bool(poison))
     if numbers.fast:
-        declined = fast_stage_frame(spark, pieces, bootstrap, cfg.transform, **options)
+        declined = fast_stage_frame(spark, pieces, bootstrap, cfg.transform, job=job, **options)
         with job_refusals(cfg.aggregating):  # a job the transform runs while it plans
             out = load_transform(cfg.transform)(declined)
         df = staged_output(out, cfg)
@@ -109,8 +146,7 @@ def stage_job(
             from pyspark import StorageLevel
 
             source = source.persist(StorageLevel.MEMORY_AND_DISK)
-            records_read = source.count()  # the reader's records, apart from the transform
-            bytes_read, reads = nbytes.value, dict(seen.value)
+            source.count()  # the records read once, counted apart from the transform
         df = stage_columns(source, cfg)
     this = PublishTarget(cfg.name, txid, seq, attempt)
     with transaction(dsn) as cur:  # the sink's tables follow the transform's output
@@ -123,21 +159,15 @@ def stage_job(
         )
         df = df.union(dead)
     target = StageTarget.for_sink(dsn, bound, cfg.name, txid, seq, attempt)
-    job = stage_frame(df, target, first_part=numbers.first_transformed)
+    staging = stage_frame(df, target, first_part=numbers.first_transformed)
     parts = numbers.count
-    job_context: Any = (
-        for_job(spark.sparkContext, FastStage(target, fast_form_columns(out)))
-        if numbers.fast
-        else nullcontext()
-    )
+    if numbers.fast:
+        set_fast_stage(job, FastStage(target, fast_form_columns(out)))
     timings["plan"] = time.monotonic() - t0
     t0 = time.monotonic()
-    # only this job's reads count (a transform may have run jobs of its own)
-    read.value = nbytes.value = 0
-    seen.value = {}
     try:
-        with job_refusals(cfg.aggregating), job_context:
-            messages = job.collect()
+        with job_refusals(cfg.aggregating):
+            messages = staging.collect()
     finally:
         if cfg.aggregating:
             source.unpersist()
@@ -150,9 +180,15 @@ def stage_job(
         # each output partition staged one part; with adaptive execution on (a pipeline's
         # spark_conf), only the executed job knows how many the shuffle kept
         parts = len(messages)
-    else:
-        records_read, bytes_read, reads = read.value, nbytes.value, dict(seen.value)
-    records_read += len(poison)  # read, and set aside as dead letters
+    reads = range_reads(job)
+    unread = [k for k in range(n) if k not in reads]
+    if unread:
+        raise RangeReadError(
+            f"input range(s) {unread} of {n} did not record their read in the ledger: the "
+            "records read cannot be counted (retry)"
+        )
+    records_read = sum(r.records for r in reads.values()) + len(poison)  # poison: read,
+    bytes_read = sum(r.bytes for r in reads.values())  # and set aside as dead letters
     log.info(
         "read, transform and stage of %d input partition(s) as %d part(s) took %.1f s",
         n,
@@ -174,7 +210,7 @@ def stage_job(
         parts=parts,
         records_read=records_read,
         bytes_read=bytes_read,
-        reads=whole_reads(pieces, reads),
+        reads=whole_reads(pieces, {k: r.seen for k, r in reads.items()}),
     )
 
 

@@ -19,22 +19,21 @@ from onceflow.range_digest import RangeRead
 from onceflow.ranges import OffsetRange
 from onceflow.reader.range_end import DEFAULT_TIMEOUT_S
 from onceflow.reader.range_fetch import read_range
-from onceflow.reader.read_counts import counted
+from onceflow.reader.read_counts import RangeTally, counted
 from onceflow.reader.record_batches import DEFAULT_BATCH_RECORDS, SCHEMA
 
 
 class RangeReadFn:
     """mapInArrow function of `ranges_frame`: the input row with id k reads input range k.
 
-    With `counter` (a Spark accumulator of int), every record it hands on is added to it: the
-    records read, counted apart from the transform (process checks records read = rows +
-    dead letters with it, ledger.fencing.mark_staged); with `bytes_counter` their key and value bytes
-    (the batch's bytes_read); with `reads` (a Spark accumulator of ReadsParam), what it read of
-    range k (onceflow.range_digest.RangeRead: the records' digest and the last one's print),
-    added once the range was read to its end (onceflow.reader.read_counts says why these
-    counts are exact). With `skip`, the (topic, partition, offset) of records it reads but
-    does not hand on (onceflow.poison: records the transform raised on, staged as dead
-    letters instead): they are in `reads`, not in `counter` or `bytes_counter`.
+    With `tally` (onceflow.reader.read_counts), what it handed on of range k (records, key
+    and value bytes) and what it read of it (onceflow.range_digest.RangeRead: the records'
+    digest and the last one's print) are recorded there once it read the range to its end:
+    the records read, counted apart from the transform (process checks records read = rows
+    + dead letters with them, ledger.fencing.mark_staged). With `skip`, the (topic,
+    partition, offset) of records it reads but does not hand on (onceflow.poison: records
+    the transform raised on, staged as dead letters instead): they are in what it read,
+    not in what it handed on.
 
     Picklable (cloudpickle ships it to the executors by reference to this module).
     """
@@ -48,9 +47,7 @@ class RangeReadFn:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         batch_records: int = DEFAULT_BATCH_RECORDS,
         client_conf: Mapping[str, str] | None = None,
-        counter: Any = None,
-        bytes_counter: Any = None,
-        reads: Any = None,
+        tally: RangeTally | None = None,
         skip: Iterable[tuple[str, int, int]] = (),
     ) -> None:
         self.pieces = list(pieces)
@@ -59,9 +56,7 @@ class RangeReadFn:
         self.timeout_s = timeout_s
         self.batch_records = batch_records
         self.client_conf = dict(client_conf or {})
-        self.counter = counter
-        self.bytes_counter = bytes_counter
-        self.reads = reads
+        self.tally = tally
         self.skip: dict[tuple[str, int], list[int]] = {}
         for topic, partition, offset in sorted(skip):
             self.skip.setdefault((topic, partition), []).append(offset)
@@ -73,10 +68,10 @@ class RangeReadFn:
                 yield from self.records(k)
 
     def records(self, k: int) -> Iterator[Any]:
-        """The Arrow batches of input range k (each one counted in `counter` and
-        `bytes_counter`, if any; what was read added to `reads` at the end, if given)."""
+        """The Arrow batches of input range k (recorded in `tally` once read to the end, if
+        there is one)."""
         piece = self.pieces[k]
-        seen = None if self.reads is None else RangeRead(piece.topic, piece.partition)
+        seen = None if self.tally is None else RangeRead(piece.topic, piece.partition)
         batches = read_range(
             piece,
             self.bootstrap,
@@ -91,16 +86,9 @@ class RangeReadFn:
         ]
         if skipped:
             batches = _without(batches, skipped)
-        if self.counter is None and self.bytes_counter is None and seen is None:
+        if self.tally is None or seen is None:
             return batches
-        return counted(
-            batches,
-            k,
-            seen,
-            counter=self.counter,
-            bytes_counter=self.bytes_counter,
-            reads=self.reads,
-        )
+        return counted(batches, k, seen, self.tally)
 
 
 def _without(batches: Iterator[Any], offsets: list[int]) -> Iterator[Any]:
@@ -129,7 +117,7 @@ def ranges_frame(
 
     What process uses instead of `spark.read.format("onceflow_ranges")` (see the module's
     docstring). `options` are those of RangeReadFn (read_range's client, timeout_s,
-    batch_records, client_conf; counter, bytes_counter, reads, skip).
+    batch_records, client_conf; tally, skip).
     """
     return pieces_frame(spark, RangeReadFn(pieces, bootstrap, **options))
 

@@ -3,56 +3,48 @@
 Process records per attempt the records its reader handed on, their key and value bytes,
 and what it read of each input range (onceflow.range_digest.RangeRead), and the ledger
 refuses an attempt whose rows + dead letters do not account for the records read
-(ledger.fencing.mark_staged). The counts go through Spark accumulators, added in the reader's
-Python worker as batches pass: Spark applies a result task's accumulator updates once per
-partition, from its first successful attempt, so a batch's count is exact as long as every
-task reads its range to the end (the stage writer drains a part it skips).
+(ledger.fencing.mark_staged). The reader's Python worker counts input range k as its batches
+pass, and records the counts in the ledger once it handed on the range's last batch
+(onceflow.ledger.stage_jobs, whose docstring says why they are exact); a range it did not
+read to its end is not recorded, so its records cannot count (the stage writer drains a part
+it skips).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
-
-from pyspark.accumulators import AccumulatorParam
+from typing import Any, Protocol
 
 from onceflow.arrow_columns import value_lengths
+from onceflow.ledger.stage_jobs import InputRangeRead, StageJobRef, record_range_read
 from onceflow.range_digest import RangeRead
 
 
-class ReadsParam(AccumulatorParam):
-    """A Spark accumulator of {input range k: RangeRead}. Range k is read whole by one task,
-    and reading it again (a retried task, a recomputed cache) gives the same value, so
-    merging by key is exact however often Spark applies a task's update."""
+class RangeTally(Protocol):
+    """Where a reader records input range k once read to its end."""
 
-    def zero(self, value: dict) -> dict:
-        return {}
-
-    def addInPlace(self, value1: dict, value2: dict) -> dict:
-        value1.update(value2)
-        return value1
+    def record(self, k: int, read: InputRangeRead) -> None: ...
 
 
-def counted(
-    batches: Iterator[Any],
-    k: int,
-    seen: RangeRead | None,
-    *,
-    counter: Any,
-    bytes_counter: Any,
-    reads: Any,
-) -> Iterator[Any]:
-    """`batches` (input range k's, as the reader hands them on) unchanged, each one added to
-    `counter` (records) and `bytes_counter` (key and value bytes) if given; once the last
-    one is handed on, `seen` (what the read of range k saw) added to `reads` as {k: seen}."""
+class LedgerTally:
+    """RangeTally of a stage job's rows in the ledger (picklable: pickled into the tasks)."""
+
+    def __init__(self, ref: StageJobRef) -> None:
+        self.ref = ref
+
+    def record(self, k: int, read: InputRangeRead) -> None:
+        record_range_read(self.ref, k, read)
+
+
+def counted(batches: Iterator[Any], k: int, seen: RangeRead, tally: RangeTally) -> Iterator[Any]:
+    """`batches` (input range k's, as the reader hands them on) unchanged; once the last one
+    is handed on, their records and key and value bytes, and `seen` (what the read of range k
+    saw), recorded in `tally`."""
+    records = nbytes = 0
     for batch in batches:
-        if counter is not None:
-            counter.add(batch.num_rows)
-        if bytes_counter is not None:
-            names = batch.schema.names
-            nbytes = value_lengths(batch.column(names.index("key"))).sum()
-            nbytes += value_lengths(batch.column(names.index("value"))).sum()
-            bytes_counter.add(int(nbytes))
+        records += batch.num_rows
+        names = batch.schema.names
+        nbytes += int(value_lengths(batch.column(names.index("key"))).sum())
+        nbytes += int(value_lengths(batch.column(names.index("value"))).sum())
         yield batch
-    if seen is not None:  # only a range read to its end is recorded
-        reads.add({k: seen})
+    tally.record(k, InputRangeRead(records, nbytes, seen))

@@ -36,17 +36,15 @@ holds a part's declined values in memory, however many there are.
 
 from __future__ import annotations
 
-import base64
-import pickle
 import tempfile
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from onceflow.arrow_columns import fixed_array
 from onceflow.errors import TransformError, TransformRaisedError
 from onceflow.kafka_client import KafkaCluster
+from onceflow.ledger.stage_jobs import StageJobRef, fast_stage_of
 from onceflow.poison import raised_in_worker
 from onceflow.ranges import OffsetRange
 from onceflow.reader.frame import RangeReadFn, pieces_frame
@@ -191,41 +189,23 @@ class FastStage:
     columns: Any
 
 
-# The Spark local property that hands a job's FastStage to its tasks (for_job).
-STAGE_PROPERTY = "onceflow.fast_stage"
-
-
-@contextmanager
-def for_job(sc: Any, stage: FastStage) -> Iterator[None]:
-    """Hand `stage` to the FastStageFn tasks of the Spark jobs run inside (as a local property
-    of this thread, which Spark sends with each task, on any master).
-
-    Why not in the function itself: the stage target is the sink bound to the transform's
-    output, and that output is the transform over the very frame FastStageFn makes (its
-    declined records). Handing it over at job time builds the transform's plan once (a
-    build is py4j calls on the driver: about 0.7 s for the benchmark's JSON-parsing
-    transform, bench/NOTES.md, issue 13)."""
-    sc.setLocalProperty(STAGE_PROPERTY, base64.b64encode(pickle.dumps(stage)).decode("ascii"))
-    try:
-        yield
-    finally:
-        sc.setLocalProperty(STAGE_PROPERTY, None)
-
-
-def _job_stage() -> FastStage:
-    from pyspark import TaskContext
-
-    ctx = TaskContext.get()
-    text = ctx.getLocalProperty(STAGE_PROPERTY) if ctx is not None else None
-    if not text:
+def _job_stage(job: StageJobRef | None) -> FastStage:
+    """The FastStage the driver set for `job` once it built the job's plan
+    (onceflow.ledger.stage_jobs). Why not in the function itself: the stage target is the
+    sink bound to the transform's output, and that output is the transform over the very
+    frame FastStageFn makes (its declined records). Handing it over at job time builds the
+    transform's plan once (a build is py4j calls on the driver: about 0.7 s for the
+    benchmark's JSON-parsing transform, bench/NOTES.md, issue 13)."""
+    stage = None if job is None else fast_stage_of(job)
+    if stage is None:
         raise for_driver(
             TransformError(
                 "a transform with a fast form must not run a Spark job over its input while "
                 "its plan is built (the reader's workers learn where to stage only in "
-                "process's own job, fast_stage.for_job)"
+                "process's own job, onceflow.ledger.stage_jobs)"
             )
         )
-    return pickle.loads(base64.b64decode(text))
+    return stage
 
 
 class FastStageFn(RangeReadFn):
@@ -234,7 +214,7 @@ class FastStageFn(RangeReadFn):
     declined records (reader SCHEMA).
     `transform`: the pipeline's transform ("module:transform", whose module has the fast
     form, imported in the worker); `stage`: where to stage and the Arrow schema of the fast
-    form's rows, or None to take them from the job (for_job).
+    form's rows, or None to take them from the stage job `job` (set_fast_stage).
 
     With the stage's target None nothing is staged (the benchmark's read_parse): the accepted
     records' SplitStats go to `stats`, a Spark accumulator, if given. `read`: RangeReadFn's
@@ -248,18 +228,20 @@ class FastStageFn(RangeReadFn):
         transform: str,
         stage: FastStage | None = None,
         *,
+        job: StageJobRef | None = None,
         stats: Any = None,
         **read: Any,
     ) -> None:
         super().__init__(pieces, bootstrap, **read)
         self.transform = transform
         self.stage = stage
+        self.job = job
         self.stats = stats
 
     def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
         from onceflow.transforms import load_fast_form
 
-        stage = self.stage if self.stage is not None else _job_stage()
+        stage = self.stage if self.stage is not None else _job_stage(self.job)
         try:  # the transform's module, as this worker imports it
             fast_form = load_fast_form(self.transform)
         except TransformError as e:
@@ -288,10 +270,11 @@ def fast_stage_frame(
     **options: Any,
 ) -> Any:
     """A DataFrame of the DECLINED records of `pieces` (reader SCHEMA; Spark partition k
-    holds those of pieces[k]); computing it inside for_job(sc, stage) stages the accepted
-    records of piece k as their part of the stage's target (onceflow.staging.fence).
-    `options`: FastStageFn's (client, timeout_s, batch_records, client_conf, counter,
-    bytes_counter, stats)."""
+    holds those of pieces[k]); computing it once the stage job's FastStage is set
+    (onceflow.ledger.stage_jobs.set_fast_stage) stages the accepted records of piece k as
+    their part of the stage's target (onceflow.staging.fence). `options`: FastStageFn's
+    (stage, job, stats; and the reader's: client, timeout_s, batch_records, client_conf,
+    tally, skip)."""
     return pieces_frame(spark, FastStageFn(pieces, bootstrap, transform, **options))
 
 

@@ -1,0 +1,139 @@
+"""process_mode = "connect": the stage job in a session of a long-lived Spark Connect server.
+
+Starting Spark is most of a small batch's time with spark-submit (a JVM, its Python workers
+and their first job: about 20 s of a 1,000-record run, issue 26). A Spark Connect server
+(pyspark's own, started by `onceflow up` locally; in production its endpoint comes from an
+Airflow connection of type spark_connect) keeps them warm: the process task runs the same
+attempt in its own Python process (onceflow.process.entry.run_attempt), and only the stage
+job's plan travels to the server.
+
+Every protocol rule holds unchanged: the attempt is claimed before anything is read, the
+tasks stage under the part fence, the reader's counts and the fast form's stage go through
+the ledger (onceflow.ledger.stage_jobs: a Connect session has neither accumulators nor
+local properties), dead letters are staged as with spark-submit. A server that goes away
+mid-job fails the attempt (the client gives up after a few short retries, `_RETRIES`), and
+the task's retry claims a new attempt that replays the range.
+
+The session: one per pipeline and version of the code it ships, named by `session_id`, so
+that every batch of the pipeline finds its Python workers warm, and a changed transform
+module gets a fresh session (the server refuses to replace a shipped file in a session).
+The task leaves it open for the next batch (it only closes its client); sessions are
+isolated, so pipelines do not see each other's files or settings.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import tempfile
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from onceflow.errors import ConfigError
+from onceflow.shipping import py_files
+
+log = logging.getLogger("onceflow.process")
+
+# The session settings process needs, as spark-submit's SPARK_DEFAULTS has them; the rest of
+# those (the UI, worker reuse, speculation, the workers' Python) belong to the server.
+SESSION_DEFAULTS = {
+    "spark.sql.shuffle.partitions": "2",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.adaptive.enabled": "false",
+}
+
+# A Connect client retries an unreachable server for about ten minutes by default; a
+# process attempt gives up after a few seconds instead, so that a server restart is a failed
+# attempt that the task's retry replays.
+_RETRIES = {"max_retries": 3, "max_backoff": 1000}
+
+_NAMESPACE = uuid.UUID("6f1d3c2a-9b7e-4d1a-8c55-0e6f0c1a7b21")
+
+
+def session_url(url: str, session_id: str) -> str:
+    """The Connect URL `url` (sc://host:port/;params, SparkConnectHook.get_connection_url)
+    with `session_id` among its parameters."""
+    base, sep, params = url.partition("/;")
+    if not sep:
+        base, params = url.rstrip("/"), ""
+    kept = [p for p in params.split(";") if p and not p.startswith("session_id=")]
+    return f"{base}/;" + ";".join([*kept, f"session_id={session_id}"])
+
+
+def session_id(pipeline: str, files: list[str]) -> str:
+    """The pipeline's session for the code it ships: a digest of the files' contents."""
+    digests = [hashlib.sha256(Path(f).read_bytes()).hexdigest() for f in files]
+    return str(
+        uuid.uuid5(_NAMESPACE, json.dumps([pipeline, [Path(f).name for f in files], digests]))
+    )
+
+
+class ConnectSpark:
+    """Sessions of the Spark Connect server at `url` (a SparkSource)."""
+
+    def __init__(self, url: str, description: str = "") -> None:
+        self.url = url
+        self.description = description or "the Spark Connect server"
+
+    @contextmanager
+    def session(self, cfg: Any, ship_package: bool) -> Iterator[Any]:
+        from pyspark.sql import SparkSession
+        from pyspark.sql.connect.client.retries import DefaultPolicy
+
+        with tempfile.TemporaryDirectory(prefix="onceflow-py-files-") as folder:
+            # the executors of a Connect server are never this process's: ship the module
+            files = py_files(cfg.transform, "connect", ship_package, Path(folder))
+            sid = session_id(cfg.name, files)
+            try:
+                # pyspark's own builder: it also switches pyspark.sql.functions and the
+                # rest to Spark Connect in this process (a transform imports those)
+                spark = SparkSession.builder.remote(session_url(self.url, sid)).create()
+                spark.client.set_retry_policies([DefaultPolicy(**_RETRIES)])
+                for key, value in {**SESSION_DEFAULTS, **cfg.spark_conf}.items():
+                    _set(spark, key, value, cfg.name)
+                if files:
+                    spark.addArtifacts(*files, pyfile=True)
+                    log.info("shipped to the session's Python path: %s", ", ".join(files))
+            except ConfigError:
+                raise
+            except Exception as e:
+                raise ConnectionError(
+                    f"process of pipeline {cfg.name!r}: no session from {self.description}: "
+                    f"{_first_line(e)}"
+                ) from None
+        log.info("spark connect session %s of %s", sid, self.description)
+        tag = f"onceflow-{uuid.uuid4()}"
+        spark.addTag(tag)
+        try:
+            yield spark
+        except BaseException:
+            try:  # the job's tasks still running on the server: a new attempt replays them
+                spark.interruptTag(tag)
+            except Exception as e:  # noqa: BLE001 - the server may be gone
+                log.warning("could not interrupt the job on the server: %s", _first_line(e))
+            raise
+        finally:
+            spark.client.close()  # not stop(): that would release the warm session
+
+
+def _set(spark: Any, key: str, value: str, pipeline: str) -> None:
+    try:
+        spark.conf.set(key, value)
+    except Exception as e:
+        if "CANNOT_MODIFY" in str(e) or "STATIC" in str(e).upper():
+            raise ConfigError(
+                f"pipeline {pipeline!r}: spark_conf {key} cannot be set in a Spark Connect "
+                'session (process_mode = "connect"): it is the server\'s; set it where the '
+                "server starts"
+            ) from None
+        raise
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"

@@ -1,0 +1,49 @@
+"""The process job as a DAG's process task runs it, in either process mode: spark-submitted
+(process_mode = "spark-submit"), or with python in a session of a Spark Connect server
+(process_mode = "connect": `--connect URL`, what the task does in its own process).
+
+A module runs its tests in both by taking the `process_mode` fixture (conftest.py) into its
+`env`, which then names the server in ONCEFLOW_TEST_CONNECT.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from onceflow.spark_app import PROCESS_APPLICATION
+
+SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
+CONNECT_ENV = "ONCEFLOW_TEST_CONNECT"
+
+
+def connect_url(env: dict) -> str | None:
+    return env.get(CONNECT_ENV) or None
+
+
+def process_command(
+    env: dict, *args: str, master: str = "local[2]", conf: dict | None = None
+) -> list[str]:
+    """The command of one process attempt (`args`: the job's, --pipeline and --txid at
+    least); `master` and `conf` are spark-submit's (a Connect server has its own)."""
+    url = connect_url(env)
+    if url:
+        return [sys.executable, PROCESS_APPLICATION, *args, "--connect", url]
+    settings = {"spark.ui.enabled": "false", **(conf or {})}
+    cmd = [str(SPARK_SUBMIT), "--master", master, "--driver-memory", "512m"]
+    for key, value in settings.items():
+        cmd += ["--conf", f"{key}={value}"]
+    return [*cmd, PROCESS_APPLICATION, *args]
+
+
+def run_process(
+    env: dict, *args: str, timeout: float = 400, **spark: object
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        process_command(env, *args, **spark),  # type: ignore[arg-type]
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
