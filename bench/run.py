@@ -258,11 +258,11 @@ def native_run(
     }
 
 
-def pipeline_toml(name: str, topic: str) -> str:
+def pipeline_toml(name: str, topic: str, more: str = "") -> str:
     """A pipeline of the orders example (spark_jobs/orders.py, with its fast form) into an
-    append table, as dags/pipelines.toml's `orders`."""
+    append table, as dags/pipelines.toml's `orders`; `more`: more of its keys."""
     return (
-        f'[pipelines.{name}]\ntopics = ["{topic}"]\ntransform = "orders:transform"\n'
+        f'[pipelines.{name}]\ntopics = ["{topic}"]\ntransform = "orders:transform"\n{more}'
         f'[pipelines.{name}.sink]\nkind = "postgres"\ntable = "orders"\nmode = "append"\n'
     )
 
@@ -433,76 +433,103 @@ def lake_run(a: argparse.Namespace, work: Path, bootstrap: str, pg: common.Postg
 SMALL_BATCH = 1_000
 
 
+# the process modes small_batch measures: pipeline name -> its process_mode
+SMALL_MODES = {"bench_small": "spark-submit", "bench_small_connect": "connect"}
+
+
 def small_batch(runs: int, kafka: common.Broker) -> dict:
-    """DAG runs of a SMALL_BATCH-record batch through the real scheduler, each split into its
-    tasks, the process job's own timings and the hand-offs between them. The stack's broker
-    is `kafka` when it is Apache Kafka (an external broker to the stack), else its own tansu."""
+    """DAG runs of a SMALL_BATCH-record batch through the real scheduler, in each process mode
+    (one pipeline each, their runs alternating), each split into its tasks, the process
+    job's own timings and the hand-offs between them. The stack's broker is `kafka` when it
+    is Apache Kafka (an external broker to the stack), else its own tansu."""
     from onceflow import broker
     from onceflow.airflow_api import AirflowClient
     from onceflow.db import migrate
     from onceflow.settings import Settings
-    from onceflow_dev import producer, stack
+    from onceflow_dev import stack
 
     saved = dict(os.environ)
     home = Path(STACK_ENV["ONCEFLOW_HOME"])
-    samples = []
+    samples: dict[str, list[dict]] = {name: [] for name in SMALL_MODES}
     try:
         os.environ.update(STACK_ENV)
         for k in (
             "ONCEFLOW_POSTGRES_DSN",
             "ONCEFLOW_KAFKA_BOOTSTRAP",
             "AIRFLOW_CONN_SPARK_DEFAULT",
+            "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT",
         ):
             os.environ.pop(k, None)
         stack.down(Settings.from_env(), echo=None)
         shutil.rmtree(home, ignore_errors=True)
         home.mkdir(parents=True)
         pipelines = home / "pipelines.toml"
-        pipelines.write_text(pipeline_toml("bench_small", "bench_small"))
+        pipelines.write_text(
+            "".join(
+                pipeline_toml(name, name, f'process_mode = "{mode}"\n')
+                for name, mode in SMALL_MODES.items()
+            )
+        )
         os.environ["ONCEFLOW_PIPELINES"] = str(pipelines)
         if kafka.name != "tansu":
             os.environ["ONCEFLOW_KAFKA_BOOTSTRAP"] = kafka.bootstrap
         settings = Settings.from_env()
-        say(f"dag: starting the local stack (PostgreSQL, Airflow; broker {kafka.name})")
+        say(
+            f"dag: starting the local stack (PostgreSQL, Airflow, Spark Connect; broker {kafka.name})"
+        )
         t0 = time.monotonic()
         stack.up(settings, echo=None)
         migrate(settings.postgres_dsn)
         say(f"dag: stack up in {time.monotonic() - t0:.0f} s")
-        broker.create_topic(settings.kafka_bootstrap, "bench_small", 4)
         client = AirflowClient(
             settings.airflow_url, settings.airflow_user, settings.airflow_password
         )
-        dag_id = "onceflow_bench_small"
-        client.wait_for_dag(dag_id, timeout=240)
-        client.unpause(dag_id)
+        for name in SMALL_MODES:
+            broker.create_topic(settings.kafka_bootstrap, name, 4)
+            client.wait_for_dag(f"onceflow_{name}", timeout=240)
+            client.unpause(f"onceflow_{name}")
         for i in range(runs + 1):  # the first run warms up (task process imports, DB caches)
-            producer.produce(
-                settings.kafka_bootstrap,
-                "bench_small",
-                4,
-                SMALL_BATCH,
-                sample=producer.load_sample("orders:transform"),
-                start=i * SMALL_BATCH,
-            )
-            run_id = f"bench-small-{i}"
-            client.trigger(dag_id, run_id)
-            states = client.wait_for_runs(dag_id, [run_id], timeout=600, poll=0.2, echo=None)
-            if states[run_id] != "success":
-                raise RuntimeError(f"DAG run {run_id} ended {states[run_id]}")
-            run = client.get_run(dag_id, run_id)
-            tis = {ti["task_id"]: ti for ti in client.task_instances(dag_id, run_id)}
-            log = _task_log(client, dag_id, run_id, tis["process"])
-            sample = _run_breakdown(run, tis, log)
-            say(f"dag: {run_id} {sample['small_batch_run_s']:.1f} s {sample}")
-            if i:
-                samples.append(sample)
+            for name in SMALL_MODES:
+                sample = _small_run(client, settings, name, i)
+                say(f"dag: {name} run {i} {sample['small_batch_run_s']:.1f} s {sample}")
+                if i:
+                    samples[name].append(sample)
     finally:
         with contextlib.suppress(Exception):
             stack.down(Settings.from_env(), echo=None)
         os.environ.clear()
         os.environ.update(saved)
-    med = {k: round(median([s[k] for s in samples]), 2) for k in samples[0]}
-    return {"records": SMALL_BATCH, "broker": kafka.name, "samples": samples, "median": med}
+
+    def medians(rows: list[dict]) -> dict:
+        return {k: round(median([s[k] for s in rows]), 2) for k in rows[0]}
+
+    out = {"records": SMALL_BATCH, "broker": kafka.name}
+    out.update(samples=samples["bench_small"], median=medians(samples["bench_small"]))
+    connect = samples["bench_small_connect"]
+    out["connect"] = {"samples": connect, "median": medians(connect)}
+    return out
+
+
+def _small_run(client: Any, settings: Any, name: str, i: int) -> dict:
+    """One DAG run of pipeline `name` over SMALL_BATCH records produced just before it."""
+    from onceflow_dev import producer
+
+    producer.produce(
+        settings.kafka_bootstrap,
+        name,
+        4,
+        SMALL_BATCH,
+        sample=producer.load_sample("orders:transform"),
+        start=i * SMALL_BATCH,
+    )
+    dag_id, run_id = f"onceflow_{name}", f"bench-small-{i}"
+    client.trigger(dag_id, run_id)
+    states = client.wait_for_runs(dag_id, [run_id], timeout=600, poll=0.2, echo=None)
+    if states[run_id] != "success":
+        raise RuntimeError(f"DAG run {dag_id} {run_id} ended {states[run_id]}")
+    run = client.get_run(dag_id, run_id)
+    tis = {ti["task_id"]: ti for ti in client.task_instances(dag_id, run_id)}
+    return _run_breakdown(run, tis, _task_log(client, dag_id, run_id, tis["process"]))
 
 
 def _ts(value: str | None) -> float:
@@ -542,8 +569,9 @@ def _run_breakdown(run: dict, tis: dict, log: list[tuple[float, str]]) -> dict:
     records = int(summary[-1].split(" records=", 1)[1].split()[0])
     if records != SMALL_BATCH:
         raise RuntimeError(f"the small batch staged {records} records, not {SMALL_BATCH}")
-    job_start = logged_at - t["total"]  # process.py's main() began
-    # the Spark provider's hook logs the command just before it starts spark-submit
+    job_start = logged_at - t["total"]  # the attempt began (after process.py's imports)
+    # the Spark provider's hook logs the command just before it starts spark-submit; in
+    # connect mode the task runs the attempt itself
     submitted = [at for at, text in log if text.startswith("Spark-Submit cmd")]
     submit_at = submitted[0] if submitted else start["process"]
     out = {
@@ -575,6 +603,15 @@ def _run_breakdown(run: dict, tis: dict, log: list[tuple[float, str]]) -> dict:
     )
     out["orchestration_s"] = out["small_batch_run_s"] - out["process_s"]
     return out
+
+
+def small_batch_results(runs: int, kafka: common.Broker) -> dict:
+    sb = small_batch(runs, kafka)
+    return {
+        "small_batch": sb,
+        "small_batch_run_s": sb["median"]["small_batch_run_s"],
+        "small_batch_run_connect_s": sb["connect"]["median"]["small_batch_run_s"],
+    }
 
 
 # --- report -------------------------------------------------------------------------------
@@ -631,6 +668,16 @@ def acceptance(r: dict) -> dict:
             "<=",
         ),
         "driver RSS <= 1 GiB": (r["rss"]["driver_mib"], 1024.0, "<="),
+        "small batch (spark-submit): trigger -> committed <= 12 s": (
+            small.get("small_batch_run_s"),
+            12.0,
+            "<=",
+        ),
+        "small batch (connect): trigger -> committed <= 4 s": (
+            r.get("small_batch_run_connect_s"),
+            4.0,
+            "<=",
+        ),
     }
     append = (r.get("commit_s_by_size") or {}).get("append") or {}
     if "2000000" in append:
@@ -703,36 +750,48 @@ def native_section(r: dict, k: Any) -> list[str]:
 
 def small_batch_section(sb: dict) -> list[str]:
     d = sb["median"]
+    c = (sb.get("connect") or {}).get("median") or {k: float("nan") for k in d}
+    n = len((sb.get("connect") or {}).get("samples") or [])
+
+    def row(label: str, key: str, digits: int = 1) -> str:
+        return f"| {label} | {d[key]:.{digits}f} | {c[key]:.{digits}f} |"
+
     return [
         "",
         f"## Fixed cost: a {sb['records']:,}-record batch through the scheduler",
         "",
-        f"Median of {len(sb['samples'])} DAG runs (after a warm-up run) on the local stack, "
+        f"Medians of {len(sb['samples'])} DAG runs per process mode ({n} in connect mode), "
+        "after a warm-up run each, the two pipelines' runs alternating, on the local stack, "
         f"LocalExecutor, broker {sb['broker']}; trigger = the run's `queued_at`, each batch "
-        "produced just before its trigger.",
+        "produced just before its trigger. spark-submit: a Spark of the task's own; connect: "
+        "the task runs the attempt itself in a session of the stack's Spark Connect server.",
         "",
-        "| step | seconds |",
-        "| --- | ---: |",
-        f"| **small_batch_run_s**: trigger → commit task success | **{d['small_batch_run_s']:.1f}** |",
-        f"| plan task | {d['plan_s']:.1f} |",
-        f"| process task (spark-submit) | {d['process_s']:.1f} |",
-        f"| · task process start, until spark-submit is run | {d['process_task_start_s']:.1f} |",
-        f"| · spark-submit: JVM and Python driver start | {d['process_jvm_start_s']:.1f} |",
-        f"| · claim the attempt | {d['process_claim_s']:.2f} |",
-        f"| · Spark session start | {d['process_session_s']:.1f} |",
-        f"| · build and plan the job | {d['process_plan_s']:.1f} |",
-        f"| · job: read, parse, validate, stage | {d['process_job_s']:.1f} |",
-        f"| · part checks, mark staged | {d['process_mark_staged_s']:.2f} |",
-        f"| · session stop | {d['process_stop_s']:.1f} |",
-        f"| · exit: JVM and task process end | {d['process_exit_s']:.1f} |",
-        f"| · the rest of process.py (imports between the steps) | {d['process_other_s']:.1f} |",
-        f"| commit task | {d['commit_s']:.1f} |",
-        f"| scheduling hand-offs: trigger → plan {d['handoff_trigger_plan_s']:.1f}, plan → "
-        f"process {d['handoff_plan_process_s']:.1f}, process → commit "
-        f"{d['handoff_process_commit_s']:.1f} | {d['handoffs_s']:.1f} |",
-        f"| plan + commit + hand-offs (all but the process task) | {d['orchestration_s']:.1f} |",
-        f"| (the run is marked success after the commit task) | "
-        f"{d['run_success_after_commit_s']:.1f} |",
+        "| step | spark-submit s | connect s |",
+        "| --- | ---: | ---: |",
+        f"| **small_batch_run_s**: trigger → commit task success | **{d['small_batch_run_s']:.1f}** "
+        f"| **{c['small_batch_run_s']:.1f}** |",
+        row("plan task", "plan_s"),
+        row("process task", "process_s"),
+        row(
+            "· task process start, until spark-submit is run (connect: the attempt)",
+            "process_task_start_s",
+        ),
+        row(
+            "· spark-submit: JVM and Python driver start (connect: process.py's imports)",
+            "process_jvm_start_s",
+        ),
+        row("· claim the attempt", "process_claim_s", 2),
+        row("· Spark session start (connect: the server's session)", "process_session_s"),
+        row("· build and plan the job", "process_plan_s"),
+        row("· job: read, parse, validate, stage", "process_job_s"),
+        row("· part checks, mark staged", "process_mark_staged_s", 2),
+        row("· session stop", "process_stop_s"),
+        row("· exit: JVM and task process end", "process_exit_s"),
+        row("· the rest of process.py (imports between the steps)", "process_other_s"),
+        row("commit task", "commit_s"),
+        row("scheduling hand-offs (trigger → plan → process → commit)", "handoffs_s"),
+        row("plan + commit + hand-offs (all but the process task)", "orchestration_s"),
+        row("(the run is marked success after the commit task)", "run_success_after_commit_s"),
     ]
 
 
@@ -1053,7 +1112,7 @@ def main() -> int:
     p.add_argument("--lake-records", type=int, default=1_000_000, help="the lake section's topic")
     p.add_argument(
         "--only",
-        choices=["lake", "lake_commits", "commit_sizes"],
+        choices=["lake", "lake_commits", "commit_sizes", "small_batch"],
         help="measure only this section and merge it into --out (if that holds a full run)",
     )
     p.add_argument("--quick", action="store_true", help="small sizes, one repeat (a smoke test)")
@@ -1136,19 +1195,19 @@ def main() -> int:
                     results["lake_commits"] = lake_commits.run(
                         pg.dsn, work / "lake-commits", batches=batches, say=say
                     )
-            if a.skip_dag or a.only:
+            if a.only == "small_batch" or not (a.skip_dag or a.only):
+                results.update(small_batch_results(a.dag_runs, brk))
+            else:
                 results["small_batch_skipped"] = (
                     f"bench/run.py {'--skip-dag' if a.skip_dag else '--only ' + a.only}"
                 )
-            else:
-                results["small_batch"] = small_batch(a.dag_runs, brk)
-                results["small_batch_run_s"] = results["small_batch"]["median"]["small_batch_run_s"]
     results["load"] = load.summary()
     results["finished_at"] = datetime.now(UTC).isoformat(timespec="seconds")
     if a.only:  # the section alone: into the full run of --out when there is one
         previous = json.loads(a.out.read_text()) if a.out.exists() else {}
         if "scaling" in previous:
-            kept = {k: results[k] for k in (a.only, "commit_s_by_size") if k in results}
+            merged = (a.only, "commit_s_by_size", "small_batch_run_s", "small_batch_run_connect_s")
+            kept = {k: results[k] for k in merged if k in results}
             results = {**previous, **kept}
             results["acceptance"] = acceptance(results)
     else:

@@ -42,6 +42,14 @@ def test_defaults():
     assert cfg.max_records_per_partition is None
     assert cfg.fast_form is True
     assert parse_pipeline("demo", {**BASE, "fast_form": False}).fast_form is False
+    assert (cfg.process_mode, cfg.spark_connect_conn_id) == (
+        "spark-submit",
+        "spark_connect_default",
+    )
+    connect = parse_pipeline(
+        "demo", {**BASE, "process_mode": "connect", "spark_connect_conn_id": "sc_prod"}
+    )
+    assert (connect.process_mode, connect.spark_connect_conn_id) == ("connect", "sc_prod")
 
 
 @pytest.mark.parametrize(
@@ -72,6 +80,8 @@ def test_bad_pipeline_names_are_refused(name):
         ({"topics": ["t"], "transform": "m:f"}, "sink"),
         ({**BASE, "colour": "red"}, "colour"),
         ({**BASE, "fast_form": "yes"}, "fast_form"),
+        ({**BASE, "process_mode": "remote"}, "process_mode"),
+        ({**BASE, "spark_connect_conn_id": "a b"}, "spark_connect_conn_id"),
     ],
 )
 def test_bad_values_name_the_key(raw, key):

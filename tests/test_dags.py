@@ -109,3 +109,28 @@ def test_a_users_two_line_dag_file_finds_its_pipelines_and_transforms_next_to_it
     assert process.env_vars["ONCEFLOW_PIPELINES"] == str(bundle / "pipelines.toml")
     assert str(bundle) in process.env_vars["ONCEFLOW_PYTHONPATH"].split(":")
     assert process.conf["spark.executorEnv.PYTHONPATH"].split(":")[-1] == str(bundle)
+
+
+def test_a_connect_pipelines_process_task_runs_the_attempt_itself(tmp_path, monkeypatch):
+    """process_mode = "connect": no spark-submit; the task runs the attempt on the server of
+    its spark_connect connection, with the same folders of the user's code."""
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path))
+    monkeypatch.delenv("ONCEFLOW_PYTHONPATH", raising=False)
+    pipelines = tmp_path / "pipelines.toml"
+    pipelines.write_text(
+        '[pipelines.fast]\ntopics = ["t"]\ntransform = "orders:transform"\n'
+        'process_mode = "connect"\nsink = { table = "orders" }\n'
+        '[pipelines.slow]\ntopics = ["t"]\ntransform = "orders:transform"\n'
+        'sink = { table = "orders" }\n'
+    )
+    monkeypatch.setenv("ONCEFLOW_SPARK_JOBS", str(ROOT / "spark_jobs"))
+    from onceflow.airflow.dag_factory import build_dags
+    from onceflow.airflow.tasks import ConnectProcessOperator, ProcessOperator
+
+    dags = build_dags(pipelines)
+    process = dags["onceflow_fast"].get_task("process")
+    assert type(process) is ConnectProcessOperator
+    assert process.txid == "{{ run_id }}" and "txid" in process.template_fields
+    assert process.env_vars["ONCEFLOW_SPARK_JOBS"] == str(ROOT / "spark_jobs")
+    assert process.retries == 2
+    assert type(dags["onceflow_slow"].get_task("process")) is ProcessOperator

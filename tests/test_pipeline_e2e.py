@@ -271,3 +271,79 @@ def test_a_fenced_process_attempt_ends_without_retries_and_a_cleared_run_commits
     assert states == {"fence-1": "success"}
     report = audit(stack, "it_fence")
     assert report.records_in_ranges == produced == report.records_in_sink + report.dead_lettered
+
+
+def test_connect_mode_runs_publish_exactly_once_in_the_servers_session(stack, airflow):
+    """process_mode = "connect": the process task runs the attempt itself, its job in a
+    session of the stack's Spark Connect server, and the runs land as with spark-submit."""
+    cfg = get_pipeline(stack.pipelines_file, "it_connect")
+    produced = feed(stack, "it_connect", 2000)
+    run_ids = ["connect-1", "connect-2", "connect-3"]  # cap 700/partition: two batches + one
+    states = run_and_wait(airflow, cfg.dag_id, run_ids)
+    assert set(states.values()) == {"success"}, states
+    report = audit(stack, "it_connect")
+    assert report.batches_committed == 3
+    assert report.records_in_ranges == produced == report.records_in_sink + report.dead_lettered
+    logs = [airflow.task_log(cfg.dag_id, r, "process", 1) for r in run_ids]
+    assert all("on the Spark Connect server 127.0.0.1:" in text for text in logs)
+    assert not any("Spark-Submit cmd" in text for text in logs)
+    # the runs planned in any order: the one with an empty batch needs no session
+    assert sum("spark connect session" in text for text in logs) == 2
+
+
+def test_a_spark_connect_server_killed_mid_job_fails_the_attempt_and_a_retry_replays_it(
+    stack, airflow
+):
+    """The server dies while the job runs (SIGKILL): the attempt fails within seconds rather
+    than waiting for the client's default ten minutes of retries, and once the server is
+    back a retry (the task's own, or the on-call's clear) stages the same ranges; the batch
+    commits exactly once."""
+    from onceflow_dev import stack as local_stack
+
+    cfg = get_pipeline(stack.pipelines_file, "it_connect_kill")
+
+    def kill_batch() -> tuple:
+        with transaction(stack.postgres_dsn) as cur:
+            cur.execute(
+                "select attempt, last_error, state from onceflow.batches"
+                " where pipeline = 'it_connect_kill' and txid = 'kill-1'"
+            )
+            return cur.fetchone()
+
+    produced = feed(stack, "it_connect_kill", 400)
+    airflow.trigger(cfg.dag_id, "kill-1")
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:  # the stage job is open: its row is in the ledger
+        with transaction(stack.postgres_dsn) as cur:
+            cur.execute(
+                "select count(*) from onceflow.stage_jobs"
+                " where pipeline = 'it_connect_kill' and txid = 'kill-1'"
+            )
+            if cur.fetchone()[0]:
+                break
+        time.sleep(0.2)
+    else:
+        pytest.fail("the stage job of kill-1 never started")
+    time.sleep(1.0)
+    server = local_stack.service_process(stack, "spark-connect")
+    server.kill()
+    server.wait(30)
+    killed = time.monotonic()
+    while time.monotonic() < killed + 60:  # the attempt fails, not the client's 10 minutes
+        attempt, last_error, state = kill_batch()
+        if last_error:
+            break
+        time.sleep(0.5)
+    assert last_error and last_error.startswith("process attempt 1:"), last_error
+    assert time.monotonic() - killed < 60
+    local_stack._connect_start(stack)
+    local_stack._connect_wait(stack)
+    states = airflow.wait_for_runs(cfg.dag_id, ["kill-1"], timeout=600, echo=None)
+    if states != {"kill-1": "success"}:  # the task's retries ran out before the server was up
+        airflow.clear_run(cfg.dag_id, "kill-1")
+        states = airflow.wait_for_runs(cfg.dag_id, ["kill-1"], timeout=600, echo=None)
+    assert states == {"kill-1": "success"}
+    attempt, _, state = kill_batch()
+    assert attempt >= 2 and state == "committed"
+    report = audit(stack, "it_connect_kill")
+    assert report.records_in_ranges == produced == report.records_in_sink + report.dead_lettered
