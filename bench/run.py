@@ -435,9 +435,14 @@ SMALL_BATCH = 1_000
 
 # the process modes small_batch measures: pipeline name -> its process_mode
 SMALL_MODES = {"bench_small": "spark-submit", "bench_small_connect": "connect"}
+# the backlog drain's: one pipeline per mode over the same topic, each draining all of it
+BACKLOG_MODES = {"bench_backlog": "spark-submit", "bench_backlog_connect": "connect"}
+BACKLOG_TOPIC = "bench_backlog"
+BACKLOG_PARTITIONS = 4
+BACKLOG_CAP = 1_000_000  # records per batch (max_records_per_partition = cap / partitions)
 
 
-def small_batch(runs: int, kafka: common.Broker) -> dict:
+def small_batch(runs: int, kafka: common.Broker, backlog: int = 0) -> dict:
     """DAG runs of a SMALL_BATCH-record batch through the real scheduler, in each process mode
     (one pipeline each, their runs alternating), each split into its tasks, the process
     job's own timings and the hand-offs between them. The stack's broker is `kafka` when it
@@ -464,10 +469,15 @@ def small_batch(runs: int, kafka: common.Broker) -> dict:
         shutil.rmtree(home, ignore_errors=True)
         home.mkdir(parents=True)
         pipelines = home / "pipelines.toml"
+        cap = f"max_records_per_partition = {BACKLOG_CAP // BACKLOG_PARTITIONS}\n"
         pipelines.write_text(
             "".join(
                 pipeline_toml(name, name, f'process_mode = "{mode}"\n')
                 for name, mode in SMALL_MODES.items()
+            )
+            + "".join(
+                pipeline_toml(name, BACKLOG_TOPIC, f'process_mode = "{mode}"\n{cap}')
+                for name, mode in BACKLOG_MODES.items()
             )
         )
         os.environ["ONCEFLOW_PIPELINES"] = str(pipelines)
@@ -484,7 +494,7 @@ def small_batch(runs: int, kafka: common.Broker) -> dict:
         client = AirflowClient(
             settings.airflow_url, settings.airflow_user, settings.airflow_password
         )
-        for name in SMALL_MODES:
+        for name in [*SMALL_MODES, *BACKLOG_MODES]:
             broker.create_topic(settings.kafka_bootstrap, name, 4)
             client.wait_for_dag(f"onceflow_{name}", timeout=240)
             client.unpause(f"onceflow_{name}")
@@ -494,6 +504,7 @@ def small_batch(runs: int, kafka: common.Broker) -> dict:
                 say(f"dag: {name} run {i} {sample['small_batch_run_s']:.1f} s {sample}")
                 if i:
                     samples[name].append(sample)
+        drained = backlog_drain(client, settings, backlog) if backlog else None
     finally:
         with contextlib.suppress(Exception):
             stack.down(Settings.from_env(), echo=None)
@@ -507,6 +518,60 @@ def small_batch(runs: int, kafka: common.Broker) -> dict:
     out.update(samples=samples["bench_small"], median=medians(samples["bench_small"]))
     connect = samples["bench_small_connect"]
     out["connect"] = {"samples": connect, "median": medians(connect)}
+    if drained:
+        out["backlog"] = drained
+    return out
+
+
+def backlog_drain(client: Any, settings: Any, records: int) -> dict:
+    """One pipeline per process mode drains a backlog of `records` records through the
+    scheduler: BACKLOG_CAP records per batch, as many runs triggered at once as the backlog
+    needs, three in flight (max_active_runs). Its rate from the first trigger to the last
+    commit, against the process step's own in-job rate (the records over the seconds its
+    stage jobs took, from each process task's timings)."""
+    from onceflow_dev import producer
+
+    say(f"dag: producing a backlog of {records:,} records")
+    t0 = time.monotonic()
+    sample = producer.load_sample("orders:transform")
+    common.produce(
+        settings.kafka_bootstrap, BACKLOG_TOPIC, BACKLOG_PARTITIONS, records, sample=sample
+    )
+    say(f"dag: backlog produced in {time.monotonic() - t0:.0f} s")
+    out: dict[str, Any] = {"records": records, "cap": BACKLOG_CAP, "in_flight": 3}
+    for name, mode in BACKLOG_MODES.items():
+        dag_id = f"onceflow_{name}"
+        run_ids = [f"drain-{i}" for i in range(-(-records // BACKLOG_CAP))]
+        for run_id in run_ids:
+            client.trigger(dag_id, run_id)
+        states = client.wait_for_runs(dag_id, run_ids, timeout=3600, poll=1.0, echo=None)
+        if set(states.values()) != {"success"}:
+            raise RuntimeError(f"backlog drain of {dag_id}: {states}")
+        first = last = None
+        staged = job_s = 0.0
+        for run_id in run_ids:
+            run = client.get_run(dag_id, run_id)
+            tis = {ti["task_id"]: ti for ti in client.task_instances(dag_id, run_id)}
+            queued, committed = _ts(run.get("queued_at")), _ts(tis["commit"].get("end_date"))
+            first = queued if first is None else min(first, queued)
+            last = committed if last is None else max(last, committed)
+            log = _task_log(client, dag_id, run_id, tis["process"])
+            timings = [text for _, text in log if "onceflow process timings " in text]
+            summary = [text for _, text in log if "onceflow process pipeline=" in text]
+            raw = timings[-1]
+            job_s += json.loads(raw[raw.index("{") : raw.rindex("}") + 1]).get("job", 0.0)
+            staged += int(summary[-1].split(" records=", 1)[1].split()[0])
+        if staged != records:
+            raise RuntimeError(f"backlog drain of {dag_id} staged {staged} of {records} records")
+        wall = last - first
+        out[mode] = {
+            "runs": len(run_ids),
+            "seconds": round(wall, 1),
+            "records_per_s": round(records / wall),
+            "in_job_records_per_s": round(records / job_s),
+            "job_s": round(job_s, 1),
+        }
+        say(f"dag: backlog drain {mode}: {out[mode]}")
     return out
 
 
@@ -584,6 +649,8 @@ def _run_breakdown(run: dict, tis: dict, log: list[tuple[float, str]]) -> dict:
         "process_session_s": t.get("session", 0.0),
         "process_plan_s": t.get("plan", 0.0),
         "process_job_s": t.get("job", 0.0),
+        "process_seal_s": t.get("seal", 0.0),
+        "process_log_checks_s": t.get("log_checks", 0.0),
         "process_mark_staged_s": t.get("check_parts", 0.0) + t.get("mark_staged", 0.0),
         "process_stop_s": t.get("stop", 0.0),
         "process_exit_s": end["process"] - logged_at,
@@ -605,13 +672,22 @@ def _run_breakdown(run: dict, tis: dict, log: list[tuple[float, str]]) -> dict:
     return out
 
 
-def small_batch_results(runs: int, kafka: common.Broker) -> dict:
-    sb = small_batch(runs, kafka)
-    return {
+def small_batch_results(runs: int, kafka: common.Broker, backlog: int) -> dict:
+    sb = small_batch(runs, kafka, backlog)
+    out = {
         "small_batch": sb,
         "small_batch_run_s": sb["median"]["small_batch_run_s"],
         "small_batch_run_connect_s": sb["connect"]["median"]["small_batch_run_s"],
     }
+    if "backlog" in sb:
+        b = sb["backlog"]
+        out["backlog_drain_records_per_s"] = {
+            m: b[m]["records_per_s"] for m in BACKLOG_MODES.values()
+        }
+        out["backlog_process_in_job_records_per_s"] = {
+            m: b[m]["in_job_records_per_s"] for m in BACKLOG_MODES.values()
+        }
+    return out
 
 
 # --- report -------------------------------------------------------------------------------
@@ -679,6 +755,10 @@ def acceptance(r: dict) -> dict:
             "<=",
         ),
     }
+    drained = (r.get("backlog_drain_records_per_s") or {}).get("connect")
+    if drained:
+        in_job = r["backlog_process_in_job_records_per_s"]["connect"]
+        checks["backlog drain (connect) >= 0.8 x its in-job rate"] = (drained, 0.8 * in_job, ">=")
     append = (r.get("commit_s_by_size") or {}).get("append") or {}
     if "2000000" in append:
         checks["append commit of 2M records <= 1 s"] = (append["2000000"], 1.0, "<=")
@@ -748,6 +828,29 @@ def native_section(r: dict, k: Any) -> list[str]:
     return lines
 
 
+def backlog_section(b: dict) -> list[str]:
+    lines = [
+        "",
+        f"## Sustained rate: a {b['records']:,}-record backlog through the scheduler",
+        "",
+        f"One pipeline per process mode drains the same topic: {b['cap']:,} records per batch, "
+        f"every run triggered at once, {b['in_flight']} in flight; from the first trigger to "
+        "the last commit, against the process step's own in-job rate (the records over the "
+        "seconds its stage jobs took). The ratio is what commit and orchestration leave of "
+        "the in-job rate; above 1 when runs in flight process at once.",
+        "",
+        "| process mode | runs | seconds | records/s (drain) | records/s (in-job) | ratio |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for mode in BACKLOG_MODES.values():
+        m = b[mode]
+        lines.append(
+            f"| {mode} | {m['runs']} | {m['seconds']:.0f} | {m['records_per_s']:,} | "
+            f"{m['in_job_records_per_s']:,} | {m['records_per_s'] / m['in_job_records_per_s']:.2f} |"
+        )
+    return lines
+
+
 def small_batch_section(sb: dict) -> list[str]:
     d = sb["median"]
     c = (sb.get("connect") or {}).get("median") or {k: float("nan") for k in d}
@@ -784,6 +887,8 @@ def small_batch_section(sb: dict) -> list[str]:
         row("· Spark session start (connect: the server's session)", "process_session_s"),
         row("· build and plan the job", "process_plan_s"),
         row("· job: read, parse, validate, stage", "process_job_s"),
+        row("· seal the stage (the attempt table's indexes)", "process_seal_s", 2),
+        row("· the topics' ids, before and after the job", "process_log_checks_s", 2),
         row("· part checks, mark staged", "process_mark_staged_s", 2),
         row("· session stop", "process_stop_s"),
         row("· exit: JVM and task process end", "process_exit_s"),
@@ -875,6 +980,8 @@ def write_markdown(r: dict, path: Path) -> None:
     lines += native_section(r, k)
     if r.get("small_batch"):
         lines += small_batch_section(r["small_batch"])
+        if r["small_batch"].get("backlog"):
+            lines += backlog_section(r["small_batch"]["backlog"])
     else:
         lines += [
             "",
@@ -1109,6 +1216,12 @@ def main() -> int:
     p.add_argument("--partition-records", type=int, default=1_000_000)
     p.add_argument("--dag-runs", type=int, default=3)
     p.add_argument("--skip-dag", action="store_true")
+    p.add_argument(
+        "--backlog-records",
+        type=int,
+        default=10_000_000,
+        help="the backlog drained through the scheduler in each process mode (0: skip)",
+    )
     p.add_argument("--lake-records", type=int, default=1_000_000, help="the lake section's topic")
     p.add_argument(
         "--only",
@@ -1196,7 +1309,7 @@ def main() -> int:
                         pg.dsn, work / "lake-commits", batches=batches, say=say
                     )
             if a.only == "small_batch" or not (a.skip_dag or a.only):
-                results.update(small_batch_results(a.dag_runs, brk))
+                results.update(small_batch_results(a.dag_runs, brk, a.backlog_records))
             else:
                 results["small_batch_skipped"] = (
                     f"bench/run.py {'--skip-dag' if a.skip_dag else '--only ' + a.only}"
@@ -1206,7 +1319,14 @@ def main() -> int:
     if a.only:  # the section alone: into the full run of --out when there is one
         previous = json.loads(a.out.read_text()) if a.out.exists() else {}
         if "scaling" in previous:
-            merged = (a.only, "commit_s_by_size", "small_batch_run_s", "small_batch_run_connect_s")
+            merged = (
+                a.only,
+                "commit_s_by_size",
+                "small_batch_run_s",
+                "small_batch_run_connect_s",
+                "backlog_drain_records_per_s",
+                "backlog_process_in_job_records_per_s",
+            )
             kept = {k: results[k] for k in merged if k in results}
             results = {**previous, **kept}
             results["acceptance"] = acceptance(results)

@@ -852,6 +852,7 @@ def connect_argv(port: int) -> list[str]:
         "spark.pyspark.python": python,
         "spark.python.worker.reuse": "true",
         "spark.speculation": "false",
+        "spark.python.daemon.module": "onceflow.spark_daemon",
     }
     argv = [
         str(spark_home / "bin" / "spark-submit"),
@@ -1123,9 +1124,13 @@ def _airflow_argv(name: str, settings: Settings) -> list[str]:
     airflow = str(venv_bin() / "airflow")
     if name == "api-server":
         return [airflow, "api-server", "--host", "127.0.0.1", "--port", str(settings.airflow_port)]
-    if name in ("scheduler", "triggerer"):
-        # Task logs are read from local files; the log-serving side servers would bind fixed
-        # ports (8793/8794) on 0.0.0.0 and clash with a second stack.
+    if name == "scheduler":
+        # its LocalExecutor forks the task processes: with the Spark Connect client already
+        # imported (onceflow.airflow.preload). Task logs are read from local files; the
+        # log-serving side servers would bind fixed ports (8793/8794) on 0.0.0.0 and clash
+        # with a second stack.
+        return [sys.executable, "-m", "onceflow.airflow.preload", name, "--skip-serve-logs"]
+    if name == "triggerer":
         return [airflow, name, "--skip-serve-logs"]
     return [airflow, name]
 

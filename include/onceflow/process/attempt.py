@@ -73,16 +73,20 @@ def stage_and_mark(
     txid, attempt = claim.txid, claim.attempt
     failpoints.hit("process.fail", txid)
     topics = tuple(sorted({r.topic for r in claim.ranges}))
+    t0 = time.monotonic()
     ids = broker.topic_ids(kafka, cfg.name, topics)
     verify_topic_ids(dsn, cfg.name, txid, ids)
+    timings["log_checks"] = time.monotonic() - t0
     job = run_stage_attempt(
         args, source, kafka, dsn, cfg, sink, txid, claim.seq, attempt, claim.ranges, timings
     )
     # and once read: only ids unchanged since plan prove the job read plan's log (a topic
     # re-created while it ran passed the check above, and its reader read the new log's
     # records at the ranges' offsets)
+    t0 = time.monotonic()
     ids = broker.topic_ids(kafka, cfg.name, topics)
     verify_topic_ids(dsn, cfg.name, txid, ids)
+    timings["log_checks"] += time.monotonic() - t0
     failpoints.hit("process.before_mark_staged", txid)
     t0 = time.monotonic()
     staged = mark_staged(

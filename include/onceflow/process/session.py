@@ -45,6 +45,8 @@ SPARK_DEFAULTS = {
     "spark.python.worker.reuse": "true",
     "spark.sql.adaptive.enabled": "false",  # a narrow plan gains nothing from AQE
     "spark.speculation": "false",  # safe either way (the part fence), but wasteful here
+    # workers forked with the reader's and the stage writer's modules imported
+    "spark.python.daemon.module": "onceflow.spark_daemon",
 }
 
 

@@ -1,7 +1,7 @@
 """One range read from Kafka, with the client chosen: what every reading path calls.
 
 Usable without Spark (tests, audits, benchmarks): it yields the range's records as Arrow
-batches and knows nothing of partitions, accumulators or stages.
+batches and knows nothing of partitions, counts or stages.
 """
 
 from __future__ import annotations

@@ -1,0 +1,40 @@
+"""Spark's Python worker daemon, with what Onceflow's tasks import already imported.
+
+Spark forks every Python worker of an executor from one daemon process
+(`spark.python.daemon.module`, pyspark.daemon by default). Started as this module, the
+daemon imports the reader's, the fast form's and the stage writer's modules first (pyarrow,
+numpy, librdkafka's client, psycopg2, onceflow), so each worker it forks has them in memory
+instead of importing them itself: a second or two of a small batch's job, when a new JVM's
+first job starts its workers (process sets it in SPARK_DEFAULTS; the embedded stack's Spark
+Connect server too). A module that does not import here (an executor without onceflow,
+which the job ships itself) is left to the worker, as without this daemon.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+
+PRELOADED = (
+    "pyarrow",
+    "numpy",
+    "confluent_kafka",
+    "psycopg2",
+    "pyspark.worker",
+    "onceflow.reader.frame",
+    "onceflow.staging.fast_stage",
+    "onceflow.staging.writer",
+)
+
+
+def preload() -> None:
+    for module in PRELOADED:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(module)
+
+
+if __name__ == "__main__":
+    preload()
+    from pyspark.daemon import manager
+
+    manager()
