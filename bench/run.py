@@ -79,6 +79,9 @@ STACK_ENV = {
     "ONCEFLOW_PG_PORT": "25437",
     "ONCEFLOW_KAFKA_PORT": "29097",
     "ONCEFLOW_AIRFLOW_PORT": "28085",
+    # the backlog's 10M records in tansu's memory: its S3 storage (the store) is far slower
+    # to answer ListOffsets over a log that long (plan timed out), and is not what is measured
+    "ONCEFLOW_BROKER_STORAGE": "memory",
 }
 SUBMIT_ARGS = [
     "--master",
@@ -469,15 +472,10 @@ def small_batch(runs: int, kafka: common.Broker, backlog: int = 0) -> dict:
         shutil.rmtree(home, ignore_errors=True)
         home.mkdir(parents=True)
         pipelines = home / "pipelines.toml"
-        cap = f"max_records_per_partition = {BACKLOG_CAP // BACKLOG_PARTITIONS}\n"
         pipelines.write_text(
             "".join(
                 pipeline_toml(name, name, f'process_mode = "{mode}"\n')
                 for name, mode in SMALL_MODES.items()
-            )
-            + "".join(
-                pipeline_toml(name, BACKLOG_TOPIC, f'process_mode = "{mode}"\n{cap}')
-                for name, mode in BACKLOG_MODES.items()
             )
         )
         os.environ["ONCEFLOW_PIPELINES"] = str(pipelines)
@@ -494,7 +492,7 @@ def small_batch(runs: int, kafka: common.Broker, backlog: int = 0) -> dict:
         client = AirflowClient(
             settings.airflow_url, settings.airflow_user, settings.airflow_password
         )
-        for name in [*SMALL_MODES, *BACKLOG_MODES]:
+        for name in SMALL_MODES:
             broker.create_topic(settings.kafka_bootstrap, name, 4)
             client.wait_for_dag(f"onceflow_{name}", timeout=240)
             client.unpause(f"onceflow_{name}")
@@ -504,6 +502,16 @@ def small_batch(runs: int, kafka: common.Broker, backlog: int = 0) -> dict:
                 say(f"dag: {name} run {i} {sample['small_batch_run_s']:.1f} s {sample}")
                 if i:
                     samples[name].append(sample)
+        if backlog:  # its pipelines only now: the small batches ran with two DAGs to parse
+            cap = f"max_records_per_partition = {BACKLOG_CAP // BACKLOG_PARTITIONS}\n"
+            with pipelines.open("a") as more:
+                for name, mode in BACKLOG_MODES.items():
+                    more.write(
+                        pipeline_toml(name, BACKLOG_TOPIC, f'process_mode = "{mode}"\n{cap}')
+                    )
+            for name in BACKLOG_MODES:
+                client.wait_for_dag(f"onceflow_{name}", timeout=240)
+                client.unpause(f"onceflow_{name}")
         drained = backlog_drain(client, settings, backlog) if backlog else None
     finally:
         with contextlib.suppress(Exception):

@@ -72,7 +72,7 @@ class Settings:
     # installed the store)
     broker_storage: str = "auto"
     store_port: int = 28092  # the store's S3 API on 127.0.0.1 (durable storage)
-    connect_port: int = 28095  # the Spark Connect server's gRPC port on 127.0.0.1
+    connect_port: int = 30080  # the Spark Connect server's gRPC port on 127.0.0.1
 
     def kafka_cluster(self) -> KafkaCluster:
         """The source cluster: the bootstrap with ONCEFLOW_KAFKA_CONFIG's client settings."""
@@ -113,5 +113,5 @@ class Settings:
             airflow_password=os.environ.get("ONCEFLOW_AIRFLOW_PASSWORD", "admin"),
             broker_storage=storage,
             store_port=_int("ONCEFLOW_BROKER_STORE_PORT", kafka_port - 1000),
-            connect_port=_int("ONCEFLOW_CONNECT_PORT", airflow_port + 15),
+            connect_port=_int("ONCEFLOW_CONNECT_PORT", airflow_port + 2000),
         )

@@ -5,9 +5,9 @@ Spark forks every Python worker of an executor from one daemon process
 daemon imports the reader's, the fast form's and the stage writer's modules first (pyarrow,
 numpy, librdkafka's client, psycopg2, onceflow), so each worker it forks has them in memory
 instead of importing them itself: a second or two of a small batch's job, when a new JVM's
-first job starts its workers (process sets it in SPARK_DEFAULTS; the embedded stack's Spark
-Connect server too). A module that does not import here (an executor without onceflow,
-which the job ships itself) is left to the worker, as without this daemon.
+first job starts its workers (process sets it in local mode, onceflow.process.session; the
+embedded stack's Spark Connect server too). A module that does not import here is left to
+the worker, as without this daemon.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ from onceflow.process.poison_records import stage_attempt
 from onceflow.process.stage_job import StageJob
 from onceflow.ranges import OffsetRange
 from onceflow.reader.input_ranges import input_ranges
-from onceflow.shipping import py_files
+from onceflow.shipping import py_files, ships_user_code
 from onceflow.sinks.base import Sink
 
 log = logging.getLogger("onceflow.process")
@@ -45,9 +45,12 @@ SPARK_DEFAULTS = {
     "spark.python.worker.reuse": "true",
     "spark.sql.adaptive.enabled": "false",  # a narrow plan gains nothing from AQE
     "spark.speculation": "false",  # safe either way (the part fence), but wasteful here
-    # workers forked with the reader's and the stage writer's modules imported
-    "spark.python.daemon.module": "onceflow.spark_daemon",
 }
+# In local mode (the executors are this host's Python, which has onceflow): workers forked
+# with the reader's and the stage writer's modules imported. Elsewhere the executors may not
+# have onceflow at all (the job ships it), and a daemon module they cannot import would
+# fail every task.
+LOCAL_DEFAULTS = {"spark.python.daemon.module": "onceflow.spark_daemon"}
 
 
 class SparkSource(Protocol):
@@ -136,6 +139,8 @@ def spark_session(cfg: Any) -> Any:
     if not submitted.contains("spark.master"):
         builder = builder.master("local[2]")
     defaults = dict(SPARK_DEFAULTS)
+    if not ships_user_code(submitted.get("spark.master", "local[2]"), False):
+        defaults.update(LOCAL_DEFAULTS)
     if not os.environ.get("PYSPARK_PYTHON"):
         # Workers must run an interpreter with pyarrow, confluent-kafka, psycopg2 and onceflow:
         # this one has them (the default, `python3` on PATH, often has not).
