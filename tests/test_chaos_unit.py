@@ -68,6 +68,20 @@ def test_schedule_holds_every_fault_kind_and_variant(seed, batches):
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 99])
+def test_a_connect_pipelines_schedule_also_kills_the_spark_connect_server(seed):
+    kill = ("11_connect_server_killed", None)
+    faults = [(f.kind, f.variant) for f in fault_schedule(seed, 20, connect=True)]
+    assert sorted(faults, key=str) == sorted(chaos.BASE_FAULTS + (kill,), key=str)
+    assert kill not in {(f.kind, f.variant) for f in fault_schedule(seed, 200)}
+    assert fault_schedule(seed, 20, only=["11"], connect=True)[0].kind == kill[0]
+    # a connect run is complete only once the server was killed; a spark-submit run never
+    # counts the kind
+    assert "11_connect_server_killed" in chaos.fault_counts([], connect=True)
+    assert "11_connect_server_killed" not in chaos.fault_counts([])
+    assert "11_connect_server_killed" in chaos.Harness.FAULTS
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 99])
 def test_an_outside_sinks_schedule_also_kills_commit_between_the_sink_and_the_ledger(seed):
     from onceflow import failpoints
 

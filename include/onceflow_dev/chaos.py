@@ -37,6 +37,14 @@ injects faults by a schedule drawn from the seed:
     new log (log identity, not an offset regression) and no run in flight may publish it;
     the harness runs `onceflow reset-offsets` and the new log is processed from its first
     offset
+ 11 (`--process-mode connect`: the pipeline processes in a session of the stack's Spark
+    Connect server) the server killed -9 while a task of a job sleeps after committing its
+    part, and restarted at once: the attempt fails, a retry replays the range. In that mode
+    the driver of faults 1 and 3 is the Airflow task process itself: fault 1 kills it while
+    its job's tasks stage on the server; fault 3 kills its supervisor (the executor's
+    worker), and the task process runs on, orphaned, as the zombie. The server runs
+    local[2], so fault 2's failed task fails the attempt (no Spark task retry) and the
+    task's retry replays it.
 
 Every acknowledged record is tracked by its coordinates (epoch, partition, offset) and its
 key and value; at the end the producer stops, runs drain the lag, and the sink is compared
@@ -126,6 +134,14 @@ KINDS: dict[str, str] = {
     "10_topic_recreated": "topic deleted, re-created and refilled past the committed offset: "
     "plan refuses the new log, reset",
 }
+
+# the faults of a pipeline that processes in a Spark Connect session (--process-mode connect)
+CONNECT_KINDS: dict[str, str] = {
+    "11_connect_server_killed": "the Spark Connect server killed -9 while a job stages, "
+    "restarted (process_mode = connect)",
+}
+ALL_KINDS = {**KINDS, **CONNECT_KINDS}
+CONNECT_FAULTS: tuple[tuple[str, str | None], ...] = (("11_connect_server_killed", None),)
 
 # (kind, variant): the faults every schedule holds at least once
 BASE_FAULTS: tuple[tuple[str, str | None], ...] = (
@@ -223,22 +239,31 @@ def fault_schedule(
     only: Iterable[str] | None = None,
     outside: bool = False,
     kafka: bool = False,
+    connect: bool = False,
 ) -> list[Fault]:
     """The faults of a run: every base fault once in a seeded order, then extra random ones.
 
     `only` (kind numbers such as "3" or "7") keeps the faults of those kinds (development);
     `outside` (a sink outside the ledger's database) adds OUTSIDE_FAULTS to the base ones,
-    `kafka` (a Kafka topic) KAFKA_FAULTS.
+    `kafka` (a Kafka topic) KAFKA_FAULTS, `connect` (process_mode = "connect")
+    CONNECT_FAULTS.
 
     They are spread over the first ~70% of the batches (a fault starts once at_batch batches
     committed, and only after the previous one has ended, so they never overlap).
     """
     rng = random.Random(f"onceflow-chaos:{seed}")
     wanted = set(only or ())
-    faults = BASE_FAULTS + (OUTSIDE_FAULTS if outside else ()) + (KAFKA_FAULTS if kafka else ())
+    faults = (
+        BASE_FAULTS
+        + (OUTSIDE_FAULTS if outside else ())
+        + (KAFKA_FAULTS if kafka else ())
+        + (CONNECT_FAULTS if connect else ())
+    )
     pool = [(k, v) for k, v in faults if not wanted or k.split("_")[0] in wanted]
     if not pool:
-        raise ValueError(f"no fault kind matches {sorted(wanted)}; kinds are 1..{len(KINDS)}")
+        raise ValueError(
+            f"no fault kind matches {sorted(wanted)}; kinds are 1..{len(KINDS) + connect}"
+        )
     base = list(pool)
     rng.shuffle(base)
     n_extra = max(0, (batches - 40) // 20)
@@ -287,8 +312,10 @@ def recreated_topic_checks(faults: Iterable[Fault]) -> list[dict[str, Any]]:
     ]
 
 
-def fault_counts(faults: Iterable[Fault]) -> dict[str, dict[str, int]]:
-    out = {kind: {"injected": 0, "recovered": 0} for kind in KINDS}
+def fault_counts(faults: Iterable[Fault], connect: bool = False) -> dict[str, dict[str, int]]:
+    """Per fault kind of the run (CONNECT_KINDS too with `connect`): injected, recovered."""
+    kinds = ALL_KINDS if connect else KINDS
+    out = {kind: {"injected": 0, "recovered": 0} for kind in kinds}
     for f in faults:
         out[f.kind]["injected"] += f.injected
         out[f.kind]["recovered"] += f.injected and f.recovered
@@ -326,7 +353,7 @@ def report_table(report: dict[str, Any]) -> str:
     ]
     for kind, counts in report["faults"].items():
         lines.append(
-            f"| {kind.replace('_', ' ', 1)}: {KINDS[kind]} | {counts['injected']} | {counts['recovered']} |"
+            f"| {kind.replace('_', ' ', 1)}: {ALL_KINDS[kind]} | {counts['injected']} | {counts['recovered']} |"
         )
     lines += [
         "",
@@ -371,6 +398,7 @@ class Options:
     pipelines_file: Path | None = None  # the user's (default: settings.pipelines_file)
     slot: int = 0  # which chaos stack: its own home and ports, so runs can go side by side
     lake_s3: bool = False  # a lake sink's warehouse on an S3 emulator (onceflow_dev.s3_emulator)
+    process_mode: str = "spark-submit"  # or "connect": in a session of the stack's server
 
 
 # Keys a user pipeline brings to the chaos stack: what it computes and where it publishes.
@@ -920,6 +948,9 @@ class Harness:
 
                 get_pipeline(source, opts.pipeline)  # raises ConfigError naming the known ones
         self.raw = chaos_pipeline(base, user, self.pipeline)
+        self.connect = opts.process_mode == "connect"
+        if self.connect:
+            self.raw["process_mode"] = "connect"
         self.kafka_dist: Path | None = None  # Apache Kafka's, for a Kafka sink
         if uses_kafka_sink(self.raw):
             from onceflow.errors import ConfigError
@@ -976,6 +1007,7 @@ class Harness:
             opts.only,
             outside=isinstance(self.sink, OutsideSink),
             kafka=isinstance(self.sink, KafkaSink),
+            connect=self.connect,
         )
         self.active: list[tuple[Fault, Iterator[None]]] = []
         self.hold_clears = False
@@ -1416,15 +1448,39 @@ class Harness:
         return marker.startswith(f"{self.home}:")
 
     def driver_processes(self, txid: str) -> list:
-        """spark-submit JVM and the Python driver of process.py for txid, on this stack."""
+        """spark-submit JVM and the Python driver of process.py for txid, on this stack; in
+        connect mode the Airflow task process of txid's process task, which runs the
+        attempt itself (its stage job runs on the stack's Spark Connect server)."""
         import psutil
 
+        if self.connect:
+            runner = self.process_task_runner(txid)
+            return [] if runner is None else [runner]
         found = []
         for proc in psutil.process_iter(["cmdline"]):
             cmd = proc.info["cmdline"] or []
             if txid in cmd and any(a.endswith("process.py") for a in cmd) and self._ours(proc):
                 found.append(proc)
         return found
+
+    def process_task_runner(self, txid: str) -> Any:
+        """The Airflow task process running txid's process task now (its try's id is in
+        the process title, `airflow worker -- <id>`), or None."""
+        import psutil
+
+        rows = self._query(
+            "airflow",
+            "select id from task_instance where dag_id = %s and run_id = %s and task_id = 'process'",
+            (self.dag_id, txid),
+        )
+        ids = {str(r[0]) for r in rows}
+        for proc in psutil.process_iter(["cmdline"]):
+            title = " ".join(proc.info["cmdline"] or [])
+            if title.startswith("airflow worker") and any(i in title for i in ids):
+                with contextlib.suppress(psutil.Error, OSError):
+                    if os.getpgid(proc.pid) == proc.pid:
+                        return proc
+        return None
 
     @staticmethod
     def kill_tree(procs: Iterable) -> list[int]:
@@ -1532,12 +1588,21 @@ class Harness:
             "process of {txid} staged its output (then stalls)",
         )
         procs = self.driver_processes(txid)
-        jvm = [p for p in procs if any("SparkSubmit" in a for a in p.cmdline())]
-        if not jvm:
-            raise FaultSkipped(f"no spark-submit JVM of {txid} found")
-        runner = task_runner_of(jvm[0])
-        if runner is None:
-            raise FaultSkipped(f"the Airflow task process of {txid} was not found")
+        if self.connect:
+            # the task process is the driver: its supervisor (the executor's worker) is
+            # killed, and the task process runs on, orphaned, as the zombie
+            if not procs:
+                raise FaultSkipped(f"the Airflow task process of {txid} was not found")
+            runner = procs[0].parent()
+            if runner is None or not " ".join(runner.cmdline()).startswith("airflow worker"):
+                raise FaultSkipped(f"the supervisor of {txid}'s task process was not found")
+        else:
+            jvm = [p for p in procs if any("SparkSubmit" in a for a in p.cmdline())]
+            if not jvm:
+                raise FaultSkipped(f"no spark-submit JVM of {txid} found")
+            runner = task_runner_of(jvm[0])
+            if runner is None:
+                raise FaultSkipped(f"the Airflow task process of {txid} was not found")
         first_attempt = self.batches[txid]["attempt"]
         runner.send_signal(signal.SIGKILL)
         self.log(
@@ -1568,6 +1633,26 @@ class Harness:
         if b["published_attempt"] == first_attempt or b["staged_attempt"] == first_attempt:
             f.recovered = False
             f.error = f"the zombie's attempt {first_attempt} was staged or published"
+
+    def fault_connect_killed(self, f: Fault) -> Iterator[None]:
+        """kill -9 of the stack's Spark Connect server while a task of the job stages (it
+        sleeps after committing its part); restarted at once. The attempt fails within
+        seconds (connect_session's short retries) and a retry replays the range."""
+        from onceflow_dev import stack
+
+        txid = yield from self.trigger_until_fired(
+            f, "stage.after_part_commit", "sleep:30", "a Spark task of {txid} committed its part"
+        )
+        server = stack.service_process(self.settings, "spark-connect")
+        if server is None:
+            raise FaultSkipped("the Spark Connect server is not running")
+        pids = self.kill_tree([server])
+        f.injected = True
+        f.detail["killed_pids"] = pids
+        self.log(f"kill -9 of the Spark Connect server {pids} while {txid} stages; restarting")
+        self.stack_up()
+        yield from self.wait_recovered(f, [txid])
+        f.detail["attempt"] = self.batches[txid]["published_attempt"]
 
     def fault_commit_kill(self, f: Fault) -> Iterator[None]:
         point = COMMIT_KILL_POINTS[f.variant]
@@ -2162,6 +2247,7 @@ class Harness:
         "8_rerun_committed": fault_rerun,
         "9_failed_run_blocks": fault_blocked,
         "10_topic_recreated": fault_topic_recreated,
+        "11_connect_server_killed": fault_connect_killed,
     }
 
     # -- the main loop -----------------------------------------------------------------------
@@ -2529,7 +2615,7 @@ class Harness:
             self.cfg,
             lambda ranges: count_records(self.settings.kafka_bootstrap, ranges),
         )
-        faults = fault_counts(self.faults)
+        faults = fault_counts(self.faults, self.connect)
         complete = is_complete(
             faults,
             audit.batches_committed,

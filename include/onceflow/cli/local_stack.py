@@ -186,5 +186,6 @@ def cmd_chaos(args: argparse.Namespace, settings: Settings) -> int:
         pipelines_file=settings.pipelines_file,
         slot=args.stack,
         lake_s3=args.lake_s3,
+        process_mode=args.process_mode,
     )
     return chaos.run(opts)

@@ -338,6 +338,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="a lake sink's warehouse on an S3 emulator (moto's server) instead of the chaos "
         "stack's folder",
     )
+    sp.add_argument(
+        "--process-mode",
+        choices=("spark-submit", "connect"),
+        default="spark-submit",
+        help="how the pipeline processes: a spark-submit per attempt (default), or in a "
+        "session of the chaos stack's Spark Connect server, which then is killed too "
+        "(fault 11)",
+    )
     sp.add_argument("--report", help="report path (default: chaos-report.json at the project root)")
     sp.add_argument(
         "--faults",
