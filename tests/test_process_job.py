@@ -153,6 +153,9 @@ def env(pg, produced, tmp_path_factory, process_mode):
         f'[pipelines.it_bad]\nsink_schema = "it_bad"\ntopics = ["{TOPIC}"]\n{orders}'
         f'[pipelines.it_fast]\nsink_schema = "it_fast"\ntopics = ["{TOPIC}"]\n'
         f"records_per_input_partition = 25\n{orders}"
+        # a setting only a Spark server has (its driver's memory)
+        f'[pipelines.it_conf]\nsink_schema = "it_conf"\ntopics = ["{TOPIC}"]\n'
+        f'spark_conf = {{ "spark.driver.memory" = "2g" }}\n{orders}'
         # the revenue example (spark_jobs/orders.py `revenue`): aggregating, into a merge table
         f'[pipelines.it_revenue]\nsink_schema = "it_revenue"\ntopics = ["{REV_TOPIC}"]\n'
         'transform = "orders:revenue"\ntransform_kind = "aggregating"\n'
@@ -754,6 +757,23 @@ def test_unreadable_range_fails_the_attempt_and_records_why(env, produced):
     assert last_error.startswith("process attempt 1: RangeReadError: cannot read range")
     assert f"{TOPIC}[0] from 0 until {beyond[(TOPIC, 0)]}" in last_error
     assert "onceflow process failed" in proc.stdout
+
+
+@pytest.mark.integration
+def test_a_setting_only_the_connect_server_has_ends_the_attempt_naming_it(env, produced):
+    """In a Connect session, a spark_conf key the session cannot set (the server's driver
+    memory) ends the attempt without retries (exit 2), naming the key; spark-submit takes it
+    as a --conf of its own."""
+    if not env.get(CONNECT_ENV):
+        pytest.skip("spark-submit sets every spark_conf key on its own Spark")
+    ends, _ = produced
+    plan(env, "run-conf", {(TOPIC, 0): ends[(TOPIC, 0)]}, name="it_conf")
+    proc = submit(env, "--pipeline", "it_conf", "--txid", "run-conf")
+    assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (last_error,) = query(
+        env, "select last_error from onceflow.batches where pipeline = 'it_conf'"
+    )[0]
+    assert "spark_conf spark.driver.memory cannot be set in a Spark Connect session" in last_error
 
 
 @pytest.mark.integration

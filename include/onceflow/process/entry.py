@@ -166,6 +166,7 @@ def run_attempt(
     started = time.monotonic()
     from onceflow.errors import (
         AbandonedTxidError,
+        ConfigError,
         FencedAttemptError,
         KafkaAccessError,
         LogIdentityError,
@@ -199,9 +200,10 @@ def run_attempt(
         # once per process task: every stage job and probe of the attempt stages into it
         sink = sink_for(cfg)
         staged = stage_and_mark(args, source, kafka, dsn, cfg, sink, claim, claimed_at, timings)
-    except (TransformError, SinkSchemaError, LogIdentityError, KafkaAccessError) as e:
-        # the transform, its sink tables, the broker's log or the Kafka connection's settings
-        # must change first: a retry would fail the same way (a transform that filters or adds
+    except (TransformError, SinkSchemaError, LogIdentityError, KafkaAccessError, ConfigError) as e:
+        # the transform, its sink tables, the broker's log, the Kafka connection's settings or
+        # the pipeline's (a spark_conf key a Connect session refuses) must change first: a
+        # retry would fail the same way (a transform that filters or adds
         # rows: mark_staged's records-read check; a topic re-created since plan: reset-offsets)
         log.error("onceflow process: txid=%s: %s", txid, e)
         record_failure(dsn, cfg, txid, attempt, short_error(e))
