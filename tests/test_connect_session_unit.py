@@ -35,3 +35,11 @@ def test_a_changed_module_gets_a_session_of_its_own(tmp_path):
     assert session_id("q", [str(module)]) != first  # pipelines never share one
     module.write_text("def transform(df):\n    return df.limit(1)\n")
     assert session_id("p", [str(module)]) != first
+
+
+def test_a_connect_error_never_shows_the_connections_token():
+    from onceflow.process.connect_session import _first_line
+
+    error = RuntimeError("cannot reach sc://h:15002/;user_id=u;token=s3cret;use_ssl=true\nmore")
+    line = _first_line(error)
+    assert "s3cret" not in line and "token=***" in line and line.startswith("RuntimeError: ")

@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -135,5 +136,9 @@ def _set(spark: Any, key: str, value: str, pipeline: str) -> None:
 
 
 def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
+    """The error's first line, a Connect URL's token masked (the connection's password)."""
+    text = _TOKEN.sub(r"\1***", str(e).strip())
     return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+_TOKEN = re.compile(r"(token=)[^;\s'\"]+")
