@@ -38,6 +38,7 @@ EXPECTED_SERVICES = AIRFLOW_SERVICES | {
     "kafka-init",
     "spark-master",
     "spark-worker",
+    "spark-connect",
 }
 # Host ports that may be published (container port -> service).
 PUBLISHED = {"airflow-apiserver": "8080", "spark-master": "8080"}
@@ -213,7 +214,7 @@ def test_expected_images_per_service(services):
     assert base("postgres").split(":")[1].split(".")[0] in ("16", "17")
     for name in AIRFLOW_SERVICES:
         assert base(name).startswith("apache/airflow:3.3.2-python3.11"), name
-    for name in ("spark-master", "spark-worker"):
+    for name in ("spark-master", "spark-worker", "spark-connect"):
         assert base(name).startswith("apache/spark:4."), name
         assert "python3" in base(name), f"{name}: needs the python3 variant of apache/spark"
 
@@ -435,6 +436,38 @@ def test_spark_default_connection_resolves_with_the_provider(services, tmp_path)
     assert cmd[0] == "spark-submit"
     assert cmd[cmd.index("--master") + 1] == "spark://spark-master:7077"
     assert cmd[cmd.index("--deploy-mode") + 1] == "client"
+
+
+def test_spark_connect_default_connection_points_at_the_connect_server(services, tmp_path):
+    """process_mode = "connect" pipelines: the provider's SparkConnectHook makes the URL of
+    the spark-connect service's gRPC port, whose executors come from the standalone master."""
+    pytest.importorskip("airflow.providers.apache.spark.hooks.spark_connect")
+    conn = json.loads(_env(services["airflow-scheduler"])["AIRFLOW_CONN_SPARK_CONNECT_DEFAULT"])
+    cmd = [str(c) for c in services["spark-connect"]["command"]]
+    assert "org.apache.spark.sql.connect.service.SparkConnectServer" in cmd
+    assert f"spark.connect.grpc.binding.port={conn['port']}" in cmd
+    assert cmd[cmd.index("--master") + 1] == "spark://spark-master:7077"
+    assert conn["host"] == services["spark-connect"]["hostname"]
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("AIRFLOW", "_AIRFLOW")) and k != "PYTHONPATH"
+    }
+    env.update(
+        AIRFLOW_HOME=str(tmp_path),
+        AIRFLOW__CORE__LOAD_EXAMPLES="False",
+        AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{tmp_path}/airflow.db",
+        AIRFLOW_CONN_SPARK_CONNECT_DEFAULT=json.dumps(conn),
+    )
+    code = (
+        "from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook\n"
+        "print(SparkConnectHook('spark_connect_default').get_connection_url())\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "sc://spark-connect:15002/"
 
 
 def test_ports_bind_to_loopback_only(services):
