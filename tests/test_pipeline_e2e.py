@@ -284,6 +284,11 @@ def test_connect_mode_runs_publish_exactly_once_in_the_servers_session(stack, ai
     report = audit(stack, "it_connect")
     assert report.batches_committed == 3
     assert report.records_in_ranges == produced == report.records_in_sink + report.dead_lettered
+    tries = {
+        r: {t["task_id"]: t for t in airflow.task_instances(cfg.dag_id, r)}["process"]["try_number"]
+        for r in run_ids
+    }
+    assert tries == dict.fromkeys(run_ids, 1), tries  # runs in flight share the session
     logs = [airflow.task_log(cfg.dag_id, r, "process", 1) for r in run_ids]
     assert all("on the Spark Connect server 127.0.0.1:" in text for text in logs)
     assert not any("Spark-Submit cmd" in text for text in logs)

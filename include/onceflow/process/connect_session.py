@@ -28,6 +28,7 @@ import json
 import logging
 import re
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -98,7 +99,7 @@ class ConnectSpark:
                 for key, value in {**SESSION_DEFAULTS, **cfg.spark_conf}.items():
                     _set(spark, key, value, cfg.name)
                 if files:
-                    spark.addArtifacts(*files, pyfile=True)
+                    _ship(spark, files)
                     log.info("shipped to the session's Python path: %s", ", ".join(files))
             except ConfigError:
                 raise
@@ -120,6 +121,24 @@ class ConnectSpark:
             raise
         finally:
             spark.client.close()  # not stop(): that would release the warm session
+
+
+def _ship(spark: Any, files: list[str]) -> None:
+    """Add `files` to the session's Python path. The pipeline's runs in flight add the same
+    files to the same session at once, and the server refuses the second copy of a file it
+    is still moving into place (FileAlreadyExistsException): added again a moment later,
+    the same file is accepted (a changed one never is: ARTIFACT_ALREADY_EXISTS, raised)."""
+    for attempt in range(_SHIP_TRIES):
+        try:
+            spark.addArtifacts(*files, pyfile=True)
+            return
+        except Exception as e:
+            if "FileAlreadyExistsException" not in str(e) or attempt == _SHIP_TRIES - 1:
+                raise
+            time.sleep(0.2 * (attempt + 1))
+
+
+_SHIP_TRIES = 5
 
 
 def _set(spark: Any, key: str, value: str, pipeline: str) -> None:

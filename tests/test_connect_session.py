@@ -1,0 +1,55 @@
+"""Sessions of a real Spark Connect server (the test session's): what several process
+tasks of one pipeline do at once (onceflow.process.connect_session)."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+
+import pytest
+from onceflow.config.pipeline_table import parse_pipeline
+from onceflow.process.connect_session import ConnectSpark
+
+pytestmark = pytest.mark.integration
+
+
+def test_runs_in_flight_open_the_pipelines_session_at_once(
+    spark_connect_server, tmp_path, monkeypatch
+):
+    """Three runs in flight add the same module to the same session at the same moment: each
+    gets the session, and each can import the module in the server's Python workers."""
+    url, _ = spark_connect_server
+    name = f"user_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text("ANSWER = 42\n\ndef transform(df):\n    return df\n")
+    monkeypatch.setenv("ONCEFLOW_SPARK_JOBS", str(tmp_path))
+    cfg = parse_pipeline(
+        "inflight", {"topics": ["t"], "transform": f"{name}:transform", "sink": {"table": "t"}}
+    )
+    start, results = threading.Barrier(3), []
+
+    def run() -> None:
+        start.wait()
+        try:
+            with ConnectSpark(url).session(cfg, False) as spark:
+
+                def answer(batches):
+                    import importlib
+
+                    import pyarrow as pa
+
+                    for _ in batches:
+                        yield pa.RecordBatch.from_pylist(
+                            [{"a": importlib.import_module(name).ANSWER}]
+                        )
+
+                row = spark.range(1).mapInArrow(answer, "a long").collect()[0]
+                results.append(row.a)
+        except Exception as e:  # noqa: BLE001 - reported by the assertion below
+            results.append(repr(e))
+
+    threads = [threading.Thread(target=run) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert results == [42, 42, 42]
