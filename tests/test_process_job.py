@@ -693,20 +693,12 @@ def test_commit_publishes_staged_rows_and_dead_letters(env, produced, first_run)
     assert all(reason for *_, reason in dead)
 
 
-@pytest.mark.integration
-def test_revenue_folds_each_customers_orders_per_currency_and_minute(env, broker):
-    """The revenue example through the real job and commit, on orders of three customers in
-    two currencies and two minutes (so each key sums several orders): the state holds, per
-    customer, currency and minute, the sum and count of the valid orders; refused records
-    are dead letters; the audit says exactly-once."""
-    import datetime as dt
-    from collections import defaultdict
-    from decimal import Decimal
-
+@pytest.fixture(scope="module")
+def revenue_orders(broker):
+    """Orders of three customers in two currencies and two minutes on REV_TOPIC (produced
+    once: both process modes read them, each into its own ledger)."""
     from confluent_kafka import Producer
     from kafka.admin import KafkaAdminClient, NewTopic
-    from onceflow.audit import run_audit
-    from onceflow.commit import commit
 
     admin = KafkaAdminClient(bootstrap_servers=broker)
     admin.create_topics([NewTopic(REV_TOPIC, 1, 1)])
@@ -720,6 +712,23 @@ def test_revenue_folds_each_customers_orders_per_currency_and_minute(env, broker
     for v in values:
         p.produce(REV_TOPIC, v, key=b"k")
         p.flush(10)
+    return values
+
+
+@pytest.mark.integration
+def test_revenue_folds_each_customers_orders_per_currency_and_minute(env, revenue_orders):
+    """The revenue example through the real job and commit, on orders of three customers in
+    two currencies and two minutes (so each key sums several orders): the state holds, per
+    customer, currency and minute, the sum and count of the valid orders; refused records
+    are dead letters; the audit says exactly-once."""
+    import datetime as dt
+    from collections import defaultdict
+    from decimal import Decimal
+
+    from onceflow.audit import run_audit
+    from onceflow.commit import commit
+
+    values = revenue_orders
     plan(env, "run-rev", {(REV_TOPIC, 0): len(values)}, "it_revenue")
     proc = submit(env, "--pipeline", "it_revenue", "--txid", "run-rev")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
