@@ -3,6 +3,7 @@ tasks of one pipeline do at once (onceflow.process.connect_session)."""
 
 from __future__ import annotations
 
+import os
 import threading
 import uuid
 
@@ -17,8 +18,11 @@ def test_runs_in_flight_open_the_pipelines_session_at_once(
     spark_connect_server, tmp_path, monkeypatch
 ):
     """Three runs in flight add the same module to the same session at the same moment: each
-    gets the session, and each can import the module in the server's Python workers."""
+    gets the session, and each can import the module in the server's Python workers.
+    Afterwards the process is no longer in Connect mode: a spark-submit it starts later
+    (another pipeline's process task) must not inherit pyspark's switch."""
     url, _ = spark_connect_server
+    monkeypatch.delenv("SPARK_CONNECT_MODE_ENABLED", raising=False)
     name = f"user_{uuid.uuid4().hex[:8]}"
     (tmp_path / f"{name}.py").write_text("ANSWER = 42\n\ndef transform(df):\n    return df\n")
     monkeypatch.setenv("ONCEFLOW_SPARK_JOBS", str(tmp_path))
@@ -53,3 +57,4 @@ def test_runs_in_flight_open_the_pipelines_session_at_once(
     for t in threads:
         t.join(120)
     assert results == [42, 42, 42]
+    assert "SPARK_CONNECT_MODE_ENABLED" not in os.environ

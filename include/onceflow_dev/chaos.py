@@ -949,8 +949,9 @@ class Harness:
                 get_pipeline(source, opts.pipeline)  # raises ConfigError naming the known ones
         self.raw = chaos_pipeline(base, user, self.pipeline)
         self.connect = opts.process_mode == "connect"
-        if self.connect:
+        if self.connect:  # the Spark settings are the server's (a session refuses them)
             self.raw["process_mode"] = "connect"
+            self.raw.pop("spark_conf", None)
         self.kafka_dist: Path | None = None  # Apache Kafka's, for a Kafka sink
         if uses_kafka_sink(self.raw):
             from onceflow.errors import ConfigError
@@ -1124,6 +1125,8 @@ class Harness:
             return
         self._last_health = _now()
         dead = [n for n in stack.ALL_SERVICES if stack.service_process(self.settings, n) is None]
+        if not stack.broker_durable(self.settings):  # a broker in memory has no store
+            dead = [n for n in dead if n != "store"]
         if self.kafka is not None:  # the broker is Apache Kafka, not the stack's
             dead = [n for n in dead if n != "broker"]
             if self.kafka.proc is None or self.kafka.proc.poll() is not None:

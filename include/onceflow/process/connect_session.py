@@ -26,8 +26,10 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import re
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -53,6 +55,13 @@ SESSION_DEFAULTS = {
 # process attempt gives up after a few seconds instead, so that a server restart is a failed
 # attempt that the task's retry replays.
 _RETRIES = {"max_retries": 3, "max_backoff": 1000}
+
+# what pyspark's builder sets to switch this process to Spark Connect (pyspark.sql.utils),
+# and whether the sessions open now switched it
+_CONNECT_MODE = "SPARK_CONNECT_MODE_ENABLED"
+_switch = threading.Lock()
+_open_sessions = 0
+_switched = False
 
 _NAMESPACE = uuid.UUID("6f1d3c2a-9b7e-4d1a-8c55-0e6f0c1a7b21")
 
@@ -84,6 +93,22 @@ class ConnectSpark:
 
     @contextmanager
     def session(self, cfg: Any, ship_package: bool) -> Iterator[Any]:
+        global _open_sessions, _switched
+        with _switch:
+            if _open_sessions == 0:
+                _switched = _CONNECT_MODE not in os.environ
+            _open_sessions += 1
+        try:
+            yield from self._session(cfg, ship_package)
+        finally:
+            with _switch:
+                _open_sessions -= 1
+                # the last session of the process: a spark-submit it starts later (another
+                # pipeline's process task) must not inherit pyspark's switch to Connect
+                if _open_sessions == 0 and _switched:
+                    os.environ.pop(_CONNECT_MODE, None)
+
+    def _session(self, cfg: Any, ship_package: bool) -> Iterator[Any]:
         from pyspark.sql import SparkSession
         from pyspark.sql.connect.client.retries import DefaultPolicy
 
