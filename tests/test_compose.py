@@ -401,18 +401,28 @@ def test_spark_default_connection_points_at_spark_master(services):
     assert f"spark://{master_host}:{conn['port']}" in worker_cmd
 
 
-def test_spark_default_connection_resolves_with_the_provider(services, tmp_path):
-    """The provider's own SparkSubmitHook turns the connection into the right spark-submit."""
-    pytest.importorskip("airflow.providers.apache.spark")
+def _isolated_airflow(home, **connections: str) -> dict[str, str]:
+    """An environment for a Python that imports Airflow with nothing of this machine's Airflow:
+    its home and SQLite database in `home`, and `connections` (AIRFLOW_CONN_* variables)."""
     env = {
         k: v
         for k, v in os.environ.items()
         if not k.startswith(("AIRFLOW", "_AIRFLOW")) and k != "PYTHONPATH"
     }
     env.update(
-        AIRFLOW_HOME=str(tmp_path),
+        AIRFLOW_HOME=str(home),
         AIRFLOW__CORE__LOAD_EXAMPLES="False",
-        AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{tmp_path}/airflow.db",
+        AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{home}/airflow.db",
+        **connections,
+    )
+    return env
+
+
+def test_spark_default_connection_resolves_with_the_provider(services, tmp_path):
+    """The provider's own SparkSubmitHook turns the connection into the right spark-submit."""
+    pytest.importorskip("airflow.providers.apache.spark")
+    env = _isolated_airflow(
+        tmp_path,
         AIRFLOW_CONN_SPARK_DEFAULT=_env(services["airflow-scheduler"])[
             "AIRFLOW_CONN_SPARK_DEFAULT"
         ],
@@ -448,17 +458,7 @@ def test_spark_connect_default_connection_points_at_the_connect_server(services,
     assert f"spark.connect.grpc.binding.port={conn['port']}" in cmd
     assert cmd[cmd.index("--master") + 1] == "spark://spark-master:7077"
     assert conn["host"] == services["spark-connect"]["hostname"]
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("AIRFLOW", "_AIRFLOW")) and k != "PYTHONPATH"
-    }
-    env.update(
-        AIRFLOW_HOME=str(tmp_path),
-        AIRFLOW__CORE__LOAD_EXAMPLES="False",
-        AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{tmp_path}/airflow.db",
-        AIRFLOW_CONN_SPARK_CONNECT_DEFAULT=json.dumps(conn),
-    )
+    env = _isolated_airflow(tmp_path, AIRFLOW_CONN_SPARK_CONNECT_DEFAULT=json.dumps(conn))
     code = (
         "from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook\n"
         "print(SparkConnectHook('spark_connect_default').get_connection_url())\n"

@@ -38,18 +38,14 @@ from pathlib import Path
 from typing import Any
 
 from onceflow.errors import ConfigError
+from onceflow.process.session import SPARK_DEFAULTS
 from onceflow.shipping import py_files
 
 log = logging.getLogger("onceflow.process")
 
-# The session settings process needs, as spark-submit's SPARK_DEFAULTS has them; the rest of
-# those (the UI, worker reuse, speculation, the workers' Python) belong to the server.
-SESSION_DEFAULTS = {
-    "spark.sql.shuffle.partitions": "2",
-    "spark.sql.execution.arrow.pyspark.enabled": "true",
-    "spark.sql.session.timeZone": "UTC",
-    "spark.sql.adaptive.enabled": "false",
-}
+# The session settings process needs: spark-submit's SQL defaults. The rest of those (the
+# UI, worker reuse, speculation, the workers' Python and daemon) belong to the server.
+SESSION_DEFAULTS = {k: v for k, v in SPARK_DEFAULTS.items() if k.startswith("spark.sql.")}
 
 # A Connect client retries an unreachable server for about ten minutes by default; a
 # process attempt gives up after a few seconds instead, so that a server restart is a failed
