@@ -1,10 +1,10 @@
 """A stage job's hand-offs between process's driver and its Spark tasks, kept in the ledger.
 
-The driver opens a job (`open_stage_job`) before it runs it. Its tasks then find there what
+The driver opens a job (`stage_job_rows`) before it runs it. Its tasks then find there what
 the driver decided after it built the job's plan (the fast form's stage: `fast_stage_of`),
 and record what their reader handed on of each input range they read to its end
-(`record_range_read`); the driver reads those once the job is done (`range_reads`); the rows go when the
-job's block ends (`stage_job_rows`).
+(`record_range_read`); the driver reads those once the job is done (`range_reads`). The
+job's rows go when its block ends.
 
 Why the ledger rather than Spark's accumulators and local properties: a Spark Connect session
 (process_mode = "connect") has neither, and the same code serves both process modes. The
