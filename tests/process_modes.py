@@ -1,6 +1,7 @@
 """The process job as a DAG's process task runs it, in either process mode: spark-submitted
 (process_mode = "spark-submit"), or with python in a session of a Spark Connect server
-(process_mode = "connect": `--connect URL`, what the task does in its own process).
+(process_mode = "connect": `--connect` with the server's URL in ONCEFLOW_SPARK_CONNECT_URL,
+what the task does in its own process).
 
 A module runs its tests in both by taking the `process_mode` fixture (conftest.py) into its
 `env`, which then names the server in ONCEFLOW_TEST_CONNECT.
@@ -12,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from onceflow.process.entry import CONNECT_URL_ENV
 from onceflow.spark_app import PROCESS_APPLICATION
 
 SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
@@ -29,7 +31,7 @@ def process_command(
     least); `master` and `conf` are spark-submit's (a Connect server has its own)."""
     url = connect_url(env)
     if url:
-        return [sys.executable, PROCESS_APPLICATION, *args, "--connect", url]
+        return [sys.executable, PROCESS_APPLICATION, *args, "--connect"]
     settings = {"spark.ui.enabled": "false", **(conf or {})}
     cmd = [str(SPARK_SUBMIT), "--master", master, "--driver-memory", "512m"]
     for key, value in settings.items():
@@ -40,9 +42,10 @@ def process_command(
 def run_process(
     env: dict, *args: str, timeout: float = 400, **spark: object
 ) -> subprocess.CompletedProcess:
+    url = connect_url(env)
     return subprocess.run(
         process_command(env, *args, **spark),  # type: ignore[arg-type]
-        env=env,
+        env={**env, CONNECT_URL_ENV: url} if url else env,
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import uuid
 
 import pytest
@@ -58,3 +59,49 @@ def test_runs_in_flight_open_the_pipelines_session_at_once(
         t.join(120)
     assert results == [42, 42, 42]
     assert "SPARK_CONNECT_MODE_ENABLED" not in os.environ
+
+
+def test_interrupt_stops_the_job_a_killed_task_left_running_on_the_server(
+    spark_connect_server, tmp_path, monkeypatch
+):
+    """A killed process task (ConnectProcessOperator.on_kill) interrupts its job: the server
+    would otherwise run it on for as long as it takes, after the task is gone."""
+    url, _ = spark_connect_server
+    monkeypatch.delenv("SPARK_CONNECT_MODE_ENABLED", raising=False)
+    name = f"user_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text("def transform(df):\n    return df\n")
+    monkeypatch.setenv("ONCEFLOW_SPARK_JOBS", str(tmp_path))
+    cfg = parse_pipeline(
+        "killed", {"topics": ["t"], "transform": f"{name}:transform", "sink": {"table": "t"}}
+    )
+    source, outcome = ConnectSpark(url), {}
+
+    def run() -> None:
+        with source.session(cfg, False) as spark:
+
+            def slow(batches):
+                import time
+
+                for batch in batches:
+                    time.sleep(120)
+                    yield batch
+
+            started = time.monotonic()
+            try:
+                spark.range(1).mapInArrow(slow, "id long").collect()
+                outcome["ended"] = "completed"
+            except Exception as e:  # noqa: BLE001 - asserted below
+                outcome["ended"] = type(e).__name__
+            outcome["after_s"] = time.monotonic() - started
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not source._running and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(3)  # the job's task sleeping on the server
+    assert source.interrupt() == 1
+    thread.join(60)
+    assert outcome.get("ended") not in (None, "completed"), outcome
+    assert outcome["after_s"] < 60
+    assert source.interrupt() == 0  # the session closed: nothing left to interrupt

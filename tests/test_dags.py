@@ -134,3 +134,23 @@ def test_a_connect_pipelines_process_task_runs_the_attempt_itself(tmp_path, monk
     assert process.env_vars["ONCEFLOW_SPARK_JOBS"] == str(ROOT / "spark_jobs")
     assert process.retries == 2
     assert type(dags["onceflow_slow"].get_task("process")) is ProcessOperator
+
+
+def test_a_killed_connect_process_task_interrupts_its_job_on_the_server():
+    """on_kill: the attempt's sessions are told to interrupt their jobs (before any attempt
+    ran, there is nothing to interrupt). The interrupt itself: test_connect_session.py."""
+    from onceflow.airflow.tasks import ConnectProcessOperator
+
+    task = ConnectProcessOperator(task_id="process", pipeline="p")
+    task.on_kill()  # no attempt yet: nothing happens
+
+    class Source:
+        interrupted = 0
+
+        def interrupt(self) -> int:
+            self.interrupted += 1
+            return 1
+
+    task._source = Source()
+    task.on_kill()
+    assert task._source.interrupted == 1

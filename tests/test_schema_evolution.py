@@ -6,7 +6,8 @@ table, the column and what to do.
 
 The rule itself on plain lists (unit); then on a real PostgreSQL for each PostgreSQL mode
 (append, upsert, merge), an Iceberg table and a Kafka sink's stage table, staged as process
-stages them (sink_support.py's helpers); then once through the real spark-submit.
+stages them (sink_support.py's helpers). Through the process job itself, in both process
+modes: test_user_pipeline_process.py.
 """
 
 from __future__ import annotations

@@ -226,6 +226,7 @@ class ConnectProcessOperator(BaseOperator):
         self.txid = txid
         self.pipelines_file = pipelines_file
         self.env_vars = dict(env_vars or {})
+        self._source: Any = None  # the ConnectSpark of the attempt running now
 
     def execute(self, context: Any) -> None:
         from onceflow.process.connect_session import ConnectSpark
@@ -252,9 +253,16 @@ class ConnectProcessOperator(BaseOperator):
         args = parse_args(
             ["--pipeline", cfg.name, "--txid", self.txid, "--pipelines-file", str(path)]
         )
-        outcome = run_attempt(args, cfg, svc.ledger_dsn, svc.kafka, ConnectSpark(url, server))
+        self._source = ConnectSpark(url, server)
+        outcome = run_attempt(args, cfg, svc.ledger_dsn, svc.kafka, self._source)
         if outcome != ProcessExit.OK:
             end_process(outcome, self.txid)
+
+    def on_kill(self) -> None:
+        """A killed task's stage job would run on in the server's session: interrupted. Its
+        parts are fenced anyway once a retry claims a newer attempt."""
+        if self._source is not None and self._source.interrupt():
+            self.log.info("onceflow process txid=%s: its job on the server interrupted", self.txid)
 
 
 def end_process(outcome: ProcessExit, txid: str, cause: BaseException | None = None) -> None:

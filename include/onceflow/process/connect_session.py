@@ -86,6 +86,17 @@ class ConnectSpark:
     def __init__(self, url: str, description: str = "") -> None:
         self.url = url
         self.description = description or "the Spark Connect server"
+        self._running: dict[str, Any] = {}  # the jobs' tags of the sessions open now
+        self._lock = threading.Lock()
+
+    def interrupt(self) -> int:
+        """Interrupt the jobs of the sessions open now on the server (a killed task's: the
+        server would run them on after the task is gone); how many sessions had one."""
+        with self._lock:
+            running = list(self._running.items())
+        for tag, spark in running:
+            _interrupt(spark, tag)
+        return len(running)
 
     @contextmanager
     def session(self, cfg: Any, ship_package: bool) -> Iterator[Any]:
@@ -132,16 +143,24 @@ class ConnectSpark:
         log.info("spark connect session %s of %s", sid, self.description)
         tag = f"onceflow-{uuid.uuid4()}"
         spark.addTag(tag)
+        with self._lock:
+            self._running[tag] = spark
         try:
             yield spark
         except BaseException:
-            try:  # the job's tasks still running on the server: a new attempt replays them
-                spark.interruptTag(tag)
-            except Exception as e:  # noqa: BLE001 - the server may be gone
-                log.warning("could not interrupt the job on the server: %s", _first_line(e))
+            _interrupt(spark, tag)  # its tasks still running on the server: a retry replays
             raise
         finally:
+            with self._lock:
+                self._running.pop(tag, None)
             spark.client.close()  # not stop(): that would release the warm session
+
+
+def _interrupt(spark: Any, tag: str) -> None:
+    try:
+        spark.interruptTag(tag)
+    except Exception as e:  # noqa: BLE001 - the server may be gone
+        log.warning("could not interrupt the job on the server: %s", _first_line(e))
 
 
 def _ship(spark: Any, files: list[str]) -> None:

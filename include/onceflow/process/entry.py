@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -54,6 +55,8 @@ from typing import Any
 from onceflow.errors import ProcessExit
 
 log = logging.getLogger("onceflow.process")
+
+CONNECT_URL_ENV = "ONCEFLOW_SPARK_CONNECT_URL"
 
 EPILOG = """\
 example:
@@ -65,7 +68,7 @@ example:
 environment (onceflow.settings; the DAG's process task sets them from its Airflow
 connections): ONCEFLOW_POSTGRES_DSN (ledger and sink), ONCEFLOW_KAFKA_BOOTSTRAP,
 ONCEFLOW_KAFKA_CONFIG (librdkafka client settings as JSON: TLS, SASL), ONCEFLOW_PIPELINES
-(or --pipelines-file).
+(or --pipelines-file); with --connect, ONCEFLOW_SPARK_CONNECT_URL.
 
 exit codes: 0 staged; 1 failed (the reason is in the ledger's last_error; retry);
 2 bad arguments, unknown pipeline or txid (plan must run first), or the transform must
@@ -124,11 +127,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--connect",
-        metavar="URL",
-        help="run the stage job in a session of the Spark Connect server at URL "
-        "(sc://host:port/;params) instead of a Spark of its own: run this file with python, "
-        'not spark-submit (what a process task of process_mode = "connect" does in its '
-        "own process; onceflow.process.connect_session)",
+        action="store_true",
+        help=f"run the stage job in a session of the Spark Connect server whose URL "
+        f"(sc://host:port/;params) is in {CONNECT_URL_ENV}, instead of a Spark of its own: "
+        "run this file with python, not spark-submit (what a process task of process_mode = "
+        '"connect" does in its own process; onceflow.process.connect_session). The URL is '
+        "read from the environment because it may hold a token, which a command line shows "
+        "to every user of the host",
     )
     return p.parse_args(argv)
 
@@ -146,6 +151,13 @@ def main(argv: list[str] | None = None) -> int:
     from onceflow.process.session import SubmittedSpark
     from onceflow.settings import Settings
 
+    source: Any = SubmittedSpark()
+    if args.connect:
+        url = os.environ.get(CONNECT_URL_ENV, "")
+        if not url:
+            log.error("onceflow process: --connect needs the server's URL in %s", CONNECT_URL_ENV)
+            return ProcessExit.USAGE
+        source = ConnectSpark(url)
     settings = Settings.from_env()
     try:
         cfg = get_pipeline(args.pipelines_file or settings.pipelines_file, args.pipeline)
@@ -153,7 +165,6 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         log.error("onceflow process: %s", e)
         return ProcessExit.USAGE
-    source = ConnectSpark(args.connect) if args.connect else SubmittedSpark()
     return run_attempt(args, cfg, settings.postgres_dsn, kafka, source)
 
 

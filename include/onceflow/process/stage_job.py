@@ -20,7 +20,7 @@ from typing import Any
 from onceflow.db import transaction
 from onceflow.errors import RangeReadError
 from onceflow.kafka_client import KafkaCluster
-from onceflow.ledger.stage_jobs import StageJobRef, range_reads, set_fast_stage, stage_job_rows
+from onceflow.ledger.stage_jobs import range_reads, set_fast_stage, stage_job_rows
 from onceflow.poison import Poison
 from onceflow.process.dead_letters import dead_letter_frame
 from onceflow.process.failures import job_refusals
@@ -88,130 +88,94 @@ def stage_job(
     `poison`: records the transform raised on, which the reader reads but does not hand on
     (neither the fast form nor the transform sees them); they are staged as dead letters in
     a part of their own and count as records read."""
+    timings = {} if timings is None else timings
     with stage_job_rows(dsn, cfg.name, txid, attempt) as job:
-        return _run(
-            spark,
-            pieces,
-            job,
-            bootstrap=bootstrap,
-            dsn=dsn,
-            cfg=cfg,
-            sink=sink,
-            txid=txid,
-            seq=seq,
-            attempt=attempt,
-            client=client,
-            read_timeout=read_timeout,
-            fast_form=fast_form,
-            timings={} if timings is None else timings,
-            poison=poison,
-        )
+        t0 = time.monotonic()
+        n = len(pieces)
+        options = {
+            "client": client,
+            "timeout_s": read_timeout,
+            "tally": LedgerTally(job),
+            "skip": [p.coordinates for p in poison],
+        }
+        numbers = PartNumbers(n, uses_fast_form(cfg, sink, fast_form), bool(poison))
+        if numbers.fast:
+            declined = fast_stage_frame(spark, pieces, bootstrap, cfg.transform, job=job, **options)
+            with job_refusals(cfg.aggregating):  # a job the transform runs while it plans
+                out = load_transform(cfg.transform)(declined)
+            df = staged_output(out, cfg)
+        else:
+            source = ranges_frame(spark, pieces, bootstrap, **options)
+            if cfg.aggregating:
+                from pyspark import StorageLevel
 
-
-def _run(
-    spark: Any,
-    pieces: list[OffsetRange],
-    job: StageJobRef,
-    *,
-    bootstrap: KafkaCluster | str,
-    dsn: str,
-    cfg: Any,
-    sink: Sink,
-    txid: str,
-    seq: int,
-    attempt: int,
-    client: str,
-    read_timeout: float,
-    fast_form: bool,
-    timings: dict[str, float],
-    poison: Sequence[Poison],
-) -> StageJob:
-    t0 = time.monotonic()
-    n = len(pieces)
-    options = {
-        "client": client,
-        "timeout_s": read_timeout,
-        "tally": LedgerTally(job),
-        "skip": [p.coordinates for p in poison],
-    }
-    numbers = PartNumbers(n, uses_fast_form(cfg, sink, fast_form), bool(poison))
-    if numbers.fast:
-        declined = fast_stage_frame(spark, pieces, bootstrap, cfg.transform, job=job, **options)
-        with job_refusals(cfg.aggregating):  # a job the transform runs while it plans
-            out = load_transform(cfg.transform)(declined)
-        df = staged_output(out, cfg)
-    else:
-        source = ranges_frame(spark, pieces, bootstrap, **options)
+                source = source.persist(StorageLevel.MEMORY_AND_DISK)
+                source.count()  # the records read once, counted apart from the transform
+            df = stage_columns(source, cfg)
+        this = PublishTarget(cfg.name, txid, seq, attempt)
+        with transaction(dsn) as cur:  # the sink's tables follow the transform's output
+            evolution = Evolution(cfg.name, txid, attempt, cfg.schema_evolution)
+            bound = sink.bind_output(cur, output_fields(df), evolution)
+            bound.create_stage(cur, this)
+        if poison:  # one more Spark partition: the dead letters' part
+            dead = dead_letter_frame(
+                spark, poison, df, bootstrap, client=client, timeout_s=read_timeout
+            )
+            df = df.union(dead)
+        target = StageTarget.for_sink(dsn, bound, cfg.name, txid, seq, attempt)
+        staging = stage_frame(df, target, first_part=numbers.first_transformed)
+        parts = numbers.count
+        if numbers.fast:
+            set_fast_stage(job, FastStage(target, fast_form_columns(out)))
+        timings["plan"] = time.monotonic() - t0
+        t0 = time.monotonic()
+        try:
+            with job_refusals(cfg.aggregating):
+                messages = staging.collect()
+        finally:
+            if cfg.aggregating:
+                source.unpersist()
+        timings["job"] = time.monotonic() - t0
+        t0 = time.monotonic()
+        with transaction(dsn) as cur:  # e.g. the attempt table's indexes, so commit builds none
+            bound.seal_stage(cur, this)
+        timings["seal"] = time.monotonic() - t0
         if cfg.aggregating:
-            from pyspark import StorageLevel
-
-            source = source.persist(StorageLevel.MEMORY_AND_DISK)
-            source.count()  # the records read once, counted apart from the transform
-        df = stage_columns(source, cfg)
-    this = PublishTarget(cfg.name, txid, seq, attempt)
-    with transaction(dsn) as cur:  # the sink's tables follow the transform's output
-        evolution = Evolution(cfg.name, txid, attempt, cfg.schema_evolution)
-        bound = sink.bind_output(cur, output_fields(df), evolution)
-        bound.create_stage(cur, this)
-    if poison:  # one more Spark partition: the dead letters' part
-        dead = dead_letter_frame(
-            spark, poison, df, bootstrap, client=client, timeout_s=read_timeout
-        )
-        df = df.union(dead)
-    target = StageTarget.for_sink(dsn, bound, cfg.name, txid, seq, attempt)
-    staging = stage_frame(df, target, first_part=numbers.first_transformed)
-    parts = numbers.count
-    if numbers.fast:
-        set_fast_stage(job, FastStage(target, fast_form_columns(out)))
-    timings["plan"] = time.monotonic() - t0
-    t0 = time.monotonic()
-    try:
-        with job_refusals(cfg.aggregating):
-            messages = staging.collect()
-    finally:
-        if cfg.aggregating:
-            source.unpersist()
-    timings["job"] = time.monotonic() - t0
-    t0 = time.monotonic()
-    with transaction(dsn) as cur:  # e.g. the attempt table's indexes, so commit builds none
-        bound.seal_stage(cur, this)
-    timings["seal"] = time.monotonic() - t0
-    if cfg.aggregating:
-        # each output partition staged one part; with adaptive execution on (a pipeline's
-        # spark_conf), only the executed job knows how many the shuffle kept
-        parts = len(messages)
-    reads = range_reads(job)
-    unread = [k for k in range(n) if k not in reads]
-    if unread:
-        raise RangeReadError(
-            f"input range(s) {unread} of {n} did not record their read in the ledger: the "
-            "records read cannot be counted (retry)"
-        )
-    records_read = sum(r.records for r in reads.values()) + len(poison)  # poison: read,
-    bytes_read = sum(r.bytes for r in reads.values())  # and set aside as dead letters
-    log.info(
-        "read, transform and stage of %d input partition(s) as %d part(s) took %.1f s",
-        n,
-        parts,
-        timings["job"],
-    )
-    if numbers.fast:
-        declined_parts = range(numbers.first_transformed, numbers.first_transformed + n)
+            # each output partition staged one part; with adaptive execution on (a pipeline's
+            # spark_conf), only the executed job knows how many the shuffle kept
+            parts = len(messages)
+        reads = range_reads(job)
+        unread = [k for k in range(n) if k not in reads]
+        if unread:
+            raise RangeReadError(
+                f"input range(s) {unread} of {n} did not record their read in the ledger: the "
+                "records read cannot be counted (retry)"
+            )
+        records_read = sum(r.records for r in reads.values()) + len(poison)  # poison: read,
+        bytes_read = sum(r.bytes for r in reads.values())  # and set aside as dead letters
         log.info(
-            "fast form: parts 0..%d staged by the readers' Python workers; %d declined "
-            "record(s) through transform %s in the JVM, parts %d..%d",
-            n - 1,
-            sum(m.rows for m in messages if m.part in declined_parts),
-            cfg.transform,
-            declined_parts.start,
-            declined_parts.stop - 1,
+            "read, transform and stage of %d input partition(s) as %d part(s) took %.1f s",
+            n,
+            parts,
+            timings["job"],
         )
-    return StageJob(
-        parts=parts,
-        records_read=records_read,
-        bytes_read=bytes_read,
-        reads=whole_reads(pieces, {k: r.seen for k, r in reads.items()}),
-    )
+        if numbers.fast:
+            declined_parts = range(numbers.first_transformed, numbers.first_transformed + n)
+            log.info(
+                "fast form: parts 0..%d staged by the readers' Python workers; %d declined "
+                "record(s) through transform %s in the JVM, parts %d..%d",
+                n - 1,
+                sum(m.rows for m in messages if m.part in declined_parts),
+                cfg.transform,
+                declined_parts.start,
+                declined_parts.stop - 1,
+            )
+        return StageJob(
+            parts=parts,
+            records_read=records_read,
+            bytes_read=bytes_read,
+            reads=whole_reads(pieces, {k: r.seen for k, r in reads.items()}),
+        )
 
 
 def whole_reads(pieces: list[OffsetRange], reads: dict[int, RangeRead]) -> list[RangeRead]:
