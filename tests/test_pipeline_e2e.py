@@ -262,6 +262,8 @@ def test_a_fenced_process_attempt_ends_without_retries_and_a_cleared_run_commits
     assert (process["state"], process["try_number"]) == ("failed", 1)
     text = airflow.task_log(cfg.dag_id, "fence-1", "process", 1)
     assert "onceflow process txid=fence-1 ended FENCED (exit 3)" in text
+    submitted = next(line for line in text.splitlines() if "Spark-Submit cmd" in line)
+    assert "-XX:TieredStopAtLevel=1" in submitted  # 300 records: a small batch's JVM
     assert "not retried" in text
     assert get_batch(stack.postgres_dsn, cfg.name, "fence-1").state == "processing"
 

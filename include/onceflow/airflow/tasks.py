@@ -19,7 +19,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
-from onceflow import broker, connections
+from onceflow import broker, connections, small_batch_jvm
 from onceflow.airflow.triggers import CommitReadyTrigger, describe_wait
 from onceflow.commit import commit
 from onceflow.config.pipelines_file import get_pipeline
@@ -186,6 +186,8 @@ class ProcessOperator(SparkSubmitOperator):
         self.log.info(
             "onceflow process: ledger from %s, Kafka %s", svc.ledger_source, svc.kafka.describe()
         )
+        planned = context["ti"].xcom_pull(task_ids="plan") or {}
+        self.conf = small_batch_jvm.for_batch(self.conf or {}, planned.get("offsets"))
         try:
             super().execute(context)
         except Exception as e:
