@@ -22,6 +22,11 @@ from onceflow_dev import producer
 
 pytestmark = pytest.mark.integration
 
+# the scenarios that run in both process modes: each mode's pipeline is it_<scenario> (a
+# spark-submit per attempt) or it_<scenario>_connect (a session of the stack's Spark
+# Connect server)
+MODES = pytest.mark.parametrize("mode", ["", "_connect"], ids=["spark-submit", "connect"])
+
 
 def orders_sample(malformed_rate: float):
     """The orders example's sample (spark_jobs/orders.py) with this share malformed."""
@@ -132,17 +137,19 @@ def test_commit_waits_for_its_predecessor_and_commits_in_seq_order(stack, airflo
     assert report.records_in_ranges == 700
 
 
-def test_cleared_and_retried_runs_replay_the_same_ranges_without_duplicates(stack, airflow):
-    feed(stack, "it_rerun", 1000)
-    assert set(run_and_wait(airflow, "onceflow_it_rerun", ["rerun-1"]).values()) == {"success"}
-    before = audit(stack, "it_rerun")
-    ranges_before = get_batch(stack.postgres_dsn, "it_rerun", "rerun-1").ranges
-    feed(stack, "it_rerun", 500, start=1000)  # new data must not leak into the replayed txid
-    airflow.clear_run("onceflow_it_rerun", "rerun-1")
-    states = airflow.wait_for_runs("onceflow_it_rerun", ["rerun-1"], timeout=600, echo=None)
+@MODES
+def test_cleared_and_retried_runs_replay_the_same_ranges_without_duplicates(stack, airflow, mode):
+    name, dag_id = f"it_rerun{mode}", f"onceflow_it_rerun{mode}"
+    feed(stack, name, 1000)
+    assert set(run_and_wait(airflow, dag_id, ["rerun-1"]).values()) == {"success"}
+    before = audit(stack, name)
+    ranges_before = get_batch(stack.postgres_dsn, name, "rerun-1").ranges
+    feed(stack, name, 500, start=1000)  # new data must not leak into the replayed txid
+    airflow.clear_run(dag_id, "rerun-1")
+    states = airflow.wait_for_runs(dag_id, ["rerun-1"], timeout=600, echo=None)
     assert states == {"rerun-1": "success"}
-    after = audit(stack, "it_rerun")
-    batch = get_batch(stack.postgres_dsn, "it_rerun", "rerun-1")
+    after = audit(stack, name)
+    batch = get_batch(stack.postgres_dsn, name, "rerun-1")
     assert batch.ranges == ranges_before
     assert (after.records_in_sink, after.dead_lettered, after.batches_committed) == (
         before.records_in_sink,
@@ -152,28 +159,31 @@ def test_cleared_and_retried_runs_replay_the_same_ranges_without_duplicates(stac
     with transaction(stack.postgres_dsn) as cur:
         cur.execute(
             "select attempt, staged_attempt, published_attempt from onceflow.batches"
-            " where pipeline = 'it_rerun' and txid = 'rerun-1'"
+            " where pipeline = %s and txid = 'rerun-1'",
+            (name,),
         )
         attempt, staged, published = cur.fetchone()
     assert attempt == staged == published == 2
     # the next run picks up exactly the records produced meanwhile
-    assert set(run_and_wait(airflow, "onceflow_it_rerun", ["rerun-2"]).values()) == {"success"}
-    assert audit(stack, "it_rerun").records_in_ranges == 1500
+    assert set(run_and_wait(airflow, dag_id, ["rerun-2"]).values()) == {"success"}
+    assert audit(stack, name).records_in_ranges == 1500
 
 
-def test_rerun_and_backfill_through_the_cli_keep_the_audit_clean(stack, airflow, capsys):
+@MODES
+def test_rerun_and_backfill_through_the_cli_keep_the_audit_clean(stack, airflow, capsys, mode):
     from onceflow.cli.main import main
 
-    feed(stack, "it_rerun", 10, start=5000)  # it_rerun has committed runs from the test above
-    assert set(run_and_wait(airflow, "onceflow_it_rerun", ["rerun-3"]).values()) == {"success"}
-    before = audit(stack, "it_rerun")
-    assert main(["rerun", "rerun-3", "--pipeline", "it_rerun", "--timeout", "600"]) == 0
+    name, dag_id = f"it_rerun{mode}", f"onceflow_it_rerun{mode}"
+    feed(stack, name, 10, start=5000)  # it_rerun has committed runs from the test above
+    assert set(run_and_wait(airflow, dag_id, ["rerun-3"]).values()) == {"success"}
+    before = audit(stack, name)
+    assert main(["rerun", "rerun-3", "--pipeline", name, "--timeout", "600"]) == 0
     assert (
         main(
             [
                 "backfill",
                 "--pipeline",
-                "it_rerun",
+                name,
                 "--from-seq",
                 "1",
                 "--to-seq",
@@ -184,7 +194,7 @@ def test_rerun_and_backfill_through_the_cli_keep_the_audit_clean(stack, airflow,
         )
         == 0
     )
-    after = audit(stack, "it_rerun")
+    after = audit(stack, name)
     assert (after.records_in_sink, after.dead_lettered, after.batches_committed) == (
         before.records_in_sink,
         before.dead_lettered,
@@ -193,23 +203,27 @@ def test_rerun_and_backfill_through_the_cli_keep_the_audit_clean(stack, airflow,
     out = capsys.readouterr().out
     assert "[2/2] seq 2" in out and "backfilled seq 1..2" in out
     # unknown run ids and ranges get clear errors, exit code 2
-    assert main(["rerun", "no-such-run", "--pipeline", "it_rerun"]) == 2
-    assert main(["backfill", "--pipeline", "it_rerun", "--from-seq", "1", "--to-seq", "99"]) == 2
+    assert main(["rerun", "no-such-run", "--pipeline", name]) == 2
+    assert main(["backfill", "--pipeline", name, "--from-seq", "1", "--to-seq", "99"]) == 2
     assert main(["audit", "--pipeline", "no_such_pipeline"]) == 2
     err = capsys.readouterr().err
-    assert "txid 'no-such-run' is not in the ledger of pipeline 'it_rerun'" in err
+    assert f"txid 'no-such-run' is not in the ledger of pipeline '{name}'" in err
     assert "has no batch with seq 4" in err
     assert "no pipeline named 'no_such_pipeline'" in err
 
 
-def test_reset_offsets_abandons_uncommitted_batches_and_fails_their_runs(stack, airflow, capsys):
+@MODES
+def test_reset_offsets_abandons_uncommitted_batches_and_fails_their_runs(
+    stack, airflow, capsys, mode
+):
     from onceflow.cli.main import main
 
-    feed(stack, "it_reset", 100)
-    cfg = get_pipeline(stack.pipelines_file, "it_reset")
+    name = f"it_reset{mode}"
+    feed(stack, name, 100)
+    cfg = get_pipeline(stack.pipelines_file, name)
     snapshot = lambda at: broker.snapshot(stack.kafka_bootstrap, cfg.name, cfg.topics, at)  # noqa: E731
     plan(stack.postgres_dsn, cfg, "reset-0", snapshot)  # seq 1: no Airflow run
-    feed(stack, "it_reset", 50, start=100)
+    feed(stack, name, 50, start=100)
     airflow.trigger(cfg.dag_id, "reset-1")  # seq 2: processed, its commit waits for seq 1
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
@@ -219,32 +233,39 @@ def test_reset_offsets_abandons_uncommitted_batches_and_fails_their_runs(stack, 
         time.sleep(1)
     else:
         pytest.fail(f"reset-1 never reached a waiting commit: {tis}")
-    assert main(["reset-offsets", "--pipeline", "it_reset", "--reason", "test", "--yes"]) == 0
+    assert main(["reset-offsets", "--pipeline", name, "--reason", "test", "--yes"]) == 0
     out = capsys.readouterr().out
     assert "abandoned: reset-0, reset-1" in out
-    assert "run reset-0 is not in Airflow's DAG onceflow_it_reset: nothing to stop" in out
-    assert "marked run reset-1 of onceflow_it_reset failed" in out
+    assert f"run reset-0 is not in Airflow's DAG {cfg.dag_id}: nothing to stop" in out
+    assert f"marked run reset-1 of {cfg.dag_id} failed" in out
     assert airflow.get_run(cfg.dag_id, "reset-1")["state"] == "failed"
     for txid in ("reset-0", "reset-1"):
         assert get_batch(stack.postgres_dsn, cfg.name, txid).state == "abandoned"
     # new runs plan from the new offsets and commit; the audit accounts for the reset
     states = run_and_wait(airflow, cfg.dag_id, ["reset-2"])
     assert states == {"reset-2": "success"}
-    audit(stack, "it_reset")
+    audit(stack, name)
 
 
-def test_a_fenced_process_attempt_ends_without_retries_and_a_cleared_run_commits(stack, airflow):
+@MODES
+def test_a_fenced_process_attempt_ends_without_retries_and_a_cleared_run_commits(
+    stack, airflow, mode
+):
     """A newer attempt claims the txid while the scheduler's attempt runs: the running one is
-    fenced (exit 3) and its task fails at once, visibly, although process has retries."""
-    cfg = get_pipeline(stack.pipelines_file, "it_fence")
-    produced = feed(stack, "it_fence", 300)
+    fenced (exit 3) and its task fails at once, visibly, although process has retries. (In
+    connect mode the transform is slowed down: the job would otherwise end before the
+    newer attempt's claim.)"""
+    name = f"it_fence{mode}"
+    cfg = get_pipeline(stack.pipelines_file, name)
+    produced = feed(stack, name, 300)
     airflow.trigger(cfg.dag_id, "fence-1")
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:  # process claimed attempt 1 and is starting Spark
         with transaction(stack.postgres_dsn) as cur:
             cur.execute(
                 "select attempt, state from onceflow.batches"
-                " where pipeline = 'it_fence' and txid = 'fence-1'"
+                " where pipeline = %s and txid = 'fence-1'",
+                (name,),
             )
             row = cur.fetchone()
         if row and row[0] == 1:
@@ -262,8 +283,9 @@ def test_a_fenced_process_attempt_ends_without_retries_and_a_cleared_run_commits
     assert (process["state"], process["try_number"]) == ("failed", 1)
     text = airflow.task_log(cfg.dag_id, "fence-1", "process", 1)
     assert "onceflow process txid=fence-1 ended FENCED (exit 3)" in text
-    submitted = next(line for line in text.splitlines() if "Spark-Submit cmd" in line)
-    assert "-XX:TieredStopAtLevel=1" in submitted  # 300 records: a small batch's JVM
+    if not mode:
+        submitted = next(line for line in text.splitlines() if "Spark-Submit cmd" in line)
+        assert "-XX:TieredStopAtLevel=1" in submitted  # 300 records: a small batch's JVM
     assert "not retried" in text
     assert get_batch(stack.postgres_dsn, cfg.name, "fence-1").state == "processing"
 
@@ -271,7 +293,7 @@ def test_a_fenced_process_attempt_ends_without_retries_and_a_cleared_run_commits
     airflow.clear_run(cfg.dag_id, "fence-1")
     states = airflow.wait_for_runs(cfg.dag_id, ["fence-1"], timeout=600, echo=None)
     assert states == {"fence-1": "success"}
-    report = audit(stack, "it_fence")
+    report = audit(stack, name)
     assert report.records_in_ranges == produced == report.records_in_sink + report.dead_lettered
 
 
