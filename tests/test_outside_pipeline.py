@@ -5,7 +5,9 @@ The package `acme_pipelines` (tests/outside_pipeline, copied by conftest's outsi
 fixture into a temporary folder) is on the path only through ONCEFLOW_PYTHONPATH, given to
 `onceflow up` as a user gives it: the process task passes it to spark-submit, whose driver
 imports the transform from that folder, and to the executors, whose Python workers import
-the module again to run the transform's Python UDF.
+the module again to run the transform's Python UDF. In process_mode = "connect"
+(it_outside_connect), the task ships the module to its session of the stack's Spark Connect
+server, whose Python workers import it from there.
 """
 
 from __future__ import annotations
@@ -24,17 +26,16 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[1]
 
-TOPIC = "it_outside"
 PAGES = {"/": "home", "/docs/intro": "docs", "/shop/cart/": "shop"}  # page -> its section
 NOT_A_CLICK = "not a click: needs user and page"
 
 
-def produce_clicks(bootstrap: str, count: int) -> list[tuple[int, int, bytes]]:
+def produce_clicks(bootstrap: str, topic: str, count: int) -> list[tuple[int, int, bytes]]:
     """Clicks on two partitions, every tenth record not JSON and every tenth one without a
     page; returns (partition, offset, value) of each acknowledged record."""
     from confluent_kafka import Producer
 
-    broker.create_topic(bootstrap, TOPIC, 2)
+    broker.create_topic(bootstrap, topic, 2)
     sent, errors = [], []
 
     def on_delivery(err, msg):
@@ -52,7 +53,7 @@ def produce_clicks(bootstrap: str, count: int) -> list[tuple[int, int, bytes]]:
             value = json.dumps({"user": f"u{i}"}).encode()
         else:
             value = json.dumps({"user": f"u{i % 13}", "page": pages[i % 3], "ms": 10 * i}).encode()
-        producer.produce(TOPIC, value, partition=i % 2, on_delivery=on_delivery)
+        producer.produce(topic, value, partition=i % 2, on_delivery=on_delivery)
         # one record per produce request: the embedded broker reports a partition's end
         # offset as its last batch's base offset + 1
         assert producer.flush(30) == 0
@@ -68,16 +69,17 @@ def click(value: bytes) -> dict | None:
     return c if "user" in c and "page" in c else None
 
 
+@pytest.mark.parametrize("name", ["it_outside", "it_outside_connect"])
 def test_a_pipeline_from_a_package_outside_the_repository_runs_exactly_once(
-    stack, airflow, outside_package
+    stack, airflow, outside_package, name
 ):
     assert not outside_package.resolve().is_relative_to(ROOT)
     for folder in (ROOT / "include" / "onceflow", ROOT / "spark_jobs"):
         for path in folder.rglob("*.py"):
             assert "acme_pipelines" not in path.read_text(), f"{path} names the user's package"
 
-    sent = produce_clicks(stack.kafka_bootstrap, 200)  # 100 per partition: two batches of 60
-    cfg = get_pipeline(stack.pipelines_file, "it_outside")
+    sent = produce_clicks(stack.kafka_bootstrap, name, 200)  # 100 per partition: two batches of 60
+    cfg = get_pipeline(stack.pipelines_file, name)
     run_ids = ["outside-1", "outside-2"]
     for run_id in run_ids:
         airflow.trigger(cfg.dag_id, run_id)
@@ -86,7 +88,8 @@ def test_a_pipeline_from_a_package_outside_the_repository_runs_exactly_once(
         with transaction(stack.postgres_dsn) as cur:
             cur.execute(
                 "select txid, state, last_error from onceflow.batches"
-                " where pipeline = 'it_outside' order by seq"
+                " where pipeline = %s order by seq",
+                (name,),
             )
             pytest.fail(f"runs {states}; batches {cur.fetchall()}")
 
@@ -102,12 +105,13 @@ def test_a_pipeline_from_a_package_outside_the_repository_runs_exactly_once(
     with transaction(stack.postgres_dsn) as cur:
         cur.execute(
             'select partition, "offset", user_id, page, section, dwell_ms'
-            ' from it_outside.clicks order by partition, "offset"'
+            f' from {name}.clicks order by partition, "offset"'
         )
         rows = cur.fetchall()
         cur.execute(
             'select partition, "offset", reason from onceflow.dead_letters'
-            " where pipeline = 'it_outside' order by partition, \"offset\""
+            ' where pipeline = %s order by partition, "offset"',
+            (name,),
         )
         dead = cur.fetchall()
     # section is the user's Python UDF: computed in the executors from the outside module
