@@ -335,10 +335,19 @@ def test_a_sink_table_in_a_file(tmp_path):
             "sink.warehouse",
             "kind 'postgres' takes no 'warehouse'",
         ),
-        (  # only an append table has partitions to roll up
-            {**USER, "sink": {"table": "s", "mode": "upsert", "key": ["a"], "maintain_every": 5}},
+        (  # only append and upsert tables have partitions to roll up
+            {
+                **USER,
+                "sink": {
+                    "table": "s",
+                    "mode": "merge",
+                    "key": ["a"],
+                    "aggregates": ["b"],
+                    "maintain_every": 5,
+                },
+            },  # fmt: skip
             "sink.maintain_every",
-            "takes no 'maintain_every' .* and a postgres append table",
+            "takes no 'maintain_every' .* and postgres append and upsert tables",
         ),
         (
             {**USER, "sink": {"kind": "iceberg", "table": "s", "warehouse": "lake"}},

@@ -1,6 +1,7 @@
 """Maintenance of a sink's table (`onceflow maintain`, and the DAG's `maintain` task every
-`maintain_every` committed batches). A PostgreSQL append table's one-batch partitions are
-rolled up into partitions of a range of seqs (sinks.postgres.partition_rollup). A lake
+`maintain_every` committed batches). A PostgreSQL append table's, or an upsert table's
+versions', one-batch partitions are rolled up into partitions of a range of seqs
+(sinks.postgres.partition_rollup). A lake
 table's small files are compacted, its old history expired, the data files no commit needs
 any more deleted; the rest of this docstring says how.
 
@@ -53,7 +54,7 @@ class MaintenanceReport:
     dry_run: bool
     seconds: float
     # what files_before, files_after, compacted and written count: a lake table's data files,
-    # an append table's partitions
+    # an append table's or an upsert table's versions' partitions
     unit: str = "data file(s)"
 
     def as_dict(self) -> dict:
@@ -81,7 +82,7 @@ def maintain(
 
     started = time.monotonic()
     sink = sink_for(cfg)
-    if isinstance(sink, PostgresSink) and sink.cfg.mode == "append":
+    if isinstance(sink, PostgresSink) and sink.partitioned_table is not None:
         with transaction(dsn) as cur:
             lock_commits(cur, cfg.name)
             done = roll_up(cur, sink, cfg.name, dry_run=dry_run)
@@ -89,7 +90,7 @@ def maintain(
             "%s %s.%s: %d partition(s) -> %d (rolled up %d one-batch partition(s) into %d)",
             "would maintain" if dry_run else "maintained",
             sink.schema,
-            sink.table,
+            sink.partitioned_table,
             done.before,
             done.after,
             done.merged,
@@ -97,7 +98,7 @@ def maintain(
         )
         return MaintenanceReport(
             cfg.name,
-            f"{sink.schema}.{sink.table}",
+            f"{sink.schema}.{sink.partitioned_table}",
             done.before,
             done.after,
             done.merged,

@@ -137,7 +137,8 @@ def build_dag(cfg: PipelineConfig, pipelines_file: Path) -> DAG:
                 },
                 doc_md=f"Maintenance of the sink's table every {cfg.sink.maintain_every} "
                 "committed batches (onceflow.maintenance: a lake table's compaction and "
-                "expiry, an append table's partitions rolled up); the other runs skip it.",
+                "expiry, an append or upsert table's partitions rolled up); the other runs "
+                "skip it.",
                 retries=2,
                 retry_delay=timedelta(seconds=10),
             )

@@ -78,8 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
         "migrate",
         cmd_migrate,
         "Create or upgrade the ledger schema in PostgreSQL; with --sinks, also the sink tables "
-        "an earlier version made (an append table becomes partitioned by seq: its rows are "
-        "rewritten once, under the pipeline's commit lock).",
+        "an earlier version made (an append table, and an upsert table's versions, become "
+        "partitioned by seq: their rows are moved once, under the pipeline's commit lock).",
         "onceflow migrate --sinks --pipeline orders",
     )
     sp.add_argument(
@@ -282,7 +282,8 @@ def build_parser() -> argparse.ArgumentParser:
         cmd_maintain,
         "Compact a lake sink's small files and expire its old history (Iceberg snapshots, "
         "Delta log versions) under the pipeline's commit lock; the table's record of what the "
-        "ledger has not committed yet is kept.",
+        "ledger has not committed yet is kept. A PostgreSQL append table's (or an upsert "
+        "table's versions') one-batch partitions are rolled up instead.",
         "onceflow maintain --pipeline inventory_lake --retain-hours 24",
     )
     sp.add_argument("--pipeline", help="pipeline name (default: the only one configured)")

@@ -25,13 +25,15 @@ def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
 
 def migrate_sinks(settings: Settings, names: list[str] | None, changes_only: bool = False) -> None:
     """The sink tables an earlier version made, of the named pipelines or of every one in
-    the pipelines file (sinks.postgres.append_migration), each in its own transaction; says
-    what it did per pipeline (with `changes_only`, only where it migrated something)."""
+    the pipelines file (sinks.postgres.append_migration, sinks.postgres.versions_migration),
+    each in its own transaction; says what it did per pipeline (with `changes_only`, only
+    where it migrated something)."""
     from onceflow.config.pipelines_file import get_pipeline, load_pipelines
     from onceflow.db import transaction
     from onceflow.sinks import sink_for
     from onceflow.sinks.postgres import PostgresSink
     from onceflow.sinks.postgres.append_migration import migrate_append
+    from onceflow.sinks.postgres.versions_migration import migrate_versions
 
     if names:
         pipelines = [get_pipeline(settings.pipelines_file, n) for n in names]
@@ -42,7 +44,7 @@ def migrate_sinks(settings: Settings, names: list[str] | None, changes_only: boo
         done = None
         if isinstance(sink, PostgresSink):
             with transaction(settings.postgres_dsn) as cur:
-                done = migrate_append(cur, cfg.name, sink)
+                done = migrate_append(cur, cfg.name, sink) or migrate_versions(cur, cfg.name, sink)
         if done or not changes_only:
             print(f"pipeline {cfg.name}: " + (str(done) if done else "sink tables up to date"))
 

@@ -110,9 +110,9 @@ def parse_sink(source: str, name: str, raw: Any) -> SinkConfig:
     if mode not in SINK_MODES:
         raise fail("mode", f"{mode!r} is not one of {SINK_MODES}")
     for k in _LAKE_ONLY:
-        appended = k == "maintain_every" and kind == "postgres" and mode == "append"
-        if k in raw and kind not in LAKE_KINDS and not appended:
-            also = " and a postgres append table" if k == "maintain_every" else ""
+        partitioned = k == "maintain_every" and kind == "postgres" and mode in ("append", "upsert")
+        if k in raw and kind not in LAKE_KINDS and not partitioned:
+            also = " and postgres append and upsert tables" if k == "maintain_every" else ""
             raise fail(k, f"kind {kind!r} takes no {k!r} (only {LAKE_KINDS}{also} do)")
     warehouse = raw.get("warehouse")
     if warehouse is not None:

@@ -47,12 +47,13 @@ class LakeTableMissingError(OnceflowError):
 
 class NotALakeSinkError(OnceflowError):
     """`onceflow maintain` (or a DAG's maintain task) for a pipeline whose sink is no lake
-    table and no PostgreSQL append table: there is nothing to compact, expire or roll up."""
+    table and no PostgreSQL append or upsert table: there is nothing to compact, expire or
+    roll up."""
 
     def __init__(self, pipeline: str, sink: str) -> None:
         self.pipeline = pipeline
         super().__init__(
             f"pipeline {pipeline!r} publishes to {sink}: maintenance is for lake tables "
-            '(kind = "iceberg" or "delta": compaction, expiry) and PostgreSQL append tables '
-            "(their one-batch partitions rolled up) only"
+            '(kind = "iceberg" or "delta": compaction, expiry) and PostgreSQL append and upsert '
+            "tables (their one-batch partitions rolled up) only"
         )

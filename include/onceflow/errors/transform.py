@@ -24,9 +24,9 @@ class SinkSchemaError(OnceflowError):
 
 
 class SinkLayoutError(SinkSchemaError):
-    """A sink table is laid out as an earlier Onceflow version made it (an append table not
-    partitioned by seq) or cannot be named as this one needs; the message names the table
-    and the command that migrates it."""
+    """A sink table is laid out as an earlier Onceflow version made it (an append table or
+    an upsert table's versions not partitioned by seq) or cannot be named as this one needs;
+    the message names the table and the command that migrates it."""
 
 
 class UnrepeatedFailureError(OnceflowError):

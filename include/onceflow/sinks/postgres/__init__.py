@@ -7,8 +7,12 @@ offsets' compare-and-set commit together. Its parts, one idea each:
 - columns: the output's columns typed for PostgreSQL, and the SQL column lists;
 - tables: the sink's tables, their names and layout, and the stage every mode reads;
 - binding: process creating, checking and evolving the tables to the output;
+- seq_partitions: a published table partitioned by seq, whose partitions process fills and
+  commit attaches (append's table, upsert's versions);
 - append, upsert, merge: how each mode publishes, un-publishes and what the audit checks;
-- append_migration: an append table of an earlier version partitioned by seq;
+- append_migration, versions_migration: an append table, an upsert table's versions, of an
+  earlier version partitioned by seq;
+- partition_rollup: the one-batch partitions rolled up (maintenance);
 - stage_table: the stage table alone, for a sink outside the database (a Kafka topic).
 """
 

@@ -1,7 +1,8 @@
-"""Maintenance of an append table (`onceflow maintain`, the DAG's `maintain` task): its one-batch
-partitions rolled up into partitions of a range of seqs.
+"""Maintenance of a table partitioned by seq (`onceflow maintain`, the DAG's `maintain` task):
+an append table's or an upsert table's versions' one-batch partitions rolled up into
+partitions of a range of seqs.
 
-Each committed batch is one partition of the append table (sinks.postgres.append): a pipeline
+Each committed batch is one partition of the table (sinks.postgres.seq_partitions): a pipeline
 that runs every minute adds 1,440 a day, and PostgreSQL plans slower the more partitions a
 query cannot prune. The roll-up, in the caller's transaction, which holds the pipeline's
 commit lock (no commit or re-run of the pipeline interleaves), copies each run of
@@ -11,8 +12,8 @@ over their seqs, builds the table's indexes on it, drops them and attaches it in
 place. Readers see the same rows before and after; the detach and attach wait for the
 queries reading the table and hold new ones back until the transaction ends.
 
-A re-run of a batch inside a rolled-up range replaces its rows there (sinks.postgres.append:
-a copy, as re-runs are rare).
+A re-run of a batch inside a rolled-up range replaces its rows there
+(sinks.postgres.seq_partitions: a copy, as re-runs are rare).
 """
 
 from __future__ import annotations
@@ -48,14 +49,14 @@ class Rollup:
 
 
 def partitions(cur, sink, pipeline: str) -> list[Partition]:
-    """The append table's partitions by seq, with the rows of the committed batch a
+    """The partitioned table's partitions by seq, with the rows of the committed batch a
     one-batch partition holds (the ledger's count: nothing is scanned; 0 for a wider one,
     which is never rolled up again)."""
     cur.execute(
         "select c.relname, pg_get_expr(c.relpartbound, c.oid) from pg_inherits i"
         " join pg_class c on c.oid = i.inhrelid"
         " where i.inhparent = to_regclass(format('%%I.%%I', %s::text, %s::text))",
-        (sink.schema, sink.table),
+        (sink.schema, sink.partitioned_table),
     )
     bounds = cur.fetchall()
     cur.execute(
@@ -103,7 +104,7 @@ def roll_up(
     limit: int | None = None,
     dry_run: bool = False,
 ) -> Rollup:
-    """Roll up the append table's one-batch partitions (the module says how); `keep` and
+    """Roll up the partitioned table's one-batch partitions (the module says how); `keep` and
     `limit` default to KEEP_NEWEST and ROLLUP_ROWS."""
     parts = partitions(cur, sink, pipeline)
     todo = runs(
@@ -111,7 +112,7 @@ def roll_up(
     )
     merged = sum(len(r) for r in todo)
     if not dry_run:
-        columns = ids(n for n, _, _ in sink._table_columns(cur, sink.table))
+        columns = ids(n for n, _, _ in sink._table_columns(cur, sink.partitioned_table))
         for run in todo:
             _roll_up_run(cur, sink, run, columns)
     return Rollup(len(parts), len(parts) - merged + len(todo), merged, len(todo))
@@ -119,8 +120,9 @@ def roll_up(
 
 def _roll_up_run(cur, sink, run: list[Partition], columns: sql.Composable) -> None:
     low, high = run[0].low, run[-1].high
-    name = sink.part_name(f"s{low}_to_{high - 1}", f"of seqs {low} to {high - 1}")
-    table, new = sink._t(sink.table), sink._t(name)
+    prefix = sink._part_prefix
+    name = sink.part_name(f"{prefix}{low}_to_{high - 1}", f"of seqs {low} to {high - 1}")
+    table, new = sink._t(sink.partitioned_table), sink._t(name)
     cur.execute(
         sql.SQL(
             "create table {new} (like {table} including defaults, check (seq >= %s and seq < %s))"

@@ -13,8 +13,9 @@ how they are created; and what every mode does with the stage.
   one partition, the attempt's own table that process filled and commit attached
   (sinks.postgres.append).
 - upsert: `T_versions`, every published version, primary key (key..., seq, topic,
-  partition, offset) and one per source record (topic, partition, epoch, offset); `T`, each
-  key's current row (sinks.postgres.upsert).
+  partition, offset) and one per source record (topic, partition, epoch, offset, seq);
+  partitioned by seq like append's T, each committed txid's versions one partition that
+  process filled and commit attached; `T`, each key's current row (sinks.postgres.upsert).
 - merge: `T_partials`, each txid's partial aggregates per key, primary key (txid, key...);
   `T`, the state (key..., aggregates..., last_seq), the fold of the partials
   (sinks.postgres.merge).
@@ -93,6 +94,29 @@ class PostgresTables(Sink):
         """Whether commit publishes by attaching the attempt's own table as a partition of the
         published table (an append sink: sinks.postgres.append)."""
         return self.cfg.mode == "append" and self._publishes_tables
+
+    @property
+    def partitioned_table(self) -> str | None:
+        """The published table partitioned by seq, whose partitions process fills and commit
+        attaches: append's T (sinks.postgres.append), upsert's T_versions
+        (sinks.postgres.upsert); None for merge."""
+        if not self._publishes_tables:
+            return None
+        return {"append": self.table, "upsert": self.versions_table}.get(self.cfg.mode)
+
+    def published_part(self, seq: int, attempt: int) -> str:
+        """The table process fills with an attempt's rows of the partitioned table, which
+        commit attaches as the seq's partition: append's attempt table, upsert's versions."""
+        if self.cfg.mode == "upsert":
+            return self.part_name(
+                f"v{seq}_a{attempt}", f"of the versions of seq {seq} attempt {attempt}"
+            )
+        return self.sealed_table(seq, attempt)
+
+    @property
+    def _part_prefix(self) -> str:
+        """How the names of the partitioned table's partitions begin, after `<table>__`."""
+        return "v" if self.cfg.mode == "upsert" else "s"
 
     @property
     def _publishes_tables(self) -> bool:
@@ -237,7 +261,7 @@ class PostgresTables(Sink):
         if self.aggregating:  # only dead letters carry coordinates
             nullable |= set(COORDINATES)
         body = defs(columns, not_null=[c.name for c in columns if c.name not in nullable])
-        attached = self._attaches and name == self.table
+        attached = name == self.partitioned_table
         if not stage and not attached:
             # an attached partition's rows were written by process: no time of publishing
             body = sql.SQL("{}, published_at timestamptz not null default now()").format(body)
@@ -252,15 +276,20 @@ class PostgresTables(Sink):
             )
         )
         if name == self.versions_table:
-            # unpublish, the audit and re-runs find a txid's records by it (the partials'
-            # primary key starts with txid; an append table's partitions are by seq)
-            cur.execute(sql.SQL("create index on {} (txid)").format(self._t(name)))
-            # one version per source record: no record is published twice
-            cur.execute(
-                sql.SQL('create unique index on {} (topic, partition, epoch, "offset")').format(
-                    self._t(name)
-                )
+            self.create_versions_indexes(cur, name)
+
+    def create_versions_indexes(self, cur, name: str) -> None:
+        """A versions table's indexes besides its primary key."""
+        # unpublish, the audit and re-runs find a txid's records by it (the partials'
+        # primary key starts with txid; an append table's partitions are by seq)
+        cur.execute(sql.SQL("create index on {} (txid)").format(self._t(name)))
+        # one version per source record within a txid's partition; across txids the ranges
+        # keep it, and the audit checks it (duplicated_coordinates)
+        cur.execute(
+            sql.SQL('create unique index on {} (topic, partition, epoch, "offset", seq)').format(
+                self._t(name)
             )
+        )
 
     # -- what every mode does with the stage ----------------------------------------------
 
@@ -298,10 +327,11 @@ class PostgresTables(Sink):
             )
         return name
 
-    def _sealed_pattern(self, seq: int) -> str:
-        """A LIKE pattern of the sealed tables of every attempt of `seq`."""
+    def _sealed_pattern(self, seq: int, prefix: str = "s") -> str:
+        """A LIKE pattern of the sealed tables of every attempt of `seq` (`prefix` "v":
+        upsert's versions of each attempt)."""
         escaped = self.table.replace("\\", "\\\\").replace("_", "\\_").replace("%", "\\%")
-        return f"{escaped}\\_\\_s{seq}\\_a%"
+        return f"{escaped}\\_\\_{prefix}{seq}\\_a%"
 
     def _exists(self, cur, name: str | None) -> bool:
         if name is None:
@@ -312,38 +342,40 @@ class PostgresTables(Sink):
         )
         return cur.fetchone()[0]
 
-    def _sealed_tables(self, cur, seq: int, attached: bool) -> list[str]:
-        """The sealed tables of every attempt of `seq`: the ones attached as a partition (an
-        append table's published output), or the others."""
+    def _sealed_tables(self, cur, seq: int, attached: bool, prefix: str = "s") -> list[str]:
+        """The sealed tables of every attempt of `seq`: the ones attached as a partition (the
+        published output), or the others."""
         cur.execute(
             "select c.relname from pg_class c join pg_namespace n on n.oid = c.relnamespace"
             " where n.nspname = %s and c.relkind = 'r' and c.relispartition = %s"
             " and c.relname like %s",
-            (self.schema, attached, self._sealed_pattern(seq)),
+            (self.schema, attached, self._sealed_pattern(seq, prefix)),
         )
         return [name for (name,) in cur.fetchall()]
 
     def _drop_sealed(self, cur, t: PublishTarget) -> None:
         """Drop the sealed tables of the txid's attempts up to t.attempt that are no partition
-        (an attached attempt table is the published output)."""
-        for name in self._sealed_tables(cur, t.seq, attached=False):
-            if int(name.rsplit("_a", 1)[1]) <= t.attempt:
-                cur.execute(sql.SQL("drop table {}").format(self._t(name)))
+        (an attached one is the published output)."""
+        for prefix in ("s", "v") if self.cfg.mode == "upsert" else ("s",):
+            for name in self._sealed_tables(cur, t.seq, attached=False, prefix=prefix):
+                if int(name.rsplit("_a", 1)[1]) <= t.attempt:
+                    cur.execute(sql.SQL("drop table {}").format(self._t(name)))
 
     def check_layout(self, cur) -> None:
-        """Refuse an append table of an earlier version (not partitioned by seq:
-        sinks.postgres.append), naming the command that migrates it."""
-        if not self._attaches:
+        """Refuse an append or versions table of an earlier version (not partitioned by seq:
+        sinks.postgres.append, sinks.postgres.upsert), naming the command that migrates it."""
+        name = self.partitioned_table
+        if name is None:
             return
         cur.execute(
             "select relkind from pg_class where oid = to_regclass(format('%%I.%%I', %s::text,"
             " %s::text))",
-            (self.schema, self.table),
+            (self.schema, name),
         )
         row = cur.fetchone()
         if row is not None and row[0] != "p":
             raise SinkLayoutError(
-                f"sink table {self.schema}.{self.table} is an append table of an earlier "
+                f"sink table {self.schema}.{name} is an {self.cfg.mode} table of an earlier "
                 "Onceflow version (not partitioned by seq); migrate it first: `onceflow "
                 "migrate --sinks` (every pipeline's) or `onceflow migrate --sinks --pipeline "
                 "NAME`. Nothing was staged or published."

@@ -3,50 +3,46 @@
 `T_versions` keeps every published version; `T` holds each key's current row, derived from
 the versions: the version with the highest (seq, partition, offset, topic) wins, and if it
 is a tombstone the key has no row. publish adds the attempt's versions and re-derives the
-keys it touches; unpublish deletes the txid's versions and re-derives those keys. So a
+keys it touches; unpublish removes the txid's versions and re-derives those keys. So a
 replay or a re-run of an older txid can never overwrite a newer value: the newer version is
 still there and still wins. The audit's own truth: each key's row is the last committed
-record for it.
+record for it, and no record is published twice.
+
+What commit costs is what the touched keys cost, not the batch: process seals, once every
+part is staged, the attempt's versions into a table of their own (`<table>__v<seq>_a<n>`,
+the versions table's indexes built on it), which commit attaches as the seq's partition of
+`T_versions` (sinks.postgres.seq_partitions), and the txid's newest version of each key it
+touches (`<table>__s<seq>_a<n>`), from which a first commit takes the current rows.
 """
 
 from __future__ import annotations
 
+from psycopg2 import errors as pg_errors
 from psycopg2 import sql
 
+from onceflow.errors import TransformError
 from onceflow.sinks.base import PublishTarget
 from onceflow.sinks.postgres.columns import ids, more, prefixed
-from onceflow.sinks.postgres.tables import PostgresTables
+from onceflow.sinks.postgres.seq_partitions import SeqPartitions
 from onceflow.states import BatchState
 
 
-class UpsertMode(PostgresTables):
+class UpsertMode(SeqPartitions):
     """Publishing, un-publishing and auditing an upsert sink (PostgresSink dispatches by
     mode)."""
 
     def _publish_upsert(self, cur, t: PublishTarget) -> int:
-        key = list(self.cfg.key)
-        values = [c.name for c in self._value_columns()]
-        cur.execute(
-            sql.SQL(
-                'insert into {versions} ({key}, seq, topic, partition, epoch, "offset", txid,'
-                " tombstone{values}) {q}"
-            ).format(
-                versions=self._t(self.versions_table),
-                key=ids(key),
-                values=more(values),
-                q=self._staged_valid(
-                    sql.SQL(
-                        '{key}, %s, s.topic, s.partition, r.epoch, s."offset", s.txid,'
-                        " coalesce(s.tombstone, false){values}"
-                    ).format(
-                        key=prefixed("s", key),
-                        values=more(values, "s"),
-                    )
-                ),
-            ),
-            (t.seq, t.pipeline, t.txid, t.attempt),
-        )
-        published = cur.rowcount
+        self.check_layout(cur)
+        part = self.published_part(t.seq, t.attempt)
+        if not self._exists(cur, part):
+            cur.execute(
+                sql.SQL("select exists ({})").format(self._staged_valid(sql.SQL("1"))),
+                (t.pipeline, t.txid, t.attempt),
+            )
+            if not cur.fetchone()[0]:
+                return 0  # an empty batch: no stage job ran, nothing to attach
+            self._seal_versions(cur, t)  # staged by an earlier version: sealed here instead
+        published = self.attach_part(cur, t, part)
         sealed = self.sealed_table(t.seq, t.attempt)
         if not t.replacing and self._exists(cur, sealed):
             self._apply_newest(cur, sealed)
@@ -54,7 +50,7 @@ class UpsertMode(PostgresTables):
             self._rederive(
                 cur,
                 sql.SQL("select {} from {} where txid = %s").format(
-                    ids(key), self._t(self.versions_table)
+                    ids(self.cfg.key), self._t(self.versions_table)
                 ),
                 (t.txid,),
             )
@@ -66,8 +62,10 @@ class UpsertMode(PostgresTables):
         return [*key, *values, "seq", "topic", "partition", "epoch", "offset", "txid"]
 
     def _seal_upsert(self, cur, t: PublishTarget) -> None:
-        """process: the txid's newest version of each key it touches (a tombstone too), so
-        that a first commit derives the current rows from one row per key."""
+        """process: the attempt's versions in a table of their own, which commit attaches
+        (_seal_versions), and the txid's newest version of each key it touches (a tombstone
+        too), so that a first commit derives the current rows from one row per key."""
+        self._seal_versions(cur, t)
         key = list(self.cfg.key)
         values = [c.name for c in self._value_columns()]
         name = self._t(self.sealed_table(t.seq, t.attempt))
@@ -89,6 +87,48 @@ class UpsertMode(PostgresTables):
             (t.seq, t.pipeline, t.txid, t.attempt),
         )
 
+    def _seal_versions(self, cur, t: PublishTarget) -> None:
+        """The attempt's valid staged rows as versions, in the table commit attaches to
+        T_versions as the seq's partition, with T_versions' indexes built on it; two rows of
+        one source record are refused here, naming it."""
+        self.check_layout(cur)
+        key = list(self.cfg.key)
+        values = [c.name for c in self._value_columns()]
+        part = self.published_part(t.seq, t.attempt)
+        cur.execute(sql.SQL("drop table if exists {}").format(self._t(part)))
+        cur.execute(
+            sql.SQL(
+                "create table {part} (like {versions} including defaults,"
+                " check (seq >= %s and seq < %s))"
+            ).format(part=self._t(part), versions=self._t(self.versions_table)),
+            (t.seq, t.seq + 1),
+        )
+        cur.execute(
+            sql.SQL(
+                'insert into {part} ({key}, seq, topic, partition, epoch, "offset", txid,'
+                " tombstone{values}) {q}"
+            ).format(
+                part=self._t(part),
+                key=ids(key),
+                values=more(values),
+                q=self._staged_valid(
+                    sql.SQL(
+                        '{key}, %s, s.topic, s.partition, r.epoch, s."offset", s.txid,'
+                        " coalesce(s.tombstone, false){values}"
+                    ).format(key=prefixed("s", key), values=more(values, "s"))
+                ),
+            ),
+            (t.seq, t.pipeline, t.txid, t.attempt),
+        )
+        try:
+            self.build_indexes(cur, part)
+        except pg_errors.UniqueViolation as e:
+            raise TransformError(
+                f"transform output of txid {t.txid!r} (pipeline {t.pipeline!r}, attempt "
+                f"{t.attempt}) holds two rows of one source record ({e.diag.message_detail}): "
+                "a record-wise transform keeps one row per record. Nothing was marked staged."
+            ) from None
+
     def _apply_newest(self, cur, sealed: str) -> None:
         """A first commit of the newest seq: each touched key's current row is the txid's
         newest version of it (no committed version is newer), none for a tombstone."""
@@ -108,16 +148,14 @@ class UpsertMode(PostgresTables):
         cur.execute(sql.SQL("drop table {}").format(self._t(sealed)))
 
     def _unpublish_upsert(self, cur, t: PublishTarget) -> None:
+        self.check_layout(cur)
         key = ids(self.cfg.key)
         self._touch(
             cur,
             sql.SQL("select {} from {} where txid = %s").format(key, self._t(self.versions_table)),
             (t.txid,),
         )
-        cur.execute(
-            sql.SQL("delete from {} where txid = %s").format(self._t(self.versions_table)),
-            (t.txid,),
-        )
+        self.detach_seq(cur, t)
         self._rederive_touched(cur)
 
     def _rederive(self, cur, keys: sql.Composable, params: tuple) -> None:
@@ -184,4 +222,9 @@ class UpsertMode(PostgresTables):
                 f"{self.schema}.{self.table} key {tuple(k)}: the current row (seq {current_seq}) "
                 f"is not the last committed record for it (seq {expected_seq}; None: no row)"
             )
+        out += [
+            f"table {self.schema}.{self.versions_table}: record {topic}[{partition}]@{offset} "
+            f"(epoch {epoch}) is a version {n} times"
+            for topic, partition, epoch, offset, n in self.duplicated_coordinates(cur, limit)
+        ]
         return out
