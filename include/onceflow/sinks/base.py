@@ -96,6 +96,14 @@ class Sink(ABC):
         self.schema = schema
         self.table = table
 
+    def lock_tables(self, cur) -> None:
+        """The sink's table lock, until the transaction ends: process runs binding the
+        tables to their output, and a migration of them, go one at a time."""
+        cur.execute(
+            "select pg_advisory_xact_lock(hashtextextended('onceflow.sink:' || %s, 0))",
+            (f"{self.schema}.{self.table}",),
+        )
+
     def refuse_rerun(self, pipeline: str, txid: str, seq: int) -> None:
         """Raise RerunRefusedError if this sink cannot replace the committed txid's output
         (plan refuses the re-run before anything is processed, commit before anything is

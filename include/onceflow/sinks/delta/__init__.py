@@ -87,10 +87,7 @@ class DeltaSink(LakeSink):
         from deltalake import DeltaTable
 
         shape = table_layout(f"Delta table {self.name}", self.cfg, fields)
-        cur.execute(
-            "select pg_advisory_xact_lock(hashtextextended('onceflow.sink:' || %s, 0))",
-            (f"{self.schema}.{self.table}",),
-        )
+        self.lock_tables(cur)
         self.ensure(cur)
         try:
             table = self.open_table(cur)

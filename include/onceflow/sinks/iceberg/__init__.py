@@ -90,10 +90,7 @@ class IcebergSink(LakeSink):
 
         shape = table_layout(f"Iceberg table {self.name}", self.cfg, fields)
         users = ",".join(shape.users)
-        cur.execute(
-            "select pg_advisory_xact_lock(hashtextextended('onceflow.sink:' || %s, 0))",
-            (f"{self.schema}.{self.table}",),
-        )
+        self.lock_tables(cur)
         self.ensure(cur)
         with open_catalog(cur, self.warehouse, self.storage.iceberg_properties()) as catalog:
             try:

@@ -11,10 +11,8 @@ from the stage table.
 
 from __future__ import annotations
 
-from psycopg2 import errors as pg_errors
 from psycopg2 import sql
 
-from onceflow.errors import TransformError
 from onceflow.sinks.base import PublishTarget, StagedCounts
 from onceflow.sinks.postgres.seq_partitions import SeqPartitions
 
@@ -54,14 +52,7 @@ class AppendMode(SeqPartitions):
         name = self.attempt_table(t.seq, t.attempt)
         if name is None or not self._exists(cur, name):
             return
-        try:
-            self.build_indexes(cur, name)
-        except pg_errors.UniqueViolation as e:
-            raise TransformError(
-                f"transform output of txid {t.txid!r} (pipeline {t.pipeline!r}, attempt "
-                f"{t.attempt}) holds two rows of one source record ({e.diag.message_detail}): "
-                "a record-wise transform keeps one row per record. Nothing was marked staged."
-            ) from None
+        self.seal_part(cur, t, name)
 
     # -- the stage of one attempt ----------------------------------------------------------
 

@@ -56,17 +56,8 @@ def migrate_append(cur, pipeline: str, sink: PostgresSink) -> AppendMigration | 
     if sink.cfg.mode != "append" or sink.aggregating:
         return None
     lock_commits(cur, pipeline)
-    cur.execute(
-        "select pg_advisory_xact_lock(hashtextextended('onceflow.sink:' || %s, 0))",
-        (f"{sink.schema}.{sink.table}",),
-    )
-    cur.execute(
-        "select relkind from pg_class where oid = to_regclass(format('%%I.%%I', %s::text,"
-        " %s::text))",
-        (sink.schema, sink.table),
-    )
-    row = cur.fetchone()
-    if row is None or row[0] == "p" or sink._stored_columns(cur) is None:
+    sink.lock_tables(cur)
+    if sink.relkind(cur, sink.table) in (None, "p") or sink._stored_columns(cur) is None:
         return None
     table, legacy = sink._t(sink.table), sink._t(f"{sink.table}__legacy")
     cur.execute(sql.SQL("lock table {} in access exclusive mode").format(table))

@@ -54,10 +54,7 @@ class OutputBinding(PostgresTables):
         bound = type(self)(
             self.schema, self.cfg, output_columns(fields, self.aggregating), self.aggregating
         )
-        cur.execute(
-            "select pg_advisory_xact_lock(hashtextextended('onceflow.sink:' || %s, 0))",
-            (f"{self.schema}.{self.table}",),
-        )
+        self.lock_tables(cur)
         cur.execute(sql.SQL("create schema if not exists {}").format(sql.Identifier(self.schema)))
         bound.check_layout(cur)
         fits = []

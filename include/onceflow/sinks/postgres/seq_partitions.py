@@ -31,6 +31,7 @@ import re
 from psycopg2 import errors as pg_errors
 from psycopg2 import sql
 
+from onceflow.errors import TransformError
 from onceflow.sinks.base import PublishTarget
 from onceflow.sinks.postgres.tables import PostgresTables
 
@@ -39,6 +40,19 @@ _INDEX = re.compile(r"^CREATE (UNIQUE )?INDEX \S+ ON ONLY \S+ (USING \S+ \((.*)\
 
 class SeqPartitions(PostgresTables):
     """Attaching, detaching and indexing the partitions of the sink's partitioned table."""
+
+    def seal_part(self, cur, t: PublishTarget, name: str) -> None:
+        """process, once every part is staged: build the partitioned table's indexes on the
+        attempt's table `name`, so that attaching it builds none; a row the transform output
+        twice for one record fails a unique index here, in process, with the record named."""
+        try:
+            self.build_indexes(cur, name)
+        except pg_errors.UniqueViolation as e:
+            raise TransformError(
+                f"transform output of txid {t.txid!r} (pipeline {t.pipeline!r}, attempt "
+                f"{t.attempt}) holds two rows of one source record ({e.diag.message_detail}): "
+                "a record-wise transform keeps one row per record. Nothing was marked staged."
+            ) from None
 
     def build_indexes(self, cur, name: str, parent: str | None = None) -> None:
         """Build on table `name` every index of the partitioned table `parent` (default: the

@@ -333,6 +333,16 @@ class PostgresTables(Sink):
         escaped = self.table.replace("\\", "\\\\").replace("_", "\\_").replace("%", "\\%")
         return f"{escaped}\\_\\_{prefix}{seq}\\_a%"
 
+    def relkind(self, cur, name: str) -> str | None:
+        """pg_class.relkind of the table `name` (p: partitioned), None if there is none."""
+        cur.execute(
+            "select relkind from pg_class where oid = to_regclass(format('%%I.%%I', %s::text,"
+            " %s::text))",
+            (self.schema, name),
+        )
+        row = cur.fetchone()
+        return row[0] if row else None
+
     def _exists(self, cur, name: str | None) -> bool:
         if name is None:
             return False
@@ -367,13 +377,7 @@ class PostgresTables(Sink):
         name = self.partitioned_table
         if name is None:
             return
-        cur.execute(
-            "select relkind from pg_class where oid = to_regclass(format('%%I.%%I', %s::text,"
-            " %s::text))",
-            (self.schema, name),
-        )
-        row = cur.fetchone()
-        if row is not None and row[0] != "p":
+        if self.relkind(cur, name) not in (None, "p"):
             raise SinkLayoutError(
                 f"sink table {self.schema}.{name} is an {self.cfg.mode} table of an earlier "
                 "Onceflow version (not partitioned by seq); migrate it first: `onceflow "

@@ -17,10 +17,8 @@ touches (`<table>__s<seq>_a<n>`), from which a first commit takes the current ro
 
 from __future__ import annotations
 
-from psycopg2 import errors as pg_errors
 from psycopg2 import sql
 
-from onceflow.errors import TransformError
 from onceflow.sinks.base import PublishTarget
 from onceflow.sinks.postgres.columns import ids, more, prefixed
 from onceflow.sinks.postgres.seq_partitions import SeqPartitions
@@ -65,32 +63,19 @@ class UpsertMode(SeqPartitions):
         """process: the attempt's versions in a table of their own, which commit attaches
         (_seal_versions), and the txid's newest version of each key it touches (a tombstone
         too), so that a first commit derives the current rows from one row per key."""
-        self._seal_versions(cur, t)
-        key = list(self.cfg.key)
-        values = [c.name for c in self._value_columns()]
+        part = self._seal_versions(cur, t)
         name = self._t(self.sealed_table(t.seq, t.attempt))
         cur.execute(sql.SQL("drop table if exists {}").format(name))
         cur.execute(
             sql.SQL(
-                "create table {name} as select distinct on ({key}) * from ({q}) v"
+                "create table {name} as select distinct on ({key}) * from {part}"
                 ' order by {key}, partition desc, "offset" desc, topic desc'
-            ).format(
-                name=name,
-                key=ids(key),
-                q=self._staged_valid(
-                    sql.SQL(
-                        "{key}{values}, %s::bigint as seq, s.topic, s.partition, r.epoch,"
-                        ' s."offset", s.txid, coalesce(s.tombstone, false) as tombstone'
-                    ).format(key=prefixed("s", key), values=more(values, "s"))
-                ),
-            ),
-            (t.seq, t.pipeline, t.txid, t.attempt),
+            ).format(name=name, key=ids(self.cfg.key), part=self._t(part))
         )
 
-    def _seal_versions(self, cur, t: PublishTarget) -> None:
+    def _seal_versions(self, cur, t: PublishTarget) -> str:
         """The attempt's valid staged rows as versions, in the table commit attaches to
-        T_versions as the seq's partition, with T_versions' indexes built on it; two rows of
-        one source record are refused here, naming it."""
+        T_versions as the seq's partition, sealed (seal_part); its name."""
         self.check_layout(cur)
         key = list(self.cfg.key)
         values = [c.name for c in self._value_columns()]
@@ -120,14 +105,8 @@ class UpsertMode(SeqPartitions):
             ),
             (t.seq, t.pipeline, t.txid, t.attempt),
         )
-        try:
-            self.build_indexes(cur, part)
-        except pg_errors.UniqueViolation as e:
-            raise TransformError(
-                f"transform output of txid {t.txid!r} (pipeline {t.pipeline!r}, attempt "
-                f"{t.attempt}) holds two rows of one source record ({e.diag.message_detail}): "
-                "a record-wise transform keeps one row per record. Nothing was marked staged."
-            ) from None
+        self.seal_part(cur, t, part)
+        return part
 
     def _apply_newest(self, cur, sealed: str) -> None:
         """A first commit of the newest seq: each touched key's current row is the txid's

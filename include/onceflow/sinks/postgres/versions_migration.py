@@ -48,17 +48,8 @@ def migrate_versions(cur, pipeline: str, sink: PostgresSink) -> VersionsMigratio
     if sink.cfg.mode != "upsert":
         return None
     lock_commits(cur, pipeline)
-    cur.execute(
-        "select pg_advisory_xact_lock(hashtextextended('onceflow.sink:' || %s, 0))",
-        (f"{sink.schema}.{sink.table}",),
-    )
-    cur.execute(
-        "select relkind from pg_class where oid = to_regclass(format('%%I.%%I', %s::text,"
-        " %s::text))",
-        (sink.schema, sink.versions_table),
-    )
-    row = cur.fetchone()
-    if row is None or row[0] == "p" or sink._stored_columns(cur) is None:
+    sink.lock_tables(cur)
+    if sink.relkind(cur, sink.versions_table) in (None, "p") or sink._stored_columns(cur) is None:
         return None
     legacy_name = sink.part_name("vlegacy", "holding the versions of an earlier version")
     versions, legacy = sink._t(sink.versions_table), sink._t(legacy_name)
