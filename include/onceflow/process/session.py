@@ -67,7 +67,7 @@ class SubmittedSpark:
     """The session of the driver that spark-submit started (process_mode = "spark-submit").
 
     It is not stopped: the driver ends with the attempt, and the JVM's shutdown hook stops
-    the context. pyspark's own stop() spent 0.9 s of a small batch's 12 s waiting for its
+    the context. pyspark's own stop() spent 0.9 s of every small batch waiting for its
     accumulator server to shut down (the JVM's part of it: 0.07 s; measured here)."""
 
     @contextmanager

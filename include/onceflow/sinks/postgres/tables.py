@@ -253,7 +253,8 @@ class PostgresTables(Sink):
     def _create(self, cur, name: str, columns: tuple[Column, ...], pk: tuple[str, ...]) -> None:
         """Create one table of the sink; the stage table UNLOGGED (transient: commit's count
         check catches rows a crash loses), the published ones with the time of publishing,
-        except an append table: partitioned by seq, its rows written by process."""
+        except the partitioned table (append's T, upsert's T_versions): partitioned by seq,
+        its rows written by process."""
         stage = name == self.stage_table
         nullable = {"error", "key", "value", "tombstone", "row_hash", RECORDS} | {
             c.name for c in self._columns
