@@ -10,7 +10,11 @@ PostgreSQL role whose password is SECRET) and the Kafka cluster's, reached over 
 (stunnel in front of tansu, onceflow_dev.tls_peer) with a client key locked by KEY_SECRET.
 A PostgreSQL upsert pipeline and a Kafka-sink pipeline run through plan, process and commit
 (and, where ONCEFLOW_KAFKA_DIST gives an Apache Kafka, a third pipeline reads it over SASL
-SCRAM through its own `kafka_conn_id`: tansu logs no SASL user in);
+SCRAM through its own `kafka_conn_id`: tansu logs no SASL user in); a PostgreSQL upsert
+pipeline in process_mode = "connect" runs its attempts in the Celery worker itself, its jobs
+in a session of a Spark Connect server that asks for a token (CONNECT_TOKEN, the password of
+the spark_connect_default connection; the server's Python workers have onceflow, as a
+cluster's would);
 `onceflow audit --reread` (reading the same connections) says exactly-once. Then the
 secrets are searched for, and found nowhere: task and component logs, Spark's event logs
 (what Spark's environment page shows comes from them), every table of the ledger's and of
@@ -45,12 +49,14 @@ SECRET = "ledger-Pw-7f3c9a"  # the ledger role's password, in the onceflow_ledge
 KEY_SECRET = "client-key-Pw-51d2"  # unlocks the Kafka client key, in onceflow_kafka
 META_PASSWORD = "airflow-meta-pw"  # Airflow's own database
 SASL_SECRET = "scram-Pw-90be"  # the SCRAM user's password, in sasl_kafka (Apache Kafka only)
+CONNECT_TOKEN = "connect-token-Pw-3a8e"  # the Spark Connect server's, in spark_connect_default
 TOPIC, OUT_TOPIC, SASL_TOPIC = "inst_stock", "inst_stock_out", "inst_sasl"
 SASL = dist_from_env() is not None
 # pipeline -> the Kafka connection its audit reads
 PIPELINES = {
     "inst_stock": "onceflow_kafka",
     "inst_out": "onceflow_kafka",
+    "inst_connect": "onceflow_kafka",
     **({"inst_sasl": "sasl_kafka"} if SASL else {}),
 }
 DAGS = tuple(f"onceflow_{p}" for p in PIPELINES)
@@ -85,6 +91,17 @@ commit_poke_interval = 1
 {spark}
 
 [pipelines.inst_stock.sink]
+table = "stock"
+mode = "upsert"
+key = ["sku"]
+
+[pipelines.inst_connect]
+topics = ["{TOPIC}"]
+transform = "acme_flows.stock:transform"
+process_mode = "connect"
+commit_poke_interval = 1
+
+[pipelines.inst_connect.sink]
 table = "stock"
 mode = "upsert"
 key = ["sku"]
@@ -186,7 +203,7 @@ def _build_and_install(work: Path) -> tuple[Path, Path]:
 def installed(stack):
     """Everything of the module docstring, up and running; stopped by PID at the end."""
     import psycopg2
-    from onceflow_dev.stack import private_broker
+    from onceflow_dev.stack import private_broker, private_connect
 
     # /tmp, not the checkout: nothing there may be found by accident (0755: the embedded
     # PostgreSQL's own user reads nothing here, but other tools may walk it)
@@ -219,6 +236,9 @@ def installed(stack):
     broker_cm.__enter__()
     tls_cm = tls_peer.stunnel(work / "pki", tls_port, plain_port, pki, mutual=True)
     tls_cm.__enter__()
+    connect_port = free_port()  # its log in the work folder: searched for the token too
+    connect_cm = private_connect(connect_port, work / "spark-connect.log", token=CONNECT_TOKEN)
+    connect_cm.__enter__()
     inst.spawn("redis", ["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1",
                          "--save", "", "--appendonly", "no"], dict(os.environ), work)  # fmt: skip
     kafka_extra = {
@@ -310,6 +330,9 @@ def installed(stack):
                                 "login": "inst_flow", "password": SECRET, "schema": "inst_ledger"},
             "onceflow_kafka": {"conn_type": "kafka", "extra": json.dumps(kafka_extra)},
             "spark_default": {"conn_type": "spark", "host": "local[2]"},
+            # "localhost": pyspark's client sends a token without TLS to a local server only
+            "spark_connect_default": {"conn_type": "spark_connect", "host": "localhost",
+                                      "port": connect_port, "password": CONNECT_TOKEN},
         }  # fmt: skip
         if SASL:
             conns["sasl_kafka"] = {"conn_type": "kafka", "extra": json.dumps(inst.sasl_extra)}
@@ -359,6 +382,7 @@ def installed(stack):
         inst.stop()
         if sasl_cm is not None:
             sasl_cm.__exit__(None, None, None)
+        connect_cm.__exit__(None, None, None)
         tls_cm.__exit__(None, None, None)
         broker_cm.__exit__(None, None, None)
         if os.environ.get("ONCEFLOW_KEEP_INSTALLED") != "1":
@@ -437,6 +461,11 @@ def test_the_installed_wheel_runs_pipelines_on_celery_with_every_secret_kept(ins
         report = json.loads(out)
         assert report["verdict"] == "exactly-once", report
     assert any("spark_app/process.py" in s for s in inst.ps_samples)  # it sampled a process job
+    logs = (inst.worker_home / "logs").rglob("*")
+    connect_logs = [
+        p.read_text() for p in logs if p.is_file() and "onceflow_inst_connect" in str(p)
+    ]
+    assert any("spark connect session" in text for text in connect_logs)  # the server's session
 
     hits = _secret_hits(inst)
     assert hits == [], hits
@@ -446,7 +475,7 @@ def _secret_hits(inst: Installed) -> list[str]:
     """Where SECRET, KEY_SECRET or SASL_SECRET shows: files, tables, pages, command lines."""
     import psycopg2
 
-    secrets = (SECRET, KEY_SECRET, *((SASL_SECRET,) if SASL else ()))
+    secrets = (SECRET, KEY_SECRET, CONNECT_TOKEN, *((SASL_SECRET,) if SASL else ()))
     hits: list[str] = []
     # task logs (the worker's), the components' logs and output, Spark's event logs
     for folder in (inst.worker_home / "logs", inst.home / "logs", inst.events, inst.work):

@@ -898,15 +898,19 @@ def connect_url(settings: Settings) -> str:
 
 
 @contextlib.contextmanager
-def private_connect(port: int, log: Path) -> Iterator[subprocess.Popen]:
+def private_connect(port: int, log: Path, token: str | None = None) -> Iterator[subprocess.Popen]:
     """A throwaway Spark Connect server on 127.0.0.1:`port` (tests, benchmarks); yields its
-    process (the JVM) once the port answers; stopped by PID at the end."""
+    process (the JVM) once the port answers; stopped by PID at the end. With `token`, a
+    client must present it (given in the server's environment, never on its command line)."""
+    env = connect_env()
+    if token is not None:
+        env["SPARK_CONNECT_AUTHENTICATE_TOKEN"] = token
     with open(log, "ab") as out:
         proc = subprocess.Popen(
             connect_argv(port),
             stdout=out,
             stderr=subprocess.STDOUT,
-            env=connect_env(),
+            env=env,
             cwd=log.parent,
         )
     try:
