@@ -120,7 +120,7 @@ def check_snapshots(dsn: str, warehouse: str, namespaces: list[str], valid: int)
     raises RuntimeError naming the table otherwise."""
     from onceflow.db import transaction
     from onceflow.sinks.iceberg.catalog import open_catalog
-    from onceflow.sinks.iceberg.snapshots import SUMMARY_PREFIX
+    from onceflow.sinks.lake.records import PREFIX
 
     ids = []
     with transaction(dsn) as cur, open_catalog(cur, warehouse) as catalog:
@@ -128,7 +128,7 @@ def check_snapshots(dsn: str, warehouse: str, namespaces: list[str], valid: int)
             table = catalog.load_table((ns, TABLE))
             snapshots = table.snapshots()
             facts = [
-                (s.summary.get(f"{SUMMARY_PREFIX}seq"), s.summary.get("added-records"))
+                (s.summary.get(f"{PREFIX}seq"), s.summary.get("added-records"))
                 for s in snapshots
             ]
             if facts != [("1", str(valid))]:

@@ -297,7 +297,7 @@ class Ledger:
         )
         cfg = get_pipeline(path, name)
         ends = {r.tp: r.until_offset for r in topic.ranges}
-        plan(self.dsn, cfg, "run-1", lambda: BrokerSnapshot(dict.fromkeys(ends, 0), ends))
+        plan(self.dsn, cfg, "run-1", lambda _at: BrokerSnapshot(dict.fromkeys(ends, 0), ends))
         return cfg, path
 
     def drop(self, cfg: Any) -> None:
