@@ -7,8 +7,9 @@ for each sink a fresh pipeline over the whole topic with the same transform
 (`inventory:transform`, record-wise, in the JVM) through spark-submit of
 onceflow/spark_app/process.py, then its commit through onceflow.commit, as `onceflow commit` does:
 
-  postgres  an append table in the bench's PostgreSQL: process COPYs into the stage table,
-            commit inserts it into the table with the offsets, in one transaction;
+  postgres  an append table in the bench's PostgreSQL: process COPYs into the attempt's
+            own table, commit attaches it as the seq's partition with the offsets, in one
+            transaction;
   iceberg   an Iceberg table whose catalog is in the same PostgreSQL and whose warehouse is
             in the bench's work folder: each Spark task writes its part as one Parquet file,
             commit publishes them in ONE snapshot, then the ledger transaction
@@ -24,11 +25,14 @@ import json
 import statistics
 from typing import Any
 
+from onceflow.sinks.lake.records import PREFIX
+
+SEQ_KEY = f"{PREFIX}seq"  # where a snapshot's summary holds its seq (sinks.lake.records)
 TRANSFORM = "inventory:transform"
 TABLE = "stock"
 SINKS = ("postgres", "iceberg")
 SINK_LABELS = {
-    "postgres": "PostgreSQL append table (commit: insert from the stage, one transaction)",
+    "postgres": "PostgreSQL append table (commit: attach the attempt's table, one transaction)",
     "iceberg": "Iceberg table (Parquet per part; commit: one snapshot, then the ledger)",
 }
 
@@ -120,17 +124,13 @@ def check_snapshots(dsn: str, warehouse: str, namespaces: list[str], valid: int)
     raises RuntimeError naming the table otherwise."""
     from onceflow.db import transaction
     from onceflow.sinks.iceberg.catalog import open_catalog
-    from onceflow.sinks.lake.records import PREFIX
 
     ids = []
     with transaction(dsn) as cur, open_catalog(cur, warehouse) as catalog:
         for ns in namespaces:
             table = catalog.load_table((ns, TABLE))
             snapshots = table.snapshots()
-            facts = [
-                (s.summary.get(f"{PREFIX}seq"), s.summary.get("added-records"))
-                for s in snapshots
-            ]
+            facts = [(s.summary.get(SEQ_KEY), s.summary.get("added-records")) for s in snapshots]
             if facts != [("1", str(valid))]:
                 raise RuntimeError(
                     f"lake bench: Iceberg table {ns}.{TABLE} has snapshots (seq, added-records) "
