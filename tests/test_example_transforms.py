@@ -353,3 +353,28 @@ def test_each_sample_kind_is_what_its_transform_makes_of_it(spark, name):
         assert all(r["order_id"] and r["value"] is None for r in out if r["error"] is None)
     else:  # aggregating: each record counted once, in an aggregate row or as a dead letter
         assert sum(r["records"] for r in out if r["error"] is None) + len(refused) == len(records)
+
+
+@pytest.mark.parametrize("name", ["orders", "inventory", "pageviews", "revenue"])
+def test_the_staged_row_hash_covers_every_staged_column_but_key_and_value(spark, pipelines, name):
+    """staged_output names the hash's columns itself (asking a Connect frame for them is a
+    round trip to the server): they must be the staged frame's own, in its order, key and
+    value left out, as the fast form's row hash takes them (onceflow.rowhash)."""
+    from onceflow.process.staged_output import staged_output
+    from onceflow.staging.checksum import HASH_COLUMN
+    from onceflow.transforms import load_module, load_transform
+    from pyspark.sql import functions as F
+
+    cfg = pipelines[name]
+    sample = load_module(cfg.transform).sample
+    rng = random.Random(7)
+    records = [sample(i, rng) for i in range(1000)]  # ~1% malformed: errors not all null
+    rows = [("t", 0, i, k, v, None) for i, (k, v) in enumerate(records)]
+    out = load_transform(cfg.transform)(spark.createDataFrame(rows, READER_SCHEMA))
+    staged = staged_output(out, cfg)
+    columns = [c for c in staged.columns if c not in ("key", "value", HASH_COLUMN)]
+    assert staged.columns[-1] == HASH_COLUMN
+    expected = staged.withColumn("expected", F.xxhash64(*columns))
+    differ = expected.where(F.col(HASH_COLUMN) != F.col("expected")).count()
+    assert expected.where(F.col("error").isNotNull()).count() > 0
+    assert differ == 0

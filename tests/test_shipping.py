@@ -106,3 +106,33 @@ def test_the_users_modules_the_transform_imported_are_shipped_with_it(jobs):
         assert files == [str(folder / f"{name}.py"), str(folder / f"{name}_helpers.py")]
     finally:
         sys.modules.pop(f"{name}_helpers", None)
+
+
+def test_a_module_reached_through_a_link_to_the_users_folder_is_shipped(jobs, tmp_path):
+    """A helper imported through a linked folder, or as a linked file, resolves into the
+    user's folder and goes with the transform; one linked from outside it does not."""
+    folder, name, out = jobs
+    (folder / f"{name}_helpers.py").write_text("def upper(s):\n    return s.upper()\n")
+    (folder / f"{name}.py").write_text(
+        f"import {name}_helpers, {name}_linked, {name}_outside\n\n"
+        "def transform(df):\n    return df\n"
+    )
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (linked / f"{name}_linked.py").symlink_to(folder / f"{name}_helpers.py")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / f"{name}_outside.py").write_text("X = 1\n")
+    (linked / f"{name}_outside.py").symlink_to(elsewhere / f"{name}_outside.py")
+    via = tmp_path / "via"
+    via.symlink_to(linked)
+    sys.path.insert(0, str(via))
+    try:
+        files = py_files(f"{name}:transform", "spark://h:7077", False, out)
+        assert files[0] == str(folder / f"{name}.py")
+        assert sorted(files[1:]) == sorted(
+            [str(folder / f"{name}_helpers.py"), str(via / f"{name}_linked.py")]
+        )
+    finally:
+        for m in ("_helpers", "_linked", "_outside"):
+            sys.modules.pop(f"{name}{m}", None)

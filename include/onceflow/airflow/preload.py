@@ -1,13 +1,21 @@
-"""An Airflow command with the Spark Connect client already imported:
+"""An Airflow command with what every Onceflow task imports already imported:
 
     python -m onceflow.airflow.preload scheduler      # instead of `airflow scheduler`
     python -m onceflow.airflow.preload celery worker  # instead of `airflow celery worker`
 
-Importing the client takes about 1.2 s (pyspark's Connect client imports pandas), most of a
-connect-mode small batch's process task (process_mode = "connect"). The LocalExecutor's
-workers are forked from the scheduler, and Celery's prefork pool from its worker, and each
-task process from those: started this way, every task process finds the client in memory.
-Nothing else changes; the embedded stack starts its scheduler so.
+The LocalExecutor's workers are forked from the scheduler, and Celery's prefork pool from its
+worker, and each task process from those: started this way, every task process finds in
+memory what it would otherwise import itself, each time:
+- pyspark's Spark Connect client (it imports pandas): about 1.2 s of a connect-mode process
+  task (process_mode = "connect");
+- Airflow's task runner and DAG bag and Onceflow's DAG factory with its tasks, sinks and
+  ledger, which the task process imports when it parses the DAG file: parsing it took
+  0.93-0.98 s in a task process forked from a scheduler without them, 0.24 s with them (an
+  idle 2-core machine), in every plan, process and commit task.
+The DAG file is still parsed in each task process (pipelines.toml is read afresh there); only
+modules are shared. They are the ones of the scheduler's start, so restart it after
+upgrading Onceflow, as for any package it imports. An Onceflow module that fails to import
+here is left to the task processes, which then report the error where the user looks.
 """
 
 from __future__ import annotations
@@ -15,12 +23,29 @@ from __future__ import annotations
 import importlib
 import sys
 
-PRELOADED = ("pandas", "pyspark.sql.connect.session", "pyspark.sql.functions")
+PRELOADED = (
+    "pandas",
+    "pyspark.sql.connect.session",
+    "pyspark.sql.functions",
+    "airflow.sdk.execution_time.task_runner",
+    "airflow.dag_processing.dagbag",
+)
+# Onceflow's own: a broken installation must not stop the scheduler
+PRELOADED_IF_IMPORTABLE = ("onceflow.airflow.dag_factory",)
+
+
+def preload() -> None:
+    for module in PRELOADED:
+        importlib.import_module(module)
+    for module in PRELOADED_IF_IMPORTABLE:
+        try:
+            importlib.import_module(module)
+        except Exception as e:  # noqa: BLE001 - any import error is the task's to report
+            print(f"onceflow preload: {module} not preloaded: {e!r}", file=sys.stderr)
 
 
 def main() -> None:
-    for module in PRELOADED:
-        importlib.import_module(module)
+    preload()
     from airflow.__main__ import main as airflow
 
     sys.argv = ["airflow", *sys.argv[1:]]

@@ -74,19 +74,23 @@ def staged_output(out: Any, cfg: Any) -> Any:
     for name, spark_type in (("topic", "string"), ("partition", "int"), ("offset", "bigint")):
         c = F.col(name).cast(spark_type) if name in columns else F.lit(None).cast(spark_type)
         coordinates.append((F.when(dead, c) if cfg.aggregating else c).alias(name))
-    records = (
+    counted = (
         [F.when(~dead, F.col(RECORDS).cast("bigint")).alias(RECORDS)] if cfg.aggregating else []
     )
+    users = user_columns(columns, cfg.aggregating)
     staged = out.select(
         *coordinates,
-        *user_columns(columns, cfg.aggregating),
+        *users,
         error.alias("error"),
         F.when(dead, key).alias("key"),
         F.when(dead, F.substring(value.cast("binary"), 1, DEAD_VALUE_BYTES)).alias("value"),
         tombstone.alias("tombstone"),
-        *records,
+        *counted,
     )
-    hashed = [c for c in staged.columns if c not in ("key", "value")]
+    # the select's names, known here: asking the frame for them costs a Spark Connect
+    # session a round trip to the server's analyzer
+    hashed = ["topic", "partition", "offset", *users, "error", "tombstone"]
+    hashed += [RECORDS] if counted else []
     return staged.withColumn(HASH_COLUMN, F.xxhash64(*hashed))
 
 
