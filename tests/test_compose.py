@@ -278,7 +278,12 @@ def test_airflow_components_and_executor(services):
     )
     commands = {name: services[name].get("command") for name in AIRFLOW_SERVICES}
     # the image's entrypoint runs a command that starts with python as it is
-    assert commands["airflow-scheduler"] == ["python", "-m", "onceflow.airflow.preload", "scheduler"]
+    assert commands["airflow-scheduler"] == [
+        "python",
+        "-m",
+        "onceflow.airflow.preload",
+        "scheduler",
+    ]
     assert commands["airflow-dag-processor"] == "dag-processor"
     assert commands["airflow-triggerer"] == "triggerer"
     init_script = ROOT / "docker" / "scripts" / "airflow-init.sh"
