@@ -1129,8 +1129,9 @@ def _airflow_argv(name: str, settings: Settings) -> list[str]:
     if name == "api-server":
         return [airflow, "api-server", "--host", "127.0.0.1", "--port", str(settings.airflow_port)]
     if name == "scheduler":
-        # its LocalExecutor forks the task processes: with the Spark Connect client already
-        # imported (onceflow.airflow.preload). Task logs are read from local files; the
+        # its LocalExecutor forks the task processes: with what every task imports (the DAG
+        # factory, Airflow's task runner, the Spark Connect client) already imported
+        # (onceflow.airflow.preload). Task logs are read from local files; the
         # log-serving side servers would bind fixed ports (8793/8794) on 0.0.0.0 and clash
         # with a second stack.
         return [sys.executable, "-m", "onceflow.airflow.preload", name, "--skip-serve-logs"]

@@ -15,7 +15,8 @@ memory what it would otherwise import itself, each time:
 The DAG file is still parsed in each task process (pipelines.toml is read afresh there); only
 modules are shared. They are the ones of the scheduler's start, so restart it after
 upgrading Onceflow, as for any package it imports. An Onceflow module that fails to import
-here is left to the task processes, which then report the error where the user looks.
+here (or an Airflow module that moved) is left to the task processes, which then report
+the error where the user looks.
 """
 
 from __future__ import annotations
@@ -23,15 +24,14 @@ from __future__ import annotations
 import importlib
 import sys
 
-PRELOADED = (
-    "pandas",
-    "pyspark.sql.connect.session",
-    "pyspark.sql.functions",
+PRELOADED = ("pandas", "pyspark.sql.connect.session", "pyspark.sql.functions")
+# Airflow's internal modules (their paths may move between versions) and Onceflow's own: one
+# that does not import must not stop the scheduler
+PRELOADED_IF_IMPORTABLE = (
     "airflow.sdk.execution_time.task_runner",
     "airflow.dag_processing.dagbag",
+    "onceflow.airflow.dag_factory",
 )
-# Onceflow's own: a broken installation must not stop the scheduler
-PRELOADED_IF_IMPORTABLE = ("onceflow.airflow.dag_factory",)
 
 
 def preload() -> None:
