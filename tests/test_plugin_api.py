@@ -162,6 +162,53 @@ def test_a_hanging_broker_makes_lag_unavailable_without_piling_up_calls(monkeypa
         release.set()
 
 
+@pytest.mark.integration  # a real PostgreSQL (private server), no other service
+def test_metrics_asks_its_pipelines_brokers_side_by_side(
+    ledger_dsn, tmp_path, unique_name, monkeypatch
+):
+    """A scrape waits on each pipeline's broker (up to BROKER_TIMEOUT) and ledger: one after
+    another, thirty pipelines outlasted a scraper's 30 s timeout. They are asked side by
+    side, and every pipeline is still in the answer."""
+    import threading
+    import time
+
+    from fastapi.testclient import TestClient
+    from onceflow.settings import Settings
+    from onceflow.ui import app as app_mod
+    from onceflow.ui import data
+    from onceflow.ui.app import create_app
+
+    lock, active, peak = threading.Lock(), [0], [0]
+
+    def slow_broker(*_args):
+        with lock:
+            active[0] += 1
+            peak[0] = max(peak[0], active[0])
+        time.sleep(0.4)
+        with lock:
+            active[0] -= 1
+        raise ConnectionRefusedError("connection refused")
+
+    monkeypatch.setattr(data.broker, "snapshot", slow_broker)
+    monkeypatch.setattr(data, "BROKER_CACHE_SECONDS", 0.0)
+    names = [f"{unique_name}_{i}" for i in range(4)]
+    pipelines = tmp_path / "pipelines.toml"
+    pipelines.write_text("".join(f'[pipelines.{n}]\ntopics = ["{n}"]\n{ORDERS}\n' for n in names))
+    settings = replace(
+        Settings.from_env(),
+        postgres_dsn=ledger_dsn,
+        kafka_bootstrap="127.0.0.1:1",
+        pipelines_file=pipelines,
+    )
+    app = create_app(settings=lambda: settings, can_read_dag=lambda _user, _dag: True)
+    app.dependency_overrides[app_mod.require_user] = lambda: object()
+    resp = TestClient(app, root_path="/onceflow").get("/metrics")
+    assert resp.status_code == 200
+    for n in names:
+        assert f'onceflow_broker_up{{pipeline="{n}"}} 0' in resp.text
+    assert peak[0] >= 2, "the pipelines' brokers were asked one after another"
+
+
 @pytest.fixture
 def seeded_client(ledger_dsn, tmp_path, unique_name, monkeypatch):
     """The app in process on a seeded ledger, a broker that is down, and a fake user who may
