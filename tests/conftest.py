@@ -42,6 +42,30 @@ def ledger_dsn(pg_dsn):
     return pg_dsn
 
 
+def ledger_view_client(ledger_dsn: str, pipelines: Path, can_read_dag=None):
+    """The Ledger view's app in process (FastAPI TestClient, mounted at /onceflow) on the
+    ledger `ledger_dsn` and the pipelines file `pipelines`, no broker (127.0.0.1:1, so lag is
+    unavailable), as a user let in without credentials who may read the DAGs `can_read_dag`
+    allows (every one by default)."""
+    from dataclasses import replace
+
+    from fastapi.testclient import TestClient
+    from onceflow.settings import Settings
+    from onceflow.ui import app as app_mod
+
+    settings = replace(
+        Settings.from_env(),
+        postgres_dsn=ledger_dsn,
+        kafka_bootstrap="127.0.0.1:1",
+        pipelines_file=pipelines,
+    )
+    app = app_mod.create_app(
+        settings=lambda: settings, can_read_dag=can_read_dag or (lambda _user, _dag_id: True)
+    )
+    app.dependency_overrides[app_mod.require_user] = lambda: object()
+    return TestClient(app, root_path="/onceflow")
+
+
 def free_port() -> int:
     """A port nothing listens on now: a module's own services never take a fixed port that
     another run may hold."""

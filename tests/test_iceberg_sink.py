@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import ledger_view_client
 from onceflow.audit import run_audit
 from onceflow.commit import commit
 from onceflow.db import transaction
@@ -160,13 +161,8 @@ def test_the_ledger_cli_and_ui_show_each_committed_txids_snapshot(
 ):
     import contextlib
     import io
-    from dataclasses import replace
 
-    from fastapi.testclient import TestClient
     from onceflow.cli.main import main
-    from onceflow.settings import Settings
-    from onceflow.ui import app as app_mod
-    from onceflow.ui.app import create_app
 
     plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
     plan(ledger_dsn, cfg, "b", snap({(T, 0): 3}))
@@ -192,15 +188,7 @@ def test_the_ledger_cli_and_ui_show_each_committed_txids_snapshot(
         raise ConnectionRefusedError("no broker in this test")
 
     monkeypatch.setattr("onceflow.broker.snapshot", broker_down)
-    settings = replace(
-        Settings.from_env(),
-        postgres_dsn=ledger_dsn,
-        kafka_bootstrap="127.0.0.1:1",  # no broker: the pages still render
-        pipelines_file=pipelines,
-    )
-    app = create_app(settings=lambda: settings, can_read_dag=lambda _user, _dag_id: True)
-    app.dependency_overrides[app_mod.require_user] = lambda: object()
-    client = TestClient(app, root_path="/onceflow")
+    client = ledger_view_client(ledger_dsn, pipelines)  # no broker: the pages still render
     page = client.get(f"/pipelines/{cfg.name}").text
     assert "<th>snapshot</th>" in page and f'<span class="mono">{rerun}</span>' in page
     entry = client.get(f"/pipelines/{cfg.name}/batches/a").text

@@ -15,7 +15,10 @@ pipeline in process_mode = "connect" runs its attempts in the Celery worker itse
 in a session of a Spark Connect server that asks for a token (CONNECT_TOKEN, the password of
 the spark_connect_default connection; the server's Python workers have onceflow, as a
 cluster's would);
-`onceflow audit --reread` (reading the same connections) says exactly-once. Then the
+The scheduler and the Celery worker start as the README says, through
+`python -m onceflow.airflow.preload`, so every task process is forked with Onceflow's DAG
+factory already imported. `onceflow audit --reread` (reading the same connections) says
+exactly-once. Then the
 secrets are searched for, and found nowhere: task and component logs, Spark's event logs
 (what Spark's environment page shows comes from them), every table of the ledger's and of
 Airflow's database, the Ledger view's pages and API, Airflow's asset API, and the command
@@ -356,11 +359,14 @@ def installed(stack):
         api_env = {**main_env, "ONCEFLOW_PIPELINES": str(bundle / "pipelines.toml")}
         inst.spawn("api-server", [airflow, "api-server"], api_env, work)
         # no log servers: they would listen on every interface (the test reads the files)
-        inst.spawn("scheduler", [airflow, "scheduler", "--skip-serve-logs"], main_env, work)
+        # the scheduler and the worker as the README says: with what every task imports
+        # already imported (onceflow.airflow.preload), from the installed wheel
+        preload = [inst.bin("python"), "-m", "onceflow.airflow.preload"]
+        inst.spawn("scheduler", [*preload, "scheduler", "--skip-serve-logs"], main_env, work)
         inst.spawn("dag-processor", [airflow, "dag-processor"], main_env, work)
         inst.spawn("triggerer", [airflow, "triggerer", "--skip-serve-logs"], main_env, work)
         (work / "worker").mkdir(exist_ok=True)
-        inst.spawn("celery-worker", [airflow, "celery", "worker", "--concurrency", "3",
+        inst.spawn("celery-worker", [*preload, "celery", "worker", "--concurrency", "3",
                                      "--skip-serve-logs"], worker_env, work / "worker")  # fmt: skip
         from onceflow.airflow_api import AirflowClient
 

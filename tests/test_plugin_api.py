@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from conftest import ledger_view_client
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -172,11 +173,7 @@ def test_metrics_asks_its_pipelines_brokers_side_by_side(
     import threading
     import time
 
-    from fastapi.testclient import TestClient
-    from onceflow.settings import Settings
-    from onceflow.ui import app as app_mod
     from onceflow.ui import data
-    from onceflow.ui.app import create_app
 
     lock, active, peak = threading.Lock(), [0], [0]
 
@@ -194,15 +191,7 @@ def test_metrics_asks_its_pipelines_brokers_side_by_side(
     names = [f"{unique_name}_{i}" for i in range(4)]
     pipelines = tmp_path / "pipelines.toml"
     pipelines.write_text("".join(f'[pipelines.{n}]\ntopics = ["{n}"]\n{ORDERS}\n' for n in names))
-    settings = replace(
-        Settings.from_env(),
-        postgres_dsn=ledger_dsn,
-        kafka_bootstrap="127.0.0.1:1",
-        pipelines_file=pipelines,
-    )
-    app = create_app(settings=lambda: settings, can_read_dag=lambda _user, _dag: True)
-    app.dependency_overrides[app_mod.require_user] = lambda: object()
-    resp = TestClient(app, root_path="/onceflow").get("/metrics")
+    resp = ledger_view_client(ledger_dsn, pipelines).get("/metrics")
     assert resp.status_code == 200
     for n in names:
         assert f'onceflow_broker_up{{pipeline="{n}"}} 0' in resp.text
@@ -213,13 +202,9 @@ def test_metrics_asks_its_pipelines_brokers_side_by_side(
 def seeded_client(ledger_dsn, tmp_path, unique_name, monkeypatch):
     """The app in process on a seeded ledger, a broker that is down, and a fake user who may
     read every DAG but `onceflow_secret`."""
-    from fastapi.testclient import TestClient
-    from onceflow.settings import Settings
-    from onceflow.ui import app as app_mod
     from onceflow.ui import data
-    from onceflow.ui.app import create_app
 
-    monkeypatch.setattr(data.broker, "snapshot", _broker_down)
+    monkeypatch.setattr(data.broker, "snapshot", _broker_down)  # lag must be unavailable
 
     _seed(ledger_dsn, unique_name)
     pipelines = tmp_path / "pipelines.toml"
@@ -227,17 +212,10 @@ def seeded_client(ledger_dsn, tmp_path, unique_name, monkeypatch):
         f'[pipelines.{unique_name}]\ntopics = ["ev"]\n{ORDERS}\n[pipelines.secret]\ntopics = ["s"]\n'
         f"{ORDERS}"
     )
-    settings = replace(
-        Settings.from_env(),
-        postgres_dsn=ledger_dsn,
-        kafka_bootstrap="127.0.0.1:1",  # down (see _broker_down): lag must be unavailable
-        pipelines_file=pipelines,
+    client = ledger_view_client(
+        ledger_dsn, pipelines, lambda _user, dag_id: dag_id != "onceflow_secret"
     )
-    app = create_app(
-        settings=lambda: settings, can_read_dag=lambda _user, dag_id: dag_id != "onceflow_secret"
-    )
-    app.dependency_overrides[app_mod.require_user] = lambda: object()
-    return TestClient(app, root_path="/onceflow"), unique_name
+    return client, unique_name
 
 
 @pytest.mark.integration  # a real PostgreSQL (private server), no other service

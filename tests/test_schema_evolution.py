@@ -16,6 +16,7 @@ import threading
 
 import pyarrow as pa
 import pytest
+from conftest import ledger_view_client
 from onceflow import schema_evolution
 from onceflow.commit import commit
 from onceflow.config.pipeline_table import parse_pipeline
@@ -527,13 +528,8 @@ def test_the_ledger_cli_and_ui_show_the_change_with_its_txid(
     import contextlib
     import io
     import json
-    from dataclasses import replace
 
-    from fastapi.testclient import TestClient
     from onceflow.cli.main import main
-    from onceflow.settings import Settings
-    from onceflow.ui import app as app_mod
-    from onceflow.ui.app import create_app
 
     cfg = make_cfg(unique_name, "upsert")
     s = cfg.sink_schema
@@ -567,15 +563,7 @@ def test_the_ledger_cli_and_ui_show_the_change_with_its_txid(
         raise ConnectionRefusedError("no broker in this test")
 
     monkeypatch.setattr("onceflow.broker.snapshot", broker_down)
-    settings = replace(
-        Settings.from_env(),
-        postgres_dsn=ledger_dsn,
-        kafka_bootstrap="127.0.0.1:1",
-        pipelines_file=pipelines,
-    )
-    app = create_app(settings=lambda: settings, can_read_dag=lambda _user, _dag_id: True)
-    app.dependency_overrides[app_mod.require_user] = lambda: object()
-    client = TestClient(app, root_path="/onceflow")
+    client = ledger_view_client(ledger_dsn, pipelines)  # no broker: the pages still render
     page = client.get(f"/pipelines/{cfg.name}").text
     assert "<h2>Schema changes</h2>" in page and line in page
     assert f'href="/onceflow/pipelines/{cfg.name}/batches/b">b</a>' in page
