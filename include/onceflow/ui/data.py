@@ -78,8 +78,10 @@ def ledger_dsn(s: Settings, cfg: PipelineConfig) -> str:
     return connections.ledger_dsn(cfg.ledger_conn_id, cfg.source, s)[0]
 
 
-def broker_ends(s: Settings, cfg: PipelineConfig) -> BrokerEnds:
-    """End offsets of the pipeline's partitions, or why they are unavailable."""
+def broker_ends(s: Settings, cfg: PipelineConfig, timeout: float | None = None) -> BrokerEnds:
+    """End offsets of the pipeline's partitions, or why they are unavailable (no answer
+    within `timeout` seconds, default BROKER_TIMEOUT)."""
+    timeout = BROKER_TIMEOUT if timeout is None else max(timeout, 0.0)
     try:
         cluster = connections.kafka_cluster(cfg.kafka_conn_id, cfg.source, settings=s)
     except OnceflowError as exc:
@@ -96,9 +98,9 @@ def broker_ends(s: Settings, cfg: PipelineConfig) -> BrokerEnds:
     ends: dict | None = None
     error: str | None = None
     try:
-        ends = future.result(timeout=BROKER_TIMEOUT).ends
+        ends = future.result(timeout=timeout).ends
     except FutureTimeout:
-        error = f"broker {cluster} did not answer within {BROKER_TIMEOUT:g} s"
+        error = f"broker {cluster} did not answer within {timeout:g} s"
     except Exception as exc:  # noqa: BLE001 - any broker failure means "lag unavailable"
         error = f"broker {cluster}: {type(exc).__name__}: {exc}"
     with _lock:
