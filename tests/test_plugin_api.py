@@ -167,8 +167,8 @@ def test_a_hanging_broker_makes_lag_unavailable_without_piling_up_calls(monkeypa
 def test_metrics_asks_its_pipelines_brokers_side_by_side(
     ledger_dsn, tmp_path, unique_name, monkeypatch
 ):
-    """A scrape waits on each pipeline's broker (up to BROKER_TIMEOUT) and ledger: one after
-    another, thirty pipelines outlasted a scraper's 30 s timeout. They are asked side by
+    """A scrape waits on each pipeline's broker (up to the scrape's shared deadline) and
+    ledger: one after another, thirty pipelines outlasted a scraper's 30 s timeout. They are asked side by
     side, and every pipeline is still in the answer."""
     import threading
     import time

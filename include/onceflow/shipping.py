@@ -61,7 +61,8 @@ def _user_modules() -> set[str]:
     resolving each file on its own took a third of a second of every connect-mode attempt."""
     from onceflow.settings import transform_path
 
-    folders = {str(p) for p in transform_path()} | {os.path.realpath(p) for p in transform_path()}
+    paths = transform_path()
+    folders = {str(p) for p in paths} | {os.path.realpath(p) for p in paths}
     prefixes = tuple(f.rstrip("/") + "/" for f in folders)
     real_folders: dict[str, str] = {}
     found = set()
