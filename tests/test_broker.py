@@ -66,6 +66,21 @@ def test_an_offset_past_the_log_has_no_record(bootstrap):
     assert snap.prints == {(topic, 0): None}
 
 
+def test_lag_asks_for_many_topics_at_once_and_names_the_missing_ones(bootstrap):
+    """The Ledger view's one call per cluster: the ends of every topic asked for are where
+    plan would find them (the whole producer batch, not tansu's short ListOffsets answer),
+    and a topic the broker lacks is named instead of failing the call."""
+    produce(bootstrap, "lag_a", 37)
+    produce(bootstrap, "lag_b", 5)
+    got = broker.partition_ends(bootstrap, ["lag_a", "lag_b", "lag_gone"])
+    assert got.ends == {("lag_a", 0): 37, ("lag_b", 0): 5}
+    assert got.ends == {
+        **broker.snapshot(bootstrap, "p", ("lag_a",)).ends,
+        **broker.snapshot(bootstrap, "p", ("lag_b",)).ends,
+    }
+    assert got.missing == frozenset({"lag_gone"})
+
+
 def test_plan_plans_every_record_of_an_ordinary_producers_batches(
     bootstrap, ledger_dsn, unique_name
 ):

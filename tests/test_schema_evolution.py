@@ -562,7 +562,7 @@ def test_the_ledger_cli_and_ui_show_the_change_with_its_txid(
     def broker_down(*_args):
         raise ConnectionRefusedError("no broker in this test")
 
-    monkeypatch.setattr("onceflow.broker.snapshot", broker_down)
+    monkeypatch.setattr("onceflow.broker.partition_ends", broker_down)
     client = ledger_view_client(ledger_dsn, pipelines)  # no broker: the pages still render
     page = client.get(f"/pipelines/{cfg.name}").text
     assert "<h2>Schema changes</h2>" in page and line in page

@@ -16,7 +16,8 @@ from typing import Any
 from onceflow import broker, connections, views
 from onceflow.config.pipeline import PipelineConfig
 from onceflow.config.pipelines_file import load_pipelines
-from onceflow.errors import OnceflowError
+from onceflow.errors import OnceflowError, TopicMissingError
+from onceflow.kafka_client import KafkaCluster
 from onceflow.ledger.ordering import blocking_predecessor
 from onceflow.settings import Settings
 from onceflow.sinks import sink_for
@@ -24,8 +25,8 @@ from onceflow.states import CLOSED, BatchState
 
 BROKER_TIMEOUT = 3.0  # seconds a page waits for end offsets before showing "unavailable"
 BROKER_CACHE_SECONDS = 2.0
-_Key = tuple[str, tuple[str, ...]]
-_cache: dict[_Key, tuple[float, dict | None, str | None]] = {}
+_Key = tuple[KafkaCluster, tuple[str, ...]]  # a cluster and the topics asked of it
+_cache: dict[_Key, tuple[float, broker.PartitionEnds | None, str | None]] = {}
 # At most one broker call in flight per (bootstrap, topics): a down broker makes a call hang for
 # the client's request timeout (30 s), and requests meanwhile wait on that same call instead of
 # piling up threads. Daemon threads, so a hung call never delays the api-server's shutdown.
@@ -81,31 +82,79 @@ def ledger_dsn(s: Settings, cfg: PipelineConfig) -> str:
 def broker_ends(s: Settings, cfg: PipelineConfig, timeout: float | None = None) -> BrokerEnds:
     """End offsets of the pipeline's partitions, or why they are unavailable (no answer
     within `timeout` seconds, default BROKER_TIMEOUT)."""
+    return pipelines_ends(s, [cfg], timeout)[cfg.name]
+
+
+def pipelines_ends(
+    s: Settings, cfgs: list[PipelineConfig], timeout: float | None = None
+) -> dict[str, BrokerEnds]:
+    """Per pipeline, the end offsets of its partitions or why they are unavailable. One
+    broker call per cluster asks for every topic of its pipelines, all clusters at once,
+    within one deadline of `timeout` seconds (default BROKER_TIMEOUT)."""
     timeout = BROKER_TIMEOUT if timeout is None else max(timeout, 0.0)
-    try:
-        cluster = connections.kafka_cluster(cfg.kafka_conn_id, cfg.source, settings=s)
-    except OnceflowError as exc:
-        return BrokerEnds(None, str(exc))
-    key = (cluster, cfg.topics)
+    deadline = time.monotonic() + timeout
+    out: dict[str, BrokerEnds] = {}
+    by_cluster: dict[KafkaCluster, list[PipelineConfig]] = {}
+    for cfg in cfgs:
+        try:
+            cluster = connections.kafka_cluster(cfg.kafka_conn_id, cfg.source, settings=s)
+        except OnceflowError as exc:
+            out[cfg.name] = BrokerEnds(None, str(exc))
+            continue
+        by_cluster.setdefault(cluster, []).append(cfg)
+    asked = {
+        cluster: _ask(cluster, tuple(sorted({t for c in group for t in c.topics})))
+        for cluster, group in by_cluster.items()
+    }  # every call started before any is waited on
+    for cluster, group in by_cluster.items():
+        answer, error = _answer(cluster, asked[cluster], deadline, timeout)
+        for cfg in group:
+            missing = sorted(set(cfg.topics) & answer.missing) if answer else []
+            if answer is None or missing:
+                why = error or str(TopicMissingError(cfg.name, missing[0], cluster.bootstrap))
+                out[cfg.name] = BrokerEnds(None, why)
+            else:
+                ends = {tp: e for tp, e in answer.ends.items() if tp[0] in cfg.topics}
+                out[cfg.name] = BrokerEnds(ends)
+    return out
+
+
+_Asked = tuple[_Key, tuple[float, broker.PartitionEnds | None, str | None] | Future]
+
+
+def _ask(cluster: KafkaCluster, topics: tuple[str, ...]) -> _Asked:
+    """The cached answer for these topics, else the call in flight for them (started if
+    none is)."""
+    key = (cluster, topics)
     with _lock:
         hit = _cache.get(key)
         if hit and time.monotonic() - hit[0] < BROKER_CACHE_SECONDS:
-            return BrokerEnds(hit[1], hit[2])
+            return key, hit
         future = _inflight.get(key)
         if future is None or future.done():
-            future = _call_in_thread(broker.snapshot, cluster, cfg.name, cfg.topics)
+            future = _call_in_thread(broker.partition_ends, cluster, topics)
             _inflight[key] = future
-    ends: dict | None = None
+    return key, future
+
+
+def _answer(
+    cluster: KafkaCluster, asked: _Asked, deadline: float, timeout: float
+) -> tuple[broker.PartitionEnds | None, str | None]:
+    """The answer asked for, waited on until `deadline` (`timeout` s after the asking)."""
+    key, pending = asked
+    if not isinstance(pending, Future):
+        return pending[1], pending[2]
+    answer: broker.PartitionEnds | None = None
     error: str | None = None
     try:
-        ends = future.result(timeout=timeout).ends
+        answer = pending.result(timeout=max(deadline - time.monotonic(), 0.0))
     except FutureTimeout:
         error = f"broker {cluster} did not answer within {timeout:g} s"
     except Exception as exc:  # noqa: BLE001 - any broker failure means "lag unavailable"
         error = f"broker {cluster}: {type(exc).__name__}: {exc}"
     with _lock:
-        _cache[key] = (time.monotonic(), ends, error)
-    return BrokerEnds(ends, error)
+        _cache[key] = (time.monotonic(), answer, error)
+    return answer, error
 
 
 def partitions(s: Settings, cfg: PipelineConfig) -> dict[str, Any]:
