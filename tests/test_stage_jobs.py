@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import pytest
 from onceflow.db import transaction
+from onceflow.ledger.fencing import claim_attempt
+from onceflow.ledger.planning import plan
 from onceflow.ledger.stage_jobs import (
     InputRangeRead,
     fast_stage_of,
+    open_stage_job,
     range_reads,
     record_range_read,
     set_fast_stage,
@@ -16,6 +19,7 @@ from onceflow.ledger.stage_jobs import (
 from onceflow.range_digest import RangeRead, RecordPrint
 from onceflow.staging.fast_stage import FastStage
 from onceflow.staging.target import StageTarget
+from test_ledger import pipeline, snap
 
 pytestmark = pytest.mark.integration
 
@@ -65,3 +69,41 @@ def test_the_fast_stage_is_kept_without_the_dsn(ledger_dsn):
         assert ledger_dsn.encode() not in stored and (not password or password not in stored)
         got = fast_stage_of(job)
         assert got.target == target  # the task's own DSN put back
+
+
+def _jobs(dsn: str, *refs) -> tuple[set[str], set[str]]:
+    """Which of the jobs `refs` still have their row, and which their reads."""
+    jobs = tuple(r.job for r in refs)
+    with transaction(dsn) as cur:
+        cur.execute("select job::text from onceflow.stage_jobs where job::text in %s", (jobs,))
+        rows = {r[0] for r in cur.fetchall()}
+        cur.execute("select job::text from onceflow.job_reads where job::text in %s", (jobs,))
+        return rows, {r[0] for r in cur.fetchall()}
+
+
+def test_a_claim_drops_what_dead_drivers_and_outliving_tasks_left(ledger_dsn, unique_name):
+    """A driver killed inside its job leaves the job's rows, and a task that outlives its
+    job records its read after the job's rows went: the next claim drops both, and keeps
+    the rows of the job that is running."""
+    cfg = pipeline(unique_name)
+    plan(ledger_dsn, cfg, "a", snap({("orders", 0): 10}))
+    plan(ledger_dsn, cfg, "b", snap({("orders", 0): 20}))
+    dead = open_stage_job(
+        ledger_dsn, cfg.name, "a", claim_attempt(ledger_dsn, cfg.name, "a").attempt
+    )
+    record_range_read(dead, 0, _read(5))  # its driver was killed: no block ended
+    live = open_stage_job(
+        ledger_dsn, cfg.name, "b", claim_attempt(ledger_dsn, cfg.name, "b").attempt
+    )
+    record_range_read(live, 0, _read(7))
+    with stage_job_rows(ledger_dsn, cfg.name, "b", 1) as ended:
+        pass
+    record_range_read(ended, 0, _read(7))  # a task of it, after its rows went
+    assert _jobs(ledger_dsn, dead, live, ended) == (
+        {dead.job, live.job},
+        {dead.job, live.job, ended.job},
+    )
+
+    claim_attempt(ledger_dsn, cfg.name, "a")  # the retry of "a" fences the dead driver's attempt
+    assert _jobs(ledger_dsn, dead, live, ended) == ({live.job}, {live.job})
+    assert range_reads(live)[0].records == 7

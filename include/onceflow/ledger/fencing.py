@@ -24,6 +24,7 @@ from onceflow.errors import (
     UnknownTxidError,
 )
 from onceflow.ledger.batches import read_ranges
+from onceflow.ledger.stage_jobs import drop_fenced_jobs
 from onceflow.ledger.transitions import NOW, move
 from onceflow.range_digest import RangeRead
 from onceflow.ranges import OffsetRange
@@ -50,7 +51,8 @@ class Staged:
 
 
 def claim_attempt(dsn: str, pipeline: str, txid: str) -> Claim:
-    """Start a new process attempt; every earlier attempt of the txid is fenced from now on."""
+    """Start a new process attempt; every earlier attempt of the txid is fenced from now on
+    (and the stage jobs of fenced attempts are dropped)."""
     with transaction(dsn) as cur:
         seq, attempt, state = move(
             cur,
@@ -60,6 +62,7 @@ def claim_attempt(dsn: str, pipeline: str, txid: str) -> Claim:
             {"attempt": sql.SQL("attempt + 1"), "process_started_at": NOW, "last_error": None},
             returning=("seq", "attempt", "state"),
         )
+        drop_fenced_jobs(cur, pipeline)
         return Claim(txid, seq, attempt, BatchState(state), read_ranges(cur, pipeline, txid))
 
 

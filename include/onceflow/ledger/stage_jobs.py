@@ -14,6 +14,10 @@ A job's rows are keyed by the job, not the attempt: a job of the attempt that fa
 its records were set aside as dead letters, onceflow.process.poison_records) or a task of it
 that outlived it cannot change what a later job counts.
 
+A job's rows go when its driver's block ends. What a killed driver left, and a read recorded
+by a task that outlived its job, go at the next claim of the pipeline (`drop_fenced_jobs`):
+by then no one reads them.
+
 The DSN never goes into the ledger: the fast form's stage target is stored without it and
 given back the one the task reached the ledger with.
 """
@@ -31,6 +35,7 @@ from typing import Any
 
 from onceflow.db import transaction
 from onceflow.range_digest import RangeRead
+from onceflow.states import BatchState
 
 
 @dataclass(frozen=True)
@@ -120,6 +125,24 @@ def stage_job_rows(dsn: str, pipeline: str, txid: str, attempt: int) -> Iterator
     try:
         yield ref
     finally:
-        with transaction(dsn) as cur:
-            cur.execute("delete from onceflow.job_reads where job = %s", (ref.job,))
+        with transaction(dsn) as cur:  # in drop_fenced_jobs' order: no deadlock with a claim
             cur.execute("delete from onceflow.stage_jobs where job = %s", (ref.job,))
+            cur.execute("delete from onceflow.job_reads where job = %s", (ref.job,))
+
+
+def drop_fenced_jobs(cur: Any, pipeline: str) -> None:
+    """Inside a claim's transaction: delete the pipeline's jobs of fenced attempts (a newer
+    attempt claimed the txid) and of abandoned txids, left by drivers that died before
+    their block ended, and every read whose job is gone (a task that outlived its job).
+    A live job's rows stay: its attempt is its txid's newest, and its reads are recorded
+    only after its row was (open_stage_job)."""
+    cur.execute(
+        "delete from onceflow.stage_jobs j using onceflow.batches b"
+        " where j.pipeline = %s and b.pipeline = j.pipeline and b.txid = j.txid"
+        " and (b.attempt > j.attempt or b.state = %s)",
+        (pipeline, BatchState.ABANDONED),
+    )
+    cur.execute(
+        "delete from onceflow.job_reads r"
+        " where not exists (select 1 from onceflow.stage_jobs j where j.job = r.job)"
+    )
