@@ -1,7 +1,8 @@
 """The shipped inventory example (spark_jobs/inventory.py, an upsert sink by sku) end to end
-on the shared test stack: two batches through the scheduler, each a real spark-submit;
-the table holds each sku's last update, tombstoned skus are gone, and the audit, re-reading
-the broker, says exactly-once."""
+on the shared test stack: two batches through the scheduler, in each process mode
+(it_inventory: a real spark-submit per batch; it_inventory_connect: a session of the
+stack's Spark Connect server); the table holds each sku's last update, tombstoned skus are
+gone, and the audit, re-reading the broker, says exactly-once."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ from onceflow.recount import count_records
 
 pytestmark = pytest.mark.integration
 
-PIPELINE = TOPIC = "it_inventory"
 PARTITIONS = 2
+MODES = pytest.mark.parametrize("mode", ["", "_connect"], ids=["spark-submit", "connect"])
 
 
 def update(sku: str, quantity: int) -> bytes:
@@ -32,7 +33,7 @@ def update(sku: str, quantity: int) -> bytes:
     ).encode()
 
 
-def produce(bootstrap: str, records: list[tuple[str, bytes | None]]) -> None:
+def produce(bootstrap: str, topic: str, records: list[tuple[str, bytes | None]]) -> None:
     """Keyed as a Kafka producer keys them: each sku on one partition, in order. One record
     per produce request: the embedded broker reports a partition's end offset as its last
     batch's base offset + 1 (onceflow_dev.producer.produce)."""
@@ -42,7 +43,7 @@ def produce(bootstrap: str, records: list[tuple[str, bytes | None]]) -> None:
     errors = []
     for sku, value in records:
         p.produce(
-            TOPIC,
+            topic,
             value,
             key=sku.encode(),
             partition=int(sku[1:]) % PARTITIONS,
@@ -69,47 +70,50 @@ def expected(records: list[tuple[str, bytes | None]]) -> list[tuple]:
     )
 
 
-def table(stack) -> list[tuple]:
+def table(stack, pipeline: str) -> list[tuple]:
     with transaction(stack.postgres_dsn) as cur:
         cur.execute(
-            "select sku, warehouse, quantity, unit_price::float8 from it_inventory.inventory"
+            f"select sku, warehouse, quantity, unit_price::float8 from {pipeline}.inventory"
             " order by sku"
         )
         return cur.fetchall()
 
 
-def run(airflow, run_id: str) -> None:
-    airflow.trigger("onceflow_it_inventory", run_id)
-    states = airflow.wait_for_runs("onceflow_it_inventory", [run_id], timeout=600, echo=None)
+def run(airflow, pipeline: str, run_id: str) -> None:
+    airflow.trigger(f"onceflow_{pipeline}", run_id)
+    states = airflow.wait_for_runs(f"onceflow_{pipeline}", [run_id], timeout=600, echo=None)
     assert states == {run_id: "success"}
 
 
-def test_inventory_keeps_each_skus_last_update_and_deletes_tombstoned_skus(stack, airflow):
-    broker.create_topic(stack.kafka_bootstrap, TOPIC, PARTITIONS)
+@MODES
+def test_inventory_keeps_each_skus_last_update_and_deletes_tombstoned_skus(stack, airflow, mode):
+    pipeline = topic = f"it_inventory{mode}"
+    broker.create_topic(stack.kafka_bootstrap, topic, PARTITIONS)
     # batch 1: ten skus updated three times each; s3 and s7 deleted; s4's last update refused
     first = [(f"s{i}", update(f"s{i}", 10 * r + i)) for r in range(3) for i in range(10)]
     first += [("s3", None), ("s7", None), ("s4", update("s4", -1))]
-    produce(stack.kafka_bootstrap, first)
-    run(airflow, "inventory-1")
-    assert table(stack) == expected(first)
-    assert {"s3", "s7"}.isdisjoint(sku for sku, *_ in table(stack))
+    produce(stack.kafka_bootstrap, topic, first)
+    run(airflow, pipeline, "inventory-1")
+    assert table(stack, pipeline) == expected(first)
+    assert {"s3", "s7"}.isdisjoint(sku for sku, *_ in table(stack, pipeline))
 
     # batch 2: s3 comes back, s5 deleted, s9 deleted and re-created, s8 updated again, a
     # tombstone for a sku never seen
     second = [("s3", update("s3", 103)), ("s5", None), ("s9", None), ("s9", update("s9", 109))]
     second += [("s8", update("s8", 108)), ("s42", None)]
-    produce(stack.kafka_bootstrap, second)
-    run(airflow, "inventory-2")
-    rows = table(stack)
+    produce(stack.kafka_bootstrap, topic, second)
+    run(airflow, pipeline, "inventory-2")
+    rows = table(stack, pipeline)
     assert rows == expected(first + second)
     assert {"s3", "s9"} <= {sku for sku, *_ in rows} and "s5" not in {sku for sku, *_ in rows}
 
-    cfg = get_pipeline(stack.pipelines_file, PIPELINE)
+    cfg = get_pipeline(stack.pipelines_file, pipeline)
+    assert cfg.process_mode == ("connect" if mode else "spark-submit")
     report = run_audit(stack.postgres_dsn, cfg, lambda rs: count_records(stack.kafka_bootstrap, rs))
     assert report.verdict == "exactly-once", report.violations
     assert report.batches_committed == 2
     assert report.records_in_ranges == len(first) + len(second)
     assert report.dead_lettered == 1
     with transaction(stack.postgres_dsn) as cur:
-        cur.execute("select reason from onceflow.dead_letters where pipeline = %s", (PIPELINE,))
+        cur.execute("select reason from onceflow.dead_letters where pipeline = %s", (pipeline,))
         assert cur.fetchall() == [("field 'quantity' is negative",)]
