@@ -194,6 +194,8 @@ BACKLOG_HIGH = 2400  # producer waits while this many acked records are not yet 
 # per partition, written to the new log before reset-offsets (past the committed offset, for a
 # re-created topic)
 PRE_RESET_RECORDS = 8
+# seconds between killing the broker and restarting it: plans in flight record their batches
+PLAN_SETTLE_S = 3.0
 # how plan refuses a log that is not the one the ledger read (its task log says): one whose
 # topic id or last committed record is not the ledger's (log_identity: a broker with topic ids
 # shows this first), or one ending below the committed offset (plan_ranges)
@@ -1820,6 +1822,15 @@ class Harness:
             wall = time.time()
             proc.send_signal(signal.SIGKILL)
             psutil.wait_procs([proc], timeout=10)
+            # a plan that took its snapshot of the old log just before the kill records its
+            # batch a moment later: wait for it with no broker up (no plan can start on the
+            # new log meanwhile), then count every batch recorded by now as the old log's
+            time.sleep(PLAN_SETTLE_S)
+            max_seq = self._query(
+                "ledger",
+                "select coalesce(max(seq), 0) from onceflow.batches where pipeline = %s",
+                (self.pipeline,),
+            )[0][0]
             self.log(f"kill -9 broker (pid {proc.pid}): its memory log is gone; restarting it")
             self.stack_up()
             f.injected = True

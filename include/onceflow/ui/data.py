@@ -109,7 +109,7 @@ def pipelines_ends(
     for cluster, group in by_cluster.items():
         answer, error = _answer(cluster, asked[cluster], deadline, timeout)
         for cfg in group:
-            missing = sorted(set(cfg.topics) & answer.missing) if answer else []
+            missing = sorted(set(cfg.topics) & answer.missing) if answer is not None else []
             if answer is None or missing:
                 why = error or str(TopicMissingError(cfg.name, missing[0], cluster.bootstrap))
                 out[cfg.name] = BrokerEnds(None, why)
