@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from onceflow import broker
+from onceflow.errors import TopicMissingError
 from onceflow.range_digest import RangeRead
 from onceflow.ranges import OffsetRange
 from onceflow.reader.range_fetch import read_range
@@ -79,6 +80,8 @@ def test_lag_asks_for_many_topics_at_once_and_names_the_missing_ones(bootstrap):
         **broker.snapshot(bootstrap, "p", ("lag_b",)).ends,
     }
     assert got.missing == frozenset({"lag_gone"})
+    with pytest.raises(TopicMissingError, match="topic 'lag_gone' of pipeline 'p'"):
+        broker.snapshot(bootstrap, "p", ("lag_a", "lag_gone"))  # plan refuses instead
 
 
 def test_plan_plans_every_record_of_an_ordinary_producers_batches(

@@ -43,16 +43,26 @@ def _consumer(cluster: KafkaCluster) -> KafkaConsumer:
     )
 
 
+def _topic_partitions(
+    consumer: KafkaConsumer, topics: Iterable[str]
+) -> dict[str, list[TopicPartition]]:
+    """Each topic's partitions, in order; an empty list for a topic the broker lacks."""
+    known = consumer.topics()  # forces a metadata refresh
+    out = {}
+    for topic in topics:
+        parts = consumer.partitions_for_topic(topic) if topic in known else None
+        out[topic] = [TopicPartition(topic, p) for p in sorted(parts or ())]
+    return out
+
+
 def partitions(
     consumer: KafkaConsumer, pipeline: str, topics: tuple[str, ...], bootstrap: str
 ) -> list[TopicPartition]:
-    known = consumer.topics()  # forces a metadata refresh
     tps = []
-    for topic in topics:
-        parts = consumer.partitions_for_topic(topic) if topic in known else None
+    for topic, parts in _topic_partitions(consumer, topics).items():
         if not parts:
             raise TopicMissingError(pipeline, topic, bootstrap)
-        tps.extend(TopicPartition(topic, p) for p in sorted(parts))
+        tps.extend(parts)
     return tps
 
 
@@ -110,14 +120,13 @@ def partition_ends(bootstrap: KafkaCluster | str, topics: Iterable[str]) -> Part
     check_access(cluster)
     consumer = _consumer(cluster)
     try:
-        known = consumer.topics()  # forces a metadata refresh
-        parts = {t: consumer.partitions_for_topic(t) if t in known else None for t in set(topics)}
-        tps = [TopicPartition(t, p) for t, ps in sorted(parts.items()) if ps for p in sorted(ps)]
+        parts = _topic_partitions(consumer, sorted(set(topics)))
+        tps = [tp for ps in parts.values() for tp in ps]
         ends = consumer.end_offsets(tps) if tps else {}
     finally:
         consumer.close()
     claimed = {(tp.topic, tp.partition): int(o) for tp, o in ends.items()}
-    asker = "lag of " + ", ".join(sorted(parts))
+    asker = "lag of " + ", ".join(parts)
     return PartitionEnds(
         ends=fetchable_ends(cluster, asker, claimed),
         missing=frozenset(t for t, ps in parts.items() if not ps),
