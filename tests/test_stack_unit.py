@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import threading
 from dataclasses import replace
@@ -10,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import psutil
 import pytest
 from onceflow.airflow_api import AirflowClient, AirflowConflict, AirflowNotFound, validate_run_id
 from onceflow.settings import Settings
@@ -138,6 +140,35 @@ def test_component_health_ignores_heartbeats_of_a_previous_process():
     assert not stack._component_healthy(health, "triggerer", fresh)
     assert not stack._component_healthy(None, "api-server", fresh)
     assert stack._component_healthy(health, "api-server", fresh)
+
+
+@pytest.mark.skipif(
+    not psutil.LINUX, reason="the wall-clock step is faked through psutil's Linux boot time"
+)
+def test_a_service_is_known_by_its_pid_and_start_not_by_its_command_line(settings, monkeypatch):
+    """A service is found while its command line does not show what it runs (a process inside
+    exec() has an empty one for a moment: CI once took a starting Spark Connect server for an
+    exited one) and after the wall clock is stepped; a reused PID is not taken for it."""
+    stack.pid_file(settings, "spark-connect").parent.mkdir(parents=True)
+    stack._logs_dir(settings).mkdir(parents=True)
+    settings.home.mkdir(exist_ok=True)
+    proc = stack._spawn(settings, "spark-connect", ["sleep", "60"], dict(os.environ))
+    try:
+        assert "SparkConnectServer" not in " ".join(proc.cmdline())
+        assert stack.service_process(settings, "spark-connect") == proc
+        stepped = psutil._pslinux.boot_time() + 30.0
+        monkeypatch.setattr(psutil._pslinux, "boot_time", lambda: stepped)
+        assert stack.service_process(settings, "spark-connect") == proc
+        monkeypatch.undo()
+        pid_file = stack.pid_file(settings, "spark-connect")
+        started = float(pid_file.read_text().split()[1])
+        pid_file.write_text(f"{proc.pid} {started - 5:.2f}\n")  # another process, same PID
+        assert stack.service_process(settings, "spark-connect") is None
+        pid_file.write_text(f"{proc.pid} {started:.2f}\n")
+    finally:
+        proc.kill()
+        proc.wait(10)
+    assert stack.service_process(settings, "spark-connect") is None
 
 
 def test_status_of_a_stopped_stack(settings):

@@ -81,6 +81,7 @@ STORE_ENV = {
 }
 
 PG_START_TIMEOUT = 60.0
+PID_START_TOLERANCE = 0.5  # s: a PID file's start against psutil's (10 ms ticks)
 CONNECT_START_TIMEOUT = 90.0
 CONNECT_DRIVER_MEMORY = "1g"
 BROKER_START_TIMEOUT = 30.0
@@ -197,10 +198,31 @@ def _wait_until(check: Callable[[], bool], timeout: float, interval: float = 0.3
 
 
 def _read_pid(path: Path) -> int | None:
+    return _read_pid_file(path)[0]
+
+
+def _read_pid_file(path: Path) -> tuple[int | None, float | None]:
+    """The PID and, when the stack wrote the file, the process's start (see _started)."""
     try:
-        return int(path.read_text().split()[0])
+        fields = path.read_text().split()
+        pid = int(fields[0])
     except (OSError, ValueError, IndexError):
-        return None
+        return None, None
+    try:
+        return pid, float(fields[1])
+    except (ValueError, IndexError):
+        return pid, None
+
+
+def _started(proc: psutil.Process) -> float:
+    """When the process started, in seconds since boot: with its PID, the process's identity.
+    Unlike create_time() it does not move when the wall clock is stepped (NTP after a laptop
+    resumes, a restored VM)."""
+    return proc.create_time() - psutil.boot_time()
+
+
+def _write_pid_file(path: Path, proc: psutil.Process) -> None:
+    path.write_text(f"{proc.pid} {_started(proc):.2f}\n")
 
 
 def _expected_token(name: str) -> str:
@@ -230,10 +252,21 @@ def _alive(pid: int | None, token: str) -> psutil.Process | None:
 def service_process(settings: Settings, name: str) -> psutil.Process | None:
     """The running process of a service, found through its PID file.
 
-    A process created after the PID file was written is a reused PID, not ours.
+    The file holds the PID and the process's start; a file without the start (postgres's own
+    postmaster.pid) is checked by command line, and a process created after the file was
+    written is a reused PID, not ours.
     """
     path = pid_file(settings, name)
-    pid = _read_pid(path)
+    pid, started = _read_pid_file(path)
+    if started is not None:
+        # by identity, not by command line: a process inside exec() shows its name with an
+        # empty command line for a moment, and a spark-submit execs three times as it starts
+        try:
+            proc = psutil.Process(pid)
+            same = abs(_started(proc) - started) < PID_START_TOLERANCE
+            return proc if same and proc.status() != psutil.STATUS_ZOMBIE else None
+        except psutil.Error:
+            return None
     if name == "postgres" and pid is None:
         path = _pg_data(settings) / "postmaster.pid"
         pid = _read_pid(path)
@@ -274,8 +307,9 @@ def _spawn(settings: Settings, name: str, argv: list[str], env: dict[str, str]) 
             start_new_session=True,
             close_fds=True,
         )
-    pid_file(settings, name).write_text(f"{proc.pid}\n")
-    return psutil.Process(proc.pid)
+    started = psutil.Process(proc.pid)
+    _write_pid_file(pid_file(settings, name), started)
+    return started
 
 
 def _family(root: psutil.Process) -> set[psutil.Process]:
@@ -566,9 +600,10 @@ def _postgres_up(settings: Settings) -> None:
 
 
 def _record_postmaster_pid(settings: Settings) -> None:
-    pid = _read_pid(_pg_data(settings) / "postmaster.pid")
-    if pid:
-        pid_file(settings, "postgres").write_text(f"{pid}\n")
+    proc = _alive(_read_pid(_pg_data(settings) / "postmaster.pid"), _expected_token("postgres"))
+    if proc is not None:
+        with contextlib.suppress(psutil.Error):
+            _write_pid_file(pid_file(settings, "postgres"), proc)
 
 
 def _postgres_down(settings: Settings) -> None:
@@ -717,16 +752,7 @@ def _store_wait(settings: Settings) -> None:
 
     def check() -> bool:
         if service_process(settings, name) is None:
-            # exited, or alive but not yet readable as s3rver (seen once right after a
-            # restart, the store then serving): only a gone process is a failure
-            pid = _read_pid(pid_file(settings, name))
-            try:
-                gone = pid is None or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-            except psutil.Error:
-                gone = True
-            if gone:
-                raise _fail(name, settings, "process exited")
-            return False
+            raise _fail(name, settings, "process exited")
         url = f"http://127.0.0.1:{settings.store_port}/{STORE_BUCKET}?max-keys=1"
         with urllib.request.urlopen(url, timeout=2) as response:  # noqa: S310 - loopback
             return response.status == 200
