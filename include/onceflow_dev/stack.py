@@ -601,10 +601,12 @@ def _postgres_up(settings: Settings) -> None:
 
 
 def _record_postmaster_pid(settings: Settings) -> None:
-    proc = _alive(_read_pid(_pg_data(settings) / "postmaster.pid"), _expected_token("postgres"))
-    if proc is not None:
-        with contextlib.suppress(psutil.Error):
-            _write_pid_file(pid_file(settings, "postgres"), proc)
+    pid = _read_pid(_pg_data(settings) / "postmaster.pid")
+    if pid:
+        try:
+            _write_pid_file(pid_file(settings, "postgres"), psutil.Process(pid))
+        except psutil.Error:  # gone already: the file says so to service_process
+            pid_file(settings, "postgres").write_text(f"{pid}\n")
 
 
 def _postgres_down(settings: Settings) -> None:
