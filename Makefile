@@ -7,25 +7,26 @@ SETUP_STAMP = $(VENV)/.onceflow-setup-stamp
 
 .PHONY: setup system-deps wheel up down status demo test lint format
 
-STORE_DIR = $(VENV)/share/onceflow/broker-store
-STORE_STAMP = $(STORE_DIR)/.onceflow-setup-stamp
+JVM_STAMP = $(VENV)/share/onceflow/jvm/.onceflow-setup-stamp
 
-## setup: create .venv, install the locked dependencies + onceflow (editable), the embedded broker's
-##        log store (s3rver from npm, embedded/package-lock.json) and write the driver JVM's class
-##        archive once (onceflow spark-archive)
-setup: $(SETUP_STAMP) $(STORE_STAMP)
+## setup: create .venv, install the locked dependencies + onceflow (editable), resolve the JVM
+##        artifacts pinned in pom.xml with Maven (Apache Kafka's broker, Spark's Kafka connector,
+##        PostgreSQL's JDBC driver) and write the driver JVM's class archive once
+##        (onceflow spark-archive)
+setup: $(SETUP_STAMP) $(JVM_STAMP)
 	@$(VENV)/bin/onceflow spark-archive \
 	  || echo "setup: the Spark class archive was not written (onceflow spark-archive); process tasks start without it"
 
-# Without npm, or when npm ci fails, the embedded broker keeps its log in memory (`onceflow up`
-# and `down` say so); the next `make setup` tries again.
-$(STORE_STAMP): embedded/package.json embedded/package-lock.json $(SETUP_STAMP)
-	@if ! command -v npm >/dev/null 2>&1; then \
-	  echo "setup: npm not found; the embedded broker will keep its log in memory (lost on onceflow down)"; \
-	elif mkdir -p $(STORE_DIR) && cp embedded/package.json embedded/package-lock.json $(STORE_DIR)/ \
-	  && npm ci --prefix $(STORE_DIR) --no-audit --no-fund --loglevel=error >/dev/null; then \
-	  touch $@ && echo "setup: the embedded broker's log store (s3rver) is in $(STORE_DIR)"; \
-	else echo "setup: npm ci failed; the embedded broker will keep its log in memory (lost on onceflow down)"; fi
+# Re-runs only when pom.xml changed; Maven's local repository (~/.m2) keeps the jars, so a second
+# run needs no network. Without mvn, root installs Debian's maven; anyone else is told to.
+$(JVM_STAMP): pom.xml $(SETUP_STAMP)
+	@if ! command -v mvn >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "setup: installing Debian's maven (mvn resolves the JVM artifacts of pom.xml)"; \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends maven >/dev/null; } \
+	    || echo "setup: apt-get could not install maven"; \
+	fi
+	@$(PY) -m onceflow_dev.jvm resolve
+	@touch $@
 
 # Re-runs only when requirements.lock or pyproject.toml is newer than the stamp.
 # uv is much faster (~7 s vs ~60 s); pip is the fallback when uv cannot be installed or fails.
@@ -49,7 +50,7 @@ wheel: setup
 	@rm -rf build
 	@ls -l dist/onceflow-*.whl
 
-## up: start the local stack (PostgreSQL, tansu broker, Airflow) in the background
+## up: start the local stack (PostgreSQL, Apache Kafka, Spark Connect, Airflow) in the background
 up: setup
 	$(VENV)/bin/onceflow up
 

@@ -75,12 +75,12 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def private_tansu(tmp_path_factory):
-    """A tansu broker of the module's own (memory storage) on a free port, stopped by PID."""
-    from onceflow_dev.stack import private_broker
+def private_kafka(tmp_path_factory):
+    """An Apache Kafka of the module's own on a free port (its bootstrap), stopped by PID."""
+    from onceflow_dev.apache_kafka import private_apache_kafka
 
-    with private_broker(free_port(), tmp_path_factory.mktemp("tansu") / "tansu.log") as b:
-        yield b
+    with private_apache_kafka(tmp_path_factory.mktemp("kafka")) as kafka:
+        yield kafka.bootstrap
 
 
 @pytest.fixture(scope="session")
@@ -136,18 +136,6 @@ TEST_STACK_ENV = {
     "ONCEFLOW_KAFKA_PORT": "29093",
     "ONCEFLOW_AIRFLOW_PORT": "28081",
     "ONCEFLOW_PIPELINES": str(ROOT / "tests" / "it_pipelines.toml"),
-}
-# The second stack, for the end-to-end tests on Apache Kafka: its own PostgreSQL and Airflow,
-# and the broker of the `real_kafka` fixture instead of tansu (ONCEFLOW_KAFKA_BOOTSTRAP).
-# Its ports: ONCEFLOW_REAL_STACK_PORTS="pg,kafka,airflow" when several checkouts run tests at
-# once (the first stack's take ONCEFLOW_PG_PORT etc.; this one replaces those, so it needs its own).
-_REAL_PORTS = os.environ.get("ONCEFLOW_REAL_STACK_PORTS", "25434,29094,28082").split(",")
-REAL_KAFKA_STACK_ENV = {
-    "ONCEFLOW_HOME": str(ROOT / ".onceflow" / "test-real-kafka"),
-    "ONCEFLOW_PG_PORT": _REAL_PORTS[0].strip(),
-    "ONCEFLOW_KAFKA_PORT": _REAL_PORTS[1].strip(),
-    "ONCEFLOW_AIRFLOW_PORT": _REAL_PORTS[2].strip(),
-    "ONCEFLOW_PIPELINES": str(ROOT / "tests" / "real_kafka_pipelines.toml"),
 }
 
 
@@ -227,22 +215,12 @@ def stack(outside_package):
 
 @pytest.fixture(scope="session")
 def real_kafka(tmp_path_factory):
-    """A disposable Apache Kafka from ONCEFLOW_KAFKA_DIST (skips with the reason without it)."""
-    from onceflow_dev.apache_kafka import dist_from_env, private_apache_kafka, skip_reason
+    """A disposable Apache Kafka shared by the session's modules that talk to a broker of
+    their own (retention, partitions added, transactions), apart from the stack's."""
+    from onceflow_dev.apache_kafka import private_apache_kafka
 
-    dist = dist_from_env()
-    if dist is None:
-        pytest.skip(skip_reason())
-    with private_apache_kafka(dist, tmp_path_factory.mktemp("apache-kafka")) as kafka:
+    with private_apache_kafka(tmp_path_factory.mktemp("apache-kafka")) as kafka:
         yield kafka
-
-
-@pytest.fixture(scope="module")
-def real_stack(real_kafka):
-    """A local stack whose broker is the `real_kafka` Apache Kafka (for its module only)."""
-    env = {**REAL_KAFKA_STACK_ENV, "ONCEFLOW_KAFKA_BOOTSTRAP": real_kafka.bootstrap}
-    with _running_stack(env, override=True) as settings:
-        yield settings
 
 
 def _airflow_with_dags(settings):
@@ -260,11 +238,6 @@ def _airflow_with_dags(settings):
 @pytest.fixture(scope="session")
 def airflow(stack):
     return _airflow_with_dags(stack)
-
-
-@pytest.fixture(scope="module")
-def real_airflow(real_stack):
-    return _airflow_with_dags(real_stack)
 
 
 # -- the sink tests (test_sinks.py, test_kafka_sink.py, test_iceberg_sink.py; their helpers

@@ -54,21 +54,21 @@ def produce(bootstrap: str, records: list[tuple[str, bytes | None]]) -> dict[tup
 
 
 def test_a_kafka_topic_pipeline_through_the_scheduler_is_exactly_once(
-    real_stack, real_airflow, capsys
+    stack, airflow, capsys
 ):
-    bootstrap = real_stack.kafka_bootstrap
+    bootstrap = stack.kafka_bootstrap
     broker.create_topic(bootstrap, TOPIC, PARTITIONS)
     # ten skus updated five times, three tombstones, one update refused (negative quantity)
     records = [(f"s{i}", update(f"s{i}", 10 * r + i)) for r in range(5) for i in range(10)]
     records += [("s3", None), ("s6", None), ("s7", None), ("s4", update("s4", -1))]
     acked = produce(bootstrap, records)
-    cfg = get_pipeline(real_stack.pipelines_file, PIPELINE)
-    runs = demo.runs_to_drain(real_stack.postgres_dsn, bootstrap, cfg)
+    cfg = get_pipeline(stack.pipelines_file, PIPELINE)
+    runs = demo.runs_to_drain(stack.postgres_dsn, bootstrap, cfg)
     assert runs == 3  # 27 records per partition at 10 per batch
     run_ids = [f"topic-{n}" for n in range(runs)]
     for run_id in run_ids:  # all at once: the scheduler runs several, commits go in seq order
-        real_airflow.trigger(cfg.dag_id, run_id)
-    states = real_airflow.wait_for_runs(cfg.dag_id, run_ids, timeout=900, echo=None)
+        airflow.trigger(cfg.dag_id, run_id)
+    states = airflow.wait_for_runs(cfg.dag_id, run_ids, timeout=900, echo=None)
     assert states == dict.fromkeys(run_ids, "success")
 
     # every valid source record exactly once, by its coordinates, with its own columns
@@ -90,7 +90,7 @@ def test_a_kafka_topic_pipeline_through_the_scheduler_is_exactly_once(
         assert (row["sku"], row["quantity"]) == (sku, want)
 
     # each record headed by the txid and seq that published it, one marker per seq
-    batches = {b["txid"]: b for b in views.batches(real_stack.postgres_dsn, PIPELINE)}
+    batches = {b["txid"]: b for b in views.batches(stack.postgres_dsn, PIPELINE)}
     assert sorted(batches) == run_ids
     per_seq: dict[int, int] = {}
     for _, _, _, _, h in out:

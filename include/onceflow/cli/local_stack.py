@@ -72,12 +72,6 @@ def _report_lost_logs(settings: Settings) -> None:
 def cmd_down(args: argparse.Namespace, settings: Settings) -> int:
     stack = local_module("stack")
 
-    if stack.uses_embedded_broker(settings) and not stack.broker_durable(settings):
-        print(
-            "note: the embedded broker keeps its log in memory: its topics and records are "
-            "lost now, and each pipeline's next plan stops until `onceflow reset-offsets` "
-            "(durable storage: `make setup` with npm, ONCEFLOW_BROKER_STORAGE)"
-        )
     stack.down(settings)
     print("stack stopped")
     return 0
