@@ -1,15 +1,14 @@
-"""ApacheKafka.kill, the chaos harness's broker crash on Apache Kafka (ONCEFLOW_KAFKA_DIST;
-skipped with the reason without it): a broker of its own, killed -9 with a transaction
-open, starts again on its log with every acknowledged record, and carries the marker a
+"""ApacheKafka.kill, the chaos harness's broker crash: a broker of its own, killed -9 with a
+transaction open, starts again on its log with every acknowledged record, and carries the marker a
 stack gives it."""
 
 from __future__ import annotations
 
 import pytest
 from onceflow import broker
-from onceflow_dev.apache_kafka import ApacheKafka, dist_from_env, skip_reason
+from onceflow_dev.apache_kafka import ApacheKafka
 
-pytestmark = pytest.mark.real_kafka
+pytestmark = pytest.mark.integration
 
 
 def test_a_killed_broker_restarts_on_its_log_with_every_acknowledged_record(tmp_path):
@@ -17,10 +16,7 @@ def test_a_killed_broker_restarts_on_its_log_with_every_acknowledged_record(tmp_
     from confluent_kafka import Producer
     from sink_support import consume
 
-    dist = dist_from_env()
-    if dist is None:
-        pytest.skip(skip_reason())
-    kafka = ApacheKafka(dist, tmp_path / "kafka", env={"ONCEFLOW_TEST_MARK": "me"})
+    kafka = ApacheKafka(tmp_path / "kafka", env={"ONCEFLOW_TEST_MARK": "me"})
     kafka.start()
     try:
         assert psutil.Process(kafka.proc.pid).environ()["ONCEFLOW_TEST_MARK"] == "me"

@@ -1,4 +1,4 @@
-"""The control plane's view of a real broker (tansu, our own on a free port): what plan reads
+"""The control plane's view of a real broker (Apache Kafka, our own on a free port): what plan reads
 besides the end offsets (topic ids, the prints of records it compares with the ledger's)."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def bootstrap(private_tansu):
-    return private_tansu
+def bootstrap(private_kafka):
+    return private_kafka
 
 
 def produce(bootstrap: str, topic: str, n: int, **conf) -> None:
@@ -39,7 +39,7 @@ def test_plan_prints_a_record_as_the_reader_does_whatever_the_codec(bootstrap, c
     snap = broker.snapshot(bootstrap, "p", (topic,), {(topic, 0): 40})
     assert seen.last is not None and seen.last.offset == 40
     assert snap.prints == {(topic, 0): seen.last}
-    assert snap.topic_ids[topic]  # tansu gives topics ids (KIP-516)
+    assert snap.topic_ids[topic]  # topics have ids (KIP-516)
 
 
 def test_a_recreated_topic_gets_another_id_and_its_records_other_prints(bootstrap):
@@ -69,7 +69,7 @@ def test_an_offset_past_the_log_has_no_record(bootstrap):
 
 def test_lag_asks_for_many_topics_at_once_and_names_the_missing_ones(bootstrap):
     """The Ledger view's one call per cluster: the ends of every topic asked for are where
-    plan would find them (the whole producer batch, not tansu's short ListOffsets answer),
+    plan would find them (the last record acknowledged),
     and a topic the broker lacks is named instead of failing the call."""
     produce(bootstrap, "lag_a", 37)
     produce(bootstrap, "lag_b", 5)
@@ -109,4 +109,18 @@ def test_plan_plans_every_record_of_an_ordinary_producers_batches(
         (0, 0, 10_000),
         (1, 0, 10_000),
         (2, 0, 10_000),
+    }
+
+
+def test_an_end_claimed_short_is_read_on_to_the_partition_end(bootstrap):
+    """A broker may answer ListOffsets short (tansu 0.6: the base offset of the last record
+    batch + 1, measured): plan, lag and the audit take the end a fetch from the claim meets,
+    so no record past the claim is hidden. Here the claim is made short by hand; Apache
+    Kafka's own answer is exact."""
+    produce(bootstrap, "short_claim", 25)
+    assert broker.fetchable_ends(bootstrap, "plan of p", {("short_claim", 0): 20}) == {
+        ("short_claim", 0): 25
+    }
+    assert broker.fetchable_ends(bootstrap, "plan of p", {("short_claim", 0): 25}) == {
+        ("short_claim", 0): 25
     }

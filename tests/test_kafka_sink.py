@@ -4,9 +4,7 @@ before the ledger's, a zombie committer fenced by the producer epoch), aborted r
 invisible to read_committed consumers, re-runs refused, the audit's Kafka rules, and bad
 input (a missing topic that may not be created, a record too large, an unreachable broker).
 
-The broker is the `real_kafka` fixture's (ONCEFLOW_KAFKA_DIST; skipped with the reason
-without it: the embedded tansu broker does not hide aborted records, which is the point of
-these tests). The ledger is a real PostgreSQL; rows are staged as process stages them.
+The broker is the `real_kafka` fixture's Apache Kafka. The ledger is a real PostgreSQL; rows are staged as process stages them.
 """
 
 from __future__ import annotations
@@ -50,7 +48,7 @@ from sink_support import (
     wait_visible,
 )
 
-pytestmark = pytest.mark.real_kafka
+pytestmark = pytest.mark.integration
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
-"""The Kafka topic sink end to end on Apache Kafka (the `real_kafka` fixture's broker, source
-and output on it: tansu has no Kafka transactions): the shipped inventory transform
+"""The Kafka topic sink end to end on the shared test stack's Apache Kafka (source and output
+on it): the shipped inventory transform
 publishing to a topic (pipeline rk_topic), a backlog drained by three DAG runs at once
 through the real scheduler, each a real spark-submit. A read_committed consumer of the
 output sees every valid source record exactly once, with its columns, keyed by sku and
@@ -20,7 +20,7 @@ from onceflow_dev import demo
 from sink_support import consume
 from test_example_e2e import update
 
-pytestmark = [pytest.mark.integration, pytest.mark.real_kafka]
+pytestmark = pytest.mark.integration
 
 PIPELINE = TOPIC = "rk_topic"
 PARTITIONS = 2

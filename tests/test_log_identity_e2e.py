@@ -1,11 +1,11 @@
 """A topic deleted, re-created and refilled past the committed offset, through the real
 scheduler: plan refuses before a record is skipped, the audit of the ledger names the
 replaced log, and after reset-offsets every record of the new log lands. On the shared test
-stack (tansu) and, where ONCEFLOW_KAFKA_DIST gives one, on Apache Kafka (skipped otherwise).
+stack's Apache Kafka.
 
-The sequence issue 21 measured with `make demo`, `onceflow down`/`up` and a million records,
-scaled down: on the embedded broker a restart loses the topics (ENVIRONMENT), as deleting
-and re-creating the topic does here.
+The sequence issue 21 measured with `make demo`, `onceflow down`/`up` and a million records
+on a broker that lost its log, scaled down: deleting and re-creating the topic replaces the
+log the same way.
 """
 
 from __future__ import annotations
@@ -40,11 +40,6 @@ def test_a_recreated_topic_refilled_past_the_committed_offset_stops_plan_until_r
     stack, airflow, capsys
 ):
     recreated_topic(stack, airflow, capsys, "it_recreate")
-
-
-@pytest.mark.real_kafka
-def test_on_apache_kafka_a_recreated_topic_stops_plan_until_reset(stack, airflow, capsys):
-    recreated_topic(stack, airflow, capsys, "rk_recreate")
 
 
 def recreated_topic(stack, airflow, capsys, name: str) -> None:

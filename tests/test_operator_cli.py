@@ -317,13 +317,12 @@ def test_topics_create_refuses_a_broker_that_does_not_answer():
         broker.ensure_topics("127.0.0.1:1", ("payments",), 3, timeout_s=1.0)
 
 
-@pytest.mark.integration  # a private broker (tansu) on a free port, no other service
+@pytest.mark.integration  # a private Apache Kafka on a free port, no other service
 def test_topics_create_creates_a_pipelines_topics_once(pipelines_file, tmp_path, monkeypatch):
-    from onceflow_dev.stack import private_broker
-    from test_process_job import _free_port
+    from onceflow_dev.apache_kafka import private_apache_kafka
 
-    with private_broker(_free_port(), tmp_path / "tansu.log") as bootstrap:
-        monkeypatch.setenv("ONCEFLOW_KAFKA_BOOTSTRAP", bootstrap)
+    with private_apache_kafka(tmp_path / "kafka") as kafka:
+        monkeypatch.setenv("ONCEFLOW_KAFKA_BOOTSTRAP", kafka.bootstrap)
         argv = ["topics", "create", "--pipeline", "payments"]
         assert run_cli([*argv, "--partitions", "3"])[:2] == (
             0,

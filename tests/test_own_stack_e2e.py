@@ -2,8 +2,8 @@
 `make demo`: what a newcomer does from the README, end to end through the real scheduler.
 
 The stack has its own home and ports (.onceflow/test-own-stack, 25437/29097/28085), because
-its tests stop and start it (`onceflow down`/`up`): the embedded broker must keep its log
-across them (the store, onceflow_dev.stack). Its pipelines file is the shipped one plus the
+its tests stop and start it (`onceflow down`/`up`): the embedded Apache Kafka must keep its
+log across them. Its pipelines file is the shipped one plus the
 user's two pipelines, whose transforms live in a package outside the repository, reached
 through ONCEFLOW_PYTHONPATH as the README says.
 """
@@ -116,7 +116,6 @@ def own_stack(tmp_path_factory):
         ONCEFLOW_AIRFLOW_PORT="28085",
         ONCEFLOW_PIPELINES=str(pipelines),
         ONCEFLOW_PYTHONPATH=str(user_code),
-        ONCEFLOW_BROKER_STORAGE="durable",
     )
     stack = {"env": env, "user_code": user_code}
     assert onceflow(stack, "up").returncode == 0

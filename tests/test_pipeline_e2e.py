@@ -1,4 +1,4 @@
-"""End to end on real parts: the shared test stack (PostgreSQL, tansu broker, Airflow's
+"""End to end on real parts: the shared test stack (PostgreSQL, Apache Kafka, Airflow's
 api-server, scheduler, dag-processor and triggerer) runs DAG runs through the scheduler, each
 process step a real spark-submit. Every test ends with the audit, re-reading the broker."""
 

@@ -10,7 +10,7 @@ fast form or aggregation raises on one payment.
   last_error names the record's topic, partition and offset and shows the user's
   traceback first.
 
-A private tansu broker and PostgreSQL, stopped by PID; ranges come from the producer's
+A private Apache Kafka and PostgreSQL, stopped by PID; ranges come from the producer's
 delivery reports (as in test_process_job.py).
 """
 
@@ -142,14 +142,14 @@ FAST_FORM_RAISES = f"user_pay_fast.py:{line_of(USER_PAY_FAST, 'raise KeyError')}
 
 
 @pytest.fixture(scope="module")
-def produced(private_tansu):
+def produced(private_kafka):
     """60 payments pay-0000..pay-0059 of payers c0..c2 (amount i + 0.25), alternating over 2
     partitions, then one value that is not a payment on partition 0. Returns the ends and
     {(partition, offset): value}."""
     from confluent_kafka import Producer
     from kafka.admin import KafkaAdminClient, NewTopic
 
-    admin = KafkaAdminClient(bootstrap_servers=private_tansu)
+    admin = KafkaAdminClient(bootstrap_servers=private_kafka)
     admin.create_topics([NewTopic(TOPIC, 2, 1)])
     admin.close()
     sent: dict[tuple[int, int], bytes] = {}
@@ -158,7 +158,7 @@ def produced(private_tansu):
         assert err is None, err
         sent[(msg.partition(), msg.offset())] = msg.value()
 
-    p = Producer({"bootstrap.servers": private_tansu, "linger.ms": 5})
+    p = Producer({"bootstrap.servers": private_kafka, "linger.ms": 5})
     for i in range(60):
         payment = {"id": f"pay-{i:04d}", "payer": f"c{i % 3}", "amount": i + 0.25}
         p.produce(TOPIC, json.dumps(payment).encode(), key=b"k%d" % i, partition=i % 2,
@@ -176,7 +176,7 @@ def poison_at(sent) -> tuple[int, int]:
 
 
 @pytest.fixture(scope="module")
-def env(mode_pg, private_tansu, produced, tmp_path_factory, process_mode):
+def env(mode_pg, private_kafka, produced, tmp_path_factory, process_mode):
     code = tmp_path_factory.mktemp("user_code")  # outside the repository
     (code / "user_pay.py").write_text(USER_PAY)
     (code / "user_pay_fast.py").write_text(USER_PAY_FAST)
@@ -201,7 +201,7 @@ def env(mode_pg, private_tansu, produced, tmp_path_factory, process_mode):
     e = dict(os.environ)
     e.update(
         ONCEFLOW_POSTGRES_DSN=mode_pg,
-        ONCEFLOW_KAFKA_BOOTSTRAP=private_tansu,
+        ONCEFLOW_KAFKA_BOOTSTRAP=private_kafka,
         ONCEFLOW_PIPELINES=str(pipelines),
         ONCEFLOW_PYTHONPATH=str(code),
         ONCEFLOW_HOME=str(home),

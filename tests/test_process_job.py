@@ -1,9 +1,8 @@
-"""The process phase end to end: a throwaway tansu broker and PostgreSQL, a batch planned
+"""The process phase end to end: a throwaway Apache Kafka and PostgreSQL, a batch planned
 through the ledger, and the REAL `spark-submit onceflow/spark_app/process.py` as a subprocess.
 
-Ranges are computed from the producer's delivery reports, never from the broker's end
-offsets (tansu under-reports them). Nothing here relies on tansu's deviations: aborted
-records are only asserted on where real Kafka would give the same answer.
+Ranges are computed from the producer's delivery reports, not from the broker's end offsets:
+the ranges a test asserts on are the records it knows it wrote.
 """
 
 from __future__ import annotations
@@ -50,13 +49,13 @@ def _port_open(port: int) -> bool:
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    """Our own tansu on 127.0.0.1:PORT (memory storage), stopped by PID at the end."""
+    """Our own Apache Kafka on 127.0.0.1:PORT, stopped by PID at the end."""
     if _port_open(PORT):
         pytest.fail(f"port {PORT} is already in use; the process tests need it for their broker")
-    from onceflow_dev.stack import private_broker
+    from onceflow_dev.apache_kafka import private_apache_kafka
 
-    with private_broker(PORT, tmp_path_factory.mktemp("tansu") / "tansu.log") as bootstrap:
-        yield bootstrap
+    with private_apache_kafka(tmp_path_factory.mktemp("kafka"), port=PORT) as kafka:
+        yield kafka.bootstrap
 
 
 @pytest.fixture(scope="module")
@@ -820,7 +819,8 @@ def test_unknown_txid_exits_2_before_starting_spark(env):
 
 @pytest.mark.integration
 def test_reader_on_transactions_with_an_aborted_one(broker, produced):
-    """Both clients stop at until with sparse offsets (markers, aborted records)."""
+    """Both clients read exactly the committed records and stop at until with sparse offsets
+    (markers, aborted records)."""
     from confluent_kafka import Producer
     from onceflow.ranges import OffsetRange
     from onceflow.reader.range_fetch import read_range
@@ -849,7 +849,7 @@ def test_reader_on_transactions_with_an_aborted_one(broker, produced):
             tx.abort_transaction(10)
         if outcome == "commit":
             committed += [o for o, v in delivered.items() if v.startswith(b"%d-" % t)]
-    aborted = sorted(set(delivered) - set(committed))
+    assert set(delivered) - set(committed), "an aborted transaction wrote records"
     until = max(delivered) + 2  # the last commit marker sits after the last record
     for client in ("confluent", "kafka-python"):
         t0 = time.monotonic()
@@ -861,9 +861,7 @@ def test_reader_on_transactions_with_an_aborted_one(broker, produced):
             for o in b.column("offset").to_pylist()
         ]
         assert time.monotonic() - t0 < 15, "completing on the marker must not wait for a timeout"
-        assert (
-            set(committed) <= set(got) <= set(committed) | set(aborted)
-        )  # real Kafka: == committed
+        assert got == sorted(committed)  # read_committed: the aborted records are hidden
         assert got == sorted(got) and max(got) < until
         # a range ending in the middle stops exactly there
         mid = committed[1] + 1

@@ -1,6 +1,6 @@
-"""Broker anomalies that only a real Apache Kafka can show (the embedded tansu broker cannot:
-see ENVIRONMENT.md), on the disposable broker of the `real_kafka` fixture (ONCEFLOW_KAFKA_DIST;
-skipped with the reason without it). End to end through the scheduler: test_real_kafka_e2e.py.
+"""Broker anomalies of Apache Kafka (retention, partitions added, topics re-created, aborted
+transactions), on the disposable broker of the `real_kafka` fixture. End to end through the
+scheduler: test_real_kafka_e2e.py.
 
 The same rules are tested without a broker in test_ranges.py (plan) and test_reader_unit.py
 (reader, through a consumer that replays real Kafka's behaviour).
@@ -13,11 +13,11 @@ import uuid
 import pytest
 from onceflow import broker
 from onceflow.config.pipeline_table import parse_pipeline
-from onceflow.errors import DataLossError, PartitionRemovedError
+from onceflow.errors import DataLossError, LogIdentityError
 from onceflow.ledger.planning import plan
 from onceflow.ranges import OffsetRange
 
-pytestmark = pytest.mark.real_kafka
+pytestmark = pytest.mark.integration
 ORDERS = {"transform": "orders:transform", "sink": {"table": "orders"}}  # spark_jobs/orders.py
 
 
@@ -68,9 +68,12 @@ def test_retention_deleted_records_fail_plan_or_become_a_loss_event(
     assert (b.ranges[0].from_offset, b.ranges[0].until_offset) == (15, 20)
 
 
-def test_added_partition_joins_and_removed_partition_stops(
+def test_added_partition_joins_and_a_topic_recreated_with_fewer_partitions_is_a_new_log(
     ledger_dsn, bootstrap, topic, unique_name
 ):
+    """Kafka cannot take partitions away: fewer partitions means the topic was deleted and
+    re-created, and its surviving partition's new topic id stops plan (PROTOCOL: the log is
+    the ledger's) before the missing partition would (PartitionRemovedError)."""
     from kafka import KafkaAdminClient
     from kafka.admin import NewPartitions
 
@@ -89,7 +92,7 @@ def test_added_partition_joins_and_removed_partition_stops(
     broker.delete_topic(bootstrap, topic)
     _wait_topic_gone(bootstrap, topic)
     broker.create_topic(bootstrap, topic, 1)
-    with pytest.raises(PartitionRemovedError):
+    with pytest.raises(LogIdentityError, match=rf"{topic}\[0\].*deleted and re-created"):
         plan(ledger_dsn, cfg, "c", _snapshot(bootstrap, cfg))
 
 

@@ -1,7 +1,6 @@
-"""End to end on Apache Kafka: DAG runs through the real scheduler of a second local stack
-whose broker is the disposable Apache Kafka of the `real_kafka` fixture (ONCEFLOW_KAFKA_DIST;
-skipped with the reason without it). These are the broker behaviours tansu cannot show:
-aborted transactions, records deleted by retention, partitions added (ENVIRONMENT.md).
+"""End to end on Apache Kafka: DAG runs through the real scheduler of the shared test stack,
+on the broker behaviours a Kafka-compatible broker may lack: aborted transactions, records
+deleted by retention, partitions added.
 Every test ends with the audit, re-reading the broker where the records still exist.
 """
 

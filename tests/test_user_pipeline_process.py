@@ -5,7 +5,7 @@ stage nothing, the records-read check (a filter, a duplicate, a retried task, a 
 own job), the transform's module shipped to executors that lack it, and a column a new
 version of the transform adds (schema evolution).
 
-A private tansu broker and PostgreSQL, stopped by PID; ranges come from the producer's
+A private Apache Kafka and PostgreSQL, stopped by PID; ranges come from the producer's
 delivery reports (as in test_process_job.py).
 """
 
@@ -101,14 +101,14 @@ def with_udf(df):
 
 
 @pytest.fixture(scope="module")
-def produced(private_tansu):
+def produced(private_kafka):
     """Stock updates for skus s0..s4 (each sku on one partition, as a keyed producer puts
     it), then a tombstone for s1, a malformed update of s2, a last update of s3 and an update
     without a key (no sku: a dead letter where sku is the sink's key)."""
     from confluent_kafka import Producer
     from kafka.admin import KafkaAdminClient, NewTopic
 
-    admin = KafkaAdminClient(bootstrap_servers=private_tansu)
+    admin = KafkaAdminClient(bootstrap_servers=private_kafka)
     admin.create_topics([NewTopic(TOPIC, 2, 1)])
     admin.close()
     sent = []  # (partition, offset, sku, value)
@@ -118,7 +118,7 @@ def produced(private_tansu):
         key = msg.key()
         sent.append((msg.partition(), msg.offset(), key and key.decode(), msg.value()))
 
-    p = Producer({"bootstrap.servers": private_tansu, "linger.ms": 5})
+    p = Producer({"bootstrap.servers": private_kafka, "linger.ms": 5})
     updates = [(f"s{i % 5}", json.dumps({"qty": i}).encode()) for i in range(40)]
     updates += [("s1", None), ("s2", b"not json"), ("s3", b'{"qty": 100}'), (None, b'{"qty": 7}')]
     for sku, value in updates:
@@ -152,7 +152,7 @@ from user_inventory import counting as transform  # noqa: F401
 
 
 @pytest.fixture(scope="module")
-def env(mode_pg, private_tansu, produced, tmp_path_factory, process_mode):
+def env(mode_pg, private_kafka, produced, tmp_path_factory, process_mode):
     jobs = tmp_path_factory.mktemp("user_jobs")  # outside the repository
     (jobs / "user_inventory.py").write_text(TRANSFORM)
     (jobs / "user_fast.py").write_text(BAD_FAST_FORM)
@@ -209,7 +209,7 @@ def env(mode_pg, private_tansu, produced, tmp_path_factory, process_mode):
     e = dict(os.environ)
     e.update(
         ONCEFLOW_POSTGRES_DSN=mode_pg,
-        ONCEFLOW_KAFKA_BOOTSTRAP=private_tansu,
+        ONCEFLOW_KAFKA_BOOTSTRAP=private_kafka,
         ONCEFLOW_PIPELINES=str(pipelines),
         ONCEFLOW_SPARK_JOBS=str(jobs),
         ONCEFLOW_HOME=str(home),
@@ -340,7 +340,7 @@ def test_iceberg_appends_one_row_per_record_in_one_snapshot(env, produced, monke
 def test_kafka_publishes_one_record_per_valid_record_keyed_by_sku(
     env, produced, real_kafka, tmp_path
 ):
-    """The Kafka sink (on the real Apache Kafka; the source stays on tansu) after a real
+    """The Kafka sink (on another Apache Kafka than the source's) after a real
     process: a record whose key column is null is published with a null key, not a dead
     letter (only upsert and merge need their key)."""
     import uuid

@@ -140,11 +140,11 @@ def fetchable_ends(
     fetch from the claimed end reports (librdkafka's partition EOF: the fetch response's last
     stable offset), past whatever records lie beyond the claim.
 
-    ListOffsets alone is not to be trusted: the embedded tansu answers the base offset of
-    the partition's last record batch + 1 (ENVIRONMENT), so a producer's ordinary batches
-    would hide their tails from plan, lag and the audit at once. On Apache Kafka the fetch
-    finds nothing past the claim and both agree. `asker` (plan of which pipeline, lag of
-    which topics) begins the errors."""
+    ListOffsets alone is not to be trusted on every broker that speaks Kafka's protocol: some
+    answer the base offset of the partition's last record batch + 1 (tansu 0.6, measured), so
+    a producer's ordinary batches would hide their tails from plan, lag and the audit at once.
+    On Apache Kafka the fetch finds nothing past the claim and both agree. `asker` (plan of
+    which pipeline, lag of which topics) begins the errors."""
     from confluent_kafka import Consumer, KafkaError
     from confluent_kafka import TopicPartition as Partition
 
@@ -262,7 +262,7 @@ def _prints(
     """Per partition, the print of the first data record at or after the wanted offset,
     None when the partition holds none (only control or aborted records, or nothing, up to
     its end). The end is the high watermark the fetches report, not ListOffsets' answer,
-    which a broker may give short (tansu: ENVIRONMENT), hiding records that are there."""
+    which a broker may give short (see partition_ends), hiding records that are there."""
     out: dict[tuple[str, int], RecordPrint | None] = {}
     if not wanted:
         return out
@@ -302,7 +302,7 @@ def _prints(
 
 def compacted_topics(bootstrap: KafkaCluster | str, topics: set[str]) -> frozenset[str]:
     """Those of `topics` whose cleanup.policy includes compact, as far as the broker says
-    (one that cannot describe topic configs, like the embedded tansu, reports none)."""
+    (one that cannot describe topic configs reports none)."""
     admin = KafkaAdminClient(**cluster_of(bootstrap).kafka_python(client_id="onceflow-plan"))
     try:
         found = admin.describe_configs(

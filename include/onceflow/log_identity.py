@@ -8,7 +8,7 @@ the committed offset would skip the new log's records below it without a word. T
 
 - the **topic id** (KIP-516: a re-created topic gets a new one), recorded when the pipeline
   first plans a partition (and at each reset), compared at every plan, where the broker has
-  one (Apache Kafka 2.8+, tansu);
+  one (Apache Kafka 2.8+);
 - on any broker, the **print** of the last data record the committed ranges read (its offset
   and a hash of its key, value, headers and timestamp: onceflow.range_digest), recorded by
   commit and fetched again by plan: the record at that offset must be the same record.

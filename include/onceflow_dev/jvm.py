@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from collections.abc import Iterable
 from pathlib import Path
 
 from onceflow_dev import CHECKOUT
@@ -130,13 +131,14 @@ def _errors(result: subprocess.CompletedProcess) -> str:
     return "\n".join(wanted[-12:])
 
 
-def resolve(pom: Path, target: Path, echo=print) -> None:
+def resolve(pom: Path, target: Path, profiles: Iterable[str] = tuple(PROFILES), echo=print) -> None:
     """Copy each profile's classpath into `target/<profile>` (replacing what was there only
     once the new copy is complete and every jar reads through)."""
     if shutil.which("mvn") is None:
         raise JvmArtifactsError(f"setup: mvn not found; {MVN_INSTALL_HINT}")
     target.mkdir(parents=True, exist_ok=True)
-    for profile, what in PROFILES.items():
+    for profile in profiles:
+        what = PROFILES[profile]
         partial = target / f".{profile}.partial"
         shutil.rmtree(partial, ignore_errors=True)
         result = _mvn(profile, pom, partial, offline=True)

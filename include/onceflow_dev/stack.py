@@ -35,6 +35,7 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -144,11 +145,17 @@ def uses_embedded_broker(settings: Settings) -> bool:
 
 
 def _tail(path: Path, lines: int = 25) -> str:
+    """The last lines of a log, without a JVM's stack frames: the exception's message, which
+    says what went wrong, sits above dozens of them."""
     try:
         text = path.read_text(errors="replace")
     except OSError:
         return "(no log yet)"
-    return "\n".join(text.splitlines()[-lines:])
+    kept = [line for line in text.splitlines() if not _JVM_FRAME.match(line)]
+    return "\n".join(kept[-lines:])
+
+
+_JVM_FRAME = re.compile(r"\s+(at |\.\.\. \d+ more)")
 
 
 def _fail(name: str, settings: Settings, message: str) -> StackError:
