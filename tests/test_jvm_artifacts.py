@@ -79,9 +79,11 @@ def test_a_corrupt_jar_in_the_local_repository_fails_setup_naming_the_artifact(
     assert f"org.postgresql:postgresql:{version}" in message
     assert f"delete {copy}" in message
     assert not (target / "jdbc").exists()  # nothing half-resolved left where the peer looks
-    # the intact repository resolves the same profile
+    # the intact repository resolves the same profile, offline: no network once it is filled
     monkeypatch.delenv("MAVEN_REPO_LOCAL")
-    jvm.resolve(ROOT / "pom.xml", target, profiles=["jdbc"], echo=lambda _m: None)
+    said: list[str] = []
+    jvm.resolve(ROOT / "pom.xml", target, profiles=["jdbc"], echo=said.append)
+    assert "offline, from Maven's local repository" in said[0]
     monkeypatch.setenv(jvm.JVM_DIR_ENV, str(target))
     assert any(p.name == f"postgresql-{version}.jar" for p in jvm.classpath("jdbc"))
     assert os.listdir(target) == ["jdbc"]

@@ -141,9 +141,11 @@ def resolve(pom: Path, target: Path, profiles: Iterable[str] = tuple(PROFILES), 
         what = PROFILES[profile]
         partial = target / f".{profile}.partial"
         shutil.rmtree(partial, ignore_errors=True)
+        source = "offline, from Maven's local repository"
         result = _mvn(profile, pom, partial, offline=True)
         if result.returncode != 0:  # not all in the local repository yet: ask Maven Central
             shutil.rmtree(partial, ignore_errors=True)
+            source = "from Maven Central"
             result = _mvn(profile, pom, partial, offline=False)
         if result.returncode != 0:
             shutil.rmtree(partial, ignore_errors=True)
@@ -159,7 +161,7 @@ def resolve(pom: Path, target: Path, profiles: Iterable[str] = tuple(PROFILES), 
         partial.rename(final)
         jars = classpath(profile)  # its main artifacts are there
         size = sum(jar.stat().st_size for jar in jars) / 2**20
-        echo(f"setup: {what}: {len(jars)} jars ({size:.0f} MiB) in {final}")
+        echo(f"setup: {what}: {len(jars)} jars ({size:.0f} MiB, {source}) in {final}")
 
 
 def main(argv: list[str] | None = None) -> int:
