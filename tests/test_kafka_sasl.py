@@ -1,12 +1,12 @@
-"""Kafka with SASL SCRAM end to end, on Apache Kafka: the embedded tansu cannot log anyone in
-(`--authentication` knows no user: ENVIRONMENT), so this runs where ONCEFLOW_KAFKA_DIST gives a
-distribution and skips with the reason otherwise. The mapping of every mechanism (PLAIN,
-SCRAM-SHA-256/512, OAUTHBEARER) is unit-tested in test_kafka_client.py.
+"""Kafka with SASL SCRAM end to end, on Apache Kafka: a broker of the module's own with a
+SASL_PLAINTEXT listener whose SCRAM-SHA-256/512 users are written when its storage is
+formatted. The mapping of every mechanism (PLAIN, SCRAM-SHA-256/512, OAUTHBEARER) is
+unit-tested in test_kafka_client.py.
 
-A broker with a SASL_PLAINTEXT listener and SCRAM users written at format time: every client
-kind Onceflow makes (kafka-python's admin and plan's snapshot, librdkafka's producer and the
-audit's re-read) logs in with the connection's credentials; a wrong password fails plan at
-once, naming the connection, the broker and the cause, never the password."""
+Every client kind Onceflow makes (kafka-python's admin and plan's snapshot, librdkafka's
+producer and the audit's re-read) logs in with the connection's credentials, with either
+mechanism; a refused login (a wrong password, a user the broker does not know) fails plan at
+once, naming the connection, the broker and the mechanism, never the password."""
 
 import time
 
@@ -15,30 +15,24 @@ from onceflow import broker
 from onceflow.errors import KafkaAccessError
 from onceflow.kafka_client import cluster_from_config
 from onceflow.recount import count_records
-from onceflow_dev.apache_kafka import dist_from_env, private_apache_kafka, skip_reason
+from onceflow_dev.apache_kafka import private_apache_kafka
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.real_kafka,
-    pytest.mark.skipif(dist_from_env() is None, reason=skip_reason("log a SASL user in")),
-]
+pytestmark = pytest.mark.integration
 USER, PASSWORD = "onceflow", "scram-Pa55-word"
 
 
 @pytest.fixture(scope="module")
 def sasl_kafka(tmp_path_factory):
-    with private_apache_kafka(
-        dist_from_env(), tmp_path_factory.mktemp("sasl-kafka") / "broker", {USER: PASSWORD}
-    ) as kafka:
+    with private_apache_kafka(tmp_path_factory.mktemp("sasl-kafka"), {USER: PASSWORD}) as kafka:
         yield kafka
 
 
-def _extra(kafka, mechanism, password=PASSWORD):
+def _extra(kafka, mechanism, user=USER, password=PASSWORD):
     return {
         "bootstrap.servers": kafka.sasl_bootstrap,
         "security.protocol": "SASL_PLAINTEXT",
         "sasl.mechanism": mechanism,
-        "sasl.username": USER,
+        "sasl.username": user,
         "sasl.password": password,
     }
 
@@ -65,9 +59,17 @@ def test_every_client_logs_in_with_scram(sasl_kafka, mechanism):
     assert count_records(cluster, [R(0), R(1)]).counts == {"t1": 40}
 
 
-def test_a_wrong_password_fails_plan_at_once(sasl_kafka):
+@pytest.mark.parametrize(
+    "mechanism, user, password",
+    [
+        pytest.param("SCRAM-SHA-512", USER, "not-the-password", id="wrong password 512"),
+        pytest.param("SCRAM-SHA-256", USER, "not-the-password", id="wrong password 256"),
+        pytest.param("SCRAM-SHA-256", "nobody-here", PASSWORD, id="unknown user"),
+    ],
+)
+def test_a_refused_login_fails_plan_at_once(sasl_kafka, mechanism, user, password):
     cluster = cluster_from_config(
-        _extra(sasl_kafka, "SCRAM-SHA-512", "not-the-password"), "Airflow connection 'k'"
+        _extra(sasl_kafka, mechanism, user, password), "Airflow connection 'k'"
     )
     started = time.monotonic()
     with pytest.raises(KafkaAccessError) as e:
@@ -75,4 +77,5 @@ def test_a_wrong_password_fails_plan_at_once(sasl_kafka):
     assert time.monotonic() - started < 10
     text = str(e.value)
     assert "Airflow connection 'k'" in text and sasl_kafka.sasl_bootstrap in text
-    assert "SASL authentication" in text and "not-the-password" not in text
+    assert "SASL authentication" in text and mechanism in text
+    assert password not in text

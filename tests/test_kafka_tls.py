@@ -1,44 +1,40 @@
-"""Kafka over TLS with a real TLS peer: stunnel (Debian's stunnel4) terminating mutual TLS in
-front of a tansu broker that advertises the terminator, with a CA, a server certificate and a
-password-protected client key made by the test (onceflow_dev.tls_peer). tansu's own TLS does
-not work (ENVIRONMENT), and SASL cannot run on it at all: its mapping is unit-tested
-(test_kafka_client.py) and runs end to end where ONCEFLOW_KAFKA_DIST gives an Apache Kafka.
+"""Kafka over mutual TLS on Apache Kafka's own SSL listener: a CA, a server certificate for
+`localhost` and a client certificate whose key is locked by a password, all made by the test
+(onceflow_dev.tls_peer), read by the broker as PEM (onceflow_dev.apache_kafka.ssl_listener),
+which demands a client certificate. The listener is advertised as `localhost`, the name in
+the server certificate, so every connection a client makes (bootstrap and partition
+leaders) is checked against it.
 
-Every client kind Onceflow makes goes through the terminator here: kafka-python (plan's
-snapshot, the admin that creates topics) and librdkafka (produce, the partition ends, the
-audit's re-read); a refused client fails plan at once, naming the cause."""
+Every client kind Onceflow makes goes through TLS here: kafka-python (plan's snapshot, the
+admin that creates topics) and librdkafka (produce, the partition ends, the audit's re-read);
+a refused client fails plan at once, naming the connection, the broker and the cause, never
+the key's password. SASL logins, refused ones included, are in test_kafka_sasl.py."""
 
 import json
 import time
 
 import pytest
-from conftest import free_port
 from onceflow import broker
 from onceflow.errors import KafkaAccessError
 from onceflow.kafka_client import cluster_from_config
 from onceflow.recount import count_records
 from onceflow_dev import tls_peer
+from onceflow_dev.apache_kafka import private_apache_kafka, ssl_listener
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(tls_peer.available() is not None, reason=str(tls_peer.available())),
-]
+pytestmark = pytest.mark.integration
 KEY_PASSWORD = "client-key-Pa55"
 
 
 @pytest.fixture(scope="module")
 def tls_broker(tmp_path_factory):
-    """(host:port of the TLS terminator, the PKI): mutual TLS in front of a private tansu."""
-    from onceflow_dev.stack import private_broker
-
+    """(host:port of the broker's SSL listener, the PKI): an Apache Kafka of the module's own
+    demanding a client certificate signed by the test's CA, stopped by PID."""
     folder = tmp_path_factory.mktemp("tls")
-    pki = tls_peer.make_pki(folder, "localhost", KEY_PASSWORD)
-    tls_port, plain_port = free_port(), free_port()
-    with (
-        private_broker(plain_port, folder / "tansu.log", advertised=f"localhost:{tls_port}"),
-        tls_peer.stunnel(folder, tls_port, plain_port, pki, mutual=True),
-    ):
-        yield f"localhost:{tls_port}", pki
+    pki = tls_peer.make_pki(folder / "pki", "localhost", KEY_PASSWORD)
+    with private_apache_kafka(
+        folder / "broker", **ssl_listener(pki.server_keystore, pki.ca, host="localhost")
+    ) as kafka:
+        yield kafka.address("SSL"), pki
 
 
 def _extra(address, pki, **over):
@@ -76,18 +72,25 @@ def test_every_client_reads_and_writes_through_mutual_tls(tls_broker):
 
 
 @pytest.mark.parametrize(
-    "case, over, cause",
+    "over, cause",
     [
-        ("an unknown CA", {"ssl.ca.location": "other"}, "certificate verify failed"),
-        ("a hostname mismatch", {"bootstrap.servers": "127.0.0.1"}, "certificate verify failed"),
-        (
-            "no client certificate",
+        pytest.param({"ssl.ca.location": "other"}, "certificate verify failed", id="an unknown CA"),
+        pytest.param(
+            {"bootstrap.servers": "127.0.0.1"}, "certificate verify failed", id="a wrong host"
+        ),
+        pytest.param(
             {"ssl.certificate.location": None, "ssl.key.location": None, "ssl.key.password": None},
-            "certificate required",
+            "bad certificate",  # the JVM's TLS alert for a certificate it required
+            id="no client certificate",
+        ),
+        pytest.param(
+            {"ssl.key.password": "not-the-Key-Pa55"},
+            "ssl.key.location failed",  # the key stays locked: no connection is even tried
+            id="a wrong key password",
         ),
     ],
 )
-def test_a_refused_client_fails_plan_at_once_naming_the_cause(tls_broker, case, over, cause):
+def test_a_refused_client_fails_plan_at_once_naming_the_cause(tls_broker, over, cause):
     address, pki = tls_broker
     if over.get("ssl.ca.location") == "other":
         over = {**over, "ssl.ca.location": str(pki.other_ca)}
@@ -103,31 +106,4 @@ def test_a_refused_client_fails_plan_at_once_naming_the_cause(tls_broker, case, 
     assert time.monotonic() - started < 10
     text = str(e.value)
     assert "Airflow connection 'k'" in text and cluster.bootstrap in text and cause in text
-    assert KEY_PASSWORD not in text
-
-
-def test_a_refused_sasl_login_fails_plan_at_once(tmp_path):
-    """tansu with `--authentication` knows no user (its `user create` fails against it:
-    ENVIRONMENT), so every SCRAM login is refused: the one SASL failure this machine can show
-    end to end. Logins that succeed run on Apache Kafka (test_kafka_sasl.py)."""
-    from onceflow_dev.stack import private_broker
-
-    port = free_port()
-    with private_broker(port, tmp_path / "tansu.log", extra=("--authentication",)) as address:
-        cluster = cluster_from_config(
-            {
-                "bootstrap.servers": address,
-                "security.protocol": "SASL_PLAINTEXT",
-                "sasl.mechanism": "SCRAM-SHA-256",
-                "sasl.username": "onceflow",
-                "sasl.password": KEY_PASSWORD,
-            },
-            "Airflow connection 'k'",
-        )
-        started = time.monotonic()
-        with pytest.raises(KafkaAccessError) as e:
-            broker.snapshot(cluster, "p", ("any",))
-    assert time.monotonic() - started < 5
-    text = str(e.value)
-    assert "Airflow connection 'k'" in text and address in text
-    assert "SASL authentication error" in text and KEY_PASSWORD not in text
+    assert KEY_PASSWORD not in text and "not-the-Key-Pa55" not in text

@@ -235,8 +235,9 @@ def check_access(cluster: KafkaCluster, timeout_s: float = ACCESS_TIMEOUT_S) -> 
     handshake or a SASL login fails, once per retry; librdkafka names the cause at the first
     attempt. So plan asks librdkafka for the cluster's metadata first: an authentication or
     TLS error raises KafkaAccessError at once (not retried), no answer within `timeout_s`
-    raises KafkaUnreachableError (retried)."""
-    from confluent_kafka import KafkaError
+    raises KafkaUnreachableError (retried). A client key that ssl.key.password does not
+    unlock raises KafkaAccessError too, before any connection."""
+    from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient
 
     refused: list[str] = []
@@ -252,11 +253,21 @@ def check_access(cluster: KafkaCluster, timeout_s: float = ACCESS_TIMEOUT_S) -> 
         elif err.code() != KafkaError._ALL_BROKERS_DOWN:
             seen[:] = [text]
 
-    admin = AdminClient(
-        cluster.librdkafka_conf(
-            {"client.id": "onceflow-access-check", "error_cb": on_error, "log_level": 0}
+    try:
+        admin = AdminClient(
+            cluster.librdkafka_conf(
+                {"client.id": "onceflow-access-check", "error_cb": on_error, "log_level": 0}
+            )
         )
-    )
+    except KafkaException as e:
+        # A setting librdkafka cannot use, before any connection: the client key that
+        # ssl.key.password does not unlock ("ssl.key.location failed: ... PEM lib"), a file
+        # that is not PEM. Every client of these settings fails alike; a retry too.
+        raise KafkaAccessError(
+            f"the client settings for the Kafka cluster {cluster.describe()} cannot be used: "
+            f"{e.args[0].str()}"
+            + (" (does ssl.key.password unlock that key?)" if "ssl.key" in str(e) else "")
+        ) from None
     deadline = monotonic() + timeout_s
     while not refused:
         try:

@@ -71,8 +71,10 @@ class ApacheKafka:
     """One KRaft broker+controller with its log under `folder`; ports picked when not given.
 
     `scram_users` adds a SASL_PLAINTEXT listener (SCRAM-SHA-256/512) whose users are written
-    when the log is formatted. `listeners` adds more, name -> (security protocol, port), with
-    their settings in `properties` (e.g. an SSL listener's keystore).
+    when the log is formatted. `listeners` adds more, name -> (security protocol, port) or
+    (security protocol, port, advertised host), with their settings in `properties` (e.g. an
+    SSL listener's keystore: `ssl_listener` makes both). Every listener binds 127.0.0.1; the
+    advertised host (127.0.0.1 unless given) is what clients connect to after bootstrapping.
     """
 
     def __init__(
@@ -83,7 +85,7 @@ class ApacheKafka:
         heap: str = "512m",
         env: dict[str, str] | None = None,
         scram_users: dict[str, str] | None = None,
-        listeners: dict[str, tuple[str, int]] | None = None,
+        listeners: dict[str, tuple[str, int] | tuple[str, int, str]] | None = None,
         properties: dict[str, str] | None = None,
     ) -> None:
         self.folder = folder
@@ -91,10 +93,11 @@ class ApacheKafka:
         self.controller_port = controller_port or free_port()
         self.scram_users = scram_users or {}
         self.sasl_port = free_port() if self.scram_users else None
-        self.listeners = {"PLAINTEXT": ("PLAINTEXT", self.port)}
+        self.listeners = {"PLAINTEXT": ("PLAINTEXT", self.port, "127.0.0.1")}
         if self.sasl_port:
-            self.listeners["SASL_PLAINTEXT"] = ("SASL_PLAINTEXT", self.sasl_port)
-        self.listeners.update(listeners or {})
+            self.listeners["SASL_PLAINTEXT"] = ("SASL_PLAINTEXT", self.sasl_port, "127.0.0.1")
+        for name, (protocol, port, *host) in (listeners or {}).items():
+            self.listeners[name] = (protocol, port, host[0] if host else "127.0.0.1")
         self.properties = properties or {}
         self.heap = heap
         self.extra_env = env or {}  # e.g. a stack's marker, so its `down` finds the broker
@@ -109,21 +112,29 @@ class ApacheKafka:
     def sasl_bootstrap(self) -> str:
         return f"127.0.0.1:{self.sasl_port}"
 
+    def address(self, listener: str) -> str:
+        """host:port of `listener` as the broker advertises it."""
+        _, port, host = self.listeners[listener]
+        return f"{host}:{port}"
+
     @property
     def data(self) -> Path:
         return self.folder / "data"
 
     def _server_properties(self) -> str:
         listeners = ",".join(
-            f"{name}://127.0.0.1:{port}" for name, (_, port) in self.listeners.items()
+            f"{name}://127.0.0.1:{port}" for name, (_, port, _) in self.listeners.items()
         )
-        protocols = ",".join(f"{name}:{proto}" for name, (proto, _) in self.listeners.items())
+        advertised = ",".join(
+            f"{name}://{host}:{port}" for name, (_, port, host) in self.listeners.items()
+        )
+        protocols = ",".join(f"{name}:{proto}" for name, (proto, _, _) in self.listeners.items())
         lines = [
             "process.roles=broker,controller",
             "node.id=1",
             f"controller.quorum.voters=1@127.0.0.1:{self.controller_port}",
             f"listeners={listeners},CONTROLLER://127.0.0.1:{self.controller_port}",
-            f"advertised.listeners={listeners}",
+            f"advertised.listeners={advertised}",
             "controller.listener.names=CONTROLLER",
             "inter.broker.listener.name=PLAINTEXT",
             f"listener.security.protocol.map=CONTROLLER:PLAINTEXT,{protocols}",
@@ -274,6 +285,37 @@ def ready(bootstrap: str, port: int) -> bool:
         return False
     finally:
         admin.close()
+
+
+def ssl_listener(
+    keystore: Path,
+    truststore: Path,
+    *,
+    host: str = "localhost",
+    client_auth: str = "required",
+    name: str = "SSL",
+    port: int | None = None,
+) -> dict[str, dict]:
+    """ApacheKafka's `listeners` and `properties` for one TLS listener `name` on 127.0.0.1
+    (a free port unless given), advertised as `host`: a name in the server certificate's
+    SAN, since a client checks it against every address it connects to (the bootstrap and
+    the advertised one alike). Kafka reads PEM itself: `keystore` holds the server's PKCS#8
+    private key, unencrypted, then its certificate chain; `truststore` the CA certificates it
+    accepts client certificates from. `client_auth` "required" is mutual TLS.
+
+    The key is unencrypted because Java 17 cannot read a key encrypted with PBES2, what
+    OpenSSL and `cryptography` write ("PBES2 SecretKeyFactory not available", measured)."""
+    properties = {
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": str(keystore),
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": str(truststore),
+        "ssl.client.auth": client_auth,
+    }
+    return {
+        "listeners": {name: ("SSL", port or free_port(), host)},
+        "properties": {f"listener.name.{name.lower()}.{k}": v for k, v in properties.items()},
+    }
 
 
 @contextlib.contextmanager

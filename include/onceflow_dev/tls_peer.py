@@ -1,40 +1,24 @@
-"""A real TLS peer for the broker, for tests: a certificate authority made here, and stunnel
-(Debian's stunnel4) terminating TLS in front of a plaintext tansu listener.
-
-tansu's own `--cert` still speaks plaintext (ENVIRONMENT), so TLS clients are tested against
-stunnel: the broker advertises the terminator's address, so every connection a client makes
-(bootstrap and partition leaders) goes through TLS. With `client_ca` set, stunnel demands a
-client certificate signed by that CA (mutual TLS), which the client's key password unlocks.
+"""A certificate authority for TLS tests, made here: PEM files for Apache Kafka's own SSL
+listener (onceflow_dev.apache_kafka.ssl_listener, which reads PEM) and for the clients
+Onceflow makes, with a client key locked by a password and a second CA that signed nothing
+of this broker's, so a client trusting it is refused.
 """
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
-import shutil
-import socket
-import subprocess
-import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-
-STUNNEL = "stunnel4"
-
-
-def available() -> str | None:
-    """Why the TLS peer cannot run here, or None."""
-    return None if shutil.which(STUNNEL) else "stunnel4 is not installed (make system-deps)"
 
 
 @dataclass(frozen=True)
 class Pki:
-    """PEM files: a CA, a server certificate for `host`, a client certificate whose key is
-    encrypted with `key_password`, and a second CA nobody signed with."""
+    """PEM files: a CA; the server's key and its certificate for `host` (SAN) signed by the
+    CA, in one file as Kafka's PEM keystore takes them; a client certificate signed by the CA
+    whose key is encrypted with `key_password`; a second CA nobody signed with."""
 
     ca: Path
-    server_cert: Path
-    server_key: Path
+    server_keystore: Path
     client_cert: Path
     client_key: Path
     key_password: str
@@ -95,48 +79,12 @@ def make_pki(folder: Path, host: str, key_password: str) -> Pki:
     client = cert(name("onceflow-client"), client_key, ca_name, ca_key, ca=False)
     return Pki(
         ca=write(folder / "ca.pem", pem(ca)),
-        server_cert=write(folder / "server.pem", pem(server)),
-        server_key=write(folder / "server.key", key_pem(server_key)),
+        # the key first, then the chain up to the CA
+        server_keystore=write(
+            folder / "server-keystore.pem", key_pem(server_key) + pem(server) + pem(ca)
+        ),
         client_cert=write(folder / "client.pem", pem(client)),
         client_key=write(folder / "client.key", key_pem(client_key, key_password)),
         key_password=key_password,
         other_ca=write(folder / "other-ca.pem", pem(other)),
     )
-
-
-@contextlib.contextmanager
-def stunnel(folder: Path, port: int, target_port: int, pki: Pki, mutual: bool) -> Iterator[int]:
-    """TLS on 127.0.0.1:`port`, forwarded to 127.0.0.1:`target_port`; stopped by PID."""
-    conf = folder / "stunnel.conf"
-    lines = [
-        "foreground = yes",
-        f"output = {folder / 'stunnel.log'}",
-        "debug = 5",
-        "[kafka]",
-        f"accept = 127.0.0.1:{port}",
-        f"connect = 127.0.0.1:{target_port}",
-        f"cert = {pki.server_cert}",
-        f"key = {pki.server_key}",
-    ]
-    if mutual:
-        lines += [f"CAfile = {pki.ca}", "verifyChain = yes", "requireCert = yes"]
-    conf.write_text("\n".join(lines) + "\n")
-    proc = subprocess.Popen(
-        [STUNNEL, str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
-    )
-    try:
-        deadline = time.monotonic() + 10
-        while True:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
-                break
-            if proc.poll() is not None or time.monotonic() > deadline:
-                log = folder / "stunnel.log"
-                raise RuntimeError(
-                    f"stunnel did not start: {log.read_text()[-2000:] if log.exists() else ''}"
-                )
-            time.sleep(0.05)
-        yield port
-    finally:
-        from onceflow_dev.stack import stop_child
-
-        stop_child(proc)
