@@ -65,25 +65,20 @@ status:
 ONCEFLOW = $(VENV)/bin/onceflow
 PYTEST_ARGS ?=
 
-## system-deps: Debian packages the tests and the benchmark use (docker-compose to validate the compose file, chromium + chromium-driver for the `ui` browser tests, libpostgresql-jdbc-java for the benchmark's Spark JDBC peer, stunnel4 as the TLS peer in front of the broker, redis-server as the Celery executor's broker); root only, skipped when present
+## system-deps: Debian packages the tests use (docker-compose to validate the compose file,
+##              chromium + chromium-driver for the `ui` browser tests, redis-server as the Celery
+##              executor's broker); root only, skipped when present
 system-deps:
-	@need_dc=; need_chromium=; need_jdbc=; need_tls=; \
-	command -v docker-compose >/dev/null 2>&1 || need_dc=1; \
-	[ -x /usr/bin/chromium ] || need_chromium=1; \
-	[ -f /usr/share/java/postgresql.jar ] || need_jdbc=1; \
-	{ command -v stunnel4 >/dev/null 2>&1 && command -v redis-server >/dev/null 2>&1; } || need_tls=1; \
-	if [ -n "$$need_dc$$need_chromium$$need_jdbc$$need_tls" ]; then \
+	@need=; \
+	command -v docker-compose >/dev/null 2>&1 || need="$$need docker-compose"; \
+	[ -x /usr/bin/chromium ] || need="$$need chromium chromium-driver"; \
+	command -v redis-server >/dev/null 2>&1 || need="$$need redis-server"; \
+	if [ -n "$$need" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    apt-get update -qq || echo "system-deps: apt-get update failed"; \
-	    [ -z "$$need_dc" ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker-compose >/dev/null \
-	      || echo "system-deps: could not install docker-compose; its check will be skipped"; \
-	    [ -z "$$need_chromium" ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null \
-	      || echo "system-deps: could not install chromium; the ui browser tests will be skipped"; \
-	    [ -z "$$need_jdbc" ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends libpostgresql-jdbc-java >/dev/null \
-	      || echo "system-deps: could not install libpostgresql-jdbc-java; make bench will skip native_process"; \
-	    [ -z "$$need_tls" ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends stunnel4 redis-server >/dev/null \
-	      || echo "system-deps: could not install stunnel4 and redis-server; the TLS and Celery tests will be skipped"; \
-	  else echo "system-deps:$${need_dc:+ docker-compose}$${need_chromium:+ chromium}$${need_jdbc:+ libpostgresql-jdbc-java}$${need_tls:+ stunnel4 redis-server} missing and not root; the tests (and bench measurements) needing them will be skipped"; fi; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$need >/dev/null \
+	      || echo "system-deps: could not install$$need; the tests needing them will fail"; \
+	  else echo "system-deps:$$need missing and not root: install them (apt-get install$$need)"; fi; \
 	fi
 
 ## demo: set up, start the stack and run the five example pipelines (orders: append with a fast form,
@@ -118,14 +113,14 @@ CHAOS_ARGS ?=
 chaos: setup
 	$(ONCEFLOW) chaos $(CHAOS_ARGS)
 
-## bench: throughput, fixed cost and scaling, measured side by side on data it produces
-##        (~20-40 min on 2 cores; run on a quiet machine). Writes bench/results.json,
-##        bench/throughput.png and BENCHMARKS.md. BENCH_ARGS="--quick" for a smoke run;
-##        BENCH_ARGS="--only lake": only the PostgreSQL-against-Iceberg section (~5-10 min).
-##        On the real Apache Kafka, with Spark's own Kafka connector as the peer (the vendored
-##        distributions; native_process also needs /usr/share/java/postgresql.jar, see system-deps):
-##          ONCEFLOW_KAFKA_DIST=/path/to/kafka_2.13-4.1.1.tgz ONCEFLOW_SPARK_KAFKA_CONNECTOR=/path/to/spark-kafka-connector-4.0.0.tgz make bench
-##        Without them it runs on the embedded tansu broker and says the peer was skipped and why.
+## bench: throughput, fixed cost, scaling and a 10-minute soak, measured side by side on data
+##        it produces (~30-50 min on 2 cores; run on a quiet machine), on Apache Kafka with
+##        Spark's own Kafka connector as the peer (both from the jars `make setup` resolves
+##        from Maven Central). Writes bench/results.json, bench/throughput.png and
+##        BENCHMARKS.md; exits 1 when the soak finds a record not committed, a failed run or
+##        an audit that is not exactly-once. BENCH_ARGS="--quick" for a smoke run (1-minute
+##        soak); BENCH_ARGS="--only lake": only the PostgreSQL-against-Iceberg section
+##        (~5-10 min); BENCH_ARGS="--only soak --soak-minutes 10": the soak alone.
 .PHONY: bench
 BENCH_ARGS ?=
 bench: setup

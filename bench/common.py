@@ -1,7 +1,7 @@
-"""Services and data for the benchmarks: a private broker (Apache Kafka when ONCEFLOW_KAFKA_DIST
-names its distribution, else tansu), a private PostgreSQL on 127.0.0.1, Spark's own Kafka
-connector (ONCEFLOW_SPARK_KAFKA_CONNECTOR) and PostgreSQL's JDBC driver for the peer, and order
-events of about 200 bytes, produced once per topic. Nothing here is used by the product.
+"""Services and data for the benchmarks: a private Apache Kafka and a private PostgreSQL on
+127.0.0.1, and order events of about 200 bytes, produced once per topic. The broker runs from
+the jars `make setup` resolves from Maven Central (pom.xml, onceflow_dev.jvm), as the embedded
+stack's does. Nothing here is used by the product.
 """
 
 from __future__ import annotations
@@ -10,10 +10,8 @@ import contextlib
 import json
 import os
 import random
-import shutil
 import socket
 import sys
-import tarfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,10 +23,7 @@ from onceflow.ranges import OffsetRange  # noqa: E402
 
 SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
 MALFORMED_RATE = 0.01
-# Unpacked vendored distributions (once) and the Apache Kafka broker's log (per run).
-VENDOR_DIR = ROOT / ".onceflow" / "bench-vendor"
-CONNECTOR_ENV = "ONCEFLOW_SPARK_KAFKA_CONNECTOR"
-JDBC_JAR = Path("/usr/share/java/postgresql.jar")  # Debian's libpostgresql-jdbc-java
+KAFKA_ARTIFACT = "kafka_2.13"  # Apache Kafka's broker (org.apache.kafka:kafka_2.13)
 
 
 def port_open(port: int) -> bool:
@@ -46,31 +41,34 @@ def free_port() -> int:
 @dataclass
 class Broker:
     bootstrap: str
-    name: str  # "apache-kafka 4.1.1" or "tansu"
-    note: str  # why this broker
+    name: str  # "apache-kafka 4.4.0"
+    note: str  # what runs it
+
+
+def broker_name() -> str:
+    """The broker's name in the results, `apache-kafka <version>`: the version is read from
+    the path of the kafka_2.13 jar that `make setup` resolved (group/artifact/version/
+    artifact-version.jar), so that pom.xml alone pins it."""
+    from onceflow_dev import jvm
+
+    jars = [j for j in jvm.classpath("kafka-broker") if j.parent.parent.name == KAFKA_ARTIFACT]
+    return f"apache-kafka {jars[0].parent.name}"
 
 
 @contextlib.contextmanager
 def broker(workdir: Path) -> Iterator[Broker]:
-    """Apache Kafka from the distribution named by ONCEFLOW_KAFKA_DIST when it is given, else
-    a tansu broker with memory storage; either on a free port, stopped by PID at the end."""
-    from onceflow_dev.apache_kafka import dist_from_env, private_apache_kafka, skip_reason
+    """A private Apache Kafka (KRaft, one node, 512 MiB heap) on free ports, its log under
+    `workdir`, stopped by PID at the end."""
+    from onceflow_dev.apache_kafka import private_apache_kafka
 
-    dist = dist_from_env()
-    if dist is None:
-        from onceflow_dev.stack import private_broker
-
-        with private_broker(free_port(), workdir / "tansu.log") as bootstrap:
-            yield Broker(bootstrap, "tansu", f"tansu (memory storage): {skip_reason()}")
-        return
-    version = dist.name.removesuffix(".tgz").removesuffix(".tar.gz").rsplit("-", 1)[-1]
-    folder = VENDOR_DIR / f"kafka-broker-{os.getpid()}"  # the distribution unpacks beside it
-    shutil.rmtree(folder, ignore_errors=True)
-    try:
-        with private_apache_kafka(dist, folder) as kafka:
-            yield Broker(kafka.bootstrap, f"apache-kafka {version}", f"Apache Kafka ({dist.name})")
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    name = broker_name()
+    with private_apache_kafka(workdir / "kafka") as kafka:
+        yield Broker(
+            kafka.bootstrap,
+            name,
+            f"{name} (KRaft, one node, heap {kafka.heap}, from the jars of pom.xml's profile "
+            "kafka-broker)",
+        )
 
 
 @dataclass
@@ -117,34 +115,6 @@ def postgres(workdir: Path) -> Iterator[Postgres]:
                 proc = psutil.Process(pid)
                 proc.terminate()
                 proc.wait(10)
-
-
-def connector_jars() -> tuple[list[Path], str]:
-    """Spark's own Kafka connector (ONCEFLOW_SPARK_KAFKA_CONNECTOR: spark-kafka-connector-*.tgz),
-    unpacked once under VENDOR_DIR: its jars, or [] and why not."""
-    raw = os.environ.get(CONNECTOR_ENV)
-    if not raw:
-        return [], (
-            f"Spark's own Kafka connector not given: set {CONNECTOR_ENV} to a "
-            "spark-kafka-connector-*.tgz (and ONCEFLOW_KAFKA_DIST to a kafka_2.13-*.tgz)"
-        )
-    dist = Path(raw).expanduser().resolve()
-    if not dist.is_file():
-        return [], f"{CONNECTOR_ENV}={raw} is not a file"
-    name = dist.name.removesuffix(".tgz").removesuffix(".tar.gz")
-    home = VENDOR_DIR / name
-    if not home.is_dir():
-        partial = VENDOR_DIR / f".{name}.partial"
-        shutil.rmtree(partial, ignore_errors=True)
-        partial.mkdir(parents=True)
-        with tarfile.open(dist) as tar:
-            tar.extractall(partial, filter="tar")
-        (partial / name).rename(home)
-        partial.rmdir()
-    jars = sorted(home.glob("*.jar"))
-    if not jars:
-        return [], f"{dist}: no jars"
-    return jars, f"Spark's own Kafka connector ({', '.join(j.name for j in jars)})"
 
 
 def order_value(rng: random.Random, i: int) -> bytes:
@@ -252,6 +222,15 @@ def produce(
         raise RuntimeError(f"{len(errors)} records not delivered: {errors[0]}")
     ranges = [OffsetRange(name, k, 0, ends[k]) for k in range(partitions)]
     return Topic(name, partitions, count, ranges, nbytes)
+
+
+def timestamp(value: str | None) -> float:
+    """Seconds since the epoch of an ISO-8601 time of Airflow's API (NaN for None)."""
+    from datetime import datetime
+
+    return (
+        datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() if value else float("nan")
+    )
 
 
 def spark_env(**extra: str) -> dict[str, str]:

@@ -1,8 +1,12 @@
 """The peer: the same exact ranges through Spark's own Kafka connector, written the way a
-Spark user would, with spark-submit --jars <the connector's jars>. Prints one line `BENCH {json}`.
+Spark user would, with spark-submit --jars <peer_jars(mode)>. Prints one line `BENCH {json}`.
 
     spark-submit --jars ... bench/native_job.py --mode read_parse|process --bootstrap B
         --ranges JSON [--min-partitions N] [--jdbc-url URL --table T]
+
+The jars are those `make setup` resolves from Maven Central (pom.xml, onceflow_dev.jvm): the
+connector at pyspark's own Spark version (profile spark-kafka) and, for process, PostgreSQL's
+JDBC driver (profile jdbc).
 
 read_parse  spark.read.format("kafka") with startingOffsets / endingOffsets for exactly the
             ranges, from_json of the orders schema, validation (one error column: the first
@@ -12,7 +16,7 @@ read_parse  spark.read.format("kafka") with startingOffsets / endingOffsets for 
 process     the same rows (valid rows with their fields, dead letters with key and value and
             the reason) appended with DataFrameWriter.jdbc, Spark's defaults (batches of 1000
             rows, one transaction per task), into an UNLOGGED PostgreSQL table of the shape of
-            Onceflow's stage table (PostgreSQL's JDBC driver given with --jars)
+            Onceflow's stage table
 
 Validation, next to the orders transform's (spark_jobs/orders.py): a value
 that is null, not a JSON object of the schema, missing a field, with an amount that is
@@ -29,12 +33,21 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from pathlib import Path
 
 ORDER_SCHEMA = (
     "order_id STRING, customer_id STRING, amount DECIMAL(18,2), currency STRING, ts STRING"
 )
 FIELDS = ("order_id", "customer_id", "amount", "currency", "ts")
 DEAD_VALUE_BYTES = 64 << 10
+
+
+def peer_jars(mode: str) -> list[Path]:
+    """The jars spark-submit is given for `mode`; JvmArtifactsError (naming `make setup`)
+    when they were not resolved."""
+    from onceflow_dev import jvm
+
+    return [*jvm.classpath("spark-kafka"), *(jvm.classpath("jdbc") if mode == "process" else [])]
 
 
 def kafka_frame(spark, bootstrap: str, ranges: list[dict], min_partitions: int | None):

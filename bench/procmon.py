@@ -3,7 +3,8 @@
 Polls every `interval` seconds; for each process it keeps the last CPU times seen and the
 peak resident set (VmHWM from /proc, which the kernel keeps even between polls). Processes
 are grouped by kind: the driver JVM, the driver's Python, Spark's Python workers (by
-module), PostgreSQL backends (optional: give the postmaster's pid) and the broker.
+module), PostgreSQL backends (optional: give the postmaster's pid) and the broker (Apache
+Kafka's JVM, main class kafka.Kafka).
 """
 
 from __future__ import annotations
@@ -41,14 +42,14 @@ def kind_of(proc: psutil.Process) -> str:
         return "worker_jvm"
     if "java" in cmd[0] and "CoarseGrainedExecutorBackend" in text:
         return "executor_jvm"
+    if "java" in cmd[0] and "kafka.Kafka" in cmd:  # the main class, an argument of its own
+        return "broker"
     if "java" in cmd[0]:
         return "other_jvm"
     if "pyspark.daemon" in text or "pyspark.worker" in text or "pyspark/worker" in text:
         return "python_worker"
     if "postgres" in cmd[0] or text.startswith("postgres"):
         return "postgres"
-    if "tansu" in cmd[0]:
-        return "broker"
     if "python" in cmd[0]:
         return "driver_python"
     return "other"

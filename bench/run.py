@@ -1,16 +1,12 @@
 """`make bench`: every measurement side by side in one run, on data it produces itself.
 
-    ONCEFLOW_KAFKA_DIST=<vendor>/kafka_2.13-4.1.1.tgz \
-    ONCEFLOW_SPARK_KAFKA_CONNECTOR=<vendor>/spark-kafka-connector-4.0.0.tgz make bench
+Everything runs on Apache Kafka (KRaft, one node) from the jars `make setup` resolves from
+Maven Central (pom.xml, onceflow_dev.jvm), and the peer is Spark's own Kafka connector at
+pyspark's Spark version with PostgreSQL's JDBC driver, from the same place: every run
+measures both peer ratios, and a checkout without those jars fails at once, naming
+`make setup`.
 
-(<vendor>: where the CI machine keeps them; the Makefile's bench target and bench/NOTES.md say where.)
-
-ONCEFLOW_KAFKA_DIST (a kafka_2.13-*.tgz) runs everything on a private Apache Kafka, else on
-the tansu broker; ONCEFLOW_SPARK_KAFKA_CONNECTOR (Spark's own Kafka connector's jars, packed)
-adds the peer, measured only on Apache Kafka; without them the report says what was skipped
-and why.
-
-Phase 1, data plane (a private broker and PostgreSQL, nothing else of Onceflow running):
+Phase 1, data plane (a private Apache Kafka and PostgreSQL, nothing else of Onceflow running):
   raw_consumer     ONE plain confluent-kafka process reading the exact ranges and JSON-decoding
                    every value: what this machine does per process (bench/raw_consumer.py)
   read_parse       the process job's reader + parse + aggregate in Spark, in-job, no sink
@@ -20,8 +16,8 @@ Phase 1, data plane (a private broker and PostgreSQL, nothing else of Onceflow r
                    the session start and stop; watched for CPU and peak RSS per process
   native_*         the peer: the same ranges through Spark's own Kafka connector, from_json,
                    validation and the same aggregate (native_read_parse), or appended to a
-                   PostgreSQL table with DataFrameWriter.jdbc (native_process; needs
-                   /usr/share/java/postgresql.jar) (bench/native_job.py)
+                   PostgreSQL table with DataFrameWriter.jdbc (native_process)
+                   (bench/native_job.py)
   commit           onceflow.commit of one staged batch (publish into the sink, offsets)
   scaling          the same for 1, 2, 4 partitions and for several batch sizes
   lake             one user transform (spark_jobs/inventory.py) into a PostgreSQL append
@@ -34,14 +30,24 @@ Phase 1, data plane (a private broker and PostgreSQL, nothing else of Onceflow r
   commit_sizes     commit seconds of one batch of 1k, 100k, 1M and 2M records for each
                    PostgreSQL mode and an Iceberg table (bench/commit_sizes.py; `--only
                    commit_sizes`): `commit_s_by_size`
-Phase 2, orchestration (the local stack with Airflow on ports 25437/29097/28085, on the same
-Apache Kafka when given): DAG runs of a 1,000-record batch, trigger to commit success, split
-into plan, process (start, session, job, stop), commit and the scheduler's hand-offs.
+Phase 2, orchestration (an embedded stack of the bench's own, `onceflow up` on ports
+25437/29097/28085 with its own Apache Kafka, under .onceflow/bench):
+  small_batch      DAG runs of a 1,000-record batch, trigger to commit success, split into
+                   plan, process (start, session, job, stop), commit and the scheduler's
+                   hand-offs; then the backlog drain (`--only small_batch`)
+  soak             a steady producer at 1,000 records/s (linger.ms 5: many small batches)
+                   for --soak-minutes while runs of one pipeline are triggered back to back,
+                   then runs until every record is committed and the audit with --reread;
+                   it FAILS the bench (exit 1, "soak": {"ok": false, "why": ...}) when a
+                   record is missing, the audit is not exactly-once or a run failed
+                   (bench/soak.py; `--only soak`)
 
-Writes bench/results.json, bench/throughput.png and BENCHMARKS.md (table + bench/NOTES.md).
+Writes --out (bench/results.json), --plot (bench/throughput.png) and --markdown
+(BENCHMARKS.md: the tables + bench/NOTES.md); point them elsewhere for a trial run.
 
 usage: python bench/run.py [--quick] [--records N] [--repeats K] [--skip-dag] [--render]
-                           [--lake-records N] [--only lake|lake_commits|commit_sizes]
+                           [--lake-records N] [--soak-minutes M]
+                           [--only lake|lake_commits|commit_sizes|small_batch|soak]
 """
 
 from __future__ import annotations
@@ -58,6 +64,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -68,6 +75,8 @@ import commit_sizes  # noqa: E402
 import common  # noqa: E402
 import lake  # noqa: E402
 import lake_commits  # noqa: E402
+import native_job  # noqa: E402
+import soak  # noqa: E402
 from common import ROOT, SPARK_SUBMIT, Topic  # noqa: E402
 from onceflow import jvm_archive  # noqa: E402
 from onceflow.spark_app import PROCESS_APPLICATION  # noqa: E402
@@ -79,9 +88,7 @@ STACK_ENV = {
     "ONCEFLOW_PG_PORT": "25437",
     "ONCEFLOW_KAFKA_PORT": "29097",
     "ONCEFLOW_AIRFLOW_PORT": "28085",
-    # the backlog's 10M records in tansu's memory: its S3 storage (the store) is far slower
-    # to answer ListOffsets over a log that long (plan timed out), and is not what is measured
-    "ONCEFLOW_BROKER_STORAGE": "memory",
+    "ONCEFLOW_KAFKA_CONTROLLER_PORT": "28097",
 }
 SUBMIT_ARGS = [
     "--master",
@@ -213,12 +220,12 @@ NATIVE_TABLE = "native_bench.stage_orders"  # the peer's stage table: Onceflow's
 
 
 def native_run(
-    bootstrap: str, topic: Topic, mode: str, jars: list[Path], partitions: int,
-    pg: common.Postgres | None = None,
-) -> dict:  # fmt: skip
+    bootstrap: str, topic: Topic, mode: str, partitions: int, pg: common.Postgres | None = None
+) -> dict:
     """bench/native_job.py: the ranges through Spark's own Kafka connector, in-job; for
     mode "process", appended over JDBC to NATIVE_TABLE (emptied first), whose rows are then
     counted."""
+    jars = native_job.peer_jars(mode)
     cmd = [str(SPARK_SUBMIT), *SUBMIT_ARGS, "--jars", ",".join(map(str, jars)),
            str(BENCH / "native_job.py"), "--mode", mode, "--bootstrap", bootstrap,
            "--ranges", ranges_json(topic), "--min-partitions", str(partitions)]  # fmt: skip
@@ -447,12 +454,12 @@ BACKLOG_PARTITIONS = 4
 BACKLOG_CAP = 1_000_000  # records per batch (max_records_per_partition = cap / partitions)
 
 
-def small_batch(runs: int, kafka: common.Broker, backlog: int = 0) -> dict:
-    """DAG runs of a SMALL_BATCH-record batch through the real scheduler, in each process mode
-    (one pipeline each, their runs alternating), each split into its tasks, the process
-    job's own timings and the hand-offs between them. The stack's broker is `kafka` when it
-    is Apache Kafka (an external broker to the stack), else its own tansu."""
-    from onceflow import broker
+@contextlib.contextmanager
+def bench_stack(pipelines: str, what: str) -> Iterator[tuple[Any, Any, Path]]:
+    """The bench's own embedded stack (STACK_ENV: `onceflow up` with its PostgreSQL, Apache
+    Kafka, Spark Connect and Airflow), started fresh with the pipelines file `pipelines`;
+    yields (settings, an Airflow client, the pipelines file), and `onceflow down` at the end.
+    The environment is the stack's meanwhile and restored afterwards."""
     from onceflow.airflow_api import AirflowClient
     from onceflow.db import migrate
     from onceflow.settings import Settings
@@ -460,40 +467,52 @@ def small_batch(runs: int, kafka: common.Broker, backlog: int = 0) -> dict:
 
     saved = dict(os.environ)
     home = Path(STACK_ENV["ONCEFLOW_HOME"])
-    samples: dict[str, list[dict]] = {name: [] for name in SMALL_MODES}
     try:
         os.environ.update(STACK_ENV)
         for k in (
             "ONCEFLOW_POSTGRES_DSN",
             "ONCEFLOW_KAFKA_BOOTSTRAP",
+            "ONCEFLOW_KAFKA_CONFIG",
             "AIRFLOW_CONN_SPARK_DEFAULT",
             "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT",
-        ):
+        ):  # the stack's own PostgreSQL and broker, never a caller's
             os.environ.pop(k, None)
         stack.down(Settings.from_env(), echo=None)
-        shutil.rmtree(home, ignore_errors=True)
+        shutil.rmtree(home, ignore_errors=True)  # a fresh ledger and broker log
         home.mkdir(parents=True)
-        pipelines = home / "pipelines.toml"
-        pipelines.write_text(
-            "".join(
-                pipeline_toml(name, name, f'process_mode = "{mode}"\n')
-                for name, mode in SMALL_MODES.items()
-            )
-        )
-        os.environ["ONCEFLOW_PIPELINES"] = str(pipelines)
-        if kafka.name != "tansu":
-            os.environ["ONCEFLOW_KAFKA_BOOTSTRAP"] = kafka.bootstrap
+        path = home / "pipelines.toml"
+        path.write_text(pipelines)
+        os.environ["ONCEFLOW_PIPELINES"] = str(path)
         settings = Settings.from_env()
-        say(
-            f"dag: starting the local stack (PostgreSQL, Airflow, Spark Connect; broker {kafka.name})"
-        )
+        say(f"{what}: starting the bench's stack (PostgreSQL, {common.broker_name()}, Airflow, "
+            "Spark Connect)")  # fmt: skip
         t0 = time.monotonic()
         stack.up(settings, echo=None)
         migrate(settings.postgres_dsn)
-        say(f"dag: stack up in {time.monotonic() - t0:.0f} s")
+        say(f"{what}: stack up in {time.monotonic() - t0:.0f} s")
         client = AirflowClient(
             settings.airflow_url, settings.airflow_user, settings.airflow_password
         )
+        yield settings, client, path
+    finally:
+        with contextlib.suppress(Exception):
+            stack.down(Settings.from_env(), echo=None)
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def small_batch(runs: int, backlog: int = 0) -> dict:
+    """DAG runs of a SMALL_BATCH-record batch through the real scheduler, in each process mode
+    (one pipeline each, their runs alternating), each split into its tasks, the process
+    job's own timings and the hand-offs between them; on the bench's stack (bench_stack)."""
+    from onceflow import broker
+
+    samples: dict[str, list[dict]] = {name: [] for name in SMALL_MODES}
+    pipelines = "".join(
+        pipeline_toml(name, name, f'process_mode = "{mode}"\n')
+        for name, mode in SMALL_MODES.items()
+    )
+    with bench_stack(pipelines, "dag") as (settings, client, path):
         for name in SMALL_MODES:
             broker.create_topic(settings.kafka_bootstrap, name, 4)
             client.wait_for_dag(f"onceflow_{name}", timeout=240)
@@ -507,7 +526,7 @@ def small_batch(runs: int, kafka: common.Broker, backlog: int = 0) -> dict:
                     samples[name].append(sample)
         if backlog:  # its pipelines only now: the small batches ran with two DAGs to parse
             cap = f"max_records_per_partition = {BACKLOG_CAP // BACKLOG_PARTITIONS}\n"
-            with pipelines.open("a") as more:
+            with path.open("a") as more:
                 for name, mode in BACKLOG_MODES.items():
                     more.write(
                         pipeline_toml(name, BACKLOG_TOPIC, f'process_mode = "{mode}"\n{cap}')
@@ -516,16 +535,11 @@ def small_batch(runs: int, kafka: common.Broker, backlog: int = 0) -> dict:
                 client.wait_for_dag(f"onceflow_{name}", timeout=240)
                 client.unpause(f"onceflow_{name}")
         drained = backlog_drain(client, settings, backlog) if backlog else None
-    finally:
-        with contextlib.suppress(Exception):
-            stack.down(Settings.from_env(), echo=None)
-        os.environ.clear()
-        os.environ.update(saved)
 
     def medians(rows: list[dict]) -> dict:
         return {k: round(median([s[k] for s in rows]), 2) for k in rows[0]}
 
-    out = {"records": SMALL_BATCH, "broker": kafka.name, "reference": reference}
+    out = {"records": SMALL_BATCH, "broker": common.broker_name(), "reference": reference}
     out.update(samples=samples["bench_small"], median=medians(samples["bench_small"]))
     connect = samples["bench_small_connect"]
     out["connect"] = {"samples": connect, "median": medians(connect)}
@@ -563,7 +577,10 @@ def backlog_drain(client: Any, settings: Any, records: int) -> dict:
         for run_id in run_ids:
             run = client.get_run(dag_id, run_id)
             tis = {ti["task_id"]: ti for ti in client.task_instances(dag_id, run_id)}
-            queued, committed = _ts(run.get("queued_at")), _ts(tis["commit"].get("end_date"))
+            queued, committed = (
+                common.timestamp(run.get("queued_at")),
+                common.timestamp(tis["commit"].get("end_date")),
+            )
             first = queued if first is None else min(first, queued)
             last = committed if last is None else max(last, committed)
             log = _task_log(client, dag_id, run_id, tis["process"])
@@ -637,12 +654,6 @@ def _small_run(client: Any, settings: Any, name: str, i: int) -> dict:
     return out
 
 
-def _ts(value: str | None) -> float:
-    return (
-        datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() if value else float("nan")
-    )
-
-
 def _task_log(client: Any, dag_id: str, run_id: str, ti: dict) -> list[tuple[float, str]]:
     """(timestamp, text) of each record of the task instance's log."""
     path = (
@@ -653,7 +664,7 @@ def _task_log(client: Any, dag_id: str, run_id: str, ti: dict) -> list[tuple[flo
     out = []
     for item in page.get("content", []):
         if isinstance(item, dict) and item.get("timestamp"):
-            out.append((_ts(item["timestamp"]), str(item.get("event", ""))))
+            out.append((common.timestamp(item["timestamp"]), str(item.get("event", ""))))
     return out
 
 
@@ -661,9 +672,9 @@ def _run_breakdown(run: dict, tis: dict, log: list[tuple[float, str]]) -> dict:
     """Trigger (the run's queued_at) to the commit task's end, split into the tasks, the
     process job's own timings (`onceflow process timings {json}` in its log) and the
     hand-offs between tasks."""
-    start = {t: _ts(tis[t].get("start_date")) for t in ("plan", "process", "commit")}
-    end = {t: _ts(tis[t].get("end_date")) for t in ("plan", "process", "commit")}
-    queued = _ts(run.get("queued_at"))
+    start = {t: common.timestamp(tis[t].get("start_date")) for t in ("plan", "process", "commit")}
+    end = {t: common.timestamp(tis[t].get("end_date")) for t in ("plan", "process", "commit")}
+    queued = common.timestamp(run.get("queued_at"))
     marker = "onceflow process timings "
     found = [(at, text.split(marker, 1)[1]) for at, text in log if marker in text]
     summary = [text for _, text in log if "onceflow process pipeline=" in text]
@@ -698,7 +709,7 @@ def _run_breakdown(run: dict, tis: dict, log: list[tuple[float, str]]) -> dict:
         "handoff_trigger_plan_s": start["plan"] - queued,
         "handoff_plan_process_s": start["process"] - end["plan"],
         "handoff_process_commit_s": start["commit"] - end["process"],
-        "run_success_after_commit_s": _ts(run.get("end_date")) - end["commit"],
+        "run_success_after_commit_s": common.timestamp(run.get("end_date")) - end["commit"],
     }
     out["process_other_s"] = out["process_s"] - sum(
         v for k, v in out.items() if k.startswith("process_") and k != "process_s"
@@ -742,8 +753,8 @@ def machine_reference(runs: int = 3) -> dict:
     }
 
 
-def small_batch_results(runs: int, kafka: common.Broker, backlog: int) -> dict:
-    sb = small_batch(runs, kafka, backlog)
+def small_batch_results(runs: int, backlog: int) -> dict:
+    sb = small_batch(runs, backlog)
     out = {
         "small_batch": sb,
         "small_batch_run_s": sb["median"]["small_batch_run_s"],
@@ -847,14 +858,19 @@ def acceptance(r: dict) -> dict:
 
 
 def native_section(r: dict, k: Any) -> list[str]:
-    n, c = r.get("native") or {"skipped": "no peer in these results"}, r["config"]
+    n, c = r.get("native") or {}, r["config"]
     lines = [
         "",
         "## Against Spark's own Kafka connector (the peer: same ranges, same run)",
         "",
     ]
-    if n.get("skipped"):
-        return [*lines, f"Not measured in this run: {n['skipped']}."]
+    # results of a run from before the peer was measured in every run (bench/results.json
+    # of 2026-11-28) say why it was not
+    if not r.get("native_process_records_per_s"):
+        return [
+            *lines,
+            f"Not measured in this run: {n.get('skipped', 'no peer in these results')}.",
+        ]
     lines += [
         f"{n['connector']}; broker {c['broker']}. In-job records/s of one spark-submit each "
         f"(session start excluded), medians of {c['repeats']} runs, {n['input_partitions']} "
@@ -864,19 +880,16 @@ def native_section(r: dict, k: Any) -> list[str]:
         "CPU s: Onceflow / peer | Onceflow faster |",
         "| --- | ---: | ---: | ---: | ---: | ---: | :---: |",
     ]
-    paired, cpu = n.get("paired_ratios", {}), n.get("cpu_s", {})
+    paired, cpu = n["paired_ratios"], n["cpu_s"]
     rows = [
         ("read_parse / native_read_parse", "read_parse_records_per_s",
          "native_read_parse_records_per_s"),
         ("process / native_process", "process_records_per_s", "native_process_records_per_s"),
     ]  # fmt: skip
     for name, ours, theirs in rows:
-        ratio = r["ratios"].get(name)
-        if ratio is None:
-            lines.append(f"| {name} | {k(r[ours])} | n/a | n/a | n/a | n/a | n/a |")
-            continue
+        ratio = r["ratios"][name]
         step = name.split(" / ")[0]
-        each = ", ".join(f"{x:.2f}" for x in paired.get(name, []))
+        each = ", ".join(f"{x:.2f}" for x in paired[name])
         lines.append(
             f"| {name} | {k(r[ours])} | {k(r[theirs])} | **{ratio:.2f}** | {each} | "
             f"{cpu[step]:.0f} / {cpu['native_' + step]:.0f} | {'yes' if ratio >= 1 else 'NO'} |"
@@ -886,17 +899,11 @@ def native_section(r: dict, k: Any) -> list[str]:
         f"Dead letters among the {c['records']:,} records: Onceflow {n['onceflow_dead']:,}, "
         f"the peer {n['native_dead']:,} (its from_json is more lenient, bench/NOTES.md). "
         f"Including spark-submit and session start: peer read_parse "
-        f"{k(n['read_parse_end_to_end_records_per_s'])}/s"
-        + (
-            f", peer process {k(n['process_end_to_end_records_per_s'])}/s "
-            f"(Onceflow's process {k(r['process_end_to_end_records_per_s'])}/s); peer process "
-            f"driver JVM peak RSS {n['process_driver_jvm_mib']:.0f} MiB."
-            if n.get("process_end_to_end_records_per_s")
-            else "."
-        ),
+        f"{k(n['read_parse_end_to_end_records_per_s'])}/s, peer process "
+        f"{k(n['process_end_to_end_records_per_s'])}/s (Onceflow's process "
+        f"{k(r['process_end_to_end_records_per_s'])}/s); peer process driver JVM peak RSS "
+        f"{n['process_driver_jvm_mib']:.0f} MiB.",
     ]
-    if n.get("process_skipped"):
-        lines += ["", f"native_process not measured: {n['process_skipped']}."]
     return lines
 
 
@@ -1006,8 +1013,8 @@ def write_markdown(r: dict, path: Path) -> None:
         "",
         "Generated by `make bench` (bench/run.py) from `bench/results.json`; do not edit the "
         "tables by hand. Explanations and the measured effect of each change follow the tables; "
-        "how to run it on Apache Kafka with Spark's own Kafka connector as the peer is in "
-        '"How the numbers are taken".',
+        "what each number is (on Apache Kafka, with Spark's own Kafka connector as the peer) "
+        'is in "How the numbers are taken".',
         "",
         f"Run {r['started_at']} – {r['finished_at']} on {m['cpu']}, {m['cores']} cores, "
         f"{m['memory']}; {m['os']}; Python {m['python']}, {m['java']}, PySpark {m['pyspark']}, "
@@ -1085,6 +1092,10 @@ def write_markdown(r: dict, path: Path) -> None:
             "",
             f"Not measured: {r['small_batch_skipped']}.",
         ]
+    if r.get("soak"):
+        lines += soak.section(r["soak"])
+    elif r.get("soak_skipped"):
+        lines += ["", "## Soak", "", f"Not measured: {r['soak_skipped']}."]
     if r.get("lake"):
         lines += lake.section(r["lake"])
     if r.get("lake_commits"):
@@ -1120,11 +1131,10 @@ def write_markdown(r: dict, path: Path) -> None:
 
 def data_plane(
     a: argparse.Namespace, work: Path, bootstrap: str, pg: common.Postgres, sizes: list[int],
-    pcounts: list[int], archive: bool, brk: common.Broker, jars: list[Path], connector: str,
-    native_skip: str | None, process_skip: str | None,
+    pcounts: list[int], archive: bool, brk: common.Broker,
 ) -> dict:  # fmt: skip
-    """Phase 1 on a private broker and PostgreSQL: the main size `a.repeats` times (with the
-    peer when `jars` are given), then scaling; returns the results' data-plane keys."""
+    """Phase 1 on a private broker and PostgreSQL: the main size `a.repeats` times, each
+    repeat with the peer, then scaling; returns the results' data-plane keys."""
     from onceflow.db import transaction
 
     with transaction(pg.dsn) as cur:
@@ -1158,15 +1168,13 @@ def data_plane(
             f"{reads[-1]['records_per_s']:,.0f}/s, read_parse {rps[-1]['records_per_s']:,.0f}/s, "
             f"process {procs[-1]['records_per_s']:,.0f}/s (wall {procs[-1]['wall_s']:.1f} s)"
         )
-        if jars:
-            n = rps[-1]["input_partitions"]
-            nrps.append(native_run(bootstrap, main_topic, "read_parse", jars, n))
-            line += f", native_read_parse {nrps[-1]['records_per_s']:,.0f}/s"
-            if not process_skip:
-                nprocs.append(
-                    native_run(bootstrap, main_topic, "process", [*jars, common.JDBC_JAR], n, pg)
-                )
-                line += f", native_process {nprocs[-1]['records_per_s']:,.0f}/s"
+        n = rps[-1]["input_partitions"]  # the peer runs as many tasks
+        nrps.append(native_run(bootstrap, main_topic, "read_parse", n))
+        nprocs.append(native_run(bootstrap, main_topic, "process", n, pg))
+        line += (
+            f", native_read_parse {nrps[-1]['records_per_s']:,.0f}/s"
+            f", native_process {nprocs[-1]['records_per_s']:,.0f}/s"
+        )
         say(f"{line}, load {os.getloadavg()[0]:.1f}")
     med_proc = sorted(procs, key=lambda x: x["records_per_s"])[len(procs) // 2]
     out: dict[str, Any] = {
@@ -1198,7 +1206,7 @@ def data_plane(
         "commit_records_per_s": procs[0]["commit_published"] / procs[0]["commit_s"],
         "rss": rss_summary([x["usage"] for x in procs]),
     }
-    out.update(peer(out, rps, procs, nrps, nprocs, connector, native_skip, process_skip))
+    out.update(peer(out, rps, procs, nrps, nprocs))
     scaling = [
         {
             "records": main_topic.records,
@@ -1248,56 +1256,67 @@ def peer_detail(rps: list[dict], procs: list[dict], nrps: list[dict], nprocs: li
 
     out: dict[str, Any] = {"paired_ratios": {}, "cpu_s": {}}
     for name, ours, theirs in (("read_parse", rps, nrps), ("process", procs, nprocs)):
-        if not theirs:
-            continue
         out["paired_ratios"][f"{name} / native_{name}"] = [
-            a["records_per_s"] / b["records_per_s"] for a, b in zip(ours, theirs, strict=False)
+            a["records_per_s"] / b["records_per_s"] for a, b in zip(ours, theirs, strict=True)
         ]
         out["cpu_s"][name] = cpu(ours)
         out["cpu_s"][f"native_{name}"] = cpu(theirs)
     return out
 
 
-def peer(
-    r: dict, rps: list[dict], procs: list[dict], nrps: list[dict], nprocs: list[dict],
-    connector: str, native_skip: str | None, process_skip: str | None,
-) -> dict:  # fmt: skip
-    """The peer's medians, the two ratios (None where the peer was not measured) and why not."""
-    nrp = median([x["records_per_s"] for x in nrps]) if nrps else None
-    npr = median([x["records_per_s"] for x in nprocs]) if nprocs else None
-    native: dict[str, Any] = {"connector": connector, "skipped": native_skip}
-    if nrps:
-        native.update(
-            process_skipped=process_skip,
-            input_partitions=nrps[0]["input_partitions"],
-            onceflow_dead=procs[0]["dead"],
-            native_dead=nrps[0]["dead"],
-            read_parse_end_to_end_records_per_s=median(
-                [x["end_to_end_records_per_s"] for x in nrps]
-            ),
-        )
-    native.update(peer_detail(rps, procs, nrps, nprocs))
-    if nprocs:
-        native.update(
-            process_end_to_end_records_per_s=median(
-                [x["end_to_end_records_per_s"] for x in nprocs]
-            ),
-            process_driver_jvm_mib=max(
-                x["usage"]["peak_rss_mib"].get("driver_jvm", 0) for x in nprocs
-            ),
-        )
+def peer(r: dict, rps: list[dict], procs: list[dict], nrps: list[dict], nprocs: list[dict]) -> dict:
+    """The peer's medians, the two ratios and what it ran with."""
+    nrp = median([x["records_per_s"] for x in nrps])
+    npr = median([x["records_per_s"] for x in nprocs])
+    jars = native_job.peer_jars("process")
+    native: dict[str, Any] = {
+        "connector": "Spark's own Kafka connector and PostgreSQL's JDBC driver from Maven "
+        f"Central ({', '.join(j.name for j in jars)})",
+        "input_partitions": nrps[0]["input_partitions"],
+        "onceflow_dead": procs[0]["dead"],
+        "native_dead": nrps[0]["dead"],
+        "read_parse_end_to_end_records_per_s": median(
+            [x["end_to_end_records_per_s"] for x in nrps]
+        ),
+        "process_end_to_end_records_per_s": median([x["end_to_end_records_per_s"] for x in nprocs]),
+        "process_driver_jvm_mib": max(
+            x["usage"]["peak_rss_mib"].get("driver_jvm", 0) for x in nprocs
+        ),
+        **peer_detail(rps, procs, nrps, nprocs),
+    }
     return {
         "native_read_parse_records_per_s": nrp,
         "native_process_records_per_s": npr,
         "ratios": {
-            "read_parse / native_read_parse": nrp and r["read_parse_records_per_s"] / nrp,
-            "process / native_process": npr and r["process_records_per_s"] / npr,
+            "read_parse / native_read_parse": r["read_parse_records_per_s"] / nrp,
+            "process / native_process": r["process_records_per_s"] / npr,
         },
         "native": native,
     }
 
 
 # --- main ---------------------------------------------------------------------------------
+
+
+SECTIONS = ["lake", "lake_commits", "commit_sizes", "small_batch", "soak"]
+# sections on the bench's stack only: no private broker or PostgreSQL of phase 1
+STACK_SECTIONS = ("small_batch", "soak")
+
+
+def soak_results(minutes: float) -> dict:
+    """The soak (bench/soak.py) on a fresh stack of the bench's own; a soak that could not
+    reach its verdict (the stack did not start, an exception) is a failed one."""
+    import traceback
+
+    from onceflow.config.pipelines_file import get_pipeline
+
+    say(f"soak: {minutes:g} min at {soak.RATE:,} records/s")
+    try:
+        with bench_stack(soak.pipeline_toml(), "soak") as (settings, client, path):
+            return soak.run(settings, client, get_pipeline(path, soak.PIPELINE), minutes, say)
+    except Exception as exc:  # noqa: BLE001 - recorded, and the bench exits 1
+        say(f"soak: FAILED before its verdict:\n{traceback.format_exc()}")
+        return soak.not_run(f"{type(exc).__name__}: {exc}", minutes)
 
 
 def main() -> int:
@@ -1311,7 +1330,7 @@ def main() -> int:
     p.add_argument("--partition-counts", default="1,2", help="partition counts for scaling")
     p.add_argument("--partition-records", type=int, default=1_000_000)
     p.add_argument("--dag-runs", type=int, default=3)
-    p.add_argument("--skip-dag", action="store_true")
+    p.add_argument("--skip-dag", action="store_true", help="no section on the bench's stack")
     p.add_argument(
         "--backlog-records",
         type=int,
@@ -1320,12 +1339,18 @@ def main() -> int:
     )
     p.add_argument("--lake-records", type=int, default=1_000_000, help="the lake section's topic")
     p.add_argument(
+        "--soak-minutes",
+        type=float,
+        help="how long the soak's producer writes (default 10; 1 with --quick)",
+    )
+    p.add_argument(
         "--only",
-        choices=["lake", "lake_commits", "commit_sizes", "small_batch"],
+        choices=SECTIONS,
         help="measure only this section and merge it into --out (if that holds a full run)",
     )
     p.add_argument("--quick", action="store_true", help="small sizes, one repeat (a smoke test)")
     p.add_argument("--out", type=Path, default=BENCH / "results.json")
+    p.add_argument("--plot", type=Path, default=BENCH / "throughput.png")
     p.add_argument("--markdown", type=Path, default=ROOT / "BENCHMARKS.md")
     p.add_argument(
         "--render",
@@ -1335,10 +1360,21 @@ def main() -> int:
     a = p.parse_args()
     if a.render:
         results = json.loads(a.out.read_text())
-        plot(results, BENCH / "throughput.png")
+        plot(results, a.plot)
         write_markdown(results, a.markdown)
-        say(f"rendered {a.markdown} from {a.out}")
+        say(f"rendered {a.plot}, {a.markdown} from {a.out}")
         return 0
+    if a.soak_minutes is None:
+        a.soak_minutes = 1.0 if a.quick else 10.0
+    from onceflow_dev.jvm import JvmArtifactsError
+
+    try:  # the broker's jars, and the peer's for a full run: without them, stop now
+        broker_name = common.broker_name()
+        if a.only is None:
+            native_job.peer_jars("process")
+    except JvmArtifactsError as exc:  # it names `make setup`
+        say(f"cannot run the bench: {exc}")
+        return 2
     archive = jvm_archive.java_options()
     if archive:  # as the DAG's process task submits (onceflow.jvm_archive)
         SUBMIT_ARGS.extend(["--conf", f"{jvm_archive.DRIVER_JAVA_OPTIONS}={archive}"])
@@ -1356,7 +1392,7 @@ def main() -> int:
     pcounts = [int(x) for x in a.partition_counts.split(",") if x]
 
     started = datetime.now(UTC)
-    say(f"load average now {os.getloadavg()[0]:.2f}")
+    say(f"load average now {os.getloadavg()[0]:.2f}; broker {broker_name}")
     results: dict[str, Any] = {
         "machine": machine_info(),
         "started_at": started.isoformat(timespec="seconds"),
@@ -1365,34 +1401,15 @@ def main() -> int:
     data_root.mkdir(parents=True, exist_ok=True)
     with LoadWatch() as load, tempfile.TemporaryDirectory(dir=data_root) as tmp:
         work = Path(tmp)
-        with common.broker(work) as brk:
-            bootstrap = brk.bootstrap
-            say(f"broker: {brk.note}")
-            jars, connector = common.connector_jars()
-            native_skip = (
-                connector
-                if not jars
-                else (f"the peer is measured on Apache Kafka only; {brk.note}" if brk.name == "tansu" else None)
-            )  # fmt: skip
-            process_skip = (
-                None
-                if common.JDBC_JAR.is_file()
-                else f"PostgreSQL's JDBC driver {common.JDBC_JAR} is absent (Debian's "
-                "libpostgresql-jdbc-java; `make system-deps` installs it as root)"
-            )
-            say(
-                f"native peer: {native_skip or connector}"
-                + (f"; {process_skip}" if process_skip else "")
-            )
-            with common.postgres(work) as pg:
+        if a.only not in STACK_SECTIONS:
+            with common.broker(work) as brk, common.postgres(work) as pg:
+                say(f"broker: {brk.note}")
                 if not a.only:
                     results.update(
-                        data_plane(a, work, bootstrap, pg, sizes, pcounts, bool(archive), brk,
-                                   [] if native_skip else jars, connector, native_skip,
-                                   process_skip)
-                    )  # fmt: skip
+                        data_plane(a, work, brk.bootstrap, pg, sizes, pcounts, bool(archive), brk)
+                    )
                 if a.only in (None, "lake"):
-                    results["lake"] = lake_run(a, work, bootstrap, pg, brk)
+                    results["lake"] = lake_run(a, work, brk.bootstrap, pg, brk)
                 if a.only in (None, "commit_sizes"):
                     sizes = commit_sizes.SIZES[:2] if a.quick else commit_sizes.SIZES
                     results["commit_sizes"] = commit_sizes.run(
@@ -1404,12 +1421,16 @@ def main() -> int:
                     results["lake_commits"] = lake_commits.run(
                         pg.dsn, work / "lake-commits", batches=batches, say=say
                     )
-            if a.only == "small_batch" or not (a.skip_dag or a.only):
-                results.update(small_batch_results(a.dag_runs, brk, a.backlog_records))
-            else:
-                results["small_batch_skipped"] = (
-                    f"bench/run.py {'--skip-dag' if a.skip_dag else '--only ' + a.only}"
-                )
+        why_not = f"bench/run.py {'--skip-dag' if a.skip_dag else f'--only {a.only}'}"
+        if a.only == "small_batch" or not (a.skip_dag or a.only):
+            results.update(small_batch_results(a.dag_runs, a.backlog_records))
+        else:
+            results["small_batch_skipped"] = why_not
+        if a.only == "soak" or not (a.skip_dag or a.only):
+            results["soak"] = soak_results(a.soak_minutes)
+        else:
+            results["soak_skipped"] = why_not
+    soaked = results.get("soak")  # this run's: --only merges earlier sections in below
     results["load"] = load.summary()
     results["finished_at"] = datetime.now(UTC).isoformat(timespec="seconds")
     if a.only:  # the section alone: into the full run of --out when there is one
@@ -1431,21 +1452,24 @@ def main() -> int:
         results["acceptance"] = acceptance(results)
     a.out.write_text(json.dumps(results, indent=1, default=str) + "\n")
     if "scaling" not in results:  # no full run to render it with
-        alone = lake.section(results["lake"]) if a.only == "lake" else []
-        if a.only == "lake_commits":
-            alone = lake_commits.section(results["lake_commits"])
-        if a.only == "commit_sizes":
-            alone = commit_sizes.section(results["commit_sizes"])
-        if a.only == "small_batch":
-            alone = small_batch_section(results["small_batch"])
+        alone = {
+            "lake": lambda: lake.section(results["lake"]),
+            "lake_commits": lambda: lake_commits.section(results["lake_commits"]),
+            "commit_sizes": lambda: commit_sizes.section(results["commit_sizes"]),
+            "small_batch": lambda: small_batch_section(results["small_batch"]),
+            "soak": lambda: soak.section(results["soak"]),
+        }[a.only]()
         a.markdown.write_text("\n".join([f"# Benchmarks: the {a.only} section alone", *alone, ""]))
         say(f"wrote {a.out}, {a.markdown}")
-        return 0
-    plot(results, BENCH / "throughput.png")
-    write_markdown(results, a.markdown)
-    say(f"wrote {a.out}, {BENCH / 'throughput.png'}, {a.markdown}")
-    for name, x in results["acceptance"].items():
-        say(f"acceptance: {name}: {x}")
+    else:
+        plot(results, a.plot)
+        write_markdown(results, a.markdown)
+        say(f"wrote {a.out}, {a.plot}, {a.markdown}")
+        for name, x in results["acceptance"].items():
+            say(f"acceptance: {name}: {x}")
+    if soaked and not soaked["ok"]:
+        say(f"the soak FAILED: {soaked['why']}")
+        return 1
     return 0
 
 

@@ -108,7 +108,7 @@ def test_section_renders_both_sinks_and_the_ratio():
                     "records": RECORDS,
                     "partitions": 4,
                     "repeats": 1,
-                    "broker": "tansu",
+                    "broker": "apache-kafka 4.4.0",
                     "transform": lake.TRANSFORM,
                     "iceberg_import_s": 4.2,
                 },
