@@ -94,3 +94,23 @@ def test_the_broker_keeps_its_log_across_a_stop_and_start(settings):
         _stop(settings)
     assert after.ends == before.ends == {("kept", 0): 25, ("kept", 1): 25}
     assert after.topic_ids == before.topic_ids  # the same log, not a new topic
+
+
+def test_a_picked_port_taken_before_the_broker_binds_it_is_picked_again(tmp_path):
+    """Tests start brokers on free ports beside other services picking theirs: a port taken
+    between the pick and the bind costs a retry, not a failed test."""
+    import socket
+
+    from onceflow_dev.apache_kafka import ApacheKafka
+
+    kafka = ApacheKafka(tmp_path / "kafka")
+    taken = kafka.controller_port
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", taken))
+        squatter.listen()
+        kafka.start()
+        try:
+            assert kafka.controller_port != taken
+            assert kafka.ready()
+        finally:
+            kafka.stop()

@@ -53,9 +53,7 @@ def produce(bootstrap: str, records: list[tuple[str, bytes | None]]) -> dict[tup
     return acked
 
 
-def test_a_kafka_topic_pipeline_through_the_scheduler_is_exactly_once(
-    stack, airflow, capsys
-):
+def test_a_kafka_topic_pipeline_through_the_scheduler_is_exactly_once(stack, airflow, capsys):
     bootstrap = stack.kafka_bootstrap
     broker.create_topic(bootstrap, TOPIC, PARTITIONS)
     # ten skus updated five times, three tombstones, one update refused (negative quantity)

@@ -70,9 +70,7 @@ def test_runs_on_apache_kafka_publish_exactly_the_produced_records(stack, airflo
         stack.kafka_bootstrap, "rk_basic", 2, 2000, sample=orders_sample(0.05), seed=7
     )
     # cap 700/partition over 2 partitions: 2000 records need two batches, the third is empty
-    states = run_and_wait(
-        airflow, "onceflow_rk_basic", ["rk-basic-1", "rk-basic-2", "rk-basic-3"]
-    )
+    states = run_and_wait(airflow, "onceflow_rk_basic", ["rk-basic-1", "rk-basic-2", "rk-basic-3"])
     assert set(states.values()) == {"success"}, states
     report = audit(stack, "rk_basic")
     assert report.batches_committed == 3

@@ -67,6 +67,10 @@ def cluster_id() -> str:
             return text
 
 
+class _PortTaken(RuntimeError):
+    """The broker exited because a port it was given is in use."""
+
+
 class ApacheKafka:
     """One KRaft broker+controller with its log under `folder`; ports picked when not given.
 
@@ -89,6 +93,9 @@ class ApacheKafka:
         properties: dict[str, str] | None = None,
     ) -> None:
         self.folder = folder
+        # ports picked here may be taken by another process before the broker binds them:
+        # start() then picks them again
+        self._picked = (port is None, controller_port is None)
         self.port = port or free_port()
         self.controller_port = controller_port or free_port()
         self.scram_users = scram_users or {}
@@ -219,7 +226,18 @@ class ApacheKafka:
 
     def start(self) -> str:
         """Start the broker (formatting its log the first time); returns the bootstrap."""
+        for attempt in range(3):
+            try:
+                return self._start()
+            except _PortTaken:
+                if attempt == 2 or not any(self._picked):
+                    raise
+                self._pick_ports_again()
+        raise AssertionError("unreachable")
+
+    def _start(self) -> str:
         self.configure()
+        started_at = self.log.stat().st_size if self.log.exists() else 0
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(
                 self.argv(),
@@ -233,11 +251,25 @@ class ApacheKafka:
         deadline = time.monotonic() + START_TIMEOUT
         while not self.ready():
             if self.proc.poll() is not None or time.monotonic() > deadline:
-                tail = "\n".join(self.log.read_text(errors="replace").splitlines()[-40:])
+                text = self.log.read_bytes()[started_at:].decode(errors="replace")
                 self.stop()
+                if "Address already in use" in text:
+                    raise _PortTaken(f"Apache Kafka: a port was taken:\n{text[-3000:]}")
+                tail = "\n".join(text.splitlines()[-40:])
                 raise RuntimeError(f"Apache Kafka did not start on {self.bootstrap}:\n{tail}")
             time.sleep(0.2)
         return self.bootstrap
+
+    def _pick_ports_again(self) -> None:
+        port_picked, controller_picked = self._picked
+        if port_picked:
+            self.port = free_port()
+            self.listeners["PLAINTEXT"] = ("PLAINTEXT", self.port, "127.0.0.1")
+        if controller_picked:
+            self.controller_port = free_port()
+        if self.sasl_port:
+            self.sasl_port = free_port()
+            self.listeners["SASL_PLAINTEXT"] = ("SASL_PLAINTEXT", self.sasl_port, "127.0.0.1")
 
     def ready(self) -> bool:
         return ready(self.bootstrap, self.port)
