@@ -1,7 +1,7 @@
-"""The chaos harness's reading of a Kafka sink on a real Apache Kafka (the `real_kafka`
-fixture; skipped with the reason without ONCEFLOW_KAFKA_DIST): after a commit whose Kafka
-transaction was aborted and two that committed, SinkSnapshot.topic_output reads what a
-read_committed consumer sees, no aborted record, and the truth of the topic holds."""
+"""The chaos harness's reading of a Kafka sink on Apache Kafka (the disposable broker of the
+`real_kafka` fixture): after a commit whose Kafka transaction was aborted and two that
+committed, SinkSnapshot.topic_output reads what a read_committed consumer sees, no aborted
+record, and the truth of the topic holds."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from onceflow_dev.chaos_truth import (
 )
 from sink_support import XY, T, consume, kafka_pipeline, process, snap
 
-pytestmark = pytest.mark.real_kafka
+pytestmark = pytest.mark.integration
 
 
 def test_the_harness_reads_the_committed_output_and_its_markers(

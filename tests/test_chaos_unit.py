@@ -9,6 +9,7 @@ import json
 import tomllib
 from datetime import UTC, datetime
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 from onceflow_dev import chaos, chaos_truth
@@ -130,6 +131,17 @@ def test_a_run_of_30_batches_re_creates_the_topic_once(seed):
     assert len(recreated) == 1
     assert recreated[0].at_batch < 30  # starts before the run's target is reached
     assert "10_topic_recreated" in chaos.EXCLUSIVE  # it reaches every run in flight
+
+
+def test_the_broker_is_killed_with_its_log_kept_and_lost_each_alone():
+    variants = [v for k, v in chaos.BASE_FAULTS if k == "7_broker_restarted"]
+    assert sorted(variants) == ["log_kept", "log_lost"]
+    assert chaos.LOST_BROKER in chaos.BASE_FAULTS
+    # both reach every run in flight: never overlapped with another fault
+    faults = fault_schedule(1, 20)
+    broker = [f for f in faults if f.kind == "7_broker_restarted"]
+    assert {f.label for f in broker} <= chaos.EXCLUSIVE
+    assert {f.variant for f in broker} == {"log_kept", "log_lost"}
 
 
 def test_plan_refusals_are_what_plan_raises():
@@ -359,10 +371,37 @@ def test_chaos_env_uses_its_own_ports_home_and_spark_retries(tmp_path):
     assert json.loads(env["AIRFLOW_CONN_SPARK_DEFAULT"])["host"] == "local[2,3]"
 
 
+def test_the_chaos_stack_runs_its_own_apache_kafka_on_the_slot_s_ports(tmp_path, monkeypatch):
+    """Whatever broker the caller's environment names, the chaos stack's is its own embedded
+    Apache Kafka (the broker fault kills it by its pid file), on the slot's ports."""
+    from onceflow.settings import Settings
+    from onceflow_dev import stack
+
+    monkeypatch.setenv("ONCEFLOW_KAFKA_BOOTSTRAP", "elsewhere:9092")
+    monkeypatch.setenv("ONCEFLOW_KAFKA_CONTROLLER_PORT", "28093")  # the test stack's
+    for slot in (0, 3):
+        env = chaos.chaos_env(tmp_path, slot)
+        for key, value in env.items():
+            if value:
+                monkeypatch.setenv(key, value)
+            else:
+                monkeypatch.delenv(key, raising=False)
+        settings = Settings.from_env()
+        assert stack.uses_embedded_broker(settings)
+        assert settings.kafka_bootstrap == f"127.0.0.1:{29095 + 10 * slot}"
+        assert settings.kafka_controller_port == 28095 + 10 * slot
+        assert stack.broker_log_dir(settings) == Path(env["ONCEFLOW_HOME"]) / "broker-log"
+
+
 def test_a_second_chaos_stack_slot_has_its_own_home_and_ports(tmp_path):
     first, second = chaos.chaos_env(tmp_path), chaos.chaos_env(tmp_path, slot=1)
     assert second["ONCEFLOW_HOME"] == str(tmp_path / ".onceflow" / "chaos-1")
-    for key in ("ONCEFLOW_PG_PORT", "ONCEFLOW_KAFKA_PORT", "ONCEFLOW_AIRFLOW_PORT"):
+    for key in (
+        "ONCEFLOW_PG_PORT",
+        "ONCEFLOW_KAFKA_PORT",
+        "ONCEFLOW_KAFKA_CONTROLLER_PORT",
+        "ONCEFLOW_AIRFLOW_PORT",
+    ):
         assert int(second[key]) == int(first[key]) + 10
     from onceflow.cli.main import build_parser
 

@@ -21,11 +21,16 @@ injects faults by a schedule drawn from the seed:
   5 the scheduler and its running tasks killed -9, then restarted
   6 PostgreSQL restarted while a run plans, while a Spark task holds a staging transaction
     open, and while a commit transaction is open
-  7 the broker restarted (memory broker: the log is lost): plan must refuse the new log (an
-    offset regression, or, where the broker gives topic ids, a log that is not the ledger's:
-    onceflow.log_identity); the harness re-creates the topic and runs `onceflow
-    reset-offsets`. On Apache Kafka (below) the broker is killed -9 while a commit's Kafka
-    transaction is open and restarted on its log: nothing is lost, no plan may refuse the log
+  7 the stack's broker (Apache Kafka) killed -9, in two variants:
+    log_kept: restarted on its log, while a Spark task of a run stages (its job's other tasks
+      read, its driver asks for the topic ids after the job) or, for a Kafka topic sink, while
+      a commit's Kafka transaction is open (records produced, not committed): nothing may be
+      lost, no plan may refuse the log, the commit's retry aborts the open transaction;
+    log_lost: its log folder deleted before the restart (a lost broker: a new cluster, the
+      topic re-created empty): plan must refuse the new log (the topic id is not the
+      ledger's: onceflow.log_identity; or an offset regression) and the harness runs
+      `onceflow reset-offsets`. Not for a Kafka topic sink, whose output lives on the same
+      broker and would go with it
   8 committed runs cleared and re-run by run id through the API (backfill by run id); an
     append-only sink (a Kafka topic) must refuse it: the run fails in plan saying so, the
     batch and its output stay as they were
@@ -54,11 +59,10 @@ scanned by coordinates). The audit (with a
 re-read from the broker) must agree. The result goes to chaos-report.json at the project
 root.
 
-A pipeline whose sink is a Kafka topic needs Kafka transactions, which tansu lacks: its chaos
-stack runs on Apache Kafka (ONCEFLOW_KAFKA_DIST, as the tests' fixture; refused without it),
-source topic and output on the one broker (the sink's own `bootstrap` is dropped), on the
-slot's Kafka port + 1 (the stack then treats the broker as external and starts no tansu).
-Its truth reads the output topic and the commit log with a read_committed consumer.
+The broker is the stack's own (`onceflow up`'s service `broker`: Apache Kafka, its log in
+<home>/broker-log). A pipeline whose sink is a Kafka topic publishes there too (the sink's
+own `bootstrap` is dropped); its truth reads the output topic and the commit log with a
+read_committed consumer.
 
 The pure parts (fault schedule, pipeline derivation, accounting, report table) are
 unit-tested in tests/test_chaos_unit.py and tests/test_chaos_kafka_unit.py; the reading of a
@@ -126,8 +130,8 @@ KINDS: dict[str, str] = {
     "(a Kafka topic) with its Kafka transaction open",
     "5_scheduler_killed": "scheduler and its running tasks killed -9, restarted",
     "6_postgres_restarted": "PostgreSQL restarted during plan / process / commit",
-    "7_broker_restarted": "broker restarted, log lost: plan refuses the new log, topic "
-    "re-created, reset (Apache Kafka: killed -9 mid Kafka transaction, log kept, nothing lost)",
+    "7_broker_restarted": "broker killed -9 and restarted on its log (a Kafka sink: mid "
+    "Kafka transaction), nothing lost / its log deleted: plan refuses the new log, reset",
     "8_rerun_committed": "committed run cleared and re-run by run id (API); "
     "an append-only sink refuses it",
     "9_failed_run_blocks": "run fails for good, later commits wait and say why, retry unblocks",
@@ -154,7 +158,8 @@ BASE_FAULTS: tuple[tuple[str, str | None], ...] = (
     ("6_postgres_restarted", "plan"),
     ("6_postgres_restarted", "process"),
     ("6_postgres_restarted", "commit"),
-    ("7_broker_restarted", None),
+    ("7_broker_restarted", "log_kept"),
+    ("7_broker_restarted", "log_lost"),
     ("8_rerun_committed", None),
     ("9_failed_run_blocks", None),
     ("10_topic_recreated", None),
@@ -165,6 +170,9 @@ OUTSIDE_FAULTS: tuple[tuple[str, str | None], ...] = (("4_commit_killed", "after
 # and for a Kafka topic: the crash with its Kafka transaction open, records produced (they
 # must never reach a read_committed consumer; the retry's init_transactions aborts them)
 KAFKA_FAULTS: tuple[tuple[str, str | None], ...] = (("4_commit_killed", "before_sink_commit"),)
+# a base fault a Kafka topic sink does without: a lost broker takes the sink's published
+# output with it (one broker holds both), which no pipeline can bring back
+LOST_BROKER = ("7_broker_restarted", "log_lost")
 # the failpoint each variant of 4_commit_killed kills the commit task at
 COMMIT_KILL_POINTS = {
     "mid_transaction": "commit.before_db_commit",
@@ -184,7 +192,8 @@ EXCLUSIVE = {
     "6_postgres_restarted/plan",
     "6_postgres_restarted/process",
     "6_postgres_restarted/commit",
-    "7_broker_restarted",
+    "7_broker_restarted/log_kept",
+    "7_broker_restarted/log_lost",
     "9_failed_run_blocks",
     "10_topic_recreated",
 }
@@ -194,7 +203,8 @@ BACKLOG_HIGH = 2400  # producer waits while this many acked records are not yet 
 # per partition, written to the new log before reset-offsets (past the committed offset, for a
 # re-created topic)
 PRE_RESET_RECORDS = 8
-# seconds between killing the broker and restarting it: plans in flight record their batches
+# seconds between killing the broker and restarting it on a new log: plans in flight record
+# their batches
 PLAN_SETTLE_S = 3.0
 # how plan refuses a log that is not the one the ledger read (its task log says): one whose
 # topic id or last committed record is not the ledger's (log_identity: a broker with topic ids
@@ -205,9 +215,9 @@ PLAN_REFUSALS = (NOT_THE_LEDGERS_LOG, "offset regression")
 # generous: on a loaded 2-core machine one process job can take minutes
 INJECT_TIMEOUT = 900.0
 RECOVER_TIMEOUT = 1500.0
-# Apache Kafka's restart fault: how long the commit stalls with its Kafka transaction open,
-# long enough for the kill -9 to land inside it
-KAFKA_TXN_STALL_S = 20
+# the broker fault with its log kept: how long the Spark task (or, for a Kafka sink, the
+# commit with its Kafka transaction open) stalls, long enough for the kill -9 to land inside it
+BROKER_KILL_STALL_S = 20
 
 
 # ---------------------------------------------------------------------------------------------
@@ -247,8 +257,8 @@ def fault_schedule(
 
     `only` (kind numbers such as "3" or "7") keeps the faults of those kinds (development);
     `outside` (a sink outside the ledger's database) adds OUTSIDE_FAULTS to the base ones,
-    `kafka` (a Kafka topic) KAFKA_FAULTS, `connect` (process_mode = "connect")
-    CONNECT_FAULTS.
+    `kafka` (a Kafka topic) KAFKA_FAULTS and drops LOST_BROKER, `connect` (process_mode =
+    "connect") CONNECT_FAULTS.
 
     They are spread over the first ~70% of the batches (a fault starts once at_batch batches
     committed, and only after the previous one has ended, so they never overlap).
@@ -261,6 +271,8 @@ def fault_schedule(
         + (KAFKA_FAULTS if kafka else ())
         + (CONNECT_FAULTS if connect else ())
     )
+    if kafka:
+        faults = tuple(f for f in faults if f != LOST_BROKER)
     pool = [(k, v) for k, v in faults if not wanted or k.split("_")[0] in wanted]
     if not pool:
         raise ValueError(
@@ -452,8 +464,8 @@ def pipeline_tables(path: Path) -> dict[str, dict[str, Any]]:
 
 
 def uses_kafka_sink(raw: dict[str, Any]) -> bool:
-    """Whether a raw pipeline table publishes to a Kafka topic (its chaos stack then runs on
-    Apache Kafka: tansu has no Kafka transactions)."""
+    """Whether a raw pipeline table publishes to a Kafka topic (on the chaos stack's broker:
+    chaos_kafka_sink)."""
     return (raw.get("sink") or {}).get("kind") == "kafka"
 
 
@@ -463,26 +475,20 @@ def chaos_kafka_sink(sink: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in sink.items() if k not in ("bootstrap", "create_topic")}
 
 
-def apache_kafka_port(slot: int = 0) -> int:
-    """The chaos stack's Apache Kafka listens on the slot's Kafka port + 1."""
-    return 29095 + 10 * slot + 1
-
-
-def chaos_env(root: Path = PROJECT_ROOT, slot: int = 0, real_kafka: bool = False) -> dict[str, str]:
+def chaos_env(root: Path = PROJECT_ROOT, slot: int = 0) -> dict[str, str]:
     """What the chaos stack's components get (set before stack.up: airflow_env copies it).
     Its pipelines file is written into its home by the harness (chaos_pipeline). Stack slot
-    0 is .onceflow/chaos on ports 25435/29095/28083; slot k its own home and each port + 10k
-    (two runs at once, e.g. one pipeline each). `real_kafka`: the broker is the harness's
-    Apache Kafka on apache_kafka_port (an external bootstrap: the stack starts no tansu)."""
+    0 is .onceflow/chaos on ports 25435/29095/28083 (its broker's controller on 28095); slot
+    k its own home and each port + 10k (two runs at once, e.g. one pipeline each). The broker
+    is the stack's own Apache Kafka (no external bootstrap), which the broker fault kills."""
     home = root / ".onceflow" / ("chaos" if slot == 0 else f"chaos-{slot}")
-    bootstrap = f"127.0.0.1:{apache_kafka_port(slot)}" if real_kafka else ""
     return {
         "ONCEFLOW_HOME": str(home),
         "ONCEFLOW_PG_PORT": str(25435 + 10 * slot),
         "ONCEFLOW_KAFKA_PORT": str(29095 + 10 * slot),
+        # explicitly: a controller port set for another stack must not reach this one
+        "ONCEFLOW_KAFKA_CONTROLLER_PORT": str(28095 + 10 * slot),
         "ONCEFLOW_AIRFLOW_PORT": str(28083 + 10 * slot),
-        # the broker-restart fault is a broker that loses its log: tansu in memory
-        "ONCEFLOW_BROKER_STORAGE": "memory",
         "ONCEFLOW_PIPELINES": str(home / "pipelines.toml"),
         "ONCEFLOW_FAILPOINTS_DIR": str(home / "failpoints"),
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": SPARK_MASTER}),
@@ -496,7 +502,7 @@ def chaos_env(root: Path = PROJECT_ROOT, slot: int = 0, real_kafka: bool = False
         "AIRFLOW__WORKERS__SOCKET_CLEANUP_TIMEOUT": "10",
         "ONCEFLOW_AIRFLOW_URL": "",
         "ONCEFLOW_POSTGRES_DSN": "",
-        "ONCEFLOW_KAFKA_BOOTSTRAP": bootstrap,
+        "ONCEFLOW_KAFKA_BOOTSTRAP": "",
     }
 
 
@@ -555,10 +561,9 @@ class TrackingProducer(threading.Thread):
     number, key and value.
 
     The harness throttles it (planned_total: it waits while BACKLOG_HIGH acked records are
-    not planned yet), pauses it around a broker restart or a topic re-creation (the new log
-    is a new epoch), has it write a number of records to the new log before the reset (an
-    allowance) and finishes it with one single-record batch per partition, which keeps the
-    memory broker's end offsets exact.
+    not planned yet), pauses it around a broker restart or a topic re-creation (a new log
+    is a new epoch) and has it write a number of records to the new log before the reset (an
+    allowance).
     """
 
     CHUNK = 10
@@ -603,7 +608,7 @@ class TrackingProducer(threading.Thread):
         self._want_pause.clear()
 
     def finish(self, timeout: float = 120.0) -> None:
-        """Stop producing; last record of each partition in a batch of its own; stop."""
+        """Stop producing, wait until everything in flight is acknowledged, stop."""
         self._finish.set()
         self._want_pause.clear()
         if not self.finished.wait(timeout):
@@ -639,13 +644,13 @@ class TrackingProducer(threading.Thread):
             }
         )
 
-    def _send(self, client, count: int, *, one_per_partition: bool = False) -> None:
+    def _send(self, client, count: int) -> None:
         with self.lock:
             epoch, start = self.epoch, self.next_i
             self.next_i += count
         for n, (key, value) in enumerate(self.records(start, count)):
             i = start + n
-            partition = (n if one_per_partition else i) % PARTITIONS
+            partition = i % PARTITIONS
             record = Acked(i, key, value)
 
             def on_delivery(err, msg, record=record, epoch=epoch) -> None:
@@ -670,8 +675,6 @@ class TrackingProducer(threading.Thread):
                     break
                 except BufferError:
                     client.poll(0.05)
-            if one_per_partition:
-                client.flush(30)
 
     def run(self) -> None:
         client = None
@@ -687,11 +690,7 @@ class TrackingProducer(threading.Thread):
                     time.sleep(0.05)
                     continue
                 if self._finish.is_set():
-                    client = client or self._client()
-                    client.flush(30)
-                    self._send(client, PARTITIONS, one_per_partition=True)
-                    client.flush(30)
-                    break
+                    break  # `finally` flushes what is in flight
                 client = client or self._client()
                 with self.lock:
                     allowance = self.allowance
@@ -714,7 +713,8 @@ class TrackingProducer(threading.Thread):
         finally:
             if client is not None:
                 with contextlib.suppress(Exception):
-                    client.flush(30)
+                    if left := client.flush(30):
+                        self.delivery_errors.append(f"{left} records unflushed at the end")
             self.finished.set()
 
 
@@ -954,22 +954,8 @@ class Harness:
         if self.connect:  # the Spark settings are the server's (a session refuses them)
             self.raw["process_mode"] = "connect"
             self.raw.pop("spark_conf", None)
-        self.kafka_dist: Path | None = None  # Apache Kafka's, for a Kafka sink
         if uses_kafka_sink(self.raw):
-            from onceflow.errors import ConfigError
-
-            from onceflow_dev.apache_kafka import DIST_ENV, dist_from_env
-
-            self.kafka_dist = dist_from_env()
-            if self.kafka_dist is None:
-                raise ConfigError(
-                    f"pipeline {self.pipeline!r} publishes to a Kafka topic, which needs Kafka "
-                    f"transactions: its chaos stack runs on Apache Kafka. Set {DIST_ENV} to an "
-                    f"Apache Kafka binary distribution (kafka_2.13-*.tgz); it is "
-                    f"{os.environ.get(DIST_ENV, 'not set')!r} now"
-                )
             self.raw["sink"] = chaos_kafka_sink(self.raw["sink"])
-        self.kafka = None  # the running ApacheKafka (start_stack)
         self.s3 = None  # the running S3Emulator (start_stack), for --lake-s3
         if opts.lake_s3:
             from onceflow.config.sink import LAKE_KINDS
@@ -983,7 +969,7 @@ class Harness:
 
             self.raw["sink"] = {**self.raw["sink"], "warehouse": f"s3://{BUCKET}/warehouse"}
             self.raw["sink"].pop("storage_conn_id", None)  # the emulator's, by environment
-        env = chaos_env(slot=opts.slot, real_kafka=self.kafka_dist is not None)
+        env = chaos_env(slot=opts.slot)
         for key, value in env.items():
             if value:
                 os.environ[key] = value
@@ -1063,8 +1049,6 @@ class Harness:
             f"starting the chaos stack in {self.home}: pipeline {self.pipeline} "
             f"({self.cfg.transform}, sink mode {self.mode}), topic {self.topic}"
         )
-        if self.kafka_dist is not None:
-            self.start_apache_kafka()
         if self.opts.lake_s3:
             self.start_s3()
         self.stack_up()
@@ -1090,22 +1074,6 @@ class Harness:
         os.environ[STORAGE_ENV] = self.s3.storage.to_env()
         self.log(f"S3 emulator (moto) up on {self.s3.storage.endpoint}")
 
-    def start_apache_kafka(self) -> None:
-        """The stack's broker for a Kafka sink: Apache Kafka, its log in <home>/apache-kafka,
-        carrying the stack's marker so `onceflow down` of the chaos home stops it too."""
-        from onceflow_dev import stack
-        from onceflow_dev.apache_kafka import ApacheKafka
-
-        self.kafka = ApacheKafka(
-            self.kafka_dist,
-            self.home / "apache-kafka",
-            port=apache_kafka_port(self.opts.slot),
-            env={stack.MARKER_ENV: f"{self.home}:apache-kafka"},
-        )
-        t0 = _now()
-        self.kafka.start()
-        self.log(f"Apache Kafka up on {self.kafka.bootstrap} ({_now() - t0:.1f}s)")
-
     def stack_up(self, attempts: int = 3) -> None:
         from onceflow_dev import stack
 
@@ -1127,14 +1095,6 @@ class Harness:
             return
         self._last_health = _now()
         dead = [n for n in stack.ALL_SERVICES if stack.service_process(self.settings, n) is None]
-        if not stack.broker_durable(self.settings):  # a broker in memory has no store
-            dead = [n for n in dead if n != "store"]
-        if self.kafka is not None:  # the broker is Apache Kafka, not the stack's
-            dead = [n for n in dead if n != "broker"]
-            if self.kafka.proc is None or self.kafka.proc.poll() is not None:
-                self.restarts.update(["apache-kafka"])
-                self.log("Apache Kafka is down; starting it again on its log")
-                self.kafka.start()
         if dead:
             self.restarts.update(dead)
             self.log(f"services down: {', '.join(dead)}; restarting them (stack up)")
@@ -1804,114 +1764,52 @@ class Harness:
         f.recovered = f.error is None
 
     def fault_broker(self, f: Fault) -> Iterator[None]:
-        import psutil
-        from onceflow import broker
+        if f.variant == "log_lost":
+            yield from self.fault_broker_lost(f)
+        else:
+            yield from self.fault_broker_killed(f)
 
+    def kill_broker(self) -> int:
+        """kill -9 of the stack's broker, the JVM its pid file names; returns its PID."""
         from onceflow_dev import stack
 
-        if self.kafka is not None:
-            yield from self.fault_apache_kafka(f)
-            return
-        max_seq = max((b["seq"] for b in self.batches.values()), default=0)
-        if max_seq < 3:
-            raise FaultSkipped("too few batches planned yet")
-        self.hold_clears = True
-        try:
-            self.producer.pause()
-            proc = stack.service_process(self.settings, "broker")
-            wall = time.time()
-            proc.send_signal(signal.SIGKILL)
-            psutil.wait_procs([proc], timeout=10)
-            # a plan that took its snapshot of the old log just before the kill records its
-            # batch a moment later: wait for it with no broker up (no plan can start on the
-            # new log meanwhile), then count every batch recorded by now as the old log's
-            time.sleep(PLAN_SETTLE_S)
-            max_seq = self._query(
-                "ledger",
-                "select coalesce(max(seq), 0) from onceflow.batches where pipeline = %s",
-                (self.pipeline,),
-            )[0][0]
-            self.log(f"kill -9 broker (pid {proc.pid}): its memory log is gone; restarting it")
-            self.stack_up()
-            f.injected = True
-            self.epoch += 1
-            # the producer keeps writing: the broker auto-creates the topic, offsets restart
-            self.producer.resume(epoch=self.epoch, allowance=PRE_RESET_RECORDS * PARTITIONS)
-            before = {r for r in self.runs}
-            f.detail["seq_before"] = max_seq
-            seen: list[tuple[str, str]] = []
+        proc = stack.service_process(self.settings, "broker")
+        if proc is None:
+            raise FaultSkipped("the stack's broker is not running")
+        self.kill_tree([proc])
+        return proc.pid
 
-            def refused() -> bool:
-                for run_id in sorted(set(self.runs) - before) + sorted(before):
-                    if how := self.plan_refused_log(run_id, wall):
-                        seen.append((run_id, how))
-                        return True
-                return False
-
-            t_created = _now() + 30
-            created = False
-            deadline = _now() + INJECT_TIMEOUT
-            while not refused():
-                if not created and _now() > t_created:
-                    # nothing auto-created the topic: re-create it ourselves
-                    created = broker.create_topic(
-                        self.settings.kafka_bootstrap, self.topic, PARTITIONS
-                    )
-                    self.log(f"topic {self.topic} re-created by the harness: {created}")
-                    t_created = float("inf")
-                if _now() > deadline:
-                    raise FaultTimeout("no plan refused the broker's new log")
-                yield
-            new_plans = [
-                b["txid"]
-                for b in self.batches.values()
-                if b["seq"] > max_seq and b["state"] != BatchState.ABANDONED
-            ]
-            run_id, how = seen[0]
-            f.detail["plan_refused"] = {"run": run_id, "with": how}
-            f.detail["batches_planned_after_restart"] = new_plans  # must stay empty
-            if new_plans:
-                f.error = f"batches planned after the broker lost its log: {new_plans}"
-            self.log(f"plan of {run_id} refused the new log ({how}), as it must")
-            created = broker.create_topic(self.settings.kafka_bootstrap, self.topic, PARTITIONS)
-            snap = broker.snapshot(self.settings.kafka_bootstrap, self.pipeline, (self.topic,))
-            f.detail["topic"] = {"created_now": created, "partitions": len(snap.ends)}
-            if len(snap.ends) != PARTITIONS:
-                raise RuntimeError(f"topic {self.topic} has {len(snap.ends)} partitions, not 4")
-            reset_seq = self.reset_offsets(
-                f, f"chaos harness: broker restarted, its memory log was lost (epoch {self.epoch})"
-            )
-            self.producer.resume(allowance=None)
-        finally:
-            self.hold_clears = False
-        yield from self.wait_new_epoch(f, reset_seq)
-
-    def fault_apache_kafka(self, f: Fault) -> Iterator[None]:
-        """Apache Kafka killed -9 while a commit's Kafka transaction is open (its records
-        produced, not committed) and restarted on its log. Nothing may be lost: no plan
-        refuses the log (PLAN_REFUSALS), the broker's end offsets still hold every
-        acknowledged record, and the commit (failed or not) and the runs after it commit."""
+    def fault_broker_killed(self, f: Fault) -> Iterator[None]:
+        """The stack's broker killed -9 and restarted on its log, while a Spark task of a run
+        stalls after committing its part (the job's other tasks read from the broker, its
+        driver asks for the topic ids after the job) or, for a Kafka topic sink, while a
+        commit's Kafka transaction is open (its records produced, not committed). Nothing may
+        be lost: no plan refuses the log (PLAN_REFUSALS), the broker's end offsets still hold
+        every acknowledged record, and the run (failed or not) and the runs after it commit."""
         from onceflow import broker
 
-        point = "commit.before_sink_commit"
+        if isinstance(self.sink, KafkaSink):
+            point, what = "commit.before_sink_commit", " of {txid} (Kafka transaction open)"
+        else:
+            point, what = "stage.after_part_commit", " of {txid} (its job still running)"
         txid = yield from self.trigger_until_fired(
-            f, point, f"sleep:{KAFKA_TXN_STALL_S}", point + " of {txid} (Kafka transaction open)"
+            f, point, f"sleep:{BROKER_KILL_STALL_S}", point + what
         )
         self.producer.pause()  # every record in flight acknowledged before the kill
         acked = self.producer.ends_of(self.epoch)
         wall = time.time()
         max_seq = max((b["seq"] for b in self.batches.values()), default=0)
-        pid = self.kafka.proc.pid if self.kafka.proc else None
         t0 = _now()
-        self.kafka.kill()
-        f.injected = True
-        fired = self.fired_at(point, txid)
-        # the kill landed inside the stall: the Kafka transaction still open, records produced
-        f.detail["killed_after_fire_s"] = fired and round(wall - fired, 1)
-        f.detail["transaction_open"] = bool(fired) and wall - fired < KAFKA_TXN_STALL_S
-        self.log(f"kill -9 Apache Kafka (pid {pid}) with {txid}'s Kafka transaction open")
         try:
-            self.kafka.start()
+            pid = self.kill_broker()
+            f.injected = True
+            fired = self.fired_at(point, txid)
+            # the kill landed inside the stall (for a Kafka sink: its transaction still open)
+            f.detail["killed_pid"] = pid
+            f.detail["killed_after_fire_s"] = fired and round(wall - fired, 1)
+            f.detail["inside_stall"] = bool(fired) and wall - fired < BROKER_KILL_STALL_S
+            self.log(f"kill -9 broker (pid {pid}) at {point} of {txid}; restarting it on its log")
+            self.stack_up()
         finally:
             self.producer.resume()
         f.detail["restart_s"] = round(_now() - t0, 1)
@@ -1928,7 +1826,7 @@ class Harness:
         f.detail["log_kept"] = not short
         if short:
             f.error = f"the restarted broker lost acknowledged records: (end, acked) {short}"
-        self.log(f"Apache Kafka back on its log ({f.detail['restart_s']}s); ends {ends}")
+        self.log(f"broker back on its log ({f.detail['restart_s']}s); ends {ends}")
 
         def later_committed() -> bool:
             return any(
@@ -1943,6 +1841,82 @@ class Harness:
         if refusals or f.error:
             f.recovered = False
             f.error = f.error or f"plan refused the log after the restart: {refusals}"
+
+    def fault_broker_lost(self, f: Fault) -> Iterator[None]:
+        """A lost broker: the stack's broker killed -9 and its log folder deleted, then
+        started again on a new, empty log (a new cluster), the topic created anew and a few
+        records written to it. Plan must refuse the new log (PLAN_REFUSALS: its topic id is
+        not the ledger's, or it ends below the committed offset) and nothing may be planned
+        on it; then `onceflow reset-offsets` starts a new epoch. The acknowledged records the
+        old log held above the committed offset go with it (lost_with_broker)."""
+        from onceflow import broker
+
+        from onceflow_dev import stack
+
+        max_seq = max((b["seq"] for b in self.batches.values()), default=0)
+        if max_seq < 3:
+            raise FaultSkipped("too few batches planned yet")
+        bootstrap = self.settings.kafka_bootstrap
+        self.hold_clears = True
+        try:
+            self.producer.pause()
+            wall = time.time()
+            pid = self.kill_broker()
+            # a plan that took its snapshot of the old log just before the kill records its
+            # batch a moment later: wait for it with no broker up (no plan can start on the
+            # new log meanwhile), then count every batch recorded by now as the old log's
+            time.sleep(PLAN_SETTLE_S)
+            max_seq = self._query(
+                "ledger",
+                "select coalesce(max(seq), 0) from onceflow.batches where pipeline = %s",
+                (self.pipeline,),
+            )[0][0]
+            folder = stack.broker_log_dir(self.settings)
+            shutil.rmtree(folder)
+            self.log(f"kill -9 broker (pid {pid}), {folder} deleted: restarting it on a new log")
+            self.stack_up()
+            f.injected = True
+            self.epoch += 1
+            f.detail["seq_before"] = max_seq
+
+            def created() -> bool:  # explicitly: the stack's broker auto-creates no topic
+                broker.create_topic(bootstrap, self.topic, PARTITIONS)  # False: it exists
+                snap = broker.snapshot(bootstrap, self.pipeline, (self.topic,))
+                return len(snap.ends) == PARTITIONS
+
+            yield from self.wait(
+                created, INJECT_TIMEOUT, f"topic {self.topic} created on the new log"
+            )
+            self.producer.resume(epoch=self.epoch, allowance=PRE_RESET_RECORDS * PARTITIONS)
+            before = set(self.runs)
+            seen: list[tuple[str, str]] = []
+
+            def refused() -> bool:
+                for run_id in sorted(set(self.runs) - before) + sorted(before):
+                    if how := self.plan_refused_log(run_id, wall):
+                        seen.append((run_id, how))
+                        return True
+                return False
+
+            yield from self.wait(refused, INJECT_TIMEOUT, "a plan refuses the broker's new log")
+            new_plans = [
+                b["txid"]
+                for b in self.batches.values()
+                if b["seq"] > max_seq and b["state"] != BatchState.ABANDONED
+            ]
+            run_id, how = seen[0]
+            f.detail["plan_refused"] = {"run": run_id, "with": how}
+            f.detail["batches_planned_after_restart"] = new_plans  # must stay empty
+            if new_plans:
+                f.error = f"batches planned after the broker lost its log: {new_plans}"
+            self.log(f"plan of {run_id} refused the new log ({how}), as it must")
+            reset_seq = self.reset_offsets(
+                f, f"chaos harness: the broker lost its log (epoch {self.epoch})"
+            )
+            self.producer.resume(allowance=None)
+        finally:
+            self.hold_clears = False
+        yield from self.wait_new_epoch(f, reset_seq)
 
     def fault_topic_recreated(self, f: Fault) -> Iterator[None]:
         """The pipeline's topic deleted and re-created with its partitions while the broker
@@ -2396,7 +2370,7 @@ class Harness:
                             ended_by = "clock"
                             phase = "drain"
                         if phase == "drain":
-                            self.log("stopping the producer (one-record batch per partition)")
+                            self.log("stopping the producer")
                             self.producer.finish()
                     elif phase == "drain" and self.drained():
                         break
@@ -2722,8 +2696,6 @@ class Harness:
             stack.down(self.settings, echo=lambda m: self.log(f"  down: {m}"))
         else:
             self.log(f"--keep: the chaos stack stays up (ONCEFLOW_HOME={self.home})")
-        if self.kafka is not None and not self.opts.keep:  # after the stack: nothing uses it
-            self.kafka.stop()
         if self.s3 is not None and not self.opts.keep:
             self.s3.stop()
         if self.log_file:

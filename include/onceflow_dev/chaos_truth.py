@@ -28,10 +28,10 @@ by the sink column's type (`agrees`).
 
 The lost/duplicated vocabulary is the harness's: lost = an acknowledged record that is not in
 the sink though its offset was committed; duplicated = an extra copy, or output that no
-acknowledged record explains; lost_with_broker = acknowledged records the memory broker lost,
-or a deleted topic took with it, before they were committed (an earlier epoch above the
-offset committed at its reset: shown apart, not a product loss); unprocessed = lag left when
-a run ends early.
+acknowledged record explains; lost_with_broker = acknowledged records that a lost broker
+(its log deleted) or a deleted topic took with it before they were committed (an earlier
+epoch above the offset committed at its reset: shown apart, not a product loss);
+unprocessed = lag left when a run ends early.
 """
 
 from __future__ import annotations
