@@ -378,7 +378,7 @@ def test_the_chaos_stack_runs_its_own_apache_kafka_on_the_slot_s_ports(tmp_path,
     from onceflow_dev import stack
 
     monkeypatch.setenv("ONCEFLOW_KAFKA_BOOTSTRAP", "elsewhere:9092")
-    monkeypatch.setenv("ONCEFLOW_KAFKA_CONTROLLER_PORT", "28093")  # the test stack's
+    monkeypatch.setenv("ONCEFLOW_KAFKA_CONTROLLER_PORT", "29193")  # the test stack's
     for slot in (0, 3):
         env = chaos.chaos_env(tmp_path, slot)
         for key, value in env.items():

@@ -65,7 +65,7 @@ class Settings:
     airflow_user: str
     airflow_password: str
     # the embedded broker's KRaft controller listener on 127.0.0.1
-    kafka_controller_port: int = 28092
+    kafka_controller_port: int = 29192
     connect_port: int = 30080  # the Spark Connect server's gRPC port on 127.0.0.1
 
     def kafka_cluster(self) -> KafkaCluster:
@@ -99,6 +99,6 @@ class Settings:
             airflow_url=airflow_url.rstrip("/"),
             airflow_user=os.environ.get("ONCEFLOW_AIRFLOW_USER", "admin"),
             airflow_password=os.environ.get("ONCEFLOW_AIRFLOW_PASSWORD", "admin"),
-            kafka_controller_port=_int("ONCEFLOW_KAFKA_CONTROLLER_PORT", kafka_port - 1000),
+            kafka_controller_port=_int("ONCEFLOW_KAFKA_CONTROLLER_PORT", kafka_port + 100),
             connect_port=_int("ONCEFLOW_CONNECT_PORT", airflow_port + 2000),
         )

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import logging
 import os
 import socket
 import subprocess
@@ -303,6 +304,9 @@ def ready(bootstrap: str, port: int) -> bool:
     if not _port_open(port):
         return False
     from kafka import KafkaAdminClient
+
+    # a probe repeated every 0.2 s: kafka-python's connection lines would flood the caller's log
+    logging.getLogger("kafka").setLevel(logging.WARNING)
 
     try:
         admin = KafkaAdminClient(

@@ -25,7 +25,9 @@ injects faults by a schedule drawn from the seed:
     log_kept: restarted on its log, while a Spark task of a run stages (its job's other tasks
       read, its driver asks for the topic ids after the job) or, for a Kafka topic sink, while
       a commit's Kafka transaction is open (records produced, not committed): nothing may be
-      lost, no plan may refuse the log, the commit's retry aborts the open transaction;
+      lost, no plan may refuse the log; the open transaction commits after the restart (its
+      coordinator recovers it from the log, as in the 2026-11-29 run) or a retry's
+      init_transactions aborts it;
     log_lost: its log folder deleted before the restart (a lost broker: a new cluster, the
       topic re-created empty): plan must refuse the new log (the topic id is not the
       ledger's: onceflow.log_identity; or an offset regression) and the harness runs
