@@ -76,7 +76,8 @@ PG_START_TIMEOUT = 60.0
 PID_START_TOLERANCE = 0.5  # s: a PID file's start against psutil's (10 ms ticks)
 CONNECT_START_TIMEOUT = 90.0
 CONNECT_DRIVER_MEMORY = "1g"
-BROKER_START_TIMEOUT = 120.0  # a JVM: ~3 s on an idle machine; 17-43 s seen after a kill -9 under load
+# a JVM: ~3 s on an idle machine; 17-43 s seen after a kill -9 under load
+BROKER_START_TIMEOUT = 120.0
 AIRFLOW_START_TIMEOUT = 180.0
 MIGRATE_TIMEOUT = 600.0
 STOP_TIMEOUT = 30.0
