@@ -31,7 +31,7 @@ Phase 1, data plane (a private Apache Kafka and PostgreSQL, nothing else of Once
                    PostgreSQL mode and an Iceberg table (bench/commit_sizes.py; `--only
                    commit_sizes`): `commit_s_by_size`
 Phase 2, orchestration (an embedded stack of the bench's own, `onceflow up` on ports
-25437/29097/28085 with its own Apache Kafka, under .onceflow/bench):
+25438/29098/28086 with its own Apache Kafka, under .onceflow/bench):
   small_batch      DAG runs of a 1,000-record batch, trigger to commit success, split into
                    plan, process (start, session, job, stop), commit and the scheduler's
                    hand-offs; then the backlog drain (`--only small_batch`)
@@ -85,10 +85,10 @@ from procmon import run_watched  # noqa: E402
 BENCH = ROOT / "bench"
 STACK_ENV = {
     "ONCEFLOW_HOME": str(ROOT / ".onceflow" / "bench"),
-    "ONCEFLOW_PG_PORT": "25437",
-    "ONCEFLOW_KAFKA_PORT": "29097",
-    "ONCEFLOW_AIRFLOW_PORT": "28085",
-    "ONCEFLOW_KAFKA_CONTROLLER_PORT": "28097",
+    # ports of its own: not the own-stack test's (25437/29097/28085) nor a chaos slot's
+    "ONCEFLOW_PG_PORT": "25438",
+    "ONCEFLOW_KAFKA_PORT": "29098",
+    "ONCEFLOW_AIRFLOW_PORT": "28086",
 }
 SUBMIT_ARGS = [
     "--master",
