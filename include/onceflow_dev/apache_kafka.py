@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from onceflow_dev import jvm
+from onceflow_dev.children import stop_child
 
 START_TIMEOUT = 90.0
 STOP_TIMEOUT = 30.0
@@ -277,8 +278,6 @@ class ApacheKafka:
 
     def stop(self) -> None:
         """SIGTERM (a controlled shutdown that keeps the log), SIGKILL after STOP_TIMEOUT."""
-        from onceflow_dev.stack import stop_child
-
         proc, self.proc = self.proc, None
         if proc is None or proc.poll() is not None:
             return

@@ -55,6 +55,7 @@ import psutil
 from onceflow.settings import Settings, user_python_path
 
 from onceflow_dev import CHECKOUT
+from onceflow_dev.children import stop_child
 
 if TYPE_CHECKING:
     from onceflow_dev.apache_kafka import ApacheKafka
@@ -682,17 +683,6 @@ def _broker(settings: Settings) -> ApacheKafka:
         port=settings.kafka_port,
         controller_port=settings.kafka_controller_port,
     )
-
-
-def stop_child(proc: subprocess.Popen, timeout: float = 10, killed_timeout: float = 5) -> None:
-    """SIGTERM a process this one started, SIGKILL it when it lingers past `timeout`, then
-    wait up to `killed_timeout` for it to go."""
-    proc.terminate()
-    try:
-        proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(killed_timeout)
 
 
 def _broker_healthy(settings: Settings) -> bool:
