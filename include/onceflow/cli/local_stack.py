@@ -1,8 +1,8 @@
 """The embedded local stack's commands: up, down, status, produce and chaos.
 
-They run onceflow_dev's tools, which need what the `local` extra installs; local_module imports
-them only when such a command runs, so a production install (no onceflow_dev dependencies)
-runs every other command.
+They run onceflow_dev's tools, which only a checkout has (`make setup` installs what they need;
+the wheel ships none of them); local_module imports them only when such a command runs, so a
+production install runs every other command.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ IMPORT_ERROR_LINES = 4
 
 def local_module(name: str) -> ModuleType:
     """A module of onceflow_dev (the local stack, demo, producers, chaos), imported when a
-    command needs it; without the `local` extra the command says what to install."""
+    command needs it; outside a checkout the command says where it runs."""
     try:
         return import_module(f"onceflow_dev.{name}")
     except ImportError as e:

@@ -170,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp = add(
         "demo",
         cmd_demo,
-        "Run the shipped example pipelines on the running stack (needs onceflow[local]): "
+        "Run the shipped example pipelines on the running stack (from a checkout): "
         "produce their sample records (continuing each series), trigger the runs each backlog needs, audit each "
         "with --reread and print a summary; exits 1 unless every run succeeded and every "
         "audit says exactly-once.",

@@ -6,14 +6,16 @@ from onceflow.errors.base import OnceflowError
 
 
 class LocalToolsMissingError(OnceflowError):
-    """A command of the local stack (up, down, status, produce, demo, chaos) needs what only
-    the `local` extra installs; `missing` is the module that was not found."""
+    """A command of the local stack (up, down, status, produce, demo, chaos) needs the tools
+    only a checkout has (onceflow_dev, which the wheel does not ship, and what `make setup`
+    installs for it); `missing` is the module that was not found."""
 
     def __init__(self, missing: str | None) -> None:
         self.missing = missing
         super().__init__(
-            f"this command runs the local stack's tools, which need what the `local` extra "
-            f"installs (pip install 'onceflow[local]'); missing: {missing}"
+            "this command runs the local stack's tools, which only a checkout of Onceflow has "
+            "(the wheel ships none): run it in the repository after `make setup`; "
+            f"missing: {missing}"
         )
 
 

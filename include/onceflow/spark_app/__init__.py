@@ -1,4 +1,5 @@
-"""The process job's spark-submit application file, shipped inside the package."""
+"""The spark-submit application files shipped inside the package: the process job, and the
+training run of the driver JVM's class archive (onceflow.jvm_archive)."""
 
 from importlib import resources
 
