@@ -26,12 +26,6 @@ MALFORMED_RATE = 0.01
 KAFKA_ARTIFACT = "kafka_2.13"  # Apache Kafka's broker (org.apache.kafka:kafka_2.13)
 
 
-def port_open(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.2)
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -7,7 +7,7 @@ import traceback
 
 import pytest
 from onceflow.errors import AbandonedTxidError, FencedAttemptError, TransformError
-from onceflow.staging.task_errors import for_driver, task_refusal, typed_refusals
+from onceflow.staging.task_errors import for_driver, task_refusal
 
 pytestmark = pytest.mark.unit
 
@@ -58,10 +58,3 @@ def test_text_without_an_error_class_and_typed_errors_are_left_alone():
     assert task_refusal(FencedAttemptError("p", "t", 1, 2)) is None
     with pytest.raises(TypeError):
         for_driver(ValueError("not an Onceflow refusal"))  # type: ignore[arg-type]
-
-
-def test_typed_refusals_raise_the_type_and_let_any_other_failure_through():
-    with pytest.raises(FencedAttemptError), typed_refusals():
-        raise as_the_driver_sees_it(for_driver(FencedAttemptError("p", "t", 1, 2)))
-    with pytest.raises(RuntimeError, match="Python worker exited"), typed_refusals():
-        raise RuntimeError("Python worker exited unexpectedly (crashed)")

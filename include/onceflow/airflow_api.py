@@ -109,10 +109,6 @@ class AirflowClient:
         self._session = requests.Session()
         self._token: str | None = None
 
-    @classmethod
-    def from_settings(cls, settings: Any) -> AirflowClient:
-        return cls(settings.airflow_url, settings.airflow_user, settings.airflow_password)
-
     # -- plumbing ---------------------------------------------------------------------------
 
     def token(self) -> str:

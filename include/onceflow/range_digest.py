@@ -82,10 +82,6 @@ def record_term(
     return (h << 31) ^ (ts & 0x7FFFFFFF) ^ (ts >> 31)
 
 
-def chunk_of(offset: int) -> int:
-    return offset // CHUNK_OFFSETS
-
-
 @dataclass
 class RangeRead:
     """What one read of (a piece of) a partition's offsets saw: records, chunk sums, and the

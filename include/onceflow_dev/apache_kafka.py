@@ -10,7 +10,7 @@ What the shell scripts of a binary distribution do is done here directly:
 new; SCRAM users are written then), `kafka-server-start.sh` is `java ... kafka.Kafka
 server.properties` with a log4j2 configuration of our own (Kafka 4's jars carry no logging
 configuration; the binding comes from pom.xml). The broker keeps its log in `folder/data`, so
-`restart()` loses nothing. It is stopped by PID, never by name.
+a `stop()` and `start()` lose nothing. It is stopped by PID, never by name.
 """
 
 from __future__ import annotations
@@ -292,10 +292,6 @@ class ApacheKafka:
             return
         proc.kill()  # the JVM itself: no wrapper script in between
         proc.wait(10)
-
-    def restart(self) -> str:
-        self.stop()
-        return self.start()
 
 
 def ready(bootstrap: str, port: int) -> bool:

@@ -362,7 +362,7 @@ def is_complete(
 
 
 def report_table(report: dict[str, Any]) -> str:
-    """The report as a Markdown table (printed at the end, and kept in the README)."""
+    """The report as a Markdown table (printed at the end, and kept in docs/reliability.md)."""
     lines = [
         "| fault | injected | recovered |",
         "| --- | ---: | ---: |",
@@ -1016,7 +1016,6 @@ class Harness:
         self._af_conn = None
         self._ledger_conn = None
         self._last_health = 0.0
-        self.backlog_paused = False
         self.restarts: Counter[str] = Counter()
         self.errors: list[str] = []
         self.log_file = None
@@ -1126,10 +1125,6 @@ class Harness:
     def _query(self, which: str, sql: Any, params: tuple = ()) -> list[tuple]:
         conn = self._airflow_db() if which == "airflow" else self._ledger_db()
         return self._on(conn, lambda cur: (cur.execute(sql, params), cur.fetchall())[1])
-
-    def _on_ledger(self, fn: Callable[[Any], Any]) -> Any:
-        """fn(cursor) on the ledger's database (a sink's reads)."""
-        return self._on(self._ledger_db(), fn)
 
     @staticmethod
     def _on(conn, fn: Callable[[Any], Any]) -> Any:
@@ -1242,9 +1237,6 @@ class Harness:
     def all_planned(self) -> bool:
         """Every run not finished yet has planned its batch: none has a plan still to come."""
         return all(r.run_id in self.batches for r in self.unfinished())
-
-    def ti_state(self, run_id: str, task: str) -> str | None:
-        return self.ti.get((run_id, task), (None, 0))[0]
 
     def run_ok(self, run_id: str) -> bool:
         b = self.batches.get(run_id)

@@ -13,7 +13,7 @@ the form of Spark's own error messages, and the error's attributes as JSON:
 
     [ONCEFLOW_FENCED_ATTEMPT {"attempt": 2, "newest": 3, "pipeline": "p", "txid": "t"}] ...
 
-and the driver (`task_refusal`, `typed_refusals`) finds the class in the failure and rebuilds
+and the driver (`task_refusal`) finds the class in the failure and rebuilds
 the error: its listed type, its attributes, the message that follows. The classes
 (ERROR_CLASSES) are an interface between a build's tasks and its driver, and between its
 logs and their readers: a class's name never changes. A message is one line.
@@ -26,8 +26,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from typing import Any
 
 from onceflow.errors import AbandonedTxidError, FencedAttemptError, OnceflowError, TransformError
@@ -74,19 +73,6 @@ def task_refusal(failure: BaseException) -> OnceflowError | None:
             message = text[end + 2 :].splitlines()[0] if end + 2 < len(text) else ""
             return _rebuilt(kind, message, attributes)
     return None
-
-
-@contextmanager
-def typed_refusals() -> Iterator[None]:
-    """Raise the listed error a task raised, as its type, when a Spark job run inside fails
-    of it; any other failure as it is."""
-    try:
-        yield
-    except Exception as e:
-        refusal = task_refusal(e)
-        if refusal is None:
-            raise
-        raise refusal from None
 
 
 def _rebuilt(kind: type[OnceflowError], message: str, attributes: Mapping[str, Any]) -> Any:
