@@ -117,7 +117,7 @@ chaos: setup
 ##        it produces (~30-50 min on 2 cores; run on a quiet machine), on Apache Kafka with
 ##        Spark's own Kafka connector as the peer (both from the jars `make setup` resolves
 ##        from Maven Central). Writes bench/results.json, bench/throughput.png and
-##        BENCHMARKS.md; exits 1 when the soak finds a record not committed, a failed run or
+##        bench/BENCHMARKS.md; exits 1 when the soak finds a record not committed, a failed run or
 ##        an audit that is not exactly-once. BENCH_ARGS="--quick" for a smoke run (1-minute
 ##        soak); BENCH_ARGS="--only lake": only the PostgreSQL-against-Iceberg section
 ##        (~5-10 min); BENCH_ARGS="--only soak --soak-minutes 10": the soak alone.

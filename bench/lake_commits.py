@@ -181,7 +181,7 @@ def apply_reference(work: Path, rows: int = 200_000, batch: int = 2_000) -> dict
     """Applying one upsert batch to a big Delta table two ways, each on its own copy: delta-rs's
     MERGE (Rust; the condition `s.seq >= t.seq`), and Onceflow's copy-on-write
     (sinks.lake.rewrite and sinks.lake.upsert in Arrow, then one create_write_transaction):
-    the measurement behind README's "Why copy-on-write"."""
+    the measurement behind docs/lake-tables.md's "Why copy-on-write"."""
     import pyarrow as pa
     from deltalake import CommitProperties, DeltaTable, write_deltalake
     from deltalake.transaction import AddAction, RemoveAction
@@ -336,6 +336,6 @@ def section(lc: dict[str, Any]) -> list[str]:
             f"Applying one upsert batch ({ref['batch_keys']:,} keys) to a "
             f"{ref['table_rows']:,}-row Delta table: delta-rs's MERGE "
             f"{ref['delta_rs_merge_s']:.2f} s, Onceflow's copy-on-write "
-            f'{ref["onceflow_s"]:.2f} s (README "Lake tables" says why Onceflow does its own).',
+            f"{ref['onceflow_s']:.2f} s (docs/lake-tables.md says why Onceflow does its own).",
         ]
     return lines

@@ -43,7 +43,7 @@ Phase 2, orchestration (an embedded stack of the bench's own, `onceflow up` on p
                    (bench/soak.py; `--only soak`)
 
 Writes --out (bench/results.json), --plot (bench/throughput.png) and --markdown
-(BENCHMARKS.md: the tables + bench/NOTES.md); point them elsewhere for a trial run.
+(bench/BENCHMARKS.md: the tables + bench/NOTES.md); point them elsewhere for a trial run.
 
 usage: python bench/run.py [--quick] [--records N] [--repeats K] [--skip-dag] [--render]
                            [--lake-records N] [--soak-minutes M]
@@ -1119,7 +1119,7 @@ def write_markdown(r: dict, path: Path) -> None:
             f"{k(s['process_records_per_s'])} | {s['process_wall_s']:.1f} s | "
             f"{k(s['process_end_to_end_records_per_s'])} |"
         )
-    lines += ["", "![throughput against batch size](bench/throughput.png)", ""]
+    lines += ["", "![throughput against batch size](throughput.png)", ""]
     notes = BENCH / "NOTES.md"
     if notes.exists():
         lines += [notes.read_text().rstrip(), ""]
@@ -1351,11 +1351,11 @@ def main() -> int:
     p.add_argument("--quick", action="store_true", help="small sizes, one repeat (a smoke test)")
     p.add_argument("--out", type=Path, default=BENCH / "results.json")
     p.add_argument("--plot", type=Path, default=BENCH / "throughput.png")
-    p.add_argument("--markdown", type=Path, default=ROOT / "BENCHMARKS.md")
+    p.add_argument("--markdown", type=Path, default=BENCH / "BENCHMARKS.md")
     p.add_argument(
         "--render",
         action="store_true",
-        help="measure nothing: redraw the plot and BENCHMARKS.md from --out (after editing NOTES.md)",
+        help="measure nothing: redraw the plot and bench/BENCHMARKS.md from --out (after editing NOTES.md)",
     )
     a = p.parse_args()
     if a.render:

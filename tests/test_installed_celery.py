@@ -16,7 +16,7 @@ plan, process and commit over TLS, a third pipeline reads over SASL through its 
 in the Celery worker itself, its jobs in a session of a Spark Connect server that asks for a
 token (CONNECT_TOKEN, the password of the spark_connect_default connection; the server's
 Python workers have onceflow, as a cluster's would).
-The scheduler and the Celery worker start as the README says, through
+The scheduler and the Celery worker start as docs/install-into-airflow.md says, through
 `python -m onceflow.airflow.preload`, so every task process is forked with Onceflow's DAG
 factory already imported. `onceflow audit --reread` (reading the same connections) says
 exactly-once. Then the
@@ -344,7 +344,7 @@ def installed():
         _run([airflow, "db", "migrate"], env=main_env, cwd=work)
         # From a file, removed at once: `airflow connections add --conn-json` would record its
         # whole command line, the extra's secrets included, in Airflow's `log` table (found
-        # by this test's search; README "Security")
+        # by this test's search; docs/security.md)
         conns = {
             "onceflow_ledger": {"conn_type": "postgres", "host": "127.0.0.1", "port": pg_port,
                                 "login": "inst_flow", "password": SECRET, "schema": "inst_ledger"},
@@ -375,7 +375,7 @@ def installed():
         api_env = {**main_env, "ONCEFLOW_PIPELINES": str(bundle / "pipelines.toml")}
         inst.spawn("api-server", [airflow, "api-server"], api_env, work)
         # no log servers: they would listen on every interface (the test reads the files)
-        # the scheduler and the worker as the README says: with what every task imports
+        # scheduler and worker as docs/install-into-airflow.md says: with what every task imports
         # already imported (onceflow.airflow.preload), from the installed wheel
         preload = [inst.bin("python"), "-m", "onceflow.airflow.preload"]
         inst.spawn("scheduler", [*preload, "scheduler", "--skip-serve-logs"], main_env, work)

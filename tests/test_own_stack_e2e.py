@@ -5,7 +5,7 @@ The stack has its own home and ports (.onceflow/test-own-stack, 25437/29097/2808
 its tests stop and start it (`onceflow down`/`up`): the embedded Apache Kafka must keep its
 log across them. Its pipelines file is the shipped one plus the
 user's two pipelines, whose transforms live in a package outside the repository, reached
-through ONCEFLOW_PYTHONPATH as the README says.
+through ONCEFLOW_PYTHONPATH as docs/your-own-pipeline.md says.
 """
 
 from __future__ import annotations

@@ -165,7 +165,12 @@ def test_every_cited_protocol_section_exists():
     }
     cited = re.compile(r'PROTOCOL\.md\)?\s*"([^"]+)"')
     missing = []
-    for path in [*INCLUDE.rglob("*.py"), *INCLUDE.rglob("*.sql"), ROOT / "README.md"]:
+    for path in [
+        *INCLUDE.rglob("*.py"),
+        *INCLUDE.rglob("*.sql"),
+        ROOT / "README.md",
+        *ROOT.glob("docs/*.md"),
+    ]:
         # a citation may wrap: join lines, dropping comment markers
         text = re.sub(r"\s*\n\s*(?:--|#)?\s*", " ", path.read_text())
         for m in cited.finditer(text):

@@ -1,5 +1,5 @@
-"""`python -m onceflow.cli`: the `onceflow` command run by module name, as the README's
-docker compose examples run it inside the Airflow containers."""
+"""`python -m onceflow.cli`: the `onceflow` command run by module name, as the docker compose
+examples of docs/going-distributed.md run it inside the Airflow containers."""
 
 import sys
 
