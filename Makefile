@@ -5,7 +5,7 @@ PYTHON ?= python3
 UV_VERSION = 0.13.8
 SETUP_STAMP = $(VENV)/.onceflow-setup-stamp
 
-.PHONY: setup system-deps wheel up down status demo test lint format
+.PHONY: setup system-deps wheel up down status demo test test-unit test-cluster lint format
 
 JVM_STAMP = $(VENV)/share/onceflow/jvm/.onceflow-setup-stamp
 
@@ -100,6 +100,10 @@ format: setup
 ## test: lint, then unit and integration tests on real services (one shared test stack)
 test: setup system-deps lint
 	$(VENV)/bin/pytest -m "not cluster" $(PYTEST_ARGS)
+
+## test-unit: the tests that need no server (pytest -m unit: about a minute)
+test-unit: setup system-deps
+	$(VENV)/bin/pytest -m unit $(PYTEST_ARGS)
 
 ## test-cluster: the scale-out test on a Spark standalone master and two workers (127.0.0.1)
 test-cluster: setup
