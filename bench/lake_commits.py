@@ -79,7 +79,7 @@ def stage_attempt(dsn: str, cfg: Any, sink: Any, txid: str, parts: list[list[Any
     the output and the attempt's stage made, part k's Arrow batches staged as part k under the
     part fence (onceflow.staging.writer.stage_part), the stage sealed, the attempt marked
     staged."""
-    from onceflow.db import transaction
+    from onceflow.ledger.db import transaction
     from onceflow.ledger.fencing import claim_attempt, mark_staged
     from onceflow.sinks.base import PublishTarget
     from onceflow.staging.target import StageTarget
@@ -113,11 +113,11 @@ def one_run(
     from onceflow.audit import run_audit
     from onceflow.commit import commit
     from onceflow.config.pipeline_table import parse_pipeline
-    from onceflow.db import transaction
+    from onceflow.ledger.db import transaction
     from onceflow.ledger.log_checks import BrokerSnapshot
     from onceflow.ledger.planning import plan
-    from onceflow.maintenance import maintain
     from onceflow.sinks import sink_for
+    from onceflow.sinks.maintenance import maintain
 
     raw = {
         "topics": [TOPIC],
@@ -260,7 +260,7 @@ def run(dsn: str, work: Path, batches: int = 100, records: int = 2000, keys: int
     """Every sink kind and mode; lake tables with and without maintenance."""
     import os
 
-    from onceflow.db import migrate
+    from onceflow.ledger.db import migrate
 
     migrate(dsn)
     load_before = os.getloadavg()[0]

@@ -78,7 +78,7 @@ import lake_commits  # noqa: E402
 import native_job  # noqa: E402
 import soak  # noqa: E402
 from common import ROOT, SPARK_SUBMIT, Topic  # noqa: E402
-from onceflow import jvm_archive  # noqa: E402
+from onceflow.spark import jvm_archive  # noqa: E402
 from onceflow.spark_app import PROCESS_APPLICATION  # noqa: E402
 from procmon import run_watched  # noqa: E402
 
@@ -231,7 +231,7 @@ def native_run(
            "--ranges", ranges_json(topic), "--min-partitions", str(partitions)]  # fmt: skip
     if mode == "process":
         assert pg is not None
-        from onceflow.db import transaction
+        from onceflow.ledger.db import transaction
 
         schema, table = NATIVE_TABLE.split(".")
         with transaction(pg.dsn) as cur:
@@ -250,7 +250,7 @@ def native_run(
         raise RuntimeError(f"native_job {mode} failed: {proc.stdout[-2000:]}{proc.stderr[-4000:]}")
     res = json.loads(lines[-1][6:])
     if mode == "process":
-        from onceflow.db import transaction
+        from onceflow.ledger.db import transaction
 
         with transaction(pg.dsn) as cur:
             cur.execute(f"select count(*), count(error) from {NATIVE_TABLE}")
@@ -310,7 +310,7 @@ class Ledger:
         return cfg, path
 
     def drop(self, cfg: Any) -> None:
-        from onceflow.db import transaction
+        from onceflow.ledger.db import transaction
 
         with transaction(self.dsn) as cur:
             cur.execute(f'drop schema if exists "{cfg.sink_schema}" cascade')
@@ -460,8 +460,8 @@ def bench_stack(pipelines: str, what: str) -> Iterator[tuple[Any, Any, Path]]:
     Kafka, Spark Connect and Airflow), started fresh with the pipelines file `pipelines`;
     yields (settings, an Airflow client, the pipelines file), and `onceflow down` at the end.
     The environment is the stack's meanwhile and restored afterwards."""
-    from onceflow.airflow_api import AirflowClient
-    from onceflow.db import migrate
+    from onceflow.cli.airflow_api import AirflowClient
+    from onceflow.ledger.db import migrate
     from onceflow.settings import Settings
     from onceflow_dev import stack
 
@@ -505,7 +505,7 @@ def small_batch(runs: int, backlog: int = 0) -> dict:
     """DAG runs of a SMALL_BATCH-record batch through the real scheduler, in each process mode
     (one pipeline each, their runs alternating), each split into its tasks, the process
     job's own timings and the hand-offs between them; on the bench's stack (bench_stack)."""
-    from onceflow import broker
+    from onceflow.kafka import broker
 
     samples: dict[str, list[dict]] = {name: [] for name in SMALL_MODES}
     pipelines = "".join(
@@ -1135,7 +1135,7 @@ def data_plane(
 ) -> dict:  # fmt: skip
     """Phase 1 on a private broker and PostgreSQL: the main size `a.repeats` times, each
     repeat with the peer, then scaling; returns the results' data-plane keys."""
-    from onceflow.db import transaction
+    from onceflow.ledger.db import transaction
 
     with transaction(pg.dsn) as cur:
         cur.execute("show server_version")
@@ -1376,7 +1376,7 @@ def main() -> int:
         say(f"cannot run the bench: {exc}")
         return 2
     archive = jvm_archive.java_options()
-    if archive:  # as the DAG's process task submits (onceflow.jvm_archive)
+    if archive:  # as the DAG's process task submits (onceflow.spark.jvm_archive)
         SUBMIT_ARGS.extend(["--conf", f"{jvm_archive.DRIVER_JAVA_OPTIONS}={archive}"])
     say(f"driver class archive: {archive or 'none (onceflow spark-archive writes it)'}")
     if a.quick:

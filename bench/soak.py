@@ -134,7 +134,7 @@ class SteadyProducer(threading.Thread):
 
 def committed_offsets(dsn: str, pipeline: str, topic: str) -> dict[int, int]:
     """The ledger's committed offset of each partition of `topic`."""
-    from onceflow import views
+    from onceflow.ledger import views
 
     return {
         r["partition"]: r["committed_offset"]
@@ -204,7 +204,7 @@ def _trigger_and_wait(
     """One run through the scheduler, calling `tick` while it runs: its state and seconds
     from trigger (queued_at) to its end; for a run that did not succeed, why (the ledger's
     or its failed task's error)."""
-    from onceflow.airflow_api import FINAL_STATES
+    from onceflow.cli.airflow_api import FINAL_STATES
     from onceflow.cli.runs import run_error
 
     client.trigger(cfg.dag_id, run_id)
@@ -237,9 +237,9 @@ def _trigger_and_wait(
 def run(settings: Any, client: Any, cfg: Any, minutes: float, say: Callable[[str], None]) -> dict:
     """The soak on a started stack whose pipelines file holds pipeline_toml(); its
     results, with "ok" and "why"."""
-    from onceflow import broker
     from onceflow.audit import run_audit
     from onceflow.cli.audit_report import reread_counter
+    from onceflow.kafka import broker
     from onceflow_dev.producer import load_sample
 
     t0 = time.monotonic()

@@ -406,7 +406,7 @@ def fast_form(batch: Any) -> tuple[Any, Any]:
     Arrow RecordBatch of COLUMNS, typed as `transform` types them, in the same order."""
     import pyarrow as pa
     import pyarrow.compute as pc
-    from onceflow.arrow_columns import (
+    from onceflow.spark.arrow_columns import (
         bool_values,
         fixed_array,
         fixed_values,
@@ -470,7 +470,7 @@ def fast_form(batch: Any) -> tuple[Any, Any]:
 
 def _indices(positions: Any) -> Any:
     import pyarrow as pa
-    from onceflow.arrow_columns import fixed_array
+    from onceflow.spark.arrow_columns import fixed_array
 
     return fixed_array(pa.int64(), np.ascontiguousarray(positions, dtype=np.int64))
 

@@ -36,7 +36,7 @@ def pg_dsn(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def ledger_dsn(pg_dsn):
-    from onceflow.db import migrate
+    from onceflow.ledger.db import migrate
 
     migrate(pg_dsn)
     return pg_dsn
@@ -107,7 +107,7 @@ def process_mode(request):
 def mode_pg(tmp_path_factory, process_mode):
     """A PostgreSQL of the module's own per process mode (the same txids in both), migrated,
     stopped by PID."""
-    from onceflow.db import migrate
+    from onceflow.ledger.db import migrate
     from onceflow_dev.stack import private_postgres
 
     with private_postgres(tmp_path_factory.mktemp("pg") / "data") as dsn:
@@ -149,7 +149,7 @@ def _running_stack(env: dict[str, str], override: bool):
     """
     import shutil
 
-    from onceflow.db import migrate
+    from onceflow.ledger.db import migrate
     from onceflow.settings import Settings
     from onceflow_dev import stack as stack_mod
 
@@ -225,7 +225,7 @@ def real_kafka(tmp_path_factory):
 
 def _airflow_with_dags(settings):
     """An API client once every pipeline's DAG is parsed and unpaused."""
-    from onceflow.airflow_api import AirflowClient
+    from onceflow.cli.airflow_api import AirflowClient
     from onceflow.config.pipelines_file import load_pipelines
 
     client = AirflowClient(settings.airflow_url, settings.airflow_user, settings.airflow_password)

@@ -19,8 +19,8 @@ from typing import NamedTuple
 import pyarrow as pa
 from onceflow.audit import run_audit
 from onceflow.config.pipeline_table import parse_pipeline
-from onceflow.db import transaction
-from onceflow.kafka_client import watermarks
+from onceflow.kafka.client import watermarks
+from onceflow.ledger.db import transaction
 from onceflow.ledger.fencing import claim_attempt, mark_staged
 from onceflow.ledger.log_checks import BrokerSnapshot
 from onceflow.sinks import sink_for

@@ -5,7 +5,7 @@ stack gives it."""
 from __future__ import annotations
 
 import pytest
-from onceflow import broker
+from onceflow.kafka import broker
 from onceflow_dev.apache_kafka import ApacheKafka
 
 pytestmark = pytest.mark.integration

@@ -11,8 +11,8 @@ from onceflow.audit import run_audit
 from onceflow.commit import commit
 from onceflow.config.pipeline_table import parse_pipeline
 from onceflow.config.sink import SinkConfig
-from onceflow.db import transaction
 from onceflow.errors import SinkLayoutError, TransformError
+from onceflow.ledger.db import transaction
 from onceflow.ledger.fencing import claim_attempt, mark_staged
 from onceflow.ledger.planning import plan
 from onceflow.sinks import sink_for
@@ -304,7 +304,7 @@ def test_runs_of_one_batch_partitions_are_rolled_up_within_the_limits():
 def test_maintain_rolls_up_committed_batches_and_a_rerun_replaces_rows_there(
     ledger_dsn, unique_name, monkeypatch
 ):
-    from onceflow.maintenance import maintain
+    from onceflow.sinks.maintenance import maintain
     from onceflow.sinks.postgres import partition_rollup
 
     monkeypatch.setattr(partition_rollup, "KEEP_NEWEST", 1)

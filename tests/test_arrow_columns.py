@@ -1,4 +1,4 @@
-"""onceflow.arrow_columns, the Arrow helpers fast forms may use: what each docstring promises,
+"""onceflow.spark.arrow_columns, the Arrow helpers fast forms may use: what each docstring promises,
 on sliced arrays and NULLs too, and without importing pandas."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from decimal import Decimal
 import numpy as np
 import pyarrow as pa
 import pytest
-from onceflow.arrow_columns import (
+from onceflow.spark.arrow_columns import (
     binary_array,
     bool_values,
     fixed_array,
@@ -68,7 +68,7 @@ def test_builders():
 def test_no_pandas_import():
     code = (
         "import sys, numpy as np, pyarrow as pa\n"
-        "from onceflow import arrow_columns as ac\n"
+        "from onceflow.spark import arrow_columns as ac\n"
         "a = ac.binary_array([b'a', None])\n"
         "ac.value_lengths(a); ac.valid_mask(a); ac.timestamp_array([1, -1])\n"
         "ac.bool_values(ac.fixed_array(pa.int64(), np.arange(2)).is_null())\n"

@@ -19,8 +19,8 @@ from common import Topic  # noqa: E402
 
 @pytest.mark.integration
 def test_a_bench_pipeline_plans_exactly_its_topics_ranges(ledger_dsn, unique_name, tmp_path):
-    from onceflow.db import transaction
     from onceflow.ledger.batches import read_ranges
+    from onceflow.ledger.db import transaction
     from onceflow.ranges import OffsetRange
 
     ranges = [OffsetRange(unique_name, 0, 0, 700), OffsetRange(unique_name, 1, 0, 300)]

@@ -147,7 +147,7 @@ def test_section_renders_the_numbers_and_the_verdict():
 
 @pytest.mark.integration
 def test_the_steady_producer_counts_exactly_what_the_broker_holds(private_kafka):
-    from onceflow import broker
+    from onceflow.kafka import broker
     from onceflow_dev.producer import load_sample
 
     topic = f"soak_producer_{time.time_ns()}"

@@ -4,9 +4,9 @@ besides the end offsets (topic ids, the prints of records it compares with the l
 from __future__ import annotations
 
 import pytest
-from onceflow import broker
 from onceflow.errors import TopicMissingError
-from onceflow.range_digest import RangeRead
+from onceflow.kafka import broker
+from onceflow.kafka.range_digest import RangeRead
 from onceflow.ranges import OffsetRange
 from onceflow.reader.range_fetch import read_range
 

@@ -9,8 +9,8 @@ import json
 
 import pytest
 from onceflow.commit import commit
-from onceflow.db import transaction
 from onceflow.failpoints import FailpointError
+from onceflow.ledger.db import transaction
 from onceflow.ledger.planning import plan
 from onceflow.sinks import sink_for
 from onceflow_dev import chaos

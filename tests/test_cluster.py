@@ -145,7 +145,7 @@ def _wait_workers_registered(n: int, timeout: float = 60) -> None:
 @pytest.fixture(scope="module")
 def cluster_stack(spark_cluster):
     """The local stack on its own ports, with spark_default pointing at the master."""
-    from onceflow.db import migrate
+    from onceflow.ledger.db import migrate
     from onceflow.settings import Settings
     from onceflow_dev import stack
 
@@ -225,12 +225,12 @@ def _executors_and_tasks(events: Path) -> tuple[dict[str, int], Counter]:
 
 
 def test_dag_runs_on_a_standalone_cluster_read_on_both_workers(cluster_stack):
-    from onceflow import broker
-    from onceflow.airflow_api import AirflowClient
     from onceflow.audit import run_audit
+    from onceflow.cli.airflow_api import AirflowClient
     from onceflow.config.pipelines_file import get_pipeline
-    from onceflow.db import transaction
-    from onceflow.recount import count_records
+    from onceflow.kafka import broker
+    from onceflow.kafka.recount import count_records
+    from onceflow.ledger.db import transaction
     from onceflow_dev import producer
 
     settings, events = cluster_stack

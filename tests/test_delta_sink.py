@@ -19,13 +19,13 @@ from deltalake import CommitProperties, DeltaTable
 from deltalake.transaction import AddAction
 from onceflow.audit import run_audit
 from onceflow.commit import commit
-from onceflow.db import transaction
 from onceflow.errors import (
     FencedAttemptError,
     SinkSchemaError,
     SinkUnavailableError,
 )
 from onceflow.failpoints import FailpointError
+from onceflow.ledger.db import transaction
 from onceflow.ledger.fencing import claim_attempt, mark_staged
 from onceflow.ledger.planning import plan
 from onceflow.sinks import sink_for
@@ -206,7 +206,7 @@ def test_an_existing_table_that_does_not_fit_is_refused_naming_the_columns(ledge
 
 
 def test_an_extra_column_is_left_alone_and_an_added_one_is_added_and_recorded(ledger_dsn, cfg):
-    from onceflow.schema_evolution import Evolution
+    from onceflow.sinks.schema_evolution import Evolution
 
     with transaction(ledger_dsn) as cur:  # a table with a `note` too, not from an output
         sink_for(cfg).bind_output(cur, [*FIELDS, ("note", "string")])

@@ -71,7 +71,7 @@ def test_a_broker_that_exits_at_start_fails_up_with_its_own_error(settings):
 
 
 def test_the_broker_keeps_its_log_across_a_stop_and_start(settings):
-    from onceflow import broker
+    from onceflow.kafka import broker
 
     try:
         stack._broker_start(settings)

@@ -9,11 +9,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from onceflow import broker
 from onceflow.audit import run_audit
 from onceflow.config.pipelines_file import get_pipeline
-from onceflow.db import transaction
-from onceflow.recount import count_records
+from onceflow.kafka import broker
+from onceflow.kafka.recount import count_records
+from onceflow.ledger.db import transaction
 
 pytestmark = pytest.mark.integration
 

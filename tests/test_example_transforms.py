@@ -359,7 +359,7 @@ def test_each_sample_kind_is_what_its_transform_makes_of_it(spark, name):
 def test_the_staged_row_hash_covers_every_staged_column_but_key_and_value(spark, pipelines, name):
     """staged_output names the hash's columns itself (asking a Connect frame for them is a
     round trip to the server): they must be the staged frame's own, in its order, key and
-    value left out, as the fast form's row hash takes them (onceflow.rowhash)."""
+    value left out, as the fast form's row hash takes them (onceflow.spark.rowhash)."""
     from onceflow.process.staged_output import staged_output
     from onceflow.staging.checksum import HASH_COLUMN
     from onceflow.transforms import load_module, load_transform

@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from onceflow.errors import TransformError
-from onceflow.rowhash import row_hash
+from onceflow.spark.rowhash import row_hash
 from onceflow.staging import fast_stage
 from onceflow.staging.checksum import HASH_COLUMN
 from onceflow.staging.fast_stage import Split
@@ -85,7 +85,7 @@ def test_row_hash_is_the_same_for_a_slice_and_a_copy():
 
 
 def test_row_hash_takes_long_columns_in_chunks_with_the_same_result(monkeypatch):
-    from onceflow import rowhash
+    from onceflow.spark import rowhash
 
     values = pa.array([("x" * (i % 13)) + str(i) for i in range(500)] + ["y" * 5000, ""])
     whole = row_hash([values]).tolist()
@@ -128,7 +128,7 @@ def test_row_hash_of_every_stage_type():
 def test_row_hash_does_not_depend_on_the_process():
     """Unlike Python's hash(): the same in another interpreter with another hash seed."""
     code = (
-        "import pyarrow as pa; from onceflow.rowhash import row_hash; "
+        "import pyarrow as pa; from onceflow.spark.rowhash import row_hash; "
         "print(row_hash([pa.array(['o-1', None]), pa.array([7, 8])]).tolist())"
     )
     env = {**os.environ, "PYTHONHASHSEED": "12345", "PYTHONPATH": str(ROOT / "include")}
@@ -212,7 +212,7 @@ def test_the_fast_stage_path_does_not_import_pandas():
     code = """
 import sys, json
 import pyarrow as pa
-from onceflow.arrow_columns import binary_array, fixed_array, string_repeat, timestamp_array
+from onceflow.spark.arrow_columns import binary_array, fixed_array, string_repeat, timestamp_array
 from onceflow.config.sink import SinkConfig
 from onceflow.sinks.postgres import PostgresSink
 from onceflow.sinks.postgres.columns import Column

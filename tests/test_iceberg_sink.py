@@ -15,7 +15,6 @@ import pytest
 from conftest import ledger_view_client
 from onceflow.audit import run_audit
 from onceflow.commit import commit
-from onceflow.db import transaction
 from onceflow.errors import (
     CommitConflictError,
     FencedAttemptError,
@@ -23,6 +22,7 @@ from onceflow.errors import (
     SinkUnavailableError,
 )
 from onceflow.failpoints import FailpointError
+from onceflow.ledger.db import transaction
 from onceflow.ledger.fencing import claim_attempt, mark_staged
 from onceflow.ledger.planning import plan
 from onceflow.sinks import sink_for
@@ -187,7 +187,7 @@ def test_the_ledger_cli_and_ui_show_each_committed_txids_snapshot(
     def broker_down(*_args):
         raise ConnectionRefusedError("no broker in this test")
 
-    monkeypatch.setattr("onceflow.broker.partition_ends", broker_down)
+    monkeypatch.setattr("onceflow.kafka.broker.partition_ends", broker_down)
     client = ledger_view_client(ledger_dsn, pipelines)  # no broker: the pages still render
     page = client.get(f"/pipelines/{cfg.name}").text
     assert "<th>snapshot</th>" in page and f'<span class="mono">{rerun}</span>' in page

@@ -384,7 +384,7 @@ def installed():
         (work / "worker").mkdir(exist_ok=True)
         inst.spawn("celery-worker", [*preload, "celery", "worker", "--concurrency", "3",
                                      "--skip-serve-logs"], worker_env, work / "worker")  # fmt: skip
-        from onceflow.airflow_api import AirflowClient
+        from onceflow.cli.airflow_api import AirflowClient
 
         client = AirflowClient(f"http://127.0.0.1:{api_port}", "admin", "admin-pw")
         deadline = time.monotonic() + 180
@@ -409,8 +409,8 @@ def installed():
 
 def _produce(extra: dict, start: int, count: int, topic: str = TOPIC) -> None:
     from confluent_kafka import Producer
-    from onceflow import broker
-    from onceflow.kafka_client import cluster_from_config
+    from onceflow.kafka import broker
+    from onceflow.kafka.client import cluster_from_config
 
     cluster = cluster_from_config(extra, "test")
     broker.create_topic(cluster, topic, 2)

@@ -1,4 +1,4 @@
-"""The driver JVM's class archive (onceflow.jvm_archive): options, the DAG's conf, and a real
+"""The driver JVM's class archive (onceflow.spark.jvm_archive): options, the DAG's conf, and a real
 spark-submit that loads Spark's classes from the archive written by `make setup`."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from onceflow import jvm_archive
+from onceflow.spark import jvm_archive
 
 ROOT = Path(__file__).resolve().parents[1]
 

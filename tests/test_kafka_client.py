@@ -20,9 +20,9 @@ import confluent_kafka
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer
 from kafka.net.sasl.oauth import AbstractTokenProvider, SaslMechanismOAuth
-from onceflow import kafka_client
 from onceflow.errors import ConfigError
-from onceflow.kafka_client import (
+from onceflow.kafka import client as kafka_client
+from onceflow.kafka.client import (
     KafkaCluster,
     OidcTokenProvider,
     TokenEndpointError,

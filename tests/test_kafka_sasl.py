@@ -11,10 +11,10 @@ once, naming the connection, the broker and the mechanism, never the password.""
 import time
 
 import pytest
-from onceflow import broker
 from onceflow.errors import KafkaAccessError
-from onceflow.kafka_client import cluster_from_config
-from onceflow.recount import count_records
+from onceflow.kafka import broker
+from onceflow.kafka.client import cluster_from_config
+from onceflow.kafka.recount import count_records
 from onceflow_dev.apache_kafka import private_apache_kafka
 
 pytestmark = pytest.mark.integration

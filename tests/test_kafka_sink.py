@@ -19,7 +19,6 @@ import uuid
 import pytest
 from onceflow.audit import run_audit
 from onceflow.commit import commit
-from onceflow.db import transaction
 from onceflow.errors import (
     CommitConflictError,
     RerunRefusedError,
@@ -27,6 +26,7 @@ from onceflow.errors import (
     SinkUnavailableError,
 )
 from onceflow.failpoints import FailpointError
+from onceflow.ledger.db import transaction
 from onceflow.ledger.fencing import claim_attempt, mark_staged
 from onceflow.ledger.planning import plan
 from onceflow.sinks import PublishTarget, sink_for
@@ -396,7 +396,7 @@ def test_the_audit_finds_a_marker_whose_count_the_records_do_not_match(ledger_ds
 def test_a_missing_topic_that_may_not_be_created_is_a_clear_error(
     ledger_dsn, unique_name, real_kafka, topic
 ):
-    from onceflow import broker
+    from onceflow.kafka import broker
 
     cfg = kafka_pipeline(unique_name, real_kafka.bootstrap, topic, create_topic=False)
     plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))

@@ -14,10 +14,10 @@ import json
 import time
 
 import pytest
-from onceflow import broker
 from onceflow.errors import KafkaAccessError
-from onceflow.kafka_client import cluster_from_config
-from onceflow.recount import count_records
+from onceflow.kafka import broker
+from onceflow.kafka.client import cluster_from_config
+from onceflow.kafka.recount import count_records
 from onceflow_dev import tls_peer
 from onceflow_dev.apache_kafka import private_apache_kafka, ssl_listener
 

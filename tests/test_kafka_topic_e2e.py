@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from onceflow import broker, views
 from onceflow.cli.main import main
 from onceflow.config.pipelines_file import get_pipeline
+from onceflow.kafka import broker
+from onceflow.ledger import views
 from onceflow.sinks.kafka.markers import Marker
 from onceflow.sinks.kafka.output_records import SEQ_HEADER, SOURCE_HEADER, TXID_HEADER
 from onceflow_dev import demo

@@ -11,8 +11,8 @@ import threading
 
 import pytest
 from onceflow.commit import _publish_outside, commit
-from onceflow.db import transaction
 from onceflow.errors import SinkMovedError
+from onceflow.ledger.db import transaction
 from onceflow.ledger.planning import plan
 from onceflow.sinks import PublishTarget, sink_for
 from sink_support import LAKE, T, commits_recording, exactly_once, pipeline, process, snap

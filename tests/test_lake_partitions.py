@@ -12,11 +12,11 @@ import pyarrow.parquet as pq
 import pytest
 from onceflow.commit import commit
 from onceflow.config.pipeline_table import parse_pipeline
-from onceflow.db import transaction
 from onceflow.errors import ConfigError, SinkSchemaError
+from onceflow.ledger.db import transaction
 from onceflow.ledger.planning import plan
-from onceflow.maintenance import maintain
 from onceflow.sinks import sink_for
+from onceflow.sinks.maintenance import maintain
 from sink_support import FIELDS, MODES, T, bound, exactly_once, process, published, snap
 
 pytestmark = pytest.mark.integration

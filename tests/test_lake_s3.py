@@ -20,8 +20,8 @@ from onceflow.commit import commit
 from onceflow.errors import SinkSchemaError
 from onceflow.failpoints import FailpointError
 from onceflow.ledger.planning import plan
-from onceflow.maintenance import maintain
 from onceflow.sinks.lake.storage import STORAGE_ENV, Storage
+from onceflow.sinks.maintenance import maintain
 from sink_support import MODES, T, bound, exactly_once, pipeline, process, published, snap
 
 pytestmark = pytest.mark.integration

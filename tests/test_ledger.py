@@ -11,10 +11,8 @@ from decimal import Decimal
 
 import psycopg2
 import pytest
-from onceflow import views
 from onceflow.commit import commit
 from onceflow.config.pipeline_table import parse_pipeline
-from onceflow.db import migrate, transaction
 from onceflow.errors import (
     CommitConflictError,
     CommitOrderError,
@@ -25,7 +23,9 @@ from onceflow.errors import (
     TransformError,
     UnknownTxidError,
 )
+from onceflow.ledger import views
 from onceflow.ledger.batches import ensure_pipeline, get_batch
+from onceflow.ledger.db import migrate, transaction
 from onceflow.ledger.fencing import check_attempt, claim_attempt, mark_staged
 from onceflow.ledger.log_checks import BrokerSnapshot, verify_topic_ids
 from onceflow.ledger.ordering import blocking_predecessor, commit_blocker
@@ -115,7 +115,7 @@ def test_migrate_is_idempotent(ledger_dsn):
 def test_migration_0003_reshapes_any_sinks_stage_table(ledger_dsn, unique_name):
     """The stage-speed migration names no pipeline: every stage table created before it
     (stage_*, with the attempt tag) loses its primary key, gains row_hash, turns UNLOGGED."""
-    from onceflow.db import migrations
+    from onceflow.ledger.db import migrations
 
     text = next(t for _, name, t in migrations() if name.startswith("0003_"))
     reshape = text[text.index("do $$") :]
@@ -530,7 +530,7 @@ def identity_snap(ends, topic_id, prints=None, asked=None):
 
 def test_plan_refuses_a_log_that_is_not_the_ledgers_and_plans_nothing(ledger_dsn, cfg):
     from onceflow.errors import LogIdentityError
-    from onceflow.range_digest import RangeRead, RecordPrint
+    from onceflow.kafka.range_digest import RangeRead, RecordPrint
 
     old_id, new_id = "id-of-the-old-topic", "id-of-the-re-created-topic"
     plan(ledger_dsn, cfg, "a", identity_snap({(T, 0): 10}, old_id))
@@ -557,7 +557,7 @@ def test_plan_refuses_a_log_that_is_not_the_ledgers_and_plans_nothing(ledger_dsn
 
 
 def test_reset_offsets_says_what_happened_to_the_log_and_starts_from_the_new_one(ledger_dsn, cfg):
-    from onceflow.range_digest import RangeRead, RecordPrint
+    from onceflow.kafka.range_digest import RangeRead, RecordPrint
 
     plan(ledger_dsn, cfg, "a", identity_snap({(T, 0): 10}, "old"))
     claim = claim_attempt(ledger_dsn, cfg.name, "a")

@@ -13,14 +13,14 @@ from __future__ import annotations
 import time
 
 import pytest
-from onceflow import broker
 from onceflow.audit import run_audit
+from onceflow.cli.lost_logs import lost_logs
 from onceflow.config.pipelines_file import get_pipeline
-from onceflow.db import transaction
 from onceflow.errors import UnknownTxidError
+from onceflow.kafka import broker
+from onceflow.kafka.recount import count_records
 from onceflow.ledger.batches import get_batch
-from onceflow.log_check import lost_logs
-from onceflow.recount import count_records
+from onceflow.ledger.db import transaction
 from onceflow_dev import producer
 from test_pipeline_e2e import orders_sample, run_and_wait
 

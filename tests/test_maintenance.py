@@ -1,4 +1,4 @@
-"""Maintenance of a lake sink's table (onceflow.maintenance, `onceflow maintain`): small
+"""Maintenance of a lake sink's table (onceflow.sinks.maintenance, `onceflow maintain`): small
 files compacted in one table commit that publishes nothing, history expired, the files no
 commit needs deleted, never a staged attempt's or a version the ledger names, and never the
 record of a publication the ledger has not committed on; under the pipeline's commit lock.
@@ -16,14 +16,14 @@ from pathlib import Path
 
 import pytest
 from onceflow.commit import commit
-from onceflow.db import transaction
 from onceflow.errors import NotALakeSinkError
 from onceflow.failpoints import FailpointError
+from onceflow.ledger.db import transaction
 from onceflow.ledger.fencing import claim_attempt
 from onceflow.ledger.ordering import lock_commits
 from onceflow.ledger.planning import plan
-from onceflow.maintenance import maintain
 from onceflow.sinks import sink_for
+from onceflow.sinks.maintenance import maintain
 from onceflow.staging.writer import stage_part
 from sink_support import (
     LAKE,

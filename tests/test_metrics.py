@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from onceflow.metrics import PartitionLag, PipelineMetrics, from_views, render
+from onceflow.ui.metrics import PartitionLag, PipelineMetrics, from_views, render
 
 pytestmark = pytest.mark.unit
 

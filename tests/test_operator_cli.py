@@ -15,10 +15,11 @@ import re
 from pathlib import Path
 
 import pytest
-from onceflow import airflow_api, broker, views
-from onceflow.cli import inspection, local_stack, provision, runs
+from onceflow.cli import airflow_api, inspection, local_stack, provision, runs
 from onceflow.cli.main import main
 from onceflow.errors import OnceflowError
+from onceflow.kafka import broker
+from onceflow.ledger import views
 from onceflow.states import BatchState
 
 # a pipeline's transform and sink in a pipelines file (the orders example, append)
@@ -209,7 +210,8 @@ def test_demo_ends_with_each_failed_runs_error(monkeypatch):
     carry the failed run's error, not a pointer to the task logs."""
     from pathlib import Path
 
-    from onceflow import audit, log_check
+    from onceflow import audit
+    from onceflow.cli import lost_logs as log_check
     from onceflow_dev import demo
 
     # the shipped pipelines, whatever a session's stack set (the demo runs those)
@@ -386,8 +388,8 @@ class FakeRunsAirflow:
 
 @pytest.mark.unit
 def test_the_runs_of_abandoned_batches_are_marked_failed_each_outcome_said(monkeypatch):
-    from onceflow.abandoned_runs import NOTE, stop_abandoned_runs
     from onceflow.cli import actions
+    from onceflow.cli.abandoned_runs import NOTE, stop_abandoned_runs
     from onceflow.settings import Settings
 
     client = FakeRunsAirflow()
@@ -424,7 +426,7 @@ LONG_ERROR = (
 def _seed(dsn: str, pipeline: str) -> None:
     """Three batches of `pipeline`: seq 1 committed, seq 2 processing whose attempt 2 failed,
     seq 3 planned behind it."""
-    from onceflow.db import transaction
+    from onceflow.ledger.db import transaction
 
     with transaction(dsn) as cur:
         cur.execute("insert into onceflow.pipelines (name) values (%s)", (pipeline,))

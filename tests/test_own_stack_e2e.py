@@ -132,7 +132,7 @@ def onceflow(stack: dict, *args: str, timeout: float = 1200) -> subprocess.Compl
 
 
 def query(stack: dict, sql: str, *params) -> list[tuple]:
-    from onceflow.db import transaction
+    from onceflow.ledger.db import transaction
 
     with transaction("postgresql://onceflow:onceflow@127.0.0.1:25437/onceflow") as cur:
         cur.execute(sql, params)

@@ -82,7 +82,7 @@ def test_every_route_requires_authentication_in_process():
 def _seed(dsn: str, pipeline: str) -> None:
     """A small ledger: seq 1 committed with dead letters, seq 2 failed in process (blocks),
     seq 3 staged behind it, seq 4 abandoned by a reset, a loss event and a reset."""
-    from onceflow.db import transaction
+    from onceflow.ledger.db import transaction
 
     with transaction(dsn) as cur:
         cur.execute("insert into onceflow.pipelines (name) values (%s)", (pipeline,))
@@ -175,9 +175,8 @@ def test_a_scrape_asks_each_cluster_once_and_reads_the_ledgers_side_by_side(
     import threading
     import time
 
-    from onceflow import metrics
-    from onceflow.broker import PartitionEnds
-    from onceflow.ui import data
+    from onceflow.kafka.broker import PartitionEnds
+    from onceflow.ui import data, metrics
 
     names = [f"{unique_name}_{i}" for i in range(4)]
     calls: list[tuple[str, ...]] = []
@@ -342,9 +341,10 @@ def feed_it_ui(stack, count: int, seed: int) -> None:
     restart the ledger is ahead of the re-created, empty topic. That is what `reset-offsets` is
     for, so the product's own operator action realigns the ledger (and the ledger view shows it).
     """
-    from onceflow import broker, views
     from onceflow.config.pipelines_file import get_pipeline
-    from onceflow.db import migrate
+    from onceflow.kafka import broker
+    from onceflow.ledger import views
+    from onceflow.ledger.db import migrate
     from onceflow.ledger.resets import reset_offsets
     from onceflow.transforms import load_module
     from onceflow_dev import producer

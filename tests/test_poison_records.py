@@ -98,7 +98,7 @@ def per_payer(df):
 '''
 
 # self-contained (the transform's code and its fast form): in connect mode a module is
-# shipped alone, so it cannot import a sibling top-level module (onceflow.shipping)
+# shipped alone, so it cannot import a sibling top-level module (onceflow.spark.shipping)
 USER_PAY_FAST = (
     USER_PAY
     + """

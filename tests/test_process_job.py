@@ -139,7 +139,7 @@ def produced(broker):
 
 @pytest.fixture(scope="module")
 def env(pg, produced, tmp_path_factory, process_mode):
-    from onceflow import db
+    from onceflow.ledger import db
 
     db.migrate(pg)
     home = tmp_path_factory.mktemp("home")
@@ -196,7 +196,7 @@ def orders_sink(dsn: str, schema: str):
     """The pipeline's append sink in `schema`, bound to the orders output (its tables
     created or checked, as process does)."""
     from onceflow.config.sink import SinkConfig
-    from onceflow.db import transaction
+    from onceflow.ledger.db import transaction
     from onceflow.sinks.postgres import PostgresSink
 
     with transaction(dsn) as cur:
@@ -213,7 +213,7 @@ def fast_form_columns():
 
 
 def plan(env, txid: str, ends: dict, name=PIPELINE):
-    from onceflow import broker
+    from onceflow.kafka import broker
     from onceflow.ledger.log_checks import BrokerSnapshot
     from onceflow.ledger.planning import plan
 
@@ -387,8 +387,8 @@ def test_transactional_range_ends_at_until_despite_sparse_offsets(produced, firs
 
 @pytest.mark.integration
 def test_retry_claims_attempt_2_with_the_same_output_and_fences_attempt_1(env, first_run):
-    from onceflow.db import transaction
     from onceflow.errors import FencedAttemptError
+    from onceflow.ledger.db import transaction
     from onceflow.ledger.fencing import check_attempt, mark_staged
     from onceflow.sinks.base import PublishTarget
 
@@ -453,8 +453,8 @@ def test_a_retried_fast_stage_task_still_hands_on_its_declined_records(env, prod
     retry finds part k claimed, stages nothing there, and still yields the declined records.
     A task of a fenced attempt stages nothing at all."""
     import pyarrow as pa
-    from onceflow.db import transaction
     from onceflow.errors import FencedAttemptError
+    from onceflow.ledger.db import transaction
     from onceflow.ledger.fencing import claim_attempt
     from onceflow.reader.input_ranges import input_ranges
     from onceflow.sinks.base import PublishTarget

@@ -11,9 +11,9 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from onceflow import broker
 from onceflow.config.pipeline_table import parse_pipeline
 from onceflow.errors import DataLossError, LogIdentityError
+from onceflow.kafka import broker
 from onceflow.ledger.planning import plan
 from onceflow.ranges import OffsetRange
 
@@ -155,7 +155,7 @@ def test_the_audit_recount_names_txids_whose_records_retention_deleted(bootstrap
     from kafka import KafkaAdminClient
     from kafka.structs import TopicPartition
     from onceflow.audit import RangeRow
-    from onceflow.recount import count_records
+    from onceflow.kafka.recount import count_records
 
     _produce(bootstrap, topic, 12)
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)

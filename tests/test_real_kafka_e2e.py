@@ -9,13 +9,13 @@ from __future__ import annotations
 import time
 
 import pytest
-from onceflow import broker
 from onceflow.audit import run_audit
 from onceflow.config.pipelines_file import get_pipeline
-from onceflow.db import transaction
 from onceflow.errors import UnknownTxidError
+from onceflow.kafka import broker
+from onceflow.kafka.recount import count_records
 from onceflow.ledger.batches import get_batch
-from onceflow.recount import count_records
+from onceflow.ledger.db import transaction
 from onceflow.transforms import load_module
 from onceflow_dev import producer
 

@@ -1,4 +1,4 @@
-"""Schema evolution (onceflow.schema_evolution): a transform whose output adds a column
+"""Schema evolution (onceflow.sinks.schema_evolution): a transform whose output adds a column
 evolves every table of its sink before anything is staged for the txid, records the change
 as an event of that txid, and publishes the new column from then on; a removed column, a
 changed type, and under schema_evolution = "fail" an added column, are refused naming the
@@ -17,16 +17,15 @@ import threading
 import pyarrow as pa
 import pytest
 from conftest import ledger_view_client
-from onceflow import schema_evolution
 from onceflow.commit import commit
 from onceflow.config.pipeline_table import parse_pipeline
-from onceflow.db import transaction
 from onceflow.errors import ConfigError, SinkSchemaError
+from onceflow.ledger.db import transaction
 from onceflow.ledger.fencing import claim_attempt, mark_staged
 from onceflow.ledger.planning import plan
-from onceflow.schema_evolution import Added, Evolution, Problem, TableFit, decide
-from onceflow.sinks import PublishTarget, sink_for
+from onceflow.sinks import PublishTarget, schema_evolution, sink_for
 from onceflow.sinks.iceberg.catalog import open_catalog
+from onceflow.sinks.schema_evolution import Added, Evolution, Problem, TableFit, decide
 from onceflow.staging.writer import stage_part
 from sink_support import FIELDS, MODES, T, exactly_once, iceberg_rows, records, snap, stage_target
 
@@ -562,7 +561,7 @@ def test_the_ledger_cli_and_ui_show_the_change_with_its_txid(
     def broker_down(*_args):
         raise ConnectionRefusedError("no broker in this test")
 
-    monkeypatch.setattr("onceflow.broker.partition_ends", broker_down)
+    monkeypatch.setattr("onceflow.kafka.broker.partition_ends", broker_down)
     client = ledger_view_client(ledger_dsn, pipelines)  # no broker: the pages still render
     page = client.get(f"/pipelines/{cfg.name}").text
     assert "<h2>Schema changes</h2>" in page and line in page

@@ -1,4 +1,4 @@
-"""What process ships to the executors (onceflow.shipping): the user transform's module as its
+"""What process ships to the executors (onceflow.spark.shipping): the user transform's module as its
 file or its top-level package zipped, onceflow zipped on request, and when."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from onceflow.shipping import py_files, ships_user_code
+from onceflow.spark.shipping import py_files, ships_user_code
 
 pytestmark = pytest.mark.unit
 
@@ -88,7 +88,7 @@ def test_ship_package_adds_onceflow_zipped_in_any_mode(jobs):
     zipped, module = py_files(f"{name}:transform", "local[2]", True, out)
     assert module == str(folder / f"{name}.py")
     names = zipfile.ZipFile(zipped).namelist()
-    shipped = {"onceflow/__init__.py", "onceflow/shipping.py", "onceflow/process/entry.py"}
+    shipped = {"onceflow/__init__.py", "onceflow/spark/shipping.py", "onceflow/process/entry.py"}
     assert shipped <= set(names)
     assert all(n.startswith("onceflow/") and "__pycache__" not in n for n in names)
 

@@ -16,8 +16,8 @@ import pytest
 from onceflow.audit import run_audit
 from onceflow.commit import commit
 from onceflow.config.pipeline_table import parse_pipeline
-from onceflow.db import transaction
 from onceflow.errors import FencedAttemptError, SinkSchemaError
+from onceflow.ledger.db import transaction
 from onceflow.ledger.fencing import claim_attempt, mark_staged
 from onceflow.ledger.planning import plan
 from onceflow.sinks import sink_for

@@ -1,4 +1,4 @@
-"""A small batch's driver JVM starts with C1 alone (onceflow.small_batch_jvm); a large one, or
+"""A small batch's driver JVM starts with C1 alone (onceflow.spark.small_batch_jvm); a large one, or
 one of unknown size, keeps the JIT's default, and a pipeline's own JIT setting wins. That
 the process task submits with it: test_pipeline_e2e.py's fenced-attempt test reads it in
 the task's spark-submit command."""
@@ -6,7 +6,7 @@ the task's spark-submit command."""
 from __future__ import annotations
 
 import pytest
-from onceflow.small_batch_jvm import SMALL_BATCH_OFFSETS, STARTUP_OPTIONS, for_batch
+from onceflow.spark.small_batch_jvm import SMALL_BATCH_OFFSETS, STARTUP_OPTIONS, for_batch
 
 pytestmark = pytest.mark.unit
 

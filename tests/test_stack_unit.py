@@ -13,7 +13,12 @@ from pathlib import Path
 
 import psutil
 import pytest
-from onceflow.airflow_api import AirflowClient, AirflowConflict, AirflowNotFound, validate_run_id
+from onceflow.cli.airflow_api import (
+    AirflowClient,
+    AirflowConflict,
+    AirflowNotFound,
+    validate_run_id,
+)
 from onceflow.settings import Settings
 from onceflow_dev import stack
 

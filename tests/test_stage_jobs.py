@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 import pytest
-from onceflow.db import transaction
+from onceflow.kafka.range_digest import RangeRead, RecordPrint
+from onceflow.ledger.db import transaction
 from onceflow.ledger.fencing import claim_attempt
 from onceflow.ledger.planning import plan
 from onceflow.ledger.stage_jobs import (
@@ -16,7 +17,6 @@ from onceflow.ledger.stage_jobs import (
     set_fast_stage,
     stage_job_rows,
 )
-from onceflow.range_digest import RangeRead, RecordPrint
 from onceflow.staging.fast_stage import FastStage
 from onceflow.staging.target import StageTarget
 from test_ledger import pipeline, snap

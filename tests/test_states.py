@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 
 import pytest
-from onceflow.db import migrations
 from onceflow.errors import AbandonedTxidError, IllegalTransitionError, UnknownTxidError
+from onceflow.ledger.db import migrations
 from onceflow.ledger.transitions import next_state
 from onceflow.states import CLOSED, TRANSITIONS, BatchState, Step
 

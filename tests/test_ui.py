@@ -47,7 +47,7 @@ from test_plugin_api import DAG_ID, PIPELINE, feed_it_ui, ready_dag  # noqa: E40
 @pytest.fixture(scope="module")
 def runs(stack, airflow) -> list[dict]:
     """Two committed runs of onceflow_it_ui whose processing overlaps; their ledger rows."""
-    from onceflow import views
+    from onceflow.ledger import views
 
     ready_dag(airflow)
     tag = uuid.uuid4().hex[:6]

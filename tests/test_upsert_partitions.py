@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 from onceflow.audit import run_audit
 from onceflow.commit import commit
-from onceflow.db import transaction
 from onceflow.errors import SinkLayoutError, TransformError
+from onceflow.ledger.db import transaction
 from onceflow.ledger.fencing import claim_attempt, mark_staged
 from onceflow.ledger.planning import plan
 from onceflow.sinks import sink_for
@@ -150,7 +150,7 @@ def test_the_audit_finds_a_record_versioned_in_two_partitions(ledger_dsn, cfg):
 def test_maintain_rolls_up_the_versions_and_a_rerun_replaces_them_there(
     ledger_dsn, cfg, monkeypatch
 ):
-    from onceflow.maintenance import maintain
+    from onceflow.sinks.maintenance import maintain
     from onceflow.sinks.postgres import partition_rollup
 
     monkeypatch.setattr(partition_rollup, "KEEP_NEWEST", 1)

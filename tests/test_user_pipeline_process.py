@@ -310,7 +310,7 @@ def test_merge_folds_the_batchs_partial_aggregates(env, produced):
 
 
 def test_iceberg_appends_one_row_per_record_in_one_snapshot(env, produced, monkeypatch):
-    from onceflow.db import transaction
+    from onceflow.ledger.db import transaction
     from onceflow.sinks import sink_for
     from onceflow.sinks.iceberg.catalog import open_catalog
 
@@ -509,7 +509,7 @@ def test_the_transforms_module_is_shipped_to_executors_that_lack_it(env, produce
     """The executors' PYTHONPATH here lacks the user's folder: a Python UDF of the transform
     cannot be unpickled there in local mode (process ships nothing unless asked), and is on
     local-cluster, a master that is not local (executors in their own JVMs): process ships
-    the module there by itself (onceflow.shipping)."""
+    the module there by itself (onceflow.spark.shipping)."""
     ends, sent = produced
     if connect_url(env):  # the server's executors are never the job's: always shipped
         proc, res = run(env, "inv_udf", ends)
@@ -617,14 +617,14 @@ def with_price(df):
 def test_a_column_the_transform_adds_evolves_the_tables_and_is_published_from_then_on(
     env, produced, tmp_path
 ):
-    """Schema evolution (onceflow.schema_evolution): an upsert pipeline's batch 1 through
+    """Schema evolution (onceflow.sinks.schema_evolution): an upsert pipeline's batch 1 through
     `transform`, then batch 2 through `with_price`: batch 2's process adds price to the stage,
     the versions and the current table before it stages, and records it with txid run-2;
     batch 1's versions keep null there, batch 2's carry it, the audit holds."""
     from decimal import Decimal
 
-    from onceflow.broker import snapshot as broker_snapshot
     from onceflow.commit import commit
+    from onceflow.kafka.broker import snapshot as broker_snapshot
     from onceflow.ledger.log_checks import BrokerSnapshot
     from onceflow.ledger.planning import plan
 

@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING
 from psycopg2 import sql
 
 from onceflow.config.pipeline import PipelineConfig
-from onceflow.db import transaction
-from onceflow.range_digest import RangeRead, first_difference
+from onceflow.kafka.range_digest import RangeRead, first_difference
+from onceflow.ledger.db import transaction
 from onceflow.sinks import sink_for
 from onceflow.states import CLOSED, BatchState
 
 if TYPE_CHECKING:
-    from onceflow.recount import Recount
+    from onceflow.kafka.recount import Recount
 
 
 @dataclass
@@ -216,7 +216,7 @@ def check_contents(
     reread: dict[tuple[str, str, int], RangeRead],
 ) -> None:
     """Per re-read committed range, its records' digest now against the digest of what the
-    published attempt read (onceflow.range_digest): a difference means the broker's log is
+    published attempt read (onceflow.kafka.range_digest): a difference means the broker's log is
     not the one the ledger read, whatever the counts say."""
     for r in ranges:
         key = (r.txid, r.topic, r.partition)

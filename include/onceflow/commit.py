@@ -27,7 +27,7 @@ The whole commit of a txid, in one place, in the ledger's transaction:
    publication (a lake upsert or merge table's versions: Sink.record_published), and the
    stage's rows dropped;
 6. after the transaction, for a sink outside the database, the data files of the txid's
-   attempts that never publish are removed (onceflow.file_cleanup; best effort).
+   attempts that never publish are removed (onceflow.staging.file_cleanup; best effort).
 
 For a sink outside the database the locks of steps 1-5 span the sink's commit: no other
 commit of the pipeline runs meanwhile, and no process attempt can claim or mark the txid
@@ -45,15 +45,16 @@ import time
 from dataclasses import dataclass
 from enum import StrEnum
 
-from onceflow import failpoints, file_cleanup
+from onceflow import failpoints
 from onceflow.config.pipeline import PipelineConfig
-from onceflow.db import transaction
 from onceflow.errors import SinkContentionError, SinkMovedError, StagedCountsError
+from onceflow.ledger.db import transaction
 from onceflow.ledger.offsets import advance_offsets
 from onceflow.ledger.ordering import CommitRow, commit_row, lock_commits
 from onceflow.ledger.transitions import NOW, move
 from onceflow.sinks import sink_for
 from onceflow.sinks.base import OutsideSink, Publication, PublishTarget, Sink
+from onceflow.staging import file_cleanup
 from onceflow.states import BatchState, Step
 
 log = logging.getLogger("onceflow.commit")

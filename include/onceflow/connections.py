@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from onceflow.errors import ConfigError
-from onceflow.kafka_client import KafkaCluster, cluster_from_config, cluster_from_env
+from onceflow.kafka.client import KafkaCluster, cluster_from_config, cluster_from_env
 from onceflow.settings import Settings
 
 if TYPE_CHECKING:

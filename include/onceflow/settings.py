@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from onceflow.kafka_client import KafkaCluster
+    from onceflow.kafka.client import KafkaCluster
 
 
 def spark_jobs_dir() -> Path:
@@ -70,7 +70,7 @@ class Settings:
 
     def kafka_cluster(self) -> KafkaCluster:
         """The source cluster: the bootstrap with ONCEFLOW_KAFKA_CONFIG's client settings."""
-        from onceflow.kafka_client import cluster_from_env
+        from onceflow.kafka.client import cluster_from_env
 
         return cluster_from_env(self.kafka_bootstrap)
 

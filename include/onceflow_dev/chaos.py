@@ -30,7 +30,7 @@ injects faults by a schedule drawn from the seed:
       init_transactions aborts it;
     log_lost: its log folder deleted before the restart (a lost broker: a new cluster, the
       topic re-created empty): plan must refuse the new log (the topic id is not the
-      ledger's: onceflow.log_identity; or an offset regression) and the harness runs
+      ledger's: onceflow.kafka.log_identity; or an offset regression) and the harness runs
       `onceflow reset-offsets`. Not for a Kafka topic sink, whose output lives on the same
       broker and would go with it
   8 committed runs cleared and re-run by run id through the API (backfill by run id); an
@@ -1034,7 +1034,7 @@ class Harness:
     # -- stack -------------------------------------------------------------------------------
 
     def start_stack(self) -> None:
-        from onceflow.airflow_api import AirflowClient
+        from onceflow.cli.airflow_api import AirflowClient
 
         from onceflow_dev import stack
 
@@ -1053,7 +1053,7 @@ class Harness:
         if self.opts.lake_s3:
             self.start_s3()
         self.stack_up()
-        from onceflow.db import migrate
+        from onceflow.ledger.db import migrate
 
         migrate(self.settings.postgres_dsn)
         self.client = AirflowClient(
@@ -1715,9 +1715,9 @@ class Harness:
         """What `onceflow reset-offsets` does: a new epoch at the new log's first offset, and
         the runs of the batches it abandons marked failed in Airflow (the harness never
         clears them). Returns the last seq before the epoch."""
-        from onceflow import broker
-        from onceflow.abandoned_runs import stop_abandoned_runs
-        from onceflow.airflow_api import AirflowNotFound
+        from onceflow.cli.abandoned_runs import stop_abandoned_runs
+        from onceflow.cli.airflow_api import AirflowNotFound
+        from onceflow.kafka import broker
         from onceflow.ledger.resets import reset_offsets
 
         reset = reset_offsets(
@@ -1780,7 +1780,7 @@ class Harness:
         commit's Kafka transaction is open (its records produced, not committed). Nothing may
         be lost: no plan refuses the log (PLAN_REFUSALS), the broker's end offsets still hold
         every acknowledged record, and the run (failed or not) and the runs after it commit."""
-        from onceflow import broker
+        from onceflow.kafka import broker
 
         if isinstance(self.sink, KafkaSink):
             point, what = "commit.before_sink_commit", " of {txid} (Kafka transaction open)"
@@ -1843,7 +1843,7 @@ class Harness:
         not the ledger's, or it ends below the committed offset) and nothing may be planned
         on it; then `onceflow reset-offsets` starts a new epoch. The acknowledged records the
         old log held above the committed offset go with it (lost_with_broker)."""
-        from onceflow import broker
+        from onceflow.kafka import broker
 
         from onceflow_dev import stack
 
@@ -1922,7 +1922,7 @@ class Harness:
         Then `onceflow reset-offsets` starts a new epoch at the new log's first offset: every
         record of it must reach the sink once; the old log's records above the committed
         offset go with it."""
-        from onceflow import broker
+        from onceflow.kafka import broker
 
         if max((b["seq"] for b in self.batches.values()), default=0) < 3:
             raise FaultSkipped("too few batches planned yet")
@@ -2110,7 +2110,7 @@ class Harness:
 
     def _published(self, txid: str) -> tuple[int, int]:
         """(records the sink's output of txid accounts for, its dead letters)."""
-        from onceflow.db import transaction
+        from onceflow.ledger.db import transaction
 
         # in a transaction: an Iceberg sink reads its scan through a temporary table
         with transaction(self.settings.postgres_dsn) as cur:
@@ -2123,7 +2123,7 @@ class Harness:
         return int(rows), int(dead)
 
     def fault_blocked(self, f: Fault) -> Iterator[None]:
-        from onceflow import views
+        from onceflow.ledger import views
         from onceflow.ledger.ordering import blocking_predecessor
 
         txid = self.trigger({"process.fail": "sticky:raise"})
@@ -2306,7 +2306,7 @@ class Harness:
                 run.held = False
 
     def drained(self) -> bool:
-        from onceflow import broker
+        from onceflow.kafka import broker
 
         if self.unfinished():
             return False
@@ -2324,7 +2324,7 @@ class Harness:
     def run(self) -> dict[str, Any]:
         opts = self.opts
         self.start_stack()
-        from onceflow import broker
+        from onceflow.kafka import broker
 
         broker.create_topic(self.settings.kafka_bootstrap, self.topic, PARTITIONS)
         self.producer = TrackingProducer(
@@ -2399,7 +2399,7 @@ class Harness:
         """The sink against the acknowledged records, by its mode's truth
         (onceflow_dev.chaos_truth): the counts (lost, duplicated, ...) and each check. The sink,
         the dead letters and the ledger are read in one snapshot."""
-        from onceflow.db import transaction
+        from onceflow.ledger.db import transaction
 
         with transaction(self.settings.postgres_dsn) as cur:
             cur.execute("set transaction isolation level repeatable read")
@@ -2571,9 +2571,9 @@ class Harness:
         return counts, checks
 
     def finish_report(self, ended_by: str) -> dict[str, Any]:
-        from onceflow import broker
         from onceflow.audit import run_audit
-        from onceflow.recount import count_records
+        from onceflow.kafka import broker
+        from onceflow.kafka.recount import count_records
 
         self.poll()
         resets = [

@@ -31,7 +31,7 @@ def produce(bootstrap: str, cfg: PipelineConfig, count: int, progress=None) -> t
     """Produce `count` records of the pipeline's sample to its first topic, after the ones
     already there (the demo is the topic's only producer: its end offsets count them);
     returns (the first record's number, records acknowledged)."""
-    from onceflow import broker
+    from onceflow.kafka import broker
 
     from onceflow_dev import producer
 
@@ -53,7 +53,8 @@ def produce(bootstrap: str, cfg: PipelineConfig, count: int, progress=None) -> t
 def runs_to_drain(dsn: str, bootstrap: str, cfg: PipelineConfig) -> int:
     """How many runs plan the pipeline's whole backlog: the largest partition's records not
     yet planned over the per-batch cap (at least one run)."""
-    from onceflow import broker, views
+    from onceflow.kafka import broker
+    from onceflow.ledger import views
 
     snap = broker.snapshot(bootstrap, cfg.name, cfg.topics)
     planned = {
@@ -71,7 +72,7 @@ def runs_to_drain(dsn: str, bootstrap: str, cfg: PipelineConfig) -> int:
 def sink_rows(dsn: str, cfg: PipelineConfig) -> tuple[str, int]:
     """The pipeline's published table (schema.table, or iceberg:namespace.table,
     delta:namespace.table) and how many rows it holds now (a lake table scanned)."""
-    from onceflow.db import transaction
+    from onceflow.ledger.db import transaction
     from onceflow.sinks import sink_for
     from onceflow.sinks.delta import DeltaSink
     from onceflow.sinks.iceberg import IcebergSink

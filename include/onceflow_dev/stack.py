@@ -756,7 +756,7 @@ def connect_argv(port: int) -> list[str]:
         "spark.pyspark.python": python,
         "spark.python.worker.reuse": "true",
         "spark.speculation": "false",
-        "spark.python.daemon.module": "onceflow.spark_daemon",
+        "spark.python.daemon.module": "onceflow.spark.spark_daemon",
     }
     argv = [
         str(spark_home / "bin" / "spark-submit"),
@@ -1141,7 +1141,7 @@ def _exit_code(proc: psutil.Process) -> int | None:
 
 
 def _check_login(settings: Settings) -> None:
-    from onceflow.airflow_api import AirflowClient, AirflowError
+    from onceflow.cli.airflow_api import AirflowClient, AirflowError
 
     client = AirflowClient(
         f"http://127.0.0.1:{settings.airflow_port}",

@@ -2,7 +2,7 @@
 session: process_mode) -> commit.
 
 A declaration only: reading the pipelines file, whether the driver JVM's class archive exists
-(onceflow.jvm_archive) and the ledger connection's address (the sink's Asset names the
+(onceflow.spark.jvm_archive) and the ledger connection's address (the sink's Asset names the
 database, never a credential) is the sole I/O, and nothing touches the ledger, the broker or
 Spark until a task runs. txid is `{{ run_id }}` everywhere; no logical-date macro is used
 (NULL for runs triggered through the API).
@@ -19,7 +19,7 @@ from typing import Any
 from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import DAG, Asset
 
-from onceflow import connections, jvm_archive
+from onceflow import connections
 from onceflow.airflow.tasks import (
     CommitOperator,
     ConnectProcessOperator,
@@ -31,6 +31,7 @@ from onceflow.config.pipeline import PipelineConfig
 from onceflow.config.pipelines_file import load_pipelines
 from onceflow.settings import Settings, spark_jobs_dir, transform_path
 from onceflow.sinks import sink_for
+from onceflow.spark import jvm_archive
 from onceflow.spark_app import PROCESS_APPLICATION
 
 # Passed to spark-submit (as env_vars, which Airflow renders into its UI: nothing secret; the
@@ -73,7 +74,7 @@ def build_dag(cfg: PipelineConfig, pipelines_file: Path) -> DAG:
             "spark.pyspark.driver.python": python,
             # executors import onceflow, and a user transform's module when its Python UDFs
             # are unpickled there (a shared filesystem: local or single-host deployments;
-            # on other masters process ships the module itself, onceflow.shipping)
+            # on other masters process ships the module itself, onceflow.spark.shipping)
             "spark.executorEnv.PYTHONPATH": os.pathsep.join(
                 str(p) for p in user_folders(pipelines_file)
             ),
@@ -136,7 +137,7 @@ def build_dag(cfg: PipelineConfig, pipelines_file: Path) -> DAG:
                     "pipelines_file": str(pipelines_file),
                 },
                 doc_md=f"Maintenance of the sink's table every {cfg.sink.maintain_every} "
-                "committed batches (onceflow.maintenance: a lake table's compaction and "
+                "committed batches (onceflow.sinks.maintenance: a lake table's compaction and "
                 "expiry, an append or upsert table's partitions rolled up); the other runs "
                 "skip it.",
                 retries=2,

@@ -19,7 +19,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
-from onceflow import broker, connections, small_batch_jvm
+from onceflow import connections
 from onceflow.airflow.triggers import CommitReadyTrigger, describe_wait
 from onceflow.commit import commit
 from onceflow.config.pipelines_file import get_pipeline
@@ -37,11 +37,13 @@ from onceflow.errors import (
     ProcessExit,
     RerunRefusedError,
 )
+from onceflow.kafka import broker
 from onceflow.ledger.ordering import blocking_predecessor
 from onceflow.ledger.planning import plan
 from onceflow.settings import Settings
 from onceflow.sinks import sink_for
 from onceflow.sinks.lake.storage import STORAGE_ENV
+from onceflow.spark import small_batch_jvm
 from onceflow.states import BatchState
 
 log = logging.getLogger("onceflow")
@@ -49,11 +51,11 @@ log = logging.getLogger("onceflow")
 
 def maintain_task(pipeline: str, txid: str, pipelines_file: str | None = None) -> dict[str, Any]:
     """After commit, every `maintain_every` committed batches of a lake or append sink (seq a
-    multiple of it): maintain the table (onceflow.maintenance); other runs skip it."""
+    multiple of it): maintain the table (onceflow.sinks.maintenance); other runs skip it."""
     from airflow.sdk.exceptions import AirflowSkipException
 
     from onceflow.ledger.batches import get_batch
-    from onceflow.maintenance import maintain
+    from onceflow.sinks.maintenance import maintain
 
     cfg = get_pipeline(pipelines_file or Settings.from_env().pipelines_file, pipeline)
     dsn, _ = connections.ledger_dsn(cfg.ledger_conn_id, cfg.source)

@@ -22,13 +22,13 @@ from onceflow.settings import Settings
 from onceflow.states import BatchState
 
 if TYPE_CHECKING:
-    from onceflow.airflow_api import AirflowClient
+    from onceflow.cli.airflow_api import AirflowClient
 
 
 def _rerun(
     client: AirflowClient, cfg: PipelineConfig, settings: Settings, txid: str, timeout: float
 ) -> str:
-    from onceflow import views
+    from onceflow.ledger import views
 
     views.require_txid(settings.postgres_dsn, cfg.name, txid)  # unknown: names known ones
     client.get_run(cfg.dag_id, txid)  # unknown run -> clear error from the API
@@ -38,7 +38,7 @@ def _rerun(
 
 
 def cmd_rerun(args: argparse.Namespace, settings: Settings) -> int:
-    from onceflow.airflow_api import AirflowClient
+    from onceflow.cli.airflow_api import AirflowClient
 
     cfg = select_pipeline(settings, args.pipeline)
     client = AirflowClient(settings.airflow_url, settings.airflow_user, settings.airflow_password)
@@ -48,8 +48,8 @@ def cmd_rerun(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_backfill(args: argparse.Namespace, settings: Settings) -> int:
-    from onceflow import views
-    from onceflow.airflow_api import AirflowClient
+    from onceflow.cli.airflow_api import AirflowClient
+    from onceflow.ledger import views
 
     cfg = select_pipeline(settings, args.pipeline)
     if args.from_seq < 1 or args.to_seq < args.from_seq:
@@ -79,7 +79,7 @@ def cmd_backfill(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_reset_offsets(args: argparse.Namespace, settings: Settings) -> int:
-    from onceflow import broker
+    from onceflow.kafka import broker
     from onceflow.ledger.resets import reset_offsets
 
     cfg = select_pipeline(settings, args.pipeline)
@@ -108,9 +108,9 @@ def cmd_reset_offsets(args: argparse.Namespace, settings: Settings) -> int:
 
 def fail_abandoned_runs(settings: Settings, dag_id: str, txids: list[str]) -> None:
     """Mark the abandoned txids' DAG runs failed, so they stop and free their active-run
-    slots (onceflow.abandoned_runs), saying what became of each."""
-    from onceflow.abandoned_runs import stop_abandoned_runs
-    from onceflow.airflow_api import AirflowClient, AirflowNotFound
+    slots (onceflow.cli.abandoned_runs), saying what became of each."""
+    from onceflow.cli.abandoned_runs import stop_abandoned_runs
+    from onceflow.cli.airflow_api import AirflowClient, AirflowNotFound
 
     client = AirflowClient(settings.airflow_url, settings.airflow_user, settings.airflow_password)
     for txid, error in stop_abandoned_runs(client, dag_id, txids):
@@ -127,7 +127,8 @@ def fail_abandoned_runs(settings: Settings, dag_id: str, txids: list[str]) -> No
 
 
 def cmd_cleanup(args: argparse.Namespace, settings: Settings) -> int:
-    from onceflow import file_cleanup, views
+    from onceflow.ledger import views
+    from onceflow.staging import file_cleanup
 
     cfg = select_pipeline(settings, args.pipeline)
     if args.txid:
@@ -149,7 +150,7 @@ def cmd_cleanup(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_maintain(args: argparse.Namespace, settings: Settings) -> int:
-    from onceflow.maintenance import maintain
+    from onceflow.sinks.maintenance import maintain
 
     cfg = select_pipeline(settings, args.pipeline)
     report = maintain(

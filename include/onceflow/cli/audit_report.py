@@ -14,12 +14,12 @@ from onceflow.settings import Settings
 
 if TYPE_CHECKING:
     from onceflow.audit import AuditReport, RangeRow
-    from onceflow.recount import Recount
+    from onceflow.kafka.recount import Recount
 
 
 def reread_counter(settings: Settings) -> Callable[[list[RangeRow]], Recount]:
     """The audit's --reread: counts a list of ranges' records on the broker."""
-    from onceflow.recount import count_records
+    from onceflow.kafka.recount import count_records
 
     return lambda ranges: count_records(settings.kafka_bootstrap, ranges)
 

@@ -25,8 +25,8 @@ from onceflow.settings import Settings
 
 def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     demo = local_module("demo")
-    from onceflow.airflow_api import AirflowClient
     from onceflow.audit import run_audit
+    from onceflow.cli.airflow_api import AirflowClient
 
     pipelines = load_pipelines(settings.pipelines_file)
     missing = [name for name, _ in demo.PIPELINES if name not in pipelines]
@@ -105,11 +105,11 @@ def _reset_lost_demo_logs(settings: Settings, cfgs: list[PipelineConfig]) -> Non
     """The demo owns its example pipelines and their topics: where the broker lost the log
     their ledgers read (a broker that kept it in memory, restarted), it says so and starts
     them in a new epoch, as an operator would with `onceflow reset-offsets`."""
-    from onceflow import broker
+    from onceflow.kafka import broker
     from onceflow.ledger.resets import reset_offsets
 
     demo = local_module("demo")
-    from onceflow.log_check import lost_logs
+    from onceflow.cli.lost_logs import lost_logs
 
     lost = lost_logs(settings.postgres_dsn, settings.kafka_bootstrap, cfgs)
     for cfg in cfgs:

@@ -32,8 +32,8 @@ def _ranges_text(ranges: list[dict]) -> str:
 
 
 def cmd_ledger(args: argparse.Namespace, settings: Settings) -> int:
-    from onceflow import schema_evolution, views
-    from onceflow.sinks import sink_for
+    from onceflow.ledger import views
+    from onceflow.sinks import schema_evolution, sink_for
 
     cfg = select_pipeline(settings, args.pipeline)
     commit_name = sink_for(cfg).commit_name
@@ -98,7 +98,8 @@ def cmd_ledger(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_lag(args: argparse.Namespace, settings: Settings) -> int:
-    from onceflow import broker, views
+    from onceflow.kafka import broker
+    from onceflow.ledger import views
 
     cfg = select_pipeline(settings, args.pipeline)
     snap = broker.snapshot(settings.kafka_bootstrap, cfg.name, cfg.topics)
@@ -147,7 +148,7 @@ def cmd_lag(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_dead_letters(args: argparse.Namespace, settings: Settings) -> int:
-    from onceflow import views
+    from onceflow.ledger import views
 
     cfg = select_pipeline(settings, args.pipeline)
     rows = views.dead_letters(settings.postgres_dsn, cfg.name, args.txid, limit=args.limit)

@@ -34,7 +34,7 @@ def local_module(name: str) -> ModuleType:
 
 def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
     stack = local_module("stack")
-    from onceflow.db import migrate
+    from onceflow.ledger.db import migrate
 
     stack.up(settings)
     applied = migrate(settings.postgres_dsn)
@@ -51,7 +51,7 @@ def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
 def _report_lost_logs(settings: Settings) -> None:
     """Say, per pipeline, which logs its ledger read the broker no longer holds (a broker
     that kept its log in memory, a topic deleted or re-created), before anything plans."""
-    from onceflow.log_check import lost_logs
+    from onceflow.cli.lost_logs import lost_logs
 
     try:
         pipelines = load_pipelines(settings.pipelines_file)
@@ -93,7 +93,7 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
 def _dag_import_errors(settings: Settings) -> list[dict] | str:
     """Airflow's DAG import errors (a typo in the pipelines file stales every DAG of it), or
     why they could not be read."""
-    from onceflow.airflow_api import AirflowClient, AirflowError
+    from onceflow.cli.airflow_api import AirflowClient, AirflowError
 
     client = AirflowClient(
         settings.airflow_url, settings.airflow_user, settings.airflow_password, timeout=10.0
@@ -137,7 +137,7 @@ def _error_message(stack_trace: str) -> list[str]:
 
 
 def cmd_produce(args: argparse.Namespace, settings: Settings) -> int:
-    from onceflow import broker
+    from onceflow.kafka import broker
 
     producer = local_module("producer")
 

@@ -14,7 +14,7 @@ from onceflow.settings import Settings
 
 
 def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
-    from onceflow.db import migrate
+    from onceflow.ledger.db import migrate
 
     applied = migrate(settings.postgres_dsn)
     print("applied: " + (", ".join(applied) if applied else "nothing (up to date)"))
@@ -29,7 +29,7 @@ def migrate_sinks(settings: Settings, names: list[str] | None, changes_only: boo
     each in its own transaction; says what it did per pipeline (with `changes_only`, only
     where it migrated something)."""
     from onceflow.config.pipelines_file import get_pipeline, load_pipelines
-    from onceflow.db import transaction
+    from onceflow.ledger.db import transaction
     from onceflow.sinks import sink_for
     from onceflow.sinks.postgres import PostgresSink
     from onceflow.sinks.postgres.append_migration import migrate_append
@@ -50,7 +50,7 @@ def migrate_sinks(settings: Settings, names: list[str] | None, changes_only: boo
 
 
 def cmd_spark_archive(args: argparse.Namespace, settings: Settings) -> int:
-    from onceflow import jvm_archive
+    from onceflow.spark import jvm_archive
 
     try:
         path = jvm_archive.build(force=args.force)
@@ -65,7 +65,7 @@ def cmd_spark_archive(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_topics(args: argparse.Namespace, settings: Settings) -> int:
     """`topics create`: the pipeline's source topics for the user's own producer, which
     (unlike `produce`) needs no `sample` in the transform's module."""
-    from onceflow import broker
+    from onceflow.kafka import broker
 
     cfg = select_pipeline(settings, args.pipeline)
     if args.partitions < 1:

@@ -16,7 +16,7 @@ from onceflow.config.pipeline import PipelineConfig
 from onceflow.settings import Settings
 
 if TYPE_CHECKING:
-    from onceflow.airflow_api import AirflowClient
+    from onceflow.cli.airflow_api import AirflowClient
 
 
 def new_run_ids(prefix: str, count: int) -> list[str]:
@@ -26,7 +26,7 @@ def new_run_ids(prefix: str, count: int) -> list[str]:
 
 
 def cmd_trigger(args: argparse.Namespace, settings: Settings) -> int:
-    from onceflow.airflow_api import AirflowClient
+    from onceflow.cli.airflow_api import AirflowClient
 
     cfg = select_pipeline(settings, args.pipeline)
     client = AirflowClient(settings.airflow_url, settings.airflow_user, settings.airflow_password)
@@ -52,8 +52,8 @@ def cmd_trigger(args: argparse.Namespace, settings: Settings) -> int:
 
 def run_error(client: AirflowClient, settings: Settings, cfg: PipelineConfig, run_id: str) -> str:
     """Why a run did not succeed, read from the ledger and the Airflow API."""
-    from onceflow import views
-    from onceflow.airflow_api import AirflowError, failed_task
+    from onceflow.cli.airflow_api import AirflowError, failed_task
+    from onceflow.ledger import views
 
     ledger_error = views.last_error(settings.postgres_dsn, cfg.name, run_id)
     try:

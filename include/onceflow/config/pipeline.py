@@ -14,7 +14,7 @@ from onceflow.config.sink import SinkConfig
 TRANSFORM_KINDS = ("record-wise", "aggregating")
 # What process does with a record the user's code raises on (onceflow.poison).
 ON_TRANSFORM_ERROR = ("fail", "dead_letter")
-# What process does when the transform's output adds columns (onceflow.schema_evolution):
+# What process does when the transform's output adds columns (onceflow.sinks.schema_evolution):
 # add them to the sink's tables, or refuse the output.
 SCHEMA_EVOLUTIONS = ("add_columns", "fail")
 

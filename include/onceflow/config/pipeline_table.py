@@ -1,6 +1,6 @@
 """A `[pipelines.NAME]` table read into a PipelineConfig: every key checked, naming it, before
 any DAG, job or SQL sees it; the transform reference is checked against its module's source
-(onceflow.transform_ref) where it can be, so a misspelled function fails the definition
+(onceflow.config.transform_ref) where it can be, so a misspelled function fails the definition
 rather than the first process task."""
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from onceflow.config.pipeline import (
     PipelineConfig,
 )
 from onceflow.config.sink_table import parse_sink
+from onceflow.config.transform_ref import reference_problem
 from onceflow.errors import ConfigError, PipelineKeyError
 from onceflow.settings import transform_path
-from onceflow.transform_ref import reference_problem
 
 SPARK_CONF_KEY_RE = re.compile(r"^spark\.[A-Za-z0-9._-]+$")
 # A transform "module:function": module dotted, importable from the spark_jobs folder,

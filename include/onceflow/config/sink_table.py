@@ -21,7 +21,7 @@ from onceflow.config.sink import (
     SinkConfig,
 )
 from onceflow.errors import ConfigError, PipelineKeyError
-from onceflow.kafka_client import BOOTSTRAP_RE
+from onceflow.kafka.client import BOOTSTRAP_RE
 
 # A warehouse: an absolute local path or a URI with a scheme (file://, s3://, gs://, ...).
 WAREHOUSE_RE = re.compile(r"^(/|[a-z][a-z0-9+.-]*://)\S*$")

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from onceflow.config.pipeline import PipelineConfig
-from onceflow.db import transaction
 from onceflow.errors import UnknownTxidError
+from onceflow.ledger.db import transaction
 from onceflow.ranges import LossEvent, OffsetRange
 from onceflow.sinks import sink_for
 from onceflow.sinks.base import Sink

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from psycopg2 import sql
 
 from onceflow.config.pipeline import PipelineConfig
-from onceflow.db import transaction
 from onceflow.errors import (
     AbandonedTxidError,
     FencedAttemptError,
@@ -23,10 +22,11 @@ from onceflow.errors import (
     TransformError,
     UnknownTxidError,
 )
+from onceflow.kafka.range_digest import RangeRead
 from onceflow.ledger.batches import read_ranges
+from onceflow.ledger.db import transaction
 from onceflow.ledger.stage_jobs import drop_fenced_jobs
 from onceflow.ledger.transitions import NOW, move
-from onceflow.range_digest import RangeRead
 from onceflow.ranges import OffsetRange
 from onceflow.sinks import sink_for
 from onceflow.sinks.base import PublishTarget, Sink
@@ -129,7 +129,7 @@ def mark_staged(
     records_read is then the records read, records_out what the valid rows account for
     (what commit's publish must count), records_dead the dead letters.
 
-    `reads`: what the reader saw of each range (onceflow.range_digest), kept per attempt in
+    `reads`: what the reader saw of each range (onceflow.kafka.range_digest), kept per attempt in
     onceflow.range_reads: commit takes the published attempt's last prints into the offsets,
     `audit --reread` compares its digests with the broker's records.
     """

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from onceflow.db import transaction
 from onceflow.errors import AbandonedTxidError, CommitOrderError, NotStagedError, UnknownTxidError
+from onceflow.ledger.db import transaction
 from onceflow.states import CLOSED, BatchState
 
 # The advisory lock key of a pipeline's commits (one parameter: the pipeline's name).

@@ -10,8 +10,8 @@ from __future__ import annotations
 import time
 
 from onceflow.config.pipeline import PipelineConfig
-from onceflow.db import transaction
 from onceflow.ledger.batches import Batch, ensure_pipeline, read_batch, read_ranges
+from onceflow.ledger.db import transaction
 from onceflow.ledger.log_checks import Snapshot, ledger_logs, prints_at, verify_logs
 from onceflow.ledger.transitions import move
 from onceflow.ranges import TopicPartition, plan_ranges

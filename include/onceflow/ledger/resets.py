@@ -13,9 +13,10 @@ import json
 from dataclasses import dataclass
 
 from onceflow.config.pipeline import PipelineConfig
-from onceflow.db import transaction
 from onceflow.errors import ResetRefusedError
+from onceflow.kafka.log_identity import LedgerLog
 from onceflow.ledger.batches import read_ranges
+from onceflow.ledger.db import transaction
 from onceflow.ledger.log_checks import (
     BrokerSnapshot,
     Snapshot,
@@ -25,7 +26,6 @@ from onceflow.ledger.log_checks import (
 )
 from onceflow.ledger.ordering import lock_commits
 from onceflow.ledger.transitions import move
-from onceflow.log_identity import LedgerLog
 from onceflow.ranges import TopicPartition
 from onceflow.states import CLOSED, BatchState, Step
 

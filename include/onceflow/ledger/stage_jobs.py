@@ -33,8 +33,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from onceflow.db import transaction
-from onceflow.range_digest import RangeRead
+from onceflow.kafka.range_digest import RangeRead
+from onceflow.ledger.db import transaction
 from onceflow.states import BatchState
 
 

@@ -18,8 +18,9 @@ import logging
 import time
 from typing import Any
 
-from onceflow import broker, failpoints
-from onceflow.kafka_client import KafkaCluster
+from onceflow import failpoints
+from onceflow.kafka import broker
+from onceflow.kafka.client import KafkaCluster
 from onceflow.ledger.batches import record_error
 from onceflow.ledger.fencing import claim_attempt, mark_staged
 from onceflow.ledger.log_checks import verify_topic_ids

@@ -39,7 +39,7 @@ from typing import Any
 
 from onceflow.errors import ConfigError
 from onceflow.process.session import SPARK_DEFAULTS
-from onceflow.shipping import py_files
+from onceflow.spark.shipping import py_files
 
 log = logging.getLogger("onceflow.process")
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from onceflow.arrow_columns import string_repeat
-from onceflow.kafka_client import KafkaCluster
+from onceflow.kafka.client import KafkaCluster
 from onceflow.poison import Poison
 from onceflow.process.staged_output import DEAD_VALUE_BYTES
 from onceflow.reader.frame import RangeReadFn
 from onceflow.reader.record_batches import SCHEMA
+from onceflow.spark.arrow_columns import string_repeat
 from onceflow.staging.checksum import HASH_COLUMN
 
 

@@ -20,7 +20,7 @@ onceflow.airflow.tasks.ProcessOperator, a SparkSubmitOperator):
                       from: settings.transform_path, then the pipelines file's folder), the
                       pipeline's spark_conf over those, and the driver JVM's class archive
                       in spark.driver.extraJavaOptions when this host has one
-                      (onceflow.jvm_archive)
+                      (onceflow.spark.jvm_archive)
     env_vars          ONCEFLOW_PIPELINES (the pipelines file), ONCEFLOW_SPARK_JOBS,
                       ONCEFLOW_PYTHONPATH (the user's folders besides spark_jobs), and those
                       of ONCEFLOW_HOME, ONCEFLOW_PG_PORT, ONCEFLOW_KAFKA_PORT,
@@ -34,7 +34,7 @@ onceflow.airflow.tasks.ProcessOperator, a SparkSubmitOperator):
 
 The DAG passes no py_files and no --ship-package: local mode needs neither (workers import
 onceflow like the driver does), and on any master that is not local the job ships a user
-transform's module itself (onceflow.shipping). Executors on hosts without onceflow installed
+transform's module itself (onceflow.spark.shipping). Executors on hosts without onceflow installed
 need --ship-package (the job then zips the package it imported) or a py_files zip with
 `onceflow/` at its root, in a submission of one's own.
 

@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from onceflow.errors import TransformRaisedError
-from onceflow.kafka_client import KafkaCluster
+from onceflow.kafka.client import KafkaCluster
 from onceflow.ledger.stage_jobs import set_fast_stage, stage_job_rows
 from onceflow.poison import Poison, RaisedFailure, isolate, raised_by_user_code, raised_on
 from onceflow.process.failures import job_refusals

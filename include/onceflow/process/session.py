@@ -3,7 +3,7 @@ attempt run in it.
 
 One session per process task, opened only when the batch has records to read and given the
 user's transform module (and onceflow, on request) on the executors' Python path
-(onceflow.shipping), by the pipeline's process mode:
+(onceflow.spark.shipping), by the pipeline's process mode:
 
 - spark-submit (`SubmittedSpark`): the session of the job's own driver, which spark-submit
   started; it ends with the driver;
@@ -24,13 +24,13 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
-from onceflow.kafka_client import KafkaCluster
+from onceflow.kafka.client import KafkaCluster
 from onceflow.process.poison_records import stage_attempt
 from onceflow.process.stage_job import StageJob
 from onceflow.ranges import OffsetRange
 from onceflow.reader.input_ranges import input_ranges
-from onceflow.shipping import py_files, ships_user_code
 from onceflow.sinks.base import Sink
+from onceflow.spark.shipping import py_files, ships_user_code
 
 log = logging.getLogger("onceflow.process")
 
@@ -50,7 +50,7 @@ SPARK_DEFAULTS = {
 # with the reader's and the stage writer's modules imported. Elsewhere the executors may not
 # have onceflow at all (the job ships it), and a daemon module they cannot import would
 # fail every task.
-LOCAL_DEFAULTS = {"spark.python.daemon.module": "onceflow.spark_daemon"}
+LOCAL_DEFAULTS = {"spark.python.daemon.module": "onceflow.spark.spark_daemon"}
 
 
 class SparkSource(Protocol):
@@ -59,7 +59,7 @@ class SparkSource(Protocol):
     def session(self, cfg: Any, ship_package: bool) -> AbstractContextManager[Any]:
         """A session for the pipeline `cfg`'s stage job, with the user transform's module
         (and onceflow, with `ship_package`) on the executors' Python path as
-        onceflow.shipping says."""
+        onceflow.spark.shipping says."""
         ...
 
 

@@ -17,20 +17,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from onceflow.db import transaction
 from onceflow.errors import RangeReadError
-from onceflow.kafka_client import KafkaCluster
+from onceflow.kafka.client import KafkaCluster
+from onceflow.kafka.range_digest import RangeRead, merge_pieces
+from onceflow.ledger.db import transaction
 from onceflow.ledger.stage_jobs import range_reads, set_fast_stage, stage_job_rows
 from onceflow.poison import Poison
 from onceflow.process.dead_letters import dead_letter_frame
 from onceflow.process.failures import job_refusals
 from onceflow.process.staged_output import output_fields, stage_columns, staged_output
-from onceflow.range_digest import RangeRead, merge_pieces
 from onceflow.ranges import OffsetRange
 from onceflow.reader.frame import ranges_frame
 from onceflow.reader.read_counts import LedgerTally
-from onceflow.schema_evolution import Evolution
 from onceflow.sinks.base import PublishTarget, Sink
+from onceflow.sinks.schema_evolution import Evolution
 from onceflow.staging.fast_stage import FastStage, fast_form_columns, fast_stage_frame
 from onceflow.staging.fence import PartNumbers
 from onceflow.staging.target import StageTarget
@@ -78,7 +78,7 @@ def stage_job(
     in one job (the parts: onceflow.staging.fence; with the fast form when `fast_form` is on
     and uses_fast_form). The records read: what the reader handed on, counted by the reader
     itself, apart from the transform (onceflow.reader.read_counts). The sink's tables are created, or
-    checked and evolved (onceflow.schema_evolution: columns the output adds, recorded as
+    checked and evolved (onceflow.sinks.schema_evolution: columns the output adds, recorded as
     this txid's), from the transform's output schema before anything is staged.
 
     An aggregating transform may use its records more than once (aggregates, dead letters)

@@ -15,5 +15,5 @@ rather than cut a range short. Its modules, one idea each:
     frame              the ranges as a DataFrame: what process reads
     data_source        the same as the `onceflow_ranges` Spark data source, for ad-hoc use
 
-The Arrow helpers the reader, the stage writer and fast forms share are onceflow.arrow_columns.
+The Arrow helpers the reader, the stage writer and fast forms share are onceflow.spark.arrow_columns.
 """

@@ -17,7 +17,7 @@ Options:
     timeout_s                    fail a range after this long without progress (default 60)
     batch_records                records per Arrow batch handed to Spark (default 20000)
     kafka.*                      passed to the client as configuration (e.g. kafka.security.protocol),
-                                 except the settings the reader fixes (onceflow.kafka_options)
+                                 except the settings the reader fixes (onceflow.kafka.options)
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from onceflow.kafka_options import check_client_options
+from onceflow.kafka.options import check_client_options
 from onceflow.ranges import OffsetRange
 from onceflow.reader.input_ranges import DEFAULT_RECORDS_PER_INPUT_PARTITION, input_ranges
 from onceflow.reader.range_end import DEFAULT_TIMEOUT_S

@@ -12,22 +12,22 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from onceflow.arrow_columns import fixed_array, fixed_values
-from onceflow.kafka_client import KafkaCluster
-from onceflow.kafka_options import check_client_options
-from onceflow.range_digest import RangeRead
+from onceflow.kafka.client import KafkaCluster
+from onceflow.kafka.options import check_client_options
+from onceflow.kafka.range_digest import RangeRead
 from onceflow.ranges import OffsetRange
 from onceflow.reader.range_end import DEFAULT_TIMEOUT_S
 from onceflow.reader.range_fetch import read_range
 from onceflow.reader.read_counts import RangeTally, counted
 from onceflow.reader.record_batches import DEFAULT_BATCH_RECORDS, SCHEMA
+from onceflow.spark.arrow_columns import fixed_array, fixed_values
 
 
 class RangeReadFn:
     """mapInArrow function of `ranges_frame`: the input row with id k reads input range k.
 
     With `tally` (onceflow.reader.read_counts), what it handed on of range k (records, key
-    and value bytes) and what it read of it (onceflow.range_digest.RangeRead: the records'
+    and value bytes) and what it read of it (onceflow.kafka.range_digest.RangeRead: the records'
     digest and the last one's print) are recorded there once it read the range to its end:
     the records read, counted apart from the transform (process checks records read = rows
     + dead letters with them, ledger.fencing.mark_staged). With `skip`, the (topic,

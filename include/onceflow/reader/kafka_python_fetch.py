@@ -12,8 +12,8 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from onceflow.kafka_client import KafkaCluster, cluster_of
-from onceflow.range_digest import RangeRead
+from onceflow.kafka.client import KafkaCluster, cluster_of
+from onceflow.kafka.range_digest import RangeRead
 from onceflow.ranges import OffsetRange
 from onceflow.reader.range_end import EOF_GRACE_S, range_failure
 from onceflow.reader.record_batches import BATCH_BYTES, RecordBatcher

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from onceflow.kafka_client import KafkaCluster
-from onceflow.range_digest import RangeRead
+from onceflow.kafka.client import KafkaCluster
+from onceflow.kafka.range_digest import RangeRead
 from onceflow.ranges import OffsetRange
 from onceflow.reader.kafka_python_fetch import read_kafka_python
 from onceflow.reader.librdkafka_fetch import read_confluent

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from onceflow.arrow_columns import binary_array, fixed_array, string_repeat, timestamp_array
 from onceflow.ranges import OffsetRange
+from onceflow.spark.arrow_columns import binary_array, fixed_array, string_repeat, timestamp_array
 
 SCHEMA = "topic string, partition int, offset bigint, key binary, value binary, timestamp timestamp"
 DEFAULT_BATCH_RECORDS = 20_000

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 
 from onceflow.config.pipeline import PipelineConfig
-from onceflow.kafka_client import KafkaCluster
+from onceflow.kafka.client import KafkaCluster
 from onceflow.sinks.base import (
     OutsideSink,
     Publication,

@@ -35,7 +35,7 @@ from typing import Any
 from psycopg2 import sql
 
 from onceflow.errors import RerunRefusedError
-from onceflow.schema_evolution import Evolution
+from onceflow.sinks.schema_evolution import Evolution
 from onceflow.states import BatchState
 
 # The columns that tag every staged row: whose output it is, and which part fence claims it.
@@ -285,7 +285,7 @@ class Sink(ABC):
     def bind_output(self, cur, fields, evolution: Evolution | None = None) -> Sink:
         """process, before it stages: the sink for the transform's output schema (`fields`:
         (name, Spark type) pairs), its tables created, or checked and evolved to the output
-        under `evolution`'s policy and recorded as its txid's (onceflow.schema_evolution;
+        under `evolution`'s policy and recorded as its txid's (onceflow.sinks.schema_evolution;
         None: checked only). A sink whose tables do not depend on the output (they are known
         in advance: `ensure`) is already bound."""
         return self
@@ -360,7 +360,7 @@ class SinkReading:
 @dataclass(frozen=True)
 class StagedFiles:
     """The data files process wrote for a sink outside the database, as its storage holds
-    them, and what the sink's own commits recorded of them (onceflow.file_cleanup)."""
+    them, and what the sink's own commits recorded of them (onceflow.staging.file_cleanup)."""
 
     files: dict[tuple[str, int], list[str]]  # (txid, attempt) -> paths (URIs)
     published: set[tuple[str, int]]  # (txid, attempt) some commit of the sink recorded

@@ -1,5 +1,5 @@
 """The spark-submit application files shipped inside the package: the process job, and the
-training run of the driver JVM's class archive (onceflow.jvm_archive)."""
+training run of the driver JVM's class archive (onceflow.spark.jvm_archive)."""
 
 from importlib import resources
 

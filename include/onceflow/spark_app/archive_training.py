@@ -1,4 +1,4 @@
-"""Training run for the driver JVM's class-data-sharing archive (onceflow.jvm_archive).
+"""Training run for the driver JVM's class-data-sharing archive (onceflow.spark.jvm_archive).
 
 Runs what a process job runs, minus Kafka and PostgreSQL: the session with process's
 settings, a mapInArrow source of synthetic order events (valid ones and malformed ones), a
@@ -129,7 +129,7 @@ class CountRows:
         import numpy as np
         import pyarrow as pa
 
-        from onceflow.arrow_columns import fixed_array
+        from onceflow.spark.arrow_columns import fixed_array
 
         rows = sum(b.num_rows for b in batches)
         yield pa.RecordBatch.from_arrays(

@@ -21,7 +21,7 @@ import dataclasses
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from onceflow.arrow_columns import bool_array, fixed_array, string_repeat
+from onceflow.spark.arrow_columns import bool_array, fixed_array, string_repeat
 from onceflow.staging.checksum import HASH_COLUMN
 from onceflow.staging.epochs import epoch_column, range_epochs
 from onceflow.staging.fence import StageCommitMessage, claimed_part, record_part

@@ -1,6 +1,6 @@
 """The row hash column and a part's checksum.
 
-Each staged row carries a 64-bit hash (Spark's xxhash64 of its columns, or onceflow.rowhash
+Each staged row carries a 64-bit hash (Spark's xxhash64 of its columns, or onceflow.spark.rowhash
 for the fast form's rows) in the input column HASH_COLUMN, staged as `row_hash`. A part's
 checksum is the exact sum of its rows' hashes, recorded on its fence row, so that process
 and commit can compare what was staged without scanning the rows again.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from onceflow.arrow_columns import fixed_values
+from onceflow.spark.arrow_columns import fixed_values
 
 HASH_COLUMN = "_meta_hash"  # per row: 64-bit hash; summed into the checksum, staged as row_hash
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from onceflow.arrow_columns import fixed_array, fixed_values
+from onceflow.spark.arrow_columns import fixed_array, fixed_values
 
 
 def range_epochs(cur: Any, pipeline: str, txid: str) -> dict[tuple[str, int], int]:

@@ -22,7 +22,7 @@ fast form's decision is a pure function of the record), so the fence's rules sti
   any other;
 - a task of a fenced attempt fails before writing either part.
 
-Accepted rows carry `row_hash` from onceflow.rowhash, declined ones Spark's xxhash64: the
+Accepted rows carry `row_hash` from onceflow.spark.rowhash, declined ones Spark's xxhash64: the
 checksum of a txid stays the same in every attempt of one version.
 The fast form's rows must have the user's columns of the transform's output, with its
 types (process passes them as an Arrow schema): a fast form that disagrees fails the task
@@ -41,13 +41,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from onceflow.arrow_columns import fixed_array
 from onceflow.errors import TransformError, TransformRaisedError
-from onceflow.kafka_client import KafkaCluster
+from onceflow.kafka.client import KafkaCluster
 from onceflow.ledger.stage_jobs import StageJobRef, fast_stage_of
 from onceflow.poison import raised_in_worker
 from onceflow.ranges import OffsetRange
 from onceflow.reader.frame import RangeReadFn, pieces_frame
+from onceflow.spark.arrow_columns import fixed_array
 from onceflow.staging.checksum import HASH_COLUMN
 from onceflow.staging.target import StageTarget
 from onceflow.staging.task_errors import for_driver
@@ -104,7 +104,7 @@ class Split:
         import numpy as np
         import pyarrow as pa
 
-        from onceflow.rowhash import row_hash
+        from onceflow.spark.rowhash import row_hash
 
         n = batch.num_rows
         try:

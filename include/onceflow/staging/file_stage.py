@@ -16,7 +16,7 @@ in that same transaction, together with the claim and the part's counts. The fen
 - a task of a fenced attempt fails the attempt fence before it writes; a file it wrote
   earlier is recorded under its attempt number, which commit never publishes.
 
-The files of attempts that never publish are removed later (onceflow.file_cleanup).
+The files of attempts that never publish are removed later (onceflow.staging.file_cleanup).
 
 Why pyarrow in the stage worker rather than Spark's own Parquet writer: Spark's writer
 commits files through its output committer at job end, outside any PostgreSQL transaction,
@@ -41,9 +41,9 @@ import uuid
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from onceflow.arrow_columns import bool_array, string_repeat, valid_mask
 from onceflow.sinks.base import FileStage
 from onceflow.sinks.lake.storage import Storage
+from onceflow.spark.arrow_columns import bool_array, string_repeat, valid_mask
 from onceflow.staging.checksum import HASH_COLUMN, exact_sum
 from onceflow.staging.epochs import epoch_column, range_epochs
 from onceflow.staging.fence import StageCommitMessage, claimed_part, record_part

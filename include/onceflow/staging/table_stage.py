@@ -16,8 +16,8 @@ import io
 from collections.abc import Iterable
 from typing import Any
 
-from onceflow.arrow_columns import fixed_array, string_repeat, valid_mask
 from onceflow.sinks.base import TAG_COLUMNS
+from onceflow.spark.arrow_columns import fixed_array, string_repeat, valid_mask
 from onceflow.staging.checksum import HASH_COLUMN, exact_sum, staged_name
 from onceflow.staging.fence import StageCommitMessage, claimed_part, record_part
 from onceflow.staging.target import StageTarget

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from onceflow.arrow_columns import fixed_array
+from onceflow.spark.arrow_columns import fixed_array
 from onceflow.staging.attempt_table import stage_attempt_part
 from onceflow.staging.fence import StageCommitMessage
 from onceflow.staging.file_stage import stage_file_part

@@ -47,7 +47,7 @@ spark_jobs/orders.py is an example.
 
 The module is looked up in the spark_jobs folder and the user's folders of
 ONCEFLOW_PYTHONPATH first (settings.transform_path), then on sys.path (any installed
-package); process ships it to executors that may lack it (onceflow.shipping).
+package); process ships it to executors that may lack it (onceflow.spark.shipping).
 
 A transform's module may also define `sample(i: int, rng: random.Random) ->
 (key: bytes | None, value: bytes | None)`, the i-th demo record of its topic, a deterministic

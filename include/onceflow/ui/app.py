@@ -19,12 +19,11 @@ from fastapi.security import HTTPAuthorizationCredentials
 from fastapi.security.utils import get_authorization_scheme_param
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from onceflow import metrics
 from onceflow.config.pipeline import PipelineConfig
 from onceflow.errors import ConfigError, UnknownTxidError
 from onceflow.settings import Settings
 from onceflow.states import BatchState
-from onceflow.ui import data, html
+from onceflow.ui import data, html, metrics
 from onceflow.ui.batch_detail import batch_page
 from onceflow.ui.links import Links
 from onceflow.ui.overview import overview_page
@@ -280,7 +279,7 @@ def create_app(
         user: User, pipeline: str, limit: Annotated[int, Query(ge=1, le=1000)] = 50
     ) -> JSONResponse:
         s, cfg = h.pipeline(user, pipeline)
-        from onceflow import views
+        from onceflow.ledger import views
 
         return json(
             {
@@ -299,7 +298,7 @@ def create_app(
     def api_losses(user: User, pipeline: str) -> JSONResponse:
         """Loss events, operator resets and the batches those resets abandoned."""
         s, cfg = h.pipeline(user, pipeline)
-        from onceflow import views
+        from onceflow.ledger import views
 
         return json(
             {
@@ -329,7 +328,7 @@ def create_app(
         offset: Annotated[int, Query(ge=0)] = 0,
     ) -> JSONResponse:
         s, cfg = h.pipeline(user, pipeline)
-        from onceflow import views
+        from onceflow.ledger import views
 
         try:
             page = views.dead_letter_page(data.ledger_dsn(s, cfg), cfg.name, txid, limit, offset)

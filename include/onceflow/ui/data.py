@@ -1,4 +1,4 @@
-"""What the pages and endpoints show, read from the ledger (onceflow.views) and the broker.
+"""What the pages and endpoints show, read from the ledger (onceflow.ledger.views) and the broker.
 
 The broker is asked with a deadline and the answer cached for a moment: the ledger view must
 still render, showing lag as "unavailable", when the broker is down or slow.
@@ -13,11 +13,13 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
 
-from onceflow import broker, connections, views
+from onceflow import connections
 from onceflow.config.pipeline import PipelineConfig
 from onceflow.config.pipelines_file import load_pipelines
 from onceflow.errors import OnceflowError, TopicMissingError
-from onceflow.kafka_client import KafkaCluster
+from onceflow.kafka import broker
+from onceflow.kafka.client import KafkaCluster
+from onceflow.ledger import views
 from onceflow.ledger.ordering import blocking_predecessor
 from onceflow.settings import Settings
 from onceflow.sinks import sink_for

@@ -15,7 +15,7 @@ from datetime import datetime
 from html import escape
 from typing import Any
 
-from onceflow import views
+from onceflow.ledger import views
 from onceflow.ui.links import Links
 from onceflow.ui.style import CSS, SCRIPT
 

@@ -28,7 +28,6 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from onceflow.errors import SinkMovedError, SinkSchemaError
-from onceflow.schema_evolution import Evolution
 from onceflow.sinks.base import Publication, PublishTarget
 from onceflow.sinks.delta.commits import last_seq, newest, publications
 from onceflow.sinks.delta.evolution import OUTPUT_COLUMNS, evolve
@@ -43,6 +42,7 @@ from onceflow.sinks.lake.compaction import LiveFile
 from onceflow.sinks.lake.partitions import Partitioner, check, refuse_other
 from onceflow.sinks.lake.records import PREFIX, maintenance_summary
 from onceflow.sinks.lake.sink import LakeSink
+from onceflow.sinks.schema_evolution import Evolution
 
 
 class DeltaSink(LakeSink):

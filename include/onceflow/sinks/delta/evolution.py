@@ -1,4 +1,4 @@
-"""An existing Delta table fitted to the transform's output (onceflow.schema_evolution),
+"""An existing Delta table fitted to the transform's output (onceflow.sinks.schema_evolution),
 when process binds the sink: a column the output adds is added, nullable, by Delta's
 schema evolution (`alter.add_columns`: files written before it read null there, none is
 rewritten); a column the output no longer gives, or gives with another type, is refused,
@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from onceflow import schema_evolution
-from onceflow.schema_evolution import Evolution
+from onceflow.sinks import schema_evolution
 from onceflow.sinks.delta.table_schema import delta_field
 from onceflow.sinks.lake.layout import Layout, fit
+from onceflow.sinks.schema_evolution import Evolution
 
 if TYPE_CHECKING:
     from onceflow.sinks.delta import DeltaSink

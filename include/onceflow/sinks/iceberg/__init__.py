@@ -22,7 +22,6 @@ from typing import Any
 
 from onceflow.config.sink import SinkConfig
 from onceflow.errors import SinkMovedError, SinkSchemaError
-from onceflow.schema_evolution import Evolution
 from onceflow.sinks.base import Publication, PublishTarget
 from onceflow.sinks.iceberg.catalog import fence_retries, load_table, open_catalog
 from onceflow.sinks.iceberg.data_files import data_file, live_data_files, referenced_files
@@ -34,6 +33,7 @@ from onceflow.sinks.lake.compaction import LiveFile
 from onceflow.sinks.lake.partitions import Partitioner, refuse_other
 from onceflow.sinks.lake.sink import LakeSink
 from onceflow.sinks.lake.storage import Storage
+from onceflow.sinks.schema_evolution import Evolution
 
 
 class IcebergSink(LakeSink):
@@ -81,7 +81,7 @@ class IcebergSink(LakeSink):
         self, cur, fields: Iterable[tuple[str, str]], evolution: Evolution | None = None
     ) -> IcebergSink:
         """process, before staging: the Iceberg table created from the transform's output,
-        or an existing one checked and evolved to it (onceflow.schema_evolution: with
+        or an existing one checked and evolved to it (onceflow.sinks.schema_evolution: with
         `evolution`, the columns the output adds, by pyiceberg's update_schema, recorded as
         its txid's; without it nothing is added). SinkSchemaError names each column that
         does not fit; the table is not changed then."""

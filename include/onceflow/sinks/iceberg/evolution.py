@@ -1,4 +1,4 @@
-"""An existing Iceberg table fitted to the transform's output (onceflow.schema_evolution),
+"""An existing Iceberg table fitted to the transform's output (onceflow.sinks.schema_evolution),
 when process binds the sink: a column the output adds is added, optional, by pyiceberg's
 update_schema (data files written before it read null there, none is rewritten); a column
 the output no longer gives, or gives with another type, is refused, naming what to do.
@@ -11,18 +11,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from onceflow import schema_evolution
 from onceflow.errors import SinkUnavailableError
-from onceflow.schema_evolution import Evolution
+from onceflow.sinks import schema_evolution
 from onceflow.sinks.iceberg.table_schema import primitive
 from onceflow.sinks.lake.layout import Layout, fit
+from onceflow.sinks.schema_evolution import Evolution
 
 if TYPE_CHECKING:
     from onceflow.sinks.iceberg import IcebergSink
 
 # The table property naming the user's columns of the output the table was last bound to
 # (comma-separated): a column listed there that the output no longer gives is a removed
-# column (onceflow.schema_evolution); an optional column the table has besides them is
+# column (onceflow.sinks.schema_evolution); an optional column the table has besides them is
 # someone else's and left alone.
 OUTPUT_COLUMNS = "onceflow.output-columns"
 # Commits of a schema change tried before giving up to the commits that keep winning.

@@ -42,8 +42,7 @@ from typing import Any
 from onceflow import failpoints
 from onceflow.config.sink import SinkConfig
 from onceflow.errors import CommitLogAheadError, SinkUnavailableError
-from onceflow.kafka_client import KafkaCluster, cluster_of
-from onceflow.schema_evolution import Evolution
+from onceflow.kafka.client import KafkaCluster, cluster_of
 from onceflow.sinks.base import Publication, PublishTarget, SinkReading, StagedCounts
 from onceflow.sinks.kafka import limits
 from onceflow.sinks.kafka.audit import TopicAudit
@@ -59,6 +58,7 @@ from onceflow.sinks.kafka.transaction import (
     transactional_producer,
 )
 from onceflow.sinks.postgres.stage_table import StageTable
+from onceflow.sinks.schema_evolution import Evolution
 
 log = logging.getLogger("onceflow.sinks.kafka")
 

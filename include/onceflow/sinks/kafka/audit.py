@@ -14,7 +14,7 @@ import io
 from abc import abstractmethod
 
 from onceflow.errors import OnceflowError, SinkUnavailableError
-from onceflow.kafka_client import KafkaCluster
+from onceflow.kafka.client import KafkaCluster
 from onceflow.sinks.base import OutsideSink
 from onceflow.sinks.kafka import limits
 from onceflow.sinks.kafka.markers import Marker

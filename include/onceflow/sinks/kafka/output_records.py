@@ -8,7 +8,7 @@ source partition modulo the topic's partitions. Headers: `onceflow.source` (JSON
 partition, epoch, offset of the source record), `onceflow.txid` and `onceflow.seq`, which
 the audit reads back.
 
-A column the transform's output adds goes into the stage table (onceflow.schema_evolution)
+A column the transform's output adds goes into the stage table (onceflow.sinks.schema_evolution)
 and so into the JSON of every record published from then on; the topic itself has no schema
 to evolve, and records already published are never rewritten.
 """

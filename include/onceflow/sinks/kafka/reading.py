@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from onceflow.errors import SinkUnavailableError
-from onceflow.kafka_client import KafkaCluster, watermarks
+from onceflow.kafka.client import KafkaCluster, watermarks
 from onceflow.sinks.kafka import limits
 
 
@@ -18,7 +18,7 @@ def committed_consumer(bootstrap: KafkaCluster | str, client_id: str) -> Any:
     """A read_committed consumer that joins no group (partitions are assigned)."""
     from confluent_kafka import Consumer
 
-    from onceflow.kafka_options import range_consumer_conf
+    from onceflow.kafka.options import range_consumer_conf
 
     return Consumer(range_consumer_conf(bootstrap, client_id))
 

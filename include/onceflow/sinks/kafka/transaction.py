@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from onceflow.kafka_client import KafkaCluster
+from onceflow.kafka.client import KafkaCluster
 from onceflow.sinks.base import PublishTarget
 from onceflow.sinks.kafka import limits
 from onceflow.sinks.kafka.failures import too_large

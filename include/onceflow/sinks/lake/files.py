@@ -4,7 +4,7 @@ location at `data/onceflow/<pipeline>/txid=<txid, path-safe>-<hash>/attempt=<n>/
 
 A publish adds exactly the staged attempt's files to the table; a re-run's also removes the
 txid's live files (found by their folder). Files of attempts that never publish (fenced,
-failed, replaced) are found here by their folders and removed (onceflow.file_cleanup).
+failed, replaced) are found here by their folders and removed (onceflow.staging.file_cleanup).
 """
 
 from __future__ import annotations

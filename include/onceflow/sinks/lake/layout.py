@@ -20,9 +20,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from onceflow import schema_evolution
 from onceflow.config.sink import SinkConfig
 from onceflow.errors import SinkSchemaError
+from onceflow.sinks import schema_evolution
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ def fit(
     previous: str | None,
     not_null: str,
 ) -> schema_evolution.TableFit:
-    """An existing lake table as the evolution rule (onceflow.schema_evolution) sees it:
+    """An existing lake table as the evolution rule (onceflow.sinks.schema_evolution) sees it:
     `fields` its (name, type, nullable) columns; a not-null column the output makes
     nullable counts as another type (`not_null`, the format's word for it, before the type);
     `previous` the output columns an earlier output gave (the table property; a table made

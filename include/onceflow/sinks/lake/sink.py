@@ -406,7 +406,7 @@ class LakeSink(LakeAudit):
         if self.cfg.mode != "append":
             self.versions.record(cur, t)
 
-    # -- files of attempts that never publish (onceflow.file_cleanup) ---------------------
+    # -- files of attempts that never publish (onceflow.staging.file_cleanup) ---------------------
 
     def staged_files(self, cur, pipeline: str, txids: set[str]) -> StagedFiles:
         """The Parquet files under the txids' folders, and the (txid, attempt) pairs a
@@ -427,7 +427,7 @@ class LakeSink(LakeAudit):
         """Delete the files, then their attempt folders if left empty."""
         delete_files(paths, self.storage)
 
-    # -- maintenance (onceflow.maintenance) ------------------------------------------------
+    # -- maintenance (onceflow.sinks.maintenance) ------------------------------------------------
 
     def compact(
         self, table: Any, pipeline: str, target_bytes: int, dry_run: bool

@@ -2,7 +2,7 @@
 sink's tables created from the output schema, or checked and evolved if they exist, under an
 advisory lock, so that concurrent process runs of one pipeline do not race on DDL.
 
-When the output changes (onceflow.schema_evolution): a column it adds is added to every table
+When the output changes (onceflow.sinks.schema_evolution): a column it adds is added to every table
 of the sink that holds the user's columns (the stage; append's table; upsert's versions and
 current table; merge's partials and state if it is a key or an aggregate), nullable, in
 bind_output's transaction, and recorded as the txid's. Rows staged or published before read
@@ -19,10 +19,10 @@ from typing import Self
 
 from psycopg2 import sql
 
-from onceflow import schema_evolution
-from onceflow.schema_evolution import Evolution
+from onceflow.sinks import schema_evolution
 from onceflow.sinks.postgres.columns import STAGE_FIXED, Column, output_columns
 from onceflow.sinks.postgres.tables import PostgresTables
+from onceflow.sinks.schema_evolution import Evolution
 
 
 def migration(p: schema_evolution.Problem) -> str | None:
@@ -47,7 +47,7 @@ class OutputBinding(PostgresTables):
         self, cur, fields: Iterable[tuple[str, str]], evolution: Evolution | None = None
     ) -> Self:
         """process, before staging: this sink for the transform's output (name, Spark type),
-        with its tables created, or checked and evolved if they exist (onceflow.schema_evolution:
+        with its tables created, or checked and evolved if they exist (onceflow.sinks.schema_evolution:
         with `evolution`, columns the output adds go to every table and are recorded as its
         txid's; without it nothing is added). SinkSchemaError names each column that does not
         fit, and nothing is created or altered then (the caller's transaction rolls back)."""

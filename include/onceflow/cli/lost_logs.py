@@ -13,9 +13,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from onceflow.config.pipeline import PipelineConfig
-from onceflow.db import transaction
 from onceflow.errors import TopicMissingError
-from onceflow.kafka_client import KafkaCluster
+from onceflow.kafka.client import KafkaCluster
+from onceflow.ledger.db import transaction
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ def lost_logs(
     dsn: str, bootstrap: KafkaCluster | str, cfgs: Iterable[PipelineConfig]
 ) -> list[LostLog]:
     """Per pipeline with a ledger, the partitions whose log the broker no longer holds."""
-    from onceflow import broker
+    from onceflow.kafka import broker
     from onceflow.ledger.log_checks import ledger_logs, log_lost, prints_at
 
     out: list[LostLog] = []

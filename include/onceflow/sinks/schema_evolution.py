@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 from onceflow.errors import SinkSchemaError, UnknownTxidError
 
-log = logging.getLogger("onceflow.schema_evolution")
+log = logging.getLogger("onceflow.sinks.schema_evolution")
 
 Policy = Literal["add_columns", "fail"]
 # what a column the output does not fit is: a type other than the table's; gone from the
@@ -210,7 +210,7 @@ def record(
 
 def summary(changes: Iterable[dict]) -> list[str]:
     """One line per column a txid added, with the tables it went to: "added amount_eur
-    numeric(12,2) to shop.stage_pay, shop.pay" (rows of onceflow.views.schema_changes)."""
+    numeric(12,2) to shop.stage_pay, shop.pay" (rows of onceflow.ledger.views.schema_changes)."""
     tables: dict[tuple[str, str], list[str]] = {}
     for c in changes:
         where = c["sink_table"] if c["catalog"] == "postgres" else f"Iceberg {c['sink_table']}"

@@ -187,7 +187,7 @@ def from_views(
 
 def collect(dsn: str, pipeline: str, ends: Mapping[tuple[str, int], int] | None) -> PipelineMetrics:
     """Read one pipeline's metrics from the ledger; `ends` None means the broker is down."""
-    from onceflow import views
+    from onceflow.ledger import views
     from onceflow.ledger.ordering import commit_blocker
 
     return from_views(

@@ -22,7 +22,7 @@ so a writer the lock does not cover makes it fail rather than lose anything. The
    held and a later commit removed (Delta's vacuum in its default mode lists nothing
    else; for Iceberg, the files of the expired snapshots that no remaining one reads). A
    staged attempt's files and an upsert or merge table's versions were never in the table,
-   so expiry never touches them (file clean-up does: onceflow.file_cleanup).
+   so expiry never touches them (file clean-up does: onceflow.staging.file_cleanup).
 
 A crash at any point leaves a readable table: before step 1's commit nothing changed but
 files no commit references (removed by the next run); after it the table is compacted;
@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass
 
 from onceflow.config.pipeline import PipelineConfig
 
-log = logging.getLogger("onceflow.maintenance")
+log = logging.getLogger("onceflow.sinks.maintenance")
 
 
 @dataclass(frozen=True)
@@ -71,8 +71,8 @@ def maintain(
     """Maintain the pipeline's append or lake table (the module says what and how); a lake
     table's sizes default to its sink's `target_file_mb` and `retain_hours`."""
     # imported here: the CLI imports this module for its defaults, and starts fast
-    from onceflow.db import transaction
     from onceflow.errors import NotALakeSinkError
+    from onceflow.ledger.db import transaction
     from onceflow.ledger.ordering import lock_commits
     from onceflow.sinks import sink_for
     from onceflow.sinks.lake.files import delete_files

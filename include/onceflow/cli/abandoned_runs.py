@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from onceflow.airflow_api import AirflowClient, AirflowError
+from onceflow.cli.airflow_api import AirflowClient, AirflowError
 
 NOTE = "abandoned by onceflow reset-offsets"
 

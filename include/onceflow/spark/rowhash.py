@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from onceflow.arrow_columns import valid_mask
+from onceflow.spark.arrow_columns import valid_mask
 
 _P = np.uint64(0x100000001B3)  # odd, so invertible modulo 2**64
 _P_INV = np.uint64(pow(0x100000001B3, -1, 1 << 64))

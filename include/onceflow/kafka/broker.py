@@ -20,11 +20,11 @@ from kafka.admin import ConfigResource, NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
 from onceflow.errors import OnceflowError, TopicMissingError
-from onceflow.kafka_client import KafkaCluster, check_access, cluster_of
+from onceflow.kafka.client import KafkaCluster, check_access, cluster_of
+from onceflow.kafka.range_digest import RecordPrint, record_hash
 from onceflow.ledger.log_checks import BrokerSnapshot
-from onceflow.range_digest import RecordPrint, record_hash
 
-log = logging.getLogger("onceflow.broker")
+log = logging.getLogger("onceflow.kafka.broker")
 
 # How long plan waits for the records whose prints it compares (one fetch per partition).
 PRINT_TIMEOUT_S = 30.0
@@ -148,7 +148,7 @@ def fetchable_ends(
     from confluent_kafka import Consumer, KafkaError
     from confluent_kafka import TopicPartition as Partition
 
-    from onceflow.kafka_options import range_consumer_conf
+    from onceflow.kafka.options import range_consumer_conf
 
     if not claimed:
         return {}

@@ -28,12 +28,12 @@ import logging
 from dataclasses import dataclass
 
 from onceflow.config.pipeline import PipelineConfig
-from onceflow.db import transaction
+from onceflow.ledger.db import transaction
 from onceflow.ledger.fencing import live_attempts
 from onceflow.sinks import sink_for
 from onceflow.sinks.base import OutsideSink, Sink
 
-log = logging.getLogger("onceflow.file_cleanup")
+log = logging.getLogger("onceflow.staging.file_cleanup")
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
-from onceflow.db import transaction
 from onceflow.errors import UnknownTxidError
+from onceflow.ledger.db import transaction
 from onceflow.ledger.ordering import commit_blocker
 from onceflow.states import BatchState
 
@@ -166,7 +166,7 @@ def losses(dsn: str, pipeline: str) -> list[dict[str, Any]]:
 
 
 def schema_changes(dsn: str, pipeline: str) -> list[dict[str, Any]]:
-    """The columns process added to the sink's tables (onceflow.schema_evolution), each with
+    """The columns process added to the sink's tables (onceflow.sinks.schema_evolution), each with
     the txid that first needed it, oldest first."""
     return _select(
         dsn,

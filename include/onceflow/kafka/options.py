@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from onceflow.errors import ConfigError
-from onceflow.kafka_client import KafkaCluster, cluster_of
+from onceflow.kafka.client import KafkaCluster, cluster_of
 
 # Normalised names (lower case, "_" as "."): librdkafka's and kafka-python's spellings alike.
 FIXED = {

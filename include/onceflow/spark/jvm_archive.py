@@ -35,7 +35,7 @@ from pathlib import Path
 ENV = "ONCEFLOW_SPARK_ARCHIVE"
 DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 # the training run's application file, shipped in the package like the process job's
-TRAINING_JOB = Path(__file__).resolve().parent / "spark_app" / "archive_training.py"
+TRAINING_JOB = Path(__file__).resolve().parents[1] / "spark_app" / "archive_training.py"
 
 
 def _java_binary() -> str:
@@ -111,7 +111,7 @@ def build(path: Path | None = None, *, force: bool = False, echo=print) -> Path 
     env = dict(os.environ)
     env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     env.setdefault("PYSPARK_PYTHON", sys.executable)
-    include = str(Path(__file__).resolve().parents[1])
+    include = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (include, env.get("PYTHONPATH", "")) if p)
     echo(f"spark archive: training run for {path} (about a minute) ...")
     t0 = time.monotonic()

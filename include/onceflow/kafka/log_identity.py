@@ -10,7 +10,7 @@ the committed offset would skip the new log's records below it without a word. T
   first plans a partition (and at each reset), compared at every plan, where the broker has
   one (Apache Kafka 2.8+);
 - on any broker, the **print** of the last data record the committed ranges read (its offset
-  and a hash of its key, value, headers and timestamp: onceflow.range_digest), recorded by
+  and a hash of its key, value, headers and timestamp: onceflow.kafka.range_digest), recorded by
   commit and fetched again by plan: the record at that offset must be the same record.
 
 A print is of a data record, never a transaction marker or an aborted record, so sparse
@@ -26,7 +26,7 @@ its topic was re-created must not read the new log at the old log's offsets. On 
 without topic ids such a batch is not caught before it reads; the next plan's print check
 then stops the pipeline, and `audit --reread` names the range.
 
-Pure functions: the broker's answers come in as values (onceflow.broker fetches them).
+Pure functions: the broker's answers come in as values (onceflow.kafka.broker fetches them).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from onceflow.errors import LogIdentityError
-from onceflow.range_digest import RecordPrint
+from onceflow.kafka.range_digest import RecordPrint
 
 
 @dataclass(frozen=True)
