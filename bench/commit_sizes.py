@@ -61,9 +61,9 @@ def one_sink(dsn: str, name: str, work: Path, sizes=SIZES, say=print) -> dict[st
     from onceflow.audit import run_audit
     from onceflow.commit import commit
     from onceflow.config.pipeline_table import parse_pipeline
+    from onceflow.hooks.sink import sink_for
     from onceflow.ledger.log_checks import BrokerSnapshot
     from onceflow.ledger.planning import plan
-    from onceflow.sinks import sink_for
 
     kind, mode = SINKS[name]
     raw = {"topics": [TOPIC], "transform": "inventory:transform", "sink": _sink(kind, mode, work)}
@@ -73,7 +73,13 @@ def one_sink(dsn: str, name: str, work: Path, sizes=SIZES, say=print) -> dict[st
     start = 0
     for b, n in enumerate(sizes):
         end, txid = start + n, f"size-{n}"
-        plan(dsn, cfg, txid, lambda _at, e=end: BrokerSnapshot({(TOPIC, 0): 0}, {(TOPIC, 0): e}))
+        plan(
+            dsn,
+            cfg,
+            txid,
+            lambda _at, e=end: BrokerSnapshot({(TOPIC, 0): 0}, {(TOPIC, 0): e}),
+            sink=sink_for(cfg),
+        )
         per_part = n // PARTS
         parts = [
             [

@@ -95,7 +95,7 @@ def stage_attempt(dsn: str, cfg: Any, sink: Any, txid: str, parts: list[list[Any
         stage_part(target, k, batches)
     with transaction(dsn) as cur:
         bound.seal_stage(cur, this)
-    mark_staged(dsn, cfg, txid, claim.attempt, parts=len(parts))
+    mark_staged(dsn, cfg, txid, claim.attempt, parts=len(parts), sink=sink)
 
 
 def one_run(
@@ -113,11 +113,11 @@ def one_run(
     from onceflow.audit import run_audit
     from onceflow.commit import commit
     from onceflow.config.pipeline_table import parse_pipeline
+    from onceflow.hooks.sink import sink_for
     from onceflow.ledger.db import transaction
     from onceflow.ledger.log_checks import BrokerSnapshot
     from onceflow.ledger.planning import plan
-    from onceflow.sinks import sink_for
-    from onceflow.sinks.maintenance import maintain
+    from onceflow.maintenance import maintain
 
     raw = {
         "topics": [TOPIC],
@@ -138,6 +138,7 @@ def one_run(
             cfg,
             txid,
             lambda _at, s=start, e=end: BrokerSnapshot({(TOPIC, 0): 0}, {(TOPIC, 0): e}),
+            sink=sink_for(cfg),
         )
         parts = [
             [_batch(rng, start + p * per_part, per_part, keys, mode == "upsert")]

@@ -78,6 +78,7 @@ import lake_commits  # noqa: E402
 import native_job  # noqa: E402
 import soak  # noqa: E402
 from common import ROOT, SPARK_SUBMIT, Topic  # noqa: E402
+from onceflow.hooks.sink import sink_for
 from onceflow.spark import jvm_archive  # noqa: E402
 from onceflow.spark_app import PROCESS_APPLICATION  # noqa: E402
 from procmon import run_watched  # noqa: E402
@@ -306,7 +307,13 @@ class Ledger:
         )
         cfg = get_pipeline(path, name)
         ends = {r.tp: r.until_offset for r in topic.ranges}
-        plan(self.dsn, cfg, "run-1", lambda _at: BrokerSnapshot(dict.fromkeys(ends, 0), ends))
+        plan(
+            self.dsn,
+            cfg,
+            "run-1",
+            lambda _at: BrokerSnapshot(dict.fromkeys(ends, 0), ends),
+            sink=sink_for(cfg),
+        )
         return cfg, path
 
     def drop(self, cfg: Any) -> None:

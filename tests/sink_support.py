@@ -19,11 +19,11 @@ from typing import NamedTuple
 import pyarrow as pa
 from onceflow.audit import run_audit
 from onceflow.config.pipeline_table import parse_pipeline
+from onceflow.hooks.sink import sink_for
 from onceflow.kafka.client import watermarks
 from onceflow.ledger.db import transaction
 from onceflow.ledger.fencing import claim_attempt, mark_staged
 from onceflow.ledger.log_checks import BrokerSnapshot
-from onceflow.sinks import sink_for
 from onceflow.sinks.base import PublishTarget
 from onceflow.sinks.iceberg.catalog import open_catalog
 from onceflow.sinks.kafka.markers import Marker
@@ -164,7 +164,7 @@ def process(dsn, cfg, txid, *parts):
     for i, rows in enumerate(parts):
         stage_part(target, i, [records(*rows)])
     seal(dsn, cfg, claim)
-    mark_staged(dsn, cfg, txid, claim.attempt, parts=len(parts))
+    mark_staged(dsn, cfg, txid, claim.attempt, parts=len(parts), sink=sink_for(cfg))
     return claim.attempt
 
 

@@ -12,12 +12,12 @@ from onceflow.commit import commit
 from onceflow.config.pipeline_table import parse_pipeline
 from onceflow.config.sink import SinkConfig
 from onceflow.errors import SinkLayoutError, TransformError
+from onceflow.hooks.sink import sink_for
 from onceflow.ledger.db import transaction
 from onceflow.ledger.fencing import claim_attempt, mark_staged
 from onceflow.ledger.planning import plan
-from onceflow.sinks import sink_for
-from onceflow.sinks.postgres import PostgresSink
 from onceflow.sinks.postgres.append_migration import migrate_append
+from onceflow.sinks.postgres.sink import PostgresSink
 from onceflow.staging.writer import stage_part
 from sink_support import (
     T,
@@ -66,7 +66,7 @@ def storage_of(dsn, cfg, table) -> int | None:
 def test_commit_attaches_the_staged_table_itself(ledger_dsn, cfg):
     """The published partition is the very table process filled (same storage): commit
     copied no row; its indexes were built in process (seal), none by the attach."""
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2), (0, 2, "z", 3, "bad")])
     name = "items__s1_a1"
     with transaction(ledger_dsn) as cur:
@@ -87,8 +87,8 @@ def test_commit_attaches_the_staged_table_itself(ledger_dsn, cfg):
 
 
 def test_a_rerun_swaps_the_partition_and_other_attempts_tables_go(ledger_dsn, cfg):
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
-    plan(ledger_dsn, cfg, "b", snap({(T, 0): 3}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}), sink=sink_for(cfg))
+    plan(ledger_dsn, cfg, "b", snap({(T, 0): 3}), sink=sink_for(cfg))
     zombie = claim_attempt(ledger_dsn, cfg.name, "a")  # attempt 1 staged a part, then fenced
     stage_part(stage_target(ledger_dsn, cfg, zombie), 0, [records((0, 0, "x", 100))])
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])  # attempt 2
@@ -109,8 +109,8 @@ def test_a_rerun_swaps_the_partition_and_other_attempts_tables_go(ledger_dsn, cf
 def test_a_column_added_by_a_later_txid_reaches_an_earlier_staged_table(ledger_dsn, cfg):
     """Runs in flight: b evolves the table (adds `note`) after a staged without it; a's
     table gets the column (null) when commit attaches it."""
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 1}))
-    plan(ledger_dsn, cfg, "b", snap({(T, 0): 2}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 1}), sink=sink_for(cfg))
+    plan(ledger_dsn, cfg, "b", snap({(T, 0): 2}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1)])
     with transaction(ledger_dsn) as cur:
         cur.execute(f'alter table "{cfg.sink_schema}".items add column note text')
@@ -124,7 +124,7 @@ def test_a_column_added_by_a_later_txid_reaches_an_earlier_staged_table(ledger_d
 
 
 def test_two_rows_of_one_record_are_refused_in_process_naming_it(ledger_dsn, cfg):
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}), sink=sink_for(cfg))
     claim = claim_attempt(ledger_dsn, cfg.name, "a")
     stage_part(stage_target(ledger_dsn, cfg, claim), 0, [records((0, 0, "x", 1), (0, 0, "y", 2))])
     with pytest.raises(TransformError, match=r"two rows of one source record .*\(stock, 0, 0, 0"):
@@ -132,8 +132,8 @@ def test_two_rows_of_one_record_are_refused_in_process_naming_it(ledger_dsn, cfg
 
 
 def test_an_index_of_the_users_is_built_in_process_not_in_commit(ledger_dsn, cfg):
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 1}))
-    plan(ledger_dsn, cfg, "b", snap({(T, 0): 2}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 1}), sink=sink_for(cfg))
+    plan(ledger_dsn, cfg, "b", snap({(T, 0): 2}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1)])
     commit(ledger_dsn, cfg, "a")
     with transaction(ledger_dsn) as cur:
@@ -152,8 +152,8 @@ def test_an_index_of_the_users_is_built_in_process_not_in_commit(ledger_dsn, cfg
 
 def test_the_audit_finds_a_record_in_two_partitions(ledger_dsn, cfg):
     """The key holds per partition only: a copy in another seq's partition is the audit's."""
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 1}))
-    plan(ledger_dsn, cfg, "b", snap({(T, 0): 2}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 1}), sink=sink_for(cfg))
+    plan(ledger_dsn, cfg, "b", snap({(T, 0): 2}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1)])
     process(ledger_dsn, cfg, "b", [(0, 1, "y", 2)])
     commit(ledger_dsn, cfg, "a")
@@ -173,8 +173,8 @@ def earlier_version(dsn, cfg):
     them re-run later) and b staged, not committed (its valid rows in the stage table, which
     lacks `tombstone`), the published table unpartitioned with published_at."""
     s = f'"{cfg.sink_schema}"'
-    plan(dsn, cfg, "a", snap({(T, 0): 2}))
-    plan(dsn, cfg, "b", snap({(T, 0): 4}))
+    plan(dsn, cfg, "a", snap({(T, 0): 2}), sink=sink_for(cfg))
+    plan(dsn, cfg, "b", snap({(T, 0): 4}), sink=sink_for(cfg))
     process(dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])
     commit(dsn, cfg, "a")
     with transaction(dsn) as cur:
@@ -207,7 +207,7 @@ def earlier_version(dsn, cfg):
             " ('b', %s, 0, %s, 0, 3, null, null, 'bad')",
             (claim.attempt, T, claim.attempt, T),
         )
-    mark_staged(dsn, cfg, "b", claim.attempt)
+    mark_staged(dsn, cfg, "b", claim.attempt, sink=sink_for(cfg))
 
 
 def test_an_earlier_versions_table_is_refused_until_migrated_then_publishes_on(ledger_dsn, cfg):
@@ -224,7 +224,7 @@ def test_an_earlier_versions_table_is_refused_until_migrated_then_publishes_on(l
     assert partitions(ledger_dsn, cfg)["items__legacy"][0] == "FOR VALUES FROM ('1') TO ('2')"
     res = commit(ledger_dsn, cfg, "b")  # staged before the migration, attached after it
     assert (res.published, res.dead) == (1, 1)
-    plan(ledger_dsn, cfg, "c", snap({(T, 0): 5}))
+    plan(ledger_dsn, cfg, "c", snap({(T, 0): 5}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "c", [(0, 4, "w", 4)])
     commit(ledger_dsn, cfg, "c")
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 10), (0, 1, "y", 20)])  # re-run inside legacy
@@ -304,13 +304,13 @@ def test_runs_of_one_batch_partitions_are_rolled_up_within_the_limits():
 def test_maintain_rolls_up_committed_batches_and_a_rerun_replaces_rows_there(
     ledger_dsn, unique_name, monkeypatch
 ):
-    from onceflow.sinks.maintenance import maintain
+    from onceflow.maintenance import maintain
     from onceflow.sinks.postgres import partition_rollup
 
     monkeypatch.setattr(partition_rollup, "KEEP_NEWEST", 1)
     cfg = pipeline(unique_name, "append")
     for i, txid in enumerate("abcde"):
-        plan(ledger_dsn, cfg, txid, snap({(T, 0): i + 1}))
+        plan(ledger_dsn, cfg, txid, snap({(T, 0): i + 1}), sink=sink_for(cfg))
         process(ledger_dsn, cfg, txid, [(0, i, f"k{i}", i)])
         commit(ledger_dsn, cfg, txid)
     before = published(ledger_dsn, cfg)

@@ -37,7 +37,9 @@ def _run(records_per_s: float, commit_s: float, *, published: int = RECORDS, dea
 
 def test_pipeline_settings_give_the_two_sinks_of_one_transform(tmp_path):
     from onceflow.config.pipelines_file import get_pipeline
-    from onceflow.sinks import IcebergSink, PostgresSink, sink_for
+    from onceflow.hooks.sink import sink_for
+    from onceflow.sinks.iceberg.sink import IcebergSink
+    from onceflow.sinks.postgres.sink import PostgresSink
 
     warehouse = str(tmp_path / "warehouse")
     sinks = {}

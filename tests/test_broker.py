@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from onceflow.errors import TopicMissingError
+from onceflow.hooks.sink import sink_for
 from onceflow.kafka import broker
 from onceflow.kafka.range_digest import RangeRead
 from onceflow.ranges import OffsetRange
@@ -103,7 +104,11 @@ def test_plan_plans_every_record_of_an_ordinary_producers_batches(
         unique_name, {"topics": [topic], "transform": "orders:transform", "sink": {"table": "t"}}
     )
     batch = plan(
-        ledger_dsn, cfg, "run-1", lambda at: broker.snapshot(bootstrap, cfg.name, cfg.topics, at)
+        ledger_dsn,
+        cfg,
+        "run-1",
+        lambda at: broker.snapshot(bootstrap, cfg.name, cfg.topics, at),
+        sink=sink_for(cfg),
     )
     assert {(r.partition, r.from_offset, r.until_offset) for r in batch.ranges} == {
         (0, 0, 10_000),

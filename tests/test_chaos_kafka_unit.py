@@ -51,8 +51,8 @@ def test_a_kafka_sink_chaos_run_publishes_on_the_stack_s_own_broker(monkeypatch)
 
 def test_the_chaos_topic_pipeline_publishes_to_a_topic_on_the_chaos_broker():
     from onceflow.config.pipeline_table import parse_pipeline
-    from onceflow.sinks import sink_for
-    from onceflow.sinks.kafka import KafkaSink
+    from onceflow.hooks.sink import sink_for
+    from onceflow.sinks.kafka.sink import KafkaSink
 
     raw = _derived()
     raw["sink"] = {**raw["sink"], "bootstrap": "elsewhere:9092", "create_topic": False}

@@ -11,8 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 from onceflow.commit import commit
+from onceflow.hooks.sink import sink_for
 from onceflow.ledger.planning import plan
-from onceflow.sinks import sink_for
 from onceflow_dev.chaos import Harness
 from onceflow_dev.chaos_truth import Acked
 from sink_support import T, pipeline, process, snap, tamper
@@ -50,8 +50,8 @@ def acked():
 @pytest.mark.parametrize("mode", ["delta_upsert", "iceberg_upsert", "delta_merge", "iceberg_merge"])
 def test_the_chaos_verdict_on_a_lake_upsert_or_merge_table(ledger_dsn, unique_name, tmp_path, mode):
     cfg = pipeline(unique_name, mode, tmp_path / "warehouse")
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
-    plan(ledger_dsn, cfg, "b", snap({(T, 0): 4}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}), sink=sink_for(cfg))
+    plan(ledger_dsn, cfg, "b", snap({(T, 0): 4}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "a", RECORDS[:2])
     process(ledger_dsn, cfg, "b", RECORDS[2:])
     commit(ledger_dsn, cfg, "a")

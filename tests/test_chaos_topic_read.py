@@ -10,9 +10,9 @@ import json
 import pytest
 from onceflow.commit import commit
 from onceflow.failpoints import FailpointError
+from onceflow.hooks.sink import sink_for
 from onceflow.ledger.db import transaction
 from onceflow.ledger.planning import plan
-from onceflow.sinks import sink_for
 from onceflow_dev import chaos
 from onceflow_dev.chaos_truth import (
     Acked,
@@ -33,13 +33,13 @@ def test_the_harness_reads_the_committed_output_and_its_markers(
     monkeypatch.setenv("ONCEFLOW_FAILPOINTS_DIR", str(tmp_path))
     topic = f"out-{unique_name}"
     cfg = kafka_pipeline(unique_name, real_kafka.bootstrap, topic, partitions=2, key="sku")
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "a", XY)
     (tmp_path / "commit.before_sink_commit@a").write_text("raise")
     with pytest.raises(FailpointError):  # produced, then aborted
         commit(ledger_dsn, cfg, "a")
     assert commit(ledger_dsn, cfg, "a").outcome == "committed"
-    plan(ledger_dsn, cfg, "b", snap({(T, 0): 4}))
+    plan(ledger_dsn, cfg, "b", snap({(T, 0): 4}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "b", [(0, 3, "w", 4)])
     assert commit(ledger_dsn, cfg, "b").outcome == "committed"
     # the aborted transaction's two records are in the log all the same

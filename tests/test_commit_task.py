@@ -16,6 +16,7 @@ from onceflow.airflow.triggers import CommitReadyTrigger
 from onceflow.commit import commit
 from onceflow.config.pipelines_file import get_pipeline
 from onceflow.errors import OnceflowError
+from onceflow.hooks.sink import sink_for
 from onceflow.ledger.batches import get_batch
 from onceflow.ledger.planning import plan
 from test_ledger import T, process, snap
@@ -64,8 +65,8 @@ def test_trigger_serialises_without_credentials(cfg):
 
 
 def test_trigger_waits_for_the_predecessor_then_fires(ledger_dsn, cfg, capsys):
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}))
-    plan(ledger_dsn, cfg, "b", snap({(T, 0): 16}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}), sink=sink_for(cfg))
+    plan(ledger_dsn, cfg, "b", snap({(T, 0): 16}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "b", 6)
     trigger = CommitReadyTrigger(cfg.name, "b", 0.2)
     assert first_event(trigger, within=1.5) is None  # a is only planned
@@ -90,8 +91,8 @@ def test_trigger_reports_an_unknown_txid(cfg):
 
 
 def test_commit_task_defers_while_blocked_and_commits_when_resumed(ledger_dsn, cfg):
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}))
-    plan(ledger_dsn, cfg, "b", snap({(T, 0): 16}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}), sink=sink_for(cfg))
+    plan(ledger_dsn, cfg, "b", snap({(T, 0): 16}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "b", 5, 1)
     op = CommitOperator(task_id="commit", pipeline=cfg.name, txid="b", poll_interval=0.5)
     with pytest.raises(TaskDeferred) as deferred:
@@ -118,8 +119,8 @@ def test_commit_task_defers_while_blocked_and_commits_when_resumed(ledger_dsn, c
 
 
 def test_commit_task_defers_again_when_resumed_while_a_predecessor_is_open(ledger_dsn, cfg):
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}))
-    plan(ledger_dsn, cfg, "b", snap({(T, 0): 16}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}), sink=sink_for(cfg))
+    plan(ledger_dsn, cfg, "b", snap({(T, 0): 16}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "b", 6)
     op = CommitOperator(task_id="commit", pipeline=cfg.name, txid="b")
     # resumed as if the trigger had fired while seq 1 (a) is still open (a trigger that fired

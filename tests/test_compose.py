@@ -302,9 +302,10 @@ def test_onceflow_connections_point_at_services(services, tmp_path):
     values = {k: _interpolate(v, {"ONCEFLOW_DB_PASSWORD": "pw"}) for k, v in env.items()}
     code = (
         "import json\n"
-        "from onceflow import connections\n"
-        "dsn, source = connections.ledger_dsn()\n"
-        "kafka = connections.kafka_cluster()\n"
+        "from onceflow.hooks.kafka import kafka_cluster\n"
+        "from onceflow.hooks.ledger import ledger_dsn\n"
+        "dsn, source = ledger_dsn()\n"
+        "kafka = kafka_cluster()\n"
         "print(json.dumps([dsn, source, kafka.bootstrap]))\n"
     )
     run_env = {

@@ -146,7 +146,7 @@ def test_user_transform_with_sink_tables():
 
 
 def test_an_iceberg_sink_table_namespace_and_warehouse(monkeypatch, tmp_path):
-    from onceflow.sinks import sink_for
+    from onceflow.hooks.sink import sink_for
 
     cfg = parse_pipeline("demo", {**USER, "sink": {"kind": "iceberg", "table": "stock"}})
     assert cfg.sink == SinkConfig(table="stock", kind="iceberg")
@@ -187,7 +187,7 @@ def test_two_pipelines_may_not_share_an_iceberg_table(tmp_path):
 
 
 def test_a_kafka_sink_topic_key_and_bootstrap(monkeypatch):
-    from onceflow.sinks import sink_for
+    from onceflow.hooks.sink import sink_for
 
     cfg = parse_pipeline("demo", {**USER, "sink": {"kind": "kafka", "topic": "stock.out"}})
     assert cfg.sink == SinkConfig(table="", kind="kafka", topic="stock.out")
@@ -236,7 +236,7 @@ def test_two_pipelines_may_not_share_a_kafka_output_topic(tmp_path):
 
 def test_only_an_append_only_sink_refuses_a_rerun():
     from onceflow.errors import RerunRefusedError
-    from onceflow.sinks import sink_for
+    from onceflow.hooks.sink import sink_for
 
     for sink in ({"table": "s"}, {"kind": "iceberg", "table": "s", "warehouse": "/w"}):
         sink_for(parse_pipeline("demo", {**USER, "sink": sink})).refuse_rerun("demo", "r", 3)

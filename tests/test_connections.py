@@ -5,10 +5,10 @@ ids of pipelines.toml, and the ONCEFLOW_* fallback for the default ids."""
 import json
 
 import pytest
-from onceflow import connections
 from onceflow.config.pipeline_table import parse_pipeline
 from onceflow.errors import ConfigError
-from onceflow.sinks import sink_cluster
+from onceflow.hooks.kafka import sink_cluster
+from onceflow.hooks.services import services
 
 pytestmark = pytest.mark.unit
 
@@ -35,7 +35,7 @@ def _cfg(**keys):
 
 
 def test_without_connections_the_environment_is_used():
-    svc = connections.services(_cfg())
+    svc = services(_cfg())
     assert svc.ledger_dsn == "postgresql://env:env@127.0.0.1:1/envdb"
     assert svc.ledger_source == "ONCEFLOW_POSTGRES_DSN"
     assert svc.kafka.bootstrap == "127.0.0.1:2"
@@ -48,7 +48,7 @@ def test_the_default_connections_win_over_the_environment(monkeypatch):
         "bootstrap.servers": "k1:9093,k2:9093", "security.protocol": "SASL_SSL",
         "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "flow", "sasl.password": SECRET,
         "group.id": "the-providers-hooks-need-one"})  # fmt: skip
-    svc = connections.services(_cfg())
+    svc = services(_cfg())
     from psycopg2.extensions import parse_dsn
 
     assert parse_dsn(svc.ledger_dsn) == {
@@ -64,40 +64,40 @@ def test_the_default_connections_win_over_the_environment(monkeypatch):
 def test_a_pipeline_names_its_own_connections(monkeypatch):
     _conn(monkeypatch, "prod_pg", conn_type="postgres", host="pg", login="u", password="p")
     _conn(monkeypatch, "prod_kafka", conn_type="kafka", extra={"bootstrap.servers": "pk:9092"})
-    svc = connections.services(_cfg(ledger_conn_id="prod_pg", kafka_conn_id="prod_kafka"))
+    svc = services(_cfg(ledger_conn_id="prod_pg", kafka_conn_id="prod_kafka"))
     assert "host=pg" in svc.ledger_dsn and svc.kafka.bootstrap == "pk:9092"
 
 
 def test_a_named_connection_that_does_not_exist_names_itself_and_where():
     with pytest.raises(ConfigError) as e:
-        connections.services(_cfg(kafka_conn_id="prod_kafka"))
+        services(_cfg(kafka_conn_id="prod_kafka"))
     assert "Airflow connection 'prod_kafka' does not exist" in str(e.value)
     assert "/etc/flows/pipelines.toml: `kafka_conn_id`" in str(e.value)
     with pytest.raises(ConfigError, match="'prod_pg' does not exist .*`ledger_conn_id`"):
-        connections.services(_cfg(ledger_conn_id="prod_pg"))
+        services(_cfg(ledger_conn_id="prod_pg"))
 
 
 def test_an_extra_that_is_not_json_says_so(monkeypatch):
     _conn(monkeypatch, "onceflow_kafka", conn_type="kafka", extra='{"bootstrap.servers": k1:9092}')
     with pytest.raises(ConfigError, match="'onceflow_kafka': its extra is not valid JSON"):
-        connections.services(_cfg())
+        services(_cfg())
 
 
 def test_an_unknown_client_key_is_named(monkeypatch):
     _conn(monkeypatch, "onceflow_kafka", conn_type="kafka",
           extra={"bootstrap.servers": "k:1", "sasl.mechanisms": "PLAIN", "sasl.usernme": "x"})  # fmt: skip
     with pytest.raises(ConfigError, match="'sasl.usernme'") as e:
-        connections.services(_cfg())
+        services(_cfg())
     assert "onceflow_kafka" in str(e.value)
 
 
 def test_an_unknown_libpq_key_and_a_wrong_type_are_named(monkeypatch):
     _conn(monkeypatch, "onceflow_ledger", conn_type="postgres", host="h", extra={"iam": True})
     with pytest.raises(ConfigError, match="extra key 'iam'"):
-        connections.services(_cfg())
+        services(_cfg())
     _conn(monkeypatch, "onceflow_ledger", conn_type="mysql", host="h")
     with pytest.raises(ConfigError, match="of type 'mysql'; the ledger needs a 'postgres'"):
-        connections.services(_cfg())
+        services(_cfg())
 
 
 def test_a_kafka_sinks_cluster(monkeypatch):
@@ -142,7 +142,7 @@ def test_the_command_line_reads_named_connections(monkeypatch):
 def test_a_kafka_sink_reads_its_connection_only_when_it_publishes(monkeypatch):
     """The process job stages a Kafka sink's output into PostgreSQL outside Airflow, where the
     sink's connection cannot be read: building the sink must not ask for it."""
-    from onceflow.sinks import sink_for
+    from onceflow.hooks.sink import sink_for
 
     sink = sink_for(_cfg(sink={"kind": "kafka", "topic": "out", "conn_id": "nope"}))
     assert sink.describe() == "the Kafka topic 'out' on the cluster of Airflow connection 'nope'"

@@ -25,10 +25,10 @@ from onceflow.errors import (
     SinkUnavailableError,
 )
 from onceflow.failpoints import FailpointError
+from onceflow.hooks.sink import sink_for
 from onceflow.ledger.db import transaction
 from onceflow.ledger.fencing import claim_attempt, mark_staged
 from onceflow.ledger.planning import plan
-from onceflow.sinks import sink_for
 from onceflow.sinks.delta.evolution import OUTPUT_COLUMNS
 from onceflow.staging.target import StageTarget
 from onceflow.staging.writer import stage_part
@@ -85,8 +85,8 @@ def on_disk(cfg, txid, attempt):
 
 
 def test_each_version_records_the_app_transaction_and_the_txid(ledger_dsn, cfg):
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
-    plan(ledger_dsn, cfg, "b", snap({(T, 0): 3}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}), sink=sink_for(cfg))
+    plan(ledger_dsn, cfg, "b", snap({(T, 0): 3}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])
     process(ledger_dsn, cfg, "b", [(0, 2, "z", 3)])
     assert commit(ledger_dsn, cfg, "a").outcome == "committed"
@@ -111,7 +111,7 @@ def test_each_version_records_the_app_transaction_and_the_txid(ledger_dsn, cfg):
 def test_a_crash_between_the_table_and_the_ledger_is_repaired_without_publishing_twice(
     ledger_dsn, cfg, failpoints_dir
 ):
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2), (0, 2, "z", 3, "bad")])
     (failpoints_dir / "commit.after_sink_publish@a").write_text("raise")
     with pytest.raises(FailpointError):
@@ -131,8 +131,8 @@ def test_a_crash_between_the_table_and_the_ledger_is_repaired_without_publishing
 
 
 def test_a_rerun_replaces_the_txids_files_in_one_version(ledger_dsn, cfg):
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
-    plan(ledger_dsn, cfg, "b", snap({(T, 0): 3}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}), sink=sink_for(cfg))
+    plan(ledger_dsn, cfg, "b", snap({(T, 0): 3}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])
     process(ledger_dsn, cfg, "b", [(0, 2, "z", 3)])
     commit(ledger_dsn, cfg, "a")
@@ -154,13 +154,13 @@ def test_a_rerun_replaces_the_txids_files_in_one_version(ledger_dsn, cfg):
 
 
 def test_a_fenced_attempts_file_is_never_referenced_and_removed_after_commit(ledger_dsn, cfg):
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}), sink=sink_for(cfg))
     old = claim_attempt(ledger_dsn, cfg.name, "a")
     old_target = StageTarget.for_sink(ledger_dsn, bound(ledger_dsn, cfg), cfg.name, "a", 1, 1)
     stage_part(old_target, 0, [records((0, 0, "x", 100), (0, 1, "y", 100))])
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])
     with pytest.raises(FencedAttemptError):
-        mark_staged(ledger_dsn, cfg, "a", old.attempt, parts=1)
+        mark_staged(ledger_dsn, cfg, "a", old.attempt, parts=1, sink=sink_for(cfg))
     assert len(on_disk(cfg, "a", 1)) == 1
     commit(ledger_dsn, cfg, "a")
     assert all("attempt=2" in f for f in live_files(cfg))
@@ -175,7 +175,7 @@ def test_the_ledger_cli_shows_each_committed_txids_version(ledger_dsn, cfg, writ
 
     from onceflow.cli.main import main
 
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])
     commit(ledger_dsn, cfg, "a")
     ((_, info),) = versions(cfg, seq=1)
@@ -211,7 +211,7 @@ def test_an_extra_column_is_left_alone_and_an_added_one_is_added_and_recorded(le
     with transaction(ledger_dsn) as cur:  # a table with a `note` too, not from an output
         sink_for(cfg).bind_output(cur, [*FIELDS, ("note", "string")])
     table(cfg).alter.set_table_properties({OUTPUT_COLUMNS: "sku,qty"}, raise_if_not_exists=False)
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])  # without `note`
     commit(ledger_dsn, cfg, "a")
     rows = sink_for(cfg).scan(table(cfg), ("sku", "note")).to_pylist()
@@ -242,7 +242,7 @@ def test_an_unreachable_warehouse_is_a_clear_error(ledger_dsn, unique_name, tmp_
 
 
 def test_a_staged_file_gone_at_commit_is_a_clear_error_and_the_retry_publishes(ledger_dsn, cfg):
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])
     (lost,) = on_disk(cfg, "a", 1)
     Path(lost).rename(f"{lost}.away")
@@ -261,7 +261,7 @@ def test_a_staged_file_gone_at_commit_is_a_clear_error_and_the_retry_publishes(l
 
 
 def test_the_audit_finds_a_seq_published_twice_and_its_records_twice(ledger_dsn, cfg):
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])
     commit(ledger_dsn, cfg, "a")
     exactly_once(ledger_dsn, cfg)

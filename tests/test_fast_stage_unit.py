@@ -214,7 +214,7 @@ import sys, json
 import pyarrow as pa
 from onceflow.spark.arrow_columns import binary_array, fixed_array, string_repeat, timestamp_array
 from onceflow.config.sink import SinkConfig
-from onceflow.sinks.postgres import PostgresSink
+from onceflow.sinks.postgres.sink import PostgresSink
 from onceflow.sinks.postgres.columns import Column
 from onceflow.staging.attempt_table import _ValidRows
 from onceflow.staging.fast_stage import Split
@@ -266,7 +266,7 @@ def test_exact_sum_of_slices_narrow_types_and_huge_values():
 
 def test_only_a_postgresql_append_sink_takes_a_fast_form():
     from onceflow.config.sink import SinkConfig
-    from onceflow.sinks.postgres import PostgresSink
+    from onceflow.sinks.postgres.sink import PostgresSink
 
     def takes(mode, key=(), aggregates=(), aggregating=False):
         cfg = SinkConfig("t", mode, key, aggregates)

@@ -22,10 +22,10 @@ from onceflow.errors import (
     SinkUnavailableError,
 )
 from onceflow.failpoints import FailpointError
+from onceflow.hooks.sink import sink_for
 from onceflow.ledger.db import transaction
 from onceflow.ledger.fencing import claim_attempt, mark_staged
 from onceflow.ledger.planning import plan
-from onceflow.sinks import sink_for
 from onceflow.sinks.iceberg.catalog import CATALOG_SCHEMA
 from onceflow.sinks.iceberg.evolution import OUTPUT_COLUMNS
 from onceflow.staging.target import StageTarget
@@ -66,7 +66,7 @@ def cfg(unique_name, tmp_path):
 def test_a_crash_between_the_sink_and_the_ledger_is_repaired_without_publishing_twice(
     ledger_dsn, cfg, failpoints_dir
 ):
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2), (0, 2, "z", 3, "bad")])
     (failpoints_dir / "commit.after_sink_publish@a").write_text("raise")
     with pytest.raises(FailpointError):
@@ -88,7 +88,7 @@ def test_a_crash_between_the_sink_and_the_ledger_is_repaired_without_publishing_
 def test_lost_dead_letters_fail_the_ledger_step_and_a_new_attempt_replaces_the_snapshot(
     ledger_dsn, cfg
 ):
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2), (0, 2, "z", 3, "bad")])
     with transaction(ledger_dsn) as cur:  # the staged dead letter is lost (a database crash)
         cur.execute(f'delete from "{cfg.sink_schema}".stage_items')
@@ -105,7 +105,7 @@ def test_lost_dead_letters_fail_the_ledger_step_and_a_new_attempt_replaces_the_s
 
 
 def test_commit_twice_makes_one_snapshot(ledger_dsn, cfg):
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])
     assert commit(ledger_dsn, cfg, "a").outcome == "committed"
     assert commit(ledger_dsn, cfg, "a").outcome == "already-committed"
@@ -126,8 +126,8 @@ def test_commit_twice_makes_one_snapshot(ledger_dsn, cfg):
 
 
 def test_a_rerun_replaces_the_txids_files_in_one_overwrite_snapshot(ledger_dsn, cfg):
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
-    plan(ledger_dsn, cfg, "b", snap({(T, 0): 3}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}), sink=sink_for(cfg))
+    plan(ledger_dsn, cfg, "b", snap({(T, 0): 3}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])
     process(ledger_dsn, cfg, "b", [(0, 2, "z", 3)])
     commit(ledger_dsn, cfg, "a")
@@ -164,8 +164,8 @@ def test_the_ledger_cli_and_ui_show_each_committed_txids_snapshot(
 
     from onceflow.cli.main import main
 
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
-    plan(ledger_dsn, cfg, "b", snap({(T, 0): 3}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}), sink=sink_for(cfg))
+    plan(ledger_dsn, cfg, "b", snap({(T, 0): 3}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])
     commit(ledger_dsn, cfg, "a")
     assert [batch(ledger_dsn, cfg, "a").sink_commit] == snapshot_ids(ledger_dsn, cfg, 1)
@@ -199,7 +199,7 @@ def test_the_ledger_cli_and_ui_show_each_committed_txids_snapshot(
 
 
 def test_a_fenced_attempts_file_is_never_referenced_and_removed_after_commit(ledger_dsn, cfg):
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}), sink=sink_for(cfg))
     old = claim_attempt(ledger_dsn, cfg.name, "a")
     old_target = StageTarget.for_sink(ledger_dsn, bound(ledger_dsn, cfg), cfg.name, "a", 1, 1)
     stage_part(old_target, 0, [records((0, 0, "x", 100), (0, 1, "y", 100))])
@@ -207,7 +207,7 @@ def test_a_fenced_attempts_file_is_never_referenced_and_removed_after_commit(led
     with pytest.raises(FencedAttemptError):
         stage_part(old_target, 1, [records((0, 0, "x", 100))])
     with pytest.raises(FencedAttemptError):
-        mark_staged(ledger_dsn, cfg, "a", old.attempt, parts=1)
+        mark_staged(ledger_dsn, cfg, "a", old.attempt, parts=1, sink=sink_for(cfg))
     zombie = on_disk(cfg, "a", 1)
     assert len(zombie) == 1  # the zombie's file exists...
     commit(ledger_dsn, cfg, "a")
@@ -221,7 +221,7 @@ def test_a_fenced_attempts_file_is_never_referenced_and_removed_after_commit(led
 
 def test_cleanup_never_removes_what_an_attempt_may_still_publish(ledger_dsn, cfg, write_pipelines):
     for txid, n in (("a", 2), ("b", 3), ("c", 4), ("d", 5)):
-        plan(ledger_dsn, cfg, txid, snap({(T, 0): n}))
+        plan(ledger_dsn, cfg, txid, snap({(T, 0): n}), sink=sink_for(cfg))
     # a: committed, a re-run staged (attempt 2), another re-run running (attempt 3);
     # b: staged, waiting to commit; c: attempt 1 fenced by attempt 2, which is still running
     # (one part staged); d: attempt 1 still running
@@ -248,7 +248,7 @@ def test_cleanup_never_removes_what_an_attempt_may_still_publish(ledger_dsn, cfg
     assert {k: on_disk(cfg, *k) for k in kept} == kept
     assert cleanup(cfg) == {}
     # the survivors still publish
-    mark_staged(ledger_dsn, cfg, "c", 2, parts=1)
+    mark_staged(ledger_dsn, cfg, "c", 2, parts=1, sink=sink_for(cfg))
     assert commit(ledger_dsn, cfg, "a").outcome == "republished"  # attempt 2
     for txid in ("b", "c"):
         assert commit(ledger_dsn, cfg, txid).outcome == "committed"
@@ -265,7 +265,7 @@ def test_cleanup_never_removes_what_an_attempt_may_still_publish(ledger_dsn, cfg
 def test_a_part_whose_transaction_rolls_back_leaves_no_referenced_file(
     ledger_dsn, cfg, failpoints_dir
 ):
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}), sink=sink_for(cfg))
     claim = claim_attempt(ledger_dsn, cfg.name, "a")
     target = stage_target(ledger_dsn, cfg, claim)
     (failpoints_dir / "stage.before_part_commit@a").write_text("raise")
@@ -273,7 +273,7 @@ def test_a_part_whose_transaction_rolls_back_leaves_no_referenced_file(
         stage_part(target, 0, [records((0, 0, "x", 1), (0, 1, "y", 2))])
     retried = stage_part(target, 0, [records((0, 0, "x", 1), (0, 1, "y", 2))])
     assert (retried.rows, retried.skipped) == (2, False)
-    mark_staged(ledger_dsn, cfg, "a", claim.attempt, parts=1)
+    mark_staged(ledger_dsn, cfg, "a", claim.attempt, parts=1, sink=sink_for(cfg))
     assert commit(ledger_dsn, cfg, "a").published == 2
     assert len(list(Path(cfg.sink.warehouse).rglob("part-00000-*.parquet"))) == 2
     assert len(live_files(ledger_dsn, cfg)) == 1
@@ -284,7 +284,7 @@ def test_a_part_whose_transaction_rolls_back_leaves_no_referenced_file(
 
 
 def test_the_catalog_lives_in_a_schema_of_its_own(ledger_dsn, cfg):
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 1}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 1}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1)])
     with transaction(ledger_dsn) as cur:
         cur.execute(
@@ -323,7 +323,7 @@ def test_a_namespace_of_its_own_and_the_rows_txid_and_epoch(ledger_dsn, unique_n
             "sink": {"kind": "iceberg", "table": f"{namespace}.items", "warehouse": str(tmp_path)},
         },
     )
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])
     commit(ledger_dsn, cfg, "a")
     assert sink_for(cfg).identifier == (namespace, "items")
@@ -352,7 +352,7 @@ def test_an_existing_table_with_an_extra_optional_column_is_used(ledger_dsn, cfg
         sink_for(cfg).bind_output(cur, [*FIELDS, ("note", "string")])
     with iceberg_table(ledger_dsn, cfg).transaction() as tx:
         tx.remove_properties(OUTPUT_COLUMNS)
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])  # without `note`
     commit(ledger_dsn, cfg, "a")
     rows = iceberg_table(ledger_dsn, cfg).scan(selected_fields=("sku", "note")).to_arrow()
@@ -375,7 +375,7 @@ def test_an_unreachable_warehouse_is_a_clear_error(ledger_dsn, unique_name, tmp_
 def test_a_warehouse_unreachable_at_commit_is_a_clear_error_and_the_retry_publishes(
     ledger_dsn, cfg
 ):
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])
     warehouse = Path(cfg.sink.warehouse)
     warehouse.rename(warehouse.with_name("unmounted"))  # the whole warehouse is gone
@@ -405,7 +405,7 @@ def test_a_warehouse_unreachable_at_commit_is_a_clear_error_and_the_retry_publis
 
 
 def test_the_audit_finds_a_seq_published_twice_and_its_records_twice(ledger_dsn, cfg):
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])
     commit(ledger_dsn, cfg, "a")
     exactly_once(ledger_dsn, cfg)
@@ -430,7 +430,7 @@ def test_the_chaos_truth_scans_the_table_by_coordinates(ledger_dsn, cfg):
     from onceflow_dev.chaos import SinkSnapshot, _coord, _user_columns
     from onceflow_dev.chaos_truth import Acked, SinkRecord, account, fields_row
 
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2), (0, 2, "z", 3, "bad")])
     commit(ledger_dsn, cfg, "a")
 

@@ -26,10 +26,11 @@ from onceflow.errors import (
     SinkUnavailableError,
 )
 from onceflow.failpoints import FailpointError
+from onceflow.hooks.sink import sink_for
 from onceflow.ledger.db import transaction
 from onceflow.ledger.fencing import claim_attempt, mark_staged
 from onceflow.ledger.planning import plan
-from onceflow.sinks import PublishTarget, sink_for
+from onceflow.sinks.base import PublishTarget
 from onceflow.sinks.kafka import limits as kafka_limits
 from onceflow.sinks.kafka.markers import Marker
 from onceflow.states import BatchState
@@ -65,7 +66,7 @@ def cfg(unique_name, real_kafka, topic):
 
 
 def test_one_transaction_publishes_the_rows_and_one_marker(ledger_dsn, cfg, real_kafka):
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3, (T, 1): 1}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3, (T, 1): 1}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "a", XY, [(1, 0, "w", 4)])
     res = commit(ledger_dsn, cfg, "a")
     assert (res.outcome, res.published, res.dead) == ("committed", 3, 1)
@@ -99,7 +100,7 @@ def test_one_transaction_publishes_the_rows_and_one_marker(ledger_dsn, cfg, real
 
 
 def test_commit_twice_publishes_once(ledger_dsn, cfg, real_kafka):
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "a", XY)
     assert commit(ledger_dsn, cfg, "a").outcome == "committed"
     again = commit(ledger_dsn, cfg, "a")
@@ -110,8 +111,8 @@ def test_commit_twice_publishes_once(ledger_dsn, cfg, real_kafka):
 
 
 def test_batches_in_seq_order_each_with_one_marker(ledger_dsn, cfg, real_kafka):
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
-    plan(ledger_dsn, cfg, "b", snap({(T, 0): 3}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}), sink=sink_for(cfg))
+    plan(ledger_dsn, cfg, "b", snap({(T, 0): 3}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "a", XY[:2])
     process(ledger_dsn, cfg, "b", [XY[2]])
     commit(ledger_dsn, cfg, "a")
@@ -128,7 +129,7 @@ def test_a_fenced_attempts_output_is_never_published(ledger_dsn, cfg, real_kafka
     from onceflow.staging.writer import stage_part
     from sink_support import records, stage_target
 
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}), sink=sink_for(cfg))
     old = claim_attempt(ledger_dsn, cfg.name, "a")
     target = stage_target(ledger_dsn, cfg, old)
     stage_part(target, 0, [records((0, 0, "x", 100), (0, 1, "y", 100))])
@@ -139,9 +140,11 @@ def test_a_fenced_attempts_output_is_never_published(ledger_dsn, cfg, real_kafka
 
 
 def test_an_empty_first_batch_publishes_a_marker(ledger_dsn, cfg, real_kafka):
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 0}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 0}), sink=sink_for(cfg))
     claim = claim_attempt(ledger_dsn, cfg.name, "a")
-    mark_staged(ledger_dsn, cfg, "a", claim.attempt, parts=0)  # no stage table yet
+    mark_staged(
+        ledger_dsn, cfg, "a", claim.attempt, parts=0, sink=sink_for(cfg)
+    )  # no stage table yet
     assert commit(ledger_dsn, cfg, "a").published == 0
     assert [(m.seq, m.records) for m in markers(real_kafka.bootstrap, cfg)] == [(1, 0)]
     assert consume(real_kafka.bootstrap, cfg.sink.topic) == []
@@ -150,7 +153,7 @@ def test_an_empty_first_batch_publishes_a_marker(ledger_dsn, cfg, real_kafka):
 
 def test_a_key_column_is_the_record_key(ledger_dsn, unique_name, real_kafka, topic):
     cfg = kafka_pipeline(unique_name, real_kafka.bootstrap, topic, key="sku", partitions=3)
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2, (T, 2): 2}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2, (T, 2): 2}), sink=sink_for(cfg))
     process(
         ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)], [(2, 0, "x", 3), (2, 1, None, 4)]
     )
@@ -202,7 +205,7 @@ def commit_in_a_process(dsn, cfg, txid, failpoints):
 def test_a_crash_before_the_kafka_commit_leaves_nothing_visible_and_the_retry_publishes_once(
     ledger_dsn, cfg, real_kafka, tmp_path
 ):
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "a", XY)
     failpoints = tmp_path / "fp"
     failpoints.mkdir()
@@ -223,7 +226,7 @@ def test_a_crash_before_the_kafka_commit_leaves_nothing_visible_and_the_retry_pu
 def test_a_crash_between_the_kafka_commit_and_the_ledger_is_repaired_without_publishing_twice(
     ledger_dsn, cfg, real_kafka, failpoints_dir
 ):
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "a", XY)
     (failpoints_dir / "commit.after_sink_publish@a").write_text("raise")
     with pytest.raises(FailpointError):
@@ -244,7 +247,7 @@ def test_a_new_attempt_after_a_kafka_commit_keeps_the_published_one(
 ):
     """The run cleared after a crash between the two steps: process stages attempt 2, but
     the topic (append-only) already holds attempt 1's records, the same output: they stand."""
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "a", XY)
     (failpoints_dir / "commit.after_sink_publish@a").write_text("raise")
     with pytest.raises(FailpointError):
@@ -263,7 +266,7 @@ def test_a_zombie_committer_is_fenced_by_the_epoch_and_its_records_stay_invisibl
     """A committer stalls with its Kafka transaction open (records produced and flushed)
     after losing its ledger lock; the next committer's init_transactions fences it and
     aborts that transaction, then publishes; the zombie's Kafka commit then fails."""
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "a", XY)
     sink, t = sink_for(cfg), PublishTarget(cfg.name, "a", 1, 1)
     (failpoints_dir / "commit.before_sink_commit@a").write_text("sleep:8")
@@ -299,7 +302,7 @@ def test_a_zombie_committer_is_fenced_by_the_epoch_and_its_records_stay_invisibl
 
 
 def test_a_rerun_of_a_committed_txid_is_refused_as_append_only(ledger_dsn, cfg, real_kafka):
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "a", XY)
     commit(ledger_dsn, cfg, "a")
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 10), (0, 1, "y", 20), (0, 2, "z", 3, "bad")])
@@ -320,7 +323,7 @@ def test_plan_refuses_the_rerun_before_anything_is_processed(
     from onceflow.airflow.tasks import plan_task
 
     write_pipelines(cfg, kind="kafka", topic=cfg.sink.topic, bootstrap=cfg.sink.bootstrap)
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "a", XY)
     assert plan_task(cfg.name, "a")["replayed"]  # staged, not committed: a retry replays
     commit(ledger_dsn, cfg, "a")
@@ -334,7 +337,7 @@ def test_plan_refuses_the_rerun_before_anything_is_processed(
 def test_the_audit_finds_a_seq_published_twice(ledger_dsn, cfg, real_kafka):
     from confluent_kafka import Producer
 
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "a", XY)
     commit(ledger_dsn, cfg, "a")
     exactly_once(ledger_dsn, cfg)
@@ -363,7 +366,7 @@ def test_the_audit_finds_a_seq_published_twice(ledger_dsn, cfg, real_kafka):
 def test_the_audit_finds_a_marker_whose_count_the_records_do_not_match(ledger_dsn, cfg, real_kafka):
     from confluent_kafka import Producer
 
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "a", XY)
     # publish seq 1 by hand with one record missing, then let the ledger step find it
     p = Producer({"bootstrap.servers": real_kafka.bootstrap, "transactional.id": "test-short"})
@@ -399,7 +402,7 @@ def test_a_missing_topic_that_may_not_be_created_is_a_clear_error(
     from onceflow.kafka import broker
 
     cfg = kafka_pipeline(unique_name, real_kafka.bootstrap, topic, create_topic=False)
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "a", XY)
     with pytest.raises(SinkRejectedError) as e:
         commit(ledger_dsn, cfg, "a")
@@ -426,7 +429,7 @@ def test_a_record_too_large_for_the_topic_is_a_clear_error_and_nothing_is_visibl
     ).values():
         f.result(10)
     big = "s" * 5000
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, big, 2), (0, 2, "z", 3)])
     with pytest.raises(SinkRejectedError) as e:
         commit(ledger_dsn, cfg, "a")
@@ -455,7 +458,7 @@ def test_an_unreachable_broker_at_commit_is_a_clear_error_and_the_retry_publishe
     monkeypatch.setattr(kafka_limits, "TIMEOUT_S", 3.0)
     nowhere = f"127.0.0.1:{free_port()}"
     away = replace(cfg, sink=replace(cfg.sink, bootstrap=nowhere))
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "a", XY)
     with pytest.raises(SinkUnavailableError) as e:
         commit(ledger_dsn, away, "a")

@@ -12,11 +12,11 @@ from __future__ import annotations
 import pytest
 from onceflow.audit import run_audit
 from onceflow.config.pipelines_file import get_pipeline
+from onceflow.hooks.sink import sink_for
 from onceflow.kafka import broker
 from onceflow.kafka.recount import count_records
 from onceflow.ledger import views
 from onceflow.ledger.db import transaction
-from onceflow.sinks import sink_for
 from onceflow.sinks.iceberg.catalog import open_catalog
 from onceflow_dev import demo
 from test_example_e2e import update
@@ -159,4 +159,4 @@ def test_a_delta_upsert_pipeline_through_the_scheduler_keeps_each_skus_last_upda
     }
     assert states == {r: "success" if r == by_seq[2] else "skipped" for r in run_ids}
     history = sink_for(cfg).open_table().history()
-    assert any("onceflow.sinks.maintenance" in h for h in history)
+    assert any("onceflow.maintenance" in h for h in history)

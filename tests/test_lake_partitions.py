@@ -13,10 +13,10 @@ import pytest
 from onceflow.commit import commit
 from onceflow.config.pipeline_table import parse_pipeline
 from onceflow.errors import ConfigError, SinkSchemaError
+from onceflow.hooks.sink import sink_for
 from onceflow.ledger.db import transaction
 from onceflow.ledger.planning import plan
-from onceflow.sinks import sink_for
-from onceflow.sinks.maintenance import maintain
+from onceflow.maintenance import maintain
 from sink_support import FIELDS, MODES, T, bound, exactly_once, process, published, snap
 
 pytestmark = pytest.mark.integration
@@ -54,8 +54,8 @@ def test_each_file_holds_one_partition_through_publish_rerun_and_compaction(
     ledger_dsn, unique_name, tmp_path, mode
 ):
     cfg = partitioned(unique_name, mode, tmp_path / "w")
-    plan(ledger_dsn, cfg, "x", snap({(T, 0): 5}))
-    plan(ledger_dsn, cfg, "y", snap({(T, 0): 7}))
+    plan(ledger_dsn, cfg, "x", snap({(T, 0): 5}), sink=sink_for(cfg))
+    plan(ledger_dsn, cfg, "y", snap({(T, 0): 7}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "x", ROWS[:3], ROWS[3:])  # two parts, several partitions each
     process(ledger_dsn, cfg, "y", [(0, 5, "b", 6), (0, 6, "e", 7)])
     commit(ledger_dsn, cfg, "x")

@@ -19,9 +19,10 @@ from conftest import free_port
 from onceflow.commit import commit
 from onceflow.errors import SinkSchemaError
 from onceflow.failpoints import FailpointError
+from onceflow.hooks.sink import sink_for
 from onceflow.ledger.planning import plan
+from onceflow.maintenance import maintain
 from onceflow.sinks.lake.storage import STORAGE_ENV, Storage
-from onceflow.sinks.maintenance import maintain
 from sink_support import MODES, T, bound, exactly_once, pipeline, process, published, snap
 
 pytestmark = pytest.mark.integration
@@ -74,8 +75,8 @@ def test_a_lake_table_on_s3_is_exactly_once_through_crash_rerun_and_maintenance(
     ledger_dsn, unique_name, on_s3, failpoints_dir, mode
 ):
     cfg = pipeline(unique_name, mode, f"s3://{BUCKET}/{unique_name}")
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
-    plan(ledger_dsn, cfg, "b", snap({(T, 0): 5}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}), sink=sink_for(cfg))
+    plan(ledger_dsn, cfg, "b", snap({(T, 0): 5}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2), (0, 2, "z", 3, "bad")])
     process(ledger_dsn, cfg, "b", [(0, 3, "x", 4), (0, 4, "w", 5)])
     assert commit(ledger_dsn, cfg, "a").outcome == "committed"
@@ -114,7 +115,7 @@ def test_the_storage_comes_from_an_aws_connection_and_its_secret_is_never_shown(
 
     raw = {"topics": [T], "transform": "inventory:transform", "sink": sink}
     cfg = parse_pipeline(unique_name, raw)
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])
     assert commit(ledger_dsn, cfg, "a").published == 2
     exactly_once(ledger_dsn, cfg)

@@ -23,6 +23,7 @@ from onceflow.errors import (
     TransformError,
     UnknownTxidError,
 )
+from onceflow.hooks.sink import sink_for
 from onceflow.ledger import views
 from onceflow.ledger.batches import ensure_pipeline, get_batch
 from onceflow.ledger.db import migrate, transaction
@@ -31,9 +32,8 @@ from onceflow.ledger.log_checks import BrokerSnapshot, verify_topic_ids
 from onceflow.ledger.ordering import blocking_predecessor, commit_blocker
 from onceflow.ledger.planning import plan
 from onceflow.ledger.resets import reset_offsets
-from onceflow.sinks import sink_for
 from onceflow.sinks.base import PublishTarget
-from onceflow.sinks.postgres import PostgresSink
+from onceflow.sinks.postgres.sink import PostgresSink
 
 pytestmark = pytest.mark.integration
 T = "orders"
@@ -105,7 +105,7 @@ def stage(dsn, cfg, txid, attempt, n_valid, n_dead=0, partition=0, start=None):
 def process(dsn, cfg, txid, n_valid, n_dead=0):
     claim = claim_attempt(dsn, cfg.name, txid)
     stage(dsn, cfg, txid, claim.attempt, n_valid, n_dead)
-    return claim, mark_staged(dsn, cfg, txid, claim.attempt)
+    return claim, mark_staged(dsn, cfg, txid, claim.attempt, sink=sink_for(cfg))
 
 
 def test_migrate_is_idempotent(ledger_dsn):
@@ -149,12 +149,12 @@ def test_migration_0003_reshapes_any_sinks_stage_table(ledger_dsn, unique_name):
 
 
 def test_plan_replays_a_known_txid_unchanged(ledger_dsn, cfg):
-    first = plan(ledger_dsn, cfg, "run-1", snap({(T, 0): 10, (T, 1): 5}))
-    again = plan(ledger_dsn, cfg, "run-1", snap({(T, 0): 50, (T, 1): 50}))
+    first = plan(ledger_dsn, cfg, "run-1", snap({(T, 0): 10, (T, 1): 5}), sink=sink_for(cfg))
+    again = plan(ledger_dsn, cfg, "run-1", snap({(T, 0): 50, (T, 1): 50}), sink=sink_for(cfg))
     assert first.seq == again.seq == 1
     assert again.replayed and not first.replayed
     assert again.ranges == first.ranges
-    second = plan(ledger_dsn, cfg, "run-2", snap({(T, 0): 50, (T, 1): 50}))
+    second = plan(ledger_dsn, cfg, "run-2", snap({(T, 0): 50, (T, 1): 50}), sink=sink_for(cfg))
     assert second.seq == 2
     assert [(r.from_offset, r.until_offset) for r in second.ranges] == [(10, 50), (5, 50)]
 
@@ -169,7 +169,7 @@ def test_concurrent_planners_get_dense_seq_and_disjoint_ranges(ledger_dsn, cfg):
 
     def planner(i):
         try:
-            results.append(plan(ledger_dsn, cfg, f"run-{i}", grow))
+            results.append(plan(ledger_dsn, cfg, f"run-{i}", grow, sink=sink_for(cfg)))
         except Exception as e:  # pragma: no cover - reported below
             errors.append(e)
 
@@ -186,20 +186,20 @@ def test_concurrent_planners_get_dense_seq_and_disjoint_ranges(ledger_dsn, cfg):
 
 
 def test_plan_refuses_offset_regression_and_plans_nothing(ledger_dsn, cfg):
-    plan(ledger_dsn, cfg, "run-1", snap({(T, 0): 10}))
+    plan(ledger_dsn, cfg, "run-1", snap({(T, 0): 10}), sink=sink_for(cfg))
     with pytest.raises(OffsetRegressionError):
-        plan(ledger_dsn, cfg, "run-2", snap({(T, 0): 3}))
+        plan(ledger_dsn, cfg, "run-2", snap({(T, 0): 3}), sink=sink_for(cfg))
     with pytest.raises(UnknownTxidError):
         get_batch(ledger_dsn, cfg.name, "run-2")
 
 
 def test_plan_data_loss_fails_or_records_loss_event(ledger_dsn, unique_name):
     strict = pipeline(unique_name)
-    plan(ledger_dsn, strict, "run-1", snap({(T, 0): 10}))
+    plan(ledger_dsn, strict, "run-1", snap({(T, 0): 10}), sink=sink_for(strict))
     with pytest.raises(DataLossError):
-        plan(ledger_dsn, strict, "run-2", snap({(T, 0): 20}, {(T, 0): 15}))
+        plan(ledger_dsn, strict, "run-2", snap({(T, 0): 20}, {(T, 0): 15}), sink=sink_for(strict))
     skip = pipeline(unique_name, on_data_loss="skip")
-    b2 = plan(ledger_dsn, skip, "run-2", snap({(T, 0): 20}, {(T, 0): 15}))
+    b2 = plan(ledger_dsn, skip, "run-2", snap({(T, 0): 20}, {(T, 0): 15}), sink=sink_for(skip))
     assert [(lo.from_offset, lo.until_offset) for lo in b2.losses] == [(10, 15)]
     assert (b2.ranges[0].from_offset, b2.ranges[0].until_offset) == (15, 20)
     # commit must move the committed offset across the loss: 10 -> 20
@@ -215,8 +215,8 @@ def test_plan_data_loss_fails_or_records_loss_event(ledger_dsn, unique_name):
 
 
 def test_commit_publishes_in_seq_order_and_is_idempotent(ledger_dsn, cfg):
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}))
-    plan(ledger_dsn, cfg, "b", snap({(T, 0): 16}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}), sink=sink_for(cfg))
+    plan(ledger_dsn, cfg, "b", snap({(T, 0): 16}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "b", 5, 1)  # b is staged before a
     with pytest.raises(CommitOrderError, match="cannot commit before txid 'a'"):
         commit(ledger_dsn, cfg, "b")
@@ -244,7 +244,7 @@ def test_commit_publishes_in_seq_order_and_is_idempotent(ledger_dsn, cfg):
 def test_commit_its_trigger_and_the_views_name_the_same_blocker(ledger_dsn, cfg):
     """Every commit waits for the lowest batch that is not closed, whatever lies between."""
     for txid, end in (("a", 10), ("b", 16), ("c", 20)):
-        plan(ledger_dsn, cfg, txid, snap({(T, 0): end}))
+        plan(ledger_dsn, cfg, txid, snap({(T, 0): end}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "b", 6)
     process(ledger_dsn, cfg, "c", 4)
     with pytest.raises(CommitOrderError, match=r"before txid 'a' \(seq 1\), which is planned"):
@@ -270,22 +270,22 @@ def test_commit_its_trigger_and_the_views_name_the_same_blocker(ledger_dsn, cfg)
 
 
 def test_zombie_attempt_is_fenced(ledger_dsn, cfg):
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}), sink=sink_for(cfg))
     old = claim_attempt(ledger_dsn, cfg.name, "a")
     new = claim_attempt(ledger_dsn, cfg.name, "a")
     assert new.attempt == old.attempt + 1 and new.ranges == old.ranges
     stage(ledger_dsn, cfg, "a", old.attempt, 10)  # the zombie stages everything twice over
     stage(ledger_dsn, cfg, "a", new.attempt, 8, 2)
     with pytest.raises(FencedAttemptError, match="superseded"):
-        mark_staged(ledger_dsn, cfg, "a", old.attempt)
-    mark_staged(ledger_dsn, cfg, "a", new.attempt)
+        mark_staged(ledger_dsn, cfg, "a", old.attempt, sink=sink_for(cfg))
+    mark_staged(ledger_dsn, cfg, "a", new.attempt, sink=sink_for(cfg))
     res = commit(ledger_dsn, cfg, "a")
     assert (res.published, res.dead) == (8, 2)
 
 
 def test_the_attempt_fence_refuses_inside_the_callers_transaction(ledger_dsn, cfg):
     """A stage part runs the fence on its own cursor, before it claims the part."""
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}), sink=sink_for(cfg))
     old = claim_attempt(ledger_dsn, cfg.name, "a")
     new = claim_attempt(ledger_dsn, cfg.name, "a")
     with transaction(ledger_dsn) as cur:
@@ -301,7 +301,7 @@ def test_the_attempt_fence_refuses_inside_the_callers_transaction(ledger_dsn, cf
 def test_mark_staged_refuses_an_incomplete_stage(ledger_dsn, cfg):
     """The part fence rows are the counts; a missing part, or rows a PostgreSQL crash took
     from the unlogged stage table, is an incomplete stage, never marked staged."""
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}), sink=sink_for(cfg))
     claim = claim_attempt(ledger_dsn, cfg.name, "a")
     with transaction(ledger_dsn) as cur:
         cur.execute(
@@ -310,12 +310,14 @@ def test_mark_staged_refuses_an_incomplete_stage(ledger_dsn, cfg):
             (cfg.name, claim.attempt),
         )
     with pytest.raises(OnceflowError, match="incomplete: 1 of 2 parts"):
-        mark_staged(ledger_dsn, cfg, "a", claim.attempt, parts=2)
+        mark_staged(ledger_dsn, cfg, "a", claim.attempt, parts=2, sink=sink_for(cfg))
     with pytest.raises(OnceflowError, match="none in the stage table"):
-        mark_staged(ledger_dsn, cfg, "a", claim.attempt, parts=1)
+        mark_staged(ledger_dsn, cfg, "a", claim.attempt, parts=1, sink=sink_for(cfg))
     assert get_batch(ledger_dsn, cfg.name, "a").state == "processing"
     stage(ledger_dsn, cfg, "a", claim.attempt, 10)
-    assert mark_staged(ledger_dsn, cfg, "a", claim.attempt, parts=1).records == 10
+    assert (
+        mark_staged(ledger_dsn, cfg, "a", claim.attempt, parts=1, sink=sink_for(cfg)).records == 10
+    )
     assert get_batch(ledger_dsn, cfg.name, "a").state == "staged"
 
 
@@ -323,7 +325,7 @@ def test_mark_staged_refuses_rows_that_are_not_the_records_read(ledger_dsn, cfg)
     """Records read (counted by the reader, apart from the transform) = rows + dead letters:
     fewer rows (a filter) or more (a duplicate) is the transform's fault, and nothing is
     marked; the same rows with the right count are."""
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}), sink=sink_for(cfg))
     claim = claim_attempt(ledger_dsn, cfg.name, "a")
     stage(ledger_dsn, cfg, "a", claim.attempt, 8, n_dead=1)
     for read in (10, 8):
@@ -333,16 +335,16 @@ def test_mark_staged_refuses_rows_that_are_not_the_records_read(ledger_dsn, cfg)
             r"returned 9 row\(s\) \(1 of them dead letters\) in txid 'a', attempt 1: a "
             r"record-wise transform keeps one row per record \(set its `error` column",
         ):
-            mark_staged(ledger_dsn, cfg, "a", claim.attempt, records_read=read)
+            mark_staged(ledger_dsn, cfg, "a", claim.attempt, records_read=read, sink=sink_for(cfg))
         batch = get_batch(ledger_dsn, cfg.name, "a")
         assert batch.state == "processing"
-    staged = mark_staged(ledger_dsn, cfg, "a", claim.attempt, records_read=9)
+    staged = mark_staged(ledger_dsn, cfg, "a", claim.attempt, records_read=9, sink=sink_for(cfg))
     assert (staged.records, staged.valid, staged.dead) == (9, 8, 1)
     assert get_batch(ledger_dsn, cfg.name, "a").state == "staged"
 
 
 def test_compare_and_set_refuses_a_moved_offset(ledger_dsn, cfg):
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "a", 10)
     with transaction(ledger_dsn) as cur:  # someone else applied part of the range
         cur.execute(
@@ -361,7 +363,7 @@ def test_compare_and_set_refuses_a_moved_offset(ledger_dsn, cfg):
 
 
 def test_reprocessing_a_committed_txid_replaces_its_output(ledger_dsn, cfg):
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "a", 10)
     commit(ledger_dsn, cfg, "a")
     claim, staged = process(ledger_dsn, cfg, "a", 7, 3)  # e.g. a bug fix now rejects 3
@@ -379,7 +381,7 @@ def test_reprocessing_a_committed_txid_replaces_its_output(ledger_dsn, cfg):
 
 
 def test_unknown_txid_errors_are_clear(ledger_dsn, cfg):
-    ensure_pipeline(ledger_dsn, cfg)
+    ensure_pipeline(ledger_dsn, cfg, sink=sink_for(cfg))
     for call in (
         lambda: claim_attempt(ledger_dsn, cfg.name, "nope"),
         lambda: commit(ledger_dsn, cfg, "nope"),
@@ -411,19 +413,19 @@ def test_reset_after_broker_lost_its_log_abandons_the_tail_and_audits_clean(ledg
     from onceflow.audit import run_audit
     from onceflow.errors import AbandonedTxidError
 
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "a", 10)
     commit(ledger_dsn, cfg, "a")
-    plan(ledger_dsn, cfg, "b", snap({(T, 0): 30}))  # planned, never processed
+    plan(ledger_dsn, cfg, "b", snap({(T, 0): 30}), sink=sink_for(cfg))  # planned, never processed
     # the broker restarts empty and gets 4 new records: plan must refuse, not reprocess or skip
     with pytest.raises(OffsetRegressionError, match="broker's end offset is 4"):
-        plan(ledger_dsn, cfg, "c", snap({(T, 0): 4}))
+        plan(ledger_dsn, cfg, "c", snap({(T, 0): 4}), sink=sink_for(cfg))
     with pytest.raises(OnceflowError, match="give a reason"):
         reset_offsets(ledger_dsn, cfg, snap({(T, 0): 4}), reason=" ")
     running = claim_attempt(ledger_dsn, cfg.name, "b")  # still processing at reset time
     reset = reset_offsets(ledger_dsn, cfg, snap({(T, 0): 4}), reason="broker restarted")
     with pytest.raises(AbandonedTxidError):  # a late attempt cannot revive an abandoned txid
-        mark_staged(ledger_dsn, cfg, "b", running.attempt)
+        mark_staged(ledger_dsn, cfg, "b", running.attempt, sink=sink_for(cfg))
     with transaction(ledger_dsn) as cur, pytest.raises(AbandonedTxidError):  # nor stage a part
         check_attempt(cur, cfg.name, "b", running.attempt)
     assert reset.abandoned == ["b"] and reset.after_seq == 2
@@ -440,7 +442,7 @@ def test_reset_after_broker_lost_its_log_abandons_the_tail_and_audits_clean(ledg
     ]
     with pytest.raises(AbandonedTxidError, match="abandoned"):
         claim_attempt(ledger_dsn, cfg.name, "b")
-    c = plan(ledger_dsn, cfg, "c", snap({(T, 0): 4}))
+    c = plan(ledger_dsn, cfg, "c", snap({(T, 0): 4}), sink=sink_for(cfg))
     assert (c.seq, c.ranges[0].from_offset, c.ranges[0].until_offset) == (3, 0, 4)
     assert blocking_predecessor(ledger_dsn, cfg.name, "c") is None
     process(ledger_dsn, cfg, "c", 4)
@@ -458,7 +460,7 @@ def test_commit_refuses_staged_rows_that_differ_from_the_counts_process_recorded
     """Staged rows can vanish after mark_staged (the dead letters' stage_orders is UNLOGGED: a
     PostgreSQL crash truncates it) or be added by hand to an attempt that mark_staged counted
     row by row (staged without part counts): commit compares and publishes nothing."""
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}), sink=sink_for(cfg))
     claim, _ = process(ledger_dsn, cfg, "a", 5, 1)
     with transaction(ledger_dsn) as cur:
         if change == "lost":
@@ -489,7 +491,7 @@ def test_commit_refuses_staged_rows_that_differ_from_the_counts_process_recorded
 def test_audit_finds_a_record_published_both_as_a_row_and_as_a_dead_letter(ledger_dsn, cfg):
     from onceflow.audit import run_audit
 
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 6}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 6}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "a", 5, 1)
     commit(ledger_dsn, cfg, "a")
     assert run_audit(ledger_dsn, cfg).verdict == "exactly-once"
@@ -508,7 +510,7 @@ def test_audit_finds_a_record_published_both_as_a_row_and_as_a_dead_letter(ledge
 def test_audit_finds_a_published_row_outside_its_txids_ranges(ledger_dsn, cfg):
     from onceflow.audit import run_audit
 
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 5}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 5}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "a", 5)
     commit(ledger_dsn, cfg, "a")
     with transaction(ledger_dsn) as cur:
@@ -533,37 +535,45 @@ def test_plan_refuses_a_log_that_is_not_the_ledgers_and_plans_nothing(ledger_dsn
     from onceflow.kafka.range_digest import RangeRead, RecordPrint
 
     old_id, new_id = "id-of-the-old-topic", "id-of-the-re-created-topic"
-    plan(ledger_dsn, cfg, "a", identity_snap({(T, 0): 10}, old_id))
+    plan(ledger_dsn, cfg, "a", identity_snap({(T, 0): 10}, old_id), sink=sink_for(cfg))
     claim = claim_attempt(ledger_dsn, cfg.name, "a")
     stage(ledger_dsn, cfg, "a", claim.attempt, 10)
     seen = RangeRead(T, 0, records=10, last=RecordPrint(9, "hash-of-record-9"))
-    mark_staged(ledger_dsn, cfg, "a", claim.attempt, reads=[seen])
+    mark_staged(ledger_dsn, cfg, "a", claim.attempt, reads=[seen], sink=sink_for(cfg))
     commit(ledger_dsn, cfg, "a")
 
     asked: list[dict] = []
     refilled = {(T, 0): 5000}  # the new log ends far past the committed offset 10
     other_record = {(T, 0): RecordPrint(9, "hash-of-another-record")}
     with pytest.raises(LogIdentityError, match=r"record at offset 9 is not the one"):
-        plan(ledger_dsn, cfg, "b", identity_snap(refilled, old_id, other_record, asked))
+        plan(
+            ledger_dsn,
+            cfg,
+            "b",
+            identity_snap(refilled, old_id, other_record, asked),
+            sink=sink_for(cfg),
+        )
     assert asked == [{(T, 0): 9}]  # commit kept the print of the last record read
     with pytest.raises(LogIdentityError, match="re-created"):
-        plan(ledger_dsn, cfg, "b", identity_snap(refilled, new_id, other_record))
+        plan(
+            ledger_dsn, cfg, "b", identity_snap(refilled, new_id, other_record), sink=sink_for(cfg)
+        )
     with pytest.raises(UnknownTxidError):
         get_batch(ledger_dsn, cfg.name, "b")  # nothing planned
 
     same = {(T, 0): RecordPrint(9, "hash-of-record-9")}
-    b = plan(ledger_dsn, cfg, "b", identity_snap({(T, 0): 30}, old_id, same))
+    b = plan(ledger_dsn, cfg, "b", identity_snap({(T, 0): 30}, old_id, same), sink=sink_for(cfg))
     assert [(r.from_offset, r.until_offset) for r in b.ranges] == [(10, 30)]
 
 
 def test_reset_offsets_says_what_happened_to_the_log_and_starts_from_the_new_one(ledger_dsn, cfg):
     from onceflow.kafka.range_digest import RangeRead, RecordPrint
 
-    plan(ledger_dsn, cfg, "a", identity_snap({(T, 0): 10}, "old"))
+    plan(ledger_dsn, cfg, "a", identity_snap({(T, 0): 10}, "old"), sink=sink_for(cfg))
     claim = claim_attempt(ledger_dsn, cfg.name, "a")
     stage(ledger_dsn, cfg, "a", claim.attempt, 10)
     seen = RangeRead(T, 0, records=10, last=RecordPrint(9, "h9"))
-    mark_staged(ledger_dsn, cfg, "a", claim.attempt, reads=[seen])
+    mark_staged(ledger_dsn, cfg, "a", claim.attempt, reads=[seen], sink=sink_for(cfg))
     commit(ledger_dsn, cfg, "a")
 
     reset = reset_offsets(
@@ -578,7 +588,9 @@ def test_reset_offsets_says_what_happened_to_the_log_and_starts_from_the_new_one
     )
     assert p["new_offset"] == 0
     asked: list[dict] = []
-    b = plan(ledger_dsn, cfg, "b", identity_snap({(T, 0): 5000}, "new", asked=asked))
+    b = plan(
+        ledger_dsn, cfg, "b", identity_snap({(T, 0): 5000}, "new", asked=asked), sink=sink_for(cfg)
+    )
     assert asked == [{}]  # the new epoch has no print yet, and its topic id is the new one
     assert [(r.from_offset, r.until_offset) for r in b.ranges] == [(0, 100)]
 
@@ -586,7 +598,7 @@ def test_reset_offsets_says_what_happened_to_the_log_and_starts_from_the_new_one
 def test_process_refuses_a_planned_batch_whose_topic_was_recreated_since(ledger_dsn, cfg):
     from onceflow.errors import LogIdentityError
 
-    plan(ledger_dsn, cfg, "a", identity_snap({(T, 0): 10}, "old"))
+    plan(ledger_dsn, cfg, "a", identity_snap({(T, 0): 10}, "old"), sink=sink_for(cfg))
     verify_topic_ids(ledger_dsn, cfg.name, "a", {T: "old"})
     verify_topic_ids(ledger_dsn, cfg.name, "a", {T: None})  # a broker without ids
     with pytest.raises(LogIdentityError, match="the topic's id is new, not old"):

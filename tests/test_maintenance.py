@@ -1,4 +1,4 @@
-"""Maintenance of a lake sink's table (onceflow.sinks.maintenance, `onceflow maintain`): small
+"""Maintenance of a lake sink's table (onceflow.maintenance, `onceflow maintain`): small
 files compacted in one table commit that publishes nothing, history expired, the files no
 commit needs deleted, never a staged attempt's or a version the ledger names, and never the
 record of a publication the ledger has not committed on; under the pipeline's commit lock.
@@ -18,12 +18,12 @@ import pytest
 from onceflow.commit import commit
 from onceflow.errors import NotALakeSinkError
 from onceflow.failpoints import FailpointError
+from onceflow.hooks.sink import sink_for
 from onceflow.ledger.db import transaction
 from onceflow.ledger.fencing import claim_attempt
 from onceflow.ledger.ordering import lock_commits
 from onceflow.ledger.planning import plan
-from onceflow.sinks import sink_for
-from onceflow.sinks.maintenance import maintain
+from onceflow.maintenance import maintain
 from onceflow.staging.writer import stage_part
 from sink_support import (
     LAKE,
@@ -56,7 +56,7 @@ def commits(cfg, n, start=0):
     """n batches of two records each (seq start+1 ...), each committed."""
     for i in range(start, start + n):
         txid = f"b{i:03d}"
-        plan(cfg.dsn, cfg.cfg, txid, snap({(T, 0): 2 * (i + 1)}))
+        plan(cfg.dsn, cfg.cfg, txid, snap({(T, 0): 2 * (i + 1)}), sink=sink_for(cfg.cfg))
         process(
             cfg.dsn, cfg.cfg, txid, [(0, 2 * i, f"k{i % 3}", i), (0, 2 * i + 1, f"k{i % 5}", 1)]
         )
@@ -110,7 +110,7 @@ def test_expiry_deletes_what_no_commit_needs_and_keeps_what_the_ledger_names(lak
     process(lake.dsn, lake.cfg, "b000", [(0, 0, "k0", 50), (0, 1, "k0", 5)])
     commit(lake.dsn, lake.cfg, "b000")
     # a txid staged, not committed yet: its files must survive
-    plan(lake.dsn, lake.cfg, "late", snap({(T, 0): 8}))
+    plan(lake.dsn, lake.cfg, "late", snap({(T, 0): 8}), sink=sink_for(lake.cfg))
     process(lake.dsn, lake.cfg, "late", [(0, 6, "k9", 9)])
     staged = sorted(
         str(p) for p in Path(lake.cfg.sink.warehouse).rglob("*.parquet") if "txid=late-" in str(p)
@@ -138,7 +138,7 @@ def test_expiry_deletes_what_no_commit_needs_and_keeps_what_the_ledger_names(lak
 
 def test_expiry_keeps_a_publication_the_ledger_has_not_committed_on(lake, failpoints_dir):
     commits(lake, 2)
-    plan(lake.dsn, lake.cfg, "c", snap({(T, 0): 6}))
+    plan(lake.dsn, lake.cfg, "c", snap({(T, 0): 6}), sink=sink_for(lake.cfg))
     process(lake.dsn, lake.cfg, "c", [(0, 4, "k1", 3), (0, 5, "k2", 4)])
     (failpoints_dir / "commit.after_sink_publish@c").write_text("raise")
     with pytest.raises(FailpointError):
@@ -197,7 +197,7 @@ def test_a_staged_attempt_of_a_fenced_zombie_is_left_to_file_cleanup(
     ledger_dsn, unique_name, tmp_path
 ):
     cfg = pipeline(unique_name, "delta", tmp_path / "warehouse")
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}), sink=sink_for(cfg))
     claim = claim_attempt(ledger_dsn, cfg.name, "a")
     target = stage_target(ledger_dsn, cfg, claim)
     stage_part(target, 0, [records((0, 0, "x", 1), (0, 1, "y", 2))])  # attempt 1 still running

@@ -10,6 +10,7 @@ import pytest
 from onceflow.audit import run_audit
 from onceflow.config.pipelines_file import get_pipeline
 from onceflow.errors import UnknownTxidError
+from onceflow.hooks.sink import sink_for
 from onceflow.kafka import broker
 from onceflow.kafka.recount import count_records
 from onceflow.ledger.batches import get_batch
@@ -102,6 +103,7 @@ def test_commit_waits_for_its_predecessor_and_commits_in_seq_order(stack, airflo
         cfg,
         "order-1",
         lambda at: broker.snapshot(stack.kafka_bootstrap, cfg.name, cfg.topics, at),
+        sink=sink_for(cfg),
     )
     assert first.seq == 1
     feed(stack, "it_order", 300, start=400)
@@ -222,7 +224,7 @@ def test_reset_offsets_abandons_uncommitted_batches_and_fails_their_runs(
     feed(stack, name, 100)
     cfg = get_pipeline(stack.pipelines_file, name)
     snapshot = lambda at: broker.snapshot(stack.kafka_bootstrap, cfg.name, cfg.topics, at)  # noqa: E731
-    plan(stack.postgres_dsn, cfg, "reset-0", snapshot)  # seq 1: no Airflow run
+    plan(stack.postgres_dsn, cfg, "reset-0", snapshot, sink=sink_for(cfg))  # seq 1: no Airflow run
     feed(stack, name, 50, start=100)
     airflow.trigger(cfg.dag_id, "reset-1")  # seq 2: processed, its commit waits for seq 1
     deadline = time.monotonic() + 600

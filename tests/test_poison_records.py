@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from onceflow.hooks.sink import sink_for
 from process_modes import CONNECT_ENV, run_process
 
 pytestmark = pytest.mark.integration
@@ -232,6 +233,7 @@ def process(env, name, ends) -> subprocess.CompletedProcess:
         cfg(env, name),
         "run-1",
         lambda _at: BrokerSnapshot({tp: 0 for tp in ends}, ends),
+        sink=sink_for(cfg(env, name)),
     )
     executors = os.pathsep.join((str(ROOT / "include"), env["ONCEFLOW_PYTHONPATH"]))
     return run_process(

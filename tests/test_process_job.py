@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from onceflow.hooks.sink import sink_for
 from onceflow.spark_app import PROCESS_APPLICATION
 from process_modes import CONNECT_ENV, run_process
 
@@ -197,7 +198,7 @@ def orders_sink(dsn: str, schema: str):
     created or checked, as process does)."""
     from onceflow.config.sink import SinkConfig
     from onceflow.ledger.db import transaction
-    from onceflow.sinks.postgres import PostgresSink
+    from onceflow.sinks.postgres.sink import PostgresSink
 
     with transaction(dsn) as cur:
         return PostgresSink(schema, SinkConfig("orders")).bind_output(cur, ORDER_FIELDS)
@@ -228,7 +229,7 @@ def plan(env, txid: str, ends: dict, name=PIPELINE):
             {tp: 0 for tp in ends}, dict(ends), real.topic_ids, real.prints, real.compacted
         )
 
-    return plan(env["ONCEFLOW_POSTGRES_DSN"], c, txid, snapshot)
+    return plan(env["ONCEFLOW_POSTGRES_DSN"], c, txid, snapshot, sink=sink_for(c))
 
 
 def submit(env, *args: str, timeout: float = 400) -> subprocess.CompletedProcess:
@@ -277,7 +278,7 @@ def summary(proc: subprocess.CompletedProcess) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def first_run(env, produced):
     ends, _ = produced
-    batch = plan(env, "run-1", ends)
+    batch = plan(env, "run-1", ends, sink=sink_for("run-1"))
     proc = submit(env, "--pipeline", PIPELINE, "--txid", "run-1")
     return batch, proc
 
@@ -331,7 +332,7 @@ def test_parts_follow_the_split_input_partitions(env, produced, first_run):
 
     _, proc = first_run
     assert proc.returncode == 0
-    ranges = plan(env, "run-1", {}).ranges  # a replay: same ranges
+    ranges = plan(env, "run-1", {}, sink=sink_for("run-1")).ranges  # a replay: same ranges
     pieces = input_ranges(ranges, 25)
     assert len(pieces) > len([r for r in ranges if r.size])  # ranges were split
     parts = query(
@@ -412,7 +413,7 @@ def test_retry_claims_attempt_2_with_the_same_output_and_fences_attempt_1(env, f
     )
     assert row == (2, 2, second.checksum)
     with pytest.raises(FencedAttemptError):
-        mark_staged(dsn, cfg(env), "run-1", 1)  # the zombie of attempt 1
+        mark_staged(dsn, cfg(env), "run-1", 1, sink=sink_for(cfg(env)))  # the zombie of attempt 1
 
 
 ROW_COLUMNS = (
@@ -436,7 +437,7 @@ def test_without_the_fast_form_every_record_gets_the_same_row(env, produced, fir
 
     fast, jvm = staged(env, ROW_COLUMNS, first), staged(env, ROW_COLUMNS, attempt)
     assert len(fast) == len(produced[1]) and fast == jvm
-    n = len(input_ranges(plan(env, "run-1", {}).ranges, 25))
+    n = len(input_ranges(plan(env, "run-1", {}, sink=sink_for("run-1")).ranges, 25))
     parts = query(
         env,
         "select count(*) from onceflow.stage_parts where pipeline = %s and txid = 'run-1'"
@@ -463,7 +464,13 @@ def test_a_retried_fast_stage_task_still_hands_on_its_declined_records(env, prod
 
     ends, delivered = produced
     dsn = env["ONCEFLOW_POSTGRES_DSN"]
-    batch = plan(env, "run-fs", {tp: e for tp, e in ends.items() if tp[0] == TOPIC}, "it_fast")
+    batch = plan(
+        env,
+        "run-fs",
+        {tp: e for tp, e in ends.items() if tp[0] == TOPIC},
+        "it_fast",
+        sink=sink_for("run-fs"),
+    )
     pieces = input_ranges(batch.ranges, 25)
     attempt = claim_attempt(dsn, "it_fast", "run-fs").attempt
     sink = orders_sink(dsn, "it_fast")
@@ -728,7 +735,7 @@ def test_revenue_folds_each_customers_orders_per_currency_and_minute(env, revenu
     from onceflow.commit import commit
 
     values = revenue_orders
-    plan(env, "run-rev", {(REV_TOPIC, 0): len(values)}, "it_revenue")
+    plan(env, "run-rev", {(REV_TOPIC, 0): len(values)}, "it_revenue", sink=sink_for("run-rev"))
     proc = submit(env, "--pipeline", "it_revenue", "--txid", "run-rev")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     dsn = env["ONCEFLOW_POSTGRES_DSN"]
@@ -756,7 +763,9 @@ def test_revenue_folds_each_customers_orders_per_currency_and_minute(env, revenu
 def test_unreadable_range_fails_the_attempt_and_records_why(env, produced):
     ends, _ = produced
     beyond = {(TOPIC, 0): ends[(TOPIC, 0)] + 5}  # planned past the log end: never deliverable
-    plan(env, "run-bad", beyond, name="it_bad")  # it_bad has its own ledger rows
+    plan(
+        env, "run-bad", beyond, name="it_bad", sink=sink_for("run-bad")
+    )  # it_bad has its own ledger rows
     proc = submit(env, "--pipeline", "it_bad", "--txid", "run-bad", "--read-timeout", "4")
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     (row,) = query(env, "select state, last_error from onceflow.batches where pipeline = 'it_bad'")
@@ -775,7 +784,7 @@ def test_a_setting_only_the_connect_server_has_ends_the_attempt_naming_it(env, p
     if not env.get(CONNECT_ENV):
         pytest.skip("spark-submit sets every spark_conf key on its own Spark")
     ends, _ = produced
-    plan(env, "run-conf", {(TOPIC, 0): ends[(TOPIC, 0)]}, name="it_conf")
+    plan(env, "run-conf", {(TOPIC, 0): ends[(TOPIC, 0)]}, name="it_conf", sink=sink_for("run-conf"))
     proc = submit(env, "--pipeline", "it_conf", "--txid", "run-conf")
     assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
     (last_error,) = query(
@@ -788,7 +797,9 @@ def test_a_setting_only_the_connect_server_has_ends_the_attempt_naming_it(env, p
 def test_an_empty_batch_is_staged_without_a_spark_session(env, produced, first_run):
     ends, _ = produced
     assert first_run[1].returncode == 0
-    batch = plan(env, "run-empty", ends)  # nothing was produced since run-1
+    batch = plan(
+        env, "run-empty", ends, sink=sink_for("run-empty")
+    )  # nothing was produced since run-1
     assert batch.ranges and all(r.size == 0 for r in batch.ranges)
     proc = submit(env, "--pipeline", PIPELINE, "--txid", "run-empty")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
@@ -1020,8 +1031,8 @@ def test_csv_for_copy_tags_rows_and_encodes_bytea():
         }
     )
     from onceflow.config.sink import SinkConfig
-    from onceflow.sinks.postgres import PostgresSink
     from onceflow.sinks.postgres.columns import output_columns
+    from onceflow.sinks.postgres.sink import PostgresSink
 
     sink = PostgresSink("s", SinkConfig("orders"), output_columns(ORDER_FIELDS))
     target = StageTarget.for_sink("dsn", sink, "p", "run,1", 1, 3)

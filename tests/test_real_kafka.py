@@ -13,6 +13,7 @@ import uuid
 import pytest
 from onceflow.config.pipeline_table import parse_pipeline
 from onceflow.errors import DataLossError, LogIdentityError
+from onceflow.hooks.sink import sink_for
 from onceflow.kafka import broker
 from onceflow.ledger.planning import plan
 from onceflow.ranges import OffsetRange
@@ -55,15 +56,15 @@ def test_retention_deleted_records_fail_plan_or_become_a_loss_event(
 
     cfg = parse_pipeline(unique_name, {"topics": [topic], **ORDERS})
     _produce(bootstrap, topic, 10)
-    plan(ledger_dsn, cfg, "a", _snapshot(bootstrap, cfg))
+    plan(ledger_dsn, cfg, "a", _snapshot(bootstrap, cfg), sink=sink_for(cfg))
     _produce(bootstrap, topic, 10)
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     admin.delete_records({TopicPartition(topic, 0): 15})  # 10..14 never processed
     admin.close()
     with pytest.raises(DataLossError, match=r"\[10, 15\)"):
-        plan(ledger_dsn, cfg, "b", _snapshot(bootstrap, cfg))
+        plan(ledger_dsn, cfg, "b", _snapshot(bootstrap, cfg), sink=sink_for(cfg))
     skip = parse_pipeline(unique_name, {"topics": [topic], **ORDERS, "on_data_loss": "skip"})
-    b = plan(ledger_dsn, skip, "b", _snapshot(bootstrap, skip))
+    b = plan(ledger_dsn, skip, "b", _snapshot(bootstrap, skip), sink=sink_for(skip))
     assert [(lo.from_offset, lo.until_offset) for lo in b.losses] == [(10, 15)]
     assert (b.ranges[0].from_offset, b.ranges[0].until_offset) == (15, 20)
 
@@ -79,12 +80,12 @@ def test_added_partition_joins_and_a_topic_recreated_with_fewer_partitions_is_a_
 
     cfg = parse_pipeline(unique_name, {"topics": [topic], **ORDERS})
     _produce(bootstrap, topic, 5)
-    plan(ledger_dsn, cfg, "a", _snapshot(bootstrap, cfg))
+    plan(ledger_dsn, cfg, "a", _snapshot(bootstrap, cfg), sink=sink_for(cfg))
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     admin.create_partitions({topic: NewPartitions(total_count=2)})
     admin.close()
     _produce(bootstrap, topic, 3, partition=1)
-    b = plan(ledger_dsn, cfg, "b", _snapshot(bootstrap, cfg))
+    b = plan(ledger_dsn, cfg, "b", _snapshot(bootstrap, cfg), sink=sink_for(cfg))
     assert [(r.partition, r.from_offset, r.until_offset) for r in b.ranges] == [
         (0, 5, 5),
         (1, 0, 3),
@@ -93,7 +94,7 @@ def test_added_partition_joins_and_a_topic_recreated_with_fewer_partitions_is_a_
     _wait_topic_gone(bootstrap, topic)
     broker.create_topic(bootstrap, topic, 1)
     with pytest.raises(LogIdentityError, match=rf"{topic}\[0\].*deleted and re-created"):
-        plan(ledger_dsn, cfg, "c", _snapshot(bootstrap, cfg))
+        plan(ledger_dsn, cfg, "c", _snapshot(bootstrap, cfg), sink=sink_for(cfg))
 
 
 def test_aborted_transactions_make_ranges_sparse_and_the_read_stops_at_until(bootstrap, topic):

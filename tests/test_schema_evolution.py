@@ -20,10 +20,12 @@ from conftest import ledger_view_client
 from onceflow.commit import commit
 from onceflow.config.pipeline_table import parse_pipeline
 from onceflow.errors import ConfigError, SinkSchemaError
+from onceflow.hooks.sink import sink_for
 from onceflow.ledger.db import transaction
 from onceflow.ledger.fencing import claim_attempt, mark_staged
 from onceflow.ledger.planning import plan
-from onceflow.sinks import PublishTarget, schema_evolution, sink_for
+from onceflow.sinks import schema_evolution
+from onceflow.sinks.base import PublishTarget
 from onceflow.sinks.iceberg.catalog import open_catalog
 from onceflow.sinks.schema_evolution import Added, Evolution, Problem, TableFit, decide
 from onceflow.staging.writer import stage_part
@@ -210,7 +212,7 @@ def make_cfg(name, mode, warehouse=None, sink=None, **pipeline):
 def plan_each(dsn, cfg, *ends):
     """txids a, b, ... planned with partition 0 ending at each of `ends`."""
     for txid, end in zip("abcd", ends, strict=False):
-        plan(dsn, cfg, txid, snap({(T, 0): end}))
+        plan(dsn, cfg, txid, snap({(T, 0): end}), sink=sink_for(cfg))
 
 
 def bind(dsn, cfg, txid, fields):
@@ -225,7 +227,7 @@ def stage(dsn, cfg, txid, bound, batch):
     """process's staging of one part and mark_staged, after `bind`."""
     claim, sink = bound
     stage_part(stage_target(dsn, cfg, claim, sink), 0, [batch])
-    mark_staged(dsn, cfg, txid, claim.attempt, parts=1)
+    mark_staged(dsn, cfg, txid, claim.attempt, parts=1, sink=sink_for(cfg))
 
 
 def extra(batch, name, values, typ=None):

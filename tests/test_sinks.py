@@ -17,12 +17,12 @@ from onceflow.audit import run_audit
 from onceflow.commit import commit
 from onceflow.config.pipeline_table import parse_pipeline
 from onceflow.errors import FencedAttemptError, SinkSchemaError
+from onceflow.hooks.sink import sink_for
 from onceflow.ledger.db import transaction
 from onceflow.ledger.fencing import claim_attempt, mark_staged
 from onceflow.ledger.planning import plan
-from onceflow.sinks import sink_for
-from onceflow.sinks.postgres import PostgresSink
 from onceflow.sinks.postgres.columns import output_columns
+from onceflow.sinks.postgres.sink import PostgresSink
 from onceflow.staging.writer import stage_part
 from sink_support import (
     FIELDS,
@@ -51,14 +51,14 @@ def cfg(request, unique_name, tmp_path):
 
 
 def test_a_part_staged_twice_is_published_once(ledger_dsn, cfg):
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}), sink=sink_for(cfg))
     claim = claim_attempt(ledger_dsn, cfg.name, "a")
     target = stage_target(ledger_dsn, cfg, claim)
     rows = [(0, 0, "x", 1), (0, 1, "y", 2), (0, 2, "z", 3, "malformed")]
     first = stage_part(target, 0, [records(*rows)])
     again = stage_part(target, 0, [records(*rows)])  # a retried or speculative task
     assert (first.rows, first.skipped, again.skipped) == (3, False, True)
-    staged = mark_staged(ledger_dsn, cfg, "a", claim.attempt, parts=1)
+    staged = mark_staged(ledger_dsn, cfg, "a", claim.attempt, parts=1, sink=sink_for(cfg))
     assert (staged.records, staged.valid, staged.dead) == (3, 2, 1)
     res = commit(ledger_dsn, cfg, "a")
     assert (res.outcome, res.published, res.dead) == ("committed", 2, 1)
@@ -73,7 +73,7 @@ def test_a_part_staged_twice_is_published_once(ledger_dsn, cfg):
 
 
 def test_a_fenced_attempts_output_is_never_published(ledger_dsn, cfg):
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}), sink=sink_for(cfg))
     old = claim_attempt(ledger_dsn, cfg.name, "a")
     old_target = stage_target(ledger_dsn, cfg, old)
     stage_part(old_target, 0, [records((0, 0, "x", 100), (0, 1, "y", 100))])
@@ -81,7 +81,7 @@ def test_a_fenced_attempts_output_is_never_published(ledger_dsn, cfg):
     with pytest.raises(FencedAttemptError):  # the zombie's late part
         stage_part(old_target, 1, [records((0, 0, "x", 100))])
     with pytest.raises(FencedAttemptError):
-        mark_staged(ledger_dsn, cfg, "a", old.attempt, parts=1)
+        mark_staged(ledger_dsn, cfg, "a", old.attempt, parts=1, sink=sink_for(cfg))
     commit(ledger_dsn, cfg, "a")
     assert [r[-1] if cfg.sink.mode == "append" else r[1] for r in published(ledger_dsn, cfg)] == [
         1,
@@ -91,7 +91,7 @@ def test_a_fenced_attempts_output_is_never_published(ledger_dsn, cfg):
 
 
 def test_commit_twice_publishes_once(ledger_dsn, cfg):
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2, (T, 1): 1}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2, (T, 1): 1}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "x", 2)], [(1, 0, "y", 5)])
     assert commit(ledger_dsn, cfg, "a").outcome == "committed"
     before = published(ledger_dsn, cfg)
@@ -102,7 +102,7 @@ def test_commit_twice_publishes_once(ledger_dsn, cfg):
 
 
 def test_a_rerun_replaces_the_txids_output(ledger_dsn, cfg):
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])
     commit(ledger_dsn, cfg, "a")
     # re-run by run id after a bug fix: same ranges, new output, one record now refused
@@ -119,9 +119,11 @@ def test_a_rerun_replaces_the_txids_output(ledger_dsn, cfg):
 
 
 def test_an_empty_first_batch_commits_before_any_table_exists(ledger_dsn, cfg):
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 0}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 0}), sink=sink_for(cfg))
     claim = claim_attempt(ledger_dsn, cfg.name, "a")
-    mark_staged(ledger_dsn, cfg, "a", claim.attempt, parts=0)  # no Spark, no schema
+    mark_staged(
+        ledger_dsn, cfg, "a", claim.attempt, parts=0, sink=sink_for(cfg)
+    )  # no Spark, no schema
     assert commit(ledger_dsn, cfg, "a").published == 0
     assert run_audit(ledger_dsn, cfg).verdict == "exactly-once"
 
@@ -134,8 +136,8 @@ def test_upsert_the_newest_record_wins_and_an_older_rerun_never_overwrites(
     ledger_dsn, unique_name, tmp_path, mode
 ):
     cfg = pipeline(unique_name, mode, tmp_path if mode in LAKE else None)
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2, (T, 1): 1}))
-    plan(ledger_dsn, cfg, "b", snap({(T, 0): 3, (T, 1): 1}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2, (T, 1): 1}), sink=sink_for(cfg))
+    plan(ledger_dsn, cfg, "b", snap({(T, 0): 3, (T, 1): 1}), sink=sink_for(cfg))
     # within a txid: the higher (partition, offset) wins, whatever order the parts staged in
     process(ledger_dsn, cfg, "a", [(1, 0, "x", 3)], [(0, 0, "x", 1), (0, 1, "y", 2)])
     commit(ledger_dsn, cfg, "a")
@@ -155,8 +157,8 @@ def test_upsert_a_tombstone_deletes_the_key_and_a_rerun_can_bring_it_back(
     ledger_dsn, unique_name, tmp_path, mode
 ):
     cfg = pipeline(unique_name, mode, tmp_path if mode in LAKE else None)
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
-    plan(ledger_dsn, cfg, "b", snap({(T, 0): 3}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}), sink=sink_for(cfg))
+    plan(ledger_dsn, cfg, "b", snap({(T, 0): 3}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])
     commit(ledger_dsn, cfg, "a")
     process(ledger_dsn, cfg, "b", [(0, 2, "x", None, "tombstone")])
@@ -176,7 +178,7 @@ def test_upsert_audit_finds_a_row_that_is_not_the_last_committed_record(
     ledger_dsn, unique_name, tmp_path, mode
 ):
     cfg = pipeline(unique_name, mode, tmp_path if mode in LAKE else None)
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])
     commit(ledger_dsn, cfg, "a")
     tamper(ledger_dsn, cfg, "x", 98)
@@ -193,8 +195,8 @@ def test_upsert_audit_finds_a_row_that_is_not_the_last_committed_record(
 @pytest.mark.parametrize("mode", ["merge", "iceberg_merge", "delta_merge"])
 def test_merge_state_is_the_fold_of_the_committed_partials(ledger_dsn, unique_name, tmp_path, mode):
     cfg = pipeline(unique_name, mode, tmp_path if mode in LAKE else None)
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
-    plan(ledger_dsn, cfg, "b", snap({(T, 0): 5}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}), sink=sink_for(cfg))
+    plan(ledger_dsn, cfg, "b", snap({(T, 0): 5}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "x", 2), (0, 2, "y", 5)])
     process(ledger_dsn, cfg, "b", [(0, 3, "x", 3), (0, 4, "z", None)])
     commit(ledger_dsn, cfg, "a")
@@ -219,7 +221,7 @@ def test_process_seals_one_row_per_key_and_commit_takes_it(ledger_dsn, unique_na
     before commit, it is what commit publishes; upsert's audit finds the current row is not
     the newest version (merge's partials are what it publishes: the fold still holds)."""
     cfg = pipeline(unique_name, mode)
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 4}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 4}), sink=sink_for(cfg))
     process(
         ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)], [(0, 2, "x", 3), (0, 3, "y", 4)]
     )
@@ -309,7 +311,7 @@ def test_a_compatible_existing_table_is_used(ledger_dsn, unique_name):
             ' note text, primary key (topic, partition, epoch, "offset", seq))'
             " partition by range (seq)"
         )
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 1}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 1}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1)])
     commit(ledger_dsn, cfg, "a")
     assert published(ledger_dsn, cfg) == [(0, 0, "x", 1)]
@@ -348,7 +350,7 @@ def test_upsert_by_a_composite_key_of_mixed_types(ledger_dsn, unique_name):
         },
     )
     fields = [*FIELDS[:3], ("shop", "int"), ("day", "date"), ("price", "decimal(10,2)")]
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}), sink=sink_for(cfg))
     claim = claim_attempt(ledger_dsn, cfg.name, "a")
     with transaction(ledger_dsn) as cur:
         sink = sink_for(cfg).bind_output(cur, fields)
@@ -369,7 +371,7 @@ def test_upsert_by_a_composite_key_of_mixed_types(ledger_dsn, unique_name):
                "_meta_hash"],
     )  # fmt: skip
     stage_part(stage_target(ledger_dsn, cfg, claim, sink), 0, [batch])
-    mark_staged(ledger_dsn, cfg, "a", claim.attempt, parts=1)
+    mark_staged(ledger_dsn, cfg, "a", claim.attempt, parts=1, sink=sink_for(cfg))
     assert commit(ledger_dsn, cfg, "a").published == 3
     with transaction(ledger_dsn) as cur:
         cur.execute(f'select shop, day, price::text from "{cfg.sink_schema}".prices order by 1')
@@ -392,20 +394,20 @@ def test_an_existing_upsert_table_with_another_key_type_is_refused(ledger_dsn, u
 def test_append_of_the_coordinates_alone(ledger_dsn, unique_name):
     """A transform may publish no column of its own (an index of the records it accepted)."""
     cfg = pipeline(unique_name, "append")
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}), sink=sink_for(cfg))
     claim = claim_attempt(ledger_dsn, cfg.name, "a")
     with transaction(ledger_dsn) as cur:
         sink = sink_for(cfg).bind_output(cur, [f for f in FIELDS if f[0] not in ("sku", "qty")])
     batch = records((0, 0, "x", 1), (0, 1, "y", 2, "bad")).drop_columns(["sku", "qty"])
     stage_part(stage_target(ledger_dsn, cfg, claim, sink), 0, [batch])
-    mark_staged(ledger_dsn, cfg, "a", claim.attempt, parts=1)
+    mark_staged(ledger_dsn, cfg, "a", claim.attempt, parts=1, sink=sink_for(cfg))
     res = commit(ledger_dsn, cfg, "a")
     assert (res.published, res.dead) == (1, 1)
     exactly_once(ledger_dsn, cfg)
 
 
 def test_the_audit_finds_output_outside_its_txids_ranges(ledger_dsn, cfg):
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2), (0, 2, "z", 3, "malformed")])
     commit(ledger_dsn, cfg, "a")
     exactly_once(ledger_dsn, cfg)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import pytest
+from onceflow.hooks.sink import sink_for
 from onceflow.kafka.range_digest import RangeRead, RecordPrint
 from onceflow.ledger.db import transaction
 from onceflow.ledger.fencing import claim_attempt
@@ -86,8 +87,8 @@ def test_a_claim_drops_what_dead_drivers_and_outliving_tasks_left(ledger_dsn, un
     job records its read after the job's rows went: the next claim drops both, and keeps
     the rows of the job that is running."""
     cfg = pipeline(unique_name)
-    plan(ledger_dsn, cfg, "a", snap({("orders", 0): 10}))
-    plan(ledger_dsn, cfg, "b", snap({("orders", 0): 20}))
+    plan(ledger_dsn, cfg, "a", snap({("orders", 0): 10}), sink=sink_for(cfg))
+    plan(ledger_dsn, cfg, "b", snap({("orders", 0): 20}), sink=sink_for(cfg))
     dead = open_stage_job(
         ledger_dsn, cfg.name, "a", claim_attempt(ledger_dsn, cfg.name, "a").attempt
     )

@@ -10,10 +10,10 @@ import pytest
 from onceflow.audit import run_audit
 from onceflow.commit import commit
 from onceflow.errors import SinkLayoutError, TransformError
+from onceflow.hooks.sink import sink_for
 from onceflow.ledger.db import transaction
 from onceflow.ledger.fencing import claim_attempt, mark_staged
 from onceflow.ledger.planning import plan
-from onceflow.sinks import sink_for
 from onceflow.sinks.postgres.versions_migration import migrate_versions
 from onceflow.staging.writer import stage_part
 from sink_support import (
@@ -62,7 +62,7 @@ def versions(dsn, cfg) -> list[tuple]:
 def test_commit_attaches_the_versions_process_sealed(ledger_dsn, cfg):
     """The published versions are the very table process filled (same storage), its
     indexes built in process; the current rows come from the newest version per key."""
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 4}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 4}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2), (0, 2, "x", 3), (0, 3, "z", 0, "bad")])  # fmt: skip
     name = "items__v1_a1"
     with transaction(ledger_dsn) as cur:
@@ -86,8 +86,8 @@ def test_commit_attaches_the_versions_process_sealed(ledger_dsn, cfg):
 
 
 def test_a_rerun_swaps_the_versions_partition_and_never_overwrites_a_newer_value(ledger_dsn, cfg):
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
-    plan(ledger_dsn, cfg, "b", snap({(T, 0): 3}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}), sink=sink_for(cfg))
+    plan(ledger_dsn, cfg, "b", snap({(T, 0): 3}), sink=sink_for(cfg))
     zombie = claim_attempt(ledger_dsn, cfg.name, "a")  # attempt 1 staged and sealed, fenced
     stage_part(stage_target(ledger_dsn, cfg, zombie), 0, [records((0, 0, "x", 100))])
     seal(ledger_dsn, cfg, zombie)
@@ -106,8 +106,8 @@ def test_a_rerun_swaps_the_versions_partition_and_never_overwrites_a_newer_value
 
 
 def test_a_column_added_by_a_later_txid_reaches_earlier_sealed_versions(ledger_dsn, cfg):
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 1}))
-    plan(ledger_dsn, cfg, "b", snap({(T, 0): 2}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 1}), sink=sink_for(cfg))
+    plan(ledger_dsn, cfg, "b", snap({(T, 0): 2}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1)])
     with transaction(ledger_dsn) as cur:
         s = f'"{cfg.sink_schema}"'
@@ -123,7 +123,7 @@ def test_a_column_added_by_a_later_txid_reaches_earlier_sealed_versions(ledger_d
 
 
 def test_two_versions_of_one_record_are_refused_in_process_naming_it(ledger_dsn, cfg):
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}), sink=sink_for(cfg))
     claim = claim_attempt(ledger_dsn, cfg.name, "a")
     stage_part(stage_target(ledger_dsn, cfg, claim), 0, [records((0, 0, "x", 1), (0, 0, "y", 2))])
     with pytest.raises(TransformError, match=r"two rows of one source record .*\(stock, 0, 0, 0"):
@@ -132,8 +132,8 @@ def test_two_versions_of_one_record_are_refused_in_process_naming_it(ledger_dsn,
 
 def test_the_audit_finds_a_record_versioned_in_two_partitions(ledger_dsn, cfg):
     """The coordinates are unique per partition only: a copy in another seq's is the audit's."""
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 1}))
-    plan(ledger_dsn, cfg, "b", snap({(T, 0): 2}))
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 1}), sink=sink_for(cfg))
+    plan(ledger_dsn, cfg, "b", snap({(T, 0): 2}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1)])
     process(ledger_dsn, cfg, "b", [(0, 1, "y", 2)])
     commit(ledger_dsn, cfg, "a")
@@ -150,12 +150,12 @@ def test_the_audit_finds_a_record_versioned_in_two_partitions(ledger_dsn, cfg):
 def test_maintain_rolls_up_the_versions_and_a_rerun_replaces_them_there(
     ledger_dsn, cfg, monkeypatch
 ):
-    from onceflow.sinks.maintenance import maintain
+    from onceflow.maintenance import maintain
     from onceflow.sinks.postgres import partition_rollup
 
     monkeypatch.setattr(partition_rollup, "KEEP_NEWEST", 1)
     for i, txid in enumerate("abcde"):
-        plan(ledger_dsn, cfg, txid, snap({(T, 0): i + 1}))
+        plan(ledger_dsn, cfg, txid, snap({(T, 0): i + 1}), sink=sink_for(cfg))
         process(ledger_dsn, cfg, txid, [(0, i, f"k{i % 2}", i)])
         commit(ledger_dsn, cfg, txid)
     before = published(ledger_dsn, cfg)
@@ -184,8 +184,8 @@ def earlier_version(dsn, cfg):
     committed; the versions table unpartitioned, with published_at and the coordinates'
     unique index without seq."""
     s = f'"{cfg.sink_schema}"'
-    plan(dsn, cfg, "a", snap({(T, 0): 2}))
-    plan(dsn, cfg, "b", snap({(T, 0): 4}))
+    plan(dsn, cfg, "a", snap({(T, 0): 2}), sink=sink_for(cfg))
+    plan(dsn, cfg, "b", snap({(T, 0): 4}), sink=sink_for(cfg))
     process(dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])
     commit(dsn, cfg, "a")
     with transaction(dsn) as cur:
@@ -212,7 +212,7 @@ def earlier_version(dsn, cfg):
             " ('b', %s, 0, %s, 0, 3, null, null, 'bad')",
             (claim.attempt, T, claim.attempt, T),
         )
-    mark_staged(dsn, cfg, "b", claim.attempt)
+    mark_staged(dsn, cfg, "b", claim.attempt, sink=sink_for(cfg))
 
 
 def test_an_earlier_versions_table_is_refused_until_migrated_then_publishes_on(ledger_dsn, cfg):

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from onceflow.hooks.sink import sink_for
 from process_modes import CONNECT_ENV, connect_url, run_process
 
 pytestmark = pytest.mark.integration
@@ -235,7 +236,9 @@ def run(env, name, ends, master="local[2]", *args):
     from onceflow.ledger.planning import plan
 
     c, dsn = cfg(env, name), env["ONCEFLOW_POSTGRES_DSN"]
-    plan(dsn, c, "run-1", lambda _at: BrokerSnapshot({tp: 0 for tp in ends}, ends))
+    plan(
+        dsn, c, "run-1", lambda _at: BrokerSnapshot({tp: 0 for tp in ends}, ends), sink=sink_for(c)
+    )
     proc = run_process(env, "--pipeline", name, "--txid", "run-1", *args, master=master)
     if proc.returncode != 0:
         return proc, None
@@ -310,8 +313,8 @@ def test_merge_folds_the_batchs_partial_aggregates(env, produced):
 
 
 def test_iceberg_appends_one_row_per_record_in_one_snapshot(env, produced, monkeypatch):
+    from onceflow.hooks.sink import sink_for
     from onceflow.ledger.db import transaction
-    from onceflow.sinks import sink_for
     from onceflow.sinks.iceberg.catalog import open_catalog
 
     ends, sent = produced
@@ -638,7 +641,9 @@ def test_a_column_the_transform_adds_evolves_the_tables_and_is_published_from_th
             f'[pipelines.evo]\ntopics = ["{TOPIC}"]\ntransform = "{transform}"\n'
             '[pipelines.evo.sink]\ntable = "stock"\nmode = "upsert"\nkey = ["sku"]\n'
         )
-        plan(e["ONCEFLOW_POSTGRES_DSN"], cfg(e, "evo"), txid, snapshot)
+        plan(
+            e["ONCEFLOW_POSTGRES_DSN"], cfg(e, "evo"), txid, snapshot, sink=sink_for(cfg(e, "evo"))
+        )
         proc = run_process(e, "--pipeline", "evo", "--txid", txid)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         assert commit(e["ONCEFLOW_POSTGRES_DSN"], cfg(e, "evo"), txid).published

@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING
 from psycopg2 import sql
 
 from onceflow.config.pipeline import PipelineConfig
+from onceflow.hooks.sink import sink_for
 from onceflow.kafka.range_digest import RangeRead, first_difference
 from onceflow.ledger.db import transaction
-from onceflow.sinks import sink_for
 from onceflow.states import CLOSED, BatchState
 
 if TYPE_CHECKING:

@@ -48,11 +48,11 @@ from enum import StrEnum
 from onceflow import failpoints
 from onceflow.config.pipeline import PipelineConfig
 from onceflow.errors import SinkContentionError, SinkMovedError, StagedCountsError
+from onceflow.hooks.sink import sink_for
 from onceflow.ledger.db import transaction
 from onceflow.ledger.offsets import advance_offsets
 from onceflow.ledger.ordering import CommitRow, commit_row, lock_commits
 from onceflow.ledger.transitions import NOW, move
-from onceflow.sinks import sink_for
 from onceflow.sinks.base import OutsideSink, Publication, PublishTarget, Sink
 from onceflow.staging import file_cleanup
 from onceflow.states import BatchState, Step

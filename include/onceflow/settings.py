@@ -3,7 +3,7 @@
 Every value has a default that points at the embedded local stack (`onceflow up`) and at
 folders of the current directory (a checkout's root: `make` and the tests run there), so a
 fresh checkout needs no configuration. Inside Airflow the services come from Airflow
-connections instead (onceflow.connections); these variables stay for the embedded stack and
+connections instead (onceflow.hooks); these variables stay for the embedded stack and
 the command line outside Airflow. Nothing here assumes where the package is installed.
 """
 

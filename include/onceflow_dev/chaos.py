@@ -92,9 +92,9 @@ from typing import Any
 from onceflow.config.pipeline import PipelineConfig
 from onceflow.config.sink import RESERVED_COLUMNS
 from onceflow.sinks.base import OutsideSink
-from onceflow.sinks.delta import DeltaSink
-from onceflow.sinks.iceberg import IcebergSink
-from onceflow.sinks.kafka import KafkaSink
+from onceflow.sinks.delta.sink import DeltaSink
+from onceflow.sinks.iceberg.sink import IcebergSink
+from onceflow.sinks.kafka.sink import KafkaSink
 from onceflow.states import BatchState
 
 from onceflow_dev import CHECKOUT as PROJECT_ROOT
@@ -846,10 +846,10 @@ class SinkSnapshot:
         coordinates, txid and seq (its headers) and its columns (the value's JSON, typed by
         the stage table's columns), and the pipeline's commit-log markers."""
         from confluent_kafka import Consumer
-        from onceflow.sinks.kafka import STAGE_NAME
         from onceflow.sinks.kafka.markers import Marker
         from onceflow.sinks.kafka.output_records import SEQ_HEADER, SOURCE_HEADER, TXID_HEADER
         from onceflow.sinks.kafka.reading import committed_end, read_partition
+        from onceflow.sinks.kafka.sink import STAGE_NAME
 
         consumer = Consumer(
             {
@@ -935,8 +935,8 @@ class Run:
 class Harness:
     def __init__(self, opts: Options) -> None:
         from onceflow.config.pipeline_table import parse_pipeline
+        from onceflow.hooks.sink import sink_for
         from onceflow.settings import Settings
-        from onceflow.sinks import sink_for
 
         self.opts = opts
         self.started = _now()

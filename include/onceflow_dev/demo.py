@@ -72,11 +72,11 @@ def runs_to_drain(dsn: str, bootstrap: str, cfg: PipelineConfig) -> int:
 def sink_rows(dsn: str, cfg: PipelineConfig) -> tuple[str, int]:
     """The pipeline's published table (schema.table, or iceberg:namespace.table,
     delta:namespace.table) and how many rows it holds now (a lake table scanned)."""
+    from onceflow.hooks.sink import sink_for
     from onceflow.ledger.db import transaction
-    from onceflow.sinks import sink_for
-    from onceflow.sinks.delta import DeltaSink
-    from onceflow.sinks.iceberg import IcebergSink
+    from onceflow.sinks.delta.sink import DeltaSink
     from onceflow.sinks.iceberg.catalog import open_catalog
+    from onceflow.sinks.iceberg.sink import IcebergSink
     from psycopg2 import sql
 
     sink = sink_for(cfg)

@@ -946,7 +946,7 @@ def airflow_env(settings: Settings) -> dict[str, str]:
     if users:  # absolute: the components run in ONCEFLOW_HOME, not where `onceflow up` ran
         env["ONCEFLOW_PYTHONPATH"] = os.pathsep.join(str(p) for p in users)
     # No onceflow_ledger / onceflow_kafka connection: the tasks fall back to the ONCEFLOW_*
-    # variables above (onceflow.connections). A connection's password is masked by Airflow
+    # variables above (onceflow.hooks). A connection's password is masked by Airflow
     # wherever it appears in a task log, and the embedded server's is the word "onceflow".
     # SparkSubmitHook: conn_type "spark" with a host holding the whole master and no port
     # makes the master exactly the host ("local[2]"); a URI would mangle the brackets.

@@ -19,7 +19,6 @@ from typing import Any
 from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import DAG, Asset
 
-from onceflow import connections
 from onceflow.airflow.tasks import (
     CommitOperator,
     ConnectProcessOperator,
@@ -29,8 +28,9 @@ from onceflow.airflow.tasks import (
 )
 from onceflow.config.pipeline import PipelineConfig
 from onceflow.config.pipelines_file import load_pipelines
+from onceflow.hooks.ledger import ledger_dsn
+from onceflow.hooks.sink import sink_for
 from onceflow.settings import Settings, spark_jobs_dir, transform_path
-from onceflow.sinks import sink_for
 from onceflow.spark import jvm_archive
 from onceflow.spark_app import PROCESS_APPLICATION
 
@@ -118,7 +118,7 @@ def build_dag(cfg: PipelineConfig, pipelines_file: Path) -> DAG:
             outlets=[
                 Asset(
                     name=f"onceflow_{cfg.name}",
-                    uri=sink_for(cfg).asset_uri(connections.ledger_dsn(cfg.ledger_conn_id)[0]),
+                    uri=sink_for(cfg).asset_uri(ledger_dsn(cfg.ledger_conn_id)[0]),
                 )
             ],
             poll_interval=cfg.commit_poke_interval,
@@ -137,7 +137,7 @@ def build_dag(cfg: PipelineConfig, pipelines_file: Path) -> DAG:
                     "pipelines_file": str(pipelines_file),
                 },
                 doc_md=f"Maintenance of the sink's table every {cfg.sink.maintain_every} "
-                "committed batches (onceflow.sinks.maintenance: a lake table's compaction and "
+                "committed batches (onceflow.maintenance: a lake table's compaction and "
                 "expiry, an append or upsert table's partitions rolled up); the other runs "
                 "skip it.",
                 retries=2,

@@ -19,7 +19,6 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
-from onceflow import connections
 from onceflow.airflow.triggers import CommitReadyTrigger, describe_wait
 from onceflow.commit import commit
 from onceflow.config.pipelines_file import get_pipeline
@@ -37,11 +36,15 @@ from onceflow.errors import (
     ProcessExit,
     RerunRefusedError,
 )
+from onceflow.hooks.lake import lake_storage
+from onceflow.hooks.ledger import ledger_dsn
+from onceflow.hooks.services import services
+from onceflow.hooks.sink import sink_for
+from onceflow.hooks.spark_connect import spark_connect
 from onceflow.kafka import broker
 from onceflow.ledger.ordering import blocking_predecessor
 from onceflow.ledger.planning import plan
 from onceflow.settings import Settings
-from onceflow.sinks import sink_for
 from onceflow.sinks.lake.storage import STORAGE_ENV
 from onceflow.spark import small_batch_jvm
 from onceflow.states import BatchState
@@ -51,14 +54,14 @@ log = logging.getLogger("onceflow")
 
 def maintain_task(pipeline: str, txid: str, pipelines_file: str | None = None) -> dict[str, Any]:
     """After commit, every `maintain_every` committed batches of a lake or append sink (seq a
-    multiple of it): maintain the table (onceflow.sinks.maintenance); other runs skip it."""
+    multiple of it): maintain the table (onceflow.maintenance); other runs skip it."""
     from airflow.sdk.exceptions import AirflowSkipException
 
     from onceflow.ledger.batches import get_batch
-    from onceflow.sinks.maintenance import maintain
+    from onceflow.maintenance import maintain
 
     cfg = get_pipeline(pipelines_file or Settings.from_env().pipelines_file, pipeline)
-    dsn, _ = connections.ledger_dsn(cfg.ledger_conn_id, cfg.source)
+    dsn, _ = ledger_dsn(cfg.ledger_conn_id, cfg.source)
     batch = get_batch(dsn, cfg.name, txid)
     every = cfg.sink.maintain_every
     if batch.state != BatchState.COMMITTED or batch.seq % every:
@@ -91,7 +94,7 @@ def plan_task(pipeline: str, txid: str, pipelines_file: str | None = None) -> di
     started = time.monotonic()
     sink = sink_for(cfg)
     try:
-        svc = connections.services(cfg)
+        svc = services(cfg)
         log.info("onceflow plan: ledger from %s, Kafka %s", svc.ledger_source, svc.kafka.describe())
         batch = plan(
             svc.ledger_dsn,
@@ -176,8 +179,8 @@ class ProcessOperator(SparkSubmitOperator):
     def execute(self, context: Any) -> None:
         cfg = get_pipeline(self.pipelines_file or Settings.from_env().pipelines_file, self.pipeline)
         try:
-            svc = connections.services(cfg)
-            storage = connections.lake_storage(cfg) if cfg.sink.storage_conn_id else None
+            svc = services(cfg)
+            storage = lake_storage(cfg) if cfg.sink.storage_conn_id else None
         except ConfigError as e:
             raise AirflowFailException(f"onceflow process txid={context['run_id']}: {e}") from e
         # This task's own process: spark-submit inherits it (the hook copies os.environ).
@@ -239,9 +242,9 @@ class ConnectProcessOperator(BaseOperator):
         path = self.pipelines_file or Settings.from_env().pipelines_file
         cfg = get_pipeline(path, self.pipeline)
         try:
-            svc = connections.services(cfg)
-            storage = connections.lake_storage(cfg) if cfg.sink.storage_conn_id else None
-            url, server = connections.spark_connect(cfg)
+            svc = services(cfg)
+            storage = lake_storage(cfg) if cfg.sink.storage_conn_id else None
+            url, server = spark_connect(cfg)
         except ConfigError as e:
             raise AirflowFailException(f"onceflow process txid={self.txid}: {e}") from e
         os.environ.update(self.env_vars)
@@ -339,7 +342,7 @@ class CommitOperator(BaseOperator):
         cfg = get_pipeline(self.pipelines_file or Settings.from_env().pipelines_file, self.pipeline)
         txid = self.txid
         try:
-            dsn, _ = connections.ledger_dsn(cfg.ledger_conn_id, cfg.source)
+            dsn, _ = ledger_dsn(cfg.ledger_conn_id, cfg.source)
         except ConfigError as e:
             raise AirflowFailException(f"onceflow commit txid={txid}: {e}") from e
         wait = blocking_predecessor(dsn, cfg.name, txid)

@@ -16,8 +16,8 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from onceflow import connections
 from onceflow.errors import ConfigError, UnknownTxidError
+from onceflow.hooks.ledger import ledger_dsn_async
 from onceflow.ledger.ordering import Blocker, blocking_predecessor
 
 #: how often a still-waiting commit says so in the task log, in seconds
@@ -37,7 +37,7 @@ class CommitReadyTrigger(BaseTrigger):
     """Fire once no uncommitted batch with a lower seq than txid's is left in the ledger.
 
     Serialises only the pipeline, the txid, the poll interval and the ledger's connection id:
-    the DSN is read from that Airflow connection in the triggerer (onceflow.connections), so
+    the DSN is read from that Airflow connection in the triggerer (onceflow.hooks), so
     no credentials land in the trigger table. A ledger that cannot be reached (PostgreSQL restarting) is logged and
     polled again, never turned into a failure: the commit has nothing to lose by waiting.
     """
@@ -72,7 +72,7 @@ class CommitReadyTrigger(BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         try:
-            dsn = await connections.ledger_dsn_async(self.ledger_conn_id)
+            dsn = await ledger_dsn_async(self.ledger_conn_id)
         except ConfigError as e:
             yield TriggerEvent({"status": "error", "message": str(e)})
             return

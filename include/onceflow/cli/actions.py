@@ -150,7 +150,7 @@ def cmd_cleanup(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_maintain(args: argparse.Namespace, settings: Settings) -> int:
-    from onceflow.sinks.maintenance import maintain
+    from onceflow.maintenance import maintain
 
     cfg = select_pipeline(settings, args.pipeline)
     report = maintain(

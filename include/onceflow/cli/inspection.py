@@ -32,8 +32,9 @@ def _ranges_text(ranges: list[dict]) -> str:
 
 
 def cmd_ledger(args: argparse.Namespace, settings: Settings) -> int:
+    from onceflow.hooks.sink import sink_for
     from onceflow.ledger import views
-    from onceflow.sinks import schema_evolution, sink_for
+    from onceflow.sinks import schema_evolution
 
     cfg = select_pipeline(settings, args.pipeline)
     commit_name = sink_for(cfg).commit_name

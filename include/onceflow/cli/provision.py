@@ -29,10 +29,10 @@ def migrate_sinks(settings: Settings, names: list[str] | None, changes_only: boo
     each in its own transaction; says what it did per pipeline (with `changes_only`, only
     where it migrated something)."""
     from onceflow.config.pipelines_file import get_pipeline, load_pipelines
+    from onceflow.hooks.sink import sink_for
     from onceflow.ledger.db import transaction
-    from onceflow.sinks import sink_for
-    from onceflow.sinks.postgres import PostgresSink
     from onceflow.sinks.postgres.append_migration import migrate_append
+    from onceflow.sinks.postgres.sink import PostgresSink
     from onceflow.sinks.postgres.versions_migration import migrate_versions
 
     if names:

@@ -28,12 +28,13 @@ def use_connections(ledger_conn: str | None, kafka_conn: str | None) -> None:
     """--ledger-conn / --kafka-conn: this process's ONCEFLOW_* variables from Airflow
     connections, so every command (and the clients it makes) reads them as usual. Airflow's
     own log lines while it reads them go to stderr: stdout stays the command's (--json)."""
-    from onceflow import connections
+    from onceflow.hooks.kafka import kafka_cluster
+    from onceflow.hooks.ledger import ledger_dsn
 
     with contextlib.redirect_stdout(sys.stderr):
         if ledger_conn:
-            dsn, _ = connections.ledger_dsn(ledger_conn, "--ledger-conn", key="")
+            dsn, _ = ledger_dsn(ledger_conn, "--ledger-conn", key="")
             os.environ["ONCEFLOW_POSTGRES_DSN"] = dsn
         if kafka_conn:
-            cluster = connections.kafka_cluster(kafka_conn, "--kafka-conn", key="")
+            cluster = kafka_cluster(kafka_conn, "--kafka-conn", key="")
             os.environ.update(cluster.to_env())

@@ -43,7 +43,7 @@ class PipelineConfig:
     executor_memory: str = "1g"
     spark_conf: dict[str, str] = field(default_factory=dict)
     description: str = ""
-    # Airflow connections (onceflow.connections): None = the default id, else one that must exist
+    # Airflow connections (onceflow.hooks): None = the default id, else one that must exist
     ledger_conn_id: str | None = None
     kafka_conn_id: str | None = None
     spark_conn_id: str = "spark_default"

@@ -13,7 +13,7 @@ SINK_KINDS = ("postgres", "iceberg", "delta", "kafka")
 # The lake table kinds: a table in a warehouse, published by data files.
 LAKE_KINDS = ("iceberg", "delta")
 SINK_MODES = ("append", "upsert", "merge")
-# A lake table's maintenance (onceflow.sinks.maintenance): compacted files' size, and how long
+# A lake table's maintenance (onceflow.maintenance): compacted files' size, and how long
 # its history is kept.
 TARGET_FILE_MB = 128.0
 RETAIN_HOURS = 24.0

@@ -8,7 +8,6 @@ from onceflow.config.pipeline import PipelineConfig
 from onceflow.errors import UnknownTxidError
 from onceflow.ledger.db import transaction
 from onceflow.ranges import LossEvent, OffsetRange
-from onceflow.sinks import sink_for
 from onceflow.sinks.base import Sink
 from onceflow.states import BatchState
 
@@ -23,13 +22,13 @@ class Batch:
     replayed: bool = False  # True when plan found the txid already in the ledger
 
 
-def ensure_pipeline(dsn: str, cfg: PipelineConfig, sink: Sink | None = None) -> None:
+def ensure_pipeline(dsn: str, cfg: PipelineConfig, sink: Sink) -> None:
     """The pipeline's ledger row and its sink's tables, created if missing."""
     with transaction(dsn) as cur:
         cur.execute(
             "insert into onceflow.pipelines (name) values (%s) on conflict do nothing", (cfg.name,)
         )
-        (sink or sink_for(cfg)).ensure(cur)
+        sink.ensure(cur)
 
 
 def read_ranges(cur, pipeline: str, txid: str) -> list[OffsetRange]:

@@ -28,7 +28,6 @@ from onceflow.ledger.db import transaction
 from onceflow.ledger.stage_jobs import drop_fenced_jobs
 from onceflow.ledger.transitions import NOW, move
 from onceflow.ranges import OffsetRange
-from onceflow.sinks import sink_for
 from onceflow.sinks.base import PublishTarget, Sink
 from onceflow.states import BatchState, Step
 
@@ -104,7 +103,7 @@ def mark_staged(
     parts: int | None = None,
     records_read: int | None = None,
     reads: list[RangeRead] | None = None,
-    sink: Sink | None = None,
+    sink: Sink,
 ) -> Staged:
     """Record that `attempt` staged its output, unless a newer attempt has claimed the txid.
 
@@ -133,7 +132,6 @@ def mark_staged(
     onceflow.range_reads: commit takes the published attempt's last prints into the offsets,
     `audit --reread` compares its digests with the broker's records.
     """
-    sink = sink or sink_for(cfg)
     with transaction(dsn) as cur:
         seq = check_attempt(cur, cfg.name, txid, attempt, lock=True)
         staged_attempt = PublishTarget(cfg.name, txid, seq, attempt)

@@ -19,9 +19,7 @@ from onceflow.sinks.base import Sink
 from onceflow.states import BatchState, Step
 
 
-def plan(
-    dsn: str, cfg: PipelineConfig, txid: str, snapshot: Snapshot, sink: Sink | None = None
-) -> Batch:
+def plan(dsn: str, cfg: PipelineConfig, txid: str, snapshot: Snapshot, sink: Sink) -> Batch:
     """Plan txid: replay its recorded ranges, or snapshot the broker and record new ones,
     once every partition's log is proven the one the ledger read (verify_logs)."""
     started = time.monotonic()

@@ -185,6 +185,7 @@ def run_attempt(
         TransformError,
         UnknownTxidError,
     )
+    from onceflow.hooks.sink import sink_for
     from onceflow.process.attempt import (
         claim_new_attempt,
         log_staged,
@@ -192,7 +193,6 @@ def run_attempt(
         stage_and_mark,
     )
     from onceflow.process.failures import short_error
-    from onceflow.sinks import sink_for
 
     txid = args.txid
     try:

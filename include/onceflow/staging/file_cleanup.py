@@ -28,9 +28,9 @@ import logging
 from dataclasses import dataclass
 
 from onceflow.config.pipeline import PipelineConfig
+from onceflow.hooks.sink import sink_for
 from onceflow.ledger.db import transaction
 from onceflow.ledger.fencing import live_attempts
-from onceflow.sinks import sink_for
 from onceflow.sinks.base import OutsideSink, Sink
 
 log = logging.getLogger("onceflow.staging.file_cleanup")

@@ -13,16 +13,17 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
 
-from onceflow import connections
 from onceflow.config.pipeline import PipelineConfig
 from onceflow.config.pipelines_file import load_pipelines
 from onceflow.errors import OnceflowError, TopicMissingError
+from onceflow.hooks import ledger as ledger_hook
+from onceflow.hooks.kafka import kafka_cluster
+from onceflow.hooks.sink import sink_for
 from onceflow.kafka import broker
 from onceflow.kafka.client import KafkaCluster
 from onceflow.ledger import views
 from onceflow.ledger.ordering import blocking_predecessor
 from onceflow.settings import Settings
-from onceflow.sinks import sink_for
 from onceflow.states import CLOSED, BatchState
 
 BROKER_TIMEOUT = 3.0  # seconds a page waits for end offsets before showing "unavailable"
@@ -78,7 +79,7 @@ def _call_in_thread(fn, *args) -> Future:
 def ledger_dsn(s: Settings, cfg: PipelineConfig) -> str:
     """The pipeline's ledger DSN: its Airflow connection, else the settings' (per request:
     a rotated password is read the next time)."""
-    return connections.ledger_dsn(cfg.ledger_conn_id, cfg.source, s)[0]
+    return ledger_hook.ledger_dsn(cfg.ledger_conn_id, cfg.source, s)[0]
 
 
 def broker_ends(s: Settings, cfg: PipelineConfig, timeout: float | None = None) -> BrokerEnds:
@@ -99,7 +100,7 @@ def pipelines_ends(
     by_cluster: dict[KafkaCluster, list[PipelineConfig]] = {}
     for cfg in cfgs:
         try:
-            cluster = connections.kafka_cluster(cfg.kafka_conn_id, cfg.source, settings=s)
+            cluster = kafka_cluster(cfg.kafka_conn_id, cfg.source, settings=s)
         except OnceflowError as exc:
             out[cfg.name] = BrokerEnds(None, str(exc))
             continue

@@ -18,7 +18,7 @@ from onceflow.sinks.lake.layout import Layout, fit
 from onceflow.sinks.schema_evolution import Evolution
 
 if TYPE_CHECKING:
-    from onceflow.sinks.delta import DeltaSink
+    from onceflow.sinks.delta.sink import DeltaSink
 
 # The table property naming the user's columns of the output the table was last bound to.
 OUTPUT_COLUMNS = "onceflow.output-columns"

@@ -18,7 +18,7 @@ from onceflow.sinks.lake.layout import Layout, fit
 from onceflow.sinks.schema_evolution import Evolution
 
 if TYPE_CHECKING:
-    from onceflow.sinks.iceberg import IcebergSink
+    from onceflow.sinks.iceberg.sink import IcebergSink
 
 # The table property naming the user's columns of the output the table was last bound to
 # (comma-separated): a column listed there that the output no longer gives is a removed

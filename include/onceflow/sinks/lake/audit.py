@@ -176,7 +176,7 @@ class LakeAudit(OutsideSink):
                     f"{what}: seq {seq} attempt {attempt} is published by "
                     f"{len(refs)} {commit}s {refs}"
                 )
-        # history that maintenance expired (onceflow.sinks.maintenance) ends where the table's
+        # history that maintenance expired (onceflow.maintenance) ends where the table's
         # oldest remaining commit begins: a seq the ledger committed before then has no
         # commit to check any more (its publication came before its ledger commit)
         start = self._history_start_ms(table)

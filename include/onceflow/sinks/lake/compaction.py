@@ -3,7 +3,7 @@ rewrite a file per commit), so a table fed once a minute holds thousands of smal
 the end of a day. Compaction reads the live files smaller than half the target size, in
 bins of up to the target size (within one partition), writes each bin as one file under
 `data/onceflow/<pipeline>/compacted/`, and swaps them in ONE table commit, conditional on
-the table as read, that records `onceflow.sinks.maintenance` and publishes nothing
+the table as read, that records `onceflow.maintenance` and publishes nothing
 (sinks.lake.records): the rows, their coordinates and txids are unchanged, so every rule of
 the audit holds before and after, and the table's record of its publications is untouched.
 """

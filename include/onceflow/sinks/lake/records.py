@@ -6,7 +6,7 @@ snapshot's summary, a Delta commit's commit info): the same `onceflow.*` propert
   format's own count of rows added says something else). The table's history is the
   sink's own record of what it published, which step 1 of a commit reads ("is this seq
   already published, and by which attempt?") and the audit checks against the ledger.
-- A maintenance commit (onceflow.sinks.maintenance): onceflow.pipeline and what it did; it
+- A maintenance commit (onceflow.maintenance): onceflow.pipeline and what it did; it
   publishes nothing, so it is no publication.
 """
 

@@ -427,7 +427,7 @@ class LakeSink(LakeAudit):
         """Delete the files, then their attempt folders if left empty."""
         delete_files(paths, self.storage)
 
-    # -- maintenance (onceflow.sinks.maintenance) ------------------------------------------------
+    # -- maintenance (onceflow.maintenance) ------------------------------------------------
 
     def compact(
         self, table: Any, pipeline: str, target_bytes: int, dry_run: bool

@@ -27,9 +27,9 @@ from psycopg2 import sql
 from onceflow.errors import SinkLayoutError
 from onceflow.ledger.ordering import lock_commits
 from onceflow.sinks.base import PublishTarget
-from onceflow.sinks.postgres import PostgresSink
 from onceflow.sinks.postgres.append import APPEND_KEY
 from onceflow.sinks.postgres.columns import ids, more
+from onceflow.sinks.postgres.sink import PostgresSink
 from onceflow.states import BatchState
 
 

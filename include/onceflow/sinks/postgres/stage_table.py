@@ -5,8 +5,8 @@ sinks.kafka).
 
 from __future__ import annotations
 
-from onceflow.sinks.postgres import PostgresSink
 from onceflow.sinks.postgres.columns import Column
+from onceflow.sinks.postgres.sink import PostgresSink
 
 
 class StageTable(PostgresSink):

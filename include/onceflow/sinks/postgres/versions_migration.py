@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from psycopg2 import sql
 
 from onceflow.ledger.ordering import lock_commits
-from onceflow.sinks.postgres import PostgresSink
 from onceflow.sinks.postgres.columns import ids
+from onceflow.sinks.postgres.sink import PostgresSink
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass
 
 from onceflow.config.pipeline import PipelineConfig
 
-log = logging.getLogger("onceflow.sinks.maintenance")
+log = logging.getLogger("onceflow.maintenance")
 
 
 @dataclass(frozen=True)
@@ -72,13 +72,13 @@ def maintain(
     table's sizes default to its sink's `target_file_mb` and `retain_hours`."""
     # imported here: the CLI imports this module for its defaults, and starts fast
     from onceflow.errors import NotALakeSinkError
+    from onceflow.hooks.sink import sink_for
     from onceflow.ledger.db import transaction
     from onceflow.ledger.ordering import lock_commits
-    from onceflow.sinks import sink_for
     from onceflow.sinks.lake.files import delete_files
     from onceflow.sinks.lake.sink import LakeSink
-    from onceflow.sinks.postgres import PostgresSink
     from onceflow.sinks.postgres.partition_rollup import roll_up
+    from onceflow.sinks.postgres.sink import PostgresSink
 
     started = time.monotonic()
     sink = sink_for(cfg)

@@ -1,0 +1,50 @@
+"""Kafka clusters: the source, a `kafka` connection whose extra is librdkafka's client config
+(default id `onceflow_kafka`, per pipeline `kafka_conn_id`; without one,
+ONCEFLOW_KAFKA_BOOTSTRAP and ONCEFLOW_KAFKA_CONFIG), and a Kafka sink's."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from onceflow.errors import ConfigError
+from onceflow.hooks.connection import extra, lookup, named_by
+from onceflow.kafka.client import KafkaCluster, cluster_from_config, cluster_from_env
+from onceflow.settings import Settings
+
+KAFKA_CONN = "onceflow_kafka"
+
+
+def kafka_from(conn: Any, conn_id: str) -> KafkaCluster:
+    """A KafkaCluster from a `kafka` connection: its extra is librdkafka's client config."""
+    if conn.conn_type != "kafka":
+        raise ConfigError(
+            f"Airflow connection {conn_id!r} is of type {conn.conn_type!r}; Kafka needs a "
+            "'kafka' connection whose extra holds the client config (bootstrap.servers, "
+            "security.protocol, ...)"
+        )
+    return cluster_from_config(extra(conn, conn_id), f"Airflow connection {conn_id!r}")
+
+
+def kafka_cluster(
+    conn_id: str | None = None,
+    source: str = "",
+    key: str = "kafka_conn_id",
+    settings: Settings | None = None,
+) -> KafkaCluster:
+    """The named `kafka` connection, else the default one, else ONCEFLOW_KAFKA_BOOTSTRAP and
+    ONCEFLOW_KAFKA_CONFIG (`settings`, default: from the environment)."""
+    cid = conn_id or KAFKA_CONN
+    conn = lookup(cid, named_by(source, key) if conn_id else None)
+    if conn is not None:
+        return kafka_from(conn, cid)
+    return cluster_from_env((settings or Settings.from_env()).kafka_bootstrap)
+
+
+def sink_cluster(cfg: Any) -> KafkaCluster:
+    """A Kafka sink's cluster (cfg: a PipelineConfig): its `conn_id` connection; else its
+    `bootstrap` with the source cluster's client settings; else the source cluster."""
+    if cfg.sink.conn_id:
+        return kafka_cluster(cfg.sink.conn_id, cfg.source, key="sink.conn_id")
+    source = kafka_cluster(cfg.kafka_conn_id, cfg.source)
+    return replace(source, bootstrap=cfg.sink.bootstrap) if cfg.sink.bootstrap else source
