@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from onceflow.config.pipeline import PipelineConfig
 from onceflow.errors import ConfigError
 from onceflow.hooks.connection import extra, lookup, named_by
 from onceflow.kafka.client import KafkaCluster, cluster_from_config, cluster_from_env
@@ -41,8 +42,8 @@ def kafka_cluster(
     return cluster_from_env((settings or Settings.from_env()).kafka_bootstrap)
 
 
-def sink_cluster(cfg: Any) -> KafkaCluster:
-    """A Kafka sink's cluster (cfg: a PipelineConfig): its `conn_id` connection; else its
+def sink_cluster(cfg: PipelineConfig) -> KafkaCluster:
+    """A Kafka sink's cluster: its `conn_id` connection; else its
     `bootstrap` with the source cluster's client settings; else the source cluster."""
     if cfg.sink.conn_id:
         return kafka_cluster(cfg.sink.conn_id, cfg.source, key="sink.conn_id")

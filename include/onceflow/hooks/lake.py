@@ -5,15 +5,15 @@
 from __future__ import annotations
 
 import os
-from typing import Any
 
+from onceflow.config.pipeline import PipelineConfig
 from onceflow.errors import ConfigError
 from onceflow.hooks.connection import extra, lookup, named_by
 from onceflow.sinks.lake.storage import STORAGE_ENV, Storage
 
 
-def lake_storage(cfg: Any) -> Storage:
-    """A lake sink's storage (cfg: a PipelineConfig): ONCEFLOW_LAKE_STORAGE when set (what a
+def lake_storage(cfg: PipelineConfig) -> Storage:
+    """A lake sink's storage: ONCEFLOW_LAKE_STORAGE when set (what a
     process task hands spark-submit, or the local stack's S3 emulator), else the sink's
     `storage_conn_id` connection, else each library's defaults."""
     if os.environ.get(STORAGE_ENV):

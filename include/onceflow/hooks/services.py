@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
+from onceflow.config.pipeline import PipelineConfig
 from onceflow.hooks.kafka import kafka_cluster
 from onceflow.hooks.ledger import ledger_dsn
 from onceflow.kafka.client import KafkaCluster
@@ -23,8 +23,8 @@ class Services:
         return f"Services(ledger from {self.ledger_source}, kafka {self.kafka.describe()})"
 
 
-def services(cfg: Any, settings: Settings | None = None) -> Services:
-    """A pipeline's ledger and source cluster (cfg: a PipelineConfig)."""
+def services(cfg: PipelineConfig, settings: Settings | None = None) -> Services:
+    """A pipeline's ledger and source cluster."""
     dsn, source = ledger_dsn(cfg.ledger_conn_id, cfg.source, settings)
     kafka = kafka_cluster(cfg.kafka_conn_id, cfg.source, settings=settings)
     return Services(dsn, source, kafka)

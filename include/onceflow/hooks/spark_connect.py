@@ -3,14 +3,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from onceflow.config.pipeline import PipelineConfig
 from onceflow.errors import ConfigError
 from onceflow.hooks.connection import airflow_connection
 
 
-def spark_connect(cfg: Any) -> tuple[str, str]:
-    """(URL, description) of the server (cfg: a PipelineConfig): its `spark_connect_conn_id`
+def spark_connect(cfg: PipelineConfig) -> tuple[str, str]:
+    """(URL, description) of the server: its `spark_connect_conn_id`
     connection (type spark_connect: host, port, user id as login, token as password, extra
     use_ssl). It must exist, the default id too. The description names no token."""
     conn_id = cfg.spark_connect_conn_id
