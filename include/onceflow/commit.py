@@ -53,7 +53,8 @@ from onceflow.ledger.db import transaction
 from onceflow.ledger.offsets import advance_offsets
 from onceflow.ledger.ordering import CommitRow, commit_row, lock_commits
 from onceflow.ledger.transitions import NOW, move
-from onceflow.sinks.base import OutsideSink, Publication, PublishTarget, Sink
+from onceflow.sinks.base import PublishTarget, Sink
+from onceflow.sinks.outside import OutsideSink, Publication
 from onceflow.staging import file_cleanup
 from onceflow.states import BatchState, Step
 

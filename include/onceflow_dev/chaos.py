@@ -91,10 +91,10 @@ from typing import Any
 
 from onceflow.config.pipeline import PipelineConfig
 from onceflow.config.sink import RESERVED_COLUMNS
-from onceflow.sinks.base import OutsideSink
 from onceflow.sinks.delta.sink import DeltaSink
 from onceflow.sinks.iceberg.sink import IcebergSink
 from onceflow.sinks.kafka.sink import KafkaSink
+from onceflow.sinks.outside import OutsideSink
 from onceflow.states import BatchState
 
 from onceflow_dev import CHECKOUT as PROJECT_ROOT

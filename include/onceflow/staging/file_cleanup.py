@@ -31,7 +31,8 @@ from onceflow.config.pipeline import PipelineConfig
 from onceflow.hooks.sink import sink_for
 from onceflow.ledger.db import transaction
 from onceflow.ledger.fencing import live_attempts
-from onceflow.sinks.base import OutsideSink, Sink
+from onceflow.sinks.base import Sink
+from onceflow.sinks.outside import OutsideSink
 
 log = logging.getLogger("onceflow.staging.file_cleanup")
 

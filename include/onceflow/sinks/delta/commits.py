@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from onceflow.sinks.base import Publication
 from onceflow.sinks.lake.records import publication
+from onceflow.sinks.outside import Publication
 
 
 def last_seq(table: Any, pipeline: str) -> int | None:

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from onceflow.errors import SinkMovedError, SinkSchemaError
-from onceflow.sinks.base import Publication, PublishTarget
+from onceflow.sinks.base import PublishTarget
 from onceflow.sinks.delta.commits import last_seq, newest, publications
 from onceflow.sinks.delta.evolution import OUTPUT_COLUMNS, evolve
 from onceflow.sinks.delta.table_schema import (
@@ -42,6 +42,7 @@ from onceflow.sinks.lake.compaction import LiveFile
 from onceflow.sinks.lake.partitions import Partitioner, check, refuse_other
 from onceflow.sinks.lake.records import PREFIX, maintenance_summary
 from onceflow.sinks.lake.sink import LakeSink
+from onceflow.sinks.outside import Publication
 from onceflow.sinks.schema_evolution import Evolution
 
 

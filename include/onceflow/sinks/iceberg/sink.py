@@ -22,7 +22,7 @@ from typing import Any
 
 from onceflow.config.sink import SinkConfig
 from onceflow.errors import SinkMovedError, SinkSchemaError
-from onceflow.sinks.base import Publication, PublishTarget
+from onceflow.sinks.base import PublishTarget
 from onceflow.sinks.iceberg.catalog import fence_retries, load_table, open_catalog
 from onceflow.sinks.iceberg.data_files import data_file, live_data_files, referenced_files
 from onceflow.sinks.iceberg.evolution import OUTPUT_COLUMNS, evolve
@@ -33,6 +33,7 @@ from onceflow.sinks.lake.compaction import LiveFile
 from onceflow.sinks.lake.partitions import Partitioner, refuse_other
 from onceflow.sinks.lake.sink import LakeSink
 from onceflow.sinks.lake.storage import Storage
+from onceflow.sinks.outside import Publication
 from onceflow.sinks.schema_evolution import Evolution
 
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from onceflow.sinks.base import Publication
 from onceflow.sinks.lake.records import publication
+from onceflow.sinks.outside import Publication
 
 
 def publications(table: Any, pipeline: str) -> Iterator[Publication]:

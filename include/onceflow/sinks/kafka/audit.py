@@ -15,11 +15,11 @@ from abc import abstractmethod
 
 from onceflow.errors import OnceflowError, SinkUnavailableError
 from onceflow.kafka.client import KafkaCluster
-from onceflow.sinks.base import OutsideSink
 from onceflow.sinks.kafka import limits
 from onceflow.sinks.kafka.markers import Marker
 from onceflow.sinks.kafka.output_records import SEQ_HEADER, SOURCE_HEADER, TXID_HEADER, audit_row
 from onceflow.sinks.kafka.reading import committed_consumer, committed_end, read_partition
+from onceflow.sinks.outside import OutsideSink
 
 
 class TopicAudit(OutsideSink):

@@ -12,9 +12,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from onceflow.sinks.base import Publication, PublishTarget
+from onceflow.sinks.base import PublishTarget
 from onceflow.sinks.kafka import limits
 from onceflow.sinks.kafka.reading import committed_end, read_partition
+from onceflow.sinks.outside import Publication
 
 
 @dataclass(frozen=True)

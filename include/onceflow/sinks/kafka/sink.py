@@ -43,7 +43,7 @@ from onceflow import failpoints
 from onceflow.config.sink import SinkConfig
 from onceflow.errors import CommitLogAheadError, SinkUnavailableError
 from onceflow.kafka.client import KafkaCluster, cluster_of
-from onceflow.sinks.base import Publication, PublishTarget, SinkReading, StagedCounts
+from onceflow.sinks.base import PublishTarget, StagedCounts
 from onceflow.sinks.kafka import limits
 from onceflow.sinks.kafka.audit import TopicAudit
 from onceflow.sinks.kafka.failures import abort, delivery_error, transaction_error
@@ -57,6 +57,7 @@ from onceflow.sinks.kafka.transaction import (
     produce,
     transactional_producer,
 )
+from onceflow.sinks.outside import Publication, SinkReading
 from onceflow.sinks.postgres.stage_table import StageTable
 from onceflow.sinks.schema_evolution import Evolution
 

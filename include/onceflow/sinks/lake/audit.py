@@ -18,10 +18,10 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from onceflow.config.sink import SinkConfig
-from onceflow.sinks.base import OutsideSink, Publication
 from onceflow.sinks.lake import merge, upsert
 from onceflow.sinks.lake.storage import Storage
 from onceflow.sinks.lake.versions import VersionFiles, read_with_seq, schema_of
+from onceflow.sinks.outside import OutsideSink, Publication
 
 # the columns the audit scans, in this order
 AUDIT_COLUMNS = ("txid", "topic", "partition", "epoch", "offset")

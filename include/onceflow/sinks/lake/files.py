@@ -14,8 +14,8 @@ import hashlib
 import re
 from collections.abc import Iterable
 
-from onceflow.sinks.base import StagedFiles
 from onceflow.sinks.lake.storage import Storage
+from onceflow.sinks.outside import StagedFiles
 
 
 def txid_dir(txid: str) -> str:

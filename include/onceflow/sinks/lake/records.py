@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from onceflow.sinks.base import Publication, PublishTarget
+from onceflow.sinks.base import PublishTarget
+from onceflow.sinks.outside import Publication
 
 PREFIX = "onceflow."
 

@@ -41,14 +41,7 @@ from psycopg2 import sql
 
 from onceflow.config.sink import SinkConfig
 from onceflow.errors import LakeTableMissingError, OnceflowError, SinkUnavailableError
-from onceflow.sinks.base import (
-    FileStage,
-    Publication,
-    PublishTarget,
-    SinkReading,
-    StagedCounts,
-    StagedFiles,
-)
+from onceflow.sinks.base import FileStage, PublishTarget, StagedCounts
 from onceflow.sinks.lake import compaction, merge, rewrite, upsert
 from onceflow.sinks.lake.audit import LakeAudit
 from onceflow.sinks.lake.compaction import LiveFile
@@ -57,6 +50,7 @@ from onceflow.sinks.lake.partitions import Partitioner
 from onceflow.sinks.lake.records import maintenance_summary, publication_summary
 from onceflow.sinks.lake.storage import Storage
 from onceflow.sinks.lake.versions import VersionFiles, read_files, read_with_seq, schema_of
+from onceflow.sinks.outside import Publication, SinkReading, StagedFiles
 from onceflow.states import BatchState
 from onceflow.transforms import COORDINATES
 
