@@ -65,3 +65,11 @@ def write_path(uri: str, rows: Any, schema: Any, storage: Storage) -> tuple[str,
     with filesystem.open_output_stream(path) as out:
         pq.write_table(rows.select(schema.names).cast(schema), out, compression="zstd")
     return uri, rows.num_rows
+
+
+def rewrite_keys(new: Any, old: Any, key: list[str]) -> Any:
+    """The keys a txid touches: its new versions' and its old ones'."""
+    import pyarrow as pa
+
+    both = pa.concat_tables([new.select(key), old.select(key)])
+    return both.group_by(key, use_threads=False).aggregate([])

@@ -41,13 +41,13 @@ from psycopg2 import sql
 
 from onceflow.config.sink import SinkConfig
 from onceflow.errors import LakeTableMissingError, OnceflowError, SinkUnavailableError
-from onceflow.sinks.base import FileStage, PublishTarget, StagedCounts
+from onceflow.sinks.base import FileStage, PublishTarget
 from onceflow.sinks.lake import compaction, merge, rewrite, upsert
-from onceflow.sinks.lake.audit import LakeAudit
 from onceflow.sinks.lake.compaction import LiveFile
 from onceflow.sinks.lake.files import attempt_dir, delete_files, files_on_storage, txid_prefix
 from onceflow.sinks.lake.partitions import Partitioner
 from onceflow.sinks.lake.records import maintenance_summary, publication_summary
+from onceflow.sinks.lake.stage_tables import LakeStageTables
 from onceflow.sinks.lake.storage import Storage
 from onceflow.sinks.lake.versions import VersionFiles, read_files, read_with_seq, schema_of
 from onceflow.sinks.outside import Publication, SinkReading, StagedFiles
@@ -55,7 +55,7 @@ from onceflow.states import BatchState
 from onceflow.transforms import COORDINATES
 
 
-class LakeSink(LakeAudit):
+class LakeSink(LakeStageTables):
     """A lake table of any mode, fed through the file stage. Once bound to the output
     (process): `users`, the user's output columns; `files_schema`, the staged files'
     pyarrow schema; `partitioner`, how an append table's staged files split by partition."""
@@ -174,81 +174,6 @@ class LakeSink(LakeAudit):
         how many it expired (or would) and the data files no remaining one needs."""
         raise NotImplementedError
 
-    # -- the stage tables -----------------------------------------------------------------
-
-    def ensure(self, cur) -> None:
-        cur.execute(sql.SQL("create schema if not exists {}").format(sql.Identifier(self.schema)))
-        cur.execute(
-            sql.SQL(
-                "create table if not exists {} (txid text not null, attempt integer not null,"
-                " part integer not null, topic text not null, partition integer not null,"
-                ' "offset" bigint not null, error text, key bytea, value bytea, row_hash bigint)'
-            ).format(self._t(self.stage_table))
-        )
-        cur.execute(
-            sql.SQL(
-                "create table if not exists {} (txid text not null, attempt integer not null,"
-                " part integer not null, path text not null, records bigint not null,"
-                " checksum numeric not null, primary key (txid, attempt, part, path))"
-            ).format(self._t(self.files_table))
-        )
-        # made by an earlier version, with a file per part: a part of a partitioned table
-        # writes one per partition
-        cur.execute(
-            "select array_length(i.indkey, 1) from pg_index i"
-            " where i.indrelid = %s::regclass and i.indisprimary",
-            (f'"{self.schema}"."{self.files_table}"',),
-        )
-        if cur.fetchone()[0] == 3:
-            cur.execute(
-                sql.SQL(
-                    "alter table {} drop constraint {}, add primary key (txid, attempt, part, path)"
-                ).format(self._t(self.files_table), sql.Identifier(f"{self.files_table}_pkey"))
-            )
-        if self.cfg.mode != "append":
-            self.versions.ensure(cur)
-
-    def has_staged(self, cur, t: PublishTarget) -> bool:
-        cur.execute(
-            sql.SQL(
-                "select exists (select 1 from {} where txid = %s and attempt = %s)"
-                " or exists (select 1 from {} where txid = %s and attempt = %s)"
-            ).format(self._t(self.files_table), self._t(self.stage_table)),
-            (t.txid, t.attempt) * 2,
-        )
-        return cur.fetchone()[0]
-
-    def staged_counts(self, cur, t: PublishTarget) -> StagedCounts:
-        cur.execute(
-            sql.SQL(
-                "select (select coalesce(sum(records), 0) from {files} where txid = %s and attempt = %s),"
-                " (select count(*) from {stage} where txid = %s and attempt = %s),"
-                " ((select coalesce(sum(checksum), 0) from {files} where txid = %s and attempt = %s)"
-                " + (select coalesce(sum(row_hash::numeric), 0) from {stage}"
-                "    where txid = %s and attempt = %s))::text"
-            ).format(files=self._t(self.files_table), stage=self._t(self.stage_table)),
-            (t.txid, t.attempt) * 4,
-        )
-        valid, dead, checksum = cur.fetchone()
-        return StagedCounts(int(valid) + int(dead), int(valid), int(dead), checksum)
-
-    def drop_staged(self, cur, t: PublishTarget) -> None:
-        for table in (self.stage_table, self.files_table):
-            cur.execute(
-                sql.SQL("delete from {} where txid = %s and attempt <= %s").format(self._t(table)),
-                (t.txid, t.attempt),
-            )
-
-    def _staged_files(self, cur, txid: str, attempt: int) -> list[tuple[str, int]]:
-        """(URI, rows) of the attempt's staged data files."""
-        cur.execute(
-            sql.SQL(
-                "select path, records from {} where txid = %s and attempt = %s order by part"
-            ).format(self._t(self.files_table)),
-            (txid, attempt),
-        )
-        return [(p, int(n)) for p, n in cur.fetchall()]
-
     # -- publishing (step 1 of onceflow.commit) --------------------------------------------
 
     @contextlib.contextmanager
@@ -364,7 +289,7 @@ class LakeSink(LakeAudit):
         new = read_files(paths, versions_schema, self.storage)
         old = read_files(old_paths, versions_schema, self.storage)
         schema = self.table_schema(table)
-        keys = rewrite_keys(new, old, key)
+        keys = rewrite.rewrite_keys(new, old, key)
         live = self._live_files(table)
         touched = rewrite.touched_files(live, schema, keys, key, self.storage)
         current = read_files(touched, schema, self.storage)
@@ -467,11 +392,3 @@ class LakeSink(LakeAudit):
             or (ledger[p.txid][1] or 0) < p.attempt
         ]
         return min(unsafe) if unsafe else None
-
-
-def rewrite_keys(new: Any, old: Any, key: list[str]) -> Any:
-    """The keys a txid touches: its new versions' and its old ones'."""
-    import pyarrow as pa
-
-    both = pa.concat_tables([new.select(key), old.select(key)])
-    return both.group_by(key, use_threads=False).aggregate([])

@@ -1,0 +1,87 @@
+"""A lake sink's stage tables in PostgreSQL, in the pipeline's sink schema (sinks.lake.sink
+says what each holds): made, probed, counted and emptied as the ledger asks (sinks.base)."""
+
+from __future__ import annotations
+
+from psycopg2 import sql
+
+from onceflow.sinks.base import PublishTarget, StagedCounts
+from onceflow.sinks.lake.audit import LakeAudit
+
+
+class LakeStageTables(LakeAudit):
+    """The stage tables of a lake sink: `stage_T` (dead letters) and `stage_T_files` (the
+    staged data files); LakeSink names them (stage_table, files_table, _t)."""
+
+    def ensure(self, cur) -> None:
+        cur.execute(sql.SQL("create schema if not exists {}").format(sql.Identifier(self.schema)))
+        cur.execute(
+            sql.SQL(
+                "create table if not exists {} (txid text not null, attempt integer not null,"
+                " part integer not null, topic text not null, partition integer not null,"
+                ' "offset" bigint not null, error text, key bytea, value bytea, row_hash bigint)'
+            ).format(self._t(self.stage_table))
+        )
+        cur.execute(
+            sql.SQL(
+                "create table if not exists {} (txid text not null, attempt integer not null,"
+                " part integer not null, path text not null, records bigint not null,"
+                " checksum numeric not null, primary key (txid, attempt, part, path))"
+            ).format(self._t(self.files_table))
+        )
+        # made by an earlier version, with a file per part: a part of a partitioned table
+        # writes one per partition
+        cur.execute(
+            "select array_length(i.indkey, 1) from pg_index i"
+            " where i.indrelid = %s::regclass and i.indisprimary",
+            (f'"{self.schema}"."{self.files_table}"',),
+        )
+        if cur.fetchone()[0] == 3:
+            cur.execute(
+                sql.SQL(
+                    "alter table {} drop constraint {}, add primary key (txid, attempt, part, path)"
+                ).format(self._t(self.files_table), sql.Identifier(f"{self.files_table}_pkey"))
+            )
+        if self.cfg.mode != "append":
+            self.versions.ensure(cur)
+
+    def has_staged(self, cur, t: PublishTarget) -> bool:
+        cur.execute(
+            sql.SQL(
+                "select exists (select 1 from {} where txid = %s and attempt = %s)"
+                " or exists (select 1 from {} where txid = %s and attempt = %s)"
+            ).format(self._t(self.files_table), self._t(self.stage_table)),
+            (t.txid, t.attempt) * 2,
+        )
+        return cur.fetchone()[0]
+
+    def staged_counts(self, cur, t: PublishTarget) -> StagedCounts:
+        cur.execute(
+            sql.SQL(
+                "select (select coalesce(sum(records), 0) from {files} where txid = %s and attempt = %s),"
+                " (select count(*) from {stage} where txid = %s and attempt = %s),"
+                " ((select coalesce(sum(checksum), 0) from {files} where txid = %s and attempt = %s)"
+                " + (select coalesce(sum(row_hash::numeric), 0) from {stage}"
+                "    where txid = %s and attempt = %s))::text"
+            ).format(files=self._t(self.files_table), stage=self._t(self.stage_table)),
+            (t.txid, t.attempt) * 4,
+        )
+        valid, dead, checksum = cur.fetchone()
+        return StagedCounts(int(valid) + int(dead), int(valid), int(dead), checksum)
+
+    def drop_staged(self, cur, t: PublishTarget) -> None:
+        for table in (self.stage_table, self.files_table):
+            cur.execute(
+                sql.SQL("delete from {} where txid = %s and attempt <= %s").format(self._t(table)),
+                (t.txid, t.attempt),
+            )
+
+    def _staged_files(self, cur, txid: str, attempt: int) -> list[tuple[str, int]]:
+        """(URI, rows) of the attempt's staged data files."""
+        cur.execute(
+            sql.SQL(
+                "select path, records from {} where txid = %s and attempt = %s order by part"
+            ).format(self._t(self.files_table)),
+            (txid, attempt),
+        )
+        return [(p, int(n)) for p, n in cur.fetchall()]
