@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 
 import pytest
-from onceflow_dev import chaos
+from onceflow_dev.chaos import harness as chaos
 from onceflow_dev.chaos_truth import CommittedRange, TopicMarker, TopicRecord, topic_truth
 
 pytestmark = pytest.mark.unit

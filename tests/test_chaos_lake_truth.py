@@ -13,7 +13,7 @@ import pytest
 from onceflow.commit import commit
 from onceflow.hooks.sink import sink_for
 from onceflow.ledger.planning import plan
-from onceflow_dev.chaos import Harness
+from onceflow_dev.chaos.harness import Harness
 from onceflow_dev.chaos_truth import Acked
 from sink_support import T, pipeline, process, snap, tamper
 

@@ -13,7 +13,7 @@ from onceflow.failpoints import FailpointError
 from onceflow.hooks.sink import sink_for
 from onceflow.ledger.db import transaction
 from onceflow.ledger.planning import plan
-from onceflow_dev import chaos
+from onceflow_dev.chaos import harness as chaos
 from onceflow_dev.chaos_truth import (
     Acked,
     SinkRecord,

@@ -12,8 +12,9 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from onceflow_dev import chaos, chaos_truth
-from onceflow_dev.chaos import fault_schedule
+from onceflow_dev import chaos_truth
+from onceflow_dev.chaos import harness as chaos
+from onceflow_dev.chaos.harness import fault_schedule
 from onceflow_dev.chaos_truth import (
     Acked,
     CommittedRange,
