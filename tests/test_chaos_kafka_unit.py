@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 
 import pytest
+from onceflow_dev.chaos import config
 from onceflow_dev.chaos import harness as chaos
 from onceflow_dev.chaos_truth import CommittedRange, TopicMarker, TopicRecord, topic_truth
 
@@ -19,9 +20,9 @@ NAME = "chaos_topic"  # the Kafka-sink pipeline of tests/chaos_pipelines.toml
 
 
 def _derived():
-    base = chaos.pipeline_tables(chaos.CHAOS_PIPELINES)[chaos.DEFAULT_PIPELINE]
-    user = chaos.pipeline_tables(chaos.CHAOS_PIPELINES)[NAME]
-    return chaos.chaos_pipeline(base, user, NAME)
+    base = config.pipeline_tables(config.CHAOS_PIPELINES)[config.DEFAULT_PIPELINE]
+    user = config.pipeline_tables(config.CHAOS_PIPELINES)[NAME]
+    return config.chaos_pipeline(base, user, NAME)
 
 
 # -- the stack and its pipeline ----------------------------------------------------------------
@@ -34,9 +35,9 @@ def test_a_kafka_sink_chaos_run_publishes_on_the_stack_s_own_broker(monkeypatch)
     from onceflow_dev import stack
 
     monkeypatch.delenv("ONCEFLOW_KAFKA_DIST", raising=False)
-    for key in chaos.chaos_env(slot=3):  # the Harness sets them: restored after the test
+    for key in config.chaos_env(slot=3):  # the Harness sets them: restored after the test
         monkeypatch.setenv(key, "")
-    opts = chaos.Options(pipeline=NAME, pipelines_file=chaos.CHAOS_PIPELINES, slot=3, batches=60)
+    opts = config.Options(pipeline=NAME, pipelines_file=config.CHAOS_PIPELINES, slot=3, batches=60)
     harness = chaos.Harness(opts)
     assert stack.uses_embedded_broker(harness.settings)
     assert harness.settings.kafka_bootstrap == "127.0.0.1:29125"
@@ -56,9 +57,9 @@ def test_the_chaos_topic_pipeline_publishes_to_a_topic_on_the_chaos_broker():
 
     raw = _derived()
     raw["sink"] = {**raw["sink"], "bootstrap": "elsewhere:9092", "create_topic": False}
-    assert chaos.uses_kafka_sink(raw)
-    raw["sink"] = chaos.chaos_kafka_sink(raw["sink"])
-    text = chaos.pipelines_toml(NAME, raw)
+    assert config.uses_kafka_sink(raw)
+    raw["sink"] = config.chaos_kafka_sink(raw["sink"])
+    text = config.pipelines_toml(NAME, raw)
     cfg = parse_pipeline(NAME, tomllib.loads(text)["pipelines"][NAME])
     assert (cfg.sink.kind, cfg.sink.topic, cfg.sink.key, cfg.sink.partitions) == (
         "kafka",
@@ -68,14 +69,14 @@ def test_the_chaos_topic_pipeline_publishes_to_a_topic_on_the_chaos_broker():
     )
     # the user's bootstrap and create_topic are not the chaos stack's
     assert cfg.sink.bootstrap is None and cfg.sink.create_topic is True
-    assert cfg.topics == (chaos.TOPIC,) and cfg.max_records_per_partition == 150
+    assert cfg.topics == (config.TOPIC,) and cfg.max_records_per_partition == 150
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("ONCEFLOW_KAFKA_BOOTSTRAP", "127.0.0.1:29095")
         sink = sink_for(cfg)
         # the sink asks for its cluster when it first needs it (publish, audit)
         assert isinstance(sink, KafkaSink) and sink.bootstrap == "127.0.0.1:29095"
     assert not sink.replaces_output  # fault 8 expects the refusal
-    assert not chaos.uses_kafka_sink(chaos.pipeline_tables(chaos.CHAOS_PIPELINES)["chaos"])
+    assert not config.uses_kafka_sink(config.pipeline_tables(config.CHAOS_PIPELINES)["chaos"])
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 99])

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from onceflow_dev import chaos_truth
+from onceflow_dev.chaos import config
 from onceflow_dev.chaos import harness as chaos
 from onceflow_dev.chaos.harness import fault_schedule
 from onceflow_dev.chaos_truth import (
@@ -359,7 +360,7 @@ def test_report_table_lists_every_kind_and_the_verdict():
 
 
 def test_chaos_env_uses_its_own_ports_home_and_spark_retries(tmp_path):
-    env = chaos.chaos_env(tmp_path)
+    env = config.chaos_env(tmp_path)
     assert env["ONCEFLOW_HOME"] == str(tmp_path / ".onceflow" / "chaos")
     # the derived pipelines file lives in the chaos home: nothing in the repository changes
     assert env["ONCEFLOW_PIPELINES"] == str(tmp_path / ".onceflow" / "chaos" / "pipelines.toml")
@@ -381,7 +382,7 @@ def test_the_chaos_stack_runs_its_own_apache_kafka_on_the_slot_s_ports(tmp_path,
     monkeypatch.setenv("ONCEFLOW_KAFKA_BOOTSTRAP", "elsewhere:9092")
     monkeypatch.setenv("ONCEFLOW_KAFKA_CONTROLLER_PORT", "29193")  # the test stack's
     for slot in (0, 3):
-        env = chaos.chaos_env(tmp_path, slot)
+        env = config.chaos_env(tmp_path, slot)
         for key, value in env.items():
             if value:
                 monkeypatch.setenv(key, value)
@@ -395,7 +396,7 @@ def test_the_chaos_stack_runs_its_own_apache_kafka_on_the_slot_s_ports(tmp_path,
 
 
 def test_a_second_chaos_stack_slot_has_its_own_home_and_ports(tmp_path):
-    first, second = chaos.chaos_env(tmp_path), chaos.chaos_env(tmp_path, slot=1)
+    first, second = config.chaos_env(tmp_path), config.chaos_env(tmp_path, slot=1)
     assert second["ONCEFLOW_HOME"] == str(tmp_path / ".onceflow" / "chaos-1")
     for key in (
         "ONCEFLOW_PG_PORT",
@@ -412,8 +413,8 @@ def test_a_second_chaos_stack_slot_has_its_own_home_and_ports(tmp_path):
 def test_chaos_pipeline_config_is_valid():
     from onceflow.config.pipelines_file import get_pipeline
 
-    cfg = get_pipeline(chaos.CHAOS_PIPELINES, chaos.DEFAULT_PIPELINE)
-    assert cfg.topics == (chaos.TOPIC,)
+    cfg = get_pipeline(config.CHAOS_PIPELINES, config.DEFAULT_PIPELINE)
+    assert cfg.topics == (config.TOPIC,)
     assert cfg.max_records_per_partition == 150
     assert cfg.max_active_runs >= 2
 
@@ -527,9 +528,9 @@ def _derived(tmp_path, name="stock"):
 
     path = tmp_path / "pipelines.toml"
     path.write_text(USER_PIPELINES)
-    base = chaos.pipeline_tables(chaos.CHAOS_PIPELINES)[chaos.DEFAULT_PIPELINE]
-    raw = chaos.chaos_pipeline(base, chaos.pipeline_tables(path)[name], name)
-    text = chaos.pipelines_toml(name, raw)
+    base = config.pipeline_tables(config.CHAOS_PIPELINES)[config.DEFAULT_PIPELINE]
+    raw = config.chaos_pipeline(base, config.pipeline_tables(path)[name], name)
+    text = config.pipelines_toml(name, raw)
     # the file the chaos stack reads holds exactly the derived pipeline
     assert tomllib.loads(text)["pipelines"][name] == raw
     return parse_pipeline(name, tomllib.loads(text)["pipelines"][name]), base
@@ -540,13 +541,13 @@ def test_chaos_pipeline_keeps_the_user_s_transform_and_sink_with_chaos_s_batches
     from onceflow.config.sink import SinkConfig
 
     cfg, base = _derived(tmp_path)
-    chaos_cfg = get_pipeline(chaos.CHAOS_PIPELINES, chaos.DEFAULT_PIPELINE)
+    chaos_cfg = get_pipeline(config.CHAOS_PIPELINES, config.DEFAULT_PIPELINE)
     assert cfg.name == "stock" and cfg.dag_id == "onceflow_stock"
     assert cfg.transform == "stock:transform"
     assert cfg.sink == SinkConfig("stock", "upsert", ("sku", "warehouse"))
     assert cfg.sink_schema == "warehouse"
     assert cfg.fast_form is False
-    assert cfg.topics == (chaos.TOPIC,)
+    assert cfg.topics == (config.TOPIC,)
     assert cfg.schedule is None  # the harness triggers the runs
     assert cfg.max_records_per_partition == chaos_cfg.max_records_per_partition == 150
     assert cfg.max_active_runs == chaos_cfg.max_active_runs == 3
@@ -560,10 +561,10 @@ def test_the_default_chaos_pipeline_is_the_orders_one():
     from onceflow.config.pipeline_table import parse_pipeline
     from onceflow.config.pipelines_file import get_pipeline
 
-    base = chaos.pipeline_tables(chaos.CHAOS_PIPELINES)[chaos.DEFAULT_PIPELINE]
-    raw = chaos.chaos_pipeline(base, base, chaos.DEFAULT_PIPELINE)
-    cfg = parse_pipeline(chaos.DEFAULT_PIPELINE, raw)
-    want = get_pipeline(chaos.CHAOS_PIPELINES, chaos.DEFAULT_PIPELINE)
+    base = config.pipeline_tables(config.CHAOS_PIPELINES)[config.DEFAULT_PIPELINE]
+    raw = config.chaos_pipeline(base, base, config.DEFAULT_PIPELINE)
+    cfg = parse_pipeline(config.DEFAULT_PIPELINE, raw)
+    want = get_pipeline(config.CHAOS_PIPELINES, config.DEFAULT_PIPELINE)
     assert cfg.transform == "orders:transform" and cfg.sink.mode == "append"
     assert cfg.fast_form  # the fast form runs in the chaos stack too
     assert {**vars(cfg), "description": "", "source": ""} == {
@@ -579,10 +580,10 @@ def test_the_example_pipelines_run_in_the_chaos_stack(name):
     from onceflow.config.pipeline_table import parse_pipeline
     from onceflow.config.pipelines_file import get_pipeline
 
-    dags = chaos.PROJECT_ROOT / "dags" / "pipelines.toml"
-    base = chaos.pipeline_tables(chaos.CHAOS_PIPELINES)[chaos.DEFAULT_PIPELINE]
-    raw = chaos.chaos_pipeline(base, chaos.pipeline_tables(dags)[name], name)
-    cfg = parse_pipeline(name, tomllib.loads(chaos.pipelines_toml(name, raw))["pipelines"][name])
+    dags = config.PROJECT_ROOT / "dags" / "pipelines.toml"
+    base = config.pipeline_tables(config.CHAOS_PIPELINES)[config.DEFAULT_PIPELINE]
+    raw = config.chaos_pipeline(base, config.pipeline_tables(dags)[name], name)
+    cfg = parse_pipeline(name, tomllib.loads(config.pipelines_toml(name, raw))["pipelines"][name])
     assert cfg.sink == get_pipeline(dags, name).sink
     assert cfg.transform_kind == get_pipeline(dags, name).transform_kind
     assert cfg.max_records_per_partition == 150
@@ -597,7 +598,7 @@ def test_pipelines_toml_writes_strings_toml_reads_back():
         "fast_form": False,
         "spark_conf": {"spark.driver.extraJavaOptions": "-XX:+UseSerialGC"},
     }
-    assert tomllib.loads(chaos.pipelines_toml("p", raw)) == {"pipelines": {"p": raw}}
+    assert tomllib.loads(config.pipelines_toml("p", raw)) == {"pipelines": {"p": raw}}
 
 
 SAMPLE_MODULE = """
