@@ -12,6 +12,7 @@ from decimal import Decimal
 import pytest
 from onceflow_dev.chaos import config
 from onceflow_dev.chaos import harness as chaos
+from onceflow_dev.chaos.faults import schedule
 from onceflow_dev.chaos_truth import CommittedRange, TopicMarker, TopicRecord, topic_truth
 
 pytestmark = pytest.mark.unit
@@ -45,9 +46,9 @@ def test_a_kafka_sink_chaos_run_publishes_on_the_stack_s_own_broker(monkeypatch)
     labels = {(f.kind, f.variant) for f in harness.faults}
     assert ("7_broker_restarted", "log_kept") in labels
     assert ("4_commit_killed", "before_sink_commit") in labels
-    assert chaos.LOST_BROKER not in labels
+    assert schedule.LOST_BROKER not in labels
     # every kind still runs, so such a run can be complete
-    assert {f.kind for f in harness.faults} == set(chaos.KINDS)
+    assert {f.kind for f in harness.faults} == set(schedule.KINDS)
 
 
 def test_the_chaos_topic_pipeline_publishes_to_a_topic_on_the_chaos_broker():
@@ -83,14 +84,18 @@ def test_the_chaos_topic_pipeline_publishes_to_a_topic_on_the_chaos_broker():
 def test_a_kafka_sink_s_schedule_also_kills_commit_with_its_kafka_transaction_open(seed):
     from onceflow import failpoints
 
-    faults = chaos.fault_schedule(seed, 60, outside=True, kafka=True)
+    faults = schedule.fault_schedule(seed, 60, outside=True, kafka=True)
     labels = [(f.kind, f.variant) for f in faults]
     want = ("4_commit_killed", "before_sink_commit")
     assert labels.count(want) >= 1
     # every base fault but the lost broker, which would take the published output with it
-    assert set(chaos.BASE_FAULTS + chaos.OUTSIDE_FAULTS) - set(labels) == {chaos.LOST_BROKER}
-    assert chaos.COMMIT_KILL_POINTS["before_sink_commit"] in failpoints.NAMES
-    assert want not in {(f.kind, f.variant) for f in chaos.fault_schedule(seed, 60, outside=True)}
+    assert set(schedule.BASE_FAULTS + schedule.OUTSIDE_FAULTS) - set(labels) == {
+        schedule.LOST_BROKER
+    }
+    assert schedule.COMMIT_KILL_POINTS["before_sink_commit"] in failpoints.NAMES
+    assert want not in {
+        (f.kind, f.variant) for f in schedule.fault_schedule(seed, 60, outside=True)
+    }
 
 
 def test_an_output_record_s_json_columns_are_typed_by_the_stage_table():

@@ -15,7 +15,8 @@ import pytest
 from onceflow_dev import chaos_truth
 from onceflow_dev.chaos import config
 from onceflow_dev.chaos import harness as chaos
-from onceflow_dev.chaos.harness import fault_schedule
+from onceflow_dev.chaos.faults import schedule
+from onceflow_dev.chaos.faults.schedule import fault_schedule
 from onceflow_dev.chaos_truth import (
     Acked,
     CommittedRange,
@@ -63,18 +64,18 @@ def test_schedule_is_a_function_of_the_seed():
 def test_schedule_holds_every_fault_kind_and_variant(seed, batches):
     faults = fault_schedule(seed, batches)
     labels = {(f.kind, f.variant) for f in faults}
-    assert set(chaos.BASE_FAULTS) <= labels
-    assert {f.kind for f in faults} == set(chaos.KINDS)
+    assert set(schedule.BASE_FAULTS) <= labels
+    assert {f.kind for f in faults} == set(schedule.KINDS)
     # every base fault comes first, once each, in a seeded order
-    head = [(f.kind, f.variant) for f in faults[: len(chaos.BASE_FAULTS)]]
-    assert sorted(head, key=str) == sorted(chaos.BASE_FAULTS, key=str)
+    head = [(f.kind, f.variant) for f in faults[: len(schedule.BASE_FAULTS)]]
+    assert sorted(head, key=str) == sorted(schedule.BASE_FAULTS, key=str)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 99])
 def test_a_connect_pipelines_schedule_also_kills_the_spark_connect_server(seed):
     kill = ("11_connect_server_killed", None)
     faults = [(f.kind, f.variant) for f in fault_schedule(seed, 20, connect=True)]
-    assert sorted(faults, key=str) == sorted(chaos.BASE_FAULTS + (kill,), key=str)
+    assert sorted(faults, key=str) == sorted(schedule.BASE_FAULTS + (kill,), key=str)
     assert kill not in {(f.kind, f.variant) for f in fault_schedule(seed, 200)}
     assert fault_schedule(seed, 20, only=["11"], connect=True)[0].kind == kill[0]
     # a connect run is complete only once the server was killed; a spark-submit run never
@@ -90,36 +91,36 @@ def test_an_outside_sinks_schedule_also_kills_commit_between_the_sink_and_the_le
 
     between = ("4_commit_killed", "after_sink_publish")
     faults = [(f.kind, f.variant) for f in fault_schedule(seed, 20, outside=True)]
-    assert sorted(faults, key=str) == sorted(chaos.BASE_FAULTS + (between,), key=str)
+    assert sorted(faults, key=str) == sorted(schedule.BASE_FAULTS + (between,), key=str)
     assert between not in {(f.kind, f.variant) for f in fault_schedule(seed, 200)}
     assert fault_schedule(seed, 20, only=["3"], outside=True)[0].kind == "3_zombie_attempt"
     # every variant kills the commit at a failpoint the product has
-    every = chaos.BASE_FAULTS + chaos.OUTSIDE_FAULTS + chaos.KAFKA_FAULTS
+    every = schedule.BASE_FAULTS + schedule.OUTSIDE_FAULTS + schedule.KAFKA_FAULTS
     variants = {v for k, v in every if k == "4_commit_killed"}
-    assert set(chaos.COMMIT_KILL_POINTS) == variants
-    assert chaos.COMMIT_KILL_POINTS["after_sink_publish"] == "commit.after_sink_publish"
-    assert set(chaos.COMMIT_KILL_POINTS.values()) <= set(failpoints.NAMES)
+    assert set(schedule.COMMIT_KILL_POINTS) == variants
+    assert schedule.COMMIT_KILL_POINTS["after_sink_publish"] == "commit.after_sink_publish"
+    assert set(schedule.COMMIT_KILL_POINTS.values()) <= set(failpoints.NAMES)
 
 
 def test_short_mode_injects_each_fault_once():
     faults = fault_schedule(1, 20)
-    assert len(faults) == len(chaos.BASE_FAULTS)
+    assert len(faults) == len(schedule.BASE_FAULTS)
 
 
 def test_schedule_spreads_faults_over_the_batches():
     faults = fault_schedule(3, 200)
     runs = [f.at_batch for f in faults]
     assert runs == sorted(runs)
-    assert runs[0] == chaos.FIRST_FAULT_BATCH
+    assert runs[0] == schedule.FIRST_FAULT_BATCH
     assert runs[-1] <= int(200 * 0.7)
-    assert len(faults) == len(chaos.BASE_FAULTS) + (200 - 40) // 20
+    assert len(faults) == len(schedule.BASE_FAULTS) + (200 - 40) // 20
     assert [f.index for f in faults] == list(range(len(faults)))
 
 
 def test_extra_faults_favour_the_cheap_kinds():
-    counts = {k: 0 for k in chaos.KINDS}
+    counts = {k: 0 for k in schedule.KINDS}
     for seed in range(200):
-        for f in fault_schedule(seed, 200)[len(chaos.BASE_FAULTS) :]:
+        for f in fault_schedule(seed, 200)[len(schedule.BASE_FAULTS) :]:
             counts[f.kind] += 1
     assert counts["7_broker_restarted"] < counts["1_driver_kill"]
     assert counts["10_topic_recreated"] < counts["1_driver_kill"]
@@ -132,17 +133,17 @@ def test_a_run_of_30_batches_re_creates_the_topic_once(seed):
     recreated = [f for f in faults if f.kind == "10_topic_recreated"]
     assert len(recreated) == 1
     assert recreated[0].at_batch < 30  # starts before the run's target is reached
-    assert "10_topic_recreated" in chaos.EXCLUSIVE  # it reaches every run in flight
+    assert "10_topic_recreated" in schedule.EXCLUSIVE  # it reaches every run in flight
 
 
 def test_the_broker_is_killed_with_its_log_kept_and_lost_each_alone():
-    variants = [v for k, v in chaos.BASE_FAULTS if k == "7_broker_restarted"]
+    variants = [v for k, v in schedule.BASE_FAULTS if k == "7_broker_restarted"]
     assert sorted(variants) == ["log_kept", "log_lost"]
-    assert chaos.LOST_BROKER in chaos.BASE_FAULTS
+    assert schedule.LOST_BROKER in schedule.BASE_FAULTS
     # both reach every run in flight: never overlapped with another fault
     faults = fault_schedule(1, 20)
     broker = [f for f in faults if f.kind == "7_broker_restarted"]
-    assert {f.label for f in broker} <= chaos.EXCLUSIVE
+    assert {f.label for f in broker} <= schedule.EXCLUSIVE
     assert {f.variant for f in broker} == {"log_kept", "log_lost"}
 
 
@@ -329,7 +330,7 @@ def test_fault_counts_only_count_recovery_of_injected_faults():
     faults[0].recovered = True
     faults[1].recovered = True  # never injected: not counted
     counts = chaos.fault_counts(faults)
-    assert set(counts) == set(chaos.KINDS)
+    assert set(counts) == set(schedule.KINDS)
     assert counts[faults[0].kind] == {"injected": 1, "recovered": 1}
     assert counts[faults[1].kind]["recovered"] == 0
 
@@ -337,7 +338,7 @@ def test_fault_counts_only_count_recovery_of_injected_faults():
 def test_report_table_lists_every_kind_and_the_verdict():
     report = {
         "verdict": "exactly-once",
-        "faults": {k: {"injected": 1, "recovered": 1} for k in chaos.KINDS},
+        "faults": {k: {"injected": 1, "recovered": 1} for k in schedule.KINDS},
         "batches_committed": 201,
         "produced": 10,
         "in_sink": 9,
@@ -352,8 +353,8 @@ def test_report_table_lists_every_kind_and_the_verdict():
     }
     table = chaos.report_table(report)
     json.dumps(report)
-    for kind in chaos.KINDS:
-        assert chaos.KINDS[kind] in table
+    for kind in schedule.KINDS:
+        assert schedule.KINDS[kind] in table
     assert "| verdict | **exactly-once** |" in table
     assert "| batches_committed | 201 |" in table
     assert "30.0 min" in table
@@ -487,14 +488,14 @@ def test_task_runner_of_finds_airflow_s_task_process_by_its_title(kind):
 
 
 def test_a_run_is_complete_when_every_kind_ran_and_the_target_was_reached():
-    ran = {kind: {"injected": 1, "recovered": 1} for kind in chaos.KINDS}
+    ran = {kind: {"injected": 1, "recovered": 1} for kind in schedule.KINDS}
     assert chaos.is_complete(ran, 200, 200, ended_by="target", only=False)
     # the clock started the drain, but the batches committed while draining reach the target
     assert chaos.is_complete(ran, 203, 200, ended_by="clock", only=False)
     assert not chaos.is_complete(ran, 199, 200, ended_by="clock", only=False)
     assert not chaos.is_complete(ran, 250, 200, ended_by="hard-deadline", only=False)
     assert not chaos.is_complete(ran, 250, 200, ended_by="target", only=True)
-    missing = {**ran, next(iter(chaos.KINDS)): {"injected": 0, "recovered": 0}}
+    missing = {**ran, next(iter(schedule.KINDS)): {"injected": 0, "recovered": 0}}
     assert not chaos.is_complete(missing, 250, 200, ended_by="target", only=False)
 
 
@@ -970,7 +971,7 @@ def test_report_table_names_the_pipeline_mode_and_truth_checks():
             {"check": "state = fold", "ok": True, "violations": []},
             {"check": "per page", "ok": False, "violations": ["a", "b"]},
         ],
-        "faults": {k: {"injected": 1, "recovered": 1} for k in chaos.KINDS},
+        "faults": {k: {"injected": 1, "recovered": 1} for k in schedule.KINDS},
         "audit": {"verdict": "exactly-once"},
         "seed": 3,
         "duration_s": 60.0,
