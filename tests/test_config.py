@@ -156,19 +156,18 @@ def test_an_iceberg_sink_table_namespace_and_warehouse(monkeypatch, tmp_path):
         ("demo", "stock"),  # the pipeline's sink schema is the default namespace
         (tmp_path / "warehouse").as_uri(),
     )
-    lake = parse_pipeline(
-        "demo",
-        {**USER, "sink": {"kind": "iceberg", "table": "lake.stock", "warehouse": "s3://b/wh/"}},
-    )
+    lake_sink = {"kind": "iceberg", "table": "lake.stock", "warehouse": "s3://b/wh/"}
+    lake = parse_pipeline("demo", {**USER, "sink": lake_sink})
     assert (lake.sink.namespace, lake.sink.table, lake.sink.warehouse) == (
         "lake",
         "stock",
         "s3://b/wh",
     )
     assert sink_for(lake).identifier == ("lake", "stock")
-    assert sink_for(lake).asset_uri("postgresql://u:p@db:5433/ledger") == (
-        "iceberg://db:5433/ledger/lake/stock"
-    )
+    # named from the pipelines file alone: the DAG file looks up no connection
+    assert sink_for(lake).asset_uri(lake) == "x-onceflow-iceberg://onceflow_ledger/lake/stock"
+    own = parse_pipeline("demo", {**USER, "ledger_conn_id": "prod_pg", "sink": lake_sink})
+    assert sink_for(own).asset_uri(own) == "x-onceflow-iceberg://prod_pg/lake/stock"
 
 
 def test_two_pipelines_may_not_share_an_iceberg_table(tmp_path):
@@ -200,7 +199,7 @@ def test_a_kafka_sink_topic_key_and_bootstrap(monkeypatch):
         "stage_kafka",
         "marker",
     )
-    assert sink.asset_uri("postgresql://u:p@db/ledger") == "kafka://source:9092/stock.out"
+    assert sink.asset_uri(cfg) == "x-onceflow-kafka://onceflow_kafka/stock.out"
     keyed = parse_pipeline(
         "demo",
         {
@@ -217,6 +216,7 @@ def test_a_kafka_sink_topic_key_and_bootstrap(monkeypatch):
     )
     assert (keyed.sink.key, keyed.sink.partitions, keyed.sink.create_topic) == (("sku",), 6, False)
     assert sink_for(keyed).bootstrap == "k1:9092,k2:9092"
+    assert sink_for(keyed).asset_uri(keyed) == "x-onceflow-kafka://k1:9092/o"
 
 
 def test_two_pipelines_may_not_share_a_kafka_output_topic(tmp_path):

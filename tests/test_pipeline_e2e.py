@@ -86,9 +86,7 @@ def test_runs_through_the_scheduler_publish_exactly_the_produced_records(stack, 
     assert set(seqs.values()) == {1, 2, 3}
     # each commit is an event of the sink's Asset, with what it published
     events = airflow.asset_events("onceflow_it_basic")
-    assert {e["uri"] for e in events} == {
-        f"postgres://127.0.0.1:{stack.pg_port}/onceflow/it_basic/orders"
-    }
+    assert {e["uri"] for e in events} == {"x-onceflow-postgres://onceflow_ledger/it_basic/orders"}
     assert sorted((e["extra"]["txid"], e["extra"]["seq"]) for e in events) == sorted(seqs.items())
     assert sum(e["extra"]["published"] for e in events) == report.records_in_sink
     assert sum(e["extra"]["dead_lettered"] for e in events) == report.dead_lettered

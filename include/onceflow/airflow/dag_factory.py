@@ -28,7 +28,6 @@ from onceflow.airflow.tasks import (
 )
 from onceflow.config.pipeline import PipelineConfig
 from onceflow.config.pipelines_file import load_pipelines
-from onceflow.hooks.ledger import ledger_dsn
 from onceflow.hooks.sink import sink_for
 from onceflow.settings import Settings, spark_jobs_dir, transform_path
 from onceflow.spark import jvm_archive
@@ -118,7 +117,7 @@ def build_dag(cfg: PipelineConfig, pipelines_file: Path) -> DAG:
             outlets=[
                 Asset(
                     name=f"onceflow_{cfg.name}",
-                    uri=sink_for(cfg).asset_uri(ledger_dsn(cfg.ledger_conn_id)[0]),
+                    uri=sink_for(cfg).asset_uri(cfg),
                 )
             ],
             poll_interval=cfg.commit_poke_interval,

@@ -17,6 +17,9 @@ ON_TRANSFORM_ERROR = ("fail", "dead_letter")
 # What process does when the transform's output adds columns (onceflow.sinks.schema_evolution):
 # add them to the sink's tables, or refuse the output.
 SCHEMA_EVOLUTIONS = ("add_columns", "fail")
+# The Airflow connections a pipeline uses when it names none (onceflow.hooks).
+LEDGER_CONN = "onceflow_ledger"
+KAFKA_CONN = "onceflow_kafka"
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,16 @@ class PipelineConfig:
     process_mode: Literal["spark-submit", "connect"] = "spark-submit"
     spark_connect_conn_id: str = "spark_connect_default"
     source: str = field(default="<config>", compare=False)  # the pipelines file, for messages
+
+    @property
+    def ledger_conn(self) -> str:
+        """The id of the ledger's connection: the pipeline's, else the default."""
+        return self.ledger_conn_id or LEDGER_CONN
+
+    @property
+    def kafka_conn(self) -> str:
+        """The id of the source cluster's connection: the pipeline's, else the default."""
+        return self.kafka_conn_id or KAFKA_CONN
 
     @property
     def aggregating(self) -> bool:

@@ -27,9 +27,25 @@ def module_source(module: str, folders: Iterable[Path]) -> Path | None:
     return None
 
 
+# (path, mtime, size) -> defined_names: the dag-processor parses the pipelines file again
+# and again, and many pipelines share a module; a changed source is read again.
+_NAMES: dict[tuple[str, int, int], set[str] | None] = {}
+
+
 def defined_names(source: Path) -> set[str] | None:
     """The names the module's top level binds, or None when its source cannot tell
     (unreadable, a syntax error process will report, dynamic names)."""
+    try:
+        stat = source.stat()
+    except OSError:
+        return None
+    key = (str(source), stat.st_mtime_ns, stat.st_size)
+    if key not in _NAMES:
+        _NAMES[key] = _read_names(source)
+    return _NAMES[key]
+
+
+def _read_names(source: Path) -> set[str] | None:
     try:
         tree = ast.parse(source.read_text(), filename=str(source))
     except (OSError, SyntaxError, ValueError):

@@ -7,13 +7,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from onceflow.config.pipeline import PipelineConfig
+from onceflow.config.pipeline import KAFKA_CONN, PipelineConfig
 from onceflow.errors import ConfigError
 from onceflow.hooks.connection import extra, lookup, named_by
 from onceflow.kafka.client import KafkaCluster, cluster_from_config, cluster_from_env
 from onceflow.settings import Settings
-
-KAFKA_CONN = "onceflow_kafka"
 
 
 def kafka_from(conn: Any, conn_id: str) -> KafkaCluster:

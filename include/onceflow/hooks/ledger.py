@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from onceflow.config.pipeline import LEDGER_CONN
 from onceflow.errors import ConfigError
 from onceflow.hooks.connection import airflow_connection_async, extra, lookup, named_by
 from onceflow.settings import Settings
-
-LEDGER_CONN = "onceflow_ledger"
 
 # libpq keywords a postgres connection's extra may carry (TLS to the database, timeouts);
 # the postgres provider's own extras (cursor, iam, ...) mean nothing to psycopg2 here.

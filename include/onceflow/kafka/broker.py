@@ -80,7 +80,7 @@ def snapshot(
     broker may give short; both are kept, so lag can show a difference.
 
     A cluster that refuses this client (TLS, SASL) raises KafkaAccessError at once, one that
-    does not answer KafkaUnreachableError (kafka_client.check_access)."""
+    does not answer KafkaUnreachableError (kafka.client.check_access)."""
     cluster = cluster_of(bootstrap)
     check_access(cluster)
     consumer = _consumer(cluster)

@@ -29,11 +29,14 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from psycopg2 import sql
 
 from onceflow.errors import RerunRefusedError
+
+if TYPE_CHECKING:
+    from onceflow.config.pipeline import PipelineConfig
 from onceflow.sinks.schema_evolution import Evolution
 
 # The columns that tag every staged row: whose output it is, and which part fence claims it.
@@ -260,23 +263,12 @@ class Sink(ABC):
             (t.pipeline, t.txid),
         )
 
-    def asset_uri(self, dsn: str) -> str:
-        """The Airflow Asset of the published table (no credentials): postgres://host:port/
-        database/schema/table, the form Airflow's PostgreSQL provider expects."""
-        return f"postgres://{self.database_address(dsn)}/{self.schema}/{self.table}"
-
-    @staticmethod
-    def database_address(dsn: str) -> str:
-        """host:port/database of the ledger's database (no credentials)."""
-        from psycopg2.extensions import parse_dsn
-
-        params = parse_dsn(dsn)
-        host = params.get("host") or "localhost"
-        if host.startswith("/"):  # a unix socket folder: the server is on this host
-            host = "localhost"
-        port = params.get("port") or "5432"
-        database = params.get("dbname") or params.get("user") or "postgres"
-        return f"{host}:{port}/{database}"
+    def asset_uri(self, pipeline: PipelineConfig) -> str:
+        """The URI of the Airflow Asset of what the sink publishes, from the pipelines file
+        alone (the DAG file declares it at every parse: no connection is looked up):
+        x-onceflow-postgres://<ledger connection id>/<schema>/<table>. An `x-` scheme is one
+        Airflow keeps as it is."""
+        return f"x-onceflow-postgres://{pipeline.ledger_conn}/{self.schema}/{self.table}"
 
     # -- what each sink defines -----------------------------------------------------------
 

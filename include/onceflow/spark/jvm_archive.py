@@ -23,6 +23,7 @@ path; "off" disables it.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import shutil
@@ -44,16 +45,22 @@ def _java_binary() -> str:
     return str(Path(java).resolve()) if java else "no-java"
 
 
-def default_path() -> Path:
-    """<venv>/share/onceflow/spark-driver-<pyspark version>-<java hash>.jsa"""
+@functools.cache
+def _pyspark_version() -> str:
+    """The installed pyspark's version, from its distribution's metadata (importing pyspark
+    would slow every DAG parse; reading the metadata once per process is enough)."""
     from importlib import metadata
 
-    try:  # the distribution's metadata: importing pyspark would slow every DAG parse
-        spark = metadata.version("pyspark")
+    try:
+        return metadata.version("pyspark")
     except metadata.PackageNotFoundError:
-        spark = "unknown"
+        return "unknown"
+
+
+def default_path() -> Path:
+    """<venv>/share/onceflow/spark-driver-<pyspark version>-<java hash>.jsa"""
     java = hashlib.sha256(_java_binary().encode()).hexdigest()[:10]
-    return Path(sys.prefix, "share", "onceflow", f"spark-driver-{spark}-{java}.jsa")
+    return Path(sys.prefix, "share", "onceflow", f"spark-driver-{_pyspark_version()}-{java}.jsa")
 
 
 def archive_path() -> Path | None:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from onceflow.errors import SinkMovedError, SinkSchemaError
 from onceflow.sinks.base import PublishTarget
@@ -44,6 +44,9 @@ from onceflow.sinks.lake.records import PREFIX, maintenance_summary
 from onceflow.sinks.lake.sink import LakeSink
 from onceflow.sinks.outside import Publication
 from onceflow.sinks.schema_evolution import Evolution
+
+if TYPE_CHECKING:
+    from onceflow.config.pipeline import PipelineConfig
 
 
 class DeltaSink(LakeSink):
@@ -75,7 +78,7 @@ class DeltaSink(LakeSink):
     def describe_briefly(self) -> str:
         return f"Delta table {self.name} ({self.location})"
 
-    def asset_uri(self, dsn: str) -> str:
+    def asset_uri(self, pipeline: PipelineConfig) -> str:
         """The table's location (no credentials): the Airflow Asset of what it publishes."""
         return self.location
 

@@ -18,7 +18,7 @@ commit retries are off for that (sinks.iceberg.catalog.fence_retries).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from onceflow.config.sink import SinkConfig
 from onceflow.errors import SinkMovedError, SinkSchemaError
@@ -35,6 +35,9 @@ from onceflow.sinks.lake.sink import LakeSink
 from onceflow.sinks.lake.storage import Storage
 from onceflow.sinks.outside import Publication
 from onceflow.sinks.schema_evolution import Evolution
+
+if TYPE_CHECKING:
+    from onceflow.config.pipeline import PipelineConfig
 
 
 class IcebergSink(LakeSink):
@@ -67,9 +70,10 @@ class IcebergSink(LakeSink):
     def identifier(self) -> tuple[str, str]:
         return (self.namespace, self.table)
 
-    def asset_uri(self, dsn: str) -> str:
-        """iceberg://host:port/database/namespace/table: the table in the ledger's catalog."""
-        return f"iceberg://{self.database_address(dsn)}/{self.namespace}/{self.table}"
+    def asset_uri(self, pipeline: PipelineConfig) -> str:
+        """x-onceflow-iceberg://<ledger connection id>/<namespace>/<table>: the table in the
+        catalog in the ledger's database (sinks.base.Sink.asset_uri)."""
+        return f"x-onceflow-iceberg://{pipeline.ledger_conn}/{self.namespace}/{self.table}"
 
     def location_for_files(self) -> str:
         if self._bound_location is None:

@@ -37,7 +37,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from onceflow import failpoints
 from onceflow.config.sink import SinkConfig
@@ -60,6 +60,9 @@ from onceflow.sinks.kafka.transaction import (
 from onceflow.sinks.outside import Publication, SinkReading
 from onceflow.sinks.postgres.stage_table import StageTable
 from onceflow.sinks.schema_evolution import Evolution
+
+if TYPE_CHECKING:
+    from onceflow.config.pipeline import PipelineConfig
 
 log = logging.getLogger("onceflow.sinks.kafka")
 
@@ -110,9 +113,14 @@ class KafkaSink(TopicAudit):
         )
         return f"the Kafka topic {self.topic!r} on {where}"
 
-    def asset_uri(self, dsn: str) -> str:
-        """kafka://bootstrap/topic, the form of Airflow's Kafka provider."""
-        return f"kafka://{self.bootstrap.split(',')[0]}/{self.topic}"
+    def asset_uri(self, pipeline: PipelineConfig) -> str:
+        """x-onceflow-kafka://<cluster>/<topic> (sinks.base.Sink.asset_uri), the cluster named
+        as the pipelines file names it: the sink's `conn_id`, else its first `bootstrap`
+        server, else the source's connection id."""
+        cluster = (
+            self.cfg.conn_id or (self.cfg.bootstrap or "").split(",")[0] or pipeline.kafka_conn
+        )
+        return f"x-onceflow-kafka://{cluster}/{self.topic}"
 
     def _where(self) -> str:
         return f"Kafka sink {self.topic!r} on {self.bootstrap}"
