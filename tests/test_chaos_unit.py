@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from onceflow_dev import chaos_truth
-from onceflow_dev.chaos import config
+from onceflow_dev.chaos import config, producer
 from onceflow_dev.chaos import harness as chaos
 from onceflow_dev.chaos.faults import schedule
 from onceflow_dev.chaos.faults.schedule import fault_schedule
@@ -621,21 +621,21 @@ def test_record_source_is_the_transform_module_s_sample(tmp_path, monkeypatch):
     (tmp_path / "chaos_nosample_mod.py").write_text("def transform(df):\n    return df\n")
     monkeypatch.setenv("ONCEFLOW_SPARK_JOBS", str(tmp_path))
     monkeypatch.setattr(sys, "path", list(sys.path))
-    source = chaos.record_source("chaos_sample_mod:transform", seed=5)
+    source = producer.record_source("chaos_sample_mod:transform", seed=5)
     first = list(source(0, 6))
     assert [k for k, _ in first] == [b"k%d" % i for i in range(6)]
     assert first[0][1] is None and first[3][1] is None  # tombstones pass through
     assert first == list(source(0, 6))  # a series is a function of (seed, start)
     assert list(source(4, 2))[0][0] == b"k4"
     with pytest.raises(TransformError, match="defines no function sample"):
-        chaos.record_source("chaos_nosample_mod:transform", seed=5)
+        producer.record_source("chaos_nosample_mod:transform", seed=5)
 
 
 def test_record_source_of_orders_is_the_orders_example_s_sample():
     from onceflow.transforms import load_module
     from onceflow_dev.producer import records
 
-    source = chaos.record_source("orders:transform", seed=7)
+    source = producer.record_source("orders:transform", seed=7)
     sample = load_module("orders:transform").sample  # spark_jobs/orders.py
     assert list(source(10, 5)) == list(records(sample, 5, seed=7, start=10))
 
