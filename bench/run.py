@@ -30,6 +30,8 @@ Phase 1, data plane (a private Apache Kafka and PostgreSQL, nothing else of Once
   commit_sizes     commit seconds of one batch of 1k, 100k, 1M and 2M records for each
                    PostgreSQL mode and an Iceberg table (bench/commit_sizes.py; `--only
                    commit_sizes`): `commit_s_by_size`
+  dag_parse        the dag-processor's parse of a DAG file of 500 pipelines, in a fresh Python
+                   (bench/dag_parse.py; `--only dag_parse`)
 Phase 2, orchestration (an embedded stack of the bench's own, `onceflow up` on ports
 25438/29098/28086 with its own Apache Kafka, under .onceflow/bench):
   small_batch      DAG runs of a 1,000-record batch, trigger to commit success, split into
@@ -47,7 +49,7 @@ Writes --out (bench/results.json), --plot (bench/throughput.png) and --markdown
 
 usage: python bench/run.py [--quick] [--records N] [--repeats K] [--skip-dag] [--render]
                            [--lake-records N] [--soak-minutes M]
-                           [--only lake|lake_commits|commit_sizes|small_batch|soak]
+                           [--only lake|lake_commits|commit_sizes|dag_parse|small_batch|soak]
 """
 
 from __future__ import annotations
@@ -73,12 +75,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import commit_sizes  # noqa: E402
 import common  # noqa: E402
+import dag_parse  # noqa: E402
 import lake  # noqa: E402
 import lake_commits  # noqa: E402
 import native_job  # noqa: E402
 import soak  # noqa: E402
 from common import ROOT, SPARK_SUBMIT, Topic  # noqa: E402
-from onceflow.hooks.sink import sink_for
+from onceflow.hooks.sink import sink_for  # noqa: E402
 from onceflow.spark import jvm_archive  # noqa: E402
 from onceflow.spark_app import PROCESS_APPLICATION  # noqa: E402
 from procmon import run_watched  # noqa: E402
@@ -857,6 +860,12 @@ def acceptance(r: dict) -> dict:
             2 * append["1000"],
             "<=",
         )
+    if r.get("dag_parse"):
+        checks["DAG file of 500 pipelines parses in < 5 s"] = (
+            r["dag_parse"]["parse_s"],
+            5.0,
+            "<=",
+        )
     out = {}
     for name, (value, limit, op) in checks.items():
         met = None if value is None else (value >= limit if op == ">=" else value <= limit)
@@ -1109,6 +1118,8 @@ def write_markdown(r: dict, path: Path) -> None:
         lines += lake_commits.section(r["lake_commits"])
     if r.get("commit_sizes"):
         lines += commit_sizes.section(r["commit_sizes"])
+    if r.get("dag_parse"):
+        lines += dag_parse.section(r["dag_parse"])
     lines += [
         "",
         "## Scaling",
@@ -1305,7 +1316,7 @@ def peer(r: dict, rps: list[dict], procs: list[dict], nrps: list[dict], nprocs: 
 # --- main ---------------------------------------------------------------------------------
 
 
-SECTIONS = ["lake", "lake_commits", "commit_sizes", "small_batch", "soak"]
+SECTIONS = ["lake", "lake_commits", "commit_sizes", "dag_parse", "small_batch", "soak"]
 # sections on the bench's stack only: no private broker or PostgreSQL of phase 1
 STACK_SECTIONS = ("small_batch", "soak")
 
@@ -1423,6 +1434,8 @@ def main() -> int:
                         pg.dsn, work / "commit-sizes", sizes, say=say
                     )
                     results["commit_s_by_size"] = results["commit_sizes"]["commit_s_by_size"]
+                if a.only in (None, "dag_parse"):
+                    results["dag_parse"] = dag_parse.run(work, ROOT / "spark_jobs", say=say)
                 if a.only in (None, "lake_commits"):
                     batches = 20 if a.quick else 100
                     results["lake_commits"] = lake_commits.run(
@@ -1463,6 +1476,7 @@ def main() -> int:
             "lake": lambda: lake.section(results["lake"]),
             "lake_commits": lambda: lake_commits.section(results["lake_commits"]),
             "commit_sizes": lambda: commit_sizes.section(results["commit_sizes"]),
+            "dag_parse": lambda: dag_parse.section(results["dag_parse"]),
             "small_batch": lambda: small_batch_section(results["small_batch"]),
             "soak": lambda: soak.section(results["soak"]),
         }[a.only]()
