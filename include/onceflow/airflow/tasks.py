@@ -236,11 +236,11 @@ class ConnectProcessOperator(BaseOperator):
         self._source: Any = None  # the ConnectSpark of the attempt running now
 
     def execute(self, context: Any) -> None:
+        from onceflow.process.attempt_spec import JobOptions
         from onceflow.process.connect_session import ConnectSpark
-        from onceflow.process.entry import parse_args, run_attempt
+        from onceflow.process.entry import run_attempt
 
-        path = self.pipelines_file or Settings.from_env().pipelines_file
-        cfg = get_pipeline(path, self.pipeline)
+        cfg = get_pipeline(self.pipelines_file or Settings.from_env().pipelines_file, self.pipeline)
         try:
             svc = services(cfg)
             storage = lake_storage(cfg) if cfg.sink.storage_conn_id else None
@@ -257,11 +257,9 @@ class ConnectProcessOperator(BaseOperator):
             svc.kafka.describe(),
             server,
         )
-        args = parse_args(
-            ["--pipeline", cfg.name, "--txid", self.txid, "--pipelines-file", str(path)]
-        )
         self._source = ConnectSpark(url, server)
-        outcome = run_attempt(args, cfg, svc.ledger_dsn, svc.kafka, self._source)
+        # the job's default options, as the spark-submit task's (its command line sets none)
+        outcome = run_attempt(cfg, self.txid, JobOptions(), svc.ledger_dsn, svc.kafka, self._source)
         if outcome != ProcessExit.OK:
             end_process(outcome, self.txid)
 

@@ -8,6 +8,7 @@ whose rows + dead letters are not the records read (a transform that filtered or
 rows). Commit publishes them later, in seq order. Its modules, one idea each:
 
     entry           the spark-submit job: its arguments, how the DAG runs it, its exit codes
+    attempt_spec    which attempt it is, and the stage job's options: plain values
     attempt         the attempt's bookkeeping in the ledger: claim, log checks, mark staged
     session         the Spark session, the code shipped to executors, the job run in it
     stage_job       the one Spark job that reads, transforms and stages the parts

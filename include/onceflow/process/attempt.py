@@ -12,27 +12,30 @@ Around its stage job, a process task (one attempt of its txid):
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import time
-from typing import Any
 
 from onceflow import failpoints
+from onceflow.config.pipeline import PipelineConfig
 from onceflow.kafka import broker
-from onceflow.kafka.client import KafkaCluster
 from onceflow.ledger.batches import record_error
-from onceflow.ledger.fencing import claim_attempt, mark_staged
+from onceflow.ledger.fencing import Staged, claim_attempt, mark_staged
 from onceflow.ledger.log_checks import verify_topic_ids
+from onceflow.process.attempt_spec import Attempt
 from onceflow.process.session import SparkSource, run_stage_attempt
-from onceflow.sinks.base import Sink
+from onceflow.process.stage_job import StageInputs
+from onceflow.ranges import OffsetRange
 from onceflow.states import BatchState
 
 log = logging.getLogger("onceflow.process")
 
 
-def claim_new_attempt(dsn: str, cfg: Any, txid: str) -> Any:
-    """Claim a new attempt of `txid` (the ledger's Claim), and log it with its ranges."""
+def claim_new_attempt(
+    dsn: str, cfg: PipelineConfig, txid: str
+) -> tuple[Attempt, list[OffsetRange]]:
+    """Claim a new attempt of `txid` (the ledger's Claim), and log it with its ranges: the
+    attempt, and the ranges it reads."""
     claim = claim_attempt(dsn, cfg.name, txid)
     log.info(
         "onceflow process claimed pipeline=%s txid=%s seq=%s attempt=%s state=%s ranges=%d",
@@ -55,76 +58,75 @@ def claim_new_attempt(dsn: str, cfg: Any, txid: str) -> Any:
             r.until_offset,
             r.size,
         )
-    return claim
+    return Attempt(cfg.name, txid, claim.seq, claim.attempt), claim.ranges
 
 
 def stage_and_mark(
-    args: argparse.Namespace,
+    inputs: StageInputs,
+    ranges: list[OffsetRange],
     source: SparkSource,
-    kafka: KafkaCluster,
-    dsn: str,
-    cfg: Any,
-    sink: Sink,
-    claim: Any,
     claimed_at: float,
     timings: dict[str, float],
-) -> Any:
-    """Stage the claimed attempt into `sink` in a Spark session from `source` and mark it
-    staged; the ledger's Staged counts."""
-    txid, attempt = claim.txid, claim.attempt
-    failpoints.hit("process.fail", txid)
-    topics = tuple(sorted({r.topic for r in claim.ranges}))
+) -> Staged:
+    """Stage the claimed attempt's `ranges` into its sink in a Spark session from `source`
+    and mark it staged; the ledger's Staged counts."""
+    attempt = inputs.attempt
+    failpoints.hit("process.fail", attempt.txid)
+    topics = tuple(sorted({r.topic for r in ranges}))
     t0 = time.monotonic()
-    ids = broker.topic_ids(kafka, cfg.name, topics)
-    verify_topic_ids(dsn, cfg.name, txid, ids)
+    _verify_topic_ids(inputs, topics)
     timings["log_checks"] = time.monotonic() - t0
-    job = run_stage_attempt(
-        args, source, kafka, dsn, cfg, sink, txid, claim.seq, attempt, claim.ranges, timings
-    )
+    job = run_stage_attempt(inputs, source, ranges, timings)
     # and once read: only ids unchanged since plan prove the job read plan's log (a topic
     # re-created while it ran passed the check above, and its reader read the new log's
     # records at the ranges' offsets)
     t0 = time.monotonic()
-    ids = broker.topic_ids(kafka, cfg.name, topics)
-    verify_topic_ids(dsn, cfg.name, txid, ids)
+    _verify_topic_ids(inputs, topics)
     timings["log_checks"] += time.monotonic() - t0
-    failpoints.hit("process.before_mark_staged", txid)
+    failpoints.hit("process.before_mark_staged", attempt.txid)
     t0 = time.monotonic()
     staged = mark_staged(
-        dsn,
-        cfg,
-        txid,
-        attempt,
+        inputs.dsn,
+        inputs.cfg,
+        attempt.txid,
+        attempt.attempt,
         process_seconds=time.monotonic() - claimed_at,
         parts=job.parts,
         records_read=job.records_read,
         bytes_read=job.bytes_read,
         reads=job.reads,
-        sink=sink,
+        sink=inputs.sink,
     )
     timings["mark_staged"] = time.monotonic() - t0
     return staged
 
 
-def record_failure(dsn: str, cfg: Any, txid: str, attempt: int, reason: str) -> None:
+def _verify_topic_ids(inputs: StageInputs, topics: tuple[str, ...]) -> None:
+    """The topics' ids, as the broker reports them now, are the ones plan recorded."""
+    attempt = inputs.attempt
+    ids = broker.topic_ids(inputs.kafka, attempt.pipeline, topics)
+    verify_topic_ids(inputs.dsn, attempt.pipeline, attempt.txid, ids)
+
+
+def record_failure(dsn: str, attempt: Attempt, reason: str) -> None:
     """Record why the attempt failed as the txid's last_error (logged if even that fails)."""
     try:
-        record_error(dsn, cfg.name, txid, f"process attempt {attempt}: {reason}")
+        record_error(
+            dsn, attempt.pipeline, attempt.txid, f"process attempt {attempt.attempt}: {reason}"
+        )
     except Exception as e2:  # noqa: BLE001
         log.error("could not record the error in the ledger: %s", e2)
 
 
-def log_staged(
-    cfg: Any, claim: Any, staged: Any, started: float, timings: dict[str, float]
-) -> None:
+def log_staged(attempt: Attempt, staged: Staged, started: float, timings: dict[str, float]) -> None:
     """The attempt's summary line, and where its seconds went (machine-readable, for bench/)."""
     log.info(
         "onceflow process pipeline=%s txid=%s seq=%s attempt=%s records=%d valid=%d dead=%d "
         "seconds=%.2f",
-        cfg.name,
-        claim.txid,
-        claim.seq,
-        claim.attempt,
+        attempt.pipeline,
+        attempt.txid,
+        attempt.seq,
+        attempt.attempt,
         staged.records,
         staged.valid,
         staged.dead,

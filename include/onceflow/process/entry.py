@@ -49,10 +49,17 @@ import logging
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
+from onceflow.config.pipeline import PipelineConfig
 from onceflow.errors import ProcessExit
+from onceflow.process.attempt_spec import CLIENTS, JobOptions, ReadOptions
+
+if TYPE_CHECKING:  # imported when the attempt runs (the docstring: imports are lazy)
+    from onceflow.kafka.client import KafkaCluster
+    from onceflow.process.session import SparkSource
 
 log = logging.getLogger("onceflow.process")
 
@@ -79,7 +86,19 @@ attempt of the txid took over (do not retry this one); 4 the txid was abandoned 
 """
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+@dataclass(frozen=True)
+class Command:
+    """The command line, parsed: which txid of which pipeline (from which pipelines file),
+    whether the stage job runs on a Spark Connect server, and the job's options."""
+
+    pipeline: str
+    txid: str
+    pipelines_file: Path | None
+    connect: bool
+    options: JobOptions
+
+
+def parse_args(argv: list[str] | None = None) -> Command:
     p = argparse.ArgumentParser(
         prog="process.py",
         description="Stage the output of one planned Onceflow transaction (txid): read its "
@@ -98,14 +117,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--client",
-        choices=("confluent", "kafka-python"),
-        default="confluent",
+        choices=CLIENTS,
+        default=ReadOptions.client,
         help="Kafka client of the reader (default: confluent, i.e. librdkafka)",
     )
     p.add_argument(
         "--read-timeout",
         type=float,
-        default=60.0,
+        default=ReadOptions.timeout_s,
         metavar="SECONDS",
         help="fail a range after this long without progress (default: 60)",
     )
@@ -135,11 +154,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "read from the environment because it may hold a token, which a command line shows "
         "to every user of the host",
     )
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    return Command(
+        pipeline=args.pipeline,
+        txid=args.txid,
+        pipelines_file=args.pipelines_file,
+        connect=args.connect,
+        options=JobOptions(
+            read=ReadOptions(client=args.client, timeout_s=args.read_timeout),
+            fast_form=not args.no_fast_form,
+            ship_package=args.ship_package,
+        ),
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+    command = parse_args(argv)
     logging.basicConfig(
         level=logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -151,8 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     from onceflow.process.session import SubmittedSpark
     from onceflow.settings import Settings
 
-    source: Any = SubmittedSpark()
-    if args.connect:
+    source: SparkSource = SubmittedSpark()
+    if command.connect:
         url = os.environ.get(CONNECT_URL_ENV, "")
         if not url:
             log.error("onceflow process: --connect needs the server's URL in %s", CONNECT_URL_ENV)
@@ -160,20 +190,26 @@ def main(argv: list[str] | None = None) -> int:
         source = ConnectSpark(url)
     settings = Settings.from_env()
     try:
-        cfg = get_pipeline(args.pipelines_file or settings.pipelines_file, args.pipeline)
+        cfg = get_pipeline(command.pipelines_file or settings.pipelines_file, command.pipeline)
         kafka = settings.kafka_cluster()  # the process task put its connection's settings there
     except ConfigError as e:
         log.error("onceflow process: %s", e)
         return ProcessExit.USAGE
-    return run_attempt(args, cfg, settings.postgres_dsn, kafka, source)
+    return run_attempt(cfg, command.txid, command.options, settings.postgres_dsn, kafka, source)
 
 
 def run_attempt(
-    args: argparse.Namespace, cfg: Any, dsn: str, kafka: Any, source: Any
+    cfg: PipelineConfig,
+    txid: str,
+    options: JobOptions,
+    dsn: str,
+    kafka: KafkaCluster,
+    source: SparkSource,
 ) -> ProcessExit:
-    """One process attempt of `args.txid` of the pipeline `cfg`, its stage job in a Spark
-    session from `source` (onceflow.process.session.SparkSource): claim, stage, mark
-    staged; how it ended as its ProcessExit (a failure is recorded in the ledger first)."""
+    """One process attempt of `txid` of the pipeline `cfg`, its stage job run with
+    `options` in a Spark session from `source`: claim, stage, mark staged; how it ended as
+    its ProcessExit (a failure is recorded in the ledger first). The ledger's DSN and the
+    source cluster: `dsn`, `kafka`."""
     started = time.monotonic()
     from onceflow.errors import (
         AbandonedTxidError,
@@ -193,43 +229,48 @@ def run_attempt(
         stage_and_mark,
     )
     from onceflow.process.failures import short_error
+    from onceflow.process.stage_job import StageInputs
 
-    txid = args.txid
     try:
-        claim = claim_new_attempt(dsn, cfg, txid)
+        attempt, ranges = claim_new_attempt(dsn, cfg, txid)
     except UnknownTxidError as e:
         log.error("onceflow process: %s", e)
         return ProcessExit.USAGE
     except AbandonedTxidError as e:
         log.error("onceflow process: %s", e)
         return ProcessExit.ABANDONED
-    attempt = claim.attempt
 
     claimed_at = time.monotonic()
     timings: dict[str, float] = {"claim": claimed_at - started}
     try:
         # once per process task: every stage job and probe of the attempt stages into it
         sink = sink_for(cfg)
-        staged = stage_and_mark(args, source, kafka, dsn, cfg, sink, claim, claimed_at, timings)
+        inputs = StageInputs(attempt, cfg, sink, dsn, kafka, options)
+        staged = stage_and_mark(inputs, ranges, source, claimed_at, timings)
     except (TransformError, SinkSchemaError, LogIdentityError, KafkaAccessError, ConfigError) as e:
         # the transform, its sink tables, the broker's log, the Kafka connection's settings or
         # the pipeline's (a spark_conf key a Connect session refuses) must change first: a
         # retry would fail the same way (a transform that filters or adds
         # rows: mark_staged's records-read check; a topic re-created since plan: reset-offsets)
         log.error("onceflow process: txid=%s: %s", txid, e)
-        record_failure(dsn, cfg, txid, attempt, short_error(e))
+        record_failure(dsn, attempt, short_error(e))
         return ProcessExit.USAGE
     except FencedAttemptError as e:  # from a stage task too: onceflow.staging.task_errors
-        log.error("onceflow process fenced: txid=%s attempt=%s: %s", txid, attempt, short_error(e))
+        log.error(
+            "onceflow process fenced: txid=%s attempt=%s: %s",
+            txid,
+            attempt.attempt,
+            short_error(e),
+        )
         return ProcessExit.FENCED
     except AbandonedTxidError as e:
         log.error("onceflow process: txid=%s: %s", txid, short_error(e))
         return ProcessExit.ABANDONED
     except Exception as e:  # noqa: BLE001 - every failure is reported and recorded
         reason = short_error(e)
-        log.error("onceflow process failed: txid=%s attempt=%s: %s", txid, attempt, reason)
-        record_failure(dsn, cfg, txid, attempt, reason)
+        log.error("onceflow process failed: txid=%s attempt=%s: %s", txid, attempt.attempt, reason)
+        record_failure(dsn, attempt, reason)
         return ProcessExit.FAILED
 
-    log_staged(cfg, claim, staged, started, timings)
+    log_staged(attempt, staged, started, timings)
     return ProcessExit.OK

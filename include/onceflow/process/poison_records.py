@@ -13,22 +13,22 @@ import time
 from typing import Any
 
 from onceflow.errors import TransformRaisedError
-from onceflow.kafka.client import KafkaCluster
 from onceflow.ledger.stage_jobs import set_fast_stage, stage_job_rows
 from onceflow.poison import Poison, RaisedFailure, isolate, raised_by_user_code, raised_on
 from onceflow.process.failures import job_refusals
-from onceflow.process.stage_job import StageJob, stage_job, uses_fast_form
+from onceflow.process.stage_job import StageInputs, StageJob, stage_job
 from onceflow.process.staged_output import staged_frame, staged_output
 from onceflow.ranges import OffsetRange
-from onceflow.sinks.base import Sink
 from onceflow.staging.fast_stage import FastStage, fast_form_columns, fast_stage_frame
 from onceflow.transforms import load_transform
 
 log = logging.getLogger("onceflow.process")
 
 
-def stage_attempt(spark: Any, pieces: list[OffsetRange], **job: Any) -> StageJob:
-    """stage_job(spark, pieces, **job), and when the user's code raised on records of the
+def stage_attempt(
+    spark: Any, pieces: list[OffsetRange], inputs: StageInputs, timings: dict[str, float]
+) -> StageJob:
+    """stage_job(spark, pieces, inputs), and when the user's code raised on records of the
     batch (onceflow.poison): find them, then by the pipeline's on_transform_error either
     refuse the attempt naming the first ("fail": TransformRaisedError, not retried) or stage
     the batch again with them as dead letters ("dead_letter"), in the same attempt. The
@@ -36,10 +36,10 @@ def stage_attempt(spark: Any, pieces: list[OffsetRange], **job: Any) -> StageJob
     output of an input partition without such a record, which the reader hands on unchanged
     (an aggregating transform raising per record before its shuffle staged no output part;
     a part that counted such a record would make mark_staged's count check refuse)."""
-    cfg, timings = job["cfg"], job.setdefault("timings", {})
+    cfg = inputs.cfg
     t0 = time.monotonic()
     try:
-        return stage_job(spark, pieces, **job)
+        return stage_job(spark, pieces, inputs, timings=timings)
     except Exception as e:
         failure = raised_by_user_code(e)
         if failure is None:
@@ -58,7 +58,7 @@ def stage_attempt(spark: Any, pieces: list[OffsetRange], **job: Any) -> StageJob
     def probe(piece: OffsetRange) -> RaisedFailure | None:
         nonlocal probes
         probes += 1
-        return _probe(spark, piece, **job)
+        return _probe(spark, piece, inputs)
 
     found = isolate(pieces, probe, failure, first_only=not dead_letter)
     timings["isolate"] = time.monotonic() - t0
@@ -71,38 +71,25 @@ def stage_attempt(spark: Any, pieces: list[OffsetRange], **job: Any) -> StageJob
     poison = [Poison(r.topic, r.partition, r.from_offset, raised.reason) for r, raised in found]
     for p in poison:
         log.warning("dead letter: %s: %s", p, p.reason)
-    return stage_job(spark, pieces, **job, poison=poison)
+    return stage_job(spark, pieces, inputs, timings=timings, poison=poison)
 
 
-def _probe(
-    spark: Any,
-    piece: OffsetRange,
-    *,
-    bootstrap: KafkaCluster | str,
-    dsn: str,
-    cfg: Any,
-    sink: Sink,
-    txid: str,
-    attempt: int,
-    client: str = "confluent",
-    read_timeout: float = 60.0,
-    fast_form: bool = True,
-    **_: Any,
-) -> RaisedFailure | None:
+def _probe(spark: Any, piece: OffsetRange, inputs: StageInputs) -> RaisedFailure | None:
     """What the user's code raises on the records of `piece` alone, or None: the
     transform's output over them, computed in full as the stage job computes it (with the
     fast form when the job uses it) and thrown away (Spark's noop sink). Any other failure
     is raised."""
-    read = {"client": client, "timeout_s": read_timeout}
-    with stage_job_rows(dsn, cfg.name, txid, attempt) as job:
-        if uses_fast_form(cfg, sink, fast_form):
-            declined = fast_stage_frame(spark, [piece], bootstrap, cfg.transform, job=job, **read)
+    attempt, cfg, kafka = inputs.attempt, inputs.cfg, inputs.kafka
+    read = inputs.options.read.reader_args()
+    with stage_job_rows(inputs.dsn, attempt.pipeline, attempt.txid, attempt.attempt) as job:
+        if inputs.uses_fast_form:
+            declined = fast_stage_frame(spark, [piece], kafka, cfg.transform, job=job, **read)
             with job_refusals(cfg.aggregating):
                 out = load_transform(cfg.transform)(declined)
             frame = staged_output(out, cfg)
             set_fast_stage(job, FastStage(None, fast_form_columns(out)))
         else:
-            frame = staged_frame(spark, [piece], bootstrap=bootstrap, cfg=cfg, **read)
+            frame = staged_frame(spark, [piece], bootstrap=kafka, cfg=cfg, **read)
         try:
             with job_refusals(cfg.aggregating):
                 frame.write.format("noop").mode("overwrite").save()

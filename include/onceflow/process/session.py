@@ -13,7 +13,6 @@ user's transform module (and onceflow, on request) on the executors' Python path
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import sys
@@ -24,12 +23,11 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
-from onceflow.kafka.client import KafkaCluster
+from onceflow.config.pipeline import PipelineConfig
 from onceflow.process.poison_records import stage_attempt
-from onceflow.process.stage_job import StageJob
+from onceflow.process.stage_job import StageInputs, StageJob
 from onceflow.ranges import OffsetRange
 from onceflow.reader.input_ranges import input_ranges
-from onceflow.sinks.base import Sink
 from onceflow.spark.shipping import py_files, ships_user_code
 
 log = logging.getLogger("onceflow.process")
@@ -56,7 +54,7 @@ LOCAL_DEFAULTS = {"spark.python.daemon.module": "onceflow.spark.spark_daemon"}
 class SparkSource(Protocol):
     """Where a process attempt gets its Spark session."""
 
-    def session(self, cfg: Any, ship_package: bool) -> AbstractContextManager[Any]:
+    def session(self, cfg: PipelineConfig, ship_package: bool) -> AbstractContextManager[Any]:
         """A session for the pipeline `cfg`'s stage job, with the user transform's module
         (and onceflow, with `ship_package`) on the executors' Python path as
         onceflow.spark.shipping says."""
@@ -71,7 +69,7 @@ class SubmittedSpark:
     accumulator server to shut down (the JVM's part of it: 0.07 s; measured here)."""
 
     @contextmanager
-    def session(self, cfg: Any, ship_package: bool) -> Iterator[Any]:
+    def session(self, cfg: PipelineConfig, ship_package: bool) -> Iterator[Any]:
         spark = spark_session(cfg)
         # the zips must outlive the job: the driver serves them to the executors from there
         with tempfile.TemporaryDirectory(prefix="onceflow-py-files-") as folder:
@@ -83,51 +81,31 @@ class SubmittedSpark:
 
 
 def run_stage_attempt(
-    args: argparse.Namespace,
+    inputs: StageInputs,
     source: SparkSource,
-    kafka: KafkaCluster,
-    dsn: str,
-    cfg: Any,
-    sink: Sink,
-    txid: str,
-    seq: int,
-    attempt: int,
     ranges: list[OffsetRange],
     timings: dict[str, float],
 ) -> StageJob:
-    """Read, transform and stage the txid's `ranges` into `sink` in a Spark session from
+    """Read, transform and stage the txid's `ranges` into the sink in a Spark session from
     `source` (onceflow.process.poison_records.stage_attempt); returns what the job staged
     and read. An empty batch (no offsets in any range) has no input partition: no Spark
     session is opened."""
+    cfg = inputs.cfg
     pieces = input_ranges(ranges, cfg.records_per_input_partition)
     if not pieces:
         log.info("no offsets to read: nothing to stage, no Spark session needed")
         return StageJob(parts=0, records_read=0, bytes_read=0, reads=[])
     t0 = time.monotonic()
-    with source.session(cfg, args.ship_package) as spark:
+    with source.session(cfg, inputs.options.ship_package) as spark:
         timings["session"] = time.monotonic() - t0
         log.info("spark session ready in %.1f s", timings["session"])
-        job = stage_attempt(
-            spark,
-            pieces,
-            bootstrap=kafka,
-            dsn=dsn,
-            cfg=cfg,
-            sink=sink,
-            txid=txid,
-            seq=seq,
-            attempt=attempt,
-            client=args.client,
-            read_timeout=args.read_timeout,
-            fast_form=cfg.fast_form and not args.no_fast_form,
-            timings=timings,
-        )
+        job = stage_attempt(spark, pieces, inputs, timings)
         t0 = time.monotonic()
     timings["stop"] = time.monotonic() - t0
     return job
 
 
-def spark_session(cfg: Any) -> Any:
+def spark_session(cfg: PipelineConfig) -> Any:
     """The Spark session: spark-submit's settings win, then the pipeline's, then SPARK_DEFAULTS."""
     from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession

@@ -17,12 +17,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from onceflow.config.pipeline import PipelineConfig
 from onceflow.errors import RangeReadError
 from onceflow.kafka.client import KafkaCluster
 from onceflow.kafka.range_digest import RangeRead, merge_pieces
 from onceflow.ledger.db import transaction
 from onceflow.ledger.stage_jobs import range_reads, set_fast_stage, stage_job_rows
 from onceflow.poison import Poison
+from onceflow.process.attempt_spec import Attempt, JobOptions
 from onceflow.process.dead_letters import dead_letter_frame
 from onceflow.process.failures import job_refusals
 from onceflow.process.staged_output import output_fields, stage_columns, staged_output
@@ -41,6 +43,32 @@ log = logging.getLogger("onceflow.process")
 
 
 @dataclass(frozen=True)
+class StageInputs:
+    """What every stage job of an attempt works with (the first one, each probe, the one
+    around poison records): the attempt, its pipeline and sink, the ledger's DSN, the
+    source cluster and the job's options."""
+
+    attempt: Attempt
+    cfg: PipelineConfig
+    sink: Sink
+    dsn: str
+    kafka: KafkaCluster
+    options: JobOptions
+
+    @property
+    def uses_fast_form(self) -> bool:
+        """Whether the job stages the transform's fast form (onceflow.staging.fast_stage):
+        the job's options and the pipeline allow it, the sink takes one and the transform
+        has one."""
+        return (
+            self.options.fast_form
+            and self.cfg.fast_form
+            and self.sink.takes_fast_form
+            and load_fast_form(self.cfg.transform) is not None
+        )
+
+
+@dataclass(frozen=True)
 class StageJob:
     """What one stage job did: the parts it staged, the records its reader handed on and
     their bytes (key + value)."""
@@ -51,35 +79,21 @@ class StageJob:
     reads: list[RangeRead]  # per partition: what the reader saw
 
 
-def uses_fast_form(cfg: Any, sink: Sink, fast_form: bool) -> bool:
-    """Whether the job stages the transform's fast form (onceflow.staging.fast_stage): it is
-    on (`fast_form`), the sink takes one and the transform has one."""
-    return fast_form and sink.takes_fast_form and load_fast_form(cfg.transform) is not None
-
-
 def stage_job(
     spark: Any,
     pieces: list[OffsetRange],
+    inputs: StageInputs,
     *,
-    bootstrap: KafkaCluster | str,
-    dsn: str,
-    cfg: Any,
-    sink: Sink,
-    txid: str,
-    seq: int,
-    attempt: int,
-    client: str = "confluent",
-    read_timeout: float = 60.0,
-    fast_form: bool = True,
     timings: dict[str, float] | None = None,
     poison: Sequence[Poison] = (),
 ) -> StageJob:
-    """Read `pieces`, transform and stage them into `sink` as the parts of (txid, attempt)
-    in one job (the parts: onceflow.staging.fence; with the fast form when `fast_form` is on
-    and uses_fast_form). The records read: what the reader handed on, counted by the reader
-    itself, apart from the transform (onceflow.reader.read_counts). The sink's tables are created, or
-    checked and evolved (onceflow.sinks.schema_evolution: columns the output adds, recorded as
-    this txid's), from the transform's output schema before anything is staged.
+    """Read `pieces`, transform and stage them into the sink as the parts of the attempt in
+    one job (the parts: onceflow.staging.fence; with the fast form when
+    `inputs.uses_fast_form`). The records read: what the reader handed on, counted by the
+    reader itself, apart from the transform (onceflow.reader.read_counts). The sink's tables
+    are created, or checked and evolved (onceflow.sinks.schema_evolution: columns the output
+    adds, recorded as this txid's), from the transform's output schema before anything is
+    staged.
 
     An aggregating transform may use its records more than once (aggregates, dead letters)
     and shuffles them: the records are persisted and counted first (the records read), so
@@ -89,40 +103,39 @@ def stage_job(
     (neither the fast form nor the transform sees them); they are staged as dead letters in
     a part of their own and count as records read."""
     timings = {} if timings is None else timings
-    with stage_job_rows(dsn, cfg.name, txid, attempt) as job:
+    attempt, cfg, dsn, kafka = inputs.attempt, inputs.cfg, inputs.dsn, inputs.kafka
+    read = inputs.options.read.reader_args()
+    with stage_job_rows(dsn, attempt.pipeline, attempt.txid, attempt.attempt) as job:
         t0 = time.monotonic()
         n = len(pieces)
-        options = {
-            "client": client,
-            "timeout_s": read_timeout,
-            "tally": LedgerTally(job),
-            "skip": [p.coordinates for p in poison],
-        }
-        numbers = PartNumbers(n, uses_fast_form(cfg, sink, fast_form), bool(poison))
+        options = {**read, "tally": LedgerTally(job), "skip": [p.coordinates for p in poison]}
+        numbers = PartNumbers(n, inputs.uses_fast_form, bool(poison))
         if numbers.fast:
-            declined = fast_stage_frame(spark, pieces, bootstrap, cfg.transform, job=job, **options)
+            declined = fast_stage_frame(spark, pieces, kafka, cfg.transform, job=job, **options)
             with job_refusals(cfg.aggregating):  # a job the transform runs while it plans
                 out = load_transform(cfg.transform)(declined)
             df = staged_output(out, cfg)
         else:
-            source = ranges_frame(spark, pieces, bootstrap, **options)
+            source = ranges_frame(spark, pieces, kafka, **options)
             if cfg.aggregating:
                 from pyspark import StorageLevel
 
                 source = source.persist(StorageLevel.MEMORY_AND_DISK)
                 source.count()  # the records read once, counted apart from the transform
             df = stage_columns(source, cfg)
-        this = PublishTarget(cfg.name, txid, seq, attempt)
+        this = PublishTarget(attempt.pipeline, attempt.txid, attempt.seq, attempt.attempt)
         with transaction(dsn) as cur:  # the sink's tables follow the transform's output
-            evolution = Evolution(cfg.name, txid, attempt, cfg.schema_evolution)
-            bound = sink.bind_output(cur, output_fields(df), evolution)
+            evolution = Evolution(
+                attempt.pipeline, attempt.txid, attempt.attempt, cfg.schema_evolution
+            )
+            bound = inputs.sink.bind_output(cur, output_fields(df), evolution)
             bound.create_stage(cur, this)
         if poison:  # one more Spark partition: the dead letters' part
-            dead = dead_letter_frame(
-                spark, poison, df, bootstrap, client=client, timeout_s=read_timeout
-            )
+            dead = dead_letter_frame(spark, poison, df, kafka, **read)
             df = df.union(dead)
-        target = StageTarget.for_sink(dsn, bound, cfg.name, txid, seq, attempt)
+        target = StageTarget.for_sink(
+            dsn, bound, attempt.pipeline, attempt.txid, attempt.seq, attempt.attempt
+        )
         staging = stage_frame(df, target, first_part=numbers.first_transformed)
         parts = numbers.count
         if numbers.fast:
