@@ -37,6 +37,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from onceflow.config.pipeline import PipelineConfig
 from onceflow.errors import ConfigError
 from onceflow.process.session import SPARK_DEFAULTS
 from onceflow.spark.shipping import py_files
@@ -99,7 +100,7 @@ class ConnectSpark:
         return len(running)
 
     @contextmanager
-    def session(self, cfg: Any, ship_package: bool) -> Iterator[Any]:
+    def session(self, cfg: PipelineConfig, ship_package: bool) -> Iterator[Any]:
         global _open_sessions, _switched
         with _switch:
             if _open_sessions == 0:
@@ -115,7 +116,7 @@ class ConnectSpark:
                 if _open_sessions == 0 and _switched:
                     os.environ.pop(_CONNECT_MODE, None)
 
-    def _session(self, cfg: Any, ship_package: bool) -> Iterator[Any]:
+    def _session(self, cfg: PipelineConfig, ship_package: bool) -> Iterator[Any]:
         from pyspark.sql import SparkSession
         from pyspark.sql.connect.client.retries import DefaultPolicy
 

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from onceflow.config.pipeline import PipelineConfig
+from onceflow.kafka.client import KafkaCluster
+from onceflow.ranges import OffsetRange
 from onceflow.reader.frame import ranges_frame
 from onceflow.staging.checksum import HASH_COLUMN
 from onceflow.transforms import (
@@ -25,13 +28,20 @@ from onceflow.transforms import (
 DEAD_VALUE_BYTES = 64 << 10  # a dead letter keeps the value's first 64 KiB
 
 
-def staged_frame(spark: Any, pieces: list[Any], *, bootstrap: str, cfg: Any, **read: Any) -> Any:
+def staged_frame(
+    spark: Any,
+    pieces: list[OffsetRange],
+    *,
+    bootstrap: KafkaCluster | str,
+    cfg: PipelineConfig,
+    **read: Any,
+) -> Any:
     """The transform's output for `pieces` (Spark partition k = pieces[k]) as the stage
     writer takes it (stage_columns)."""
     return stage_columns(ranges_frame(spark, pieces, bootstrap, **read), cfg)
 
 
-def stage_columns(src: Any, cfg: Any) -> Any:
+def stage_columns(src: Any, cfg: PipelineConfig) -> Any:
     """Records (the reader's schema) -> the pipeline's transform's output as its sink stages
     it: the coordinates, the user's columns, error (a null key column of a record-wise
     transform's upsert or merge sink is one), key and value (kept for dead letters only, value
@@ -40,7 +50,7 @@ def stage_columns(src: Any, cfg: Any) -> Any:
     return staged_output(load_transform(cfg.transform)(src), cfg)
 
 
-def staged_output(out: Any, cfg: Any) -> Any:
+def staged_output(out: Any, cfg: PipelineConfig) -> Any:
     """The transform's output frame `out` as the sink stages it (stage_columns).
 
     An aggregating transform's rows carry coordinates only as dead letters; a row that
