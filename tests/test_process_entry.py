@@ -224,3 +224,13 @@ def test_the_connect_task_runs_the_attempt_with_the_jobs_types(tmp_path, monkeyp
     [(cfg, txid, options, dsn, kafka, source)] = calls
     assert (cfg.name, txid, options, dsn, kafka) == ("fast", "run-1", JobOptions(), "dsn", KAFKA)
     assert source is task._source and source.url == "sc://h:1"
+
+
+def test_the_operators_on_a_txid_share_one_base_that_templates_it():
+    from onceflow.airflow.tasks import CommitOperator, ConnectProcessOperator, TxidOperator
+
+    for operator in (CommitOperator, ConnectProcessOperator):
+        assert issubclass(operator, TxidOperator)
+        assert operator.template_fields == ("pipeline", "txid")
+        task = operator(task_id=f"t_{operator.__name__}", pipeline="p")
+        assert (task.pipeline, task.txid, task.pipelines_file) == ("p", "{{ run_id }}", None)

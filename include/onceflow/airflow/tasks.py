@@ -21,6 +21,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from onceflow.airflow.triggers import CommitReadyTrigger, describe_wait
 from onceflow.commit import commit
+from onceflow.config.pipeline import PipelineConfig
 from onceflow.config.pipelines_file import get_pipeline
 from onceflow.errors import (
     AbandonedTxidError,
@@ -206,7 +207,34 @@ class ProcessOperator(SparkSubmitOperator):
         return None if submitted is None else submitted.returncode
 
 
-class ConnectProcessOperator(BaseOperator):
+class TxidOperator(BaseOperator):
+    """An operator on one txid of a pipeline: `txid` is the DAG run's id (templated, as
+    plan's and process's), the pipeline is read from `pipelines_file` (default:
+    settings.pipelines_file) when the task runs."""
+
+    template_fields = ("pipeline", "txid")
+
+    def __init__(
+        self,
+        *,
+        pipeline: str,
+        txid: str = "{{ run_id }}",
+        pipelines_file: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.pipeline = pipeline
+        self.txid = txid
+        self.pipelines_file = pipelines_file
+
+    def pipeline_config(self) -> PipelineConfig:
+        """The pipeline's definition, read afresh from the pipelines file."""
+        return get_pipeline(
+            self.pipelines_file or Settings.from_env().pipelines_file, self.pipeline
+        )
+
+
+class ConnectProcessOperator(TxidOperator):
     """process_mode = "connect": the process attempt runs in this task's own process, its
     stage job in a session of the Spark Connect server of the pipeline's
     `spark_connect_conn_id` connection (onceflow.process.connect_session). It ends like
@@ -217,21 +245,8 @@ class ConnectProcessOperator(BaseOperator):
     connections as for spark-submit; `env_vars` (where the job imports user transforms from)
     are set in this task's process."""
 
-    template_fields = ("pipeline", "txid")
-
-    def __init__(
-        self,
-        *,
-        pipeline: str,
-        txid: str = "{{ run_id }}",
-        pipelines_file: str | None = None,
-        env_vars: dict[str, str] | None = None,
-        **kwargs: Any,
-    ) -> None:
+    def __init__(self, *, env_vars: dict[str, str] | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.pipeline = pipeline
-        self.txid = txid
-        self.pipelines_file = pipelines_file
         self.env_vars = dict(env_vars or {})
         self._source: Any = None  # the ConnectSpark of the attempt running now
 
@@ -240,7 +255,7 @@ class ConnectProcessOperator(BaseOperator):
         from onceflow.process.connect_session import ConnectSpark
         from onceflow.process.entry import run_attempt
 
-        cfg = get_pipeline(self.pipelines_file or Settings.from_env().pipelines_file, self.pipeline)
+        cfg = self.pipeline_config()
         try:
             svc = services(cfg)
             storage = lake_storage(cfg) if cfg.sink.storage_conn_id else None
@@ -296,7 +311,7 @@ _FINAL_EXIT_REASONS = {
 }
 
 
-class CommitOperator(BaseOperator):
+class CommitOperator(TxidOperator):
     """Commit `txid` (the run id, templated as for plan and process) once every lower seq is
     closed; waits in the triggerer, not in a worker.
 
@@ -308,22 +323,14 @@ class CommitOperator(BaseOperator):
     committed txid is safe; an abandoned txid ends the task at once.
     """
 
-    template_fields = ("pipeline", "txid")
-
     def __init__(
         self,
         *,
-        pipeline: str,
-        txid: str = "{{ run_id }}",
-        pipelines_file: str | None = None,
         poll_interval: float = 2.0,
         wait_timeout: timedelta = timedelta(hours=24),
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.pipeline = pipeline
-        self.txid = txid
-        self.pipelines_file = pipelines_file
         self.poll_interval = poll_interval
         self.wait_timeout = wait_timeout
 
@@ -337,7 +344,7 @@ class CommitOperator(BaseOperator):
         return self._commit_or_defer(context, waited=float(event.get("waited", 0.0)))
 
     def _commit_or_defer(self, context: Any, waited: float) -> dict[str, Any]:
-        cfg = get_pipeline(self.pipelines_file or Settings.from_env().pipelines_file, self.pipeline)
+        cfg = self.pipeline_config()
         txid = self.txid
         try:
             dsn, _ = ledger_dsn(cfg.ledger_conn_id, cfg.source)
