@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 
 import pytest
-from onceflow_dev.chaos import config
+from onceflow_dev.chaos import config, sink_snapshot
 from onceflow_dev.chaos import harness as chaos
 from onceflow_dev.chaos.faults import schedule
 from onceflow_dev.chaos_truth import CommittedRange, TopicMarker, TopicRecord, topic_truth
@@ -99,7 +99,7 @@ def test_a_kafka_sink_s_schedule_also_kills_commit_with_its_kafka_transaction_op
 
 
 def test_an_output_record_s_json_columns_are_typed_by_the_stage_table():
-    typed = chaos._typed(
+    typed = sink_snapshot._typed(
         {"ts": "2026-11-21T08:00:00+00:00", "day": "2026-11-21", "price": 2.5, "n": 3, "s": "x"},
         {
             "ts": "timestamp with time zone",

@@ -1,19 +1,17 @@
-"""The chaos harness's verdict on a lake upsert or merge table (Harness.check_sink, as a
+"""The chaos harness's verdict on a lake upsert or merge table (SinkChecks.check, as a
 chaos run ends): the versions read back by coordinates (upsert) or folded into partials
 (merge), each checked against the acknowledged records, every check holding on a correct
 table and a changed row caught. On a real PostgreSQL and a local warehouse under tmp_path."""
 
 from __future__ import annotations
 
-import functools
 import json
-from types import SimpleNamespace
 
 import pytest
 from onceflow.commit import commit
 from onceflow.hooks.sink import sink_for
 from onceflow.ledger.planning import plan
-from onceflow_dev.chaos.harness import Harness
+from onceflow_dev.chaos.sink_checks import SinkChecks
 from onceflow_dev.chaos_truth import Acked
 from sink_support import T, pipeline, process, snap, tamper
 
@@ -22,19 +20,9 @@ pytestmark = pytest.mark.integration
 RECORDS = [(0, 0, "x", 1), (0, 1, "y", 2), (0, 2, "x", 4), (0, 3, "z", 3, "bad")]
 
 
-def harness(dsn, cfg):
-    """What Harness.check_sink reads of its harness."""
-    ns = SimpleNamespace(
-        cfg=cfg,
-        sink=sink_for(cfg),
-        mode=cfg.sink.mode,
-        topic=T,
-        epoch=0,
-        settings=SimpleNamespace(postgres_dsn=dsn),
-    )
-    for name in ("_check_rows", "_check_merge", "_check_topic"):
-        setattr(ns, name, functools.partial(getattr(Harness, name), ns))
-    return ns
+def sink_checks(dsn, cfg):
+    """The checks of the pipeline's sink, as the harness makes them as a run ends."""
+    return SinkChecks(dsn, cfg, sink_for(cfg), T, 0)
 
 
 def acked():
@@ -56,9 +44,9 @@ def test_the_chaos_verdict_on_a_lake_upsert_or_merge_table(ledger_dsn, unique_na
     process(ledger_dsn, cfg, "b", RECORDS[2:])
     commit(ledger_dsn, cfg, "a")
     commit(ledger_dsn, cfg, "b")
-    counts, checks = Harness.check_sink(harness(ledger_dsn, cfg), acked(), [], {0: 4})
+    counts, checks = sink_checks(ledger_dsn, cfg).check(acked(), [], {0: 4})
     assert (counts["lost"], counts["duplicated"], counts["mismatched"]) == (0, 0, 0)
     assert [c["violations"] for c in checks] == [[]] * len(checks)
     tamper(ledger_dsn, cfg, "x", 100)
-    _, checks = Harness.check_sink(harness(ledger_dsn, cfg), acked(), [], {0: 4})
+    _, checks = sink_checks(ledger_dsn, cfg).check(acked(), [], {0: 4})
     assert any(c["violations"] for c in checks)

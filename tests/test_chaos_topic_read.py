@@ -13,7 +13,8 @@ from onceflow.failpoints import FailpointError
 from onceflow.hooks.sink import sink_for
 from onceflow.ledger.db import transaction
 from onceflow.ledger.planning import plan
-from onceflow_dev.chaos import harness as chaos
+from onceflow_dev import chaos_truth
+from onceflow_dev.chaos import sink_snapshot
 from onceflow_dev.chaos_truth import (
     Acked,
     SinkRecord,
@@ -46,7 +47,7 @@ def test_the_harness_reads_the_committed_output_and_its_markers(
     assert len(consume(real_kafka.bootstrap, topic, committed=False)) == 5
 
     with transaction(ledger_dsn) as cur:
-        read = chaos.SinkSnapshot(cur, cfg, T)
+        read = sink_snapshot.SinkSnapshot(cur, cfg, T)
         records, markers = read.topic_output(sink_for(cfg))
         ranges = read.committed_ranges()
         dead = read.dead_letters()
@@ -75,6 +76,6 @@ def test_the_harness_reads_the_committed_output_and_its_markers(
     rows = [
         SinkRecord(r["epoch"], r["partition"], r["offset"], "row", r["columns"]) for r in records
     ]
-    counts = account(acked, rows + dead, [], 0, None, row_agrees=chaos.fields_row(("sku",)))
+    counts = account(acked, rows + dead, [], 0, None, row_agrees=chaos_truth.fields_row(("sku",)))
     assert (counts["in_sink"], counts["dead_lettered"]) == (3, 1)
     assert (counts["lost"], counts["duplicated"], counts["mismatched"]) == (0, 0, 0)

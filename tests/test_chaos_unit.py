@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 from onceflow_dev import chaos_truth
-from onceflow_dev.chaos import config, producer
+from onceflow_dev.chaos import config, producer, verdict
 from onceflow_dev.chaos import harness as chaos
 from onceflow_dev.chaos.faults import schedule
 from onceflow_dev.chaos.faults.schedule import fault_schedule
+from onceflow_dev.chaos.report import report_table
 from onceflow_dev.chaos_truth import (
     Acked,
     CommittedRange,
@@ -80,8 +81,8 @@ def test_a_connect_pipelines_schedule_also_kills_the_spark_connect_server(seed):
     assert fault_schedule(seed, 20, only=["11"], connect=True)[0].kind == kill[0]
     # a connect run is complete only once the server was killed; a spark-submit run never
     # counts the kind
-    assert "11_connect_server_killed" in chaos.fault_counts([], connect=True)
-    assert "11_connect_server_killed" not in chaos.fault_counts([])
+    assert "11_connect_server_killed" in verdict.fault_counts([], connect=True)
+    assert "11_connect_server_killed" not in verdict.fault_counts([])
     assert "11_connect_server_killed" in chaos.Harness.FAULTS
 
 
@@ -201,14 +202,14 @@ def test_everything_delivered_once_is_clean():
         "not_acked_in_sink": 0,
         "mismatched": 0,
     }
-    assert chaos.verdict_of("exactly-once", counts) == "exactly-once"
+    assert verdict.verdict_of("exactly-once", counts) == "exactly-once"
 
 
 def test_a_missing_record_of_the_final_epoch_is_lost():
     acked = _acked({0: [(0, o) for o in range(5)]})
     counts = account(acked, _rows(acked, skip={(0, 0, 2)}), [], 0)
     assert counts["lost"] == 1
-    assert chaos.verdict_of("exactly-once", counts) == "violated"
+    assert verdict.verdict_of("exactly-once", counts) == "violated"
 
 
 def test_a_record_both_published_and_dead_lettered_is_duplicated():
@@ -244,7 +245,7 @@ def test_records_the_broker_lost_before_they_were_planned_are_shown_apart():
     counts = account(acked, sink, [(0, 4)], 1)
     assert counts["lost_with_broker"] == 2
     assert counts["lost"] == 0
-    assert chaos.verdict_of("exactly-once", counts) == "exactly-once"
+    assert verdict.verdict_of("exactly-once", counts) == "exactly-once"
 
 
 def test_a_committed_record_of_an_earlier_epoch_missing_is_lost():
@@ -262,7 +263,7 @@ def test_a_re_created_topic_s_new_log_is_accounted_from_offset_0():
     sink = _rows(acked, skip={(0, 0, 4), (0, 0, 5), (0, 0, 6)})
     counts = account(acked, sink, [(0, 4)], 1)
     assert (counts["lost_with_broker"], counts["lost"], counts["duplicated"]) == (3, 0, 0)
-    assert chaos.verdict_of("exactly-once", counts) == "exactly-once"
+    assert verdict.verdict_of("exactly-once", counts) == "exactly-once"
     # the new log's records below the old committed offset, skipped, are lost
     skipped = account(
         acked, _rows(acked, skip={(0, 0, 4), (0, 0, 5), (0, 0, 6), (1, 0, 2)}), [(0, 4)], 1
@@ -288,7 +289,7 @@ def test_a_row_with_another_records_content_is_mismatched():
     sink = _rows({0: acked[0]}) + [SinkRecord(1, 0, 0, "row", row_ident(0))]  # epoch 0's record
     counts = account(acked, sink, [(0, 2)], 1)
     assert counts["mismatched"] == 1
-    assert chaos.verdict_of("exactly-once", counts) == "violated"
+    assert verdict.verdict_of("exactly-once", counts) == "violated"
 
 
 def test_a_dead_letter_with_another_value_is_mismatched():
@@ -318,7 +319,7 @@ def test_dead_letters_of_a_transform_that_keeps_no_value_are_checked_by_coordina
 def test_the_audit_verdict_counts_too():
     acked = _acked({0: [(0, 0)]})
     counts = account(acked, _rows(acked), [], 0)
-    assert chaos.verdict_of("violated", counts) == "violated"
+    assert verdict.verdict_of("violated", counts) == "violated"
 
 
 # -- report ----------------------------------------------------------------------------------
@@ -329,7 +330,7 @@ def test_fault_counts_only_count_recovery_of_injected_faults():
     faults[0].injected = True
     faults[0].recovered = True
     faults[1].recovered = True  # never injected: not counted
-    counts = chaos.fault_counts(faults)
+    counts = verdict.fault_counts(faults)
     assert set(counts) == set(schedule.KINDS)
     assert counts[faults[0].kind] == {"injected": 1, "recovered": 1}
     assert counts[faults[1].kind]["recovered"] == 0
@@ -351,7 +352,7 @@ def test_report_table_lists_every_kind_and_the_verdict():
         "seed": 1,
         "duration_s": 1800.0,
     }
-    table = chaos.report_table(report)
+    table = report_table(report)
     json.dumps(report)
     for kind in schedule.KINDS:
         assert schedule.KINDS[kind] in table
@@ -444,7 +445,7 @@ def test_records_above_the_committed_offset_are_unprocessed_not_lost():
     sink = _rows(acked, skip={(0, 0, 4), (0, 0, 5)})
     counts = account(acked, sink, [], 0, committed={0: 4})
     assert (counts["lost"], counts["unprocessed"]) == (0, 2)
-    assert chaos.verdict_of("exactly-once", counts) == "exactly-once-so-far"
+    assert verdict.verdict_of("exactly-once", counts) == "exactly-once-so-far"
     counts = account(acked, _rows(acked, skip={(0, 0, 1)}), [], 0, committed={0: 6})
     assert counts["lost"] == 1
 
@@ -489,14 +490,14 @@ def test_task_runner_of_finds_airflow_s_task_process_by_its_title(kind):
 
 def test_a_run_is_complete_when_every_kind_ran_and_the_target_was_reached():
     ran = {kind: {"injected": 1, "recovered": 1} for kind in schedule.KINDS}
-    assert chaos.is_complete(ran, 200, 200, ended_by="target", only=False)
+    assert verdict.is_complete(ran, 200, 200, ended_by="target", only=False)
     # the clock started the drain, but the batches committed while draining reach the target
-    assert chaos.is_complete(ran, 203, 200, ended_by="clock", only=False)
-    assert not chaos.is_complete(ran, 199, 200, ended_by="clock", only=False)
-    assert not chaos.is_complete(ran, 250, 200, ended_by="hard-deadline", only=False)
-    assert not chaos.is_complete(ran, 250, 200, ended_by="target", only=True)
+    assert verdict.is_complete(ran, 203, 200, ended_by="clock", only=False)
+    assert not verdict.is_complete(ran, 199, 200, ended_by="clock", only=False)
+    assert not verdict.is_complete(ran, 250, 200, ended_by="hard-deadline", only=False)
+    assert not verdict.is_complete(ran, 250, 200, ended_by="target", only=True)
     missing = {**ran, next(iter(schedule.KINDS)): {"injected": 0, "recovered": 0}}
-    assert not chaos.is_complete(missing, 250, 200, ended_by="target", only=False)
+    assert not verdict.is_complete(missing, 250, 200, ended_by="target", only=False)
 
 
 # -- the chaos stack's pipeline --------------------------------------------------------------
@@ -939,27 +940,27 @@ def test_a_failed_truth_check_violates_the_verdict():
     counts = account(acked, _rows(acked), [], 0)
     ok = {"check": "state", "ok": True, "violations": []}
     bad = {"check": "state", "ok": False, "violations": ["key ('/a',): ..."]}
-    assert chaos.verdict_of("exactly-once", counts, [ok]) == "exactly-once"
-    assert chaos.verdict_of("exactly-once", counts, [ok, bad]) == "violated"
+    assert verdict.verdict_of("exactly-once", counts, [ok]) == "exactly-once"
+    assert verdict.verdict_of("exactly-once", counts, [ok, bad]) == "violated"
 
 
 def test_a_plan_that_accepted_a_re_created_topic_violates_the_verdict():
     faults = fault_schedule(1, 30, only=["10"])
-    assert chaos.recreated_topic_checks(faults) == []  # not injected: nothing to check
+    assert verdict.recreated_topic_checks(faults) == []  # not injected: nothing to check
     (f,) = faults
     f.injected = True
     f.detail["planned_on_new_log"] = []
-    (check,) = chaos.recreated_topic_checks(faults)
+    (check,) = verdict.recreated_topic_checks(faults)
     assert check["ok"] and check["recreations"] == 1
     acked = _acked({0: [(0, 0)]})
     counts = account(acked, _rows(acked), [], 0)
-    assert chaos.verdict_of("exactly-once", counts, [check]) == "exactly-once"
+    assert verdict.verdict_of("exactly-once", counts, [check]) == "exactly-once"
     # a plan that read on from the old committed offset: the reset abandons its batch, so the
     # sink is clean, but the verdict is not
     f.detail["planned_on_new_log"] = ["chaos__1__0042"]
-    (check,) = chaos.recreated_topic_checks(faults)
+    (check,) = verdict.recreated_topic_checks(faults)
     assert not check["ok"] and "chaos__1__0042" in check["violations"][0]
-    assert chaos.verdict_of("exactly-once", counts, [check]) == "violated"
+    assert verdict.verdict_of("exactly-once", counts, [check]) == "violated"
 
 
 def test_report_table_names_the_pipeline_mode_and_truth_checks():
@@ -976,7 +977,7 @@ def test_report_table_names_the_pipeline_mode_and_truth_checks():
         "seed": 3,
         "duration_s": 60.0,
     }
-    table = chaos.report_table(report)
+    table = report_table(report)
     assert "| pipeline, sink mode | pageviews, merge |" in table
     assert "| truth: state = fold | holds |" in table
     assert "| truth: per page | **2 violation(s)** |" in table

@@ -427,7 +427,7 @@ def test_the_audit_finds_a_seq_published_twice_and_its_records_twice(ledger_dsn,
 def test_the_chaos_truth_scans_the_table_by_coordinates(ledger_dsn, cfg):
     import json
 
-    from onceflow_dev.chaos.harness import SinkSnapshot, _coord, _user_columns
+    from onceflow_dev.chaos.sink_snapshot import SinkSnapshot, coord, user_columns
     from onceflow_dev.chaos_truth import Acked, SinkRecord, account, fields_row
 
     plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}), sink=sink_for(cfg))
@@ -446,7 +446,7 @@ def test_the_chaos_truth_scans_the_table_by_coordinates(ledger_dsn, cfg):
     with transaction(ledger_dsn) as cur:
         read = SinkSnapshot(cur, cfg, T)
         rows = [
-            SinkRecord(*_coord(r), "row", _user_columns(r)) for r in read.lake_rows(sink_for(cfg))
+            SinkRecord(*coord(r), "row", user_columns(r)) for r in read.lake_rows(sink_for(cfg))
         ]
         dead = [SinkRecord(0, 0, 2, "dead", None)]
     assert sorted((r.offset, r.ident["sku"], r.ident["qty"]) for r in rows) == [
