@@ -278,7 +278,7 @@ def summary(proc: subprocess.CompletedProcess) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def first_run(env, produced):
     ends, _ = produced
-    batch = plan(env, "run-1", ends, sink=sink_for("run-1"))
+    batch = plan(env, "run-1", ends)
     proc = submit(env, "--pipeline", PIPELINE, "--txid", "run-1")
     return batch, proc
 
@@ -332,7 +332,7 @@ def test_parts_follow_the_split_input_partitions(env, produced, first_run):
 
     _, proc = first_run
     assert proc.returncode == 0
-    ranges = plan(env, "run-1", {}, sink=sink_for("run-1")).ranges  # a replay: same ranges
+    ranges = plan(env, "run-1", {}).ranges  # a replay: same ranges
     pieces = input_ranges(ranges, 25)
     assert len(pieces) > len([r for r in ranges if r.size])  # ranges were split
     parts = query(
@@ -437,7 +437,7 @@ def test_without_the_fast_form_every_record_gets_the_same_row(env, produced, fir
 
     fast, jvm = staged(env, ROW_COLUMNS, first), staged(env, ROW_COLUMNS, attempt)
     assert len(fast) == len(produced[1]) and fast == jvm
-    n = len(input_ranges(plan(env, "run-1", {}, sink=sink_for("run-1")).ranges, 25))
+    n = len(input_ranges(plan(env, "run-1", {}).ranges, 25))
     parts = query(
         env,
         "select count(*) from onceflow.stage_parts where pipeline = %s and txid = 'run-1'"
@@ -469,7 +469,6 @@ def test_a_retried_fast_stage_task_still_hands_on_its_declined_records(env, prod
         "run-fs",
         {tp: e for tp, e in ends.items() if tp[0] == TOPIC},
         "it_fast",
-        sink=sink_for("run-fs"),
     )
     pieces = input_ranges(batch.ranges, 25)
     attempt = claim_attempt(dsn, "it_fast", "run-fs").attempt
@@ -735,7 +734,7 @@ def test_revenue_folds_each_customers_orders_per_currency_and_minute(env, revenu
     from onceflow.commit import commit
 
     values = revenue_orders
-    plan(env, "run-rev", {(REV_TOPIC, 0): len(values)}, "it_revenue", sink=sink_for("run-rev"))
+    plan(env, "run-rev", {(REV_TOPIC, 0): len(values)}, "it_revenue")
     proc = submit(env, "--pipeline", "it_revenue", "--txid", "run-rev")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     dsn = env["ONCEFLOW_POSTGRES_DSN"]
@@ -763,9 +762,7 @@ def test_revenue_folds_each_customers_orders_per_currency_and_minute(env, revenu
 def test_unreadable_range_fails_the_attempt_and_records_why(env, produced):
     ends, _ = produced
     beyond = {(TOPIC, 0): ends[(TOPIC, 0)] + 5}  # planned past the log end: never deliverable
-    plan(
-        env, "run-bad", beyond, name="it_bad", sink=sink_for("run-bad")
-    )  # it_bad has its own ledger rows
+    plan(env, "run-bad", beyond, name="it_bad")  # it_bad has its own ledger rows
     proc = submit(env, "--pipeline", "it_bad", "--txid", "run-bad", "--read-timeout", "4")
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     (row,) = query(env, "select state, last_error from onceflow.batches where pipeline = 'it_bad'")
@@ -784,7 +781,7 @@ def test_a_setting_only_the_connect_server_has_ends_the_attempt_naming_it(env, p
     if not env.get(CONNECT_ENV):
         pytest.skip("spark-submit sets every spark_conf key on its own Spark")
     ends, _ = produced
-    plan(env, "run-conf", {(TOPIC, 0): ends[(TOPIC, 0)]}, name="it_conf", sink=sink_for("run-conf"))
+    plan(env, "run-conf", {(TOPIC, 0): ends[(TOPIC, 0)]}, name="it_conf")
     proc = submit(env, "--pipeline", "it_conf", "--txid", "run-conf")
     assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
     (last_error,) = query(
@@ -797,9 +794,7 @@ def test_a_setting_only_the_connect_server_has_ends_the_attempt_naming_it(env, p
 def test_an_empty_batch_is_staged_without_a_spark_session(env, produced, first_run):
     ends, _ = produced
     assert first_run[1].returncode == 0
-    batch = plan(
-        env, "run-empty", ends, sink=sink_for("run-empty")
-    )  # nothing was produced since run-1
+    batch = plan(env, "run-empty", ends)  # nothing was produced since run-1
     assert batch.ranges and all(r.size == 0 for r in batch.ranges)
     proc = submit(env, "--pipeline", PIPELINE, "--txid", "run-empty")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
