@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from onceflow_dev import chaos_truth
-from onceflow_dev.chaos import config, producer, verdict
+from onceflow_dev.chaos import config, producer, task_logs, verdict
 from onceflow_dev.chaos import harness as chaos
 from onceflow_dev.chaos.faults import schedule
 from onceflow_dev.chaos.faults.schedule import fault_schedule
@@ -154,9 +154,11 @@ def test_plan_refusals_are_what_plan_raises():
     # a re-created topic: refused by its id whatever its end offset says
     identity = LogIdentityError("inventory", "chaos", 2, 1200, "the topic's id is b, not a")
     regression = OffsetRegressionError("inventory", "chaos", 2, 1200, 8)
-    assert chaos.NOT_THE_LEDGERS_LOG in str(identity)
-    assert [n for n in chaos.PLAN_REFUSALS if n in str(identity)] == [chaos.NOT_THE_LEDGERS_LOG]
-    assert [n for n in chaos.PLAN_REFUSALS if n in str(regression)] == ["offset regression"]
+    assert task_logs.NOT_THE_LEDGERS_LOG in str(identity)
+    assert [n for n in task_logs.PLAN_REFUSALS if n in str(identity)] == [
+        task_logs.NOT_THE_LEDGERS_LOG
+    ]
+    assert [n for n in task_logs.PLAN_REFUSALS if n in str(regression)] == ["offset regression"]
 
 
 # -- the accounting --------------------------------------------------------------------------

@@ -100,6 +100,7 @@ from onceflow_dev.chaos.config import (
     pipelines_toml,
     run_pipeline,
 )
+from onceflow_dev.chaos.failpoints import Failpoints
 from onceflow_dev.chaos.faults.schedule import (
     COMMIT_KILL_POINTS,
     EXCLUSIVE,
@@ -108,6 +109,8 @@ from onceflow_dev.chaos.faults.schedule import (
 )
 from onceflow_dev.chaos.producer import TrackingProducer, record_source
 from onceflow_dev.chaos.report import finish_report, report_table
+from onceflow_dev.chaos.snapshots import Databases
+from onceflow_dev.chaos.task_logs import NOT_THE_LEDGERS_LOG, TaskLogs
 
 # per partition, written to the new log before reset-offsets (past the committed offset, for a
 # re-created topic)
@@ -115,11 +118,6 @@ PRE_RESET_RECORDS = 8
 # seconds between killing the broker and restarting it on a new log: plans in flight record
 # their batches
 PLAN_SETTLE_S = 3.0
-# how plan refuses a log that is not the one the ledger read (its task log says): one whose
-# topic id or last committed record is not the ledger's (log_identity: a broker with topic ids
-# shows this first), or one ending below the committed offset (plan_ranges)
-NOT_THE_LEDGERS_LOG = "is not the one pipeline"
-PLAN_REFUSALS = (NOT_THE_LEDGERS_LOG, "offset regression")
 
 # generous: on a loaded 2-core machine one process job can take minutes
 INJECT_TIMEOUT = 900.0
@@ -209,7 +207,6 @@ class Harness:
         self.mode = self.cfg.sink.mode
         self.records = record_source(self.cfg.transform, opts.seed)
         self.home = self.settings.home
-        self.fp_dir = Path(env["ONCEFLOW_FAILPOINTS_DIR"])
         self.rng = random.Random(f"onceflow-chaos-run:{opts.seed}")
         self.runs: dict[str, Run] = {}
         self.n = 0
@@ -233,14 +230,12 @@ class Harness:
         self.batches: dict[str, dict[str, Any]] = {}
         self.offsets: dict[int, tuple[int, int]] = {}
         self.planned: dict[int, int] = {}
-        self.fired: list[tuple[str, str, str]] = []
-        self._fired_pos = 0
-        self._af_conn = None
-        self._ledger_conn = None
         self._last_health = 0.0
         self.restarts: Counter[str] = Counter()
-        self.errors: list[str] = []
         self.log_file = None
+        self.db = Databases(self.settings)
+        self.failpoints = Failpoints(Path(env["ONCEFLOW_FAILPOINTS_DIR"]), self.log)
+        self.task_logs = TaskLogs(self.settings, self.dag_id)
         self.producer: TrackingProducer | None = None
         self.client = None
 
@@ -265,7 +260,7 @@ class Harness:
             stack.down(self.settings, echo=None)
             shutil.rmtree(self.home)
         self.home.mkdir(parents=True)
-        self.fp_dir.mkdir(parents=True)
+        self.failpoints.folder.mkdir(parents=True)
         self.settings.pipelines_file.write_text(pipelines_toml(self.pipeline, self.raw))
         self.log_file = open(self.home / "chaos.log", "a")  # noqa: SIM115
         self.log(
@@ -325,130 +320,24 @@ class Harness:
 
     # -- database views ----------------------------------------------------------------------
 
-    def _airflow_db(self):
-        import psycopg2
-
-        from onceflow_dev import stack
-
-        if self._af_conn is None or self._af_conn.closed:
-            url = stack.airflow_db_url(self.settings).replace("postgresql+psycopg2", "postgresql")
-            self._af_conn = psycopg2.connect(url, connect_timeout=5)
-            self._af_conn.autocommit = True
-        return self._af_conn
-
-    def _ledger_db(self):
-        import psycopg2
-
-        if self._ledger_conn is None or self._ledger_conn.closed:
-            self._ledger_conn = psycopg2.connect(self.settings.postgres_dsn, connect_timeout=5)
-            self._ledger_conn.autocommit = True
-        return self._ledger_conn
-
-    def _query(self, which: str, sql: Any, params: tuple = ()) -> list[tuple]:
-        conn = self._airflow_db() if which == "airflow" else self._ledger_db()
-        return self._on(conn, lambda cur: (cur.execute(sql, params), cur.fetchall())[1])
-
-    @staticmethod
-    def _on(conn, fn: Callable[[Any], Any]) -> Any:
-        try:
-            with conn.cursor() as cur:
-                return fn(cur)
-        except Exception:
-            with contextlib.suppress(Exception):
-                conn.close()
-            raise
-
     def poll(self) -> bool:
+        """Read the stack (snapshots.Databases.snapshot) and the failpoints fired since."""
         try:
-            for run_id, state in self._query(
-                "airflow", "select run_id, state from dag_run where dag_id = %s", (self.dag_id,)
-            ):
-                if run_id in self.runs:
-                    self.runs[run_id].state = state
-            self.ti = {
-                (r, t): (s, n)
-                for r, t, s, n in self._query(
-                    "airflow",
-                    "select run_id, task_id, state, try_number from task_instance where dag_id = %s",
-                    (self.dag_id,),
-                )
-            }
-            cols = (
-                "txid",
-                "seq",
-                "state",
-                "attempt",
-                "staged_attempt",
-                "published_attempt",
-                "records_out",
-                "records_dead",
-                "checksum",
-                "last_error",
-            )
-            self.batches = {
-                row[0]: dict(zip(cols, row, strict=True))
-                for row in self._query(
-                    "ledger",
-                    f"select {', '.join(cols)} from onceflow.batches where pipeline = %s",
-                    (self.pipeline,),
-                )
-            }
-            self.offsets = {
-                p: (c, e)
-                for p, c, e in self._query(
-                    "ledger",
-                    "select partition, committed_offset, epoch from onceflow.offsets where pipeline = %s",
-                    (self.pipeline,),
-                )
-            }
-            planned = {
-                p: u
-                for p, u in self._query(
-                    "ledger",
-                    "select r.partition, max(r.until_offset) from onceflow.ranges r join onceflow.offsets o"
-                    " using (pipeline, topic, partition) where r.pipeline = %s and r.epoch = o.epoch"
-                    " group by r.partition",
-                    (self.pipeline,),
-                )
-            }
-            self.planned = {p: planned.get(p, self.offsets.get(p, (0, 0))[0]) for p in range(4)}
-            for run in self.runs.values():
-                b = self.batches.get(run.run_id)
-                if b and b["state"] == BatchState.ABANDONED:
-                    run.abandoned = True
+            snap = self.db.snapshot(self.dag_id, self.pipeline)
         except Exception as e:  # noqa: BLE001 - PostgreSQL may be restarting
             self.log(f"poll failed ({type(e).__name__}: {str(e).strip().splitlines()[0][:120]})")
             return False
-        self.read_fired()
+        for run_id, state in snap.run_states:
+            if run_id in self.runs:
+                self.runs[run_id].state = state
+        self.ti, self.batches, self.offsets = snap.ti, snap.batches, snap.offsets
+        self.planned = snap.planned
+        for run in self.runs.values():
+            b = self.batches.get(run.run_id)
+            if b and b["state"] == BatchState.ABANDONED:
+                run.abandoned = True
+        self.failpoints.read_fired()
         return True
-
-    def read_fired(self) -> None:
-        path = self.fp_dir / "fired.log"
-        try:
-            with open(path) as f:
-                f.seek(self._fired_pos)
-                data = f.read()
-        except FileNotFoundError:
-            return
-        complete = data[: data.rfind("\n") + 1]
-        self._fired_pos += len(complete.encode())
-        for line in complete.splitlines():
-            parts = line.split("\t")
-            if len(parts) >= 5:
-                self.fired.append((parts[2], parts[3], parts[4]))
-                self.log(f"failpoint fired: {parts[2]}@{parts[3]} ({parts[4]}, pid {parts[1]})")
-
-    def fired_at(self, name: str, txid: str) -> float | None:
-        """When a failpoint fired for txid (wall clock, from fired.log), or None."""
-        with contextlib.suppress(OSError):
-            for line in (self.fp_dir / "fired.log").read_text().splitlines():
-                parts = line.split("\t")
-                if len(parts) >= 5 and (parts[2], parts[3]) == (name, txid):
-                    return float(parts[0])
-        return None
-
-    def has_fired(self, name: str, txid: str) -> bool:
-        return any(n == name and t == txid for n, t, _ in self.fired)
 
     def committed_count(self) -> int:
         return sum(1 for b in self.batches.values() if b["state"] == BatchState.COMMITTED)
@@ -468,22 +357,11 @@ class Harness:
 
     # -- runs --------------------------------------------------------------------------------
 
-    def arm(self, name: str, txid: str, action: str) -> Path:
-        path = self.fp_dir / f"{name}@{txid}"
-        tmp = path.with_name(f".arming.{path.name}")
-        tmp.write_text(action + "\n")
-        tmp.replace(path)
-        self.log(f"armed {name}@{txid} = {action}")
-        return path
-
-    def disarm(self, name: str, txid: str) -> None:
-        (self.fp_dir / f"{name}@{txid}").unlink(missing_ok=True)
-
     def trigger(self, arm: dict[str, str] | None = None) -> str:
         self.n += 1
         run_id = f"chaos__{self.opts.seed}__{self.n:04d}"
         for name, action in (arm or {}).items():
-            self.arm(name, run_id, action)
+            self.failpoints.arm(name, run_id, action)
         self.client.trigger(self.dag_id, run_id)
         self.runs[run_id] = Run(run_id, self.n, _now(), state="queued")
         return run_id
@@ -519,7 +397,9 @@ class Harness:
             failed = [
                 t for (r, t), (state, _) in self.ti.items() if r == run.run_id and state == "failed"
             ]
-            why = "; ".join(f"{t}: {self.task_error(run.run_id, t)}" for t in sorted(failed))
+            why = "; ".join(
+                f"{t}: {self.task_logs.task_error(run.run_id, t)}" for t in sorted(failed)
+            )
             self.failures.append(
                 {"run_id": run.run_id, "at_s": round(_now() - self.started), "why": why}
             )
@@ -576,34 +456,6 @@ class Harness:
             f" marked {victim.run_id} failed to free a slot"
         )
 
-    def task_error(self, run_id: str, task: str) -> str:
-        """The last error line of a task's newest log file (for the report)."""
-        from onceflow_dev import stack
-
-        folder = (
-            stack.airflow_home(self.settings)
-            / "logs"
-            / f"dag_id={self.dag_id}"
-            / f"run_id={run_id}"
-            / f"task_id={task}"
-        )
-        logs = sorted(folder.glob("attempt=*.log"), key=lambda p: p.stat().st_mtime)
-        if not logs:
-            return "no log"
-        last = "no error line"
-        with contextlib.suppress(OSError):
-            for line in logs[-1].read_text(errors="replace").splitlines():
-                try:
-                    d = json.loads(line)
-                except ValueError:
-                    continue
-                if d.get("level") in ("error", "critical"):
-                    last = str(d.get("event"))[:300]
-                    detail = d.get("error_detail")
-                    if isinstance(detail, list) and detail:
-                        last += f" [{detail[0].get('exc_type')}: {str(detail[0].get('exc_value'))[:200]}]"
-        return last
-
     def update_backlog(self) -> None:
         p = self.producer
         if p is None:
@@ -649,7 +501,7 @@ class Harness:
         the process title, `airflow worker -- <id>`), or None."""
         import psutil
 
-        rows = self._query(
+        rows = self.db.query(
             "airflow",
             "select id from task_instance where dag_id = %s and run_id = %s and task_id = 'process'",
             (self.dag_id, txid),
@@ -725,7 +577,7 @@ class Harness:
         txid = self.trigger({**(also or {}), point: action})
         f.txids.append(txid)
         yield from self.wait(
-            lambda: self.has_fired(point, txid), INJECT_TIMEOUT, what.format(txid=txid)
+            lambda: self.failpoints.has_fired(point, txid), INJECT_TIMEOUT, what.format(txid=txid)
         )
         return txid
 
@@ -755,7 +607,9 @@ class Harness:
         )
         f.injected = True
         yield from self.wait_recovered(f, [txid])
-        f.detail["before_part_commit_fired"] = self.has_fired("stage.before_part_commit", txid)
+        f.detail["before_part_commit_fired"] = self.failpoints.has_fired(
+            "stage.before_part_commit", txid
+        )
         f.detail["process_attempts"] = self.batches[txid]["attempt"]
         f.detail["airflow_process_tries"] = self.ti.get((txid, "process"), (None, 0))[1]
 
@@ -913,26 +767,6 @@ class Harness:
         self.log(f"postgres restarted during {f.variant} of {f.txids} ({took:.1f}s)")
         yield from self.wait_recovered(f, list(f.txids))
 
-    def plan_log_matches(self, run_id: str, needle: str, since: float) -> bool:
-        from onceflow_dev import stack
-
-        folder = (
-            stack.airflow_home(self.settings)
-            / "logs"
-            / f"dag_id={self.dag_id}"
-            / f"run_id={run_id}"
-            / "task_id=plan"
-        )
-        for path in folder.glob("attempt=*.log"):
-            with contextlib.suppress(OSError):
-                if path.stat().st_mtime >= since and needle in path.read_text(errors="replace"):
-                    return True
-        return False
-
-    def plan_refused_log(self, run_id: str, since: float) -> str | None:
-        """How the plan of run_id refused the broker's log since `since` (PLAN_REFUSALS)."""
-        return next((n for n in PLAN_REFUSALS if self.plan_log_matches(run_id, n, since)), None)
-
     def reset_offsets(self, f: Fault, reason: str) -> int:
         """What `onceflow reset-offsets` does: a new epoch at the new log's first offset, and
         the runs of the batches it abandons marked failed in Airflow (the harness never
@@ -1019,7 +853,7 @@ class Harness:
         try:
             pid = self.kill_broker()
             f.injected = True
-            fired = self.fired_at(point, txid)
+            fired = self.failpoints.fired_at(point, txid)
             # the kill landed inside the stall (for a Kafka sink: its transaction still open)
             f.detail["killed_pid"] = pid
             f.detail["killed_after_fire_s"] = fired and round(wall - fired, 1)
@@ -1052,7 +886,7 @@ class Harness:
 
         yield from self.wait_recovered(f, [txid])
         yield from self.wait(later_committed, RECOVER_TIMEOUT, "a batch planned after it commits")
-        refusals = {r: how for r in self.runs if (how := self.plan_refused_log(r, wall))}
+        refusals = {r: how for r in self.runs if (how := self.task_logs.plan_refused_log(r, wall))}
         f.detail["plan_refusals"] = refusals  # must stay empty: the log was kept
         if refusals or f.error:
             f.recovered = False
@@ -1082,7 +916,7 @@ class Harness:
             # batch a moment later: wait for it with no broker up (no plan can start on the
             # new log meanwhile), then count every batch recorded by now as the old log's
             time.sleep(PLAN_SETTLE_S)
-            max_seq = self._query(
+            max_seq = self.db.query(
                 "ledger",
                 "select coalesce(max(seq), 0) from onceflow.batches where pipeline = %s",
                 (self.pipeline,),
@@ -1109,7 +943,7 @@ class Harness:
 
             def refused() -> bool:
                 for run_id in sorted(set(self.runs) - before) + sorted(before):
-                    if how := self.plan_refused_log(run_id, wall):
+                    if how := self.task_logs.plan_refused_log(run_id, wall):
                         seen.append((run_id, how))
                         return True
                 return False
@@ -1209,13 +1043,15 @@ class Harness:
 
             def met() -> bool:
                 new = sorted(set(self.runs) - before)
-                refused[:] = [r for r in new if self.plan_log_matches(r, NOT_THE_LEDGERS_LOG, wall)]
+                refused[:] = [
+                    r for r in new if self.task_logs.plan_log_matches(r, NOT_THE_LEDGERS_LOG, wall)
+                ]
                 return bool(refused or planned_on())
 
             yield from self.wait(met, INJECT_TIMEOUT, "the next plan refuses the new log")
             accepted = planned_on()
             f.txids.extend(refused)
-            f.detail["plan_refused"] = {r: self.task_error(r, "plan") for r in refused}
+            f.detail["plan_refused"] = {r: self.task_logs.task_error(r, "plan") for r in refused}
             f.detail["planned_on_new_log"] = accepted  # must stay empty
             if accepted:
                 f.error = (
@@ -1231,7 +1067,7 @@ class Harness:
             # partition: (committed before, the new epoch's first offset)
             starts = {
                 p: (committed_before, new)
-                for p, committed_before, new in self._query(
+                for p, committed_before, new in self.db.query(
                     "ledger",
                     "select partition, committed_before, new_offset from onceflow.resets"
                     " where pipeline = %s and topic = %s order by id desc limit %s",
@@ -1289,7 +1125,7 @@ class Harness:
             RECOVER_TIMEOUT,
             f"re-run of {txid} refused (the run fails)",
         )
-        said = self.plan_log_matches(txid, "append-only", wall)
+        said = self.task_logs.plan_log_matches(txid, "append-only", wall)
         after = self.batches[txid]
         rows_after = self._published(txid)
         kept = ("state", "published_attempt", "records_out", "records_dead", "checksum")
@@ -1320,7 +1156,7 @@ class Harness:
         return txid, before, rows_before
 
     def _current_epoch_committed(self) -> set[str]:
-        rows = self._query(
+        rows = self.db.query(
             "ledger",
             "select b.txid from onceflow.batches b where b.pipeline = %s and b.state = %s"
             " and not exists (select 1 from onceflow.ranges r join onceflow.offsets o"
@@ -1337,7 +1173,7 @@ class Harness:
         # in a transaction: an Iceberg sink reads its scan through a temporary table
         with transaction(self.settings.postgres_dsn) as cur:
             rows = self.sink.published_per_txid(cur).get(txid, 0)
-        dead = self._query(
+        dead = self.db.query(
             "ledger",
             "select count(*) from onceflow.dead_letters where pipeline = %s and txid = %s",
             (self.pipeline, txid),
@@ -1373,7 +1209,7 @@ class Harness:
                     for t in later
                     if (w := blocking_predecessor(self.settings.postgres_dsn, self.pipeline, t))
                     and w.txid == txid
-                    and self._commit_log_says_waits(t, txid)
+                    and self.task_logs.commit_log_says_waits(t, txid)
                 ]
                 return len(waiting) >= 2
 
@@ -1387,7 +1223,7 @@ class Harness:
                 if block
                 else None
             )
-            f.detail["commit_log"] = self._commit_log_line(waiting[0], txid)
+            f.detail["commit_log"] = self.task_logs.commit_log_line(waiting[0], txid)
             if not block or block["txid"] != txid:
                 f.error = f"views.commit_block names {block and block['txid']}, not {txid}"
             self.log(f"{len(waiting)} later run(s) wait for {txid}: {f.detail['commit_log']}")
@@ -1399,7 +1235,7 @@ class Harness:
             if committed_later:
                 f.error = f"commits bypassed the failed run: {committed_later}"
         finally:
-            self.disarm("process.fail", txid)
+            self.failpoints.disarm("process.fail", txid)
             self.runs[txid].held = False
         self.clear(txid, "retry of the run that failed on purpose")
         successors = sorted(waiting)
@@ -1412,33 +1248,6 @@ class Harness:
         yield from self.wait_recovered(f, [txid, *successors])
         if f.error:
             f.recovered = False
-
-    def _commit_log_paths(self, run_id: str) -> list[Path]:
-        from onceflow_dev import stack
-
-        folder = (
-            stack.airflow_home(self.settings)
-            / "logs"
-            / f"dag_id={self.dag_id}"
-            / f"run_id={run_id}"
-            / "task_id=commit"
-        )
-        return sorted(folder.glob("attempt=*.log"))
-
-    def _commit_log_line(self, run_id: str, blocker: str) -> str | None:
-        needle = f"waits for txid {blocker}"
-        for path in self._commit_log_paths(run_id):
-            with contextlib.suppress(OSError):
-                for line in path.read_text(errors="replace").splitlines():
-                    if needle in line:
-                        try:
-                            return json.loads(line).get("event")
-                        except ValueError:
-                            return line[:300]
-        return None
-
-    def _commit_log_says_waits(self, run_id: str, blocker: str) -> bool:
-        return self._commit_log_line(run_id, blocker) is not None
 
     FAULTS = {
         "1_driver_kill": fault_driver_kill,
@@ -1521,8 +1330,7 @@ class Harness:
 
     def _cleanup_fault(self, f: Fault) -> None:
         for txid in f.txids:
-            for path in self.fp_dir.glob(f"*@{txid}"):
-                path.unlink(missing_ok=True)
+            self.failpoints.disarm_all(txid)
             run = self.runs.get(txid)
             if run:
                 run.held = False
@@ -1615,9 +1423,7 @@ class Harness:
 
         if self.producer is not None:
             self.producer.stop()
-        for conn in (self._af_conn, self._ledger_conn):
-            with contextlib.suppress(Exception):
-                conn.close()
+        self.db.close()
         if not self.opts.keep:
             self.log("stopping the chaos stack")
             stack.down(self.settings, echo=lambda m: self.log(f"  down: {m}"))

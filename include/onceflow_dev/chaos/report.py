@@ -27,7 +27,7 @@ def finish_report(h: Harness, ended_by: str) -> dict[str, Any]:
     h.poll()
     resets = [
         (p, c)
-        for p, c in h._query(
+        for p, c in h.db.query(
             "ledger",
             "select partition, committed_before from onceflow.resets where pipeline = %s"
             " and topic = %s order by id",
