@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from onceflow_dev import chaos_truth
-from onceflow_dev.chaos import config, producer, task_logs, verdict
+from onceflow_dev.chaos import config, processes, producer, task_logs, verdict
 from onceflow_dev.chaos import harness as chaos
 from onceflow_dev.chaos.faults import schedule
 from onceflow_dev.chaos.faults.schedule import fault_schedule
@@ -478,7 +478,7 @@ def test_task_runner_of_finds_airflow_s_task_process_by_its_title(kind):
     )
     try:
         child = psutil.Process(int(runner.stdout.readline()))
-        found = chaos.task_runner_of(child)
+        found = processes.task_runner_of(child)
         if kind == "titled":
             assert found is not None and found.pid == runner.pid
         else:

@@ -82,7 +82,7 @@ import signal
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Generator, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -107,9 +107,17 @@ from onceflow_dev.chaos.faults.schedule import (
     Fault,
     fault_schedule,
 )
+from onceflow_dev.chaos.processes import (
+    kill_tree,
+    process_task_runner,
+    spark_drivers,
+    task_runner_of,
+)
 from onceflow_dev.chaos.producer import TrackingProducer, record_source
 from onceflow_dev.chaos.report import finish_report, report_table
+from onceflow_dev.chaos.retries import handle_failed, resolve_deadlock
 from onceflow_dev.chaos.snapshots import Databases
+from onceflow_dev.chaos.supervisor import Supervisor
 from onceflow_dev.chaos.task_logs import NOT_THE_LEDGERS_LOG, TaskLogs
 
 # per partition, written to the new log before reset-offsets (past the committed offset, for a
@@ -129,26 +137,6 @@ BROKER_KILL_STALL_S = 20
 
 # ---------------------------------------------------------------------------------------------
 # environment and small helpers
-
-
-def task_runner_of(jvm: Any) -> Any:
-    """The Airflow task process that started this spark-submit JVM, or None.
-
-    The JVM was found as ours by its environment; its parent is the task runner if that is a
-    process-group leader titled `airflow worker -- <id>`. The parent's own environment cannot
-    be checked: Airflow sets the process title, which overwrites the environment block that
-    /proc/PID/environ shows (it reads as blanks).
-    """
-    import psutil
-
-    try:
-        runner = jvm.parent()
-        if runner is None or os.getpgid(runner.pid) != runner.pid:
-            return None
-        title = " ".join(runner.cmdline())
-    except (psutil.Error, OSError):
-        return None
-    return runner if title.startswith("airflow worker") else None
 
 
 class FaultTimeout(RuntimeError):
@@ -190,7 +178,6 @@ class Harness:
         self.started = _now()
         self.pipeline, self.raw = run_pipeline(opts)
         self.connect = opts.process_mode == "connect"
-        self.s3 = None  # the running S3Emulator (start_stack), for --lake-s3
         env = chaos_env(slot=opts.slot)
         for key, value in env.items():
             if value:
@@ -230,9 +217,8 @@ class Harness:
         self.batches: dict[str, dict[str, Any]] = {}
         self.offsets: dict[int, tuple[int, int]] = {}
         self.planned: dict[int, int] = {}
-        self._last_health = 0.0
-        self.restarts: Counter[str] = Counter()
         self.log_file = None
+        self.supervisor = Supervisor(self.settings, self.log)
         self.db = Databases(self.settings)
         self.failpoints = Failpoints(Path(env["ONCEFLOW_FAILPOINTS_DIR"]), self.log)
         self.task_logs = TaskLogs(self.settings, self.dag_id)
@@ -268,8 +254,8 @@ class Harness:
             f"({self.cfg.transform}, sink mode {self.mode}), topic {self.topic}"
         )
         if self.opts.lake_s3:
-            self.start_s3()
-        self.stack_up()
+            self.supervisor.start_s3(self.home, self.opts.slot)
+        self.supervisor.up()
         from onceflow.ledger.db import migrate
 
         migrate(self.settings.postgres_dsn)
@@ -278,45 +264,6 @@ class Harness:
         )
         self.client.wait_for_dag(self.dag_id, timeout=300)
         self.client.unpause(self.dag_id)
-
-    def start_s3(self) -> None:
-        """The lake table's object storage: an S3 emulator, whose settings the stack's
-        processes (Airflow's, spark-submit's) inherit (sinks.lake.storage.STORAGE_ENV)."""
-        from onceflow.sinks.lake.storage import STORAGE_ENV
-
-        from onceflow_dev.s3_emulator import S3Emulator
-
-        # a port of the slot's range that neither the slot's brokers nor the bench's take
-        self.s3 = S3Emulator(self.home / "s3", port=29099 + 10 * self.opts.slot)
-        self.s3.start()
-        os.environ[STORAGE_ENV] = self.s3.storage.to_env()
-        self.log(f"S3 emulator (moto) up on {self.s3.storage.endpoint}")
-
-    def stack_up(self, attempts: int = 3) -> None:
-        from onceflow_dev import stack
-
-        for attempt in range(1, attempts + 1):
-            try:
-                stack.up(self.settings, echo=lambda m: self.log(f"  up: {m}"))
-                return
-            except stack.StackError as e:
-                self.log(f"stack up failed (attempt {attempt}): {str(e).splitlines()[0]}")
-                if attempt == attempts:
-                    raise
-                time.sleep(3)
-
-    def watch_health(self) -> None:
-        """Every few seconds: restart any service that died (what a process supervisor does)."""
-        from onceflow_dev import stack
-
-        if _now() - self._last_health < 5:
-            return
-        self._last_health = _now()
-        dead = [n for n in stack.ALL_SERVICES if stack.service_process(self.settings, n) is None]
-        if dead:
-            self.restarts.update(dead)
-            self.log(f"services down: {', '.join(dead)}; restarting them (stack up)")
-            self.stack_up()
 
     # -- database views ----------------------------------------------------------------------
 
@@ -383,79 +330,6 @@ class Harness:
         run.state = "queued"
         self.log(f"cleared {run_id} ({why})")
 
-    def handle_failed(self) -> None:
-        if self.hold_clears:
-            return
-        for run in list(self.runs.values()):
-            if run.state != "failed" or run.held or run.abandoned or run.refused:
-                continue
-            b = self.batches.get(run.run_id)
-            if b and b["state"] == BatchState.ABANDONED:
-                run.abandoned = True
-                continue
-            self.harness_clears += 1
-            failed = [
-                t for (r, t), (state, _) in self.ti.items() if r == run.run_id and state == "failed"
-            ]
-            why = "; ".join(
-                f"{t}: {self.task_logs.task_error(run.run_id, t)}" for t in sorted(failed)
-            )
-            self.failures.append(
-                {"run_id": run.run_id, "at_s": round(_now() - self.started), "why": why}
-            )
-            self.clear(run.run_id, f"failed ({why[:300]}): operator retry")
-
-    def resolve_deadlock(self) -> None:
-        """Free an active slot for a cleared run that cannot start.
-
-        A cleared run goes back to `queued`, and Airflow starts queued runs only below
-        max_active_runs. When every active run is a later batch waiting in commit for it, it
-        never starts and they never commit. An operator has to fail the newest waiting run
-        (and clear it once the retried run is running); the harness does that and reports it.
-        """
-        for run_id, waited_for in list(self.freed.items()):
-            if self.runs[waited_for].state != "queued":
-                self.runs[run_id].held = False  # cleared by handle_failed from now on
-                del self.freed[run_id]
-        if self.freed:
-            return
-        seq = {t: b["seq"] for t, b in self.batches.items()}
-        stuck = [
-            r
-            for r in self.runs.values()
-            if r.state == "queued"
-            and r.clears
-            and _now() - r.cleared_s > 30
-            and r.run_id in seq
-            and not r.refused  # committed: no later run waits for it
-        ]
-        running = [r for r in self.runs.values() if r.state == "running"]
-        if not stuck or len(running) < self.cfg.max_active_runs:
-            return
-        first = min(stuck, key=lambda r: seq[r.run_id])
-        if not all(seq.get(r.run_id, 0) > seq[first.run_id] for r in running):
-            return
-        victim = max(running, key=lambda r: seq[r.run_id])
-        victim.held = True
-        self.client.request(
-            "PATCH", f"/api/v2/dags/{self.dag_id}/dagRuns/{victim.run_id}", json={"state": "failed"}
-        )
-        victim.state = "failed"
-        self.freed[victim.run_id] = first.run_id
-        entry = {
-            "cleared_run": first.run_id,
-            "seq": seq[first.run_id],
-            "active_runs_waiting_for_it": sorted(r.run_id for r in running),
-            "failed_to_free_a_slot": victim.run_id,
-            "at_s": round(_now() - self.started),
-        }
-        self.deadlocks.append(entry)
-        self.log(
-            f"deadlock: cleared {first.run_id} (seq {seq[first.run_id]}) stays queued while"
-            f" {len(running)} later runs hold every active slot waiting in commit for it;"
-            f" marked {victim.run_id} failed to free a slot"
-        )
-
     def update_backlog(self) -> None:
         p = self.producer
         if p is None:
@@ -469,67 +343,14 @@ class Harness:
 
     # -- processes ---------------------------------------------------------------------------
 
-    def _ours(self, proc) -> bool:
-        import psutil
-
-        from onceflow_dev import stack
-
-        try:
-            marker = proc.environ().get(stack.MARKER_ENV, "")
-        except (psutil.Error, OSError):
-            return False
-        return marker.startswith(f"{self.home}:")
-
     def driver_processes(self, txid: str) -> list:
         """spark-submit JVM and the Python driver of process.py for txid, on this stack; in
         connect mode the Airflow task process of txid's process task, which runs the
         attempt itself (its stage job runs on the stack's Spark Connect server)."""
-        import psutil
-
         if self.connect:
-            runner = self.process_task_runner(txid)
+            runner = process_task_runner(self.db.query, self.dag_id, txid)
             return [] if runner is None else [runner]
-        found = []
-        for proc in psutil.process_iter(["cmdline"]):
-            cmd = proc.info["cmdline"] or []
-            if txid in cmd and any(a.endswith("process.py") for a in cmd) and self._ours(proc):
-                found.append(proc)
-        return found
-
-    def process_task_runner(self, txid: str) -> Any:
-        """The Airflow task process running txid's process task now (its try's id is in
-        the process title, `airflow worker -- <id>`), or None."""
-        import psutil
-
-        rows = self.db.query(
-            "airflow",
-            "select id from task_instance where dag_id = %s and run_id = %s and task_id = 'process'",
-            (self.dag_id, txid),
-        )
-        ids = {str(r[0]) for r in rows}
-        for proc in psutil.process_iter(["cmdline"]):
-            title = " ".join(proc.info["cmdline"] or [])
-            if title.startswith("airflow worker") and any(i in title for i in ids):
-                with contextlib.suppress(psutil.Error, OSError):
-                    if os.getpgid(proc.pid) == proc.pid:
-                        return proc
-        return None
-
-    @staticmethod
-    def kill_tree(procs: Iterable) -> list[int]:
-        import psutil
-
-        victims = {}
-        for proc in procs:
-            with contextlib.suppress(psutil.Error):
-                victims[proc.pid] = proc
-                for child in proc.children(recursive=True):
-                    victims[child.pid] = child
-        for proc in victims.values():
-            with contextlib.suppress(psutil.Error):
-                proc.send_signal(signal.SIGKILL)
-        psutil.wait_procs(list(victims.values()), timeout=10)
-        return sorted(victims)
+        return spark_drivers(self.home, txid)
 
     def restart_postgres(self) -> float:
         import psutil
@@ -543,7 +364,7 @@ class Harness:
         proc.send_signal(signal.SIGINT)  # fast shutdown: every session is terminated
         psutil.wait_procs([proc], timeout=60)
         self.log(f"postgres stopped (pid {proc.pid}); starting it again")
-        self.stack_up()
+        self.supervisor.up()
         return _now() - t0
 
     # -- waiting helper for fault generators -------------------------------------------------
@@ -590,7 +411,7 @@ class Harness:
         procs = self.driver_processes(txid)
         if not procs:
             raise FaultSkipped(f"no driver process of {txid} found")
-        pids = self.kill_tree(procs)
+        pids = kill_tree(procs)
         f.injected = True
         f.detail["killed_pids"] = pids
         self.log(f"kill -9 spark-submit driver of {txid} while staging: pids {pids}")
@@ -681,11 +502,11 @@ class Harness:
         server = stack.service_process(self.settings, "spark-connect")
         if server is None:
             raise FaultSkipped("the Spark Connect server is not running")
-        pids = self.kill_tree([server])
+        pids = kill_tree([server])
         f.injected = True
         f.detail["killed_pids"] = pids
         self.log(f"kill -9 of the Spark Connect server {pids} while {txid} stages; restarting")
-        self.stack_up()
+        self.supervisor.up()
         yield from self.wait_recovered(f, [txid])
         f.detail["attempt"] = self.batches[txid]["published_attempt"]
 
@@ -733,7 +554,7 @@ class Harness:
         f.detail["killed_processes"] = len(victims)
         self.log(f"kill -9 scheduler + {len(victims) - 1} task processes; runs hit: {running}")
         t0 = _now()
-        self.stack_up()
+        self.supervisor.up()
         f.detail["scheduler_back_after_s"] = round(_now() - t0, 1)
         yield from self.wait_recovered(f, running)
 
@@ -826,7 +647,7 @@ class Harness:
         proc = stack.service_process(self.settings, "broker")
         if proc is None:
             raise FaultSkipped("the stack's broker is not running")
-        self.kill_tree([proc])
+        kill_tree([proc])
         return proc.pid
 
     def fault_broker_killed(self, f: Fault) -> Iterator[None]:
@@ -859,7 +680,7 @@ class Harness:
             f.detail["killed_after_fire_s"] = fired and round(wall - fired, 1)
             f.detail["inside_stall"] = bool(fired) and wall - fired < BROKER_KILL_STALL_S
             self.log(f"kill -9 broker (pid {pid}) at {point} of {txid}; restarting it on its log")
-            self.stack_up()
+            self.supervisor.up()
         finally:
             self.producer.resume()
         f.detail["restart_s"] = round(_now() - t0, 1)
@@ -924,7 +745,7 @@ class Harness:
             folder = stack.broker_log_dir(self.settings)
             shutil.rmtree(folder)
             self.log(f"kill -9 broker (pid {pid}), {folder} deleted: restarting it on a new log")
-            self.stack_up()
+            self.supervisor.up()
             f.injected = True
             self.epoch += 1
             f.detail["seq_before"] = max_seq
@@ -1375,13 +1196,13 @@ class Harness:
             if ok:
                 self.update_backlog()
             try:
-                self.watch_health()
+                self.supervisor.watch()
             except Exception as e:  # noqa: BLE001
                 self.log(f"health check failed: {e!r}")
             if ok:
                 try:
-                    self.handle_failed()
-                    self.resolve_deadlock()
+                    handle_failed(self)
+                    resolve_deadlock(self)
                     if phase == "run":
                         self.keep_triggering()
                         self.step_fault()
@@ -1419,18 +1240,10 @@ class Harness:
         return finish_report(self, ended_by)
 
     def close(self) -> None:
-        from onceflow_dev import stack
-
         if self.producer is not None:
             self.producer.stop()
         self.db.close()
-        if not self.opts.keep:
-            self.log("stopping the chaos stack")
-            stack.down(self.settings, echo=lambda m: self.log(f"  down: {m}"))
-        else:
-            self.log(f"--keep: the chaos stack stays up (ONCEFLOW_HOME={self.home})")
-        if self.s3 is not None and not self.opts.keep:
-            self.s3.stop()
+        self.supervisor.down(self.opts.keep)
         if self.log_file:
             self.log_file.close()
             self.log_file = None

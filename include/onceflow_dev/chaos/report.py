@@ -106,7 +106,7 @@ def finish_report(h: Harness, ended_by: str) -> dict[str, Any]:
             "acked_end_offsets": h.producer.ends_of(h.epoch),
             "delivery_errors": len(h.producer.delivery_errors),
         },
-        "service_restarts_by_harness": dict(h.restarts),
+        "service_restarts_by_harness": dict(h.supervisor.restarts),
         "fault_log": [
             {
                 "index": f.index,
