@@ -11,8 +11,8 @@ from decimal import Decimal
 
 import pytest
 from onceflow_dev.chaos import config, sink_snapshot
-from onceflow_dev.chaos import harness as chaos
 from onceflow_dev.chaos.faults import schedule
+from onceflow_dev.chaos.harness import Harness
 from onceflow_dev.chaos_truth import CommittedRange, TopicMarker, TopicRecord, topic_truth
 
 pytestmark = pytest.mark.unit
@@ -39,7 +39,7 @@ def test_a_kafka_sink_chaos_run_publishes_on_the_stack_s_own_broker(monkeypatch)
     for key in config.chaos_env(slot=3):  # the Harness sets them: restored after the test
         monkeypatch.setenv(key, "")
     opts = config.Options(pipeline=NAME, pipelines_file=config.CHAOS_PIPELINES, slot=3, batches=60)
-    harness = chaos.Harness(opts)
+    harness = Harness(opts)
     assert stack.uses_embedded_broker(harness.settings)
     assert harness.settings.kafka_bootstrap == "127.0.0.1:29125"
     assert harness.sink.bootstrap == harness.settings.kafka_bootstrap

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from onceflow_dev import chaos_truth
 from onceflow_dev.chaos import config, processes, producer, task_logs, verdict
-from onceflow_dev.chaos import harness as chaos
 from onceflow_dev.chaos.faults import schedule
 from onceflow_dev.chaos.faults.schedule import fault_schedule
+from onceflow_dev.chaos.harness import Harness
 from onceflow_dev.chaos.report import report_table
 from onceflow_dev.chaos_truth import (
     Acked,
@@ -83,7 +83,7 @@ def test_a_connect_pipelines_schedule_also_kills_the_spark_connect_server(seed):
     # counts the kind
     assert "11_connect_server_killed" in verdict.fault_counts([], connect=True)
     assert "11_connect_server_killed" not in verdict.fault_counts([])
-    assert "11_connect_server_killed" in chaos.Harness.FAULTS
+    assert "11_connect_server_killed" in Harness.FAULTS
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 99])
