@@ -1,75 +1,9 @@
-"""The chaos harness behind `onceflow chaos` / `make chaos`.
-
-It starts a dedicated local stack (ONCEFLOW_HOME=.onceflow/chaos, ports 25435/29095/28083,
-failpoints armed in <home>/failpoints) running one pipeline: by default `chaos` from
-tests/chaos_pipelines.toml (the orders example into an append table); with `--pipeline
-NAME` the user's pipeline NAME from their pipelines file, with its transform and sink but
-chaos's small batches, runs in flight and Spark settings and the harness's own topic
-(`chaos_pipeline`), written to <home>/pipelines.toml so nothing in the repository changes
-per run. It keeps a producer writing the pipeline's records (the transform module's
-`sample(i, rng)`) while DAG runs go through the real scheduler (several at once), and
-injects faults by a schedule drawn from the seed:
-
-  1 kill -9 of the spark-submit driver while its Spark tasks stage output
-  2 Spark task attempts that fail before and after committing their part (Spark task retry)
-  3 a zombie: the Airflow task running process is killed, its driver keeps running; the
-    retry's new attempt fences it
-  4 the commit task killed inside the commit transaction, and right after the database
-    commit; for a sink outside the database (an Iceberg table) also between the sink's
-    commit and the ledger's (failpoint commit.after_sink_publish); for a Kafka topic also
-    with its Kafka transaction open, records produced (commit.before_sink_commit)
-  5 the scheduler and its running tasks killed -9, then restarted
-  6 PostgreSQL restarted while a run plans, while a Spark task holds a staging transaction
-    open, and while a commit transaction is open
-  7 the stack's broker (Apache Kafka) killed -9, in two variants:
-    log_kept: restarted on its log, while a Spark task of a run stages (its job's other tasks
-      read, its driver asks for the topic ids after the job) or, for a Kafka topic sink, while
-      a commit's Kafka transaction is open (records produced, not committed): nothing may be
-      lost, no plan may refuse the log; the open transaction commits after the restart (its
-      coordinator recovers it from the log, as in the 2026-11-29 run) or a retry's
-      init_transactions aborts it;
-    log_lost: its log folder deleted before the restart (a lost broker: a new cluster, the
-      topic re-created empty): plan must refuse the new log (the topic id is not the
-      ledger's: onceflow.kafka.log_identity; or an offset regression) and the harness runs
-      `onceflow reset-offsets`. Not for a Kafka topic sink, whose output lives on the same
-      broker and would go with it
-  8 committed runs cleared and re-run by run id through the API (backfill by run id); an
-    append-only sink (a Kafka topic) must refuse it: the run fails in plan saying so, the
-    batch and its output stay as they were
-  9 a run failing for good while later runs wait in commit (blocked, saying why), then
-    retried by clearing it
- 10 the topic deleted and re-created with its partitions while the broker keeps running and
-    runs are in flight, and refilled past every partition's planned offset before the next
-    plan (its end offsets then look like the old log's read on): that plan must refuse the
-    new log (log identity, not an offset regression) and no run in flight may publish it;
-    the harness runs `onceflow reset-offsets` and the new log is processed from its first
-    offset
- 11 (`--process-mode connect`: the pipeline processes in a session of the stack's Spark
-    Connect server) the server killed -9 while a task of a job sleeps after committing its
-    part, and restarted at once: the attempt fails, a retry replays the range. In that mode
-    the driver of faults 1 and 3 is the Airflow task process itself: fault 1 kills it while
-    its job's tasks stage on the server; fault 3 kills its supervisor (the executor's
-    worker), and the task process runs on, orphaned, as the zombie. The server runs
-    local[2], so fault 2's failed task fails the attempt (no Spark task retry) and the
-    task's retry replays it.
-
-Every acknowledged record is tracked by its coordinates (epoch, partition, offset) and its
-key and value; at the end the producer stops, runs drain the lag, and the sink is compared
-with what was acknowledged, by the truth of its mode (onceflow_dev.chaos_truth: lost,
-duplicated, content mismatches; an upsert table's rows, a merge state; an Iceberg table
-scanned by coordinates). The audit (with a
-re-read from the broker) must agree. The result goes to chaos-report.json at the project
-root.
-
-The broker is the stack's own (`onceflow up`'s service `broker`: Apache Kafka, its log in
-<home>/broker-log). A pipeline whose sink is a Kafka topic publishes there too (the sink's
-own `bootstrap` is dropped); its truth reads the output topic and the commit log with a
-read_committed consumer.
-
-The pure parts (fault schedule, pipeline derivation, accounting, report table) are
-unit-tested in tests/test_chaos_unit.py and tests/test_chaos_kafka_unit.py; the reading of a
-Kafka sink in tests/test_chaos_topic_read.py (real_kafka); the rest needs the real stack.
-"""
+"""The loop that drives a chaos run (Harness.run): the chaos stack started fresh, the
+producer started, runs kept triggered (max_active_runs active and one queued behind them),
+the stack polled, failed runs retried, the scheduled faults started in their order and
+stepped (at most two at a time, the ones that reach every run alone), then, once the target
+is reached (or the clock runs out), the producer stopped and the lag drained, and the report
+made. `run(opts)` is the command: it writes the report and prints its table."""
 
 from __future__ import annotations
 
@@ -141,6 +75,9 @@ class Run:
 
 
 class Harness:
+    """One chaos run of `opts`: its stack, its pipeline, its runs and its faults, and what
+    it last read of the stack (the faults' generators read and act through it)."""
+
     def __init__(self, opts: Options) -> None:
         from onceflow.config.pipeline_table import parse_pipeline
         from onceflow.hooks.sink import sink_for

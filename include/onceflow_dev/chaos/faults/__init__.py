@@ -40,4 +40,11 @@
    the driver of faults 1 and 3 is the Airflow task process itself: fault 1 kills it while
    its job's tasks stage on the server; fault 3 kills its supervisor (the executor's
    worker), and the task process runs on, orphaned, as the zombie. The server runs
+   local[2], so fault 2's failed task fails the attempt (no Spark task retry) and the
+   task's retry replays it.
+
+How each kind is injected: attempts (1 to 4), services (5, 6 and 11), broker_restart (7),
+rerun (8), failed_run (9), topic_recreation (10); reset is what follows a new log (7's lost
+log, 10): reset-offsets and the new epoch. Each fault is a generator of the steps of
+faults.steps, which the harness advances once per loop (Harness.FAULTS, step_fault).
 """
