@@ -63,9 +63,9 @@ def _now() -> float:
 
 @dataclass
 class Run:
+    """A DAG run the harness triggered, as it last read it."""
+
     run_id: str
-    n: int
-    triggered_s: float
     state: str | None = None
     clears: int = 0
     cleared_s: float = 0.0
@@ -219,7 +219,7 @@ class Harness:
         for name, action in (arm or {}).items():
             self.failpoints.arm(name, run_id, action)
         self.client.trigger(self.dag_id, run_id)
-        self.runs[run_id] = Run(run_id, self.n, _now(), state="queued")
+        self.runs[run_id] = Run(run_id, state="queued")
         return run_id
 
     def keep_triggering(self, target: int | None = None) -> None:
