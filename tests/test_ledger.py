@@ -603,3 +603,38 @@ def test_process_refuses_a_planned_batch_whose_topic_was_recreated_since(ledger_
     verify_topic_ids(ledger_dsn, cfg.name, "a", {T: None})  # a broker without ids
     with pytest.raises(LogIdentityError, match="the topic's id is new, not old"):
         verify_topic_ids(ledger_dsn, cfg.name, "a", {T: "new"})
+
+
+def test_a_reset_during_a_commit_waits_for_it_and_abandons_only_what_is_still_open(
+    ledger_dsn, cfg, tmp_path, monkeypatch
+):
+    """The pipeline's commit lock (onceflow.commit, step 1; ledger.ordering.lock_commits):
+    reset-offsets, which takes it too, waits for a commit whose transaction is open, then
+    abandons only the batches still open. Without it the reset reads the committing batch as
+    staged, waits on its row, finds it committed there and fails: the operator's reset is
+    refused with IllegalTransitionError."""
+    import time
+
+    from onceflow.states import BatchState
+
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}), sink=sink_for(cfg))
+    process(ledger_dsn, cfg, "a", 10)
+    plan(ledger_dsn, cfg, "b", snap({(T, 0): 20}), sink=sink_for(cfg))  # open at the reset
+    monkeypatch.setenv("ONCEFLOW_FAILPOINTS_DIR", str(tmp_path))
+    # commit stalls with its output published and its offsets moved, its transaction open
+    (tmp_path / "commit.before_db_commit@a").write_text("sleep:3")
+    committed = {}
+    committer = threading.Thread(
+        target=lambda: committed.update(result=commit(ledger_dsn, cfg, "a"))
+    )
+    committer.start()
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "fired.log").exists():
+        assert time.monotonic() < deadline, "the commit never reached its failpoint"
+        time.sleep(0.05)
+    reset = reset_offsets(ledger_dsn, cfg, snap({(T, 0): 20}), to="latest", reason="new epoch")
+    committer.join(60)
+    assert committed["result"].published == 10
+    assert reset.abandoned == ["b"] and reset.after_seq == 2
+    assert get_batch(ledger_dsn, cfg.name, "a").state == BatchState.COMMITTED
+    assert get_batch(ledger_dsn, cfg.name, "b").state == BatchState.ABANDONED

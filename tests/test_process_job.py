@@ -7,6 +7,7 @@ the ranges a test asserts on are the records it knows it wrote.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -35,6 +36,7 @@ BOOTSTRAP = f"127.0.0.1:{PORT}"
 TOPIC = "it_orders"
 TX_TOPIC = "it_orders_tx"
 REV_TOPIC = "it_revenue"
+RC_TOPIC = "it_recreated"  # deleted and re-created while a job reads it
 PIPELINE = "it_orders"
 TRANSFORM = "orders:transform"
 
@@ -156,6 +158,7 @@ def env(pg, produced, tmp_path_factory, process_mode):
         # a setting only a Spark server has (its driver's memory)
         f'[pipelines.it_conf]\nsink_schema = "it_conf"\ntopics = ["{TOPIC}"]\n'
         f'spark_conf = {{ "spark.driver.memory" = "2g" }}\n{orders}'
+        f'[pipelines.it_recreate]\nsink_schema = "it_recreate"\ntopics = ["{RC_TOPIC}"]\n{orders}'
         # the revenue example (spark_jobs/orders.py `revenue`): aggregating, into a merge table
         f'[pipelines.it_revenue]\nsink_schema = "it_revenue"\ntopics = ["{REV_TOPIC}"]\n'
         'transform = "orders:revenue"\ntransform_kind = "aggregating"\n'
@@ -756,6 +759,79 @@ def test_revenue_folds_each_customers_orders_per_currency_and_minute(env, revenu
     dead = query(env, "select count(*) from onceflow.dead_letters where pipeline = 'it_revenue'")
     assert dead == [(len(MALFORMED) + 1,)]
     assert run_audit(dsn, cfg(env, "it_revenue")).verdict == "exactly-once"
+
+
+def _produce_orders(bootstrap: str, topic: str, count: int, start: int = 0) -> None:
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for i in range(start, start + count):
+        p.produce(topic, order(i), key=b"k%d" % i, partition=0)
+    assert p.flush(10) == 0
+
+
+def _recreate_topic(bootstrap: str, topic: str) -> None:
+    """Delete `topic` if it exists and create it, empty (the broker may take a moment to
+    forget the old one)."""
+    from kafka.admin import KafkaAdminClient, NewTopic
+    from kafka.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        with contextlib.suppress(UnknownTopicOrPartitionError):
+            admin.delete_topics([topic])
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                admin.create_topics([NewTopic(topic, 1, 1)])
+                return
+            except TopicAlreadyExistsError:
+                assert time.monotonic() < deadline, f"{topic} was never deleted"
+                time.sleep(0.5)
+    finally:
+        admin.close()
+
+
+@pytest.mark.integration
+def test_a_topic_recreated_while_the_job_reads_is_refused_by_the_check_after_it(env, tmp_path):
+    """Process checks the topics' ids against plan's before its job and again after it
+    (process/attempt.py stage_and_mark). A topic deleted and re-created while the job runs
+    passes the first check, and its reader reads the new log's records at the planned
+    offsets: only the second check finds the new topic id. The attempt then fails naming
+    the re-created topic, and nothing is marked staged."""
+    import threading
+
+    bootstrap = env["ONCEFLOW_KAFKA_BOOTSTRAP"]
+    _recreate_topic(bootstrap, RC_TOPIC)  # the module's broker serves both process modes
+    _produce_orders(bootstrap, RC_TOPIC, 10)
+    plan(env, "run-rc", {(RC_TOPIC, 0): 10}, name="it_recreate")
+    failpoints = tmp_path / "failpoints"
+    failpoints.mkdir()
+    # the job waits after the first check, while the topic is deleted and re-created
+    (failpoints / "process.before_stage_job@run-rc").write_text("sleep:20")
+    armed = {**env, "ONCEFLOW_FAILPOINTS_DIR": str(failpoints)}
+    done: dict = {}
+    job = threading.Thread(
+        target=lambda: done.update(
+            proc=submit(armed, "--pipeline", "it_recreate", "--txid", "run-rc")
+        )
+    )
+    job.start()
+    deadline = time.monotonic() + 300
+    while not (failpoints / "fired.log").exists():
+        assert job.is_alive() and time.monotonic() < deadline, done
+        time.sleep(0.1)
+    _recreate_topic(bootstrap, RC_TOPIC)
+    _produce_orders(bootstrap, RC_TOPIC, 10, start=500)  # the new log: ten other records
+    job.join(400)
+    proc = done["proc"]
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-3000:]
+    assert "deleted and re-created" in out, out[-3000:]
+    ((state, last_error),) = query(
+        env, "select state, last_error from onceflow.batches where txid = 'run-rc'"
+    )
+    assert state == "processing" and RC_TOPIC in last_error, (state, last_error)
 
 
 @pytest.mark.integration

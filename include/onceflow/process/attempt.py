@@ -76,6 +76,7 @@ def stage_and_mark(
     t0 = time.monotonic()
     _verify_topic_ids(inputs, topics)
     timings["log_checks"] = time.monotonic() - t0
+    failpoints.hit("process.before_stage_job", attempt.txid)
     job = run_stage_attempt(inputs, source, ranges, timings)
     # and once read: only ids unchanged since plan prove the job read plan's log (a topic
     # re-created while it ran passed the check above, and its reader read the new log's
