@@ -3,14 +3,12 @@
 import pytest
 from onceflow.audit import (
     AuditReport,
-    BatchRow,
-    LossRow,
-    RangeRow,
     check_contents,
     check_contiguity,
     check_counts,
     check_seq,
 )
+from onceflow.ledger.audit_rows import BatchRow, LossRow, RangeRow
 
 pytestmark = pytest.mark.unit
 T = "orders"

@@ -7,21 +7,27 @@ letters = records in its ranges (optionally re-read from the broker, and then th
 compared with what process read: check_contents); no source record is
 published twice; and the sink mode's own truth (Sink.truth_violations: an upsert table's rows
 are the last committed records per key, a merge state the fold of the committed txids'
-partial aggregates). The rules are pure functions over plain rows; `run_audit` only loads them.
+partial aggregates). The rules are pure functions over plain rows (what the ledger holds:
+`ledger/audit_rows`); `run_audit` only loads them.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
-
-from psycopg2 import sql
 
 from onceflow.config.pipeline import PipelineConfig
 from onceflow.hooks.sink import sink_for
 from onceflow.kafka.range_digest import RangeRead, first_difference
+from onceflow.ledger.audit_rows import (
+    BatchRow,
+    LossRow,
+    RangeRow,
+    ResetRow,
+    read_ledger_rows,
+)
 from onceflow.ledger.db import transaction
 from onceflow.states import CLOSED, BatchState
 
@@ -60,41 +66,6 @@ class AuditReport:
 
     def to_json(self) -> dict:
         return asdict(self)
-
-
-@dataclass(frozen=True)
-class BatchRow:
-    txid: str
-    seq: int
-    state: str
-    records_read: int | None
-
-
-@dataclass(frozen=True)
-class RangeRow:
-    txid: str
-    seq: int
-    topic: str
-    partition: int
-    from_offset: int
-    until_offset: int
-    epoch: int = 0
-
-
-@dataclass(frozen=True)
-class LossRow:
-    topic: str
-    partition: int
-    from_offset: int
-    until_offset: int
-
-
-@dataclass(frozen=True)
-class ResetRow:
-    after_seq: int
-    topic: str
-    partition: int
-    new_offset: int
 
 
 def check_seq(report: AuditReport, batches: list[BatchRow], resets: list[ResetRow] = ()) -> None:
@@ -238,11 +209,6 @@ def check_contents(
             )
 
 
-def _rows(cur, query: str | sql.Composed, params: Iterable = ()) -> list[tuple]:
-    cur.execute(query, tuple(params))
-    return cur.fetchall()
-
-
 def run_audit(
     dsn: str,
     cfg: PipelineConfig,
@@ -252,74 +218,16 @@ def run_audit(
     report = AuditReport(pipeline=cfg.name)
     with transaction(dsn) as cur:
         cur.execute("set transaction isolation level repeatable read")  # one consistent snapshot
-        batches = [
-            BatchRow(*r)
-            for r in _rows(
-                cur,
-                "select txid, seq, state, records_read from onceflow.batches where pipeline = %s order by seq",
-                (cfg.name,),
-            )
-        ]
-        ranges = [
-            RangeRow(*r)
-            for r in _rows(
-                cur,
-                "select r.txid, b.seq, r.topic, r.partition, r.from_offset, r.until_offset, r.epoch"
-                " from onceflow.ranges r join onceflow.batches b using (pipeline, txid)"
-                " where r.pipeline = %s order by b.seq, r.topic, r.partition",
-                (cfg.name,),
-            )
-        ]
-        offset_rows = _rows(
-            cur,
-            "select topic, partition, start_offset, committed_offset, epoch from onceflow.offsets"
-            " where pipeline = %s",
-            (cfg.name,),
-        )
-        offsets = {(t, p): (s, c) for t, p, s, c, _ in offset_rows}
-        epochs = {(t, p): e for t, p, _, _, e in offset_rows}
-        losses = [
-            LossRow(*r)
-            for r in _rows(
-                cur,
-                "select topic, partition, from_offset, until_offset from onceflow.loss_events where pipeline = %s",
-                (cfg.name,),
-            )
-        ]
-        resets = [
-            ResetRow(*r)
-            for r in _rows(
-                cur,
-                "select after_seq, topic, partition, new_offset from onceflow.resets"
-                " where pipeline = %s order by id",
-                (cfg.name,),
-            )
-        ]
-        recorded = {
-            (txid, topic, partition): {int(c): int(v) for c, v in chunks}
-            for txid, topic, partition, chunks in _rows(
-                cur,
-                "select rr.txid, rr.topic, rr.partition, rr.chunks from onceflow.range_reads rr"
-                " join onceflow.batches b on b.pipeline = rr.pipeline and b.txid = rr.txid"
-                "  and b.published_attempt = rr.attempt"
-                " where rr.pipeline = %s and b.state = %s",
-                (cfg.name, BatchState.COMMITTED),
-            )
-        }
+        ledger = read_ledger_rows(cur, cfg.name)
         sink = sink_for(cfg)
         sink_exists = sink.exists(cur)
         published = sink.published_per_txid(cur) if sink_exists else {}
-        dead = dict(
-            _rows(
-                cur,
-                "select txid, count(*) from onceflow.dead_letters where pipeline = %s group by txid",
-                (cfg.name,),
-            )
-        )
         dup_rows = sink.published_and_dead(cur, cfg.name) if sink_exists else []
         misplaced = sink.outside_ranges(cur, cfg.name) if sink_exists else 0
         truth = sink.truth_violations(cur, cfg.name) if sink_exists else []
 
+    batches, ranges, losses, resets = ledger.batches, ledger.ranges, ledger.losses, ledger.resets
+    dead = ledger.dead
     committed = {b.txid for b in batches if b.state == BatchState.COMMITTED}
     report.batches = len(batches)
     report.batches_committed = len(committed)
@@ -328,18 +236,18 @@ def run_audit(
     report.loss_events = [asdict(lo) for lo in losses]
     report.resets = [asdict(x) for x in resets]
     check_seq(report, batches, resets)
-    check_contiguity(report, ranges, offsets, losses, committed, resets)
+    check_contiguity(report, ranges, ledger.offsets, losses, committed, resets)
     counts = None
     if reread is not None:
         report.reread_from_broker = True
         # ranges of an earlier epoch are gone from the broker (reset): their count is the ledger's
-        stale = {r.txid for r in ranges if r.epoch != epochs.get((r.topic, r.partition), 0)}
+        stale = {r.txid for r in ranges if r.epoch != ledger.epochs.get((r.topic, r.partition), 0)}
         recount = reread([r for r in ranges if r.txid in committed and r.txid not in stale])
         counts = dict(recount.counts)
         for txid in committed - stale - recount.gone:
             counts.setdefault(txid, 0)
         report.reread_skipped = len(committed & (stale | recount.gone))
-        check_contents(report, ranges, recorded, recount.reads)
+        check_contents(report, ranges, ledger.recorded, recount.reads)
     check_counts(report, batches, published, dead, counts)
     for t, p, o in dup_rows:
         report.duplicates += 1

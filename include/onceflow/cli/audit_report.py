@@ -13,8 +13,9 @@ from onceflow.config.pipeline import PipelineConfig
 from onceflow.settings import Settings
 
 if TYPE_CHECKING:
-    from onceflow.audit import AuditReport, RangeRow
+    from onceflow.audit import AuditReport
     from onceflow.kafka.recount import Recount
+    from onceflow.ledger.audit_rows import RangeRow
 
 
 def reread_counter(settings: Settings) -> Callable[[list[RangeRow]], Recount]:
