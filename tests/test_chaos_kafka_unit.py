@@ -1,7 +1,7 @@
 """The chaos harness for a pipeline whose sink is a Kafka topic, its pure parts: the output
 on the chaos stack's own Apache Kafka, the pipeline it runs, its faults (the commit killed
 with its Kafka transaction open; the broker killed with its log kept, never lost), and the
-truth of the output topic and its commit log (chaos_truth.topic_truth)."""
+truth of the output topic and its commit log (onceflow_dev.chaos.truth.topic.topic_truth)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import pytest
 from onceflow_dev.chaos import config, sink_snapshot
 from onceflow_dev.chaos.faults import schedule
 from onceflow_dev.chaos.harness import Harness
-from onceflow_dev.chaos_truth import CommittedRange, TopicMarker, TopicRecord, topic_truth
+from onceflow_dev.chaos.truth.records import CommittedRange
+from onceflow_dev.chaos.truth.topic import TopicMarker, TopicRecord, topic_truth
 
 pytestmark = pytest.mark.unit
 

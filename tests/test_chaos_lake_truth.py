@@ -12,7 +12,7 @@ from onceflow.commit import commit
 from onceflow.hooks.sink import sink_for
 from onceflow.ledger.planning import plan
 from onceflow_dev.chaos.sink_checks import SinkChecks
-from onceflow_dev.chaos_truth import Acked
+from onceflow_dev.chaos.truth.records import Acked
 from sink_support import T, pipeline, process, snap, tamper
 
 pytestmark = pytest.mark.integration

@@ -13,16 +13,11 @@ from onceflow.failpoints import FailpointError
 from onceflow.hooks.sink import sink_for
 from onceflow.ledger.db import transaction
 from onceflow.ledger.planning import plan
-from onceflow_dev import chaos_truth
 from onceflow_dev.chaos import sink_snapshot
-from onceflow_dev.chaos_truth import (
-    Acked,
-    SinkRecord,
-    TopicMarker,
-    TopicRecord,
-    account,
-    topic_truth,
-)
+from onceflow_dev.chaos.truth import compare
+from onceflow_dev.chaos.truth.accounting import account
+from onceflow_dev.chaos.truth.records import Acked, SinkRecord
+from onceflow_dev.chaos.truth.topic import TopicMarker, TopicRecord, topic_truth
 from sink_support import XY, T, consume, kafka_pipeline, process, snap
 
 pytestmark = pytest.mark.integration
@@ -76,6 +71,6 @@ def test_the_harness_reads_the_committed_output_and_its_markers(
     rows = [
         SinkRecord(r["epoch"], r["partition"], r["offset"], "row", r["columns"]) for r in records
     ]
-    counts = account(acked, rows + dead, [], 0, None, row_agrees=chaos_truth.fields_row(("sku",)))
+    counts = account(acked, rows + dead, [], 0, None, row_agrees=compare.fields_row(("sku",)))
     assert (counts["in_sink"], counts["dead_lettered"]) == (3, 1)
     assert (counts["lost"], counts["duplicated"], counts["mismatched"]) == (0, 0, 0)

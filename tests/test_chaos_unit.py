@@ -1,6 +1,6 @@
 """The chaos harness's pure parts: the fault schedule drawn from a seed, the chaos stack's
 pipeline derived from a user's, the lost/duplicated accounting over record coordinates, each
-sink mode's truth (onceflow_dev.chaos_truth), the verdict and the report table."""
+sink mode's truth (onceflow_dev.chaos.truth), the verdict and the report table."""
 
 from __future__ import annotations
 
@@ -12,26 +12,17 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from onceflow_dev import chaos_truth
 from onceflow_dev.chaos import config, processes, producer, task_logs, verdict
 from onceflow_dev.chaos.faults import schedule
 from onceflow_dev.chaos.faults.schedule import fault_schedule
 from onceflow_dev.chaos.harness import Harness
 from onceflow_dev.chaos.report import report_table
-from onceflow_dev.chaos_truth import (
-    Acked,
-    CommittedRange,
-    CurrentRow,
-    Partial,
-    SinkRecord,
-    account_counted,
-    agrees,
-    derived_fields,
-    fields_row,
-    merge_projection,
-    merge_truth,
-    upsert_truth,
-)
+from onceflow_dev.chaos.truth import accounting
+from onceflow_dev.chaos.truth.accounting import account_counted
+from onceflow_dev.chaos.truth.compare import agrees, derived_fields, fields_row
+from onceflow_dev.chaos.truth.merge import Partial, merge_projection, merge_truth
+from onceflow_dev.chaos.truth.records import Acked, CommittedRange, SinkRecord
+from onceflow_dev.chaos.truth.upsert import CurrentRow, upsert_truth
 
 pytestmark = pytest.mark.unit
 
@@ -46,7 +37,7 @@ def same_record(record: Acked, ident: str) -> bool:
 
 
 # the accounting of rows by coordinates, with the tests' own content check
-account = functools.partial(chaos_truth.account, row_agrees=same_record)
+account = functools.partial(accounting.account, row_agrees=same_record)
 
 
 # -- the schedule ----------------------------------------------------------------------------
@@ -702,7 +693,7 @@ def test_a_user_row_agrees_with_its_record_on_every_derivable_column():
 
 
 def test_compared_columns_are_those_a_record_says():
-    from onceflow_dev.chaos_truth import compared_columns
+    from onceflow_dev.chaos.truth.compare import compared_columns
 
     acked = {0: {(0, 0): Acked(0, b"s", b'{"quantity": 1}'), (0, 1): Acked(1, b"s", None)}}
     rows = [
@@ -869,7 +860,7 @@ def test_merge_state_is_the_fold_of_the_committed_partials():
 
 
 def test_merge_totals_of_the_state_are_the_partials_totals():
-    from onceflow_dev.chaos_truth import merge_totals
+    from onceflow_dev.chaos.truth.merge import merge_totals
 
     assert merge_totals(PARTIALS, STATE, ("views", "dwell_ms")) == []
     off = {**STATE, ("/b", MINUTE): ((1, 51), 1)}

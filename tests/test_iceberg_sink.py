@@ -428,7 +428,9 @@ def test_the_chaos_truth_scans_the_table_by_coordinates(ledger_dsn, cfg):
     import json
 
     from onceflow_dev.chaos.sink_snapshot import SinkSnapshot, coord, user_columns
-    from onceflow_dev.chaos_truth import Acked, SinkRecord, account, fields_row
+    from onceflow_dev.chaos.truth.accounting import account
+    from onceflow_dev.chaos.truth.compare import fields_row
+    from onceflow_dev.chaos.truth.records import Acked, SinkRecord
 
     plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2), (0, 2, "z", 3, "bad")])

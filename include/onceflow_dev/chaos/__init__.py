@@ -13,7 +13,7 @@ injects faults by a schedule drawn from the seed (chaos.faults lists them).
 
 Every acknowledged record is tracked by its coordinates (epoch, partition, offset) and its
 key and value; at the end the producer stops, runs drain the lag, and the sink is compared
-with what was acknowledged, by the truth of its mode (onceflow_dev.chaos_truth: lost,
+with what was acknowledged, by the truth of its mode (onceflow_dev.chaos.truth: lost,
 duplicated, content mismatches; an upsert table's rows, a merge state; an Iceberg table
 scanned by coordinates). The audit (with a re-read from the broker) must agree. The result
 goes to chaos-report.json at the project root.
@@ -33,6 +33,9 @@ Its modules, by what they are for:
 - snapshots, failpoints, task_logs: what the harness reads of the stack while it runs;
 - processes, supervisor, retries: what it does to the stack besides the faults' own acts:
   processes found and killed, services kept up, failed runs retried as an operator would;
+- truth: what the sink must hold at the end, per sink mode (a package: the record and
+  range values, their comparison, the lost/duplicated accounting, then one module per mode:
+  upsert, merge, topic);
 - sink_snapshot, sink_checks, verdict, report: the end: the sink read back and held against
   the truth, the verdict, chaos-report.json and its table.
 

@@ -1,7 +1,7 @@
 """The producer of the truth: it writes the pipeline's records to the harness's topic while
 the runs go, and keeps every record the broker acknowledged by its coordinates (epoch,
 partition, offset), its record number, key and value: what the sink must hold at the end
-(onceflow_dev.chaos_truth)."""
+(onceflow_dev.chaos.truth)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from onceflow_dev.chaos.config import PARTITIONS
-from onceflow_dev.chaos_truth import Acked
+from onceflow_dev.chaos.truth.records import Acked
 
 BACKLOG_HIGH = 2400  # producer waits while this many acked records are not yet planned
 

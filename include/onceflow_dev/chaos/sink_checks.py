@@ -1,5 +1,5 @@
 """The sink at the end of a chaos run against the records the broker acknowledged, by the
-truth of its mode (onceflow_dev.chaos_truth): append and upsert rows (a lake table's scanned,
+truth of its mode (onceflow_dev.chaos.truth): append and upsert rows (a lake table's scanned,
 an upsert's versions) by coordinates, a Kafka topic's records by their source coordinates
 header and its commit log, a merge table's partials and state. The sink, its dead letters
 and the ledger are read in one snapshot (SinkSnapshot)."""
@@ -16,23 +16,13 @@ from onceflow.sinks.iceberg.sink import IcebergSink
 from onceflow.sinks.kafka.sink import KafkaSink
 
 from onceflow_dev.chaos.sink_snapshot import SinkSnapshot, coord, user_columns
+from onceflow_dev.chaos.truth.accounting import account, account_counted
+from onceflow_dev.chaos.truth.compare import compared_columns, fields_row
+from onceflow_dev.chaos.truth.merge import Partial, merge_projection, merge_totals, merge_truth
+from onceflow_dev.chaos.truth.records import Acked, SinkRecord
+from onceflow_dev.chaos.truth.topic import TopicRecord, topic_truth
+from onceflow_dev.chaos.truth.upsert import CurrentRow, upsert_truth
 from onceflow_dev.chaos.verdict import check, count_violations
-from onceflow_dev.chaos_truth import (
-    Acked,
-    CurrentRow,
-    Partial,
-    SinkRecord,
-    TopicRecord,
-    account,
-    account_counted,
-    compared_columns,
-    fields_row,
-    merge_projection,
-    merge_totals,
-    merge_truth,
-    topic_truth,
-    upsert_truth,
-)
 
 
 def _split(row: dict[str, Any], key: tuple[str, ...], aggs: tuple[str, ...]) -> tuple[tuple, tuple]:
@@ -71,7 +61,7 @@ class SinkChecks:
         committed: dict[int, int],
     ) -> tuple[dict[str, int], list[dict[str, Any]]]:
         """The sink against the acknowledged records, by its mode's truth
-        (onceflow_dev.chaos_truth): the counts (lost, duplicated, ...) and each check. The sink,
+        (onceflow_dev.chaos.truth): the counts (lost, duplicated, ...) and each check. The sink,
         the dead letters and the ledger are read in one snapshot."""
         from onceflow.ledger.db import transaction
 
@@ -153,7 +143,8 @@ class SinkChecks:
         note: str,
     ) -> tuple[dict[str, int], list[dict[str, Any]]]:
         """A Kafka topic, read_committed: its records by their source coordinates header
-        like append rows, and its commit log's markers (chaos_truth.topic_truth)."""
+        like append rows, and its commit log's markers
+        (onceflow_dev.chaos.truth.topic.topic_truth)."""
         key = self.cfg.sink.key
         records, markers = read.topic_output(self.sink)
         rows = [

@@ -15,12 +15,14 @@ from onceflow.sinks.iceberg.sink import IcebergSink
 from onceflow.sinks.kafka.sink import KafkaSink
 from onceflow.states import BatchState
 
-from onceflow_dev.chaos_truth import CommittedRange, SinkRecord, TopicMarker
+from onceflow_dev.chaos.truth.records import CommittedRange, SinkRecord
+from onceflow_dev.chaos.truth.topic import TopicMarker
 
 
 def user_columns(row: dict[str, Any]) -> dict[str, Any]:
     """A user sink table's row without the columns the sink keeps itself, but with an
-    upsert version's tombstone flag (chaos_truth.fields_row checks it)."""
+    upsert version's tombstone flag (onceflow_dev.chaos.truth.compare.fields_row checks
+    it)."""
     out = {k: v for k, v in row.items() if k not in RESERVED_COLUMNS}
     if "tombstone" in row:
         out["tombstone"] = row["tombstone"]
