@@ -64,6 +64,9 @@ status:
 
 ONCEFLOW = $(VENV)/bin/onceflow
 PYTEST_ARGS ?=
+# make test's workers (pytest-xdist): two, one per core; tests/conftest.py groups the suite
+TEST_WORKERS ?= 2
+XDIST = -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 ## system-deps: Debian packages the tests use (docker-compose to validate the compose file,
 ##              chromium + chromium-driver for the `ui` browser tests, redis-server as the Celery
@@ -97,13 +100,14 @@ format: setup
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
-## test: lint, then unit and integration tests on real services (one shared test stack)
+## test: lint, then unit, integration and e2e tests on real services (one shared test stack),
+##       in TEST_WORKERS workers (2; TEST_WORKERS=0 runs them in this process)
 test: setup system-deps lint
-	$(VENV)/bin/pytest -m "not cluster" $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -m "not cluster" $(XDIST) $(PYTEST_ARGS)
 
-## test-unit: the tests that need no server (pytest -m unit: about a minute)
+## test-unit: the tests that need no server (pytest -m unit: about 30 s)
 test-unit: setup system-deps
-	$(VENV)/bin/pytest -m unit $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -m unit $(XDIST) $(PYTEST_ARGS)
 
 ## test-cluster: the scale-out test on a Spark standalone master and two workers (127.0.0.1)
 test-cluster: setup

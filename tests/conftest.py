@@ -16,6 +16,38 @@ ROOT = Path(__file__).resolve().parents[1]
 logging.raiseExceptions = False
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (its worker's hook)
+def pytest_collection_modifyitems(config, items):
+    """Marks and orders the suite for `make test`, two workers (pytest -n 2 --dist loadgroup)
+    on the two cores, which each worker alone leaves half idle while it waits on a broker, a
+    scheduler or a JVM.
+
+    - e2e: a test that runs pipelines through the shared stack's Airflow scheduler (it takes
+      the `airflow` fixture); modules on a scheduler of their own say so themselves.
+    - Groups (xdist_group): the tests on the shared stack are one group, so one worker starts
+      it on its fixed ports; every other module is a group of its own, so its module-scoped
+      servers start once.
+    - Order: the longest first, the shared stack's group, then the e2e, the integration and
+      the unit tests, so that the short ones fill the tail. The sort is stable: a module's
+      tests keep pytest's order (its parametrized module fixtures set up once per value).
+    """
+    rank = {}
+    for item in items:
+        if "airflow" in item.fixturenames:
+            item.add_marker(pytest.mark.e2e)
+        group = "stack" if "stack" in item.fixturenames else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+        own = 0 if group == "stack" else 1 if item.get_closest_marker("e2e") else 2
+        if own == 2 and not item.get_closest_marker("integration"):
+            own = 3
+        rank[group] = min(rank.get(group, own), own)
+        item.stash[_GROUP] = group
+    items.sort(key=lambda item: rank[item.stash[_GROUP]])
+
+
+_GROUP = pytest.StashKey[str]()
+
+
 @pytest.fixture(scope="session")
 def pg_dsn(tmp_path_factory):
     """A real PostgreSQL for ledger tests: ONCEFLOW_TEST_DSN if given, else a private server."""
@@ -72,6 +104,27 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def build_wheel(folder: Path) -> Path:
+    """Onceflow's wheel, built in `folder` from a copy of the checkout: setuptools writes
+    build/ and egg-info beside the sources, which the checkout's other tests are reading."""
+    import shutil
+    import subprocess
+    import sys
+
+    source = folder / "src"
+    shutil.copytree(
+        ROOT, source, ignore=shutil.ignore_patterns(".venv", ".onceflow", ".git", "*.egg-info",
+                                                    "build", "dist", "node_modules", "__pycache__"),
+    )  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet",
+         "-w", str(folder / "dist"), str(source)],
+        check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+    (wheel,) = (folder / "dist").glob("onceflow-*.whl")
+    return wheel
 
 
 @pytest.fixture(scope="module")

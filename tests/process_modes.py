@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from onceflow.process.entry import CONNECT_URL_ENV
+from onceflow.spark import jvm_archive, small_batch_jvm
 from onceflow.spark_app import PROCESS_APPLICATION
 
 SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
@@ -28,11 +29,15 @@ def process_command(
     env: dict, *args: str, master: str = "local[2]", conf: dict | None = None
 ) -> list[str]:
     """The command of one process attempt (`args`: the job's, --pipeline and --txid at
-    least); `master` and `conf` are spark-submit's (a Connect server has its own)."""
+    least); `master` and `conf` are spark-submit's (a Connect server has its own). The
+    driver JVM starts as the DAG's process task starts it for a small batch: with the class
+    archive when this host has one, C1 only (onceflow.spark)."""
     url = connect_url(env)
     if url:
         return [sys.executable, PROCESS_APPLICATION, *args, "--connect"]
-    settings = {"spark.ui.enabled": "false", **(conf or {})}
+    settings = small_batch_jvm.for_batch(
+        jvm_archive.with_archive({"spark.ui.enabled": "false", **(conf or {})}), offsets=0
+    )
     cmd = [str(SPARK_SUBMIT), "--master", master, "--driver-memory", "512m"]
     for key, value in settings.items():
         cmd += ["--conf", f"{key}={value}"]

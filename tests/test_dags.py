@@ -22,13 +22,16 @@ def test_dag_folder_imports_without_errors(tmp_path, monkeypatch):
     assert [t.task_id for t in dag.topological_sort()] == ["plan", "process", "commit"]
     process = dag.get_task("process")
     assert process.application.endswith("onceflow/spark_app/process.py")
-    assert "{{ run_id }}" in process.application_args
+    assert process.txid == "{{ run_id }}" and "txid" in process.template_fields
     commit = dag.get_task("commit")
     assert type(commit).__name__ == "CommitOperator"
     assert commit.poll_interval == 2.0  # waits as a trigger in the triggerer, not in a worker
-    # the txid reaches every phase the same way: the run id, templated
-    assert commit.txid == "{{ run_id }}" and "txid" in commit.template_fields
-    assert dag.get_task("plan").op_kwargs["txid"] == "{{ run_id }}"
+    # the txid reaches every phase the same way: the run id, templated on one base operator
+    from onceflow.airflow.tasks import TxidOperator
+
+    for task in dag.tasks:
+        assert isinstance(task, TxidOperator) and task.txid == "{{ run_id }}", task.task_id
+        assert "txid" in task.template_fields, task.task_id
     # no logical-date macro in any templated field: they are NULL for runs triggered through
     # the API, where only the run id (the txid) is set
     templates = []
@@ -41,7 +44,7 @@ def test_dag_folder_imports_without_errors(tmp_path, monkeypatch):
     # a lake pipeline with maintain_every maintains its table after commit
     lake = bag.dags["onceflow_inventory_lake"]
     assert [t.task_id for t in lake.topological_sort()] == ["plan", "process", "commit", "maintain"]
-    assert lake.get_task("maintain").op_kwargs["txid"] == "{{ run_id }}"
+    assert lake.get_task("maintain").txid == "{{ run_id }}"
 
 
 def test_bad_pipeline_file_becomes_an_import_error(tmp_path, monkeypatch):
@@ -103,7 +106,7 @@ def test_a_users_two_line_dag_file_finds_its_pipelines_and_transforms_next_to_it
     bag = DagBag(dag_folder=str(bundle))
     assert bag.import_errors == {}
     dag = bag.dags["onceflow_clicks"]
-    assert dag.get_task("plan").op_kwargs["pipelines_file"] == str(bundle / "pipelines.toml")
+    assert dag.get_task("plan").pipelines_file == str(bundle / "pipelines.toml")
     assert dag.get_task("commit").pipelines_file == str(bundle / "pipelines.toml")
     process = dag.get_task("process")
     assert process.env_vars["ONCEFLOW_PIPELINES"] == str(bundle / "pipelines.toml")

@@ -42,12 +42,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, free_port
+from conftest import ROOT, build_wheel, free_port
 from onceflow_dev import tls_peer
 from onceflow_dev.apache_kafka import private_apache_kafka, ssl_listener
 
 pytestmark = [
     pytest.mark.integration,
+    pytest.mark.e2e,
     pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server is not installed (make system-deps)"),
 ]  # fmt: skip
 
@@ -186,11 +187,8 @@ class Installed:
 
 def _build_and_install(work: Path) -> tuple[Path, Path]:
     """The wheel, and a fresh venv with it and its `celery` extra, pinned by the lock."""
-    wheels = work / "wheels"
-    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-          "--quiet", "-w", str(wheels), str(ROOT)], cwd=work)  # fmt: skip
-    shutil.rmtree(ROOT / "build", ignore_errors=True)  # setuptools' scratch folder
-    (wheel,) = wheels.glob("onceflow-*.whl")
+    (work / "wheel").mkdir()
+    wheel = build_wheel(work / "wheel")
     venv = work / "venv"
     _run([getattr(sys, "_base_executable", sys.executable), "-m", "venv", str(venv)])
     uv = ROOT / ".venv" / "bin" / "uv"

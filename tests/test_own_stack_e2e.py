@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 ROOT = Path(__file__).resolve().parents[1]
 ONCEFLOW = Path(sys.executable).parent / "onceflow"
 HOME = ROOT / ".onceflow" / "test-own-stack"

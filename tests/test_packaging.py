@@ -3,7 +3,6 @@ nothing of the local stack, demo, chaos harness or benchmark, and the runtime de
 carry no embedded server (those are the `dev` extra's); the wheel ships no onceflow_dev."""
 
 import json
-import shutil
 import subprocess
 import sys
 import tomllib
@@ -11,6 +10,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from conftest import build_wheel
 
 pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,17 +59,7 @@ def test_the_runtime_dependencies_hold_no_embedded_server():
 def test_the_wheel_ships_the_runtime_and_none_of_the_checkouts_tools(tmp_path):
     """The wheel a data engineer installs into their Airflow: every runtime package (the
     spark-submit applications and the ledger's migrations with it), no onceflow_dev."""
-    build = tmp_path / "src"  # a copy: setuptools writes build/ and egg-info beside the sources
-    shutil.copytree(
-        ROOT, build, ignore=shutil.ignore_patterns(".venv", ".onceflow", ".git", "*.egg-info",
-                                                   "build", "dist", "node_modules", "__pycache__"),
-    )  # fmt: skip
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet",
-         "-w", str(tmp_path / "dist"), str(build)],
-        check=True, capture_output=True, timeout=300,
-    )  # fmt: skip
-    (wheel,) = (tmp_path / "dist").glob("onceflow-*.whl")
+    wheel = build_wheel(tmp_path)
     names = zipfile.ZipFile(wheel).namelist()
     packages = {n.split("/")[0] for n in names if not n.startswith("onceflow-")}
     assert packages == {"onceflow"}

@@ -227,10 +227,23 @@ def test_the_connect_task_runs_the_attempt_with_the_jobs_types(tmp_path, monkeyp
 
 
 def test_the_operators_on_a_txid_share_one_base_that_templates_it():
-    from onceflow.airflow.tasks import CommitOperator, ConnectProcessOperator, TxidOperator
+    from onceflow.airflow.tasks import (
+        CommitOperator,
+        ConnectProcessOperator,
+        MaintainOperator,
+        PlanOperator,
+        TxidOperator,
+    )
 
-    for operator in (CommitOperator, ConnectProcessOperator):
+    for operator in (PlanOperator, ConnectProcessOperator, CommitOperator, MaintainOperator):
         assert issubclass(operator, TxidOperator)
         assert operator.template_fields == ("pipeline", "txid")
         task = operator(task_id=f"t_{operator.__name__}", pipeline="p")
         assert (task.pipeline, task.txid, task.pipelines_file) == ("p", "{{ run_id }}", None)
+    # spark-submit's operator too, its own templated fields beside them
+    from onceflow.airflow.tasks import ProcessOperator
+
+    assert issubclass(ProcessOperator, TxidOperator)
+    assert {"pipeline", "txid", "application_args"} <= set(ProcessOperator.template_fields)
+    task = ProcessOperator(task_id="t_process", pipeline="p", application="job.py")
+    assert (task.pipeline, task.txid, task.application) == ("p", "{{ run_id }}", "job.py")

@@ -1,11 +1,11 @@
 """One DAG per configured pipeline: plan -> process (spark-submit, or in a Spark Connect
 session: process_mode) -> commit.
 
-A declaration only: reading the pipelines file, whether the driver JVM's class archive exists
-(onceflow.spark.jvm_archive) and the ledger connection's address (the sink's Asset names the
-database, never a credential) is the sole I/O, and nothing touches the ledger, the broker or
-Spark until a task runs. txid is `{{ run_id }}` everywhere; no logical-date macro is used
-(NULL for runs triggered through the API).
+A declaration only: reading the pipelines file and whether the driver JVM's class archive
+exists (onceflow.spark.jvm_archive) is the sole I/O; the sink's Asset is named by connection id
+and table, no connection is looked up, and nothing touches the ledger, the broker or Spark
+until a task runs. Every task is a TxidOperator whose txid is the templated `{{ run_id }}`; no
+logical-date macro is used (NULL for runs triggered through the API).
 """
 
 from __future__ import annotations
@@ -16,15 +16,14 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import DAG, Asset
 
 from onceflow.airflow.tasks import (
     CommitOperator,
     ConnectProcessOperator,
+    MaintainOperator,
+    PlanOperator,
     ProcessOperator,
-    maintain_task,
-    plan_task,
 )
 from onceflow.config.pipeline import PipelineConfig
 from onceflow.config.pipelines_file import load_pipelines
@@ -95,14 +94,10 @@ def build_dag(cfg: PipelineConfig, pipelines_file: Path) -> DAG:
         ),
         default_args={"owner": "onceflow"},
     ) as dag:
-        plan = PythonOperator(
+        plan = PlanOperator(
             task_id="plan",
-            python_callable=plan_task,
-            op_kwargs={
-                "pipeline": cfg.name,
-                "txid": "{{ run_id }}",
-                "pipelines_file": str(pipelines_file),
-            },
+            pipeline=cfg.name,
+            pipelines_file=str(pipelines_file),
             retries=2,
             retry_delay=timedelta(seconds=5),
         )
@@ -110,7 +105,6 @@ def build_dag(cfg: PipelineConfig, pipelines_file: Path) -> DAG:
         commit = CommitOperator(
             task_id="commit",
             pipeline=cfg.name,
-            txid="{{ run_id }}",
             pipelines_file=str(pipelines_file),
             # Each committed txid is an event of the sink's Asset (txid, seq and counts in its
             # extra): downstream DAGs can be scheduled on new data.
@@ -127,14 +121,10 @@ def build_dag(cfg: PipelineConfig, pipelines_file: Path) -> DAG:
         )
         plan >> process >> commit
         if cfg.sink.maintain_every:
-            commit >> PythonOperator(
+            commit >> MaintainOperator(
                 task_id="maintain",
-                python_callable=maintain_task,
-                op_kwargs={
-                    "pipeline": cfg.name,
-                    "txid": "{{ run_id }}",
-                    "pipelines_file": str(pipelines_file),
-                },
+                pipeline=cfg.name,
+                pipelines_file=str(pipelines_file),
                 doc_md=f"Maintenance of the sink's table every {cfg.sink.maintain_every} "
                 "committed batches (onceflow.maintenance: a lake table's compaction and "
                 "expiry, an append or upsert table's partitions rolled up); the other runs "
@@ -152,7 +142,6 @@ def process_task(cfg: PipelineConfig, pipelines_file: Path, conf: dict[str, str]
         return ConnectProcessOperator(
             task_id="process",
             pipeline=cfg.name,
-            txid="{{ run_id }}",
             pipelines_file=str(pipelines_file),
             env_vars=process_env(pipelines_file),
             retries=2,
@@ -164,7 +153,6 @@ def process_task(cfg: PipelineConfig, pipelines_file: Path, conf: dict[str, str]
         pipelines_file=str(pipelines_file),
         conn_id=cfg.spark_conn_id,
         application=PROCESS_APPLICATION,
-        application_args=["--pipeline", cfg.name, "--txid", "{{ run_id }}"],
         name=f"onceflow-{cfg.name}",
         conf=conf,
         env_vars=process_env(pipelines_file),

@@ -151,66 +151,10 @@ def plan_task(pipeline: str, txid: str, pipelines_file: str | None = None) -> di
     return {"txid": txid, "seq": batch.seq, "replayed": batch.replayed, "offsets": upper}
 
 
-class ProcessOperator(SparkSubmitOperator):
-    """spark-submit of the package's process job (onceflow.spark_app); ends without retries
-    on a final exit code.
-
-    The ledger's DSN, the Kafka client settings and a lake sink's storage (credentials) are
-    read from the pipeline's Airflow connections when the task runs and handed to
-    spark-submit in its environment (ONCEFLOW_POSTGRES_DSN, ONCEFLOW_KAFKA_BOOTSTRAP,
-    ONCEFLOW_KAFKA_CONFIG, ONCEFLOW_LAKE_STORAGE), never in
-    `env_vars` or `conf`: those are rendered into Airflow's UI and, on YARN and Kubernetes,
-    put on spark-submit's command line.
-
-    process exits FENCED when a newer attempt of the txid took over (this attempt's output is
-    never published), ABANDONED after a reset, USAGE for an unknown pipeline or txid or a
-    transform that cannot load, does not fit its sink table or raised on a record (its code
-    is deterministic by contract; onceflow.poison): retrying cannot change any of them. The
-    exit code is spark-submit's, i.e. the driver's in client deploy mode (local, standalone
-    client, YARN client); in cluster deploy mode every failure is retried.
-    """
-
-    template_fields = (*SparkSubmitOperator.template_fields, "pipeline")
-
-    def __init__(self, *, pipeline: str, pipelines_file: str | None = None, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.pipeline = pipeline
-        self.pipelines_file = pipelines_file
-
-    def execute(self, context: Any) -> None:
-        cfg = get_pipeline(self.pipelines_file or Settings.from_env().pipelines_file, self.pipeline)
-        try:
-            svc = services(cfg)
-            storage = lake_storage(cfg) if cfg.sink.storage_conn_id else None
-        except ConfigError as e:
-            raise AirflowFailException(f"onceflow process txid={context['run_id']}: {e}") from e
-        # This task's own process: spark-submit inherits it (the hook copies os.environ).
-        os.environ.update({"ONCEFLOW_POSTGRES_DSN": svc.ledger_dsn, **svc.kafka.to_env()})
-        if storage is not None:
-            os.environ[STORAGE_ENV] = storage.to_env()
-            self.log.info("onceflow process: lake storage %s", storage.describe())
-        self.log.info(
-            "onceflow process: ledger from %s, Kafka %s", svc.ledger_source, svc.kafka.describe()
-        )
-        planned = context["ti"].xcom_pull(task_ids="plan") or {}
-        self.conf = small_batch_jvm.for_batch(self.conf or {}, planned.get("offsets"))
-        try:
-            super().execute(context)
-        except Exception as e:
-            code = self._exit_code()
-            if code is None or code not in ProcessExit.__members__.values():
-                raise
-            end_process(ProcessExit(code), context["run_id"], e)
-
-    def _exit_code(self) -> int | None:
-        submitted = getattr(self._hook, "_submit_sp", None)
-        return None if submitted is None else submitted.returncode
-
-
 class TxidOperator(BaseOperator):
-    """An operator on one txid of a pipeline: `txid` is the DAG run's id (templated, as
-    plan's and process's), the pipeline is read from `pipelines_file` (default:
-    settings.pipelines_file) when the task runs."""
+    """An operator on one txid of a pipeline, the base of every task of a pipeline's DAG:
+    `txid` is the DAG run's id (templated), the pipeline is read from `pipelines_file`
+    (default: settings.pipelines_file) when the task runs."""
 
     template_fields = ("pipeline", "txid")
 
@@ -232,6 +176,73 @@ class TxidOperator(BaseOperator):
         return get_pipeline(
             self.pipelines_file or Settings.from_env().pipelines_file, self.pipeline
         )
+
+
+class PlanOperator(TxidOperator):
+    """Plan the txid (plan_task); its result is the task's XCom, read by process."""
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        return plan_task(self.pipeline, self.txid, self.pipelines_file)
+
+
+class MaintainOperator(TxidOperator):
+    """Maintain the sink's table after the txid's commit, every `maintain_every` committed
+    batches (maintain_task); the other runs skip it."""
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        return maintain_task(self.pipeline, self.txid, self.pipelines_file)
+
+
+class ProcessOperator(TxidOperator, SparkSubmitOperator):
+    """spark-submit of the package's process job (onceflow.spark_app); ends without retries
+    on a final exit code.
+
+    The ledger's DSN, the Kafka client settings and a lake sink's storage (credentials) are
+    read from the pipeline's Airflow connections when the task runs and handed to
+    spark-submit in its environment (ONCEFLOW_POSTGRES_DSN, ONCEFLOW_KAFKA_BOOTSTRAP,
+    ONCEFLOW_KAFKA_CONFIG, ONCEFLOW_LAKE_STORAGE), never in `env_vars` or `conf`: those are
+    rendered into Airflow's UI and, on YARN and Kubernetes, put on spark-submit's command line.
+
+    process exits FENCED when a newer attempt of the txid took over (this attempt's output is
+    never published), ABANDONED after a reset, USAGE for an unknown pipeline or txid or a
+    transform that cannot load, does not fit its sink table or raised on a record (its code
+    is deterministic by contract; onceflow.poison): retrying cannot change any of them. The
+    exit code is spark-submit's, i.e. the driver's in client deploy mode (local, standalone
+    client, YARN client); in cluster deploy mode every failure is retried.
+    """
+
+    template_fields = (*SparkSubmitOperator.template_fields, *TxidOperator.template_fields)
+
+    def execute(self, context: Any) -> None:
+        cfg = self.pipeline_config()
+        # the job's arguments name the pipeline and the rendered txid
+        self.application_args = ["--pipeline", cfg.name, "--txid", self.txid]
+        try:
+            svc = services(cfg)
+            storage = lake_storage(cfg) if cfg.sink.storage_conn_id else None
+        except ConfigError as e:
+            raise AirflowFailException(f"onceflow process txid={self.txid}: {e}") from e
+        # This task's own process: spark-submit inherits it (the hook copies os.environ).
+        os.environ.update({"ONCEFLOW_POSTGRES_DSN": svc.ledger_dsn, **svc.kafka.to_env()})
+        if storage is not None:
+            os.environ[STORAGE_ENV] = storage.to_env()
+            self.log.info("onceflow process: lake storage %s", storage.describe())
+        self.log.info(
+            "onceflow process: ledger from %s, Kafka %s", svc.ledger_source, svc.kafka.describe()
+        )
+        planned = context["ti"].xcom_pull(task_ids="plan") or {}
+        self.conf = small_batch_jvm.for_batch(self.conf or {}, planned.get("offsets"))
+        try:
+            super().execute(context)
+        except Exception as e:
+            code = self._exit_code()
+            if code is None or code not in ProcessExit.__members__.values():
+                raise
+            end_process(ProcessExit(code), self.txid, e)
+
+    def _exit_code(self) -> int | None:
+        submitted = getattr(self._hook, "_submit_sp", None)
+        return None if submitted is None else submitted.returncode
 
 
 class ConnectProcessOperator(TxidOperator):
