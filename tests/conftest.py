@@ -16,36 +16,42 @@ ROOT = Path(__file__).resolve().parents[1]
 logging.raiseExceptions = False
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (its worker's hook)
-def pytest_collection_modifyitems(config, items):
-    """Marks and orders the suite for `make test`, two workers (pytest -n 2 --dist loadgroup)
+_GROUP = pytest.StashKey[str]()
+
+
+def pytest_itemcollected(item):
+    """Marks and groups the suite for `make test`: two workers (pytest -n 2 --dist loadgroup)
     on the two cores, which each worker alone leaves half idle while it waits on a broker, a
     scheduler or a JVM.
 
     - e2e: a test that runs pipelines through the shared stack's Airflow scheduler (it takes
       the `airflow` fixture); modules on a scheduler of their own say so themselves.
-    - Groups (xdist_group): the tests on the shared stack are one group, so one worker starts
-      it on its fixed ports; every other module is a group of its own, so its module-scoped
-      servers start once.
-    - Order: the longest first, the shared stack's group, then the e2e, the integration and
-      the unit tests, so that the short ones fill the tail. The sort is stable: a module's
-      tests keep pytest's order (its parametrized module fixtures set up once per value).
+    - Groups: the tests on the shared stack are one group, so one worker starts it on its
+      fixed ports; every other module is a group of its own, so its module-scoped servers
+      start once. xdist's scheduler reads a test's group from the "@group" end of its node
+      id, which xdist 3.8 can no longer write under pytest 9 (a node id is derived from
+      `_id` now), so it is written here.
     """
-    rank = {}
+    if "airflow" in item.fixturenames:
+        item.add_marker(pytest.mark.e2e)
+    group = "stack" if "stack" in item.fixturenames else item.nodeid.split("::")[0]
+    item.stash[_GROUP] = group
+    if getattr(item.config.option, "loadgroup", False):  # an xdist worker under loadgroup
+        item._id = type(item._id).parse(f"{item.nodeid}@{group}")  # noqa: SLF001
+
+
+def pytest_collection_modifyitems(config, items):
+    """The longest groups first, so that the short ones fill the tail: the shared stack's,
+    then the e2e, the integration and the unit tests. The sort is stable: a module's tests
+    keep pytest's order (its parametrized module fixtures set up once per value)."""
+    rank: dict[str, int] = {}
     for item in items:
-        if "airflow" in item.fixturenames:
-            item.add_marker(pytest.mark.e2e)
-        group = "stack" if "stack" in item.fixturenames else item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group(group))
+        group = item.stash[_GROUP]
         own = 0 if group == "stack" else 1 if item.get_closest_marker("e2e") else 2
         if own == 2 and not item.get_closest_marker("integration"):
             own = 3
         rank[group] = min(rank.get(group, own), own)
-        item.stash[_GROUP] = group
     items.sort(key=lambda item: rank[item.stash[_GROUP]])
-
-
-_GROUP = pytest.StashKey[str]()
 
 
 @pytest.fixture(scope="session")
