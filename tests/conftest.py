@@ -41,9 +41,23 @@ def pytest_itemcollected(item):
 
 
 def pytest_collection_modifyitems(config, items):
-    """The longest groups first, so that the short ones fill the tail: the shared stack's,
+    """A test marked one_process_mode runs in connect mode alone (a rule the way the job
+    reaches Spark does not change; the connect server is warm, a spark-submit starts a JVM).
+
+    The longest groups first, so that the short ones fill the tail: the shared stack's,
     then the e2e, the integration and the unit tests. The sort is stable: a module's tests
     keep pytest's order (its parametrized module fixtures set up once per value)."""
+    one_mode = [
+        item
+        for item in items
+        if item.get_closest_marker("one_process_mode")
+        and getattr(item, "callspec", None)
+        and item.callspec.params.get("process_mode") == "spark-submit"
+    ]
+    if one_mode:
+        config.hook.pytest_deselected(items=one_mode)
+        dropped = set(one_mode)
+        items[:] = [item for item in items if item not in dropped]
     rank: dict[str, int] = {}
     for item in items:
         group = item.stash[_GROUP]
@@ -224,9 +238,9 @@ def _running_stack(env: dict[str, str], override: bool):
         # they expect empty, and number their runs from 1.
         stack_mod.down(settings)
         shutil.rmtree(settings.home, ignore_errors=True)
-    stack_mod.up(settings)
-    migrate(settings.postgres_dsn)
-    try:
+    try:  # stopped even when `up` fails half-way
+        stack_mod.up(settings)
+        migrate(settings.postgres_dsn)
         yield settings
     finally:
         if os.environ.get("ONCEFLOW_KEEP_STACK") != "1":

@@ -27,6 +27,10 @@ from onceflow.hooks.sink import sink_for
 from process_modes import CONNECT_ENV, run_process
 
 pytestmark = pytest.mark.integration
+# a test marked ONE_MODE guards a rule that does not depend on how the job reached Spark
+# (spark-submit or a Connect session): it runs in connect mode alone (conftest.py); the
+# others here, and every e2e DAG test, spark-submit too
+ONE_MODE = pytest.mark.one_process_mode
 
 ROOT = Path(__file__).resolve().parents[1]
 TOPIC = "it_payments"
@@ -384,6 +388,7 @@ def test_a_fast_form_raising_in_the_readers_worker_dead_letters_the_record(env, 
     audit(env, "pay_fast")
 
 
+@ONE_MODE
 def test_an_aggregating_transform_folds_the_rest_and_dead_letters_the_record(env, produced):
     from onceflow.commit import commit
 
@@ -402,6 +407,7 @@ def test_an_aggregating_transform_folds_the_rest_and_dead_letters_the_record(env
     audit(env, "pay_agg")
 
 
+@ONE_MODE
 def test_a_spark_sql_expression_failing_on_a_value_dead_letters_the_record(env, produced):
     """An ANSI cast of the user's transform fails on one value (a data exception, SQLSTATE
     22018): the same isolation; the reason is Spark's message and the user's call site."""

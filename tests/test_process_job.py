@@ -22,6 +22,11 @@ from onceflow.hooks.sink import sink_for
 from onceflow.spark_app import PROCESS_APPLICATION
 from process_modes import CONNECT_ENV, run_process
 
+# a test marked ONE_MODE guards a rule that does not depend on how the job reached Spark
+# (spark-submit or a Connect session): it runs in connect mode alone (conftest.py); the
+# others here, and every e2e DAG test, spark-submit too
+ONE_MODE = pytest.mark.one_process_mode
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -329,6 +334,7 @@ def test_process_stages_every_record_of_the_ranges(env, produced, first_run):
     assert b[8] == keys + sum(len(v) for v in delivered.values() if v is not None)
 
 
+@ONE_MODE
 @pytest.mark.integration
 def test_parts_follow_the_split_input_partitions(env, produced, first_run):
     from onceflow.reader.input_ranges import input_ranges
@@ -389,6 +395,7 @@ def test_transactional_range_ends_at_until_despite_sparse_offsets(produced, firs
     assert [o for _, o, _ in rows] == tx_offsets
 
 
+@ONE_MODE
 @pytest.mark.integration
 def test_retry_claims_attempt_2_with_the_same_output_and_fences_attempt_1(env, first_run):
     from onceflow.errors import FencedAttemptError
@@ -424,6 +431,7 @@ ROW_COLUMNS = (
 )
 
 
+@ONE_MODE
 @pytest.mark.integration
 def test_without_the_fast_form_every_record_gets_the_same_row(env, produced, first_run):
     """--no-fast-form sends every record through the JVM transform: same rows, n parts."""
@@ -523,6 +531,7 @@ def test_a_retried_fast_stage_task_still_hands_on_its_declined_records(env, prod
         list(fn(iter([ids])))
 
 
+@ONE_MODE
 @pytest.mark.integration
 def test_task_fence_stages_a_part_once_per_attempt(env, first_run):
     import pyarrow as pa
@@ -570,6 +579,7 @@ def test_task_fence_stages_a_part_once_per_attempt(env, first_run):
     )
 
 
+@ONE_MODE
 @pytest.mark.integration
 def test_a_task_that_finds_its_part_staged_still_reads_its_input_to_the_end(
     env, first_run, monkeypatch
@@ -605,6 +615,7 @@ def test_a_task_that_finds_its_part_staged_still_reads_its_input_to_the_end(
     assert handed == [0, 1, 2]
 
 
+@ONE_MODE
 @pytest.mark.integration
 def test_a_task_that_dies_before_its_commit_leaves_nothing(env, first_run, tmp_path, monkeypatch):
     import pyarrow as pa
@@ -681,6 +692,7 @@ def test_staged_timestamps_are_utc_whatever_the_servers_time_zone(env, first_run
         query(env, f'delete from it_orders.{target.attempt_table} where "offset" = 777777')
 
 
+@ONE_MODE
 @pytest.mark.integration
 def test_commit_publishes_staged_rows_and_dead_letters(env, produced, first_run):
     from onceflow.commit import commit
@@ -723,6 +735,7 @@ def revenue_orders(broker):
     return values
 
 
+@ONE_MODE
 @pytest.mark.integration
 def test_revenue_folds_each_customers_orders_per_currency_and_minute(env, revenue_orders):
     """The revenue example through the real job and commit, on orders of three customers in
@@ -792,6 +805,7 @@ def _recreate_topic(bootstrap: str, topic: str) -> None:
         admin.close()
 
 
+@ONE_MODE
 @pytest.mark.integration
 def test_a_topic_recreated_while_the_job_reads_is_refused_by_the_check_after_it(env, tmp_path):
     """Process checks the topics' ids against plan's before its job and again after it
@@ -834,6 +848,7 @@ def test_a_topic_recreated_while_the_job_reads_is_refused_by_the_check_after_it(
     assert state == "processing" and RC_TOPIC in last_error, (state, last_error)
 
 
+@ONE_MODE
 @pytest.mark.integration
 def test_unreadable_range_fails_the_attempt_and_records_why(env, produced):
     ends, _ = produced
@@ -866,6 +881,7 @@ def test_a_setting_only_the_connect_server_has_ends_the_attempt_naming_it(env, p
     assert "spark_conf spark.driver.memory cannot be set in a Spark Connect session" in last_error
 
 
+@ONE_MODE
 @pytest.mark.integration
 def test_an_empty_batch_is_staged_without_a_spark_session(env, produced, first_run):
     ends, _ = produced
@@ -886,6 +902,7 @@ def test_an_empty_batch_is_staged_without_a_spark_session(env, produced, first_r
     assert row == ("staged", 0, 0, 0)
 
 
+@ONE_MODE
 @pytest.mark.integration
 def test_unknown_txid_exits_2_before_starting_spark(env):
     t0 = time.monotonic()

@@ -21,6 +21,10 @@ from onceflow.hooks.sink import sink_for
 from process_modes import CONNECT_ENV, connect_url, run_process
 
 pytestmark = pytest.mark.integration
+# a test marked ONE_MODE guards a rule that does not depend on how the job reached Spark
+# (spark-submit or a Connect session): it runs in connect mode alone (conftest.py); the
+# others here, and every e2e DAG test, spark-submit too
+ONE_MODE = pytest.mark.one_process_mode
 
 ROOT = Path(__file__).resolve().parents[1]
 TOPIC = "it_inventory"
@@ -282,6 +286,7 @@ def test_append_publishes_one_row_per_record(env, produced):
     assert audit(env, "inv_append").records_in_sink == len(sent) - 1
 
 
+@ONE_MODE
 def test_upsert_keeps_the_last_record_per_key_and_a_tombstone_deletes(env, produced):
     ends, sent = produced
     proc, res = run(env, "inv_upsert", ends)
@@ -299,6 +304,7 @@ def test_upsert_keeps_the_last_record_per_key_and_a_tombstone_deletes(env, produ
     audit(env, "inv_upsert")
 
 
+@ONE_MODE
 def test_merge_folds_the_batchs_partial_aggregates(env, produced):
     ends, sent = produced
     proc, res = run(env, "inv_merge", ends)
@@ -312,6 +318,7 @@ def test_merge_folds_the_batchs_partial_aggregates(env, produced):
     audit(env, "inv_merge")
 
 
+@ONE_MODE
 def test_iceberg_appends_one_row_per_record_in_one_snapshot(env, produced, monkeypatch):
     from onceflow.hooks.sink import sink_for
     from onceflow.ledger.db import transaction
@@ -340,6 +347,7 @@ def test_iceberg_appends_one_row_per_record_in_one_snapshot(env, produced, monke
     assert audit(env, "inv_iceberg").records_in_sink == len(sent) - 1
 
 
+@ONE_MODE
 def test_kafka_publishes_one_record_per_valid_record_keyed_by_sku(
     env, produced, real_kafka, tmp_path
 ):
@@ -390,6 +398,7 @@ def refused(env, pipeline: str, ends) -> str:
     return last_error
 
 
+@ONE_MODE
 def test_an_output_without_offset_stages_nothing_and_is_not_retried(env, produced):
     last_error = refused(env, "inv_bad", produced[0])
     assert "its output lacks column(s) ['offset']" in last_error
@@ -406,6 +415,7 @@ def test_a_fast_form_whose_rows_do_not_fit_stages_nothing_and_is_not_retried(env
     ), last_error
 
 
+@ONE_MODE
 def test_a_transform_with_a_fast_form_that_runs_a_job_while_planning_is_refused(env, produced):
     """The fast form's workers learn their stage target only with process's own job: a job
     the transform runs itself while it plans (a count) fails as the transform's fault."""
@@ -445,6 +455,7 @@ def test_an_unknown_transform_module_names_the_module_and_the_folder(env, produc
         ),
     ],
 )
+@ONE_MODE
 def test_a_transform_that_filters_or_duplicates_is_refused_and_nothing_is_staged(
     env, produced, name, said
 ):
@@ -498,6 +509,7 @@ def test_a_retried_task_that_finds_its_part_staged_still_counts_its_records(
     ]
 
 
+@ONE_MODE
 def test_records_read_by_a_job_the_transform_runs_itself_are_not_counted(env, produced):
     """Only the stage job's reads are the records read: a transform that counts its input
     first (another job over the same ranges) is not refused for reading them twice."""
@@ -567,6 +579,7 @@ def test_an_aggregating_transform_folds_its_own_aggregates_and_dead_letters(env,
     assert (report.records_in_sink, report.dead_lettered) == (counted, 2)
 
 
+@ONE_MODE
 def test_an_aggregating_transform_whose_records_fall_short_is_refused(env, produced):
     """records sums up one record less per sku: the attempt is refused (exit 2, no retry)
     and not marked staged, so nothing can be published."""
@@ -585,6 +598,7 @@ def test_an_aggregating_transform_whose_records_fall_short_is_refused(env, produ
     ) == [("processing", None)]
 
 
+@ONE_MODE
 def test_an_aggregating_transforms_dead_row_without_coordinates_is_refused(env, produced):
     """The task staging the dead rows fails before its part commits; the attempt is refused
     (exit 2, no retry) and never marked staged."""
@@ -617,6 +631,7 @@ def with_price(df):
 """
 
 
+@ONE_MODE
 def test_a_column_the_transform_adds_evolves_the_tables_and_is_published_from_then_on(
     env, produced, tmp_path
 ):
