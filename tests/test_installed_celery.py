@@ -187,7 +187,6 @@ class Installed:
 
 def _build_and_install(work: Path) -> tuple[Path, Path]:
     """The wheel, and a fresh venv with it and its `celery` extra, pinned by the lock."""
-    (work / "wheel").mkdir()
     wheel = build_wheel(work / "wheel")
     venv = work / "venv"
     _run([getattr(sys, "_base_executable", sys.executable), "-m", "venv", str(venv)])

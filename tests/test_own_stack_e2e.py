@@ -216,11 +216,15 @@ def test_a_users_own_data_day_one_and_day_two(own_stack):
 def test_demo_then_down_then_demo_goes_on_where_it_stopped(own_stack):
     first = onceflow(own_stack, "demo", "--scale", "0.01")
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
-    users = audited(own_stack, "payments")  # the user's own topic, when their test ran first
+    # the user's own topic too, when their test ran first
+    topic_ids = "select distinct topic_id from onceflow.offsets where pipeline = 'payments'"
+    ids_before = query(own_stack, topic_ids)
+    users = audited(own_stack, "payments")
     assert onceflow(own_stack, "down").returncode == 0
     up = onceflow(own_stack, "up")
     assert up.returncode == 0 and "its plans will stop" not in up.stdout
-    # the kept log still holds the user's records: the re-read audit agrees as before
+    # the kept log still holds the same topics and the user's records: the re-read agrees
+    assert query(own_stack, topic_ids) == ids_before
     assert audited(own_stack, "payments")["records_in_ranges"] == users["records_in_ranges"]
     second = onceflow(own_stack, "demo", "--scale", "0.01")
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]

@@ -226,17 +226,16 @@ def run_audit(
         misplaced = sink.outside_ranges(cur, cfg.name) if sink_exists else 0
         truth = sink.truth_violations(cur, cfg.name) if sink_exists else []
 
-    batches, ranges, losses, resets = ledger.batches, ledger.ranges, ledger.losses, ledger.resets
-    dead = ledger.dead
+    batches, ranges, resets = ledger.batches, ledger.ranges, ledger.resets
     committed = {b.txid for b in batches if b.state == BatchState.COMMITTED}
     report.batches = len(batches)
     report.batches_committed = len(committed)
     report.records_in_sink = sum(published.values())
-    report.dead_lettered = sum(dead.values())
-    report.loss_events = [asdict(lo) for lo in losses]
+    report.dead_lettered = sum(ledger.dead.values())
+    report.loss_events = [asdict(lo) for lo in ledger.losses]
     report.resets = [asdict(x) for x in resets]
     check_seq(report, batches, resets)
-    check_contiguity(report, ranges, ledger.offsets, losses, committed, resets)
+    check_contiguity(report, ranges, ledger.offsets, ledger.losses, committed, resets)
     counts = None
     if reread is not None:
         report.reread_from_broker = True
@@ -248,7 +247,7 @@ def run_audit(
             counts.setdefault(txid, 0)
         report.reread_skipped = len(committed & (stale | recount.gone))
         check_contents(report, ranges, ledger.recorded, recount.reads)
-    check_counts(report, batches, published, dead, counts)
+    check_counts(report, batches, published, ledger.dead, counts)
     for t, p, o in dup_rows:
         report.duplicates += 1
         report.violate(f"record {t}[{p}]@{o} is published both as a row and as a dead letter")
