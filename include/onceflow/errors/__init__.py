@@ -3,7 +3,7 @@
 The errors are grouped by the phase that raises them: base (OnceflowError, ConfigError),
 transform (the user's transform and its output), ledger (a txid the ledger refuses), plan
 (the broker's log and offsets), process (attempts, their fencing and stage; ProcessExit),
-commit (its order and conflicts), sinks (a sink outside the database) and cli (the command
+commit (its order and conflicts), formats (the schema registry), sinks (a sink outside the database) and cli (the command
 line's refusals). Everything is importable from onceflow.errors.
 """
 
@@ -27,6 +27,11 @@ from onceflow.errors.commit import (
     OffsetConflictError,
     SinkContentionError,
     StagedCountsError,
+)
+from onceflow.errors.formats import (
+    IncompatibleSchemaError,
+    RegistryUnavailableError,
+    SubjectNotFoundError,
 )
 from onceflow.errors.ledger import AbandonedTxidError, IllegalTransitionError, UnknownTxidError
 from onceflow.errors.plan import (
@@ -74,6 +79,7 @@ __all__ = [
     "DemoPipelinesMissingError",
     "FencedAttemptError",
     "IllegalTransitionError",
+    "IncompatibleSchemaError",
     "IncompleteStageError",
     "KafkaAccessError",
     "KafkaUnreachableError",
@@ -91,6 +97,7 @@ __all__ = [
     "PipelineNotChosenError",
     "ProcessExit",
     "RangeReadError",
+    "RegistryUnavailableError",
     "RerunRefusedError",
     "ResetNotConfirmedError",
     "ResetRefusedError",
@@ -101,6 +108,7 @@ __all__ = [
     "SinkLayoutError",
     "SinkSchemaError",
     "SinkUnavailableError",
+    "SubjectNotFoundError",
     "StagedCountsError",
     "TopicMissingError",
     "TransformError",

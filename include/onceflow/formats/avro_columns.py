@@ -1,0 +1,154 @@
+"""The columns of an Avro reader schema: what a pipeline reading Avro records hands its
+transform (or lands, without one), typed for Spark and for every sink.
+
+A reader schema is a record; each of its fields is a column:
+
+    Avro                                    Spark          Arrow
+    boolean                                 boolean        bool
+    int, time-millis                        int            int32
+    long, time-micros                       bigint         int64
+    float, double                           double         float64
+    string, enum, uuid                      string         string
+    bytes, fixed                            binary         binary
+    date                                    date           date32
+    timestamp-millis, timestamp-micros,     timestamp      timestamp[us, UTC]
+      local-timestamp-millis/-micros
+    decimal(p, s)                           decimal(p,s)   decimal128(p, s)
+    record, array, map, other unions        string         string: the value as JSON
+
+A union of null and one type is that type, nullable. Nested values become JSON text, which
+every sink (PostgreSQL, Iceberg, Delta, Kafka) holds as it is.
+
+`physical` is the schema fastavro decodes with: its top-level fields' logical types removed
+and strings read as bytes (the same encoding in Avro), so the decoder builds Arrow columns
+from raw numbers and bytes (onceflow.formats.avro_decode).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from onceflow.errors import ConfigError
+
+#: the columns of a decoded frame besides the reader schema's fields (a field may not be named so)
+FRAME_COLUMNS = ("topic", "partition", "offset", "key", "value", "kafka_timestamp", "error")
+_SCALARS = {
+    "boolean": "boolean",
+    "int": "int",
+    "long": "bigint",
+    "float": "double",
+    "double": "double",
+    "string": "string",
+    "bytes": "binary",
+}
+_LOGICAL = {
+    "date": "date",
+    "time-millis": "int",
+    "time-micros": "bigint",
+    "timestamp-millis": "timestamp",
+    "timestamp-micros": "timestamp",
+    "local-timestamp-millis": "timestamp",
+    "local-timestamp-micros": "timestamp",
+    "uuid": "string",
+}
+
+
+@dataclass(frozen=True)
+class AvroColumn:
+    """One field of the reader schema as a column: its name, Spark type, and how the decoder
+    builds it (`kind`: boolean, int, long, double, float, string, enum, bytes, date,
+    timestamp-millis, timestamp-micros, decimal, json)."""
+
+    name: str
+    spark_type: str
+    kind: str
+    scale: int = 0
+    precision: int = 0
+
+
+def reader_columns(schema_text: str, what: str) -> tuple[AvroColumn, ...]:
+    """The columns of a reader schema (`what` names it in messages: subject and version)."""
+    try:
+        schema = json.loads(schema_text)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{what}: not an Avro schema (JSON: {e.msg})") from None
+    if not isinstance(schema, dict) or schema.get("type") != "record":
+        raise ConfigError(
+            f"{what}: a pipeline reads Avro records whose schema is a record, not "
+            f"{_type_name(schema)!r}"
+        )
+    columns = []
+    for f in schema.get("fields", []):
+        name = f["name"]
+        if name in FRAME_COLUMNS:
+            raise ConfigError(
+                f"{what}: field {name!r} has the name of a column Onceflow gives every record "
+                f"({', '.join(FRAME_COLUMNS)}); rename it in the schema, or read the topic "
+                "as bytes with a transform"
+            )
+        columns.append(_column(name, _nullable(f["type"])))
+    return tuple(columns)
+
+
+def _nullable(t: Any) -> Any:
+    """The type of a union of null and one type; any other type as it is."""
+    if isinstance(t, list):
+        rest = [u for u in t if u != "null"]
+        if len(rest) == 1 and len(t) == 2:
+            return rest[0]
+    return t
+
+
+def _column(name: str, t: Any) -> AvroColumn:
+    if isinstance(t, str) and t in _SCALARS:
+        return AvroColumn(name, _SCALARS[t], t)
+    if isinstance(t, dict):
+        logical, base = t.get("logicalType"), t.get("type")
+        if logical == "decimal" and base in ("bytes", "fixed"):
+            p, s = int(t["precision"]), int(t.get("scale", 0))
+            if p <= 38:
+                return AvroColumn(name, f"decimal({p},{s})", "decimal", s, p)
+        if logical in _LOGICAL and isinstance(base, str):
+            kind = {"date": "date", "uuid": "string"}.get(logical, base)
+            if _LOGICAL[logical] == "timestamp":
+                kind = "timestamp-micros" if logical.endswith("micros") else "timestamp-millis"
+            return AvroColumn(name, _LOGICAL[logical], kind)
+        if base == "enum":
+            return AvroColumn(name, "string", "enum")
+        if base == "fixed":
+            return AvroColumn(name, "binary", "bytes")
+        if isinstance(base, str) and base in _SCALARS:
+            return AvroColumn(name, _SCALARS[base], base)
+    return AvroColumn(name, "string", "json")
+
+
+def physical(schema: Any, columns: tuple[AvroColumn, ...]) -> Any:
+    """`schema` (parsed JSON of a record schema) with the fields of `columns` read raw: no
+    logical type, strings as bytes. Fields of other kinds keep their types (JSON columns
+    decode as Python values)."""
+    raw_kinds = {c.name: c.kind for c in columns if c.kind != "json"}
+    fields = []
+    for f in schema.get("fields", []):
+        if f["name"] in raw_kinds:
+            f = {**f, "type": _raw(f["type"])}
+        fields.append(f)
+    return {**schema, "fields": fields}
+
+
+def _raw(t: Any) -> Any:
+    if isinstance(t, list):
+        return [_raw(u) for u in t]
+    if t == "string":
+        return "bytes"
+    if isinstance(t, dict) and "logicalType" in t:
+        base = {k: v for k, v in t.items() if k not in ("logicalType", "precision", "scale")}
+        return _raw(base["type"]) if base["type"] != "fixed" else base
+    return t
+
+
+def _type_name(schema: Any) -> str:
+    if isinstance(schema, dict):
+        return str(schema.get("type"))
+    return "union" if isinstance(schema, list) else str(schema)

@@ -1,0 +1,149 @@
+"""A decoded frame's rows as Arrow batches: the reader's batch, with the reader schema's
+fields as columns and `error` saying why a record did not decode.
+
+    topic, partition, offset, key, value, kafka_timestamp, <the reader schema's fields>, error
+
+`key` and `value` keep the record's bytes (a dead letter keeps them; a null value is a
+tombstone for an upsert sink); `kafka_timestamp` is the record's timestamp (the reader's
+`timestamp`, renamed: schemas often have a field of that name). A record whose `error` is
+not null has null fields and goes to the dead letters with its coordinates.
+
+Built from Python values column by column without pa.array(list), which would import
+pandas in every reader worker (onceflow.spark.arrow_columns says why).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from onceflow.formats.avro_columns import AvroColumn
+from onceflow.spark.arrow_columns import binary_array, fixed_array
+
+_FIXED = {"int": "int32", "long": "int64", "double": "float64", "float": "float64"}
+
+
+def frame_schema(columns: Sequence[AvroColumn]) -> str:
+    """The decoded frame's Spark schema (DDL)."""
+    fields = ", ".join(f"`{c.name}` {c.spark_type}" for c in columns)
+    return (
+        "topic string, partition int, offset bigint, key binary, value binary, "
+        f"kafka_timestamp timestamp, {fields + ', ' if fields else ''}error string"
+    )
+
+
+def decoded_batch(
+    batch: Any,
+    columns: Sequence[AvroColumn],
+    values: Sequence[Sequence[Any]],
+    errors: list[str | None],
+) -> Any:
+    """The decoded frame's batch of the reader's `batch`: `values[i]` the values of
+    columns[i], one per record (None for a null or a record in `errors`)."""
+    import pyarrow as pa
+
+    bad = _not_utf8(columns, values)
+    if bad:
+        errors = [bad.get(i, e) for i, e in enumerate(errors)]
+        values = [[None if i in bad else v for i, v in enumerate(vs)] for vs in values]
+    names = batch.schema.names
+    arrays = [batch.column(names.index(c)) for c in ("topic", "partition", "offset", "key", "value")]
+    arrays.append(batch.column(names.index("timestamp")))
+    out_names = ["topic", "partition", "offset", "key", "value", "kafka_timestamp"]
+    for c, vs in zip(columns, values, strict=True):
+        arrays.append(column_array(c, vs))
+        out_names.append(c.name)
+    arrays.append(string_array(errors))
+    out_names.append("error")
+    return pa.RecordBatch.from_arrays(arrays, names=out_names)
+
+
+def column_array(c: AvroColumn, vs: Sequence[Any]) -> Any:
+    """The Arrow array of column `c` from its raw values (onceflow.formats.avro_columns:
+    numbers, bytes, or Python values for JSON columns)."""
+    import numpy as np
+    import pyarrow as pa
+
+    n = len(vs)
+    valid = np.fromiter((v is not None for v in vs), dtype=bool, count=n)
+    kind = c.kind
+    if kind in _FIXED:
+        dtype = _FIXED[kind]
+        data = np.fromiter((0 if v is None else v for v in vs), dtype=dtype, count=n)
+        return fixed_array(pa.from_numpy_dtype(np.dtype(dtype)), data, valid)
+    if kind == "boolean":
+        bits = np.fromiter((bool(v) for v in vs), dtype=bool, count=n)
+        return pa.Array.from_buffers(
+            pa.bool_(),
+            n,
+            [_bitmap(valid), pa.py_buffer(np.packbits(bits, bitorder="little"))],
+            int(n - np.count_nonzero(valid)),
+        )
+    if kind == "date":
+        data = np.fromiter((0 if v is None else v for v in vs), dtype=np.int32, count=n)
+        return fixed_array(pa.date32(), data, valid)
+    if kind in ("timestamp-millis", "timestamp-micros"):
+        data = np.fromiter((0 if v is None else v for v in vs), dtype=np.int64, count=n)
+        if kind == "timestamp-millis":
+            data = data * 1000
+        return fixed_array(pa.timestamp("us", tz="UTC"), data, valid)
+    if kind == "decimal":
+        words = np.zeros((n, 2), dtype=np.int64)
+        for i, v in enumerate(vs):
+            if v is not None:
+                unscaled = int.from_bytes(v, "big", signed=True)
+                words[i, 0] = np.int64(np.uint64(unscaled & 0xFFFFFFFFFFFFFFFF).astype(np.int64))
+                words[i, 1] = unscaled >> 64
+        return fixed_array(pa.decimal128(c.precision, c.scale), words, valid)
+    if kind == "bytes":
+        return binary_array([None if v is None else bytes(v) for v in vs])
+    if kind == "json":
+        return string_array(
+            [None if v is None else json.dumps(v, default=_json_default, separators=(",", ":")) for v in vs]
+        )
+    return string_array(vs)  # string, enum: bytes (a raw string) or str (an enum's symbol)
+
+
+def string_array(vs: Sequence[Any]) -> Any:
+    """A pyarrow string array of str or UTF-8 bytes values (None is null)."""
+    import pyarrow as pa
+
+    raw = binary_array([v.encode() if isinstance(v, str) else v for v in vs])
+    return pa.Array.from_buffers(pa.string(), len(raw), raw.buffers(), raw.null_count)
+
+
+def _not_utf8(columns: Sequence[AvroColumn], values: Sequence[Sequence[Any]]) -> dict[int, str]:
+    """The records with a string field whose bytes are not UTF-8 (poison: Avro strings are
+    UTF-8), and why; checked by pyarrow over each whole column, by record only when one fails."""
+    import pyarrow as pa
+
+    bad: dict[int, str] = {}
+    for c, vs in zip(columns, values, strict=True):
+        if c.kind != "string":
+            continue
+        try:
+            string_array(vs).validate(full=True)
+        except pa.ArrowInvalid:
+            for i, v in enumerate(vs):
+                if isinstance(v, bytes) and i not in bad:
+                    try:
+                        v.decode()
+                    except UnicodeDecodeError as e:
+                        bad[i] = f"field {c.name!r} is not UTF-8 ({e.reason} at byte {e.start})"
+    return bad
+
+
+def _bitmap(valid: Any) -> Any:
+    import numpy as np
+    import pyarrow as pa
+
+    if valid.all():
+        return None
+    return pa.py_buffer(np.packbits(valid, bitorder="little"))
+
+
+def _json_default(v: Any) -> Any:
+    if isinstance(v, bytes | bytearray):
+        return v.decode("latin-1")
+    return str(v)  # datetimes, dates, decimals, UUIDs

@@ -1,0 +1,213 @@
+"""A stand-in schema registry: the smallest server that speaks the Confluent Schema Registry
+REST API as far as producers' serializers and Onceflow use it, schemas kept in memory.
+
+Why a stand-in: no registry server installs here from a registry client. Confluent's and
+Karapace's are not on Maven Central or PyPI; Apicurio Registry is on Maven Central only as
+the classes of a Quarkus application (`io.apicurio:apicurio-registry-app`), which must be
+built into a runnable server first, and its `runner` builds are not served (tried: 3.3.3,
+2.6.13.Final, 2.5.11.Final, 2.4.2.Final, 2.0.2.Final). The tests and the embedded stack use
+this one, and say so; a user's pipelines talk to their own registry (Confluent, Apicurio's
+`/apis/ccompat/v7`, Karapace) through the same API.
+
+What it serves (the paths confluent-kafka's serializers and onceflow.hooks.registry call):
+
+    POST /subjects/{subject}/versions   register a schema (its id, the same for the same schema)
+    POST /subjects/{subject}            look a schema up under a subject
+    GET  /schemas/ids/{id}              a schema by id (404 with error_code 40403 if unknown)
+    GET  /subjects                      the subjects
+    GET  /subjects/{subject}/versions   a subject's versions
+    GET  /subjects/{subject}/versions/{version|latest}
+
+with HTTP basic auth when it is given a user. It checks no compatibility: a registry's
+compatibility rules are its own, and Onceflow refuses an incompatible reader schema itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import re
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
+
+
+@dataclass
+class Schemas:
+    """The registry's state: schemas by id, and each subject's versions (schema ids)."""
+
+    by_id: dict[int, dict[str, Any]] = field(default_factory=dict)
+    subjects: dict[str, list[int]] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def register(self, subject: str, body: dict[str, Any]) -> dict[str, Any]:
+        schema = _schema_of(body)
+        with self.lock:
+            sid = self._id_of(schema)
+            if sid is None:
+                sid = len(self.by_id) + 1
+                self.by_id[sid] = schema
+            versions = self.subjects.setdefault(subject, [])
+            if sid not in versions:
+                versions.append(sid)
+            return {"id": sid, "subject": subject, "version": versions.index(sid) + 1, **schema}
+
+    def lookup(self, subject: str, body: dict[str, Any]) -> dict[str, Any] | None:
+        schema = _schema_of(body)
+        with self.lock:
+            sid = self._id_of(schema)
+            versions = self.subjects.get(subject, [])
+            if sid is None or sid not in versions:
+                return None
+            return {"id": sid, "subject": subject, "version": versions.index(sid) + 1, **schema}
+
+    def version(self, subject: str, version: str) -> dict[str, Any] | None:
+        with self.lock:
+            versions = self.subjects.get(subject)
+            if not versions:
+                return None
+            n = len(versions) if version in ("latest", "-1") else int(version)
+            if not 1 <= n <= len(versions):
+                return None
+            sid = versions[n - 1]
+            return {"id": sid, "subject": subject, "version": n, **self.by_id[sid]}
+
+    def _id_of(self, schema: dict[str, Any]) -> int | None:
+        for sid, known in self.by_id.items():
+            if known == schema:
+                return sid
+        return None
+
+
+def _schema_of(body: dict[str, Any]) -> dict[str, Any]:
+    """What the registry keeps of a registration: the schema's text, type and references
+    (a schema type of AVRO is left out of answers, as Confluent's registry does)."""
+    if not isinstance(body.get("schema"), str):
+        raise ValueError("the request has no 'schema' string")
+    schema: dict[str, Any] = {"schema": body["schema"]}
+    if body.get("schemaType", "AVRO") != "AVRO":
+        schema["schemaType"] = body["schemaType"]
+    if body.get("references"):
+        schema["references"] = body["references"]
+    return schema
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: RegistryServer
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        pass  # the tests' output stays readable; a failing request answers its error
+
+    def do_GET(self) -> None:  # noqa: N802
+        self._answer("GET")
+
+    def do_POST(self) -> None:  # noqa: N802
+        self._answer("POST")
+
+    def _answer(self, method: str) -> None:
+        self.server.requests.append((method, self.path))
+        if not self._authorized():
+            self._send(401, {"error_code": 401, "message": "Unauthorized"})
+            return
+        path = [unquote(p) for p in urlsplit(self.path).path.strip("/").split("/")]
+        try:
+            status, body = self._route(method, path)
+        except (ValueError, json.JSONDecodeError) as e:
+            status, body = 422, {"error_code": 42201, "message": f"Invalid schema: {e}"}
+        self._send(status, body)
+
+    def _route(self, method: str, path: list[str]) -> tuple[int, Any]:
+        schemas = self.server.schemas
+        not_found = (404, {"error_code": 40401, "message": f"Subject '{path[-1]}' not found."})
+        match method, path:
+            case "POST", ["subjects", subject, "versions"]:
+                return 200, schemas.register(subject, self._body())
+            case "POST", ["subjects", subject]:
+                found = schemas.lookup(subject, self._body())
+                return (200, found) if found else (404, {"error_code": 40403, "message": "Schema not found"})
+            case "GET", ["schemas", "ids", sid] if sid.isdigit():
+                with schemas.lock:
+                    known = schemas.by_id.get(int(sid))
+                if known is None:
+                    return 404, {"error_code": 40403, "message": f"Schema {sid} not found"}
+                return 200, known
+            case "GET", ["subjects"]:
+                return 200, sorted(schemas.subjects)
+            case "GET", ["subjects", subject, "versions"]:
+                versions = schemas.subjects.get(subject)
+                return (200, list(range(1, len(versions) + 1))) if versions else not_found
+            case "GET", ["subjects", subject, "versions", version] if re.fullmatch(
+                r"latest|-1|\d+", version
+            ):
+                found = schemas.version(subject, version)
+                if found is None:
+                    return 404, {"error_code": 40402, "message": f"Version {version} not found."}
+                return 200, found
+        return 404, {"error_code": 404, "message": f"HTTP 404 Not Found: {method} {self.path}"}
+
+    def _body(self) -> dict[str, Any]:
+        n = int(self.headers.get("Content-Length") or 0)
+        body = json.loads(self.rfile.read(n) or b"{}")
+        if not isinstance(body, dict):
+            raise ValueError("the request's body is not a JSON object")
+        return body
+
+    def _authorized(self) -> bool:
+        if self.server.user is None:
+            return True
+        want = base64.b64encode(f"{self.server.user}:{self.server.password}".encode()).decode()
+        return self.headers.get("Authorization") == f"Basic {want}"
+
+    def _send(self, status: int, body: Any) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", CONTENT_TYPE)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+class RegistryServer(ThreadingHTTPServer):
+    """The stand-in registry on 127.0.0.1:`port` (0: any free port), with basic auth when
+    `user` is given. `requests` lists the (method, path) it was asked, for the tests."""
+
+    daemon_threads = True
+
+    def __init__(self, port: int = 0, user: str | None = None, password: str = "") -> None:
+        super().__init__(("127.0.0.1", port), _Handler)
+        self.schemas = Schemas()
+        self.user = user
+        self.password = password
+        self.requests: list[tuple[str, str]] = []
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def start(self) -> RegistryServer:
+        """Serve in a daemon thread (shutdown() stops it)."""
+        threading.Thread(target=self.serve_forever, name="registry", daemon=True).start()
+        return self
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m onceflow_dev.registry",
+        description="A stand-in schema registry (Confluent's REST API, in memory) on 127.0.0.1",
+    )
+    parser.add_argument("--port", type=int, default=0, help="port (default: any free one)")
+    parser.add_argument("--user", help="require HTTP basic auth as this user")
+    parser.add_argument("--password", default="", help="the user's password")
+    args = parser.parse_args(argv)
+    server = RegistryServer(args.port, args.user, args.password)
+    print(f"schema registry (stand-in) on {server.url}", flush=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
