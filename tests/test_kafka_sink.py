@@ -320,7 +320,7 @@ def test_plan_refuses_the_rerun_before_anything_is_processed(
     ledger_dsn, cfg, real_kafka, write_pipelines
 ):
     from airflow.sdk.exceptions import AirflowFailException
-    from onceflow.airflow.tasks import plan_task
+    from onceflow.airflow.plan_tasks import plan_task
 
     write_pipelines(cfg, kind="kafka", topic=cfg.sink.topic, bootstrap=cfg.sink.bootstrap)
     plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}), sink=sink_for(cfg))

@@ -67,6 +67,7 @@ class Settings:
     # the embedded broker's KRaft controller listener on 127.0.0.1
     kafka_controller_port: int = 29192
     connect_port: int = 30080  # the Spark Connect server's gRPC port on 127.0.0.1
+    registry_port: int = 29292  # the embedded stack's schema registry (onceflow_dev.registry)
 
     def kafka_cluster(self) -> KafkaCluster:
         """The source cluster: the bootstrap with ONCEFLOW_KAFKA_CONFIG's client settings."""
@@ -101,4 +102,5 @@ class Settings:
             airflow_password=os.environ.get("ONCEFLOW_AIRFLOW_PASSWORD", "admin"),
             kafka_controller_port=_int("ONCEFLOW_KAFKA_CONTROLLER_PORT", kafka_port + 100),
             connect_port=_int("ONCEFLOW_CONNECT_PORT", airflow_port + 2000),
+            registry_port=_int("ONCEFLOW_REGISTRY_PORT", kafka_port + 200),
         )

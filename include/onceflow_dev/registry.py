@@ -18,7 +18,8 @@ What it serves (the paths confluent-kafka's serializers and onceflow.hooks.regis
     GET  /subjects/{subject}/versions   a subject's versions
     GET  /subjects/{subject}/versions/{version|latest}
 
-with HTTP basic auth when it is given a user. It checks no compatibility: a registry's
+with HTTP basic auth when it is given a user. With a store file, its schemas survive a
+restart (ids never change, as in a real registry). It checks no compatibility: a registry's
 compatibility rules are its own, and Onceflow refuses an incompatible reader schema itself.
 """
 
@@ -27,10 +28,12 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import os
 import re
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -39,11 +42,25 @@ CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 
 @dataclass
 class Schemas:
-    """The registry's state: schemas by id, and each subject's versions (schema ids)."""
+    """The registry's state: schemas by id, and each subject's versions (schema ids); kept
+    in `store` (JSON) when given."""
 
     by_id: dict[int, dict[str, Any]] = field(default_factory=dict)
     subjects: dict[str, list[int]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    store: Path | None = None
+
+    def load(self) -> None:
+        if self.store is not None and self.store.exists():
+            saved = json.loads(self.store.read_text())
+            self.by_id = {int(k): v for k, v in saved["by_id"].items()}
+            self.subjects = saved["subjects"]
+
+    def _save(self) -> None:
+        if self.store is not None:
+            tmp = self.store.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"by_id": self.by_id, "subjects": self.subjects}))
+            os.replace(tmp, self.store)
 
     def register(self, subject: str, body: dict[str, Any]) -> dict[str, Any]:
         schema = _schema_of(body)
@@ -55,6 +72,7 @@ class Schemas:
             versions = self.subjects.setdefault(subject, [])
             if sid not in versions:
                 versions.append(sid)
+                self._save()
             return {"id": sid, "subject": subject, "version": versions.index(sid) + 1, **schema}
 
     def lookup(self, subject: str, body: dict[str, Any]) -> dict[str, Any] | None:
@@ -129,7 +147,11 @@ class _Handler(BaseHTTPRequestHandler):
                 return 200, schemas.register(subject, self._body())
             case "POST", ["subjects", subject]:
                 found = schemas.lookup(subject, self._body())
-                return (200, found) if found else (404, {"error_code": 40403, "message": "Schema not found"})
+                return (
+                    (200, found)
+                    if found
+                    else (404, {"error_code": 40403, "message": "Schema not found"})
+                )
             case "GET", ["schemas", "ids", sid] if sid.isdigit():
                 with schemas.lock:
                     known = schemas.by_id.get(int(sid))
@@ -174,13 +196,16 @@ class _Handler(BaseHTTPRequestHandler):
 
 class RegistryServer(ThreadingHTTPServer):
     """The stand-in registry on 127.0.0.1:`port` (0: any free port), with basic auth when
-    `user` is given. `requests` lists the (method, path) it was asked, for the tests."""
+    `user` is given, its schemas kept in `store` if given. `requests` lists the (method, path) it was asked, for the tests."""
 
     daemon_threads = True
 
-    def __init__(self, port: int = 0, user: str | None = None, password: str = "") -> None:
+    def __init__(
+        self, port: int = 0, user: str | None = None, password: str = "", store: Path | None = None
+    ) -> None:
         super().__init__(("127.0.0.1", port), _Handler)
-        self.schemas = Schemas()
+        self.schemas = Schemas(store=store)
+        self.schemas.load()
         self.user = user
         self.password = password
         self.requests: list[tuple[str, str]] = []
@@ -203,8 +228,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=0, help="port (default: any free one)")
     parser.add_argument("--user", help="require HTTP basic auth as this user")
     parser.add_argument("--password", default="", help="the user's password")
+    parser.add_argument(
+        "--store", type=Path, help="a JSON file keeping the schemas across restarts"
+    )
     args = parser.parse_args(argv)
-    server = RegistryServer(args.port, args.user, args.password)
+    server = RegistryServer(args.port, args.user, args.password, args.store)
     print(f"schema registry (stand-in) on {server.url}", flush=True)
     server.serve_forever()
 

@@ -71,7 +71,7 @@ SPARK_MASTER = "local[2]"
 MARKER_ENV = "ONCEFLOW_STACK_SERVICE"
 
 AIRFLOW_COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
-ALL_SERVICES = ("postgres", "broker", "spark-connect", *AIRFLOW_COMPONENTS)
+ALL_SERVICES = ("postgres", "broker", "registry", "spark-connect", *AIRFLOW_COMPONENTS)
 
 PG_START_TIMEOUT = 60.0
 PID_START_TOLERANCE = 0.5  # s: a PID file's start against psutil's (10 ms ticks)
@@ -230,6 +230,7 @@ def _expected_token(name: str) -> str:
         "postgres": "postgres",
         "broker": "kafka.Kafka",
         "spark-connect": "SparkConnectServer",
+        "registry": "onceflow_dev.registry",
     }
     return tokens.get(name, "airflow")
 
@@ -829,6 +830,36 @@ def private_connect(port: int, log: Path, token: str | None = None) -> Iterator[
 
 
 # --------------------------------------------------------------------------------------------
+# the schema registry: the stand-in (onceflow_dev.registry says why), its schemas kept in
+# the stack's home so that ids stay what producers were given across down and up
+
+
+def registry_url(settings: Settings) -> str:
+    return f"http://127.0.0.1:{settings.registry_port}"
+
+
+def _registry_up(settings: Settings) -> bool:
+    """Start the registry unless it runs; True when started. It listens within a second."""
+    name = "registry"
+    if service_process(settings, name) is not None:
+        return False
+    _ensure_port_free(name, settings.registry_port)
+    store = settings.home / "registry" / "schemas.json"
+    store.parent.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-m", "onceflow_dev.registry", "--port", str(settings.registry_port)]
+    _spawn(settings, name, [*argv, "--store", str(store)], dict(os.environ))
+
+    def check() -> bool:
+        if service_process(settings, name) is None:
+            raise _fail(name, settings, "process exited")
+        return _port_open(settings.registry_port)
+
+    if not _wait_checked(check, 30):
+        raise _fail(name, settings, f"not listening on 127.0.0.1:{settings.registry_port}")
+    return True
+
+
+# --------------------------------------------------------------------------------------------
 # Airflow
 
 
@@ -939,6 +970,8 @@ def airflow_env(settings: Settings) -> dict[str, str]:
                 os.environ.get("ONCEFLOW_SPARK_JOBS") or CHECKOUT / "spark_jobs"
             ),
             "ONCEFLOW_AIRFLOW_URL": settings.airflow_url,
+            # a registry format's pipelines (onceflow.hooks.registry)
+            "ONCEFLOW_REGISTRY": registry_url(settings),
             "PYTHONUNBUFFERED": "1",
         }
     )
@@ -1206,6 +1239,8 @@ def up(settings: Settings, echo: Callable[[str], None] | None = _stderr) -> None
             f"broker: Apache Kafka healthy on {settings.kafka_bootstrap} "
             f"(its log in {broker_log_dir(settings)})"
         )
+    started = _registry_up(settings)
+    step(f"registry: {'started' if started else 'already running'} at {registry_url(settings)}")
     _connect_wait(settings)
     step(f"spark-connect: listening on {connect_url(settings)}")
     _airflow_up(settings, step)
@@ -1246,6 +1281,7 @@ def down(settings: Settings, echo: Callable[[str], None] | None = _stderr) -> No
 
     for name, note in (
         ("spark-connect", ""),
+        ("registry", ""),
         ("broker", f" (its log stays in {broker_log_dir(settings)})"),
     ):
         proc = service_process(settings, name)
@@ -1274,6 +1310,7 @@ def status(settings: Settings) -> dict:
     health = _airflow_health(settings)
     ports = {"postgres": settings.pg_port, "broker": settings.kafka_port}
     ports["spark-connect"] = settings.connect_port
+    ports["registry"] = settings.registry_port
     for name in ALL_SERVICES:
         external = (name == "postgres" and not uses_embedded_postgres(settings)) or (
             name == "broker" and not uses_embedded_broker(settings)
@@ -1286,8 +1323,8 @@ def status(settings: Settings) -> dict:
             healthy = proc is not None and _pg_healthy(settings)
         elif name == "broker":
             healthy = proc is not None and _wait_until(lambda: _broker_healthy(settings), 0)
-        elif name == "spark-connect":
-            healthy = proc is not None and _port_open(settings.connect_port)
+        elif name in ("spark-connect", "registry"):
+            healthy = proc is not None and _port_open(ports[name])
         else:
             healthy = _component_healthy(health, name, proc)
         port = ports.get(name, settings.airflow_port if name == "api-server" else None)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from datetime import timedelta
 from typing import Any
 
@@ -19,6 +18,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
+from onceflow.airflow.plan_tasks import maintain_task, plan_task
 from onceflow.airflow.triggers import CommitReadyTrigger, describe_wait
 from onceflow.commit import commit
 from onceflow.config.pipeline import PipelineConfig
@@ -27,128 +27,23 @@ from onceflow.errors import (
     AbandonedTxidError,
     CommitOrderError,
     ConfigError,
-    DataLossError,
     IllegalTransitionError,
-    KafkaAccessError,
-    LogIdentityError,
-    OffsetRegressionError,
     OnceflowError,
-    PartitionRemovedError,
     ProcessExit,
     RerunRefusedError,
 )
 from onceflow.hooks.lake import lake_storage
 from onceflow.hooks.ledger import ledger_dsn
+from onceflow.hooks.registry import REGISTRY_ENV, pipeline_registry
 from onceflow.hooks.services import services
 from onceflow.hooks.sink import sink_for
 from onceflow.hooks.spark_connect import spark_connect
-from onceflow.kafka import broker
 from onceflow.ledger.ordering import blocking_predecessor
-from onceflow.ledger.planning import plan
 from onceflow.settings import Settings
 from onceflow.sinks.lake.storage import STORAGE_ENV
 from onceflow.spark import small_batch_jvm
-from onceflow.states import BatchState
 
 log = logging.getLogger("onceflow")
-
-
-def maintain_task(pipeline: str, txid: str, pipelines_file: str | None = None) -> dict[str, Any]:
-    """After commit, every `maintain_every` committed batches of a lake or append sink (seq a
-    multiple of it): maintain the table (onceflow.maintenance); other runs skip it."""
-    from airflow.sdk.exceptions import AirflowSkipException
-
-    from onceflow.ledger.batches import get_batch
-    from onceflow.maintenance import maintain
-
-    cfg = get_pipeline(pipelines_file or Settings.from_env().pipelines_file, pipeline)
-    dsn, _ = ledger_dsn(cfg.ledger_conn_id, cfg.source)
-    batch = get_batch(dsn, cfg.name, txid)
-    every = cfg.sink.maintain_every
-    if batch.state != BatchState.COMMITTED or batch.seq % every:
-        raise AirflowSkipException(
-            f"seq {batch.seq} ({batch.state}): the table is maintained every {every} committed "
-            f"batches, next after seq {batch.seq - batch.seq % every + every}"
-        )
-    report = maintain(dsn, cfg)
-    log.info(
-        "onceflow maintain pipeline=%s after seq %d: %d %s -> %d (compacted %d into "
-        "%d), %d snapshot(s)/version(s) expired, %d data file(s) deleted, %.1fs",
-        cfg.name,
-        batch.seq,
-        report.files_before,
-        report.unit,
-        report.files_after,
-        report.compacted,
-        report.written,
-        report.expired,
-        report.removed,
-        report.seconds,
-    )
-    return report.as_dict()
-
-
-def plan_task(pipeline: str, txid: str, pipelines_file: str | None = None) -> dict[str, Any]:
-    """Plan txid (the run id, templated): replay its recorded ranges, or snapshot the
-    broker's end offsets and record new ones."""
-    cfg = get_pipeline(pipelines_file or Settings.from_env().pipelines_file, pipeline)
-    started = time.monotonic()
-    sink = sink_for(cfg)
-    try:
-        svc = services(cfg)
-        log.info("onceflow plan: ledger from %s, Kafka %s", svc.ledger_source, svc.kafka.describe())
-        batch = plan(
-            svc.ledger_dsn,
-            cfg,
-            txid,
-            lambda at: broker.snapshot(svc.kafka, cfg.name, cfg.topics, at),
-            sink,
-        )
-    except (
-        DataLossError,
-        OffsetRegressionError,
-        LogIdentityError,
-        PartitionRemovedError,
-        ConfigError,
-        KafkaAccessError,
-    ) as e:
-        # The broker's state, the configuration or the connection's credentials must change
-        # first: retrying replans the same (or knocks at the broker's door again).
-        raise AirflowFailException(f"onceflow plan txid={txid}: {e}") from e
-    if batch.replayed and batch.state == BatchState.COMMITTED:
-        try:  # a re-run: refused before anything is processed if the sink is append-only
-            sink.refuse_rerun(cfg.name, txid, batch.seq)
-        except RerunRefusedError as e:
-            raise AirflowFailException(f"onceflow plan txid={txid}: {e}") from e
-    for r in batch.ranges:
-        log.info(
-            "range %s[%d] [%d, %d) up to %d records",
-            r.topic,
-            r.partition,
-            r.from_offset,
-            r.until_offset,
-            r.size,
-        )
-    for loss in batch.losses:
-        log.warning(
-            "loss event %s[%d] [%d, %d): deleted before processing, skipped by policy on_data_loss=skip",
-            loss.topic,
-            loss.partition,
-            loss.from_offset,
-            loss.until_offset,
-        )
-    upper = sum(r.size for r in batch.ranges)
-    log.info(
-        "onceflow plan pipeline=%s txid=%s seq=%d %s ranges=%d offsets=%d seconds=%.2f",
-        cfg.name,
-        txid,
-        batch.seq,
-        "replayed" if batch.replayed else BatchState.PLANNED,
-        len(batch.ranges),
-        upper,
-        time.monotonic() - started,
-    )
-    return {"txid": txid, "seq": batch.seq, "replayed": batch.replayed, "offsets": upper}
 
 
 class TxidOperator(BaseOperator):
@@ -197,10 +92,11 @@ class ProcessOperator(TxidOperator, SparkSubmitOperator):
     """spark-submit of the package's process job (onceflow.spark_app); ends without retries
     on a final exit code.
 
-    The ledger's DSN, the Kafka client settings and a lake sink's storage (credentials) are
+    The ledger's DSN, the Kafka client settings, a lake sink's storage and a schema registry
+    (credentials) are
     read from the pipeline's Airflow connections when the task runs and handed to
     spark-submit in its environment (ONCEFLOW_POSTGRES_DSN, ONCEFLOW_KAFKA_BOOTSTRAP,
-    ONCEFLOW_KAFKA_CONFIG, ONCEFLOW_LAKE_STORAGE), never in `env_vars` or `conf`: those are
+    ONCEFLOW_KAFKA_CONFIG, ONCEFLOW_LAKE_STORAGE, ONCEFLOW_REGISTRY), never in `env_vars` or `conf`: those are
     rendered into Airflow's UI and, on YARN and Kubernetes, put on spark-submit's command line.
 
     process exits FENCED when a newer attempt of the txid took over (this attempt's output is
@@ -220,10 +116,14 @@ class ProcessOperator(TxidOperator, SparkSubmitOperator):
         try:
             svc = services(cfg)
             storage = lake_storage(cfg) if cfg.sink.storage_conn_id else None
+            registry = pipeline_registry(cfg) if cfg.registry_format else None
         except ConfigError as e:
             raise AirflowFailException(f"onceflow process txid={self.txid}: {e}") from e
         # This task's own process: spark-submit inherits it (the hook copies os.environ).
         os.environ.update({"ONCEFLOW_POSTGRES_DSN": svc.ledger_dsn, **svc.kafka.to_env()})
+        if registry is not None:
+            os.environ[REGISTRY_ENV] = registry.to_env()
+            self.log.info("onceflow process: schema registry %s", registry.describe())
         if storage is not None:
             os.environ[STORAGE_ENV] = storage.to_env()
             self.log.info("onceflow process: lake storage %s", storage.describe())

@@ -20,13 +20,16 @@ SCHEMA_EVOLUTIONS = ("add_columns", "fail")
 # The Airflow connections a pipeline uses when it names none (onceflow.hooks).
 LEDGER_CONN = "onceflow_ledger"
 KAFKA_CONN = "onceflow_kafka"
+REGISTRY_CONN = "onceflow_registry"
 
 
 @dataclass(frozen=True)
 class PipelineConfig:
     name: str
     topics: tuple[str, ...]
-    transform: str  # "module:function" (onceflow.transforms)
+    # "module:function" (onceflow.transforms); "" for none (a registry format's records land
+    # as decoded)
+    transform: str
     sink: SinkConfig
     transform_kind: Literal["record-wise", "aggregating"] = "record-wise"
     sink_schema: str = ""  # defaults to the pipeline name
@@ -54,6 +57,12 @@ class PipelineConfig:
     # of a long-lived Spark Connect server (onceflow.process.connect_session)
     process_mode: Literal["spark-submit", "connect"] = "spark-submit"
     spark_connect_conn_id: str = "spark_connect_default"
+    # how values are encoded (onceflow.config.record_format): bytes, or a registry format
+    # read with `subject`'s latest schema at plan, or its `reader_schema_version`
+    format: Literal["bytes", "avro"] = "bytes"
+    subject: str = ""
+    reader_schema_version: int | None = None
+    registry_conn_id: str | None = None
     source: str = field(default="<config>", compare=False)  # the pipelines file, for messages
 
     @property
@@ -65,6 +74,15 @@ class PipelineConfig:
     def kafka_conn(self) -> str:
         """The id of the source cluster's connection: the pipeline's, else the default."""
         return self.kafka_conn_id or KAFKA_CONN
+
+    @property
+    def registry_format(self) -> bool:
+        """Whether values are decoded with a schema registry's schemas (Avro)."""
+        return self.format != "bytes"
+
+    @property
+    def format_summary(self) -> str:
+        return f"{self.format} (subject {self.subject!r})" if self.registry_format else self.format
 
     @property
     def aggregating(self) -> bool:

@@ -17,6 +17,7 @@ from onceflow.config.pipeline import (
     TRANSFORM_KINDS,
     PipelineConfig,
 )
+from onceflow.config.record_format import REGISTRY_FORMATS, parse_format
 from onceflow.config.sink_table import parse_sink
 from onceflow.config.transform_ref import reference_problem
 from onceflow.errors import ConfigError, PipelineKeyError
@@ -55,6 +56,10 @@ _KEYS = {
     "spark_conn_id",
     "process_mode",
     "spark_connect_conn_id",
+    "format",
+    "subject",
+    "reader_schema_version",
+    "registry_conn_id",
 }
 PROCESS_MODES = ("spark-submit", "connect")
 
@@ -86,17 +91,25 @@ def parse_pipeline(
     if len(set(topics)) != len(topics):
         raise PipelineKeyError(source, name, "topics", "a topic is listed twice")
 
+    fmt = parse_format(source, name, raw, topics)
     transform = raw.get("transform")
-    if not isinstance(transform, str) or not USER_TRANSFORM_RE.match(transform):
+    if transform is None and fmt["format"] in REGISTRY_FORMATS:
+        transform = ""  # the decoded records land as they are
+    elif not isinstance(transform, str) or not USER_TRANSFORM_RE.match(transform):
         raise PipelineKeyError(
             source,
             name,
             "transform",
             f"{transform!r} is not a function 'module:function' (e.g. 'inventory:transform' "
-            "for spark_jobs/inventory.py)" + ("; give one" if transform is None else ""),
+            "for spark_jobs/inventory.py)"
+            + (
+                "; give one (only a registry format's records land without)"
+                if transform is None
+                else ""
+            ),
         )
     folders = (*transform_path(), *((near,) if near else ()), *map(Path, sys.path))
-    problem = reference_problem(transform, folders)
+    problem = transform and reference_problem(transform, folders)
     if problem:
         raise PipelineKeyError(source, name, "transform", f"{transform!r}: {problem}")
     sink = parse_sink(source, name, raw.get("sink"))
@@ -106,6 +119,8 @@ def parse_pipeline(
         raise PipelineKeyError(
             source, name, "transform_kind", f"{transform_kind!r} is not one of {TRANSFORM_KINDS}"
         )
+    if transform_kind == "aggregating" and not transform:
+        raise PipelineKeyError(source, name, "transform", "an aggregating pipeline needs one")
     if transform_kind == "aggregating" and (sink.kind != "postgres" or sink.mode != "merge"):
         # its rows carry no source coordinates: only a merge table folds them per txid
         raise PipelineKeyError(
@@ -209,6 +224,8 @@ def parse_pipeline(
         process_mode=choice("process_mode", PROCESS_MODES, "spark-submit"),  # type: ignore[arg-type]
         spark_connect_conn_id=_conn_id(source, name, raw, "spark_connect_conn_id")
         or "spark_connect_default",
+        registry_conn_id=_conn_id(source, name, raw, "registry_conn_id"),
+        **fmt,
         source=source,
     )
 

@@ -22,7 +22,7 @@ from typing import Any
 from onceflow.formats.avro_columns import AvroColumn, physical, reader_columns
 from onceflow.formats.confluent_wire import WireFormatError, split
 from onceflow.formats.decoded_batch import decoded_batch, frame_schema
-from onceflow.formats.registry_client import Registry, RegisteredSchema, SchemaIdUnknown
+from onceflow.formats.registry_client import RegisteredSchema, Registry, SchemaIdUnknown
 
 # (registry URL, reader schema id, writer schema id) -> the parsed writer schema, or why
 # records of that id are poison; for the worker's life (ids never change their schema)
@@ -36,14 +36,11 @@ class _Poison(str):
 @dataclass
 class AvroDecoder:
     """Decodes the values of reader batches into the decoded frame (formats.decoded_batch)
-    with `reader`, the txid's reader schema. Picklable: process ships it to the workers.
-    `seen`: the writer schema ids of the records it decoded (the ledger records them per
-    range)."""
+    with `reader`, the txid's reader schema. Picklable: process ships it to the workers."""
 
     reader: RegisteredSchema
     registry: Registry
     columns: tuple[AvroColumn, ...] = field(init=False)
-    seen: set[int] = field(default_factory=set, init=False)
 
     def __post_init__(self) -> None:
         self.columns = reader_columns(self.reader.text, self.described)
@@ -56,8 +53,9 @@ class AvroDecoder:
     def spark_schema(self) -> str:
         return frame_schema(self.columns)
 
-    def decode(self, batch: Any) -> Any:
-        """The decoded frame's batch of a reader batch."""
+    def decode(self, batch: Any, ids: set[int]) -> Any:
+        """The decoded frame's batch of a reader batch; adds the writer schema ids of the
+        records it decoded to `ids` (the ledger keeps them with the range)."""
         from fastavro import schemaless_reader
 
         reader = self._parsed_reader()
@@ -80,7 +78,7 @@ class AvroDecoder:
                 rows.append(None)
                 errors.append(str(writer))
                 continue
-            self.seen.add(sid)
+            ids.add(sid)
             data = io.BytesIO(payload)
             try:
                 row = schemaless_reader(data, writer, None if sid == self.reader.id else reader)

@@ -48,7 +48,9 @@ def decoded_batch(
         errors = [bad.get(i, e) for i, e in enumerate(errors)]
         values = [[None if i in bad else v for i, v in enumerate(vs)] for vs in values]
     names = batch.schema.names
-    arrays = [batch.column(names.index(c)) for c in ("topic", "partition", "offset", "key", "value")]
+    arrays = [
+        batch.column(names.index(c)) for c in ("topic", "partition", "offset", "key", "value")
+    ]
     arrays.append(batch.column(names.index("timestamp")))
     out_names = ["topic", "partition", "offset", "key", "value", "kafka_timestamp"]
     for c, vs in zip(columns, values, strict=True):
@@ -100,7 +102,10 @@ def column_array(c: AvroColumn, vs: Sequence[Any]) -> Any:
         return binary_array([None if v is None else bytes(v) for v in vs])
     if kind == "json":
         return string_array(
-            [None if v is None else json.dumps(v, default=_json_default, separators=(",", ":")) for v in vs]
+            [
+                None if v is None else json.dumps(v, default=_json_default, separators=(",", ":"))
+                for v in vs
+            ]
         )
     return string_array(vs)  # string, enum: bytes (a raw string) or str (an enum's symbol)
 
@@ -147,3 +152,21 @@ def _json_default(v: Any) -> Any:
     if isinstance(v, bytes | bytearray):
         return v.decode("latin-1")
     return str(v)  # datetimes, dates, decimals, UUIDs
+
+
+def decoded_fast_form(batch: Any) -> tuple[Any, Any]:
+    """The fast form of a pipeline that lands its decoded records without a transform
+    (onceflow.staging.fast_stage): it takes every record that decoded (error null), whose
+    row is its decoded frame's columns but the coordinates, key, value and error."""
+    import numpy as np
+    import pyarrow as pa
+
+    from onceflow.spark.arrow_columns import valid_mask
+
+    names = batch.schema.names
+    accepted = np.flatnonzero(~valid_mask(batch.column(names.index("error")))).astype(np.int64)
+    users = [n for n in names if n not in ("topic", "partition", "offset", "key", "value", "error")]
+    rows = batch.select(users)
+    if len(accepted) < batch.num_rows:
+        rows = rows.take(fixed_array(pa.int64(), accepted))
+    return accepted, rows

@@ -17,7 +17,7 @@ import json
 import ssl
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import quote
 
@@ -74,6 +74,23 @@ class Registry:
     def __post_init__(self) -> None:
         if not self.url.startswith(("http://", "https://")):
             raise ConfigError(f"{self.name}: URL {self.url!r} is not http:// or https://")
+
+    def to_env(self) -> str:
+        """This registry as an environment variable's value (what a process task hands
+        spark-submit: onceflow.hooks.registry)."""
+        return json.dumps({k: v for k, v in asdict(self).items() if v is not None})
+
+    @classmethod
+    def from_env(cls, text: str, name: str) -> Registry:
+        """The registry of an environment variable `name`: a URL, or to_env's JSON."""
+        if not text.lstrip().startswith("{"):
+            return cls(url=text.strip(), name=f"schema registry ({name})")
+        return cls(**json.loads(text))
+
+    def describe(self) -> str:
+        """Where it is and how it signs in, without secrets (for task logs)."""
+        auth = "bearer token" if self.token else f"user {self.user!r}" if self.user else "no auth"
+        return f"{self.url} ({auth}{', CA ' + self.ca_file if self.ca_file else ''})"
 
     def schema(self, schema_id: int) -> RegisteredSchema:
         """The schema of `schema_id`; SchemaIdUnknown if the registry has none."""

@@ -1,20 +1,21 @@
 """A pipeline's schema registry (Avro or Protobuf records): its `registry_conn_id`, default
 `onceflow_registry`, an `http` connection: the registry's URL as host (or host, port and
 schema http/https), basic auth as login and password, or extra `bearer_token`; extra
-`ca_file` verifies its TLS certificate. Without a default connection, ONCEFLOW_REGISTRY_URL
-(the embedded stack's registry)."""
+`ca_file` verifies its TLS certificate. ONCEFLOW_REGISTRY, when set, comes first: what a
+process task hands spark-submit (the connection's registry), or the embedded stack's URL."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 from onceflow.config.pipeline import REGISTRY_CONN, PipelineConfig
 from onceflow.errors import ConfigError
-from onceflow.formats.registry_client import Registry
+from onceflow.formats.registry_client import RegisteredSchema, Registry
 from onceflow.hooks.connection import extra, lookup, named_by
 
-REGISTRY_ENV = "ONCEFLOW_REGISTRY_URL"
+REGISTRY_ENV = "ONCEFLOW_REGISTRY"
 
 
 def registry_from(conn: Any, conn_id: str) -> Registry:
@@ -40,19 +41,30 @@ def registry_from(conn: Any, conn_id: str) -> Registry:
 
 
 def pipeline_registry(cfg: PipelineConfig) -> Registry:
-    """The registry of a pipeline whose keys or values are Avro or Protobuf: its
-    `registry_conn_id` (which must exist), else `onceflow_registry`, else
-    ONCEFLOW_REGISTRY_URL."""
+    """The registry of a pipeline whose values are in a registry format: ONCEFLOW_REGISTRY
+    when set, else its `registry_conn_id` (which must exist), else `onceflow_registry`."""
+    if os.environ.get(REGISTRY_ENV):
+        return Registry.from_env(os.environ[REGISTRY_ENV], REGISTRY_ENV)
     cid = cfg.registry_conn_id or REGISTRY_CONN
     conn = lookup(cid, named_by(cfg.source, "registry_conn_id") if cfg.registry_conn_id else None)
-    if conn is not None:
-        return registry_from(conn, cid)
-    url = os.environ.get(REGISTRY_ENV)
-    if not url:
+    if conn is None:
         raise ConfigError(
             f"{cfg.source}: pipeline {cfg.name!r} reads {cfg.format_summary} records but no "
             f"schema registry is configured: create the Airflow connection {REGISTRY_CONN!r} "
-            f"(an http connection with the registry's URL), name one with `registry_conn_id`, "
-            f"or set {REGISTRY_ENV}"
+            "(an http connection with the registry's URL as host), name one with "
+            f"`registry_conn_id`, or set {REGISTRY_ENV} to its URL"
         )
-    return Registry(url=url, name=f"schema registry ({REGISTRY_ENV})")
+    return registry_from(conn, cid)
+
+
+def reader_schema_of(cfg: PipelineConfig) -> Callable[[], RegisteredSchema] | None:
+    """What plan calls for a new txid's reader schema (ledger.reader_schemas): the subject's
+    pinned version, else its latest; None for a pipeline without a registry format."""
+    if not cfg.registry_format:
+        return None
+
+    def resolve() -> RegisteredSchema:
+        version = cfg.reader_schema_version or "latest"
+        return pipeline_registry(cfg).version(cfg.subject, version)
+
+    return resolve

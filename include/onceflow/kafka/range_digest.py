@@ -92,6 +92,9 @@ class RangeRead:
     records: int = 0
     chunks: dict[int, int] = field(default_factory=dict)
     last: RecordPrint | None = None
+    # the registry's writer schema ids of the records read (a registry format's, set by its
+    # decoder: onceflow.formats); the ledger keeps them with the range
+    schema_ids: set[int] = field(default_factory=set)
 
     def add(
         self,
@@ -119,6 +122,7 @@ class RangeRead:
         for c, s in other.chunks.items():
             self.chunks[c] = (self.chunks.get(c, 0) + s) % _MOD
         self.records += other.records
+        self.schema_ids |= other.schema_ids
         if other.last is not None and (self.last is None or other.last.offset > self.last.offset):
             self.last = other.last
 
@@ -133,6 +137,7 @@ class RangeRead:
             "records": self.records,
             "chunks": self.chunks_json(),
             "last": last,
+            "schema_ids": sorted(self.schema_ids),
         }
 
     @classmethod
@@ -144,6 +149,7 @@ class RangeRead:
             d["records"],
             {c: s for c, s in d["chunks"]},
             None if last is None else RecordPrint(last[0], last[1]),
+            set(d.get("schema_ids", ())),
         )
 
 

@@ -165,10 +165,11 @@ def mark_staged(
         for r in reads or ():
             cur.execute(
                 "insert into onceflow.range_reads (pipeline, txid, attempt, topic, partition,"
-                " records, chunks, last_offset, last_hash) values (%s, %s, %s, %s, %s, %s, %s,"
-                " %s, %s) on conflict (pipeline, txid, attempt, topic, partition) do update"
-                " set records = excluded.records, chunks = excluded.chunks,"
-                " last_offset = excluded.last_offset, last_hash = excluded.last_hash",
+                " records, chunks, last_offset, last_hash, schema_ids) values (%s, %s, %s, %s,"
+                " %s, %s, %s, %s, %s, %s) on conflict (pipeline, txid, attempt, topic, partition)"
+                " do update set records = excluded.records, chunks = excluded.chunks,"
+                " last_offset = excluded.last_offset, last_hash = excluded.last_hash,"
+                " schema_ids = excluded.schema_ids",
                 (
                     cfg.name,
                     txid,
@@ -179,6 +180,7 @@ def mark_staged(
                     json.dumps(r.chunks_json()),
                     r.last.offset if r.last else None,
                     r.last.hash if r.last else None,
+                    sorted(r.schema_ids) or None,
                 ),
             )
         move(

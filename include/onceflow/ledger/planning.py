@@ -8,20 +8,32 @@ is onceflow.ranges.plan_ranges (pure); the log checks are ledger.log_checks.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from onceflow.config.pipeline import PipelineConfig
+from onceflow.formats.registry_client import RegisteredSchema
 from onceflow.ledger.batches import Batch, ensure_pipeline, read_batch, read_ranges
 from onceflow.ledger.db import transaction
 from onceflow.ledger.log_checks import Snapshot, ledger_logs, prints_at, verify_logs
+from onceflow.ledger.reader_schemas import record_reader_schema
 from onceflow.ledger.transitions import move
 from onceflow.ranges import TopicPartition, plan_ranges
 from onceflow.sinks.base import Sink
 from onceflow.states import BatchState, Step
 
 
-def plan(dsn: str, cfg: PipelineConfig, txid: str, snapshot: Snapshot, sink: Sink) -> Batch:
+def plan(
+    dsn: str,
+    cfg: PipelineConfig,
+    txid: str,
+    snapshot: Snapshot,
+    sink: Sink,
+    reader_schema: Callable[[], RegisteredSchema] | None = None,
+) -> Batch:
     """Plan txid: replay its recorded ranges, or snapshot the broker and record new ones,
-    once every partition's log is proven the one the ledger read (verify_logs)."""
+    once every partition's log is proven the one the ledger read (verify_logs). A registry
+    format's new txid with records to read also records its reader schema, `reader_schema()`
+    (ledger.reader_schemas)."""
     started = time.monotonic()
     ensure_pipeline(dsn, cfg, sink)
     with transaction(dsn) as cur:
@@ -107,6 +119,8 @@ def plan(dsn: str, cfg: PipelineConfig, txid: str, snapshot: Snapshot, sink: Sin
                     r.partition,
                 ),
             )
+        if reader_schema is not None and any(r.size for r in planned.ranges):
+            record_reader_schema(cur, cfg, txid, reader_schema)
         for loss in planned.losses:
             cur.execute(
                 "insert into onceflow.loss_events (pipeline, txid, topic, partition, from_offset,"

@@ -23,6 +23,7 @@ from onceflow.ledger.batches import record_error
 from onceflow.ledger.fencing import Staged, claim_attempt, mark_staged
 from onceflow.ledger.log_checks import verify_topic_ids
 from onceflow.process.attempt_spec import Attempt
+from onceflow.process.decoding import keep_writer_schemas
 from onceflow.process.session import SparkSource, run_stage_attempt
 from onceflow.process.stage_job import StageInputs
 from onceflow.ranges import OffsetRange
@@ -84,6 +85,8 @@ def stage_and_mark(
     t0 = time.monotonic()
     _verify_topic_ids(inputs, topics)
     timings["log_checks"] += time.monotonic() - t0
+    if inputs.decoder is not None:
+        keep_writer_schemas(inputs.dsn, attempt.pipeline, inputs.decoder, job.reads)
     failpoints.hit("process.before_mark_staged", attempt.txid)
     t0 = time.monotonic()
     staged = mark_staged(

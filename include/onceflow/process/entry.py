@@ -229,6 +229,7 @@ def run_attempt(
         record_failure,
         stage_and_mark,
     )
+    from onceflow.process.decoding import txid_decoder
     from onceflow.process.failures import short_error
     from onceflow.process.stage_job import StageInputs
 
@@ -246,7 +247,8 @@ def run_attempt(
     try:
         # once per process task: every stage job and probe of the attempt stages into it
         sink = sink_for(cfg)
-        inputs = StageInputs(attempt, cfg, sink, dsn, kafka, options)
+        decoder = txid_decoder(dsn, cfg, txid, ranges)
+        inputs = StageInputs(attempt, cfg, sink, dsn, kafka, options, decoder)
         staged = stage_and_mark(inputs, ranges, source, claimed_at, timings)
     except (TransformError, SinkSchemaError, LogIdentityError, KafkaAccessError, ConfigError) as e:
         # the transform, its sink tables, the broker's log, the Kafka connection's settings or

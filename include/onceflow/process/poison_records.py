@@ -80,7 +80,7 @@ def _probe(spark: Any, piece: OffsetRange, inputs: StageInputs) -> RaisedFailure
     fast form when the job uses it) and thrown away (Spark's noop sink). Any other failure
     is raised."""
     attempt, cfg, kafka = inputs.attempt, inputs.cfg, inputs.kafka
-    read = inputs.options.read.reader_args()
+    read = inputs.reader_args()
     with stage_job_rows(inputs.dsn, attempt.pipeline, attempt.txid, attempt.attempt) as job:
         if inputs.uses_fast_form:
             declined = fast_stage_frame(spark, [piece], kafka, cfg.transform, job=job, **read)

@@ -54,18 +54,26 @@ class StageInputs:
     dsn: str
     kafka: KafkaCluster
     options: JobOptions
+    # a registry format's decoder of the txid's values (onceflow.formats), None for bytes
+    decoder: Any = None
 
     @property
     def uses_fast_form(self) -> bool:
         """Whether the job stages the transform's fast form (onceflow.staging.fast_stage):
         the job's options and the pipeline allow it, the sink takes one and the transform
-        has one."""
-        return (
-            self.options.fast_form
-            and self.cfg.fast_form
-            and self.sink.takes_fast_form
-            and load_fast_form(self.cfg.transform) is not None
+        has one (a pipeline landing its decoded records without one: the decoder's)."""
+        has_one = (
+            self.decoder is not None
+            if not self.cfg.transform
+            else load_fast_form(self.cfg.transform) is not None
         )
+        return (
+            self.options.fast_form and self.cfg.fast_form and self.sink.takes_fast_form and has_one
+        )
+
+    def reader_args(self) -> dict[str, Any]:
+        """The reader's keyword arguments of the job's frames (RangeReadFn's)."""
+        return {**self.options.read.reader_args(), "decoder": self.decoder}
 
 
 @dataclass(frozen=True)
@@ -104,11 +112,12 @@ def stage_job(
     a part of their own and count as records read."""
     timings = {} if timings is None else timings
     attempt, cfg, dsn, kafka = inputs.attempt, inputs.cfg, inputs.dsn, inputs.kafka
-    read = inputs.options.read.reader_args()
+    read = inputs.options.read.reader_args()  # the dead letters' (they are not decoded)
     with stage_job_rows(dsn, attempt.pipeline, attempt.txid, attempt.attempt) as job:
         t0 = time.monotonic()
         n = len(pieces)
-        options = {**read, "tally": LedgerTally(job), "skip": [p.coordinates for p in poison]}
+        skip = [p.coordinates for p in poison]
+        options = {**inputs.reader_args(), "tally": LedgerTally(job), "skip": skip}
         numbers = PartNumbers(n, inputs.uses_fast_form, bool(poison))
         if numbers.fast:
             declined = fast_stage_frame(spark, pieces, kafka, cfg.transform, job=job, **options)
@@ -176,10 +185,10 @@ def stage_job(
             declined_parts = range(numbers.first_transformed, numbers.first_transformed + n)
             log.info(
                 "fast form: parts 0..%d staged by the readers' Python workers; %d declined "
-                "record(s) through transform %s in the JVM, parts %d..%d",
+                "record(s) through %s in the JVM, parts %d..%d",
                 n - 1,
                 sum(m.rows for m in messages if m.part in declined_parts),
-                cfg.transform,
+                f"transform {cfg.transform}" if cfg.transform else "the stage (no transform)",
                 declined_parts.start,
                 declined_parts.stop - 1,
             )

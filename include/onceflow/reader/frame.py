@@ -33,7 +33,9 @@ class RangeReadFn:
     + dead letters with them, ledger.fencing.mark_staged). With `skip`, the (topic,
     partition, offset) of records it reads but does not hand on (onceflow.poison: records
     the transform raised on, staged as dead letters instead): they are in what it read,
-    not in what it handed on.
+    not in what it handed on. With `decoder` (a registry format's, onceflow.formats), it hands
+    on the decoded frame's batches (decoder.spark_schema) rather than the reader's, and adds
+    the writer schema ids it met to what it read of the range.
 
     Picklable (cloudpickle ships it to the executors by reference to this module).
     """
@@ -49,6 +51,7 @@ class RangeReadFn:
         client_conf: Mapping[str, str] | None = None,
         tally: RangeTally | None = None,
         skip: Iterable[tuple[str, int, int]] = (),
+        decoder: Any = None,
     ) -> None:
         self.pieces = list(pieces)
         self.bootstrap = bootstrap
@@ -57,6 +60,7 @@ class RangeReadFn:
         self.batch_records = batch_records
         self.client_conf = dict(client_conf or {})
         self.tally = tally
+        self.decoder = decoder
         self.skip: dict[tuple[str, int], list[int]] = {}
         for topic, partition, offset in sorted(skip):
             self.skip.setdefault((topic, partition), []).append(offset)
@@ -86,9 +90,16 @@ class RangeReadFn:
         ]
         if skipped:
             batches = _without(batches, skipped)
+        if self.decoder is not None:
+            batches = _decoded(batches, self.decoder, set() if seen is None else seen.schema_ids)
         if self.tally is None or seen is None:
             return batches
         return counted(batches, k, seen, self.tally)
+
+
+def _decoded(batches: Iterator[Any], decoder: Any, ids: set[int]) -> Iterator[Any]:
+    for batch in batches:
+        yield decoder.decode(batch, ids)
 
 
 def _without(batches: Iterator[Any], offsets: list[int]) -> Iterator[Any]:
@@ -124,11 +135,11 @@ def ranges_frame(
 
 def pieces_frame(spark: Any, fn: RangeReadFn) -> Any:
     """`fn` run by a mapInArrow over spark.range: Spark partition k holds the single id k,
-    so its output is what `fn` makes of fn.pieces[k] (schema SCHEMA)."""
+    so its output is what `fn` makes of fn.pieces[k] (schema SCHEMA, or its decoder's)."""
     if not fn.pieces:
         raise ValueError(
             "a frame of input ranges needs at least one piece (an empty batch reads nothing)"
         )
     n = len(fn.pieces)
     ids = spark.range(0, n, 1, n)  # partition k holds the single id k
-    return ids.mapInArrow(fn, SCHEMA)
+    return ids.mapInArrow(fn, SCHEMA if fn.decoder is None else fn.decoder.spark_schema)

@@ -44,7 +44,7 @@ def py_files(transform: str, master: str, ship_package: bool, folder: Path) -> l
     import onceflow
 
     files = [package_zip(onceflow, folder)] if ship_package else []
-    if ships_user_code(master, ship_package):
+    if transform and ships_user_code(master, ship_package):
         load_transform(transform)  # imports its module, from the spark_jobs folder too
         own = transform.partition(":")[0].partition(".")[0]
         for top in [own, *sorted(_user_modules() - {own})]:

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from onceflow.errors import TransformError, TransformRaisedError
+from onceflow.formats.decoded_batch import decoded_fast_form
 from onceflow.kafka.client import KafkaCluster
 from onceflow.ledger.stage_jobs import StageJobRef, fast_stage_of
 from onceflow.poison import raised_in_worker
@@ -246,6 +247,8 @@ class FastStageFn(RangeReadFn):
             fast_form = load_fast_form(self.transform)
         except TransformError as e:
             raise for_driver(e) from None
+        if not self.transform and self.decoder is not None:
+            fast_form = decoded_fast_form  # the decoded records land as they are
         if fast_form is None:
             raise for_driver(TransformError(f"transform {self.transform!r} has no fast form"))
         for ids in batches:

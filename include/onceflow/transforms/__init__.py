@@ -96,8 +96,10 @@ def load_fast_form(spec: str) -> Callable[[Any], Any] | None:
 
 
 def load_transform(spec: str) -> Callable[[Any], Any]:
-    """The pipeline's transform function "module:function"; raises TransformError saying
-    what is missing and where."""
+    """The pipeline's transform function "module:function" (for "", none: the records as
+    they are); raises TransformError saying what is missing and where."""
+    if not spec:
+        return _as_they_are
     module = load_module(spec)
     function = spec.partition(":")[2]
     where = getattr(module, "__file__", None) or module.__name__
@@ -113,6 +115,11 @@ def load_transform(spec: str) -> Callable[[Any], Any]:
             f"{type(fn).__name__}, not a function DataFrame -> DataFrame"
         )
     return fn
+
+
+def _as_they_are(df: Any) -> Any:
+    """A pipeline without a transform (a registry format's): its decoded records land."""
+    return df
 
 
 def load_module(spec: str) -> ModuleType:
@@ -223,11 +230,15 @@ def aggregate_row_violation(
     return violation
 
 
-def check_output(spec: str, pipeline: str, columns: Iterable[str], sink: SinkConfig) -> None:
+def check_output(
+    spec: str, pipeline: str, columns: Iterable[str], sink: SinkConfig, decoded: bool = False
+) -> None:
     """Refuse an output that does not fit the record-wise contract and the sink, naming the
-    missing columns (before anything is staged)."""
+    missing columns (before anything is staged). A transform of `decoded` records (a
+    registry format's) keeps `error` too: it names the records that did not decode, which
+    are dead letters."""
     columns = list(columns)
-    needed = [*COORDINATES, *sink.key, *sink.aggregates]
+    needed = [*COORDINATES, *sink.key, *sink.aggregates, *(("error",) if decoded else ())]
     missing = [c for c in needed if c not in columns]
     if missing:
         why = ["topic, partition and offset (a record-wise transform keeps them)"]
@@ -235,6 +246,8 @@ def check_output(spec: str, pipeline: str, columns: Iterable[str], sink: SinkCon
             why.append(f"the sink's key {list(sink.key)}")
         if sink.aggregates:
             why.append(f"its aggregates {list(sink.aggregates)}")
+        if decoded:
+            why.append("error (the records that did not decode: keep the column as it is)")
         raise TransformError(
             f"transform {spec!r} of pipeline {pipeline!r}: its output lacks column(s) "
             f"{missing}; it must have {' and '.join(why)}. Output columns: {columns}. "

@@ -1,0 +1,82 @@
+"""A registry format's schemas in the ledger (migration 0009): the reader schema each txid
+reads with, recorded at plan, and the writer schemas process met, by id.
+
+Plan resolves the reader schema once per txid, in its transaction: a retry replays the txid
+with the schema it was planned with, whatever the registry's latest is by then. A new
+reader schema is checked against the previous txid's (onceflow.formats.avro_compat): a
+change the sink cannot follow refuses the plan, naming the subject, both versions and the
+field. The columns a compatible one adds reach the sink through schema evolution
+(onceflow.sinks.schema_evolution), recorded with the txid that first needed them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from onceflow.config.pipeline import PipelineConfig
+from onceflow.errors import IncompatibleSchemaError
+from onceflow.formats.avro_compat import incompatibility
+from onceflow.formats.registry_client import RegisteredSchema
+from onceflow.ledger.db import transaction
+
+
+def record_reader_schema(
+    cur, cfg: PipelineConfig, txid: str, resolve: Callable[[], RegisteredSchema]
+) -> RegisteredSchema:
+    """Record txid's reader schema, `resolve`d now (txid's batch row exists, in this
+    transaction); IncompatibleSchemaError if the previous txid read with one it cannot
+    follow."""
+    schema = resolve()
+    cur.execute(
+        "select r.version, r.schema_id, r.schema_type, r.schema from onceflow.reader_schemas r"
+        " join onceflow.batches b using (pipeline, txid) where r.pipeline = %s and r.txid <> %s"
+        " order by b.seq desc limit 1",
+        (cfg.name, txid),
+    )
+    row = cur.fetchone()
+    if row is not None and row[1] != schema.id:
+        why = incompatibility(row[3], schema.text)
+        if why is not None:
+            raise IncompatibleSchemaError(
+                cfg.name, cfg.subject, row[0], schema.version or 0, why[0], why[1]
+            )
+    cur.execute(
+        "insert into onceflow.reader_schemas (pipeline, txid, subject, version, schema_id,"
+        " schema_type, schema) values (%s, %s, %s, %s, %s, %s, %s)",
+        (cfg.name, txid, cfg.subject, schema.version, schema.id, schema.type, schema.text),
+    )
+    return schema
+
+
+def reader_schema(dsn: str, pipeline: str, txid: str) -> RegisteredSchema | None:
+    """The reader schema txid was planned with (None: none recorded, its ranges were empty)."""
+    with transaction(dsn) as cur:
+        cur.execute(
+            "select subject, version, schema_id, schema_type, schema from onceflow.reader_schemas"
+            " where pipeline = %s and txid = %s",
+            (pipeline, txid),
+        )
+        row = cur.fetchone()
+    if row is None:
+        return None
+    subject, version, sid, stype, text = row
+    return RegisteredSchema(sid, text, stype, subject=subject, version=version)
+
+
+def record_writer_schemas(cur, pipeline: str, schemas: Iterable[RegisteredSchema]) -> None:
+    """Keep the writer schemas of the ids process met (once: ids never change their schema)."""
+    for s in schemas:
+        cur.execute(
+            "insert into onceflow.writer_schemas (pipeline, schema_id, schema_type, schema)"
+            " values (%s, %s, %s, %s) on conflict do nothing",
+            (pipeline, s.id, s.type, s.text),
+        )
+
+
+def writer_schemas(cur, pipeline: str) -> dict[int, RegisteredSchema]:
+    """The writer schemas the ledger keeps for `pipeline`, by id."""
+    cur.execute(
+        "select schema_id, schema_type, schema from onceflow.writer_schemas where pipeline = %s",
+        (pipeline,),
+    )
+    return {sid: RegisteredSchema(sid, text, stype) for sid, stype, text in cur.fetchall()}
