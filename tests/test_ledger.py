@@ -638,3 +638,45 @@ def test_a_reset_during_a_commit_waits_for_it_and_abandons_only_what_is_still_op
     assert reset.abandoned == ["b"] and reset.after_seq == 2
     assert get_batch(ledger_dsn, cfg.name, "a").state == BatchState.COMMITTED
     assert get_batch(ledger_dsn, cfg.name, "b").state == BatchState.ABANDONED
+
+
+def test_a_txids_reader_schema_is_recorded_at_plan_replayed_and_refused_when_incompatible(
+    ledger_dsn, unique_name
+):
+    import json
+
+    from onceflow.errors import IncompatibleSchemaError
+    from onceflow.formats.registry_client import RegisteredSchema
+    from onceflow.ledger.reader_schemas import reader_schema
+
+    cfg = parse_pipeline(unique_name, {"topics": [T], "format": "avro", "sink": {"table": "p"}})
+    fields = [{"name": "id", "type": "long"}, {"name": "sku", "type": "string"}]
+    v1 = RegisteredSchema(
+        7, json.dumps({"type": "record", "name": "P", "fields": fields}), version=1
+    )
+    added = [*fields, {"name": "n", "type": ["null", "long"], "default": None}]
+    v2 = RegisteredSchema(
+        9, json.dumps({"type": "record", "name": "P", "fields": added}), version=2
+    )
+    v3 = RegisteredSchema(
+        11, json.dumps({"type": "record", "name": "P", "fields": added[1:]}), version=3
+    )
+    latest = [v1]
+    plan(ledger_dsn, cfg, "r1", snap({(T, 0): 10}), sink_for(cfg), lambda: latest[0])
+    latest[0] = v2  # a retry replays r1's reader schema; r2 reads with v2 (a field added)
+    plan(ledger_dsn, cfg, "r1", snap({(T, 0): 10}), sink_for(cfg), lambda: latest[0])
+    plan(ledger_dsn, cfg, "r2", snap({(T, 0): 20}), sink_for(cfg), lambda: latest[0])
+    assert reader_schema(ledger_dsn, cfg.name, "r1").id == 7
+    assert (
+        reader_schema(ledger_dsn, cfg.name, "r2").id,
+        reader_schema(ledger_dsn, cfg.name, "r2").version,
+    ) == (9, 2)
+    latest[0] = v3  # "id" removed: refused naming subject, both versions and the field
+    with pytest.raises(IncompatibleSchemaError) as e:
+        plan(ledger_dsn, cfg, "r3", snap({(T, 0): 30}), sink_for(cfg), lambda: latest[0])
+    assert "subject 'orders-value' version 3 is not compatible with version 2" in str(e.value)
+    assert "field 'id' was removed" in str(e.value)
+    with pytest.raises(UnknownTxidError):
+        get_batch(ledger_dsn, cfg.name, "r3")  # nothing planned
+    # a txid with nothing to read asks the registry nothing (a subject may not exist yet)
+    plan(ledger_dsn, cfg, "r4", snap({(T, 0): 20}), sink_for(cfg), lambda: 1 / 0)

@@ -1,0 +1,246 @@
+"""Avro values in the Confluent wire format, decoded as the reader's worker decodes them
+(onceflow.formats): produced with confluent-kafka's own AvroSerializer through a registry,
+read with the txid's reader schema, every kind of poison record named, a registry that does
+not answer raised rather than taken for poison.
+
+The registry is the stand-in (onceflow_dev.registry: no registry server installs here from a
+package registry), serving the Confluent REST API the serializer and Onceflow use.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+
+import pyarrow as pa
+import pytest
+from onceflow.errors import ConfigError, RegistryUnavailableError, SubjectNotFoundError
+from onceflow.formats import avro_decode
+from onceflow.formats.avro_columns import reader_columns
+from onceflow.formats.avro_compat import incompatibility
+from onceflow.formats.avro_decode import AvroDecoder
+from onceflow.formats.confluent_wire import frame
+from onceflow.formats.decoded_batch import decoded_fast_form
+from onceflow.formats.registry_client import Registry
+from onceflow_dev.registry import RegistryServer
+
+pytestmark = pytest.mark.unit
+
+V1 = {
+    "type": "record",
+    "name": "Payment",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "account", "type": "string"},
+        {
+            "name": "amount",
+            "type": {"type": "bytes", "logicalType": "decimal", "precision": 12, "scale": 2},
+        },
+        {"name": "paid_at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        {"name": "day", "type": ["null", {"type": "int", "logicalType": "date"}], "default": None},
+        {"name": "ok", "type": "boolean"},
+        {"name": "ratio", "type": "float"},
+        {"name": "status", "type": {"type": "enum", "name": "Status", "symbols": ["OK", "LATE"]}},
+        {"name": "raw", "type": "bytes"},
+        {"name": "tags", "type": {"type": "array", "items": "string"}},
+    ],
+}
+V2 = {
+    **V1,
+    "fields": [*V1["fields"], {"name": "coupon", "type": ["null", "string"], "default": None}],
+}
+PAID = dt.datetime(2026, 11, 29, 8, 30, 1, 250000, tzinfo=dt.UTC)
+
+
+def payment(i: int) -> dict:
+    return {
+        "id": i,
+        "account": f"ä-{i}",
+        "amount": decimal.Decimal("-12.34") * i,
+        "paid_at": PAID,
+        "day": dt.date(2026, 11, 29) if i % 2 else None,
+        "ok": bool(i % 2),
+        "ratio": 0.5,
+        "status": "LATE",
+        "raw": bytes([i % 256, 0]),
+        "tags": ["a", f"t{i}"],
+    }
+
+
+@pytest.fixture
+def registry():
+    server = RegistryServer(user="svc", password="s3cret").start()
+    yield server
+    server.shutdown()
+    server.server_close()
+    avro_decode._WRITERS.clear()  # a worker's cache: each test's registry ids start at 1
+
+
+def serializer(server, schema):
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    client = SchemaRegistryClient({"url": server.url, "basic.auth.user.info": "svc:s3cret"})
+    ctx = SerializationContext("payments", MessageField.VALUE)
+    serialize = AvroSerializer(client, json.dumps(schema))
+    return lambda record: serialize(record, ctx)
+
+
+def batch(values):
+    n = len(values)
+    return pa.RecordBatch.from_pydict(
+        {
+            "topic": ["payments"] * n,
+            "partition": [0] * n,
+            "offset": list(range(n)),
+            "key": [None] * n,
+            "value": values,
+            "timestamp": pa.array([1_700_000_000_000_000] * n, pa.timestamp("us", tz="UTC")),
+        }
+    )
+
+
+def decoder(server, version="latest"):
+    registry = Registry(server.url, user="svc", password="s3cret")
+    return AvroDecoder(registry.version("payments-value", version), registry)
+
+
+def test_records_decode_into_typed_columns_with_the_reader_schema(registry):
+    v1, v2 = serializer(registry, V1), serializer(registry, V2)
+    values = [v1(payment(1)), v2({**payment(2), "coupon": "C2"}), v1(payment(3))]
+    ids: set[int] = set()
+    out = decoder(registry).decode(batch(values), ids).to_pylist()
+    assert ids == {1, 2}
+    assert [r["error"] for r in out] == [None] * 3
+    assert out[0]["amount"] == decimal.Decimal("-12.34")
+    assert out[0]["paid_at"] == PAID
+    assert out[0]["day"] == dt.date(2026, 11, 29) and out[1]["day"] is None
+    assert (out[0]["account"], out[0]["ok"], out[0]["ratio"], out[0]["status"]) == (
+        "ä-1",
+        True,
+        0.5,
+        "LATE",
+    )
+    assert out[0]["raw"] == b"\x01\x00" and out[0]["tags"] == '["a","t1"]'
+    # a v1 record read with v2: the added field's default
+    assert [r["coupon"] for r in out] == [None, "C2", None]
+    assert out[0]["kafka_timestamp"] == dt.datetime(2023, 11, 14, 22, 13, 20, tzinfo=dt.UTC)
+    assert out[2]["value"] == values[2]  # the bytes stay, for a dead letter
+
+
+def test_the_frame_schema_types_each_column_for_spark():
+    columns = {c.name: c.spark_type for c in reader_columns(json.dumps(V2), "v2")}
+    assert columns == {
+        "id": "bigint",
+        "account": "string",
+        "amount": "decimal(12,2)",
+        "paid_at": "timestamp",
+        "day": "date",
+        "ok": "boolean",
+        "ratio": "double",
+        "status": "string",
+        "raw": "binary",
+        "tags": "string",
+        "coupon": "string",
+    }
+
+
+def test_every_poison_record_is_named_and_a_tombstone_is_not_one(registry):
+    v1 = serializer(registry, V1)
+    good = v1(payment(1))
+    bad_utf8 = bytearray(good)
+    at = bad_utf8.index("ä".encode())
+    bad_utf8[at : at + 2] = b"\xff\xfe"
+    protobuf_id = registry.schemas.register(
+        "other", {"schema": "syntax = 'proto3'; message M {}", "schemaType": "PROTOBUF"}
+    )["id"]
+    values = [
+        b'{"id": 1}',  # JSON, no magic byte
+        frame(4242, good[5:]),  # an id the registry does not know
+        good[:-4],  # truncated
+        good + b"\x00\x00",  # bytes left over
+        bytes(bad_utf8),  # a string that is not UTF-8
+        frame(protobuf_id, b"\x00"),  # another format's schema
+        None,  # a tombstone
+        b"\x00\x00",  # shorter than the header
+    ]
+    out = decoder(registry).decode(batch(values), set()).to_pylist()
+    errors = [r["error"] for r in out]
+    assert "not the magic byte 0" in errors[0]
+    assert "schema id 4242 is unknown" in errors[1] and "(404)" in errors[1]
+    assert "truncated" in errors[2]
+    assert "2 byte(s) left over" in errors[3]
+    assert "field 'account' is not UTF-8" in errors[4]
+    assert "is a PROTOBUF schema" in errors[5]
+    assert errors[6] is None and out[6]["id"] is None
+    assert "shorter than the wire format's 5-byte header" in errors[7]
+    assert all(r["id"] is None for r in out)
+
+
+def test_a_registry_that_does_not_answer_fails_the_read_rather_than_poisoning(registry):
+    values = [serializer(registry, V1)(payment(1))]
+    serializer(registry, V2)(payment(2))
+    dec = decoder(registry)  # v2: the v1 record's writer schema is fetched when met
+    registry.shutdown()
+    registry.server_close()
+    with pytest.raises(RegistryUnavailableError, match="did not answer GET /schemas/ids/1"):
+        dec.decode(batch(values), set())
+
+
+def test_a_worker_fetches_each_writer_schema_once(registry):
+    v1 = serializer(registry, V1)
+    records = [v1(payment(i)) for i in range(5)]  # registers v1 (id 1), then v2 (id 2)
+    serializer(registry, V2)(payment(0))
+    dec = decoder(registry)  # v2
+    before = len(registry.requests)
+    for _ in range(3):
+        dec.decode(batch(records), set())
+    fetched = [p for _, p in registry.requests[before:] if p.startswith("/schemas/ids/")]
+    assert fetched == ["/schemas/ids/1"]
+
+
+def test_the_decoded_fast_form_takes_the_records_that_decoded():
+    registry_free = batch([None, None, None]).append_column(
+        "error", pa.array([None, "bad", None], pa.string())
+    )
+    accepted, rows = decoded_fast_form(registry_free)
+    assert accepted.tolist() == [0, 2]
+    assert rows.schema.names == ["timestamp"] and rows.num_rows == 2
+
+
+def test_a_reader_schema_that_drops_or_retypes_a_field_is_incompatible():
+    assert incompatibility(json.dumps(V1), json.dumps(V2)) is None
+    dropped = {**V1, "fields": V1["fields"][1:]}
+    assert incompatibility(json.dumps(V1), json.dumps(dropped)) == ("id", "was removed")
+    retyped = {**V1, "fields": [{"name": "id", "type": "string"}, *V1["fields"][1:]]}
+    assert incompatibility(json.dumps(V1), json.dumps(retyped)) == (
+        "id",
+        "changed type from bigint to string",
+    )
+
+
+def test_a_reader_schema_is_a_record_without_the_frames_own_column_names():
+    with pytest.raises(ConfigError, match="whose schema is a record, not 'string'"):
+        reader_columns('"string"', "subject 's' version 1")
+    clash = {**V1, "fields": [*V1["fields"], {"name": "offset", "type": "long"}]}
+    with pytest.raises(ConfigError, match="field 'offset' has the name of a column"):
+        reader_columns(json.dumps(clash), "subject 's' version 2")
+
+
+def test_the_registry_client_signs_in_and_names_refusals(registry):
+    serializer(registry, V1)(payment(1))
+    anonymous = Registry(registry.url)
+    with pytest.raises(ConfigError, match="refused the credentials \\(HTTP 401\\)"):
+        anonymous.version("payments-value")
+    signed = Registry(registry.url, user="svc", password="s3cret")
+    assert signed.version("payments-value").version == 1
+    with pytest.raises(SubjectNotFoundError, match="no subject 'nope-value'"):
+        signed.version("nope-value")
+    # what a process task hands spark-submit comes back whole; its description has no secret
+    assert Registry.from_env(signed.to_env(), "X") == signed
+    assert "s3cret" not in signed.describe() and "s3cret" not in repr(signed)
+    assert Registry.from_env(registry.url, "ONCEFLOW_REGISTRY").url == registry.url
+    with pytest.raises(ConfigError, match="is not http"):
+        Registry("registry:8081")
