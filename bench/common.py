@@ -165,12 +165,22 @@ def create_topic(bootstrap: str, name: str, partitions: int) -> None:
     broker_mod.create_topic(bootstrap, name, partitions)
 
 
+def produce_values(bootstrap: str, name: str, partitions: int, given: list) -> Topic:
+    """The values `given`, keyed as produce keys order events, round-robin over `partitions`."""
+    return produce(bootstrap, name, partitions, len(given), given=given)
+
+
 def produce(
-    bootstrap: str, name: str, partitions: int, count: int, sample: Callable | None = None
+    bootstrap: str,
+    name: str,
+    partitions: int,
+    count: int,
+    sample: Callable | None = None,
+    given: list | None = None,
 ) -> Topic:
-    """`count` records round-robin over `partitions`: order events, or the series of a user
-    transform's `sample(i, rng)` (onceflow_dev.producer.records); ranges from the delivery
-    reports."""
+    """`count` records round-robin over `partitions`: order events, the series of a user
+    transform's `sample(i, rng)` (onceflow_dev.producer.records), or the values `given`;
+    ranges from the delivery reports."""
     from confluent_kafka import Producer
     from onceflow_dev.producer import records
 
@@ -198,7 +208,7 @@ def produce(
     items = (
         records(sample, count)
         if sample
-        else ((b"k%d" % (n % 1000), v) for n, v in enumerate(values(count)))
+        else ((b"k%d" % (n % 1000), v) for n, v in enumerate(given or values(count)))
     )
     for n, (key, v) in enumerate(items):
         nbytes += len(v or b"")

@@ -32,6 +32,10 @@ Phase 1, data plane (a private Apache Kafka and PostgreSQL, nothing else of Once
                    commit_sizes`): `commit_s_by_size`
   dag_parse        the dag-processor's parse of a DAG file of 500 pipelines, in a fresh Python
                    (bench/dag_parse.py; `--only dag_parse`)
+  avro             the process step over the same order events as JSON (the orders transform
+                   and its fast form) and as Avro in the Confluent wire format through a
+                   schema registry (format = "avro", no transform): records/s of each and
+                   their ratio (bench/avro.py; `--only avro`)
 Phase 2, orchestration (an embedded stack of the bench's own, `onceflow up` on ports
 25438/29098/28086 with its own Apache Kafka, under .onceflow/bench):
   small_batch      DAG runs of a 1,000-record batch, trigger to commit success, split into
@@ -49,7 +53,8 @@ Writes --out (bench/results.json), --plot (bench/throughput.png) and --markdown
 
 usage: python bench/run.py [--quick] [--records N] [--repeats K] [--skip-dag] [--render]
                            [--lake-records N] [--soak-minutes M]
-                           [--only lake|lake_commits|commit_sizes|dag_parse|small_batch|soak]
+                           [--avro-records N]
+                           [--only lake|lake_commits|commit_sizes|dag_parse|avro|small_batch|soak]
 """
 
 from __future__ import annotations
@@ -73,6 +78,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import avro  # noqa: E402
 import commit_sizes  # noqa: E402
 import common  # noqa: E402
 import dag_parse  # noqa: E402
@@ -81,6 +87,7 @@ import lake_commits  # noqa: E402
 import native_job  # noqa: E402
 import soak  # noqa: E402
 from common import ROOT, SPARK_SUBMIT, Topic  # noqa: E402
+from onceflow.hooks.registry import reader_schema_of  # noqa: E402
 from onceflow.hooks.sink import sink_for  # noqa: E402
 from onceflow.spark import jvm_archive  # noqa: E402
 from onceflow.spark_app import PROCESS_APPLICATION  # noqa: E402
@@ -316,6 +323,7 @@ class Ledger:
             "run-1",
             lambda _at: BrokerSnapshot(dict.fromkeys(ends, 0), ends),
             sink=sink_for(cfg),
+            reader_schema=reader_schema_of(cfg),
         )
         return cfg, path
 
@@ -860,6 +868,18 @@ def acceptance(r: dict) -> dict:
             2 * append["1000"],
             "<=",
         )
+    if r.get("avro"):
+        checks["Avro decode >= 0.8 x the JSON path (process, in-job)"] = (
+            r["avro"]["avro_records_per_s"],
+            0.8 * r["avro"]["json_records_per_s"],
+            ">=",
+        )
+    if r.get("avro"):
+        checks["Avro decode >= 0.8 x the JSON path (process, in-job)"] = (
+            r["avro"]["avro_records_per_s"],
+            0.8 * r["avro"]["json_records_per_s"],
+            ">=",
+        )
     if r.get("dag_parse"):
         checks["DAG file of 500 pipelines parses in < 5 s"] = (
             r["dag_parse"]["parse_s"],
@@ -1118,6 +1138,8 @@ def write_markdown(r: dict, path: Path) -> None:
         lines += lake_commits.section(r["lake_commits"])
     if r.get("commit_sizes"):
         lines += commit_sizes.section(r["commit_sizes"])
+    if r.get("avro"):
+        lines += avro.section(r["avro"])
     if r.get("dag_parse"):
         lines += dag_parse.section(r["dag_parse"])
     lines += [
@@ -1316,7 +1338,7 @@ def peer(r: dict, rps: list[dict], procs: list[dict], nrps: list[dict], nprocs: 
 # --- main ---------------------------------------------------------------------------------
 
 
-SECTIONS = ["lake", "lake_commits", "commit_sizes", "dag_parse", "small_batch", "soak"]
+SECTIONS = ["lake", "lake_commits", "commit_sizes", "dag_parse", "avro", "small_batch", "soak"]
 # sections on the bench's stack only: no private broker or PostgreSQL of phase 1
 STACK_SECTIONS = ("small_batch", "soak")
 
@@ -1356,6 +1378,9 @@ def main() -> int:
         help="the backlog drained through the scheduler in each process mode (0: skip)",
     )
     p.add_argument("--lake-records", type=int, default=1_000_000, help="the lake section's topic")
+    p.add_argument(
+        "--avro-records", type=int, default=1_000_000, help="the avro section's events (each way)"
+    )
     p.add_argument(
         "--soak-minutes",
         type=float,
@@ -1406,6 +1431,7 @@ def main() -> int:
             1,
         )
         a.lake_records = 50_000
+        a.avro_records = 100_000
     sizes = sorted({int(x) for x in a.sizes.split(",") if x} | {a.records})
     pcounts = [int(x) for x in a.partition_counts.split(",") if x]
 
@@ -1436,6 +1462,17 @@ def main() -> int:
                     results["commit_s_by_size"] = results["commit_sizes"]["commit_s_by_size"]
                 if a.only in (None, "dag_parse"):
                     results["dag_parse"] = dag_parse.run(work, ROOT / "spark_jobs", say=say)
+                if a.only in (None, "avro"):
+                    results["avro"] = avro.run(
+                        brk.bootstrap,
+                        lambda kind, settings: Ledger(
+                            pg.dsn, pg.pid, work, f"avro_{kind}", settings
+                        ),
+                        process_run,
+                        a.avro_records,
+                        runs=1 if a.quick else 3,
+                        say=say,
+                    )
                 if a.only in (None, "lake_commits"):
                     batches = 20 if a.quick else 100
                     results["lake_commits"] = lake_commits.run(
@@ -1477,6 +1514,7 @@ def main() -> int:
             "lake_commits": lambda: lake_commits.section(results["lake_commits"]),
             "commit_sizes": lambda: commit_sizes.section(results["commit_sizes"]),
             "dag_parse": lambda: dag_parse.section(results["dag_parse"]),
+            "avro": lambda: avro.section(results["avro"]),
             "small_batch": lambda: small_batch_section(results["small_batch"]),
             "soak": lambda: soak.section(results["soak"]),
         }[a.only]()

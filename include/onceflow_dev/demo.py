@@ -15,22 +15,27 @@ if TYPE_CHECKING:  # the CLI reads PIPELINES at start; the clients load when the
     from onceflow.config.pipeline import PipelineConfig
 
 #: (pipeline, records produced per demo): an append sink with a fast form and a merge sink
-#: over its topic, an upsert and a merge sink, and an Iceberg table fed by the inventory
-#: topic (0: the pipeline reads records produced above for another one)
+#: over its topic, an upsert and a merge sink, an Iceberg table fed by the inventory topic
+#: (0: the pipeline reads records produced above for another one), and Avro values through
+#: the schema registry
 PIPELINES = (
     ("orders", 100_000),
     ("revenue", 0),
     ("inventory", 20_000),
     ("pageviews", 50_000),
     ("inventory_lake", 0),
+    ("payments", 20_000),
 )
 PARTITIONS = 4
 
 
-def produce(bootstrap: str, cfg: PipelineConfig, count: int, progress=None) -> tuple[int, int]:
+def produce(
+    bootstrap: str, cfg: PipelineConfig, count: int, progress=None, registry: str = ""
+) -> tuple[int, int]:
     """Produce `count` records of the pipeline's sample to its first topic, after the ones
-    already there (the demo is the topic's only producer: its end offsets count them);
-    returns (the first record's number, records acknowledged)."""
+    already there (the demo is the topic's only producer: its end offsets count them),
+    through the schema registry at `registry` for a registry format; returns (the first
+    record's number, records acknowledged)."""
     from onceflow.kafka import broker
 
     from onceflow_dev import producer
@@ -46,6 +51,7 @@ def produce(bootstrap: str, cfg: PipelineConfig, count: int, progress=None) -> t
         sample=producer.load_sample(cfg.transform),
         start=start,
         progress=progress,
+        serialize=producer.value_serializer(cfg, registry),
     )
     return start, n
 

@@ -5,6 +5,11 @@ A sample function `sample(i, rng) -> (key, value)` gives the i-th record of a se
 series (seed, start, count) is `sample(i, Random(seed + start))` for i in start..start+count,
 so the same arguments always produce the same records; a later `start` numbers its records
 after an earlier series' (ids and timestamps go on).
+
+For a pipeline in a registry format (`format = "avro"`), `sample` gives each value as a dict
+of the module's VALUE_SCHEMA (an Avro record schema), and the producer serializes it as a
+user's producer would: confluent-kafka's AvroSerializer, registering the schema under the
+pipeline's subject in the registry (`value_serializer`).
 """
 
 from __future__ import annotations
@@ -12,12 +17,46 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Producer
 from onceflow.errors import TransformError
 
-#: the i-th record (key, value) of a series, from the series' random state; value None: a tombstone
-Sample = Callable[[int, random.Random], tuple[bytes | None, bytes | None]]
+if TYPE_CHECKING:
+    from onceflow.config.pipeline import PipelineConfig
+
+#: the i-th record (key, value) of a series, from the series' random state; value None: a
+#: tombstone (a dict for a registry format's value_serializer)
+Sample = Callable[[int, random.Random], tuple[bytes | None, Any]]
+
+
+def value_serializer(cfg: PipelineConfig, registry_url: str) -> Callable[[Any], bytes] | None:
+    """How the demo's producer writes a registry-format pipeline's values: its transform
+    module's VALUE_SCHEMA through confluent-kafka's AvroSerializer under its subject (None for
+    bytes)."""
+    if not cfg.registry_format:
+        return None
+    import json
+
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+    from onceflow.transforms import load_module
+
+    module = load_module(cfg.transform)
+    schema = getattr(module, "VALUE_SCHEMA", None)
+    if schema is None:
+        raise TransformError(
+            f"pipeline {cfg.name!r} reads {cfg.format} values: its module {module.__name__!r} "
+            "defines no VALUE_SCHEMA (the Avro record schema its sample's values follow)"
+        )
+    serialize = AvroSerializer(
+        SchemaRegistryClient({"url": registry_url}),
+        schema if isinstance(schema, str) else json.dumps(schema),
+        conf={"subject.name.strategy": lambda _ctx, _record: cfg.subject},
+    )
+    ctx = SerializationContext(cfg.topics[0], MessageField.VALUE)
+    return lambda value: serialize(value, ctx)
 
 
 def load_sample(transform: str) -> Sample:
@@ -39,13 +78,22 @@ def load_sample(transform: str) -> Sample:
 
 
 def records(
-    sample: Sample, count: int, *, seed: int = 42, start: int = 0
+    sample: Sample,
+    count: int,
+    *,
+    seed: int = 42,
+    start: int = 0,
+    serialize: Callable[[Any], bytes] | None = None,
 ) -> Iterator[tuple[bytes | None, bytes | None]]:
-    """Records start..start+count of the series `seed`, checked to be (bytes | None,
-    bytes | None) pairs."""
+    """Records start..start+count of the series `seed` (their values serialized by
+    `serialize` when given), checked to be (bytes | None, bytes | None) pairs."""
     rng = random.Random(seed + start)
     for i in range(start, start + count):
         record = sample(i, rng)
+        if serialize is not None and isinstance(record, tuple) and len(record) == 2:
+            key, value = record
+            # bytes stay as they are: a sample's poison record, written without the registry
+            record = (key, value if value is None or isinstance(value, bytes) else serialize(value))
         if not (
             isinstance(record, tuple)
             and len(record) == 2
@@ -68,6 +116,7 @@ def produce(
     seed: int = 42,
     start: int = 0,
     progress: Callable[[int], None] | None = None,
+    serialize: Callable[[Any], bytes] | None = None,
 ) -> int:
     """Produce records start..start+count of `sample`'s series round-robin over partitions;
     returns how many the broker acknowledged."""
@@ -91,7 +140,9 @@ def produce(
             failed.append(str(err))
 
     last_report = time.monotonic()
-    for n, (key, value) in enumerate(records(sample, count, seed=seed, start=start)):
+    for n, (key, value) in enumerate(
+        records(sample, count, seed=seed, start=start, serialize=serialize)
+    ):
         while True:
             try:
                 producer.produce(

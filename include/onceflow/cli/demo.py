@@ -49,6 +49,7 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
             progress=lambda acked, name=cfg.name, count=count: print(
                 f"  {name}: {acked}/{count}", flush=True
             ),
+            registry=local_module("stack").registry_url(settings),
         )
         print(
             f"produced {n} {cfg.name} records {start}..{start + n - 1} to {cfg.topics[0]}"

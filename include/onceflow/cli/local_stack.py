@@ -158,6 +158,7 @@ def cmd_produce(args: argparse.Namespace, settings: Settings) -> int:
         seed=args.seed,
         start=args.start,
         progress=lambda acked: print(f"  produced {acked}/{args.count}", flush=True),
+        serialize=producer.value_serializer(cfg, local_module("stack").registry_url(settings)),
     )
     took = time.monotonic() - started
     print(f"produced {n} records to {topic} in {took:.1f}s ({n / max(took, 1e-9):,.0f}/s)")

@@ -1,0 +1,153 @@
+"""The bench's Avro section: the process step over the same order events encoded two ways,
+recorded as `avro` {records, json_records_per_s, avro_records_per_s, ratio, runs}.
+
+- JSON: the bench's order events (bench/common.py) through the orders example's transform and
+  its fast form (spark_jobs/orders.py), into an append table: the JSON path of the main rows;
+- Avro: each of those events, Avro-encoded in the Confluent wire format by confluent-kafka's
+  own AvroSerializer through a schema registry (amount decimal(18,2), ts timestamp-micros),
+  read by a pipeline with `format = "avro"` and no transform into an append table (the
+  decoder is the fast form: onceflow.formats). A malformed JSON event is produced as it is:
+  a record without the magic byte, a dead letter on both paths.
+
+Records/s are in-job (the process timings' total less the session's start and stop), one
+spark-submit per run, medians of `runs`; the criterion is Avro >= 0.8 x JSON. The registry is
+the stand-in (onceflow_dev.registry; no registry server installs here), in this process.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+import os
+import statistics
+from collections.abc import Callable
+from typing import Any
+
+SCHEMA = {
+    "type": "record",
+    "name": "Order",
+    "namespace": "bench",
+    "fields": [
+        {"name": "order_id", "type": "string"},
+        {"name": "customer_id", "type": "string"},
+        {
+            "name": "amount",
+            "type": {"type": "bytes", "logicalType": "decimal", "precision": 18, "scale": 2},
+        },
+        {"name": "currency", "type": "string"},
+        {"name": "ts", "type": {"type": "long", "logicalType": "timestamp-micros"}},
+    ],
+}
+
+
+def avro_values(
+    json_values: list[bytes | None], registry_url: str, topic: str
+) -> list[bytes | None]:
+    """The events of `json_values` Avro-encoded (a malformed one as it is)."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    serialize = AvroSerializer(SchemaRegistryClient({"url": registry_url}), json.dumps(SCHEMA))
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    out: list[bytes | None] = []
+    for v in json_values:
+        try:
+            e = json.loads(v) if v is not None else None
+            order = {
+                "order_id": e["order_id"],
+                "customer_id": e["customer_id"],
+                "amount": decimal.Decimal(str(e["amount"])).quantize(decimal.Decimal("0.01")),
+                "currency": e["currency"],
+                "ts": dt.datetime.fromisoformat(e["ts"].replace("Z", "+00:00")),
+            }
+            if set(e) != set(order):
+                raise ValueError("another field")
+        except (ValueError, TypeError, KeyError, AttributeError, decimal.InvalidOperation):
+            out.append(v)  # malformed: no magic byte, a dead letter on both paths
+            continue
+        out.append(serialize(order, ctx))
+    return out
+
+
+def run(
+    bootstrap: str,
+    led_for: Callable[[str, str], Any],
+    process_run: Callable[..., dict],
+    records: int,
+    partitions: int = 4,
+    runs: int = 3,
+    say: Callable[[str], None] = print,
+) -> dict:
+    """Both paths `runs` times over `records` events; `led_for(kind, settings)` a bench
+    Ledger of pipelines `kind`_n with these TOML keys, `process_run(bootstrap, led, topic)`
+    one run."""
+    from common import produce_values, values
+    from onceflow_dev.registry import RegistryServer
+
+    registry = RegistryServer().start()
+    os.environ["ONCEFLOW_REGISTRY"] = registry.url  # plan's (bench Ledger) and process's
+    try:
+        json_values = list(values(records))
+        json_topic = produce_values(bootstrap, "avro_bench_json", partitions, json_values)
+        avro_topic = produce_values(
+            bootstrap,
+            "avro_bench_avro",
+            partitions,
+            avro_values(json_values, registry.url, "avro_bench_avro"),
+        )
+        sink = 'sink = { kind = "postgres", table = "orders", mode = "append" }\n'
+        json_led = led_for("json", f'transform = "orders:transform"\n{sink}')
+        avro_led = led_for("avro", f'format = "avro"\n{sink}')
+        js, av = [], []
+        for i in range(runs):
+            js.append(process_run(bootstrap, json_led, json_topic))
+            av.append(process_run(bootstrap, avro_led, avro_topic))
+            say(
+                f"avro {i + 1}/{runs}: json {js[-1]['records_per_s']:,.0f}/s, "
+                f"avro {av[-1]['records_per_s']:,.0f}/s ({av[-1]['dead']} dead letters; "
+                f"json {js[-1]['dead']})"
+            )
+    finally:
+        os.environ.pop("ONCEFLOW_REGISTRY", None)
+        registry.shutdown()
+        registry.server_close()
+    j = statistics.median(x["records_per_s"] for x in js)
+    a = statistics.median(x["records_per_s"] for x in av)
+    return {
+        "records": records,
+        "partitions": partitions,
+        "json_value_bytes_avg": json_topic.bytes / records,
+        "avro_value_bytes_avg": avro_topic.bytes / records,
+        "json_records_per_s": j,
+        "avro_records_per_s": a,
+        "ratio": a / j,
+        "dead_letters": {"json": js[0]["dead"], "avro": av[0]["dead"]},
+        "runs": {"json": js, "avro": av},
+    }
+
+
+def section(r: dict) -> list[str]:
+    return [
+        "",
+        "## Avro with a schema registry",
+        "",
+        f"The process step over the same {r['records']:,} order events encoded two ways "
+        f"({r['partitions']} partitions): JSON through the orders example's transform and fast "
+        "form (values of "
+        f"{r['json_value_bytes_avg']:.0f} bytes on average), and Avro in the Confluent wire "
+        'format through a pipeline with `format = "avro"` and no transform (values of '
+        f"{r['avro_value_bytes_avg']:.0f} bytes), both into an append table; in-job "
+        "records/s of one spark-submit per run, medians of "
+        f"{len(r['runs']['json'])} (bench/avro.py).",
+        "",
+        "| path | records/s (in-job) | dead letters |",
+        "| --- | ---: | ---: |",
+        f"| JSON: read + parse + validate + stage | {r['json_records_per_s']:,.0f} | "
+        f"{r['dead_letters']['json']} |",
+        f"| Avro: read + decode + stage | {r['avro_records_per_s']:,.0f} | "
+        f"{r['dead_letters']['avro']} |",
+        "",
+        f"Avro / JSON = **{r['ratio']:.2f}** (criterion ≥ 0.8).",
+    ]
