@@ -16,10 +16,10 @@ import json
 import pyarrow as pa
 import pytest
 from onceflow.errors import ConfigError, RegistryUnavailableError, SubjectNotFoundError
-from onceflow.formats import avro_decode
+from onceflow.formats import decoder as registry_decoder
 from onceflow.formats.avro_columns import reader_columns
-from onceflow.formats.avro_compat import incompatibility
 from onceflow.formats.avro_decode import AvroDecoder
+from onceflow.formats.columns import incompatibility as column_incompatibility
 from onceflow.formats.confluent_wire import frame
 from onceflow.formats.decoded_batch import decoded_fast_form
 from onceflow.formats.registry_client import Registry
@@ -74,7 +74,7 @@ def registry():
     yield server
     server.shutdown()
     server.server_close()
-    avro_decode._WRITERS.clear()  # a worker's cache: each test's registry ids start at 1
+    registry_decoder._WRITERS.clear()  # a worker's cache: each test's registry ids start at 1
 
 
 def serializer(server, schema):
@@ -211,6 +211,9 @@ def test_the_decoded_fast_form_takes_the_records_that_decoded():
 
 
 def test_a_reader_schema_that_drops_or_retypes_a_field_is_incompatible():
+    def incompatibility(old, new):
+        return column_incompatibility(reader_columns(old, "old"), reader_columns(new, "new"))
+
     assert incompatibility(json.dumps(V1), json.dumps(V2)) is None
     dropped = {**V1, "fields": V1["fields"][1:]}
     assert incompatibility(json.dumps(V1), json.dumps(dropped)) == ("id", "was removed")

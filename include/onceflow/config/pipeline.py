@@ -59,7 +59,7 @@ class PipelineConfig:
     spark_connect_conn_id: str = "spark_connect_default"
     # how values are encoded (onceflow.config.record_format): bytes, or a registry format
     # read with `subject`'s latest schema at plan, or its `reader_schema_version`
-    format: Literal["bytes", "avro"] = "bytes"
+    format: Literal["bytes", "avro", "protobuf"] = "bytes"
     subject: str = ""
     reader_schema_version: int | None = None
     registry_conn_id: str | None = None
@@ -77,7 +77,7 @@ class PipelineConfig:
 
     @property
     def registry_format(self) -> bool:
-        """Whether values are decoded with a schema registry's schemas (Avro)."""
+        """Whether values are decoded with a schema registry's schemas (Avro, Protobuf)."""
         return self.format != "bytes"
 
     @property

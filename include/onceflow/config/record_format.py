@@ -2,9 +2,9 @@
 parsed from a [pipelines.NAME] table.
 
 - "bytes" (the default): the transform receives each value's bytes and parses them itself;
-- "avro": Avro in the Confluent wire format (a magic byte, the writer schema's id, the
-  payload), decoded with the schema registry's schemas into columns
-  (onceflow.formats.avro_columns) before the transform, which is then optional.
+- "avro", "protobuf": Avro or Protobuf in the Confluent wire format (a magic byte, the writer
+  schema's id, the payload), decoded with the schema registry's schemas into columns
+  (onceflow.formats) before the transform, which is then optional.
 
 A registry format reads with a reader schema: the latest version of `subject` (default
 "<topic>-value") when each txid is planned, recorded in the ledger with the txid, or the
@@ -18,8 +18,8 @@ from typing import Any
 
 from onceflow.errors import PipelineKeyError
 
-FORMATS = ("bytes", "avro")
-REGISTRY_FORMATS = ("avro",)
+FORMATS = ("bytes", "avro", "protobuf")
+REGISTRY_FORMATS = ("avro", "protobuf")
 
 
 def parse_format(source: str, name: str, raw: dict[str, Any], topics: list[str]) -> dict[str, Any]:

@@ -27,13 +27,11 @@ from raw numbers and bytes (onceflow.formats.avro_decode).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
 
 from onceflow.errors import ConfigError
+from onceflow.formats.columns import Column, check_names
 
-#: the columns of a decoded frame besides the reader schema's fields (a field may not be named so)
-FRAME_COLUMNS = ("topic", "partition", "offset", "key", "value", "kafka_timestamp", "error")
 _SCALARS = {
     "boolean": "boolean",
     "int": "int",
@@ -55,20 +53,7 @@ _LOGICAL = {
 }
 
 
-@dataclass(frozen=True)
-class AvroColumn:
-    """One field of the reader schema as a column: its name, Spark type, and how the decoder
-    builds it (`kind`: boolean, int, long, double, float, string, enum, bytes, date,
-    timestamp-millis, timestamp-micros, decimal, json)."""
-
-    name: str
-    spark_type: str
-    kind: str
-    scale: int = 0
-    precision: int = 0
-
-
-def reader_columns(schema_text: str, what: str) -> tuple[AvroColumn, ...]:
+def reader_columns(schema_text: str, what: str) -> tuple[Column, ...]:
     """The columns of a reader schema (`what` names it in messages: subject and version)."""
     try:
         schema = json.loads(schema_text)
@@ -79,17 +64,9 @@ def reader_columns(schema_text: str, what: str) -> tuple[AvroColumn, ...]:
             f"{what}: a pipeline reads Avro records whose schema is a record, not "
             f"{_type_name(schema)!r}"
         )
-    columns = []
-    for f in schema.get("fields", []):
-        name = f["name"]
-        if name in FRAME_COLUMNS:
-            raise ConfigError(
-                f"{what}: field {name!r} has the name of a column Onceflow gives every record "
-                f"({', '.join(FRAME_COLUMNS)}); rename it in the schema, or read the topic "
-                "as bytes with a transform"
-            )
-        columns.append(_column(name, _nullable(f["type"])))
-    return tuple(columns)
+    fields = schema.get("fields", [])
+    check_names((f["name"] for f in fields), what)
+    return tuple(_column(f["name"], _nullable(f["type"])) for f in fields)
 
 
 def _nullable(t: Any) -> Any:
@@ -101,30 +78,30 @@ def _nullable(t: Any) -> Any:
     return t
 
 
-def _column(name: str, t: Any) -> AvroColumn:
+def _column(name: str, t: Any) -> Column:
     if isinstance(t, str) and t in _SCALARS:
-        return AvroColumn(name, _SCALARS[t], t)
+        return Column(name, _SCALARS[t], t)
     if isinstance(t, dict):
         logical, base = t.get("logicalType"), t.get("type")
         if logical == "decimal" and base in ("bytes", "fixed"):
             p, s = int(t["precision"]), int(t.get("scale", 0))
             if p <= 38:
-                return AvroColumn(name, f"decimal({p},{s})", "decimal", s, p)
+                return Column(name, f"decimal({p},{s})", "decimal", s, p)
         if logical in _LOGICAL and isinstance(base, str):
             kind = {"date": "date", "uuid": "string"}.get(logical, base)
             if _LOGICAL[logical] == "timestamp":
                 kind = "timestamp-micros" if logical.endswith("micros") else "timestamp-millis"
-            return AvroColumn(name, _LOGICAL[logical], kind)
+            return Column(name, _LOGICAL[logical], kind)
         if base == "enum":
-            return AvroColumn(name, "string", "enum")
+            return Column(name, "string", "enum")
         if base == "fixed":
-            return AvroColumn(name, "binary", "bytes")
+            return Column(name, "binary", "bytes")
         if isinstance(base, str) and base in _SCALARS:
-            return AvroColumn(name, _SCALARS[base], base)
-    return AvroColumn(name, "string", "json")
+            return Column(name, _SCALARS[base], base)
+    return Column(name, "string", "json")
 
 
-def physical(schema: Any, columns: tuple[AvroColumn, ...]) -> Any:
+def physical(schema: Any, columns: tuple[Column, ...]) -> Any:
     """`schema` (parsed JSON of a record schema) with the fields of `columns` read raw: no
     logical type, strings as bytes. Fields of other kinds keep their types (JSON columns
     decode as Python values)."""

@@ -18,13 +18,13 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from onceflow.formats.avro_columns import AvroColumn
+from onceflow.formats.columns import Column
 from onceflow.spark.arrow_columns import binary_array, fixed_array
 
 _FIXED = {"int": "int32", "long": "int64", "double": "float64", "float": "float64"}
 
 
-def frame_schema(columns: Sequence[AvroColumn]) -> str:
+def frame_schema(columns: Sequence[Column]) -> str:
     """The decoded frame's Spark schema (DDL)."""
     fields = ", ".join(f"`{c.name}` {c.spark_type}" for c in columns)
     return (
@@ -35,7 +35,7 @@ def frame_schema(columns: Sequence[AvroColumn]) -> str:
 
 def decoded_batch(
     batch: Any,
-    columns: Sequence[AvroColumn],
+    columns: Sequence[Column],
     values: Sequence[Sequence[Any]],
     errors: list[str | None],
 ) -> Any:
@@ -61,7 +61,7 @@ def decoded_batch(
     return pa.RecordBatch.from_arrays(arrays, names=out_names)
 
 
-def column_array(c: AvroColumn, vs: Sequence[Any]) -> Any:
+def column_array(c: Column, vs: Sequence[Any]) -> Any:
     """The Arrow array of column `c` from its raw values (onceflow.formats.avro_columns:
     numbers, bytes, or Python values for JSON columns)."""
     import numpy as np
@@ -118,7 +118,7 @@ def string_array(vs: Sequence[Any]) -> Any:
     return pa.Array.from_buffers(pa.string(), len(raw), raw.buffers(), raw.null_count)
 
 
-def _not_utf8(columns: Sequence[AvroColumn], values: Sequence[Sequence[Any]]) -> dict[int, str]:
+def _not_utf8(columns: Sequence[Column], values: Sequence[Sequence[Any]]) -> dict[int, str]:
     """The records with a string field whose bytes are not UTF-8 (poison: Avro strings are
     UTF-8), and why; checked by pyarrow over each whole column, by record only when one fails."""
     import pyarrow as pa

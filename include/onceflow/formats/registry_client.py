@@ -25,6 +25,7 @@ from onceflow.errors import ConfigError, RegistryUnavailableError, SubjectNotFou
 
 TIMEOUT_S = 30.0
 ACCEPT = "application/vnd.schemaregistry.v1+json, application/json"
+_SERIALIZED = "?format=serialized"  # a Protobuf schema as its FileDescriptorProto, base64
 
 
 class SchemaIdUnknown(LookupError):
@@ -92,18 +93,22 @@ class Registry:
         auth = "bearer token" if self.token else f"user {self.user!r}" if self.user else "no auth"
         return f"{self.url} ({auth}{', CA ' + self.ca_file if self.ca_file else ''})"
 
-    def schema(self, schema_id: int) -> RegisteredSchema:
-        """The schema of `schema_id`; SchemaIdUnknown if the registry has none."""
+    def schema(self, schema_id: int, serialized: bool = False) -> RegisteredSchema:
+        """The schema of `schema_id`; SchemaIdUnknown if the registry has none. `serialized`:
+        a Protobuf schema as a base64 FileDescriptorProto (`format=serialized`)."""
         try:
-            answer = self._get(f"schemas/ids/{schema_id}")
+            answer = self._get(f"schemas/ids/{schema_id}{_SERIALIZED if serialized else ''}")
         except _NotFound:
             raise SchemaIdUnknown(f"schema id {schema_id} is not in {self.name}") from None
         return RegisteredSchema.from_answer(answer, schema_id)
 
-    def version(self, subject: str, version: int | str = "latest") -> RegisteredSchema:
-        """`subject`'s `version` (a number, or "latest")."""
+    def version(
+        self, subject: str, version: int | str = "latest", serialized: bool = False
+    ) -> RegisteredSchema:
+        """`subject`'s `version` (a number, or "latest"); `serialized` as for `schema`."""
+        path = f"subjects/{quote(subject, safe='')}/versions/{version}"
         try:
-            answer = self._get(f"subjects/{quote(subject, safe='')}/versions/{version}")
+            answer = self._get(path + (_SERIALIZED if serialized else ""))
         except _NotFound:
             raise SubjectNotFoundError(
                 f"{self.name} has no subject {subject!r}"

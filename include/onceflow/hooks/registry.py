@@ -65,6 +65,7 @@ def reader_schema_of(cfg: PipelineConfig) -> Callable[[], RegisteredSchema] | No
 
     def resolve() -> RegisteredSchema:
         version = cfg.reader_schema_version or "latest"
-        return pipeline_registry(cfg).version(cfg.subject, version)
+        serialized = cfg.format == "protobuf"  # its FileDescriptorProto, not .proto text
+        return pipeline_registry(cfg).version(cfg.subject, version, serialized=serialized)
 
     return resolve

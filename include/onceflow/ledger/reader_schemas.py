@@ -3,7 +3,7 @@ reads with, recorded at plan, and the writer schemas process met, by id.
 
 Plan resolves the reader schema once per txid, in its transaction: a retry replays the txid
 with the schema it was planned with, whatever the registry's latest is by then. A new
-reader schema is checked against the previous txid's (onceflow.formats.avro_compat): a
+reader schema is checked against the previous txid's (onceflow.formats.columns): a
 change the sink cannot follow refuses the plan, naming the subject, both versions and the
 field. The columns a compatible one adds reach the sink through schema evolution
 (onceflow.sinks.schema_evolution), recorded with the txid that first needed them.
@@ -15,8 +15,9 @@ from collections.abc import Callable, Iterable
 
 from onceflow.config.pipeline import PipelineConfig
 from onceflow.errors import IncompatibleSchemaError
-from onceflow.formats.avro_compat import incompatibility
+from onceflow.formats.columns import incompatibility
 from onceflow.formats.registry_client import RegisteredSchema
+from onceflow.formats.schemas import check_type, reader_columns
 from onceflow.ledger.db import transaction
 
 
@@ -27,6 +28,9 @@ def record_reader_schema(
     transaction); IncompatibleSchemaError if the previous txid read with one it cannot
     follow."""
     schema = resolve()
+    what = f"subject {cfg.subject!r} version {schema.version} (schema id {schema.id})"
+    check_type(cfg.format, schema, what)
+    new_columns = reader_columns(schema, what)  # refused here if the pipeline cannot read it
     cur.execute(
         "select r.version, r.schema_id, r.schema_type, r.schema from onceflow.reader_schemas r"
         " join onceflow.batches b using (pipeline, txid) where r.pipeline = %s and r.txid <> %s"
@@ -35,7 +39,8 @@ def record_reader_schema(
     )
     row = cur.fetchone()
     if row is not None and row[1] != schema.id:
-        why = incompatibility(row[3], schema.text)
+        old = RegisteredSchema(row[1], row[3], row[2], subject=cfg.subject, version=row[0])
+        why = incompatibility(reader_columns(old, f"version {row[0]}"), new_columns)
         if why is not None:
             raise IncompatibleSchemaError(
                 cfg.name, cfg.subject, row[0], schema.version or 0, why[0], why[1]

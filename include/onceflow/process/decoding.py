@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from onceflow.config.pipeline import PipelineConfig
 from onceflow.errors import ConfigError
-from onceflow.formats.avro_decode import AvroDecoder
+from onceflow.formats.decoder import RegistryDecoder
+from onceflow.formats.schemas import txid_decoder as decoder_of
 from onceflow.hooks.registry import pipeline_registry
 from onceflow.kafka.range_digest import RangeRead
 from onceflow.ledger.db import transaction
@@ -17,7 +18,7 @@ from onceflow.ranges import OffsetRange
 
 def txid_decoder(
     dsn: str, cfg: PipelineConfig, txid: str, ranges: list[OffsetRange]
-) -> AvroDecoder | None:
+) -> RegistryDecoder | None:
     """The decoder of txid's values, or None (values are bytes, or there is nothing to read)."""
     if not cfg.registry_format or not any(r.size for r in ranges):
         return None
@@ -28,14 +29,15 @@ def txid_decoder(
             f"was planned before the pipeline's format became {cfg.format!r}); its records "
             "were planned as bytes: reprocess it with the format it was planned with"
         )
-    return AvroDecoder(reader, pipeline_registry(cfg))
+    return decoder_of(cfg.format, reader, pipeline_registry(cfg))
 
 
 def keep_writer_schemas(
-    dsn: str, pipeline: str, decoder: AvroDecoder, reads: list[RangeRead]
+    dsn: str, pipeline: str, decoder: RegistryDecoder, reads: list[RangeRead]
 ) -> None:
     """Copy the writer schemas of the ids the ranges contained into the ledger."""
     ids = sorted(set().union(*(r.schema_ids for r in reads)))
-    schemas = [decoder.registry.schema(sid) for sid in ids]
+    serialized = decoder.TYPE == "PROTOBUF"
+    schemas = [decoder.registry.schema(sid, serialized=serialized) for sid in ids]
     with transaction(dsn) as cur:
         record_writer_schemas(cur, pipeline, schemas)

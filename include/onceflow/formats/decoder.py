@@ -1,0 +1,114 @@
+"""Values in the Confluent wire format, decoded in the reader's Python worker: what Avro and
+Protobuf (formats.avro_decode, formats.protobuf_decode) share.
+
+Each record is decoded with its writer schema, the registry's schema for the id it carries
+(ids are immutable: a replay decodes the same bytes the same way), resolved to the txid's
+reader schema (recorded in the ledger at plan, onceflow.ledger.reader_schemas). A worker
+fetches each writer schema once and keeps it for the worker's life (`_WRITERS`).
+
+A record that does not decode is a poison record, never a reason to retry: its `error`
+says why (no magic byte, an id the registry does not know (404), a schema of another format,
+a payload that does not decode), and it goes to the dead letters with its coordinates. A
+registry that does not answer raises RegistryUnavailableError: the attempt fails, and is
+retried.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from onceflow.formats.columns import Column
+from onceflow.formats.confluent_wire import WireFormatError, split
+from onceflow.formats.decoded_batch import decoded_batch, frame_schema
+from onceflow.formats.registry_client import RegisteredSchema, Registry, SchemaIdUnknown
+
+# (format, registry URL, reader schema id, writer schema id) -> the writer schema as the
+# format decodes with it, or why records of that id are poison; for the worker's life
+_WRITERS: dict[tuple[str, str, int, int], Any] = {}
+
+
+class Poison(str):
+    """Why every record of a writer schema id is poison."""
+
+
+class Undecodable(ValueError):
+    """Why one record's payload does not decode (its dead letter's reason)."""
+
+
+@dataclass
+class RegistryDecoder:
+    """Decodes the values of reader batches into the decoded frame (formats.decoded_batch)
+    with `reader`, the txid's reader schema. Picklable: process ships it to the workers. A
+    format defines TYPE (the registry's schemaType), `reader_columns`, `parse_writer` and
+    `row`."""
+
+    TYPE = ""
+    reader: RegisteredSchema
+    registry: Registry
+    columns: tuple[Column, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.columns = self.reader_columns()
+
+    @property
+    def described(self) -> str:
+        r = self.reader
+        return f"{self.TYPE.title()} schema id {r.id} (subject {r.subject!r} version {r.version})"
+
+    @property
+    def spark_schema(self) -> str:
+        return frame_schema(self.columns)
+
+    def reader_columns(self) -> tuple[Column, ...]:
+        raise NotImplementedError
+
+    def parse_writer(self, schema: RegisteredSchema) -> Any:
+        """The writer schema as `row` decodes with it (or a Poison)."""
+        raise NotImplementedError
+
+    def row(self, sid: int, writer: Any, payload: memoryview) -> dict[str, Any]:
+        """The reader columns' values of one payload; Undecodable if it does not decode."""
+        raise NotImplementedError
+
+    def decode(self, batch: Any, ids: set[int]) -> Any:
+        """The decoded frame's batch of a reader batch; adds the writer schema ids of the
+        records it decoded to `ids` (the ledger keeps them with the range)."""
+        values = batch.column(batch.schema.names.index("value")).to_pylist()
+        rows: list[dict[str, Any] | None] = []
+        errors: list[str | None] = []
+        for v in values:
+            row, error = None, None
+            if v is not None:  # None: a tombstone, no value to decode
+                try:
+                    sid, payload = split(v)
+                    writer = self._writer(sid)
+                    if isinstance(writer, Poison):
+                        raise Undecodable(str(writer))
+                    ids.add(sid)
+                    row = self.row(sid, writer, payload)
+                except (WireFormatError, Undecodable) as e:
+                    error = f"value: {e}"
+            rows.append(row)
+            errors.append(error)
+        columns = [[None if r is None else r.get(c.name) for r in rows] for c in self.columns]
+        return decoded_batch(batch, self.columns, columns, errors)
+
+    def _writer(self, sid: int) -> Any:
+        key = (self.TYPE, self.registry.url, self.reader.id, sid)
+        if key not in _WRITERS:
+            _WRITERS[key] = self._fetch(sid)
+        return _WRITERS[key]
+
+    def _fetch(self, sid: int) -> Any:
+        if sid == self.reader.id:
+            return self.parse_writer(self.reader)
+        try:
+            found = self.registry.schema(sid, serialized=self.TYPE == "PROTOBUF")
+        except SchemaIdUnknown:
+            return Poison(f"schema id {sid} is unknown to the {self.registry.name} (404)")
+        if found.type != self.TYPE:
+            return Poison(
+                f"schema id {sid} is a {found.type} schema; the pipeline reads {self.TYPE}"
+            )
+        return self.parse_writer(found)

@@ -1,0 +1,85 @@
+"""Protobuf messages for the registry tests, built as a user's generated code builds them
+(a FileDescriptorProto in a pool of its own: no protoc here), and their producer's
+serializer: confluent-kafka's own ProtobufSerializer through a schema registry."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+PAYMENT = "shop.Payment"
+
+
+@functools.cache  # one class per version, as generated code has
+def payment_class(version: int = 1) -> Any:
+    """The message class of shop/payment.proto's Payment, `version` 2 with a field `note` added."""
+    from google.protobuf import (
+        descriptor_pb2,
+        descriptor_pool,
+        message_factory,
+        timestamp_pb2,
+        wrappers_pb2,
+    )
+
+    fd = descriptor_pb2.FieldDescriptorProto
+    f = descriptor_pb2.FileDescriptorProto(
+        name="shop/payment.proto",
+        package="shop",
+        syntax="proto3",
+        dependency=["google/protobuf/timestamp.proto", "google/protobuf/wrappers.proto"],
+    )
+    status = f.enum_type.add(name="Status")
+    status.value.add(name="OK", number=0)
+    status.value.add(name="LATE", number=1)
+    m = f.message_type.add(name="Payment")
+    one = fd.LABEL_OPTIONAL
+    m.field.add(name="id", number=1, type=fd.TYPE_INT64, label=one)
+    m.field.add(name="account", number=2, type=fd.TYPE_STRING, label=one)
+    m.field.add(name="amount_cents", number=3, type=fd.TYPE_INT64, label=one)
+    m.field.add(
+        name="paid_at",
+        number=4,
+        type=fd.TYPE_MESSAGE,
+        type_name=".google.protobuf.Timestamp",
+        label=one,
+    )
+    m.field.add(name="status", number=5, type=fd.TYPE_ENUM, type_name=".shop.Status", label=one)
+    m.field.add(name="tags", number=6, type=fd.TYPE_STRING, label=fd.LABEL_REPEATED)
+    m.field.add(
+        name="coupon",
+        number=7,
+        type=fd.TYPE_MESSAGE,
+        type_name=".google.protobuf.StringValue",
+        label=one,
+    )
+    if version >= 2:
+        m.field.add(name="note", number=8, type=fd.TYPE_STRING, label=one)
+    pool = descriptor_pool.DescriptorPool()
+    for known in (timestamp_pb2, wrappers_pb2):
+        proto = descriptor_pb2.FileDescriptorProto()
+        known.DESCRIPTOR.CopyToProto(proto)
+        pool.Add(proto)
+    pool.Add(f)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(PAYMENT))
+
+
+def payment(cls: Any, i: int) -> Any:
+    """The i-th payment as a message of `cls` (a `note` when the class has one)."""
+    m = cls(id=i, account=f"acct-{i % 97}", amount_cents=i * 7, status=i % 2, tags=[f"t{i % 3}"])
+    m.paid_at.seconds = 1_700_000_000 + i
+    m.paid_at.nanos = 1000 * (i % 1000)
+    if i % 3:
+        m.coupon.value = f"C{i}"
+    if "note" in cls.DESCRIPTOR.fields_by_name:
+        m.note = f"n{i}"
+    return m
+
+
+def protobuf_serializer(registry_url: str, cls: Any, topic: str) -> Any:
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    serialize = ProtobufSerializer(cls, SchemaRegistryClient({"url": registry_url}))
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    return lambda message: serialize(message, ctx)
