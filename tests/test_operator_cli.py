@@ -219,7 +219,9 @@ def test_demo_ends_with_each_failed_runs_error(monkeypatch):
     monkeypatch.setenv("ONCEFLOW_PIPELINES", str(shipped))
     monkeypatch.setattr(airflow_api, "AirflowClient", FakeDemoAirflow)
     monkeypatch.setattr(log_check, "lost_logs", lambda *_args: [])
-    monkeypatch.setattr(demo, "produce", lambda _b, _cfg, count, progress=None: (0, count))
+    monkeypatch.setattr(
+        demo, "produce", lambda _b, _cfg, count, progress=None, registry="": (0, count)
+    )
     monkeypatch.setattr(demo, "runs_to_drain", lambda *_args: 1)
     monkeypatch.setattr(demo, "sink_rows", lambda _dsn, cfg: (cfg.name, 0))
     monkeypatch.setattr(audit, "run_audit", lambda _dsn, cfg, _counter: audit.AuditReport(cfg.name))

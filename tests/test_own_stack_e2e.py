@@ -231,5 +231,5 @@ def test_demo_then_down_then_demo_goes_on_where_it_stopped(own_stack):
     assert "produced 1000 orders records 1000..1999" in second.stdout  # the series goes on
     summary = second.stdout[second.stdout.rindex("\npipeline ") :]
     rows = {line.split()[0]: line.split() for line in summary.splitlines()[2:] if line.strip()}
-    for name in ("orders", "revenue", "inventory", "pageviews", "inventory_lake"):
+    for name in ("orders", "revenue", "inventory", "pageviews", "inventory_lake", "payments_avro"):
         assert rows[name][1] == "exactly-once" and rows[name][2] == "2", rows[name]

@@ -24,7 +24,7 @@ PIPELINES = (
     ("inventory", 20_000),
     ("pageviews", 50_000),
     ("inventory_lake", 0),
-    ("payments", 20_000),
+    ("payments_avro", 20_000),
 )
 PARTITIONS = 4
 

@@ -1,8 +1,8 @@
-"""Example pipeline `payments`: Avro payment events in the Confluent wire format, decoded with
+"""Example pipeline `payments_avro`: Avro payment events in the Confluent wire format, decoded with
 the schema registry's schemas (`format = "avro"`), appended to a PostgreSQL table.
 
 The records' values follow VALUE_SCHEMA (registered by the producer under the subject
-`payments-value`, as confluent-kafka's AvroSerializer does); process decodes them into
+`payments_avro-value`, as confluent-kafka's AvroSerializer does); process decodes them into
 columns before the transform (onceflow.formats: docs/registry-formats.md), so the transform
 works on typed columns and never parses bytes:
 
