@@ -58,6 +58,8 @@ class AuditReport:
     # (their digests), and those with no digest to compare (committed before digests existed)
     ranges_compared: int = 0
     ranges_without_digest: int = 0
+    # with the re-read of a registry format's ranges: records decoded with the ledger's schemas
+    records_decoded: int | None = None
     violations: list[str] = field(default_factory=list)
 
     def violate(self, message: str) -> None:
@@ -212,13 +214,21 @@ def check_contents(
 def run_audit(
     dsn: str,
     cfg: PipelineConfig,
-    reread: Callable[[list[RangeRow]], Recount] | None = None,
+    reread: Callable[..., Recount] | None = None,
 ) -> AuditReport:
-    """Audit one pipeline. `reread`, if given, counts the records of each txid's ranges in the broker."""
+    """Audit one pipeline. `reread(ranges, on_records=None)`, if given, counts the records of
+    each txid's ranges in the broker (onceflow.kafka.recount.count_records); a registry
+    format's are decoded again as they are read (onceflow.audit_decoding)."""
     report = AuditReport(pipeline=cfg.name)
+    decoding = None
     with transaction(dsn) as cur:
         cur.execute("set transaction isolation level repeatable read")  # one consistent snapshot
         ledger = read_ledger_rows(cur, cfg.name)
+        if reread is not None and cfg.registry_format:
+            from onceflow.audit_decoding import DecodeCheck
+            from onceflow.ledger.decode_rows import read_decode_rows
+
+            decoding = DecodeCheck(cfg, read_decode_rows(cur, cfg.name))
         sink = sink_for(cfg)
         sink_exists = sink.exists(cur)
         published = sink.published_per_txid(cur) if sink_exists else {}
@@ -241,12 +251,15 @@ def run_audit(
         report.reread_from_broker = True
         # ranges of an earlier epoch are gone from the broker (reset): their count is the ledger's
         stale = {r.txid for r in ranges if r.epoch != ledger.epochs.get((r.topic, r.partition), 0)}
-        recount = reread([r for r in ranges if r.txid in committed and r.txid not in stale])
+        kept = [r for r in ranges if r.txid in committed and r.txid not in stale]
+        recount = reread(kept) if decoding is None else reread(kept, on_records=decoding)
         counts = dict(recount.counts)
         for txid in committed - stale - recount.gone:
             counts.setdefault(txid, 0)
         report.reread_skipped = len(committed & (stale | recount.gone))
         check_contents(report, ranges, ledger.recorded, recount.reads)
+        if decoding is not None:
+            decoding.check(report)
     check_counts(report, batches, published, ledger.dead, counts)
     for t, p, o in dup_rows:
         report.duplicates += 1

@@ -22,7 +22,7 @@ def reread_counter(settings: Settings) -> Callable[[list[RangeRow]], Recount]:
     """The audit's --reread: counts a list of ranges' records on the broker."""
     from onceflow.kafka.recount import count_records
 
-    return lambda ranges: count_records(settings.kafka_bootstrap, ranges)
+    return lambda ranges, **kw: count_records(settings.kafka_bootstrap, ranges, **kw)
 
 
 def cmd_audit(args: argparse.Namespace, settings: Settings) -> int:
@@ -62,6 +62,11 @@ def print_audit(cfg: PipelineConfig, report: AuditReport) -> None:
         print(
             f"  {'content_compared':<20} {report.ranges_compared} range(s): the broker's records"
             f" against what process read{unrecorded}"
+        )
+    if report.records_decoded is not None:
+        print(
+            f"  {'decoded':<20} {report.records_decoded} record(s) decoded again with the"
+            " ledger's schemas; the rest are the decoding's dead letters"
         )
     if report.reread_skipped:
         print(

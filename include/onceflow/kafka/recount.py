@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from confluent_kafka import OFFSET_END, Consumer, KafkaError, TopicPartition
 
@@ -43,9 +43,14 @@ class Recount:
 
 
 def count_records(
-    bootstrap: KafkaCluster | str, ranges: Iterable[_Range], timeout_s: float = 60.0
+    bootstrap: KafkaCluster | str,
+    ranges: Iterable[_Range],
+    timeout_s: float = 60.0,
+    on_records: Callable[[str, list[Any]], None] | None = None,
 ) -> Recount:
-    """Records per txid. Ranges of one partition are read in one sequential pass."""
+    """Records per txid. Ranges of one partition are read in one sequential pass;
+    `on_records(txid, messages)`, when given, sees each range's records as they are read (the
+    audit decodes a registry format's: onceflow.audit_decoding)."""
     by_tp: dict[tuple[str, int], list[_Range]] = defaultdict(list)
     for r in ranges:
         if r.until_offset > r.from_offset:
@@ -113,6 +118,8 @@ def count_records(
                         counts[rs[i].txid] += 1
                         found[i].append(m)
                 for i, ms in found.items():
+                    if on_records is not None:
+                        on_records(rs[i].txid, ms)
                     seen[i].add(
                         [m.offset() for m in ms],
                         [m.key() for m in ms],
