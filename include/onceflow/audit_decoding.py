@@ -22,7 +22,7 @@ class KeptSchemas:
     """The writer schemas the ledger kept, asked as a registry is (by the decoders)."""
 
     def __init__(self, pipeline: str, writers: dict[int, RegisteredSchema]) -> None:
-        self.url = f"ledger:{pipeline}"  # the decoders' cache key: apart from any registry
+        self.url = f"ledger:{pipeline}"
         self.name = "ledger's writer_schemas"
         self.writers = writers
 
@@ -40,6 +40,7 @@ class DecodeCheck:
         self.cfg, self.rows = cfg, rows
         self.kept = KeptSchemas(cfg.name, rows.writers)
         self.decoders: dict[str, RegistryDecoder | None] = {}
+        self.writers: dict = {}  # this audit's: the ledger's schemas as they are now
         self.ids: dict[Key, set[int]] = {}
         self.undecoded: dict[Key, dict[int, str]] = {}
         self.decoded = 0
@@ -76,7 +77,9 @@ class DecodeCheck:
         if txid not in self.decoders:
             reader = self.rows.readers.get(txid)
             cls = decoder_class(self.cfg.format)
-            self.decoders[txid] = None if reader is None else cls(reader, self.kept)  # type: ignore[arg-type]
+            self.decoders[txid] = (
+                None if reader is None else cls(reader, self.kept, self.writers)  # type: ignore[arg-type]
+            )
         return self.decoders[txid]
 
     def check(self, report: Any) -> None:

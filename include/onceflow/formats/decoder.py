@@ -46,6 +46,9 @@ class RegistryDecoder:
     TYPE = ""
     reader: RegisteredSchema
     registry: Registry
+    # the writer schemas' cache: the worker's (`_WRITERS`), or one of the caller's own (the
+    # audit's, whose schemas come from the ledger)
+    writers: dict[tuple[str, str, int, int], Any] | None = field(default=None, repr=False)
     columns: tuple[Column, ...] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -95,10 +98,11 @@ class RegistryDecoder:
         return decoded_batch(batch, self.columns, columns, errors)
 
     def _writer(self, sid: int) -> Any:
+        cache = _WRITERS if self.writers is None else self.writers
         key = (self.TYPE, self.registry.url, self.reader.id, sid)
-        if key not in _WRITERS:
-            _WRITERS[key] = self._fetch(sid)
-        return _WRITERS[key]
+        if key not in cache:
+            cache[key] = self._fetch(sid)
+        return cache[key]
 
     def _fetch(self, sid: int) -> Any:
         if sid == self.reader.id:
