@@ -10,7 +10,10 @@ recorded as `avro` {records, json_records_per_s, avro_records_per_s, ratio, runs
   a record without the magic byte, a dead letter on both paths.
 
 Records/s are in-job (the process timings' total less the session's start and stop), one
-spark-submit per run, medians of `runs`; the criterion is Avro >= 0.8 x JSON. The registry is
+spark-submit per run, medians of `runs`; the criterion is Avro >= 0.8 x JSON. Then the
+decode alone, the two ways the issue asked to compare (bench/avro_decode_job.py): in the
+reader's Python worker (fastavro, what process does) and in the JVM (spark-avro's
+from_avro, from pom.xml's profile spark-avro); both must agree on every decoded value. The registry is
 the stand-in (onceflow_dev.registry; no registry server installs here), in this process.
 """
 
@@ -75,6 +78,7 @@ def run(
     bootstrap: str,
     led_for: Callable[[str, str], Any],
     process_run: Callable[..., dict],
+    decode_job: Callable[..., dict],
     records: int,
     partitions: int = 4,
     runs: int = 3,
@@ -109,6 +113,20 @@ def run(
                 f"avro {av[-1]['records_per_s']:,.0f}/s ({av[-1]['dead']} dead letters; "
                 f"json {js[-1]['dead']})"
             )
+        # the decode alone, both ways the issue asked to measure: the reader's Python worker
+        # (fastavro, what process does) and the JVM (spark-avro's from_avro)
+        decodes = {
+            mode: decode_job(bootstrap, avro_topic, mode, registry.url, "avro_bench_avro-value")
+            for mode in ("python", "jvm")
+        }
+        same = ("records", "hash", "amount")
+        if any(decodes["python"][k] != decodes["jvm"][k] for k in same):
+            raise RuntimeError(f"the two decodes disagree: {decodes}")
+        say(
+            "avro decode alone: python worker "
+            f"{decodes['python']['records_per_s']:,.0f}/s, JVM from_avro "
+            f"{decodes['jvm']['records_per_s']:,.0f}/s"
+        )
     finally:
         os.environ.pop("ONCEFLOW_REGISTRY", None)
         registry.shutdown()
@@ -124,6 +142,8 @@ def run(
         "avro_records_per_s": a,
         "ratio": a / j,
         "dead_letters": {"json": js[0]["dead"], "avro": av[0]["dead"]},
+        "decode_records_per_s": {m: d["records_per_s"] for m, d in decodes.items()},
+        "decoded_records": decodes["python"]["records"],
         "runs": {"json": js, "avro": av},
     }
 
@@ -150,4 +170,15 @@ def section(r: dict) -> list[str]:
         f"{r['dead_letters']['avro']} |",
         "",
         f"Avro / JSON = **{r['ratio']:.2f}** (criterion ≥ 0.8).",
+        "",
+        "Decoding alone, both ways (bench/avro_decode_job.py: the same topic read and decoded "
+        "in one Spark job, an aggregate over every column, no sink; the best of 2 runs in one "
+        f"session; both decoded the same {r['decoded_records']:,} records to the same hash):",
+        "",
+        "| decode | records/s |",
+        "| --- | ---: |",
+        f"| the reader's Python worker, fastavro (what process does) | "
+        f"{r['decode_records_per_s']['python']:,.0f} |",
+        f"| the JVM: the header split off, spark-avro's from_avro per writer schema id | "
+        f"{r['decode_records_per_s']['jvm']:,.0f} |",
     ]

@@ -87,7 +87,7 @@ import lake_commits  # noqa: E402
 import native_job  # noqa: E402
 import soak  # noqa: E402
 from common import ROOT, SPARK_SUBMIT, Topic  # noqa: E402
-from onceflow.hooks.registry import reader_schema_of  # noqa: E402
+from onceflow.hooks.registry import reader_schemas_of  # noqa: E402
 from onceflow.hooks.sink import sink_for  # noqa: E402
 from onceflow.spark import jvm_archive  # noqa: E402
 from onceflow.spark_app import PROCESS_APPLICATION  # noqa: E402
@@ -227,6 +227,24 @@ def spark_job(bootstrap: str, topic: Topic, mode: str) -> dict:
     }
 
 
+def avro_decode_job(bootstrap: str, topic: Topic, mode: str, registry: str, subject: str) -> dict:
+    """bench/avro_decode_job.py: read + decode of an Avro topic, the Python worker's way or
+    spark-avro's (its jar from pom.xml's profile spark-avro)."""
+    from onceflow_dev.jvm import classpath
+
+    jars = ["--jars", ",".join(str(j) for j in classpath("spark-avro"))] if mode == "jvm" else []
+    cmd = [str(SPARK_SUBMIT), *SUBMIT_ARGS, *jars, str(BENCH / "avro_decode_job.py"),
+           "--mode", mode, "--bootstrap", bootstrap, "--ranges", ranges_json(topic),
+           "--registry", registry, "--subject", subject]  # fmt: skip
+    proc, wall, usage = run_watched(cmd, common.spark_env())
+    lines = [x for x in proc.stdout.splitlines() if x.startswith("BENCH ")]
+    if proc.returncode or not lines:
+        raise RuntimeError(f"avro decode {mode} failed: {proc.stdout[-2000:]}{proc.stderr[-4000:]}")
+    runs = json.loads(lines[-1][6:])["runs"]
+    best = min(runs, key=lambda r: r["seconds"])  # after the first: workers and JIT warm
+    return {**best, "records_per_s": best["records"] / best["seconds"], "runs": runs}
+
+
 NATIVE_TABLE = "native_bench.stage_orders"  # the peer's stage table: Onceflow's stage's shape
 
 
@@ -323,7 +341,7 @@ class Ledger:
             "run-1",
             lambda _at: BrokerSnapshot(dict.fromkeys(ends, 0), ends),
             sink=sink_for(cfg),
-            reader_schema=reader_schema_of(cfg),
+            reader_schemas=reader_schemas_of(cfg),
         )
         return cfg, path
 
@@ -1469,6 +1487,7 @@ def main() -> int:
                             pg.dsn, pg.pid, work, f"avro_{kind}", settings
                         ),
                         process_run,
+                        avro_decode_job,
                         a.avro_records,
                         runs=1 if a.quick else 3,
                         say=say,

@@ -22,7 +22,9 @@ from onceflow.formats.avro_decode import AvroDecoder
 from onceflow.formats.columns import incompatibility as column_incompatibility
 from onceflow.formats.confluent_wire import frame
 from onceflow.formats.decoded_batch import decoded_fast_form
+from onceflow.formats.frame_decoder import FrameDecoder
 from onceflow.formats.registry_client import Registry
+from onceflow.formats.schemas import frame_decoder
 from onceflow_dev.registry import RegistryServer
 
 pytestmark = pytest.mark.unit
@@ -104,7 +106,7 @@ def batch(values):
 
 def decoder(server, version="latest"):
     registry = Registry(server.url, user="svc", password="s3cret")
-    return AvroDecoder(registry.version("payments-value", version), registry)
+    return FrameDecoder(AvroDecoder(registry.version("payments-value", version), registry))
 
 
 def test_records_decode_into_typed_columns_with_the_reader_schema(registry):
@@ -247,3 +249,52 @@ def test_the_registry_client_signs_in_and_names_refusals(registry):
     assert Registry.from_env(registry.url, "ONCEFLOW_REGISTRY").url == registry.url
     with pytest.raises(ConfigError, match="is not http"):
         Registry("registry:8081")
+
+
+def test_keys_decode_into_key_columns_beside_the_values(registry):
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    client = SchemaRegistryClient({"url": registry.url, "basic.auth.user.info": "svc:s3cret"})
+    string_key = AvroSerializer(client, '"string"')
+    record_key = AvroSerializer(
+        client,
+        json.dumps({"type": "record", "name": "K", "fields": [{"name": "id", "type": "long"}]}),
+    )
+    values = [serializer(registry, V1)(payment(i)) for i in range(3)]
+    keys = [
+        string_key(f"acct-{i}", SerializationContext("payments", MessageField.KEY))
+        for i in range(3)
+    ]
+    keys[2] = b"plain"  # a key written without the registry: the record is a dead letter
+    n = len(values)
+    raw = pa.RecordBatch.from_pydict(
+        {
+            "topic": ["payments"] * n,
+            "partition": [0] * n,
+            "offset": list(range(n)),
+            "key": keys,
+            "value": values,
+            "timestamp": pa.array([0] * n, pa.timestamp("us", tz="UTC")),
+        }
+    )
+    reg = Registry(registry.url, user="svc", password="s3cret")
+    readers = {"value": reg.version("payments-value"), "key": reg.version("payments-key")}
+    dec = frame_decoder({"value": "avro", "key": "avro"}, readers, reg)
+    assert [c.name for c in dec.columns][:2] == ["key_decoded", "id"]
+    out = dec.decode(raw, set()).to_pylist()
+    assert [(r["key_decoded"], r["id"], r["error"]) for r in out[:2]] == [
+        ("acct-0", 0, None),
+        ("acct-1", 1, None),
+    ]
+    assert out[2]["error"].startswith("key: ") and "magic byte" in out[2]["error"]
+    assert out[2]["id"] is None and out[2]["key_decoded"] is None
+    # a record key: its fields, prefixed
+    record_key({"id": 7}, SerializationContext("orders", MessageField.KEY))
+    keyed = frame_decoder(
+        {"value": "avro", "key": "avro"},
+        {"value": readers["value"], "key": reg.version("orders-key")},
+        reg,
+    )
+    assert "key_id" in [c.name for c in keyed.columns]

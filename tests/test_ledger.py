@@ -647,7 +647,7 @@ def test_a_txids_reader_schema_is_recorded_at_plan_replayed_and_refused_when_inc
 
     from onceflow.errors import IncompatibleSchemaError
     from onceflow.formats.registry_client import RegisteredSchema
-    from onceflow.ledger.reader_schemas import reader_schema
+    from onceflow.ledger.reader_schemas import reader_schemas
 
     cfg = parse_pipeline(unique_name, {"topics": [T], "format": "avro", "sink": {"table": "p"}})
     fields = [{"name": "id", "type": "long"}, {"name": "sku", "type": "string"}]
@@ -662,18 +662,18 @@ def test_a_txids_reader_schema_is_recorded_at_plan_replayed_and_refused_when_inc
         11, json.dumps({"type": "record", "name": "P", "fields": added[1:]}), version=3
     )
     latest = [v1]
-    plan(ledger_dsn, cfg, "r1", snap({(T, 0): 10}), sink_for(cfg), lambda: latest[0])
+    plan(ledger_dsn, cfg, "r1", snap({(T, 0): 10}), sink_for(cfg), lambda: {"value": latest[0]})
     latest[0] = v2  # a retry replays r1's reader schema; r2 reads with v2 (a field added)
-    plan(ledger_dsn, cfg, "r1", snap({(T, 0): 10}), sink_for(cfg), lambda: latest[0])
-    plan(ledger_dsn, cfg, "r2", snap({(T, 0): 20}), sink_for(cfg), lambda: latest[0])
-    assert reader_schema(ledger_dsn, cfg.name, "r1").id == 7
+    plan(ledger_dsn, cfg, "r1", snap({(T, 0): 10}), sink_for(cfg), lambda: {"value": latest[0]})
+    plan(ledger_dsn, cfg, "r2", snap({(T, 0): 20}), sink_for(cfg), lambda: {"value": latest[0]})
+    assert reader_schemas(ledger_dsn, cfg.name, "r1")["value"].id == 7
     assert (
-        reader_schema(ledger_dsn, cfg.name, "r2").id,
-        reader_schema(ledger_dsn, cfg.name, "r2").version,
+        reader_schemas(ledger_dsn, cfg.name, "r2")["value"].id,
+        reader_schemas(ledger_dsn, cfg.name, "r2")["value"].version,
     ) == (9, 2)
     latest[0] = v3  # "id" removed: refused naming subject, both versions and the field
     with pytest.raises(IncompatibleSchemaError) as e:
-        plan(ledger_dsn, cfg, "r3", snap({(T, 0): 30}), sink_for(cfg), lambda: latest[0])
+        plan(ledger_dsn, cfg, "r3", snap({(T, 0): 30}), sink_for(cfg), lambda: {"value": latest[0]})
     assert "subject 'orders-value' version 3 is not compatible with version 2" in str(e.value)
     assert "field 'id' was removed" in str(e.value)
     with pytest.raises(UnknownTxidError):

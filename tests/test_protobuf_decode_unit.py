@@ -14,7 +14,7 @@ from onceflow.formats import decoder as registry_decoder
 from onceflow.formats import protobuf_decode
 from onceflow.formats.confluent_wire import frame
 from onceflow.formats.registry_client import Registry
-from onceflow.formats.schemas import reader_columns, txid_decoder
+from onceflow.formats.schemas import frame_decoder, reader_columns
 from onceflow_dev.registry import RegistryServer
 from registry_support import payment, payment_class, protobuf_serializer
 
@@ -53,7 +53,11 @@ def test_messages_decode_into_typed_columns_with_the_reader_schema(registry):
     reader = reg.version("pay-value", serialized=True)
     assert reader.type == "PROTOBUF" and reader.version == 2
     ids: set[int] = set()
-    out = txid_decoder("protobuf", reader, reg).decode(batch(values), ids).to_pylist()
+    out = (
+        frame_decoder({"value": "protobuf"}, {"value": reader}, reg)
+        .decode(batch(values), ids)
+        .to_pylist()
+    )
     assert ids == {1, 2}
     assert [r["error"] for r in out] == [None, None]
     first = out[0]
@@ -86,7 +90,9 @@ def test_every_poison_message_is_named(registry):
     good = protobuf_serializer(registry.url, payment_class(1), "pay")(payment(payment_class(1), 1))
     avro_id = registry.schemas.register("other", {"schema": '"string"'})["id"]
     reg = Registry(registry.url)
-    decoder = txid_decoder("protobuf", reg.version("pay-value", serialized=True), reg)
+    decoder = frame_decoder(
+        {"value": "protobuf"}, {"value": reg.version("pay-value", serialized=True)}, reg
+    )
     values = [
         b"\x08\x01\x12\x03abc",  # no magic byte (a bare message)
         frame(999, good[5:]),  # an unknown id
@@ -108,4 +114,4 @@ def test_a_subject_of_another_format_is_refused_naming_it(registry):
     with pytest.raises(
         ConfigError, match="is a PROTOBUF schema, but the pipeline's format is 'avro'"
     ):
-        txid_decoder("avro", reg.version("pay-value", serialized=True), reg)
+        frame_decoder({"value": "avro"}, {"value": reg.version("pay-value", serialized=True)}, reg)

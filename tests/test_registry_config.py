@@ -42,13 +42,20 @@ def test_an_avro_pipeline_needs_no_transform_and_reads_its_topics_value_subject(
         ({"format": "avro", "topics": ["a", "b"]}, "subject", "several topics"),
         ({"format": "avro", "reader_schema_version": 0}, "reader_schema_version", "not a version"),
         ({"format": "avro", "subject": ""}, "subject", "not a subject"),
-        ({"subject": "x-value", "transform": "orders:transform"}, "subject", "registry format"),
+        ({"subject": "x-value", "transform": "orders:transform"}, "subject", "only a registry"),
         (
             {"registry_conn_id": "r", "transform": "orders:transform"},
             "registry_conn_id",
-            "registry format",
+            "only a registry",
         ),
         ({}, "transform", "only a registry format's records land without"),
+        ({"key_format": "json", "transform": "orders:transform"}, "key_format", "is not one of"),
+        ({"key_subject": "k", "transform": "orders:transform"}, "key_subject", "only a registry"),
+        (
+            {"key_format": "avro", "transform": "orders:transform", "topics": ["a", "b"]},
+            "key_subject",
+            "several topics",
+        ),
         ({"format": "avro", "transform_kind": "aggregating"}, "transform", "aggregating"),
     ],
 )
@@ -56,6 +63,20 @@ def test_each_bad_format_key_is_refused_by_name(raw, key, why):
     with pytest.raises(PipelineKeyError, match=why) as e:
         parse_pipeline("pay", {"topics": ["payments"], **SINK, **raw}, "p.toml")
     assert e.value.key == key
+
+
+def test_keys_in_a_registry_format_read_their_topics_key_subject():
+    cfg = parse_pipeline(
+        "pay",
+        {"topics": ["payments"], "key_format": "avro", "transform": "orders:transform", **SINK},
+    )
+    assert (cfg.format, cfg.key_format, cfg.key_subject, cfg.subject) == (
+        "bytes",
+        "avro",
+        "payments-key",
+        "",
+    )
+    assert cfg.uses_registry and not cfg.registry_format
 
 
 def conn(**fields):
@@ -107,7 +128,7 @@ def test_a_pipeline_without_a_registry_is_told_how_to_give_one(monkeypatch):
     monkeypatch.setenv(hook.REGISTRY_ENV, "http://127.0.0.1:1")
     assert hook.pipeline_registry(cfg).url == "http://127.0.0.1:1"
     assert (
-        hook.reader_schema_of(
+        hook.reader_schemas_of(
             parse_pipeline("b", {"topics": ["t"], "transform": "orders:transform", **SINK})
         )
         is None

@@ -218,14 +218,14 @@ def run_audit(
 ) -> AuditReport:
     """Audit one pipeline. `reread(ranges, on_records=None)`, if given, counts the records of
     each txid's ranges in the broker (onceflow.kafka.recount.count_records); a registry
-    format's are decoded again as they are read (onceflow.audit_decoding)."""
+    format's are decoded again as they are read (onceflow.formats.reread_check)."""
     report = AuditReport(pipeline=cfg.name)
     decoding = None
     with transaction(dsn) as cur:
         cur.execute("set transaction isolation level repeatable read")  # one consistent snapshot
         ledger = read_ledger_rows(cur, cfg.name)
-        if reread is not None and cfg.registry_format:
-            from onceflow.audit_decoding import DecodeCheck
+        if reread is not None and cfg.uses_registry:
+            from onceflow.formats.reread_check import DecodeCheck
             from onceflow.ledger.decode_rows import read_decode_rows
 
             decoding = DecodeCheck(cfg, read_decode_rows(cur, cfg.name))

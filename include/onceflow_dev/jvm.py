@@ -31,6 +31,7 @@ PROFILES = {
     "kafka-broker": "Apache Kafka's broker, with a log4j2 binding",
     "spark-kafka": "Spark's own Kafka connector (the benchmark's peer)",
     "jdbc": "PostgreSQL's JDBC driver (the peer's sink)",
+    "spark-avro": "spark-avro's from_avro (the bench's JVM way of decoding Avro)",
 }
 #: per profile, the artifacts (groupId:artifactId) it exists for: a profile folder without one
 #: is not resolved, whatever else it holds
@@ -38,6 +39,7 @@ MAIN_ARTIFACTS = {
     "kafka-broker": ("org.apache.kafka:kafka_2.13", "org.apache.logging.log4j:log4j-slf4j2-impl"),
     "spark-kafka": ("org.apache.spark:spark-sql-kafka-0-10_2.13",),
     "jdbc": ("org.postgresql:postgresql",),
+    "spark-avro": ("org.apache.spark:spark-avro_2.13",),
 }
 JVM_DIR_ENV = "ONCEFLOW_JVM_DIR"
 MVN_INSTALL_HINT = (

@@ -26,7 +26,7 @@ from onceflow.errors import (
     RerunRefusedError,
 )
 from onceflow.hooks.ledger import ledger_dsn
-from onceflow.hooks.registry import reader_schema_of
+from onceflow.hooks.registry import reader_schemas_of
 from onceflow.hooks.services import services
 from onceflow.hooks.sink import sink_for
 from onceflow.kafka import broker
@@ -87,7 +87,7 @@ def plan_task(pipeline: str, txid: str, pipelines_file: str | None = None) -> di
             txid,
             lambda at: broker.snapshot(svc.kafka, cfg.name, cfg.topics, at),
             sink,
-            reader_schema_of(cfg),
+            reader_schemas_of(cfg),
         )
     except (
         DataLossError,

@@ -116,7 +116,7 @@ class ProcessOperator(TxidOperator, SparkSubmitOperator):
         try:
             svc = services(cfg)
             storage = lake_storage(cfg) if cfg.sink.storage_conn_id else None
-            registry = pipeline_registry(cfg) if cfg.registry_format else None
+            registry = pipeline_registry(cfg) if cfg.uses_registry else None
         except ConfigError as e:
             raise AirflowFailException(f"onceflow process txid={self.txid}: {e}") from e
         # This task's own process: spark-submit inherits it (the hook copies os.environ).

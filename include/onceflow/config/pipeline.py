@@ -62,6 +62,8 @@ class PipelineConfig:
     format: Literal["bytes", "avro", "protobuf"] = "bytes"
     subject: str = ""
     reader_schema_version: int | None = None
+    key_format: Literal["bytes", "avro", "protobuf"] = "bytes"  # keys, likewise
+    key_subject: str = ""
     registry_conn_id: str | None = None
     source: str = field(default="<config>", compare=False)  # the pipelines file, for messages
 
@@ -81,8 +83,16 @@ class PipelineConfig:
         return self.format != "bytes"
 
     @property
+    def uses_registry(self) -> bool:
+        """Whether values or keys are decoded with a schema registry's schemas."""
+        return self.registry_format or self.key_format != "bytes"
+
+    @property
     def format_summary(self) -> str:
-        return f"{self.format} (subject {self.subject!r})" if self.registry_format else self.format
+        parts = [f"{self.format} values (subject {self.subject!r})"] if self.registry_format else []
+        if self.key_format != "bytes":
+            parts.append(f"{self.key_format} keys (subject {self.key_subject!r})")
+        return " and ".join(parts) or "bytes"
 
     @property
     def aggregating(self) -> bool:

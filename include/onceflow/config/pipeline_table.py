@@ -60,6 +60,8 @@ _KEYS = {
     "subject",
     "reader_schema_version",
     "registry_conn_id",
+    "key_format",
+    "key_subject",
 }
 PROCESS_MODES = ("spark-submit", "connect")
 

@@ -8,7 +8,9 @@ parsed from a [pipelines.NAME] table.
 
 A registry format reads with a reader schema: the latest version of `subject` (default
 "<topic>-value") when each txid is planned, recorded in the ledger with the txid, or the
-version `reader_schema_version` pins. The registry is the `registry_conn_id` connection
+version `reader_schema_version` pins. Keys likewise, by `key_format` (default "bytes") and
+`key_subject` (default "<topic>-key", always its latest version): their fields become
+columns `key_<field>`. The registry is the `registry_conn_id` connection
 (onceflow.hooks.registry).
 """
 
@@ -23,32 +25,23 @@ REGISTRY_FORMATS = ("avro", "protobuf")
 
 
 def parse_format(source: str, name: str, raw: dict[str, Any], topics: list[str]) -> dict[str, Any]:
-    """The format keys of a pipeline's table, checked: PipelineConfig's `format`, `subject`
-    and `reader_schema_version`."""
-    fmt = raw.get("format", "bytes")
-    if fmt not in FORMATS:
-        raise PipelineKeyError(source, name, "format", f"{fmt!r} is not one of {FORMATS}")
-    subject = raw.get("subject")
-    version = raw.get("reader_schema_version")
+    """The format keys of a pipeline's table, checked: PipelineConfig's `format`, `subject`,
+    `reader_schema_version`, `key_format` and `key_subject`."""
+    fmt = _choice(source, name, raw, "format")
+    key_fmt = _choice(source, name, raw, "key_format")
     if fmt not in REGISTRY_FORMATS:
-        for key in ("subject", "reader_schema_version", "registry_conn_id"):
-            if key in raw:
-                raise PipelineKeyError(
-                    source, name, key, f"only a registry format {REGISTRY_FORMATS} takes it"
-                )
-        return {"format": fmt, "subject": "", "reader_schema_version": None}
-    if subject is None:
-        if len(topics) != 1:
-            raise PipelineKeyError(
-                source,
-                name,
-                "subject",
-                "a pipeline reading several topics names the registry subject of their "
-                "reader schema (one schema for all of them)",
-            )
-        subject = f"{topics[0]}-value"
-    if not isinstance(subject, str) or not subject.strip():
-        raise PipelineKeyError(source, name, "subject", f"{subject!r} is not a subject name")
+        _refuse_unless(source, name, raw, ("subject", "reader_schema_version"), "format")
+    if key_fmt not in REGISTRY_FORMATS:
+        _refuse_unless(source, name, raw, ("key_subject",), "key_format")
+    if (
+        fmt not in REGISTRY_FORMATS
+        and key_fmt not in REGISTRY_FORMATS
+        and "registry_conn_id" in raw
+    ):
+        raise PipelineKeyError(
+            source, name, "registry_conn_id", f"only a registry format {REGISTRY_FORMATS} takes it"
+        )
+    version = raw.get("reader_schema_version")
     if version is not None and (
         isinstance(version, bool) or not isinstance(version, int) or version <= 0
     ):
@@ -58,4 +51,51 @@ def parse_format(source: str, name: str, raw: dict[str, Any], topics: list[str])
             "reader_schema_version",
             f"{version!r} is not a version number (omit it to read with the latest)",
         )
-    return {"format": fmt, "subject": subject, "reader_schema_version": version}
+    return {
+        "format": fmt,
+        "subject": _subject(source, name, raw, "subject", topics, "value")
+        if fmt in REGISTRY_FORMATS
+        else "",
+        "reader_schema_version": version,
+        "key_format": key_fmt,
+        "key_subject": _subject(source, name, raw, "key_subject", topics, "key")
+        if key_fmt in REGISTRY_FORMATS
+        else "",
+    }
+
+
+def _choice(source: str, name: str, raw: dict[str, Any], key: str) -> str:
+    value = raw.get(key, "bytes")
+    if value not in FORMATS:
+        raise PipelineKeyError(source, name, key, f"{value!r} is not one of {FORMATS}")
+    return value
+
+
+def _refuse_unless(
+    source: str, name: str, raw: dict[str, Any], keys: tuple[str, ...], by: str
+) -> None:
+    for key in keys:
+        if key in raw:
+            raise PipelineKeyError(
+                source, name, key, f"only a registry `{by}` {REGISTRY_FORMATS} takes it"
+            )
+
+
+def _subject(
+    source: str, name: str, raw: dict[str, Any], key: str, topics: list[str], role: str
+) -> str:
+    """A registry subject: the key's, else "<topic>-<role>" (TopicNameStrategy's)."""
+    subject = raw.get(key)
+    if subject is None:
+        if len(topics) != 1:
+            raise PipelineKeyError(
+                source,
+                name,
+                key,
+                f"a pipeline reading several topics names the registry subject of their {role} "
+                "schema (one schema for all of them)",
+            )
+        subject = f"{topics[0]}-{role}"
+    if not isinstance(subject, str) or not subject.strip():
+        raise PipelineKeyError(source, name, key, f"{subject!r} is not a subject name")
+    return subject

@@ -53,12 +53,15 @@ _LOGICAL = {
 }
 
 
-def reader_columns(schema_text: str, what: str) -> tuple[Column, ...]:
-    """The columns of a reader schema (`what` names it in messages: subject and version)."""
+def reader_columns(schema_text: str, what: str, single: str = "") -> tuple[Column, ...]:
+    """The columns of a reader schema (`what` names it in messages: subject and version); with
+    `single`, a schema that is not a record is one column of that name (a key's)."""
     try:
         schema = json.loads(schema_text)
     except json.JSONDecodeError as e:
         raise ConfigError(f"{what}: not an Avro schema (JSON: {e.msg})") from None
+    if single and not (isinstance(schema, dict) and schema.get("type") == "record"):
+        return (_column(single, _nullable(schema)),)  # a key of one value: a string, a long
     if not isinstance(schema, dict) or schema.get("type") != "record":
         raise ConfigError(
             f"{what}: a pipeline reads Avro records whose schema is a record, not "
@@ -104,7 +107,9 @@ def _column(name: str, t: Any) -> Column:
 def physical(schema: Any, columns: tuple[Column, ...]) -> Any:
     """`schema` (parsed JSON of a record schema) with the fields of `columns` read raw: no
     logical type, strings as bytes. Fields of other kinds keep their types (JSON columns
-    decode as Python values)."""
+    decode as Python values). A schema that is not a record is a single column's."""
+    if not (isinstance(schema, dict) and schema.get("type") == "record"):
+        return schema if columns and columns[0].kind == "json" else _raw(schema)
     raw_kinds = {c.name: c.kind for c in columns if c.kind != "json"}
     fields = []
     for f in schema.get("fields", []):

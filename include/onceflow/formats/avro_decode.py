@@ -19,7 +19,12 @@ class AvroDecoder(RegistryDecoder):
     TYPE = "AVRO"
 
     def reader_columns(self) -> tuple[Column, ...]:
-        return reader_columns(self.reader.text, self.described)
+        schema = json.loads(self.reader.text)
+        # a key of one value (a string, a long): its one column
+        self.single_value = bool(self.single) and not (
+            isinstance(schema, dict) and schema.get("type") == "record"
+        )
+        return reader_columns(self.reader.text, self.described, self.single)
 
     def parse_writer(self, schema: RegisteredSchema) -> Any:
         return _parse(schema.text, self.columns)
@@ -39,7 +44,7 @@ class AvroDecoder(RegistryDecoder):
                 f"{left} byte(s) left over after decoding with schema id {sid} (not the schema "
                 "it was written with?)"
             )
-        return row
+        return {self.single: row} if self.single_value else row
 
 
 def _parse(text: str, columns: tuple[Column, ...]) -> Any:

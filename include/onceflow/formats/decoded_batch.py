@@ -38,14 +38,16 @@ def decoded_batch(
     columns: Sequence[Column],
     values: Sequence[Sequence[Any]],
     errors: list[str | None],
+    roles: Sequence[str],
 ) -> Any:
     """The decoded frame's batch of the reader's `batch`: `values[i]` the values of
-    columns[i], one per record (None for a null or a record in `errors`)."""
+    columns[i] (decoded from the record's `roles[i]`, "key" or "value"), one per record (None
+    for a null or a record in `errors`)."""
     import pyarrow as pa
 
-    bad = _not_utf8(columns, values)
+    bad = _not_utf8(columns, values, roles)
     if bad:
-        errors = [bad.get(i, e) for i, e in enumerate(errors)]
+        errors = [e or bad.get(i) for i, e in enumerate(errors)]
         values = [[None if i in bad else v for i, v in enumerate(vs)] for vs in values]
     names = batch.schema.names
     arrays = [
@@ -118,13 +120,15 @@ def string_array(vs: Sequence[Any]) -> Any:
     return pa.Array.from_buffers(pa.string(), len(raw), raw.buffers(), raw.null_count)
 
 
-def _not_utf8(columns: Sequence[Column], values: Sequence[Sequence[Any]]) -> dict[int, str]:
+def _not_utf8(
+    columns: Sequence[Column], values: Sequence[Sequence[Any]], roles: Sequence[str]
+) -> dict[int, str]:
     """The records with a string field whose bytes are not UTF-8 (poison: Avro strings are
     UTF-8), and why; checked by pyarrow over each whole column, by record only when one fails."""
     import pyarrow as pa
 
     bad: dict[int, str] = {}
-    for c, vs in zip(columns, values, strict=True):
+    for c, vs, role in zip(columns, values, roles, strict=True):
         if c.kind != "string":
             continue
         try:
@@ -135,7 +139,9 @@ def _not_utf8(columns: Sequence[Column], values: Sequence[Sequence[Any]]) -> dic
                     try:
                         v.decode()
                     except UnicodeDecodeError as e:
-                        bad[i] = f"field {c.name!r} is not UTF-8 ({e.reason} at byte {e.start})"
+                        bad[i] = (
+                            f"{role}: field {c.name!r} is not UTF-8 ({e.reason} at byte {e.start})"
+                        )
     return bad
 
 

@@ -20,7 +20,6 @@ from typing import Any
 
 from onceflow.formats.columns import Column
 from onceflow.formats.confluent_wire import WireFormatError, split
-from onceflow.formats.decoded_batch import decoded_batch, frame_schema
 from onceflow.formats.registry_client import RegisteredSchema, Registry, SchemaIdUnknown
 
 # (format, registry URL, reader schema id, writer schema id) -> the writer schema as the
@@ -38,8 +37,8 @@ class Undecodable(ValueError):
 
 @dataclass
 class RegistryDecoder:
-    """Decodes the values of reader batches into the decoded frame (formats.decoded_batch)
-    with `reader`, the txid's reader schema. Picklable: process ships it to the workers. A
+    """Decodes values or keys in one format with `reader`, the txid's reader schema (into the
+    decoded frame: formats.frame_decoder). Picklable: process ships it to the workers. A
     format defines TYPE (the registry's schemaType), `reader_columns`, `parse_writer` and
     `row`."""
 
@@ -49,6 +48,8 @@ class RegistryDecoder:
     # the writer schemas' cache: the worker's (`_WRITERS`), or one of the caller's own (the
     # audit's, whose schemas come from the ledger)
     writers: dict[tuple[str, str, int, int], Any] | None = field(default=None, repr=False)
+    # a key's: the name of the one column of a schema that is not a record (Avro)
+    single: str = ""
     columns: tuple[Column, ...] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -58,10 +59,6 @@ class RegistryDecoder:
     def described(self) -> str:
         r = self.reader
         return f"{self.TYPE.title()} schema id {r.id} (subject {r.subject!r} version {r.version})"
-
-    @property
-    def spark_schema(self) -> str:
-        return frame_schema(self.columns)
 
     def reader_columns(self) -> tuple[Column, ...]:
         raise NotImplementedError
@@ -74,15 +71,17 @@ class RegistryDecoder:
         """The reader columns' values of one payload; Undecodable if it does not decode."""
         raise NotImplementedError
 
-    def decode(self, batch: Any, ids: set[int]) -> Any:
-        """The decoded frame's batch of a reader batch; adds the writer schema ids of the
-        records it decoded to `ids` (the ledger keeps them with the range)."""
-        values = batch.column(batch.schema.names.index("value")).to_pylist()
+    def rows(
+        self, values: list[bytes | None], ids: set[int], role: str
+    ) -> tuple[list[dict[str, Any] | None], list[str | None]]:
+        """Each value's row (None for a null: a tombstone, or no key) and why it did not
+        decode (`role`, "value" or "key", begins the reason); adds the writer schema ids of
+        the records it decoded to `ids` (the ledger keeps them with the range)."""
         rows: list[dict[str, Any] | None] = []
         errors: list[str | None] = []
         for v in values:
             row, error = None, None
-            if v is not None:  # None: a tombstone, no value to decode
+            if v is not None:
                 try:
                     sid, payload = split(v)
                     writer = self._writer(sid)
@@ -91,11 +90,10 @@ class RegistryDecoder:
                     ids.add(sid)
                     row = self.row(sid, writer, payload)
                 except (WireFormatError, Undecodable) as e:
-                    error = f"value: {e}"
+                    error = f"{role}: {e}"
             rows.append(row)
             errors.append(error)
-        columns = [[None if r is None else r.get(c.name) for r in rows] for c in self.columns]
-        return decoded_batch(batch, self.columns, columns, errors)
+        return rows, errors
 
     def _writer(self, sid: int) -> Any:
         cache = _WRITERS if self.writers is None else self.writers

@@ -6,6 +6,7 @@ from __future__ import annotations
 from onceflow.errors import ConfigError
 from onceflow.formats.columns import Column
 from onceflow.formats.decoder import RegistryDecoder
+from onceflow.formats.frame_decoder import SINGLE_KEY, FrameDecoder
 from onceflow.formats.registry_client import RegisteredSchema, Registry
 
 #: a registry format -> the registry's schemaType of its schemas
@@ -28,12 +29,14 @@ def check_type(fmt: str, schema: RegisteredSchema, what: str) -> None:
         raise ConfigError(f"{what} is a {schema.type} schema, but the pipeline's format is {fmt!r}")
 
 
-def reader_columns(schema: RegisteredSchema, what: str) -> tuple[Column, ...]:
-    """The columns of a reader schema of any registry format."""
+def reader_columns(schema: RegisteredSchema, what: str, role: str = "value") -> tuple[Column, ...]:
+    """The columns of a reader schema of any registry format, for values or keys (`role`: a
+    key schema that is not a record is one column)."""
+    single = SINGLE_KEY if role == "key" else ""
     if schema.type == "AVRO":
         from onceflow.formats import avro_columns
 
-        return avro_columns.reader_columns(schema.text, what)
+        return avro_columns.reader_columns(schema.text, what, single)
     if schema.type == "PROTOBUF":
         from onceflow.formats import protobuf_columns
 
@@ -41,7 +44,20 @@ def reader_columns(schema: RegisteredSchema, what: str) -> tuple[Column, ...]:
     raise ConfigError(f"{what}: a {schema.type} schema; Onceflow reads AVRO and PROTOBUF")
 
 
-def txid_decoder(fmt: str, reader: RegisteredSchema, registry: Registry) -> RegistryDecoder:
-    """The decoder of a txid's values read with `reader`."""
-    check_type(fmt, reader, f"reader schema id {reader.id} (subject {reader.subject!r})")
-    return decoder_class(fmt)(reader, registry)
+def frame_decoder(
+    formats: dict[str, str],
+    readers: dict[str, RegisteredSchema],
+    registry: Registry,
+    writers: dict | None = None,
+) -> FrameDecoder:
+    """The decoder of a txid's frame: per role ("value", "key") in a registry format
+    (`formats`), the reader schema it was planned with (`readers`); `writers`: the writer
+    schemas' cache, when not the worker's (formats.decoder)."""
+    decoders: dict[str, RegistryDecoder] = {}
+    for role, reader in readers.items():
+        fmt = formats[role]
+        what = f"{role} reader schema id {reader.id} (subject {reader.subject!r})"
+        check_type(fmt, reader, what)
+        single = SINGLE_KEY if role == "key" else ""
+        decoders[role] = decoder_class(fmt)(reader, registry, writers, single)
+    return FrameDecoder(decoders.get("value"), decoders.get("key"))

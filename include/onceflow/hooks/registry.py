@@ -49,7 +49,7 @@ def pipeline_registry(cfg: PipelineConfig) -> Registry:
     conn = lookup(cid, named_by(cfg.source, "registry_conn_id") if cfg.registry_conn_id else None)
     if conn is None:
         raise ConfigError(
-            f"{cfg.source}: pipeline {cfg.name!r} reads {cfg.format_summary} records but no "
+            f"{cfg.source}: pipeline {cfg.name!r} reads {cfg.format_summary} but no "
             f"schema registry is configured: create the Airflow connection {REGISTRY_CONN!r} "
             "(an http connection with the registry's URL as host), name one with "
             f"`registry_conn_id`, or set {REGISTRY_ENV} to its URL"
@@ -57,15 +57,24 @@ def pipeline_registry(cfg: PipelineConfig) -> Registry:
     return registry_from(conn, cid)
 
 
-def reader_schema_of(cfg: PipelineConfig) -> Callable[[], RegisteredSchema] | None:
-    """What plan calls for a new txid's reader schema (ledger.reader_schemas): the subject's
-    pinned version, else its latest; None for a pipeline without a registry format."""
-    if not cfg.registry_format:
+def reader_schemas_of(cfg: PipelineConfig) -> Callable[[], dict[str, RegisteredSchema]] | None:
+    """What plan calls for a new txid's reader schemas (ledger.reader_schemas), by role:
+    "value", the subject's pinned version, else its latest; "key", its key subject's latest.
+    None for a pipeline without a registry format."""
+    if not cfg.uses_registry:
         return None
 
-    def resolve() -> RegisteredSchema:
-        version = cfg.reader_schema_version or "latest"
-        serialized = cfg.format == "protobuf"  # its FileDescriptorProto, not .proto text
-        return pipeline_registry(cfg).version(cfg.subject, version, serialized=serialized)
+    def resolve() -> dict[str, RegisteredSchema]:
+        registry = pipeline_registry(cfg)
+        schemas = {}
+        if cfg.registry_format:
+            version = cfg.reader_schema_version or "latest"
+            # a Protobuf schema as its FileDescriptorProto, not .proto text
+            serialized = cfg.format == "protobuf"
+            schemas["value"] = registry.version(cfg.subject, version, serialized=serialized)
+        if cfg.key_format != "bytes":
+            serialized = cfg.key_format == "protobuf"
+            schemas["key"] = registry.version(cfg.key_subject, serialized=serialized)
+        return schemas
 
     return resolve

@@ -50,7 +50,7 @@ def count_records(
 ) -> Recount:
     """Records per txid. Ranges of one partition are read in one sequential pass;
     `on_records(txid, messages)`, when given, sees each range's records as they are read (the
-    audit decodes a registry format's: onceflow.audit_decoding)."""
+    audit decodes a registry format's: onceflow.formats.reread_check)."""
     by_tp: dict[tuple[str, int], list[_Range]] = defaultdict(list)
     for r in ranges:
         if r.until_offset > r.from_offset:

@@ -1,7 +1,7 @@
 """What the audit's re-read decodes a registry format's committed ranges with, as the ledger
 holds it (ledger.reader_schemas): each txid's reader schema, the writer schemas process
 kept, the schema ids each range's published attempt met, and the dead letters the decoding
-refused (their reason starts with "value: ")."""
+refused (their reason starts with "value: " or "key: ")."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ Key = tuple[str, str, int]  # (txid, topic, partition)
 
 @dataclass(frozen=True)
 class DecodeRows:
-    readers: dict[str, RegisteredSchema]  # txid -> its reader schema
+    readers: dict[str, dict[str, RegisteredSchema]]  # txid -> role -> its reader schema
     writers: dict[int, RegisteredSchema]  # schema id -> the writer schema the ledger kept
     schema_ids: dict[Key, set[int]]  # per committed range: the ids its published attempt met
     refused: dict[Key, set[int]]  # per range: offsets of the dead letters decoding refused
@@ -24,14 +24,14 @@ class DecodeRows:
 
 def read_decode_rows(cur, pipeline: str) -> DecodeRows:
     cur.execute(
-        "select txid, subject, version, schema_id, schema_type, schema"
+        "select txid, role, subject, version, schema_id, schema_type, schema"
         " from onceflow.reader_schemas where pipeline = %s",
         (pipeline,),
     )
-    readers = {
-        txid: RegisteredSchema(sid, text, stype, subject=subject, version=version)
-        for txid, subject, version, sid, stype, text in cur.fetchall()
-    }
+    readers: dict[str, dict[str, RegisteredSchema]] = {}
+    for txid, role, subject, version, sid, stype, text in cur.fetchall():
+        schema = RegisteredSchema(sid, text, stype, subject=subject, version=version)
+        readers.setdefault(txid, {})[role] = schema
     cur.execute(
         "select rr.txid, rr.topic, rr.partition, rr.schema_ids from onceflow.range_reads rr"
         " join onceflow.batches b on b.pipeline = rr.pipeline and b.txid = rr.txid"
@@ -41,7 +41,7 @@ def read_decode_rows(cur, pipeline: str) -> DecodeRows:
     ids = {(t, tp, p): set(s or ()) for t, tp, p, s in cur.fetchall()}
     cur.execute(
         'select txid, topic, partition, "offset" from onceflow.dead_letters'
-        " where pipeline = %s and reason like 'value: %%'",
+        " where pipeline = %s and (reason like 'value: %%' or reason like 'key: %%')",
         (pipeline,),
     )
     refused: dict[Key, set[int]] = {}

@@ -15,7 +15,7 @@ from onceflow.formats.registry_client import RegisteredSchema
 from onceflow.ledger.batches import Batch, ensure_pipeline, read_batch, read_ranges
 from onceflow.ledger.db import transaction
 from onceflow.ledger.log_checks import Snapshot, ledger_logs, prints_at, verify_logs
-from onceflow.ledger.reader_schemas import record_reader_schema
+from onceflow.ledger.reader_schemas import record_reader_schemas
 from onceflow.ledger.transitions import move
 from onceflow.ranges import TopicPartition, plan_ranges
 from onceflow.sinks.base import Sink
@@ -28,12 +28,12 @@ def plan(
     txid: str,
     snapshot: Snapshot,
     sink: Sink,
-    reader_schema: Callable[[], RegisteredSchema] | None = None,
+    reader_schemas: Callable[[], dict[str, RegisteredSchema]] | None = None,
 ) -> Batch:
     """Plan txid: replay its recorded ranges, or snapshot the broker and record new ones,
     once every partition's log is proven the one the ledger read (verify_logs). A registry
-    format's new txid with records to read also records its reader schema, `reader_schema()`
-    (ledger.reader_schemas)."""
+    format's new txid with records to read also records its reader schemas,
+    `reader_schemas()` (ledger.reader_schemas)."""
     started = time.monotonic()
     ensure_pipeline(dsn, cfg, sink)
     with transaction(dsn) as cur:
@@ -119,8 +119,8 @@ def plan(
                     r.partition,
                 ),
             )
-        if reader_schema is not None and any(r.size for r in planned.ranges):
-            record_reader_schema(cur, cfg, txid, reader_schema)
+        if reader_schemas is not None and any(r.size for r in planned.ranges):
+            record_reader_schemas(cur, cfg, txid, reader_schemas)
         for loss in planned.losses:
             cur.execute(
                 "insert into onceflow.loss_events (pipeline, txid, topic, partition, from_offset,"

@@ -1,8 +1,9 @@
 """A registry format's schemas in the ledger (migration 0009): the reader schema each txid
 reads with, recorded at plan, and the writer schemas process met, by id.
 
-Plan resolves the reader schema once per txid, in its transaction: a retry replays the txid
-with the schema it was planned with, whatever the registry's latest is by then. A new
+Plan resolves the reader schemas (of values, and of keys in a registry format) once per txid,
+in its transaction: a retry replays the txid with the schemas it was planned with, whatever
+the registry's latest is by then. A new
 reader schema is checked against the previous txid's (onceflow.formats.columns): a
 change the sink cannot follow refuses the plan, naming the subject, both versions and the
 field. The columns a compatible one adds reach the sink through schema evolution
@@ -21,51 +22,55 @@ from onceflow.formats.schemas import check_type, reader_columns
 from onceflow.ledger.db import transaction
 
 
-def record_reader_schema(
-    cur, cfg: PipelineConfig, txid: str, resolve: Callable[[], RegisteredSchema]
-) -> RegisteredSchema:
-    """Record txid's reader schema, `resolve`d now (txid's batch row exists, in this
-    transaction); IncompatibleSchemaError if the previous txid read with one it cannot
-    follow."""
-    schema = resolve()
-    what = f"subject {cfg.subject!r} version {schema.version} (schema id {schema.id})"
-    check_type(cfg.format, schema, what)
-    new_columns = reader_columns(schema, what)  # refused here if the pipeline cannot read it
-    cur.execute(
-        "select r.version, r.schema_id, r.schema_type, r.schema from onceflow.reader_schemas r"
-        " join onceflow.batches b using (pipeline, txid) where r.pipeline = %s and r.txid <> %s"
-        " order by b.seq desc limit 1",
-        (cfg.name, txid),
-    )
-    row = cur.fetchone()
-    if row is not None and row[1] != schema.id:
-        old = RegisteredSchema(row[1], row[3], row[2], subject=cfg.subject, version=row[0])
-        why = incompatibility(reader_columns(old, f"version {row[0]}"), new_columns)
-        if why is not None:
-            raise IncompatibleSchemaError(
-                cfg.name, cfg.subject, row[0], schema.version or 0, why[0], why[1]
-            )
-    cur.execute(
-        "insert into onceflow.reader_schemas (pipeline, txid, subject, version, schema_id,"
-        " schema_type, schema) values (%s, %s, %s, %s, %s, %s, %s)",
-        (cfg.name, txid, cfg.subject, schema.version, schema.id, schema.type, schema.text),
-    )
-    return schema
-
-
-def reader_schema(dsn: str, pipeline: str, txid: str) -> RegisteredSchema | None:
-    """The reader schema txid was planned with (None: none recorded, its ranges were empty)."""
-    with transaction(dsn) as cur:
+def record_reader_schemas(
+    cur, cfg: PipelineConfig, txid: str, resolve: Callable[[], dict[str, RegisteredSchema]]
+) -> dict[str, RegisteredSchema]:
+    """Record txid's reader schemas by role ("value", "key"), `resolve`d now (txid's batch
+    row exists, in this transaction); IncompatibleSchemaError if the previous txid read a
+    role with one it cannot follow."""
+    schemas = resolve()
+    for role, schema in schemas.items():
+        fmt, subject = (
+            (cfg.format, cfg.subject) if role == "value" else (cfg.key_format, cfg.key_subject)
+        )
+        what = f"subject {subject!r} version {schema.version} (schema id {schema.id})"
+        check_type(fmt, schema, what)
+        new_columns = reader_columns(schema, what, role)  # refused here if it cannot be read
         cur.execute(
-            "select subject, version, schema_id, schema_type, schema from onceflow.reader_schemas"
-            " where pipeline = %s and txid = %s",
-            (pipeline, txid),
+            "select r.version, r.schema_id, r.schema_type, r.schema from onceflow.reader_schemas r"
+            " join onceflow.batches b using (pipeline, txid) where r.pipeline = %s"
+            " and r.role = %s and r.txid <> %s order by b.seq desc limit 1",
+            (cfg.name, role, txid),
         )
         row = cur.fetchone()
-    if row is None:
-        return None
-    subject, version, sid, stype, text = row
-    return RegisteredSchema(sid, text, stype, subject=subject, version=version)
+        if row is not None and row[1] != schema.id:
+            old = RegisteredSchema(row[1], row[3], row[2], subject=subject, version=row[0])
+            why = incompatibility(reader_columns(old, f"version {row[0]}", role), new_columns)
+            if why is not None:
+                raise IncompatibleSchemaError(
+                    cfg.name, subject, row[0], schema.version or 0, why[0], why[1]
+                )
+        cur.execute(
+            "insert into onceflow.reader_schemas (pipeline, txid, role, subject, version,"
+            " schema_id, schema_type, schema) values (%s, %s, %s, %s, %s, %s, %s, %s)",
+            (cfg.name, txid, role, subject, schema.version, schema.id, schema.type, schema.text),
+        )
+    return schemas
+
+
+def reader_schemas(dsn: str, pipeline: str, txid: str) -> dict[str, RegisteredSchema]:
+    """The reader schemas txid was planned with, by role (none: its ranges were empty)."""
+    with transaction(dsn) as cur:
+        cur.execute(
+            "select role, subject, version, schema_id, schema_type, schema"
+            " from onceflow.reader_schemas where pipeline = %s and txid = %s",
+            (pipeline, txid),
+        )
+        rows = cur.fetchall()
+    return {
+        role: RegisteredSchema(sid, text, stype, subject=subject, version=version)
+        for role, subject, version, sid, stype, text in rows
+    }
 
 
 def record_writer_schemas(cur, pipeline: str, schemas: Iterable[RegisteredSchema]) -> None:

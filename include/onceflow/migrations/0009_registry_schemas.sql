@@ -1,17 +1,18 @@
--- A registry format's schemas (Avro: onceflow.formats). The reader schema each txid reads
--- with, resolved once at plan (the subject's latest version then, or the pinned one) and
+-- A registry format's schemas (Avro, Protobuf: onceflow.formats). The reader schemas each
+-- txid reads its values and keys with, resolved once at plan (the subject's latest version then, or the pinned one) and
 -- replayed by every retry; the writer schemas its records carried, by id, copied from the
 -- registry once process met them, so the audit's re-read decodes the same bytes with the
 -- same schemas even when the registry is gone.
 create table onceflow.reader_schemas (
     pipeline     text not null,
     txid         text not null,
+    role         text not null check (role in ('value', 'key')),
     subject      text not null,
     version      integer not null,
     schema_id    integer not null,
     schema_type  text not null,
     schema       text not null,
-    primary key (pipeline, txid),
+    primary key (pipeline, txid, role),
     foreign key (pipeline, txid) references onceflow.batches (pipeline, txid)
 );
 

@@ -68,7 +68,7 @@ def staged_output(out: Any, cfg: PipelineConfig) -> Any:
             F.when(violation.isNotNull(), F.raise_error(violation)).cast("string"), error
         )
     else:
-        check_output(cfg.transform, cfg.name, columns, cfg.sink, decoded=cfg.registry_format)
+        check_output(cfg.transform, cfg.name, columns, cfg.sink, decoded=cfg.uses_registry)
         # a row's identity in upsert and merge; a Kafka record key may be null
         for k in cfg.sink.key if cfg.sink.mode in ("upsert", "merge") else ():
             error = F.coalesce(error, F.when(F.col(k).isNull(), F.lit(f"key column '{k}' is null")))

@@ -12,9 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from onceflow.config.pipeline import PipelineConfig
-from onceflow.formats.decoder import RegistryDecoder
+from onceflow.formats.frame_decoder import FrameDecoder
 from onceflow.formats.registry_client import RegisteredSchema, SchemaIdUnknown
-from onceflow.formats.schemas import decoder_class
+from onceflow.formats.schemas import frame_decoder
 from onceflow.ledger.decode_rows import DecodeRows, Key
 
 
@@ -39,7 +39,7 @@ class DecodeCheck:
     def __init__(self, cfg: PipelineConfig, rows: DecodeRows) -> None:
         self.cfg, self.rows = cfg, rows
         self.kept = KeptSchemas(cfg.name, rows.writers)
-        self.decoders: dict[str, RegistryDecoder | None] = {}
+        self.decoders: dict[str, FrameDecoder | None] = {}
         self.writers: dict = {}  # this audit's: the ledger's schemas as they are now
         self.ids: dict[Key, set[int]] = {}
         self.undecoded: dict[Key, dict[int, str]] = {}
@@ -73,12 +73,14 @@ class DecodeCheck:
                 bad[m.offset()] = error
         self.decoded += n - sum(e is not None for e in errors)
 
-    def _decoder(self, txid: str) -> RegistryDecoder | None:
+    def _decoder(self, txid: str) -> FrameDecoder | None:
         if txid not in self.decoders:
-            reader = self.rows.readers.get(txid)
-            cls = decoder_class(self.cfg.format)
+            readers = self.rows.readers.get(txid)
+            formats = {"value": self.cfg.format, "key": self.cfg.key_format}
             self.decoders[txid] = (
-                None if reader is None else cls(reader, self.kept, self.writers)  # type: ignore[arg-type]
+                frame_decoder(formats, readers, self.kept, self.writers)  # type: ignore[arg-type]
+                if readers
+                else None
             )
         return self.decoders[txid]
 
