@@ -41,6 +41,7 @@ def main() -> None:
     from onceflow.config.pipeline import PipelineConfig
     from onceflow.config.sink import SinkConfig
     from onceflow.formats.avro_decode import AvroDecoder
+    from onceflow.formats.frame_decoder import FrameDecoder
     from onceflow.formats.registry_client import Registry
     from onceflow.process.session import spark_session
     from onceflow.ranges import OffsetRange
@@ -58,8 +59,11 @@ def main() -> None:
     for _ in range(a.repeat):
         t0 = time.monotonic()
         if a.mode == "python":
-            df = ranges_frame(spark, pieces, a.bootstrap, decoder=AvroDecoder(reader, registry))
-            df = df.where(F.col("error").isNull())
+            df = ranges_frame(
+                spark, pieces, a.bootstrap, decoder=FrameDecoder(AvroDecoder(reader, registry))
+            )
+            # as the JVM way: the records that decoded, tombstones (null values) left out
+            df = df.where(F.col("error").isNull() & F.col("value").isNotNull())
         else:
             from pyspark.sql.avro.functions import from_avro
 
