@@ -1,6 +1,7 @@
-"""Protobuf messages for the registry tests, built as a user's generated code builds them
-(a FileDescriptorProto in a pool of its own: no protoc here), and their producer's
-serializer: confluent-kafka's own ProtobufSerializer through a schema registry."""
+"""Schemas for the registry tests: the Avro fields of a payment, and Protobuf messages built
+as a user's generated code builds them (a FileDescriptorProto in a pool of its own: no protoc
+here), with their producer's serializer: confluent-kafka's own ProtobufSerializer through a
+schema registry."""
 
 from __future__ import annotations
 
@@ -8,6 +9,19 @@ import functools
 from typing import Any
 
 PAYMENT = "shop.Payment"
+
+#: the Avro fields of a payment every Avro test's schema has (each adds its own)
+AVRO_PAYMENT_FIELDS = [
+    {"name": "id", "type": "long"},
+    {"name": "account", "type": "string"},
+    {
+        "name": "amount",
+        "type": {"type": "bytes", "logicalType": "decimal", "precision": 12, "scale": 2},
+    },
+    {"name": "paid_at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    {"name": "status", "type": {"type": "enum", "name": "Status", "symbols": ["OK", "LATE"]}},
+    {"name": "tags", "type": {"type": "array", "items": "string"}},
+]
 
 
 @functools.cache  # one class per version, as generated code has

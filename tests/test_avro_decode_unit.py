@@ -26,6 +26,7 @@ from onceflow.formats.frame_decoder import FrameDecoder
 from onceflow.formats.registry_client import Registry
 from onceflow.formats.schemas import frame_decoder
 from onceflow_dev.registry import RegistryServer
+from registry_support import AVRO_PAYMENT_FIELDS
 
 pytestmark = pytest.mark.unit
 
@@ -33,19 +34,11 @@ V1 = {
     "type": "record",
     "name": "Payment",
     "fields": [
-        {"name": "id", "type": "long"},
-        {"name": "account", "type": "string"},
-        {
-            "name": "amount",
-            "type": {"type": "bytes", "logicalType": "decimal", "precision": 12, "scale": 2},
-        },
-        {"name": "paid_at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        *AVRO_PAYMENT_FIELDS,
         {"name": "day", "type": ["null", {"type": "int", "logicalType": "date"}], "default": None},
         {"name": "ok", "type": "boolean"},
         {"name": "ratio", "type": "float"},
-        {"name": "status", "type": {"type": "enum", "name": "Status", "symbols": ["OK", "LATE"]}},
         {"name": "raw", "type": "bytes"},
-        {"name": "tags", "type": {"type": "array", "items": "string"}},
     ],
 }
 V2 = {

@@ -20,27 +20,13 @@ from onceflow.formats.confluent_wire import frame
 from onceflow.kafka import broker
 from onceflow.ledger.db import transaction
 from onceflow_dev.stack import registry_url
+from registry_support import AVRO_PAYMENT_FIELDS
 
 pytestmark = pytest.mark.integration
 
 PIPELINE = TOPIC = "it_avro"
 PARTITIONS = 2
-V1 = {
-    "type": "record",
-    "name": "Payment",
-    "namespace": "acme",
-    "fields": [
-        {"name": "id", "type": "long"},
-        {"name": "account", "type": "string"},
-        {
-            "name": "amount",
-            "type": {"type": "bytes", "logicalType": "decimal", "precision": 12, "scale": 2},
-        },
-        {"name": "paid_at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
-        {"name": "status", "type": {"type": "enum", "name": "Status", "symbols": ["OK", "LATE"]}},
-        {"name": "tags", "type": {"type": "array", "items": "string"}},
-    ],
-}
+V1 = {"type": "record", "name": "Payment", "namespace": "acme", "fields": AVRO_PAYMENT_FIELDS}
 V2 = {
     **V1,
     "fields": [*V1["fields"], {"name": "coupon", "type": ["null", "string"], "default": None}],
