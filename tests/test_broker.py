@@ -129,3 +129,53 @@ def test_an_end_claimed_short_is_read_on_to_the_partition_end(bootstrap):
     assert broker.fetchable_ends(bootstrap, "plan of p", {("short_claim", 0): 25}) == {
         ("short_claim", 0): 25
     }
+
+
+def test_a_pipeline_starting_at_a_time_plans_from_each_partitions_first_record_at_it(
+    bootstrap, ledger_dsn, unique_name
+):
+    """ListOffsets by time, once, when a partition is first planned: partition 0's records
+    are a second apart, so the time between the 4th and 5th starts it at offset 5; partition
+    1 has no record that late and starts at its end. The next plan goes on from there."""
+    import datetime as dt
+
+    from confluent_kafka import Producer
+    from onceflow.config.pipeline_table import parse_pipeline
+    from onceflow.ledger.planning import plan
+
+    topic = f"times_{unique_name}"
+    broker.create_topic(bootstrap, topic, 2)
+    t0 = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
+    p = Producer({"bootstrap.servers": bootstrap})
+    for i in range(10):
+        ms = int((t0 + dt.timedelta(seconds=i)).timestamp() * 1000)
+        p.produce(topic, b"%d" % i, partition=0, timestamp=ms)
+        p.produce(topic, b"%d" % i, partition=1, timestamp=ms - 60_000)  # a minute earlier
+    p.flush(10)
+    start = (t0 + dt.timedelta(seconds=4.5)).isoformat()
+    cfg = parse_pipeline(
+        unique_name,
+        {
+            "topics": [topic],
+            "transform": "orders:transform",
+            "sink": {"table": "t"},
+            "starting_position": start,
+        },
+    )
+
+    def snapshot(at):
+        return broker.snapshot(bootstrap, cfg.name, cfg.topics, at, cfg.starting_time_ms)
+
+    batch = plan(ledger_dsn, cfg, "run-1", snapshot, sink=sink_for(cfg))
+    assert {(r.partition, r.from_offset, r.until_offset) for r in batch.ranges} == {
+        (0, 5, 10),
+        (1, 10, 10),
+    }
+    p.produce(topic, b"late", partition=1, timestamp=int(t0.timestamp() * 1000) - 120_000)
+    p.flush(10)
+    again = plan(ledger_dsn, cfg, "run-2", snapshot, sink=sink_for(cfg))
+    # partition 1 is the ledger's now: its next record is planned, however old its time
+    assert {(r.partition, r.from_offset, r.until_offset) for r in again.ranges} == {
+        (0, 10, 10),
+        (1, 10, 11),
+    }

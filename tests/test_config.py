@@ -70,6 +70,8 @@ def test_bad_pipeline_names_are_refused(name):
         ({**BASE, "sink_schema": "public; drop"}, "sink_schema"),
         ({**BASE, "sink_schema": "onceflow"}, "sink_schema"),
         ({**BASE, "starting_position": "middle"}, "starting_position"),
+        ({**BASE, "starting_position": "2026-11-29T08:00:00"}, "starting_position"),  # no zone
+        ({**BASE, "starting_position": 1700000000}, "starting_position"),
         ({**BASE, "on_data_loss": "ignore"}, "on_data_loss"),
         ({**BASE, "max_records_per_partition": 0}, "max_records_per_partition"),
         ({**BASE, "max_records_per_partition": True}, "max_records_per_partition"),
@@ -487,3 +489,23 @@ def test_a_transform_module_next_to_the_pipelines_file_is_checked(tmp_path, monk
     )
     with pytest.raises(ConfigError, match="defines no 'transfrom'; it defines transform"):
         load_pipelines(path)
+
+
+def test_a_starting_position_may_be_a_time_with_its_zone():
+    import datetime as dt
+
+    at = parse_pipeline("p", {**BASE, "starting_position": "2026-11-29T08:00:00Z"})
+    assert at.starting_time_ms == int(
+        dt.datetime(2026, 11, 29, 8, tzinfo=dt.UTC).timestamp() * 1000
+    )
+    unquoted = parse_pipeline(  # TOML's own date-time
+        "p",
+        {
+            **BASE,
+            "starting_position": dt.datetime(
+                2026, 11, 29, 9, tzinfo=dt.timezone(dt.timedelta(hours=1))
+            ),
+        },
+    )
+    assert unquoted.starting_time_ms == at.starting_time_ms
+    assert parse_pipeline("p", BASE).starting_time_ms is None

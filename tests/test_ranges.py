@@ -20,6 +20,27 @@ def test_latest_starting_position_gives_empty_first_ranges():
     assert plan.ranges == [OffsetRange(T, 0, 10, 10)]
 
 
+def test_a_time_starting_position_starts_new_partitions_at_their_offset_for_it():
+    ends = {(T, 0): 10, (T, 1): 10, (T, 2): 10}
+    at_time = {(T, 0): 4, (T, 1): 2}  # partition 2 has no record at or after the time
+    plan = plan_ranges(
+        "p", {(T, 1): 7}, {(T, 0): 0, (T, 1): 0, (T, 2): 0}, ends, starting_position="time",
+        at_time=at_time,
+    )  # fmt: skip
+    # partition 1 is the ledger's already: it goes on where it was, whatever the time says
+    assert plan.ranges == [
+        OffsetRange(T, 0, 4, 10),
+        OffsetRange(T, 1, 7, 10),
+        OffsetRange(T, 2, 10, 10),
+    ]
+    assert plan.new_partitions == [(T, 0), (T, 2)]
+    # an offset below the partition's first (retention since) starts at its first
+    clamped = plan_ranges(
+        "p", {}, {(T, 0): 6}, {(T, 0): 10}, starting_position="time", at_time={(T, 0): 4}
+    )
+    assert clamped.ranges == [OffsetRange(T, 0, 6, 10)] and clamped.losses == []
+
+
 def test_next_batch_starts_where_previous_ended():
     plan = plan_ranges(
         "p", {(T, 0): 10, (T, 1): 3}, {(T, 0): 0, (T, 1): 0}, {(T, 0): 25, (T, 1): 3}

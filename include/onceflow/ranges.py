@@ -78,15 +78,19 @@ def plan_ranges(
     beginnings: Mapping[TopicPartition, int],
     ends: Mapping[TopicPartition, int],
     *,
-    starting_position: Literal["earliest", "latest"] = "earliest",
+    starting_position: Literal["earliest", "latest", "time"] = "earliest",
     max_records_per_partition: int | None = None,
     on_data_loss: Literal["fail", "skip"] = "fail",
+    at_time: Mapping[TopicPartition, int] | None = None,
 ) -> RangePlan:
     """The next batch's ranges, one per partition the broker has.
 
     previous: per partition, the until_offset of the pipeline's last planned range (where the
       next range must start); partitions the ledger has never seen are absent.
     beginnings/ends: the broker's first offset and end offset (LATEST, read_committed) now.
+    starting_position: where a partition the ledger has never seen starts: its first offset,
+      its end, or ("time") its offset in `at_time`, the first record at or after the
+      pipeline's starting time (its end when it has none), resolved once, like the others.
     """
     missing = sorted(set(previous) - set(ends))
     if missing:
@@ -104,7 +108,10 @@ def plan_ranges(
             start = previous[tp]
         else:
             new.append(tp)
-            start = beginning if starting_position == "earliest" else end
+            if starting_position == "time":
+                start = max(beginning, min(end, (at_time or {}).get(tp, end)))
+            else:
+                start = beginning if starting_position == "earliest" else end
         if end < start:
             raise OffsetRegressionError(pipeline, topic, partition, start, end)
         if start < beginning:

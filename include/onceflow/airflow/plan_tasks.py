@@ -85,7 +85,9 @@ def plan_task(pipeline: str, txid: str, pipelines_file: str | None = None) -> di
             svc.ledger_dsn,
             cfg,
             txid,
-            lambda at: broker.snapshot(svc.kafka, cfg.name, cfg.topics, at),
+            lambda at: broker.snapshot(
+                svc.kafka, cfg.name, cfg.topics, at, starting_time_ms=cfg.starting_time_ms
+            ),
             sink,
             reader_schemas_of(cfg),
         )

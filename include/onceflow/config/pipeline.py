@@ -33,7 +33,9 @@ class PipelineConfig:
     sink: SinkConfig
     transform_kind: Literal["record-wise", "aggregating"] = "record-wise"
     sink_schema: str = ""  # defaults to the pipeline name
-    starting_position: Literal["earliest", "latest"] = "earliest"
+    # where a partition the ledger has never seen starts: "earliest", "latest", or an ISO 8601
+    # time with its zone (its first record at or after it: onceflow.ranges.plan_ranges)
+    starting_position: str = "earliest"
     max_records_per_partition: int | None = None
     on_data_loss: Literal["fail", "skip"] = "fail"
     # a record the user's code raises on: fail the attempt naming it, or stage it as a dead
@@ -76,6 +78,15 @@ class PipelineConfig:
     def kafka_conn(self) -> str:
         """The id of the source cluster's connection: the pipeline's, else the default."""
         return self.kafka_conn_id or KAFKA_CONN
+
+    @property
+    def starting_time_ms(self) -> int | None:
+        """The starting position's time (epoch milliseconds), None for earliest or latest."""
+        if self.starting_position in ("earliest", "latest"):
+            return None
+        from datetime import datetime
+
+        return int(datetime.fromisoformat(self.starting_position).timestamp() * 1000)
 
     @property
     def registry_format(self) -> bool:

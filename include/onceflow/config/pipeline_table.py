@@ -203,7 +203,9 @@ def parse_pipeline(
         transform=transform,
         transform_kind=transform_kind,
         sink_schema=sink_schema,
-        starting_position=choice("starting_position", ("earliest", "latest"), "earliest"),  # type: ignore[arg-type]
+        starting_position=_starting_position(
+            source, name, raw.get("starting_position", "earliest")
+        ),
         max_records_per_partition=positive_int("max_records_per_partition", None),
         on_data_loss=choice("on_data_loss", ("fail", "skip"), "fail"),  # type: ignore[arg-type]
         on_transform_error=choice("on_transform_error", ON_TRANSFORM_ERROR, "fail"),  # type: ignore[arg-type]
@@ -236,4 +238,30 @@ def _conn_id(source: str, name: str, raw: dict[str, Any], key: str) -> str | Non
     value = raw.get(key)
     if value is not None and (not isinstance(value, str) or not CONN_ID_RE.match(value)):
         raise PipelineKeyError(source, name, key, f"{value!r} is not an Airflow connection id")
+    return value
+
+
+def _starting_position(source: str, name: str, value: Any) -> str:
+    """earliest, latest, or an ISO 8601 time with its zone (e.g. 2026-11-29T08:00:00Z)."""
+    from datetime import datetime
+
+    if value in ("earliest", "latest"):
+        return value
+    if isinstance(value, datetime):  # a TOML date-time, unquoted
+        value = value.isoformat()
+
+    why = (
+        f"{value!r} is not 'earliest', 'latest' or an ISO 8601 time with its zone "
+        "(e.g. '2026-11-29T08:00:00Z')"
+    )
+    if not isinstance(value, str):
+        raise PipelineKeyError(source, name, "starting_position", why)
+    try:
+        at = datetime.fromisoformat(value)
+    except ValueError:
+        raise PipelineKeyError(source, name, "starting_position", why) from None
+    if at.tzinfo is None:
+        raise PipelineKeyError(
+            source, name, "starting_position", f"{value!r} has no time zone: add Z or +hh:mm"
+        )
     return value

@@ -71,9 +71,11 @@ def snapshot(
     pipeline: str,
     topics: tuple[str, ...],
     prints_at: Mapping[tuple[str, int], int] | None = None,
+    starting_time_ms: int | None = None,
 ) -> BrokerSnapshot:
     """First and end offsets now, the topics' ids, and the print of the first data record at
-    or after each offset of `prints_at` (ledger.log_checks.BrokerSnapshot).
+    or after each offset of `prints_at` (ledger.log_checks.BrokerSnapshot); with
+    `starting_time_ms`, each partition's first offset at or after that time (epoch ms).
 
     The end is where a read_committed reader finds the partition's end (fetchable_ends), not
     only ListOffsets' answer (LATEST under read_committed: the last stable offset), which a
@@ -91,6 +93,10 @@ def snapshot(
         topic_ids = _topic_ids(consumer, topics)
         wanted = dict(prints_at or {})
         prints = _prints(consumer, pipeline, wanted)
+        at_time = {}
+        if starting_time_ms is not None:
+            found = consumer.offsets_for_times(dict.fromkeys(tps, starting_time_ms))
+            at_time = {(tp.topic, tp.partition): o.offset for tp, o in found.items() if o}
     finally:
         consumer.close()
     absent = {tp[0] for tp, o in wanted.items() if prints[tp] is None or prints[tp].offset != o}
@@ -101,6 +107,7 @@ def snapshot(
         topic_ids=topic_ids,
         prints=prints,
         compacted=compacted_topics(cluster, absent) if absent else frozenset(),
+        at_time=at_time,
     )
 
 

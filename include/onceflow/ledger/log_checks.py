@@ -34,6 +34,9 @@ class BrokerSnapshot:
     compacted: frozenset[str] = frozenset()  # topics with cleanup.policy compact
     # ListOffsets' own answers, where the broker was asked (ends are what a fetch finds)
     claimed_ends: Mapping[TopicPartition, int] = field(default_factory=dict)
+    # a pipeline starting at a time: per partition, the first offset whose record's timestamp
+    # is at or after it (ListOffsets by time), absent where no record is
+    at_time: Mapping[TopicPartition, int] = field(default_factory=dict)
 
 
 # Takes, per partition, the offset of a record to fetch (its print is compared).

@@ -68,7 +68,8 @@ def plan(
             previous,
             snap.beginnings,
             snap.ends,
-            starting_position=cfg.starting_position,
+            starting_position="time" if cfg.starting_time_ms is not None else cfg.starting_position,  # type: ignore[arg-type]
+            at_time=snap.at_time,
             max_records_per_partition=cfg.max_records_per_partition,
             on_data_loss=cfg.on_data_loss,
         )
