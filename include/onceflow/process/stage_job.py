@@ -54,7 +54,8 @@ class StageInputs:
     dsn: str
     kafka: KafkaCluster
     options: JobOptions
-    # a registry format's decoder of the txid's values (onceflow.formats), None for bytes
+    # the txid's decoder of values and keys in a registry format
+    # (onceflow.formats.frame_decoder), None when both are bytes
     decoder: Any = None
 
     @property
