@@ -1,13 +1,13 @@
-"""A registry format's schemas in the ledger (migration 0009): the reader schema each txid
+"""A registry format's schemas in the ledger (migration 0009): the reader schemas each txid
 reads with, recorded at plan, and the writer schemas process met, by id.
 
 Plan resolves the reader schemas (of values, and of keys in a registry format) once per txid,
 in its transaction: a retry replays the txid with the schemas it was planned with, whatever
-the registry's latest is by then. A new
-reader schema is checked against the previous txid's (onceflow.formats.columns): a
-change the sink cannot follow refuses the plan, naming the subject, both versions and the
-field. The columns a compatible one adds reach the sink through schema evolution
-(onceflow.sinks.schema_evolution), recorded with the txid that first needed them.
+the registry's latest is by then. A new reader schema is checked against the previous txid's
+of its role (onceflow.formats.columns): a change the sink cannot follow refuses the plan,
+naming the subject, both versions and the field. The columns a compatible one adds reach the
+sink through schema evolution (onceflow.sinks.schema_evolution), recorded with the txid that
+first needed them.
 """
 
 from __future__ import annotations
