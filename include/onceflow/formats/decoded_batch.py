@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from onceflow.formats.columns import Column
-from onceflow.spark.arrow_columns import binary_array, fixed_array
+from onceflow.spark.arrow_columns import binary_array, bool_array, fixed_array
 
 _FIXED = {"int": "int32", "long": "int64", "double": "float64", "float": "float64"}
 
@@ -77,13 +77,7 @@ def column_array(c: Column, vs: Sequence[Any]) -> Any:
         data = np.fromiter((0 if v is None else v for v in vs), dtype=dtype, count=n)
         return fixed_array(pa.from_numpy_dtype(np.dtype(dtype)), data, valid)
     if kind == "boolean":
-        bits = np.fromiter((bool(v) for v in vs), dtype=bool, count=n)
-        return pa.Array.from_buffers(
-            pa.bool_(),
-            n,
-            [_bitmap(valid), pa.py_buffer(np.packbits(bits, bitorder="little"))],
-            int(n - np.count_nonzero(valid)),
-        )
+        return bool_array(np.fromiter((bool(v) for v in vs), dtype=bool, count=n), valid)
     if kind == "date":
         data = np.fromiter((0 if v is None else v for v in vs), dtype=np.int32, count=n)
         return fixed_array(pa.date32(), data, valid)
@@ -93,12 +87,14 @@ def column_array(c: Column, vs: Sequence[Any]) -> Any:
             data = data * 1000
         return fixed_array(pa.timestamp("us", tz="UTC"), data, valid)
     if kind == "decimal":
-        words = np.zeros((n, 2), dtype=np.int64)
-        for i, v in enumerate(vs):
-            if v is not None:
-                unscaled = int.from_bytes(v, "big", signed=True)
-                words[i, 0] = np.int64(np.uint64(unscaled & 0xFFFFFFFFFFFFFFFF).astype(np.int64))
-                words[i, 1] = unscaled >> 64
+        # decimal128's layout: each value's 16 bytes, little-endian two's complement
+        data = b"".join(
+            (0 if v is None else int.from_bytes(v, "big", signed=True)).to_bytes(
+                16, "little", signed=True
+            )
+            for v in vs
+        )
+        words = np.frombuffer(data, dtype=np.int64).reshape(n, 2)
         return fixed_array(pa.decimal128(c.precision, c.scale), words, valid)
     if kind == "bytes":
         return binary_array([None if v is None else bytes(v) for v in vs])
@@ -145,15 +141,6 @@ def _not_utf8(
     return bad
 
 
-def _bitmap(valid: Any) -> Any:
-    import numpy as np
-    import pyarrow as pa
-
-    if valid.all():
-        return None
-    return pa.py_buffer(np.packbits(valid, bitorder="little"))
-
-
 def _json_default(v: Any) -> Any:
     if isinstance(v, bytes | bytearray):
         return v.decode("latin-1")
@@ -168,11 +155,11 @@ def decoded_fast_form(batch: Any) -> tuple[Any, Any]:
     import pyarrow as pa
 
     from onceflow.spark.arrow_columns import valid_mask
+    from onceflow.transforms import user_columns
 
     names = batch.schema.names
     accepted = np.flatnonzero(~valid_mask(batch.column(names.index("error")))).astype(np.int64)
-    users = [n for n in names if n not in ("topic", "partition", "offset", "key", "value", "error")]
-    rows = batch.select(users)
+    rows = batch.select(list(user_columns(names)))
     if len(accepted) < batch.num_rows:
         rows = rows.take(fixed_array(pa.int64(), accepted))
     return accepted, rows

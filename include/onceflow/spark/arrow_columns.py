@@ -34,9 +34,8 @@ def fixed_array(type_: Any, values: Any, valid: Any = None) -> Any:
     n = len(values)
     if valid is None or valid.all():
         return pa.Array.from_buffers(type_, n, [None, pa.py_buffer(values)], 0)
-    bitmap = pa.py_buffer(np.packbits(valid, bitorder="little"))
     return pa.Array.from_buffers(
-        type_, n, [bitmap, pa.py_buffer(values)], int(n - np.count_nonzero(valid))
+        type_, n, [_bitmap(valid), pa.py_buffer(values)], int(n - np.count_nonzero(valid))
     )
 
 
@@ -118,14 +117,25 @@ def timestamp_array(ts_ms: list[int]) -> Any:
     return fixed_array(pa.timestamp("us", tz="UTC"), ms * 1000, ms >= 0)
 
 
-def bool_array(values: Any) -> Any:
-    """A pyarrow boolean Array, without NULL, of `values` (a numpy bool array)."""
+def bool_array(values: Any, valid: Any = None) -> Any:
+    """A pyarrow boolean Array of `values` (a numpy bool array). `valid`: None (no NULL), or
+    a numpy bool array of the same length, False where the value is NULL."""
     import numpy as np
     import pyarrow as pa
 
+    n = len(values)
+    nulls = 0 if valid is None else int(n - np.count_nonzero(valid))
     return pa.Array.from_buffers(
-        pa.bool_(), len(values), [None, pa.py_buffer(np.packbits(values, bitorder="little"))]
+        pa.bool_(), n, [_bitmap(valid) if nulls else None, _bitmap(values)], nulls
     )
+
+
+def _bitmap(flags: Any) -> Any:
+    """An Arrow bitmap (least significant bit first) of a numpy bool array."""
+    import numpy as np
+    import pyarrow as pa
+
+    return pa.py_buffer(np.packbits(flags, bitorder="little"))
 
 
 def _bits(buf: Any, offset: int, n: int) -> Any:
