@@ -15,6 +15,7 @@ import json
 
 import pyarrow as pa
 import pytest
+from onceflow.config.pipeline_table import parse_pipeline
 from onceflow.errors import ConfigError, RegistryUnavailableError, SubjectNotFoundError
 from onceflow.formats import decoder as registry_decoder
 from onceflow.formats.avro_columns import reader_columns
@@ -274,7 +275,11 @@ def test_keys_decode_into_key_columns_beside_the_values(registry):
     )
     reg = Registry(registry.url, user="svc", password="s3cret")
     readers = {"value": reg.version("payments-value"), "key": reg.version("payments-key")}
-    dec = frame_decoder({"value": "avro", "key": "avro"}, readers, reg)
+    cfg = parse_pipeline(
+        "pay",
+        {"topics": ["payments"], "format": "avro", "key_format": "avro", "sink": {"table": "t"}},
+    )
+    dec = frame_decoder(cfg, readers, reg)
     assert [c.name for c in dec.columns][:2] == ["key_decoded", "id"]
     out = dec.decode(raw, set()).to_pylist()
     assert [(r["key_decoded"], r["id"], r["error"]) for r in out[:2]] == [
@@ -286,7 +291,7 @@ def test_keys_decode_into_key_columns_beside_the_values(registry):
     # a record key: its fields, prefixed
     record_key({"id": 7}, SerializationContext("orders", MessageField.KEY))
     keyed = frame_decoder(
-        {"value": "avro", "key": "avro"},
+        cfg,
         {"value": readers["value"], "key": reg.version("orders-key")},
         reg,
     )

@@ -9,6 +9,7 @@ import datetime as dt
 
 import pyarrow as pa
 import pytest
+from onceflow.config.pipeline_table import parse_pipeline
 from onceflow.errors import ConfigError
 from onceflow.formats import decoder as registry_decoder
 from onceflow.formats import protobuf_decode
@@ -19,6 +20,10 @@ from onceflow_dev.registry import RegistryServer
 from registry_support import payment, payment_class, protobuf_serializer
 
 pytestmark = pytest.mark.unit
+
+
+def pipeline(fmt):
+    return parse_pipeline("pay", {"topics": ["pay"], "format": fmt, "sink": {"table": "t"}})
 
 
 @pytest.fixture
@@ -54,7 +59,7 @@ def test_messages_decode_into_typed_columns_with_the_reader_schema(registry):
     assert reader.type == "PROTOBUF" and reader.version == 2
     ids: set[int] = set()
     out = (
-        frame_decoder({"value": "protobuf"}, {"value": reader}, reg)
+        frame_decoder(pipeline("protobuf"), {"value": reader}, reg)
         .decode(batch(values), ids)
         .to_pylist()
     )
@@ -91,7 +96,7 @@ def test_every_poison_message_is_named(registry):
     avro_id = registry.schemas.register("other", {"schema": '"string"'})["id"]
     reg = Registry(registry.url)
     decoder = frame_decoder(
-        {"value": "protobuf"}, {"value": reg.version("pay-value", serialized=True)}, reg
+        pipeline("protobuf"), {"value": reg.version("pay-value", serialized=True)}, reg
     )
     values = [
         b"\x08\x01\x12\x03abc",  # no magic byte (a bare message)
@@ -114,4 +119,4 @@ def test_a_subject_of_another_format_is_refused_naming_it(registry):
     with pytest.raises(
         ConfigError, match="is a PROTOBUF schema, but the pipeline's format is 'avro'"
     ):
-        frame_decoder({"value": "avro"}, {"value": reg.version("pay-value", serialized=True)}, reg)
+        frame_decoder(pipeline("avro"), {"value": reg.version("pay-value", serialized=True)}, reg)

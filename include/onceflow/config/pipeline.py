@@ -94,15 +94,20 @@ class PipelineConfig:
         return self.format != "bytes"
 
     @property
+    def decoded_roles(self) -> dict[str, tuple[str, str]]:
+        """Per part of a record decoded with a schema registry's schemas ("value", "key"):
+        its format and subject."""
+        roles = {"value": (self.format, self.subject), "key": (self.key_format, self.key_subject)}
+        return {role: fs for role, fs in roles.items() if fs[0] != "bytes"}
+
+    @property
     def uses_registry(self) -> bool:
         """Whether values or keys are decoded with a schema registry's schemas."""
-        return self.registry_format or self.key_format != "bytes"
+        return bool(self.decoded_roles)
 
     @property
     def format_summary(self) -> str:
-        parts = [f"{self.format} values (subject {self.subject!r})"] if self.registry_format else []
-        if self.key_format != "bytes":
-            parts.append(f"{self.key_format} keys (subject {self.key_subject!r})")
+        parts = [f"{f} {role}s (subject {s!r})" for role, (f, s) in self.decoded_roles.items()]
         return " and ".join(parts) or "bytes"
 
     @property

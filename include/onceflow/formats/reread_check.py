@@ -76,9 +76,8 @@ class DecodeCheck:
     def _decoder(self, txid: str) -> FrameDecoder | None:
         if txid not in self.decoders:
             readers = self.rows.readers.get(txid)
-            formats = {"value": self.cfg.format, "key": self.cfg.key_format}
             self.decoders[txid] = (
-                frame_decoder(formats, readers, self.kept, self.writers)  # type: ignore[arg-type]
+                frame_decoder(self.cfg, readers, self.kept, self.writers)  # type: ignore[arg-type]
                 if readers
                 else None
             )

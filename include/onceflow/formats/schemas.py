@@ -3,6 +3,7 @@ type it reads, the columns of a reader schema, and the decoder of a txid's value
 
 from __future__ import annotations
 
+from onceflow.config.pipeline import PipelineConfig
 from onceflow.errors import ConfigError
 from onceflow.formats.columns import Column
 from onceflow.formats.decoder import RegistryDecoder
@@ -45,17 +46,17 @@ def reader_columns(schema: RegisteredSchema, what: str, role: str = "value") -> 
 
 
 def frame_decoder(
-    formats: dict[str, str],
+    cfg: PipelineConfig,
     readers: dict[str, RegisteredSchema],
     registry: Registry,
     writers: dict | None = None,
 ) -> FrameDecoder:
-    """The decoder of a txid's frame: per role ("value", "key") in a registry format
-    (`formats`), the reader schema it was planned with (`readers`); `writers`: the writer
-    schemas' cache, when not the worker's (formats.decoder)."""
+    """The decoder of a txid's frame: per role ("value", "key") the pipeline decodes
+    (PipelineConfig.decoded_roles), the reader schema it was planned with (`readers`);
+    `writers`: the writer schemas' cache, when not the worker's (formats.decoder)."""
     decoders: dict[str, RegistryDecoder] = {}
     for role, reader in readers.items():
-        fmt = formats[role]
+        fmt = cfg.decoded_roles[role][0]
         what = f"{role} reader schema id {reader.id} (subject {reader.subject!r})"
         check_type(fmt, reader, what)
         single = SINGLE_KEY if role == "key" else ""

@@ -66,15 +66,15 @@ def reader_schemas_of(cfg: PipelineConfig) -> Callable[[], dict[str, RegisteredS
 
     def resolve() -> dict[str, RegisteredSchema]:
         registry = pipeline_registry(cfg)
-        schemas = {}
-        if cfg.registry_format:
-            version = cfg.reader_schema_version or "latest"
-            # a Protobuf schema as its FileDescriptorProto, not .proto text
-            serialized = cfg.format == "protobuf"
-            schemas["value"] = registry.version(cfg.subject, version, serialized=serialized)
-        if cfg.key_format != "bytes":
-            serialized = cfg.key_format == "protobuf"
-            schemas["key"] = registry.version(cfg.key_subject, serialized=serialized)
-        return schemas
+        pinned = {"value": cfg.reader_schema_version}  # keys read their latest
+        return {
+            role: registry.version(
+                subject,
+                pinned.get(role) or "latest",
+                # a Protobuf schema as its FileDescriptorProto, not .proto text
+                serialized=fmt == "protobuf",
+            )
+            for role, (fmt, subject) in cfg.decoded_roles.items()
+        }
 
     return resolve

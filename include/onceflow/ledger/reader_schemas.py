@@ -30,9 +30,7 @@ def record_reader_schemas(
     role with one it cannot follow."""
     schemas = resolve()
     for role, schema in schemas.items():
-        fmt, subject = (
-            (cfg.format, cfg.subject) if role == "value" else (cfg.key_format, cfg.key_subject)
-        )
+        fmt, subject = cfg.decoded_roles[role]
         what = f"subject {subject!r} version {schema.version} (schema id {schema.id})"
         check_type(fmt, schema, what)
         new_columns = reader_columns(schema, what, role)  # refused here if it cannot be read

@@ -16,11 +16,6 @@ from onceflow.ledger.reader_schemas import reader_schemas, record_writer_schemas
 from onceflow.ranges import OffsetRange
 
 
-def formats(cfg: PipelineConfig) -> dict[str, str]:
-    """The pipeline's registry format per role ("value", "key")."""
-    return {"value": cfg.format, "key": cfg.key_format}
-
-
 def txid_decoder(
     dsn: str, cfg: PipelineConfig, txid: str, ranges: list[OffsetRange]
 ) -> FrameDecoder | None:
@@ -28,14 +23,14 @@ def txid_decoder(
     if not cfg.uses_registry or not any(r.size for r in ranges):
         return None
     readers = reader_schemas(dsn, cfg.name, txid)
-    wanted = {role for role, fmt in formats(cfg).items() if fmt != "bytes"}
+    wanted = set(cfg.decoded_roles)
     if set(readers) != wanted:
         raise ConfigError(
             f"pipeline {cfg.name!r} txid {txid!r}: the ledger has reader schemas for "
             f"{sorted(readers) or 'nothing'}, but the pipeline decodes {sorted(wanted)}: it was "
             "planned with other formats; reprocess it with the formats it was planned with"
         )
-    return frame_decoder(formats(cfg), readers, pipeline_registry(cfg))
+    return frame_decoder(cfg, readers, pipeline_registry(cfg))
 
 
 def keep_writer_schemas(
