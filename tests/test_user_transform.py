@@ -128,6 +128,16 @@ def test_output_keeps_coordinates_and_the_sink_columns():
         check_output("m:f", "p", ["topic", "partition", "offset", "sku", "sku"], UPSERT)
 
 
+def test_a_transform_of_decoded_records_keeps_their_error():
+    """A registry format's records that did not decode have only their `error`: a transform
+    that drops it would publish them as rows of nulls."""
+    cols = ["topic", "partition", "offset", "sku", "qty"]
+    check_output("m:f", "p", cols, UPSERT)
+    check_output("m:f", "p", [*cols, "error"], UPSERT, decoded=True)
+    with pytest.raises(TransformError, match=r"lacks column\(s\) \['error'\].*did not decode"):
+        check_output("m:f", "p", cols, UPSERT, decoded=True)
+
+
 def test_user_columns_leave_out_what_the_stage_passes_through():
     cols = ["topic", "partition", "offset", "sku", "error", "key", "value", "qty"]
     assert user_columns(cols) == ("sku", "qty")
