@@ -16,8 +16,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from airflow.sdk import DAG, Asset
+from airflow.sdk import DAG, Asset, AssetWatcher
 
+from onceflow.airflow.records_trigger import RecordsArrivedTrigger
 from onceflow.airflow.tasks import (
     CommitOperator,
     ConnectProcessOperator,
@@ -27,6 +28,7 @@ from onceflow.airflow.tasks import (
 )
 from onceflow.config.pipeline import PipelineConfig
 from onceflow.config.pipelines_file import load_pipelines
+from onceflow.config.schedule import CONTINUOUS
 from onceflow.hooks.sink import sink_for
 from onceflow.settings import Settings, spark_jobs_dir, transform_path
 from onceflow.spark import jvm_archive
@@ -82,7 +84,7 @@ def build_dag(cfg: PipelineConfig, pipelines_file: Path) -> DAG:
     with DAG(
         dag_id=cfg.dag_id,
         description=cfg.description or f"Onceflow pipeline {cfg.name}: {', '.join(cfg.topics)}",
-        schedule=cfg.schedule,
+        schedule=dag_schedule(cfg),
         catchup=False,
         max_active_runs=cfg.max_active_runs,
         tags=["onceflow"],
@@ -133,6 +135,37 @@ def build_dag(cfg: PipelineConfig, pipelines_file: Path) -> DAG:
                 retry_delay=timedelta(seconds=10),
             )
     return dag
+
+
+def dag_schedule(cfg: PipelineConfig) -> Any:
+    """Airflow's schedule for the pipeline's (onceflow.config.schedule): "continuous" is
+    `@continuous`; "on_records" an Asset of the pipeline's records whose watcher is the
+    pipeline's RecordsArrivedTrigger; anything else Airflow's own."""
+    if cfg.schedule == CONTINUOUS:
+        return "@continuous"
+    if cfg.on_records is None:
+        return cfg.schedule
+    rule = cfg.on_records
+    return [
+        Asset(
+            name=f"onceflow_{cfg.name}_records",
+            uri=f"x-onceflow://{cfg.name}/records",
+            watchers=[
+                AssetWatcher(
+                    name=f"onceflow_{cfg.name}_watcher",
+                    trigger=RecordsArrivedTrigger(
+                        pipeline=cfg.name,
+                        topics=list(cfg.topics),
+                        min_records=rule.min_records,
+                        max_wait_seconds=rule.max_wait_seconds,
+                        watch_interval_seconds=rule.watch_interval_seconds,
+                        ledger_conn_id=cfg.ledger_conn_id,
+                        kafka_conn_id=cfg.kafka_conn_id,
+                    ),
+                )
+            ],
+        )
+    ]
 
 
 def process_task(cfg: PipelineConfig, pipelines_file: Path, conf: dict[str, str]) -> Any:

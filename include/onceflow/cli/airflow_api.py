@@ -235,6 +235,19 @@ class AirflowClient:
             said = f"DAG {dag_id!r} not found (not parsed yet?)"
             raise _reworded(exc, 404, said, detail=True) from None
 
+    def runs(self, dag_id: str) -> list[dict]:
+        """Every run of a DAG, oldest first (its run id, run type and state among them)."""
+        path = f"/api/v2/dags/{_q(dag_id)}/dagRuns"
+        items: list[dict] = []
+        while True:
+            page = self.request(
+                "GET", path, params={"order_by": "run_after", "limit": 100, "offset": len(items)}
+            )
+            batch = page.get("dag_runs", [])
+            items.extend(batch)
+            if not batch or len(items) >= page.get("total_entries", 0):
+                return items
+
     def get_run(self, dag_id: str, run_id: str) -> dict:
         return self._run_call(
             dag_id,

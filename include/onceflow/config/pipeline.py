@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from onceflow.config.schedule import OnRecords
 from onceflow.config.sink import SinkConfig
 
 # Record-wise: one output row per source record, with its coordinates; aggregating: rows
@@ -41,7 +42,9 @@ class PipelineConfig:
     # a record the user's code raises on: fail the attempt naming it, or stage it as a dead
     # letter (onceflow.poison)
     on_transform_error: Literal["fail", "dead_letter"] = "fail"
+    # cron, a preset, "continuous" or "on_records" (onceflow.config.schedule); None: triggered
     schedule: str | None = None
+    on_records: OnRecords | None = None  # when an "on_records" pipeline's watcher starts a run
     max_active_runs: int = 3
     commit_poke_interval: float = 2.0
     records_per_input_partition: int = 250_000

@@ -18,6 +18,7 @@ from onceflow.config.pipeline import (
     PipelineConfig,
 )
 from onceflow.config.record_format import REGISTRY_FORMATS, parse_format
+from onceflow.config.schedule import ON_RECORDS_KEYS, parse_schedule
 from onceflow.config.sink_table import parse_sink
 from onceflow.config.transform_ref import reference_problem
 from onceflow.errors import ConfigError, PipelineKeyError
@@ -42,6 +43,7 @@ _KEYS = {
     "on_transform_error",
     "schedule",
     "max_active_runs",
+    *ON_RECORDS_KEYS,
     "commit_poke_interval",
     "records_per_input_partition",
     "fast_form",
@@ -166,12 +168,6 @@ def parse_pipeline(
             source, name, "commit_poke_interval", f"{poke!r} must be seconds in [0.5, 600]"
         )
 
-    schedule = raw.get("schedule")
-    if schedule is not None and not isinstance(schedule, str):
-        raise PipelineKeyError(
-            source, name, "schedule", "give a cron expression, a preset like '@hourly', or omit it"
-        )
-
     fast_form = raw.get("fast_form", True)
     if not isinstance(fast_form, bool):
         raise PipelineKeyError(source, name, "fast_form", f"{fast_form!r} is not true or false")
@@ -209,8 +205,7 @@ def parse_pipeline(
         max_records_per_partition=positive_int("max_records_per_partition", None),
         on_data_loss=choice("on_data_loss", ("fail", "skip"), "fail"),  # type: ignore[arg-type]
         on_transform_error=choice("on_transform_error", ON_TRANSFORM_ERROR, "fail"),  # type: ignore[arg-type]
-        schedule=schedule,
-        max_active_runs=positive_int("max_active_runs", 3) or 3,
+        **parse_schedule(source, name, raw),
         commit_poke_interval=float(poke),
         records_per_input_partition=positive_int("records_per_input_partition", 250_000) or 250_000,
         fast_form=fast_form,

@@ -9,7 +9,7 @@ from typing import Any
 
 from onceflow.config.pipeline import KAFKA_CONN, PipelineConfig
 from onceflow.errors import ConfigError
-from onceflow.hooks.connection import extra, lookup, named_by
+from onceflow.hooks.connection import airflow_connection_async, extra, lookup, named_by
 from onceflow.kafka.client import KafkaCluster, cluster_from_config, cluster_from_env
 from onceflow.settings import Settings
 
@@ -30,14 +30,21 @@ def kafka_cluster(
     source: str = "",
     key: str = "kafka_conn_id",
     settings: Settings | None = None,
+    _found: Any | None = None,
 ) -> KafkaCluster:
     """The named `kafka` connection, else the default one, else ONCEFLOW_KAFKA_BOOTSTRAP and
     ONCEFLOW_KAFKA_CONFIG (`settings`, default: from the environment)."""
     cid = conn_id or KAFKA_CONN
-    conn = lookup(cid, named_by(source, key) if conn_id else None)
+    conn = lookup(cid, named_by(source, key) if conn_id else None, _found)
     if conn is not None:
         return kafka_from(conn, cid)
     return cluster_from_env((settings or Settings.from_env()).kafka_bootstrap)
+
+
+async def kafka_cluster_async(conn_id: str | None, source: str) -> KafkaCluster:
+    """kafka_cluster inside a trigger (the lookup awaited, not blocking the triggerer's loop)."""
+    found = await airflow_connection_async(conn_id or KAFKA_CONN)
+    return kafka_cluster(conn_id, source, _found=found)
 
 
 def sink_cluster(cfg: PipelineConfig) -> KafkaCluster:

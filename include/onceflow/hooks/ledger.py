@@ -72,7 +72,7 @@ def ledger_dsn(
     return (settings or Settings.from_env()).postgres_dsn, "ONCEFLOW_POSTGRES_DSN"
 
 
-async def ledger_dsn_async(conn_id: str | None = None) -> str:
+async def ledger_dsn_async(conn_id: str | None = None, source: str = "the commit trigger") -> str:
     """ledger_dsn inside a trigger (the lookup awaited, not blocking the triggerer's loop)."""
     found = await airflow_connection_async(conn_id or LEDGER_CONN)
-    return ledger_dsn(conn_id, "the commit trigger", _found=found)[0]
+    return ledger_dsn(conn_id, source, _found=found)[0]

@@ -12,12 +12,13 @@ from collections.abc import Callable
 
 from onceflow.config.pipeline import PipelineConfig
 from onceflow.formats.registry_client import RegisteredSchema
-from onceflow.ledger.batches import Batch, ensure_pipeline, read_batch, read_ranges
+from onceflow.ledger.batches import Batch, ensure_pipeline, read_batch
 from onceflow.ledger.db import transaction
+from onceflow.ledger.frontier import last_batch, next_plan_starts
 from onceflow.ledger.log_checks import Snapshot, ledger_logs, prints_at, verify_logs
 from onceflow.ledger.reader_schemas import record_reader_schemas
 from onceflow.ledger.transitions import move
-from onceflow.ranges import TopicPartition, plan_ranges
+from onceflow.ranges import plan_ranges
 from onceflow.sinks.base import Sink
 from onceflow.states import BatchState, Step
 
@@ -42,23 +43,9 @@ def plan(
         if recorded is not None:
             return recorded
 
-        cur.execute(
-            "select txid, seq from onceflow.batches where pipeline = %s order by seq desc limit 1",
-            (cfg.name,),
-        )
-        last = cur.fetchone()
-        previous: dict[TopicPartition, int] = {}
-        if last:
-            previous = {r.tp: r.until_offset for r in read_ranges(cur, cfg.name, last[0])}
+        last = last_batch(cur, cfg.name)
         seq = (last[1] if last else 0) + 1
-        # a reset after the last batch moves its partitions' start (ledger.resets)
-        cur.execute(
-            "select distinct on (topic, partition) topic, partition, new_offset from onceflow.resets"
-            " where pipeline = %s and after_seq >= %s order by topic, partition, id desc",
-            (cfg.name, seq - 1),
-        )
-        for topic, partition, new_offset in cur.fetchall():
-            previous[(topic, partition)] = new_offset
+        previous = next_plan_starts(cur, cfg.name, last)
 
         logs = ledger_logs(cur, cfg.name)
         snap = snapshot(prints_at(logs))
