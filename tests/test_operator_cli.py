@@ -346,18 +346,40 @@ def test_a_refused_command_raises_a_named_error_with_its_coordinates(
     import argparse
 
     from onceflow.cli import actions, selection
-    from onceflow.errors import PipelineNotChosenError, ResetNotConfirmedError, SeqRangeError
+    from onceflow.errors import (
+        BackfillArgumentsError,
+        PipelineNotChosenError,
+        ResetNotConfirmedError,
+        SeqRangeError,
+    )
     from onceflow.settings import Settings
 
     settings = Settings.from_env()
-    args = argparse.Namespace(pipeline=None, to="latest", yes=False, reason="x", keep_runs=False)
+    args = argparse.Namespace(
+        pipeline=None, to="latest", to_time=None, yes=False, reason="x", keep_runs=False
+    )
     with pytest.raises(ResetNotConfirmedError) as refused:
         actions.cmd_reset_offsets(args, settings)
     assert (refused.value.pipeline, refused.value.to) == ("payments", "latest")
-    args = argparse.Namespace(pipeline="payments", from_seq=3, to_seq=1, timeout=1.0)
+    args.to_time = "2026-11-29T08:00:00+01:00"
+    with pytest.raises(ResetNotConfirmedError, match=r"first record at or after 2026-11-29T08"):
+        actions.cmd_reset_offsets(args, settings)
+    args = argparse.Namespace(pipeline="payments", from_seq=3, to_seq=1, since=None, timeout=1.0)
     with pytest.raises(SeqRangeError) as bad_range:
         actions.cmd_backfill(args, settings)
     assert (bad_range.value.from_seq, bad_range.value.to_seq) == (3, 1)
+    # by time or by seq, not both; a time with its zone; neither is no backfill
+    for since, seqs, why in (
+        ("2026-11-29T08:00:00Z", (1, 2), "not both"),
+        ("2026-11-29T08:00:00", (None, None), "--since: '2026-11-29T08:00:00' has no time zone"),
+        ("yesterday", (None, None), "--since: 'yesterday' is not an ISO 8601 time"),
+        (None, (1, None), "give --from-seq and --to-seq, or --since"),
+    ):
+        args = argparse.Namespace(
+            pipeline="payments", from_seq=seqs[0], to_seq=seqs[1], since=since, timeout=1.0
+        )
+        with pytest.raises(BackfillArgumentsError, match=why):
+            actions.cmd_backfill(args, settings)
     code, _, err = run_cli(["reset-offsets", "--reason", "x"])
     assert code == 2
     assert err == (

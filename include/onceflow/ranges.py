@@ -72,6 +72,18 @@ class RangePlan:
     new_partitions: list[TopicPartition]  # partitions that join the ledger with this batch
 
 
+def starting_offset(
+    position: Literal["earliest", "latest", "time"], beginning: int, end: int, at_time: int | None
+) -> int:
+    """Where a partition starts at `position`: its first offset, its end, or ("time") the
+    first record at or after the time (`at_time`, from ListOffsets by time; None when no
+    record is that late: the end), never before its first offset. A new partition's start
+    in plan, and a reset's new offset (ledger.resets)."""
+    if position == "time":
+        return max(beginning, min(end, end if at_time is None else at_time))
+    return beginning if position == "earliest" else end
+
+
 def plan_ranges(
     pipeline: str,
     previous: Mapping[TopicPartition, int],
@@ -108,10 +120,7 @@ def plan_ranges(
             start = previous[tp]
         else:
             new.append(tp)
-            if starting_position == "time":
-                start = max(beginning, min(end, (at_time or {}).get(tp, end)))
-            else:
-                start = beginning if starting_position == "earliest" else end
+            start = starting_offset(starting_position, beginning, end, (at_time or {}).get(tp))
         if end < start:
             raise OffsetRegressionError(pipeline, topic, partition, start, end)
         if start < beginning:

@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING
 from onceflow.cli.output import table
 from onceflow.cli.selection import select_pipeline
 from onceflow.config.pipeline import PipelineConfig
+from onceflow.config.times import time_ms
 from onceflow.errors import (
+    BackfillArgumentsError,
     BackfillOpenBatchError,
     ResetNotConfirmedError,
     SeqRangeError,
@@ -47,15 +49,58 @@ def cmd_rerun(args: argparse.Namespace, settings: Settings) -> int:
     return 0 if state == "success" else 1
 
 
+def cli_time(option: str, value: str) -> str:
+    """An option's ISO 8601 time (config.times), or a usage error naming the option."""
+    from onceflow.config.times import parse_time
+
+    try:
+        return parse_time(value)
+    except ValueError as e:
+        raise BackfillArgumentsError(f"{option}: {e}") from None
+
+
+def since_seqs(settings: Settings, cfg: PipelineConfig, since: str) -> list[int]:
+    """The seqs of the committed batches holding records at or after `since` (ledger.by_time),
+    each partition's first such offset asked of the broker."""
+    from onceflow.kafka import broker
+    from onceflow.ledger.by_time import committed_from
+    from onceflow.ranges import starting_offset
+
+    snap = broker.snapshot(settings.kafka_bootstrap, cfg.name, cfg.topics, None, time_ms(since))
+    firsts = {
+        tp: starting_offset("time", snap.beginnings.get(tp, 0), end, snap.at_time.get(tp))
+        for tp, end in snap.ends.items()
+    }
+    for (topic, partition), first in sorted(firsts.items()):
+        shown = "none that late" if first == snap.ends[(topic, partition)] else f"offset {first}"
+        print(f"  {topic}[{partition}]: first record at or after {since}: {shown}")
+    return [seq for seq, _ in committed_from(settings.postgres_dsn, cfg.name, firsts)]
+
+
 def cmd_backfill(args: argparse.Namespace, settings: Settings) -> int:
     from onceflow.cli.airflow_api import AirflowClient
     from onceflow.ledger import views
 
     cfg = select_pipeline(settings, args.pipeline)
-    if args.from_seq < 1 or args.to_seq < args.from_seq:
-        raise SeqRangeError(cfg.name, args.from_seq, args.to_seq)
+    since = getattr(args, "since", None)
+    if since is not None:
+        if args.from_seq is not None or args.to_seq is not None:
+            raise BackfillArgumentsError("give --since, or --from-seq and --to-seq, not both")
+        since = cli_time("--since", since)
+        wanted = since_seqs(settings, cfg, since)
+        print(
+            f"pipeline {cfg.name}: {len(wanted)} committed batch(es) hold records at or after "
+            f"{since}" + (f": seq {wanted[0]}..{wanted[-1]}" if wanted else "; nothing to re-run")
+        )
+        if not wanted:
+            return 0
+    else:
+        if args.from_seq is None or args.to_seq is None:
+            raise BackfillArgumentsError("give --from-seq and --to-seq, or --since")
+        if args.from_seq < 1 or args.to_seq < args.from_seq:
+            raise SeqRangeError(cfg.name, args.from_seq, args.to_seq)
+        wanted = list(range(args.from_seq, args.to_seq + 1))
     by_seq = {b["seq"]: b for b in views.batches(settings.postgres_dsn, cfg.name, limit=10**9)}
-    wanted = list(range(args.from_seq, args.to_seq + 1))
     missing = [s for s in wanted if s not in by_seq]
     if missing:
         raise UnknownSeqError(cfg.name, missing[0], max(by_seq, default=0))
@@ -74,7 +119,7 @@ def cmd_backfill(args: argparse.Namespace, settings: Settings) -> int:
                 file=sys.stderr,
             )
             return 1
-    print(f"backfilled seq {args.from_seq}..{args.to_seq}: {len(wanted)} batch(es) republished")
+    print(f"backfilled seq {wanted[0]}..{wanted[-1]}: {len(wanted)} batch(es) republished")
     return 0
 
 
@@ -83,14 +128,22 @@ def cmd_reset_offsets(args: argparse.Namespace, settings: Settings) -> int:
     from onceflow.ledger.resets import reset_offsets
 
     cfg = select_pipeline(settings, args.pipeline)
+    at_time = cli_time("--to-time", args.to_time) if args.to_time is not None else None
     if not args.yes:
-        raise ResetNotConfirmedError(cfg.name, args.to)
+        raise ResetNotConfirmedError(cfg.name, "time" if at_time else args.to, at_time)
     reset = reset_offsets(
         settings.postgres_dsn,
         cfg,
-        lambda at: broker.snapshot(settings.kafka_bootstrap, cfg.name, cfg.topics, at),
-        to=args.to,
+        lambda at: broker.snapshot(
+            settings.kafka_bootstrap,
+            cfg.name,
+            cfg.topics,
+            at,
+            time_ms(at_time) if at_time else None,
+        ),
+        to="time" if at_time else args.to,
         reason=args.reason,
+        at_time=at_time,
     )
     print(
         f"pipeline {cfg.name}: reset after seq {reset.after_seq}; abandoned: {', '.join(reset.abandoned) or 'none'}"

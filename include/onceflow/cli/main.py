@@ -232,27 +232,43 @@ def build_parser() -> argparse.ArgumentParser:
     sp = add(
         "backfill",
         cmd_backfill,
-        "Re-run committed txids in seq order; each replaces its own published output.",
-        "onceflow backfill --pipeline orders --from-seq 1 --to-seq 3",
+        "Re-run committed txids in seq order, chosen by seq or by time; each replaces its own "
+        "published output.",
+        "onceflow backfill --pipeline orders --since 2026-11-29T08:00:00Z",
     )
     sp.add_argument("--pipeline", help="pipeline name (default: the only one configured)")
-    sp.add_argument("--from-seq", type=int, required=True, help="first seq to re-run")
-    sp.add_argument("--to-seq", type=int, required=True, help="last seq to re-run")
+    sp.add_argument("--from-seq", type=int, help="first seq to re-run")
+    sp.add_argument("--to-seq", type=int, help="last seq to re-run")
+    sp.add_argument(
+        "--since",
+        metavar="TIME",
+        help="instead of --from-seq and --to-seq: every committed batch holding records at or "
+        "after TIME (ISO 8601 with its zone, e.g. 2026-11-29T08:00:00Z; the records' Kafka "
+        "timestamps)",
+    )
     sp.add_argument(
         "--timeout", type=float, default=900, help="seconds to wait per run (default 900)"
     )
     sp = add(
         "reset-offsets",
         cmd_reset_offsets,
-        "After the broker lost its log: abandon uncommitted batches and restart partitions at the broker's offsets.",
+        "After the broker lost its log, or to reprocess from a point in time: abandon uncommitted "
+        "batches and restart partitions at the broker's offsets in a new epoch.",
         "onceflow reset-offsets --pipeline orders --reason 'broker restarted, log lost' --yes",
     )
     sp.add_argument("--pipeline", help="pipeline name (default: the only one configured)")
-    sp.add_argument(
+    to = sp.add_mutually_exclusive_group()
+    to.add_argument(
         "--to",
         choices=("earliest", "latest"),
         default="earliest",
         help="where partitions restart (default earliest)",
+    )
+    to.add_argument(
+        "--to-time",
+        metavar="TIME",
+        help="restart each partition at its first record at or after TIME (ISO 8601 with its "
+        "zone): reprocess from a point in time, publishing those records again",
     )
     sp.add_argument(
         "--reason", required=True, help="why; kept in the ledger (onceflow.resets, operator_log)"

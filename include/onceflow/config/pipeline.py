@@ -9,6 +9,7 @@ from typing import Literal
 
 from onceflow.config.schedule import OnRecords
 from onceflow.config.sink import SinkConfig
+from onceflow.config.times import time_ms
 
 # Record-wise: one output row per source record, with its coordinates; aggregating: rows
 # that each sum up `records` source records (onceflow.transforms, PROTOCOL.md "Sinks").
@@ -87,9 +88,7 @@ class PipelineConfig:
         """The starting position's time (epoch milliseconds), None for earliest or latest."""
         if self.starting_position in ("earliest", "latest"):
             return None
-        from datetime import datetime
-
-        return int(datetime.fromisoformat(self.starting_position).timestamp() * 1000)
+        return time_ms(self.starting_position)
 
     @property
     def registry_format(self) -> bool:

@@ -20,6 +20,7 @@ from onceflow.config.pipeline import (
 from onceflow.config.record_format import REGISTRY_FORMATS, parse_format
 from onceflow.config.schedule import ON_RECORDS_KEYS, parse_schedule
 from onceflow.config.sink_table import parse_sink
+from onceflow.config.times import parse_time
 from onceflow.config.transform_ref import reference_problem
 from onceflow.errors import ConfigError, PipelineKeyError
 from onceflow.settings import transform_path
@@ -237,26 +238,11 @@ def _conn_id(source: str, name: str, raw: dict[str, Any], key: str) -> str | Non
 
 
 def _starting_position(source: str, name: str, value: Any) -> str:
-    """earliest, latest, or an ISO 8601 time with its zone (e.g. 2026-11-29T08:00:00Z)."""
-    from datetime import datetime
-
+    """earliest, latest, or an ISO 8601 time with its zone (config.times)."""
     if value in ("earliest", "latest"):
         return value
-    if isinstance(value, datetime):  # a TOML date-time, unquoted
-        value = value.isoformat()
-
-    why = (
-        f"{value!r} is not 'earliest', 'latest' or an ISO 8601 time with its zone "
-        "(e.g. '2026-11-29T08:00:00Z')"
-    )
-    if not isinstance(value, str):
-        raise PipelineKeyError(source, name, "starting_position", why)
     try:
-        at = datetime.fromisoformat(value)
-    except ValueError:
+        return parse_time(value)
+    except ValueError as e:
+        why = str(e).replace(" is not an ISO", " is not 'earliest', 'latest' or an ISO")
         raise PipelineKeyError(source, name, "starting_position", why) from None
-    if at.tzinfo is None:
-        raise PipelineKeyError(
-            source, name, "starting_position", f"{value!r} has no time zone: add Z or +hh:mm"
-        )
-    return value

@@ -9,6 +9,7 @@ line's refusals). Everything is importable from onceflow.errors.
 
 from onceflow.errors.base import ConfigError, OnceflowError, PipelineKeyError
 from onceflow.errors.cli import (
+    BackfillArgumentsError,
     BackfillOpenBatchError,
     DemoPipelinesMissingError,
     LocalToolsMissingError,
@@ -69,6 +70,7 @@ from onceflow.errors.transform import (
 
 __all__ = [
     "AbandonedTxidError",
+    "BackfillArgumentsError",
     "BackfillOpenBatchError",
     "CommitConflictError",
     "CommitLogAheadError",

@@ -47,6 +47,15 @@ class DemoPipelinesMissingError(OnceflowError):
         )
 
 
+class BackfillArgumentsError(OnceflowError):
+    """`onceflow backfill` or `reset-offsets` given options that do not go together, or a
+    time that is not one; `why` says which."""
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+        super().__init__(why)
+
+
 class SeqRangeError(OnceflowError):
     """`onceflow backfill --from-seq A --to-seq B` where A..B is no range of seq numbers."""
 
@@ -77,11 +86,13 @@ class BackfillOpenBatchError(OnceflowError):
 
 
 class ResetNotConfirmedError(OnceflowError):
-    """`onceflow reset-offsets` without --yes: it abandons batches, so only when confirmed."""
+    """`onceflow reset-offsets` without --yes: it abandons batches, so only when confirmed.
+    `to`: earliest, latest or time (then `at_time`, the time)."""
 
-    def __init__(self, pipeline: str, to: str) -> None:
-        self.pipeline, self.to = pipeline, to
+    def __init__(self, pipeline: str, to: str, at_time: str | None = None) -> None:
+        self.pipeline, self.to, self.at_time = pipeline, to, at_time
+        where = f"first record at or after {at_time}" if at_time else f"broker's {to} offset"
         super().__init__(
             "reset-offsets abandons every uncommitted batch and restarts each partition at the "
-            f"broker's {to} offset; add --yes to do it"
+            f"{where}; add --yes to do it"
         )

@@ -2,9 +2,11 @@
 
 Batches not yet committed are abandoned: their ranges point at records the broker no
 longer has, so they can never be processed; they stay in the ledger (seq stays dense) and
-in the audit. Each partition's committed offset moves to the broker's first (or end)
-offset, recorded with its old value in onceflow.resets, so the audit shows the break
-instead of a gap; plan starts the next batch there (ledger.planning).
+in the audit. Each partition's committed offset moves to the broker's first or end offset,
+or to its first record at or after a time (`to="time"`: reprocessing from a point in time,
+which publishes again what the earlier epoch published from there), recorded with its old
+value in onceflow.resets, so the audit shows the break instead of a gap; plan starts the
+next batch there (ledger.planning).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from onceflow.ledger.log_checks import (
 )
 from onceflow.ledger.ordering import lock_commits
 from onceflow.ledger.transitions import move
-from onceflow.ranges import TopicPartition
+from onceflow.ranges import TopicPartition, starting_offset
 from onceflow.states import CLOSED, BatchState, Step
 
 
@@ -44,11 +46,15 @@ def reset_offsets(
     *,
     to: str = "earliest",
     reason: str,
+    at_time: str | None = None,
 ) -> Reset:
     """Restart every partition of the pipeline at the broker's first (`to="earliest"`) or
-    end (`"latest"`) offset, abandoning the batches not committed (see above)."""
-    if to not in ("earliest", "latest"):
-        raise ResetRefusedError(cfg.name, f"the target must be 'earliest' or 'latest', not {to!r}")
+    end (`"latest"`) offset, or (`"time"`) its first record at or after `at_time` (the
+    snapshot's `at_time` offsets), abandoning the batches not committed (see above)."""
+    if to not in ("earliest", "latest", "time") or (to == "time") != (at_time is not None):
+        raise ResetRefusedError(
+            cfg.name, f"the target must be 'earliest', 'latest' or a time, not {to!r}"
+        )
     if not reason.strip():
         raise ResetRefusedError(cfg.name, "give a reason for the reset; it is kept in the ledger")
     with transaction(dsn) as cur:
@@ -97,7 +103,12 @@ def reset_offsets(
                     f"partition {topic}[{partition}] is in the ledger but not on the broker; "
                     "re-create the topic with at least as many partitions before resetting",
                 )
-            new = snap.beginnings.get(tp, 0) if to == "earliest" else snap.ends[tp]
+            new = starting_offset(
+                to,  # type: ignore[arg-type]
+                snap.beginnings.get(tp, 0),
+                snap.ends[tp],
+                (snap.at_time or {}).get(tp),
+            )
             cur.execute(
                 "insert into onceflow.resets (pipeline, after_seq, topic, partition, old_offset,"
                 " committed_before, new_offset, reason) values (%s, %s, %s, %s, %s, %s, %s, %s)",
@@ -121,7 +132,7 @@ def reset_offsets(
                 }
             )
         detail = {
-            "to": to,
+            "to": at_time or to,
             "reason": reason,
             "after_seq": after_seq,
             BatchState.ABANDONED: abandoned,  # the txids
