@@ -100,16 +100,18 @@ format: setup
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
-## test: lint, then unit, integration and e2e tests on real services (one shared test stack),
-##       in TEST_WORKERS workers (2; TEST_WORKERS=0 runs them in this process)
+## test: lint, then unit, integration and e2e tests on real services (one shared test stack;
+##       the Spark standalone cluster test on its own), in TEST_WORKERS workers (2;
+##       TEST_WORKERS=0 runs them in this process)
 test: setup system-deps lint
-	$(VENV)/bin/pytest -m "not cluster" $(XDIST) $(PYTEST_ARGS)
+	$(VENV)/bin/pytest $(XDIST) $(PYTEST_ARGS)
 
 ## test-unit: the tests that need no server (pytest -m unit: about 30 s)
 test-unit: setup system-deps
 	$(VENV)/bin/pytest -m unit $(XDIST) $(PYTEST_ARGS)
 
-## test-cluster: the scale-out test on a Spark standalone master and two workers (127.0.0.1)
+## test-cluster: the scale-out test alone (a Spark standalone master and two workers on
+##       127.0.0.1, about 90 s; `make test` runs it too)
 test-cluster: setup
 	$(VENV)/bin/pytest -m cluster $(PYTEST_ARGS)
 

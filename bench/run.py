@@ -47,14 +47,19 @@ Phase 2, orchestration (an embedded stack of the bench's own, `onceflow up` on p
                    it FAILS the bench (exit 1, "soak": {"ok": false, "why": ...}) when a
                    record is missing, the audit is not exactly-once or a run failed
                    (bench/soak.py; `--only soak`)
+  freshness        record produced -> visible in the sink, p50/p99/max, the lag over time and
+                   the rate sustained, for on_records pipelines in each process mode at an easy
+                   and a near-limit rate (--freshness-minutes each), and the watcher's cost per
+                   look (bench/freshness.py; `--only freshness`; bench/freshness.png)
 
 Writes --out (bench/results.json), --plot (bench/throughput.png) and --markdown
 (bench/BENCHMARKS.md: the tables + bench/NOTES.md); point them elsewhere for a trial run.
 
 usage: python bench/run.py [--quick] [--records N] [--repeats K] [--skip-dag] [--render]
                            [--lake-records N] [--soak-minutes M]
-                           [--avro-records N]
-                           [--only lake|lake_commits|commit_sizes|dag_parse|avro|small_batch|soak]
+                           [--avro-records N] [--freshness-minutes M]
+                           [--only lake|lake_commits|commit_sizes|dag_parse|avro|small_batch|soak|
+                                   freshness]
 """
 
 from __future__ import annotations
@@ -82,6 +87,7 @@ import avro  # noqa: E402
 import commit_sizes  # noqa: E402
 import common  # noqa: E402
 import dag_parse  # noqa: E402
+import freshness  # noqa: E402
 import lake  # noqa: E402
 import lake_commits  # noqa: E402
 import native_job  # noqa: E402
@@ -898,6 +904,14 @@ def acceptance(r: dict) -> dict:
             0.8 * r["avro"]["json_records_per_s"],
             ">=",
         )
+    for mode, limit in freshness.ACCEPT_P99_S.items():
+        p99 = (r.get("freshness_p99_s") or {}).get(mode)
+        if p99 is not None:
+            checks[f"freshness p99 ({mode}, on_records, the easy rate) <= {limit:g} s"] = (
+                p99,
+                limit,
+                "<=",
+            )
     if r.get("dag_parse"):
         checks["DAG file of 500 pipelines parses in < 5 s"] = (
             r["dag_parse"]["parse_s"],
@@ -1150,6 +1164,10 @@ def write_markdown(r: dict, path: Path) -> None:
         lines += soak.section(r["soak"])
     elif r.get("soak_skipped"):
         lines += ["", "## Soak", "", f"Not measured: {r['soak_skipped']}."]
+    if r.get("freshness"):
+        lines += freshness.section(r["freshness"])
+    elif r.get("freshness_skipped"):
+        lines += ["", "## Freshness", "", f"Not measured: {r['freshness_skipped']}."]
     if r.get("lake"):
         lines += lake.section(r["lake"])
     if r.get("lake_commits"):
@@ -1356,9 +1374,32 @@ def peer(r: dict, rps: list[dict], procs: list[dict], nrps: list[dict], nprocs: 
 # --- main ---------------------------------------------------------------------------------
 
 
-SECTIONS = ["lake", "lake_commits", "commit_sizes", "dag_parse", "avro", "small_batch", "soak"]
+SECTIONS = [
+    "lake",
+    "lake_commits",
+    "commit_sizes",
+    "dag_parse",
+    "avro",
+    "small_batch",
+    "soak",
+    "freshness",
+]
 # sections on the bench's stack only: no private broker or PostgreSQL of phase 1
-STACK_SECTIONS = ("small_batch", "soak")
+STACK_SECTIONS = ("small_batch", "soak", "freshness")
+
+
+def freshness_results(minutes: float, plot_path: Path) -> dict:
+    """The freshness section (bench/freshness.py) on a fresh stack of the bench's own, and
+    its picture of the lag over time next to --plot's."""
+    say(f"freshness: {len(freshness.PHASES)} phases of {minutes:g} min")
+    with bench_stack(freshness.pipelines_toml(), "freshness") as (settings, client, _path):
+        out = freshness.run(settings, client, minutes, say)
+    freshness.plot(out, plot_path.with_name("freshness.png"))
+    return {
+        "freshness": out,
+        "freshness_p50_s": out["freshness_p50_s"],
+        "freshness_p99_s": out["freshness_p99_s"],
+    }
 
 
 def soak_results(minutes: float) -> dict:
@@ -1405,6 +1446,11 @@ def main() -> int:
         help="how long the soak's producer writes (default 10; 1 with --quick)",
     )
     p.add_argument(
+        "--freshness-minutes",
+        type=float,
+        help="how long the producer writes in each freshness phase (default 3; 0.5 with --quick)",
+    )
+    p.add_argument(
         "--only",
         choices=SECTIONS,
         help="measure only this section and merge it into --out (if that holds a full run)",
@@ -1427,6 +1473,8 @@ def main() -> int:
         return 0
     if a.soak_minutes is None:
         a.soak_minutes = 1.0 if a.quick else 10.0
+    if a.freshness_minutes is None:
+        a.freshness_minutes = 0.5 if a.quick else 3.0
     from onceflow_dev.jvm import JvmArtifactsError
 
     try:  # the broker's jars, and the peer's for a full run: without them, stop now
@@ -1506,6 +1554,10 @@ def main() -> int:
             results["soak"] = soak_results(a.soak_minutes)
         else:
             results["soak_skipped"] = why_not
+        if a.only == "freshness" or not (a.skip_dag or a.only):
+            results.update(freshness_results(a.freshness_minutes, a.plot))
+        else:
+            results["freshness_skipped"] = why_not
     soaked = results.get("soak")  # this run's: --only merges earlier sections in below
     results["load"] = load.summary()
     results["finished_at"] = datetime.now(UTC).isoformat(timespec="seconds")
@@ -1520,6 +1572,8 @@ def main() -> int:
                 "noop_spark_submit_s",
                 "backlog_drain_records_per_s",
                 "backlog_process_in_job_records_per_s",
+                "freshness_p50_s",
+                "freshness_p99_s",
             )
             kept = {k: results[k] for k in merged if k in results}
             results = {**previous, **kept}
@@ -1536,6 +1590,7 @@ def main() -> int:
             "avro": lambda: avro.section(results["avro"]),
             "small_batch": lambda: small_batch_section(results["small_batch"]),
             "soak": lambda: soak.section(results["soak"]),
+            "freshness": lambda: freshness.section(results["freshness"]),
         }[a.only]()
         a.markdown.write_text("\n".join([f"# Benchmarks: the {a.only} section alone", *alone, ""]))
         say(f"wrote {a.out}, {a.markdown}")

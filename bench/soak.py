@@ -58,7 +58,8 @@ def pipeline_toml() -> str:
 class SteadyProducer(threading.Thread):
     """Produces `sample`'s series round-robin over `partitions` at `rate` records/s for
     `seconds` (or until stop()), then waits for every acknowledgement; keeps, per partition,
-    the records acknowledged and the acknowledged end (the last offset + 1)."""
+    the records acknowledged and the acknowledged end (the last offset + 1), and with
+    `keep_times` each acknowledged record's (offset, Kafka timestamp in ms)."""
 
     def __init__(
         self,
@@ -68,10 +69,14 @@ class SteadyProducer(threading.Thread):
         rate: float,
         seconds: float,
         sample: Callable,
+        keep_times: bool = False,
     ) -> None:
         super().__init__(name="soak-producer", daemon=True)
         self.bootstrap, self.topic, self.partitions = bootstrap, topic, partitions
         self.rate, self.duration, self.sample = rate, seconds, sample
+        self.times: dict[int, list[tuple[int, int]]] | None = (
+            {p: [] for p in range(partitions)} if keep_times else None
+        )
         self.acked = dict.fromkeys(range(partitions), 0)
         self.ends = dict.fromkeys(range(partitions), 0)
         self.errors: list[str] = []
@@ -99,6 +104,8 @@ class SteadyProducer(threading.Thread):
                 return
             self.acked[msg.partition()] += 1
             self.ends[msg.partition()] = max(self.ends[msg.partition()], msg.offset() + 1)
+            if self.times is not None:
+                self.times[msg.partition()].append((msg.offset(), msg.timestamp()[1]))
 
         series = records(self.sample, 1 << 62)  # lazy: as many as the soak lasts
         started = time.monotonic()

@@ -297,14 +297,15 @@ def real_kafka(tmp_path_factory):
 
 
 def _airflow_with_dags(settings):
-    """An API client once every pipeline's DAG is parsed and unpaused."""
+    """An API client once every pipeline's DAG is parsed and unpaused; a continuous one
+    paused (it would run back to back all session long): its test unpauses it."""
     from onceflow.cli.airflow_api import AirflowClient
     from onceflow.config.pipelines_file import load_pipelines
 
     client = AirflowClient(settings.airflow_url, settings.airflow_user, settings.airflow_password)
     for cfg in load_pipelines(settings.pipelines_file).values():
         client.wait_for_dag(cfg.dag_id, timeout=180)
-        client.unpause(cfg.dag_id)
+        client.set_paused(cfg.dag_id, cfg.schedule == "continuous")
     return client
 
 

@@ -1,6 +1,7 @@
-"""schedule = "on_records" on the shared stack: nobody triggers a run. The pipeline's
-watcher runs in the stack's Airflow triggerer, sees each of three bursts of records arrive,
-and the scheduler starts the runs that plan, process and commit them."""
+"""The schedules that need nobody to trigger a run, on the shared stack: "on_records" (the
+pipeline's watcher runs in the stack's Airflow triggerer, sees each of three bursts of
+records arrive, and the scheduler starts the runs that plan, process and commit them) and
+"continuous" (runs back to back while the DAG is unpaused)."""
 
 from __future__ import annotations
 
@@ -18,12 +19,12 @@ PIPELINE = TOPIC = "it_on_records"
 BURST = 600
 
 
-def committed(dsn: str) -> int:
+def committed(dsn: str, pipeline: str = PIPELINE) -> int:
     with transaction(dsn) as cur:
         cur.execute(
             "select coalesce(sum(committed_offset - start_offset), 0) from onceflow.offsets"
             " where pipeline = %s",
-            (PIPELINE,),
+            (pipeline,),
         )
         return int(cur.fetchone()[0])
 
@@ -66,3 +67,27 @@ def test_each_burst_of_records_is_committed_without_a_trigger(stack, airflow):
     # quiet topics start no run: a few empty batches at most (a burst seen while it was
     # still being produced), never one per look
     assert len(runs) <= 3 * 4, run_ids
+
+
+def test_a_continuous_pipeline_runs_back_to_back_while_unpaused(stack, airflow):
+    name = "it_continuous"
+    cfg = get_pipeline(stack.pipelines_file, name)
+    produced = feed(stack, name, 500)
+    airflow.unpause(cfg.dag_id)
+    try:
+        started = time.monotonic()
+        done: list[dict] = []
+        # every record committed, and runs after that too: a continuous DAG keeps running
+        while committed(stack.postgres_dsn, name) < produced or len(done) < 3:
+            assert time.monotonic() - started < 240, (committed(stack.postgres_dsn, name), done)
+            time.sleep(0.5)
+            done = [r for r in airflow.runs(cfg.dag_id) if r["state"] == "success"]
+    finally:
+        airflow.pause(cfg.dag_id)
+    assert {r["run_type"] for r in done} == {"scheduled"}, done
+    report = audit(stack, name)
+    assert report.records_in_ranges == produced == report.records_in_sink + report.dead_lettered
+    with transaction(stack.postgres_dsn) as cur:
+        cur.execute("select txid from onceflow.batches where pipeline = %s", (name,))
+        txids = {r[0] for r in cur.fetchall()}
+    assert {r["dag_run_id"] for r in done} <= txids

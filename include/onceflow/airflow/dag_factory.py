@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,9 @@ _PASSTHROUGH = (
 )
 
 
+CONTINUOUS_SINCE = datetime(2024, 1, 1, tzinfo=UTC)
+
+
 def user_folders(pipelines_file: Path) -> tuple[Path, ...]:
     """Where the job imports user transforms from: settings.transform_path, then the
     pipelines file's folder (a user's transform package lives next to it)."""
@@ -85,6 +88,11 @@ def build_dag(cfg: PipelineConfig, pipelines_file: Path) -> DAG:
         dag_id=cfg.dag_id,
         description=cfg.description or f"Onceflow pipeline {cfg.name}: {', '.join(cfg.topics)}",
         schedule=dag_schedule(cfg),
+        # Airflow's @continuous gives a DAG without a start date a first run of zero length,
+        # and then the same logical date again for every next run, which already exists: it
+        # never runs twice (3.3). From a start date in the past each run begins where the last
+        # ended. The other schedules run from their first parse, catchup off, as without one.
+        start_date=CONTINUOUS_SINCE if cfg.schedule == CONTINUOUS else None,
         catchup=False,
         max_active_runs=cfg.max_active_runs,
         tags=["onceflow"],

@@ -216,10 +216,16 @@ class AirflowClient:
         return self.request("GET", "/api/v2/importErrors", params={"limit": 100})["import_errors"]
 
     def unpause(self, dag_id: str) -> dict:
+        return self.set_paused(dag_id, False)
+
+    def pause(self, dag_id: str) -> dict:
+        return self.set_paused(dag_id, True)
+
+    def set_paused(self, dag_id: str, paused: bool) -> dict:
         return self.request(
             "PATCH",
             f"/api/v2/dags/{_q(dag_id)}",
-            json={"is_paused": False},
+            json={"is_paused": paused},
             params={"update_mask": "is_paused"},
         )
 
