@@ -175,7 +175,8 @@ def fetchable_ends(
         deadline = time.monotonic() + PRINT_TIMEOUT_S
         jumped: set[tuple[str, int]] = set()
         while len(ends) < len(claimed):
-            for m in consumer.consume(10_000, 0.1):
+            # a short wait per call: consume returns at its timeout, not at the last EOF
+            for m in consumer.consume(10_000, 0.01):
                 err = m.error()
                 tp = (m.topic(), m.partition())
                 if err is None and tp not in jumped:
