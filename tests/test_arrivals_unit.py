@@ -127,3 +127,6 @@ def test_the_dag_of_each_schedule(tmp_path, monkeypatch):
     looped = dags["onceflow_looped"]
     assert type(looped.timetable).__name__ == "ContinuousTimetable"
     assert looped.max_active_runs == 1
+    # runs after its first from a start date in the past; waits to be unpaused
+    assert looped.start_date is not None and looped.is_paused_upon_creation is True
+    assert watched.start_date is None and watched.is_paused_upon_creation is None

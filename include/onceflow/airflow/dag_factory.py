@@ -94,6 +94,9 @@ def build_dag(cfg: PipelineConfig, pipelines_file: Path) -> DAG:
         # ended. The other schedules run from their first parse, catchup off, as without one.
         start_date=CONTINUOUS_SINCE if cfg.schedule == CONTINUOUS else None,
         catchup=False,
+        # back to back from the moment it is parsed, failing while its topics are missing:
+        # a continuous DAG waits for someone to unpause it; the others as Airflow's config says
+        is_paused_upon_creation=True if cfg.schedule == CONTINUOUS else None,
         max_active_runs=cfg.max_active_runs,
         tags=["onceflow"],
         doc_md=(
