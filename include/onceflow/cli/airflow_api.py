@@ -243,13 +243,15 @@ class AirflowClient:
 
     def runs(self, dag_id: str) -> list[dict]:
         """Every run of a DAG, oldest first (its run id, run type and state among them)."""
-        path = f"/api/v2/dags/{_q(dag_id)}/dagRuns"
+        return self._pages(f"/api/v2/dags/{_q(dag_id)}/dagRuns", "dag_runs", "run_after")
+
+    def _pages(self, path: str, key: str, order_by: str, **params: Any) -> list[dict]:
+        """Every item of a paged list, 100 at a time."""
         items: list[dict] = []
         while True:
-            page = self.request(
-                "GET", path, params={"order_by": "run_after", "limit": 100, "offset": len(items)}
-            )
-            batch = page.get("dag_runs", [])
+            query = {**params, "order_by": order_by, "limit": 100, "offset": len(items)}
+            page = self.request("GET", path, params=query)
+            batch = page.get(key, [])
             items.extend(batch)
             if not batch or len(items) >= page.get("total_entries", 0):
                 return items
@@ -333,22 +335,9 @@ class AirflowClient:
 
     def asset_events(self, source_dag_id: str) -> list[dict]:
         """The asset events a DAG's tasks emitted (oldest first)."""
-        items: list[dict] = []
-        while True:
-            page = self.request(
-                "GET",
-                "/api/v2/assets/events",
-                params={
-                    "source_dag_id": source_dag_id,
-                    "order_by": "timestamp",
-                    "limit": 100,
-                    "offset": len(items),
-                },
-            )
-            batch = page.get("asset_events", [])
-            items.extend(batch)
-            if not batch or len(items) >= page.get("total_entries", 0):
-                return items
+        return self._pages(
+            "/api/v2/assets/events", "asset_events", "timestamp", source_dag_id=source_dag_id
+        )
 
     def wait_for_runs(
         self,
