@@ -1,4 +1,5 @@
-"""Reset-offsets: the operator's new epoch after the broker lost the log the ledger read.
+"""Reset-offsets: the operator's new epoch after the broker lost the log the ledger read, or
+to reprocess from a point in time.
 
 Batches not yet committed are abandoned: their ranges point at records the broker no
 longer has, so they can never be processed; they stay in the ledger (seq stays dense) and
