@@ -52,7 +52,7 @@ def name_of(mode: str, schedule: str, rate: int) -> str:
     return f"fresh_{'connect' if mode == 'connect' else 'submit'}_{schedule}_{rate}"
 
 
-def pipelines_toml(phases: tuple = PHASES, extra: str = "") -> str:
+def pipelines_toml(phases: tuple = PHASES) -> str:
     """One pipeline per phase, each on its own topic."""
     return "".join(
         f"[pipelines.{name_of(mode, schedule, rate)}]\n"
@@ -63,7 +63,6 @@ def pipelines_toml(phases: tuple = PHASES, extra: str = "") -> str:
         f'schedule = "{schedule}"\n'
         + (ON_RECORDS_TOML if schedule == "on_records" else "")
         + "commit_poke_interval = 0.5\n"
-        + extra
         for mode, schedule, rate in phases
     )
 

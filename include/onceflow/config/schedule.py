@@ -46,11 +46,7 @@ def parse_schedule(source: str, name: str, raw: dict[str, Any]) -> dict[str, Any
         )
     if schedule == "@continuous":
         schedule = CONTINUOUS
-    runs = raw.get("max_active_runs", 1 if schedule == CONTINUOUS else 3)
-    if isinstance(runs, bool) or not isinstance(runs, int) or runs <= 0:
-        raise PipelineKeyError(
-            source, name, "max_active_runs", f"{runs!r} is not a positive integer"
-        )
+    runs = _positive_int(source, name, raw, "max_active_runs", 1 if schedule == CONTINUOUS else 3)
     if schedule == CONTINUOUS and runs != 1:
         raise PipelineKeyError(
             source,
@@ -64,11 +60,7 @@ def parse_schedule(source: str, name: str, raw: dict[str, Any]) -> dict[str, Any
             if key in raw:
                 raise PipelineKeyError(source, name, key, "only schedule 'on_records' takes it")
         return {"schedule": schedule, "on_records": None, "max_active_runs": runs}
-    min_records = raw.get("min_records", 1)
-    if isinstance(min_records, bool) or not isinstance(min_records, int) or min_records <= 0:
-        raise PipelineKeyError(
-            source, name, "min_records", f"{min_records!r} is not a positive integer"
-        )
+    min_records = _positive_int(source, name, raw, "min_records", 1)
     return {
         "schedule": schedule,
         "on_records": OnRecords(
@@ -80,6 +72,13 @@ def parse_schedule(source: str, name: str, raw: dict[str, Any]) -> dict[str, Any
         ),
         "max_active_runs": runs,
     }
+
+
+def _positive_int(source: str, name: str, raw: dict[str, Any], key: str, default: int) -> int:
+    value = raw.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise PipelineKeyError(source, name, key, f"{value!r} is not a positive integer")
+    return value
 
 
 def _seconds(

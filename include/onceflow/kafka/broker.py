@@ -43,7 +43,7 @@ def _consumer(cluster: KafkaCluster) -> KafkaConsumer:
     )
 
 
-def _topic_partitions(
+def topic_partitions(
     consumer: KafkaConsumer, topics: Iterable[str]
 ) -> dict[str, list[TopicPartition]]:
     """Each topic's partitions, in order; an empty list for a topic the broker lacks."""
@@ -59,7 +59,7 @@ def partitions(
     consumer: KafkaConsumer, pipeline: str, topics: tuple[str, ...], bootstrap: str
 ) -> list[TopicPartition]:
     tps = []
-    for topic, parts in _topic_partitions(consumer, topics).items():
+    for topic, parts in topic_partitions(consumer, topics).items():
         if not parts:
             raise TopicMissingError(pipeline, topic, bootstrap)
         tps.extend(parts)
@@ -127,7 +127,7 @@ def partition_ends(bootstrap: KafkaCluster | str, topics: Iterable[str]) -> Part
     check_access(cluster)
     consumer = _consumer(cluster)
     try:
-        parts = _topic_partitions(consumer, sorted(set(topics)))
+        parts = topic_partitions(consumer, sorted(set(topics)))
         tps = [tp for ps in parts.values() for tp in ps]
         ends = consumer.end_offsets(tps) if tps else {}
     finally:

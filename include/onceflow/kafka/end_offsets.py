@@ -14,6 +14,7 @@ import time
 
 from kafka import KafkaConsumer, TopicPartition
 
+from onceflow.kafka.broker import topic_partitions
 from onceflow.kafka.client import KafkaCluster
 from onceflow.ranges import TopicPartition as Tp
 
@@ -46,13 +47,9 @@ class EndOffsets:
         """(end offset per partition, topics the broker does not have)."""
         consumer = self._client()
         if self._missing or time.monotonic() - self._refreshed > METADATA_EVERY_S:
-            known = consumer.topics()  # a metadata request
-            self._parts, self._missing = [], []
-            for topic in self.topics:
-                parts = consumer.partitions_for_topic(topic) if topic in known else None
-                if not parts:
-                    self._missing.append(topic)
-                self._parts += [TopicPartition(topic, p) for p in sorted(parts or ())]
+            parts = topic_partitions(consumer, self.topics)  # a metadata request
+            self._parts = [tp for tps in parts.values() for tp in tps]
+            self._missing = [topic for topic, tps in parts.items() if not tps]
             self._refreshed = time.monotonic()
         ends = consumer.end_offsets(self._parts) if self._parts else {}
         return {(tp.topic, tp.partition): int(o) for tp, o in ends.items()}, list(self._missing)
