@@ -378,3 +378,25 @@ def test_the_staged_row_hash_covers_every_staged_column_but_key_and_value(spark,
     differ = expected.where(F.col(HASH_COLUMN) != F.col("expected")).count()
     assert expected.where(F.col("error").isNotNull()).count() > 0
     assert differ == 0
+
+
+@pytest.mark.parametrize("name", ["orders", "inventory", "pageviews", "revenue"])
+def test_output_fields_are_the_staged_frames_own(spark, pipelines, name):
+    """output_fields knows the staged columns' names and types without asking the staged
+    frame (a round trip to a Connect server): they must be its own, in its order, as the
+    sink's tables are bound to them."""
+    from onceflow.process.staged_output import output_fields, staged_output
+    from onceflow.transforms import load_module, load_transform
+
+    cfg = pipelines[name]
+    sample = load_module(cfg.transform).sample
+    rng = random.Random(7)
+    rows = [("t", 0, i, *sample(i, rng), None) for i in range(10)]
+    out = load_transform(cfg.transform)(spark.createDataFrame(rows, READER_SCHEMA))
+    staged = staged_output(out, cfg)
+    asked = [
+        (f.name, f.dataType.simpleString())
+        for f in staged.schema.fields
+        if f.name != "tombstone" and not f.name.startswith("_meta_")
+    ]
+    assert output_fields(out, cfg) == asked

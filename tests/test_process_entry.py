@@ -79,7 +79,7 @@ class FakeLedger:
             raise self.claim_error
         return Claim(txid, 4, 2, BatchState.PROCESSING, self.ranges)
 
-    def topic_ids(self, kafka, pipeline, topics):
+    def topic_ids(self, kafka, pipeline, topics, access_checked):
         self.calls.append(("topic_ids", kafka, pipeline, topics))
         return {"t": "id"}
 

@@ -41,6 +41,24 @@ def test_split_range_empty_and_invalid():
         split_range(R("t", 0, 0, 5), 0)
 
 
+def test_input_partitions_pack_small_pieces_in_order_up_to_a_bound(monkeypatch):
+    from onceflow.reader import input_ranges as module
+
+    monkeypatch.setattr(module, "PACK_OFFSETS", 10)
+    sizes = [3, 3, 3, 3, 10, 1, 9, 2]
+    pieces = [R("t", k, 0, n) for k, n in enumerate(sizes)]
+    groups = module.input_partitions(pieces, 1000)  # bound: PACK_OFFSETS
+    assert groups == [range(0, 3), range(3, 4), range(4, 5), range(5, 7), range(7, 8)]
+    assert all(sum(pieces[k].size for k in g) <= 10 for g in groups)
+    # a smaller records_per_input_partition bounds the packing too: pieces of 4 stay alone
+    assert module.input_partitions([R("t", k, 0, 4) for k in range(3)], 4) == [
+        range(0, 1),
+        range(1, 2),
+        range(2, 3),
+    ]
+    assert module.input_partitions([], 1000) == []
+
+
 def test_input_ranges_order_is_deterministic_and_skips_empty_ranges():
     ranges = [R("b", 1, 0, 5), R("a", 0, 5, 5), R("b", 0, 0, 3), R("a", 1, 0, 4)]
     expected = [R("a", 1, 0, 2), R("a", 1, 2, 4), R("b", 0, 0, 2), R("b", 0, 2, 3)]
@@ -65,7 +83,7 @@ def test_options_parse_and_validate():
     assert o.records_per_input_partition == 4 and o.client == "confluent"
     assert o.client_conf == {"client.rack": "a"}
     parts = RangesReader(o).partitions()
-    assert [p.value for p in parts] == [R("t", 0, 0, 4), R("t", 0, 4, 8), R("t", 0, 8, 10)]
+    assert [p.value for p in parts] == [[R("t", 0, 0, 4)], [R("t", 0, 4, 8)], [R("t", 0, 8, 10)]]
 
 
 @pytest.mark.parametrize(
@@ -224,6 +242,7 @@ class FakeConsumer:
         self.conf: dict = {}
         self.assigned = None
         self.closed = False
+        self.asked: list[int] = []  # num_messages of each consume()
 
     def __call__(self, conf: dict) -> FakeConsumer:
         self.conf = conf
@@ -233,6 +252,7 @@ class FakeConsumer:
         self.assigned = [(tp.topic, tp.partition, tp.offset) for tp in tps]
 
     def consume(self, num_messages: int, timeout: float) -> list[FakeMessage]:
+        self.asked.append(num_messages)
         if self.script:
             return self.script.pop(0)
         import time
@@ -268,6 +288,14 @@ def test_reader_config_is_exact_range_friendly():
 def test_stops_at_until_and_never_emits_beyond():
     offsets, _ = read(R("t", 0, 0, 5), [msgs(0, 1), msgs(2, 3, 4, 5, 6, 7)])
     assert offsets == [0, 1, 2, 3, 4]
+
+
+def test_the_record_at_until_minus_one_ends_the_range_at_once():
+    # librdkafka's consume() waits out its timeout unless it gets as many messages as asked:
+    # the reader asks for what the range can still hold, and stops at its last offset
+    offsets, c = read(R("t", 0, 0, 300), [msgs(*range(250)), msgs(*range(250, 300))])
+    assert offsets == list(range(300))
+    assert c.asked == [300, 50]  # no third call waiting for a record past the range
 
 
 def test_sparse_offsets_end_by_offset_not_by_count():

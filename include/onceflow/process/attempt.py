@@ -75,7 +75,7 @@ def stage_and_mark(
     failpoints.hit("process.fail", attempt.txid)
     topics = tuple(sorted({r.topic for r in ranges}))
     t0 = time.monotonic()
-    _verify_topic_ids(inputs, topics)
+    _verify_topic_ids(inputs, topics, access_checked=False)
     timings["log_checks"] = time.monotonic() - t0
     failpoints.hit("process.before_stage_job", attempt.txid)
     job = run_stage_attempt(inputs, source, ranges, timings)
@@ -83,7 +83,7 @@ def stage_and_mark(
     # re-created while it ran passed the check above, and its reader read the new log's
     # records at the ranges' offsets)
     t0 = time.monotonic()
-    _verify_topic_ids(inputs, topics)
+    _verify_topic_ids(inputs, topics, access_checked=True)  # the job just read the cluster
     timings["log_checks"] += time.monotonic() - t0
     if inputs.decoder is not None:
         keep_writer_schemas(inputs.dsn, attempt.pipeline, inputs.decoder, job.reads)
@@ -105,10 +105,12 @@ def stage_and_mark(
     return staged
 
 
-def _verify_topic_ids(inputs: StageInputs, topics: tuple[str, ...]) -> None:
+def _verify_topic_ids(
+    inputs: StageInputs, topics: tuple[str, ...], *, access_checked: bool
+) -> None:
     """The topics' ids, as the broker reports them now, are the ones plan recorded."""
     attempt = inputs.attempt
-    ids = broker.topic_ids(inputs.kafka, attempt.pipeline, topics)
+    ids = broker.topic_ids(inputs.kafka, attempt.pipeline, topics, access_checked=access_checked)
     verify_topic_ids(inputs.dsn, attempt.pipeline, attempt.txid, ids)
 
 

@@ -27,9 +27,10 @@ from onceflow.poison import Poison
 from onceflow.process.attempt_spec import Attempt, JobOptions
 from onceflow.process.dead_letters import dead_letter_frame
 from onceflow.process.failures import job_refusals
-from onceflow.process.staged_output import output_fields, stage_columns, staged_output
+from onceflow.process.staged_output import output_fields, staged_output
 from onceflow.ranges import OffsetRange
 from onceflow.reader.frame import ranges_frame
+from onceflow.reader.input_ranges import input_partitions
 from onceflow.reader.read_counts import LedgerTally
 from onceflow.sinks.base import PublishTarget, Sink
 from onceflow.sinks.schema_evolution import Evolution
@@ -117,14 +118,18 @@ def stage_job(
     with stage_job_rows(dsn, attempt.pipeline, attempt.txid, attempt.attempt) as job:
         t0 = time.monotonic()
         n = len(pieces)
+        partitions = input_partitions(pieces, cfg.records_per_input_partition)
+        m = len(partitions)
         skip = [p.coordinates for p in poison]
-        options = {**inputs.reader_args(), "tally": LedgerTally(job), "skip": skip}
-        numbers = PartNumbers(n, inputs.uses_fast_form, bool(poison))
-        if numbers.fast:
-            declined = fast_stage_frame(spark, pieces, kafka, cfg.transform, job=job, **options)
-            with job_refusals(cfg.aggregating):  # a job the transform runs while it plans
-                out = load_transform(cfg.transform)(declined)
-            df = staged_output(out, cfg)
+        options = {
+            **inputs.reader_args(),
+            "partitions": partitions,
+            "tally": LedgerTally(job),
+            "skip": skip,
+        }
+        numbers = PartNumbers(m, inputs.uses_fast_form, bool(poison))
+        if numbers.fast:  # the transform's input: the records the fast form declines
+            source = fast_stage_frame(spark, pieces, kafka, cfg.transform, job=job, **options)
         else:
             source = ranges_frame(spark, pieces, kafka, **options)
             if cfg.aggregating:
@@ -132,13 +137,15 @@ def stage_job(
 
                 source = source.persist(StorageLevel.MEMORY_AND_DISK)
                 source.count()  # the records read once, counted apart from the transform
-            df = stage_columns(source, cfg)
+        with job_refusals(cfg.aggregating):  # a job the transform runs while it plans
+            out = load_transform(cfg.transform)(source)
+        df = staged_output(out, cfg)
         this = PublishTarget(attempt.pipeline, attempt.txid, attempt.seq, attempt.attempt)
         with transaction(dsn) as cur:  # the sink's tables follow the transform's output
             evolution = Evolution(
                 attempt.pipeline, attempt.txid, attempt.attempt, cfg.schema_evolution
             )
-            bound = inputs.sink.bind_output(cur, output_fields(df), evolution)
+            bound = inputs.sink.bind_output(cur, output_fields(out, cfg), evolution)
             bound.create_stage(cur, this)
         if poison:  # one more Spark partition: the dead letters' part
             dead = dead_letter_frame(spark, poison, df, kafka, **read)
@@ -171,23 +178,25 @@ def stage_job(
         unread = [k for k in range(n) if k not in reads]
         if unread:
             raise RangeReadError(
-                f"input range(s) {unread} of {n} did not record their read in the ledger: the "
-                "records read cannot be counted (retry)"
+                f"piece(s) {unread} of the {n} input ranges did not record their read in the "
+                "ledger: the records read cannot be counted (retry)"
             )
         records_read = sum(r.records for r in reads.values()) + len(poison)  # poison: read,
         bytes_read = sum(r.bytes for r in reads.values())  # and set aside as dead letters
         log.info(
-            "read, transform and stage of %d input partition(s) as %d part(s) took %.1f s",
+            "read, transform and stage of %d range piece(s) in %d input partition(s) as %d "
+            "part(s) took %.1f s",
             n,
+            m,
             parts,
             timings["job"],
         )
         if numbers.fast:
-            declined_parts = range(numbers.first_transformed, numbers.first_transformed + n)
+            declined_parts = range(numbers.first_transformed, numbers.first_transformed + m)
             log.info(
                 "fast form: parts 0..%d staged by the readers' Python workers; %d declined "
                 "record(s) through %s in the JVM, parts %d..%d",
-                n - 1,
+                m - 1,
                 sum(m.rows for m in messages if m.part in declined_parts),
                 f"transform {cfg.transform}" if cfg.transform else "the stage (no transform)",
                 declined_parts.start,

@@ -4,14 +4,15 @@
     spark.read.format("onceflow_ranges").option("bootstrap", ...).option("ranges", ...).load()
 
 Process does not read through it (onceflow.reader.frame says why), but the source splits
-the ranges into the same input partitions, reads them with the same code (read_range) and
-gives the same rows (onceflow.reader.record_batches.SCHEMA).
+and packs the ranges into the same input partitions, reads them with the same code
+(read_range) and gives the same rows (onceflow.reader.record_batches.SCHEMA).
 
 Options:
     bootstrap                    Kafka bootstrap servers (required)
     ranges                       JSON list of OffsetRange.to_json() (required)
     records_per_input_partition  split larger ranges into input partitions of at most this many
-                                 offsets (default 250000); the split is deterministic, so
+                                 offsets (default 250000), and pack small ones together
+                                 (input_ranges.input_partitions); both are deterministic, so
                                  input partition k holds the same records in every attempt
     client                       "confluent" (librdkafka, default) or "kafka-python"
     timeout_s                    fail a range after this long without progress (default 60)
@@ -31,7 +32,11 @@ from pyspark.sql.types import StructType
 
 from onceflow.kafka.options import check_client_options
 from onceflow.ranges import OffsetRange
-from onceflow.reader.input_ranges import DEFAULT_RECORDS_PER_INPUT_PARTITION, input_ranges
+from onceflow.reader.input_ranges import (
+    DEFAULT_RECORDS_PER_INPUT_PARTITION,
+    input_partitions,
+    input_ranges,
+)
 from onceflow.reader.range_end import DEFAULT_TIMEOUT_S
 from onceflow.reader.range_fetch import CLIENTS, read_range
 from onceflow.reader.record_batches import DEFAULT_BATCH_RECORDS, SCHEMA
@@ -103,7 +108,8 @@ class RangesDataSource(DataSource):
 
 
 class RangesReader(DataSourceReader):
-    """Reads input partition k (input_ranges) with read_range, in the executors."""
+    """Reads input partition k (input_ranges) with read_range, piece after piece, in the
+    executors."""
 
     def __init__(self, opts: RangesOptions) -> None:
         self.opts = opts
@@ -111,20 +117,17 @@ class RangesReader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         # No partitions at all (every range empty): Spark then reads one partition whose
         # value is None, which yields nothing.
-        return [
-            InputPartition(r)
-            for r in input_ranges(self.opts.ranges, self.opts.records_per_input_partition)
-        ]
+        per = self.opts.records_per_input_partition
+        pieces = input_ranges(self.opts.ranges, per)
+        return [InputPartition([pieces[k] for k in p]) for p in input_partitions(pieces, per)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        r = partition.value
-        if r is None or r.size == 0:
-            return iter(())
-        return read_range(
-            r,
-            self.opts.bootstrap,
-            client=self.opts.client,
-            timeout_s=self.opts.timeout_s,
-            batch_records=self.opts.batch_records,
-            client_conf=self.opts.client_conf,
-        )
+        for r in partition.value or ():
+            yield from read_range(
+                r,
+                self.opts.bootstrap,
+                client=self.opts.client,
+                timeout_s=self.opts.timeout_s,
+                batch_records=self.opts.batch_records,
+                client_conf=self.opts.client_conf,
+            )

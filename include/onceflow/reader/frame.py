@@ -1,10 +1,12 @@
-"""The ranges of a stage job as a DataFrame: what process reads, one Spark partition per piece.
+"""The ranges of a stage job as a DataFrame: what process reads, one Spark partition per input
+partition (onceflow.reader.input_ranges: consecutive pieces).
 
 Process reads with a plain mapInArrow over spark.range rather than through the
 `onceflow_ranges` data source (onceflow.reader.data_source): the same reading code
 (read_range), but no Python worker has to be started on the driver to look up, create and
 plan a data source (measured: up to seven interpreter start-ups and several seconds per
-batch). Spark partition k holds the single id k, so its output is input range k's records.
+batch). Spark partition j holds the single id j, so its output is the records of input
+partition j's pieces, in order.
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ from onceflow.spark.arrow_columns import fixed_array, fixed_values
 
 
 class RangeReadFn:
-    """mapInArrow function of `ranges_frame`: the input row with id k reads input range k.
+    """mapInArrow function of `ranges_frame`: the input row with id j reads the pieces of
+    input partition j (`partitions`, input_ranges.input_partitions; by default one piece
+    each), piece after piece.
 
     With `tally` (onceflow.reader.read_counts), what it handed on of range k (records, key
     and value bytes) and what it read of it (onceflow.kafka.range_digest.RangeRead: the records'
@@ -45,6 +49,7 @@ class RangeReadFn:
         pieces: list[OffsetRange],
         bootstrap: KafkaCluster | str,
         *,
+        partitions: list[range] | None = None,
         client: str = "confluent",
         timeout_s: float = DEFAULT_TIMEOUT_S,
         batch_records: int = DEFAULT_BATCH_RECORDS,
@@ -54,6 +59,9 @@ class RangeReadFn:
         decoder: Any = None,
     ) -> None:
         self.pieces = list(pieces)
+        self.partitions = (
+            [range(k, k + 1) for k in range(len(self.pieces))] if partitions is None else partitions
+        )
         self.bootstrap = bootstrap
         self.client = client
         self.timeout_s = timeout_s
@@ -68,12 +76,17 @@ class RangeReadFn:
 
     def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
         for ids in batches:
-            for k in ids.column(0).to_pylist():
-                yield from self.records(k)
+            for j in ids.column(0).to_pylist():
+                yield from self.partition_records(j)
+
+    def partition_records(self, j: int) -> Iterator[Any]:
+        """The Arrow batches of input partition j: its pieces', piece after piece."""
+        for k in self.partitions[j]:
+            yield from self.records(k)
 
     def records(self, k: int) -> Iterator[Any]:
-        """The Arrow batches of input range k (recorded in `tally` once read to the end, if
-        there is one)."""
+        """The Arrow batches of piece k (recorded in `tally` once read to the end, if there
+        is one)."""
         piece = self.pieces[k]
         seen = None if self.tally is None else RangeRead(piece.topic, piece.partition)
         batches = read_range(
@@ -124,22 +137,24 @@ def ranges_frame(
     **options: Any,
 ) -> Any:
     """The records of `pieces` as a DataFrame (schema SCHEMA) with one Spark partition per
-    piece, in order: Spark partition k holds exactly the records of pieces[k].
+    input partition, in order: Spark partition j holds exactly the records of the pieces of
+    input partition j (option `partitions`; by default one piece each).
 
     What process uses instead of `spark.read.format("onceflow_ranges")` (see the module's
-    docstring). `options` are those of RangeReadFn (read_range's client, timeout_s,
-    batch_records, client_conf; tally, skip).
+    docstring). `options` are those of RangeReadFn (partitions; read_range's client,
+    timeout_s, batch_records, client_conf; tally, skip).
     """
     return pieces_frame(spark, RangeReadFn(pieces, bootstrap, **options))
 
 
 def pieces_frame(spark: Any, fn: RangeReadFn) -> Any:
-    """`fn` run by a mapInArrow over spark.range: Spark partition k holds the single id k,
-    so its output is what `fn` makes of fn.pieces[k] (schema SCHEMA, or its decoder's)."""
+    """`fn` run by a mapInArrow over spark.range: Spark partition j holds the single id j,
+    so its output is what `fn` makes of input partition j (fn.partitions[j]; schema
+    SCHEMA, or its decoder's)."""
     if not fn.pieces:
         raise ValueError(
             "a frame of input ranges needs at least one piece (an empty batch reads nothing)"
         )
-    n = len(fn.pieces)
-    ids = spark.range(0, n, 1, n)  # partition k holds the single id k
+    n = len(fn.partitions)
+    ids = spark.range(0, n, 1, n)  # partition j holds the single id j
     return ids.mapInArrow(fn, SCHEMA if fn.decoder is None else fn.decoder.spark_schema)

@@ -78,6 +78,7 @@ def read_kafka_python(
                     seen.add([o], [rec.key], [rec.value], [rec.headers], [stamp])
                 next_offset = o + 1
                 last = o
+            done = done or next_offset >= until
             now = time.monotonic()
             if recs:
                 progress_at, eof_at = now, None

@@ -62,7 +62,10 @@ def read_confluent(
         consumer.assign([TopicPartition(r.topic, r.partition, r.from_offset)])
         done = False
         while not done:
-            msgs = consumer.consume(batch_records, 0.1)
+            # consume() returns once it has this many messages, or after its timeout: ask for
+            # no more than the range can still hold, so a dense range returns as soon as its
+            # last record arrives (asking for batch_records waited out 0.1 s per call)
+            msgs = consumer.consume(max(1, min(batch_records, until - next_offset)), 0.1)
             # Bulk work per call, not per record: one list comprehension per column.
             if any([m.error() is not None for m in msgs]):
                 for m in msgs:
@@ -102,6 +105,7 @@ def read_confluent(
                     seen.add(offsets, keys, values, [m.headers() for m in msgs], stamps)
                 last = offsets[-1]
                 next_offset = last + 1
+                done = done or next_offset >= until
                 progress_at = time.monotonic()
                 if eof_below is not None and next_offset > eof_below:
                     eof_below = None  # records arrived past that partition end

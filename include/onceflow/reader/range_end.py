@@ -1,9 +1,9 @@
 """When a range read is complete, and how it fails when it cannot be: rules every client keeps.
 
 A range ends when the reader reaches until_offset, not after `until - from` records: offsets
-may be sparse (transaction markers, aborted records, compaction). Reaching it is proven by a
-record at or beyond until (not emitted), or by partition EOF at an offset >= until (the range
-ended with control records). If the broker cannot deliver up to until (the partition ends
+may be sparse (transaction markers, aborted records, compaction). Reaching it is proven by the
+record at until - 1, by a record beyond until (not emitted), or by partition EOF at an offset
+>= until (the range ended with control records). If the broker cannot deliver up to until (the partition ends
 below it past EOF_GRACE_S, a broker error no retry mends, no progress for the timeout), the
 read fails with RangeReadError naming the range and the last offset reached; a range is
 never silently cut short.

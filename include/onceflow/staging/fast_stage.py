@@ -210,9 +210,9 @@ def _job_stage(job: StageJobRef | None) -> FastStage:
 
 
 class FastStageFn(RangeReadFn):
-    """mapInArrow function of `fast_stage_frame`: the input row with id k reads input range k,
-    stages its accepted records as their part (onceflow.staging.fence) and yields its
-    declined records (reader SCHEMA).
+    """mapInArrow function of `fast_stage_frame`: the input row with id j reads input
+    partition j, stages its accepted records as their part (onceflow.staging.fence) and
+    yields its declined records (reader SCHEMA).
     `transform`: the pipeline's transform ("module:transform", whose module has the fast
     form, imported in the worker); `stage`: where to stage and the Arrow schema of the fast
     form's rows, or None to take them from the stage job `job` (set_fast_stage).
@@ -252,11 +252,11 @@ class FastStageFn(RangeReadFn):
         if fast_form is None:
             raise for_driver(TransformError(f"transform {self.transform!r} has no fast form"))
         for ids in batches:
-            for k in ids.column(0).to_pylist():
-                split = Split(iter(self.records(k)), fast_form, stage.columns, self.transform)
+            for j in ids.column(0).to_pylist():
+                split = Split(self.partition_records(j), fast_form, stage.columns, self.transform)
                 try:
-                    if stage.target is not None:  # the accepted records' part: k
-                        stage_part(stage.target, k, split)
+                    if stage.target is not None:  # the accepted records' part: j
+                        stage_part(stage.target, j, split)
                     split.drain()
                     if self.stats is not None:
                         self.stats.add(split.stats.as_tuple())
@@ -272,12 +272,12 @@ def fast_stage_frame(
     transform: str,
     **options: Any,
 ) -> Any:
-    """A DataFrame of the DECLINED records of `pieces` (reader SCHEMA; Spark partition k
-    holds those of pieces[k]); computing it once the stage job's FastStage is set
-    (onceflow.ledger.stage_jobs.set_fast_stage) stages the accepted records of piece k as
-    their part of the stage's target (onceflow.staging.fence). `options`: FastStageFn's
-    (stage, job, stats; and the reader's: client, timeout_s, batch_records, client_conf,
-    tally, skip)."""
+    """A DataFrame of the DECLINED records of `pieces` (reader SCHEMA; Spark partition j
+    holds those of input partition j); computing it once the stage job's FastStage is set
+    (onceflow.ledger.stage_jobs.set_fast_stage) stages the accepted records of input
+    partition j as their part of the stage's target (onceflow.staging.fence). `options`:
+    FastStageFn's (stage, job, stats; and the reader's: partitions, client, timeout_s,
+    batch_records, client_conf, tally, skip)."""
     return pieces_frame(spark, FastStageFn(pieces, bootstrap, transform, **options))
 
 
