@@ -162,27 +162,8 @@ def mark_staged(
             raise _unaccounted(cfg, txid, attempt, records_read, n, valid, dead)
         if records_read is None:
             records_read = n
-        for r in reads or ():
-            cur.execute(
-                "insert into onceflow.range_reads (pipeline, txid, attempt, topic, partition,"
-                " records, chunks, last_offset, last_hash, schema_ids) values (%s, %s, %s, %s,"
-                " %s, %s, %s, %s, %s, %s) on conflict (pipeline, txid, attempt, topic, partition)"
-                " do update set records = excluded.records, chunks = excluded.chunks,"
-                " last_offset = excluded.last_offset, last_hash = excluded.last_hash,"
-                " schema_ids = excluded.schema_ids",
-                (
-                    cfg.name,
-                    txid,
-                    attempt,
-                    r.topic,
-                    r.partition,
-                    r.records,
-                    json.dumps(r.chunks_json()),
-                    r.last.offset if r.last else None,
-                    r.last.hash if r.last else None,
-                    sorted(r.schema_ids) or None,
-                ),
-            )
+        if reads:
+            _record_reads(cur, cfg.name, txid, attempt, reads)
         move(
             cur,
             cfg.name,
@@ -241,3 +222,33 @@ def live_attempts(cur, pipeline: str, txid: str | None = None) -> dict[str, set[
         live = {published} if state == BatchState.ABANDONED else {attempt, staged, published}
         out[t] = {a for a in live if a is not None}
     return out
+
+
+def _record_reads(cur, pipeline: str, txid: str, attempt: int, reads: list[RangeRead]) -> None:
+    """What the attempt read of each range (onceflow.range_reads), in one statement whatever
+    the number of partitions; a retried mark of the same attempt writes the same rows."""
+    rows = [
+        {
+            "topic": r.topic,
+            "partition": r.partition,
+            "records": r.records,
+            "chunks": r.chunks_json(),
+            "last_offset": r.last.offset if r.last else None,
+            "last_hash": r.last.hash if r.last else None,
+            "schema_ids": sorted(r.schema_ids) or None,
+        }
+        for r in reads
+    ]
+    cur.execute(
+        "insert into onceflow.range_reads (pipeline, txid, attempt, topic, partition, records,"
+        " chunks, last_offset, last_hash, schema_ids) select %s, %s, %s, x.topic, x.partition,"
+        " x.records, x.chunks, x.last_offset, x.last_hash, x.schema_ids"
+        " from jsonb_to_recordset(%s::jsonb) as x(topic text, partition integer,"
+        " records bigint, chunks jsonb, last_offset bigint, last_hash text,"
+        " schema_ids integer[])"
+        " on conflict (pipeline, txid, attempt, topic, partition) do update set"
+        " records = excluded.records, chunks = excluded.chunks,"
+        " last_offset = excluded.last_offset, last_hash = excluded.last_hash,"
+        " schema_ids = excluded.schema_ids",
+        (pipeline, txid, attempt, json.dumps(rows)),
+    )

@@ -8,7 +8,7 @@ is onceflow.ranges.plan_ranges (pure); the log checks are ledger.log_checks.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from onceflow.config.pipeline import PipelineConfig
 from onceflow.formats.registry_client import RegisteredSchema
@@ -18,7 +18,7 @@ from onceflow.ledger.frontier import last_batch, next_plan_starts
 from onceflow.ledger.log_checks import Snapshot, ledger_logs, prints_at, verify_logs
 from onceflow.ledger.reader_schemas import record_reader_schemas
 from onceflow.ledger.transitions import move
-from onceflow.ranges import plan_ranges
+from onceflow.ranges import RangePlan, plan_ranges
 from onceflow.sinks.base import Sink
 from onceflow.states import BatchState, Step
 
@@ -67,52 +67,79 @@ def plan(
             Step.PLAN,
             {"seq": seq, "plan_seconds": time.monotonic() - started},
         )
-        new = set(planned.new_partitions)
-        for r in planned.ranges:
-            if r.tp in new:
-                cur.execute(
-                    "insert into onceflow.offsets (pipeline, topic, partition, start_offset,"
-                    " committed_offset, topic_id) values (%s, %s, %s, %s, %s, %s)"
-                    " on conflict do nothing",
-                    (
-                        cfg.name,
-                        r.topic,
-                        r.partition,
-                        r.from_offset,
-                        r.from_offset,
-                        snap.topic_ids.get(r.topic),
-                    ),
-                )
-        for topic, topic_id in snap.topic_ids.items():  # ledgers older than topic ids
-            if topic_id:
-                cur.execute(
-                    "update onceflow.offsets set topic_id = %s"
-                    " where pipeline = %s and topic = %s and topic_id is null",
-                    (topic_id, cfg.name, topic),
-                )
-        for r in planned.ranges:
-            cur.execute(
-                "insert into onceflow.ranges (pipeline, txid, topic, partition, from_offset,"
-                " until_offset, epoch) select %s, %s, %s, %s, %s, %s, coalesce((select epoch"
-                " from onceflow.offsets where pipeline = %s and topic = %s and partition = %s), 0)",
-                (
-                    cfg.name,
-                    txid,
-                    r.topic,
-                    r.partition,
-                    r.from_offset,
-                    r.until_offset,
-                    cfg.name,
-                    r.topic,
-                    r.partition,
-                ),
-            )
+        _record_offsets(cur, cfg.name, planned, snap.topic_ids)
+        _record_ranges(cur, cfg.name, txid, planned)
         if reader_schemas is not None and any(r.size for r in planned.ranges):
             record_reader_schemas(cur, cfg, txid, reader_schemas)
-        for loss in planned.losses:
-            cur.execute(
-                "insert into onceflow.loss_events (pipeline, txid, topic, partition, from_offset,"
-                " until_offset) values (%s, %s, %s, %s, %s, %s)",
-                (cfg.name, txid, loss.topic, loss.partition, loss.from_offset, loss.until_offset),
-            )
         return Batch(txid, seq, BatchState.PLANNED, planned.ranges, planned.losses)
+
+
+def _record_offsets(
+    cur, pipeline: str, planned: RangePlan, topic_ids: Mapping[str, str | None]
+) -> None:
+    """The offsets rows of the partitions this plan is the first to read (committed where
+    their first range starts, with their topic's id), and the ids of topics recorded before
+    the ledger kept them: one statement each, whatever the number of partitions."""
+    new = set(planned.new_partitions)
+    first = [r for r in planned.ranges if r.tp in new]
+    if first:
+        cur.execute(
+            "insert into onceflow.offsets (pipeline, topic, partition, start_offset,"
+            " committed_offset, topic_id) select %s, u.topic, u.partition, u.start, u.start,"
+            " u.topic_id from unnest(%s::text[], %s::int[], %s::bigint[], %s::text[])"
+            " as u(topic, partition, start, topic_id) on conflict do nothing",
+            (
+                pipeline,
+                [r.topic for r in first],
+                [r.partition for r in first],
+                [r.from_offset for r in first],
+                [topic_ids.get(r.topic) for r in first],
+            ),
+        )
+    known = {t: i for t, i in topic_ids.items() if i}
+    if known:  # ledgers older than topic ids
+        cur.execute(
+            "update onceflow.offsets o set topic_id = u.topic_id"
+            " from unnest(%s::text[], %s::text[]) as u(topic, topic_id)"
+            " where o.pipeline = %s and o.topic = u.topic and o.topic_id is null",
+            (list(known), list(known.values()), pipeline),
+        )
+
+
+def _record_ranges(cur, pipeline: str, txid: str, planned: RangePlan) -> None:
+    """The txid's ranges, each in its partition's current epoch, and its loss events: one
+    statement each, whatever the number of partitions."""
+    rs = planned.ranges
+    cur.execute(
+        "insert into onceflow.ranges (pipeline, txid, topic, partition, from_offset,"
+        " until_offset, epoch) select %s, %s, u.topic, u.partition, u.from_offset,"
+        " u.until_offset, coalesce(o.epoch, 0)"
+        " from unnest(%s::text[], %s::int[], %s::bigint[], %s::bigint[])"
+        " as u(topic, partition, from_offset, until_offset)"
+        " left join onceflow.offsets o"
+        " on o.pipeline = %s and o.topic = u.topic and o.partition = u.partition",
+        (
+            pipeline,
+            txid,
+            [r.topic for r in rs],
+            [r.partition for r in rs],
+            [r.from_offset for r in rs],
+            [r.until_offset for r in rs],
+            pipeline,
+        ),
+    )
+    if planned.losses:
+        ls = planned.losses
+        cur.execute(
+            "insert into onceflow.loss_events (pipeline, txid, topic, partition, from_offset,"
+            " until_offset) select %s, %s, u.* from unnest(%s::text[], %s::int[],"
+            " %s::bigint[], %s::bigint[]) as u(topic, partition, from_offset, until_offset)",
+            (
+                pipeline,
+                txid,
+                [x.topic for x in ls],
+                [x.partition for x in ls],
+                [x.from_offset for x in ls],
+                [x.until_offset for x in ls],
+            ),
+        )
