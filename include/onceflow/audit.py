@@ -60,6 +60,10 @@ class AuditReport:
     ranges_without_digest: int = 0
     # with the re-read of a registry format's ranges: records decoded with the ledger's schemas
     records_decoded: int | None = None
+    # onceflow.ledger.retention: the ranges are checked from this seq on (None: no batch); the
+    # batches below it were pruned, and only their counts are checked
+    kept_from_seq: int | None = None
+    batches_pruned: int = 0
     violations: list[str] = field(default_factory=list)
 
     def violate(self, message: str) -> None:
@@ -100,8 +104,11 @@ def check_contiguity(
     losses: list[LossRow],
     committed: set[str],
     resets: list[ResetRow] = (),
+    pruned: bool = False,
 ) -> None:
-    """offsets: per partition (start_offset, committed_offset)."""
+    """offsets: per partition (start_offset, committed_offset). With `pruned` (the oldest
+    batches' ranges were pruned: onceflow.ledger.retention), each partition's ranges are
+    checked from where its oldest kept range starts."""
     bridges = {(lo.topic, lo.partition, lo.from_offset): lo.until_offset for lo in losses}
     by_tp: dict[tuple[str, int], list[RangeRow]] = defaultdict(list)
     for r in ranges:
@@ -115,9 +122,14 @@ def check_contiguity(
             report.violate(f"{tp[0]}[{tp[1]}] has ranges but no committed-offset row")
             continue
         start, committed_offset = offsets[tp]
+        pending = sorted(resets_by_tp.get(tp, []), key=lambda x: x.after_seq)
+        if pruned:
+            if not rs:
+                continue  # every range of it was pruned
+            start = rs[0].from_offset
+            pending = [x for x in pending if x.after_seq >= rs[0].seq]
         expected = start
         last_committed_until = start
-        pending = sorted(resets_by_tp.get(tp, []), key=lambda x: x.after_seq)
         for r in rs:
             while (
                 pending and pending[0].after_seq < r.seq
@@ -170,6 +182,13 @@ def check_counts(
                 f"but process read {b.records_read}"
             )
         report.records_in_ranges += in_ranges
+        if b.dead_pruned:  # its dead letters are gone by their retention: its rows only
+            if published.get(b.txid, 0) != (b.records_out or 0):
+                report.violate(
+                    f"txid {b.txid!r} (seq {b.seq}): {published.get(b.txid, 0)} published != "
+                    f"{b.records_out or 0} records out (its dead letters were pruned)"
+                )
+            continue
         out = published.get(b.txid, 0) + dead.get(b.txid, 0)
         if out != in_ranges:
             report.violate(
@@ -240,17 +259,21 @@ def run_audit(
     committed = {b.txid for b in batches if b.state == BatchState.COMMITTED}
     report.batches = len(batches)
     report.batches_committed = len(committed)
+    pruned = {b.txid for b in batches if b.pruned}
+    report.batches_pruned = len(pruned)
+    report.kept_from_seq = next((b.seq for b in batches if not b.pruned), None)
     report.records_in_sink = sum(published.values())
     report.dead_lettered = sum(ledger.dead.values())
     report.loss_events = [asdict(lo) for lo in ledger.losses]
     report.resets = [asdict(x) for x in resets]
     check_seq(report, batches, resets)
-    check_contiguity(report, ranges, ledger.offsets, ledger.losses, committed, resets)
+    check_contiguity(report, ranges, ledger.offsets, ledger.losses, committed, resets, bool(pruned))
     counts = None
     if reread is not None:
         report.reread_from_broker = True
         # ranges of an earlier epoch are gone from the broker (reset): their count is the ledger's
         stale = {r.txid for r in ranges if r.epoch != ledger.epochs.get((r.topic, r.partition), 0)}
+        stale |= pruned  # no ranges left to re-read: counted from the ledger
         kept = [r for r in ranges if r.txid in committed and r.txid not in stale]
         recount = reread(kept) if decoding is None else reread(kept, on_records=decoding)
         counts = dict(recount.counts)

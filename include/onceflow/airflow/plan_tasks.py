@@ -39,10 +39,12 @@ log = logging.getLogger("onceflow")
 
 def maintain_task(pipeline: str, txid: str, pipelines_file: str | None = None) -> dict[str, Any]:
     """After commit, every `maintain_every` committed batches of a lake or append sink (seq a
-    multiple of it): maintain the table (onceflow.maintenance); other runs skip it."""
+    multiple of it): maintain the table (onceflow.maintenance), then prune the ledger by the
+    pipeline's retention (onceflow.ledger.retention); other runs skip it."""
     from airflow.sdk.exceptions import AirflowSkipException
 
     from onceflow.ledger.batches import get_batch
+    from onceflow.ledger.retention import prune
     from onceflow.maintenance import maintain
 
     cfg = get_pipeline(pipelines_file or Settings.from_env().pipelines_file, pipeline)
@@ -55,6 +57,7 @@ def maintain_task(pipeline: str, txid: str, pipelines_file: str | None = None) -
             f"batches, next after seq {batch.seq - batch.seq % every + every}"
         )
     report = maintain(dsn, cfg)
+    pruned = prune(dsn, cfg)
     log.info(
         "onceflow maintain pipeline=%s after seq %d: %d %s -> %d (compacted %d into "
         "%d), %d snapshot(s)/version(s) expired, %d data file(s) deleted, %.1fs",
@@ -69,7 +72,7 @@ def maintain_task(pipeline: str, txid: str, pipelines_file: str | None = None) -
         report.removed,
         report.seconds,
     )
-    return report.as_dict()
+    return {**report.as_dict(), "prune": pruned.as_dict()}
 
 
 def plan_task(pipeline: str, txid: str, pipelines_file: str | None = None) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from onceflow.airflow.plan_tasks import maintain_task, plan_task
 from onceflow.airflow.triggers import CommitReadyTrigger, describe_wait
-from onceflow.commit import commit
+from onceflow.commit import Outcome, commit
 from onceflow.config.pipeline import PipelineConfig
 from onceflow.config.pipelines_file import get_pipeline
 from onceflow.errors import (
@@ -39,6 +39,7 @@ from onceflow.hooks.services import services
 from onceflow.hooks.sink import sink_for
 from onceflow.hooks.spark_connect import spark_connect
 from onceflow.ledger.ordering import blocking_predecessor
+from onceflow.ledger.retention import prune
 from onceflow.settings import Settings
 from onceflow.sinks.lake.storage import STORAGE_ENV
 from onceflow.spark import small_batch_jvm
@@ -254,6 +255,15 @@ class CommitOperator(TxidOperator):
             raise OnceflowError(f"commit of txid {self.txid}: {event.get('message')}")
         return self._commit_or_defer(context, waited=float(event.get("waited", 0.0)))
 
+    def _prune(self, dsn: str, cfg: PipelineConfig) -> None:
+        """The pipeline's retention, after every `ledger_prune_every` committed batches
+        (onceflow.ledger.retention). The txid is committed whatever happens here: a prune that
+        fails is logged, and the next one catches up."""
+        try:
+            prune(dsn, cfg)
+        except Exception as e:  # noqa: BLE001
+            self.log.error("onceflow prune pipeline=%s failed (the commit stands): %s", cfg.name, e)
+
     def _commit_or_defer(self, context: Any, waited: float) -> dict[str, Any]:
         cfg = self.pipeline_config()
         txid = self.txid
@@ -290,6 +300,9 @@ class CommitOperator(TxidOperator):
                 }
                 for asset in self.outlets:  # the sink's Asset event says what was published
                     context["outlet_events"][asset].extra = {"pipeline": cfg.name, **summary}
+                every = cfg.retention.prune_every
+                if result.outcome == Outcome.COMMITTED and every and result.seq % every == 0:
+                    self._prune(dsn, cfg)
                 return summary
         else:
             self.log.info("%s; deferring to the triggerer", describe_wait(txid, wait, waited))

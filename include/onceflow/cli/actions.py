@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from onceflow.cli.output import table
@@ -31,8 +32,10 @@ def _rerun(
     client: AirflowClient, cfg: PipelineConfig, settings: Settings, txid: str, timeout: float
 ) -> str:
     from onceflow.ledger import views
+    from onceflow.ledger.retention import require_kept
 
     views.require_txid(settings.postgres_dsn, cfg.name, txid)  # unknown: names known ones
+    require_kept(settings.postgres_dsn, cfg.name, txid)  # its ranges are gone: refused
     client.get_run(cfg.dag_id, txid)  # unknown run -> clear error from the API
     client.clear_run(cfg.dag_id, txid)
     print(f"cleared {cfg.dag_id} run {txid}: replaying its recorded ranges", flush=True)
@@ -80,6 +83,7 @@ def since_seqs(settings: Settings, cfg: PipelineConfig, since: str) -> list[int]
 def cmd_backfill(args: argparse.Namespace, settings: Settings) -> int:
     from onceflow.cli.airflow_api import AirflowClient
     from onceflow.ledger import views
+    from onceflow.ledger.retention import require_kept
 
     cfg = select_pipeline(settings, args.pipeline)
     since = getattr(args, "since", None)
@@ -108,6 +112,8 @@ def cmd_backfill(args: argparse.Namespace, settings: Settings) -> int:
     if open_:
         seq = open_[0]
         raise BackfillOpenBatchError(cfg.name, seq, by_seq[seq]["txid"], by_seq[seq]["state"])
+    # pruned batches are the lowest seqs: the first chosen one is refused before anything runs
+    require_kept(settings.postgres_dsn, cfg.name, by_seq[wanted[0]]["txid"])
     client = AirflowClient(settings.airflow_url, settings.airflow_user, settings.airflow_password)
     for i, seq in enumerate(wanted, 1):
         txid = by_seq[seq]["txid"]
@@ -199,6 +205,37 @@ def cmd_cleanup(args: argparse.Namespace, settings: Settings) -> int:
     verb = "removed" if args.yes else "would remove (dry run: give --yes to remove them)"
     files = sum(len(r.paths) for r in removals)
     print(f"{verb} {files} data file(s) of {len(rows)} attempt(s) that never publish")
+    return 0
+
+
+def cmd_prune(args: argparse.Namespace, settings: Settings) -> int:
+    from onceflow.ledger.retention import prune
+
+    cfg = select_pipeline(settings, args.pipeline)
+    if args.retain_batches is not None or args.retain_hours is not None:
+        keep = cfg.retention
+        keep = replace(
+            keep,
+            batches=keep.batches if args.retain_batches is None else args.retain_batches,
+            hours=keep.hours if args.retain_hours is None else args.retain_hours,
+        )
+        cfg = replace(cfg, retention=keep)
+    report = prune(settings.postgres_dsn, cfg, dry_run=args.dry_run)
+    if args.json:
+        print(json.dumps(report.as_dict(), indent=2))
+        return 0
+    verb = "would prune" if args.dry_run else "pruned"
+    rows = sum(report.rows_deleted.values())
+    if report.kept_from_seq is None:
+        print(f"pipeline {cfg.name!r} has no batch yet: nothing to prune")
+        return 0
+    print(
+        f"pipeline {cfg.name!r}: {verb} {report.batches_pruned} batch(es) below seq "
+        f"{report.kept_from_seq} ({rows} ledger row(s): "
+        + ", ".join(f"{n} {t}" for t, n in report.rows_deleted.items())
+        + f"), {report.dead_letters_deleted} dead letter(s); the ledger keeps seq "
+        f"{report.kept_from_seq} on ({report.seconds:.2f} s)"
+    )
     return 0
 
 

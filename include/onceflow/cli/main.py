@@ -16,6 +16,7 @@ from onceflow.cli.actions import (
     cmd_backfill,
     cmd_cleanup,
     cmd_maintain,
+    cmd_prune,
     cmd_rerun,
     cmd_reset_offsets,
 )
@@ -92,7 +93,6 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         help="only this pipeline's sink tables (implies --sinks; repeat for more)",
     )
-
     sp = add(
         "spark-archive",
         cmd_spark_archive,
@@ -101,7 +101,6 @@ def build_parser() -> argparse.ArgumentParser:
         "onceflow spark-archive --force",
     )
     sp.add_argument("--force", action="store_true", help="rewrite an existing archive")
-
     sp = add(
         "produce",
         cmd_produce,
@@ -121,7 +120,6 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument(
         "--start", type=int, default=0, help="first record number, to continue a series (default 0)"
     )
-
     sp = add(
         "topics",
         cmd_topics,
@@ -314,6 +312,24 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         help="history younger than this is kept (default: the sink's retain_hours, 24)",
     )
+    sp.add_argument("--dry-run", action="store_true", help="say what it would do, change nothing")
+    sp.add_argument("--json", action="store_true", help="machine-readable output")
+
+    sp = add(
+        "prune",
+        cmd_prune,
+        "Delete the ledger's per-partition rows of the batches older than the pipeline's "
+        'retention (PROTOCOL.md "Retention"), under its commit lock; a pruned txid can no '
+        "longer be re-run. The commit task prunes every ledger_prune_every batches itself.",
+        "onceflow prune --pipeline orders --retain-batches 1000 --dry-run",
+    )
+    sp.add_argument("--pipeline", help="pipeline name (default: the only one configured)")
+    for flag, kind, key in (("batches", int, "10000"), ("hours", float, "none")):
+        sp.add_argument(
+            f"--retain-{flag}",
+            type=kind,
+            help=f"instead of the pipeline's ledger_retain_{flag} ({key})",
+        )
     sp.add_argument("--dry-run", action="store_true", help="say what it would do, change nothing")
     sp.add_argument("--json", action="store_true", help="machine-readable output")
 

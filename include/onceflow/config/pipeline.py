@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from onceflow.config.retention import Retention
 from onceflow.config.schedule import OnRecords
 from onceflow.config.sink import SinkConfig
 from onceflow.config.times import time_ms
@@ -46,6 +47,7 @@ class PipelineConfig:
     # cron, a preset, "continuous" or "on_records" (onceflow.config.schedule); None: triggered
     schedule: str | None = None
     on_records: OnRecords | None = None  # when an "on_records" pipeline's watcher starts a run
+    retention: Retention = field(default_factory=Retention)  # onceflow.config.retention
     max_active_runs: int = 3
     commit_poke_interval: float = 2.0
     records_per_input_partition: int = 250_000

@@ -18,6 +18,7 @@ from onceflow.config.pipeline import (
     PipelineConfig,
 )
 from onceflow.config.record_format import REGISTRY_FORMATS, parse_format
+from onceflow.config.retention import RETENTION_KEYS, parse_retention
 from onceflow.config.schedule import ON_RECORDS_KEYS, parse_schedule
 from onceflow.config.sink_table import parse_sink
 from onceflow.config.times import parse_time
@@ -45,6 +46,7 @@ _KEYS = {
     "schedule",
     "max_active_runs",
     *ON_RECORDS_KEYS,
+    *RETENTION_KEYS,
     "commit_poke_interval",
     "records_per_input_partition",
     "fast_form",
@@ -207,6 +209,7 @@ def parse_pipeline(
         on_data_loss=choice("on_data_loss", ("fail", "skip"), "fail"),  # type: ignore[arg-type]
         on_transform_error=choice("on_transform_error", ON_TRANSFORM_ERROR, "fail"),  # type: ignore[arg-type]
         **parse_schedule(source, name, raw),
+        retention=parse_retention(source, name, raw),
         commit_poke_interval=float(poke),
         records_per_input_partition=positive_int("records_per_input_partition", 250_000) or 250_000,
         fast_form=fast_form,

@@ -34,7 +34,12 @@ from onceflow.errors.formats import (
     RegistryUnavailableError,
     SubjectNotFoundError,
 )
-from onceflow.errors.ledger import AbandonedTxidError, IllegalTransitionError, UnknownTxidError
+from onceflow.errors.ledger import (
+    AbandonedTxidError,
+    IllegalTransitionError,
+    PrunedTxidError,
+    UnknownTxidError,
+)
 from onceflow.errors.plan import (
     DataLossError,
     KafkaAccessError,
@@ -98,6 +103,7 @@ __all__ = [
     "PipelineKeyError",
     "PipelineNotChosenError",
     "ProcessExit",
+    "PrunedTxidError",
     "RangeReadError",
     "RegistryUnavailableError",
     "RerunRefusedError",

@@ -13,6 +13,22 @@ class UnknownTxidError(OnceflowError):
         super().__init__(msg + (f"; {hint}" if hint else ""))
 
 
+class PrunedTxidError(UnknownTxidError):
+    """The txid's ranges were pruned from the ledger (onceflow.ledger.retention): it can never
+    be planned, processed or re-run again; its batch row and published output remain."""
+
+    def __init__(self, pipeline: str, txid: str, seq: int, kept_from: int | None) -> None:
+        self.pipeline, self.txid, self.seq, self.kept_from = pipeline, txid, seq, kept_from
+        kept = f"from seq {kept_from} on" if kept_from else "of no batch now"
+        OnceflowError.__init__(
+            self,
+            f"txid {txid!r} (seq {seq}) of pipeline {pipeline!r} was pruned from the ledger, "
+            f"which keeps the ranges {kept} (ledger_retain_batches, ledger_retain_hours): a "
+            "pruned txid cannot be planned, processed or re-run again; its published output "
+            "stays, and the audit still counts it",
+        )
+
+
 class AbandonedTxidError(OnceflowError):
     """The txid was abandoned by an operator reset; it will never process or commit."""
 

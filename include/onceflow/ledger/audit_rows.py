@@ -15,6 +15,10 @@ class BatchRow:
     seq: int
     state: str
     records_read: int | None
+    records_out: int | None = None
+    # onceflow.ledger.retention: its ranges were pruned; its dead letters were
+    pruned: bool = False
+    dead_pruned: bool = False
 
 
 @dataclass(frozen=True)
@@ -76,7 +80,8 @@ def read_ledger_rows(cur, pipeline: str) -> LedgerRows:
             BatchRow(*r)
             for r in _rows(
                 cur,
-                "select txid, seq, state, records_read from onceflow.batches"
+                "select txid, seq, state, records_read, records_out, pruned_at is not null,"
+                " dead_letters_pruned_at is not null from onceflow.batches"
                 " where pipeline = %s order by seq",
                 p,
             )

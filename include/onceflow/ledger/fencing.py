@@ -25,6 +25,7 @@ from onceflow.errors import (
 from onceflow.kafka.range_digest import RangeRead
 from onceflow.ledger.batches import read_ranges
 from onceflow.ledger.db import transaction
+from onceflow.ledger.retention import refuse_pruned
 from onceflow.ledger.stage_jobs import drop_fenced_jobs
 from onceflow.ledger.transitions import NOW, move
 from onceflow.ranges import OffsetRange
@@ -51,8 +52,10 @@ class Staged:
 
 def claim_attempt(dsn: str, pipeline: str, txid: str) -> Claim:
     """Start a new process attempt; every earlier attempt of the txid is fenced from now on
-    (and the stage jobs of fenced attempts are dropped)."""
+    (and the stage jobs of fenced attempts are dropped). A pruned txid is refused
+    (PrunedTxidError): its ranges are gone."""
     with transaction(dsn) as cur:
+        refuse_pruned(cur, pipeline, txid)
         seq, attempt, state = move(
             cur,
             pipeline,

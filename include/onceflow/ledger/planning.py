@@ -17,6 +17,7 @@ from onceflow.ledger.db import transaction
 from onceflow.ledger.frontier import last_batch, next_plan_starts
 from onceflow.ledger.log_checks import Snapshot, ledger_logs, prints_at, verify_logs
 from onceflow.ledger.reader_schemas import record_reader_schemas
+from onceflow.ledger.retention import refuse_pruned
 from onceflow.ledger.transitions import move
 from onceflow.ranges import RangePlan, plan_ranges
 from onceflow.sinks.base import Sink
@@ -39,6 +40,7 @@ def plan(
     ensure_pipeline(dsn, cfg, sink)
     with transaction(dsn) as cur:
         cur.execute("select name from onceflow.pipelines where name = %s for update", (cfg.name,))
+        refuse_pruned(cur, cfg.name, txid)  # its ranges are gone: a replay would read none
         recorded = read_batch(cur, cfg.name, txid, replayed=True)
         if recorded is not None:
             return recorded

@@ -230,7 +230,8 @@ class Sink(ABC):
     def count_outside_ranges(cur, pipeline: str, records: sql.Composable | None) -> int:
         """How many of the pipeline's dead letters, and of the published rows of `records` (a
         table with txid, topic, partition, epoch and offset; None for a sink whose rows carry
-        no coordinates), lie outside their txid's ranges: the audit's placement rule."""
+        no coordinates), lie outside their txid's ranges: the audit's placement rule. A
+        pruned txid's rows are not placed: its ranges are gone (onceflow.ledger.retention)."""
         published = (
             sql.SQL("")
             if records is None
@@ -250,9 +251,11 @@ class Sink(ABC):
                     select 1 from onceflow.ranges r where r.pipeline = %s and r.txid = o.txid
                       and r.topic = o.topic and r.partition = o.partition and r.epoch = o.epoch
                       and o."offset" >= r.from_offset and o."offset" < r.until_offset)
+                  and o.txid not in (select txid from onceflow.batches
+                      where pipeline = %s and pruned_at is not null)
                 """
             ).format(published=published),
-            (pipeline, pipeline),
+            (pipeline, pipeline, pipeline),
         )
         return cur.fetchone()[0]
 
