@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import socket
@@ -203,12 +204,20 @@ def unique_name():
     return "t_" + uuid.uuid4().hex[:12]
 
 
+OPENLINEAGE_EVENTS = ROOT / ".onceflow" / "test-stack" / "openlineage-events.jsonl"
 TEST_STACK_ENV = {
     "ONCEFLOW_HOME": str(ROOT / ".onceflow" / "test-stack"),
     "ONCEFLOW_PG_PORT": "25433",
     "ONCEFLOW_KAFKA_PORT": "29093",
     "ONCEFLOW_AIRFLOW_PORT": "28081",
     "ONCEFLOW_PIPELINES": str(ROOT / "tests" / "it_pipelines.toml"),
+    # Airflow's OpenLineage provider writes the events of the DAGs marked for it (the
+    # pipelines with `openlineage = true`) to a file the lineage test reads
+    "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(
+        {"type": "file", "log_file_path": str(OPENLINEAGE_EVENTS), "append": True}
+    ),
+    "AIRFLOW__OPENLINEAGE__SELECTIVE_ENABLE": "True",
+    "AIRFLOW__OPENLINEAGE__NAMESPACE": "onceflow-tests",
 }
 
 

@@ -29,6 +29,7 @@ from onceflow.airflow.tasks import (
 from onceflow.config.pipeline import PipelineConfig
 from onceflow.config.pipelines_file import load_pipelines
 from onceflow.config.schedule import CONTINUOUS
+from onceflow.errors import PipelineKeyError
 from onceflow.hooks.sink import sink_for
 from onceflow.settings import Settings, spark_jobs_dir, transform_path
 from onceflow.spark import jvm_archive
@@ -145,7 +146,24 @@ def build_dag(cfg: PipelineConfig, pipelines_file: Path) -> DAG:
                 retries=2,
                 retry_delay=timedelta(seconds=10),
             )
+    if cfg.openlineage:
+        _enable_lineage(cfg, dag)
     return dag
+
+
+def _enable_lineage(cfg: PipelineConfig, dag: Any) -> None:
+    """Mark the DAG and its tasks for OpenLineage under the provider's `selective_enable`
+    (without it, every DAG reports and the mark changes nothing)."""
+    try:
+        from airflow.providers.openlineage.utils.selective_enable import enable_lineage
+    except ImportError:
+        raise PipelineKeyError(
+            cfg.source,
+            cfg.name,
+            "openlineage",
+            "true needs Airflow's OpenLineage provider: pip install 'onceflow[openlineage]'",
+        ) from None
+    enable_lineage(dag)
 
 
 def dag_schedule(cfg: PipelineConfig) -> Any:

@@ -73,9 +73,25 @@ class TxidOperator(BaseOperator):
             self.pipelines_file or Settings.from_env().pipelines_file, self.pipeline
         )
 
+    # the step Airflow's OpenLineage provider asks about (onceflow.airflow.lineage), if any
+    lineage_step: str | None = None
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """The txid's inputs and outputs for OpenLineage (onceflow.airflow.lineage)."""
+        if self.lineage_step is None:
+            return None
+        from onceflow.airflow.lineage import batch_lineage
+
+        return batch_lineage(self.pipeline_config(), self.txid, self.lineage_step)
+
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
+        return self.get_openlineage_facets_on_complete(task_instance)
+
 
 class PlanOperator(TxidOperator):
     """Plan the txid (plan_task); its result is the task's XCom, read by process."""
+
+    lineage_step = "plan"
 
     def execute(self, context: Any) -> dict[str, Any]:
         return plan_task(self.pipeline, self.txid, self.pipelines_file)
@@ -109,6 +125,7 @@ class ProcessOperator(TxidOperator, SparkSubmitOperator):
     """
 
     template_fields = (*SparkSubmitOperator.template_fields, *TxidOperator.template_fields)
+    lineage_step = "process"
 
     def execute(self, context: Any) -> None:
         cfg = self.pipeline_config()
@@ -156,6 +173,8 @@ class ConnectProcessOperator(TxidOperator):
     The ledger's DSN, the Kafka settings and a lake sink's storage come from the pipeline's
     connections as for spark-submit; `env_vars` (where the job imports user transforms from)
     are set in this task's process."""
+
+    lineage_step = "process"
 
     def __init__(self, *, env_vars: dict[str, str] | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -234,6 +253,8 @@ class CommitOperator(TxidOperator):
     in `execute_complete` and commits. Commit is idempotent, so a retry or a re-run of a
     committed txid is safe; an abandoned txid ends the task at once.
     """
+
+    lineage_step = "commit"
 
     def __init__(
         self,

@@ -52,6 +52,8 @@ class PipelineConfig:
     commit_poke_interval: float = 2.0
     records_per_input_partition: int = 250_000
     fast_form: bool = True  # the transform's fast form parses and stages in the reader's worker
+    # under Airflow's [openlineage] selective_enable, the DAG is marked for lineage
+    openlineage: bool = False
     schema_evolution: Literal["add_columns", "fail"] = "add_columns"
     driver_memory: str = "512m"
     executor_memory: str = "1g"

@@ -50,6 +50,7 @@ _KEYS = {
     "commit_poke_interval",
     "records_per_input_partition",
     "fast_form",
+    "openlineage",
     "schema_evolution",
     "driver_memory",
     "executor_memory",
@@ -171,9 +172,10 @@ def parse_pipeline(
             source, name, "commit_poke_interval", f"{poke!r} must be seconds in [0.5, 600]"
         )
 
-    fast_form = raw.get("fast_form", True)
-    if not isinstance(fast_form, bool):
-        raise PipelineKeyError(source, name, "fast_form", f"{fast_form!r} is not true or false")
+    fast_form, openlineage = raw.get("fast_form", True), raw.get("openlineage", False)
+    for key, value in (("fast_form", fast_form), ("openlineage", openlineage)):
+        if not isinstance(value, bool):
+            raise PipelineKeyError(source, name, key, f"{value!r} is not true or false")
 
     memory_re = re.compile(r"^[1-9][0-9]*[kmgt]?$", re.I)
     mems = {}
@@ -213,6 +215,7 @@ def parse_pipeline(
         commit_poke_interval=float(poke),
         records_per_input_partition=positive_int("records_per_input_partition", 250_000) or 250_000,
         fast_form=fast_form,
+        openlineage=openlineage,
         schema_evolution=choice("schema_evolution", SCHEMA_EVOLUTIONS, "add_columns"),  # type: ignore[arg-type]
         driver_memory=mems["driver_memory"],
         executor_memory=mems["executor_memory"],
