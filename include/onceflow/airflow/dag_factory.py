@@ -226,9 +226,18 @@ def process_task(cfg: PipelineConfig, pipelines_file: Path, conf: dict[str, str]
 
 
 def build_dags(path: Path | None = None) -> dict[str, DAG]:
-    """The DAGs of a pipelines file (default: ONCEFLOW_PIPELINES, settings)."""
+    """The DAGs of a pipelines file (default: ONCEFLOW_PIPELINES, settings): each pipeline's,
+    and the alerts DAG of each pipeline with alerts (airflow.alerts_dag)."""
     path = Path(path or Settings.from_env().pipelines_file).resolve()
-    return {cfg.dag_id: build_dag(cfg, path) for cfg in load_pipelines(path).values()}
+    dags = {}
+    for cfg in load_pipelines(path).values():
+        dags[cfg.dag_id] = build_dag(cfg, path)
+        if cfg.alerts is not None:
+            from onceflow.airflow.alerts_dag import build_alerts_dag
+
+            alerts = build_alerts_dag(cfg, str(path))
+            dags[alerts.dag_id] = alerts
+    return dags
 
 
 def pipelines_dags(dag_file: str) -> dict[str, DAG]:

@@ -11,3 +11,9 @@ NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 # An Airflow connection id (Airflow allows more; these are the ones that need no quoting)
 CONN_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,250}$")
+# A user's function "module:function" (a transform, an alert notifier): module dotted,
+# importable from the spark_jobs folder, the folders of ONCEFLOW_PYTHONPATH or any installed
+# package (settings.transform_path; onceflow.transforms.load_module imports it).
+FUNCTION_REF_RE = re.compile(
+    r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
+)

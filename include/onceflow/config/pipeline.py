@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from onceflow.config.alerts import Alerts
 from onceflow.config.retention import Retention
 from onceflow.config.schedule import OnRecords
 from onceflow.config.sink import SinkConfig
@@ -48,6 +49,7 @@ class PipelineConfig:
     schedule: str | None = None
     on_records: OnRecords | None = None  # when an "on_records" pipeline's watcher starts a run
     retention: Retention = field(default_factory=Retention)  # onceflow.config.retention
+    alerts: Alerts | None = None  # onceflow.config.alerts; None: no alert
     max_active_runs: int = 3
     commit_poke_interval: float = 2.0
     records_per_input_partition: int = 250_000

@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from onceflow.config.names import CONN_ID_RE, NAME_RE, TOPIC_RE
+from onceflow.config.alerts import ALERT_KEYS, parse_alerts
+from onceflow.config.names import CONN_ID_RE, FUNCTION_REF_RE, NAME_RE, TOPIC_RE
 from onceflow.config.pipeline import (
     ON_TRANSFORM_ERROR,
     SCHEMA_EVOLUTIONS,
@@ -27,12 +28,6 @@ from onceflow.errors import ConfigError, PipelineKeyError
 from onceflow.settings import transform_path
 
 SPARK_CONF_KEY_RE = re.compile(r"^spark\.[A-Za-z0-9._-]+$")
-# A transform "module:function": module dotted, importable from the spark_jobs folder,
-# the folders of ONCEFLOW_PYTHONPATH or any installed package (settings.transform_path;
-# onceflow.transforms.load_transform imports it, in process only).
-USER_TRANSFORM_RE = re.compile(
-    r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
-)
 # The keys a [pipelines.NAME] table takes.
 _KEYS = {
     "topics",
@@ -47,6 +42,7 @@ _KEYS = {
     "max_active_runs",
     *ON_RECORDS_KEYS,
     *RETENTION_KEYS,
+    *ALERT_KEYS,
     "commit_poke_interval",
     "records_per_input_partition",
     "fast_form",
@@ -103,7 +99,7 @@ def parse_pipeline(
     transform = raw.get("transform")
     if transform is None and fmt["format"] in REGISTRY_FORMATS:
         transform = ""  # the decoded records land as they are
-    elif not isinstance(transform, str) or not USER_TRANSFORM_RE.match(transform):
+    elif not isinstance(transform, str) or not FUNCTION_REF_RE.match(transform):
         raise PipelineKeyError(
             source,
             name,
@@ -212,6 +208,7 @@ def parse_pipeline(
         on_transform_error=choice("on_transform_error", ON_TRANSFORM_ERROR, "fail"),  # type: ignore[arg-type]
         **parse_schedule(source, name, raw),
         retention=parse_retention(source, name, raw),
+        alerts=parse_alerts(source, name, raw),
         commit_poke_interval=float(poke),
         records_per_input_partition=positive_int("records_per_input_partition", 250_000) or 250_000,
         fast_form=fast_form,

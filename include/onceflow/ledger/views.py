@@ -11,6 +11,7 @@ from typing import Any
 from onceflow.errors import UnknownTxidError
 from onceflow.ledger.db import transaction
 from onceflow.ledger.ordering import commit_blocker
+from onceflow.ranges import TopicPartition
 from onceflow.states import BatchState
 
 
@@ -152,8 +153,18 @@ def partitions(
         if ends is not None:
             end = ends.get((r["topic"], r["partition"]))
             r["broker_end_offset"] = end
-            r["lag"] = None if end is None else max(0, end - r["committed_offset"])
+            r["lag"] = None if end is None else lag(end, r["committed_offset"])
     return rows
+
+
+def lag(end: int, committed: int) -> int:
+    """A partition's lag: the records on the broker past its committed offset."""
+    return max(0, end - committed)
+
+
+def total_lag(ends: Mapping[TopicPartition, int], committed: Mapping[TopicPartition, int]) -> int:
+    """The lag of the partitions the ledger knows, summed (those the broker has)."""
+    return sum(lag(ends[tp], c) for tp, c in committed.items() if tp in ends)
 
 
 def losses(dsn: str, pipeline: str) -> list[dict[str, Any]]:

@@ -6,7 +6,7 @@ to its sink's stage columns. It must be deterministic: process counts the record
 apart from the transform, and ledger.fencing.mark_staged refuses an attempt whose output does not
 account for every one of them (a valid row or a dead letter).
 
-A transform ("module:function", config.pipeline_table.USER_TRANSFORM_RE) is by default a record-wise
+A transform ("module:function", config.names.FUNCTION_REF_RE) is by default a record-wise
 function `DataFrame -> DataFrame` over the reader's columns. Its output keeps topic,
 partition and offset (one row per input record, no filter, no shuffle, so that each stage
 part holds the same records in every attempt: onceflow.staging.fence) and adds the columns its sink publishes;
@@ -122,13 +122,14 @@ def _as_they_are(df: Any) -> Any:
     return df
 
 
-def load_module(spec: str) -> ModuleType:
-    """The module of a transform "module:function", looked up in the spark_jobs folder
-    and the ONCEFLOW_PYTHONPATH folders (settings.transform_path) first, then on sys.path; raises TransformError naming the
+def load_module(spec: str, what: str = "transform") -> ModuleType:
+    """The module of a transform "module:function" (or of `what` else: an alert notifier),
+    looked up in the spark_jobs folder and the ONCEFLOW_PYTHONPATH folders
+    (settings.transform_path) first, then on sys.path; raises TransformError naming the
     module and where it was searched."""
     module_name, sep, function = spec.partition(":")
     if not sep or not module_name or not function:
-        raise TransformError(f"transform {spec!r} is not 'module:function'")
+        raise TransformError(f"{what} {spec!r} is not 'module:function'")
     from onceflow.settings import transform_path
 
     folders = [str(p) for p in transform_path()]
@@ -141,13 +142,13 @@ def load_module(spec: str) -> ModuleType:
     except ModuleNotFoundError as e:
         if e.name is not None and (module_name == e.name or module_name.startswith(e.name + ".")):
             raise TransformError(
-                f"transform {spec!r}: module {module_name!r} not found; searched the "
+                f"{what} {spec!r}: module {module_name!r} not found; searched the "
                 f"spark_jobs folder {jobs} (ONCEFLOW_SPARK_JOBS), "
                 f"ONCEFLOW_PYTHONPATH {_described(users) if users else '(not set)'} "
                 f"and then sys.path {[p for p in sys.path if p not in folders]}"
             ) from None
         raise TransformError(
-            f"transform {spec!r}: module {module_name!r} imports {e.name!r}, which is not "
+            f"{what} {spec!r}: module {module_name!r} imports {e.name!r}, which is not "
             "installed for this Python"
         ) from e
 
