@@ -147,8 +147,38 @@ def one_count(dsn: str, n: int, say=print) -> dict[str, float]:
     if verdict != "exactly-once":
         raise RuntimeError(f"{n} partitions: the audit says {verdict}")
     out = {k: round(statistics.median(v), 4) for k, v in timings.items()}
+    out.update(ledger_page(dsn, cfg, {tp: (BATCHES + 2) * OFFSETS for tp in tps}))
     say(f"ledger at scale: {n:,} partitions: {out}")
     return out
+
+
+def ledger_page(dsn: str, cfg: Any, ends: dict) -> dict[str, float]:
+    """The Ledger view's page of the pipeline (its newest 50 batches, the partitions summed
+    up per topic, the charts) and its overview row: seconds to read and render each, the
+    broker's ends given (`ends`: a lag of OFFSETS per partition), and the page's size."""
+    import os
+    from unittest import mock
+
+    from onceflow.settings import Settings
+    from onceflow.ui import data
+    from onceflow.ui.links import Links
+    from onceflow.ui.overview import overview_page
+    from onceflow.ui.pipeline_ledger import ledger_page as render
+
+    os.environ["ONCEFLOW_POSTGRES_DSN"] = dsn
+    s = Settings.from_env()
+    known = data.BrokerEnds(ends)
+    with mock.patch.object(data, "broker_ends", lambda *_a, **_k: known):
+        t0 = time.perf_counter()
+        html = render(data.ledger_view(s, cfg, 50), Links("/onceflow", ""))
+        t1 = time.perf_counter()
+        overview_page([data.pipeline_overview(s, cfg, known)], Links("/onceflow", ""))
+        t2 = time.perf_counter()
+    return {
+        "page_s": round(t1 - t0, 4),
+        "page_kib": round(len(html.encode()) / 1024, 1),
+        "overview_s": round(t2 - t1, 4),
+    }
 
 
 def ledger_scale(dsn: str, counts=COUNTS, say=print) -> dict[str, dict[str, float]]:
@@ -165,14 +195,17 @@ def section(r: dict[str, dict[str, float]]) -> list[str]:
         "One batch of 10 offsets per partition, the broker replaced by its snapshot and the "
         "job by what its tasks leave (bench/ledger_scale.py): the ledger's statements alone, "
         f"medians of {BATCHES} batches after the pipeline's first. Target at 10,000 "
-        "partitions: plan and commit at most 0.5 s each.",
+        "partitions: plan and commit at most 0.5 s each, the page under 1 s. The page is the "
+        "pipeline's Ledger view (its newest 50 batches, its partitions summed up per topic, "
+        "its charts) read and rendered on the server, the broker's ends given.",
         "",
-        "| partitions | plan | claim | mark staged | commit |",
-        "|---:|---:|---:|---:|---:|",
+        "| partitions | plan | claim | mark staged | commit | Ledger view page (size) | overview row |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for n, row in r.items():
         lines.append(
             f"| {int(n):,} | {row['plan_s']:.3f} s | {row['claim_s']:.3f} s | "
-            f"{row['mark_staged_s']:.3f} s | {row['commit_s']:.3f} s |"
+            f"{row['mark_staged_s']:.3f} s | {row['commit_s']:.3f} s | "
+            f"{row['page_s']:.3f} s ({row['page_kib']:,.0f} KiB) | {row['overview_s']:.3f} s |"
         )
     return [*lines, ""]

@@ -910,6 +910,7 @@ def acceptance(r: dict) -> dict:
                 0.5,
                 "<=",
             )
+        checks["Ledger view page of 10,000 partitions < 1 s"] = (scale["page_s"], 1.0, "<=")
     for mode, limit in freshness.ACCEPT_P99_S.items():
         p99 = (r.get("freshness_p99_s") or {}).get(mode)
         if p99 is not None:

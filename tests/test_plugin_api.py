@@ -416,7 +416,15 @@ def test_authenticated_requests_get_the_ledger_of_a_dag_run(stack, airflow, ui_r
     assert b["state"] == "committed"
     assert b["records_read"] == b["records_out"] + b["records_dead"]
     assert b["records_read"] > 0 and b["records_dead"] > 0
-    assert {r["partition"] for r in b["ranges"]} == {0, 1}
+    # its ranges summed up per topic (the entry lists each partition's)
+    (topic,) = b["topics"]
+    assert topic["partitions"] == 2
+    entry = _get(stack, f"/api/pipelines/{PIPELINE}/batches/{ui_run}", headers=auth).json()
+    assert {r["partition"] for r in entry["batch"]["ranges"]} == {0, 1}
+    assert (
+        sum(r["until_offset"] - r["from_offset"] for r in entry["batch"]["ranges"])
+        == (topic["offsets"])
+    )
 
     parts = _get(stack, f"/api/pipelines/{PIPELINE}/partitions", headers=auth).json()
     assert parts["broker_available"] is True

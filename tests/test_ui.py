@@ -132,6 +132,20 @@ def test_ledger_view_shows_the_txids_and_their_counts(runs, page):
     assert any(b["records_dead"] for b in runs)
     sync_api.expect(frame.locator("table.partitions")).to_contain_text(PIPELINE)
     sync_api.expect(frame.locator("#commits-ok")).to_be_visible()
+    # the charts, drawn on the server: a line per series, a point per committed batch
+    charts = frame.locator("svg.chart")
+    sync_api.expect(charts).to_have_count(3)
+    titles = [t.strip() for t in frame.locator("svg.chart > title").all_text_contents()]
+    assert titles == ["records per second", "lag at plan", "phase durations"]
+    phases = frame.locator("svg.chart").nth(2).locator("polyline")
+    assert [phases.nth(i).get_attribute("data-series") for i in range(3)] == [
+        "plan",
+        "process",
+        "commit",
+    ]
+    assert all(int(phases.nth(i).get_attribute("data-points")) >= len(runs) for i in range(3))
+    rate = frame.locator("svg.chart").nth(0).locator("polyline")
+    assert int(rate.get_attribute("data-points")) >= 1  # the second run's, at least
     assert re.search(rf"/plugin/onceflow/onceflow/pipelines/{PIPELINE}$", page.url)
     path = shot(page, "ledger-view")
     if not README_SHOT.exists() or os.environ.get("ONCEFLOW_UPDATE_SCREENSHOTS") == "1":

@@ -63,14 +63,14 @@ def _batch(seq: int, state: str, last_error: str | None = None) -> dict:
         "committed_at": at if state == "committed" else None,
         "last_error": last_error,
         "schema_changes": [],
-        "ranges": [
+        "topics": [
             {
                 "topic": "payments",
-                "partition": p,
+                "partitions": 3,
                 "from_offset": 250_000 * seq,
                 "until_offset": 250_000 * (seq + 1),
+                "offsets": 750_000,
             }
-            for p in range(3)
         ],
     }
 
@@ -100,8 +100,11 @@ def ledger_html() -> str:
             "broker_error": None,
             "total_lag": 0,
             "partitions": [],
+            "topics": [],
         },
         "batches": batches,
+        "history": [],
+        "limit": 50,
         "schema_changes": [],
         "losses": [],
         "resets": [],

@@ -31,6 +31,7 @@ PRELOADED_IF_IMPORTABLE = (
     "airflow.sdk.execution_time.task_runner",
     "airflow.dag_processing.dagbag",
     "onceflow.airflow.dag_factory",
+    "onceflow.airflow.alerts_dag",  # a pipeline with alerts has a second DAG
     # each kind of sink is imported when a pipeline first builds one (onceflow.hooks.sink)
     "onceflow.sinks.postgres.sink",
     "onceflow.sinks.kafka.sink",

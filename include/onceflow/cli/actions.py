@@ -104,10 +104,10 @@ def cmd_backfill(args: argparse.Namespace, settings: Settings) -> int:
         if args.from_seq < 1 or args.to_seq < args.from_seq:
             raise SeqRangeError(cfg.name, args.from_seq, args.to_seq)
         wanted = list(range(args.from_seq, args.to_seq + 1))
-    by_seq = {b["seq"]: b for b in views.batches(settings.postgres_dsn, cfg.name, limit=10**9)}
+    by_seq = views.seqs(settings.postgres_dsn, cfg.name, wanted)
     missing = [s for s in wanted if s not in by_seq]
     if missing:
-        raise UnknownSeqError(cfg.name, missing[0], max(by_seq, default=0))
+        raise UnknownSeqError(cfg.name, missing[0], views.last_seq(settings.postgres_dsn, cfg.name))
     open_ = [s for s in wanted if by_seq[s]["state"] != BatchState.COMMITTED]
     if open_:
         seq = open_[0]

@@ -31,6 +31,11 @@ def _ranges_text(ranges: list[dict]) -> str:
     )
 
 
+def _topics_text(topics: list[dict]) -> str:
+    """A batch's ranges summed up per topic (views.batches): `--txid` lists each one."""
+    return " ".join(f"{t['topic']}:{t['partitions']}p:{t['offsets']}off" for t in topics)
+
+
 def cmd_ledger(args: argparse.Namespace, settings: Settings) -> int:
     from onceflow.hooks.sink import sink_for
     from onceflow.ledger import views
@@ -51,7 +56,7 @@ def cmd_ledger(args: argparse.Namespace, settings: Settings) -> int:
         )
         return 0
     for r in rows:
-        r["ranges"] = _ranges_text(r["ranges"])
+        r["ranges"] = _ranges_text(r["ranges"]) if args.txid else _topics_text(r["topics"])
         if commit_name:
             r[commit_name] = r["sink_commit"]
         r["secs plan/proc/commit"] = "/".join(

@@ -67,7 +67,14 @@ def plan(
             cfg.name,
             txid,
             Step.PLAN,
-            {"seq": seq, "plan_seconds": time.monotonic() - started},
+            {
+                "seq": seq,
+                "plan_seconds": time.monotonic() - started,
+                "lag_at_plan": sum(
+                    max(0, snap.ends.get(r.tp, r.until_offset) - r.from_offset)
+                    for r in planned.ranges
+                ),
+            },
         )
         _record_offsets(cur, cfg.name, planned, snap.topic_ids)
         _record_ranges(cur, cfg.name, txid, planned)

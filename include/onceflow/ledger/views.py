@@ -28,40 +28,92 @@ def _select(dsn: str, query: str, params: tuple) -> list[dict[str, Any]]:
         return _dicts(cur)
 
 
-def batches(dsn: str, pipeline: str, limit: int = 50) -> list[dict[str, Any]]:
-    """Newest batches first, with their ranges summarised per partition and the schema
-    changes each was the first to need (schema_changes below)."""
+# A batch's columns as the views show them; its ranges summed up per topic (a batch of
+# 10,000 partitions is 10,000 ranges: batch_ranges lists them, for one txid at a time), and
+# the schema changes it was the first to need.
+_BATCH = """
+    select b.seq, b.txid, b.state, b.attempt, b.staged_attempt, b.published_attempt,
+           b.sink_commit,
+           b.records_read, b.records_out, b.records_dead, b.bytes_read,
+           b.plan_seconds, b.process_seconds, b.commit_seconds,
+           b.planned_at, b.staged_at, b.committed_at, b.last_error, b.pruned_at,
+           coalesce((select json_agg(json_build_object(
+               'attempt', c.attempt, 'catalog', c.catalog, 'sink_table', c.sink_table,
+               'column_name', c.column_name, 'column_type', c.column_type, 'at', c.at)
+               order by c.id)
+             from onceflow.schema_changes c
+             where c.pipeline = b.pipeline and c.txid = b.txid), '[]') as schema_changes,
+           coalesce((select json_agg(t order by t.topic) from (
+               select r.topic, count(*) as partitions, min(r.from_offset) as from_offset,
+                      max(r.until_offset) as until_offset,
+                      sum(r.until_offset - r.from_offset) as offsets
+               from onceflow.ranges r where r.pipeline = b.pipeline and r.txid = b.txid
+               group by r.topic) t), '[]') as topics
+    from onceflow.batches b
+"""
+
+
+def batches(
+    dsn: str, pipeline: str, limit: int = 50, before_seq: int | None = None
+) -> list[dict[str, Any]]:
+    """A page of batches, newest first (below `before_seq`, if given), each with its ranges
+    summed up per topic (`topics`: partitions, lowest from, highest until, offsets) and the
+    schema changes it was the first to need (schema_changes below)."""
     return _select(
         dsn,
-        """
-        select b.seq, b.txid, b.state, b.attempt, b.staged_attempt, b.published_attempt,
-               b.sink_commit,
-               b.records_read, b.records_out, b.records_dead, b.bytes_read,
-               b.plan_seconds, b.process_seconds, b.commit_seconds,
-               b.planned_at, b.staged_at, b.committed_at, b.last_error,
-               coalesce((select json_agg(json_build_object(
-                   'attempt', c.attempt, 'catalog', c.catalog, 'sink_table', c.sink_table,
-                   'column_name', c.column_name, 'column_type', c.column_type, 'at', c.at)
-                   order by c.id)
-                 from onceflow.schema_changes c
-                 where c.pipeline = b.pipeline and c.txid = b.txid), '[]') as schema_changes,
-               coalesce(json_agg(json_build_object(
-                   'topic', r.topic, 'partition', r.partition,
-                   'from_offset', r.from_offset, 'until_offset', r.until_offset)
-                   order by r.topic, r.partition) filter (where r.topic is not null), '[]') as ranges
-        from onceflow.batches b
-        left join onceflow.ranges r using (pipeline, txid)
-        where b.pipeline = %s
-        group by b.pipeline, b.txid
-        order by b.seq desc limit %s
-        """,
-        (pipeline, limit),
+        _BATCH + " where b.pipeline = %s and (%s::bigint is null or b.seq < %s)"
+        " order by b.seq desc limit %s",
+        (pipeline, before_seq, before_seq, limit),
     )
 
 
+def history(dsn: str, pipeline: str, n: int = 100) -> list[dict[str, Any]]:
+    """The newest `n` committed batches, oldest first, as the Ledger view charts them: seq,
+    records read, the seconds since the previous commit (None for the pipeline's first),
+    each phase's seconds and the lag the batch was planned at."""
+    rows = _select(
+        dsn,
+        """
+        select * from (
+            select seq, records_read, plan_seconds, process_seconds, commit_seconds,
+                   lag_at_plan, committed_at,
+                   extract(epoch from committed_at - lag(committed_at) over (order by seq))
+                     as since_previous
+            from onceflow.batches where pipeline = %s and state = %s
+            order by seq desc limit %s) h
+        order by seq
+        """,
+        (pipeline, BatchState.COMMITTED, n),
+    )
+    return rows
+
+
+def seqs(dsn: str, pipeline: str, wanted: Sequence[int]) -> dict[int, dict[str, Any]]:
+    """seq -> txid and state of the batches of `wanted` seqs (those the ledger has)."""
+    rows = _select(
+        dsn,
+        "select seq, txid, state from onceflow.batches where pipeline = %s and seq = any(%s)",
+        (pipeline, list(wanted)),
+    )
+    return {r["seq"]: r for r in rows}
+
+
+def last_seq(dsn: str, pipeline: str) -> int:
+    """The pipeline's highest seq (0: none)."""
+    (row,) = _select(
+        dsn,
+        "select coalesce(max(seq), 0) as seq from onceflow.batches where pipeline = %s",
+        (pipeline,),
+    )
+    return row["seq"]
+
+
 def batch(dsn: str, pipeline: str, txid: str) -> dict[str, Any]:
+    """One txid's batch as `batches` shows it, with its ranges per partition too."""
     require_txid(dsn, pipeline, txid)
-    return next(b for b in batches(dsn, pipeline, limit=10**9) if b["txid"] == txid)
+    (row,) = _select(dsn, _BATCH + " where b.pipeline = %s and b.txid = %s", (pipeline, txid))
+    row["ranges"] = batch_ranges(dsn, pipeline, txid)
+    return row
 
 
 def last_error(dsn: str, pipeline: str, txid: str) -> str | None:
@@ -137,17 +189,20 @@ def shown_state(batch: Mapping[str, Any]) -> str:
 def partitions(
     dsn: str, pipeline: str, ends: dict[tuple[str, int], int] | None = None
 ) -> list[dict[str, Any]]:
-    """Per partition: start, committed and planned offsets; with broker `ends`, the lag."""
+    """Per partition: start and committed offsets, where the last planned batch's range ends
+    (`planned_offset`); with broker `ends`, the lag."""
     rows = _select(
         dsn,
         """
         select o.topic, o.partition, o.start_offset, o.committed_offset,
-               (select max(r.until_offset) from onceflow.ranges r
-                 where r.pipeline = o.pipeline and r.topic = o.topic and r.partition = o.partition)
-               as planned_offset, o.updated_at
-        from onceflow.offsets o where o.pipeline = %s order by o.topic, o.partition
+               r.until_offset as planned_offset, o.updated_at
+        from onceflow.offsets o
+        left join onceflow.ranges r on r.pipeline = o.pipeline and r.topic = o.topic
+          and r.partition = o.partition and r.txid = (select txid from onceflow.batches
+            where pipeline = %s order by seq desc limit 1)
+        where o.pipeline = %s order by o.topic, o.partition
         """,
-        (pipeline,),
+        (pipeline, pipeline),
     )
     for r in rows:
         if ends is not None:

@@ -186,7 +186,8 @@ def create_app(
     @api.get("/", response_class=HTMLResponse)
     def overview(request: Request, user: User) -> HTMLResponse:
         s, cfgs = h.readable(user)
-        items = [data.pipeline_overview(s, c) for c in cfgs]
+        ends = data.pipelines_ends(s, cfgs)  # one broker call per cluster, for every lag
+        items = [data.pipeline_overview(s, c, ends.get(c.name)) for c in cfgs]
         return HTMLResponse(overview_page(items, links(request)))
 
     @api.get("/pipelines/{pipeline}", response_class=HTMLResponse)
@@ -195,9 +196,12 @@ def create_app(
         user: User,
         pipeline: str,
         limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+        before: Annotated[int | None, Query(ge=1)] = None,
+        partitions: Annotated[str, Query(pattern="^(all|topics)$")] = "topics",
     ) -> HTMLResponse:
         s, cfg = h.pipeline(user, pipeline)
-        return HTMLResponse(ledger_page(data.ledger_view(s, cfg, limit), links(request)))
+        view = data.ledger_view(s, cfg, limit, before)
+        return HTMLResponse(ledger_page(view, links(request), every_partition=partitions == "all"))
 
     @api.get("/pipelines/{pipeline}/batches/{txid}", response_class=HTMLResponse)
     def batch_entry(
@@ -276,7 +280,10 @@ def create_app(
 
     @api.get("/api/pipelines/{pipeline}/batches")
     def api_batches(
-        user: User, pipeline: str, limit: Annotated[int, Query(ge=1, le=1000)] = 50
+        user: User,
+        pipeline: str,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+        before: Annotated[int | None, Query(ge=1)] = None,
     ) -> JSONResponse:
         s, cfg = h.pipeline(user, pipeline)
         from onceflow.ledger import views
@@ -284,7 +291,9 @@ def create_app(
         return json(
             {
                 "pipeline": cfg.name,
-                "batches": views.batches(data.ledger_dsn(s, cfg), cfg.name, limit=limit),
+                "batches": views.batches(
+                    data.ledger_dsn(s, cfg), cfg.name, limit=limit, before_seq=before
+                ),
                 "blocked": views.commit_block(data.ledger_dsn(s, cfg), cfg.name),
             }
         )

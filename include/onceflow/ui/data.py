@@ -200,9 +200,19 @@ def block_reason(block: dict[str, Any] | None) -> str | None:
     return text
 
 
-def pipeline_overview(s: Settings, cfg: PipelineConfig) -> dict[str, Any]:
+def pipeline_overview(
+    s: Settings, cfg: PipelineConfig, ends: BrokerEnds | None = None
+) -> dict[str, Any]:
+    """A pipeline's row of the overview; with its broker `ends`, its total lag (None when
+    they are unavailable)."""
     block = views.commit_block(ledger_dsn(s, cfg), cfg.name)
+    lag = None
+    if ends is not None and ends.available:
+        rows = views.partitions(ledger_dsn(s, cfg), cfg.name, ends.ends)
+        lag = sum(r["lag"] or 0 for r in rows)
     return {
+        "lag": lag,
+        "broker_error": None if ends is None else ends.error,
         "pipeline": cfg.name,
         "dag_id": cfg.dag_id,
         "topics": list(cfg.topics),
@@ -213,12 +223,44 @@ def pipeline_overview(s: Settings, cfg: PipelineConfig) -> dict[str, Any]:
     }
 
 
-def ledger_view(s: Settings, cfg: PipelineConfig, limit: int) -> dict[str, Any]:
-    """Everything the per-pipeline ledger page shows."""
+def topic_summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Partitions (views.partitions, with lag) summed up per topic: how many, committed
+    offsets, lag, and the partition that lags most."""
+    out: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        t = out.setdefault(
+            r["topic"],
+            {
+                "topic": r["topic"],
+                "partitions": 0,
+                "committed_offsets": 0,
+                "lag": 0,
+                "max_lag": None,
+            },
+        )
+        t["partitions"] += 1
+        t["committed_offsets"] += r["committed_offset"]
+        if r.get("lag") is not None:
+            t["lag"] += r["lag"]
+            if t["max_lag"] is None or r["lag"] > t["max_lag"]["lag"]:
+                t["max_lag"] = {"partition": r["partition"], "lag": r["lag"]}
+    return list(out.values())
+
+
+def ledger_view(
+    s: Settings, cfg: PipelineConfig, limit: int, before: int | None = None
+) -> dict[str, Any]:
+    """Everything the per-pipeline ledger page shows: a page of `limit` batches below seq
+    `before` (the newest without it)."""
     data = pipeline_overview(s, cfg)
+    parts = partitions(s, cfg)
+    parts["topics"] = topic_summary(parts["partitions"])
     data.update(
-        batches=views.batches(ledger_dsn(s, cfg), cfg.name, limit=limit),
-        partitions=partitions(s, cfg),
+        batches=views.batches(ledger_dsn(s, cfg), cfg.name, limit=limit, before_seq=before),
+        before=before,
+        limit=limit,
+        history=views.history(ledger_dsn(s, cfg), cfg.name),
+        partitions=parts,
         losses=views.losses(ledger_dsn(s, cfg), cfg.name),
         resets=views.resets(ledger_dsn(s, cfg), cfg.name),
         abandoned=views.abandoned(ledger_dsn(s, cfg), cfg.name),
@@ -232,7 +274,6 @@ def batch_view(
 ) -> dict[str, Any]:
     """One txid's ledger entry; raises UnknownTxidError when plan has not recorded it."""
     b = views.batch(ledger_dsn(s, cfg), cfg.name, txid)
-    b["ranges"] = views.batch_ranges(ledger_dsn(s, cfg), cfg.name, txid)
     wait = None
     if b["state"] not in CLOSED:
         w = blocking_predecessor(ledger_dsn(s, cfg), cfg.name, txid)

@@ -1,8 +1,10 @@
 """The pipelines overview, the ledger view's home: one row per pipeline the user may read,
-with its batches per state, its counts and whether its commits are blocked."""
+with what on-call reads first (its lag, how long since its last commit, whether its commits
+are blocked), then its batches per state and its counts."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from onceflow.states import BatchState
@@ -13,6 +15,7 @@ from onceflow.ui.links import Links
 def overview_page(items: list[dict[str, Any]], links: Links) -> str:
     """The overview of `items`, each as onceflow.ui.data.pipeline_overview gives it."""
     rows = []
+    now = datetime.now(UTC)
     for d in items:
         s = d["summary"]
         states = s["states"]
@@ -22,6 +25,10 @@ def overview_page(items: list[dict[str, Any]], links: Links) -> str:
                 a(links.pipeline(d["pipeline"]), e(d["pipeline"])),
                 a(links.dag(d["dag_id"]), e(d["dag_id"]), airflow=True),
                 e(", ".join(d["topics"])),
+                num(d["lag"])
+                if d.get("lag") is not None
+                else f'<span class="muted" title="{e(d.get("broker_error") or "")}">unavailable</span>',
+                age(last["committed_at"] if last else None, now),
                 num(s["batches"]),
                 " ".join(f"{badge(st)} {states[st]}" for st in BatchState if states.get(st)),
                 num(last["seq"] if last else None),
@@ -38,6 +45,8 @@ def overview_page(items: list[dict[str, Any]], links: Links) -> str:
             "pipeline",
             "DAG",
             "topics",
+            "lag",
+            "last commit",
             "batches",
             "states",
             "last committed seq",
@@ -47,7 +56,18 @@ def overview_page(items: list[dict[str, Any]], links: Links) -> str:
             "commits",
         ],
         rows,
-        numeric=(3, 5, 6, 7, 8),
+        numeric=(3, 5, 7, 8, 9, 10),
         empty="no pipelines configured",
     )
     return layout("Onceflow ledger", [a(links.home(), "pipelines")], body)
+
+
+def age(at: datetime | None, now: datetime) -> str:
+    """How long ago `at` was, in the largest unit that fits ("42 s ago", "3.5 h ago")."""
+    if at is None:
+        return '<span class="muted">never</span>'
+    seconds = max((now - at).total_seconds(), 0.0)
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f'<span title="{e(at.isoformat())}">{seconds / size:.1f} {unit} ago</span>'
+    return f'<span title="{e(at.isoformat())}">{seconds:.0f} s ago</span>'

@@ -9,11 +9,16 @@ from urllib.parse import quote
 
 from onceflow.sinks import schema_evolution
 from onceflow.states import BatchState
+from onceflow.ui.charts import history_charts
 from onceflow.ui.html import a, breakable_id, e, layout, mono, num, state_badge, table, when
 from onceflow.ui.links import Links
 
+# Up to this many partitions the page lists each; beyond, a line per topic (`every_partition`
+# lists them all: 10,000 rows are a page of megabytes)
+PARTITIONS_LISTED = 64
 
-def ledger_page(data: dict[str, Any], links: Links) -> str:
+
+def ledger_page(data: dict[str, Any], links: Links, every_partition: bool = False) -> str:
     """The page of a pipeline's ledger; `data` as onceflow.ui.data.ledger_view gives it."""
     p, dag_id = data["pipeline"], data["dag_id"]
     s = data["summary"]
@@ -37,6 +42,8 @@ def ledger_page(data: dict[str, Any], links: Links) -> str:
         f"{a(links.api('/pipelines/' + quote(p, safe='') + '/batches'), 'JSON')}</p>",
         cards,
         _blocked_alert(data, links),
+        f"<h2>Last {len(data['history'])} committed batches</h2>",
+        history_charts(data["history"]),
         "<h2>Partitions</h2>",
     ]
     if not parts["broker_available"]:
@@ -45,8 +52,13 @@ def ledger_page(data: dict[str, Any], links: Links) -> str:
             f"{e(parts['broker_error'])}. Lag is unknown.</div>"
         )
     unavailable = '<span class="muted">unavailable</span>'
+    listed = every_partition or len(parts["partitions"]) <= PARTITIONS_LISTED
+    if not listed:
+        body.append(_topics_table(parts, links.pipeline(p) + "?partitions=all"))
     body.append(
-        table(
+        ""
+        if not listed
+        else table(
             [
                 "topic",
                 "partition",
@@ -73,8 +85,9 @@ def ledger_page(data: dict[str, Any], links: Links) -> str:
             cls="partitions",
         )
     )
+    below = f" below seq {data['before']}" if data.get("before") else ""
     body.append(
-        f"<h2>Batches <span class='muted'>(newest first, {len(data['batches'])})</span></h2>"
+        f"<h2>Batches <span class='muted'>(newest first{below}, {len(data['batches'])})</span></h2>"
     )
     # a sink outside the ledger's database: the id of its commit that holds each txid
     sink_commit = [data["commit_name"]] if data["commit_name"] else []
@@ -86,7 +99,7 @@ def ledger_page(data: dict[str, Any], links: Links) -> str:
                 "txid",
                 "state",
                 "attempts",
-                "ranges per partition",
+                "ranges per topic",
                 "read",
                 "out",
                 "dead",
@@ -108,7 +121,7 @@ def ledger_page(data: dict[str, Any], links: Links) -> str:
                     + a(links.batch(p, b["txid"]), "entry", title="ledger entry"),
                     state_badge(b),
                     num(b["attempt"]),
-                    ranges_html(b["ranges"]),
+                    topics_html(b["topics"]),
                     num(b["records_read"]),
                     num(b["records_out"]),
                     num(b["records_dead"]),
@@ -128,6 +141,7 @@ def ledger_page(data: dict[str, Any], links: Links) -> str:
         )
         + "</div>"
     )
+    body.append(_pager(data, links.pipeline(p)))
     body.append("<h2>Schema changes</h2>")
     body.append(
         table(
@@ -251,19 +265,52 @@ def phase_seconds(batch: dict[str, Any]) -> str:
     )
 
 
-def ranges_html(ranges: list[dict[str, Any]]) -> str:
-    if not ranges:
-        return '<span class="muted">no partitions</span>'
-    parts = []
-    for r in ranges:
-        span = r["until_offset"] - r["from_offset"]
-        epoch = f"@{r['epoch']}" if r.get("epoch") else ""
-        parts.append(
-            f'<span class="mono">{e(r["topic"])}[{e(r["partition"])}]{e(epoch)} '
-            f"{r['from_offset']:,}‥{r['until_offset']:,}</span> "
-            f'<span class="muted">({span:,})</span>'
+def _topics_table(parts: dict[str, Any], every_link: str) -> str:
+    """The partitions summed up per topic, and a link to list each."""
+    available = parts["broker_available"]
+    rows = [
+        [
+            e(t["topic"]),
+            num(t["partitions"]),
+            num(t["committed_offsets"]),
+            num(t["lag"]) if available else '<span class="muted">unavailable</span>',
+            (f"[{t['max_lag']['partition']}] {t['max_lag']['lag']:,}" if t["max_lag"] else "–"),
+        ]
+        for t in parts["topics"]
+    ]
+    return (
+        table(
+            ["topic", "partitions", "committed offsets (sum)", "lag", "most lagging partition"],
+            rows,
+            numeric=(1, 2, 3),
+            cls="topics",
         )
-    return "<br>".join(parts)
+        + f'<p class="muted">{a(every_link, "list every partition")}</p>'
+    )
+
+
+def _pager(data: dict[str, Any], here: str) -> str:
+    """Links to the newest batches and to the older ones, beyond this page."""
+    shown = data["batches"]
+    links = []
+    if data.get("before"):
+        links.append(a(f"{here}?limit={data['limit']}", "newest"))
+    if len(shown) == data.get("limit") and shown[-1]["seq"] > 1:
+        older = f"{here}?limit={data['limit']}&before={shown[-1]['seq']}"
+        links.append(a(older, f"older batches (below seq {shown[-1]['seq']}) →"))
+    return f'<p class="pager">{" · ".join(links)}</p>' if links else ""
+
+
+def topics_html(topics: list[dict[str, Any]]) -> str:
+    """A batch's ranges summed up per topic (views.batches): its entry lists each one."""
+    if not topics:
+        return '<span class="muted">no partitions</span>'
+    return "<br>".join(
+        f'<span class="mono">{e(t["topic"])} ×{t["partitions"]:,} '
+        f"{t['from_offset']:,}‥{t['until_offset']:,}</span> "
+        f'<span class="muted">({t["offsets"]:,} offsets)</span>'
+        for t in topics
+    )
 
 
 def _by_txid(changes: list[dict[str, Any]]) -> list[dict[str, Any]]:

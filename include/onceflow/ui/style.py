@@ -64,6 +64,17 @@ table.batches .last-error { display:block; width:14em; overflow-wrap:anywhere; }
 dl.kv { display:grid; grid-template-columns:max-content 1fr; gap:4px 18px; margin:0; }
 dl.kv dt { color:var(--muted); } dl.kv dd { margin:0; }
 .pager { margin:6px 0; }
+.charts { display:flex; flex-wrap:wrap; gap:12px; margin:8px 0 4px; }
+svg.chart { background:#fff; border:1px solid #e5e7eb; border-radius:6px; }
+svg.chart text { font:11px system-ui, sans-serif; fill:#374151; }
+svg.chart .chart-title { font-weight:600; }
+svg.chart .tick, svg.chart .muted { fill:#6b7280; }
+svg.chart .axis { stroke:#9ca3af; stroke-width:1; }
+svg.chart .series { stroke-width:1.6; }
+svg.chart .s0 { stroke:#2563eb; fill:#2563eb; } svg.chart polyline.s0 { fill:none; }
+svg.chart .s1 { stroke:#d97706; fill:#d97706; } svg.chart polyline.s1 { fill:none; }
+svg.chart .s2 { stroke:#059669; fill:#059669; } svg.chart polyline.s2 { fill:none; }
+svg.chart text.legend { stroke:none; }
 .nowrap { white-space:nowrap; }
 """ + "".join(f".s-{state} {{ {style} }}\n" for state, style in STATE_STYLE.items())
 
