@@ -169,6 +169,7 @@ def ledger_page(dsn: str, cfg: Any, ends: dict) -> dict[str, float]:
     s = Settings.from_env()
     known = data.BrokerEnds(ends)
     with mock.patch.object(data, "broker_ends", lambda *_a, **_k: known):
+        render(data.ledger_view(s, cfg, 50), Links("/onceflow", ""))  # imports, warm caches
         t0 = time.perf_counter()
         html = render(data.ledger_view(s, cfg, 50), Links("/onceflow", ""))
         t1 = time.perf_counter()

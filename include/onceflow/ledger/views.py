@@ -78,7 +78,7 @@ def history(dsn: str, pipeline: str, n: int = 100) -> list[dict[str, Any]]:
             select seq, records_read, plan_seconds, process_seconds, commit_seconds,
                    lag_at_plan, committed_at,
                    extract(epoch from committed_at - lag(committed_at) over (order by seq))
-                     as since_previous
+                     ::float8 as since_previous
             from onceflow.batches where pipeline = %s and state = %s
             order by seq desc limit %s) h
         order by seq

@@ -31,6 +31,7 @@ def _short(v: float) -> str:
 def line_chart(title: str, unit: str, series: Sequence[tuple[str, Sequence[Point]]]) -> str:
     """An SVG line chart of `series` (name, (x, y) points) with its title, y from 0 to the
     highest value, x from the first to the last point; a chart without points says so."""
+    series = [(name, [(float(x), float(y)) for x, y in pts]) for name, pts in series]
     points = [pt for _, pts in series for pt in pts]
     head = (
         f'<svg class="chart" role="img" viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" '
