@@ -385,7 +385,7 @@ def test_output_fields_are_the_staged_frames_own(spark, pipelines, name):
     """output_fields knows the staged columns' names and types without asking the staged
     frame (a round trip to a Connect server): they must be its own, in its order, as the
     sink's tables are bound to them."""
-    from onceflow.process.staged_output import output_fields, staged_output
+    from onceflow.process.staged_output import output_fields, staged_columns, staged_output
     from onceflow.transforms import load_module, load_transform
 
     cfg = pipelines[name]
@@ -400,3 +400,4 @@ def test_output_fields_are_the_staged_frames_own(spark, pipelines, name):
         if f.name != "tombstone" and not f.name.startswith("_meta_")
     ]
     assert output_fields(out, cfg) == asked
+    assert staged_columns(out, cfg) == staged.columns

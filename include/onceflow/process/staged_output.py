@@ -126,6 +126,11 @@ def staged_names(users: Sequence[str], aggregating: bool) -> list[str]:
     return names + ([RECORDS] if aggregating else []) + [HASH_COLUMN]
 
 
+def staged_columns(out: Any, cfg: PipelineConfig) -> list[str]:
+    """The columns of staged_output(out, cfg), from the transform's output `out`."""
+    return staged_names(user_columns(out.columns, cfg.aggregating), cfg.aggregating)
+
+
 def output_fields(out: Any, cfg: PipelineConfig) -> list[tuple[str, str]]:
     """(name, Spark type) of the columns of staged_output(out, cfg), for Sink.bind_output,
     from the transform's output `out` (whose schema staged_output has asked for already):
@@ -133,6 +138,6 @@ def output_fields(out: Any, cfg: PipelineConfig) -> list[tuple[str, str]]:
     types = {f.name: f.dataType.simpleString() for f in out.schema.fields}
     return [
         (name, STAGE_TYPES.get(name) or types[name])
-        for name in staged_names(user_columns(out.columns, cfg.aggregating), cfg.aggregating)
+        for name in staged_columns(out, cfg)
         if name != "tombstone" and not name.startswith("_meta_")
     ]
