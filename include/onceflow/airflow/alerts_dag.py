@@ -17,6 +17,7 @@ from typing import Any
 from airflow.sdk import DAG, Asset, AssetWatcher, BaseOperator
 
 from onceflow.airflow.alerts_trigger import AlertsTrigger
+from onceflow.airflow.watcher import watching
 from onceflow.config.pipeline import PipelineConfig
 from onceflow.config.pipelines_file import get_pipeline
 from onceflow.errors import ConfigError
@@ -73,14 +74,11 @@ def build_alerts_dag(cfg: PipelineConfig, pipelines_file: str) -> DAG:
     alerts = cfg.alerts
     assert alerts is not None
     watcher = AlertsTrigger(
-        pipeline=cfg.name,
-        topics=list(cfg.topics),
+        **watching(cfg),
         lag_records=alerts.lag_records,
         commit_blocked_minutes=alerts.commit_blocked_minutes,
         no_commit_minutes=alerts.no_commit_minutes,
         interval_seconds=alerts.interval_seconds,
-        ledger_conn_id=cfg.ledger_conn_id,
-        kafka_conn_id=cfg.kafka_conn_id,
     )
     asset = Asset(
         name=f"onceflow_{cfg.name}_alerts",

@@ -26,6 +26,7 @@ from onceflow.airflow.tasks import (
     PlanOperator,
     ProcessOperator,
 )
+from onceflow.airflow.watcher import watching
 from onceflow.config.pipeline import PipelineConfig
 from onceflow.config.pipelines_file import load_pipelines
 from onceflow.config.schedule import CONTINUOUS
@@ -183,13 +184,10 @@ def dag_schedule(cfg: PipelineConfig) -> Any:
                 AssetWatcher(
                     name=f"onceflow_{cfg.name}_watcher",
                     trigger=RecordsArrivedTrigger(
-                        pipeline=cfg.name,
-                        topics=list(cfg.topics),
+                        **watching(cfg),
                         min_records=rule.min_records,
                         max_wait_seconds=rule.max_wait_seconds,
                         watch_interval_seconds=rule.watch_interval_seconds,
-                        ledger_conn_id=cfg.ledger_conn_id,
-                        kafka_conn_id=cfg.kafka_conn_id,
                     ),
                 )
             ],

@@ -18,12 +18,24 @@ from typing import Any, TypeVar
 
 from airflow.triggers.base import BaseEventTrigger
 
+from onceflow.config.pipeline import PipelineConfig
 from onceflow.ranges import TopicPartition
 
 T = TypeVar("T")
 
 #: how often an unavailable broker or ledger is logged again while it stays so, in seconds
 PROBLEM_LOG_EVERY = 60.0
+
+
+def watching(cfg: PipelineConfig) -> dict[str, Any]:
+    """The arguments every watcher of pipeline `cfg` takes: its name, topics and the ids of
+    its ledger and Kafka connections (never what they hold)."""
+    return {
+        "pipeline": cfg.name,
+        "topics": list(cfg.topics),
+        "ledger_conn_id": cfg.ledger_conn_id,
+        "kafka_conn_id": cfg.kafka_conn_id,
+    }
 
 
 class Watcher(BaseEventTrigger):

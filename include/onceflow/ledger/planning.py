@@ -8,7 +8,7 @@ is onceflow.ranges.plan_ranges (pure); the log checks are ledger.log_checks.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from onceflow.config.pipeline import PipelineConfig
 from onceflow.formats.registry_client import RegisteredSchema
@@ -19,7 +19,7 @@ from onceflow.ledger.log_checks import Snapshot, ledger_logs, prints_at, verify_
 from onceflow.ledger.reader_schemas import record_reader_schemas
 from onceflow.ledger.retention import refuse_pruned
 from onceflow.ledger.transitions import move
-from onceflow.ranges import RangePlan, plan_ranges
+from onceflow.ranges import LossEvent, OffsetRange, RangePlan, plan_ranges
 from onceflow.sinks.base import Sink
 from onceflow.states import BatchState, Step
 
@@ -127,28 +127,23 @@ def _record_ranges(cur, pipeline: str, txid: str, planned: RangePlan) -> None:
         " as u(topic, partition, from_offset, until_offset)"
         " left join onceflow.offsets o"
         " on o.pipeline = %s and o.topic = u.topic and o.partition = u.partition",
-        (
-            pipeline,
-            txid,
-            [r.topic for r in rs],
-            [r.partition for r in rs],
-            [r.from_offset for r in rs],
-            [r.until_offset for r in rs],
-            pipeline,
-        ),
+        (pipeline, txid, *_columns(rs), pipeline),
     )
     if planned.losses:
-        ls = planned.losses
         cur.execute(
             "insert into onceflow.loss_events (pipeline, txid, topic, partition, from_offset,"
             " until_offset) select %s, %s, u.* from unnest(%s::text[], %s::int[],"
             " %s::bigint[], %s::bigint[]) as u(topic, partition, from_offset, until_offset)",
-            (
-                pipeline,
-                txid,
-                [x.topic for x in ls],
-                [x.partition for x in ls],
-                [x.from_offset for x in ls],
-                [x.until_offset for x in ls],
-            ),
+            (pipeline, txid, *_columns(planned.losses)),
         )
+
+
+def _columns(intervals: Sequence[OffsetRange | LossEvent]) -> tuple[list, list, list, list]:
+    """Topics, partitions, from and until offsets of `intervals`: the arrays one statement
+    unnests into rows."""
+    return (
+        [x.topic for x in intervals],
+        [x.partition for x in intervals],
+        [x.from_offset for x in intervals],
+        [x.until_offset for x in intervals],
+    )
