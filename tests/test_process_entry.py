@@ -79,7 +79,7 @@ class FakeLedger:
             raise self.claim_error
         return Claim(txid, 4, 2, BatchState.PROCESSING, self.ranges)
 
-    def topic_ids(self, kafka, pipeline, topics, access_checked):
+    def topic_ids(self, kafka, pipeline, topics):
         self.calls.append(("topic_ids", kafka, pipeline, topics))
         return {"t": "id"}
 
@@ -126,7 +126,7 @@ def test_an_attempt_carries_its_identity_and_options_down_to_the_stage_job(monke
     assert not inputs.uses_fast_form  # --no-fast-form
     assert ledger.calls[0] == ("claim", "dsn", "orders", "run-1")
     assert [c[0] for c in ledger.calls] == [
-        "claim", "topic_ids", "verify", "topic_ids", "verify", "mark_staged"
+        "claim", "topic_ids", "verify", "mark_staged"
     ]  # fmt: skip
     assert ledger.calls[1] == ("topic_ids", KAFKA, "orders", ("t",))
     mark = ledger.calls[-1]
@@ -167,6 +167,34 @@ def test_a_failed_attempt_ends_as_its_exit_code_and_says_why_in_the_ledger(
         assert errors == [
             ("record_error", "dsn", "orders", "run-1", f"process attempt 2: {recorded}")
         ]
+
+
+@pytest.mark.parametrize("recreated", [False, True])
+def test_a_failed_job_is_explained_by_a_recreated_topic(monkeypatch, recreated):
+    """The ids are checked once the job ran; a job that failed too, so that a topic
+    re-created since plan is named as the cause rather than what its reader met."""
+    from onceflow.errors import LogIdentityError, RangeReadError
+
+    ledger = FakeLedger(monkeypatch)
+    met = RangeReadError("cannot read range t[0] from 0 until 9: offset out of range")
+
+    def stage_attempt(spark, pieces, inputs, timings):
+        raise met
+
+    def verify(dsn, pipeline, txid, ids):
+        ledger.calls.append(("verify", dsn, pipeline, txid))
+        if recreated:
+            raise LogIdentityError(pipeline, "t", 0, 0, "the topic's id is b, not a")
+
+    monkeypatch.setattr(session, "stage_attempt", stage_attempt)
+    monkeypatch.setattr(attempt_mod, "verify_topic_ids", verify)
+    entry.run_attempt(CFG, "run-1", JobOptions(), "dsn", KAFKA, FakeSpark())
+    (error,) = [c[4] for c in ledger.calls if c[0] == "record_error"]
+    assert [c[0] for c in ledger.calls][:3] == ["claim", "topic_ids", "verify"]
+    if recreated:
+        assert "LogIdentityError" in error or "the topic's id is b" in error, error
+    else:
+        assert "offset out of range" in error
 
 
 def test_an_unknown_txid_is_a_usage_error_before_anything_is_staged(monkeypatch):

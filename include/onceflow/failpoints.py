@@ -23,7 +23,7 @@ log = logging.getLogger("onceflow.failpoints")
 
 ENV = "ONCEFLOW_FAILPOINTS_DIR"
 NAMES = (
-    "process.before_stage_job",  # driver: the topics' ids checked, the stage job not started
+    "process.before_stage_job",  # driver: the attempt claimed, the stage job not started
     "process.before_mark_staged",  # driver: output staged, ledger not yet told
     "stage.before_part_commit",  # Spark task: rows copied, PostgreSQL transaction still open
     "stage.after_part_commit",  # Spark task: part committed, task not yet reported success

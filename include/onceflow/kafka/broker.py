@@ -218,17 +218,11 @@ def fetchable_ends(
 
 
 def topic_ids(
-    bootstrap: KafkaCluster | str,
-    pipeline: str,
-    topics: tuple[str, ...],
-    *,
-    access_checked: bool = False,
+    bootstrap: KafkaCluster | str, pipeline: str, topics: tuple[str, ...]
 ) -> dict[str, str | None]:
     """The topics' ids now (None where the broker has none), for process's check that the
-    log it is about to read is the one plan planned (ledger.log_checks.verify_topic_ids). A
-    cluster that refuses this client raises KafkaAccessError at once, as in `snapshot`,
-    unless the caller has just checked that (`access_checked`: the check costs a client of
-    its own, 0.055 s here).
+    log it read is the one plan planned (ledger.log_checks.verify_topic_ids). A cluster
+    that refuses this client raises KafkaAccessError at once, as in `snapshot`.
 
     Asked with librdkafka's DescribeTopics, in the form kafka-python gives them to plan: one
     request, where a kafka-python client costs about 0.1 s in hand-offs with its network
@@ -237,8 +231,7 @@ def topic_ids(
     from confluent_kafka.admin import AdminClient
 
     cluster = cluster_of(bootstrap)
-    if not access_checked:
-        check_access(cluster)
+    check_access(cluster)
     admin = AdminClient(cluster.librdkafka_conf({"client.id": "onceflow-process"}))
     futures = admin.describe_topics(TopicCollection(list(topics)), request_timeout=30)
     ids: dict[str, str | None] = {}

@@ -3,8 +3,10 @@
 Around its stage job, a process task (one attempt of its txid):
 
 - claims a new attempt of the txid (`claim_new_attempt`), which fences every earlier one;
-- checks the topics' ids against plan's before the job and again after it
-  (`stage_and_mark`): only ids unchanged since plan prove that the job read plan's log;
+- checks the topics' ids against plan's once the job ran (`stage_and_mark`): only ids
+  unchanged since plan prove that the job read plan's log (a topic re-created later gets
+  another id; none ever gets an old one back), and a job that failed is checked too, so
+  that a re-created topic is named as the cause;
 - marks the attempt staged with what the job counted (mark_staged refuses rows +
   dead letters that are not the records read, and a fenced attempt);
 - or records why it failed as the txid's last_error (`record_failure`).
@@ -18,6 +20,7 @@ import time
 
 from onceflow import failpoints
 from onceflow.config.pipeline import PipelineConfig
+from onceflow.errors import LogIdentityError
 from onceflow.kafka import broker
 from onceflow.ledger.batches import record_error
 from onceflow.ledger.fencing import Staged, claim_attempt, mark_staged
@@ -74,17 +77,17 @@ def stage_and_mark(
     attempt = inputs.attempt
     failpoints.hit("process.fail", attempt.txid)
     topics = tuple(sorted({r.topic for r in ranges}))
-    t0 = time.monotonic()
-    _verify_topic_ids(inputs, topics, access_checked=False)
-    timings["log_checks"] = time.monotonic() - t0
     failpoints.hit("process.before_stage_job", attempt.txid)
-    job = run_stage_attempt(inputs, source, ranges, timings)
-    # and once read: only ids unchanged since plan prove the job read plan's log (a topic
-    # re-created while it ran passed the check above, and its reader read the new log's
-    # records at the ranges' offsets)
+    try:
+        job = run_stage_attempt(inputs, source, ranges, timings)
+    except Exception as e:
+        _explain_by_topic_ids(inputs, topics, e)
+        raise
+    # once read: only ids unchanged since plan prove the job read plan's log (the reader of
+    # a topic re-created since reads the new log's records at the ranges' offsets)
     t0 = time.monotonic()
-    _verify_topic_ids(inputs, topics, access_checked=True)  # the job just read the cluster
-    timings["log_checks"] += time.monotonic() - t0
+    _verify_topic_ids(inputs, topics)
+    timings["log_checks"] = time.monotonic() - t0
     if inputs.decoder is not None:
         keep_writer_schemas(inputs.dsn, attempt.pipeline, inputs.decoder, job.reads)
     failpoints.hit("process.before_mark_staged", attempt.txid)
@@ -105,13 +108,23 @@ def stage_and_mark(
     return staged
 
 
-def _verify_topic_ids(
-    inputs: StageInputs, topics: tuple[str, ...], *, access_checked: bool
-) -> None:
+def _verify_topic_ids(inputs: StageInputs, topics: tuple[str, ...]) -> None:
     """The topics' ids, as the broker reports them now, are the ones plan recorded."""
     attempt = inputs.attempt
-    ids = broker.topic_ids(inputs.kafka, attempt.pipeline, topics, access_checked=access_checked)
+    ids = broker.topic_ids(inputs.kafka, attempt.pipeline, topics)
     verify_topic_ids(inputs.dsn, attempt.pipeline, attempt.txid, ids)
+
+
+def _explain_by_topic_ids(inputs: StageInputs, topics: tuple[str, ...], e: Exception) -> None:
+    """A failed job's cause when a topic was re-created since plan (its reader met another
+    log: offsets out of range, records missing): LogIdentityError, raised from `e`. Nothing
+    if the ids are plan's, or cannot be asked now (the job's own error stands)."""
+    try:
+        _verify_topic_ids(inputs, topics)
+    except LogIdentityError as changed:
+        raise changed from e
+    except Exception as ask:  # noqa: BLE001
+        log.info("could not check the topics' ids after the failed job: %s", ask)
 
 
 def record_failure(dsn: str, attempt: Attempt, reason: str) -> None:
