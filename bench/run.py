@@ -1047,7 +1047,7 @@ def small_batch_section(sb: dict) -> list[str]:
         row("· build and plan the job", "process_plan_s"),
         row("· job: read, parse, validate, stage", "process_job_s"),
         row("· seal the stage (the attempt table's indexes)", "process_seal_s", 2),
-        row("· the topics' ids, before and after the job", "process_log_checks_s", 2),
+        row("· the topics' ids, once the job ran", "process_log_checks_s", 2),
         row("· part checks, mark staged", "process_mark_staged_s", 2),
         row("· session stop", "process_stop_s"),
         row("· exit: JVM and task process end", "process_exit_s"),
