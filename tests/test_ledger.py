@@ -680,3 +680,35 @@ def test_a_txids_reader_schema_is_recorded_at_plan_replayed_and_refused_when_inc
         get_batch(ledger_dsn, cfg.name, "r3")  # nothing planned
     # a txid with nothing to read asks the registry nothing (a subject may not exist yet)
     plan(ledger_dsn, cfg, "r4", snap({(T, 0): 20}), sink_for(cfg), lambda: 1 / 0)
+
+
+def test_dead_letters_have_a_retention_of_their_own(ledger_dsn, unique_name):
+    """dead_letters_retain_days: a committed batch's dead letters go once they are that old,
+    the batch is marked, and the audit counts its published rows only; the ranges stay."""
+    import time
+
+    from onceflow.audit import run_audit
+    from onceflow.ledger.retention import prune
+
+    cfg = pipeline(unique_name, dead_letters_retain_days=1e-5)  # 0.864 s
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 7}), sink=sink_for(cfg))
+    process(ledger_dsn, cfg, "a", 5, 2)
+    assert commit(ledger_dsn, cfg, "a").dead == 2
+    assert prune(ledger_dsn, cfg).dead_letters_deleted == 0  # not that old yet
+    time.sleep(1.0)
+    report = prune(ledger_dsn, cfg)
+    assert (report.dead_letters_deleted, report.batches_pruned) == (2, 0)
+    with transaction(ledger_dsn) as cur:
+        cur.execute("select count(*) from onceflow.dead_letters where pipeline = %s", (cfg.name,))
+        assert cur.fetchone()[0] == 0
+        cur.execute(
+            "select dead_letters_pruned_at is not null, records_out, records_dead"
+            " from onceflow.batches where pipeline = %s",
+            (cfg.name,),
+        )
+        assert cur.fetchone() == (True, 5, 2)  # the counts stay
+        cur.execute("select count(*) from onceflow.ranges where pipeline = %s", (cfg.name,))
+        assert cur.fetchone()[0] == 1
+    audit = run_audit(ledger_dsn, cfg)
+    assert audit.verdict == "exactly-once", audit.violations
+    assert prune(ledger_dsn, cfg).dead_letters_deleted == 0  # once
