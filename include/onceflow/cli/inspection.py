@@ -32,8 +32,14 @@ def _ranges_text(ranges: list[dict]) -> str:
 
 
 def _topics_text(topics: list[dict]) -> str:
-    """A batch's ranges summed up per topic (views.batches): `--txid` lists each one."""
-    return " ".join(f"{t['topic']}:{t['partitions']}p:{t['offsets']}off" for t in topics)
+    """A batch's ranges summed up per topic (views.batches), as `_ranges_text` writes one
+    range: topic[first..last partition]:lowest from-highest until; `--txid` lists each."""
+    out = []
+    for t in topics:
+        first, last = t["first_partition"], t["last_partition"]
+        parts = str(first) if first == last else f"{first}..{last}"
+        out.append(f"{t['topic']}[{parts}]:{t['from_offset']}-{t['until_offset']}")
+    return " ".join(out)
 
 
 def cmd_ledger(args: argparse.Namespace, settings: Settings) -> int:

@@ -44,7 +44,8 @@ _BATCH = """
              from onceflow.schema_changes c
              where c.pipeline = b.pipeline and c.txid = b.txid), '[]') as schema_changes,
            coalesce((select json_agg(t order by t.topic) from (
-               select r.topic, count(*) as partitions, min(r.from_offset) as from_offset,
+               select r.topic, count(*) as partitions, min(r.partition) as first_partition,
+                      max(r.partition) as last_partition, min(r.from_offset) as from_offset,
                       max(r.until_offset) as until_offset,
                       sum(r.until_offset - r.from_offset) as offsets
                from onceflow.ranges r where r.pipeline = b.pipeline and r.txid = b.txid
