@@ -160,8 +160,10 @@ def _answer(
     return answer, error
 
 
-def partitions(s: Settings, cfg: PipelineConfig) -> dict[str, Any]:
-    ends = broker_ends(s, cfg)
+def partitions(s: Settings, cfg: PipelineConfig, ends: BrokerEnds | None = None) -> dict[str, Any]:
+    """The pipeline's partitions with their lag, and the total; the broker is asked unless
+    its `ends` are given (the overview asks once for every pipeline)."""
+    ends = broker_ends(s, cfg) if ends is None else ends
     rows = views.partitions(ledger_dsn(s, cfg), cfg.name, ends.ends)
     if not ends.available:
         for r in rows:
@@ -206,10 +208,7 @@ def pipeline_overview(
     """A pipeline's row of the overview; with its broker `ends`, its total lag (None when
     they are unavailable)."""
     block = views.commit_block(ledger_dsn(s, cfg), cfg.name)
-    lag = None
-    if ends is not None and ends.available:
-        rows = views.partitions(ledger_dsn(s, cfg), cfg.name, ends.ends)
-        lag = sum(r["lag"] or 0 for r in rows)
+    lag = None if ends is None else partitions(s, cfg, ends)["total_lag"]
     return {
         "lag": lag,
         "broker_error": None if ends is None else ends.error,
