@@ -381,11 +381,17 @@ def test_the_staged_row_hash_covers_every_staged_column_but_key_and_value(spark,
 
 
 @pytest.mark.parametrize("name", ["orders", "inventory", "pageviews", "revenue"])
-def test_output_fields_are_the_staged_frames_own(spark, pipelines, name):
-    """output_fields knows the staged columns' names and types without asking the staged
-    frame (a round trip to a Connect server): they must be its own, in its order, as the
-    sink's tables are bound to them."""
-    from onceflow.process.staged_output import output_fields, staged_columns, staged_output
+def test_the_staged_schema_is_the_staged_frames_own(spark, pipelines, name):
+    """staged_schema knows the staged columns' names and types without asking the staged
+    frame (a round trip to a Connect server), and staged_output gives the frame that schema:
+    they must be what Spark makes of the select, in its order, as the sink's tables are
+    bound to them (output_fields)."""
+    from onceflow.process.staged_output import (
+        output_fields,
+        staged_output,
+        staged_schema,
+        staged_select,
+    )
     from onceflow.transforms import load_module, load_transform
 
     cfg = pipelines[name]
@@ -393,11 +399,12 @@ def test_output_fields_are_the_staged_frames_own(spark, pipelines, name):
     rng = random.Random(7)
     rows = [("t", 0, i, *sample(i, rng), None) for i in range(10)]
     out = load_transform(cfg.transform)(spark.createDataFrame(rows, READER_SCHEMA))
+    analyzed = [(f.name, f.dataType) for f in staged_select(out, cfg).schema.fields]
+    assert [(f.name, f.dataType) for f in staged_schema(out, cfg).fields] == analyzed
     staged = staged_output(out, cfg)
-    asked = [
-        (f.name, f.dataType.simpleString())
-        for f in staged.schema.fields
-        if f.name != "tombstone" and not f.name.startswith("_meta_")
+    assert output_fields(staged) == [
+        (n, t.simpleString())
+        for n, t in analyzed
+        if n != "tombstone" and not n.startswith("_meta_")
     ]
-    assert output_fields(out, cfg) == asked
-    assert staged_columns(out, cfg) == staged.columns
+    assert staged.count() == staged_select(out, cfg).count()  # `to` runs: nothing to cast

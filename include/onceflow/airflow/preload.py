@@ -11,7 +11,9 @@ memory what it would otherwise import itself, each time:
 - Airflow's task runner and DAG bag and Onceflow's DAG factory with its tasks, sinks and
   ledger, which the task process imports when it parses the DAG file: parsing it took
   0.93-0.98 s in a task process forked from a scheduler without them, 0.24 s with them (an
-  idle 2-core machine), in every plan, process and commit task.
+  idle 2-core machine), in every plan, process and commit task;
+- librdkafka's admin client (plan's and process's broker checks) and the Spark Connect
+  process attempt: 0.04 s more of those tasks.
 The DAG file is still parsed in each task process (pipelines.toml is read afresh there); only
 modules are shared. They are the ones of the scheduler's start, so restart it after
 upgrading Onceflow, as for any package it imports. An Onceflow module that fails to import
@@ -24,7 +26,12 @@ from __future__ import annotations
 import importlib
 import sys
 
-PRELOADED = ("pandas", "pyspark.sql.connect.session", "pyspark.sql.functions")
+PRELOADED = (
+    "pandas",
+    "pyspark.sql.connect.session",
+    "pyspark.sql.functions",
+    "confluent_kafka.admin",
+)
 # Airflow's internal modules (their paths may move between versions) and Onceflow's own: one
 # that does not import must not stop the scheduler
 PRELOADED_IF_IMPORTABLE = (
@@ -32,6 +39,7 @@ PRELOADED_IF_IMPORTABLE = (
     "airflow.dag_processing.dagbag",
     "onceflow.airflow.dag_factory",
     "onceflow.airflow.alerts_dag",  # a pipeline with alerts has a second DAG
+    "onceflow.process.connect_session",
     # each kind of sink is imported when a pipeline first builds one (onceflow.hooks.sink)
     "onceflow.sinks.postgres.sink",
     "onceflow.sinks.kafka.sink",

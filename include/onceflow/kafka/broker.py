@@ -20,7 +20,8 @@ from kafka.admin import ConfigResource, NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
 from onceflow.errors import OnceflowError, TopicMissingError
-from onceflow.kafka.client import KafkaCluster, check_access, cluster_of
+from onceflow.kafka.access import ADMIN_CONF, check_access
+from onceflow.kafka.client import KafkaCluster, cluster_of
 from onceflow.kafka.range_digest import RecordPrint, record_hash
 from onceflow.ledger.log_checks import BrokerSnapshot
 
@@ -31,8 +32,15 @@ PRINT_TIMEOUT_S = 30.0
 _NO_TOPIC_ID = "00000000-0000-0000-0000-000000000000"  # what brokers without ids answer
 
 
+# kafka-python refreshes metadata no sooner than the cluster view's retry_backoff_ms after its
+# last refresh, and plan's first question (topic_partitions) asks for one right after the
+# bootstrap's: 0.1 s of every plan at the default 100 ms. kafka-python 3.0 does not hand the
+# consumer's retry_backoff_ms to that view, hence the assignment in _consumer.
+METADATA_RETRY_BACKOFF_MS = 10
+
+
 def _consumer(cluster: KafkaCluster) -> KafkaConsumer:
-    return KafkaConsumer(
+    consumer = KafkaConsumer(
         **cluster.kafka_python(
             group_id=None,
             enable_auto_commit=False,
@@ -41,6 +49,8 @@ def _consumer(cluster: KafkaCluster) -> KafkaConsumer:
             client_id="onceflow-plan",
         )
     )
+    consumer._client.cluster.config["retry_backoff_ms"] = METADATA_RETRY_BACKOFF_MS  # noqa: SLF001
+    return consumer
 
 
 def topic_partitions(
@@ -82,7 +92,7 @@ def snapshot(
     broker may give short; both are kept, so lag can show a difference.
 
     A cluster that refuses this client (TLS, SASL) raises KafkaAccessError at once, one that
-    does not answer KafkaUnreachableError (kafka.client.check_access)."""
+    does not answer KafkaUnreachableError (kafka.access.check_access)."""
     cluster = cluster_of(bootstrap)
     check_access(cluster)
     consumer = _consumer(cluster)
@@ -232,7 +242,7 @@ def topic_ids(
 
     cluster = cluster_of(bootstrap)
     check_access(cluster)
-    admin = AdminClient(cluster.librdkafka_conf({"client.id": "onceflow-process"}))
+    admin = AdminClient(cluster.librdkafka_conf({**ADMIN_CONF, "client.id": "onceflow-process"}))
     futures = admin.describe_topics(TopicCollection(list(topics)), request_timeout=30)
     ids: dict[str, str | None] = {}
     for topic in topics:

@@ -32,7 +32,7 @@ from typing import Any
 
 from kafka.net.sasl.oauth import AbstractTokenProvider
 
-from onceflow.errors import ConfigError, KafkaAccessError, KafkaUnreachableError, OnceflowError
+from onceflow.errors import ConfigError, OnceflowError
 
 ENV_CONFIG = "ONCEFLOW_KAFKA_CONFIG"
 # A cluster's bootstrap servers: host:port[,host:port...]
@@ -222,69 +222,6 @@ def _extensions(text: str | None) -> dict[str, str] | None:
     if any(len(p) != 2 or not p[0].strip() for p in pairs):
         return None
     return {k.strip(): v.strip() for k, v in pairs}
-
-
-#: how long check_access waits for a cluster's metadata before calling it unreachable
-ACCESS_TIMEOUT_S = 10.0
-
-
-def check_access(cluster: KafkaCluster, timeout_s: float = ACCESS_TIMEOUT_S) -> None:
-    """Fail fast, with the cause, when the cluster refuses this client.
-
-    kafka-python only says "Unable to bootstrap" after its whole request timeout when a TLS
-    handshake or a SASL login fails, once per retry; librdkafka names the cause at the first
-    attempt. So plan asks librdkafka for the cluster's metadata first: an authentication or
-    TLS error raises KafkaAccessError at once (not retried), no answer within `timeout_s`
-    raises KafkaUnreachableError (retried). A client key that ssl.key.password does not
-    unlock raises KafkaAccessError too, before any connection."""
-    from confluent_kafka import KafkaError, KafkaException
-    from confluent_kafka.admin import AdminClient
-
-    refused: list[str] = []
-    seen: list[str] = []  # the transport's last complaint, for an unreachable cluster
-
-    def on_error(err: KafkaError) -> None:
-        text = err.str()
-        # a failed handshake, a client certificate the broker demands, a failed login
-        if err.code() in (KafkaError._AUTHENTICATION, KafkaError._SSL) or any(
-            w in text for w in ("SSL handshake failed", "SSL routines", "SASL authentication")
-        ):
-            refused.append(text)
-        elif err.code() != KafkaError._ALL_BROKERS_DOWN:
-            seen[:] = [text]
-
-    try:
-        admin = AdminClient(
-            cluster.librdkafka_conf(
-                {"client.id": "onceflow-access-check", "error_cb": on_error, "log_level": 0}
-            )
-        )
-    except KafkaException as e:
-        # A setting librdkafka cannot use, before any connection: the client key that
-        # ssl.key.password does not unlock ("ssl.key.location failed: ... PEM lib"), a file
-        # that is not PEM. Every client of these settings fails alike; a retry too.
-        raise KafkaAccessError(
-            f"the client settings for the Kafka cluster {cluster.describe()} cannot be used: "
-            f"{e.args[0].str()}"
-            + (" (does ssl.key.password unlock that key?)" if "ssl.key" in str(e) else "")
-        ) from None
-    deadline = monotonic() + timeout_s
-    while not refused:
-        try:
-            admin.list_topics(timeout=min(0.2, max(0.05, deadline - monotonic())))
-            return
-        except Exception as e:  # noqa: BLE001 - a KafkaException: not answered yet
-            admin.poll(0)  # serves error_cb
-            if refused:
-                break
-            if monotonic() >= deadline:
-                raise KafkaUnreachableError(
-                    f"no broker of {cluster.describe()} answered within {timeout_s:g} s "
-                    f"({seen[0] if seen else e})"
-                ) from None
-    raise KafkaAccessError(
-        f"the Kafka cluster {cluster.describe()} refuses this client: {refused[0]}"
-    )
 
 
 # A partition whose leader is moving or was just elected (right after a topic is created,

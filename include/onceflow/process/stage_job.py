@@ -27,7 +27,7 @@ from onceflow.poison import Poison
 from onceflow.process.attempt_spec import Attempt, JobOptions
 from onceflow.process.dead_letters import dead_letter_frame
 from onceflow.process.failures import job_refusals
-from onceflow.process.staged_output import output_fields, staged_columns, staged_output
+from onceflow.process.staged_output import output_fields, staged_output
 from onceflow.ranges import OffsetRange
 from onceflow.reader.frame import ranges_frame
 from onceflow.reader.input_ranges import input_partitions
@@ -145,7 +145,7 @@ def stage_job(
             evolution = Evolution(
                 attempt.pipeline, attempt.txid, attempt.attempt, cfg.schema_evolution
             )
-            bound = inputs.sink.bind_output(cur, output_fields(out, cfg), evolution)
+            bound = inputs.sink.bind_output(cur, output_fields(df), evolution)
             bound.create_stage(cur, this)
         if poison:  # one more Spark partition: the dead letters' part
             dead = dead_letter_frame(spark, poison, df, kafka, **read)
@@ -153,9 +153,7 @@ def stage_job(
         target = StageTarget.for_sink(
             dsn, bound, attempt.pipeline, attempt.txid, attempt.seq, attempt.attempt
         )
-        staging = stage_frame(
-            df, target, first_part=numbers.first_transformed, columns=staged_columns(out, cfg)
-        )
+        staging = stage_frame(df, target, first_part=numbers.first_transformed)
         parts = numbers.count
         if numbers.fast:
             set_fast_stage(job, FastStage(target, fast_form_columns(out)))

@@ -7,8 +7,9 @@ and the row hash (onceflow.staging.checksum.HASH_COLUMN). The sink's tables are 
 this frame's columns (`output_fields`) before anything is staged.
 
 The staged frame's names and types are known here (STAGE_TYPES, the user's columns as the
-transform gives them): asking a Spark Connect frame for them costs a round trip to the
-server's analyzer each (0.04-0.09 s of a small batch).
+transform gives them: `staged_schema`), and the frame carries them (DataFrame.to): asking a
+Spark Connect frame for them costs a round trip to the server's analyzer each (0.04-0.09 s
+of a small batch), and the stage writer's mapInArrow asks for its input's columns.
 """
 
 from __future__ import annotations
@@ -68,7 +69,13 @@ def stage_columns(src: Any, cfg: PipelineConfig) -> Any:
 
 
 def staged_output(out: Any, cfg: PipelineConfig) -> Any:
-    """The transform's output frame `out` as the sink stages it (stage_columns).
+    """The transform's output frame `out` as the sink stages it (stage_columns), its schema
+    given (staged_schema), so that neither the sink's binding nor the stage writer asks."""
+    return staged_select(out, cfg).to(staged_schema(out, cfg))
+
+
+def staged_select(out: Any, cfg: PipelineConfig) -> Any:
+    """The staged frame's columns computed from the transform's output frame `out`.
 
     An aggregating transform's rows carry coordinates only as dead letters; a row that
     breaks its contract (transforms.aggregate_row_violation) fails the Spark task that
@@ -121,23 +128,39 @@ def staged_output(out: Any, cfg: PipelineConfig) -> Any:
 
 
 def staged_names(users: Sequence[str], aggregating: bool) -> list[str]:
-    """The staged frame's columns, in order (staged_output's select, then the row hash)."""
+    """The staged frame's columns, in order (staged_select's select, then the row hash)."""
     names = ["topic", "partition", "offset", *users, "error", "key", "value", "tombstone"]
     return names + ([RECORDS] if aggregating else []) + [HASH_COLUMN]
 
 
-def staged_columns(out: Any, cfg: PipelineConfig) -> list[str]:
-    """The columns of staged_output(out, cfg), from the transform's output `out`."""
-    return staged_names(user_columns(out.columns, cfg.aggregating), cfg.aggregating)
+def staged_schema(out: Any, cfg: PipelineConfig) -> Any:
+    """The schema of staged_select(out, cfg), from the transform's output `out` (whose
+    schema staged_select asks for anyway): the user's columns' own types, STAGE_TYPES for
+    the rest, every column nullable."""
+    from pyspark.sql import types as T
+
+    stage_types = {
+        "string": T.StringType(),
+        "int": T.IntegerType(),
+        "bigint": T.LongType(),
+        "binary": T.BinaryType(),
+        "boolean": T.BooleanType(),
+    }
+    users = {f.name: f.dataType for f in out.schema.fields}
+    users = {name: users[name] for name in user_columns(users, cfg.aggregating)}
+    return T.StructType(
+        [
+            T.StructField(name, users[name] if name in users else stage_types[STAGE_TYPES[name]])
+            for name in staged_names(tuple(users), cfg.aggregating)
+        ]
+    )
 
 
-def output_fields(out: Any, cfg: PipelineConfig) -> list[tuple[str, str]]:
-    """(name, Spark type) of the columns of staged_output(out, cfg), for Sink.bind_output,
-    from the transform's output `out` (whose schema staged_output has asked for already):
-    what the stage adds itself (tombstone, the meta columns) left out."""
-    types = {f.name: f.dataType.simpleString() for f in out.schema.fields}
+def output_fields(staged: Any) -> list[tuple[str, str]]:
+    """(name, Spark type) of the columns of the staged frame (staged_output), for
+    Sink.bind_output: what the stage adds itself (tombstone, the meta columns) left out."""
     return [
-        (name, STAGE_TYPES.get(name) or types[name])
-        for name in staged_columns(out, cfg)
-        if name != "tombstone" and not name.startswith("_meta_")
+        (f.name, f.dataType.simpleString())
+        for f in staged.schema.fields
+        if f.name != "tombstone" and not f.name.startswith("_meta_")
     ]

@@ -155,6 +155,10 @@ def pieces_frame(spark: Any, fn: RangeReadFn) -> Any:
         raise ValueError(
             "a frame of input ranges needs at least one piece (an empty batch reads nothing)"
         )
+    from pyspark.sql.types import LongType, StructField, StructType
+
     n = len(fn.partitions)
-    ids = spark.range(0, n, 1, n)  # partition j holds the single id j
+    # partition j holds the single id j; its schema given (DataFrame.to), since mapInArrow
+    # asks for its input's columns: on Spark Connect a round trip to the server's analyzer
+    ids = spark.range(0, n, 1, n).to(StructType([StructField("id", LongType(), False)]))
     return ids.mapInArrow(fn, SCHEMA if fn.decoder is None else fn.decoder.spark_schema)

@@ -9,7 +9,7 @@ for its own parts (onceflow.staging.fast_stage).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from onceflow.spark.arrow_columns import fixed_array
@@ -68,14 +68,12 @@ class StagePartFn:
         )
 
 
-def stage_frame(
-    df: Any, target: StageTarget, first_part: int = 0, columns: Sequence[str] | None = None
-) -> Any:
+def stage_frame(df: Any, target: StageTarget, first_part: int = 0) -> Any:
     """A DataFrame that, when collected, stages each Spark partition k of `df` as part
     first_part + k (under the part fence) and gives one row (part, rows, skipped) per
-    partition. `columns`: df's, when the caller knows them (asking a Spark Connect frame
-    costs a round trip to the server's analyzer)."""
-    unknown = target.unknown_columns(df.columns if columns is None else columns)
+    partition. Its mapInArrow asks for df's columns: a Spark Connect frame whose schema is
+    not given (DataFrame.to, as staged_output's) asks the server's analyzer for them."""
+    unknown = target.unknown_columns(df.columns)
     if unknown:
         raise ValueError(
             f"stage of pipeline {target.pipeline!r}: column(s) {unknown} are not columns of "
