@@ -878,9 +878,9 @@ def acceptance(r: dict) -> dict:
             12.0,
             "<=",
         ),
-        "small batch (connect): trigger -> committed <= 4 s": (
+        "small batch (connect): trigger -> committed <= 2 s": (
             r.get("small_batch_run_connect_s"),
-            4.0,
+            2.0,
             "<=",
         ),
     }
