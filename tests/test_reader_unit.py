@@ -9,6 +9,7 @@ import sys
 
 import pytest
 from onceflow.errors import RangeReadError
+from onceflow.kafka.range_digest import RangeRead
 from onceflow.ranges import OffsetRange
 from onceflow.reader import librdkafka_fetch
 from onceflow.reader.data_source import RangesOptions, RangesReader
@@ -372,3 +373,96 @@ def test_batches_are_bounded(monkeypatch):
         read_range(R("t", 0, 0, 20), "x:1", consumer_factory=FakeConsumer(script[:2] + [[eof(20)]]))
     )
     assert [b.num_rows for b in batches] == [10, 10]
+
+
+# --- ranges read together: one consumer, each range by its own rules ---------------------
+
+
+class PartitionMessage(FakeMessage):
+    def __init__(self, partition: int, offset: int, **kw) -> None:
+        super().__init__(offset, **kw)
+        self._partition = partition
+
+    def topic(self) -> str:
+        return "t"
+
+    def partition(self) -> int:
+        return self._partition
+
+    def headers(self):
+        return None
+
+
+class SharedConsumer(FakeConsumer):
+    def __init__(self, script) -> None:
+        super().__init__(script)
+        self.paused: list[tuple[str, int]] = []
+
+    def pause(self, tps) -> None:
+        self.paused += [(tp.topic, tp.partition) for tp in tps]
+
+
+def at(partition: int, *offsets: int) -> list[PartitionMessage]:
+    return [PartitionMessage(partition, o) for o in offsets]
+
+
+def end_at(partition: int, offset: int) -> PartitionMessage:
+    from confluent_kafka import KafkaError
+
+    return PartitionMessage(
+        partition, offset, value=None, error=FakeError(KafkaError._PARTITION_EOF)
+    )
+
+
+def together(ranges, script, **kw):
+    consumer = SharedConsumer(script)
+    seen = [RangeRead(r.topic, r.partition) for r in ranges]
+    batches = librdkafka_fetch.read_together(
+        ranges, "x:1", kw.pop("timeout_s", 30), 20_000, {}, seen, consumer_factory=consumer
+    )
+    offsets = [[o for b in bs for o in b.column("offset").to_pylist()] for bs in batches]
+    return offsets, seen, consumer
+
+
+def test_ranges_read_together_each_end_by_their_own_rules():
+    ranges = [R("t", 0, 0, 3), R("t", 1, 5, 8), R("t", 2, 0, 4)]
+    script = [
+        at(1, 4, 5) + at(0, 0, 1),  # the head of a compressed batch before from (4)
+        at(2, 0, 1) + [end_at(2, 2)] + at(0, 2, 3, 4),  # read past until (3, 4): cut
+        at(1, 6, 7, 8) + at(2, 2, 3),  # 2's end below its until, then its records
+    ]
+    offsets, seen, c = together(ranges, script)
+    assert offsets == [[0, 1, 2], [5, 6, 7], [0, 1, 2, 3]]
+    assert c.assigned == [("t", 0, 0), ("t", 1, 5), ("t", 2, 0)] and c.closed
+    assert sorted(c.paused) == [("t", 0), ("t", 1), ("t", 2)]  # nothing fetched past a range
+    assert [s.records for s in seen] == [3, 3, 4]
+
+
+def test_a_range_read_together_that_ends_with_control_records_completes_at_its_end():
+    offsets, _, _ = together(
+        [R("t", 0, 0, 5), R("t", 1, 0, 2)], [at(0, 0, 1, 2) + [end_at(0, 5)] + at(1, 0, 1)]
+    )
+    assert offsets == [[0, 1, 2], [0, 1]]
+
+
+def test_a_range_read_together_fails_alone_naming_itself(monkeypatch):
+    monkeypatch.setattr(librdkafka_fetch, "EOF_GRACE_S", 0.2)
+    with pytest.raises(RangeReadError) as e:
+        together(
+            [R("t", 0, 0, 2), R("t", 1, 0, 10)], [at(0, 0, 1) + at(1, 0, 1, 2) + [end_at(1, 3)]]
+        )
+    assert "t[1] from 0 until 10" in str(e.value) and "partition end" in str(e.value)
+    assert "last offset reached 2" in str(e.value)
+
+
+def test_a_broker_error_of_one_partition_fails_its_range():
+    from confluent_kafka import KafkaError
+
+    gone = PartitionMessage(1, 0, value=None, error=FakeError(KafkaError.OFFSET_OUT_OF_RANGE))
+    with pytest.raises(RangeReadError, match=r"t\[1\] from 0 until 4: broker error"):
+        together([R("t", 0, 0, 2), R("t", 1, 0, 4)], [at(0, 0), [gone]])
+
+
+def test_ranges_read_together_must_be_of_distinct_partitions():
+    with pytest.raises(ValueError, match="partition of its own"):
+        together([R("t", 0, 0, 2), R("t", 0, 2, 4)], [])

@@ -170,3 +170,72 @@ def test_the_audit_recount_names_txids_whose_records_retention_deleted(bootstrap
     recount = count_records(bootstrap, ranges)
     assert recount.gone == {"a", "b"}
     assert dict(recount.counts) == {"c": 4}
+
+
+def test_the_pieces_of_one_input_partition_are_read_together_as_each_alone(bootstrap):
+    """A packed input partition's pieces go to one consumer at once (read_together): each
+    hands on, and counts as read, exactly what its read alone gives, on a partition with
+    aborted transactions and control records, one read past its until, one of plain
+    records."""
+    import time
+
+    from confluent_kafka import Producer
+    from onceflow.kafka.range_digest import RangeRead
+    from onceflow.reader import frame
+    from onceflow.reader.range_fetch import read_range
+
+    topic = f"onceflow-real-{uuid.uuid4().hex[:8]}"
+    broker.create_topic(bootstrap, topic, 3)
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"t-{topic}"})
+    p.init_transactions()
+    for commit, n in ((True, 3), (False, 4), (True, 2)):
+        p.begin_transaction()
+        for i in range(n):
+            p.produce(topic, value=b"%d" % i, partition=1)
+        p.flush(30)
+        p.commit_transaction() if commit else p.abort_transaction()
+    _produce(bootstrap, topic, 5, partition=0)
+    _produce(bootstrap, topic, 6, partition=2)
+    deadline = time.monotonic() + 30  # the commit markers reach partition 1 in a moment
+    while (ends := broker.snapshot(bootstrap, "real", (topic,)).ends)[(topic, 1)] < 12:
+        assert time.monotonic() < deadline, ends
+        time.sleep(0.1)
+    pieces = [
+        OffsetRange(topic, 0, 0, ends[(topic, 0)]),
+        OffsetRange(topic, 1, 0, ends[(topic, 1)]),  # ends with a commit marker
+        OffsetRange(topic, 2, 1, 4),  # records past its until are there: never handed on
+    ]
+    alone = []
+    for piece in pieces:
+        seen = RangeRead(*piece.tp)
+        offsets = [
+            o for b in read_range(piece, bootstrap, seen=seen) for o in b["offset"].to_pylist()
+        ]
+        alone.append((offsets, seen.to_json()))
+
+    class Tally:
+        reads: dict = {}
+
+        def record(self, k, read):
+            self.reads[k] = read
+
+    calls = []
+    read_together = frame.read_together
+
+    def counted_calls(ranges, *args):
+        calls.append(len(ranges))
+        return read_together(ranges, *args)
+
+    fn = frame.RangeReadFn(pieces, bootstrap, partitions=[range(0, 3)], tally=Tally())
+    try:
+        frame.read_together = counted_calls
+        batches = list(fn.partition_records(0))
+    finally:
+        frame.read_together = read_together
+    assert calls == [3]  # one consumer for the three
+    handed = [o for b in batches for o in b["offset"].to_pylist()]
+    assert handed == [o for offsets, _ in alone for o in offsets]  # piece after piece
+    assert alone[1][0] == [0, 1, 2, 9, 10] and alone[2][0] == [1, 2, 3]
+    assert [fn.tally.reads[k].seen.to_json() for k in range(3)] == [s for _, s in alone]
+    assert [fn.tally.reads[k].records for k in range(3)] == [5, 5, 3]
+    broker.delete_topic(bootstrap, topic)

@@ -2,11 +2,12 @@
 partition (onceflow.reader.input_ranges: consecutive pieces).
 
 Process reads with a plain mapInArrow over spark.range rather than through the
-`onceflow_ranges` data source (onceflow.reader.data_source): the same reading code
-(read_range), but no Python worker has to be started on the driver to look up, create and
-plan a data source (measured: up to seven interpreter start-ups and several seconds per
-batch). Spark partition j holds the single id j, so its output is the records of input
-partition j's pieces, in order.
+`onceflow_ranges` data source (onceflow.reader.data_source): the same reading rules, but no
+Python worker has to be started on the driver to look up, create and plan a data source
+(measured: up to seven interpreter start-ups and several seconds per batch). Spark partition
+j holds the single id j, so its output is the records of input partition j's pieces, in
+order. The pieces of an input partition of several (small ones, packed) are read at once by
+one consumer (librdkafka_fetch.read_together); the data source reads them one by one.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from onceflow.kafka.client import KafkaCluster
 from onceflow.kafka.options import check_client_options
 from onceflow.kafka.range_digest import RangeRead
 from onceflow.ranges import OffsetRange
+from onceflow.reader.librdkafka_fetch import read_together
 from onceflow.reader.range_end import DEFAULT_TIMEOUT_S
 from onceflow.reader.range_fetch import read_range
 from onceflow.reader.read_counts import RangeTally, counted
@@ -81,23 +83,51 @@ class RangeReadFn:
 
     def partition_records(self, j: int) -> Iterator[Any]:
         """The Arrow batches of input partition j: its pieces', piece after piece."""
-        for k in self.partitions[j]:
-            yield from self.records(k)
+        ks = list(self.partitions[j])
+        together = self.read_together(ks)
+        for k in ks:
+            yield from self.records(k, None if together is None else together[k])
 
-    def records(self, k: int) -> Iterator[Any]:
-        """The Arrow batches of piece k (recorded in `tally` once read to the end, if there
-        is one)."""
-        piece = self.pieces[k]
-        seen = None if self.tally is None else RangeRead(piece.topic, piece.partition)
-        batches = read_range(
-            piece,
+    def read_together(self, ks: list[int]) -> dict[int, tuple[RangeRead | None, list]] | None:
+        """Pieces `ks` (one input partition's) read by one consumer at once
+        (librdkafka_fetch.read_together): per piece what its read saw and its batches; None
+        when they are read one after the other (a single piece, the kafka-python client,
+        two pieces of one partition)."""
+        pieces = [self.pieces[k] for k in ks]
+        if len(ks) < 2 or self.client != "confluent" or len({p.tp for p in pieces}) < len(pieces):
+            return None
+        seen = {k: None if self.tally is None else RangeRead(*self.pieces[k].tp) for k in ks}
+        read = [k for k in ks if self.pieces[k].size]  # an empty piece opens no read
+        batches = read_together(
+            [self.pieces[k] for k in read],
             self.bootstrap,
-            client=self.client,
-            timeout_s=self.timeout_s,
-            batch_records=self.batch_records,
-            client_conf=self.client_conf,
-            seen=seen,
+            self.timeout_s,
+            self.batch_records,
+            self.client_conf,
+            [seen[k] for k in read],
         )
+        got = dict(zip(read, batches, strict=True))
+        return {k: (seen[k], got.get(k, [])) for k in ks}
+
+    def records(
+        self, k: int, read: tuple[RangeRead | None, list[Any]] | None = None
+    ) -> Iterator[Any]:
+        """The Arrow batches of piece k (recorded in `tally` once read to the end, if there
+        is one); `read`: what read_together saw of it and its batches, if it was read so."""
+        piece = self.pieces[k]
+        if read is None:
+            seen = None if self.tally is None else RangeRead(piece.topic, piece.partition)
+            batches = read_range(
+                piece,
+                self.bootstrap,
+                client=self.client,
+                timeout_s=self.timeout_s,
+                batch_records=self.batch_records,
+                client_conf=self.client_conf,
+                seen=seen,
+            )
+        else:
+            seen, batches = read[0], iter(read[1])
         skipped = [
             o for o in self.skip.get(piece.tp, ()) if piece.from_offset <= o < piece.until_offset
         ]
