@@ -98,21 +98,9 @@ def test_added_partition_joins_and_a_topic_recreated_with_fewer_partitions_is_a_
 
 
 def test_aborted_transactions_make_ranges_sparse_and_the_read_stops_at_until(bootstrap, topic):
-    from confluent_kafka import Producer
     from onceflow.reader.range_fetch import read_range
 
-    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"t-{topic}"})
-    p.init_transactions()
-    for commit, n in ((True, 3), (False, 4), (True, 2)):
-        p.begin_transaction()
-        for i in range(n):
-            p.produce(topic, value=b"%d" % i, partition=0)
-        # librdkafka's abort purges records not yet sent: flush so they reach the log
-        p.flush(30)
-        p.commit_transaction() if commit else p.abort_transaction()
-    expected_end = 3 + 1 + 4 + 1 + 2 + 1  # records plus one control record per transaction
-    end = _settled_end(bootstrap, topic, expected_end)
-    assert end == expected_end
+    end = _three_transactions(bootstrap, topic, 0)
     rows = [
         o
         for b in read_range(OffsetRange(topic, 0, 0, end), bootstrap)
@@ -122,7 +110,30 @@ def test_aborted_transactions_make_ranges_sparse_and_the_read_stops_at_until(boo
     assert rows == [0, 1, 2, 9, 10]
 
 
-def _settled_end(bootstrap: str, topic: str, expected: int, timeout: float = 30.0) -> int:
+def _three_transactions(bootstrap: str, topic: str, partition: int) -> int:
+    """Three transactions into the partition: 3 records committed (offsets 0-2, marker 3),
+    4 aborted (4-7, marker 8), 2 committed (9-10, marker 11); the partition's end (12),
+    asserted."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"t-{topic}"})
+    p.init_transactions()
+    for commit, n in ((True, 3), (False, 4), (True, 2)):
+        p.begin_transaction()
+        for i in range(n):
+            p.produce(topic, value=b"%d" % i, partition=partition)
+        # librdkafka's abort purges records not yet sent: flush so they reach the log
+        p.flush(30)
+        p.commit_transaction() if commit else p.abort_transaction()
+    expected_end = 3 + 1 + 4 + 1 + 2 + 1  # records plus one control record per transaction
+    end = _settled_end(bootstrap, topic, expected_end, partition)
+    assert end == expected_end
+    return end
+
+
+def _settled_end(
+    bootstrap: str, topic: str, expected: int, partition: int = 0, timeout: float = 30.0
+) -> int:
     """The read_committed end offset once the last commit marker is written.
 
     commit_transaction() returns before the markers reach the partitions: the last stable
@@ -132,7 +143,7 @@ def _settled_end(bootstrap: str, topic: str, expected: int, timeout: float = 30.
 
     deadline = time.monotonic() + timeout
     while True:
-        end = broker.snapshot(bootstrap, "real", (topic,)).ends[(topic, 0)]
+        end = broker.snapshot(bootstrap, "real", (topic,)).ends[(topic, partition)]
         if end >= expected or time.monotonic() > deadline:
             return end
         time.sleep(0.1)
@@ -177,29 +188,16 @@ def test_the_pieces_of_one_input_partition_are_read_together_as_each_alone(boots
     hands on, and counts as read, exactly what its read alone gives, on a partition with
     aborted transactions and control records, one read past its until, one of plain
     records."""
-    import time
-
-    from confluent_kafka import Producer
     from onceflow.kafka.range_digest import RangeRead
     from onceflow.reader import frame
     from onceflow.reader.range_fetch import read_range
 
     topic = f"onceflow-real-{uuid.uuid4().hex[:8]}"
     broker.create_topic(bootstrap, topic, 3)
-    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"t-{topic}"})
-    p.init_transactions()
-    for commit, n in ((True, 3), (False, 4), (True, 2)):
-        p.begin_transaction()
-        for i in range(n):
-            p.produce(topic, value=b"%d" % i, partition=1)
-        p.flush(30)
-        p.commit_transaction() if commit else p.abort_transaction()
+    _three_transactions(bootstrap, topic, 1)
     _produce(bootstrap, topic, 5, partition=0)
     _produce(bootstrap, topic, 6, partition=2)
-    deadline = time.monotonic() + 30  # the commit markers reach partition 1 in a moment
-    while (ends := broker.snapshot(bootstrap, "real", (topic,)).ends)[(topic, 1)] < 12:
-        assert time.monotonic() < deadline, ends
-        time.sleep(0.1)
+    ends = broker.snapshot(bootstrap, "real", (topic,)).ends
     pieces = [
         OffsetRange(topic, 0, 0, ends[(topic, 0)]),
         OffsetRange(topic, 1, 0, ends[(topic, 1)]),  # ends with a commit marker
