@@ -72,7 +72,7 @@ def history(dsn: str, pipeline: str, n: int = 100) -> list[dict[str, Any]]:
     """The newest `n` committed batches, oldest first, as the Ledger view charts them: seq,
     records read, the seconds since the previous commit (None for the pipeline's first),
     each phase's seconds and the lag the batch was planned at."""
-    rows = _select(
+    return _select(
         dsn,
         """
         select * from (
@@ -86,7 +86,6 @@ def history(dsn: str, pipeline: str, n: int = 100) -> list[dict[str, Any]]:
         """,
         (pipeline, BatchState.COMMITTED, n),
     )
-    return rows
 
 
 def seqs(dsn: str, pipeline: str, wanted: Sequence[int]) -> dict[int, dict[str, Any]]:

@@ -96,7 +96,7 @@ class RangeReadFn:
         pieces = [self.pieces[k] for k in ks]
         if len(ks) < 2 or self.client != "confluent" or len({p.tp for p in pieces}) < len(pieces):
             return None
-        seen = {k: None if self.tally is None else RangeRead(*self.pieces[k].tp) for k in ks}
+        seen = {k: self._seen(self.pieces[k]) for k in ks}
         read = [k for k in ks if self.pieces[k].size]  # an empty piece opens no read
         batches = read_together(
             [self.pieces[k] for k in read],
@@ -109,6 +109,10 @@ class RangeReadFn:
         got = dict(zip(read, batches, strict=True))
         return {k: (seen[k], got.get(k, [])) for k in ks}
 
+    def _seen(self, piece: OffsetRange) -> RangeRead | None:
+        """What the read of `piece` is to see, for the tally (none without one)."""
+        return None if self.tally is None else RangeRead(piece.topic, piece.partition)
+
     def records(
         self, k: int, read: tuple[RangeRead | None, list[Any]] | None = None
     ) -> Iterator[Any]:
@@ -116,7 +120,7 @@ class RangeReadFn:
         is one); `read`: what read_together saw of it and its batches, if it was read so."""
         piece = self.pieces[k]
         if read is None:
-            seen = None if self.tally is None else RangeRead(piece.topic, piece.partition)
+            seen = self._seen(piece)
             batches = read_range(
                 piece,
                 self.bootstrap,
