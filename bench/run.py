@@ -80,7 +80,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +102,8 @@ from onceflow.hooks.sink import sink_for  # noqa: E402
 from onceflow.spark import jvm_archive  # noqa: E402
 from onceflow.spark_app import PROCESS_APPLICATION  # noqa: E402
 from procmon import run_watched  # noqa: E402
+
+UTC = timezone.utc
 
 BENCH = ROOT / "bench"
 STACK_ENV = {

@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import json
 import random
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+
+UTC = timezone.utc
 
 _STRING, _INTEGER = ("a string", ("STRING",)), ("an integer", ("BIGINT",))
 _NUMBER = ("a number", ("BIGINT", "DECIMAL", "DOUBLE"))

@@ -91,10 +91,12 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import numpy as np
+
+UTC = timezone.utc
 
 MAX_VALUE_BYTES = 1 << 20
 DEAD_VALUE_BYTES = 64 << 10

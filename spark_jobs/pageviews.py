@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import json
 import random
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+
+UTC = timezone.utc
 
 _STRING, _INTEGER = ("a string", ("STRING",)), ("an integer", ("BIGINT",))
 #: the value's fields, what each must be and its VARIANT types (schema_of_variant prefixes;

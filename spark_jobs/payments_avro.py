@@ -46,7 +46,7 @@ VALUE_SCHEMA = {
     ],
 }
 RAW_RATE = 1 / 500
-EPOCH = dt.datetime(2026, 11, 21, tzinfo=dt.UTC)
+EPOCH = dt.datetime(2026, 11, 21, tzinfo=dt.timezone.utc)
 
 
 def transform(df: Any) -> Any:

@@ -46,7 +46,7 @@ V2 = {
     **V1,
     "fields": [*V1["fields"], {"name": "coupon", "type": ["null", "string"], "default": None}],
 }
-PAID = dt.datetime(2026, 11, 29, 8, 30, 1, 250000, tzinfo=dt.UTC)
+PAID = dt.datetime(2026, 11, 29, 8, 30, 1, 250000, tzinfo=dt.timezone.utc)
 
 
 def payment(i: int) -> dict:
@@ -122,7 +122,9 @@ def test_records_decode_into_typed_columns_with_the_reader_schema(registry):
     assert out[0]["raw"] == b"\x01\x00" and out[0]["tags"] == '["a","t1"]'
     # a v1 record read with v2: the added field's default
     assert [r["coupon"] for r in out] == [None, "C2", None]
-    assert out[0]["kafka_timestamp"] == dt.datetime(2023, 11, 14, 22, 13, 20, tzinfo=dt.UTC)
+    assert out[0]["kafka_timestamp"] == dt.datetime(
+        2023, 11, 14, 22, 13, 20, tzinfo=dt.timezone.utc
+    )
     assert out[2]["value"] == values[2]  # the bytes stay, for a dead letter
 
 

@@ -31,7 +31,7 @@ V2 = {
     **V1,
     "fields": [*V1["fields"], {"name": "coupon", "type": ["null", "string"], "default": None}],
 }
-T0 = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
+T0 = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
 
 
 def payment(i: int, v2: bool) -> dict:

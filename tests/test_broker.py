@@ -145,7 +145,7 @@ def test_a_pipeline_starting_at_a_time_plans_from_each_partitions_first_record_a
 
     topic = f"times_{unique_name}"
     broker.create_topic(bootstrap, topic, 2)
-    t0 = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
+    t0 = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
     p = Producer({"bootstrap.servers": bootstrap})
     for i in range(10):
         ms = int((t0 + dt.timedelta(seconds=i)).timestamp() * 1000)

@@ -5,16 +5,18 @@ truth of the output topic and its commit log (onceflow_dev.chaos.truth.topic.top
 
 from __future__ import annotations
 
-import tomllib
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from decimal import Decimal
 
 import pytest
+from onceflow.compat.python import tomllib
 from onceflow_dev.chaos import config, sink_snapshot
 from onceflow_dev.chaos.faults import schedule
 from onceflow_dev.chaos.harness import Harness
 from onceflow_dev.chaos.truth.records import CommittedRange
 from onceflow_dev.chaos.truth.topic import TopicMarker, TopicRecord, topic_truth
+
+UTC = timezone.utc
 
 pytestmark = pytest.mark.unit
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import functools
 import json
-import tomllib
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from onceflow.compat.python import tomllib
 from onceflow_dev.chaos import config, processes, producer, task_logs, verdict
 from onceflow_dev.chaos.faults import schedule
 from onceflow_dev.chaos.faults.schedule import fault_schedule
@@ -23,6 +23,8 @@ from onceflow_dev.chaos.truth.compare import agrees, derived_fields, fields_row
 from onceflow_dev.chaos.truth.merge import Partial, merge_projection, merge_truth
 from onceflow_dev.chaos.truth.records import Acked, CommittedRange, SinkRecord
 from onceflow_dev.chaos.truth.upsert import CurrentRow, upsert_truth
+
+UTC = timezone.utc
 
 pytestmark = pytest.mark.unit
 

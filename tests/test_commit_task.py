@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from airflow.sdk.exceptions import TaskDeferred
+from onceflow.airflow.exceptions import TaskDeferred
 from onceflow.airflow.tasks import CommitOperator
 from onceflow.airflow.triggers import CommitReadyTrigger
 from onceflow.commit import commit

@@ -12,11 +12,12 @@ import re
 import shutil
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
 import yaml
+from onceflow.compat.python import tomllib
+from packaging.specifiers import SpecifierSet
 
 pytestmark = pytest.mark.unit
 
@@ -146,14 +147,10 @@ def _is_official(image: str) -> bool:
     return _image_name(image) in OFFICIAL_IMAGES
 
 
-def _pyproject_pins() -> dict[str, str]:
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    pins = {}
-    for dep in project["dependencies"]:
-        name, sep, version = dep.partition("==")
-        if sep:
-            pins[name.strip().lower()] = version.strip()
-    return pins
+def _locked_pins() -> dict[str, str]:
+    """requirements.lock's pins: the images install the tested environment, while
+    pyproject declares ranges."""
+    return _requirements(ROOT / "requirements.lock")
 
 
 def _requirements(path: Path) -> dict[str, str]:
@@ -506,7 +503,7 @@ def test_python_versions_match_between_driver_and_executors(services):
     airflow_from = _dockerfile_from_images(_build_dockerfile(services["airflow-scheduler"])[1])[-1]
     py = re.search(r"python(3\.\d+)", airflow_from).group(1)
     requires = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
-    assert f">={py}" in requires.replace(" ", "")
+    assert SpecifierSet(requires).contains(f"{py}.0"), (py, requires)
     spark_dockerfile = _build_dockerfile(services["spark-worker"])[1].read_text()
     assert f"python{py} -m venv /opt/onceflow/venv" in spark_dockerfile
     airflow_dockerfile = _build_dockerfile(services["airflow-scheduler"])[1].read_text()
@@ -516,14 +513,14 @@ def test_python_versions_match_between_driver_and_executors(services):
     assert "openjdk-17-jre-headless" in airflow_dockerfile, "spark-submit needs Java 17"
 
 
-def test_image_pins_match_pyproject(services):
-    """The Airflow image takes its pins from the wheel; the executors' Python (installed with
-    --no-deps) pins what the reader imports, as pyproject does."""
-    pins = _pyproject_pins()
+def test_image_pins_match_the_lock(services):
+    """The images install the environment CI tests: the Airflow image's release and the
+    executors' Python (installed with --no-deps) pin what requirements.lock pins."""
+    pins = _locked_pins()
     spark_reqs = _requirements(ROOT / "docker" / "spark-requirements.txt")
     for name, version in spark_reqs.items():
         assert version == pins.get(name), (
-            f"docker/spark-requirements.txt: {name}=={version}, pyproject {pins.get(name)}"
+            f"docker/spark-requirements.txt: {name}=={version}, requirements.lock {pins.get(name)}"
         )
     for needed in ("confluent-kafka", "kafka-python", "pyarrow", "psycopg2-binary", "lz4"):
         assert needed in spark_reqs, f"Spark image lacks {needed}"

@@ -496,7 +496,7 @@ def test_a_starting_position_may_be_a_time_with_its_zone():
 
     at = parse_pipeline("p", {**BASE, "starting_position": "2026-11-29T08:00:00Z"})
     assert at.starting_time_ms == int(
-        dt.datetime(2026, 11, 29, 8, tzinfo=dt.UTC).timestamp() * 1000
+        dt.datetime(2026, 11, 29, 8, tzinfo=dt.timezone.utc).timestamp() * 1000
     )
     unquoted = parse_pipeline(  # TOML's own date-time
         "p",

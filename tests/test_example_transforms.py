@@ -18,7 +18,7 @@ import pytest
 pytestmark = pytest.mark.integration  # needs a JVM (local Spark), no other service
 
 ROOT = Path(__file__).resolve().parents[1]
-UTC = dt.UTC
+UTC = dt.timezone.utc
 READER_SCHEMA = (
     "topic string, partition int, offset bigint, key binary, value binary, timestamp timestamp"
 )

@@ -52,7 +52,7 @@ def pki(tmp_path_factory) -> dict[str, str]:
     from cryptography.x509.oid import NameOID
 
     folder = tmp_path_factory.mktemp("pki")
-    now = datetime.datetime.now(datetime.UTC)
+    now = datetime.datetime.now(datetime.timezone.utc)
 
     def name(common_name: str) -> x509.Name:
         return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])

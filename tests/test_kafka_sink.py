@@ -319,7 +319,7 @@ def test_a_rerun_of_a_committed_txid_is_refused_as_append_only(ledger_dsn, cfg, 
 def test_plan_refuses_the_rerun_before_anything_is_processed(
     ledger_dsn, cfg, real_kafka, write_pipelines
 ):
-    from airflow.sdk.exceptions import AirflowFailException
+    from onceflow.airflow.exceptions import AirflowFailException
     from onceflow.airflow.plan_tasks import plan_task
 
     write_pipelines(cfg, kind="kafka", topic=cfg.sink.topic, bootstrap=cfg.sink.bootstrap)

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.unit
 orders = load_module("orders:transform")  # spark_jobs/orders.py
 fast_form = orders.fast_form
 
-UTC = dt.UTC
+UTC = dt.timezone.utc
 GOOD = {
     "order_id": "o-1",
     "customer_id": "c-1",

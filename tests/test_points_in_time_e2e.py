@@ -25,7 +25,7 @@ T0_MS = (int(time.time()) - 3600) * 1000
 
 def at(i: int) -> str:
     """The time of record i, as the command line takes it."""
-    return dt.datetime.fromtimestamp((T0_MS + i * 1000) / 1000, dt.UTC).isoformat()
+    return dt.datetime.fromtimestamp((T0_MS + i * 1000) / 1000, dt.timezone.utc).isoformat()
 
 
 def produce_timed(bootstrap: str, topic: str, first: int, n: int) -> None:

@@ -665,7 +665,7 @@ def test_staged_timestamps_are_utc_whatever_the_servers_time_zone(env, first_run
         "select seq, attempt from onceflow.batches where pipeline = %s and txid = 'run-1'",
         PIPELINE,
     )[0]
-    instant = dt.datetime(2024, 1, 15, 23, 30, 0, 250000, tzinfo=dt.UTC)
+    instant = dt.datetime(2024, 1, 15, 23, 30, 0, 250000, tzinfo=dt.timezone.utc)
     batch = pa.RecordBatch.from_pydict(
         {
             "topic": [TOPIC],

@@ -72,9 +72,9 @@ def test_messages_decode_into_typed_columns_with_the_reader_schema(registry):
         7,
         "LATE",
     )
-    assert first["paid_at"] == dt.datetime.fromtimestamp(1_700_000_001, dt.UTC) + dt.timedelta(
-        microseconds=1
-    )
+    assert first["paid_at"] == dt.datetime.fromtimestamp(
+        1_700_000_001, dt.timezone.utc
+    ) + dt.timedelta(microseconds=1)
     assert first["tags"] == '["t1"]' and first["coupon"] == "C1"
     assert first["note"] == ""  # a v1 message read with v2: proto3's default
     assert (out[1]["note"], out[1]["coupon"]) == ("n3", None)  # an unset wrapper is null

@@ -97,7 +97,7 @@ def test_protobuf_records_with_a_new_version_midway_land_in_a_lake_table_exactly
             "LATE" if i % 2 else "OK",
         )
         assert row["paid_at"] == dt.datetime.fromtimestamp(
-            m.paid_at.seconds, dt.UTC
+            m.paid_at.seconds, dt.timezone.utc
         ) + dt.timedelta(microseconds=m.paid_at.nanos // 1000)
         assert row["tags"] == f'["t{i % 3}"]'
         assert row["coupon"] == (f"C{i}" if i % 3 else None)

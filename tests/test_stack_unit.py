@@ -7,7 +7,7 @@ import os
 import subprocess
 import threading
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -21,6 +21,8 @@ from onceflow.cli.airflow_api import (
 )
 from onceflow.settings import Settings
 from onceflow_dev import stack
+
+UTC = timezone.utc
 
 pytestmark = pytest.mark.unit
 

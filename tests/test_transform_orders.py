@@ -16,7 +16,7 @@ pytestmark = pytest.mark.integration  # needs a JVM (local Spark), no other serv
 
 orders = load_module("orders:transform")  # spark_jobs/orders.py
 
-UTC = dt.UTC
+UTC = dt.timezone.utc
 GOOD = {
     "order_id": "o-1",
     "customer_id": "c-1",

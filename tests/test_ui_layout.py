@@ -5,10 +5,12 @@ wrapped in its cell, not cut off at the right edge."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+
+UTC = timezone.utc
 
 pytestmark = pytest.mark.ui
 

@@ -43,9 +43,9 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from enum import StrEnum
 
 from onceflow import failpoints
+from onceflow.compat.python import StrEnum
 from onceflow.config.pipeline import PipelineConfig
 from onceflow.errors import SinkContentionError, SinkMovedError, StagedCountsError
 from onceflow.hooks.sink import sink_for

@@ -8,7 +8,7 @@ a batch only through onceflow.ledger.transitions.move, which refuses any other s
 
 from __future__ import annotations
 
-from enum import StrEnum
+from onceflow.compat.python import StrEnum
 
 
 class BatchState(StrEnum):

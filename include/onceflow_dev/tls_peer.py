@@ -32,7 +32,7 @@ def make_pki(folder: Path, host: str, key_password: str) -> Pki:
     from cryptography.x509.oid import NameOID
 
     folder.mkdir(parents=True, exist_ok=True)
-    now = dt.datetime.now(dt.UTC)
+    now = dt.datetime.now(dt.timezone.utc)
 
     def name(cn: str) -> x509.Name:
         return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])

@@ -17,6 +17,9 @@ def __getattr__(name: str) -> Any:
     # Imported on first use: Airflow imports onceflow.airflow.plugin while its own
     # configuration is still loading, when the operators' modules cannot be imported yet.
     if name in __all__:
+        from onceflow.airflow import supported
+
+        supported.check()
         from onceflow.airflow import dag_factory
 
         return getattr(dag_factory, name)

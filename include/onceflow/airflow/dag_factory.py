@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +53,7 @@ _PASSTHROUGH = (
 )
 
 
-CONTINUOUS_SINCE = datetime(2024, 1, 1, tzinfo=UTC)
+CONTINUOUS_SINCE = datetime(2024, 1, 1, tzinfo=timezone.utc)
 
 
 def user_folders(pipelines_file: Path) -> tuple[Path, ...]:

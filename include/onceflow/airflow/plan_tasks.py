@@ -12,8 +12,7 @@ import logging
 import time
 from typing import Any
 
-from airflow.sdk.exceptions import AirflowFailException
-
+from onceflow.airflow.exceptions import AirflowFailException
 from onceflow.config.pipelines_file import get_pipeline
 from onceflow.errors import (
     ConfigError,
@@ -41,8 +40,7 @@ def maintain_task(pipeline: str, txid: str, pipelines_file: str | None = None) -
     """After commit, every `maintain_every` committed batches of a lake or append sink (seq a
     multiple of it): maintain the table (onceflow.maintenance), then prune the ledger by the
     pipeline's retention (onceflow.ledger.retention); other runs skip it."""
-    from airflow.sdk.exceptions import AirflowSkipException
-
+    from onceflow.airflow.exceptions import AirflowSkipException
     from onceflow.ledger.batches import get_batch
     from onceflow.ledger.retention import prune
     from onceflow.maintenance import maintain

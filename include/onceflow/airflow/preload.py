@@ -37,6 +37,7 @@ PRELOADED = (
 PRELOADED_IF_IMPORTABLE = (
     "airflow.sdk.execution_time.task_runner",
     "airflow.dag_processing.dagbag",
+    "onceflow.airflow.supported",  # the DAG file's version check
     "onceflow.airflow.dag_factory",
     "onceflow.airflow.alerts_dag",  # a pipeline with alerts has a second DAG
     "onceflow.process.connect_session",

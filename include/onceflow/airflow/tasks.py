@@ -16,8 +16,8 @@ from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowFailException
 
+from onceflow.airflow.exceptions import AirflowFailException
 from onceflow.airflow.plan_tasks import maintain_task, plan_task
 from onceflow.airflow.triggers import CommitReadyTrigger, describe_wait
 from onceflow.commit import Outcome, commit

@@ -27,6 +27,7 @@ from onceflow.cli.local_stack import cmd_chaos, cmd_down, cmd_produce, cmd_statu
 from onceflow.cli.provision import cmd_migrate, cmd_spark_archive, cmd_topics
 from onceflow.cli.runs import cmd_trigger
 from onceflow.cli.selection import use_connections
+from onceflow.compat.versions import check_versions
 from onceflow.errors import OnceflowError
 from onceflow.settings import Settings
 
@@ -38,15 +39,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="onceflow",
         description="Exactly-once micro-batches from Kafka through Spark, orchestrated by Airflow.",
-        epilog="Quick start: onceflow up && onceflow demo (or: onceflow produce --pipeline orders"
-        " --count 100000 && onceflow trigger --pipeline orders --runs 3 && onceflow audit"
-        " --pipeline orders)",
+        epilog="Quick start: onceflow trigger --pipeline orders --runs 3 && onceflow audit "
+        "--pipeline orders",
     )
     p.add_argument(
         "--ledger-conn",
         metavar="CONN_ID",
-        help="read the ledger's database from this Airflow `postgres` connection (the "
-        "Airflow of AIRFLOW_HOME) instead of ONCEFLOW_POSTGRES_DSN",
+        help="the ledger's database: this Airflow `postgres` connection (of AIRFLOW_HOME's Airflow)",
     )
     p.add_argument(
         "--kafka-conn",
@@ -390,6 +389,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        check_versions()
         use_connections(args.ledger_conn, args.kafka_conn)
         settings = Settings.from_env()
         return args.func(args, settings)

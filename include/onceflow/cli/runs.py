@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from onceflow.cli.output import indented
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 def new_run_ids(prefix: str, count: int) -> list[str]:
     """`count` run ids (txids) that sort in the order they are triggered."""
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
     return [f"{prefix}__{stamp}__{i:03d}" for i in range(1, count + 1)]
 
 

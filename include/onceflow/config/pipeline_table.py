@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from onceflow.config.alerts import ALERT_KEYS, parse_alerts
+from onceflow.config.extras import require_extras
 from onceflow.config.names import CONN_ID_RE, FUNCTION_REF_RE, NAME_RE, TOPIC_RE
 from onceflow.config.pipeline import (
     ON_TRANSFORM_ERROR,
@@ -21,6 +22,7 @@ from onceflow.config.pipeline import (
 from onceflow.config.record_format import REGISTRY_FORMATS, parse_format
 from onceflow.config.retention import RETENTION_KEYS, parse_retention
 from onceflow.config.schedule import ON_RECORDS_KEYS, parse_schedule
+from onceflow.config.sink import LAKE_KINDS
 from onceflow.config.sink_table import parse_sink
 from onceflow.config.times import parse_time
 from onceflow.config.transform_ref import reference_problem
@@ -117,6 +119,11 @@ def parse_pipeline(
     if problem:
         raise PipelineKeyError(source, name, "transform", f"{transform!r}: {problem}")
     sink = parse_sink(source, name, raw.get("sink"))
+    needs = {sink.kind: "sink.kind"} if sink.kind in LAKE_KINDS else {}
+    for key in ("format", "key_format"):
+        if fmt[key] in REGISTRY_FORMATS:
+            needs.setdefault(fmt[key], key)
+    require_extras(source, name, needs)
 
     transform_kind = raw.get("transform_kind", "record-wise")
     if transform_kind not in TRANSFORM_KINDS:

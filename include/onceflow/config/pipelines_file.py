@@ -4,9 +4,9 @@ table or an output topic: each is audited against one pipeline's ledger)."""
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 
+from onceflow.compat.python import tomllib
 from onceflow.config.pipeline import PipelineConfig
 from onceflow.config.pipeline_table import parse_pipeline
 from onceflow.config.sink import LAKE_KINDS

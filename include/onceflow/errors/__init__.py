@@ -7,7 +7,12 @@ commit (its order and conflicts), formats (the schema registry), sinks (a sink o
 line's refusals). Everything is importable from onceflow.errors.
 """
 
-from onceflow.errors.base import ConfigError, OnceflowError, PipelineKeyError
+from onceflow.errors.base import (
+    ConfigError,
+    OnceflowError,
+    PipelineKeyError,
+    UnsupportedVersionError,
+)
 from onceflow.errors.cli import (
     BackfillArgumentsError,
     BackfillOpenBatchError,
@@ -123,6 +128,7 @@ __all__ = [
     "TransformRaisedError",
     "UnknownSeqError",
     "UnknownTxidError",
+    "UnsupportedVersionError",
     "UnprovenLogError",
     "UnrepeatedFailureError",
 ]

@@ -20,3 +20,8 @@ class PipelineKeyError(ConfigError):
     def __init__(self, source: str, pipeline: str, key: str, why: str) -> None:
         self.source, self.pipeline, self.key, self.why = source, pipeline, key, why
         super().__init__(f"{source}: pipeline {pipeline!r}, key {key!r}: {why}")
+
+
+class UnsupportedVersionError(ConfigError):
+    """The installed Airflow or pyspark is outside the range this Onceflow supports
+    (onceflow.compat.versions); the message names both, in one line."""

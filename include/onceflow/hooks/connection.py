@@ -18,21 +18,21 @@ def airflow_connection(conn_id: str) -> Any | None:
     Airflow's secrets backends itself, its database included, as Airflow's own CLI does."""
     try:
         from airflow.sdk import BaseHook
-        from airflow.sdk.exceptions import AirflowNotFoundException
     except ImportError:
         return None
+    from onceflow.airflow.exceptions import AirflowNotFoundException
+
     runner = sys.modules.get("airflow.sdk.execution_time.task_runner")
     if getattr(runner, "SUPERVISOR_COMMS", None) is not None:
         try:
             return BaseHook.get_connection(conn_id)
         except AirflowNotFoundException:
             return None
-    from airflow.exceptions import AirflowNotFoundException as NotFound
     from airflow.models.connection import Connection
 
     try:
         return Connection.get_connection_from_secrets(conn_id)
-    except (NotFound, AirflowNotFoundException):
+    except AirflowNotFoundException:
         pass
     try:  # one whose extra is not JSON is "not defined" there, but found here, so we can say why
         return BaseHook.get_connection(conn_id)
@@ -44,9 +44,10 @@ async def airflow_connection_async(conn_id: str) -> Any | None:
     """airflow_connection for a trigger, which runs in the triggerer's event loop."""
     try:
         from airflow.sdk import BaseHook
-        from airflow.sdk.exceptions import AirflowNotFoundException
     except ImportError:
         return None
+    from onceflow.airflow.exceptions import AirflowNotFoundException
+
     try:
         return await BaseHook.aget_connection(conn_id)
     except AirflowNotFoundException:

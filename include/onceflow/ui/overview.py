@@ -4,7 +4,7 @@ are blocked), then its batches per state and its counts."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from onceflow.states import BatchState
@@ -15,7 +15,7 @@ from onceflow.ui.links import Links
 def overview_page(items: list[dict[str, Any]], links: Links) -> str:
     """The overview of `items`, each as onceflow.ui.data.pipeline_overview gives it."""
     rows = []
-    now = datetime.now(UTC)
+    now = datetime.now(timezone.utc)
     for d in items:
         s = d["summary"]
         states = s["states"]

@@ -7,10 +7,11 @@ small batches, runs in flight and Spark settings and the harness's own topic, wr
 from __future__ import annotations
 
 import json
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from onceflow.compat.python import tomllib
 
 from onceflow_dev import CHECKOUT as PROJECT_ROOT
 

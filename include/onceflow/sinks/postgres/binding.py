@@ -15,7 +15,6 @@ would migrate the tables.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Self
 
 from psycopg2 import sql
 
@@ -45,7 +44,7 @@ class OutputBinding(PostgresTables):
 
     def bind_output(
         self, cur, fields: Iterable[tuple[str, str]], evolution: Evolution | None = None
-    ) -> Self:
+    ) -> OutputBinding:
         """process, before staging: this sink for the transform's output (name, Spark type),
         with its tables created, or checked and evolved if they exist (onceflow.sinks.schema_evolution:
         with `evolution`, columns the output adds go to every table and are recorded as its

@@ -14,13 +14,15 @@ import contextlib
 import json
 import math
 from collections.abc import Callable, Iterable
-from datetime import UTC, date, datetime
+from datetime import date, datetime, timezone
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from onceflow.process.staged_output import DEAD_VALUE_BYTES
 
 from onceflow_dev.chaos.truth.records import Acked, AckedMap, SinkRecord
+
+UTC = timezone.utc
 
 # ---------------------------------------------------------------------------------------------
 # what a record says: its derivable columns
