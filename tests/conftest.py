@@ -20,6 +20,18 @@ logging.raiseExceptions = False
 _GROUP = pytest.StashKey[str]()
 
 
+def __getattr__(name: str):
+    """`from conftest import DagBag`: Airflow's DagBag, from where the installed Airflow
+    keeps it (airflow.dag_processing.dagbag; Airflow 3.1: airflow.models.dagbag)."""
+    if name != "DagBag":
+        raise AttributeError(name)
+    try:
+        from airflow.dag_processing.dagbag import DagBag
+    except ImportError:
+        from airflow.models.dagbag import DagBag
+    return DagBag
+
+
 def pytest_itemcollected(item):
     """Marks and groups the suite for `make test`: two workers (pytest -n 2 --dist loadgroup)
     on the two cores, which each worker alone leaves half idle while it waits on a broker, a

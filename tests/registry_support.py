@@ -94,6 +94,9 @@ def protobuf_serializer(registry_url: str, cls: Any, topic: str) -> Any:
     from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
     from confluent_kafka.serialization import MessageField, SerializationContext
 
-    serialize = ProtobufSerializer(cls, SchemaRegistryClient({"url": registry_url}))
+    # set, not left to the default: confluent-kafka before 2.? requires it said explicitly
+    serialize = ProtobufSerializer(
+        cls, SchemaRegistryClient({"url": registry_url}), {"use.deprecated.format": False}
+    )
     ctx = SerializationContext(topic, MessageField.VALUE)
     return lambda message: serialize(message, ctx)

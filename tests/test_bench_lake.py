@@ -13,7 +13,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import lake  # noqa: E402
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.checkout]
 
 RECORDS = 1_000_000
 DEAD = 60_000

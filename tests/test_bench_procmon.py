@@ -13,7 +13,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import procmon  # noqa: E402
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.checkout]
 
 
 class _Proc:

@@ -16,6 +16,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import soak  # noqa: E402
 
+pytestmark = pytest.mark.checkout
+
 PRODUCED = {0: 2500, 1: 2500, 2: 2499, 3: 2499}  # per partition, offsets from 0
 
 

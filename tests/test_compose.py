@@ -19,7 +19,7 @@ import yaml
 from onceflow.compat.python import tomllib
 from packaging.specifiers import SpecifierSet
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.checkout]
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE_FILE = ROOT / "docker-compose.yaml"

@@ -14,7 +14,7 @@ def test_dag_folder_imports_without_errors(tmp_path, monkeypatch):
     monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path))
     monkeypatch.setenv("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
     monkeypatch.setenv("ONCEFLOW_PIPELINES", str(ROOT / "dags" / "pipelines.toml"))
-    from airflow.dag_processing.dagbag import DagBag
+    from conftest import DagBag
 
     bag = DagBag(dag_folder=str(ROOT / "dags"))
     assert bag.import_errors == {}
@@ -55,7 +55,7 @@ def test_bad_pipeline_file_becomes_an_import_error(tmp_path, monkeypatch):
     )
     monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path))
     monkeypatch.setenv("ONCEFLOW_PIPELINES", str(bad))
-    from airflow.dag_processing.dagbag import DagBag
+    from conftest import DagBag
 
     bag = DagBag(dag_folder=str(ROOT / "dags"))
     assert len(bag.import_errors) == 1
@@ -100,7 +100,7 @@ def test_a_users_two_line_dag_file_finds_its_pipelines_and_transforms_next_to_it
     (bundle / "flows.py").write_text(
         "from onceflow.airflow import pipelines_dags\n\nglobals().update(pipelines_dags(__file__))\n"
     )
-    from airflow.dag_processing.dagbag import DagBag
+    from conftest import DagBag
 
     monkeypatch.setenv("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
     bag = DagBag(dag_folder=str(bundle))

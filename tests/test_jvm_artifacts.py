@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from onceflow_dev import jvm
 
+pytestmark = pytest.mark.checkout
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

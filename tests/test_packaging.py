@@ -13,7 +13,7 @@ from conftest import build_wheel
 from onceflow.compat.python import tomllib
 from packaging.requirements import Requirement
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.checkout]
 ROOT = Path(__file__).resolve().parents[1]
 
 #: what a production install must never need

@@ -23,9 +23,14 @@ import json, sys
 from onceflow.airflow.preload import preload
 preload()
 before = set(sys.modules)
-from airflow.dag_processing.dagbag import BundleDagBag
-bag = BundleDagBag(dag_folder=sys.argv[1], safe_mode=False, load_op_links=False,
-                   bundle_path=sys.argv[2], bundle_name="dags-folder")
+try:
+    from airflow.dag_processing.dagbag import BundleDagBag
+    bag = BundleDagBag(dag_folder=sys.argv[1], safe_mode=False, load_op_links=False,
+                       bundle_path=sys.argv[2], bundle_name="dags-folder")
+except ImportError:  # Airflow 3.1
+    from airflow.models.dagbag import DagBag
+    bag = DagBag(dag_folder=sys.argv[1], safe_mode=False, load_op_links=False,
+                 bundle_path=__import__("pathlib").Path(sys.argv[2]))
 new = sorted(m for m in set(sys.modules) - before if m.split(".")[0] == "onceflow")
 print("RESULT " + json.dumps({"dags": sorted(bag.dags), "errors": list(bag.import_errors),
                               "new": new}))

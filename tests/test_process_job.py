@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from onceflow.config.times import iso_datetime
 from onceflow.hooks.sink import sink_for
 from onceflow.spark_app import PROCESS_APPLICATION
 from process_modes import CONNECT_ENV, run_process
@@ -742,7 +743,6 @@ def test_revenue_folds_each_customers_orders_per_currency_and_minute(env, revenu
     two currencies and two minutes (so each key sums several orders): the state holds, per
     customer, currency and minute, the sum and count of the valid orders; refused records
     are dead letters; the audit says exactly-once."""
-    import datetime as dt
     from collections import defaultdict
     from decimal import Decimal
 
@@ -759,7 +759,7 @@ def test_revenue_folds_each_customers_orders_per_currency_and_minute(env, revenu
     expected: dict = defaultdict(lambda: [Decimal(0), 0])
     for v in values[:48]:
         e = json.loads(v)
-        minute = dt.datetime.fromisoformat(e["ts"]).replace(second=0)
+        minute = iso_datetime(e["ts"]).replace(second=0)
         key = (e["customer_id"], e["currency"], minute)
         expected[key][0] += Decimal(str(e["amount"])).quantize(Decimal("0.01"))
         expected[key][1] += 1

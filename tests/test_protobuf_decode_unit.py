@@ -63,7 +63,8 @@ def test_messages_decode_into_typed_columns_with_the_reader_schema(registry):
         .decode(batch(values), ids)
         .to_pylist()
     )
-    assert ids == {1, 2}
+    # the writers' ids (an older serializer registers the schemas it imports first)
+    assert ids == {reg.version("pay-value", 1, serialized=True).id, reader.id}
     assert [r["error"] for r in out] == [None, None]
     first = out[0]
     assert (first["id"], first["account"], first["amount_cents"], first["status"]) == (

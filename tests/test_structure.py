@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.checkout]
 
 ROOT = Path(__file__).resolve().parents[1]
 INCLUDE = ROOT / "include"

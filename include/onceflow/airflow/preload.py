@@ -32,14 +32,16 @@ PRELOADED = (
     "pyspark.sql.functions",
     "confluent_kafka.admin",
 )
-# Airflow's internal modules (their paths may move between versions) and Onceflow's own: one
-# that does not import must not stop the scheduler
-PRELOADED_IF_IMPORTABLE = (
+# Airflow's internal modules (their paths may move between versions: a tuple is where each
+# release keeps one, the first that imports is taken) and Onceflow's own: one that does not
+# import must not stop the scheduler
+PRELOADED_IF_IMPORTABLE: tuple[str | tuple[str, ...], ...] = (
     "airflow.sdk.execution_time.task_runner",
-    "airflow.dag_processing.dagbag",
+    ("airflow.dag_processing.dagbag", "airflow.models.dagbag"),  # Airflow 3.1: the latter
     "onceflow.airflow.supported",  # the DAG file's version check
     "onceflow.airflow.dag_factory",
     "onceflow.airflow.alerts_dag",  # a pipeline with alerts has a second DAG
+    "onceflow.airflow.plugin",  # Airflow 3.1's DagBag loads the plugins when it parses
     "onceflow.process.connect_session",
     # each kind of sink is imported when a pipeline first builds one (onceflow.hooks.sink)
     "onceflow.sinks.postgres.sink",
@@ -52,11 +54,16 @@ PRELOADED_IF_IMPORTABLE = (
 def preload() -> None:
     for module in PRELOADED:
         importlib.import_module(module)
-    for module in PRELOADED_IF_IMPORTABLE:
-        try:
-            importlib.import_module(module)
-        except Exception as e:  # noqa: BLE001 - any import error is the task's to report
-            print(f"onceflow preload: {module} not preloaded: {e!r}", file=sys.stderr)
+    for entry in PRELOADED_IF_IMPORTABLE:
+        places = (entry,) if isinstance(entry, str) else entry
+        for module in places:
+            try:
+                importlib.import_module(module)
+                break
+            except Exception as e:  # noqa: BLE001 - any import error is the task's to report
+                failed = e
+        else:
+            print(f"onceflow preload: {module} not preloaded: {failed!r}", file=sys.stderr)
 
 
 def main() -> None:

@@ -38,6 +38,8 @@ def airflow_connection(conn_id: str) -> Any | None:
         return BaseHook.get_connection(conn_id)
     except AirflowNotFoundException:
         return None
+    except ImportError:  # Airflow 3.1's Task SDK looks connections up only inside a task
+        return None
 
 
 async def airflow_connection_async(conn_id: str) -> Any | None:

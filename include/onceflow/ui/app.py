@@ -44,9 +44,14 @@ async def require_user(request: Request) -> Any:
     """The authenticated Airflow user, exactly as Airflow's REST API resolves it.
 
     Missing or expired token -> 401, invalid token -> 403 (raised by Airflow's get_user).
-    Imported lazily: plugin files are also imported by the scheduler and task processes.
+    Airflow 3.1's get_user reads no cookie (its UI's middleware hands the `_token` cookie on
+    as a header, which a plugin app never sees): there the bearer token, else the cookie,
+    goes to the same resolver. Imported lazily: plugin files are also imported by the
+    scheduler and task processes.
     """
-    from airflow.api_fastapi.core_api.security import get_user
+    import inspect
+
+    from airflow.api_fastapi.core_api import security
 
     scheme, token = get_authorization_scheme_param(request.headers.get("Authorization"))
     bearer = (
@@ -54,7 +59,10 @@ async def require_user(request: Request) -> Any:
         if scheme.lower() == "bearer" and token
         else None
     )
-    return await get_user(request, _oauth_token=None, bearer_credentials=bearer)
+    if "request" in inspect.signature(security.get_user).parameters:
+        return await security.get_user(request, _oauth_token=None, bearer_credentials=bearer)
+    cookie = request.cookies.get("_token")  # Airflow 3.1
+    return await security.resolve_user_from_token(bearer.credentials if bearer else cookie)
 
 
 def airflow_can_read_dag(user: Any, dag_id: str) -> bool:

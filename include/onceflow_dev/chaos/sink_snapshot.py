@@ -10,6 +10,7 @@ from typing import Any
 
 from onceflow.config.pipeline import PipelineConfig
 from onceflow.config.sink import RESERVED_COLUMNS
+from onceflow.config.times import iso_datetime
 from onceflow.sinks.delta.sink import DeltaSink
 from onceflow.sinks.iceberg.sink import IcebergSink
 from onceflow.sinks.kafka.sink import KafkaSink
@@ -37,14 +38,14 @@ def _typed(columns: dict[str, Any], types: dict[str, str]) -> dict[str, Any]:
     """An output record's JSON columns as the stage table's types read them (PostgreSQL made
     the JSON: timestamps as ISO 8601 text, numbers exact), so they compare with the record's
     fields as a table's columns do."""
-    from datetime import date, datetime
+    from datetime import date
     from decimal import Decimal
 
     out = {}
     for name, value in columns.items():
         kind = types.get(name, "")
         if isinstance(value, str) and kind.startswith("timestamp"):
-            value = datetime.fromisoformat(value)
+            value = iso_datetime(value)
         elif isinstance(value, str) and kind == "date":
             value = date.fromisoformat(value)
         elif isinstance(value, int | float) and kind == "numeric":

@@ -18,6 +18,7 @@ from datetime import date, datetime, timezone
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from onceflow.config.times import iso_datetime
 from onceflow.process.staged_output import DEAD_VALUE_BYTES
 
 from onceflow_dev.chaos.truth.records import Acked, AckedMap, SinkRecord
@@ -59,7 +60,7 @@ def coerce(stored: Any, raw: Any) -> Any:
         return raw if isinstance(stored, bool) and isinstance(raw, bool) else UNCOMPARABLE
     try:
         if isinstance(stored, datetime) and isinstance(raw, str):
-            d = datetime.fromisoformat(raw)
+            d = iso_datetime(raw)
             return d if d.tzinfo else d.replace(tzinfo=UTC)
         if isinstance(stored, date) and isinstance(raw, str):
             return date.fromisoformat(raw)
