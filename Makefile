@@ -4,6 +4,9 @@ PY = $(VENV)/bin/python
 PYTHON ?= python3
 UV_VERSION = 0.13.8
 SETUP_STAMP = $(VENV)/.onceflow-setup-stamp
+# the checkout's own commands (onceflow_dev.cli: the embedded stack, demo, chaos); `make setup`
+# writes it, and the wheel ships no such script
+ONCEFLOW_DEV = $(VENV)/bin/onceflow-dev
 
 .PHONY: setup system-deps wheel up down status demo test test-unit test-cluster lint format
 
@@ -12,8 +15,10 @@ JVM_STAMP = $(VENV)/share/onceflow/jvm/.onceflow-setup-stamp
 ## setup: create .venv, install the locked dependencies + onceflow (editable), resolve the JVM
 ##        artifacts pinned in pom.xml with Maven (Apache Kafka's broker, Spark's Kafka connector,
 ##        PostgreSQL's JDBC driver) and write the driver JVM's class archive once
-##        (onceflow spark-archive)
+##        (onceflow spark-archive); writes $(VENV)/bin/onceflow-dev, the checkout's own commands
 setup: $(SETUP_STAMP) $(JVM_STAMP)
+	@printf '#!/bin/sh\nexec "$$(dirname "$$0")/python" -m onceflow_dev "$$@"\n' > $(ONCEFLOW_DEV)
+	@chmod +x $(ONCEFLOW_DEV)
 	@$(VENV)/bin/onceflow spark-archive \
 	  || echo "setup: the Spark class archive was not written (onceflow spark-archive); process tasks start without it"
 
@@ -52,17 +57,16 @@ wheel: setup
 
 ## up: start the local stack (PostgreSQL, Apache Kafka, Spark Connect, Airflow) in the background
 up: setup
-	$(VENV)/bin/onceflow up
+	$(ONCEFLOW_DEV) up
 
 ## down: stop the local stack, leaving no process behind
 down:
-	@if [ -x $(VENV)/bin/onceflow ]; then $(VENV)/bin/onceflow down; else echo "no $(VENV): nothing to stop"; fi
+	@if [ -x $(ONCEFLOW_DEV) ]; then $(ONCEFLOW_DEV) down; else echo "no $(ONCEFLOW_DEV): nothing to stop"; fi
 
 ## status: what runs, on which ports, and the Airflow UI login
 status:
-	@$(VENV)/bin/onceflow status
+	@$(ONCEFLOW_DEV) status
 
-ONCEFLOW = $(VENV)/bin/onceflow
 PYTEST_ARGS ?=
 # make test's workers (pytest-xdist): two, one per core; tests/conftest.py groups the suite
 TEST_WORKERS ?= 2
@@ -86,10 +90,10 @@ system-deps:
 
 ## demo: set up, start the stack and run the five example pipelines (orders: append with a fast form,
 ##       revenue: merge, inventory: upsert, pageviews: merge, inventory_lake: an Iceberg table): produce their records, trigger the runs through the scheduler, audit
-##       each with --reread, print a summary (onceflow demo); again: more records, still exactly-once
+##       each with --reread, print a summary (onceflow-dev demo); again: more records, still exactly-once
 demo: setup
-	$(ONCEFLOW) up
-	$(ONCEFLOW) demo
+	$(ONCEFLOW_DEV) up
+	$(ONCEFLOW_DEV) demo
 
 ## lint: ruff check and format check
 lint: setup
@@ -121,7 +125,7 @@ test-cluster: setup
 .PHONY: chaos
 CHAOS_ARGS ?=
 chaos: setup
-	$(ONCEFLOW) chaos $(CHAOS_ARGS)
+	$(ONCEFLOW_DEV) chaos $(CHAOS_ARGS)
 
 ## bench: throughput, fixed cost, scaling and a 10-minute soak, measured side by side on data
 ##        it produces (~30-50 min on 2 cores; run on a quiet machine), on Apache Kafka with
@@ -135,3 +139,12 @@ chaos: setup
 BENCH_ARGS ?=
 bench: setup
 	$(PY) bench/run.py $(BENCH_ARGS)
+
+## test-compat: the compatibility matrix (tests/test_compat_matrix.py): the wheel in a fresh
+##       venv per cell (Python 3.10 + Airflow 3.1.0 + pyspark 4.0.0 and every floor; Python 3.12
+##       + Airflow 3.2.1 + pyspark 4.3.0; Python 3.13 + Airflow 3.3.2 + pyspark 4.3.0), the
+##       unit suite against it and one pipeline through that Airflow's scheduler; `make test`
+##       runs it too
+.PHONY: test-compat
+test-compat: setup
+	$(VENV)/bin/pytest -m compat $(PYTEST_ARGS)

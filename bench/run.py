@@ -39,7 +39,7 @@ Phase 1, data plane (a private Apache Kafka and PostgreSQL, nothing else of Once
                    and its fast form) and as Avro in the Confluent wire format through a
                    schema registry (format = "avro", no transform): records/s of each and
                    their ratio (bench/avro.py; `--only avro`)
-Phase 2, orchestration (an embedded stack of the bench's own, `onceflow up` on ports
+Phase 2, orchestration (an embedded stack of the bench's own, `onceflow-dev up` on ports
 25438/29098/28086 with its own Apache Kafka, under .onceflow/bench):
   small_batch      DAG runs of a 1,000-record batch, trigger to commit success, split into
                    plan, process (start, session, job, stop), commit and the scheduler's
@@ -504,9 +504,9 @@ BACKLOG_CAP = 1_000_000  # records per batch (max_records_per_partition = cap / 
 
 @contextlib.contextmanager
 def bench_stack(pipelines: str, what: str) -> Iterator[tuple[Any, Any, Path]]:
-    """The bench's own embedded stack (STACK_ENV: `onceflow up` with its PostgreSQL, Apache
+    """The bench's own embedded stack (STACK_ENV: `onceflow-dev up` with its PostgreSQL, Apache
     Kafka, Spark Connect and Airflow), started fresh with the pipelines file `pipelines`;
-    yields (settings, an Airflow client, the pipelines file), and `onceflow down` at the end.
+    yields (settings, an Airflow client, the pipelines file), and `onceflow-dev down` at the end.
     The environment is the stack's meanwhile and restored afterwards."""
     from onceflow.cli.airflow_api import AirflowClient
     from onceflow.ledger.db import migrate

@@ -1,6 +1,6 @@
 """The soak (issue 36's acceptance): a steady producer beside runs triggered back to back.
 
-On the bench's own embedded stack (bench/run.py's bench_stack: `onceflow up` with its Apache
+On the bench's own embedded stack (bench/run.py's bench_stack: `onceflow-dev up` with its Apache
 Kafka keeping its log on disk), a producer writes the pageviews sample (spark_jobs/pageviews.py,
 as `make demo` does) at RATE records/s with confluent-kafka and `linger.ms` 5: many small
 record batches, the stream under which the earlier broker's store stopped answering ListOffsets

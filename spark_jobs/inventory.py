@@ -15,7 +15,7 @@ missing field, a string where a number belongs and a fraction where an integer b
 told apart. Other fields than the five above are ignored. `error` names the first failing
 rule (see `_error`); such a record goes to dead letters with that reason.
 
-`sample` is the demo's record generator (`onceflow produce --pipeline inventory`).
+`sample` is the demo's record generator (`onceflow-dev produce --pipeline inventory`).
 """
 
 from __future__ import annotations

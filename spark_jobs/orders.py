@@ -82,7 +82,7 @@ literal): each of those imports pandas into the worker, seconds per process. pys
 imported inside the Spark functions only, so the worker that runs the fast form never
 loads it.
 
-`sample` is the demo's record generator (`onceflow produce --pipeline orders`): order
+`sample` is the demo's record generator (`onceflow-dev produce --pipeline orders`): order
 events, 1 in 100 malformed in one of the ways the rules refuse.
 """
 

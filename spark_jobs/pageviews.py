@@ -17,7 +17,7 @@ fields than the four above are ignored. `error` names the first failing rule (se
 such a record is not counted: `transform` returns it as a dead-letter row (its topic,
 partition, offset, key, value and error) next to the aggregate rows.
 
-`sample` is the demo's record generator (`onceflow produce --pipeline pageviews`).
+`sample` is the demo's record generator (`onceflow-dev produce --pipeline pageviews`).
 """
 
 from __future__ import annotations

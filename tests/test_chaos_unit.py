@@ -402,7 +402,7 @@ def test_a_second_chaos_stack_slot_has_its_own_home_and_ports(tmp_path):
         "ONCEFLOW_AIRFLOW_PORT",
     ):
         assert int(second[key]) == int(first[key]) + 10
-    from onceflow.cli.main import build_parser
+    from onceflow_dev.cli import build_parser
 
     assert build_parser().parse_args(["chaos", "--stack", "1"]).stack == 1
 
@@ -417,7 +417,7 @@ def test_chaos_pipeline_config_is_valid():
 
 
 def test_cli_has_the_chaos_command():
-    from onceflow.cli.main import build_parser
+    from onceflow_dev.cli import build_parser
 
     args = build_parser().parse_args(["chaos", "--batches", "20", "--seed", "3"])
     assert (args.batches, args.seed, args.max_minutes, args.keep) == (20, 3, 120.0, False)

@@ -72,9 +72,11 @@ def test_a_pipeline_names_its_own_connections(monkeypatch):
 def test_a_named_connection_that_does_not_exist_names_itself_and_where():
     with pytest.raises(ConfigError) as e:
         services(_cfg(kafka_conn_id="prod_kafka"))
-    assert "Airflow connection 'prod_kafka' does not exist" in str(e.value)
+    assert "Airflow connection 'prod_kafka' (type 'kafka') does not exist" in str(e.value)
     assert "/etc/flows/pipelines.toml: `kafka_conn_id`" in str(e.value)
-    with pytest.raises(ConfigError, match="'prod_pg' does not exist .*`ledger_conn_id`"):
+    with pytest.raises(
+        ConfigError, match=r"'prod_pg' \(type 'postgres'\) does not exist .*`ledger_conn_id`"
+    ):
         services(_cfg(ledger_conn_id="prod_pg"))
 
 
@@ -118,7 +120,9 @@ def test_a_kafka_sinks_cluster(monkeypatch):
     assert sink_cluster(_cfg(sink={**kafka, "conn_id": "sink_kafka"})).security == (
         ("security.protocol", "PLAINTEXT"),
     )
-    with pytest.raises(ConfigError, match="'nope' does not exist .*`sink.conn_id`"):
+    with pytest.raises(
+        ConfigError, match=r"'nope' \(type 'kafka'\) does not exist .*`sink.conn_id`"
+    ):
         sink_cluster(_cfg(sink={**kafka, "conn_id": "nope"}))
     with pytest.raises(ConfigError, match="not both"):
         _cfg(sink={**kafka, "conn_id": "sink_kafka", "bootstrap": "b:9092"})
@@ -141,7 +145,9 @@ def test_the_command_line_reads_named_connections(monkeypatch):
     assert "host=pg" in settings.postgres_dsn
     cluster = settings.kafka_cluster()
     assert cluster.bootstrap == "pk:9093" and dict(cluster.security)["sasl.password"] == SECRET
-    with pytest.raises(ConfigError, match=r"'nope' does not exist \(--kafka-conn names it\)"):
+    with pytest.raises(
+        ConfigError, match=r"'nope' \(type 'kafka'\) does not exist \(--kafka-conn names it\)"
+    ):
         use_connections(None, "nope")
 
 
@@ -152,5 +158,5 @@ def test_a_kafka_sink_reads_its_connection_only_when_it_publishes(monkeypatch):
 
     sink = sink_for(_cfg(sink={"kind": "kafka", "topic": "out", "conn_id": "nope"}))
     assert sink.describe() == "the Kafka topic 'out' on the cluster of Airflow connection 'nope'"
-    with pytest.raises(ConfigError, match="'nope' does not exist"):
+    with pytest.raises(ConfigError, match=r"'nope' \(type 'kafka'\) does not exist"):
         assert sink.bootstrap

@@ -1,4 +1,4 @@
-"""The embedded stack's broker (`onceflow up`, service `broker`): Apache Kafka from the jars of
+"""The embedded stack's broker (`onceflow-dev up`, service `broker`): Apache Kafka from the jars of
 pom.xml, its log kept in the stack's home. A broker that does not come up fails `up` with
 the last lines of its log, whatever the reason."""
 
@@ -85,7 +85,7 @@ def test_the_broker_keeps_its_log_across_a_stop_and_start(settings):
         assert p.flush(30) == 0
         before = broker.snapshot(settings.kafka_bootstrap, "test", ("kept",))
         proc = stack.service_process(settings, "broker")
-        proc.terminate()  # what `onceflow down` sends: a controlled shutdown
+        proc.terminate()  # what `onceflow-dev down` sends: a controlled shutdown
         proc.wait(60)
         assert stack._broker_start(settings) is not None
         stack._broker_wait(settings)

@@ -1,5 +1,5 @@
 """The example pipelines' demo samples (`sample(i, rng)` in spark_jobs/inventory.py,
-spark_jobs/pageviews.py and spark_jobs/orders.py) and how `onceflow produce --pipeline` finds a pipeline's sample:
+spark_jobs/pageviews.py and spark_jobs/orders.py) and how `onceflow-dev produce --pipeline` finds a pipeline's sample:
 deterministic series, the mix of records, and the refusals that name what to define."""
 
 from __future__ import annotations
@@ -156,7 +156,7 @@ def jobs(tmp_path, monkeypatch):
 
 
 def test_produce_refuses_a_module_without_sample(jobs, capsys):
-    from onceflow.cli.main import main
+    from onceflow_dev.cli import main
 
     assert main(["produce", "--pipeline", "nosample", "--count", "10"]) == 2
     err = capsys.readouterr().err

@@ -146,7 +146,7 @@ def test_a_rerun_replaces_the_txids_files_in_one_overwrite_snapshot(ledger_dsn, 
     # the re-run of seq 1 keeps the highest seq the table holds: 2
     assert rerun["onceflow.last-seq"] == "2"
     assert published(ledger_dsn, cfg) == [(0, 0, "x", 10), (0, 2, "z", 3)]
-    # what `onceflow demo` prints: the table scanned (a's replaced rows are gone)
+    # what `onceflow-dev demo` prints: the table scanned (a's replaced rows are gone)
     assert demo.sink_rows(ledger_dsn, cfg) == (f"iceberg:{cfg.sink_schema}.items", 2)
     assert on_disk(cfg, "a", 1)  # replaced, but the first snapshot still references them
     files = live_files(ledger_dsn, cfg)

@@ -32,6 +32,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -448,10 +449,14 @@ def test_the_installed_wheel_runs_pipelines_on_celery_with_every_secret_kept(ins
         _run([inst.bin("python"), "-c", probe], env=inst.main_env, cwd=inst.work).splitlines()[-1]
     )
     assert seen["dev"] == [] and seen["installed"] == []
-    # and the checkout's commands say where they run
+    # and its command has none of the checkout's (onceflow-dev's)
+    helped = _run([inst.bin("onceflow"), "--help"], env=inst.main_env, cwd=inst.work)
+    listed = set(re.findall(r"^ {4}(\S+)", helped.split("options:")[0], re.MULTILINE))
+    assert "audit" in listed, helped
+    assert not listed & {"up", "down", "status", "produce", "demo", "chaos"}, helped
     up = subprocess.run([inst.bin("onceflow"), "up"], env=inst.main_env, cwd=inst.work,
                         capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert up.returncode == 2 and "only a checkout of Onceflow has" in up.stderr, up.stderr
+    assert up.returncode == 2 and "invalid choice: 'up'" in up.stderr, up.stderr
     print(f"\nwheel {inst.wheel.name}: {inst.wheel.stat().st_size / 1024:.0f} KiB; "
           f"build + install {inst.install_s:.0f} s")  # fmt: skip
 

@@ -3,7 +3,7 @@ scheduler: plan refuses before a record is skipped, the audit of the ledger name
 replaced log, and after reset-offsets every record of the new log lands. On the shared test
 stack's Apache Kafka.
 
-The sequence issue 21 measured with `make demo`, `onceflow down`/`up` and a million records
+The sequence issue 21 measured with `make demo`, `onceflow-dev down`/`up` and a million records
 on a broker that lost its log, scaled down: deleting and re-creating the topic replaces the
 log the same way.
 """
@@ -14,7 +14,6 @@ import time
 
 import pytest
 from onceflow.audit import run_audit
-from onceflow.cli.lost_logs import lost_logs
 from onceflow.config.pipelines_file import get_pipeline
 from onceflow.errors import UnknownTxidError
 from onceflow.kafka import broker
@@ -22,6 +21,7 @@ from onceflow.kafka.recount import count_records
 from onceflow.ledger.batches import get_batch
 from onceflow.ledger.db import transaction
 from onceflow_dev import producer
+from onceflow_dev.lost_logs import lost_logs
 from test_pipeline_e2e import orders_sample, run_and_wait
 
 pytestmark = pytest.mark.integration
@@ -67,7 +67,7 @@ def recreated_topic(stack, airflow, capsys, name: str) -> None:
     assert produced == 1000
     assert min(broker.snapshot(stack.kafka_bootstrap, name, (name,)).ends.values()) == 500
 
-    # what `onceflow up` would say of this pipeline, before anything plans
+    # what `onceflow-dev up` would say of this pipeline, before anything plans
     lost = lost_logs(stack.postgres_dsn, stack.kafka_bootstrap, [cfg])
     assert [(x.topic, x.partition) for x in lost] == [(name, 0), (name, 1)]
     assert lost[0].why.startswith(

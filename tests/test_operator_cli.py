@@ -12,24 +12,28 @@ from __future__ import annotations
 import contextlib
 import io
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from onceflow.cli import airflow_api, inspection, local_stack, provision, runs
+from onceflow.cli import airflow_api, inspection, provision, runs
 from onceflow.cli.main import main
 from onceflow.errors import OnceflowError
 from onceflow.kafka import broker
 from onceflow.ledger import views
 from onceflow.states import BatchState
+from onceflow_dev import cli as dev_cli
+from onceflow_dev import commands
 
 # a pipeline's transform and sink in a pipelines file (the orders example, append)
 ORDERS = 'transform = "orders:transform"\nsink = { table = "orders" }\n'
 
 
-def run_cli(argv: list[str]) -> tuple[int, str, str]:
+def run_cli(argv: list[str], cli: Callable[[list[str]], int] = main) -> tuple[int, str, str]:
+    """`onceflow ARGV` (or with cli=dev_cli.main, `onceflow-dev ARGV`): its code and output."""
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(argv)
+        code = cli(argv)
     return code, out.getvalue(), err.getvalue()
 
 
@@ -206,19 +210,18 @@ class FakeDemoAirflow(FakeAirflow):
 
 @pytest.mark.unit
 def test_demo_ends_with_each_failed_runs_error(monkeypatch):
-    """`onceflow demo` on fakes of the broker, the ledger and Airflow: its closing lines
+    """`onceflow-dev demo` on fakes of the broker, the ledger and Airflow: its closing lines
     carry the failed run's error, not a pointer to the task logs."""
     from pathlib import Path
 
     from onceflow import audit
-    from onceflow.cli import lost_logs as log_check
     from onceflow_dev import demo
 
     # the shipped pipelines, whatever a session's stack set (the demo runs those)
     shipped = Path(__file__).resolve().parents[1] / "dags" / "pipelines.toml"
     monkeypatch.setenv("ONCEFLOW_PIPELINES", str(shipped))
     monkeypatch.setattr(airflow_api, "AirflowClient", FakeDemoAirflow)
-    monkeypatch.setattr(log_check, "lost_logs", lambda *_args: [])
+    monkeypatch.setattr(demo, "lost_logs", lambda *_args: [])
     monkeypatch.setattr(
         demo, "produce", lambda _b, _cfg, count, progress=None, registry="": (0, count)
     )
@@ -227,7 +230,7 @@ def test_demo_ends_with_each_failed_runs_error(monkeypatch):
     monkeypatch.setattr(audit, "run_audit", lambda _dsn, cfg, _counter: audit.AuditReport(cfg.name))
     error = "process attempt 2: PythonException: ValueError: cannot handle payment pay-0033500"
     monkeypatch.setattr(views, "last_error", lambda *_args: error)
-    code, _, err = run_cli(["demo"])
+    code, _, err = run_cli(["demo"], dev_cli.main)
     assert code == 1
     lines = [line for line in err.splitlines() if line.startswith("run did not succeed")]
     first = f"onceflow_{demo.PIPELINES[0][0]}"
@@ -250,7 +253,7 @@ TRACEBACK = (
 
 @pytest.mark.unit
 def test_status_lines_name_each_file_and_the_error_it_raised():
-    lines = local_stack.import_error_lines(
+    lines = commands.import_error_lines(
         [
             {
                 "filename": "dags/onceflow_pipelines.py",
@@ -265,12 +268,12 @@ def test_status_lines_name_each_file_and_the_error_it_raised():
         "    onceflow.errors.ConfigError: /x/pipelines.toml: pipeline 'x', key 'sink_schema': bad",
     ]
     long = "\n".join(f"SyntaxError line {i}" for i in range(7))
-    shown = local_stack.import_error_lines([{"filename": "f.py", "stack_trace": long}])
+    shown = commands.import_error_lines([{"filename": "f.py", "stack_trace": long}])
     assert shown[2:] == [f"    SyntaxError line {i}" for i in range(4)] + [
         "    ... (3 more line(s))"
     ]
-    assert local_stack.import_error_lines([]) == ["DAG import errors: none"]
-    assert local_stack.import_error_lines("not read: unreachable") == [
+    assert commands.import_error_lines([]) == ["DAG import errors: none"]
+    assert commands.import_error_lines("not read: unreachable") == [
         "DAG import errors: not read: unreachable"
     ]
 
@@ -286,7 +289,7 @@ def test_status_lists_the_dag_import_errors_airflow_reports(monkeypatch):
         "import_errors",
         lambda _self: [{"filename": "dags/onceflow_pipelines.py", "stack_trace": TRACEBACK}],
     )
-    code, out, _ = run_cli(["status"])
+    code, out, _ = run_cli(["status"], dev_cli.main)
     assert code == 0
     assert "  dags/onceflow_pipelines.py:" in out
     assert "key 'sink_schema': bad" in out and "Traceback" not in out

@@ -3,7 +3,7 @@ scheduler and audits exactly-once, with no change to Onceflow (issue 13).
 
 The package `acme_pipelines` (tests/outside_pipeline, copied by conftest's outside_package
 fixture into a temporary folder) is on the path only through ONCEFLOW_PYTHONPATH, given to
-`onceflow up` as a user gives it: the process task passes it to spark-submit, whose driver
+`onceflow-dev up` as a user gives it: the process task passes it to spark-submit, whose driver
 imports the transform from that folder, and to the executors, whose Python workers import
 the module again to run the transform's Python UDF. In process_mode = "connect"
 (it_outside_connect), the task ships the module to its session of the stack's Spark Connect

@@ -2,7 +2,7 @@
 `make demo`: what a newcomer does from the README, end to end through the real scheduler.
 
 The stack has its own home and ports (.onceflow/test-own-stack, 25437/29097/28085), because
-the demo's test stops and starts it (`onceflow down`/`up`): the embedded Apache Kafka must
+the demo's test stops and starts it (`onceflow-dev down`/`up`): the embedded Apache Kafka must
 keep its log across them, and the user's topic with it (the user's day 2 runs first, its
 records are audited after the restart). Its pipelines file is the shipped one plus the
 user's two pipelines, whose transforms live in a package outside the repository, reached
@@ -22,7 +22,9 @@ import pytest
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 ROOT = Path(__file__).resolve().parents[1]
-ONCEFLOW = Path(sys.executable).parent / "onceflow"
+ONCEFLOW = [str(Path(sys.executable).parent / "onceflow")]
+# the checkout's own commands (up, down, demo), as `make setup`'s onceflow-dev script runs them
+ONCEFLOW_DEV = [sys.executable, "-m", "onceflow_dev"]
 HOME = ROOT / ".onceflow" / "test-own-stack"
 POISON = "pay-00777"
 
@@ -120,18 +122,26 @@ def own_stack(tmp_path_factory):
     )
     stack = {"env": env, "user_code": user_code}
     try:  # stopped even when `up` fails half-way: what it started must not outlive the test
-        up = onceflow(stack, "up")
+        up = onceflow_dev(stack, "up")
         assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
         yield stack
     finally:
-        onceflow(stack, "down")
+        onceflow_dev(stack, "down")
 
 
-def onceflow(stack: dict, *args: str, timeout: float = 1200) -> subprocess.CompletedProcess:
+def onceflow(stack: dict, *args: str) -> subprocess.CompletedProcess:
+    return _command(stack, ONCEFLOW, args)
+
+
+def onceflow_dev(stack: dict, *args: str) -> subprocess.CompletedProcess:
+    return _command(stack, ONCEFLOW_DEV, args)
+
+
+def _command(stack: dict, command: list[str], args: tuple[str, ...]) -> subprocess.CompletedProcess:
     proc = subprocess.run(
-        [str(ONCEFLOW), *args], env=stack["env"], capture_output=True, text=True, timeout=timeout
+        [*command, *args], env=stack["env"], capture_output=True, text=True, timeout=1200
     )
-    print(f"$ onceflow {' '.join(args)}\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
+    print(f"$ {' '.join(command)} {' '.join(args)}\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
     return proc
 
 
@@ -214,19 +224,19 @@ def test_a_users_own_data_day_one_and_day_two(own_stack):
 
 
 def test_demo_then_down_then_demo_goes_on_where_it_stopped(own_stack):
-    first = onceflow(own_stack, "demo", "--scale", "0.01")
+    first = onceflow_dev(own_stack, "demo", "--scale", "0.01")
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     # the user's own topic too, when their test ran first
     topic_ids = "select distinct topic_id from onceflow.offsets where pipeline = 'payments'"
     ids_before = query(own_stack, topic_ids)
     users = audited(own_stack, "payments")
-    assert onceflow(own_stack, "down").returncode == 0
-    up = onceflow(own_stack, "up")
+    assert onceflow_dev(own_stack, "down").returncode == 0
+    up = onceflow_dev(own_stack, "up")
     assert up.returncode == 0 and "its plans will stop" not in up.stdout
     # the kept log still holds the same topics and the user's records: the re-read agrees
     assert query(own_stack, topic_ids) == ids_before
     assert audited(own_stack, "payments")["records_in_ranges"] == users["records_in_ranges"]
-    second = onceflow(own_stack, "demo", "--scale", "0.01")
+    second = onceflow_dev(own_stack, "demo", "--scale", "0.01")
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     assert "produced 1000 orders records 1000..1999" in second.stdout  # the series goes on
     summary = second.stdout[second.stdout.rindex("\npipeline ") :]

@@ -2,6 +2,7 @@
 nothing of the local stack, demo, chaos harness or benchmark, and the runtime dependencies
 carry no embedded server (those are the `dev` extra's); the wheel ships no onceflow_dev."""
 
+import argparse
 import json
 import subprocess
 import sys
@@ -70,3 +71,20 @@ def test_the_wheel_ships_the_runtime_and_none_of_the_checkouts_tools(tmp_path):
         "onceflow/migrations/0001_ledger.sql",
     ):
         assert shipped in names
+
+
+def test_the_runtime_command_has_none_of_the_checkouts_commands():
+    """`onceflow` (the wheel's console script) lists only what runs from the wheel; the
+    embedded stack's commands are onceflow-dev's, a checkout's own."""
+    from onceflow.cli.main import build_parser as runtime_parser
+    from onceflow_dev.cli import build_parser as dev_parser
+
+    def commands(parser: argparse.ArgumentParser) -> set[str]:
+        (sub,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        return set(sub.choices)
+
+    checkout = {"up", "down", "status", "produce", "demo", "chaos"}
+    assert commands(dev_parser()) == checkout
+    runtime = commands(runtime_parser())
+    assert not runtime & checkout
+    assert {"migrate", "trigger", "audit", "reset-offsets"} <= runtime

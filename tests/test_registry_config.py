@@ -87,6 +87,7 @@ def conn(**fields):
         "login": None,
         "password": None,
         "extra": None,
+        "conn_type": "schema_registry",
     }
     return SimpleNamespace(**{**base, **fields})
 
@@ -121,7 +122,7 @@ def test_the_registry_connection_gives_url_credentials_and_ca():
 
 def test_a_pipeline_without_a_registry_is_told_how_to_give_one(monkeypatch):
     monkeypatch.delenv(hook.REGISTRY_ENV, raising=False)
-    monkeypatch.setattr(hook, "lookup", lambda cid, named_by, conn=None: None)
+    monkeypatch.setattr(hook, "lookup", lambda cid, named_by, conn=None, conn_type="": None)
     cfg = parse_pipeline("pay", {"topics": ["payments"], "format": "avro", **SINK}, "p.toml")
     with pytest.raises(ConfigError, match="create the Airflow connection 'onceflow_registry'"):
         hook.pipeline_registry(cfg)

@@ -64,7 +64,7 @@ def test_airflow_env_points_every_component_at_the_same_places(settings, monkeyp
 
 
 def test_the_users_folders_reach_airflow_as_absolute_paths(settings, monkeypatch, tmp_path):
-    """The components run in ONCEFLOW_HOME: a relative folder means where `onceflow up` ran."""
+    """The components run in ONCEFLOW_HOME: a relative folder means where `onceflow-dev up` ran."""
     monkeypatch.delenv("ONCEFLOW_PYTHONPATH", raising=False)
     assert "ONCEFLOW_PYTHONPATH" not in stack.airflow_env(settings)
     monkeypatch.chdir(tmp_path)

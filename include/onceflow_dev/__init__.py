@@ -1,9 +1,10 @@
-"""What only a checkout of Onceflow needs: the embedded local stack (`onceflow up`), the demo,
-the chaos harness, a disposable Apache Kafka for tests and the sample producers.
+"""What only a checkout of Onceflow needs: the embedded local stack (`onceflow-dev up`), the
+demo, the chaos harness, a disposable Apache Kafka for tests and the sample producers, and
+`onceflow-dev`, the command line that runs them (cli; `python -m onceflow_dev`).
 
 A checkout's only: the wheel does not ship it (pyproject's packages.find), and `make setup`'s
-editable install puts it on the venv's path with the `dev` extra's servers. The runtime package `onceflow` never imports it at import time: the commands that need it
-(`up`, `down`, `status`, `demo`, `produce`, `chaos`) import it when they run.
+editable install puts it on the venv's path with the `dev` extra's servers, and writes the
+venv's `onceflow-dev` script. It imports the runtime package `onceflow`, never the reverse.
 """
 
 from pathlib import Path

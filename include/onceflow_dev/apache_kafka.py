@@ -1,7 +1,7 @@
 """Apache Kafka (KRaft, one node: broker and controller) on 127.0.0.1, from the jars that
 `make setup` resolves from Maven Central (pom.xml, profile kafka-broker; onceflow_dev.jvm).
 
-The embedded stack's broker (`onceflow up`, service `broker`), the tests' disposable brokers
+The embedded stack's broker (`onceflow-dev up`, service `broker`), the tests' disposable brokers
 and the benchmark's all start here. It needs Java 17+. Measured on 2 cores: ready about 2 s
 after the JVM starts, ~320 MiB resident with the default heap of 512 MiB.
 

@@ -72,7 +72,7 @@ def load_sample(transform: str) -> Sample:
             f"transform {transform!r}: module {module.__name__!r} ({where}) defines no "
             "function sample(i: int, rng: random.Random) -> (key: bytes | None, value: "
             "bytes | None), the i-th record to produce; define it to produce demo records "
-            "with `onceflow produce`, or write to the topic with your own producer"
+            "with `onceflow-dev produce`, or write to the topic with your own producer"
         )
     return fn
 

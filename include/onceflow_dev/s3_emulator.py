@@ -1,4 +1,4 @@
-"""An S3 emulator for the chaos stack's lake table (`onceflow chaos --lake-s3`): moto's
+"""An S3 emulator for the chaos stack's lake table (`onceflow-dev chaos --lake-s3`): moto's
 server mode, on 127.0.0.1, keeping its objects in memory for the run; no real S3 server
 installs here. Started and stopped by its PID."""
 

@@ -1,5 +1,6 @@
 """`onceflow audit`: prove a pipeline's state from its ledger (and with --reread from the
-broker's records) and print the report; `demo` prints the same report for each pipeline."""
+broker's records) and print the report; `onceflow-dev demo` prints the same report for each
+pipeline."""
 
 from __future__ import annotations
 

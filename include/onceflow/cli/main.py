@@ -21,9 +21,7 @@ from onceflow.cli.actions import (
     cmd_reset_offsets,
 )
 from onceflow.cli.audit_report import cmd_audit
-from onceflow.cli.demo import cmd_demo
 from onceflow.cli.inspection import cmd_dead_letters, cmd_lag, cmd_ledger
-from onceflow.cli.local_stack import cmd_chaos, cmd_down, cmd_produce, cmd_status, cmd_up
 from onceflow.cli.provision import cmd_migrate, cmd_spark_archive, cmd_topics
 from onceflow.cli.runs import cmd_trigger
 from onceflow.cli.selection import use_connections
@@ -60,20 +58,6 @@ def build_parser() -> argparse.ArgumentParser:
         sp.set_defaults(func=func)
         return sp
 
-    add(
-        "up",
-        cmd_up,
-        "Start the embedded stack on 127.0.0.1 (PostgreSQL, broker, Airflow); idempotent.",
-        "onceflow up",
-    )
-    add("down", cmd_down, "Stop every service of the embedded stack by its PID.", "onceflow down")
-    sp = add(
-        "status",
-        cmd_status,
-        "Show the stack's services, the Airflow UI URL and login.",
-        "onceflow status --json",
-    )
-    sp.add_argument("--json", action="store_true", help="machine-readable output")
     sp = add(
         "migrate",
         cmd_migrate,
@@ -100,25 +84,6 @@ def build_parser() -> argparse.ArgumentParser:
         "onceflow spark-archive --force",
     )
     sp.add_argument("--force", action="store_true", help="rewrite an existing archive")
-    sp = add(
-        "produce",
-        cmd_produce,
-        "Produce demo records to the pipeline's topic: the records of the `sample` function "
-        "in the transform's module (onceflow.transforms).",
-        "onceflow produce --pipeline inventory --count 20000",
-    )
-    sp.add_argument("--pipeline", help="pipeline name (default: the only one configured)")
-    sp.add_argument("--topic", help="topic (default: the pipeline's first topic)")
-    sp.add_argument(
-        "--count", type=int, default=100_000, help="records to produce (default 100000)"
-    )
-    sp.add_argument(
-        "--partitions", type=int, default=4, help="partitions when creating the topic (default 4)"
-    )
-    sp.add_argument("--seed", type=int, default=42, help="random seed (default 42)")
-    sp.add_argument(
-        "--start", type=int, default=0, help="first record number, to continue a series (default 0)"
-    )
     sp = add(
         "topics",
         cmd_topics,
@@ -163,25 +128,6 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="re-read every committed range from the broker and count its records (txids "
         "whose records retention has deleted since keep the ledger's count, and are reported)",
-    )
-    sp = add(
-        "demo",
-        cmd_demo,
-        "Run the shipped example pipelines on the running stack (from a checkout): "
-        "produce their sample records (continuing each series), trigger the runs each backlog needs, audit each "
-        "with --reread and print a summary; exits 1 unless every run succeeded and every "
-        "audit says exactly-once.",
-        "onceflow up && onceflow demo",
-    )
-    sp.add_argument(
-        "--timeout", type=float, default=1800, help="seconds to wait for the runs (default 1800)"
-    )
-    sp.add_argument(
-        "--scale",
-        type=float,
-        default=1.0,
-        help="produce this share of each pipeline's demo records (default 1.0; e.g. 0.05 for a "
-        "quick run)",
     )
     sp = add(
         "ledger",
@@ -332,57 +278,6 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--dry-run", action="store_true", help="say what it would do, change nothing")
     sp.add_argument("--json", action="store_true", help="machine-readable output")
 
-    sp = add(
-        "chaos",
-        cmd_chaos,
-        "Run the chaos harness on a dedicated local stack: faults injected while runs go "
-        "through the scheduler; writes chaos-report.json (exit 0 only for exactly-once).",
-        "onceflow chaos --pipeline inventory --batches 200 --seed 1 --max-minutes 120",
-    )
-    sp.add_argument(
-        "--pipeline",
-        help="a pipeline of the pipelines file (its transform and sink, chaos's batch size and "
-        "topic; default: the orders example as tests/chaos_pipelines.toml's `chaos`)",
-    )
-    sp.add_argument(
-        "--batches", type=int, default=200, help="committed batches to reach (default 200)"
-    )
-    sp.add_argument("--seed", type=int, default=1, help="seed of the fault schedule (default 1)")
-    sp.add_argument(
-        "--max-minutes",
-        type=float,
-        default=120.0,
-        help="time budget; faults stop at 80%% of it, then the lag drains (default 120)",
-    )
-    sp.add_argument("--keep", action="store_true", help="leave the chaos stack running afterwards")
-    sp.add_argument(
-        "--stack",
-        type=int,
-        default=0,
-        choices=range(10),
-        metavar="N",
-        help="chaos stack slot: N > 0 uses .onceflow/chaos-N and ports +10N, so two runs can go "
-        "side by side (default 0: .onceflow/chaos, 25435/29095/28083)",
-    )
-    sp.add_argument(
-        "--lake-s3",
-        action="store_true",
-        help="a lake sink's warehouse on an S3 emulator (moto's server) instead of the chaos "
-        "stack's folder",
-    )
-    sp.add_argument(
-        "--process-mode",
-        choices=("spark-submit", "connect"),
-        default="spark-submit",
-        help="how the pipeline processes: a spark-submit per attempt (default), or in a "
-        "session of the chaos stack's Spark Connect server, which then is killed too "
-        "(fault 11)",
-    )
-    sp.add_argument("--report", help="report path (default: chaos-report.json at the project root)")
-    sp.add_argument(
-        "--faults",
-        help="only these fault kinds, e.g. 3,7 (development; such a run is never complete)",
-    )
     return p
 
 

@@ -64,7 +64,7 @@ def cmd_spark_archive(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_topics(args: argparse.Namespace, settings: Settings) -> int:
     """`topics create`: the pipeline's source topics for the user's own producer, which
-    (unlike `produce`) needs no `sample` in the transform's module."""
+    (unlike `onceflow-dev produce`) needs no `sample` in the transform's module."""
     from onceflow.kafka import broker
 
     cfg = select_pipeline(settings, args.pipeline)

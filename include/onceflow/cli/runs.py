@@ -1,6 +1,6 @@
 """`onceflow trigger`: DAG runs through the Airflow REST API, waited for, and for each run that
 did not succeed the reason, read from the ledger and the failed task's log, so that the
-command (and `demo`) ends with it instead of a pointer to the task logs."""
+command (and `onceflow-dev demo`) ends with it instead of a pointer to the task logs."""
 
 from __future__ import annotations
 

@@ -5,20 +5,6 @@ from __future__ import annotations
 from onceflow.errors.base import OnceflowError
 
 
-class LocalToolsMissingError(OnceflowError):
-    """A command of the local stack (up, down, status, produce, demo, chaos) needs the tools
-    only a checkout has (onceflow_dev, which the wheel does not ship, and what `make setup`
-    installs for it); `missing` is the module that was not found."""
-
-    def __init__(self, missing: str | None) -> None:
-        self.missing = missing
-        super().__init__(
-            "this command runs the local stack's tools, which only a checkout of Onceflow has "
-            "(the wheel ships none): run it in the repository after `make setup`; "
-            f"missing: {missing}"
-        )
-
-
 class PipelineNotChosenError(OnceflowError):
     """A command was given no --pipeline while the pipelines file defines more than one (or
     none); `known` names them."""
@@ -34,17 +20,6 @@ class PartitionCountError(OnceflowError):
     def __init__(self, pipeline: str, partitions: int) -> None:
         self.pipeline, self.partitions = pipeline, partitions
         super().__init__(f"--partitions {partitions}: a topic has 1 partition or more")
-
-
-class DemoPipelinesMissingError(OnceflowError):
-    """`onceflow demo` runs the shipped example pipelines, and the pipelines file lacks some."""
-
-    def __init__(self, pipelines_file: str, missing: list[str], demo: list[str]) -> None:
-        self.pipelines_file, self.missing, self.demo = pipelines_file, missing, demo
-        super().__init__(
-            f"{pipelines_file} lacks the demo pipeline(s) {missing}; the demo runs "
-            f"{demo} as dags/pipelines.toml defines them"
-        )
 
 
 class BackfillArgumentsError(OnceflowError):

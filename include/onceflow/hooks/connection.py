@@ -56,15 +56,45 @@ async def airflow_connection_async(conn_id: str) -> Any | None:
         return None
 
 
-def lookup(conn_id: str, named_by: str | None, conn: Any | None = None) -> Any | None:
+# What `airflow connections add ID` needs for each type a pipeline uses: the line a missing
+# connection's error shows (placeholders in capitals).
+ADD_ARGUMENTS = {
+    "postgres": "--conn-type postgres --conn-host HOST --conn-port 5432 --conn-login USER "
+    "--conn-password PASSWORD --conn-schema DATABASE",
+    "kafka": '--conn-type kafka --conn-extra \'{"bootstrap.servers": "HOST:9092"}\'',
+    "schema_registry": "--conn-type schema_registry --conn-host https://HOST:8081",
+    "aws": "--conn-type aws --conn-login ACCESS_KEY_ID --conn-password SECRET "
+    '--conn-extra \'{"endpoint_url": "https://HOST", "region_name": "REGION"}\'',
+    "spark_connect": "--conn-type spark_connect --conn-host HOST --conn-port 15002",
+}
+
+
+def missing(conn_id: str, conn_type: str, why: str) -> ConfigError:
+    """The error of a connection that does not exist: its id, its type, why it is needed
+    and the command that creates it."""
+    args = ADD_ARGUMENTS.get(conn_type, f"--conn-type {conn_type} ...")
+    return ConfigError(
+        f"Airflow connection {conn_id!r} (type {conn_type!r}) does not exist ({why}); "
+        f"create it in Admin > Connections, or: airflow connections add {conn_id} {args}"
+    )
+
+
+def require(conn_id: str, conn_type: str, why: str) -> Any:
+    """The connection, which must exist (`missing` names it otherwise)."""
+    conn = airflow_connection(conn_id)
+    if conn is None:
+        raise missing(conn_id, conn_type, why)
+    return conn
+
+
+def lookup(
+    conn_id: str, named_by: str | None, conn: Any | None = None, conn_type: str = ""
+) -> Any | None:
     """The connection; one that `named_by` (a file's key, a command-line option) names must
     exist, a default id may not. `conn`: one already looked up."""
     conn = conn or airflow_connection(conn_id)
     if conn is None and named_by:
-        raise ConfigError(
-            f"Airflow connection {conn_id!r} does not exist ({named_by} names it); "
-            f"create it (Admin > Connections, or `airflow connections add {conn_id} ...`)"
-        )
+        raise missing(conn_id, conn_type, f"{named_by} names it")
     return conn
 
 

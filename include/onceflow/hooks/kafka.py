@@ -35,7 +35,7 @@ def kafka_cluster(
     """The named `kafka` connection, else the default one, else ONCEFLOW_KAFKA_BOOTSTRAP and
     ONCEFLOW_KAFKA_CONFIG (`settings`, default: from the environment)."""
     cid = conn_id or KAFKA_CONN
-    conn = lookup(cid, named_by(source, key) if conn_id else None, _found)
+    conn = lookup(cid, named_by(source, key) if conn_id else None, _found, "kafka")
     if conn is not None:
         return kafka_from(conn, cid)
     return cluster_from_env((settings or Settings.from_env()).kafka_bootstrap)

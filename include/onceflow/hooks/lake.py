@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from onceflow.config.pipeline import PipelineConfig
 from onceflow.errors import ConfigError
@@ -21,7 +22,12 @@ def lake_storage(cfg: PipelineConfig) -> Storage:
     conn_id = cfg.sink.storage_conn_id
     if not conn_id:
         return Storage()
-    conn = lookup(conn_id, named_by(cfg.source, "sink.storage_conn_id"))
+    conn = lookup(conn_id, named_by(cfg.source, "sink.storage_conn_id"), conn_type="aws")
+    return storage_from(conn, conn_id)
+
+
+def storage_from(conn: Any, conn_id: str) -> Storage:
+    """A Storage from an `aws` connection (see the module)."""
     if conn.conn_type not in ("aws", "s3"):
         raise ConfigError(
             f"Airflow connection {conn_id!r} is of type {conn.conn_type!r}; a lake sink's "

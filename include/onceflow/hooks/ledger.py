@@ -66,7 +66,7 @@ def ledger_dsn(
     """(DSN, where it came from): the named connection, else the default one, else
     ONCEFLOW_POSTGRES_DSN (`settings`, default: from the environment)."""
     cid = conn_id or LEDGER_CONN
-    conn = lookup(cid, named_by(source, key) if conn_id else None, _found)
+    conn = lookup(cid, named_by(source, key) if conn_id else None, _found, "postgres")
     if conn is not None:
         return ledger_dsn_from(conn, cid), f"Airflow connection {cid!r}"
     return (settings or Settings.from_env()).postgres_dsn, "ONCEFLOW_POSTGRES_DSN"

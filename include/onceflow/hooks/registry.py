@@ -1,7 +1,7 @@
 """A pipeline's schema registry (Avro or Protobuf records): its `registry_conn_id`, default
-`onceflow_registry`, an `http` connection: the registry's URL as host (or host, port and
-schema http/https), basic auth as login and password, or extra `bearer_token`; extra
-`ca_file` verifies its TLS certificate. ONCEFLOW_REGISTRY, when set, comes first: what a
+`onceflow_registry`, a `schema_registry` connection (0.1.0's `http` ones still work): the
+registry's URL as host (or host, port and schema http/https), basic auth as login and
+password, or extra `bearer_token`; extra `ca_file` verifies its TLS certificate. ONCEFLOW_REGISTRY, when set, comes first: what a
 process task hands spark-submit (the connection's registry), or the embedded stack's URL."""
 
 from __future__ import annotations
@@ -16,10 +16,17 @@ from onceflow.formats.registry_client import RegisteredSchema, Registry
 from onceflow.hooks.connection import extra, lookup, named_by
 
 REGISTRY_ENV = "ONCEFLOW_REGISTRY"
+# Onceflow's own type (SchemaRegistryHook); 0.1.0 took an `http` connection, which still works
+REGISTRY_TYPES = ("schema_registry", "http")
 
 
 def registry_from(conn: Any, conn_id: str) -> Registry:
     """A Registry from an Airflow connection (see the module)."""
+    if conn.conn_type not in REGISTRY_TYPES:
+        raise ConfigError(
+            f"Airflow connection {conn_id!r} is of type {conn.conn_type!r}; a schema registry "
+            "needs a 'schema_registry' connection (its URL as host)"
+        )
     host = (conn.host or "").strip()
     if not host:
         raise ConfigError(
@@ -34,8 +41,9 @@ def registry_from(conn: Any, conn_id: str) -> Registry:
         url=host,
         user=conn.login or None,
         password=conn.password or None,
-        token=keys.get("bearer_token") or None,
-        ca_file=keys.get("ca_file") or None,
+        # a form of Airflow's that still prefixes its extra fields keeps them so
+        token=keys.get("bearer_token") or keys.get("extra__schema_registry__bearer_token") or None,
+        ca_file=keys.get("ca_file") or keys.get("extra__schema_registry__ca_file") or None,
         name=f"schema registry (Airflow connection {conn_id!r})",
     )
 
@@ -46,12 +54,16 @@ def pipeline_registry(cfg: PipelineConfig) -> Registry:
     if os.environ.get(REGISTRY_ENV):
         return Registry.from_env(os.environ[REGISTRY_ENV], REGISTRY_ENV)
     cid = cfg.registry_conn_id or REGISTRY_CONN
-    conn = lookup(cid, named_by(cfg.source, "registry_conn_id") if cfg.registry_conn_id else None)
+    conn = lookup(
+        cid,
+        named_by(cfg.source, "registry_conn_id") if cfg.registry_conn_id else None,
+        conn_type="schema_registry",
+    )
     if conn is None:
         raise ConfigError(
             f"{cfg.source}: pipeline {cfg.name!r} reads {cfg.format_summary} but no "
             f"schema registry is configured: create the Airflow connection {REGISTRY_CONN!r} "
-            "(an http connection with the registry's URL as host), name one with "
+            "(a schema_registry connection with the registry's URL as host), name one with "
             f"`registry_conn_id`, or set {REGISTRY_ENV} to its URL"
         )
     return registry_from(conn, cid)

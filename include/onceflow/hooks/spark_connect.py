@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from onceflow.config.pipeline import PipelineConfig
 from onceflow.errors import ConfigError
-from onceflow.hooks.connection import airflow_connection
+from onceflow.hooks.connection import airflow_connection, missing
 
 
 def spark_connect(cfg: PipelineConfig) -> tuple[str, str]:
@@ -15,11 +15,10 @@ def spark_connect(cfg: PipelineConfig) -> tuple[str, str]:
     conn_id = cfg.spark_connect_conn_id
     conn = airflow_connection(conn_id)
     if conn is None:
-        raise ConfigError(
-            f"Airflow connection {conn_id!r} does not exist ({cfg.source}: pipeline "
-            f'{cfg.name!r} has process_mode = "connect"); create it with the Spark Connect '
-            f"server's host and port (`airflow connections add {conn_id} --conn-type "
-            "spark_connect --conn-host HOST --conn-port 15002`)"
+        raise missing(
+            conn_id,
+            "spark_connect",
+            f'{cfg.source}: pipeline {cfg.name!r} has process_mode = "connect"',
         )
     if conn.conn_type != "spark_connect":
         raise ConfigError(

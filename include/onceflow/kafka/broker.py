@@ -369,7 +369,7 @@ def ensure_topics(
     except KafkaError as e:
         raise OnceflowError(
             f"the broker at {bootstrap} did not answer within {timeout_s:.0f}s ({e}); nothing "
-            "was created. Start the embedded stack (`onceflow up`), or point "
+            "was created. Start the embedded stack (`onceflow-dev up`), or point "
             "ONCEFLOW_KAFKA_BOOTSTRAP (or --kafka-conn) at your cluster"
         ) from None
     try:

@@ -2,7 +2,7 @@
 
 Starting Spark is most of a small batch's time with spark-submit (a JVM, its Python workers
 and their first job: about 20 s of a 1,000-record run, issue 26). A Spark Connect server
-(pyspark's own, started by `onceflow up` locally; in production its endpoint comes from an
+(pyspark's own, started by `onceflow-dev up` locally; in production its endpoint comes from an
 Airflow connection of type spark_connect) keeps them warm: the process task runs the same
 attempt in its own Python process (onceflow.process.entry.run_attempt), and only the stage
 job's plan travels to the server.

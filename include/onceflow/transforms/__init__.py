@@ -52,7 +52,7 @@ package); process ships it to executors that may lack it (onceflow.spark.shippin
 A transform's module may also define `sample(i: int, rng: random.Random) ->
 (key: bytes | None, value: bytes | None)`, the i-th demo record of its topic, a deterministic
 function of i and the state of rng (a value None is a tombstone).
-`onceflow produce --pipeline NAME` (onceflow_dev.producer) and the chaos harness produce the
+`onceflow-dev produce --pipeline NAME` (onceflow_dev.producer) and the chaos harness produce the
 pipeline's test records with it; processing never calls it, so it is optional: without it
 a pipeline runs as well, only those two commands refuse it.
 spark_jobs/orders.py, spark_jobs/inventory.py and spark_jobs/pageviews.py are examples.

@@ -1,4 +1,4 @@
-"""The chaos harness behind `onceflow chaos` / `make chaos` (onceflow.cli.local_stack runs
+"""The chaos harness behind `onceflow-dev chaos` / `make chaos` (onceflow_dev.commands runs
 `run(Options(...))`).
 
 It starts a dedicated local stack (ONCEFLOW_HOME=.onceflow/chaos, ports 25435/29095/28083,
@@ -18,7 +18,7 @@ duplicated, content mismatches; an upsert table's rows, a merge state; an Iceber
 scanned by coordinates). The audit (with a re-read from the broker) must agree. The result
 goes to chaos-report.json at the project root.
 
-The broker is the stack's own (`onceflow up`'s service `broker`: Apache Kafka, its log in
+The broker is the stack's own (`onceflow-dev up`'s service `broker`: Apache Kafka, its log in
 <home>/broker-log). A pipeline whose sink is a Kafka topic publishes there too (the sink's
 own `bootstrap` is dropped); its truth reads the output topic and the commit log with a
 read_committed consumer.

@@ -1,8 +1,7 @@
-"""The embedded local stack's commands: up, down, status, produce and chaos.
+"""The embedded local stack's commands of `onceflow-dev`: up, down, status, produce and chaos.
 
-They run onceflow_dev's tools, which only a checkout has (`make setup` installs what they need;
-the wheel ships none of them); local_module imports them only when such a command runs, so a
-production install runs every other command.
+They run the checkout's own tools (the stack, the sample producers, the chaos harness) against
+the runtime package's settings, ledger and broker client; `demo` is onceflow_dev.demo's.
 """
 
 from __future__ import annotations
@@ -10,30 +9,22 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from importlib import import_module
-from types import ModuleType
+from pathlib import Path
 
 from onceflow.cli.provision import migrate_sinks
 from onceflow.cli.selection import select_pipeline
 from onceflow.config.pipelines_file import load_pipelines
-from onceflow.errors import LocalToolsMissingError, OnceflowError
+from onceflow.errors import OnceflowError
 from onceflow.settings import Settings
+
+from onceflow_dev import producer, stack
+from onceflow_dev.lost_logs import lost_logs
 
 # lines of an import error's message `status` shows (the whole: GET /api/v2/importErrors)
 IMPORT_ERROR_LINES = 4
 
 
-def local_module(name: str) -> ModuleType:
-    """A module of onceflow_dev (the local stack, demo, producers, chaos), imported when a
-    command needs it; outside a checkout the command says where it runs."""
-    try:
-        return import_module(f"onceflow_dev.{name}")
-    except ImportError as e:
-        raise LocalToolsMissingError(e.name) from e
-
-
 def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
-    stack = local_module("stack")
     from onceflow.ledger.db import migrate
 
     stack.up(settings)
@@ -51,8 +42,6 @@ def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
 def _report_lost_logs(settings: Settings) -> None:
     """Say, per pipeline, which logs its ledger read the broker no longer holds (a broker
     that kept its log in memory, a topic deleted or re-created), before anything plans."""
-    from onceflow.cli.lost_logs import lost_logs
-
     try:
         pipelines = load_pipelines(settings.pipelines_file)
     except OnceflowError as e:
@@ -70,16 +59,12 @@ def _report_lost_logs(settings: Settings) -> None:
 
 
 def cmd_down(args: argparse.Namespace, settings: Settings) -> int:
-    stack = local_module("stack")
-
     stack.down(settings)
     print("stack stopped")
     return 0
 
 
 def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
-    stack = local_module("stack")
-
     info = stack.status(settings)
     info["dag_import_errors"] = _dag_import_errors(settings)
     if getattr(args, "json", False):  # `up` shows the status too, and has no --json
@@ -139,8 +124,6 @@ def _error_message(stack_trace: str) -> list[str]:
 def cmd_produce(args: argparse.Namespace, settings: Settings) -> int:
     from onceflow.kafka import broker
 
-    producer = local_module("producer")
-
     cfg = select_pipeline(settings, args.pipeline)
     sample = producer.load_sample(cfg.transform)
     topic = args.topic or cfg.topics[0]
@@ -158,7 +141,7 @@ def cmd_produce(args: argparse.Namespace, settings: Settings) -> int:
         seed=args.seed,
         start=args.start,
         progress=lambda acked: print(f"  produced {acked}/{args.count}", flush=True),
-        serialize=producer.value_serializer(cfg, local_module("stack").registry_url(settings)),
+        serialize=producer.value_serializer(cfg, stack.registry_url(settings)),
     )
     took = time.monotonic() - started
     print(f"produced {n} records to {topic} in {took:.1f}s ({n / max(took, 1e-9):,.0f}/s)")
@@ -166,9 +149,7 @@ def cmd_produce(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_chaos(args: argparse.Namespace, settings: Settings) -> int:
-    from pathlib import Path
-
-    chaos = local_module("chaos")
+    from onceflow_dev import chaos  # the harness and its clients: most of a second to import
 
     opts = chaos.Options(
         batches=args.batches,

@@ -1,6 +1,6 @@
 """Whether the broker still holds the logs every pipeline's ledger read, asked of all the
-pipelines at once: what `onceflow up` reports after starting the stack and what `onceflow
-demo` checks before it produces.
+pipelines at once: what `onceflow-dev up` reports after starting the stack and what
+`onceflow-dev demo` checks before it produces.
 
 The rules are plan's (ledger.log_checks.log_lost: plan_ranges' offset regression, ledger.log_checks.verify_logs with
 log_identity); this only asks them early, so that a lost log is said in the operator's words when the stack
