@@ -41,7 +41,9 @@ PRELOADED_IF_IMPORTABLE: tuple[str | tuple[str, ...], ...] = (
     "onceflow.airflow.supported",  # the DAG file's version check
     "onceflow.airflow.dag_factory",
     "onceflow.airflow.alerts_dag",  # a pipeline with alerts has a second DAG
-    "onceflow.airflow.plugin",  # Airflow 3.1's DagBag loads the plugins when it parses
+    # Airflow 3.1's DagBag loads the plugins and the providers' metadata when it parses
+    "onceflow.airflow.plugin",
+    "onceflow.airflow.provider_info",
     "onceflow.process.connect_session",
     # each kind of sink is imported when a pipeline first builds one (onceflow.hooks.sink)
     "onceflow.sinks.postgres.sink",
