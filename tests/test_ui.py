@@ -185,3 +185,39 @@ def test_a_task_instance_links_to_its_ledger_entry(runs, page, stack):
     sync_api.expect(frame.locator("#txid")).to_have_text(b["txid"])
     sync_api.expect(frame.locator("#batch")).to_contain_text("committed")
     shot(page, "task-instance-ledger-entry")
+
+
+def test_the_connection_form_offers_the_schema_registry_type(page, stack):
+    """Airflow's own connection form lists Onceflow's `schema_registry` type with its
+    fields (get_provider_info), and what it saves is what the registry hook reads."""
+    from types import SimpleNamespace
+
+    from onceflow.cli.airflow_api import AirflowClient
+    from onceflow.hooks.registry import registry_from
+
+    conn_id = "ui_registry_" + uuid.uuid4().hex[:6]
+    page.set_viewport_size({"width": 1280, "height": 1100})
+    page.goto(f"{stack.airflow_url}/connections")
+    page.get_by_role("button", name="Add Connection").click()
+    dialog = page.get_by_role("dialog")
+    dialog.get_by_role("textbox").first.fill(conn_id)
+    box = dialog.get_by_role("combobox")
+    box.click()
+    box.fill("Schema")
+    page.get_by_role("option", name="Schema Registry (Onceflow)").click()
+    dialog.get_by_label("Registry URL").fill("https://registry.internal:8081")
+    dialog.get_by_text("Extra Fields", exact=True).click()
+    dialog.locator("input[id*=bearer_token]").fill("ui-token-7")
+    dialog.locator("input[id*=ca_file]").fill("/etc/ssl/registry-ca.pem")
+    shot(page, "connection-form")  # docs/img/connection-form.png
+    dialog.get_by_role("button", name="Save").click()
+    dialog.wait_for(state="hidden")
+
+    client = AirflowClient(stack.airflow_url, stack.airflow_user, stack.airflow_password)
+    saved = client.request("GET", f"/api/v2/connections/{conn_id}")
+    assert saved["conn_type"] == "schema_registry"
+    registry = registry_from(SimpleNamespace(**saved), conn_id)
+    assert registry.url == "https://registry.internal:8081"
+    assert registry.ca_file == "/etc/ssl/registry-ca.pem"
+    assert registry.token  # masked by the API ("***"), present
+    client.request("DELETE", f"/api/v2/connections/{conn_id}")
