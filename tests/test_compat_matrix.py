@@ -38,7 +38,7 @@ import pytest
 from conftest import ROOT, build_wheel, free_port
 from onceflow.compat.python import tomllib
 from packaging.requirements import Requirement
-from test_installed_celery import TRANSFORM, _postgres, _run
+from test_installed_celery import TRANSFORM, Installed, _postgres, _run, api_client
 
 pytestmark = [pytest.mark.compat, pytest.mark.integration, pytest.mark.e2e]
 
@@ -62,13 +62,19 @@ class Cell:
 
 CELLS = (
     Cell("floor", "3.10", ("apache-airflow==3.1.0",), as_of="2025-09-26", floors=True),
+    # pyspark 4.3 with the Spark provider 5: its 6.x pulls in pyspark-client, which is published
+    # up to 4.2.0 only and would overwrite pyspark's files (onceflow.compat.versions refuses)
     Cell(
         "behind",
         "3.12",
-        ("apache-airflow==3.2.1", "pyspark==4.3.0", "pyspark-client==4.3.0"),
+        ("apache-airflow==3.2.1", "pyspark==4.3.0", "apache-airflow-providers-apache-spark<6"),
         as_of="2026-04-23",
     ),
-    Cell("newest", "3.13", ("apache-airflow==3.3.2", "pyspark==4.3.0", "pyspark-client==4.3.0")),
+    Cell(
+        "newest",
+        "3.13",
+        ("apache-airflow==3.3.2", "pyspark==4.3.0", "apache-airflow-providers-apache-spark<6"),
+    ),
 )
 
 
@@ -217,8 +223,6 @@ def _produce(bootstrap: str, start: int, count: int) -> None:
 def airflow_of(venv: Path, cell: Cell, services: dict, work: Path) -> Iterator[tuple[dict, object]]:
     """The cell's Airflow (LocalExecutor) on its own metadata database: api-server, scheduler,
     dag-processor and triggerer, stopped by PID; yields (its environment, an API client)."""
-    from onceflow.cli.airflow_api import AirflowClient
-
     dags = work / "dags"
     (dags / "acme_flows").mkdir(parents=True)
     (dags / "acme_flows" / "__init__.py").write_text("")
@@ -283,39 +287,17 @@ def airflow_of(venv: Path, cell: Cell, services: dict, work: Path) -> Iterator[t
     finally:
         (work / "connections.json").unlink()
     _run([str(venv / "bin" / "onceflow"), "--ledger-conn", "onceflow_ledger", "migrate"], env=env, cwd=work)  # fmt: skip
-    procs = []
+    inst = Installed(work)  # its venv is work/venv, as here
     try:
-        for name, argv in (
-            ("api-server", [airflow, "api-server"]),
-            ("scheduler", [airflow, "scheduler", "--skip-serve-logs"]),
-            ("dag-processor", [airflow, "dag-processor"]),
-            ("triggerer", [airflow, "triggerer", "--skip-serve-logs"]),
-        ):
-            log = open(work / f"{name}.out", "wb")  # noqa: SIM115 - closed with the process
-            procs.append(
-                subprocess.Popen(argv, env=env, cwd=work, stdout=log, stderr=subprocess.STDOUT)
-            )
-        client = AirflowClient(f"http://127.0.0.1:{api_port}", "admin", "admin-pw")
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                client.health()
-                break
-            except Exception:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(1)
+        inst.spawn("api-server", [airflow, "api-server"], env, work)
+        inst.spawn("scheduler", [airflow, "scheduler", "--skip-serve-logs"], env, work)
+        inst.spawn("dag-processor", [airflow, "dag-processor"], env, work)
+        inst.spawn("triggerer", [airflow, "triggerer", "--skip-serve-logs"], env, work)
+        client = api_client(api_port, "admin-pw")
         client.wait_for_dag(f"onceflow_{PIPELINE}", timeout=180)
         yield env, client
     finally:
-        for p in reversed(procs):
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(5)
+        inst.stop()
 
 
 def _logs(work: Path) -> str:
@@ -326,19 +308,44 @@ def _logs(work: Path) -> str:
     return "\n".join(out)[-12000:]
 
 
+ARTIFACTS = ROOT / "test-artifacts" / "compat"
+
+
 @pytest.mark.parametrize("cell", CELLS, ids=lambda c: c.name)
 def test_the_wheel_runs_in_the_cell(cell: Cell, services: dict) -> None:
+    """Writes what it found, with each step's seconds, to test-artifacts/compat/CELL.json
+    (docs/install-into-airflow.md's "last result")."""
     work = services["work"] / cell.name
     work.mkdir()
+    record: dict = {"cell": cell.name, "python": cell.python, "seconds": {}, "result": "failed"}
+    started = time.monotonic()
+
+    def lap(step: str) -> None:
+        nonlocal started
+        record["seconds"][step] = round(time.monotonic() - started, 1)
+        started = time.monotonic()
+
+    try:
+        _cell(cell, services, work, record, lap)
+        record["result"] = "passed"
+    finally:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        (ARTIFACTS / f"{cell.name}.json").write_text(json.dumps(record, indent=2) + "\n")
+
+
+def _cell(cell: Cell, services: dict, work: Path, record: dict, lap) -> None:
     venv = work / "venv"
     _run([str(UV), "venv", "--quiet", "--python", find_python(cell.python), str(venv)])
     install_airflow(cell, venv)
+    lap("install Airflow")
     install_onceflow(cell, venv, services["wheel"], extras=not cell.floors, tools=not cell.floors)
+    lap("install the wheel")
 
     versions = python_out(
         venv, "import airflow, pyspark; print(airflow.__version__, pyspark.__version__)"
     )
     assert versions.returncode == 0, versions.stderr[-3000:]
+    record["airflow"], record["pyspark"] = versions.stdout.split()
     for pin in cell.pins:
         req = Requirement(pin)
         if req.name in ("apache-airflow", "pyspark"):
@@ -352,6 +359,7 @@ def test_the_wheel_runs_in_the_cell(cell: Cell, services: dict) -> None:
 
     # one pipeline through this Airflow's scheduler, then the audit from this venv
     with airflow_of(venv, cell, services, work) as (env, client):
+        lap("start Airflow")
         dag = f"onceflow_{PIPELINE}"
         for n, run_id in enumerate((f"{cell.name}__1", f"{cell.name}__2")):
             _produce(services["bootstrap"], 400 * n, 400)
@@ -368,9 +376,14 @@ def test_the_wheel_runs_in_the_cell(cell: Cell, services: dict) -> None:
         report = json.loads(audit.stdout)
         assert report["verdict"] == "exactly-once", report
         assert (report["batches_committed"], report["records_in_ranges"]) == (2, 800), report
+        record["audit"] = {
+            k: report[k] for k in ("verdict", "batches_committed", "records_in_ranges")
+        }
+        lap("two runs and the audit")
 
     if cell.floors:  # the extras and the test tools at their floors, for the unit suite
         install_onceflow(cell, venv, services["wheel"], extras=True, tools=True)
+        lap("install the extras")
     dev = work / "devpath"  # onceflow_dev alone on the path: onceflow is the installed wheel's
     dev.mkdir()
     (dev / "onceflow_dev").symlink_to(ROOT / "include" / "onceflow_dev")
@@ -381,6 +394,9 @@ def test_the_wheel_runs_in_the_cell(cell: Cell, services: dict) -> None:
         env={**{k: v for k, v in os.environ.items() if not k.startswith(("ONCEFLOW_", "AIRFLOW", "PYTEST_XDIST", "PYTHONPATH"))},
              "PYTHONPATH": str(dev), "AIRFLOW_HOME": str(work / "unit-home")},
     )  # fmt: skip
+    summary = [line for line in unit.stdout.splitlines() if " passed" in line or " failed" in line]
+    record["unit"] = summary[-1] if summary else unit.stdout[-300:]
+    lap("unit suite")
     assert unit.returncode == 0, unit.stdout[-6000:] + unit.stderr[-3000:]
     imported = python_out(venv, "import onceflow; print(onceflow.__file__)")
     assert str(venv) in imported.stdout, "the unit suite must test the installed wheel"

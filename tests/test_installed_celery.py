@@ -186,6 +186,22 @@ class Installed:
                 p.wait(5)
 
 
+def api_client(port: int, password: str, timeout: float = 180):
+    """An API client of the Airflow on `port` (user admin), once its API server answers."""
+    from onceflow.cli.airflow_api import AirflowClient
+
+    client = AirflowClient(f"http://127.0.0.1:{port}", "admin", password)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            client.health()
+            return client
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+
+
 def _build_and_install(work: Path) -> tuple[Path, Path]:
     """The wheel, and a fresh venv with it and its `celery` extra, pinned by the lock."""
     wheel = build_wheel(work / "wheel")
@@ -382,18 +398,7 @@ def installed():
         (work / "worker").mkdir(exist_ok=True)
         inst.spawn("celery-worker", [*preload, "celery", "worker", "--concurrency", "3",
                                      "--skip-serve-logs"], worker_env, work / "worker")  # fmt: skip
-        from onceflow.cli.airflow_api import AirflowClient
-
-        client = AirflowClient(f"http://127.0.0.1:{api_port}", "admin", "admin-pw")
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                client.health()
-                break
-            except Exception:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(1)
+        client = api_client(api_port, "admin-pw")
         for dag in DAGS:
             client.wait_for_dag(dag, timeout=180)
         inst.client = client
