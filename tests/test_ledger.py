@@ -159,6 +159,24 @@ def test_plan_replays_a_known_txid_unchanged(ledger_dsn, cfg):
     assert [(r.from_offset, r.until_offset) for r in second.ranges] == [(10, 50), (5, 50)]
 
 
+@pytest.mark.parametrize("txid", ["run\n", "run 1", "a/../b", "ran\u00e9", "r" * 251, ""])
+def test_plan_refuses_a_run_id_that_is_no_txid_before_the_ledger_changes(ledger_dsn, cfg, txid):
+    """A run id Airflow let through but no process could take: refused, nothing recorded,
+    and the next run plans seq 1 and commits."""
+    from onceflow.errors import InvalidTxidError
+
+    with pytest.raises(InvalidTxidError, match="plan refuses this run: .*nothing was recorded"):
+        plan(ledger_dsn, cfg, txid, snap({(T, 0): 10, (T, 1): 5}), sink=sink_for(cfg))
+    with transaction(ledger_dsn) as cur:
+        cur.execute("select count(*) from onceflow.batches where pipeline = %s", (cfg.name,))
+        assert cur.fetchone() == (0,)
+    batch = plan(ledger_dsn, cfg, "-starts-with-a-dash", snap({(T, 0): 3, (T, 1): 0}),
+                 sink=sink_for(cfg))  # fmt: skip
+    assert batch.seq == 1
+    process(ledger_dsn, cfg, "-starts-with-a-dash", 3)
+    assert commit(ledger_dsn, cfg, "-starts-with-a-dash").outcome == "committed"
+
+
 def test_concurrent_planners_get_dense_seq_and_disjoint_ranges(ledger_dsn, cfg):
     results, errors = [], []
     ends = {(T, 0): 0}

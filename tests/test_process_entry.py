@@ -275,3 +275,15 @@ def test_the_operators_on_a_txid_share_one_base_that_templates_it():
     assert {"pipeline", "txid", "application_args"} <= set(ProcessOperator.template_fields)
     task = ProcessOperator(task_id="t_process", pipeline="p", application="job.py")
     assert (task.pipeline, task.txid, task.application) == ("p", "{{ run_id }}", "job.py")
+
+
+@pytest.mark.parametrize(
+    "txid", ["-starts-with-a-dash", "--txid", "manual__2026-12-01T08:00:00+00:00"]
+)
+def test_the_job_reads_back_any_txid_the_process_task_hands_it(txid):
+    """A run id that starts with "-" is a value, never an option (spark-submit's argv)."""
+    from onceflow.airflow.tasks import process_args
+    from onceflow.process.entry import parse_args
+
+    command = parse_args(process_args("orders", txid))
+    assert (command.pipeline, command.txid) == ("orders", txid)

@@ -105,6 +105,12 @@ class MaintainOperator(TxidOperator):
         return maintain_task(self.pipeline, self.txid, self.pipelines_file)
 
 
+def process_args(pipeline: str, txid: str) -> list[str]:
+    """The job's arguments: the pipeline and the rendered txid, each one `--key=value` token,
+    so that a run id that starts with "-" is never read as an option."""
+    return [f"--pipeline={pipeline}", f"--txid={txid}"]
+
+
 class ProcessOperator(TxidOperator, SparkSubmitOperator):
     """spark-submit of the package's process job (onceflow.spark_app); ends without retries
     on a final exit code.
@@ -129,8 +135,7 @@ class ProcessOperator(TxidOperator, SparkSubmitOperator):
 
     def execute(self, context: Any) -> None:
         cfg = self.pipeline_config()
-        # the job's arguments name the pipeline and the rendered txid
-        self.application_args = ["--pipeline", cfg.name, "--txid", self.txid]
+        self.application_args = process_args(cfg.name, self.txid)
         try:
             svc = services(cfg)
             storage = lake_storage(cfg) if cfg.sink.storage_conn_id else None

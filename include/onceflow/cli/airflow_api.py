@@ -5,7 +5,6 @@ Runs are always addressed by run_id: runs triggered through the API have a NULL 
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -13,8 +12,8 @@ from urllib.parse import quote
 
 import requests
 
-RUN_ID_RE = re.compile(r"^[A-Za-z0-9_.~:+-]+$")
-RUN_ID_MAX_LEN = 250  # dag_run.run_id column
+from onceflow.config.names import txid_problem
+
 FINAL_STATES = frozenset({"success", "failed"})
 
 
@@ -39,17 +38,10 @@ class AirflowConflict(AirflowError):
 
 
 def validate_run_id(run_id: str) -> str:
-    """Reject run ids Airflow would refuse, with a message saying what is allowed."""
-    if not isinstance(run_id, str) or not run_id:
-        raise ValueError("run_id must be a non-empty string")
-    if len(run_id) > RUN_ID_MAX_LEN:
-        raise ValueError(f"run_id {run_id!r} is longer than {RUN_ID_MAX_LEN} characters")
-    if not RUN_ID_RE.fullmatch(run_id):
-        bad = sorted({c for c in run_id if not RUN_ID_RE.fullmatch(c)})
-        raise ValueError(
-            f"run_id {run_id!r} contains characters Airflow rejects ({''.join(bad)!r}); "
-            "allowed: letters, digits and _ . ~ : + -"
-        )
+    """Reject run ids that are not txids (config.names.txid_problem), saying what is allowed."""
+    problem = txid_problem(run_id)
+    if problem:
+        raise ValueError(problem)
     return run_id
 
 

@@ -61,7 +61,7 @@ def parse_alerts(source: str, name: str, raw: dict[str, Any]) -> Alerts | None:
         return value
 
     notifier = raw.get("alert_notifier")
-    if not isinstance(notifier, str) or not FUNCTION_REF_RE.match(notifier):
+    if not isinstance(notifier, str) or not FUNCTION_REF_RE.fullmatch(notifier):
         raise PipelineKeyError(
             source,
             name,

@@ -53,7 +53,7 @@ def parse_partition_by(
         raise fail("partition_by", 'give a list, e.g. ["day(ts)", "bucket(16, sku)"]')
     fields = []
     for item in value:
-        m = _FIELD_RE.match(item) if isinstance(item, str) else None
+        m = _FIELD_RE.fullmatch(item) if isinstance(item, str) else None
         if m is None:
             raise fail(
                 "partition_by",
@@ -68,7 +68,7 @@ def parse_partition_by(
             field = PartitionField(m["width"], m["wcol"], int(m["n"]))
             if field.width is not None and field.width < 1:
                 raise fail("partition_by", f"{item!r}: {field.transform} needs a positive number")
-        if not NAME_RE.match(field.column):
+        if not NAME_RE.fullmatch(field.column):
             raise fail("partition_by", f"{item!r}: {field.column!r} is not a column name")
         if kind == "delta" and field.transform != "identity":
             raise fail(

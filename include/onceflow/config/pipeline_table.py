@@ -75,7 +75,7 @@ def parse_pipeline(
 ) -> PipelineConfig:
     """One [pipelines.NAME] table; `near` is the pipelines file's folder, where a user's
     transform modules may live (the DAG puts it on the job's path too)."""
-    if not NAME_RE.match(name):
+    if not NAME_RE.fullmatch(name):
         raise ConfigError(
             f"{source}: pipeline name {name!r} is invalid: use lower-case letters, digits and "
             "underscores, starting with a letter, at most 40 characters (it becomes a DAG id and a SQL schema)"
@@ -92,7 +92,7 @@ def parse_pipeline(
     if not topics or not isinstance(topics, list):
         raise PipelineKeyError(source, name, "topics", "give a non-empty list of topic names")
     for t in topics:
-        if not isinstance(t, str) or not TOPIC_RE.match(t) or t in (".", ".."):
+        if not isinstance(t, str) or not TOPIC_RE.fullmatch(t) or t in (".", ".."):
             raise PipelineKeyError(source, name, "topics", f"{t!r} is not a valid Kafka topic name")
     if len(set(topics)) != len(topics):
         raise PipelineKeyError(source, name, "topics", "a topic is listed twice")
@@ -101,7 +101,7 @@ def parse_pipeline(
     transform = raw.get("transform")
     if transform is None and fmt["format"] in REGISTRY_FORMATS:
         transform = ""  # the decoded records land as they are
-    elif not isinstance(transform, str) or not FUNCTION_REF_RE.match(transform):
+    elif not isinstance(transform, str) or not FUNCTION_REF_RE.fullmatch(transform):
         raise PipelineKeyError(
             source,
             name,
@@ -145,7 +145,7 @@ def parse_pipeline(
     sink_schema = raw.get("sink_schema", name)
     if (
         not isinstance(sink_schema, str)
-        or not NAME_RE.match(sink_schema)
+        or not NAME_RE.fullmatch(sink_schema)
         or sink_schema == "onceflow"
     ):
         raise PipelineKeyError(
@@ -184,7 +184,7 @@ def parse_pipeline(
     mems = {}
     for key, default in (("driver_memory", "512m"), ("executor_memory", "1g")):
         value = raw.get(key, default)
-        if not isinstance(value, str) or not memory_re.match(value):
+        if not isinstance(value, str) or not memory_re.fullmatch(value):
             raise PipelineKeyError(
                 source, name, key, f"{value!r} is not a JVM memory size like '512m'"
             )
@@ -194,7 +194,7 @@ def parse_pipeline(
     if not isinstance(spark_conf, dict):
         raise PipelineKeyError(source, name, "spark_conf", "give a table of spark.* keys")
     for k, v in spark_conf.items():
-        if not SPARK_CONF_KEY_RE.match(k):
+        if not SPARK_CONF_KEY_RE.fullmatch(k):
             raise PipelineKeyError(
                 source, name, "spark_conf", f"{k!r} is not a spark.* configuration key"
             )
@@ -242,7 +242,7 @@ def parse_pipeline(
 
 def _conn_id(source: str, name: str, raw: dict[str, Any], key: str) -> str | None:
     value = raw.get(key)
-    if value is not None and (not isinstance(value, str) or not CONN_ID_RE.match(value)):
+    if value is not None and (not isinstance(value, str) or not CONN_ID_RE.fullmatch(value)):
         raise PipelineKeyError(source, name, key, f"{value!r} is not an Airflow connection id")
     return value
 

@@ -92,14 +92,14 @@ def parse_sink(source: str, name: str, raw: Any) -> SinkConfig:
     namespace = ""
     if kind in LAKE_KINDS and isinstance(table, str) and "." in table:
         namespace, _, table = table.partition(".")
-        if not NAME_RE.match(namespace):
+        if not NAME_RE.fullmatch(namespace):
             raise fail(
                 "table",
                 f"namespace {namespace!r} of {raw['table']!r} is not valid: give "
                 '"namespace.table" or "table", each of lower-case letters, digits and '
                 "underscores, starting with a letter, at most 40 characters",
             )
-    if not isinstance(table, str) or not NAME_RE.match(table):
+    if not isinstance(table, str) or not NAME_RE.fullmatch(table):
         raise fail(
             "table",
             f"{raw.get('table')!r} is not a valid table name (lower-case letters, digits and "
@@ -116,7 +116,7 @@ def parse_sink(source: str, name: str, raw: Any) -> SinkConfig:
             raise fail(k, f"kind {kind!r} takes no {k!r} (only {LAKE_KINDS}{also} do)")
     warehouse = raw.get("warehouse")
     if warehouse is not None:
-        if not isinstance(warehouse, str) or not WAREHOUSE_RE.match(warehouse):
+        if not isinstance(warehouse, str) or not WAREHOUSE_RE.fullmatch(warehouse):
             raise fail(
                 "warehouse",
                 f"{warehouse!r} is neither an absolute path nor a URI like 'file:///data/lake' "
@@ -163,7 +163,7 @@ def parse_sink(source: str, name: str, raw: Any) -> SinkConfig:
 
 def _storage_conn_id(raw: dict, fail: Fail) -> str | None:
     value = raw.get("storage_conn_id")
-    if value is not None and (not isinstance(value, str) or not CONN_ID_RE.match(value)):
+    if value is not None and (not isinstance(value, str) or not CONN_ID_RE.fullmatch(value)):
         raise fail("storage_conn_id", f"{value!r} is not an Airflow connection id")
     return value
 
@@ -183,7 +183,7 @@ def _columns(raw: dict, key: str, needed: bool, mode: str, fail: Fail) -> tuple[
     if not isinstance(value, list) or not value:
         raise fail(key, f"mode {mode!r} needs {key} = [column, ...]")
     for c in value:
-        if not isinstance(c, str) or not NAME_RE.match(c):
+        if not isinstance(c, str) or not NAME_RE.fullmatch(c):
             raise fail(key, f"{c!r} is not a valid column name")
         if c in RESERVED_COLUMNS:
             raise fail(key, f"{c!r} is a column Onceflow's sink tables hold themselves")
@@ -210,7 +210,7 @@ def _parse_kafka_sink(raw: dict, fail: Fail) -> SinkConfig:
     longest = 249 - len(COMMIT_LOG_SUFFIX)
     if (
         not isinstance(topic, str)
-        or not TOPIC_RE.match(topic)
+        or not TOPIC_RE.fullmatch(topic)
         or topic in (".", "..")
         or len(topic) > longest
     ):
@@ -234,11 +234,11 @@ def _parse_kafka_sink(raw: dict, fail: Fail) -> SinkConfig:
         raise fail("create_topic", f"{create!r} is not true or false")
     bootstrap = raw.get("bootstrap")
     if bootstrap is not None and (
-        not isinstance(bootstrap, str) or not BOOTSTRAP_RE.match(bootstrap)
+        not isinstance(bootstrap, str) or not BOOTSTRAP_RE.fullmatch(bootstrap)
     ):
         raise fail("bootstrap", f"{bootstrap!r} is not 'host:port[,host:port...]'")
     conn_id = raw.get("conn_id")
-    if conn_id is not None and (not isinstance(conn_id, str) or not CONN_ID_RE.match(conn_id)):
+    if conn_id is not None and (not isinstance(conn_id, str) or not CONN_ID_RE.fullmatch(conn_id)):
         raise fail("conn_id", f"{conn_id!r} is not an Airflow connection id")
     if conn_id is not None and bootstrap is not None:
         raise fail("conn_id", "give the sink's cluster by conn_id or by bootstrap, not both")

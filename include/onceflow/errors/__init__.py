@@ -40,6 +40,7 @@ from onceflow.errors.formats import (
 from onceflow.errors.ledger import (
     AbandonedTxidError,
     IllegalTransitionError,
+    InvalidTxidError,
     PrunedTxidError,
     UnknownTxidError,
 )
@@ -88,6 +89,7 @@ __all__ = [
     "DataLossError",
     "FencedAttemptError",
     "IllegalTransitionError",
+    "InvalidTxidError",
     "IncompatibleSchemaError",
     "IncompleteStageError",
     "KafkaAccessError",

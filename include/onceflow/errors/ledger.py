@@ -3,7 +3,7 @@ for a step its state does not take."""
 
 from __future__ import annotations
 
-from onceflow.errors.base import OnceflowError
+from onceflow.errors.base import ConfigError, OnceflowError
 
 
 class UnknownTxidError(OnceflowError):
@@ -11,6 +11,18 @@ class UnknownTxidError(OnceflowError):
         self.pipeline, self.txid = pipeline, txid
         msg = f"txid {txid!r} is not in the ledger of pipeline {pipeline!r}"
         super().__init__(msg + (f"; {hint}" if hint else ""))
+
+
+class InvalidTxidError(ConfigError):
+    """A run id that is not a txid (config.names.TXID_RE): plan refuses it before the ledger
+    changes, so it never holds a batch that no process could run."""
+
+    def __init__(self, pipeline: str, txid: str, problem: str) -> None:
+        self.pipeline, self.txid = pipeline, txid
+        super().__init__(
+            f"pipeline {pipeline!r}: plan refuses this run: {problem}; nothing was recorded, "
+            "and later runs are not held up by it"
+        )
 
 
 class PrunedTxidError(UnknownTxidError):

@@ -182,7 +182,7 @@ def cluster_from_config(
         low, high = _MS.get(key, (0, 0))
         if key in _MS and not (sec[key].isdigit() and low <= int(sec[key]) <= high):
             raise fail(key, f"must be whole milliseconds in {low}..{high}")
-    if not bootstrap or not BOOTSTRAP_RE.match(bootstrap.strip()):
+    if not bootstrap or not BOOTSTRAP_RE.fullmatch(bootstrap.strip()):
         got = f"is {bootstrap!r}, not 'host:port[,host:port...]'" if bootstrap else "is missing"
         raise fail("bootstrap.servers", got)
     # The keys together: what one needs, what another rules out.

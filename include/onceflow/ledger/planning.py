@@ -10,7 +10,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 
+from onceflow.config.names import txid_problem
 from onceflow.config.pipeline import PipelineConfig
+from onceflow.errors import InvalidTxidError
 from onceflow.formats.registry_client import RegisteredSchema
 from onceflow.ledger.batches import Batch, ensure_pipeline, read_batch
 from onceflow.ledger.db import transaction
@@ -36,6 +38,9 @@ def plan(
     once every partition's log is proven the one the ledger read (verify_logs). A registry
     format's new txid with records to read also records its reader schemas,
     `reader_schemas()` (ledger.reader_schemas)."""
+    problem = txid_problem(txid)
+    if problem:  # before anything is recorded: such a batch could never be processed
+        raise InvalidTxidError(cfg.name, txid, problem)
     started = time.monotonic()
     ensure_pipeline(dsn, cfg, sink)
     with transaction(dsn) as cur:

@@ -8,7 +8,7 @@ How the DAG submits it (onceflow.airflow.dag_factory.build_dag, through
 onceflow.airflow.tasks.ProcessOperator, a SparkSubmitOperator):
 
     application       onceflow.spark_app.PROCESS_APPLICATION (a file of the installed package)
-    application_args  ["--pipeline", NAME, "--txid", TXID], set when the task runs from
+    application_args  ["--pipeline=NAME", "--txid=TXID"], set when the task runs from
                       its rendered `txid` (the run id, TxidOperator): every other option of
                       the job keeps its default
     conn_id           the pipeline's spark_conn_id (default spark_default): the master

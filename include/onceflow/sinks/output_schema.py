@@ -54,7 +54,7 @@ def typed_columns(
 
 def check_output_column(name: str) -> None:
     """Refuse an output column a sink table cannot hold under that name (every sink kind)."""
-    if not NAME_RE.match(name):
+    if not NAME_RE.fullmatch(name):
         raise SinkSchemaError(
             f"output column {name!r} is not a valid column name (lower-case letters, "
             "digits and underscores, starting with a letter, at most 40 characters)"
