@@ -44,10 +44,11 @@ async def require_user(request: Request) -> Any:
     """The authenticated Airflow user, exactly as Airflow's REST API resolves it.
 
     Missing or expired token -> 401, invalid token -> 403 (raised by Airflow's get_user).
-    Airflow 3.1's get_user reads no cookie (its UI's middleware hands the `_token` cookie on
-    as a header, which a plugin app never sees): there the bearer token, else the cookie,
-    goes to the same resolver. Imported lazily: plugin files are also imported by the
-    scheduler and task processes.
+    Its parameters differ between Airflow releases: each is handed what its name asks for
+    (the request, the bearer credentials; an OAuth token, the same header, as none). Airflow
+    3.1's reads no request (its UI's middleware hands the `_token` cookie on as a header,
+    which a plugin app never sees): there the bearer token, else the cookie, goes to the same
+    resolver. Imported lazily: plugin files are also imported by the scheduler and tasks.
     """
     import inspect
 
@@ -59,8 +60,10 @@ async def require_user(request: Request) -> Any:
         if scheme.lower() == "bearer" and token
         else None
     )
-    if "request" in inspect.signature(security.get_user).parameters:
-        return await security.get_user(request, _oauth_token=None, bearer_credentials=bearer)
+    params = inspect.signature(security.get_user).parameters
+    if "request" in params:
+        given = {"request": request, "bearer_credentials": bearer}
+        return await security.get_user(**{name: given.get(name) for name in params})
     cookie = request.cookies.get("_token")  # Airflow 3.1
     return await security.resolve_user_from_token(bearer.credentials if bearer else cookie)
 
