@@ -45,7 +45,6 @@ pytestmark = [pytest.mark.compat, pytest.mark.integration, pytest.mark.e2e]
 UV = ROOT / ".venv" / "bin" / "uv"
 # what the unit suite needs besides the wheel (its own serializers, a runner)
 TEST_TOOLS = ("pytest", "confluent-kafka[avro,protobuf,schemaregistry]")
-TOPIC = "compat_stock"
 PIPELINE = "compat_stock"
 
 
@@ -207,15 +206,15 @@ def services(tmp_path_factory) -> Iterator[dict]:
         yield {"work": work, "wheel": wheel, "pg_port": pg_port, "bootstrap": kafka.bootstrap}
 
 
-def _produce(bootstrap: str, start: int, count: int) -> None:
+def _produce(bootstrap: str, topic: str, start: int, count: int) -> None:
     from confluent_kafka import Producer
     from onceflow.kafka import broker
     from onceflow.kafka.client import cluster_from_config
 
-    broker.create_topic(cluster_from_config({"bootstrap.servers": bootstrap}, "test"), TOPIC, 2)
+    broker.create_topic(cluster_from_config({"bootstrap.servers": bootstrap}, "test"), topic, 2)
     p = Producer({"bootstrap.servers": bootstrap})
     for i in range(start, start + count):
-        p.produce(TOPIC, json.dumps({"sku": f"s{i % 20}", "qty": i}).encode(), partition=i % 2)
+        p.produce(topic, json.dumps({"sku": f"s{i % 20}", "qty": i}).encode(), partition=i % 2)
     assert p.flush(30) == 0
 
 
@@ -228,7 +227,7 @@ def airflow_of(venv: Path, cell: Cell, services: dict, work: Path) -> Iterator[t
     (dags / "acme_flows" / "__init__.py").write_text("")
     (dags / "acme_flows" / "stock.py").write_text(TRANSFORM)
     (dags / "pipelines.toml").write_text(
-        f'[pipelines.{PIPELINE}]\ntopics = ["{TOPIC}"]\ntransform = "acme_flows.stock:transform"\n'
+        f'[pipelines.{PIPELINE}]\ntopics = ["compat_{cell.name}"]\ntransform = "acme_flows.stock:transform"\n'
         f'commit_poke_interval = 1\n\n[pipelines.{PIPELINE}.sink]\ntable = "stock"\n'
         'mode = "upsert"\nkey = ["sku"]\n'
     )
@@ -362,7 +361,7 @@ def _cell(cell: Cell, services: dict, work: Path, record: dict, lap) -> None:
         lap("start Airflow")
         dag = f"onceflow_{PIPELINE}"
         for n, run_id in enumerate((f"{cell.name}__1", f"{cell.name}__2")):
-            _produce(services["bootstrap"], 400 * n, 400)
+            _produce(services["bootstrap"], f"compat_{cell.name}", 400 * n, 400)
             client.trigger(dag, run_id)
             states = client.wait_for_runs(dag, [run_id], timeout=600)
             assert states == {run_id: "success"}, f"{states}\n{_logs(work)}"
