@@ -53,7 +53,9 @@ def spark_drivers(home: Path, txid: str) -> list:
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         cmd = proc.info["cmdline"] or []
-        if txid in cmd and any(a.endswith("process.py") for a in cmd) and ours(proc, home):
+        # the process task hands the job `--txid=TXID` (onceflow.airflow.tasks.process_args)
+        named = f"--txid={txid}" in cmd or txid in cmd
+        if named and any(a.endswith("process.py") for a in cmd) and ours(proc, home):
             found.append(proc)
     return found
 
