@@ -1,4 +1,4 @@
-"""The compatibility matrix (`make test-compat`; `make test` runs it too): the wheel installed
+"""The compatibility matrix (`make test-compat`, which CI runs after `make test`): the wheel installed
 into a fresh venv per cell, with that cell's Python, Airflow, providers and pyspark, never the
 lock file; then the unit suite against the installed wheel, and one pipeline end to end through
 that Airflow's own scheduler, API server, dag-processor and triggerer (plan, spark-submit,
