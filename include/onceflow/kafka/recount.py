@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from confluent_kafka import OFFSET_END, Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from onceflow.errors import RangeReadError
 from onceflow.kafka.client import KafkaCluster, cluster_of, watermarks
@@ -59,20 +59,23 @@ def count_records(
     counts = result.counts
     if not by_tp:
         return result
-    consumer = Consumer(
-        cluster_of(bootstrap).librdkafka_conf(
-            {
-                "group.id": "onceflow-audit",
-                "enable.auto.commit": False,
-                "isolation.level": "read_committed",
-                "enable.partition.eof": True,
-                "fetch.queue.backoff.ms": 10,
-                "auto.offset.reset": "error",
-            }
-        )
+    conf = cluster_of(bootstrap).librdkafka_conf(
+        {
+            "group.id": "onceflow-audit",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+            "fetch.queue.backoff.ms": 10,
+            "auto.offset.reset": "error",
+        }
     )
-    try:
-        for (topic, partition), rs in sorted(by_tp.items()):
+    # A consumer per partition, never one re-assigned from partition to partition: librdkafka
+    # before 2.16 can abort the process (assertion `rktp->rktp_started`, a duplicate FETCH_STOP
+    # on an assignment's removal, confluentinc/librdkafka#5573), which the compatibility
+    # matrix's floor and behind cells met here.
+    for (topic, partition), rs in sorted(by_tp.items()):
+        consumer = Consumer(conf)
+        try:
             first, _ = watermarks(consumer, topic, partition, timeout_s)
             result.gone.update(r.txid for r in rs if r.from_offset < first)
             rs = [r for r in rs if r.from_offset >= first]
@@ -130,9 +133,8 @@ def count_records(
                 deadline = time.monotonic() + timeout_s if msgs else deadline
             for r, read in zip(rs, seen, strict=True):
                 result.reads[(r.txid, topic, partition)] = read
-            consumer.assign([TopicPartition(topic, partition, OFFSET_END)])
-    finally:
-        consumer.close()
+        finally:
+            consumer.close()
     for txid in result.gone:  # partly re-read: the ledger's count stands for the whole txid
         counts.pop(txid, None)
         for key in [k for k in result.reads if k[0] == txid]:
