@@ -159,14 +159,14 @@ def ledger_page(dsn: str, cfg: Any, ends: dict) -> dict[str, float]:
     import os
     from unittest import mock
 
-    from onceflow.settings import Settings
     from onceflow.ui import data
     from onceflow.ui.links import Links
     from onceflow.ui.overview import overview_page
     from onceflow.ui.pipeline_ledger import ledger_page as render
+    from onceflow_dev.settings import StackSettings
 
     os.environ["ONCEFLOW_POSTGRES_DSN"] = dsn
-    s = Settings.from_env()
+    s = StackSettings.from_env()
     known = data.BrokerEnds(ends)
     with mock.patch.object(data, "broker_ends", lambda *_a, **_k: known):
         render(data.ledger_view(s, cfg, 50), Links("/onceflow", ""))  # imports, warm caches

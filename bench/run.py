@@ -510,8 +510,8 @@ def bench_stack(pipelines: str, what: str) -> Iterator[tuple[Any, Any, Path]]:
     The environment is the stack's meanwhile and restored afterwards."""
     from onceflow.cli.airflow_api import AirflowClient
     from onceflow.ledger.db import migrate
-    from onceflow.settings import Settings
     from onceflow_dev import stack
+    from onceflow_dev.settings import StackSettings
 
     saved = dict(os.environ)
     home = Path(STACK_ENV["ONCEFLOW_HOME"])
@@ -525,13 +525,13 @@ def bench_stack(pipelines: str, what: str) -> Iterator[tuple[Any, Any, Path]]:
             "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT",
         ):  # the stack's own PostgreSQL and broker, never a caller's
             os.environ.pop(k, None)
-        stack.down(Settings.from_env(), echo=None)
+        stack.down(StackSettings.from_env(), echo=None)
         shutil.rmtree(home, ignore_errors=True)  # a fresh ledger and broker log
         home.mkdir(parents=True)
         path = home / "pipelines.toml"
         path.write_text(pipelines)
         os.environ["ONCEFLOW_PIPELINES"] = str(path)
-        settings = Settings.from_env()
+        settings = StackSettings.from_env()
         say(f"{what}: starting the bench's stack (PostgreSQL, {common.broker_name()}, Airflow, "
             "Spark Connect)")  # fmt: skip
         t0 = time.monotonic()
@@ -544,7 +544,7 @@ def bench_stack(pipelines: str, what: str) -> Iterator[tuple[Any, Any, Path]]:
         yield settings, client, path
     finally:
         with contextlib.suppress(Exception):
-            stack.down(Settings.from_env(), echo=None)
+            stack.down(StackSettings.from_env(), echo=None)
         os.environ.clear()
         os.environ.update(saved)
 

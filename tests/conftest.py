@@ -107,25 +107,22 @@ def ledger_dsn(pg_dsn):
     return pg_dsn
 
 
-def ledger_view_client(ledger_dsn: str, pipelines: Path, can_read_dag=None):
+def ledger_view_client(monkeypatch, ledger_dsn: str, pipelines: Path, can_read_dag=None):
     """The Ledger view's app in process (FastAPI TestClient, mounted at /onceflow) on the
     ledger `ledger_dsn` and the pipelines file `pipelines`, no broker (127.0.0.1:1, so lag is
     unavailable), as a user let in without credentials who may read the DAGs `can_read_dag`
-    allows (every one by default)."""
-    from dataclasses import replace
-
+    allows (every one by default). As the api-server, it reads them from the environment."""
     from fastapi.testclient import TestClient
     from onceflow.settings import Settings
     from onceflow.ui import app as app_mod
 
-    settings = replace(
-        Settings.from_env(),
-        postgres_dsn=ledger_dsn,
-        kafka_bootstrap="127.0.0.1:1",
-        pipelines_file=pipelines,
-    )
+    monkeypatch.setenv("ONCEFLOW_POSTGRES_DSN", ledger_dsn)
+    monkeypatch.setenv("ONCEFLOW_KAFKA_BOOTSTRAP", "127.0.0.1:1")
+    monkeypatch.setenv("ONCEFLOW_PIPELINES", str(pipelines))
+    for conn in ("ONCEFLOW_LEDGER", "ONCEFLOW_KAFKA"):  # the stack's, when one runs
+        monkeypatch.delenv(f"AIRFLOW_CONN_{conn}", raising=False)
     app = app_mod.create_app(
-        settings=lambda: settings, can_read_dag=can_read_dag or (lambda _user, _dag_id: True)
+        settings=Settings.from_env, can_read_dag=can_read_dag or (lambda _user, _dag_id: True)
     )
     app.dependency_overrides[app_mod.require_user] = lambda: object()
     return TestClient(app, root_path="/onceflow")
@@ -235,7 +232,7 @@ TEST_STACK_ENV = {
 
 @contextlib.contextmanager
 def _running_stack(env: dict[str, str], override: bool):
-    """Start a local stack configured by `env`, yield its Settings, stop it at the end.
+    """Start a local stack configured by `env`, yield its StackSettings, stop it at the end.
 
     Started fresh (its home wiped) unless ONCEFLOW_REUSE_STACK=1; ONCEFLOW_KEEP_STACK=1 leaves
     it running. With `override`, env replaces variables already set (a second stack in the
@@ -244,8 +241,8 @@ def _running_stack(env: dict[str, str], override: bool):
     import shutil
 
     from onceflow.ledger.db import migrate
-    from onceflow.settings import Settings
     from onceflow_dev import stack as stack_mod
+    from onceflow_dev.settings import StackSettings
 
     saved = {k: os.environ.get(k) for k in env}
     for k, v in env.items():
@@ -253,7 +250,12 @@ def _running_stack(env: dict[str, str], override: bool):
             os.environ[k] = v
         else:
             os.environ.setdefault(k, v)
-    settings = Settings.from_env()
+    settings = StackSettings.from_env()
+    # the runtime's own variables for this stack: the command line, in-process and in a
+    # subprocess, reads nothing else (onceflow.settings)
+    runtime = settings.runtime_env()
+    saved.update({k: os.environ.get(k) for k in runtime if k not in saved})
+    os.environ.update(runtime)
     if os.environ.get("ONCEFLOW_REUSE_STACK") != "1":
         # A fresh home per session (ledger and broker log alike): tests produce to topics
         # they expect empty, and number their runs from 1.

@@ -373,8 +373,8 @@ def test_chaos_env_uses_its_own_ports_home_and_spark_retries(tmp_path):
 def test_the_chaos_stack_runs_its_own_apache_kafka_on_the_slot_s_ports(tmp_path, monkeypatch):
     """Whatever broker the caller's environment names, the chaos stack's is its own embedded
     Apache Kafka (the broker fault kills it by its pid file), on the slot's ports."""
-    from onceflow.settings import Settings
     from onceflow_dev import stack
+    from onceflow_dev.settings import StackSettings
 
     monkeypatch.setenv("ONCEFLOW_KAFKA_BOOTSTRAP", "elsewhere:9092")
     monkeypatch.setenv("ONCEFLOW_KAFKA_CONTROLLER_PORT", "29193")  # the test stack's
@@ -385,7 +385,7 @@ def test_the_chaos_stack_runs_its_own_apache_kafka_on_the_slot_s_ports(tmp_path,
                 monkeypatch.setenv(key, value)
             else:
                 monkeypatch.delenv(key, raising=False)
-        settings = Settings.from_env()
+        settings = StackSettings.from_env()
         assert stack.uses_embedded_broker(settings)
         assert settings.kafka_bootstrap == f"127.0.0.1:{29095 + 10 * slot}"
         assert settings.kafka_controller_port == 28095 + 10 * slot

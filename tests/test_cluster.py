@@ -146,8 +146,8 @@ def _wait_workers_registered(n: int, timeout: float = 60) -> None:
 def cluster_stack(spark_cluster):
     """The local stack on its own ports, with spark_default pointing at the master."""
     from onceflow.ledger.db import migrate
-    from onceflow.settings import Settings
     from onceflow_dev import stack
+    from onceflow_dev.settings import StackSettings
 
     saved = dict(os.environ)
     events = spark_cluster["logs"] / "events"
@@ -166,7 +166,7 @@ def cluster_stack(spark_cluster):
                 "extra": {"deploy-mode": "client"},
             }
         )
-        settings = Settings.from_env()
+        settings = StackSettings.from_env()
         stack.down(settings, echo=None)
         for child in HOME.iterdir():  # a fresh stack; keep the cluster's logs
             if child.name != "spark":
@@ -192,7 +192,7 @@ def cluster_stack(spark_cluster):
         yield settings, events
     finally:
         with contextlib.suppress(Exception):
-            stack.down(Settings.from_env(), echo=None)
+            stack.down(StackSettings.from_env(), echo=None)
         os.environ.clear()
         os.environ.update(saved)
 

@@ -160,3 +160,53 @@ def test_a_kafka_sink_reads_its_connection_only_when_it_publishes(monkeypatch):
     assert sink.describe() == "the Kafka topic 'out' on the cluster of Airflow connection 'nope'"
     with pytest.raises(ConfigError, match=r"'nope' \(type 'kafka'\) does not exist"):
         assert sink.bootstrap
+
+
+def test_without_a_connection_or_its_variable_the_error_names_the_connection(monkeypatch):
+    """No silent fallback: the runtime knows no default address (issue 48)."""
+    monkeypatch.delenv("ONCEFLOW_POSTGRES_DSN")
+    with pytest.raises(ConfigError) as e:
+        services(_cfg())
+    assert "Airflow connection 'onceflow_ledger' (type 'postgres') does not exist" in str(e.value)
+    assert "airflow connections add onceflow_ledger --conn-type postgres" in str(e.value)
+    assert "ONCEFLOW_POSTGRES_DSN" in str(e.value)
+    monkeypatch.setenv("ONCEFLOW_POSTGRES_DSN", "postgresql://env:env@127.0.0.1:1/envdb")
+    monkeypatch.delenv("ONCEFLOW_KAFKA_BOOTSTRAP")
+    with pytest.raises(ConfigError) as e:
+        services(_cfg())
+    assert "Airflow connection 'onceflow_kafka' (type 'kafka') does not exist" in str(e.value)
+    assert "airflow connections add onceflow_kafka --conn-type kafka" in str(e.value)
+
+
+def test_the_command_line_without_a_ledger_names_both_ways_to_give_one(monkeypatch, capsys):
+    from onceflow.cli.main import main
+
+    monkeypatch.delenv("ONCEFLOW_POSTGRES_DSN")
+    assert main(["migrate"]) == 2
+    err = capsys.readouterr().err
+    assert "onceflow migrate: no ledger database: set ONCEFLOW_POSTGRES_DSN" in err
+    assert "--ledger-conn onceflow_ledger" in err
+
+
+def test_the_runtime_holds_neither_the_stacks_address_nor_its_login():
+    """The embedded stack's ports and logins are onceflow_dev's: a wheel that knew them would
+    reach for a stack a user never started."""
+    from pathlib import Path
+
+    import onceflow
+    import onceflow_dev.settings as stack
+
+    package = Path(onceflow.__file__).parent
+    found = [
+        f"{path.relative_to(package)}: {word}"
+        for path in sorted(package.rglob("*.py"))
+        for word in (
+            "25432",
+            "29092",
+            "28080",
+            f"{stack.PG_USER}:{stack.LEGACY_PG_PASSWORD}@",
+            f'"{stack.AIRFLOW_USER}"',
+        )  # fmt: skip
+        if word in path.read_text()
+    ]
+    assert found == []

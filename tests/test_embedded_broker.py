@@ -8,21 +8,21 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from onceflow.settings import Settings
 from onceflow_dev import stack
 from onceflow_dev.apache_kafka import free_port
+from onceflow_dev.settings import StackSettings
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def settings(tmp_path: Path) -> Settings:
+def settings(tmp_path: Path) -> StackSettings:
     home = tmp_path / "home"
     for folder in ("pids", "logs"):
         (home / folder).mkdir(parents=True)
     port = free_port()
     return replace(
-        Settings.from_env(),
+        StackSettings.from_env(),
         home=home,
         kafka_port=port,
         kafka_controller_port=free_port(),
@@ -30,7 +30,7 @@ def settings(tmp_path: Path) -> Settings:
     )
 
 
-def _stop(settings: Settings) -> None:
+def _stop(settings: StackSettings) -> None:
     proc = stack.service_process(settings, "broker")
     if proc is not None:
         proc.kill()

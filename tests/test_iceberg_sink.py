@@ -188,7 +188,9 @@ def test_the_ledger_cli_and_ui_show_each_committed_txids_snapshot(
         raise ConnectionRefusedError("no broker in this test")
 
     monkeypatch.setattr("onceflow.kafka.broker.partition_ends", broker_down)
-    client = ledger_view_client(ledger_dsn, pipelines)  # no broker: the pages still render
+    client = ledger_view_client(
+        monkeypatch, ledger_dsn, pipelines
+    )  # no broker: the pages still render
     page = client.get(f"/pipelines/{cfg.name}").text
     assert "<th>snapshot</th>" in page and f'<span class="mono">{rerun}</span>' in page
     entry = client.get(f"/pipelines/{cfg.name}/batches/a").text

@@ -219,10 +219,10 @@ def _postgres(home: Path) -> Iterator[tuple[str, int]]:
     """A PostgreSQL of the test's own on 127.0.0.1 (a free port) that logs roles in by
     password, as the local stack runs its own (the embedded server's binaries); yields (its
     superuser's DSN, its port); stopped by PID. Its log, under `home`, is searched too."""
-    from onceflow.settings import Settings
     from onceflow_dev import stack as stack_mod
+    from onceflow_dev.settings import StackSettings
 
-    settings = dataclasses.replace(Settings.from_env(), home=home, pg_port=free_port())
+    settings = dataclasses.replace(StackSettings.from_env(), home=home, pg_port=free_port())
     for folder in ("logs", "pids"):
         (home / folder).mkdir(parents=True, exist_ok=True)
     stack_mod._postgres_up(settings)  # noqa: SLF001 - the stack's PostgreSQL, alone

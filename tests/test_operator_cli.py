@@ -43,7 +43,19 @@ def pipelines_file(tmp_path, monkeypatch) -> Path:
     path = tmp_path / "pipelines.toml"
     path.write_text(f'[pipelines.payments]\ntopics = ["payments"]\n{ORDERS}')
     monkeypatch.setenv("ONCEFLOW_PIPELINES", str(path))
+    # the services a user's shell names; nothing listens there (the tests fake each call)
+    for name, value in SERVICES.items():
+        monkeypatch.setenv(name, value)
     return path
+
+
+SERVICES = {
+    "ONCEFLOW_POSTGRES_DSN": "postgresql://u:p@127.0.0.1:1/ledger",
+    "ONCEFLOW_KAFKA_BOOTSTRAP": "127.0.0.1:1",
+    "ONCEFLOW_AIRFLOW_URL": "http://127.0.0.1:1",
+    "ONCEFLOW_AIRFLOW_USER": "u",
+    "ONCEFLOW_AIRFLOW_PASSWORD": "p",
+}
 
 
 # -- ledger: failed attempts and last errors -----------------------------------------------------
@@ -414,7 +426,9 @@ class FakeRunsAirflow:
 
 
 @pytest.mark.unit
-def test_the_runs_of_abandoned_batches_are_marked_failed_each_outcome_said(monkeypatch):
+def test_the_runs_of_abandoned_batches_are_marked_failed_each_outcome_said(
+    pipelines_file, monkeypatch
+):
     from onceflow.cli import actions
     from onceflow.cli.abandoned_runs import NOTE, stop_abandoned_runs
     from onceflow.settings import Settings

@@ -83,7 +83,7 @@ def test_the_runtime_command_has_none_of_the_checkouts_commands():
         (sub,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
         return set(sub.choices)
 
-    checkout = {"up", "down", "status", "produce", "demo", "chaos"}
+    checkout = {"up", "down", "env", "status", "produce", "demo", "chaos"}
     assert commands(dev_parser()) == checkout
     runtime = commands(runtime_parser())
     assert not runtime & checkout

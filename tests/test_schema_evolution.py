@@ -564,7 +564,9 @@ def test_the_ledger_cli_and_ui_show_the_change_with_its_txid(
         raise ConnectionRefusedError("no broker in this test")
 
     monkeypatch.setattr("onceflow.kafka.broker.partition_ends", broker_down)
-    client = ledger_view_client(ledger_dsn, pipelines)  # no broker: the pages still render
+    client = ledger_view_client(
+        monkeypatch, ledger_dsn, pipelines
+    )  # no broker: the pages still render
     page = client.get(f"/pipelines/{cfg.name}").text
     assert "<h2>Schema changes</h2>" in page and line in page
     assert f'href="/onceflow/pipelines/{cfg.name}/batches/b">b</a>' in page

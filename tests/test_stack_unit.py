@@ -19,8 +19,8 @@ from onceflow.cli.airflow_api import (
     AirflowNotFound,
     validate_run_id,
 )
-from onceflow.settings import Settings
 from onceflow_dev import stack
+from onceflow_dev.settings import StackSettings
 
 UTC = timezone.utc
 
@@ -28,14 +28,16 @@ pytestmark = pytest.mark.unit
 
 
 @pytest.fixture
-def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    for var in ("ONCEFLOW_POSTGRES_DSN", "ONCEFLOW_KAFKA_BOOTSTRAP", "AIRFLOW_CONN_SPARK_DEFAULT"):
+def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> StackSettings:
+    for var in ("ONCEFLOW_POSTGRES_DSN", "ONCEFLOW_KAFKA_BOOTSTRAP", "ONCEFLOW_AIRFLOW_URL",
+                "ONCEFLOW_REGISTRY", "AIRFLOW_CONN_SPARK_DEFAULT", "AIRFLOW_CONN_ONCEFLOW_LEDGER",
+                "AIRFLOW_CONN_ONCEFLOW_KAFKA", "AIRFLOW_CONN_ONCEFLOW_REGISTRY"):  # fmt: skip
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("ONCEFLOW_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("ONCEFLOW_PG_PORT", "41001")
     monkeypatch.setenv("ONCEFLOW_KAFKA_PORT", "41002")
     monkeypatch.setenv("ONCEFLOW_AIRFLOW_PORT", "41003")
-    return Settings.from_env()
+    return StackSettings.from_env()
 
 
 def test_airflow_env_points_every_component_at_the_same_places(settings, monkeypatch, tmp_path):
@@ -49,7 +51,7 @@ def test_airflow_env_points_every_component_at_the_same_places(settings, monkeyp
     assert env["AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION"] == "False"
     assert env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] == "http://127.0.0.1:41003/execution/"
     assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] == (
-        "postgresql+psycopg2://onceflow:onceflow@127.0.0.1:41001/airflow"
+        f"postgresql+psycopg2://onceflow:{settings.pg_password}@127.0.0.1:41001/airflow"
     )
     assert env["PATH"].split(":")[0] == str(stack.venv_bin())
     assert env["PYSPARK_PYTHON"] == env["PYSPARK_DRIVER_PYTHON"] == str(stack.venv_bin() / "python")
@@ -61,6 +63,54 @@ def test_airflow_env_points_every_component_at_the_same_places(settings, monkeyp
         "host": "local[2]",
     }
     assert stack.MARKER_ENV not in env
+
+
+def test_the_stack_gives_its_services_as_the_default_connections(settings, monkeypatch):
+    """`onceflow-dev up` writes the stack's services as the connections the tasks read. Its
+    registry is the default connection, not ONCEFLOW_REGISTRY, which would win over a
+    pipeline's own `registry_conn_id` (issue 49, finding 12)."""
+    from onceflow.config.pipeline_table import parse_pipeline
+    from onceflow.hooks.kafka import kafka_cluster
+    from onceflow.hooks.ledger import ledger_dsn
+    from onceflow.hooks.registry import pipeline_registry
+
+    monkeypatch.setenv("ONCEFLOW_REGISTRY", "http://127.0.0.1:1")  # a developer's shell's
+    env = stack.airflow_env(settings)
+    assert "ONCEFLOW_REGISTRY" not in env
+    for name, value in env.items():
+        if name.startswith("AIRFLOW_CONN_ONCEFLOW_") or name.startswith("ONCEFLOW_"):
+            monkeypatch.setenv(name, value)
+    monkeypatch.delenv("ONCEFLOW_REGISTRY")
+    monkeypatch.delenv("ONCEFLOW_POSTGRES_DSN")  # the connections alone
+    monkeypatch.delenv("ONCEFLOW_KAFKA_BOOTSTRAP")
+    monkeypatch.setenv("AIRFLOW_HOME", str(settings.home / "airflow"))
+    assert ledger_dsn() == (
+        f"host=127.0.0.1 port=41001 user=onceflow password={settings.pg_password} dbname=onceflow",
+        "Airflow connection 'onceflow_ledger'",
+    )
+    assert kafka_cluster().bootstrap == "127.0.0.1:41002"
+    raw = {"topics": ["t"], "format": "avro", "sink": {"table": "x"}, "transform": "m:f"}
+    assert pipeline_registry(parse_pipeline("p", raw)).url == stack.registry_url(settings)
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_MINE", '{"conn_type": "schema_registry", "host": "http://r:8081"}'
+    )
+    mine = parse_pipeline("p", {**raw, "registry_conn_id": "mine"})
+    assert pipeline_registry(mine).url == "http://r:8081"
+
+
+def test_a_stack_home_is_its_owners_alone_with_a_password_of_its_own(tmp_path, monkeypatch):
+    from onceflow_dev.settings import StackSettings
+
+    for name in ("a", "b"):
+        monkeypatch.setenv("ONCEFLOW_HOME", str(tmp_path / name))
+        monkeypatch.delenv("ONCEFLOW_POSTGRES_DSN", raising=False)
+        first, again = StackSettings.from_env(), StackSettings.from_env()
+        assert first.pg_password == again.pg_password and len(first.pg_password) >= 32
+        assert first.pg_password in first.postgres_dsn
+        assert (tmp_path / name).stat().st_mode & 0o777 == 0o700
+        assert (tmp_path / name / "postgres.password").stat().st_mode & 0o777 == 0o600
+    passwords = {(tmp_path / n / "postgres.password").read_text() for n in ("a", "b")}
+    assert len(passwords) == 2
 
 
 def test_the_users_folders_reach_airflow_as_absolute_paths(settings, monkeypatch, tmp_path):

@@ -1,21 +1,27 @@
-"""Where Onceflow finds its services and its state, from the environment.
+"""What the command line and the Ledger view read of the environment, and where the users'
+transform modules are.
 
-Every value has a default that points at the embedded local stack (`onceflow up`) and at
-folders of the current directory (a checkout's root: `make` and the tests run there), so a
-fresh checkout needs no configuration. Inside Airflow the services come from Airflow
-connections instead (onceflow.hooks); these variables stay for the embedded stack and
-the command line outside Airflow. Nothing here assumes where the package is installed.
+No value here points at a service: the ledger's database, the Kafka cluster and Airflow's API
+come from Airflow connections (onceflow.hooks) or from the ONCEFLOW_* variables a user sets.
+One that is needed and given by neither is a ConfigError naming both ways to give it. The
+embedded stack's addresses and logins are the checkout's (onceflow_dev.settings), which sets
+these variables for what it starts (`onceflow-dev env` prints them).
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from onceflow.errors import ConfigError
+
 if TYPE_CHECKING:
     from onceflow.kafka.client import KafkaCluster
+
+LEDGER_ENV = "ONCEFLOW_POSTGRES_DSN"
+KAFKA_ENV = "ONCEFLOW_KAFKA_BOOTSTRAP"
 
 
 def spark_jobs_dir() -> Path:
@@ -40,34 +46,59 @@ def transform_path() -> tuple[Path, ...]:
     return (spark_jobs_dir(), *user_python_path())
 
 
-def _int(name: str, default: int) -> int:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise ValueError(f"environment variable {name}={raw!r} is not an integer") from None
+def home() -> Path:
+    """ONCEFLOW_HOME, else ./.onceflow: the default warehouse of lake sinks lives there."""
+    return Path(os.environ.get("ONCEFLOW_HOME") or Path.cwd() / ".onceflow").resolve()
+
+
+def _given(name: str) -> str | None:
+    return os.environ.get(name) or None
 
 
 @dataclass(frozen=True)
 class Settings:
-    """Resolved settings; build with `Settings.from_env()`."""
+    """The environment's settings; build with `Settings.from_env()`. A service's address is
+    read when it is asked for, so a command that needs none runs without any."""
 
-    home: Path  # state of the local stack: PostgreSQL data, Airflow home, logs, pids
-    pg_port: int
-    kafka_port: int
-    airflow_port: int
-    postgres_dsn: str  # ledger + sink database
-    kafka_bootstrap: str
     pipelines_file: Path
-    airflow_url: str
-    airflow_user: str
-    airflow_password: str
-    # the embedded broker's KRaft controller listener on 127.0.0.1
-    kafka_controller_port: int = 29192
-    connect_port: int = 30080  # the Spark Connect server's gRPC port on 127.0.0.1
-    registry_port: int = 29292  # the embedded stack's schema registry (onceflow_dev.registry)
+    ledger: str | None = field(default=None, repr=False)  # the DSN may hold a password
+    bootstrap: str | None = None
+    airflow: str | None = None
+    airflow_user: str | None = None
+    airflow_password: str | None = field(default=None, repr=False)
+
+    @property
+    def postgres_dsn(self) -> str:
+        """The ledger's database."""
+        if self.ledger is None:
+            raise ConfigError(
+                f"no ledger database: set {LEDGER_ENV} to its libpq DSN, or name its Airflow "
+                "connection (type 'postgres') with --ledger-conn, e.g. --ledger-conn "
+                "onceflow_ledger"
+            )
+        return self.ledger
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        """The source cluster's bootstrap servers."""
+        if self.bootstrap is None:
+            raise ConfigError(
+                f"no Kafka cluster: set {KAFKA_ENV} (and ONCEFLOW_KAFKA_CONFIG for TLS or "
+                "SASL), or name its Airflow connection (type 'kafka') with --kafka-conn, e.g. "
+                "--kafka-conn onceflow_kafka"
+            )
+        return self.bootstrap
+
+    @property
+    def airflow_url(self) -> str:
+        """Airflow's API server, for the commands that trigger or read runs."""
+        if self.airflow is None:
+            raise ConfigError(
+                "no Airflow API server: set ONCEFLOW_AIRFLOW_URL (e.g. "
+                "https://airflow.example.com), with ONCEFLOW_AIRFLOW_USER and "
+                "ONCEFLOW_AIRFLOW_PASSWORD for its login"
+            )
+        return self.airflow.rstrip("/")
 
     def kafka_cluster(self) -> KafkaCluster:
         """The source cluster: the bootstrap with ONCEFLOW_KAFKA_CONFIG's client settings."""
@@ -77,30 +108,12 @@ class Settings:
 
     @classmethod
     def from_env(cls) -> Settings:
-        home = Path(os.environ.get("ONCEFLOW_HOME") or Path.cwd() / ".onceflow").resolve()
-        pg_port = _int("ONCEFLOW_PG_PORT", 25432)
-        kafka_port = _int("ONCEFLOW_KAFKA_PORT", 29092)
-        airflow_port = _int("ONCEFLOW_AIRFLOW_PORT", 28080)
-        dsn = os.environ.get("ONCEFLOW_POSTGRES_DSN") or (
-            f"postgresql://onceflow:onceflow@127.0.0.1:{pg_port}/onceflow"
-        )
-        bootstrap = os.environ.get("ONCEFLOW_KAFKA_BOOTSTRAP") or f"127.0.0.1:{kafka_port}"
-        pipelines = Path(
-            os.environ.get("ONCEFLOW_PIPELINES") or Path.cwd() / "dags" / "pipelines.toml"
-        ).resolve()
-        airflow_url = os.environ.get("ONCEFLOW_AIRFLOW_URL") or f"http://127.0.0.1:{airflow_port}"
+        pipelines = os.environ.get("ONCEFLOW_PIPELINES") or Path.cwd() / "dags" / "pipelines.toml"
         return cls(
-            home=home,
-            pg_port=pg_port,
-            kafka_port=kafka_port,
-            airflow_port=airflow_port,
-            postgres_dsn=dsn,
-            kafka_bootstrap=bootstrap,
-            pipelines_file=pipelines,
-            airflow_url=airflow_url.rstrip("/"),
-            airflow_user=os.environ.get("ONCEFLOW_AIRFLOW_USER", "admin"),
-            airflow_password=os.environ.get("ONCEFLOW_AIRFLOW_PASSWORD", "admin"),
-            kafka_controller_port=_int("ONCEFLOW_KAFKA_CONTROLLER_PORT", kafka_port + 100),
-            connect_port=_int("ONCEFLOW_CONNECT_PORT", airflow_port + 2000),
-            registry_port=_int("ONCEFLOW_REGISTRY_PORT", kafka_port + 200),
+            pipelines_file=Path(pipelines).resolve(),
+            ledger=_given(LEDGER_ENV),
+            bootstrap=_given(KAFKA_ENV),
+            airflow=_given("ONCEFLOW_AIRFLOW_URL"),
+            airflow_user=_given("ONCEFLOW_AIRFLOW_USER"),
+            airflow_password=_given("ONCEFLOW_AIRFLOW_PASSWORD"),
         )

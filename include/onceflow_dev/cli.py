@@ -1,5 +1,5 @@
 """`onceflow-dev`, a checkout's own command line: the embedded local stack (up, down, status),
-its demo records (produce), the demo and the chaos harness. `make setup` writes the venv's
+its demo records (produce), the runtime's variables for it (env), the demo and the chaos harness. `make setup` writes the venv's
 `onceflow-dev` script, which runs `python -m onceflow_dev`; the wheel ships none of it, and
 the runtime's commands stay `onceflow`'s (onceflow.cli.main).
 
@@ -11,18 +11,21 @@ a chaos run that was not exactly-once), 130 for Ctrl-C.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import shlex
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from onceflow.compat.versions import check_versions
 from onceflow.errors import OnceflowError
-from onceflow.settings import Settings
 
 from onceflow_dev.commands import cmd_chaos, cmd_down, cmd_produce, cmd_status, cmd_up
 from onceflow_dev.demo import cmd_demo
+from onceflow_dev.settings import StackSettings
 
 # a command: the parsed arguments and the settings in, the exit code out
-Command = Callable[[argparse.Namespace, Settings], int]
+Command = Callable[[argparse.Namespace, StackSettings], int]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -50,6 +53,13 @@ def build_parser() -> argparse.ArgumentParser:
         cmd_down,
         "Stop every service of the embedded stack by its PID.",
         "onceflow-dev down",
+    )
+    add(
+        "env",
+        cmd_env,
+        "Print the runtime's ONCEFLOW_* variables for this stack, as shell exports: `onceflow` "
+        "in that shell then reads the stack's ledger, broker and Airflow.",
+        'eval "$(onceflow-dev env)" && onceflow status --pipeline orders',
     )
     sp = add(
         "status",
@@ -150,11 +160,36 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def cmd_env(args: argparse.Namespace, settings: StackSettings) -> int:
+    for name, value in settings.runtime_env().items():
+        print(f"export {name}={shlex.quote(value)}")
+    return 0
+
+
+@contextlib.contextmanager
+def runtime_env(settings: StackSettings) -> Iterator[None]:
+    """The runtime's variables for this stack, set while a command runs: what the runtime's
+    calls in this process (the demo's audit, produce) read; restored after."""
+    runtime = settings.runtime_env()
+    saved = {name: os.environ.get(name) for name in runtime}
+    os.environ.update(runtime)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         check_versions()
-        return args.func(args, Settings.from_env())
+        settings = StackSettings.from_env()
+        with runtime_env(settings):
+            return args.func(args, settings)
     except OnceflowError as e:
         print(f"onceflow-dev {args.command}: {e}", file=sys.stderr)
         return 2

@@ -15,16 +15,16 @@ from onceflow.cli.provision import migrate_sinks
 from onceflow.cli.selection import select_pipeline
 from onceflow.config.pipelines_file import load_pipelines
 from onceflow.errors import OnceflowError
-from onceflow.settings import Settings
 
 from onceflow_dev import producer, stack
 from onceflow_dev.lost_logs import lost_logs
+from onceflow_dev.settings import StackSettings
 
 # lines of an import error's message `status` shows (the whole: GET /api/v2/importErrors)
 IMPORT_ERROR_LINES = 4
 
 
-def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
+def cmd_up(args: argparse.Namespace, settings: StackSettings) -> int:
     from onceflow.ledger.db import migrate
 
     stack.up(settings)
@@ -39,7 +39,7 @@ def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
     return code
 
 
-def _report_lost_logs(settings: Settings) -> None:
+def _report_lost_logs(settings: StackSettings) -> None:
     """Say, per pipeline, which logs its ledger read the broker no longer holds (a broker
     that kept its log in memory, a topic deleted or re-created), before anything plans."""
     try:
@@ -58,13 +58,13 @@ def _report_lost_logs(settings: Settings) -> None:
         )
 
 
-def cmd_down(args: argparse.Namespace, settings: Settings) -> int:
+def cmd_down(args: argparse.Namespace, settings: StackSettings) -> int:
     stack.down(settings)
     print("stack stopped")
     return 0
 
 
-def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
+def cmd_status(args: argparse.Namespace, settings: StackSettings) -> int:
     info = stack.status(settings)
     info["dag_import_errors"] = _dag_import_errors(settings)
     if getattr(args, "json", False):  # `up` shows the status too, and has no --json
@@ -75,7 +75,7 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _dag_import_errors(settings: Settings) -> list[dict] | str:
+def _dag_import_errors(settings: StackSettings) -> list[dict] | str:
     """Airflow's DAG import errors (a typo in the pipelines file stales every DAG of it), or
     why they could not be read."""
     from onceflow.cli.airflow_api import AirflowClient, AirflowError
@@ -121,7 +121,7 @@ def _error_message(stack_trace: str) -> list[str]:
     return shown + ([f"... ({more} more line(s))"] if more else [])
 
 
-def cmd_produce(args: argparse.Namespace, settings: Settings) -> int:
+def cmd_produce(args: argparse.Namespace, settings: StackSettings) -> int:
     from onceflow.kafka import broker
 
     cfg = select_pipeline(settings, args.pipeline)
@@ -148,7 +148,7 @@ def cmd_produce(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def cmd_chaos(args: argparse.Namespace, settings: Settings) -> int:
+def cmd_chaos(args: argparse.Namespace, settings: StackSettings) -> int:
     from onceflow_dev import chaos  # the harness and its clients: most of a second to import
 
     opts = chaos.Options(

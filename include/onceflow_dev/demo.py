@@ -22,10 +22,10 @@ from onceflow.cli.runs import new_run_ids, run_error
 from onceflow.config.pipeline import PipelineConfig
 from onceflow.config.pipelines_file import load_pipelines
 from onceflow.errors import OnceflowError
-from onceflow.settings import Settings
 
 from onceflow_dev import producer, stack
 from onceflow_dev.lost_logs import lost_logs
+from onceflow_dev.settings import StackSettings
 
 #: (pipeline, records produced per demo): an append sink with a fast form and a merge sink
 #: over its topic, an upsert and a merge sink, an Iceberg table fed by the inventory topic
@@ -125,7 +125,7 @@ class DemoPipelinesMissingError(OnceflowError):
         )
 
 
-def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
+def cmd_demo(args: argparse.Namespace, settings: StackSettings) -> int:
     from onceflow.audit import run_audit
     from onceflow.cli.airflow_api import AirflowClient
 
@@ -203,7 +203,7 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     return 0 if not failed and all(v == "exactly-once" for v in verdicts) else 1
 
 
-def _reset_lost_demo_logs(settings: Settings, cfgs: list[PipelineConfig]) -> None:
+def _reset_lost_demo_logs(settings: StackSettings, cfgs: list[PipelineConfig]) -> None:
     """The demo owns its example pipelines and their topics: where the broker lost the log
     their ledgers read (a broker that kept it in memory, restarted), it says so and starts
     them in a new epoch, as an operator would with `onceflow reset-offsets`."""

@@ -1,6 +1,6 @@
 """The embedded local stack behind `onceflow up` / `down` / `status`.
 
-Everything runs on 127.0.0.1 as background processes, with state under `Settings.home`:
+Everything runs on 127.0.0.1 as background processes, with state under `StackSettings.home`:
 
     home/pids/<service>.pid   its PID and start (s since boot); PostgreSQL: the postmaster
     home/logs/<service>.log   its stdout/stderr
@@ -52,16 +52,15 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import psutil
-from onceflow.settings import Settings, user_python_path
+from onceflow.settings import user_python_path
 
 from onceflow_dev import CHECKOUT
 from onceflow_dev.children import stop_child
+from onceflow_dev.settings import PG_USER, StackSettings, embedded_dsn, lock_home, password_file
 
 if TYPE_CHECKING:
     from onceflow_dev.apache_kafka import ApacheKafka
 
-PG_USER = "onceflow"
-PG_PASSWORD = "onceflow"
 PG_SYSTEM_USER = "onceflow_pg"  # initdb/postgres refuse to run as root
 PG_DATABASES = ("onceflow", "airflow")
 SPARK_MASTER = "local[2]"
@@ -100,31 +99,31 @@ def venv_bin() -> Path:
     return Path(sys.executable).parent
 
 
-def _pids_dir(settings: Settings) -> Path:
+def _pids_dir(settings: StackSettings) -> Path:
     return settings.home / "pids"
 
 
-def _logs_dir(settings: Settings) -> Path:
+def _logs_dir(settings: StackSettings) -> Path:
     return settings.home / "logs"
 
 
-def pid_file(settings: Settings, name: str) -> Path:
+def pid_file(settings: StackSettings, name: str) -> Path:
     return _pids_dir(settings) / f"{name}.pid"
 
 
-def log_file(settings: Settings, name: str) -> Path:
+def log_file(settings: StackSettings, name: str) -> Path:
     return _logs_dir(settings) / f"{name}.log"
 
 
-def airflow_home(settings: Settings) -> Path:
+def airflow_home(settings: StackSettings) -> Path:
     return settings.home / "airflow"
 
 
-def _pg_data(settings: Settings) -> Path:
+def _pg_data(settings: StackSettings) -> Path:
     return settings.home / "postgres" / "data"
 
 
-def _pg_socket_dir(settings: Settings) -> Path:
+def _pg_socket_dir(settings: StackSettings) -> Path:
     """Socket dir inside home, unless the path is too long for AF_UNIX (108 bytes)."""
     sock_dir = settings.home / "postgres" / "run"
     if len(str(sock_dir / f".s.PGSQL.{settings.pg_port}.lock")) < 100:
@@ -133,16 +132,16 @@ def _pg_socket_dir(settings: Settings) -> Path:
     return Path("/tmp") / f"onceflow-pg-{digest}"
 
 
-def local_postgres_dsn(settings: Settings) -> str:
-    return f"postgresql://{PG_USER}:{PG_PASSWORD}@127.0.0.1:{settings.pg_port}/onceflow"
+def local_postgres_dsn(settings: StackSettings) -> str:
+    return embedded_dsn(settings.pg_port, settings.pg_password)
 
 
-def uses_embedded_postgres(settings: Settings) -> bool:
+def uses_embedded_postgres(settings: StackSettings) -> bool:
     """True unless the DSN points somewhere else than the embedded server (external DB)."""
     return settings.postgres_dsn == local_postgres_dsn(settings)
 
 
-def uses_embedded_broker(settings: Settings) -> bool:
+def uses_embedded_broker(settings: StackSettings) -> bool:
     return settings.kafka_bootstrap == f"127.0.0.1:{settings.kafka_port}"
 
 
@@ -160,7 +159,7 @@ def _tail(path: Path, lines: int = 25) -> str:
 _JVM_FRAME = re.compile(r"\s+(at |\.\.\. \d+ more)")
 
 
-def _fail(name: str, settings: Settings, message: str) -> StackError:
+def _fail(name: str, settings: StackSettings, message: str) -> StackError:
     log = log_file(settings, name)
     return StackError(f"{name}: {message}; see {log}\n--- last lines of {log} ---\n{_tail(log)}")
 
@@ -249,7 +248,7 @@ def _alive(pid: int | None, token: str) -> psutil.Process | None:
     return proc if token in ident else None
 
 
-def service_process(settings: Settings, name: str) -> psutil.Process | None:
+def service_process(settings: StackSettings, name: str) -> psutil.Process | None:
     """The running process of a service, found through its PID file.
 
     The file holds the PID and the process's start; a file without the start (postgres's own
@@ -281,12 +280,12 @@ def service_process(settings: Settings, name: str) -> psutil.Process | None:
     return proc
 
 
-def _marker(settings: Settings, name: str) -> str:
+def _marker(settings: StackSettings, name: str) -> str:
     return f"{settings.home}:{name}"
 
 
 @contextlib.contextmanager
-def _logged(settings: Settings, name: str, what: str) -> Iterator[dict[str, Any]]:
+def _logged(settings: StackSettings, name: str, what: str) -> Iterator[dict[str, Any]]:
     """The subprocess arguments that send a command's output to the log of `name`, after a
     dated line saying `what` it runs: every command the stack runs leaves its output there."""
     with open(log_file(settings, name), "ab") as out:
@@ -295,7 +294,9 @@ def _logged(settings: Settings, name: str, what: str) -> Iterator[dict[str, Any]
         yield {"stdin": subprocess.DEVNULL, "stdout": out, "stderr": subprocess.STDOUT}
 
 
-def _spawn(settings: Settings, name: str, argv: list[str], env: dict[str, str]) -> psutil.Process:
+def _spawn(
+    settings: StackSettings, name: str, argv: list[str], env: dict[str, str]
+) -> psutil.Process:
     """Start a service detached (own session), its output to its log, its PID and start to its
     pid file."""
     env = {**env, MARKER_ENV: _marker(settings, name)}
@@ -330,7 +331,7 @@ def _family(root: psutil.Process) -> set[psutil.Process]:
     return procs
 
 
-def _marked_processes(settings: Settings, name: str | None = None) -> list[psutil.Process]:
+def _marked_processes(settings: StackSettings, name: str | None = None) -> list[psutil.Process]:
     """Processes carrying this stack's marker (optionally of one service)."""
     prefix = f"{settings.home}:"
     found = []
@@ -436,6 +437,14 @@ def _ensure_traversable(path: Path) -> list[Path]:
     return changed
 
 
+def _open_to_group(folder: Path, user: str) -> None:
+    """`folder` traversable by `user`'s group alone (g+x, group = that user's own)."""
+    import pwd
+
+    os.chown(folder, -1, pwd.getpwnam(user).pw_gid)
+    folder.chmod((folder.stat().st_mode & 0o700) | 0o010)
+
+
 def _pg_ids(user: str | None) -> dict[str, Any]:
     """subprocess arguments that run as `user` with its own group and no others.
 
@@ -450,7 +459,7 @@ def _pg_ids(user: str | None) -> dict[str, Any]:
     return {"user": user, "group": pwd.getpwnam(user).pw_gid, "extra_groups": []}
 
 
-def _pg_cmd(argv: list[str], user: str | None, settings: Settings, timeout: float) -> None:
+def _pg_cmd(argv: list[str], user: str | None, settings: StackSettings, timeout: float) -> None:
     with _logged(settings, "postgres", f"running: {' '.join(argv)}") as output:
         try:
             subprocess.run(
@@ -472,15 +481,19 @@ def _pg_cmd(argv: list[str], user: str | None, settings: Settings, timeout: floa
             ) from None
 
 
-def _pg_init(settings: Settings, user: str | None) -> None:
+def _pg_init(settings: StackSettings, user: str | None) -> None:
     data = _pg_data(settings)
     if (data / "PG_VERSION").exists():
         return
     data.mkdir(parents=True, exist_ok=True)
     data.chmod(0o700)
     _chown(data, user)
+    # the settings' password: ONCEFLOW_HOME's file may have gone with a wiped home since
+    password_file(settings.home).write_text(settings.pg_password)
+    password_file(settings.home).chmod(0o600)
     pwfile = data.parent / "initdb.pw"
-    pwfile.write_text(PG_PASSWORD + "\n")
+    pwfile.touch(0o600)
+    pwfile.write_text(settings.pg_password + "\n")
     _chown(pwfile, user)
     try:
         _pg_cmd(
@@ -490,7 +503,8 @@ def _pg_init(settings: Settings, user: str | None) -> None:
                 "-U", PG_USER,
                 f"--pwfile={pwfile}",
                 "--auth-host=scram-sha-256",
-                "--auth-local=trust",
+                # a socket login needs the password too: any local user reaches a socket
+                "--auth-local=scram-sha-256",
                 "--encoding=UTF8",
                 "--no-locale",
                 "--no-instructions",
@@ -506,15 +520,17 @@ def _pg_init(settings: Settings, user: str | None) -> None:
         conf.write("include_if_exists = 'onceflow.conf'\n")
 
 
-def _pg_write_conf(settings: Settings, user: str | None) -> None:
+def _pg_write_conf(settings: StackSettings, user: str | None) -> None:
     sock = _pg_socket_dir(settings)
     sock.mkdir(parents=True, exist_ok=True)
+    sock.chmod(0o700)  # the server's own: no other local user reaches its socket
     _chown(sock, user)
     conf = _pg_data(settings) / "onceflow.conf"
     conf.write_text(
         "listen_addresses = '127.0.0.1'\n"
         f"port = {settings.pg_port}\n"
         f"unix_socket_directories = '{sock}'\n"
+        "unix_socket_permissions = 0700\n"
         "max_connections = 100\n"
         "shared_buffers = '64MB'\n"
         "timezone = 'UTC'\n"
@@ -523,20 +539,20 @@ def _pg_write_conf(settings: Settings, user: str | None) -> None:
     _chown(conf, user)
 
 
-def _pg_connect(settings: Settings, dbname: str = "postgres", timeout: int = 3):
+def _pg_connect(settings: StackSettings, dbname: str = "postgres", timeout: int = 3):
     import psycopg2
 
     return psycopg2.connect(
         host="127.0.0.1",
         port=settings.pg_port,
         user=PG_USER,
-        password=PG_PASSWORD,
+        password=settings.pg_password,
         dbname=dbname,
         connect_timeout=timeout,
     )
 
 
-def _pg_healthy(settings: Settings) -> bool:
+def _pg_healthy(settings: StackSettings) -> bool:
     try:
         conn = _pg_connect(settings, timeout=2)
     except Exception:  # noqa: BLE001
@@ -556,7 +572,7 @@ def _ensure_databases(conn, names: Iterable[str]) -> None:
                 cur.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
 
 
-def _postgres_up(settings: Settings) -> None:
+def _postgres_up(settings: StackSettings) -> None:
     name = "postgres"
     if service_process(settings, name) is not None:
         if not _wait_until(lambda: _pg_healthy(settings), PG_START_TIMEOUT):
@@ -573,10 +589,14 @@ def _postgres_up(settings: Settings) -> None:
         (settings.home / "postgres").mkdir(parents=True, exist_ok=True)
         if user is not None:
             for folder in {
-                *_ensure_traversable(settings.home / "postgres"),
+                *_ensure_traversable(settings.home.parent),
                 *_ensure_traversable(_pg_bin("initdb").parent),
             }:
                 _stderr(f"postgres: made {folder} traversable (o+x) for the server's user {user}")
+            # ONCEFLOW_HOME stays closed to others: the server's user reaches its data and
+            # its log through its own group (0710), not through o+x
+            for folder in (settings.home, settings.home / "postgres", _logs_dir(settings)):
+                _open_to_group(folder, user)
         _pg_init(settings, user)
         _pg_write_conf(settings, user)
         _pg_cmd(
@@ -600,7 +620,7 @@ def _postgres_up(settings: Settings) -> None:
         _ensure_databases(conn, PG_DATABASES)
 
 
-def _record_postmaster_pid(settings: Settings) -> None:
+def _record_postmaster_pid(settings: StackSettings) -> None:
     pid = _read_pid(_pg_data(settings) / "postmaster.pid")
     if pid:
         try:
@@ -609,7 +629,7 @@ def _record_postmaster_pid(settings: Settings) -> None:
             pid_file(settings, "postgres").write_text(f"{pid}\n")
 
 
-def _postgres_down(settings: Settings) -> None:
+def _postgres_down(settings: StackSettings) -> None:
     proc = service_process(settings, "postgres")
     if proc is not None:
         family = _family(proc)
@@ -647,7 +667,7 @@ def private_postgres(data: Path) -> Iterator[str]:
                 _terminate([psutil.Process(pid)], timeout=10)
 
 
-def _external_postgres_up(settings: Settings) -> None:
+def _external_postgres_up(settings: StackSettings) -> None:
     """External server: make sure Airflow's metadata database exists next to the DSN's."""
     import psycopg2
 
@@ -671,11 +691,11 @@ def _external_postgres_up(settings: Settings) -> None:
 # broker (Apache Kafka)
 
 
-def broker_log_dir(settings: Settings) -> Path:
+def broker_log_dir(settings: StackSettings) -> Path:
     return settings.home / "broker-log"
 
 
-def _broker(settings: Settings) -> ApacheKafka:
+def _broker(settings: StackSettings) -> ApacheKafka:
     """The embedded broker: its log in broker_log_dir, its configuration beside it."""
     from onceflow_dev.apache_kafka import ApacheKafka
 
@@ -686,13 +706,13 @@ def _broker(settings: Settings) -> ApacheKafka:
     )
 
 
-def _broker_healthy(settings: Settings) -> bool:
+def _broker_healthy(settings: StackSettings) -> bool:
     from onceflow_dev.apache_kafka import ready
 
     return ready(settings.kafka_bootstrap, settings.kafka_port)
 
 
-def _broker_start(settings: Settings) -> psutil.Process | None:
+def _broker_start(settings: StackSettings) -> psutil.Process | None:
     name = "broker"
     if service_process(settings, name) is not None:
         return None
@@ -706,7 +726,7 @@ def _broker_start(settings: Settings) -> psutil.Process | None:
     return _spawn(settings, name, kafka.argv(), kafka.env())
 
 
-def _broker_wait(settings: Settings) -> None:
+def _broker_wait(settings: StackSettings) -> None:
     name = "broker"
 
     def check() -> bool:
@@ -778,7 +798,7 @@ def connect_env() -> dict[str, str]:
     return {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": python}
 
 
-def _connect_start(settings: Settings) -> psutil.Process | None:
+def _connect_start(settings: StackSettings) -> psutil.Process | None:
     name = "spark-connect"
     if service_process(settings, name) is not None:
         return None
@@ -786,7 +806,7 @@ def _connect_start(settings: Settings) -> psutil.Process | None:
     return _spawn(settings, name, connect_argv(settings.connect_port), connect_env())
 
 
-def _connect_wait(settings: Settings) -> None:
+def _connect_wait(settings: StackSettings) -> None:
     name = "spark-connect"
 
     def check() -> bool:
@@ -798,7 +818,7 @@ def _connect_wait(settings: Settings) -> None:
         raise _fail(name, settings, f"not listening on 127.0.0.1:{settings.connect_port}")
 
 
-def connect_url(settings: Settings) -> str:
+def connect_url(settings: StackSettings) -> str:
     return f"sc://127.0.0.1:{settings.connect_port}"
 
 
@@ -834,11 +854,11 @@ def private_connect(port: int, log: Path, token: str | None = None) -> Iterator[
 # the stack's home so that ids stay what producers were given across down and up
 
 
-def registry_url(settings: Settings) -> str:
+def registry_url(settings: StackSettings) -> str:
     return f"http://127.0.0.1:{settings.registry_port}"
 
 
-def _registry_up(settings: Settings) -> bool:
+def _registry_up(settings: StackSettings) -> bool:
     """Start the registry unless it runs; True when started. It listens within a second."""
     name = "registry"
     if service_process(settings, name) is not None:
@@ -863,7 +883,7 @@ def _registry_up(settings: Settings) -> bool:
 # Airflow
 
 
-def _secrets(settings: Settings) -> dict[str, str]:
+def _secrets(settings: StackSettings) -> dict[str, str]:
     """JWT secret, API secret key and Fernet key: generated once, shared by all components."""
     home = airflow_home(settings)
     home.mkdir(parents=True, exist_ok=True)
@@ -887,7 +907,7 @@ def _secrets(settings: Settings) -> dict[str, str]:
     return data
 
 
-def airflow_db_url(settings: Settings) -> str:
+def airflow_db_url(settings: StackSettings) -> str:
     """SQLAlchemy URL of Airflow's metadata DB: database `airflow` next to the Onceflow DSN."""
     dsn = settings.postgres_dsn
     if "://" not in dsn:  # libpq key=value form
@@ -904,7 +924,7 @@ def airflow_db_url(settings: Settings) -> str:
     return urlunsplit(("postgresql+psycopg2", split.netloc, "/airflow", split.query, ""))
 
 
-def airflow_env(settings: Settings) -> dict[str, str]:
+def airflow_env(settings: StackSettings) -> dict[str, str]:
     """Complete environment for Airflow components, CLI calls and the spark-submit they run.
 
     Starts from os.environ; Onceflow's settings win over inherited AIRFLOW__* values so every
@@ -964,29 +984,25 @@ def airflow_env(settings: Settings) -> dict[str, str]:
             "PYSPARK_PYTHON": python,
             "PYSPARK_DRIVER_PYTHON": python,
             "SPARK_LOCAL_IP": "127.0.0.1",
-            "ONCEFLOW_HOME": str(settings.home),
+            **settings.runtime_env(),
             "ONCEFLOW_PG_PORT": str(settings.pg_port),
             "ONCEFLOW_KAFKA_PORT": str(settings.kafka_port),
             "ONCEFLOW_AIRFLOW_PORT": str(settings.airflow_port),
-            "ONCEFLOW_POSTGRES_DSN": settings.postgres_dsn,
-            "ONCEFLOW_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
-            "ONCEFLOW_PIPELINES": str(settings.pipelines_file),
             # absolute, like the rest: the components run in ONCEFLOW_HOME
             "ONCEFLOW_SPARK_JOBS": str(
                 os.environ.get("ONCEFLOW_SPARK_JOBS") or CHECKOUT / "spark_jobs"
             ),
-            "ONCEFLOW_AIRFLOW_URL": settings.airflow_url,
-            # a registry format's pipelines (onceflow.hooks.registry)
-            "ONCEFLOW_REGISTRY": registry_url(settings),
             "PYTHONUNBUFFERED": "1",
         }
     )
+    # ONCEFLOW_REGISTRY would win over a pipeline's own registry connection: the stack's
+    # registry is the default connection instead
+    env.pop("ONCEFLOW_REGISTRY", None)
     users = user_python_path()
     if users:  # absolute: the components run in ONCEFLOW_HOME, not where `onceflow up` ran
         env["ONCEFLOW_PYTHONPATH"] = os.pathsep.join(str(p) for p in users)
-    # No onceflow_ledger / onceflow_kafka connection: the tasks fall back to the ONCEFLOW_*
-    # variables above (onceflow.hooks). A connection's password is masked by Airflow
-    # wherever it appears in a task log, and the embedded server's is the word "onceflow".
+    for name, conn in stack_connections(settings).items():
+        env.setdefault(f"AIRFLOW_CONN_{name.upper()}", json.dumps(conn))
     # SparkSubmitHook: conn_type "spark" with a host holding the whole master and no port
     # makes the master exactly the host ("local[2]"); a URI would mangle the brackets.
     env.setdefault(
@@ -1001,7 +1017,34 @@ def airflow_env(settings: Settings) -> dict[str, str]:
     return env
 
 
-def _write_passwords(settings: Settings) -> None:
+def stack_connections(settings: StackSettings) -> dict[str, dict[str, Any]]:
+    """The stack's services as the default connections the tasks read (onceflow.hooks): its
+    ledger database (with its random password: Airflow masks it in task logs), its broker
+    (ONCEFLOW_KAFKA_CONFIG's client settings too) and its schema registry."""
+    from onceflow.hooks.ledger import LIBPQ_EXTRA
+    from psycopg2.extensions import parse_dsn
+
+    dsn = parse_dsn(settings.postgres_dsn)
+    kafka = settings.kafka_cluster()
+    return {
+        "onceflow_ledger": {
+            "conn_type": "postgres",
+            "host": dsn.get("host", "127.0.0.1"),
+            "port": int(dsn.get("port", 5432)),
+            "login": dsn.get("user"),
+            "password": dsn.get("password"),
+            "schema": dsn.get("dbname"),
+            "extra": {k: v for k, v in dsn.items() if k in LIBPQ_EXTRA},
+        },
+        "onceflow_kafka": {
+            "conn_type": "kafka",
+            "extra": {"bootstrap.servers": kafka.bootstrap, **dict(kafka.security)},
+        },
+        "onceflow_registry": {"conn_type": "schema_registry", "host": registry_url(settings)},
+    }
+
+
+def _write_passwords(settings: StackSettings) -> None:
     """Pin the simple auth manager's password (it otherwise generates a random one)."""
     path = airflow_home(settings) / "simple_auth_manager_passwords.json"
     wanted = {settings.airflow_user: settings.airflow_password}
@@ -1024,7 +1067,7 @@ def _airflow_version() -> str:
     return "unknown"
 
 
-def _alembic_revision(settings: Settings) -> str | None:
+def _alembic_revision(settings: StackSettings) -> str | None:
     import psycopg2
 
     url = urlsplit(airflow_db_url(settings))
@@ -1041,7 +1084,7 @@ def _alembic_revision(settings: Settings) -> str | None:
     return row[0] if row else None
 
 
-def _airflow_migrate(settings: Settings, env: dict[str, str]) -> None:
+def _airflow_migrate(settings: StackSettings, env: dict[str, str]) -> None:
     """`airflow db migrate`, skipped when the DB is at the revision our last migrate left."""
     stamp = airflow_home(settings) / "onceflow-migrated.json"
     current = {"airflow": _airflow_version(), "db": env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]}
@@ -1067,7 +1110,7 @@ def _airflow_migrate(settings: Settings, env: dict[str, str]) -> None:
     stamp.write_text(json.dumps({**current, "revision": _alembic_revision(settings)}) + "\n")
 
 
-def _airflow_argv(name: str, settings: Settings) -> list[str]:
+def _airflow_argv(name: str, settings: StackSettings) -> list[str]:
     airflow = str(venv_bin() / "airflow")
     if name == "api-server":
         return [airflow, "api-server", "--host", "127.0.0.1", "--port", str(settings.airflow_port)]
@@ -1083,7 +1126,7 @@ def _airflow_argv(name: str, settings: Settings) -> list[str]:
     return [airflow, name]
 
 
-def _airflow_health(settings: Settings) -> dict | None:
+def _airflow_health(settings: StackSettings) -> dict | None:
     import requests
 
     try:
@@ -1122,7 +1165,7 @@ def _component_healthy(health: dict | None, name: str, proc: psutil.Process | No
     return datetime.fromisoformat(beat).timestamp() >= started - 1.0
 
 
-def _airflow_up(settings: Settings, step: Callable[[str], None]) -> None:
+def _airflow_up(settings: StackSettings, step: Callable[[str], None]) -> None:
     env = airflow_env(settings)
     _write_passwords(settings)
     for sub in ("logs", "dags", "plugins"):
@@ -1164,7 +1207,7 @@ def _airflow_up(settings: Settings, step: Callable[[str], None]) -> None:
     _check_login(settings)
 
 
-def _warm_up_execution_api(settings: Settings) -> None:
+def _warm_up_execution_api(settings: StackSettings) -> None:
     """The execution API builds its app on first use (~5-8 s): pay that now, not in a task."""
     import requests
 
@@ -1179,7 +1222,7 @@ def _exit_code(proc: psutil.Process) -> int | None:
         return None
 
 
-def _check_login(settings: Settings) -> None:
+def _check_login(settings: StackSettings) -> None:
     from onceflow.cli.airflow_api import AirflowClient, AirflowError
 
     client = AirflowClient(
@@ -1199,8 +1242,9 @@ def _check_login(settings: Settings) -> None:
 # public API
 
 
-def _prepare_home(settings: Settings) -> None:
-    for folder in (settings.home, _pids_dir(settings), _logs_dir(settings)):
+def _prepare_home(settings: StackSettings) -> None:
+    lock_home(settings.home)
+    for folder in (_pids_dir(settings), _logs_dir(settings)):
         folder.mkdir(parents=True, exist_ok=True)
 
 
@@ -1208,7 +1252,7 @@ def _stderr(message: str) -> None:
     print(f"onceflow: {message}", file=sys.stderr, flush=True)
 
 
-def up(settings: Settings, echo: Callable[[str], None] | None = _stderr) -> None:
+def up(settings: StackSettings, echo: Callable[[str], None] | None = _stderr) -> None:
     """Start whatever is not running yet and wait until every service is healthy.
 
     Idempotent: healthy running services are left alone. Raises StackError naming the
@@ -1256,7 +1300,7 @@ def up(settings: Settings, echo: Callable[[str], None] | None = _stderr) -> None
     )
 
 
-def down(settings: Settings, echo: Callable[[str], None] | None = _stderr) -> None:
+def down(settings: StackSettings, echo: Callable[[str], None] | None = _stderr) -> None:
     """Stop every service (SIGTERM, wait, SIGKILL; PostgreSQL via `pg_ctl stop -m fast`).
 
     Afterwards no process of this stack is left, including Airflow task processes and the
@@ -1310,7 +1354,7 @@ def down(settings: Settings, echo: Callable[[str], None] | None = _stderr) -> No
     say("stopped")
 
 
-def status(settings: Settings) -> dict:
+def status(settings: StackSettings) -> dict:
     """Per service: running, pid, port, healthy, log; plus the Airflow UI URL and login."""
     services: dict[str, dict] = {}
     health = _airflow_health(settings)

@@ -43,10 +43,10 @@ def _rerun(
 
 
 def cmd_rerun(args: argparse.Namespace, settings: Settings) -> int:
-    from onceflow.cli.airflow_api import AirflowClient
+    from onceflow.cli import airflow_api
 
     cfg = select_pipeline(settings, args.pipeline)
-    client = AirflowClient(settings.airflow_url, settings.airflow_user, settings.airflow_password)
+    client = airflow_api.airflow_client(settings)
     state = _rerun(client, cfg, settings, args.run_id, args.timeout)
     print(f"{args.run_id}: {state}")
     return 0 if state == "success" else 1
@@ -81,7 +81,7 @@ def since_seqs(settings: Settings, cfg: PipelineConfig, since: str) -> list[int]
 
 
 def cmd_backfill(args: argparse.Namespace, settings: Settings) -> int:
-    from onceflow.cli.airflow_api import AirflowClient
+    from onceflow.cli import airflow_api
     from onceflow.ledger import views
     from onceflow.ledger.retention import require_kept
 
@@ -114,7 +114,7 @@ def cmd_backfill(args: argparse.Namespace, settings: Settings) -> int:
         raise BackfillOpenBatchError(cfg.name, seq, by_seq[seq]["txid"], by_seq[seq]["state"])
     # pruned batches are the lowest seqs: the first chosen one is refused before anything runs
     require_kept(settings.postgres_dsn, cfg.name, by_seq[wanted[0]]["txid"])
-    client = AirflowClient(settings.airflow_url, settings.airflow_user, settings.airflow_password)
+    client = airflow_api.airflow_client(settings)
     for i, seq in enumerate(wanted, 1):
         txid = by_seq[seq]["txid"]
         print(f"[{i}/{len(wanted)}] seq {seq} txid {txid}", flush=True)
@@ -168,10 +168,11 @@ def cmd_reset_offsets(args: argparse.Namespace, settings: Settings) -> int:
 def fail_abandoned_runs(settings: Settings, dag_id: str, txids: list[str]) -> None:
     """Mark the abandoned txids' DAG runs failed, so they stop and free their active-run
     slots (onceflow.cli.abandoned_runs), saying what became of each."""
+    from onceflow.cli import airflow_api
     from onceflow.cli.abandoned_runs import stop_abandoned_runs
-    from onceflow.cli.airflow_api import AirflowClient, AirflowNotFound
+    from onceflow.cli.airflow_api import AirflowNotFound
 
-    client = AirflowClient(settings.airflow_url, settings.airflow_user, settings.airflow_password)
+    client = airflow_api.airflow_client(settings)
     for txid, error in stop_abandoned_runs(client, dag_id, txids):
         if error is None:
             print(f"  marked run {txid} of {dag_id} failed (abandoned: it never commits)")

@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import requests
 
 from onceflow.config.names import txid_problem
+from onceflow.errors import ConfigError
+
+if TYPE_CHECKING:
+    from onceflow.settings import Settings
 
 FINAL_STATES = frozenset({"success", "failed"})
 
@@ -363,3 +367,14 @@ class AirflowClient:
                     f"runs of DAG {dag_id!r} not finished after {timeout:.0f}s: {pending}"
                 )
             time.sleep(poll)
+
+
+def airflow_client(settings: Settings) -> AirflowClient:
+    """The client of ONCEFLOW_AIRFLOW_URL with ONCEFLOW_AIRFLOW_USER's login."""
+    url = settings.airflow_url
+    if not (settings.airflow_user and settings.airflow_password):
+        raise ConfigError(
+            f"no login for Airflow's API server at {url}: set ONCEFLOW_AIRFLOW_USER and "
+            "ONCEFLOW_AIRFLOW_PASSWORD"
+        )
+    return AirflowClient(url, settings.airflow_user, settings.airflow_password)

@@ -26,10 +26,10 @@ def new_run_ids(prefix: str, count: int) -> list[str]:
 
 
 def cmd_trigger(args: argparse.Namespace, settings: Settings) -> int:
-    from onceflow.cli.airflow_api import AirflowClient
+    from onceflow.cli import airflow_api
 
     cfg = select_pipeline(settings, args.pipeline)
-    client = AirflowClient(settings.airflow_url, settings.airflow_user, settings.airflow_password)
+    client = airflow_api.airflow_client(settings)
     client.wait_for_dag(cfg.dag_id, timeout=args.timeout)
     client.unpause(cfg.dag_id)
     run_ids = args.run_id or new_run_ids(args.prefix, args.runs)

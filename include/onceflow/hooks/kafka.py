@@ -1,17 +1,18 @@
 """Kafka clusters: the source, a `kafka` connection whose extra is librdkafka's client config
-(default id `onceflow_kafka`, per pipeline `kafka_conn_id`; without one,
-ONCEFLOW_KAFKA_BOOTSTRAP and ONCEFLOW_KAFKA_CONFIG), and a Kafka sink's."""
+(default id `onceflow_kafka`, per pipeline `kafka_conn_id`; without the default one,
+ONCEFLOW_KAFKA_BOOTSTRAP and ONCEFLOW_KAFKA_CONFIG when they are set), and a Kafka sink's."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from typing import Any
 
 from onceflow.config.pipeline import KAFKA_CONN, PipelineConfig
 from onceflow.errors import ConfigError
-from onceflow.hooks.connection import airflow_connection_async, extra, lookup, named_by
+from onceflow.hooks.connection import airflow_connection_async, extra, lookup, missing, named_by
 from onceflow.kafka.client import KafkaCluster, cluster_from_config, cluster_from_env
-from onceflow.settings import Settings
+from onceflow.settings import KAFKA_ENV
 
 
 def kafka_from(conn: Any, conn_id: str) -> KafkaCluster:
@@ -29,16 +30,17 @@ def kafka_cluster(
     conn_id: str | None = None,
     source: str = "",
     key: str = "kafka_conn_id",
-    settings: Settings | None = None,
     _found: Any | None = None,
 ) -> KafkaCluster:
     """The named `kafka` connection, else the default one, else ONCEFLOW_KAFKA_BOOTSTRAP and
-    ONCEFLOW_KAFKA_CONFIG (`settings`, default: from the environment)."""
+    ONCEFLOW_KAFKA_CONFIG; none of them is a ConfigError naming the connection."""
     cid = conn_id or KAFKA_CONN
     conn = lookup(cid, named_by(source, key) if conn_id else None, _found, "kafka")
     if conn is not None:
         return kafka_from(conn, cid)
-    return cluster_from_env((settings or Settings.from_env()).kafka_bootstrap)
+    if os.environ.get(KAFKA_ENV):
+        return cluster_from_env(os.environ[KAFKA_ENV])
+    raise missing(cid, "kafka", f"the source cluster; or set {KAFKA_ENV}")
 
 
 async def kafka_cluster_async(conn_id: str | None, source: str) -> KafkaCluster:

@@ -46,6 +46,6 @@ def storage_from(conn: Any, conn_id: str) -> Storage:
 def default_warehouse() -> str:
     """Where lake tables go without a `warehouse`: ONCEFLOW_HOME/warehouse, as a URI (Iceberg
     puts a table in `<namespace>.db/<table>`, Delta in `<namespace>/<table>`)."""
-    from onceflow.settings import Settings
+    from onceflow.settings import home
 
-    return (Settings.from_env().home / "warehouse").as_uri()
+    return (home() / "warehouse").as_uri()

@@ -1,14 +1,15 @@
 """The ledger's database: a `postgres` connection, default id `onceflow_ledger`, per pipeline
-`ledger_conn_id`; without one, ONCEFLOW_POSTGRES_DSN."""
+`ledger_conn_id`; without the default one, ONCEFLOW_POSTGRES_DSN when it is set."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from onceflow.config.pipeline import LEDGER_CONN
 from onceflow.errors import ConfigError
-from onceflow.hooks.connection import airflow_connection_async, extra, lookup, named_by
-from onceflow.settings import Settings
+from onceflow.hooks.connection import airflow_connection_async, extra, lookup, missing, named_by
+from onceflow.settings import LEDGER_ENV
 
 # libpq keywords a postgres connection's extra may carry (TLS to the database, timeouts);
 # the postgres provider's own extras (cursor, iam, ...) mean nothing to psycopg2 here.
@@ -59,17 +60,18 @@ def ledger_dsn_from(conn: Any, conn_id: str) -> str:
 def ledger_dsn(
     conn_id: str | None = None,
     source: str = "",
-    settings: Settings | None = None,
     key: str = "ledger_conn_id",
     _found: Any | None = None,
 ) -> tuple[str, str]:
     """(DSN, where it came from): the named connection, else the default one, else
-    ONCEFLOW_POSTGRES_DSN (`settings`, default: from the environment)."""
+    ONCEFLOW_POSTGRES_DSN; none of them is a ConfigError naming the connection."""
     cid = conn_id or LEDGER_CONN
     conn = lookup(cid, named_by(source, key) if conn_id else None, _found, "postgres")
     if conn is not None:
         return ledger_dsn_from(conn, cid), f"Airflow connection {cid!r}"
-    return (settings or Settings.from_env()).postgres_dsn, "ONCEFLOW_POSTGRES_DSN"
+    if os.environ.get(LEDGER_ENV):
+        return os.environ[LEDGER_ENV], LEDGER_ENV
+    raise missing(cid, "postgres", f"the ledger's database; or set {LEDGER_ENV} to its DSN")
 
 
 async def ledger_dsn_async(conn_id: str | None = None, source: str = "the commit trigger") -> str:

@@ -8,7 +8,6 @@ from onceflow.config.pipeline import PipelineConfig
 from onceflow.hooks.kafka import kafka_cluster
 from onceflow.hooks.ledger import ledger_dsn
 from onceflow.kafka.client import KafkaCluster
-from onceflow.settings import Settings
 
 
 @dataclass(frozen=True)
@@ -23,8 +22,8 @@ class Services:
         return f"Services(ledger from {self.ledger_source}, kafka {self.kafka.describe()})"
 
 
-def services(cfg: PipelineConfig, settings: Settings | None = None) -> Services:
+def services(cfg: PipelineConfig) -> Services:
     """A pipeline's ledger and source cluster."""
-    dsn, source = ledger_dsn(cfg.ledger_conn_id, cfg.source, settings)
-    kafka = kafka_cluster(cfg.kafka_conn_id, cfg.source, settings=settings)
+    dsn, source = ledger_dsn(cfg.ledger_conn_id, cfg.source)
+    kafka = kafka_cluster(cfg.kafka_conn_id, cfg.source)
     return Services(dsn, source, kafka)

@@ -120,19 +120,19 @@ class App:
         self.settings = settings
         self.can_read_dag = can_read_dag
 
-    def pipeline(self, user: Any, name: str) -> tuple[Settings, PipelineConfig]:
-        s = self.settings()
-        cfg = data.pipelines(s).get(name)
-        if cfg is None:
+    def pipeline(self, user: Any, name: str) -> PipelineConfig:
+        """The pipeline, if the user may read its DAG: one they may not is answered as one
+        that does not exist (404 both), so the answer tells no one which pipelines exist."""
+        cfg = data.pipelines(self.settings()).get(name)
+        if cfg is None or not self.can_read_dag(user, cfg.dag_id):
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"no pipeline named {name!r}")
-        if not self.can_read_dag(user, cfg.dag_id):
-            raise HTTPException(status.HTTP_403_FORBIDDEN, f"user may not read DAG {cfg.dag_id!r}")
-        return s, cfg
+        return cfg
 
-    def readable(self, user: Any) -> tuple[Settings, list[PipelineConfig]]:
-        s = self.settings()
-        cfgs = [c for c in data.pipelines(s).values() if self.can_read_dag(user, c.dag_id)]
-        return s, sorted(cfgs, key=lambda c: c.name)
+    def readable(self, user: Any) -> list[PipelineConfig]:
+        pipelines = data.pipelines(self.settings()).values()
+        return sorted(
+            (c for c in pipelines if self.can_read_dag(user, c.dag_id)), key=lambda c: c.name
+        )
 
 
 def create_app(
@@ -159,7 +159,10 @@ def create_app(
         ln = links(request)
         extra = ""
         if exc.status_code == status.HTTP_401_UNAUTHORIZED:
-            url = login_url(str(request.url))
+            # relative: an absolute one would carry the request's Host header, which the
+            # client chooses, into the login page's redirect
+            path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+            url = login_url(path)
             if url:
                 extra = f"<p>{html.a(url, 'Log in to Airflow')}</p>"
         title = {401: "Not logged in", 403: "Forbidden", 404: "Not found"}.get(
@@ -196,9 +199,9 @@ def create_app(
 
     @api.get("/", response_class=HTMLResponse)
     def overview(request: Request, user: User) -> HTMLResponse:
-        s, cfgs = h.readable(user)
-        ends = data.pipelines_ends(s, cfgs)  # one broker call per cluster, for every lag
-        items = [data.pipeline_overview(s, c, ends.get(c.name)) for c in cfgs]
+        cfgs = h.readable(user)
+        ends = data.pipelines_ends(cfgs)  # one broker call per cluster, for every lag
+        items = [data.pipeline_overview(c, ends.get(c.name)) for c in cfgs]
         return HTMLResponse(overview_page(items, links(request)))
 
     @api.get("/pipelines/{pipeline}", response_class=HTMLResponse)
@@ -210,8 +213,8 @@ def create_app(
         before: Annotated[int | None, Query(ge=1)] = None,
         partitions: Annotated[str, Query(pattern="^(all|topics)$")] = "topics",
     ) -> HTMLResponse:
-        s, cfg = h.pipeline(user, pipeline)
-        view = data.ledger_view(s, cfg, limit, before)
+        cfg = h.pipeline(user, pipeline)
+        view = data.ledger_view(cfg, limit, before)
         return HTMLResponse(ledger_page(view, links(request), every_partition=partitions == "all"))
 
     @api.get("/pipelines/{pipeline}/batches/{txid}", response_class=HTMLResponse)
@@ -223,9 +226,9 @@ def create_app(
         dl_offset: Annotated[int, Query(ge=0)] = 0,
         dl_limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     ) -> HTMLResponse:
-        s, cfg = h.pipeline(user, pipeline)
+        cfg = h.pipeline(user, pipeline)
         try:
-            view = data.batch_view(s, cfg, txid, dl_limit, dl_offset)
+            view = data.batch_view(cfg, txid, dl_limit, dl_offset)
         except UnknownTxidError as exc:
             return unknown_txid(request, pipeline, exc)
         ln = links(request)
@@ -281,13 +284,13 @@ def create_app(
 
     @api.get("/api/pipelines")
     def api_pipelines(user: User) -> JSONResponse:
-        s, cfgs = h.readable(user)
-        return json({"pipelines": [data.pipeline_overview(s, c) for c in cfgs]})
+        cfgs = h.readable(user)
+        return json({"pipelines": [data.pipeline_overview(c) for c in cfgs]})
 
     @api.get("/api/pipelines/{pipeline}")
     def api_pipeline(user: User, pipeline: str) -> JSONResponse:
-        s, cfg = h.pipeline(user, pipeline)
-        return json(data.pipeline_overview(s, cfg))
+        cfg = h.pipeline(user, pipeline)
+        return json(data.pipeline_overview(cfg))
 
     @api.get("/api/pipelines/{pipeline}/batches")
     def api_batches(
@@ -296,44 +299,44 @@ def create_app(
         limit: Annotated[int, Query(ge=1, le=1000)] = 50,
         before: Annotated[int | None, Query(ge=1)] = None,
     ) -> JSONResponse:
-        s, cfg = h.pipeline(user, pipeline)
+        cfg = h.pipeline(user, pipeline)
         from onceflow.ledger import views
 
         return json(
             {
                 "pipeline": cfg.name,
                 "batches": views.batches(
-                    data.ledger_dsn(s, cfg), cfg.name, limit=limit, before_seq=before
+                    data.ledger_dsn(cfg), cfg.name, limit=limit, before_seq=before
                 ),
-                "blocked": views.commit_block(data.ledger_dsn(s, cfg), cfg.name),
+                "blocked": views.commit_block(data.ledger_dsn(cfg), cfg.name),
             }
         )
 
     @api.get("/api/pipelines/{pipeline}/partitions")
     def api_partitions(user: User, pipeline: str) -> JSONResponse:
-        s, cfg = h.pipeline(user, pipeline)
-        return json(data.partitions(s, cfg))
+        cfg = h.pipeline(user, pipeline)
+        return json(data.partitions(cfg))
 
     @api.get("/api/pipelines/{pipeline}/losses")
     def api_losses(user: User, pipeline: str) -> JSONResponse:
         """Loss events, operator resets and the batches those resets abandoned."""
-        s, cfg = h.pipeline(user, pipeline)
+        cfg = h.pipeline(user, pipeline)
         from onceflow.ledger import views
 
         return json(
             {
                 "pipeline": cfg.name,
-                "loss_events": views.losses(data.ledger_dsn(s, cfg), cfg.name),
-                "resets": views.resets(data.ledger_dsn(s, cfg), cfg.name),
-                BatchState.ABANDONED: views.abandoned(data.ledger_dsn(s, cfg), cfg.name),
+                "loss_events": views.losses(data.ledger_dsn(cfg), cfg.name),
+                "resets": views.resets(data.ledger_dsn(cfg), cfg.name),
+                BatchState.ABANDONED: views.abandoned(data.ledger_dsn(cfg), cfg.name),
             }
         )
 
     @api.get("/api/pipelines/{pipeline}/batches/{txid}")
     def api_batch(user: User, pipeline: str, txid: str) -> JSONResponse:
-        s, cfg = h.pipeline(user, pipeline)
+        cfg = h.pipeline(user, pipeline)
         try:
-            view = data.batch_view(s, cfg, txid, dl_limit=0)
+            view = data.batch_view(cfg, txid, dl_limit=0)
         except UnknownTxidError as exc:
             raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
         view["dead_letters"] = {"total": view["dead_letters"]["total"]}
@@ -347,11 +350,11 @@ def create_app(
         limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
         offset: Annotated[int, Query(ge=0)] = 0,
     ) -> JSONResponse:
-        s, cfg = h.pipeline(user, pipeline)
+        cfg = h.pipeline(user, pipeline)
         from onceflow.ledger import views
 
         try:
-            page = views.dead_letter_page(data.ledger_dsn(s, cfg), cfg.name, txid, limit, offset)
+            page = views.dead_letter_page(data.ledger_dsn(cfg), cfg.name, txid, limit, offset)
         except UnknownTxidError as exc:
             raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
         return json({"pipeline": cfg.name, "txid": txid, **page})
@@ -360,11 +363,11 @@ def create_app(
     def metrics_text(user: User) -> PlainTextResponse:
         """Prometheus text format for every pipeline the user may read (scrape with a
         bearer token: the endpoint is protected like the rest)."""
-        s, cfgs = h.readable(user)
-        ends = data.pipelines_ends(s, cfgs, timeout=METRICS_BROKER_TIMEOUT)
+        cfgs = h.readable(user)
+        ends = data.pipelines_ends(cfgs, timeout=METRICS_BROKER_TIMEOUT)
 
         def collect(cfg: PipelineConfig) -> metrics.PipelineMetrics:
-            return metrics.collect(data.ledger_dsn(s, cfg), cfg.name, ends[cfg.name].ends)
+            return metrics.collect(data.ledger_dsn(cfg), cfg.name, ends[cfg.name].ends)
 
         # the pipelines' ledgers side by side: a scrape of thirty of them one after another
         # outlasted a scraper's 30 s timeout

@@ -76,20 +76,20 @@ def _call_in_thread(fn, *args) -> Future:
     return future
 
 
-def ledger_dsn(s: Settings, cfg: PipelineConfig) -> str:
-    """The pipeline's ledger DSN: its Airflow connection, else the settings' (per request:
-    a rotated password is read the next time)."""
-    return ledger_hook.ledger_dsn(cfg.ledger_conn_id, cfg.source, s)[0]
+def ledger_dsn(cfg: PipelineConfig) -> str:
+    """The pipeline's ledger DSN: its Airflow connection, else ONCEFLOW_POSTGRES_DSN (per
+    request: a rotated password is read the next time)."""
+    return ledger_hook.ledger_dsn(cfg.ledger_conn_id, cfg.source)[0]
 
 
-def broker_ends(s: Settings, cfg: PipelineConfig, timeout: float | None = None) -> BrokerEnds:
+def broker_ends(cfg: PipelineConfig, timeout: float | None = None) -> BrokerEnds:
     """End offsets of the pipeline's partitions, or why they are unavailable (no answer
     within `timeout` seconds, default BROKER_TIMEOUT)."""
-    return pipelines_ends(s, [cfg], timeout)[cfg.name]
+    return pipelines_ends([cfg], timeout)[cfg.name]
 
 
 def pipelines_ends(
-    s: Settings, cfgs: list[PipelineConfig], timeout: float | None = None
+    cfgs: list[PipelineConfig], timeout: float | None = None
 ) -> dict[str, BrokerEnds]:
     """Per pipeline, the end offsets of its partitions or why they are unavailable. One
     broker call per cluster asks for every topic of its pipelines, all clusters at once,
@@ -100,7 +100,7 @@ def pipelines_ends(
     by_cluster: dict[KafkaCluster, list[PipelineConfig]] = {}
     for cfg in cfgs:
         try:
-            cluster = kafka_cluster(cfg.kafka_conn_id, cfg.source, settings=s)
+            cluster = kafka_cluster(cfg.kafka_conn_id, cfg.source)
         except OnceflowError as exc:
             out[cfg.name] = BrokerEnds(None, str(exc))
             continue
@@ -160,11 +160,11 @@ def _answer(
     return answer, error
 
 
-def partitions(s: Settings, cfg: PipelineConfig, ends: BrokerEnds | None = None) -> dict[str, Any]:
+def partitions(cfg: PipelineConfig, ends: BrokerEnds | None = None) -> dict[str, Any]:
     """The pipeline's partitions with their lag, and the total; the broker is asked unless
     its `ends` are given (the overview asks once for every pipeline)."""
-    ends = broker_ends(s, cfg) if ends is None else ends
-    rows = views.partitions(ledger_dsn(s, cfg), cfg.name, ends.ends)
+    ends = broker_ends(cfg) if ends is None else ends
+    rows = views.partitions(ledger_dsn(cfg), cfg.name, ends.ends)
     if not ends.available:
         for r in rows:
             r["broker_end_offset"] = None
@@ -202,20 +202,18 @@ def block_reason(block: dict[str, Any] | None) -> str | None:
     return text
 
 
-def pipeline_overview(
-    s: Settings, cfg: PipelineConfig, ends: BrokerEnds | None = None
-) -> dict[str, Any]:
+def pipeline_overview(cfg: PipelineConfig, ends: BrokerEnds | None = None) -> dict[str, Any]:
     """A pipeline's row of the overview; with its broker `ends`, its total lag (None when
     they are unavailable)."""
-    block = views.commit_block(ledger_dsn(s, cfg), cfg.name)
-    lag = None if ends is None else partitions(s, cfg, ends)["total_lag"]
+    block = views.commit_block(ledger_dsn(cfg), cfg.name)
+    lag = None if ends is None else partitions(cfg, ends)["total_lag"]
     return {
         "lag": lag,
         "broker_error": None if ends is None else ends.error,
         "pipeline": cfg.name,
         "dag_id": cfg.dag_id,
         "topics": list(cfg.topics),
-        "summary": views.summary(ledger_dsn(s, cfg), cfg.name),
+        "summary": views.summary(ledger_dsn(cfg), cfg.name),
         "blocked": block,
         "blocked_reason": block_reason(block),
         "commit_name": sink_for(cfg).commit_name,
@@ -246,36 +244,34 @@ def topic_summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(out.values())
 
 
-def ledger_view(
-    s: Settings, cfg: PipelineConfig, limit: int, before: int | None = None
-) -> dict[str, Any]:
+def ledger_view(cfg: PipelineConfig, limit: int, before: int | None = None) -> dict[str, Any]:
     """Everything the per-pipeline ledger page shows: a page of `limit` batches below seq
     `before` (the newest without it)."""
-    data = pipeline_overview(s, cfg)
-    parts = partitions(s, cfg)
+    data = pipeline_overview(cfg)
+    parts = partitions(cfg)
     parts["topics"] = topic_summary(parts["partitions"])
     data.update(
-        batches=views.batches(ledger_dsn(s, cfg), cfg.name, limit=limit, before_seq=before),
+        batches=views.batches(ledger_dsn(cfg), cfg.name, limit=limit, before_seq=before),
         before=before,
         limit=limit,
-        history=views.history(ledger_dsn(s, cfg), cfg.name),
+        history=views.history(ledger_dsn(cfg), cfg.name),
         partitions=parts,
-        losses=views.losses(ledger_dsn(s, cfg), cfg.name),
-        resets=views.resets(ledger_dsn(s, cfg), cfg.name),
-        abandoned=views.abandoned(ledger_dsn(s, cfg), cfg.name),
-        schema_changes=views.schema_changes(ledger_dsn(s, cfg), cfg.name),
+        losses=views.losses(ledger_dsn(cfg), cfg.name),
+        resets=views.resets(ledger_dsn(cfg), cfg.name),
+        abandoned=views.abandoned(ledger_dsn(cfg), cfg.name),
+        schema_changes=views.schema_changes(ledger_dsn(cfg), cfg.name),
     )
     return data
 
 
 def batch_view(
-    s: Settings, cfg: PipelineConfig, txid: str, dl_limit: int = 100, dl_offset: int = 0
+    cfg: PipelineConfig, txid: str, dl_limit: int = 100, dl_offset: int = 0
 ) -> dict[str, Any]:
     """One txid's ledger entry; raises UnknownTxidError when plan has not recorded it."""
-    b = views.batch(ledger_dsn(s, cfg), cfg.name, txid)
+    b = views.batch(ledger_dsn(cfg), cfg.name, txid)
     wait = None
     if b["state"] not in CLOSED:
-        w = blocking_predecessor(ledger_dsn(s, cfg), cfg.name, txid)
+        w = blocking_predecessor(ledger_dsn(cfg), cfg.name, txid)
         if w is not None:
             wait = {"txid": w.txid, "seq": w.seq, "state": w.state, "last_error": w.last_error}
     return {
@@ -283,9 +279,9 @@ def batch_view(
         "dag_id": cfg.dag_id,
         "commit_name": sink_for(cfg).commit_name,
         "batch": b,
-        "losses": views.batch_losses(ledger_dsn(s, cfg), cfg.name, txid),
+        "losses": views.batch_losses(ledger_dsn(cfg), cfg.name, txid),
         "waits_for": wait,
         "dead_letters": views.dead_letter_page(
-            ledger_dsn(s, cfg), cfg.name, txid, limit=dl_limit, offset=dl_offset
+            ledger_dsn(cfg), cfg.name, txid, limit=dl_limit, offset=dl_offset
         ),
     }

@@ -122,7 +122,10 @@ def chaos_env(root: Path = PROJECT_ROOT, slot: int = 0) -> dict[str, str]:
         "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_THRESHOLD": "20",
         # a task process killed while its children hold the supervisor's sockets (the zombie)
         "AIRFLOW__WORKERS__SOCKET_CLEANUP_TIMEOUT": "10",
+        # the stack's own, derived from the ports above (StackSettings.runtime_env)
         "ONCEFLOW_AIRFLOW_URL": "",
+        "ONCEFLOW_AIRFLOW_USER": "",
+        "ONCEFLOW_AIRFLOW_PASSWORD": "",
         "ONCEFLOW_POSTGRES_DSN": "",
         "ONCEFLOW_KAFKA_BOOTSTRAP": "",
     }
@@ -132,14 +135,14 @@ def run_pipeline(opts: Options) -> tuple[str, dict[str, Any]]:
     """The name and raw TOML table of the pipeline a run of `opts` puts on the chaos stack:
     its process mode's, its Kafka sink on the stack's broker, its lake table on the S3
     emulator with --lake-s3. Read before the chaos environment replaces the user's."""
-    from onceflow.settings import Settings
+    from onceflow_dev.settings import StackSettings
 
     base = pipeline_tables(CHAOS_PIPELINES)[DEFAULT_PIPELINE]
     if opts.pipeline is None:
         pipeline, user = DEFAULT_PIPELINE, base
     else:
         # the user's pipelines file, read before the chaos environment replaces it
-        source = opts.pipelines_file or Settings.from_env().pipelines_file
+        source = opts.pipelines_file or StackSettings.from_env().pipelines_file
         pipeline, user = opts.pipeline, pipeline_tables(source).get(opts.pipeline)
         if user is None:
             from onceflow.config.pipelines_file import get_pipeline

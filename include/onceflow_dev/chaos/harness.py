@@ -81,7 +81,8 @@ class Harness:
     def __init__(self, opts: Options) -> None:
         from onceflow.config.pipeline_table import parse_pipeline
         from onceflow.hooks.sink import sink_for
-        from onceflow.settings import Settings
+
+        from onceflow_dev.settings import StackSettings
 
         self.opts = opts
         self.started = _now()
@@ -93,7 +94,8 @@ class Harness:
                 os.environ[key] = value
             else:
                 os.environ.pop(key, None)
-        self.settings = Settings.from_env()
+        self.settings = StackSettings.from_env()
+        os.environ.update(self.settings.runtime_env())  # what the runtime's calls here read
         self.cfg: PipelineConfig = parse_pipeline(
             self.pipeline, self.raw, str(self.settings.pipelines_file)
         )
