@@ -6,12 +6,15 @@ It is deterministic (the same values give the same hash in every process and att
 Python's salted `hash`), position-aware within a string and order-aware across columns, and
 tells NULL from empty. It is a checksum, not a cryptographic hash.
 
-Supported column types: string, binary (also their large forms), integers, timestamps,
-dates and decimal128.
+Every column type a decoder gives (a registry format's records staged without a transform):
+string and binary (also their large forms), integers, floats (by value: 0.0 and -0.0 alike,
+one NaN), booleans, timestamps, dates, times, durations, decimals, nulls, and nested values
+(structs, lists, maps) by their JSON text, the form they are staged in.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -62,14 +65,44 @@ def _column_hash(col: Any) -> Any:
         pa.types.is_integer(t)
         or pa.types.is_timestamp(t)
         or pa.types.is_date(t)
-        or pa.types.is_decimal128(t)
+        or pa.types.is_time(t)
+        or pa.types.is_duration(t)
+        or pa.types.is_decimal(t)
     ):
         h = _fixed_hash(col)
+    elif pa.types.is_floating(t):
+        h = _float_hash(col)
+    elif pa.types.is_boolean(t):
+        h = _fixed_hash(col.cast(pa.uint8()))
+    elif pa.types.is_null(t):
+        return np.full(len(col), _NULL, dtype=np.uint64)
+    elif pa.types.is_nested(t):
+        h = _bytes_hash(_json_text(col), np.int32)
     else:
         raise TypeError(f"row_hash: column type {t} is not supported")
     if col.null_count:
         h = np.where(valid_mask(col), h, _NULL)
     return h
+
+
+def _float_hash(col: Any) -> Any:
+    """Floats by value: each as float64, -0.0 as 0.0 and every NaN as one."""
+    values = col.to_numpy(zero_copy_only=False).astype(np.float64)
+    values = np.where(values == 0.0, 0.0, values)
+    values = np.where(np.isnan(values), np.nan, values)
+    return values.view(np.uint64)
+
+
+def _json_text(col: Any) -> Any:
+    """A nested column's values as JSON text (one Python object per value: nested columns
+    are the rare ones)."""
+    import pyarrow as pa
+
+    text = [
+        None if v is None else json.dumps(v, sort_keys=True, default=str, separators=(",", ":"))
+        for v in col.to_pylist()
+    ]
+    return pa.array(text, pa.string())
 
 
 def _fixed_hash(col: Any) -> Any:
