@@ -177,6 +177,26 @@ def test_every_poison_record_is_named_and_a_tombstone_is_not_one(registry):
     assert all(r["id"] is None for r in out)
 
 
+def test_a_writer_schema_that_does_not_parse_makes_its_records_dead_letters(registry):
+    """Issue 49, finding 5: a writer schema fastavro rejects failed every attempt of its
+    batch. Its records are dead letters naming the id and the parser's error; the other
+    records land, and the verdict is fetched once per worker."""
+    good = serializer(registry, V1)(payment(1))
+    broken = {**V1, "fields": [{"name": "id", "type": "no_such_type"}]}
+    bad_id = registry.schemas.register("payments-value", {"schema": json.dumps(broken)})["id"]
+    dec = decoder(registry, version=1)
+    values = [good, frame(bad_id, good[5:]), frame(bad_id, good[5:])]
+    before = len(registry.requests)
+    for _ in range(2):
+        out = dec.decode(batch(values), set()).to_pylist()
+        assert out[0]["error"] is None and out[0]["id"] == 1
+        for row in out[1:]:
+            assert row["error"].startswith(f"value: writer schema id {bad_id} does not parse: ")
+            assert "no_such_type" in row["error"]
+    fetched = [p for _, p in registry.requests[before:] if p.startswith("/schemas/ids/")]
+    assert fetched == [f"/schemas/ids/{bad_id}"]
+
+
 def test_a_registry_that_does_not_answer_fails_the_read_rather_than_poisoning(registry):
     values = [serializer(registry, V1)(payment(1))]
     serializer(registry, V2)(payment(2))

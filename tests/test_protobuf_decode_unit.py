@@ -114,6 +114,30 @@ def test_every_poison_message_is_named(registry):
     assert "no message at indexes [1]" in errors[4]
 
 
+def test_a_writer_schema_with_an_import_makes_its_records_dead_letters(registry):
+    """Issue 49, finding 5: a writer schema that imports another file failed every attempt
+    of its batch; its records are dead letters naming the id and why, the others land."""
+    import base64
+
+    from google.protobuf import descriptor_pb2
+
+    good = protobuf_serializer(registry.url, payment_class(1), "pay")(payment(payment_class(1), 1))
+    importing = descriptor_pb2.FileDescriptorProto(
+        name="w.proto", package="shop", syntax="proto3", dependency=["acme/money.proto"]
+    )
+    importing.message_type.add(name="Payment")
+    text = base64.b64encode(importing.SerializeToString()).decode()
+    bad_id = registry.schemas.register("w", {"schema": text, "schemaType": "PROTOBUF"})["id"]
+    reg = Registry(registry.url)
+    decoder = frame_decoder(
+        pipeline("protobuf"), {"value": reg.version("pay-value", serialized=True)}, reg
+    )
+    out = decoder.decode(batch([good, frame(bad_id, good[5:])]), set()).to_pylist()
+    assert out[0]["error"] is None and out[0]["id"] == 1
+    assert out[1]["error"].startswith(f"value: writer schema id {bad_id} does not parse: ")
+    assert "it imports 'acme/money.proto'" in out[1]["error"]
+
+
 def test_a_subject_of_another_format_is_refused_naming_it(registry):
     protobuf_serializer(registry.url, payment_class(1), "pay")(payment(payment_class(1), 1))
     reg = Registry(registry.url)

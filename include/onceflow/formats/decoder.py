@@ -8,7 +8,8 @@ fetches each writer schema once and keeps it for the worker's life (`_WRITERS`).
 
 A record that does not decode is a poison record, never a reason to retry: its `error`
 says why (no magic byte, an id the registry does not know (404), a schema of another format,
-a payload that does not decode), and it goes to the dead letters with its coordinates. A
+a writer schema that does not parse, a payload that does not decode), and it goes to the
+dead letters with its coordinates. Each writer schema's verdict is kept for the worker's life. A
 registry that does not answer raises RegistryUnavailableError: the attempt fails, and is
 retried.
 """
@@ -113,4 +114,8 @@ class RegistryDecoder:
             return Poison(
                 f"schema id {sid} is a {found.type} schema; the pipeline reads {self.TYPE}"
             )
-        return self.parse_writer(found)
+        try:
+            return self.parse_writer(found)
+        except Exception as e:  # noqa: BLE001 - whatever the format's parser raises
+            # a producer's mistake, not a reason to retry: its records are dead letters
+            return Poison(f"writer schema id {sid} does not parse: {type(e).__name__}: {e}")

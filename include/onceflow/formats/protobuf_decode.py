@@ -43,7 +43,9 @@ class ProtobufDecoder(RegistryDecoder):
         return message_columns(message_type(self.reader.text, self.described), self.described)
 
     def parse_writer(self, schema: RegisteredSchema) -> Any:
-        return WriterFile(schema, f"Protobuf schema id {schema.id}")
+        what = f"Protobuf schema id {schema.id}"
+        message_type(schema.text, what)  # the file parses, its imports resolve: once, here
+        return WriterFile(schema, what)
 
     def row(self, sid: int, writer: Any, payload: memoryview) -> dict[str, Any]:
         from google.protobuf.message import DecodeError
