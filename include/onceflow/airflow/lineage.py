@@ -71,11 +71,13 @@ def postgres_dataset(dsn: str, schema: str, table: str) -> tuple[str, str]:
 
 
 def location_dataset(location: str) -> tuple[str, str]:
-    """(namespace, name) of a table at `location`: the scheme and bucket, then the path."""
+    """(namespace, name) of a table at `location`: the scheme and bucket, then the path. A
+    `user:password@` written into the location stays out: lineage is published."""
     split = urlsplit(location)
     if split.scheme in ("", "file"):
         return "file", split.path or location
-    return f"{split.scheme}://{split.netloc}", split.path.lstrip("/") or "/"
+    host = split.netloc.rpartition("@")[2]
+    return f"{split.scheme}://{host}", split.path.lstrip("/") or "/"
 
 
 def batch_lineage(cfg: PipelineConfig, txid: str, step: str) -> Any:
