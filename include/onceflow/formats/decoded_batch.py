@@ -25,8 +25,9 @@ _FIXED = {"int": "int32", "long": "int64", "double": "float64", "float": "float6
 
 
 def frame_schema(columns: Sequence[Column]) -> str:
-    """The decoded frame's Spark schema (DDL)."""
-    fields = ", ".join(f"`{c.name}` {c.spark_type}" for c in columns)
+    """The decoded frame's Spark schema (DDL). A name is quoted with its backticks doubled:
+    a registry's field names are the producers' to choose."""
+    fields = ", ".join(f"`{c.name.replace('`', '``')}` {c.spark_type}" for c in columns)
     return (
         "topic string, partition int, offset bigint, key binary, value binary, "
         f"kafka_timestamp timestamp, {fields + ', ' if fields else ''}error string"
