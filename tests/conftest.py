@@ -99,6 +99,15 @@ def pg_dsn(tmp_path_factory):
         server.cleanup()
 
 
+@pytest.fixture
+def source_cluster(monkeypatch):
+    """A source cluster in the environment, as a user's has one: a Kafka sink takes its client
+    settings from the source's (onceflow.hooks.kafka.sink_cluster). Nothing listens there:
+    the tests that use it give their sink a bootstrap of its own."""
+    monkeypatch.setenv("ONCEFLOW_KAFKA_BOOTSTRAP", "127.0.0.1:1")
+    monkeypatch.delenv("ONCEFLOW_KAFKA_CONFIG", raising=False)
+
+
 @pytest.fixture(scope="session")
 def ledger_dsn(pg_dsn):
     from onceflow.ledger.db import migrate

@@ -263,7 +263,7 @@ def test_the_migrate_command_names_what_it_did(ledger_dsn, cfg, tmp_path, monkey
     exactly_once(ledger_dsn, cfg)
 
 
-def test_staging_goes_to_the_attempt_table_only_for_a_published_append_table():
+def test_staging_goes_to_the_attempt_table_only_for_a_published_append_table(source_cluster):
     """An upsert's, a merge's and a Kafka sink's stage keep every row in the stage table; a
     name PostgreSQL would cut is refused rather than shared by two attempts."""
     for mode in ("upsert", "merge"):

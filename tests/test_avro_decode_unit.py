@@ -197,6 +197,32 @@ def test_a_writer_schema_that_does_not_parse_makes_its_records_dead_letters(regi
     assert fetched == [f"/schemas/ids/{bad_id}"]
 
 
+def test_an_unknown_id_is_asked_once_per_batch_and_the_workers_cache_is_bounded(
+    registry, monkeypatch
+):
+    """Issue 49, finding 6: 2,000 distinct unknown ids cost 2,000 calls and 2,000 cache
+    entries for the worker's life."""
+    v1 = serializer(registry, V1)
+    good = v1(payment(1))
+    dec = decoder(registry)
+    values = [frame(4000 + i % 3, good[5:]) for i in range(30)]
+    before = len(registry.requests)
+    for _ in range(2):
+        errors = [r["error"] for r in dec.decode(batch(values), set()).to_pylist()]
+        assert all("is unknown" in e for e in errors)
+    fetched = [p for _, p in registry.requests[before:] if p.startswith("/schemas/ids/")]
+    assert sorted(fetched) == sorted(f"/schemas/ids/{4000 + i}" for i in (0, 1, 2, 0, 1, 2))
+    assert not any(key[3] >= 4000 for key in registry_decoder._WRITERS)  # not kept
+
+    monkeypatch.setattr(registry_decoder, "WRITERS_KEPT", 2)
+    v2 = serializer(registry, V2)
+    v3 = serializer(registry, {**V2, "fields": [*V2["fields"], {"name": "n", "type": "int", "default": 0}]})  # fmt: skip
+    records = [v1(payment(1)), v2(payment(2)), v3(payment(3))]
+    out = decoder(registry).decode(batch(records), set()).to_pylist()
+    assert [r["error"] for r in out] == [None, None, None]
+    assert len(registry_decoder._WRITERS) == 2
+
+
 def test_a_registry_that_does_not_answer_fails_the_read_rather_than_poisoning(registry):
     values = [serializer(registry, V1)(payment(1))]
     serializer(registry, V2)(payment(2))

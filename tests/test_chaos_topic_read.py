@@ -27,6 +27,7 @@ def test_the_harness_reads_the_committed_output_and_its_markers(
     ledger_dsn, unique_name, real_kafka, tmp_path, monkeypatch
 ):
     monkeypatch.setenv("ONCEFLOW_FAILPOINTS_DIR", str(tmp_path))
+    monkeypatch.setenv("ONCEFLOW_KAFKA_BOOTSTRAP", real_kafka.bootstrap)  # the source cluster
     topic = f"out-{unique_name}"
     cfg = kafka_pipeline(unique_name, real_kafka.bootstrap, topic, partitions=2, key="sku")
     plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}), sink=sink_for(cfg))

@@ -57,6 +57,13 @@ def topic():
     return "out-" + uuid.uuid4().hex[:10]
 
 
+@pytest.fixture(autouse=True)
+def _source_cluster(monkeypatch, real_kafka):
+    """The source cluster is the sink's Apache Kafka (its client settings are the sink's)."""
+    monkeypatch.setenv("ONCEFLOW_KAFKA_BOOTSTRAP", real_kafka.bootstrap)
+    monkeypatch.delenv("ONCEFLOW_KAFKA_CONFIG", raising=False)
+
+
 @pytest.fixture
 def cfg(unique_name, real_kafka, topic):
     return kafka_pipeline(unique_name, real_kafka.bootstrap, topic, partitions=2)

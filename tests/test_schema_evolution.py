@@ -379,7 +379,9 @@ def test_iceberg_an_added_column_evolves_the_tables_schema(ledger_dsn, unique_na
 
 
 @pytest.mark.integration
-def test_a_kafka_sinks_stage_takes_the_column_and_its_records_carry_it(ledger_dsn, unique_name):
+def test_a_kafka_sinks_stage_takes_the_column_and_its_records_carry_it(
+    ledger_dsn, unique_name, source_cluster
+):
     """A topic has no schema: the stage table evolves, and each record's JSON is made from
     its staged row, so a record staged before the change carries null in the new column."""
     cfg = parse_pipeline(

@@ -224,7 +224,11 @@ def env(mode_pg, private_kafka, produced, tmp_path_factory, process_mode):
     )
     if process_mode:
         e[CONNECT_ENV] = process_mode
-    return e
+    with pytest.MonkeyPatch.context() as mp:
+        # the source cluster and the ledger of what runs here too (plan, a sink's cluster)
+        for name in ("ONCEFLOW_POSTGRES_DSN", "ONCEFLOW_KAFKA_BOOTSTRAP"):
+            mp.setenv(name, e[name])
+        yield e
 
 
 def cfg(env, name):

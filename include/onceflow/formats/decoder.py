@@ -4,7 +4,8 @@ Protobuf (formats.avro_decode, formats.protobuf_decode) share.
 Each record is decoded with its writer schema, the registry's schema for the id it carries
 (ids are immutable: a replay decodes the same bytes the same way), resolved to the txid's
 reader schema (recorded in the ledger at plan, onceflow.ledger.reader_schemas). A worker
-fetches each writer schema once and keeps it for the worker's life (`_WRITERS`).
+fetches each writer schema once and keeps it for the worker's life (`_WRITERS`, bounded); an
+id the registry does not know is asked once per batch.
 
 A record that does not decode is a poison record, never a reason to retry: its `error`
 says why (no magic byte, an id the registry does not know (404), a schema of another format,
@@ -16,6 +17,7 @@ retried.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,12 +26,20 @@ from onceflow.formats.confluent_wire import WireFormatError, split
 from onceflow.formats.registry_client import RegisteredSchema, Registry, SchemaIdUnknown
 
 # (format, registry URL, reader schema id, writer schema id) -> the writer schema as the
-# format decodes with it, or why records of that id are poison; for the worker's life
-_WRITERS: dict[tuple[str, str, int, int], Any] = {}
+# format decodes with it, or why records of that id are poison; for the worker's life, its
+# WRITERS_KEPT most recently used (ids are immutable: what one id means never changes)
+_WRITERS: OrderedDict[tuple[str, str, int, int], Any] = OrderedDict()
+WRITERS_KEPT = 256
 
 
 class Poison(str):
     """Why every record of a writer schema id is poison."""
+
+
+class UnknownId(Poison):
+    """An id the registry does not know (404), yet: kept for one batch only, since a producer
+    may register its schema later. Records read again decode the same: an id a producer
+    framed a record with was registered before the record was written."""
 
 
 class Undecodable(ValueError):
@@ -80,12 +90,13 @@ class RegistryDecoder:
         the records it decoded to `ids` (the ledger keeps them with the range)."""
         rows: list[dict[str, Any] | None] = []
         errors: list[str | None] = []
+        unknown: dict[int, UnknownId] = {}  # looked up once per batch
         for v in values:
             row, error = None, None
             if v is not None:
                 try:
                     sid, payload = split(v)
-                    writer = self._writer(sid)
+                    writer = self._writer(sid, unknown)
                     if isinstance(writer, Poison):
                         raise Undecodable(str(writer))
                     ids.add(sid)
@@ -96,12 +107,24 @@ class RegistryDecoder:
             errors.append(error)
         return rows, errors
 
-    def _writer(self, sid: int) -> Any:
+    def _writer(self, sid: int, unknown: dict[int, UnknownId] | None = None) -> Any:
+        if unknown is not None and sid in unknown:
+            return unknown[sid]
         cache = _WRITERS if self.writers is None else self.writers
         key = (self.TYPE, self.registry.url, self.reader.id, sid)
-        if key not in cache:
-            cache[key] = self._fetch(sid)
-        return cache[key]
+        if key in cache:
+            if cache is _WRITERS:
+                _WRITERS.move_to_end(key)
+            return cache[key]
+        writer = self._fetch(sid)
+        if isinstance(writer, UnknownId):
+            if unknown is not None:
+                unknown[sid] = writer
+            return writer
+        cache[key] = writer
+        if cache is _WRITERS and len(_WRITERS) > WRITERS_KEPT:
+            _WRITERS.popitem(last=False)
+        return writer
 
     def _fetch(self, sid: int) -> Any:
         if sid == self.reader.id:
@@ -109,7 +132,7 @@ class RegistryDecoder:
         try:
             found = self.registry.schema(sid, serialized=self.TYPE == "PROTOBUF")
         except SchemaIdUnknown:
-            return Poison(f"schema id {sid} is unknown to the {self.registry.name} (404)")
+            return UnknownId(f"schema id {sid} is unknown to the {self.registry.name} (404)")
         if found.type != self.TYPE:
             return Poison(
                 f"schema id {sid} is a {found.type} schema; the pipeline reads {self.TYPE}"

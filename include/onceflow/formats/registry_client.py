@@ -14,18 +14,20 @@ from __future__ import annotations
 
 import base64
 import json
-import ssl
-import urllib.error
-import urllib.request
 from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import quote
 
 from onceflow.errors import ConfigError, RegistryUnavailableError, SubjectNotFoundError
+from onceflow.net import bounded_http
 
 TIMEOUT_S = 30.0
 ACCEPT = "application/vnd.schemaregistry.v1+json, application/json"
 _SERIALIZED = "?format=serialized"  # a Protobuf schema as its FileDescriptorProto, base64
+
+
+class MalformedAnswer(ValueError):
+    """A registry's answer that is JSON but not a schema."""
 
 
 class SchemaIdUnknown(LookupError):
@@ -47,16 +49,28 @@ class RegisteredSchema:
 
     @classmethod
     def from_answer(cls, answer: dict[str, Any], schema_id: int | None = None) -> RegisteredSchema:
+        """The schema of a registry's answer; MalformedAnswer when it is not one."""
+        try:
+            return cls._from_answer(answer, schema_id)
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise MalformedAnswer(f"not a schema ({type(e).__name__}: {e})") from None
+
+    @classmethod
+    def _from_answer(cls, answer: dict[str, Any], schema_id: int | None) -> RegisteredSchema:
         refs = tuple(
             (r["name"], r["subject"], int(r["version"])) for r in answer.get("references") or ()
         )
+        text, kind = answer["schema"], answer.get("schemaType") or "AVRO"
+        subject, version = answer.get("subject"), answer.get("version")
+        if not isinstance(text, str) or not isinstance(kind, str):
+            raise TypeError("its schema and schemaType must be strings")
         return cls(
             id=int(answer["id"]) if "id" in answer else int(schema_id or 0),
-            text=answer["schema"],
-            type=answer.get("schemaType") or "AVRO",
+            text=text,
+            type=kind,
             references=refs,
-            subject=answer.get("subject"),
-            version=answer.get("version"),
+            subject=subject if isinstance(subject, str) else None,
+            version=int(version) if version is not None else None,
         )
 
 
@@ -100,7 +114,7 @@ class Registry:
             answer = self._get(f"schemas/ids/{schema_id}{_SERIALIZED if serialized else ''}")
         except _NotFound:
             raise SchemaIdUnknown(f"schema id {schema_id} is not in {self.name}") from None
-        return RegisteredSchema.from_answer(answer, schema_id)
+        return self._schema_of(answer, f"schema id {schema_id}", schema_id)
 
     def version(
         self, subject: str, version: int | str = "latest", serialized: bool = False
@@ -115,48 +129,67 @@ class Registry:
                 + ("" if version == "latest" else f" version {version}")
                 + f" ({self.url}); a producer registers it with its first record"
             ) from None
-        return RegisteredSchema.from_answer(answer)
+        return self._schema_of(answer, f"subject {subject!r} version {version}")
+
+    def _schema_of(
+        self, answer: dict[str, Any], what: str, schema_id: int | None = None
+    ) -> RegisteredSchema:
+        try:
+            return RegisteredSchema.from_answer(answer, schema_id)
+        except MalformedAnswer as e:
+            raise RegistryUnavailableError(
+                f"{self.name} at {self.url} answered for {what} with {e}"
+            ) from None
 
     def _get(self, path: str) -> dict[str, Any]:
-        request = urllib.request.Request(
-            f"{self.url.rstrip('/')}/{path}", headers={"Accept": ACCEPT, **self._auth()}
-        )
-        context = ssl.create_default_context(cafile=self.ca_file) if self.ca_file else None
+        url = f"{self.url.rstrip('/')}/{path}"
         try:
-            with urllib.request.urlopen(request, timeout=TIMEOUT_S, context=context) as answer:
-                return json.loads(answer.read())
-        except urllib.error.HTTPError as e:
-            if e.code == 404:
-                raise _NotFound() from None
-            if e.code in (401, 403):
-                raise ConfigError(
-                    f"{self.name} refused the credentials (HTTP {e.code}) at {self.url}; "
-                    "check the connection's login and password, or its bearer token"
-                ) from None
+            answer = bounded_http.call(
+                "GET",
+                url,
+                headers={"Accept": ACCEPT},
+                authorization=self._auth(),
+                ca_file=self.ca_file,
+                deadline_s=TIMEOUT_S,
+            )
+        except bounded_http.InsecureCredentials as e:
+            raise ConfigError(f"{self.name}: {e}") from None
+        except (bounded_http.Unavailable, bounded_http.BadAnswer) as e:
             raise RegistryUnavailableError(
-                f"{self.name} at {self.url} answered HTTP {e.code} to GET /{path}: {_message(e)}"
+                f"{self.name} at {self.url} did not answer GET /{path}: {e}"
             ) from None
-        except (urllib.error.URLError, OSError, ValueError) as e:
-            reason = getattr(e, "reason", e)
+        if answer.status == 404:
+            raise _NotFound()
+        if answer.status in (401, 403):
+            raise ConfigError(
+                f"{self.name} refused the credentials (HTTP {answer.status}) at {self.url}; "
+                "check the connection's login and password, or its bearer token"
+            )
+        if answer.status >= 300:
             raise RegistryUnavailableError(
-                f"{self.name} at {self.url} did not answer GET /{path}: {reason}"
-            ) from None
+                f"{self.name} at {self.url} answered HTTP {answer.status} to GET /{path}: "
+                f"{_message(answer)}"
+            )
+        try:
+            return answer.json_object()
+        except bounded_http.BadAnswer as e:
+            raise RegistryUnavailableError(f"{self.name} at {self.url}, GET /{path}: {e}") from None
 
-    def _auth(self) -> dict[str, str]:
+    def _auth(self) -> str | None:
         if self.token:
-            return {"Authorization": f"Bearer {self.token}"}
+            return f"Bearer {self.token}"
         if self.user:
             pair = f"{self.user}:{self.password or ''}".encode()
-            return {"Authorization": f"Basic {base64.b64encode(pair).decode()}"}
-        return {}
+            return f"Basic {base64.b64encode(pair).decode()}"
+        return None
 
 
 class _NotFound(Exception):
     pass
 
 
-def _message(e: urllib.error.HTTPError) -> str:
+def _message(answer: bounded_http.Answer) -> str:
     try:
-        return str(json.loads(e.read()).get("message", ""))[:200]
-    except (ValueError, OSError, AttributeError):
-        return e.reason or ""
+        return str(answer.json_object().get("message", ""))[:200]
+    except bounded_http.BadAnswer:
+        return answer.body[:200].decode("utf-8", "replace")

@@ -21,9 +21,7 @@ import json
 import os
 import re
 import threading
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +31,7 @@ from typing import Any
 from kafka.net.sasl.oauth import AbstractTokenProvider
 
 from onceflow.errors import ConfigError, OnceflowError
+from onceflow.net import bounded_http
 
 ENV_CONFIG = "ONCEFLOW_KAFKA_CONFIG"
 # A cluster's bootstrap servers: host:port[,host:port...]
@@ -272,6 +271,9 @@ def cluster_from_env(bootstrap: str) -> KafkaCluster:
     return cluster_from_config(raw, ENV_CONFIG, bootstrap)
 
 
+TOKEN_DEADLINE_S = 10.0  # a token fetch, retries included
+
+
 class OidcTokenProvider(AbstractTokenProvider):
     """kafka-python's OAUTHBEARER token by OAuth2's client-credentials grant, as librdkafka's
     sasl.oauthbearer.method=oidc gets it; cached until shortly before it expires."""
@@ -289,8 +291,7 @@ class OidcTokenProvider(AbstractTokenProvider):
         self._form = {"grant_type": "client_credentials", **({"scope": scope} if scope else {})}
         # id:secret not form-encoded first, as librdkafka sends them: one IdP serves both
         basic = base64.b64encode(f"{client_id}:{client_secret}".encode()).decode()
-        self._headers = {"Content-Type": "application/x-www-form-urlencoded"}
-        self._headers["Authorization"] = f"Basic {basic}"
+        self._authorization = f"Basic {basic}"
         self._extensions = _extensions(extensions) or {}
         self._lock = threading.Lock()  # one fetch for connections that start together
         self._token: str | None = None
@@ -309,20 +310,28 @@ class OidcTokenProvider(AbstractTokenProvider):
 
     def _fetch(self) -> tuple[str, float]:
         form = urllib.parse.urlencode(self._form).encode()
-        request = urllib.request.Request(self.url, form, self._headers, method="POST")
         try:
-            with urllib.request.urlopen(request, timeout=10) as response:
-                body = json.load(response)
-        except urllib.error.HTTPError as e:
-            try:  # OAuth's error code (e.g. invalid_client) says what to fix
-                code = f" ({json.loads(e.read(2000))['error']})"
-            except (OSError, ValueError, TypeError, KeyError):
-                code = ""
-            raise TokenEndpointError(
-                f"token endpoint {self.url} refused the client-credentials grant: "
-                f"HTTP {e.code} {e.reason}{code}"
-            ) from None
-        except (OSError, ValueError) as e:  # unreachable, timed out, or not JSON
+            answer = bounded_http.call(
+                "POST",
+                self.url,
+                headers={"Content-Type": "application/x-www-form-urlencoded"},
+                authorization=self._authorization,
+                body=form,
+                deadline_s=TOKEN_DEADLINE_S,
+            )
+            if answer.status >= 300:
+                try:  # OAuth's error code (e.g. invalid_client) says what to fix
+                    code = f" ({answer.json_object()['error']})"
+                except (bounded_http.BadAnswer, KeyError):
+                    code = ""
+                raise TokenEndpointError(
+                    f"token endpoint {self.url} refused the client-credentials grant: "
+                    f"HTTP {answer.status}{code}"
+                )
+            body = answer.json()
+        except bounded_http.InsecureCredentials as e:
+            raise TokenEndpointError(f"token endpoint {self.url}: {e}") from None
+        except (bounded_http.Unavailable, bounded_http.BadAnswer) as e:
             raise TokenEndpointError(f"no token from token endpoint {self.url}: {e}") from None
         token = body.get("access_token") if isinstance(body, dict) else None
         if not isinstance(token, str) or not token:
