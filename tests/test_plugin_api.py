@@ -156,7 +156,6 @@ def test_a_hanging_broker_makes_lag_unavailable_without_piling_up_calls(monkeypa
     import threading
 
     from onceflow.config.pipeline_table import parse_pipeline
-    from onceflow.settings import Settings
     from onceflow.ui import data
 
     release, calls = threading.Event(), []
@@ -170,7 +169,6 @@ def test_a_hanging_broker_makes_lag_unavailable_without_piling_up_calls(monkeypa
     monkeypatch.setattr(data, "BROKER_TIMEOUT", 0.2)
     monkeypatch.setattr(data, "BROKER_CACHE_SECONDS", 0.0)
     monkeypatch.setenv("ONCEFLOW_KAFKA_BOOTSTRAP", "127.0.0.1:1")
-    Settings.from_env()  # a stack elsewhere in the session set its own
     cfg = parse_pipeline("hang", {"topics": ["t"], "transform": "m:f", "sink": {"table": "t"}})
     try:
         for _ in range(3):
