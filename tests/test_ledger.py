@@ -11,6 +11,8 @@ from decimal import Decimal
 
 import psycopg2
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from onceflow.commit import commit
 from onceflow.config.pipeline_table import parse_pipeline
 from onceflow.errors import (
@@ -175,6 +177,64 @@ def test_plan_refuses_a_run_id_that_is_no_txid_before_the_ledger_changes(ledger_
     assert batch.seq == 1
     process(ledger_dsn, cfg, "-starts-with-a-dash", 3)
     assert commit(ledger_dsn, cfg, "-starts-with-a-dash").outcome == "committed"
+
+
+# what a run id holds: txid characters, and what Airflow's REST API lets through besides
+RUN_ID_CHARS = st.sampled_from(
+    [*"azAZ09_.~:+-", "\n", "\r", "\t", " ", "'", '"', "/", "\\", "..", "é", "名", "\x00", "$("]
+)
+RUN_IDS = st.one_of(
+    st.lists(RUN_ID_CHARS, max_size=40).map("".join),
+    st.builds(lambda head, n: head * n, st.sampled_from(["r", "-", "é"]), st.integers(240, 260)),
+)
+
+
+@settings(
+    max_examples=500,
+    deadline=None,
+    database=None,  # no example database in the checkout
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(run_id=RUN_IDS)
+def test_every_run_id_is_committed_in_order_or_refused_before_the_ledger_changes(
+    ledger_dsn, cfg, run_id
+):
+    """Issue 49: whatever a run id holds, plan either records it and its batch commits in
+    order, or refuses it with nothing recorded; either way the next normal run commits."""
+    from onceflow.config.names import txid_problem
+    from onceflow.errors import InvalidTxidError
+
+    def batches() -> list[tuple[str, int, str]]:
+        with transaction(ledger_dsn) as cur:
+            cur.execute(
+                "select txid, seq, state from onceflow.batches where pipeline = %s order by seq",
+                (cfg.name,),
+            )
+            return cur.fetchall()
+
+    before = batches()
+    if any(txid == run_id for txid, _, _ in before):
+        return  # generated twice: a replay of a recorded txid is another test's
+    ends = (T, 0), (T, 1)
+    at = 3 * (len(before) + 1)
+
+    def run(txid: str, offset: int) -> None:
+        plan(ledger_dsn, cfg, txid, snap({ends[0]: offset, ends[1]: 0}), sink=sink_for(cfg))
+        process(ledger_dsn, cfg, txid, 3)
+        assert commit(ledger_dsn, cfg, txid).outcome == "committed"
+
+    if txid_problem(run_id) is None:
+        run(run_id, at)
+        assert batches()[-1] == (run_id, len(before) + 1, "committed")
+    else:
+        with pytest.raises(InvalidTxidError):
+            plan(ledger_dsn, cfg, run_id, snap({ends[0]: at, ends[1]: 0}), sink=sink_for(cfg))
+        assert batches() == before
+    normal = f"normal-{len(batches()) + 1}"
+    run(normal, 3 * (len(batches()) + 1))
+    after = batches()
+    assert after[-1][0] == normal and [seq for _, seq, _ in after] == list(range(1, len(after) + 1))
+    assert {state for _, _, state in after} == {"committed"}
 
 
 def test_concurrent_planners_get_dense_seq_and_disjoint_ranges(ledger_dsn, cfg):
