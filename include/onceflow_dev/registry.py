@@ -17,8 +17,14 @@ What it serves (the paths confluent-kafka's serializers and onceflow.hooks.regis
     GET  /subjects                      the subjects
     GET  /subjects/{subject}/versions   a subject's versions
     GET  /subjects/{subject}/versions/{version|latest}
+    GET  /config, /config/{subject}     the compatibility level (BACKWARD, never enforced)
 
-with HTTP basic auth when it is given a user. With a store file, its schemas survive a
+with HTTP basic auth when it is given a user. A registration is refused as Confluent's
+registry refuses it: 422 with error code 42201 for a schema that does not parse as its type
+(tests that need such a schema in the registry put it in `Schemas` directly, as a registry
+whose parser is more lenient than the reader's would hold it).
+
+With a store file, its schemas survive a
 restart (ids never change, as in a real registry). It checks no compatibility: a registry's
 compatibility rules are its own, and Onceflow refuses an incompatible reader schema itself.
 """
@@ -102,6 +108,40 @@ class Schemas:
         return None
 
 
+def _check(body: dict[str, Any]) -> None:
+    """A registration a real registry refuses with 422 (error code 42201) is refused here too:
+    a schema that does not parse as its type says, or a type no registry knows."""
+    kind, text = body.get("schemaType", "AVRO"), body.get("schema")
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError("the request has no 'schema' string")
+    if kind == "AVRO":
+        from fastavro import parse_schema
+
+        try:
+            schema = json.loads(text)
+            if not body.get("references"):  # named types of other subjects: not resolved here
+                parse_schema(schema, named_schemas={})
+        except Exception as e:  # noqa: BLE001 - whatever the Avro parser refuses
+            raise ValueError(f"Invalid Avro schema: {type(e).__name__}: {e}") from None
+    elif kind == "JSON":
+        json.loads(text)
+    elif kind == "PROTOBUF":
+        if not (re.search(r"\b(syntax|message|enum)\b", text) or _is_descriptor(text)):
+            raise ValueError("Invalid Protobuf schema: neither .proto text nor a descriptor")
+    else:
+        raise ValueError(f"Invalid schema type {kind!r}: AVRO, JSON or PROTOBUF")
+
+
+def _is_descriptor(text: str) -> bool:
+    from google.protobuf import descriptor_pb2
+
+    try:
+        proto = descriptor_pb2.FileDescriptorProto.FromString(base64.b64decode(text, validate=True))
+    except Exception:  # noqa: BLE001 - not base64, or not a descriptor
+        return False
+    return bool(proto.name)
+
+
 def _schema_of(body: dict[str, Any]) -> dict[str, Any]:
     """What the registry keeps of a registration: the schema's text, type and references
     (a schema type of AVRO is left out of answers, as Confluent's registry does)."""
@@ -144,7 +184,11 @@ class _Handler(BaseHTTPRequestHandler):
         not_found = (404, {"error_code": 40401, "message": f"Subject '{path[-1]}' not found."})
         match method, path:
             case "POST", ["subjects", subject, "versions"]:
-                return 200, schemas.register(subject, self._body())
+                body = self._body()
+                _check(body)
+                return 200, schemas.register(subject, body)
+            case "GET", ["config"] | ["config", _]:
+                return 200, {"compatibilityLevel": "BACKWARD"}
             case "POST", ["subjects", subject]:
                 found = schemas.lookup(subject, self._body())
                 return (
@@ -166,6 +210,8 @@ class _Handler(BaseHTTPRequestHandler):
             case "GET", ["subjects", subject, "versions", version] if re.fullmatch(
                 r"latest|-1|\d+", version
             ):
+                if subject not in schemas.subjects:
+                    return not_found
                 found = schemas.version(subject, version)
                 if found is None:
                     return 404, {"error_code": 40402, "message": f"Version {version} not found."}
