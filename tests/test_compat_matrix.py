@@ -44,7 +44,7 @@ pytestmark = [pytest.mark.compat, pytest.mark.integration, pytest.mark.e2e]
 
 UV = ROOT / ".venv" / "bin" / "uv"
 # what the unit suite needs besides the wheel (its own serializers, a runner)
-TEST_TOOLS = ("pytest", "confluent-kafka[avro,protobuf,schemaregistry]")
+TEST_TOOLS = ("pytest", "hypothesis", "confluent-kafka[avro,protobuf,schemaregistry]")
 PIPELINE = "compat_stock"
 
 
