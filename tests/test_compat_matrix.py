@@ -44,7 +44,13 @@ pytestmark = [pytest.mark.compat, pytest.mark.integration, pytest.mark.e2e]
 
 UV = ROOT / ".venv" / "bin" / "uv"
 # what the unit suite needs besides the wheel (its own serializers, a runner)
-TEST_TOOLS = ("pytest", "hypothesis", "confluent-kafka[avro,protobuf,schemaregistry]")
+# the unit suite's: in two workers, as make test runs it (the matrix has the machine alone)
+TEST_TOOLS = (
+    "pytest",
+    "pytest-xdist",
+    "hypothesis",
+    "confluent-kafka[avro,protobuf,schemaregistry]",
+)
 PIPELINE = "compat_stock"
 
 
@@ -388,7 +394,7 @@ def _cell(cell: Cell, services: dict, work: Path, record: dict, lap) -> None:
     (dev / "onceflow_dev").symlink_to(ROOT / "include" / "onceflow_dev")
     unit = subprocess.run(
         [str(venv / "bin" / "python"), "-m", "pytest", "-m", "unit and not checkout", "-q",
-         "-p", "no:cacheprovider", "--no-header", "tests"],
+         "-n", "2", "-p", "no:cacheprovider", "--no-header", "tests"],
         cwd=ROOT, capture_output=True, text=True, timeout=900,
         env={**{k: v for k, v in os.environ.items() if not k.startswith(("ONCEFLOW_", "AIRFLOW", "PYTEST_XDIST", "PYTHONPATH"))},
              "PYTHONPATH": str(dev), "AIRFLOW_HOME": str(work / "unit-home")},
