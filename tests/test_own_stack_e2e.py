@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -124,6 +125,16 @@ def own_stack(tmp_path_factory):
     try:  # stopped even when `up` fails half-way: what it started must not outlive the test
         up = onceflow_dev(stack, "up")
         assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
+        # as a user's shell: eval "$(onceflow-dev env)" gives `onceflow` the stack's services
+        exports = onceflow_dev(stack, "env")
+        assert exports.returncode == 0, exports.stderr
+        for line in exports.stdout.splitlines():
+            name, _, value = line.removeprefix("export ").partition("=")
+            env[name] = shlex.split(value)[0]
+        assert (
+            "ONCEFLOW_POSTGRES_DSN" in env
+            and "onceflow:onceflow@" not in env["ONCEFLOW_POSTGRES_DSN"]
+        )
         yield stack
     finally:
         onceflow_dev(stack, "down")
@@ -148,7 +159,7 @@ def _command(stack: dict, command: list[str], args: tuple[str, ...]) -> subproce
 def query(stack: dict, sql: str, *params) -> list[tuple]:
     from onceflow.ledger.db import transaction
 
-    with transaction("postgresql://onceflow:onceflow@127.0.0.1:25437/onceflow") as cur:
+    with transaction(stack["env"]["ONCEFLOW_POSTGRES_DSN"]) as cur:
         cur.execute(sql, params)
         return cur.fetchall()
 

@@ -113,6 +113,21 @@ def test_a_stack_home_is_its_owners_alone_with_a_password_of_its_own(tmp_path, m
     assert len(passwords) == 2
 
 
+def test_locking_a_home_that_holds_another_stacks_keeps_its_traverse_bits(tmp_path):
+    """.onceflow holds the tests' stacks, whose servers' user passes through it: locking it
+    as a home of its own took o+x away, and the running server panicked (pg_control:
+    Permission denied)."""
+    from onceflow_dev.settings import lock_home
+
+    outer = tmp_path / "outer"
+    outer.mkdir(mode=0o755)
+    outer.chmod(0o755)
+    lock_home(outer)
+    assert outer.stat().st_mode & 0o777 == 0o711  # no listing, no reading; passing through
+    lock_home(tmp_path / "new")
+    assert (tmp_path / "new").stat().st_mode & 0o777 == 0o700
+
+
 def test_the_users_folders_reach_airflow_as_absolute_paths(settings, monkeypatch, tmp_path):
     """The components run in ONCEFLOW_HOME: a relative folder means where `onceflow-dev up` ran."""
     monkeypatch.delenv("ONCEFLOW_PYTHONPATH", raising=False)

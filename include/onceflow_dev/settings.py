@@ -27,10 +27,15 @@ def password_file(home: Path) -> Path:
 
 
 def lock_home(home: Path) -> None:
-    """ONCEFLOW_HOME, made if missing, readable by its owner alone (0700): it holds the
-    database's password, its data, the logs and Airflow's secrets."""
-    home.mkdir(parents=True, exist_ok=True)
-    home.chmod(0o700)
+    """ONCEFLOW_HOME, made if missing, readable and writable by its owner alone: it holds
+    the database's password, its data, the logs and Airflow's secrets. A new one is 0700;
+    one that exists keeps its traverse bits, which a stack whose home lies inside it may
+    need (the tests' stacks live in .onceflow/, whose server's user must pass through)."""
+    if not home.exists():
+        home.mkdir(parents=True, exist_ok=True)
+        home.chmod(0o700)
+    else:
+        home.chmod(home.stat().st_mode & 0o711)
 
 
 def stack_password(home: Path) -> str:

@@ -28,14 +28,19 @@ if TYPE_CHECKING:
     from onceflow.cli.airflow_api import AirflowClient
 
 
-def _rerun(
-    client: AirflowClient, cfg: PipelineConfig, settings: Settings, txid: str, timeout: float
-) -> str:
+def _require_rerunnable(cfg: PipelineConfig, settings: Settings, txid: str) -> None:
+    """From the ledger alone, before Airflow is asked anything."""
     from onceflow.ledger import views
     from onceflow.ledger.retention import require_kept
 
     views.require_txid(settings.postgres_dsn, cfg.name, txid)  # unknown: names known ones
     require_kept(settings.postgres_dsn, cfg.name, txid)  # its ranges are gone: refused
+
+
+def _rerun(
+    client: AirflowClient, cfg: PipelineConfig, settings: Settings, txid: str, timeout: float
+) -> str:
+    _require_rerunnable(cfg, settings, txid)
     client.get_run(cfg.dag_id, txid)  # unknown run -> clear error from the API
     client.clear_run(cfg.dag_id, txid)
     print(f"cleared {cfg.dag_id} run {txid}: replaying its recorded ranges", flush=True)
@@ -46,6 +51,7 @@ def cmd_rerun(args: argparse.Namespace, settings: Settings) -> int:
     from onceflow.cli import airflow_api
 
     cfg = select_pipeline(settings, args.pipeline)
+    _require_rerunnable(cfg, settings, args.run_id)
     client = airflow_api.airflow_client(settings)
     state = _rerun(client, cfg, settings, args.run_id, args.timeout)
     print(f"{args.run_id}: {state}")
