@@ -5,7 +5,9 @@ schema registry."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
+from collections.abc import Iterator
 from typing import Any
 
 PAYMENT = "shop.Payment"
@@ -100,3 +102,17 @@ def protobuf_serializer(registry_url: str, cls: Any, topic: str) -> Any:
     )
     ctx = SerializationContext(topic, MessageField.VALUE)
     return lambda message: serialize(message, ctx)
+
+
+@contextlib.contextmanager
+def standin_registry(**auth: str) -> Iterator[Any]:
+    """The stand-in registry (onceflow_dev.registry) on a free port of 127.0.0.1, stopped
+    after; `auth`: its user and password."""
+    from onceflow_dev.registry import RegistryServer
+
+    server = RegistryServer(**auth).start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()

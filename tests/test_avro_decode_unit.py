@@ -26,8 +26,7 @@ from onceflow.formats.decoded_batch import decoded_fast_form
 from onceflow.formats.frame_decoder import FrameDecoder
 from onceflow.formats.registry_client import Registry
 from onceflow.formats.schemas import frame_decoder
-from onceflow_dev.registry import RegistryServer
-from registry_support import AVRO_PAYMENT_FIELDS
+from registry_support import AVRO_PAYMENT_FIELDS, standin_registry
 
 pytestmark = pytest.mark.unit
 
@@ -66,10 +65,8 @@ def payment(i: int) -> dict:
 
 @pytest.fixture
 def registry():
-    server = RegistryServer(user="svc", password="s3cret").start()
-    yield server
-    server.shutdown()
-    server.server_close()
+    with standin_registry(user="svc", password="s3cret") as server:
+        yield server
     registry_decoder._WRITERS.clear()  # a worker's cache: each test's registry ids start at 1
 
 

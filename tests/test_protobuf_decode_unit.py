@@ -16,8 +16,7 @@ from onceflow.formats import protobuf_decode
 from onceflow.formats.confluent_wire import frame
 from onceflow.formats.registry_client import Registry
 from onceflow.formats.schemas import frame_decoder, reader_columns
-from onceflow_dev.registry import RegistryServer
-from registry_support import payment, payment_class, protobuf_serializer
+from registry_support import payment, payment_class, protobuf_serializer, standin_registry
 
 pytestmark = pytest.mark.unit
 
@@ -28,10 +27,8 @@ def pipeline(fmt):
 
 @pytest.fixture
 def registry():
-    server = RegistryServer().start()
-    yield server
-    server.shutdown()
-    server.server_close()
+    with standin_registry() as server:
+        yield server
     registry_decoder._WRITERS.clear()  # a worker's caches: each test's ids start at 1
     protobuf_decode._READERS.clear()
 

@@ -6,17 +6,16 @@ import urllib.error
 import urllib.request
 
 import pytest
-from onceflow_dev.registry import CONTENT_TYPE, RegistryServer
+from onceflow_dev.registry import CONTENT_TYPE
+from registry_support import standin_registry
 
 pytestmark = pytest.mark.unit
 
 
 @pytest.fixture
 def registry():
-    server = RegistryServer().start()
-    yield server
-    server.shutdown()
-    server.server_close()
+    with standin_registry() as server:
+        yield server
 
 
 def call(server, method, path, body=None, content_type=CONTENT_TYPE):

@@ -21,7 +21,7 @@ import socket
 import ssl
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
@@ -65,6 +65,20 @@ class Answer:
         return value
 
 
+@dataclass(frozen=True)
+class _Request:
+    """One request as it goes to one URL (a redirect makes another)."""
+
+    method: str
+    url: str
+    headers: dict[str, str]
+    authorization: str | None
+    body: bytes | None
+    ca_file: str | None
+    deadline: float  # time.monotonic()'s
+    max_bytes: int
+
+
 def call(
     method: str,
     url: str,
@@ -85,7 +99,9 @@ def call(
     for attempt in range(retries + 1):
         try:
             answer = _follow(
-                method, url, headers or {}, authorization, body, ca_file, deadline, max_bytes
+                _Request(
+                    method, url, headers or {}, authorization, body, ca_file, deadline, max_bytes
+                )
             )
         except (OSError, http.client.HTTPException) as e:
             if attempt == retries or time.monotonic() >= deadline:
@@ -103,27 +119,18 @@ def _reason(e: BaseException, deadline: float) -> str:
     return f"{type(e).__name__}: {e}"
 
 
-def _follow(
-    method: str,
-    url: str,
-    headers: dict[str, str],
-    authorization: str | None,
-    body: bytes | None,
-    ca_file: str | None,
-    deadline: float,
-    max_bytes: int,
-) -> Answer:
-    origin = _origin(url)
+def _follow(request: _Request) -> Answer:
+    origin = _origin(request.url)
     for _ in range(MAX_REDIRECTS + 1):
-        auth = authorization if _origin(url) == origin else None
-        status, content, location = _once(
-            method, url, headers, auth, body, ca_file, deadline, max_bytes
-        )
+        status, content, location = _once(request)
         if status not in REDIRECTS or not location:
-            return Answer(status, content, url)
-        url = urljoin(url, location)
+            return Answer(status, content, request.url)
+        url = urljoin(request.url, location)
+        # credentials stay with their origin: another host, port or scheme gets none
+        auth = request.authorization if _origin(url) == origin else None
+        request = replace(request, url=url, authorization=auth)
         if status == 303:
-            method, body = "GET", None
+            request = replace(request, method="GET", body=None)
     raise BadAnswer(f"more than {MAX_REDIRECTS} redirects from {origin}")
 
 
@@ -132,16 +139,8 @@ def _origin(url: str) -> tuple[str, str | None, int | None]:
     return parts.scheme, parts.hostname, parts.port
 
 
-def _once(
-    method: str,
-    url: str,
-    headers: dict[str, str],
-    authorization: str | None,
-    body: bytes | None,
-    ca_file: str | None,
-    deadline: float,
-    max_bytes: int,
-) -> tuple[int, bytes, str | None]:
+def _once(request: _Request) -> tuple[int, bytes, str | None]:
+    url, authorization, deadline = request.url, request.authorization, request.deadline
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise BadAnswer(f"{url!r} is not an http:// or https:// URL")
@@ -154,7 +153,7 @@ def _once(
         raise TimeoutError("the deadline passed")
     conn: http.client.HTTPConnection
     if parts.scheme == "https":
-        context = ssl.create_default_context(cafile=ca_file)
+        context = ssl.create_default_context(cafile=request.ca_file)
         conn = http.client.HTTPSConnection(
             parts.hostname, parts.port, timeout=left, context=context
         )
@@ -165,17 +164,17 @@ def _once(
     watchdog.start()
     try:
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        sent = {**headers, **({"Authorization": authorization} if authorization else {})}
-        conn.request(method, path, body=body, headers=sent)
+        sent = {**request.headers, **({"Authorization": authorization} if authorization else {})}
+        conn.request(request.method, path, body=request.body, headers=sent)
         response = conn.getresponse()
         length = response.getheader("Content-Length")
-        if length and length.isdigit() and int(length) > max_bytes:
-            raise BadAnswer(f"{url} answered {length} bytes, more than {max_bytes}")
+        if length and length.isdigit() and int(length) > request.max_bytes:
+            raise BadAnswer(f"{url} answered {length} bytes, more than {request.max_bytes}")
         chunks, size = [], 0
         while chunk := _read(conn, response, deadline):
             size += len(chunk)
-            if size > max_bytes:
-                raise BadAnswer(f"{url} answered more than {max_bytes} bytes")
+            if size > request.max_bytes:
+                raise BadAnswer(f"{url} answered more than {request.max_bytes} bytes")
             chunks.append(chunk)
         if time.monotonic() >= deadline:  # the watchdog cut it: what came is not all of it
             raise TimeoutError("the deadline passed")
