@@ -116,3 +116,90 @@ def standin_registry(**auth: str) -> Iterator[Any]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+# .proto text as a Java producer or curl registers it: an order importing another subject's
+# file (a schema reference) and a well-known type, every scalar kind a decoder types
+MONEY_PROTO = """syntax = "proto3";
+package acme.common;
+message Money { string currency = 1; int64 units = 2; }
+"""
+ORDER_PROTO = """syntax = "proto3";
+package acme.orders;
+import "acme/money.proto";
+import "google/protobuf/timestamp.proto";
+message Order {
+  string order_id = 1;
+  double amount = 2;
+  acme.common.Money price = 3;
+  google.protobuf.Timestamp placed_at = 4;
+  bool paid = 5;
+  float weight = 6;
+  bytes blob = 7;
+}
+"""
+MONEY_NAME = "acme/money.proto"
+
+
+def register_proto_text(registry_url: str, subject: str) -> int:
+    """Register ORDER_PROTO as text under `subject`, MONEY_PROTO under `{subject}-money` as
+    its reference, the way a producer does through the REST API; the order's schema id."""
+    money = _post(f"{registry_url}/subjects/{subject}-money/versions",
+                  {"schema": MONEY_PROTO, "schemaType": "PROTOBUF"})  # fmt: skip
+    ref = {"name": MONEY_NAME, "subject": f"{subject}-money", "version": money["version"]}
+    order = _post(f"{registry_url}/subjects/{subject}/versions",
+                  {"schema": ORDER_PROTO, "schemaType": "PROTOBUF", "references": [ref]})  # fmt: skip
+    return int(order["id"])
+
+
+def _post(url: str, body: dict) -> dict:
+    import json
+    import urllib.request
+
+    request = urllib.request.Request(
+        url, json.dumps(body).encode(), {"Content-Type": "application/vnd.schemaregistry.v1+json"}
+    )
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        return json.load(answer)
+
+
+@functools.cache
+def order_class() -> Any:
+    """The message class of ORDER_PROTO as a producer's generated code has it: compiled by
+    protoc (grpcio-tools), here in the test, apart from Onceflow's own compiling."""
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "acme").mkdir()
+        (Path(tmp) / MONEY_NAME).write_text(MONEY_PROTO)
+        (Path(tmp) / "order.proto").write_text(ORDER_PROTO)
+        out = Path(tmp) / "set.pb"
+        subprocess.run([sys.executable, "-m", "grpc_tools.protoc", f"-I{tmp}", "--include_imports",
+                        f"--descriptor_set_out={out}", "order.proto"], check=True)  # fmt: skip
+        files = descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes()).file
+    pool = descriptor_pool.DescriptorPool()
+    for f in files:
+        pool.Add(f)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("acme.orders.Order"))
+
+
+def order(i: int) -> Any:
+    """The i-th order, every field set but `paid` on odd ones (proto3's default: false)."""
+    m = order_class()(order_id=f"o-{i}", amount=i * 250.5, paid=i % 2 == 0, weight=0.5 * i,
+                      blob=bytes([i % 256, 0, 255]))  # fmt: skip
+    m.price.currency, m.price.units = "EUR", i
+    m.placed_at.seconds, m.placed_at.nanos = 1_700_000_000 + i, 1000 * i
+    return m
+
+
+def order_value(schema_id: int, i: int) -> bytes:
+    """The i-th order in the Confluent wire format: magic byte, id, message indexes ([0]:
+    one zero byte), the message."""
+    from onceflow.formats.confluent_wire import frame
+
+    return frame(schema_id, b"\x00" + order(i).SerializeToString())

@@ -12,12 +12,13 @@ import importlib.util
 
 from onceflow.errors import PipelineKeyError
 
-# extra -> the module it installs (what Onceflow imports of it)
+# extra -> the module it installs (what Onceflow imports of it); protobuf's runtime comes with
+# Airflow itself (OpenTelemetry), so the protobuf extra is told by protoc's package
 EXTRA_MODULES = {
     "iceberg": "pyiceberg",
     "delta": "deltalake",
     "avro": "fastavro",
-    "protobuf": "google.protobuf",
+    "protobuf": "grpc_tools",
 }
 
 

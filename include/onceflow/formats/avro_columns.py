@@ -53,15 +53,34 @@ _LOGICAL = {
 }
 
 
-def reader_columns(schema_text: str, what: str, single: str = "") -> tuple[Column, ...]:
+def named_types(dependencies: tuple[tuple[str, str], ...], what: str) -> dict[str, Any]:
+    """The named types (records, enums, fixed) the schemas a schema references define, by
+    full name, parsed (fastavro's named_schemas): what its fields may name as their type."""
+    named: dict[str, Any] = {}
+    if dependencies:
+        from fastavro import parse_schema
+
+        for name, text in dependencies:
+            try:
+                parse_schema(json.loads(text), named_schemas=named)
+            except Exception as e:  # noqa: BLE001 - whatever the Avro parser refuses
+                raise ConfigError(f"{what}: its reference {name!r} does not parse: {e}") from None
+    return named
+
+
+def reader_columns(
+    schema_text: str, what: str, single: str = "", named: dict[str, Any] | None = None
+) -> tuple[Column, ...]:
     """The columns of a reader schema (`what` names it in messages: subject and version); with
-    `single`, a schema that is not a record is one column of that name (a key's)."""
+    `single`, a schema that is not a record is one column of that name (a key's). `named`:
+    the types of other subjects it references (named_types)."""
     try:
         schema = json.loads(schema_text)
     except json.JSONDecodeError as e:
         raise ConfigError(f"{what}: not an Avro schema (JSON: {e.msg})") from None
     if single and not (isinstance(schema, dict) and schema.get("type") == "record"):
-        return (_column(single, _nullable(schema)),)  # a key of one value: a string, a long
+        # a key of one value: a string, a long
+        return (_column(single, _nullable(schema), named or {}),)
     if not isinstance(schema, dict) or schema.get("type") != "record":
         raise ConfigError(
             f"{what}: a pipeline reads Avro records whose schema is a record, not "
@@ -69,7 +88,7 @@ def reader_columns(schema_text: str, what: str, single: str = "") -> tuple[Colum
         )
     fields = schema.get("fields", [])
     check_names((f["name"] for f in fields), what)
-    return tuple(_column(f["name"], _nullable(f["type"])) for f in fields)
+    return tuple(_column(f["name"], _nullable(f["type"]), named or {}) for f in fields)
 
 
 def _nullable(t: Any) -> Any:
@@ -81,7 +100,9 @@ def _nullable(t: Any) -> Any:
     return t
 
 
-def _column(name: str, t: Any) -> Column:
+def _column(name: str, t: Any, named: dict[str, Any]) -> Column:
+    if isinstance(t, str) and t in named:
+        t = named[t]
     if isinstance(t, str) and t in _SCALARS:
         return Column(name, _SCALARS[t], t)
     if isinstance(t, dict):

@@ -9,7 +9,7 @@ import io
 import json
 from typing import Any
 
-from onceflow.formats.avro_columns import physical, reader_columns
+from onceflow.formats.avro_columns import named_types, physical, reader_columns
 from onceflow.formats.columns import Column
 from onceflow.formats.decoder import RegistryDecoder, Undecodable
 from onceflow.formats.registry_client import RegisteredSchema
@@ -24,10 +24,11 @@ class AvroDecoder(RegistryDecoder):
         self.single_value = bool(self.single) and not (
             isinstance(schema, dict) and schema.get("type") == "record"
         )
-        return reader_columns(self.reader.text, self.described, self.single)
+        named = named_types(self.reader.dependencies, self.described)
+        return reader_columns(self.reader.text, self.described, self.single, named)
 
     def parse_writer(self, schema: RegisteredSchema) -> Any:
-        return _parse(schema.text, self.columns)
+        return _parse(schema, self.columns)
 
     def row(self, sid: int, writer: Any, payload: memoryview) -> dict[str, Any]:
         from fastavro import schemaless_reader
@@ -47,10 +48,11 @@ class AvroDecoder(RegistryDecoder):
         return {self.single: row} if self.single_value else row
 
 
-def _parse(text: str, columns: tuple[Column, ...]) -> Any:
+def _parse(schema: RegisteredSchema, columns: tuple[Column, ...]) -> Any:
     from fastavro import parse_schema
 
-    return parse_schema(physical(json.loads(text), columns), named_schemas={})
+    named = named_types(schema.dependencies, f"Avro schema id {schema.id}")
+    return parse_schema(physical(json.loads(schema.text), columns), named_schemas=named)
 
 
 def _why(e: Exception) -> str:

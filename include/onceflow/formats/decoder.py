@@ -23,7 +23,12 @@ from typing import Any
 
 from onceflow.formats.columns import Column
 from onceflow.formats.confluent_wire import WireFormatError, split
-from onceflow.formats.registry_client import RegisteredSchema, Registry, SchemaIdUnknown
+from onceflow.formats.registry_client import (
+    BadReferences,
+    RegisteredSchema,
+    Registry,
+    SchemaIdUnknown,
+)
 
 # (format, registry URL, reader schema id, writer schema id) -> the writer schema as the
 # format decodes with it, or why records of that id are poison; for the worker's life, its
@@ -133,6 +138,8 @@ class RegistryDecoder:
             found = self.registry.schema(sid, serialized=self.TYPE == "PROTOBUF")
         except SchemaIdUnknown:
             return UnknownId(f"schema id {sid} is unknown to the {self.registry.name} (404)")
+        except BadReferences as e:
+            return Poison(f"writer schema id {sid}: {e}")
         if found.type != self.TYPE:
             return Poison(
                 f"schema id {sid} is a {found.type} schema; the pipeline reads {self.TYPE}"

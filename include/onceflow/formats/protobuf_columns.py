@@ -1,9 +1,8 @@
 """The columns of a Protobuf reader schema, and the message types of the registry's schemas.
 
-A Protobuf schema in a registry is a .proto file; confluent-kafka's ProtobufSerializer
-registers it as a serialized FileDescriptorProto (base64), which Onceflow asks for
-(`format=serialized`, Confluent's registry converts its own text). The pipeline reads the
-file's first message; each of its fields is a column:
+A Protobuf schema in a registry is a .proto file, serialized or as text, with the schemas it
+imports as its references (formats.protobuf_files builds it). The pipeline reads the file's
+first message; each of its fields is a column:
 
     Protobuf                                        Spark        decoded as
     bool                                            boolean      bool
@@ -17,18 +16,17 @@ file's first message; each of its fields is a column:
     other messages, repeated fields, maps           string       the value as JSON
 
 A message field that is not set is null, as is an `optional` scalar; a proto3 scalar without
-presence reads its default (0, "", false). A schema may import Google's well-known types
-(google/protobuf/*.proto); other imports (schema references) are refused by name.
+presence reads its default (0, "", false).
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 from typing import Any
 
 from onceflow.errors import ConfigError
 from onceflow.formats.columns import Column, check_names
+from onceflow.formats.protobuf_files import file_descriptor
+from onceflow.formats.registry_client import RegisteredSchema
 
 _WRAPPERS = {
     "google.protobuf.BoolValue": ("boolean", "boolean"),
@@ -43,33 +41,15 @@ _WRAPPERS = {
 }
 
 
-def message_type(text: str, what: str, indexes: tuple[int, ...] = ()) -> Any:
-    """The message descriptor at `indexes` (() the first) of a registry's Protobuf schema
-    (a base64 FileDescriptorProto), in a pool of its own; ConfigError if it is not one."""
-    from google.protobuf import descriptor_pb2, descriptor_pool
+def message_type(schema: RegisteredSchema, what: str, indexes: tuple[int, ...] = ()) -> Any:
+    """The message descriptor at `indexes` (() the first) of a registry's Protobuf schema;
+    ConfigError if it does not build (formats.protobuf_files)."""
+    return message_at(file_descriptor(schema, what), indexes, what)
 
-    try:
-        proto = descriptor_pb2.FileDescriptorProto.FromString(base64.b64decode(text, validate=True))
-    except (binascii.Error, ValueError) as e:
-        raise ConfigError(
-            f"{what}: not a serialized Protobuf file descriptor (the registry answered "
-            f"format=serialized with something else: {e})"
-        ) from None
-    pool = descriptor_pool.DescriptorPool()
-    known = _well_known_types()
-    for dep in proto.dependency:
-        if not dep.startswith("google/protobuf/"):
-            raise ConfigError(
-                f"{what}: it imports {dep!r}; schema references other than Google's "
-                "well-known types (google/protobuf/*.proto) are not supported yet"
-            )
-        try:
-            _add_with_deps(pool, known.FindFileByName(dep))
-        except KeyError:
-            raise ConfigError(f"{what}: it imports {dep!r}, not a well-known type") from None
-    pool.Add(proto)
-    messages = pool.FindFileByName(proto.name).message_types_by_name
-    tops = list(messages.values())
+
+def message_at(file: Any, indexes: tuple[int, ...], what: str) -> Any:
+    """The message at `indexes` of a file descriptor; LookupError if none is there."""
+    tops = list(file.message_types_by_name.values())
     if not tops:
         raise ConfigError(f"{what}: the schema defines no message")
     try:
@@ -77,45 +57,13 @@ def message_type(text: str, what: str, indexes: tuple[int, ...] = ()) -> Any:
         for i in indexes[1:]:
             message = message.nested_types[i]
     except IndexError:
-        raise LookupError(f"no message at indexes {list(indexes)} in {proto.name}") from None
+        raise LookupError(f"no message at indexes {list(indexes)} in {file.name}") from None
     return message
 
 
-def _well_known_types() -> Any:
-    """The default pool, holding google/protobuf/*.proto (importing a type's module adds it)."""
-    from google.protobuf import (  # noqa: F401 - imported to be in the pool
-        any_pb2,
-        api_pb2,
-        descriptor_pool,
-        duration_pb2,
-        empty_pb2,
-        field_mask_pb2,
-        source_context_pb2,
-        struct_pb2,
-        timestamp_pb2,
-        type_pb2,
-        wrappers_pb2,
-    )
-
-    return descriptor_pool.Default()
-
-
-def _add_with_deps(pool: Any, file: Any) -> None:
-    from google.protobuf import descriptor_pb2
-
-    for dep in file.dependencies:
-        _add_with_deps(pool, dep)
-    try:
-        pool.FindFileByName(file.name)
-    except KeyError:
-        proto = descriptor_pb2.FileDescriptorProto()
-        file.CopyToProto(proto)
-        pool.Add(proto)
-
-
-def reader_columns(text: str, what: str) -> tuple[Column, ...]:
+def reader_columns(schema: RegisteredSchema, what: str) -> tuple[Column, ...]:
     """The columns of a Protobuf reader schema's first message."""
-    return message_columns(message_type(text, what), what)
+    return message_columns(message_type(schema, what), what)
 
 
 def message_columns(message: Any, what: str) -> tuple[Column, ...]:

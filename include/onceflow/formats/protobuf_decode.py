@@ -15,7 +15,8 @@ from typing import Any
 from onceflow.formats.columns import Column
 from onceflow.formats.confluent_wire import protobuf_indexes
 from onceflow.formats.decoder import RegistryDecoder, Undecodable
-from onceflow.formats.protobuf_columns import message_columns, message_type
+from onceflow.formats.protobuf_columns import message_at, message_columns, message_type
+from onceflow.formats.protobuf_files import file_descriptor
 from onceflow.formats.registry_client import RegisteredSchema
 
 # (registry URL, reader schema id) -> (message class, [(column, getter)]): descriptors do not
@@ -27,12 +28,13 @@ class WriterFile:
     """A writer schema's file: the full name of the message at given indexes."""
 
     def __init__(self, schema: RegisteredSchema, what: str) -> None:
-        self.text, self.what = schema.text, what
+        # the file parses and its imports resolve: once, here
+        self.file, self.what = file_descriptor(schema, what), what
         self.names: dict[tuple[int, ...], str] = {}
 
     def name_at(self, indexes: tuple[int, ...]) -> str:
         if indexes not in self.names:
-            self.names[indexes] = message_type(self.text, self.what, indexes).full_name
+            self.names[indexes] = message_at(self.file, indexes, self.what).full_name
         return self.names[indexes]
 
 
@@ -40,12 +42,10 @@ class ProtobufDecoder(RegistryDecoder):
     TYPE = "PROTOBUF"
 
     def reader_columns(self) -> tuple[Column, ...]:
-        return message_columns(message_type(self.reader.text, self.described), self.described)
+        return message_columns(message_type(self.reader, self.described), self.described)
 
     def parse_writer(self, schema: RegisteredSchema) -> Any:
-        what = f"Protobuf schema id {schema.id}"
-        message_type(schema.text, what)  # the file parses, its imports resolve: once, here
-        return WriterFile(schema, what)
+        return WriterFile(schema, f"Protobuf schema id {schema.id}")
 
     def row(self, sid: int, writer: Any, payload: memoryview) -> dict[str, Any]:
         from google.protobuf.message import DecodeError
@@ -72,7 +72,7 @@ class ProtobufDecoder(RegistryDecoder):
         if key not in _READERS:
             from google.protobuf import message_factory
 
-            descriptor = message_type(self.reader.text, self.described)
+            descriptor = message_type(self.reader, self.described)
             cls = message_factory.GetMessageClass(descriptor)
             _READERS[key] = (cls, [(f.name, _getter(f)) for f in descriptor.fields])
         return _READERS[key]

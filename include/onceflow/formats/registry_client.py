@@ -7,12 +7,18 @@ connection by onceflow.hooks.registry. What it raises tells a poison record from
 
 - SchemaIdUnknown: the registry answers 404 for an id (the record's dead letter says so);
 - RegistryUnavailableError: no answer, or a server error (the attempt fails, and is retried);
-- SubjectNotFoundError: a subject or version a pipeline reads with does not exist.
+- SubjectNotFoundError: a subject or version a pipeline reads with does not exist;
+- BadReferences: a schema's references do not resolve (a cycle, a missing subject, too many).
+
+A schema's references (Protobuf imports, Avro named types of other subjects) are fetched with
+it, by subject and version, and theirs in turn: a RegisteredSchema carries every schema it
+needs (`dependencies`), so the ledger keeps it whole for the audit's re-read.
 """
 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -24,6 +30,7 @@ from onceflow.net import bounded_http
 TIMEOUT_S = 30.0
 ACCEPT = "application/vnd.schemaregistry.v1+json, application/json"
 _SERIALIZED = "?format=serialized"  # a Protobuf schema as its FileDescriptorProto, base64
+MAX_DEPENDENCIES = 64  # the schemas one schema may need through its references, transitively
 
 
 class MalformedAnswer(ValueError):
@@ -34,11 +41,17 @@ class SchemaIdUnknown(LookupError):
     """The registry has no schema of this id (404): the records framed with it are poison."""
 
 
+class BadReferences(ConfigError):
+    """A schema's references do not resolve: a writer schema's records are poison, a reader
+    schema refuses the plan."""
+
+
 @dataclass(frozen=True)
 class RegisteredSchema:
     """A schema as the registry keeps it: its id, text, type (AVRO, PROTOBUF, JSON) and the
     schemas it references (name, subject, version), with its subject's version when asked
-    by subject."""
+    by subject. `dependencies`: the text of every schema it needs through its references,
+    by reference name, each after those it needs itself."""
 
     id: int
     text: str
@@ -46,6 +59,7 @@ class RegisteredSchema:
     references: tuple[tuple[str, str, int], ...] = ()
     subject: str | None = None
     version: int | None = None
+    dependencies: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def from_answer(cls, answer: dict[str, Any], schema_id: int | None = None) -> RegisteredSchema:
@@ -114,12 +128,47 @@ class Registry:
             answer = self._get(f"schemas/ids/{schema_id}{_SERIALIZED if serialized else ''}")
         except _NotFound:
             raise SchemaIdUnknown(f"schema id {schema_id} is not in {self.name}") from None
-        return self._schema_of(answer, f"schema id {schema_id}", schema_id)
+        what = f"schema id {schema_id}"
+        return self._resolved(self._schema_of(answer, what, schema_id), what, serialized)
 
     def version(
         self, subject: str, version: int | str = "latest", serialized: bool = False
     ) -> RegisteredSchema:
         """`subject`'s `version` (a number, or "latest"); `serialized` as for `schema`."""
+        what = f"subject {subject!r} version {version}"
+        return self._resolved(self._version(subject, version, serialized), what, serialized)
+
+    def _resolved(self, schema: RegisteredSchema, what: str, serialized: bool) -> RegisteredSchema:
+        """`schema` with its dependencies, fetched through its references, depth first."""
+        if not schema.references:
+            return schema
+        found: dict[str, str] = {}
+
+        def add(of: RegisteredSchema, chain: tuple[str, ...]) -> None:
+            for name, subject, version in of.references:
+                if name in chain:
+                    raise BadReferences(
+                        f"{self.name}: {what}: its references form a cycle: "
+                        + " -> ".join((*chain, name))
+                    )
+                if name in found:
+                    continue
+                if len(found) >= MAX_DEPENDENCIES:
+                    raise BadReferences(
+                        f"{self.name}: {what} needs more than {MAX_DEPENDENCIES} schemas "
+                        "through its references"
+                    )
+                try:
+                    ref = self._version(subject, version, serialized)
+                except SubjectNotFoundError as e:
+                    raise BadReferences(f"{what}: its reference {name!r}: {e}") from None
+                add(ref, (*chain, name))
+                found[name] = ref.text
+
+        add(schema, ())
+        return dataclasses.replace(schema, dependencies=tuple(found.items()))
+
+    def _version(self, subject: str, version: int | str, serialized: bool) -> RegisteredSchema:
         path = f"subjects/{quote(subject, safe='')}/versions/{version}"
         try:
             answer = self._get(path + (_SERIALIZED if serialized else ""))

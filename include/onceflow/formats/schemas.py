@@ -37,11 +37,12 @@ def reader_columns(schema: RegisteredSchema, what: str, role: str = "value") -> 
     if schema.type == "AVRO":
         from onceflow.formats import avro_columns
 
-        return avro_columns.reader_columns(schema.text, what, single)
+        named = avro_columns.named_types(schema.dependencies, what)
+        return avro_columns.reader_columns(schema.text, what, single, named)
     if schema.type == "PROTOBUF":
         from onceflow.formats import protobuf_columns
 
-        return protobuf_columns.reader_columns(schema.text, what)
+        return protobuf_columns.reader_columns(schema, what)
     raise ConfigError(f"{what}: a {schema.type} schema; Onceflow reads AVRO and PROTOBUF")
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from onceflow.formats.registry_client import RegisteredSchema
-from onceflow.ledger.reader_schemas import writer_schemas
+from onceflow.ledger.reader_schemas import KEPT, kept_schema, writer_schemas
 from onceflow.states import BatchState
 
 Key = tuple[str, str, int]  # (txid, topic, partition)
@@ -24,14 +24,14 @@ class DecodeRows:
 
 def read_decode_rows(cur, pipeline: str) -> DecodeRows:
     cur.execute(
-        "select txid, role, subject, version, schema_id, schema_type, schema"
+        f"select txid, role, subject, version, {KEPT}"
         " from onceflow.reader_schemas where pipeline = %s",
         (pipeline,),
     )
     readers: dict[str, dict[str, RegisteredSchema]] = {}
-    for txid, role, subject, version, sid, stype, text in cur.fetchall():
-        schema = RegisteredSchema(sid, text, stype, subject=subject, version=version)
-        readers.setdefault(txid, {})[role] = schema
+    for row in cur.fetchall():
+        schema = kept_schema(row[4:], subject=row[2], version=row[3])
+        readers.setdefault(row[0], {})[row[1]] = schema
     cur.execute(
         "select rr.txid, rr.topic, rr.partition, rr.schema_ids from onceflow.range_reads rr"
         " join onceflow.batches b on b.pipeline = rr.pipeline and b.txid = rr.txid"

@@ -12,6 +12,7 @@ first needed them.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable
 
 from onceflow.config.pipeline import PipelineConfig
@@ -35,56 +36,66 @@ def record_reader_schemas(
         check_type(fmt, schema, what)
         new_columns = reader_columns(schema, what, role)  # refused here if it cannot be read
         cur.execute(
-            "select r.version, r.schema_id, r.schema_type, r.schema from onceflow.reader_schemas r"
+            f"select {KEPT}, r.version from onceflow.reader_schemas r"
             " join onceflow.batches b using (pipeline, txid) where r.pipeline = %s"
             " and r.role = %s and r.txid <> %s order by b.seq desc limit 1",
             (cfg.name, role, txid),
         )
         row = cur.fetchone()
-        if row is not None and row[1] != schema.id:
-            old = RegisteredSchema(row[1], row[3], row[2], subject=subject, version=row[0])
-            why = incompatibility(reader_columns(old, f"version {row[0]}", role), new_columns)
+        if row is not None and row[0] != schema.id:
+            old = kept_schema(row[:4], subject=subject, version=row[4])
+            why = incompatibility(reader_columns(old, f"version {row[4]}", role), new_columns)
             if why is not None:
                 raise IncompatibleSchemaError(
-                    cfg.name, subject, row[0], schema.version or 0, why[0], why[1]
+                    cfg.name, subject, row[4], schema.version or 0, why[0], why[1]
                 )
         cur.execute(
             "insert into onceflow.reader_schemas (pipeline, txid, role, subject, version,"
-            " schema_id, schema_type, schema) values (%s, %s, %s, %s, %s, %s, %s, %s)",
-            (cfg.name, txid, role, subject, schema.version, schema.id, schema.type, schema.text),
+            " schema_id, schema_type, schema, dependencies)"
+            " values (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            (cfg.name, txid, role, subject, schema.version, *_kept_values(schema)),
         )
     return schemas
+
+
+# the columns a schema is kept in, in both tables, and how it is read back
+KEPT = "schema_id, schema_type, schema, dependencies"
+
+
+def kept_schema(row, subject: str | None = None, version: int | None = None) -> RegisteredSchema:
+    """The schema of a row's KEPT columns."""
+    sid, stype, text, dependencies = row
+    deps = tuple((name, dep_text) for name, dep_text in dependencies or ())
+    return RegisteredSchema(sid, text, stype, subject=subject, version=version, dependencies=deps)
+
+
+def _kept_values(schema: RegisteredSchema) -> tuple:
+    return schema.id, schema.type, schema.text, json.dumps([list(d) for d in schema.dependencies])
 
 
 def reader_schemas(dsn: str, pipeline: str, txid: str) -> dict[str, RegisteredSchema]:
     """The reader schemas txid was planned with, by role (none: its ranges were empty)."""
     with transaction(dsn) as cur:
         cur.execute(
-            "select role, subject, version, schema_id, schema_type, schema"
+            f"select role, subject, version, {KEPT}"
             " from onceflow.reader_schemas where pipeline = %s and txid = %s",
             (pipeline, txid),
         )
         rows = cur.fetchall()
-    return {
-        role: RegisteredSchema(sid, text, stype, subject=subject, version=version)
-        for role, subject, version, sid, stype, text in rows
-    }
+    return {row[0]: kept_schema(row[3:], subject=row[1], version=row[2]) for row in rows}
 
 
 def record_writer_schemas(cur, pipeline: str, schemas: Iterable[RegisteredSchema]) -> None:
     """Keep the writer schemas of the ids process met (once: ids never change their schema)."""
     for s in schemas:
         cur.execute(
-            "insert into onceflow.writer_schemas (pipeline, schema_id, schema_type, schema)"
-            " values (%s, %s, %s, %s) on conflict do nothing",
-            (pipeline, s.id, s.type, s.text),
+            f"insert into onceflow.writer_schemas (pipeline, {KEPT})"
+            " values (%s, %s, %s, %s, %s) on conflict do nothing",
+            (pipeline, *_kept_values(s)),
         )
 
 
 def writer_schemas(cur, pipeline: str) -> dict[int, RegisteredSchema]:
     """The writer schemas the ledger keeps for `pipeline`, by id."""
-    cur.execute(
-        "select schema_id, schema_type, schema from onceflow.writer_schemas where pipeline = %s",
-        (pipeline,),
-    )
-    return {sid: RegisteredSchema(sid, text, stype) for sid, stype, text in cur.fetchall()}
+    cur.execute(f"select {KEPT} from onceflow.writer_schemas where pipeline = %s", (pipeline,))
+    return {row[0]: kept_schema(row) for row in cur.fetchall()}
