@@ -144,29 +144,34 @@ MONEY_NAME = "acme/money.proto"
 def register_proto_text(registry_url: str, subject: str) -> int:
     """Register ORDER_PROTO as text under `subject`, MONEY_PROTO under `{subject}-money` as
     its reference, the way a producer does through the REST API; the order's schema id."""
-    money = _post(f"{registry_url}/subjects/{subject}-money/versions",
-                  {"schema": MONEY_PROTO, "schemaType": "PROTOBUF"})  # fmt: skip
-    ref = {"name": MONEY_NAME, "subject": f"{subject}-money", "version": money["version"]}
-    order = _post(f"{registry_url}/subjects/{subject}/versions",
-                  {"schema": ORDER_PROTO, "schemaType": "PROTOBUF", "references": [ref]})  # fmt: skip
-    return int(order["id"])
+    money = register_text(registry_url, f"{subject}-money", MONEY_PROTO, "PROTOBUF")
+    ref = {"name": MONEY_NAME, "subject": f"{subject}-money", "version": 1}
+    assert money
+    return register_text(registry_url, subject, ORDER_PROTO, "PROTOBUF", [ref])
 
 
-def _post(url: str, body: dict) -> dict:
+def register_text(
+    registry_url: str, subject: str, text: str, schema_type: str, references: list | None = None
+) -> int:
+    """Register a schema's text under `subject` through the REST API, as curl or a Java
+    producer does; its id."""
     import json
     import urllib.request
 
+    body = {"schema": text, "schemaType": schema_type, "references": references or []}
     request = urllib.request.Request(
-        url, json.dumps(body).encode(), {"Content-Type": "application/vnd.schemaregistry.v1+json"}
+        f"{registry_url}/subjects/{subject}/versions",
+        json.dumps(body).encode(),
+        {"Content-Type": "application/vnd.schemaregistry.v1+json"},
     )
     with urllib.request.urlopen(request, timeout=30) as answer:
-        return json.load(answer)
+        return int(json.load(answer)["id"])
 
 
-@functools.cache
-def order_class() -> Any:
-    """The message class of ORDER_PROTO as a producer's generated code has it: compiled by
-    protoc (grpcio-tools), here in the test, apart from Onceflow's own compiling."""
+def compile_message_class(files: dict[str, str], main: str, message: str) -> Any:
+    """The class of `message` in .proto file `main` (of `files`, name -> text) as a producer's
+    generated code has it: compiled by protoc (grpcio-tools) here in the test, apart from
+    Onceflow's own compiling."""
     import subprocess
     import sys
     import tempfile
@@ -175,17 +180,24 @@ def order_class() -> Any:
     from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
     with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / "acme").mkdir()
-        (Path(tmp) / MONEY_NAME).write_text(MONEY_PROTO)
-        (Path(tmp) / "order.proto").write_text(ORDER_PROTO)
+        for name, text in files.items():
+            (Path(tmp) / name).parent.mkdir(parents=True, exist_ok=True)
+            (Path(tmp) / name).write_text(text)
         out = Path(tmp) / "set.pb"
         subprocess.run([sys.executable, "-m", "grpc_tools.protoc", f"-I{tmp}", "--include_imports",
-                        f"--descriptor_set_out={out}", "order.proto"], check=True)  # fmt: skip
-        files = descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes()).file
+                        f"--descriptor_set_out={out}", main], check=True, capture_output=True)  # fmt: skip
+        protos = descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes()).file
     pool = descriptor_pool.DescriptorPool()
-    for f in files:
+    for f in protos:
         pool.Add(f)
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName("acme.orders.Order"))
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(message))
+
+
+@functools.cache
+def order_class() -> Any:
+    """The message class of ORDER_PROTO."""
+    files = {MONEY_NAME: MONEY_PROTO, "order.proto": ORDER_PROTO}
+    return compile_message_class(files, "order.proto", "acme.orders.Order")
 
 
 def order(i: int) -> Any:

@@ -17,7 +17,7 @@ FRAME_COLUMNS = ("topic", "partition", "offset", "key", "value", "kafka_timestam
 class Column:
     """One field of the reader schema as a column: its name, Spark type, and how the decoder
     builds it (`kind`: boolean, int, long, double, float, string, enum, bytes, date,
-    timestamp-millis, timestamp-micros, decimal, json)."""
+    timestamp-millis, timestamp-micros, decimal, uint64 (a decimal(20,0) of ints), json)."""
 
     name: str
     spark_type: str

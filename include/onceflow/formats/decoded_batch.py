@@ -87,10 +87,11 @@ def column_array(c: Column, vs: Sequence[Any]) -> Any:
         if kind == "timestamp-millis":
             data = data * 1000
         return fixed_array(pa.timestamp("us", tz="UTC"), data, valid)
-    if kind == "decimal":
-        # decimal128's layout: each value's 16 bytes, little-endian two's complement
+    if kind in ("decimal", "uint64"):
+        # decimal128's layout: each value's 16 bytes, little-endian two's complement; Avro's
+        # decimal is big-endian bytes, a Protobuf uint64 an int
         data = b"".join(
-            (0 if v is None else int.from_bytes(v, "big", signed=True)).to_bytes(
+            (0 if v is None else v if isinstance(v, int) else _unscaled(v)).to_bytes(
                 16, "little", signed=True
             )
             for v in vs
@@ -107,6 +108,10 @@ def column_array(c: Column, vs: Sequence[Any]) -> Any:
             ]
         )
     return string_array(vs)  # string, enum: bytes (a raw string) or str (an enum's symbol)
+
+
+def _unscaled(v: bytes) -> int:
+    return int.from_bytes(v, "big", signed=True)
 
 
 def string_array(vs: Sequence[Any]) -> Any:

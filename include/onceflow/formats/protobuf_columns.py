@@ -7,7 +7,8 @@ first message; each of its fields is a column:
     Protobuf                                        Spark        decoded as
     bool                                            boolean      bool
     int32, sint32, sfixed32                         int          int32
-    int64, sint64, sfixed64, uint32, uint64         bigint       int64
+    int64, sint64, sfixed64, uint32, fixed32        bigint       int64
+    uint64, fixed64                                 decimal(20,0) decimal128(20, 0)
     float, double                                   double       float64
     string, enum (the value's name)                 string       string
     bytes                                           binary       binary
@@ -33,7 +34,7 @@ _WRAPPERS = {
     "google.protobuf.Int32Value": ("int", "int"),
     "google.protobuf.UInt32Value": ("bigint", "long"),
     "google.protobuf.Int64Value": ("bigint", "long"),
-    "google.protobuf.UInt64Value": ("bigint", "long"),
+    "google.protobuf.UInt64Value": ("decimal(20,0)", "uint64"),
     "google.protobuf.FloatValue": ("double", "double"),
     "google.protobuf.DoubleValue": ("double", "double"),
     "google.protobuf.StringValue": ("string", "string"),
@@ -82,7 +83,7 @@ def _column(f: Any) -> Column:
             return Column(f.name, "timestamp", "timestamp-micros")
         if name in _WRAPPERS:
             spark, kind = _WRAPPERS[name]
-            return Column(f.name, spark, kind)
+            return Column(f.name, spark, kind, 0, 20 if kind == "uint64" else 0)
         return Column(f.name, "string", "json")
     if f.type == FD.TYPE_BOOL:
         return Column(f.name, "boolean", "boolean")
@@ -94,7 +95,9 @@ def _column(f: Any) -> Column:
         return Column(f.name, "string", "string")
     if f.type == FD.TYPE_BYTES:
         return Column(f.name, "binary", "bytes")
-    return Column(f.name, "bigint", "long")  # the 64-bit and unsigned integers
+    if f.type in (FD.TYPE_UINT64, FD.TYPE_FIXED64):  # up to 2**64 - 1: beyond bigint's range
+        return Column(f.name, "decimal(20,0)", "uint64", 0, 20)
+    return Column(f.name, "bigint", "long")  # int64, sint64, sfixed64, uint32, fixed32
 
 
 def _repeated(f: Any) -> bool:
