@@ -39,12 +39,13 @@ from onceflow.errors import (
     CommitOrderError,
     FencedAttemptError,
     LogIdentityError,
+    MigrationError,
     NotStagedError,
     UnknownTxidError,
 )
 from onceflow.hooks.sink import sink_for
 from onceflow.kafka.range_digest import RecordPrint
-from onceflow.ledger import views
+from onceflow.ledger import db, views
 from onceflow.ledger.batches import get_batch
 from onceflow.ledger.db import migrate, migrations, transaction
 from onceflow.ledger.fencing import check_attempt, claim_attempt, mark_staged
@@ -259,6 +260,25 @@ def test_migrate_applies_exactly_the_migrations_newer_than_0_1_0(ledger_0_1_0, p
     with fresh_database(pg_dsn) as fresh:  # the schema a ledger made by today's code has
         assert migrate(fresh) == today
         assert ledger_schema(ledger_0_1_0) == ledger_schema(fresh)
+
+
+def test_a_failed_migration_leaves_the_earlier_ones_applied(ledger_0_1_0, monkeypatch):
+    """Each migration is a transaction of its own: one that fails is rolled back and named,
+    the ones before it stay applied, and a migrate after the fix goes on from there."""
+    today = migrations()
+    newer = [name for _, name, _ in today if name not in RELEASE_MIGRATIONS]
+    broken = (9998, "9998_broken.sql", "create table onceflow.half_done (x int); select nope;")
+    monkeypatch.setattr(db, "migrations", lambda: [*today, broken])
+    with pytest.raises(MigrationError, match="migration 9998_broken.sql failed") as e:
+        migrate(ledger_0_1_0)
+    assert f"applied before it: {', '.join(newer)}" in str(e.value)
+    assert recorded_migrations(ledger_0_1_0) == RELEASE_MIGRATIONS + newer
+    with transaction(ledger_0_1_0) as cur:
+        cur.execute("select to_regclass('onceflow.half_done')")
+        assert cur.fetchone() == (None,)  # the failed one left nothing
+    fixed = (9998, "9998_broken.sql", "create table onceflow.half_done (x int);")
+    monkeypatch.setattr(db, "migrations", lambda: [*today, fixed])
+    assert migrate(ledger_0_1_0) == ["9998_broken.sql"]
 
 
 def test_onceflow_migrate_says_what_it_applied_and_finds_the_sink_tables_up_to_date(

@@ -41,6 +41,7 @@ from onceflow.errors.ledger import (
     AbandonedTxidError,
     IllegalTransitionError,
     InvalidTxidError,
+    MigrationError,
     PrunedTxidError,
     UnknownTxidError,
 )
@@ -96,6 +97,7 @@ __all__ = [
     "KafkaUnreachableError",
     "LakeTableMissingError",
     "LogIdentityError",
+    "MigrationError",
     "NotALakeSinkError",
     "NotStagedError",
     "OffsetConflictError",

@@ -62,3 +62,17 @@ class IllegalTransitionError(OnceflowError):
             f"txid {txid!r} of pipeline {pipeline!r} is {state or 'not in the ledger'}: "
             f"{event} is not a step a batch in that state takes; the ledger was not changed"
         )
+
+
+class MigrationError(OnceflowError):
+    """A ledger migration failed (onceflow.ledger.db.migrate): it was rolled back, and the
+    earlier ones stay applied."""
+
+    def __init__(self, name: str, applied_now: list[str], why: str) -> None:
+        self.migration = name
+        first = why.strip().splitlines()[0] if why.strip() else why
+        before = ", ".join(applied_now) if applied_now else "none applied now"
+        super().__init__(
+            f"ledger migration {name} failed and was rolled back: {first}; "
+            f"applied before it: {before}; fix what it names and run `onceflow migrate` again"
+        )

@@ -10,6 +10,8 @@ from importlib import resources
 import psycopg2
 import psycopg2.extensions
 
+from onceflow.errors import MigrationError
+
 MIGRATION_RE = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 # Any fixed 64-bit key: serializes concurrent migrators across processes.
 _MIGRATION_LOCK = 0x0_4E_CE_F1_0E
@@ -46,25 +48,38 @@ def migrations() -> list[tuple[int, str, str]]:
 
 
 def migrate(dsn: str) -> list[str]:
-    """Apply the migrations not yet applied, in order, each in its own transaction."""
+    """Apply the migrations not yet applied, in order, each in its own transaction under the
+    migration lock: one that fails leaves the earlier ones applied and raises MigrationError
+    naming it. The names of those applied now."""
     applied_now = []
-    with transaction(dsn) as cur:
-        cur.execute("select pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
-        cur.execute("create schema if not exists onceflow")
-        cur.execute(
-            "create table if not exists onceflow.schema_migrations ("
-            " version integer primary key, name text not null,"
-            " applied_at timestamptz not null default now())"
-        )
-        cur.execute("select version from onceflow.schema_migrations")
-        done = {r[0] for r in cur.fetchall()}
-        for version, name, sql_text in migrations():
-            if version in done:
-                continue
-            cur.execute(sql_text.replace("create schema if not exists onceflow;", ""))
+    conn = connect(dsn)
+    try:
+        with transaction(conn) as cur:
+            cur.execute("select pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+            cur.execute("create schema if not exists onceflow")
             cur.execute(
-                "insert into onceflow.schema_migrations (version, name) values (%s, %s)",
-                (version, name),
+                "create table if not exists onceflow.schema_migrations ("
+                " version integer primary key, name text not null,"
+                " applied_at timestamptz not null default now())"
             )
+        for version, name, sql_text in migrations():
+            with transaction(conn) as cur:
+                cur.execute("select pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+                # another migrator may have applied it while this one waited for the lock
+                cur.execute(
+                    "select 1 from onceflow.schema_migrations where version = %s", (version,)
+                )
+                if cur.fetchone():
+                    continue
+                try:
+                    cur.execute(sql_text.replace("create schema if not exists onceflow;", ""))
+                except psycopg2.Error as e:
+                    raise MigrationError(name, applied_now, str(e) or type(e).__name__) from e
+                cur.execute(
+                    "insert into onceflow.schema_migrations (version, name) values (%s, %s)",
+                    (version, name),
+                )
             applied_now.append(name)
+    finally:
+        conn.close()
     return applied_now
