@@ -40,17 +40,46 @@ def _counts(dsn: str, pipeline: str) -> dict[str, int]:
         return out
 
 
+def _commit_batch(dsn: str, cfg, sink, b: int, prints: dict):
+    """Plan, stage and commit txid `b{b}`, the b-th batch of PARTITIONS x OFFSETS records, as
+    its tasks would (`prints`: the last record prints, carried from batch to batch)."""
+    from onceflow.commit import commit
+    from onceflow.ledger.fencing import claim_attempt, mark_staged
+    from onceflow.ledger.log_checks import BrokerSnapshot
+    from onceflow.ledger.planning import plan
+
+    tps = [(ledger_scale.TOPIC, p) for p in range(PARTITIONS)]
+    per = ledger_scale.OFFSETS
+
+    def snapshot(at):
+        return BrokerSnapshot(
+            dict.fromkeys(tps, 0),
+            dict.fromkeys(tps, (b + 1) * per),
+            prints={tp: prints[tp] for tp in at},
+        )
+
+    plan(dsn, cfg, f"b{b}", snapshot, sink)
+    claim = claim_attempt(dsn, cfg.name, f"b{b}")
+    ledger_scale.stage_rows(dsn, cfg, sink, claim, PARTITIONS, b * per)
+    reads = ledger_scale.reads_of(PARTITIONS, b * per)
+    mark_staged(
+        dsn, cfg, f"b{b}", claim.attempt, parts=1, records_read=PARTITIONS * per,
+        reads=reads, sink=sink,
+    )  # fmt: skip
+    result = commit(dsn, cfg, f"b{b}", sink)
+    prints.update({(r.topic, r.partition): r.last for r in reads})
+    return result
+
+
 def test_prune_keeps_the_ledger_at_its_bound_and_refuses_a_pruned_txid(
     ledger_dsn, unique_name, tmp_path, monkeypatch
 ):
     from onceflow.audit import run_audit
     from onceflow.cli.main import main
-    from onceflow.commit import commit
     from onceflow.config.pipeline_table import parse_pipeline
     from onceflow.errors import PrunedTxidError
     from onceflow.hooks.sink import sink_for
-    from onceflow.ledger.fencing import claim_attempt, mark_staged
-    from onceflow.ledger.log_checks import BrokerSnapshot
+    from onceflow.ledger.fencing import claim_attempt
     from onceflow.ledger.planning import plan
     from onceflow.ledger.retention import prune
 
@@ -63,27 +92,10 @@ def test_prune_keeps_the_ledger_at_its_bound_and_refuses_a_pruned_txid(
     }
     cfg = parse_pipeline(unique_name, raw)
     sink = sink_for(cfg)
-    tps = [(ledger_scale.TOPIC, p) for p in range(PARTITIONS)]
     per = ledger_scale.OFFSETS
     prints: dict = {}
     for b in range(BATCHES):
-        end = (b + 1) * per
-
-        def snapshot(at, end=end):
-            return BrokerSnapshot(
-                dict.fromkeys(tps, 0), dict.fromkeys(tps, end), prints={tp: prints[tp] for tp in at}
-            )
-
-        plan(ledger_dsn, cfg, f"b{b}", snapshot, sink)
-        claim = claim_attempt(ledger_dsn, cfg.name, f"b{b}")
-        ledger_scale.stage_rows(ledger_dsn, cfg, sink, claim, PARTITIONS, b * per)
-        reads = ledger_scale.reads_of(PARTITIONS, b * per)
-        mark_staged(
-            ledger_dsn, cfg, f"b{b}", claim.attempt, parts=1, records_read=PARTITIONS * per,
-            reads=reads, sink=sink,
-        )  # fmt: skip
-        result = commit(ledger_dsn, cfg, f"b{b}", sink)
-        prints.update({(r.topic, r.partition): r.last for r in reads})
+        result = _commit_batch(ledger_dsn, cfg, sink, b, prints)
         if result.seq % EVERY == 0:
             report = prune(ledger_dsn, cfg)
             assert report.kept_from_seq == result.seq - KEEP + 1
@@ -132,3 +144,34 @@ def test_prune_keeps_the_ledger_at_its_bound_and_refuses_a_pruned_txid(
     with contextlib.redirect_stderr(err):
         code = main(["backfill", "--pipeline", cfg.name, "--from-seq", "5", "--to-seq", "6"])
     assert code == 2 and "txid 'b4' (seq 5)" in err.getvalue() and "pruned" in err.getvalue()
+
+
+def test_prune_keeps_every_batch_committed_within_ledger_retain_hours(ledger_dsn, unique_name):
+    """`ledger_retain_hours` keeps more than `ledger_retain_batches` would: the batches
+    committed within the hours are kept whole, those committed before are pruned."""
+    from onceflow.config.pipeline_table import parse_pipeline
+    from onceflow.hooks.sink import sink_for
+    from onceflow.ledger.db import transaction
+    from onceflow.ledger.retention import prune
+
+    raw = {
+        "topics": [ledger_scale.TOPIC],
+        "transform": "inventory:transform",
+        "sink": {"kind": "postgres", "table": "kept_hours", "mode": "append"},
+        "ledger_retain_batches": 2,
+        "ledger_retain_hours": 1,
+    }
+    cfg = parse_pipeline(unique_name, raw)
+    sink = sink_for(cfg)
+    prints: dict = {}
+    seqs = [_commit_batch(ledger_dsn, cfg, sink, b, prints).seq for b in range(6)]
+    with transaction(ledger_dsn) as cur:  # the first three were committed two hours ago
+        cur.execute(
+            "update onceflow.batches set committed_at = now() - interval '2 hours'"
+            " where pipeline = %s and seq <= %s",
+            (cfg.name, seqs[2]),
+        )
+    report = prune(ledger_dsn, cfg)
+    # within the hour: seqs[3:], three batches, one more than ledger_retain_batches keeps
+    assert (report.kept_from_seq, report.batches_pruned) == (seqs[3], 3)
+    assert _counts(ledger_dsn, cfg.name)["ranges"] == 3 * PARTITIONS
