@@ -136,6 +136,7 @@ message Order {
   bool paid = 5;
   float weight = 6;
   bytes blob = 7;
+  uint64 serial = 8;
 }
 """
 MONEY_NAME = "acme/money.proto"
@@ -205,6 +206,7 @@ def order(i: int) -> Any:
     m = order_class()(order_id=f"o-{i}", amount=i * 250.5, paid=i % 2 == 0, weight=0.5 * i,
                       blob=bytes([i % 256, 0, 255]))  # fmt: skip
     m.price.currency, m.price.units = "EUR", i
+    m.serial = 2**64 - 1 - i  # past bigint's range
     m.placed_at.seconds, m.placed_at.nanos = 1_700_000_000 + i, 1000 * i
     return m
 

@@ -16,7 +16,7 @@ from onceflow.errors import ConfigError
 from onceflow.formats import decoder as registry_decoder
 from onceflow.formats import protobuf_decode
 from onceflow.formats.confluent_wire import frame
-from onceflow.formats.registry_client import BadReferences, Registry
+from onceflow.formats.registry_client import MAX_DEPENDENCIES, BadReferences, Registry
 from onceflow.formats.schemas import frame_decoder, reader_columns
 from registry_support import (
     MONEY_NAME,
@@ -58,6 +58,7 @@ def test_proto_text_with_a_reference_decodes_every_field(registry):
         "paid": "boolean",
         "weight": "double",
         "blob": "binary",
+        "serial": "decimal(20,0)",
     }
     ids: set[int] = set()
     decoder = frame_decoder(pipeline("protobuf"), {"value": reader}, reg)
@@ -72,7 +73,7 @@ def test_proto_text_with_a_reference_decodes_every_field(registry):
         0.5,
     )
     assert json.loads(first["price"]) == {"currency": "EUR", "units": "1"}  # int64 as JSON does
-    assert first["blob"] == order(1).blob
+    assert first["blob"] == order(1).blob and first["serial"] == 2**64 - 2
     assert first["placed_at"] == dt.datetime.fromtimestamp(
         1_700_000_001, dt.timezone.utc
     ) + dt.timedelta(microseconds=1)
@@ -115,6 +116,11 @@ def test_references_that_do_not_resolve_are_named(registry):
         reg.version("a", serialized=True)
     with pytest.raises(BadReferences, match="its reference 'b.proto': .* no subject 'gone'"):
         reg.version("c")
+    for i in range(MAX_DEPENDENCIES + 5):  # a chain longer than any schema may need
+        ref = {"name": f"d{i + 1}.proto", "subject": f"deep{i + 1}", "version": 1}
+        registry.schemas.register(f"deep{i}", {**a, "references": [ref]})
+    with pytest.raises(BadReferences, match=f"needs more than {MAX_DEPENDENCIES} schemas"):
+        reg.version("deep0")
     decoder = frame_decoder(
         pipeline("protobuf"), {"value": reg.version("orders-value", serialized=True)}, reg
     )

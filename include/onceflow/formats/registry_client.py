@@ -153,7 +153,7 @@ class Registry:
                     )
                 if name in found:
                     continue
-                if len(found) >= MAX_DEPENDENCIES:
+                if len(found) + len(chain) >= MAX_DEPENDENCIES:  # those fetched, and pending
                     raise BadReferences(
                         f"{self.name}: {what} needs more than {MAX_DEPENDENCIES} schemas "
                         "through its references"
