@@ -1,9 +1,12 @@
-"""Failpoints are inert by default, fire once when armed, and only for their txid."""
+"""Failpoints are inert by default and in an install without a checkout, fire once when
+armed, and only for their txid. The tests that fire them need a checkout (onceflow_dev): the
+wheel's failpoints never fire."""
 
 import pytest
 from onceflow import failpoints
 
 pytestmark = pytest.mark.unit
+checkout = pytest.mark.checkout
 
 
 def test_inert_without_the_environment(monkeypatch, tmp_path):
@@ -14,6 +17,16 @@ def test_inert_without_the_environment(monkeypatch, tmp_path):
     assert armed.exists() and not (tmp_path / "fired.log").exists()
 
 
+def test_inert_in_an_install_without_a_checkout_whatever_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv(failpoints.ENV, str(tmp_path))
+    monkeypatch.setattr(failpoints, "in_checkout", lambda: False)
+    armed = tmp_path / "commit.after_db_commit@t1"
+    armed.write_text("raise")
+    failpoints.hit("commit.after_db_commit", "t1")
+    assert armed.exists() and not (tmp_path / "fired.log").exists()
+
+
+@checkout
 def test_fires_once_for_its_txid(monkeypatch, tmp_path):
     monkeypatch.setenv(failpoints.ENV, str(tmp_path))
     (tmp_path / "process.fail@t1").write_text("raise")
@@ -24,6 +37,7 @@ def test_fires_once_for_its_txid(monkeypatch, tmp_path):
     assert "process.fail\tt1\traise" in (tmp_path / "fired.log").read_text()
 
 
+@checkout
 def test_sticky_fires_until_removed_and_wildcard_matches_any_txid(monkeypatch, tmp_path):
     monkeypatch.setenv(failpoints.ENV, str(tmp_path))
     (tmp_path / "process.fail@*").write_text("sticky:raise")

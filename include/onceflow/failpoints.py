@@ -1,7 +1,10 @@
 """Failpoints: named places where the chaos harness can crash or stall a real process.
 
-Inert unless ONCEFLOW_FAILPOINTS_DIR is set (only the chaos stack sets it). To arm a point,
-write a file `<dir>/<name>@<txid>` (or `<name>@*` for any txid) whose text is the action:
+Inert unless both switches are on: ONCEFLOW_FAILPOINTS_DIR is set (only the tests and the
+chaos stack set it), and the Python running is a checkout's, the one that holds onceflow_dev
+(which the wheel never ships). So a production install never crashes on a failpoint,
+whatever its environment holds. To arm a point, write a file `<dir>/<name>@<txid>` (or
+`<name>@*` for any txid) whose text is the action:
 
   kill        SIGKILL this process (a crash: no cleanup, no rollback message)
   raise       raise FailpointError (an ordinary failure)
@@ -13,6 +16,8 @@ attempts, a zombie) cannot both fire. `sticky:<action>` fires every time until r
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import logging
 import os
 import signal
@@ -41,7 +46,7 @@ class FailpointError(RuntimeError):
 
 def hit(name: str, txid: str) -> None:
     directory = os.environ.get(ENV)
-    if not directory:
+    if not directory or not in_checkout():
         return
     for candidate in (f"{name}@{txid}", f"{name}@*"):
         path = Path(directory) / candidate
@@ -59,6 +64,16 @@ def hit(name: str, txid: str) -> None:
                 continue
         _record(directory, name, txid, action)
         _act(name, txid, action)
+
+
+@functools.cache
+def in_checkout() -> bool:
+    """Whether this Python is a checkout's (onceflow_dev importable): the failpoints' second
+    switch. Said once when the first is on and this one is not."""
+    found = importlib.util.find_spec("onceflow_dev") is not None
+    if not found and os.environ.get(ENV):
+        log.warning("%s is set, but failpoints are a checkout's test tool: ignored here", ENV)
+    return found
 
 
 def _record(directory: str, name: str, txid: str, action: str) -> None:
