@@ -46,3 +46,22 @@ def test_sticky_fires_until_removed_and_wildcard_matches_any_txid(monkeypatch, t
             failpoints.hit("process.fail", txid)
     (tmp_path / "process.fail@*").unlink()
     failpoints.hit("process.fail", "a")
+
+
+@checkout
+def test_until_stalls_the_process_until_the_test_releases_it(monkeypatch, tmp_path):
+    import threading
+    import time
+
+    monkeypatch.setenv(failpoints.ENV, str(tmp_path))
+    (tmp_path / "process.before_stage_job@t1").write_text("until:go")
+    released = threading.Event()
+    hit = threading.Thread(
+        target=lambda: (failpoints.hit("process.before_stage_job", "t1"), released.set())
+    )
+    hit.start()
+    time.sleep(0.5)
+    assert not released.is_set()  # held while the file is missing
+    (tmp_path / "go").touch()
+    assert released.wait(5)
+    hit.join()

@@ -805,6 +805,26 @@ def _recreate_topic(bootstrap: str, topic: str) -> None:
         admin.close()
 
 
+def _read_all(bootstrap: str, topic: str, count: int) -> list:
+    """The first `count` records of partition 0 of `topic`, read as a consumer would (60 s
+    at most)."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    try:
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        consumer.seek(tp, 0)
+        got: list = []
+        deadline = time.monotonic() + 60
+        while len(got) < count and time.monotonic() < deadline:
+            for records in consumer.poll(timeout_ms=500).values():
+                got += records
+        return got
+    finally:
+        consumer.close()
+
+
 @ONE_MODE
 @pytest.mark.integration
 def test_a_topic_recreated_while_the_job_reads_is_refused_by_the_check_after_it(env, tmp_path):
@@ -812,7 +832,11 @@ def test_a_topic_recreated_while_the_job_reads_is_refused_by_the_check_after_it(
     (process/attempt.py stage_and_mark). A topic deleted and re-created while the job runs
     passes the first check, and its reader reads the new log's records at the planned
     offsets: only the second check finds the new topic id. The attempt then fails naming
-    the re-created topic, and nothing is marked staged."""
+    the re-created topic, and nothing is marked staged.
+
+    Deterministic: the job is held (failpoint `until:`) until the new topic's records can be
+    read, so the job itself succeeds and only the check after it refuses; without that
+    check the attempt would be marked staged."""
     import threading
 
     bootstrap = env["ONCEFLOW_KAFKA_BOOTSTRAP"]
@@ -822,7 +846,7 @@ def test_a_topic_recreated_while_the_job_reads_is_refused_by_the_check_after_it(
     failpoints = tmp_path / "failpoints"
     failpoints.mkdir()
     # the job waits after the first check, while the topic is deleted and re-created
-    (failpoints / "process.before_stage_job@run-rc").write_text("sleep:20")
+    (failpoints / "process.before_stage_job@run-rc").write_text("until:release")
     armed = {**env, "ONCEFLOW_FAILPOINTS_DIR": str(failpoints)}
     done: dict = {}
     job = threading.Thread(
@@ -837,6 +861,8 @@ def test_a_topic_recreated_while_the_job_reads_is_refused_by_the_check_after_it(
         time.sleep(0.1)
     _recreate_topic(bootstrap, RC_TOPIC)
     _produce_orders(bootstrap, RC_TOPIC, 10, start=500)  # the new log: ten other records
+    assert len(_read_all(bootstrap, RC_TOPIC, 10)) == 10  # readable, as the job will read it
+    (failpoints / "release").touch()
     job.join(400)
     proc = done["proc"]
     out = proc.stdout + proc.stderr

@@ -9,6 +9,8 @@ whatever its environment holds. To arm a point, write a file `<dir>/<name>@<txid
   kill        SIGKILL this process (a crash: no cleanup, no rollback message)
   raise       raise FailpointError (an ordinary failure)
   sleep:S     stall S seconds (lets the harness kill or restart something meanwhile)
+  until:F     stall until a file F appears in the folder (a test releases the process once
+              what it does meanwhile is done), UNTIL_S seconds at most, then raise
 
 A file fires once: the first process to rename it away owns it, so concurrent hits (two task
 attempts, a zombie) cannot both fire. `sticky:<action>` fires every time until removed.
@@ -40,6 +42,9 @@ NAMES = (
 )
 
 
+UNTIL_S = 600
+
+
 class FailpointError(RuntimeError):
     pass
 
@@ -63,7 +68,7 @@ def hit(name: str, txid: str) -> None:
             except FileNotFoundError:
                 continue
         _record(directory, name, txid, action)
-        _act(name, txid, action)
+        _act(Path(directory), name, txid, action)
 
 
 @functools.cache
@@ -83,7 +88,7 @@ def _record(directory: str, name: str, txid: str, action: str) -> None:
         os.fsync(f.fileno())
 
 
-def _act(name: str, txid: str, action: str) -> None:
+def _act(directory: Path, name: str, txid: str, action: str) -> None:
     log.warning("failpoint %s fired for txid %s: %s", name, txid, action)
     if action == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
@@ -91,5 +96,12 @@ def _act(name: str, txid: str, action: str) -> None:
         raise FailpointError(f"failpoint {name} fired for txid {txid}")
     elif action.startswith("sleep:"):
         time.sleep(float(action.split(":", 1)[1]))
+    elif action.startswith("until:"):
+        release = directory / action.split(":", 1)[1]
+        deadline = time.monotonic() + UNTIL_S
+        while not release.exists():
+            if time.monotonic() > deadline:
+                raise FailpointError(f"failpoint {name}: {release} never appeared")
+            time.sleep(0.1)
     else:
         raise FailpointError(f"failpoint {name}: unknown action {action!r}")
