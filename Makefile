@@ -35,10 +35,13 @@ $(JVM_STAMP): pom.xml $(SETUP_STAMP)
 
 # Re-runs only when requirements.lock or pyproject.toml is newer than the stamp.
 # uv is much faster (~7 s vs ~60 s); pip is the fallback when uv cannot be installed or fails.
+# --compile-bytecode: the .pyc files pip writes by default and uv does not; without them every
+# process of the tests compiles what it imports again (none is written where
+# PYTHONDONTWRITEBYTECODE is set, as on the CI machines).
 $(SETUP_STAMP): requirements.lock pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@if $(PY) -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION) \
-	  && $(VENV)/bin/uv pip sync --python $(PY) requirements.lock \
+	  && $(VENV)/bin/uv pip sync --compile-bytecode --python $(PY) requirements.lock \
 	  && $(VENV)/bin/uv pip install --python $(PY) --no-deps -e . ; then \
 	  echo "setup: installed with uv"; \
 	else \

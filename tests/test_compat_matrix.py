@@ -133,7 +133,10 @@ def _uv_install(
     as_of: str | None = None,
     constraints: Path | None = None,
 ) -> None:
-    argv = [str(UV), "pip", "install", "--quiet", "--python", str(venv / "bin" / "python")]
+    # with .pyc files, as pip installs (uv does not by default): the cell's Airflow components
+    # and tasks start without compiling what they import
+    argv = [str(UV), "pip", "install", "--quiet", "--compile-bytecode",
+            "--python", str(venv / "bin" / "python")]  # fmt: skip
     if as_of:  # what that release's constraints file would hold, but for the pins themselves
         argv += ["--exclude-newer", f"{as_of}T00:00:00Z"]
         for req in requirements:

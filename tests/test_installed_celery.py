@@ -186,7 +186,7 @@ class Installed:
                 p.wait(5)
 
 
-def api_client(port: int, password: str, timeout: float = 180):
+def api_client(port: int, password: str, timeout: float = 420):
     """An API client of the Airflow on `port` (user admin), once its API server answers."""
     from onceflow.cli.airflow_api import AirflowClient
 
@@ -208,9 +208,10 @@ def _build_and_install(work: Path) -> tuple[Path, Path]:
     venv = work / "venv"
     _run([getattr(sys, "_base_executable", sys.executable), "-m", "venv", str(venv)])
     uv = ROOT / ".venv" / "bin" / "uv"
-    _run([str(uv), "pip", "install", "--quiet", "--python", str(venv / "bin" / "python"),
-          "--constraint", str(ROOT / "requirements.lock"), f"onceflow[celery] @ {wheel.as_uri()}"],
-         cwd=work, timeout=900)  # fmt: skip
+    # with .pyc files, as pip installs: each Airflow component starts without compiling
+    _run([str(uv), "pip", "install", "--quiet", "--compile-bytecode",
+          "--python", str(venv / "bin" / "python"), "--constraint", str(ROOT / "requirements.lock"),
+          f"onceflow[celery] @ {wheel.as_uri()}"], cwd=work, timeout=900)  # fmt: skip
     return wheel, venv
 
 
