@@ -154,9 +154,11 @@ def cluster_stack(spark_cluster):
     events.mkdir()
     pipelines = HOME / "pipelines.toml"
     try:
+        # none of the shared stack's variables (its Airflow's URL among them, set when this
+        # worker started that stack first) may point this stack's clients at the other's
+        for k in [k for k in os.environ if k.startswith("ONCEFLOW_")]:
+            del os.environ[k]
         os.environ.update(STACK_ENV)
-        for k in ("ONCEFLOW_POSTGRES_DSN", "ONCEFLOW_KAFKA_BOOTSTRAP"):
-            os.environ.pop(k, None)
         os.environ["ONCEFLOW_PIPELINES"] = str(pipelines)
         os.environ["AIRFLOW_CONN_SPARK_DEFAULT"] = json.dumps(
             {
@@ -189,6 +191,7 @@ def cluster_stack(spark_cluster):
         )
         stack.up(settings, echo=None)
         migrate(settings.postgres_dsn)
+        os.environ.update(settings.runtime_env())
         yield settings, events
     finally:
         with contextlib.suppress(Exception):
