@@ -2,6 +2,7 @@
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -70,14 +71,44 @@ def test_the_users_folders_reach_the_spark_driver_and_its_executors(tmp_path, mo
     monkeypatch.setenv("ONCEFLOW_PYTHONPATH", f"{tmp_path}/acme:{tmp_path}/more")
     monkeypatch.delenv("ONCEFLOW_SPARK_JOBS", raising=False)
     from onceflow.airflow.dag_factory import build_dags
+    from onceflow.airflow.worker_env import process_conf, process_env
 
     dag = build_dags(ROOT / "dags" / "pipelines.toml")["onceflow_orders"]
     process = dag.get_task("process")
     dags = str(ROOT / "dags")  # the pipelines file's folder comes last
-    assert process.env_vars["ONCEFLOW_PYTHONPATH"] == f"{tmp_path}/acme:{tmp_path}/more:{dags}"
-    executor_path = process.conf["spark.executorEnv.PYTHONPATH"].split(":")
+    # what the task hands spark-submit on its worker
+    env = process_env(process.pipelines_path())
+    conf = process_conf(process.pipeline_config(), process.pipelines_path())
+    assert env["ONCEFLOW_PYTHONPATH"] == f"{tmp_path}/acme:{tmp_path}/more:{dags}"
+    executor_path = conf["spark.executorEnv.PYTHONPATH"].split(":")
     # no checkout folder: onceflow itself comes from the installed package
     assert executor_path == [str(ROOT / "spark_jobs"), f"{tmp_path}/acme", f"{tmp_path}/more", dags]
+
+
+def test_the_dag_keeps_nothing_of_the_host_that_parsed_it(tmp_path, monkeypatch):
+    """A DAG processor on another host than the workers: its Python, JAVA_HOME, PATH and
+    driver class archive are in no task; the process task takes the worker's when it runs."""
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path))
+    host = tmp_path / "parser-host"
+    archive = host / "driver.jsa"
+    host.mkdir()
+    archive.write_bytes(b"an archive")
+    monkeypatch.setenv("ONCEFLOW_SPARK_ARCHIVE", str(archive))
+    monkeypatch.setenv("JAVA_HOME", str(host / "java"))
+    monkeypatch.setenv("PATH", f"{host / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("ONCEFLOW_SPARK_PYTHON", str(host / "python"))
+    from onceflow.airflow.dag_factory import build_dags
+    from onceflow.airflow.worker_env import process_conf, process_env
+
+    dags = build_dags(ROOT / "dags" / "pipelines.toml")
+    held = json.dumps([vars(task) for dag in dags.values() for task in dag.tasks], default=str)
+    assert str(host) not in held and sys.executable not in held
+    # on the worker (here: the same environment), when the task runs
+    process = dags["onceflow_orders"].get_task("process")
+    conf = process_conf(process.pipeline_config(), process.pipelines_path())
+    assert conf["spark.pyspark.python"] == conf["spark.pyspark.driver.python"] == f"{host}/python"
+    assert f"-XX:SharedArchiveFile={archive}" in conf["spark.driver.extraJavaOptions"]
+    assert process_env(process.pipelines_path())["JAVA_HOME"] == str(host / "java")
 
 
 def test_a_users_two_line_dag_file_finds_its_pipelines_and_transforms_next_to_it(
@@ -109,9 +140,13 @@ def test_a_users_two_line_dag_file_finds_its_pipelines_and_transforms_next_to_it
     assert dag.get_task("plan").pipelines_file == str(bundle / "pipelines.toml")
     assert dag.get_task("commit").pipelines_file == str(bundle / "pipelines.toml")
     process = dag.get_task("process")
-    assert process.env_vars["ONCEFLOW_PIPELINES"] == str(bundle / "pipelines.toml")
-    assert str(bundle) in process.env_vars["ONCEFLOW_PYTHONPATH"].split(":")
-    assert process.conf["spark.executorEnv.PYTHONPATH"].split(":")[-1] == str(bundle)
+    from onceflow.airflow.worker_env import process_conf, process_env
+
+    env = process_env(process.pipelines_path())
+    assert env["ONCEFLOW_PIPELINES"] == str(bundle / "pipelines.toml")
+    assert str(bundle) in env["ONCEFLOW_PYTHONPATH"].split(":")
+    conf = process_conf(process.pipeline_config(), process.pipelines_path())
+    assert conf["spark.executorEnv.PYTHONPATH"].split(":")[-1] == str(bundle)
 
 
 def test_a_connect_pipelines_process_task_runs_the_attempt_itself(tmp_path, monkeypatch):
@@ -134,7 +169,9 @@ def test_a_connect_pipelines_process_task_runs_the_attempt_itself(tmp_path, monk
     process = dags["onceflow_fast"].get_task("process")
     assert type(process) is ConnectProcessOperator
     assert process.txid == "{{ run_id }}" and "txid" in process.template_fields
-    assert process.env_vars["ONCEFLOW_SPARK_JOBS"] == str(ROOT / "spark_jobs")
+    from onceflow.airflow.worker_env import process_env
+
+    assert process_env(process.pipelines_path())["ONCEFLOW_SPARK_JOBS"] == str(ROOT / "spark_jobs")
     assert process.retries == 2
     assert type(dags["onceflow_slow"].get_task("process")) is ProcessOperator
 

@@ -57,7 +57,7 @@ def test_env_overrides_or_disables_the_archive(tmp_path, monkeypatch):
 
 
 @pytest.mark.unit
-def test_the_dags_process_task_submits_with_the_archive(tmp_path, monkeypatch):
+def test_the_process_task_submits_with_the_workers_archive(tmp_path, monkeypatch):
     archive = tmp_path / "a.jsa"
     archive.write_bytes(b"x")
     monkeypatch.setenv(jvm_archive.ENV, str(archive))
@@ -68,14 +68,16 @@ def test_the_dags_process_task_submits_with_the_archive(tmp_path, monkeypatch):
         '[pipelines.a.spark_conf]\n"spark.driver.extraJavaOptions" = "-Dmine=1"\n'
     )
     from onceflow.airflow.dag_factory import build_dags
+    from onceflow.airflow.worker_env import process_conf
 
     process = build_dags(pipelines)["onceflow_a"].get_task("process")
-    assert process.conf["spark.driver.extraJavaOptions"] == (
-        f"-Dmine=1 -XX:SharedArchiveFile={archive} -Xshare:auto"
-    )
+
+    def options() -> str:  # what the task submits with, read when it runs
+        return process_conf(process.pipeline_config(), pipelines)["spark.driver.extraJavaOptions"]
+
+    assert options() == f"-Dmine=1 -XX:SharedArchiveFile={archive} -Xshare:auto"
     archive.unlink()
-    process = build_dags(pipelines)["onceflow_a"].get_task("process")
-    assert process.conf["spark.driver.extraJavaOptions"] == "-Dmine=1"
+    assert options() == "-Dmine=1"
 
 
 @pytest.mark.integration  # runs spark-submit (no other service)

@@ -41,8 +41,8 @@ def user_python_path() -> tuple[Path, ...]:
 def transform_path() -> tuple[Path, ...]:
     """Where a user transform's module is imported from before sys.path, by the driver
     (onceflow.transforms.load_transform) and by the executors' Python workers that unpickle
-    its UDFs (the DAG's spark.executorEnv.PYTHONPATH): the spark_jobs folder, then
-    ONCEFLOW_PYTHONPATH's folders (the DAG adds the pipelines file's folder there)."""
+    its UDFs (the process task's spark.executorEnv.PYTHONPATH): the spark_jobs folder, then
+    ONCEFLOW_PYTHONPATH's folders (the process task adds the pipelines file's folder there)."""
     return (spark_jobs_dir(), *user_python_path())
 
 

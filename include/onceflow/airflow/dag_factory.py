@@ -1,8 +1,9 @@
 """One DAG per configured pipeline: plan -> process (spark-submit, or in a Spark Connect
 session: process_mode) -> commit.
 
-A declaration only: reading the pipelines file and whether the driver JVM's class archive
-exists (onceflow.spark.jvm_archive) is the sole I/O; the sink's Asset is named by connection id
+A declaration only: reading the pipelines file is the sole I/O, and nothing of the parsing
+host is kept (its Python, JAVA_HOME or PATH: the process task finds those on its worker,
+onceflow.airflow.worker_env); the sink's Asset is named by connection id
 and table, no connection is looked up, and nothing touches the ledger, the broker or Spark
 until a task runs. Every task is a TxidOperator whose txid is the templated `{{ run_id }}`; no
 logical-date macro is used (NULL for runs triggered through the API).
@@ -11,7 +12,6 @@ logical-date macro is used (NULL for runs triggered through the API).
 from __future__ import annotations
 
 import os
-import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -32,60 +32,13 @@ from onceflow.config.pipelines_file import load_pipelines
 from onceflow.config.schedule import CONTINUOUS
 from onceflow.errors import PipelineKeyError
 from onceflow.hooks.sink import sink_for
-from onceflow.settings import Settings, spark_jobs_dir, transform_path
-from onceflow.spark import jvm_archive
+from onceflow.settings import Settings
 from onceflow.spark_app import PROCESS_APPLICATION
-
-# Passed to spark-submit (as env_vars, which Airflow renders into its UI: nothing secret; the
-# ledger's DSN and the Kafka settings are the process task's own, ProcessOperator.execute).
-_PASSTHROUGH = (
-    "ONCEFLOW_PIPELINES",
-    "ONCEFLOW_HOME",
-    "ONCEFLOW_PG_PORT",
-    "ONCEFLOW_KAFKA_PORT",
-    "ONCEFLOW_SPARK_JOBS",  # where the driver imports user transforms from,
-    "ONCEFLOW_PYTHONPATH",  # and the user's own folders (settings.transform_path)
-    "SPARK_LOCAL_IP",
-    "JAVA_HOME",
-    "PATH",
-    "PYSPARK_PYTHON",
-    "PYSPARK_DRIVER_PYTHON",
-)
-
 
 CONTINUOUS_SINCE = datetime(2024, 1, 1, tzinfo=timezone.utc)
 
 
-def user_folders(pipelines_file: Path) -> tuple[Path, ...]:
-    """Where the job imports user transforms from: settings.transform_path, then the
-    pipelines file's folder (a user's transform package lives next to it)."""
-    folder = pipelines_file.resolve().parent
-    return (*transform_path(), *(() if folder in transform_path() else (folder,)))
-
-
-def process_env(pipelines_file: Path) -> dict[str, str]:
-    env = {k: os.environ[k] for k in _PASSTHROUGH if k in os.environ}
-    env["ONCEFLOW_PIPELINES"] = str(pipelines_file.resolve())
-    env["ONCEFLOW_SPARK_JOBS"] = str(spark_jobs_dir())
-    env["ONCEFLOW_PYTHONPATH"] = os.pathsep.join(str(p) for p in user_folders(pipelines_file)[1:])
-    return env
-
-
 def build_dag(cfg: PipelineConfig, pipelines_file: Path) -> DAG:
-    python = os.environ.get("ONCEFLOW_SPARK_PYTHON", sys.executable)
-    conf = jvm_archive.with_archive(
-        {
-            "spark.pyspark.python": python,
-            "spark.pyspark.driver.python": python,
-            # executors import onceflow, and a user transform's module when its Python UDFs
-            # are unpickled there (a shared filesystem: local or single-host deployments;
-            # on other masters process ships the module itself, onceflow.spark.shipping)
-            "spark.executorEnv.PYTHONPATH": os.pathsep.join(
-                str(p) for p in user_folders(pipelines_file)
-            ),
-            **cfg.spark_conf,
-        }
-    )
     with DAG(
         dag_id=cfg.dag_id,
         description=cfg.description or f"Onceflow pipeline {cfg.name}: {', '.join(cfg.topics)}",
@@ -116,7 +69,7 @@ def build_dag(cfg: PipelineConfig, pipelines_file: Path) -> DAG:
             retries=2,
             retry_delay=timedelta(seconds=5),
         )
-        process = process_task(cfg, pipelines_file, conf)
+        process = process_task(cfg, pipelines_file)
         commit = CommitOperator(
             task_id="commit",
             pipeline=cfg.name,
@@ -195,7 +148,7 @@ def dag_schedule(cfg: PipelineConfig) -> Any:
     ]
 
 
-def process_task(cfg: PipelineConfig, pipelines_file: Path, conf: dict[str, str]) -> Any:
+def process_task(cfg: PipelineConfig, pipelines_file: Path) -> Any:
     """The process task of the pipeline's process_mode: a spark-submit of the package's job,
     or the attempt run by the task itself in a Spark Connect session."""
     if cfg.process_mode == "connect":
@@ -203,7 +156,6 @@ def process_task(cfg: PipelineConfig, pipelines_file: Path, conf: dict[str, str]
             task_id="process",
             pipeline=cfg.name,
             pipelines_file=str(pipelines_file),
-            env_vars=process_env(pipelines_file),
             retries=2,
             retry_delay=timedelta(seconds=5),
         )
@@ -214,8 +166,6 @@ def process_task(cfg: PipelineConfig, pipelines_file: Path, conf: dict[str, str]
         conn_id=cfg.spark_conn_id,
         application=PROCESS_APPLICATION,
         name=f"onceflow-{cfg.name}",
-        conf=conf,
-        env_vars=process_env(pipelines_file),
         driver_memory=cfg.driver_memory,
         executor_memory=cfg.executor_memory,
         retries=2,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
@@ -20,6 +21,7 @@ from airflow.sdk import BaseOperator
 from onceflow.airflow.exceptions import AirflowFailException
 from onceflow.airflow.plan_tasks import maintain_task, plan_task
 from onceflow.airflow.triggers import CommitReadyTrigger, describe_wait
+from onceflow.airflow.worker_env import process_conf, process_env
 from onceflow.commit import Outcome, commit
 from onceflow.config.pipeline import PipelineConfig
 from onceflow.config.pipelines_file import get_pipeline
@@ -67,11 +69,12 @@ class TxidOperator(BaseOperator):
         self.txid = txid
         self.pipelines_file = pipelines_file
 
+    def pipelines_path(self) -> Path:
+        return Path(self.pipelines_file or Settings.from_env().pipelines_file)
+
     def pipeline_config(self) -> PipelineConfig:
         """The pipeline's definition, read afresh from the pipelines file."""
-        return get_pipeline(
-            self.pipelines_file or Settings.from_env().pipelines_file, self.pipeline
-        )
+        return get_pipeline(self.pipelines_path(), self.pipeline)
 
     # the step Airflow's OpenLineage provider asks about (onceflow.airflow.lineage), if any
     lineage_step: str | None = None
@@ -153,8 +156,12 @@ class ProcessOperator(TxidOperator, SparkSubmitOperator):
         self.log.info(
             "onceflow process: ledger from %s, Kafka %s", svc.ledger_source, svc.kafka.describe()
         )
+        pipelines_file = self.pipelines_path()
+        self.env_vars = {**process_env(pipelines_file), **(self.env_vars or {})}
         planned = context["ti"].xcom_pull(task_ids="plan") or {}
-        self.conf = small_batch_jvm.for_batch(self.conf or {}, planned.get("offsets"))
+        self.conf = small_batch_jvm.for_batch(
+            {**process_conf(cfg, pipelines_file), **(self.conf or {})}, planned.get("offsets")
+        )
         try:
             super().execute(context)
         except Exception as e:
@@ -176,14 +183,13 @@ class ConnectProcessOperator(TxidOperator):
     configuration that must change), retried otherwise (a server restart mid-job included).
 
     The ledger's DSN, the Kafka settings and a lake sink's storage come from the pipeline's
-    connections as for spark-submit; `env_vars` (where the job imports user transforms from)
-    are set in this task's process."""
+    connections as for spark-submit; the job's variables (where it imports user transforms
+    from: onceflow.airflow.worker_env) are set in this task's process."""
 
     lineage_step = "process"
 
-    def __init__(self, *, env_vars: dict[str, str] | None = None, **kwargs: Any) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.env_vars = dict(env_vars or {})
         self._source: Any = None  # the ConnectSpark of the attempt running now
 
     def execute(self, context: Any) -> None:
@@ -198,7 +204,7 @@ class ConnectProcessOperator(TxidOperator):
             url, server = spark_connect(cfg)
         except ConfigError as e:
             raise AirflowFailException(f"onceflow process txid={self.txid}: {e}") from e
-        os.environ.update(self.env_vars)
+        os.environ.update(process_env(self.pipelines_path()))
         if storage is not None:
             os.environ[STORAGE_ENV] = storage.to_env()
             self.log.info("onceflow process: lake storage %s", storage.describe())

@@ -20,14 +20,15 @@ onceflow.airflow.tasks.ProcessOperator, a SparkSubmitOperator):
                       spark.executorEnv.PYTHONPATH (where user transforms are imported
                       from: settings.transform_path, then the pipelines file's folder), the
                       pipeline's spark_conf over those, and the driver JVM's class archive
-                      in spark.driver.extraJavaOptions when this host has one
-                      (onceflow.spark.jvm_archive)
+                      in spark.driver.extraJavaOptions when the worker has one
+                      (onceflow.spark.jvm_archive); all of it read on the worker when
+                      the task runs (onceflow.airflow.worker_env)
     env_vars          ONCEFLOW_PIPELINES (the pipelines file), ONCEFLOW_SPARK_JOBS,
                       ONCEFLOW_PYTHONPATH (the user's folders besides spark_jobs), and those
                       of ONCEFLOW_HOME, ONCEFLOW_PG_PORT, ONCEFLOW_KAFKA_PORT,
                       SPARK_LOCAL_IP, JAVA_HOME, PATH, PYSPARK_PYTHON and
                       PYSPARK_DRIVER_PYTHON that the Airflow worker has
-                      (dag_factory.process_env)
+                      (worker_env.process_env, likewise on the worker)
     environment       ONCEFLOW_POSTGRES_DSN, ONCEFLOW_KAFKA_BOOTSTRAP and
                       ONCEFLOW_KAFKA_CONFIG from the pipeline's Airflow connections, set by
                       the task in its own process (spark-submit inherits them; they are
