@@ -271,7 +271,7 @@ def airflow_of(venv: Path, cell: Cell, services: dict, work: Path) -> Iterator[t
         "AIRFLOW__API__WORKERS": "1",
         "AIRFLOW__API__SECRET_KEY": "compat-api-secret-key",
         "AIRFLOW__API_AUTH__JWT_SECRET": "compat-jwt-secret-key-0123456789abcdef",
-        "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.2",
+        "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.5",
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "2",
         "AIRFLOW__LOGGING__COLORED_CONSOLE_LOG": "False",
         "SPARK_LOCAL_IP": "127.0.0.1",

@@ -190,7 +190,7 @@ RUN_IDS = st.one_of(
 
 
 @settings(
-    max_examples=500,
+    max_examples=200,
     deadline=None,
     database=None,  # no example database in the checkout
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
