@@ -84,7 +84,9 @@ def test_the_process_task_submits_with_the_workers_archive(tmp_path, monkeypatch
 def test_a_failed_training_run_says_so_and_leaves_no_file(tmp_path, monkeypatch):
     monkeypatch.setattr(jvm_archive, "TRAINING_JOB", tmp_path / "no_such_job.py")
     target = tmp_path / "a.jsa"
-    with pytest.raises(RuntimeError, match="training run .*no_such_job.py exited"):
+    from onceflow.errors import SparkArchiveError
+
+    with pytest.raises(SparkArchiveError, match="training run .*no_such_job.py exited"):
         jvm_archive.build(target, echo=lambda _: None)
     assert list(tmp_path.iterdir()) == []
 

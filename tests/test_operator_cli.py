@@ -207,6 +207,22 @@ def test_trigger_ends_with_each_failed_runs_error(pipelines_file, monkeypatch):
     ]
 
 
+@pytest.mark.unit
+def test_trigger_refuses_a_run_id_that_is_no_txid_and_an_unreachable_airflow_by_name(
+    pipelines_file,
+):
+    """Exit 2 and one line each (the CLI's refusals), no traceback: a run id refused before
+    Airflow is asked, and an Airflow that does not answer (SERVICES: nothing listens)."""
+    code, out, err = run_cli(["trigger", "--pipeline", "payments", "--run-id", "day 1"])
+    assert (code, out) == (2, "")
+    assert err.startswith("onceflow trigger: cannot trigger this run: run id 'day 1' holds ' '")
+    code, _, err = run_cli(["trigger", "--pipeline", "payments", "--run-id", "day-1"])
+    assert code == 2 and "Traceback" not in err
+    assert err.startswith(
+        "onceflow trigger: POST http://127.0.0.1:1/auth/token: Airflow unreachable"
+    )
+
+
 class FakeDemoAirflow(FakeAirflow):
     """The demo's runs: the first pipeline's fails in process, every other succeeds."""
 

@@ -258,7 +258,9 @@ def test_valid_run_ids(run_id):
 
 @pytest.mark.parametrize("run_id", ["", "has space", "slash/y", "x" * 251, "ünï"])
 def test_invalid_run_ids(run_id):
-    with pytest.raises(ValueError, match="run id"):
+    from onceflow.errors import RunIdError
+
+    with pytest.raises(RunIdError, match="run id"):
         validate_run_id(run_id)
 
 
@@ -306,6 +308,8 @@ def fake_airflow():
 
 
 def test_client_errors_name_the_run_and_dag(fake_airflow):
+    from onceflow.errors import RunIdError
+
     client = AirflowClient(fake_airflow, "admin", "admin")
     with pytest.raises(AirflowNotFound, match="run 'nope' not found in DAG 'd'"):
         client.get_run("d", "nope")
@@ -313,5 +317,5 @@ def test_client_errors_name_the_run_and_dag(fake_airflow):
         client.clear_run("d", "nope")
     with pytest.raises(AirflowConflict, match="run 'r1' already exists in DAG 'd'"):
         client.trigger("d", "r1")
-    with pytest.raises(ValueError, match="only letters, digits"):
+    with pytest.raises(RunIdError, match="only letters, digits"):
         client.trigger("d", "bad id")

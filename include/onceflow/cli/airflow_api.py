@@ -14,6 +14,13 @@ import requests
 
 from onceflow.config.names import txid_problem
 from onceflow.errors import ConfigError
+from onceflow.errors.cli import (  # the client's errors, importable from here too
+    AirflowConflict,
+    AirflowError,
+    AirflowNotFound,
+    AirflowTimeout,
+    RunIdError,
+)
 
 if TYPE_CHECKING:
     from onceflow.settings import Settings
@@ -21,31 +28,11 @@ if TYPE_CHECKING:
 FINAL_STATES = frozenset({"success", "failed"})
 
 
-class AirflowError(RuntimeError):
-    """An Airflow API call failed; carries the URL, HTTP status and Airflow's detail."""
-
-    def __init__(
-        self, message: str, *, url: str = "", status: int | None = None, detail: Any = None
-    ):
-        super().__init__(message)
-        self.url = url
-        self.status = status
-        self.detail = detail
-
-
-class AirflowNotFound(AirflowError):
-    """The DAG or run does not exist (HTTP 404)."""
-
-
-class AirflowConflict(AirflowError):
-    """The run already exists (HTTP 409)."""
-
-
 def validate_run_id(run_id: str) -> str:
     """Reject run ids that are not txids (config.names.txid_problem), saying what is allowed."""
     problem = txid_problem(run_id)
     if problem:
-        raise ValueError(problem)
+        raise RunIdError(run_id, problem)
     return run_id
 
 
@@ -201,15 +188,33 @@ class AirflowClient:
             except AirflowNotFound:
                 pass
             if time.monotonic() >= deadline:
-                raise TimeoutError(
+                raise AirflowTimeout(
                     f"DAG {dag_id!r} did not appear in Airflow at {self.url} within {timeout:.0f}s "
-                    "(dag file missing, import error, or dag-processor down? see "
-                    "GET /api/v2/importErrors)"
+                    f"({self._import_errors_said()})",
+                    url=self.url,
                 )
             time.sleep(poll)
 
     def import_errors(self) -> list[dict]:
         return self.request("GET", "/api/v2/importErrors", params={"limit": 100})["import_errors"]
+
+    def _import_errors_said(self) -> str:
+        """Why a DAG may be missing, as far as Airflow tells: its DAG files' import errors."""
+        try:
+            errors = self.import_errors()
+        except AirflowError as e:
+            return f"its import errors could not be read: {e}"
+        if not errors:
+            return (
+                "no DAG file has an import error: is the DAG file in the DAGs folder, the "
+                "dag-processor running?"
+            )
+        first = errors[0]
+        said = (first.get("stack_trace") or "").strip().splitlines()[-1:] or [""]
+        return (
+            f"{len(errors)} DAG file(s) with an import error, e.g. {first.get('filename')}: "
+            f"{said[0]}"
+        )
 
     def unpause(self, dag_id: str) -> dict:
         return self.set_paused(dag_id, False)
@@ -345,8 +350,8 @@ class AirflowClient:
     ) -> dict[str, str]:
         """Wait until every run is success/failed; returns {run_id: state}.
 
-        Prints a line whenever a run changes state. Raises TimeoutError listing the runs
-        still unfinished.
+        Prints a line whenever a run changes state. Raises AirflowTimeout (a TimeoutError)
+        listing the runs still unfinished.
         """
         run_ids = list(run_ids)
         states: dict[str, str | None] = dict.fromkeys(run_ids)
@@ -363,8 +368,9 @@ class AirflowClient:
                 return {k: str(v) for k, v in states.items()}
             if time.monotonic() - start >= timeout:
                 pending = {k: v for k, v in states.items() if v not in FINAL_STATES}
-                raise TimeoutError(
-                    f"runs of DAG {dag_id!r} not finished after {timeout:.0f}s: {pending}"
+                raise AirflowTimeout(
+                    f"runs of DAG {dag_id!r} not finished after {timeout:.0f}s: {pending}",
+                    url=self.url,
                 )
             time.sleep(poll)
 

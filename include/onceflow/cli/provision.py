@@ -50,11 +50,12 @@ def migrate_sinks(settings: Settings, names: list[str] | None, changes_only: boo
 
 
 def cmd_spark_archive(args: argparse.Namespace, settings: Settings) -> int:
+    from onceflow.errors.process import SparkArchiveError
     from onceflow.spark import jvm_archive
 
     try:
         path = jvm_archive.build(force=args.force)
-    except RuntimeError as e:
+    except SparkArchiveError as e:
         print(e, file=sys.stderr)
         return 1
     if path is not None:

@@ -29,10 +29,12 @@ def cmd_trigger(args: argparse.Namespace, settings: Settings) -> int:
     from onceflow.cli import airflow_api
 
     cfg = select_pipeline(settings, args.pipeline)
+    run_ids = [airflow_api.validate_run_id(r) for r in args.run_id or ()] or new_run_ids(
+        args.prefix, args.runs
+    )
     client = airflow_api.airflow_client(settings)
     client.wait_for_dag(cfg.dag_id, timeout=args.timeout)
     client.unpause(cfg.dag_id)
-    run_ids = args.run_id or new_run_ids(args.prefix, args.runs)
     for run_id in run_ids:
         client.trigger(cfg.dag_id, run_id)
         print(f"triggered {cfg.dag_id} run {run_id}", flush=True)

@@ -14,11 +14,16 @@ from onceflow.errors.base import (
     UnsupportedVersionError,
 )
 from onceflow.errors.cli import (
+    AirflowConflict,
+    AirflowError,
+    AirflowNotFound,
+    AirflowTimeout,
     BackfillArgumentsError,
     BackfillOpenBatchError,
     PartitionCountError,
     PipelineNotChosenError,
     ResetNotConfirmedError,
+    RunIdError,
     SeqRangeError,
     UnknownSeqError,
 )
@@ -61,8 +66,10 @@ from onceflow.errors.process import (
     IncompleteStageError,
     ProcessExit,
     RangeReadError,
+    SparkArchiveError,
 )
 from onceflow.errors.sinks import (
+    LakeFileOutsideTableError,
     LakeTableMissingError,
     NotALakeSinkError,
     RerunRefusedError,
@@ -73,12 +80,21 @@ from onceflow.errors.sinks import (
 from onceflow.errors.transform import (
     SinkLayoutError,
     SinkSchemaError,
+    StageColumnsError,
     TransformError,
     TransformRaisedError,
     UnrepeatedFailureError,
 )
 
 __all__ = [
+    "AirflowTimeout",
+    "AirflowNotFound",
+    "AirflowError",
+    "AirflowConflict",
+    "StageColumnsError",
+    "LakeFileOutsideTableError",
+    "SparkArchiveError",
+    "RunIdError",
     "AbandonedTxidError",
     "BackfillArgumentsError",
     "BackfillOpenBatchError",

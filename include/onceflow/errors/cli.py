@@ -1,6 +1,9 @@
-"""Refusals of the command line (onceflow.cli): what a command was given or needs."""
+"""Refusals of the command line (onceflow.cli): what a command was given or needs, and
+what the Airflow API answered it (onceflow.cli.airflow_api)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from onceflow.errors.base import OnceflowError
 
@@ -12,6 +15,15 @@ class PipelineNotChosenError(OnceflowError):
     def __init__(self, known: tuple[str, ...]) -> None:
         self.known = known
         super().__init__(f"give --pipeline, one of: {', '.join(known)}")
+
+
+class RunIdError(OnceflowError):
+    """A run id given to `onceflow trigger` (or the API client) that is no txid
+    (config.names.TXID_RE): refused before Airflow is asked to create the run."""
+
+    def __init__(self, run_id: str, problem: str) -> None:
+        self.run_id = run_id
+        super().__init__(f"cannot trigger this run: {problem}")
 
 
 class PartitionCountError(OnceflowError):
@@ -71,3 +83,27 @@ class ResetNotConfirmedError(OnceflowError):
             "reset-offsets abandons every uncommitted batch and restarts each partition at the "
             f"{where}; add --yes to do it"
         )
+
+
+class AirflowError(OnceflowError):
+    """An Airflow API call failed; carries the URL, HTTP status and Airflow's detail."""
+
+    def __init__(
+        self, message: str, *, url: str = "", status: int | None = None, detail: Any = None
+    ):
+        super().__init__(message)
+        self.url = url
+        self.status = status
+        self.detail = detail
+
+
+class AirflowNotFound(AirflowError):
+    """The DAG or run does not exist (HTTP 404)."""
+
+
+class AirflowConflict(AirflowError):
+    """The run already exists (HTTP 409)."""
+
+
+class AirflowTimeout(AirflowError, TimeoutError):
+    """A wait on Airflow ran out of time: a DAG that did not appear, runs not finished."""

@@ -1,5 +1,5 @@
-"""Process: an attempt's fencing and stage, reading its range, and how the process job
-exits."""
+"""Process: an attempt's fencing and stage, reading its range, how the process job exits,
+and the class archive its driver JVM maps."""
 
 from __future__ import annotations
 
@@ -40,6 +40,21 @@ class IncompleteStageError(OnceflowError):
 
 class RangeReadError(OnceflowError):
     """Reading a planned range from the broker did not reach its until_offset."""
+
+
+class SparkArchiveError(OnceflowError):
+    """The training run that writes the driver JVM's class archive (`onceflow spark-archive`,
+    onceflow.spark.jvm_archive) failed: no archive was written, and process tasks submit
+    without one (slower to start, nothing else changes). `tail`: the run's last lines."""
+
+    def __init__(self, job: str, code: int, wrote: bool, tail: list[str]) -> None:
+        self.job, self.code, self.tail = job, code, tail
+        super().__init__(
+            f"spark archive: the training run {job} exited {code}"
+            + ("" if wrote else " without writing the archive")
+            + ":\n"
+            + "\n".join(tail)
+        )
 
 
 class ProcessExit(enum.IntEnum):

@@ -24,6 +24,20 @@ class SinkRejectedError(OnceflowError):
     after that publishes once."""
 
 
+class LakeFileOutsideTableError(SinkRejectedError):
+    """A data file staged for a lake table lies outside the table's location (the table was
+    moved, or the sink's storage names another root than the table's): nothing was
+    published, since the table's log can only name files under its root."""
+
+    def __init__(self, table: str, uri: str, root: str) -> None:
+        self.table, self.uri, self.root = table, uri, root
+        super().__init__(
+            f"{table}: staged data file {uri} is not under the table's location {root}; "
+            "nothing was published (was the table moved, or does the sink's storage "
+            "connection name another root?)"
+        )
+
+
 class RerunRefusedError(OnceflowError):
     """A committed txid cannot be re-run into an append-only sink (a Kafka topic): its records
     were delivered and cannot be replaced; the message says what to do instead."""

@@ -23,6 +23,22 @@ class SinkSchemaError(OnceflowError):
     a column the sink cannot hold; the message names the table and the columns."""
 
 
+class StageColumnsError(SinkSchemaError):
+    """The output being staged has columns its stage table lacks (the transform's output
+    changed between the stage table's making and a part's stage): nothing of the part is
+    staged. `table`: the stage table; `part`: the part, None before any part was staged."""
+
+    def __init__(
+        self, pipeline: str, table: str, part: int | None, unknown: list[str], known: list[str]
+    ) -> None:
+        self.pipeline, self.table, self.part, self.unknown = pipeline, table, part, unknown
+        where = "" if part is None else f" part {part}"
+        super().__init__(
+            f"stage of pipeline {pipeline!r}{where}: column(s) {unknown} are not columns of "
+            f"the stage table {table} {known}"
+        )
+
+
 class SinkLayoutError(SinkSchemaError):
     """A sink table is laid out as an earlier Onceflow version made it (an append table or
     an upsert table's versions not partitioned by seq) or cannot be named as this one needs;

@@ -33,6 +33,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from onceflow.errors.process import SparkArchiveError
+
 ENV = "ONCEFLOW_SPARK_ARCHIVE"
 DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 # the training run's application file, shipped in the package like the process job's
@@ -126,12 +128,7 @@ def build(path: Path | None = None, *, force: bool = False, echo=print) -> Path 
     if out.returncode or not Path(tmp).is_file():
         Path(tmp).unlink(missing_ok=True)
         tail = (out.stdout + out.stderr).strip().splitlines()[-15:]
-        raise RuntimeError(
-            f"spark archive: the training run {TRAINING_JOB} exited {out.returncode}"
-            + ("" if Path(tmp).is_file() else " without writing the archive")
-            + ":\n"
-            + "\n".join(tail)
-        )
+        raise SparkArchiveError(str(TRAINING_JOB), out.returncode, Path(tmp).is_file(), tail)
     os.replace(tmp, path)
     echo(
         f"spark archive: wrote {path} ({path.stat().st_size >> 20} MiB) "

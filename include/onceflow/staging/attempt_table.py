@@ -21,6 +21,7 @@ import dataclasses
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from onceflow.errors.transform import StageColumnsError
 from onceflow.spark.arrow_columns import bool_array, fixed_array, string_repeat
 from onceflow.staging.checksum import HASH_COLUMN
 from onceflow.staging.epochs import epoch_column, range_epochs
@@ -84,9 +85,12 @@ class _ValidRows(PartCounts):
             names = self._first.schema.names
             unknown = target.unknown_columns(names)
             if unknown:
-                raise ValueError(
-                    f"stage of {target.schema}.{target.attempt_table} part {part}: unexpected "
-                    f"column(s) {unknown}"
+                raise StageColumnsError(
+                    target.pipeline,
+                    f"{target.schema}.{target.attempt_table}",
+                    part,
+                    unknown,
+                    list(target.columns),
                 )
             self._kept = [n for n in names if n not in _DEAD_ONLY]
             self.columns = (*WRITER_COLUMNS, *self._kept)

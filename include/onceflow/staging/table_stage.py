@@ -16,6 +16,7 @@ import io
 from collections.abc import Iterable
 from typing import Any
 
+from onceflow.errors.transform import StageColumnsError
 from onceflow.sinks.base import TAG_COLUMNS
 from onceflow.spark.arrow_columns import fixed_array, string_repeat, valid_mask
 from onceflow.staging.checksum import HASH_COLUMN, exact_sum, staged_name
@@ -80,9 +81,12 @@ class _CsvStream(io.RawIOBase):
             names = tuple(self._first.schema.names)
             unknown = target.unknown_columns(names)
             if unknown:
-                raise ValueError(
-                    f"stage of {target.schema}.{target.table} part {part}: unexpected "
-                    f"column(s) {unknown}"
+                raise StageColumnsError(
+                    target.pipeline,
+                    f"{target.schema}.{target.table}",
+                    part,
+                    unknown,
+                    list(target.columns),
                 )
             self.columns = TAG_COLUMNS + tuple(staged_name(n) for n in names)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from onceflow.errors.transform import StageColumnsError
 from onceflow.spark.arrow_columns import fixed_array
 from onceflow.staging.attempt_table import stage_attempt_part
 from onceflow.staging.fence import StageCommitMessage
@@ -75,8 +76,7 @@ def stage_frame(df: Any, target: StageTarget, first_part: int = 0) -> Any:
     not given (DataFrame.to, as staged_output's) asks the server's analyzer for them."""
     unknown = target.unknown_columns(df.columns)
     if unknown:
-        raise ValueError(
-            f"stage of pipeline {target.pipeline!r}: column(s) {unknown} are not columns of "
-            f"the stage table {target.schema}.{target.table} {list(target.columns)}"
+        raise StageColumnsError(
+            target.pipeline, f"{target.schema}.{target.table}", None, unknown, list(target.columns)
         )
     return df.mapInArrow(StagePartFn(target, first_part), MESSAGE_SCHEMA)

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from onceflow.errors import SinkMovedError, SinkSchemaError
+from onceflow.errors import LakeFileOutsideTableError, SinkMovedError, SinkSchemaError
 from onceflow.sinks.base import PublishTarget
 from onceflow.sinks.delta.commits import last_seq, newest, publications
 from onceflow.sinks.delta.evolution import OUTPUT_COLUMNS, evolve
@@ -254,7 +254,7 @@ class DeltaSink(LakeSink):
         """A data file's path as the Delta log names it: relative to the table's root."""
         root = self.location.rstrip("/") + "/"
         if not uri.startswith(root):
-            raise ValueError(f"data file {uri} is not under the table's location {root}")
+            raise LakeFileOutsideTableError(f"Delta table {self.location}", uri, root)
         return uri[len(root) :]
 
     def _adds(self, files: list[tuple[str, int]], split: Partitioner | None) -> Iterator[Any]:
