@@ -429,7 +429,8 @@ def _sample_ps(inst: Installed, stop: threading.Event) -> None:
     while not stop.is_set():
         out = subprocess.run(["ps", "-eww", "-o", "args="], capture_output=True, text=True)
         inst.ps_samples.append(out.stdout)
-        stop.wait(0.25)
+        # a process job lives for seconds; a faster ps took a tenth of a core from the runs
+        stop.wait(1.0)
 
 
 def _runs(inst: Installed, run_ids: list[str]) -> None:
@@ -471,14 +472,14 @@ def test_the_installed_wheel_runs_pipelines_on_celery_with_every_secret_kept(ins
     sampler.start()
     started = time.monotonic()
     try:
-        for start, count, run_ids in ((0, 300, ["r1"]), (300, 200, ["r2", "r3"])):
+        for start, count, run_ids in ((0, 300, ["r1"]), (300, 200, ["r2"])):
             _produce(inst.kafka_extra, start, count)
             _produce(inst.sasl_extra, start, count, SASL_TOPIC)
             _runs(inst, run_ids)
     finally:
         stop.set()
         sampler.join()
-    print(f"three runs of {len(DAGS)} pipelines on Celery: {time.monotonic() - started:.0f} s")
+    print(f"two runs of {len(DAGS)} pipelines on Celery: {time.monotonic() - started:.0f} s")
 
     # the audit, through the same connections, re-reading the ranges over TLS and SASL
     audit_env = {**inst.main_env, "ONCEFLOW_PIPELINES": str(inst.bundle / "pipelines.toml")}

@@ -1,8 +1,8 @@
 """The lake sinks end to end on the shared test stack: the shipped inventory transform
-appending to an Iceberg table (pipeline it_lake) and to a Delta table (it_delta), a backlog
-drained by three DAG runs at once through the scheduler, each a real spark-submit (or, for
-it_lake_connect and it_delta_connect, a session of the stack's Spark Connect server) whose
-tasks write their parts' Parquet files. The table, scanned (pyiceberg; the Delta table's
+appending to an Iceberg table (pipeline it_lake: a real spark-submit per run;
+it_lake_connect: a session of the stack's Spark Connect server) and to a Delta table
+(it_delta_connect; the Delta upsert below runs spark-submit), a backlog drained by three DAG
+runs at once through the scheduler whose tasks write their parts' Parquet files. The table, scanned (pyiceberg; the Delta table's
 live files with pyarrow), holds every valid record once (tombstones too, as rows without
 values); each committed txid's snapshot or version is the one the ledger names; the audit,
 re-reading the broker, says exactly-once."""
@@ -65,7 +65,6 @@ def produce(topic: str, bootstrap: str, records: list[tuple[str, bytes | None]])
     ("pipeline", "read_table"),
     [
         ("it_lake", iceberg_table),
-        ("it_delta", delta_table),
         # process_mode = "connect": the parts' files written by the server's Python workers
         ("it_lake_connect", iceberg_table),
         ("it_delta_connect", delta_table),
