@@ -115,7 +115,7 @@ format: setup
 test: setup system-deps lint
 	$(VENV)/bin/pytest $(XDIST) -m "not compat" $(PYTEST_ARGS)
 
-## test-unit: the tests that need no server (pytest -m unit: about 30 s)
+## test-unit: the tests that need no server (pytest -m unit: about 50 s)
 test-unit: setup system-deps
 	$(VENV)/bin/pytest -m unit $(XDIST) $(PYTEST_ARGS)
 
