@@ -33,8 +33,8 @@ _PASSTHROUGH = (
 def user_folders(pipelines_file: Path) -> tuple[Path, ...]:
     """Where the job imports user transforms from: settings.transform_path, then the
     pipelines file's folder (a user's transform package lives next to it)."""
-    folder = pipelines_file.resolve().parent
-    return (*transform_path(), *(() if folder in transform_path() else (folder,)))
+    folder, path = pipelines_file.resolve().parent, transform_path()
+    return (*path, *(() if folder in path else (folder,)))
 
 
 def process_env(pipelines_file: Path) -> dict[str, str]:
