@@ -79,14 +79,14 @@ def stage_attempt(dsn: str, cfg: Any, sink: Any, txid: str, parts: list[list[Any
     the output and the attempt's stage made, part k's Arrow batches staged as part k under the
     part fence (onceflow.staging.writer.stage_part), the stage sealed, the attempt marked
     staged."""
+    from onceflow.ledger.attempt import Attempt
     from onceflow.ledger.db import transaction
     from onceflow.ledger.fencing import claim_attempt, mark_staged
-    from onceflow.sinks.base import PublishTarget
     from onceflow.staging.target import StageTarget
     from onceflow.staging.writer import stage_part
 
     claim = claim_attempt(dsn, cfg.name, txid)
-    this = PublishTarget(cfg.name, txid, claim.seq, claim.attempt)
+    this = Attempt(cfg.name, txid, claim.seq, claim.attempt)
     with transaction(dsn) as cur:
         bound = sink.bind_output(cur, FIELDS)
         bound.create_stage(cur, this)

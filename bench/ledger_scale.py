@@ -60,7 +60,7 @@ def _rows(n: int, start: int) -> Any:
 
 def reads_of(n: int, start: int) -> list[Any]:
     """What the readers would have seen of each partition's range (a print per partition)."""
-    from onceflow.kafka.range_digest import RangeRead
+    from onceflow.ledger.range_digest import RangeRead
 
     out = []
     offsets = list(range(start, start + OFFSETS))
@@ -73,12 +73,12 @@ def reads_of(n: int, start: int) -> list[Any]:
 
 def stage_rows(dsn: str, cfg: Any, sink: Any, claim: Any, n: int, start: int) -> None:
     """Stage the batch's rows (_rows) as part 0 of the claimed attempt, as a task would."""
+    from onceflow.ledger.attempt import Attempt
     from onceflow.ledger.db import transaction
-    from onceflow.sinks.base import PublishTarget
     from onceflow.staging.target import StageTarget
     from onceflow.staging.writer import stage_part
 
-    this = PublishTarget(cfg.name, claim.txid, claim.seq, claim.attempt)
+    this = Attempt(cfg.name, claim.txid, claim.seq, claim.attempt)
     with transaction(dsn) as cur:
         bound = sink.bind_output(cur, FIELDS)
         bound.create_stage(cur, this)

@@ -21,10 +21,10 @@ from onceflow.audit import run_audit
 from onceflow.config.pipeline_table import parse_pipeline
 from onceflow.hooks.sink import sink_for
 from onceflow.kafka.client import watermarks
+from onceflow.ledger.attempt import Attempt
 from onceflow.ledger.db import transaction
 from onceflow.ledger.fencing import claim_attempt, mark_staged
 from onceflow.ledger.log_checks import BrokerSnapshot
-from onceflow.sinks.base import PublishTarget
 from onceflow.sinks.iceberg.catalog import open_catalog
 from onceflow.sinks.kafka.markers import Marker
 from onceflow.sinks.kafka.output_records import SOURCE_HEADER
@@ -145,16 +145,14 @@ def stage_target(dsn, cfg, claim, sink=None):
     (or `sink`, bound already) and the attempt's own stage created (an append table's)."""
     sink = sink or bound(dsn, cfg)
     with transaction(dsn) as cur:
-        sink.create_stage(cur, PublishTarget(cfg.name, claim.txid, claim.seq, claim.attempt))
+        sink.create_stage(cur, Attempt(cfg.name, claim.txid, claim.seq, claim.attempt))
     return StageTarget.for_sink(dsn, sink, cfg.name, claim.txid, claim.seq, claim.attempt)
 
 
 def seal(dsn, cfg, claim):
     """What process does once every part is staged (the attempt table's indexes)."""
     with transaction(dsn) as cur:
-        bound(dsn, cfg).seal_stage(
-            cur, PublishTarget(cfg.name, claim.txid, claim.seq, claim.attempt)
-        )
+        bound(dsn, cfg).seal_stage(cur, Attempt(cfg.name, claim.txid, claim.seq, claim.attempt))
 
 
 def process(dsn, cfg, txid, *parts):

@@ -93,7 +93,7 @@ def test_output_of_unknown_txid_is_a_violation():
 
 
 def _read(records):
-    from onceflow.kafka.range_digest import RangeRead
+    from onceflow.ledger.range_digest import RangeRead
 
     r = RangeRead(T, 0)
     r.add(*(list(c) for c in zip(*records, strict=True)))

@@ -35,9 +35,9 @@ def test_a_bench_pipeline_plans_exactly_its_topics_ranges(ledger_dsn, unique_nam
 @pytest.mark.unit
 def test_the_lake_bench_reads_the_seq_under_the_key_commit_writes():
     import lake
-    from onceflow.sinks.base import PublishTarget
+    from onceflow.ledger.attempt import Attempt
     from onceflow.sinks.lake.records import publication_summary
 
-    target = PublishTarget(pipeline="p", txid="t", seq=1, attempt=1)
+    target = Attempt(pipeline="p", txid="t", seq=1, attempt=1)
     summary = publication_summary(target, 10)
     assert summary[lake.SEQ_KEY] == "1"

@@ -7,7 +7,7 @@ import pytest
 from onceflow.errors import TopicMissingError
 from onceflow.hooks.sink import sink_for
 from onceflow.kafka import broker
-from onceflow.kafka.range_digest import RangeRead
+from onceflow.ledger.range_digest import RangeRead
 from onceflow.ranges import OffsetRange
 from onceflow.reader.range_fetch import read_range
 

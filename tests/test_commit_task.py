@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from onceflow.airflow.exceptions import TaskDeferred
 from onceflow.airflow.tasks import CommitOperator
 from onceflow.airflow.triggers import CommitReadyTrigger
 from onceflow.commit import commit
+from onceflow.compat.airflow_exceptions import TaskDeferred
 from onceflow.config.pipelines_file import get_pipeline
 from onceflow.errors import OnceflowError
 from onceflow.hooks.sink import sink_for

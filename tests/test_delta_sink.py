@@ -29,10 +29,10 @@ from onceflow.hooks.sink import sink_for
 from onceflow.ledger.db import transaction
 from onceflow.ledger.fencing import claim_attempt, mark_staged
 from onceflow.ledger.planning import plan
+from onceflow.ledger.states import BatchState
 from onceflow.sinks.delta.evolution import OUTPUT_COLUMNS
 from onceflow.staging.target import StageTarget
 from onceflow.staging.writer import stage_part
-from onceflow.states import BatchState
 from sink_support import (
     FIELDS,
     T,

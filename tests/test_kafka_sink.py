@@ -27,13 +27,13 @@ from onceflow.errors import (
 )
 from onceflow.failpoints import FailpointError
 from onceflow.hooks.sink import sink_for
+from onceflow.ledger.attempt import Attempt
 from onceflow.ledger.db import transaction
 from onceflow.ledger.fencing import claim_attempt, mark_staged
 from onceflow.ledger.planning import plan
-from onceflow.sinks.base import PublishTarget
+from onceflow.ledger.states import BatchState
 from onceflow.sinks.kafka import limits as kafka_limits
 from onceflow.sinks.kafka.markers import Marker
-from onceflow.states import BatchState
 from sink_support import (
     PUBLISHED_XY,
     XY,
@@ -275,7 +275,7 @@ def test_a_zombie_committer_is_fenced_by_the_epoch_and_its_records_stay_invisibl
     aborts that transaction, then publishes; the zombie's Kafka commit then fails."""
     plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "a", XY)
-    sink, t = sink_for(cfg), PublishTarget(cfg.name, "a", 1, 1)
+    sink, t = sink_for(cfg), Attempt(cfg.name, "a", 1, 1)
     (failpoints_dir / "commit.before_sink_commit@a").write_text("sleep:8")
     outcome: list = []
 
@@ -326,8 +326,8 @@ def test_a_rerun_of_a_committed_txid_is_refused_as_append_only(ledger_dsn, cfg, 
 def test_plan_refuses_the_rerun_before_anything_is_processed(
     ledger_dsn, cfg, real_kafka, write_pipelines
 ):
-    from onceflow.airflow.exceptions import AirflowFailException
     from onceflow.airflow.plan_tasks import plan_task
+    from onceflow.compat.airflow_exceptions import AirflowFailException
 
     write_pipelines(cfg, kind="kafka", topic=cfg.sink.topic, bootstrap=cfg.sink.bootstrap)
     plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}), sink=sink_for(cfg))
@@ -379,7 +379,7 @@ def test_the_audit_finds_a_marker_whose_count_the_records_do_not_match(ledger_ds
     p = Producer({"bootstrap.servers": real_kafka.bootstrap, "transactional.id": "test-short"})
     sink = sink_for(cfg)
     with transaction(ledger_dsn) as cur:
-        reading = sink.read(cur, PublishTarget(cfg.name, "a", 1, 1))  # creates the topics
+        reading = sink.read(cur, Attempt(cfg.name, "a", 1, 1))  # creates the topics
         reading.release()
     p.init_transactions(10)
     p.begin_transaction()
@@ -389,7 +389,7 @@ def test_the_audit_finds_a_marker_whose_count_the_records_do_not_match(ledger_ds
         value=b'{"sku": "x", "qty": 1}',
         headers=[("onceflow.source", src), ("onceflow.txid", b"a"), ("onceflow.seq", b"1")],
     )
-    t = PublishTarget(cfg.name, "a", 1, 1)
+    t = Attempt(cfg.name, "a", 1, 1)
     p.produce(cfg.sink.commit_log, value=Marker.value(t, 2, 1), partition=0)
     p.commit_transaction(10)
     wait_visible(real_kafka.bootstrap, cfg.sink.commit_log, 1)

@@ -13,9 +13,9 @@ import pytest
 from onceflow.commit import _publish_outside, commit
 from onceflow.errors import SinkMovedError
 from onceflow.hooks.sink import sink_for
+from onceflow.ledger.attempt import Attempt
 from onceflow.ledger.db import transaction
 from onceflow.ledger.planning import plan
-from onceflow.sinks.base import PublishTarget
 from sink_support import LAKE, T, commits_recording, exactly_once, pipeline, process, snap
 
 pytestmark = pytest.mark.integration
@@ -53,7 +53,7 @@ def test_two_commit_processes_at_once_make_one_table_commit(ledger_dsn, cfg):
 def test_a_zombie_committer_is_fenced_by_the_tables_own_commit(ledger_dsn, cfg, monkeypatch):
     plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])
-    sink, t = sink_for(cfg), PublishTarget(cfg.name, "a", 1, 1)
+    sink, t = sink_for(cfg), Attempt(cfg.name, "a", 1, 1)
     with transaction(ledger_dsn) as cur:
         stale = sink.read(cur, t)  # the zombie's view: no commit of seq 1 yet
     assert stale.publication is None

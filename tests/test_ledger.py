@@ -27,6 +27,7 @@ from onceflow.errors import (
 )
 from onceflow.hooks.sink import sink_for
 from onceflow.ledger import views
+from onceflow.ledger.attempt import Attempt
 from onceflow.ledger.batches import ensure_pipeline, get_batch
 from onceflow.ledger.db import migrate, transaction
 from onceflow.ledger.fencing import check_attempt, claim_attempt, mark_staged
@@ -34,7 +35,6 @@ from onceflow.ledger.log_checks import BrokerSnapshot, verify_topic_ids
 from onceflow.ledger.ordering import blocking_predecessor, commit_blocker
 from onceflow.ledger.planning import plan
 from onceflow.ledger.resets import reset_offsets
-from onceflow.sinks.base import PublishTarget
 from onceflow.sinks.postgres.sink import PostgresSink
 
 pytestmark = pytest.mark.integration
@@ -73,7 +73,7 @@ def stage(dsn, cfg, txid, attempt, n_valid, n_dead=0, partition=0, start=None):
     offset = r.from_offset if start is None else start
     with transaction(dsn) as cur:
         sink = sink_for(cfg).bind_output(cur, ORDER_FIELDS)  # the tables, as process makes them
-        sink.create_stage(cur, PublishTarget(cfg.name, txid, batch.seq, attempt))
+        sink.create_stage(cur, Attempt(cfg.name, txid, batch.seq, attempt))
         part = sink.attempt_table(batch.seq, attempt)
         for i in range(n_valid + n_dead):
             if i < n_valid:
@@ -201,8 +201,8 @@ def test_every_run_id_is_committed_in_order_or_refused_before_the_ledger_changes
 ):
     """Issue 49: whatever a run id holds, plan either records it and its batch commits in
     order, or refuses it with nothing recorded; either way the next normal run commits."""
-    from onceflow.config.names import txid_problem
     from onceflow.errors import InvalidTxidError
+    from onceflow.ledger.txids import txid_problem
 
     def batches() -> list[tuple[str, int, str]]:
         with transaction(ledger_dsn) as cur:
@@ -610,7 +610,7 @@ def identity_snap(ends, topic_id, prints=None, asked=None):
 
 def test_plan_refuses_a_log_that_is_not_the_ledgers_and_plans_nothing(ledger_dsn, cfg):
     from onceflow.errors import LogIdentityError
-    from onceflow.kafka.range_digest import RangeRead, RecordPrint
+    from onceflow.ledger.range_digest import RangeRead, RecordPrint
 
     old_id, new_id = "id-of-the-old-topic", "id-of-the-re-created-topic"
     plan(ledger_dsn, cfg, "a", identity_snap({(T, 0): 10}, old_id), sink=sink_for(cfg))
@@ -645,7 +645,7 @@ def test_plan_refuses_a_log_that_is_not_the_ledgers_and_plans_nothing(ledger_dsn
 
 
 def test_reset_offsets_says_what_happened_to_the_log_and_starts_from_the_new_one(ledger_dsn, cfg):
-    from onceflow.kafka.range_digest import RangeRead, RecordPrint
+    from onceflow.ledger.range_digest import RangeRead, RecordPrint
 
     plan(ledger_dsn, cfg, "a", identity_snap({(T, 0): 10}, "old"), sink=sink_for(cfg))
     claim = claim_attempt(ledger_dsn, cfg.name, "a")
@@ -693,7 +693,7 @@ def test_a_reset_during_a_commit_waits_for_it_and_abandons_only_what_is_still_op
     refused with IllegalTransitionError."""
     import time
 
-    from onceflow.states import BatchState
+    from onceflow.ledger.states import BatchState
 
     plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "a", 10)
@@ -724,8 +724,9 @@ def test_a_txids_reader_schema_is_recorded_at_plan_replayed_and_refused_when_inc
     import json
 
     from onceflow.errors import IncompatibleSchemaError
-    from onceflow.formats.registry_client import RegisteredSchema
+    from onceflow.formats.reader_checks import PlannedReaderSchemas
     from onceflow.ledger.reader_schemas import reader_schemas
+    from onceflow.ledger.registered_schema import RegisteredSchema
 
     cfg = parse_pipeline(unique_name, {"topics": [T], "format": "avro", "sink": {"table": "p"}})
     fields = [{"name": "id", "type": "long"}, {"name": "sku", "type": "string"}]
@@ -740,10 +741,11 @@ def test_a_txids_reader_schema_is_recorded_at_plan_replayed_and_refused_when_inc
         11, json.dumps({"type": "record", "name": "P", "fields": added[1:]}), version=3
     )
     latest = [v1]
-    plan(ledger_dsn, cfg, "r1", snap({(T, 0): 10}), sink_for(cfg), lambda: {"value": latest[0]})
+    newest = PlannedReaderSchemas(cfg, lambda: {"value": latest[0]})
+    plan(ledger_dsn, cfg, "r1", snap({(T, 0): 10}), sink_for(cfg), newest)
     latest[0] = v2  # a retry replays r1's reader schema; r2 reads with v2 (a field added)
-    plan(ledger_dsn, cfg, "r1", snap({(T, 0): 10}), sink_for(cfg), lambda: {"value": latest[0]})
-    plan(ledger_dsn, cfg, "r2", snap({(T, 0): 20}), sink_for(cfg), lambda: {"value": latest[0]})
+    plan(ledger_dsn, cfg, "r1", snap({(T, 0): 10}), sink_for(cfg), newest)
+    plan(ledger_dsn, cfg, "r2", snap({(T, 0): 20}), sink_for(cfg), newest)
     assert reader_schemas(ledger_dsn, cfg.name, "r1")["value"].id == 7
     assert (
         reader_schemas(ledger_dsn, cfg.name, "r2")["value"].id,
@@ -751,13 +753,14 @@ def test_a_txids_reader_schema_is_recorded_at_plan_replayed_and_refused_when_inc
     ) == (9, 2)
     latest[0] = v3  # "id" removed: refused naming subject, both versions and the field
     with pytest.raises(IncompatibleSchemaError) as e:
-        plan(ledger_dsn, cfg, "r3", snap({(T, 0): 30}), sink_for(cfg), lambda: {"value": latest[0]})
+        plan(ledger_dsn, cfg, "r3", snap({(T, 0): 30}), sink_for(cfg), newest)
     assert "subject 'orders-value' version 3 is not compatible with version 2" in str(e.value)
     assert "field 'id' was removed" in str(e.value)
     with pytest.raises(UnknownTxidError):
         get_batch(ledger_dsn, cfg.name, "r3")  # nothing planned
     # a txid with nothing to read asks the registry nothing (a subject may not exist yet)
-    plan(ledger_dsn, cfg, "r4", snap({(T, 0): 20}), sink_for(cfg), lambda: 1 / 0)
+    never = PlannedReaderSchemas(cfg, lambda: 1 / 0)
+    plan(ledger_dsn, cfg, "r4", snap({(T, 0): 20}), sink_for(cfg), never)
 
 
 def test_dead_letters_have_a_retention_of_their_own(ledger_dsn, unique_name):

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 from onceflow.errors import LogIdentityError
-from onceflow.kafka.log_identity import BrokerLog, LedgerLog, check_log
-from onceflow.kafka.range_digest import (
+from onceflow.ledger.log_identity import BrokerLog, LedgerLog, check_log
+from onceflow.ledger.range_digest import (
     CHUNK_OFFSETS,
     RangeRead,
     RecordPrint,

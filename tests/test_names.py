@@ -1,12 +1,12 @@
-"""Names and txids are checked whole (config.names): a trailing newline, which `re.match` with
+"""Names and txids are checked whole (config.names, ledger.txids): a trailing newline, which `re.match` with
 `$` lets through, is refused like any other character a name may not hold."""
 
 from __future__ import annotations
 
 import pytest
-from onceflow.config.names import txid_problem
 from onceflow.config.pipeline_table import parse_pipeline
 from onceflow.errors import ConfigError
+from onceflow.ledger.txids import txid_problem
 
 pytestmark = pytest.mark.unit
 

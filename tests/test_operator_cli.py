@@ -21,7 +21,7 @@ from onceflow.cli.main import main
 from onceflow.errors import OnceflowError
 from onceflow.kafka import broker
 from onceflow.ledger import views
-from onceflow.states import BatchState
+from onceflow.ledger.states import BatchState
 from onceflow_dev import cli as dev_cli
 from onceflow_dev import commands
 

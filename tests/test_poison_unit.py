@@ -340,7 +340,7 @@ def test_a_poison_record_is_a_one_offset_range():
 def test_the_reader_reads_but_does_not_hand_on_the_records_it_skips(monkeypatch):
     """Skipped records are read (the digest of the range has them) but neither handed on
     nor counted: process adds them to the records read as dead letters."""
-    from onceflow.kafka.range_digest import RangeRead
+    from onceflow.ledger.range_digest import RangeRead
     from onceflow.reader import frame
     from onceflow.reader.record_batches import RecordBatcher
 

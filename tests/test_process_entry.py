@@ -19,13 +19,14 @@ from onceflow.errors import (
     UnknownTxidError,
 )
 from onceflow.kafka.client import KafkaCluster
+from onceflow.ledger.attempt import Attempt
 from onceflow.ledger.fencing import Claim, Staged
+from onceflow.ledger.states import BatchState
 from onceflow.process import attempt as attempt_mod
 from onceflow.process import entry, session, stage_job
-from onceflow.process.attempt_spec import Attempt, JobOptions, ReadOptions
+from onceflow.process.attempt_spec import JobOptions, ReadOptions
 from onceflow.process.stage_job import StageInputs, StageJob
 from onceflow.ranges import OffsetRange
-from onceflow.states import BatchState
 
 pytestmark = pytest.mark.unit
 

@@ -400,9 +400,9 @@ def test_transactional_range_ends_at_until_despite_sparse_offsets(produced, firs
 @pytest.mark.integration
 def test_retry_claims_attempt_2_with_the_same_output_and_fences_attempt_1(env, first_run):
     from onceflow.errors import FencedAttemptError
+    from onceflow.ledger.attempt import Attempt
     from onceflow.ledger.db import transaction
     from onceflow.ledger.fencing import check_attempt, mark_staged
-    from onceflow.sinks.base import PublishTarget
 
     assert first_run[1].returncode == 0
     # --ship-package: executors import onceflow from a zip the job builds (cluster mode)
@@ -413,8 +413,8 @@ def test_retry_claims_attempt_2_with_the_same_output_and_fences_attempt_1(env, f
     sink = orders_sink(dsn, "it_orders")
     with transaction(dsn) as cur:
         seq = check_attempt(cur, PIPELINE, "run-1", 2)
-        first = sink.staged_counts(cur, PublishTarget(PIPELINE, "run-1", seq, 1))
-        second = sink.staged_counts(cur, PublishTarget(PIPELINE, "run-1", seq, 2))
+        first = sink.staged_counts(cur, Attempt(PIPELINE, "run-1", seq, 1))
+        second = sink.staged_counts(cur, Attempt(PIPELINE, "run-1", seq, 2))
     assert first == second  # deterministic: same rows, same checksum
     (row,) = query(
         env,
@@ -467,10 +467,10 @@ def test_a_retried_fast_stage_task_still_hands_on_its_declined_records(env, prod
     A task of a fenced attempt stages nothing at all."""
     import pyarrow as pa
     from onceflow.errors import FencedAttemptError
+    from onceflow.ledger.attempt import Attempt
     from onceflow.ledger.db import transaction
     from onceflow.ledger.fencing import claim_attempt
     from onceflow.reader.input_ranges import input_ranges
-    from onceflow.sinks.base import PublishTarget
     from onceflow.staging.fast_stage import FastStage, FastStageFn
     from onceflow.staging.target import StageTarget
 
@@ -486,7 +486,7 @@ def test_a_retried_fast_stage_task_still_hands_on_its_declined_records(env, prod
     attempt = claim_attempt(dsn, "it_fast", "run-fs").attempt
     sink = orders_sink(dsn, "it_fast")
     with transaction(dsn) as cur:  # the attempt's table, as process makes it
-        sink.create_stage(cur, PublishTarget("it_fast", "run-fs", batch.seq, attempt))
+        sink.create_stage(cur, Attempt("it_fast", "run-fs", batch.seq, attempt))
     target = StageTarget.for_sink(dsn, sink, "it_fast", "run-fs", batch.seq, attempt)
     fn = FastStageFn(pieces, BOOTSTRAP, TRANSFORM, FastStage(target, fast_form_columns()))
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 from onceflow.errors import RangeReadError
-from onceflow.kafka.range_digest import RangeRead
+from onceflow.ledger.range_digest import RangeRead
 from onceflow.ranges import OffsetRange
 from onceflow.reader import librdkafka_fetch
 from onceflow.reader.data_source import RangesOptions, RangesReader

@@ -188,7 +188,7 @@ def test_the_pieces_of_one_input_partition_are_read_together_as_each_alone(boots
     hands on, and counts as read, exactly what its read alone gives, on a partition with
     aborted transactions and control records, one read past its until, one of plain
     records."""
-    from onceflow.kafka.range_digest import RangeRead
+    from onceflow.ledger.range_digest import RangeRead
     from onceflow.reader import frame
     from onceflow.reader.range_fetch import read_range
 

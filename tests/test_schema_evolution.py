@@ -21,11 +21,11 @@ from onceflow.commit import commit
 from onceflow.config.pipeline_table import parse_pipeline
 from onceflow.errors import ConfigError, SinkSchemaError
 from onceflow.hooks.sink import sink_for
+from onceflow.ledger.attempt import Attempt
 from onceflow.ledger.db import transaction
 from onceflow.ledger.fencing import claim_attempt, mark_staged
 from onceflow.ledger.planning import plan
 from onceflow.sinks import schema_evolution
-from onceflow.sinks.base import PublishTarget
 from onceflow.sinks.iceberg.catalog import open_catalog
 from onceflow.sinks.schema_evolution import Added, Evolution, Problem, TableFit, decide
 from onceflow.staging.writer import stage_part
@@ -403,7 +403,7 @@ def test_a_kafka_sinks_stage_takes_the_column_and_its_records_carry_it(
     values = []
     with transaction(ledger_dsn) as cur:
         for txid, seq, (claim, _) in (("a", 1, first), ("b", 2, second)):
-            t = PublishTarget(cfg.name, txid, seq, claim.attempt)
+            t = Attempt(cfg.name, txid, seq, claim.attempt)
             values += [v for _, _, v, _ in sink_for(cfg)._staged_records(cur, t, 1)]
     assert values == [
         b'{"sku":"x","qty":1,"note":null}',

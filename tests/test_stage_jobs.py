@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 from onceflow.hooks.sink import sink_for
-from onceflow.kafka.range_digest import RangeRead, RecordPrint
 from onceflow.ledger.db import transaction
 from onceflow.ledger.fencing import claim_attempt
 from onceflow.ledger.planning import plan
+from onceflow.ledger.range_digest import RangeRead, RecordPrint
 from onceflow.ledger.stage_jobs import (
     InputRangeRead,
     fast_stage_of,

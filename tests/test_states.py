@@ -7,8 +7,8 @@ import re
 import pytest
 from onceflow.errors import AbandonedTxidError, IllegalTransitionError, UnknownTxidError
 from onceflow.ledger.db import migrations
+from onceflow.ledger.states import CLOSED, TRANSITIONS, BatchState, Step
 from onceflow.ledger.transitions import next_state
-from onceflow.states import CLOSED, TRANSITIONS, BatchState, Step
 
 pytestmark = pytest.mark.unit
 

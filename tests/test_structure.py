@@ -10,7 +10,11 @@
 - at most MAX_LOOSE modules at the top of `onceflow`, each a concept of the protocol; every
   other module lives in a package named for its role;
 - no module of the runtime package over MAX_LINES lines;
-- a batch state is spelled only in onceflow/states.py (SQL passes states as parameters);
+- the ledger is the ground floor: `onceflow.ledger` imports nothing of the runtime but itself,
+  the errors, the offset ranges and the platform's compat, not even under TYPE_CHECKING (what
+  it asks of a pipeline, a sink or a registry is a protocol of ledger.contracts), and every SQL
+  statement on a table of the ledger's schema is one of its modules';
+- a batch state is spelled only in onceflow/ledger/states.py (SQL passes states as parameters);
 - every docs/PROTOCOL.md section a docstring or comment cites exists.
 """
 
@@ -220,17 +224,81 @@ def test_no_runtime_module_is_over_max_lines():
     assert {p: n for p, n in sizes.items() if n > MAX_LINES} == {}
 
 
+# all the ledger may import of the runtime (the module docstring)
+LEDGER_FLOOR = ("onceflow.ledger", "onceflow.errors", "onceflow.ranges", "onceflow.compat")
+
+
+def test_the_ledger_imports_nothing_above_it():
+    found = []
+    for path in (RUNTIME / "ledger").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = (
+                [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and not node.level
+                else [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else []
+            )
+            found += [
+                f"{path.relative_to(INCLUDE)}:{node.lineno}: {name}"
+                for name in names
+                if name.split(".")[0] == "onceflow"
+                and not any(name == m or name.startswith(m + ".") for m in LEDGER_FLOOR)
+            ]
+    assert found == []
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    return {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+
+
+def test_only_the_ledger_runs_sql_on_its_tables():
+    tables = {
+        m.group(1)
+        for path in (RUNTIME / "migrations").glob("*.sql")
+        for m in re.finditer(
+            r"create table (?:if not exists )?onceflow\.(\w+)", path.read_text(), re.I
+        )
+    }
+    assert {"batches", "ranges", "stage_parts", "dead_letters"} <= tables
+    named = re.compile(rf"\bonceflow\.({'|'.join(sorted(tables))})\b")
+    statement = re.compile(r"\b(select|insert|update|delete|join)\b", re.I)
+    found = []
+    for path in RUNTIME.rglob("*.py"):
+        if path.is_relative_to(RUNTIME / "ledger"):
+            continue
+        tree = ast.parse(path.read_text())
+        docs = _docstrings(tree)
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and id(node) not in docs
+                and named.search(node.value)
+                and statement.search(node.value)
+            ):
+                found.append(f"{path.relative_to(INCLUDE)}:{node.lineno}: {node.value[:80]}")
+    assert found == []
+
+
 STATE_WORDS = ("planned", "processing", "staged", "committed", "abandoned")
 
 
 def test_a_state_is_spelled_only_in_states_py():
     """A quoted state word anywhere else in the runtime (SQL text included) is a second
-    place a state is defined; states.py's enum is the one."""
+    place a state is defined; ledger/states.py's enum is the one."""
     words = "|".join(STATE_WORDS)
     quoted = re.compile(rf"""(['"])({words})\1""")
     found = []
     for path in RUNTIME.rglob("*.py"):
-        if path.name == "states.py" and path.parent == RUNTIME:
+        if path == RUNTIME / "ledger" / "states.py":
             continue
         for number, line in enumerate(path.read_text().splitlines(), 1):
             if quoted.search(line):

@@ -44,7 +44,6 @@ from onceflow.errors import (
     UnknownTxidError,
 )
 from onceflow.hooks.sink import sink_for
-from onceflow.kafka.range_digest import RecordPrint
 from onceflow.ledger import db, views
 from onceflow.ledger.batches import get_batch
 from onceflow.ledger.db import migrate, migrations, transaction
@@ -52,8 +51,9 @@ from onceflow.ledger.fencing import check_attempt, claim_attempt, mark_staged
 from onceflow.ledger.log_checks import BrokerSnapshot
 from onceflow.ledger.ordering import blocking_predecessor, commit_blocker
 from onceflow.ledger.planning import plan
+from onceflow.ledger.range_digest import RecordPrint
+from onceflow.ledger.states import BatchState
 from onceflow.ranges import OffsetRange
-from onceflow.states import BatchState
 from psycopg2 import sql
 
 pytestmark = pytest.mark.integration

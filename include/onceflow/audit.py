@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING
 
 from onceflow.config.pipeline import PipelineConfig
 from onceflow.hooks.sink import sink_for
-from onceflow.kafka.range_digest import RangeRead, first_difference
 from onceflow.ledger.audit_rows import (
     BatchRow,
     LossRow,
@@ -29,7 +28,8 @@ from onceflow.ledger.audit_rows import (
     read_ledger_rows,
 )
 from onceflow.ledger.db import transaction
-from onceflow.states import CLOSED, BatchState
+from onceflow.ledger.range_digest import RangeRead, first_difference
+from onceflow.ledger.states import CLOSED, BatchState
 
 if TYPE_CHECKING:
     from onceflow.kafka.recount import Recount
@@ -208,7 +208,7 @@ def check_contents(
     reread: dict[tuple[str, str, int], RangeRead],
 ) -> None:
     """Per re-read committed range, its records' digest now against the digest of what the
-    published attempt read (onceflow.kafka.range_digest): a difference means the broker's log is
+    published attempt read (onceflow.ledger.range_digest): a difference means the broker's log is
     not the one the ledger read, whatever the counts say."""
     for r in ranges:
         key = (r.txid, r.topic, r.partition)

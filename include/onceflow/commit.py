@@ -49,14 +49,15 @@ from onceflow.compat.python import StrEnum
 from onceflow.config.pipeline import PipelineConfig
 from onceflow.errors import SinkContentionError, SinkMovedError, StagedCountsError
 from onceflow.hooks.sink import sink_for
+from onceflow.ledger.attempt import Attempt
 from onceflow.ledger.db import transaction
 from onceflow.ledger.offsets import advance_offsets
 from onceflow.ledger.ordering import CommitRow, commit_row, lock_commits
+from onceflow.ledger.states import BatchState, Step
 from onceflow.ledger.transitions import NOW, move
-from onceflow.sinks.base import PublishTarget, Sink
+from onceflow.sinks.base import Sink
 from onceflow.sinks.outside import OutsideSink, Publication
 from onceflow.staging import file_cleanup
-from onceflow.states import BatchState, Step
 
 log = logging.getLogger("onceflow.commit")
 
@@ -102,7 +103,7 @@ def commit(dsn: str, cfg: PipelineConfig, txid: str, sink: Sink | None = None) -
             return CommitResult(
                 txid, row.seq, Outcome.ALREADY, row.records_out or 0, row.records_dead or 0
             )
-        t = PublishTarget(cfg.name, txid, row.seq, row.staged_attempt, replacing=row.republish)
+        t = Attempt(cfg.name, txid, row.seq, row.staged_attempt)
         if isinstance(sink, OutsideSink):
             out = _two_step(sink, cur, row, t)
         else:
@@ -133,16 +134,16 @@ def commit(dsn: str, cfg: PipelineConfig, txid: str, sink: Sink | None = None) -
     return CommitResult(txid, t.seq, Outcome.COMMITTED, out.records, out.dead)
 
 
-def _in_transaction(sink: Sink, cur, row: CommitRow, t: PublishTarget) -> Published:
+def _in_transaction(sink: Sink, cur, row: CommitRow, t: Attempt) -> Published:
     """Step 2 for a sink in the ledger's database: publish in the commit's transaction; a
     re-run first withdraws the txid's published output, in the same transaction."""
     if row.republish:
         sink.unpublish(cur, t)
-    records, dead = sink.publish(cur, t)
+    records, dead = sink.publish(cur, t, replacing=row.republish)
     return Published(records, dead, t.attempt, None)
 
 
-def _two_step(sink: OutsideSink, cur, row: CommitRow, t: PublishTarget) -> Published:
+def _two_step(sink: OutsideSink, cur, row: CommitRow, t: Attempt) -> Published:
     """Step 2 for a sink outside the database: the sink's own commit (if it does not hold
     the seq yet), then the dead letters, which live in the ledger's database."""
     if row.republish:
@@ -156,7 +157,7 @@ def _two_step(sink: OutsideSink, cur, row: CommitRow, t: PublishTarget) -> Publi
     return Published(publication.records, dead, publication.attempt, publication.ref or None)
 
 
-def _publish_outside(sink: OutsideSink, cur, t: PublishTarget, replace: bool) -> Publication:
+def _publish_outside(sink: OutsideSink, cur, t: Attempt, replace: bool) -> Publication:
     """Read the sink; if it records t's seq for t's attempt (an append-only sink: for any
     attempt), that publication; otherwise publish, conditional on the sink as read
     (replacing the txid's output if the sink records the seq for another attempt); read
@@ -184,7 +185,7 @@ def _publish_outside(sink: OutsideSink, cur, t: PublishTarget, replace: bool) ->
     )
 
 
-def _check_counts(sink: Sink, t: PublishTarget, row: CommitRow, out: Published) -> None:
+def _check_counts(sink: Sink, t: Attempt, row: CommitRow, out: Published) -> None:
     """Step 3: what was published is what process recorded for the staged attempt."""
     recorded = (row.records_out, row.records_dead)
     if (out.records, out.dead) == recorded:

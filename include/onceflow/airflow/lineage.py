@@ -34,7 +34,7 @@ from openlineage.client.facet_v2 import (
 )
 
 from onceflow.config.pipeline import PipelineConfig
-from onceflow.states import BatchState
+from onceflow.ledger.states import BatchState
 
 FACET = "onceflow_batch"
 SCHEMA_URL = "https://github.com/onceflow/onceflow/blob/main/docs/operating.md#lineage"
@@ -86,28 +86,13 @@ def batch_lineage(cfg: PipelineConfig, txid: str, step: str) -> Any:
 
     from onceflow.hooks.services import services
     from onceflow.ledger.db import transaction
+    from onceflow.ledger.views import batch_reads
 
     svc = services(cfg)
     with transaction(svc.ledger_dsn) as cur:
-        cur.execute(
-            "select seq, state, records_out, sink_commit from onceflow.batches"
-            " where pipeline = %s and txid = %s",
-            (cfg.name, txid),
-        )
-        row = cur.fetchone()
-        if row is None:  # the step failed before plan recorded the txid
+        batch, rows = batch_reads(cur, cfg.name, txid)
+        if batch is None:  # the step failed before plan recorded the txid
             return None
-        batch = dict(zip(("seq", "state", "records_out", "sink_commit"), row, strict=True))
-        cur.execute(
-            "select r.topic, r.partition, r.from_offset, r.until_offset, rr.records"
-            " from onceflow.ranges r join onceflow.batches b using (pipeline, txid)"
-            " left join onceflow.range_reads rr on rr.pipeline = r.pipeline"
-            "  and rr.txid = r.txid and rr.attempt = b.staged_attempt"
-            "  and rr.topic = r.topic and rr.partition = r.partition"
-            " where r.pipeline = %s and r.txid = %s order by r.topic, r.partition",
-            (cfg.name, txid),
-        )
-        rows = cur.fetchall()
         outputs = [] if step == "plan" else [_sink_dataset(cfg, svc.ledger_dsn, cur, batch, step)]
     read: dict[str, int] = {}
     for topic, _, _, _, records in rows:

@@ -12,7 +12,7 @@ import logging
 import time
 from typing import Any
 
-from onceflow.airflow.exceptions import AirflowFailException
+from onceflow.compat.airflow_exceptions import AirflowFailException
 from onceflow.config.pipelines_file import get_pipeline
 from onceflow.errors import (
     ConfigError,
@@ -30,8 +30,8 @@ from onceflow.hooks.services import services
 from onceflow.hooks.sink import sink_for
 from onceflow.kafka import broker
 from onceflow.ledger.planning import plan
+from onceflow.ledger.states import BatchState
 from onceflow.settings import Settings
-from onceflow.states import BatchState
 
 log = logging.getLogger("onceflow")
 
@@ -40,7 +40,7 @@ def maintain_task(pipeline: str, txid: str, pipelines_file: str | None = None) -
     """After commit, every `maintain_every` committed batches of a lake or append sink (seq a
     multiple of it): maintain the table (onceflow.maintenance), then prune the ledger by the
     pipeline's retention (onceflow.ledger.retention); other runs skip it."""
-    from onceflow.airflow.exceptions import AirflowSkipException
+    from onceflow.compat.airflow_exceptions import AirflowSkipException
     from onceflow.ledger.batches import get_batch
     from onceflow.ledger.retention import prune
     from onceflow.maintenance import maintain

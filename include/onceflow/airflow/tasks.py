@@ -18,11 +18,11 @@ from typing import Any
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseOperator
 
-from onceflow.airflow.exceptions import AirflowFailException
 from onceflow.airflow.plan_tasks import maintain_task, plan_task
 from onceflow.airflow.triggers import CommitReadyTrigger, describe_wait
 from onceflow.airflow.worker_env import process_conf, process_env
 from onceflow.commit import Outcome, commit
+from onceflow.compat.airflow_exceptions import AirflowFailException
 from onceflow.config.pipeline import PipelineConfig
 from onceflow.config.pipelines_file import get_pipeline
 from onceflow.errors import (

@@ -21,8 +21,8 @@ from onceflow.errors import (
     SeqRangeError,
     UnknownSeqError,
 )
+from onceflow.ledger.states import BatchState
 from onceflow.settings import Settings
-from onceflow.states import BatchState
 
 if TYPE_CHECKING:
     from onceflow.cli.airflow_api import AirflowClient

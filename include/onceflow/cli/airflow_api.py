@@ -12,7 +12,6 @@ from urllib.parse import quote
 
 import requests
 
-from onceflow.config.names import txid_problem
 from onceflow.errors import ConfigError
 from onceflow.errors.cli import (  # the client's errors, importable from here too
     AirflowConflict,
@@ -21,6 +20,7 @@ from onceflow.errors.cli import (  # the client's errors, importable from here t
     AirflowTimeout,
     RunIdError,
 )
+from onceflow.ledger.txids import txid_problem
 
 if TYPE_CHECKING:
     from onceflow.settings import Settings
@@ -29,7 +29,7 @@ FINAL_STATES = frozenset({"success", "failed"})
 
 
 def validate_run_id(run_id: str) -> str:
-    """Reject run ids that are not txids (config.names.txid_problem), saying what is allowed."""
+    """Reject run ids that are not txids (ledger.txids.txid_problem), saying what is allowed."""
     problem = txid_problem(run_id)
     if problem:
         raise RunIdError(run_id, problem)

@@ -19,7 +19,7 @@ class PipelineNotChosenError(OnceflowError):
 
 class RunIdError(OnceflowError):
     """A run id given to `onceflow trigger` (or the API client) that is no txid
-    (config.names.TXID_RE): refused before Airflow is asked to create the run."""
+    (ledger.txids.TXID_RE): refused before Airflow is asked to create the run."""
 
     def __init__(self, run_id: str, problem: str) -> None:
         self.run_id = run_id

@@ -14,7 +14,7 @@ class UnknownTxidError(OnceflowError):
 
 
 class InvalidTxidError(ConfigError):
-    """A run id that is not a txid (config.names.TXID_RE): plan refuses it before the ledger
+    """A run id that is not a txid (ledger.txids.TXID_RE): plan refuses it before the ledger
     changes, so it never holds a batch that no process could run."""
 
     def __init__(self, pipeline: str, txid: str, problem: str) -> None:
@@ -54,7 +54,7 @@ class AbandonedTxidError(OnceflowError):
 
 class IllegalTransitionError(OnceflowError):
     """A batch was asked to move between two states the protocol does not connect
-    (onceflow.states.TRANSITIONS): a bug or a hand-edited ledger, never a retry's doing."""
+    (onceflow.ledger.states.TRANSITIONS): a bug or a hand-edited ledger, never a retry's doing."""
 
     def __init__(self, pipeline: str, txid: str, state: str | None, event: str) -> None:
         self.pipeline, self.txid, self.state, self.event = pipeline, txid, state, event

@@ -12,7 +12,7 @@ from typing import Any
 from onceflow.formats.avro_columns import named_types, physical, reader_columns
 from onceflow.formats.columns import Column
 from onceflow.formats.decoder import RegistryDecoder, Undecodable
-from onceflow.formats.registry_client import RegisteredSchema
+from onceflow.ledger.registered_schema import RegisteredSchema
 
 
 class AvroDecoder(RegistryDecoder):

@@ -27,7 +27,7 @@ from typing import Any
 from onceflow.errors import ConfigError
 from onceflow.formats.columns import Column, check_names
 from onceflow.formats.protobuf_files import file_descriptor
-from onceflow.formats.registry_client import RegisteredSchema
+from onceflow.ledger.registered_schema import RegisteredSchema
 
 _WRAPPERS = {
     "google.protobuf.BoolValue": ("boolean", "boolean"),

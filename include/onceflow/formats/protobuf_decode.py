@@ -17,7 +17,7 @@ from onceflow.formats.confluent_wire import protobuf_indexes
 from onceflow.formats.decoder import RegistryDecoder, Undecodable
 from onceflow.formats.protobuf_columns import message_at, message_columns, message_type
 from onceflow.formats.protobuf_files import file_descriptor
-from onceflow.formats.registry_client import RegisteredSchema
+from onceflow.ledger.registered_schema import RegisteredSchema
 
 # (registry URL, reader schema id) -> (message class, [(column, getter)]): descriptors do not
 # pickle, so a worker builds them from the reader schema's text once

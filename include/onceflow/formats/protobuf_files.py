@@ -26,7 +26,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from onceflow.errors import ConfigError
-from onceflow.formats.registry_client import RegisteredSchema
+from onceflow.ledger.registered_schema import RegisteredSchema
 
 PROTOC_TIMEOUT_S = 60
 # the name a schema registered as text gets: a registry keeps no file name for it

@@ -25,6 +25,7 @@ from typing import Any
 from urllib.parse import quote
 
 from onceflow.errors import ConfigError, RegistryUnavailableError, SubjectNotFoundError
+from onceflow.ledger.registered_schema import RegisteredSchema
 from onceflow.net import bounded_http
 
 TIMEOUT_S = 30.0
@@ -44,48 +45,6 @@ class SchemaIdUnknown(LookupError):
 class BadReferences(ConfigError):
     """A schema's references do not resolve: a writer schema's records are poison, a reader
     schema refuses the plan."""
-
-
-@dataclass(frozen=True)
-class RegisteredSchema:
-    """A schema as the registry keeps it: its id, text, type (AVRO, PROTOBUF, JSON) and the
-    schemas it references (name, subject, version), with its subject's version when asked
-    by subject. `dependencies`: the text of every schema it needs through its references,
-    by reference name, each after those it needs itself."""
-
-    id: int
-    text: str
-    type: str = "AVRO"
-    references: tuple[tuple[str, str, int], ...] = ()
-    subject: str | None = None
-    version: int | None = None
-    dependencies: tuple[tuple[str, str], ...] = ()
-
-    @classmethod
-    def from_answer(cls, answer: dict[str, Any], schema_id: int | None = None) -> RegisteredSchema:
-        """The schema of a registry's answer; MalformedAnswer when it is not one."""
-        try:
-            return cls._from_answer(answer, schema_id)
-        except (KeyError, TypeError, ValueError, AttributeError) as e:
-            raise MalformedAnswer(f"not a schema ({type(e).__name__}: {e})") from None
-
-    @classmethod
-    def _from_answer(cls, answer: dict[str, Any], schema_id: int | None) -> RegisteredSchema:
-        refs = tuple(
-            (r["name"], r["subject"], int(r["version"])) for r in answer.get("references") or ()
-        )
-        text, kind = answer["schema"], answer.get("schemaType") or "AVRO"
-        subject, version = answer.get("subject"), answer.get("version")
-        if not isinstance(text, str) or not isinstance(kind, str):
-            raise TypeError("its schema and schemaType must be strings")
-        return cls(
-            id=int(answer["id"]) if "id" in answer else int(schema_id or 0),
-            text=text,
-            type=kind,
-            references=refs,
-            subject=subject if isinstance(subject, str) else None,
-            version=int(version) if version is not None else None,
-        )
 
 
 @dataclass(frozen=True)
@@ -184,7 +143,7 @@ class Registry:
         self, answer: dict[str, Any], what: str, schema_id: int | None = None
     ) -> RegisteredSchema:
         try:
-            return RegisteredSchema.from_answer(answer, schema_id)
+            return schema_of(answer, schema_id)
         except MalformedAnswer as e:
             raise RegistryUnavailableError(
                 f"{self.name} at {self.url} answered for {what} with {e}"
@@ -242,3 +201,29 @@ def _message(answer: bounded_http.Answer) -> str:
         return str(answer.json_object().get("message", ""))[:200]
     except bounded_http.BadAnswer:
         return answer.body[:200].decode("utf-8", "replace")
+
+
+def schema_of(answer: dict[str, Any], schema_id: int | None = None) -> RegisteredSchema:
+    """The schema of a registry's answer; MalformedAnswer when it is not one."""
+    try:
+        return _schema_of(answer, schema_id)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise MalformedAnswer(f"not a schema ({type(e).__name__}: {e})") from None
+
+
+def _schema_of(answer: dict[str, Any], schema_id: int | None) -> RegisteredSchema:
+    refs = tuple(
+        (r["name"], r["subject"], int(r["version"])) for r in answer.get("references") or ()
+    )
+    text, kind = answer["schema"], answer.get("schemaType") or "AVRO"
+    subject, version = answer.get("subject"), answer.get("version")
+    if not isinstance(text, str) or not isinstance(kind, str):
+        raise TypeError("its schema and schemaType must be strings")
+    return RegisteredSchema(
+        id=int(answer["id"]) if "id" in answer else int(schema_id or 0),
+        text=text,
+        type=kind,
+        references=refs,
+        subject=subject if isinstance(subject, str) else None,
+        version=int(version) if version is not None else None,
+    )

@@ -13,9 +13,10 @@ from typing import Any
 
 from onceflow.config.pipeline import PipelineConfig
 from onceflow.formats.frame_decoder import FrameDecoder
-from onceflow.formats.registry_client import RegisteredSchema, SchemaIdUnknown
+from onceflow.formats.registry_client import SchemaIdUnknown
 from onceflow.formats.schemas import frame_decoder
 from onceflow.ledger.decode_rows import DecodeRows, Key
+from onceflow.ledger.registered_schema import RegisteredSchema
 
 
 class KeptSchemas:

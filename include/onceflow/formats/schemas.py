@@ -8,7 +8,8 @@ from onceflow.errors import ConfigError
 from onceflow.formats.columns import Column
 from onceflow.formats.decoder import RegistryDecoder
 from onceflow.formats.frame_decoder import SINGLE_KEY, FrameDecoder
-from onceflow.formats.registry_client import RegisteredSchema, Registry
+from onceflow.formats.registry_client import Registry
+from onceflow.ledger.registered_schema import RegisteredSchema
 
 #: a registry format -> the registry's schemaType of its schemas
 SCHEMA_TYPES = {"avro": "AVRO", "protobuf": "PROTOBUF"}

@@ -20,7 +20,7 @@ def airflow_connection(conn_id: str) -> Any | None:
         from airflow.sdk import BaseHook
     except ImportError:
         return None
-    from onceflow.airflow.exceptions import AirflowNotFoundException
+    from onceflow.compat.airflow_exceptions import AirflowNotFoundException
 
     runner = sys.modules.get("airflow.sdk.execution_time.task_runner")
     if getattr(runner, "SUPERVISOR_COMMS", None) is not None:
@@ -48,7 +48,7 @@ async def airflow_connection_async(conn_id: str) -> Any | None:
         from airflow.sdk import BaseHook
     except ImportError:
         return None
-    from onceflow.airflow.exceptions import AirflowNotFoundException
+    from onceflow.compat.airflow_exceptions import AirflowNotFoundException
 
     try:
         return await BaseHook.aget_connection(conn_id)

@@ -7,13 +7,14 @@ process task hands spark-submit (the connection's registry), or the embedded sta
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from typing import Any
 
 from onceflow.config.pipeline import REGISTRY_CONN, PipelineConfig
 from onceflow.errors import ConfigError
-from onceflow.formats.registry_client import RegisteredSchema, Registry
+from onceflow.formats.reader_checks import PlannedReaderSchemas
+from onceflow.formats.registry_client import Registry
 from onceflow.hooks.connection import extra, lookup, named_by
+from onceflow.ledger.registered_schema import RegisteredSchema
 
 REGISTRY_ENV = "ONCEFLOW_REGISTRY"
 # Onceflow's own type (SchemaRegistryHook); 0.1.0 took an `http` connection, which still works
@@ -69,14 +70,14 @@ def pipeline_registry(cfg: PipelineConfig) -> Registry:
     return registry_from(conn, cid)
 
 
-def reader_schemas_of(cfg: PipelineConfig) -> Callable[[], dict[str, RegisteredSchema]] | None:
-    """What plan calls for a new txid's reader schemas (ledger.reader_schemas), by role:
+def reader_schemas_of(cfg: PipelineConfig) -> PlannedReaderSchemas | None:
+    """What plan asks for a new txid's reader schemas (ledger.reader_schemas), by role:
     "value", the subject's pinned version, else its latest; "key", its key subject's latest.
     None for a pipeline without a registry format."""
     if not cfg.uses_registry:
         return None
 
-    def resolve() -> dict[str, RegisteredSchema]:
+    def fetch() -> dict[str, RegisteredSchema]:
         registry = pipeline_registry(cfg)
         pinned = {"value": cfg.reader_schema_version}  # keys read their latest
         return {
@@ -89,4 +90,4 @@ def reader_schemas_of(cfg: PipelineConfig) -> Callable[[], dict[str, RegisteredS
             for role, (fmt, subject) in cfg.decoded_roles.items()
         }
 
-    return resolve
+    return PlannedReaderSchemas(cfg, fetch)

@@ -22,8 +22,8 @@ from kafka.errors import KafkaError, TopicAlreadyExistsError
 from onceflow.errors import OnceflowError, TopicMissingError
 from onceflow.kafka.access import ADMIN_CONF, check_access
 from onceflow.kafka.client import KafkaCluster, cluster_of
-from onceflow.kafka.range_digest import RecordPrint, record_hash
 from onceflow.ledger.log_checks import BrokerSnapshot
+from onceflow.ledger.range_digest import RecordPrint, record_hash
 
 log = logging.getLogger("onceflow.kafka.broker")
 

@@ -2,7 +2,7 @@
 
 Deliberately independent of onceflow.reader (the code it checks): a plain consumer per partition
 that counts delivered records with from_offset <= offset < until_offset. Each range's records
-are also digested as process digested what it read (onceflow.kafka.range_digest), so the audit
+are also digested as process digested what it read (onceflow.ledger.range_digest), so the audit
 compares their content, not only their number: a log replaced by another of the same length
 (a topic re-created and refilled) is found.
 
@@ -23,7 +23,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from onceflow.errors import RangeReadError
 from onceflow.kafka.client import KafkaCluster, cluster_of, watermarks
-from onceflow.kafka.range_digest import RangeRead
+from onceflow.ledger.range_digest import RangeRead
 
 
 class _Range(Protocol):

@@ -4,13 +4,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from onceflow.ledger.contracts import AlertChange
+from onceflow.ledger.states import CLOSED, BatchState
 from onceflow.ranges import TopicPartition
-from onceflow.states import CLOSED, BatchState
-
-if TYPE_CHECKING:
-    from onceflow.airflow.alert_rules import Change
 
 
 @dataclass(frozen=True)
@@ -53,7 +50,7 @@ def ledger_facts(cur, pipeline: str) -> LedgerFacts:
     )
 
 
-def record(cur, pipeline: str, change: Change) -> bool:
+def record(cur, pipeline: str, change: AlertChange) -> bool:
     """Open or close the incident of `change`; False if another watcher already did (its
     notification is that one's)."""
     if change.state == "firing":

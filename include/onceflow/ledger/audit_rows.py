@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from onceflow.states import BatchState
+from onceflow.ledger.states import BatchState
 
 
 @dataclass(frozen=True)

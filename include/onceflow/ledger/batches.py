@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from onceflow.config.pipeline import PipelineConfig
 from onceflow.errors import UnknownTxidError
+from onceflow.ledger.contracts import Pipeline, StagedOutput
 from onceflow.ledger.db import transaction
+from onceflow.ledger.states import BatchState
 from onceflow.ranges import LossEvent, OffsetRange
-from onceflow.sinks.base import Sink
-from onceflow.states import BatchState
 
 
 @dataclass(frozen=True)
@@ -22,7 +21,7 @@ class Batch:
     replayed: bool = False  # True when plan found the txid already in the ledger
 
 
-def ensure_pipeline(dsn: str, cfg: PipelineConfig, sink: Sink) -> None:
+def ensure_pipeline(dsn: str, cfg: Pipeline, sink: StagedOutput) -> None:
     """The pipeline's ledger row and its sink's tables, created if missing."""
     with transaction(dsn) as cur:
         cur.execute(
@@ -38,6 +37,15 @@ def read_ranges(cur, pipeline: str, txid: str) -> list[OffsetRange]:
         (pipeline, txid),
     )
     return [OffsetRange(*r) for r in cur.fetchall()]
+
+
+def range_epochs(cur, pipeline: str, txid: str) -> dict[tuple[str, int], int]:
+    """(topic, partition) -> epoch of the txid's ranges."""
+    cur.execute(
+        "select topic, partition, epoch from onceflow.ranges where pipeline = %s and txid = %s",
+        (pipeline, txid),
+    )
+    return {(t, p): e for t, p, e in cur.fetchall()}
 
 
 def read_losses(cur, pipeline: str, txid: str) -> list[LossEvent]:

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from onceflow.ledger.db import transaction
+from onceflow.ledger.states import BatchState
 from onceflow.ranges import TopicPartition
-from onceflow.states import BatchState
 
 
 def committed_from(

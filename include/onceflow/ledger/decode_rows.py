@@ -7,9 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from onceflow.formats.registry_client import RegisteredSchema
-from onceflow.ledger.reader_schemas import KEPT, kept_schema, writer_schemas
-from onceflow.states import BatchState
+from onceflow.ledger.reader_schemas import KEPT, RegisteredSchema, kept_schema, writer_schemas
+from onceflow.ledger.states import BatchState
 
 Key = tuple[str, str, int]  # (txid, topic, partition)
 

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 from psycopg2 import sql
 
-from onceflow.config.pipeline import PipelineConfig
 from onceflow.errors import (
     AbandonedTxidError,
     FencedAttemptError,
@@ -22,15 +21,16 @@ from onceflow.errors import (
     TransformError,
     UnknownTxidError,
 )
-from onceflow.kafka.range_digest import RangeRead
+from onceflow.ledger.attempt import Attempt
 from onceflow.ledger.batches import read_ranges
+from onceflow.ledger.contracts import Pipeline, StagedOutput
 from onceflow.ledger.db import transaction
+from onceflow.ledger.range_digest import RangeRead
 from onceflow.ledger.retention import refuse_pruned
 from onceflow.ledger.stage_jobs import drop_fenced_jobs
+from onceflow.ledger.states import BatchState, Step
 from onceflow.ledger.transitions import NOW, move
 from onceflow.ranges import OffsetRange
-from onceflow.sinks.base import PublishTarget, Sink
-from onceflow.states import BatchState, Step
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ def check_attempt(
 
 def mark_staged(
     dsn: str,
-    cfg: PipelineConfig,
+    cfg: Pipeline,
     txid: str,
     attempt: int,
     *,
@@ -106,7 +106,7 @@ def mark_staged(
     parts: int | None = None,
     records_read: int | None = None,
     reads: list[RangeRead] | None = None,
-    sink: Sink,
+    sink: StagedOutput,
 ) -> Staged:
     """Record that `attempt` staged its output, unless a newer attempt has claimed the txid.
 
@@ -131,13 +131,13 @@ def mark_staged(
     records_read is then the records read, records_out what the valid rows account for
     (what commit's publish must count), records_dead the dead letters.
 
-    `reads`: what the reader saw of each range (onceflow.kafka.range_digest), kept per attempt in
+    `reads`: what the reader saw of each range (onceflow.ledger.range_digest), kept per attempt in
     onceflow.range_reads: commit takes the published attempt's last prints into the offsets,
     `audit --reread` compares its digests with the broker's records.
     """
     with transaction(dsn) as cur:
         seq = check_attempt(cur, cfg.name, txid, attempt, lock=True)
-        staged_attempt = PublishTarget(cfg.name, txid, seq, attempt)
+        staged_attempt = Attempt(cfg.name, txid, seq, attempt)
         cur.execute(
             "select coalesce(sum(rows), 0), coalesce(sum(valid), 0), coalesce(sum(dead), 0),"
             " coalesce(sum(checksum), 0)::text, count(*) filter (where valid is null),"
@@ -188,7 +188,7 @@ def mark_staged(
 
 
 def _unaccounted(
-    cfg: PipelineConfig, txid: str, attempt: int, read: int, rows: int, valid: int, dead: int
+    cfg: Pipeline, txid: str, attempt: int, read: int, rows: int, valid: int, dead: int
 ) -> TransformError:
     """mark_staged's refusal of an attempt whose output does not account for every record."""
     where = f"in txid {txid!r}, attempt {attempt}"

@@ -1,4 +1,4 @@
-"""Is each partition's log on the broker the one the ledger read? (onceflow.kafka.log_identity)
+"""Is each partition's log on the broker the one the ledger read? (onceflow.ledger.log_identity)
 
 Plan asks before it records new ranges (verify_logs), process before it reads a txid's
 ranges (verify_topic_ids), reset-offsets to tell the operator what it found (log_lost). The
@@ -13,9 +13,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from onceflow.errors import LogIdentityError, UnprovenLogError
-from onceflow.kafka.log_identity import BrokerLog, LedgerLog, check_log
-from onceflow.kafka.range_digest import RecordPrint
 from onceflow.ledger.db import transaction
+from onceflow.ledger.log_identity import BrokerLog, LedgerLog, check_log
+from onceflow.ledger.range_digest import RecordPrint
 from onceflow.ranges import TopicPartition
 
 log = logging.getLogger("onceflow.ledger")

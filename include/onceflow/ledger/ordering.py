@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from onceflow.errors import AbandonedTxidError, CommitOrderError, NotStagedError, UnknownTxidError
 from onceflow.ledger.db import transaction
-from onceflow.states import CLOSED, BatchState
+from onceflow.ledger.states import CLOSED, BatchState
 
 # The advisory lock key of a pipeline's commits (one parameter: the pipeline's name).
 COMMIT_LOCK_KEY = "hashtextextended('onceflow.commit:' || %s, 0)"

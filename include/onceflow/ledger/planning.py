@@ -8,36 +8,34 @@ is onceflow.ranges.plan_ranges (pure); the log checks are ledger.log_checks.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
-from onceflow.config.names import txid_problem
-from onceflow.config.pipeline import PipelineConfig
 from onceflow.errors import InvalidTxidError
-from onceflow.formats.registry_client import RegisteredSchema
 from onceflow.ledger.batches import Batch, ensure_pipeline, read_batch
+from onceflow.ledger.contracts import Pipeline, ReaderSchemas, StagedOutput
 from onceflow.ledger.db import transaction
 from onceflow.ledger.frontier import last_batch, next_plan_starts
 from onceflow.ledger.log_checks import Snapshot, ledger_logs, prints_at, verify_logs
 from onceflow.ledger.reader_schemas import record_reader_schemas
 from onceflow.ledger.retention import refuse_pruned
+from onceflow.ledger.states import BatchState, Step
 from onceflow.ledger.transitions import move
+from onceflow.ledger.txids import txid_problem
 from onceflow.ranges import LossEvent, OffsetRange, RangePlan, plan_ranges
-from onceflow.sinks.base import Sink
-from onceflow.states import BatchState, Step
 
 
 def plan(
     dsn: str,
-    cfg: PipelineConfig,
+    cfg: Pipeline,
     txid: str,
     snapshot: Snapshot,
-    sink: Sink,
-    reader_schemas: Callable[[], dict[str, RegisteredSchema]] | None = None,
+    sink: StagedOutput,
+    reader_schemas: ReaderSchemas | None = None,
 ) -> Batch:
     """Plan txid: replay its recorded ranges, or snapshot the broker and record new ones,
     once every partition's log is proven the one the ledger read (verify_logs). A registry
-    format's new txid with records to read also records its reader schemas,
-    `reader_schemas()` (ledger.reader_schemas)."""
+    format's new txid with records to read also records its `reader_schemas`
+    (ledger.reader_schemas)."""
     problem = txid_problem(txid)
     if problem:  # before anything is recorded: such a batch could never be processed
         raise InvalidTxidError(cfg.name, txid, problem)
@@ -84,7 +82,7 @@ def plan(
         _record_offsets(cur, cfg.name, planned, snap.topic_ids)
         _record_ranges(cur, cfg.name, txid, planned)
         if reader_schemas is not None and any(r.size for r in planned.ranges):
-            record_reader_schemas(cur, cfg, txid, reader_schemas)
+            record_reader_schemas(cur, cfg.name, txid, reader_schemas)
         return Batch(txid, seq, BatchState.PLANNED, planned.ranges, planned.losses)
 
 

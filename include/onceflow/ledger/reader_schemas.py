@@ -3,59 +3,50 @@ reads with, recorded at plan, and the writer schemas process met, by id.
 
 Plan resolves the reader schemas (of values, and of keys in a registry format) once per txid,
 in its transaction: a retry replays the txid with the schemas it was planned with, whatever
-the registry's latest is by then. A new reader schema is checked against the previous txid's
-of its role (onceflow.formats.columns): a change the sink cannot follow refuses the plan,
-naming the subject, both versions and the field. The columns a compatible one adds reach the
-sink through schema evolution (onceflow.sinks.schema_evolution), recorded with the txid that
-first needed them.
+the registry's latest is by then. A new reader schema is admitted against the previous txid's
+of its role first (onceflow.formats.reader_checks): a change the sink cannot follow refuses
+the plan, naming the subject, both versions and the field. The columns a compatible one adds
+reach the sink through schema evolution (onceflow.sinks.schema_evolution), recorded with the
+txid that first needed them.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-from onceflow.config.pipeline import PipelineConfig
-from onceflow.errors import IncompatibleSchemaError
-from onceflow.formats.columns import incompatibility
-from onceflow.formats.registry_client import RegisteredSchema
-from onceflow.formats.schemas import check_type, reader_columns
 from onceflow.ledger.db import transaction
+from onceflow.ledger.registered_schema import RegisteredSchema
+
+if TYPE_CHECKING:
+    from onceflow.ledger.contracts import ReaderSchemas
 
 
 def record_reader_schemas(
-    cur, cfg: PipelineConfig, txid: str, resolve: Callable[[], dict[str, RegisteredSchema]]
+    cur, pipeline: str, txid: str, schemas: ReaderSchemas
 ) -> dict[str, RegisteredSchema]:
-    """Record txid's reader schemas by role ("value", "key"), `resolve`d now (txid's batch
-    row exists, in this transaction); IncompatibleSchemaError if the previous txid read a
-    role with one it cannot follow."""
-    schemas = resolve()
-    for role, schema in schemas.items():
-        fmt, subject = cfg.decoded_roles[role]
-        what = f"subject {subject!r} version {schema.version} (schema id {schema.id})"
-        check_type(fmt, schema, what)
-        new_columns = reader_columns(schema, what, role)  # refused here if it cannot be read
+    """Record txid's reader schemas by role ("value", "key"), resolved now (txid's batch row
+    exists, in this transaction), each admitted against the one the previous txid read its
+    role with (`schemas.admit` raises IncompatibleSchemaError for one it cannot follow)."""
+    resolved = schemas.resolve()
+    for role, schema in resolved.items():
         cur.execute(
-            f"select {KEPT}, r.version from onceflow.reader_schemas r"
+            f"select {KEPT}, r.subject, r.version from onceflow.reader_schemas r"
             " join onceflow.batches b using (pipeline, txid) where r.pipeline = %s"
             " and r.role = %s and r.txid <> %s order by b.seq desc limit 1",
-            (cfg.name, role, txid),
+            (pipeline, role, txid),
         )
         row = cur.fetchone()
-        if row is not None and row[0] != schema.id:
-            old = kept_schema(row[:4], subject=subject, version=row[4])
-            why = incompatibility(reader_columns(old, f"version {row[4]}", role), new_columns)
-            if why is not None:
-                raise IncompatibleSchemaError(
-                    cfg.name, subject, row[4], schema.version or 0, why[0], why[1]
-                )
+        previous = None if row is None else kept_schema(row[:4], subject=row[4], version=row[5])
+        schemas.admit(role, schema, previous)
         cur.execute(
             "insert into onceflow.reader_schemas (pipeline, txid, role, subject, version,"
             " schema_id, schema_type, schema, dependencies)"
             " values (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
-            (cfg.name, txid, role, subject, schema.version, *_kept_values(schema)),
+            (pipeline, txid, role, schema.subject, schema.version, *_kept_values(schema)),
         )
-    return schemas
+    return resolved
 
 
 # the columns a schema is kept in, in both tables, and how it is read back

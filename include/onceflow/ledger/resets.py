@@ -15,10 +15,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from onceflow.config.pipeline import PipelineConfig
 from onceflow.errors import ResetRefusedError
-from onceflow.kafka.log_identity import LedgerLog
 from onceflow.ledger.batches import read_ranges
+from onceflow.ledger.contracts import Pipeline
 from onceflow.ledger.db import transaction
 from onceflow.ledger.log_checks import (
     BrokerSnapshot,
@@ -27,10 +26,11 @@ from onceflow.ledger.log_checks import (
     log_lost,
     prints_at,
 )
+from onceflow.ledger.log_identity import LedgerLog
 from onceflow.ledger.ordering import lock_commits
+from onceflow.ledger.states import CLOSED, BatchState, Step
 from onceflow.ledger.transitions import move
 from onceflow.ranges import TopicPartition, starting_offset
-from onceflow.states import CLOSED, BatchState, Step
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class Reset:
 
 def reset_offsets(
     dsn: str,
-    cfg: PipelineConfig,
+    cfg: Pipeline,
     snapshot: Snapshot,
     *,
     to: str = "earliest",

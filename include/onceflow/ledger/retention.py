@@ -27,11 +27,11 @@ import logging
 import time
 from dataclasses import asdict, dataclass
 
-from onceflow.config.pipeline import PipelineConfig
 from onceflow.errors import PrunedTxidError
+from onceflow.ledger.contracts import Pipeline
 from onceflow.ledger.db import transaction
 from onceflow.ledger.ordering import lock_commits
-from onceflow.states import BatchState
+from onceflow.ledger.states import BatchState
 
 log = logging.getLogger("onceflow.ledger")
 
@@ -53,7 +53,7 @@ class PruneReport:
         return asdict(self)
 
 
-def boundary(cur, cfg: PipelineConfig) -> int | None:
+def boundary(cur, cfg: Pipeline) -> int | None:
     """The lowest seq retention keeps (the module's rule), None for a pipeline with no batch."""
     cur.execute("select min(seq), max(seq) from onceflow.batches where pipeline = %s", (cfg.name,))
     lowest, highest = cur.fetchone()
@@ -85,7 +85,7 @@ def boundary(cur, cfg: PipelineConfig) -> int | None:
     return bound if open_seq is None else min(bound, open_seq)
 
 
-def prune(dsn: str, cfg: PipelineConfig, dry_run: bool = False) -> PruneReport:
+def prune(dsn: str, cfg: Pipeline, dry_run: bool = False) -> PruneReport:
     """Prune the pipeline's ledger by its retention (the module's rule), under its commit
     lock; with `dry_run`, count what it would delete and delete nothing."""
     started = time.monotonic()
@@ -132,7 +132,7 @@ def prune(dsn: str, cfg: PipelineConfig, dry_run: bool = False) -> PruneReport:
     return report
 
 
-def _prune_dead_letters(cur, cfg: PipelineConfig) -> int:
+def _prune_dead_letters(cur, cfg: Pipeline) -> int:
     """Delete the published dead letters of batches committed more than the pipeline's
     `dead_letters_retain_days` ago, marking those batches; how many were deleted."""
     days = cfg.retention.dead_letter_days

@@ -33,9 +33,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from onceflow.kafka.range_digest import RangeRead
 from onceflow.ledger.db import transaction
-from onceflow.states import BatchState
+from onceflow.ledger.range_digest import RangeRead
+from onceflow.ledger.states import BatchState
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Every change of a batch's state, through one function that knows the legal steps.
 
-The state machine itself is onceflow.states.TRANSITIONS; `move` applies it inside the
+The state machine itself is onceflow.ledger.states.TRANSITIONS; `move` applies it inside the
 caller's transaction, with the batch's row locked, so that two steps of one txid (a claim
 and a commit, a reset and a stage) are serialised by PostgreSQL and each sees the other's
 outcome. A step the machine does not have is refused, naming the state and the step.
@@ -14,7 +14,7 @@ from typing import Any
 from psycopg2 import sql
 
 from onceflow.errors import AbandonedTxidError, IllegalTransitionError, UnknownTxidError
-from onceflow.states import TRANSITIONS, BatchState, Step
+from onceflow.ledger.states import TRANSITIONS, BatchState, Step
 
 #: a column value that is SQL rather than a parameter (`attempt + 1`, `now()`)
 NOW = sql.SQL("now()")

@@ -11,8 +11,8 @@ from typing import Any
 from onceflow.errors import UnknownTxidError
 from onceflow.ledger.db import transaction
 from onceflow.ledger.ordering import commit_blocker
+from onceflow.ledger.states import BatchState
 from onceflow.ranges import TopicPartition
-from onceflow.states import BatchState
 
 
 def _dicts(cur) -> list[dict[str, Any]]:
@@ -176,7 +176,7 @@ def shown_state(batch: Mapping[str, Any]) -> str:
     `processing` whose newest process attempt failed (last_error set, and no newer attempt
     claimed the txid since: a claim clears it), else the ledger's state. Only the display
     says failed: the ledger keeps `processing`, the state a retry or a cleared run goes on
-    from (onceflow.states)."""
+    from (onceflow.ledger.states)."""
     state, attempt, error = batch["state"], batch["attempt"], batch.get("last_error")
     if state != BatchState.PROCESSING or not error:
         return str(state)
@@ -360,3 +360,28 @@ def summary(dsn: str, pipeline: str) -> dict[str, Any]:
         "records_dead": dead,
         "last_committed": last[0] if last else None,
     }
+
+
+def batch_reads(cur, pipeline: str, txid: str) -> tuple[dict | None, list[tuple]]:
+    """txid's batch (seq, state, records_out, sink_commit; None if plan never recorded it)
+    and its ranges, each with the records its staged attempt read of it (topic, partition,
+    from_offset, until_offset, records): what lineage reports of a batch."""
+    cur.execute(
+        "select seq, state, records_out, sink_commit from onceflow.batches"
+        " where pipeline = %s and txid = %s",
+        (pipeline, txid),
+    )
+    row = cur.fetchone()
+    if row is None:
+        return None, []
+    cur.execute(
+        "select r.topic, r.partition, r.from_offset, r.until_offset, rr.records"
+        " from onceflow.ranges r join onceflow.batches b using (pipeline, txid)"
+        " left join onceflow.range_reads rr on rr.pipeline = r.pipeline"
+        "  and rr.txid = r.txid and rr.attempt = b.staged_attempt"
+        "  and rr.topic = r.topic and rr.partition = r.partition"
+        " where r.pipeline = %s and r.txid = %s order by r.topic, r.partition",
+        (pipeline, txid),
+    )
+    batch = dict(zip(("seq", "state", "records_out", "sink_commit"), row, strict=True))
+    return batch, cur.fetchall()

@@ -1,4 +1,4 @@
--- Which log the ledger read (onceflow.kafka.log_identity): an end offset above the ledger's proves
+-- Which log the ledger read (onceflow.ledger.log_identity): an end offset above the ledger's proves
 -- nothing about identity, so a topic deleted, re-created and refilled past the committed
 -- offset would otherwise be read from the middle, its head skipped without a word.
 
@@ -11,7 +11,7 @@ alter table onceflow.offsets
     add column print_hash text;
 
 -- What each process attempt read of each range: the records, the digest of their content per
--- aligned chunk of offsets ([[chunk, sum], ...]: onceflow.kafka.range_digest) and the print of the
+-- aligned chunk of offsets ([[chunk, sum], ...]: onceflow.ledger.range_digest) and the print of the
 -- last data record. Commit takes the published attempt's print; `audit --reread` compares the
 -- digest with what the broker holds now.
 create table onceflow.range_reads (

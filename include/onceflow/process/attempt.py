@@ -22,15 +22,15 @@ from onceflow import failpoints
 from onceflow.config.pipeline import PipelineConfig
 from onceflow.errors import LogIdentityError
 from onceflow.kafka import broker
+from onceflow.ledger.attempt import Attempt
 from onceflow.ledger.batches import record_error
 from onceflow.ledger.fencing import Staged, claim_attempt, mark_staged
 from onceflow.ledger.log_checks import verify_topic_ids
-from onceflow.process.attempt_spec import Attempt
+from onceflow.ledger.states import BatchState
 from onceflow.process.decoding import keep_writer_schemas
 from onceflow.process.session import SparkSource, run_stage_attempt
 from onceflow.process.stage_job import StageInputs
 from onceflow.ranges import OffsetRange
-from onceflow.states import BatchState
 
 log = logging.getLogger("onceflow.process")
 

@@ -1,10 +1,9 @@
-"""An attempt's spec: which attempt it is, and how its stage job reads and runs.
+"""How an attempt's stage job reads and runs (its identity is the ledger's:
+onceflow.ledger.attempt.Attempt).
 
-`Attempt` is the attempt's identity once the ledger claimed it: every stage job, probe and
-ledger row of the attempt is tagged with it. `JobOptions` are the job's own choices, the
-reader's among them (`ReadOptions`): the spark-submit entry parses them from its command
-line (onceflow.process.entry), the Spark Connect task takes their defaults, as the DAG's
-spark-submit does.
+`JobOptions` are the job's own choices, the reader's among them (`ReadOptions`): the
+spark-submit entry parses them from its command line (onceflow.process.entry), the Spark
+Connect task takes their defaults, as the DAG's spark-submit does.
 
 Plain values only (no Spark, no Kafka client): the entry imports them before it checks
 its arguments.
@@ -17,17 +16,6 @@ from typing import Any, Literal
 
 Client = Literal["confluent", "kafka-python"]
 CLIENTS: tuple[Client, ...] = ("confluent", "kafka-python")
-
-
-@dataclass(frozen=True)
-class Attempt:
-    """Attempt `attempt` of process for `txid` (seq `seq`) of `pipeline`, as the ledger
-    claimed it (onceflow.ledger.fencing.claim_attempt)."""
-
-    pipeline: str
-    txid: str
-    seq: int
-    attempt: int
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ from onceflow.errors import ConfigError
 from onceflow.formats.frame_decoder import FrameDecoder
 from onceflow.formats.schemas import frame_decoder
 from onceflow.hooks.registry import pipeline_registry
-from onceflow.kafka.range_digest import RangeRead
 from onceflow.ledger.db import transaction
+from onceflow.ledger.range_digest import RangeRead
 from onceflow.ledger.reader_schemas import reader_schemas, record_writer_schemas
 from onceflow.ranges import OffsetRange
 

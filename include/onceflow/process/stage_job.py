@@ -20,11 +20,12 @@ from typing import Any
 from onceflow.config.pipeline import PipelineConfig
 from onceflow.errors import RangeReadError
 from onceflow.kafka.client import KafkaCluster
-from onceflow.kafka.range_digest import RangeRead, merge_pieces
+from onceflow.ledger.attempt import Attempt
 from onceflow.ledger.db import transaction
+from onceflow.ledger.range_digest import RangeRead, merge_pieces
 from onceflow.ledger.stage_jobs import range_reads, set_fast_stage, stage_job_rows
 from onceflow.poison import Poison
-from onceflow.process.attempt_spec import Attempt, JobOptions
+from onceflow.process.attempt_spec import JobOptions
 from onceflow.process.dead_letters import dead_letter_frame
 from onceflow.process.failures import job_refusals
 from onceflow.process.staged_output import output_fields, staged_output
@@ -32,7 +33,7 @@ from onceflow.ranges import OffsetRange
 from onceflow.reader.frame import ranges_frame
 from onceflow.reader.input_ranges import input_partitions
 from onceflow.reader.read_counts import LedgerTally
-from onceflow.sinks.base import PublishTarget, Sink
+from onceflow.sinks.base import Sink
 from onceflow.sinks.schema_evolution import Evolution
 from onceflow.staging.fast_stage import FastStage, fast_form_columns, fast_stage_frame
 from onceflow.staging.fence import PartNumbers
@@ -140,13 +141,12 @@ def stage_job(
         with job_refusals(cfg.aggregating):  # a job the transform runs while it plans
             out = load_transform(cfg.transform)(source)
         df = staged_output(out, cfg)
-        this = PublishTarget(attempt.pipeline, attempt.txid, attempt.seq, attempt.attempt)
         with transaction(dsn) as cur:  # the sink's tables follow the transform's output
             evolution = Evolution(
                 attempt.pipeline, attempt.txid, attempt.attempt, cfg.schema_evolution
             )
             bound = inputs.sink.bind_output(cur, output_fields(df), evolution)
-            bound.create_stage(cur, this)
+            bound.create_stage(cur, attempt)
         if poison:  # one more Spark partition: the dead letters' part
             dead = dead_letter_frame(spark, poison, df, kafka, **read)
             df = df.union(dead)
@@ -168,7 +168,7 @@ def stage_job(
         timings["job"] = time.monotonic() - t0
         t0 = time.monotonic()
         with transaction(dsn) as cur:  # e.g. the attempt table's indexes, so commit builds none
-            bound.seal_stage(cur, this)
+            bound.seal_stage(cur, attempt)
         timings["seal"] = time.monotonic() - t0
         if cfg.aggregating:
             # each output partition staged one part; with adaptive execution on (a pipeline's

@@ -17,7 +17,7 @@ from typing import Any
 
 from onceflow.kafka.client import KafkaCluster
 from onceflow.kafka.options import check_client_options
-from onceflow.kafka.range_digest import RangeRead
+from onceflow.ledger.range_digest import RangeRead
 from onceflow.ranges import OffsetRange
 from onceflow.reader.librdkafka_fetch import read_together
 from onceflow.reader.range_end import DEFAULT_TIMEOUT_S
@@ -33,7 +33,7 @@ class RangeReadFn:
     each), piece after piece.
 
     With `tally` (onceflow.reader.read_counts), what it handed on of range k (records, key
-    and value bytes) and what it read of it (onceflow.kafka.range_digest.RangeRead: the records'
+    and value bytes) and what it read of it (onceflow.ledger.range_digest.RangeRead: the records'
     digest and the last one's print) are recorded there once it read the range to its end:
     the records read, counted apart from the transform (process checks records read = rows
     + dead letters with them, ledger.fencing.mark_staged). With `skip`, the (topic,

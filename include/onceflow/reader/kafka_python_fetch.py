@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from onceflow.kafka.client import KafkaCluster, cluster_of
-from onceflow.kafka.range_digest import RangeRead
+from onceflow.ledger.range_digest import RangeRead
 from onceflow.ranges import OffsetRange
 from onceflow.reader.range_end import EOF_GRACE_S, range_failure
 from onceflow.reader.record_batches import BATCH_BYTES, RecordBatcher

@@ -19,7 +19,7 @@ from typing import Any
 
 from onceflow.kafka.client import KafkaCluster
 from onceflow.kafka.options import range_consumer_conf
-from onceflow.kafka.range_digest import RangeRead
+from onceflow.ledger.range_digest import RangeRead
 from onceflow.ranges import OffsetRange
 from onceflow.reader.range_end import EOF_GRACE_S, range_failure
 from onceflow.reader.record_batches import BATCH_BYTES, RecordBatcher

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from onceflow.kafka.client import KafkaCluster
-from onceflow.kafka.range_digest import RangeRead
+from onceflow.ledger.range_digest import RangeRead
 from onceflow.ranges import OffsetRange
 from onceflow.reader.kafka_python_fetch import read_kafka_python
 from onceflow.reader.librdkafka_fetch import read_confluent

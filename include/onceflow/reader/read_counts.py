@@ -1,7 +1,7 @@
 """The records a stage job read, counted apart from the transform: what the ledger checks.
 
 Process records per attempt the records its reader handed on, their key and value bytes,
-and what it read of each input range (onceflow.kafka.range_digest.RangeRead), and the ledger
+and what it read of each input range (onceflow.ledger.range_digest.RangeRead), and the ledger
 refuses an attempt whose rows + dead letters do not account for the records read
 (ledger.fencing.mark_staged). The reader's Python worker counts input range k as its batches
 pass, and records the counts in the ledger once it handed on the range's last batch
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from onceflow.kafka.range_digest import RangeRead
+from onceflow.ledger.range_digest import RangeRead
 from onceflow.ledger.stage_jobs import InputRangeRead, StageJobRef, record_range_read
 from onceflow.spark.arrow_columns import value_lengths
 

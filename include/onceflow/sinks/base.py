@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING, Any
 from psycopg2 import sql
 
 from onceflow.errors import RerunRefusedError
+from onceflow.ledger import published
+from onceflow.ledger.attempt import Attempt, StagedCounts
 
 if TYPE_CHECKING:
     from onceflow.config.pipeline import PipelineConfig
@@ -41,20 +43,6 @@ from onceflow.sinks.schema_evolution import Evolution
 
 # The columns that tag every staged row: whose output it is, and which part fence claims it.
 TAG_COLUMNS = ("txid", "attempt", "part")
-
-
-@dataclass(frozen=True)
-class PublishTarget:
-    """The txid being published and the attempt whose staged output it publishes (also what
-    the stage is asked about one attempt: has_staged, staged_counts, drop_staged)."""
-
-    pipeline: str
-    txid: str
-    seq: int
-    attempt: int
-    # commit replaces the txid's published output (a re-run by run id): newer seqs may be
-    # published already
-    replacing: bool = False
 
 
 @dataclass(frozen=True)
@@ -71,14 +59,6 @@ class FileStage:
     partitioner: Any = None
     # how the files are reached (sinks.lake.storage.Storage; None: pyarrow's defaults)
     storage: Any = None
-
-
-@dataclass(frozen=True)
-class StagedCounts:
-    records: int  # staged rows
-    valid: int  # source records the valid rows account for (Sink._valid_records)
-    dead: int
-    checksum: str  # exact sum of the rows' row_hash, as text (order-independent)
 
 
 class Sink(ABC):
@@ -155,12 +135,12 @@ class Sink(ABC):
         they go to the stage table or to data files."""
         return None
 
-    def create_stage(self, cur, t: PublishTarget) -> None:  # noqa: B027 (a hook)
+    def create_stage(self, cur, t: Attempt) -> None:  # noqa: B027 (a hook)
         """process, once bound to the output (bind_output), before any part: create what
         attempt t.attempt stages into besides the stage table (its attempt_table); nothing
         for most sinks."""
 
-    def seal_stage(self, cur, t: PublishTarget) -> None:  # noqa: B027 (a hook)
+    def seal_stage(self, cur, t: Attempt) -> None:  # noqa: B027 (a hook)
         """process, once every part is staged, before the attempt is marked staged: make its
         stage ready for a publish that copies nothing (the attempt_table's indexes)."""
 
@@ -169,7 +149,7 @@ class Sink(ABC):
             sql.Identifier(self.schema), sql.Identifier(self.stage_table)
         )
 
-    def has_staged(self, cur, t: PublishTarget) -> bool:
+    def has_staged(self, cur, t: Attempt) -> bool:
         """Whether any row of attempt t.attempt is in the stage table (a probe, not a count)."""
         cur.execute(
             sql.SQL("select exists (select 1 from {} where txid = %s and attempt = %s)").format(
@@ -185,7 +165,7 @@ class Sink(ABC):
         valid row (a record-wise transform's)."""
         return sql.SQL("count(*) filter (where s.error is null)")
 
-    def staged_counts(self, cur, t: PublishTarget) -> StagedCounts:
+    def staged_counts(self, cur, t: Attempt) -> StagedCounts:
         """One attempt's staged output counted in the table (process records the same from
         the part fence rows without this scan: ledger.fencing.mark_staged); the checksum is the
         exact sum of row_hash, so two attempts over the same ranges give the same one."""
@@ -200,71 +180,20 @@ class Sink(ABC):
         n, valid, dead, checksum = cur.fetchone()
         return StagedCounts(int(n), int(valid), int(dead), checksum)
 
-    def drop_staged(self, cur, t: PublishTarget) -> None:
+    def drop_staged(self, cur, t: Attempt) -> None:
         """Drop what the txid's attempts up to t.attempt staged (commit, once published)."""
         cur.execute(
             sql.SQL("delete from {} where txid = %s and attempt <= %s").format(self._stage()),
             (t.txid, t.attempt),
         )
 
-    def publish_dead_letters(self, cur, t: PublishTarget) -> int:
+    def publish_dead_letters(self, cur, t: Attempt) -> int:
         """The attempt's refused records into onceflow.dead_letters; returns how many."""
-        cur.execute(
-            sql.SQL(
-                """
-                insert into onceflow.dead_letters
-                    (pipeline, txid, topic, partition, epoch, "offset", reason, key, value)
-                select r.pipeline, s.txid, s.topic, s.partition, r.epoch, s."offset", s.error,
-                       s.key, s.value
-                from {stage} s
-                join onceflow.ranges r on r.pipeline = %s and r.txid = s.txid
-                     and r.topic = s.topic and r.partition = s.partition
-                where s.txid = %s and s.attempt = %s and s.error is not null
-                """
-            ).format(stage=self._stage()),
-            (t.pipeline, t.txid, t.attempt),
-        )
-        return cur.rowcount
+        return published.publish_dead_letters(cur, t, self._stage())
 
     @staticmethod
-    def count_outside_ranges(cur, pipeline: str, records: sql.Composable | None) -> int:
-        """How many of the pipeline's dead letters, and of the published rows of `records` (a
-        table with txid, topic, partition, epoch and offset; None for a sink whose rows carry
-        no coordinates), lie outside their txid's ranges: the audit's placement rule. A
-        pruned txid's rows are not placed: its ranges are gone (onceflow.ledger.retention)."""
-        published = (
-            sql.SQL("")
-            if records is None
-            else sql.SQL(
-                'select txid, topic, partition, epoch, "offset" from {} union all '
-            ).format(records)
-        )
-        cur.execute(
-            sql.SQL(
-                """
-                select count(*) from (
-                    {published}
-                    select txid, topic, partition, epoch, "offset" from onceflow.dead_letters
-                    where pipeline = %s
-                ) o
-                where not exists (
-                    select 1 from onceflow.ranges r where r.pipeline = %s and r.txid = o.txid
-                      and r.topic = o.topic and r.partition = o.partition and r.epoch = o.epoch
-                      and o."offset" >= r.from_offset and o."offset" < r.until_offset)
-                  and o.txid not in (select txid from onceflow.batches
-                      where pipeline = %s and pruned_at is not null)
-                """
-            ).format(published=published),
-            (pipeline, pipeline, pipeline),
-        )
-        return cur.fetchone()[0]
-
-    @staticmethod
-    def unpublish_dead_letters(cur, t: PublishTarget) -> None:
-        cur.execute(
-            "delete from onceflow.dead_letters where pipeline = %s and txid = %s",
-            (t.pipeline, t.txid),
-        )
+    def unpublish_dead_letters(cur, t: Attempt) -> None:
+        published.unpublish_dead_letters(cur, t)
 
     def asset_uri(self, pipeline: PipelineConfig) -> str:
         """The URI of the Airflow Asset of what the sink publishes, from the pipelines file
@@ -288,12 +217,14 @@ class Sink(ABC):
         """Create the sink's stage and published tables if missing."""
 
     @abstractmethod
-    def publish(self, cur, t: PublishTarget) -> tuple[int, int]:
-        """Publish the attempt's staged output inside the commit transaction;
-        returns (rows published, dead letters published)."""
+    def publish(self, cur, t: Attempt, replacing: bool) -> tuple[int, int]:
+        """Publish the attempt's staged output inside the commit transaction, `replacing`
+        the txid's published output (a re-run by run id: newer seqs may be published
+        already, and unpublish withdrew the txid's own first); returns (rows published,
+        dead letters published)."""
 
     @abstractmethod
-    def unpublish(self, cur, t: PublishTarget) -> None:
+    def unpublish(self, cur, t: Attempt) -> None:
         """Remove the txid's published output (before a re-processed attempt replaces it)."""
 
     # -- what the audit reads -------------------------------------------------------------

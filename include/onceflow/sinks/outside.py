@@ -15,8 +15,9 @@ from typing import Any
 
 from psycopg2 import sql
 
-from onceflow.sinks.base import PublishTarget, Sink
-from onceflow.states import BatchState
+from onceflow.ledger import published
+from onceflow.ledger.attempt import Attempt
+from onceflow.sinks.base import Sink
 
 
 @dataclass(frozen=True)
@@ -63,30 +64,28 @@ class OutsideSink(Sink):
     (onceflow.commit), so `publish` and `unpublish` inside it do not exist; dead
     letters are still the ledger's and published in its transaction."""
 
-    def publish(self, cur, t: PublishTarget) -> tuple[int, int]:
+    def publish(self, cur, t: Attempt, replacing: bool) -> tuple[int, int]:
         raise TypeError(
             f"sink {self.schema}.{self.table} is outside the ledger's database: it publishes "
             "in two steps (onceflow.commit), not inside the commit transaction"
         )
 
-    def unpublish(self, cur, t: PublishTarget) -> None:
-        self.publish(cur, t)  # the same refusal
+    def unpublish(self, cur, t: Attempt) -> None:
+        self.publish(cur, t, replacing=True)  # the same refusal
 
     @abstractmethod
-    def read(self, cur, t: PublishTarget) -> SinkReading:
+    def read(self, cur, t: Attempt) -> SinkReading:
         """Step 1's read: the newest publication the sink records for t's pipeline and seq,
         and the sink's state it was read at. `cur` is a cursor on the ledger's database."""
 
     @abstractmethod
-    def publish_outside(
-        self, cur, t: PublishTarget, reading: SinkReading, replace: bool
-    ) -> Publication:
+    def publish_outside(self, cur, t: Attempt, reading: SinkReading, replace: bool) -> Publication:
         """Step 1's write: make attempt t.attempt's staged output visible in ONE atomic
         commit of the sink that records t's pipeline, txid, seq and attempt, and with
         `replace` removes the txid's earlier output in the same commit; conditional on the
         sink being as `reading` found it (SinkMovedError otherwise, nothing published)."""
 
-    def record_published(self, cur, t: PublishTarget) -> None:
+    def record_published(self, cur, t: Attempt) -> None:
         """Step 2, in the ledger's transaction: what the ledger keeps of the publication
         (a lake upsert or merge table: the txid's versions, sinks.lake.versions); nothing
         for most sinks."""
@@ -120,38 +119,21 @@ class OutsideSink(Sink):
 
     def published_and_dead(self, cur, pipeline: str, limit: int = 100) -> list[tuple]:
         self.load_audit_rows(cur)
-        cur.execute(
-            f'select o.topic, o.partition, o."offset" from {self._ROWS} o'
-            " join onceflow.dead_letters d on d.pipeline = %s and d.topic = o.topic"
-            ' and d.partition = o.partition and d.epoch = o.epoch and d."offset" = o."offset"'
-            " limit %s",
-            (pipeline, limit),
-        )
-        return cur.fetchall()
+        return published.published_and_dead(cur, pipeline, sql.Identifier(self._ROWS), limit)
 
     def outside_ranges(self, cur, pipeline: str) -> int:
         self.load_audit_rows(cur)
-        return self.count_outside_ranges(cur, pipeline, sql.Identifier(self._ROWS))
+        return published.count_outside_ranges(cur, pipeline, sql.Identifier(self._ROWS))
 
     # -- audit: the sink's own record of each publication against the ledger --------------
-
-    @staticmethod
-    def committed_batches(cur, pipeline: str) -> dict[int, tuple[str, int, int | None]]:
-        """seq -> (txid, published attempt, records out) of the pipeline's committed batches:
-        what the sink's own record of each commit (a snapshot, a marker) must repeat."""
-        cur.execute(
-            "select seq, txid, published_attempt, records_out from onceflow.batches"
-            " where pipeline = %s and state = %s",
-            (pipeline, BatchState.COMMITTED),
-        )
-        return {seq: (txid, attempt, n) for seq, txid, attempt, n in cur.fetchall()}
 
     @staticmethod
     def disagreement(
         said: str, p: Publication, adds: str, ledger: tuple[str, int, int | None]
     ) -> str | None:
         """The violation when publication `p` (`said`: which one, of which seq) records
-        another txid, attempt or count than the ledger committed (committed_batches: `ledger`),
+        another txid, attempt or count than the ledger committed (ledger.published's
+        committed_batches: `ledger`),
         `adds` saying how it holds its records; None when they agree."""
         txid, attempt, n = ledger
         if (p.txid, p.attempt, p.records) == (txid, attempt, n or 0):

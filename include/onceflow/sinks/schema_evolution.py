@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from onceflow.errors import SinkSchemaError, UnknownTxidError
+from onceflow.ledger.published import record_schema_change
 
 log = logging.getLogger("onceflow.sinks.schema_evolution")
 
@@ -180,22 +181,10 @@ def record(
     so in process's log."""
     added = list(added)
     for a in added:
-        cur.execute(
-            "insert into onceflow.schema_changes (pipeline, txid, seq, attempt, catalog,"
-            " sink_table, column_name, column_type)"
-            " select pipeline, txid, seq, %s, %s, %s, %s, %s from onceflow.batches"
-            " where pipeline = %s and txid = %s",
-            (
-                evolution.attempt,
-                catalog,
-                a.table,
-                a.column,
-                a.type,
-                evolution.pipeline,
-                evolution.txid,
-            ),
-        )
-        if cur.rowcount != 1:
+        e = evolution
+        if not record_schema_change(
+            cur, e.pipeline, e.txid, e.attempt, catalog, (a.table, a.column, a.type)
+        ):
             raise UnknownTxidError(
                 evolution.pipeline, evolution.txid, f"its schema change of {a.table} is undone"
             )

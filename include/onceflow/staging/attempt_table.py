@@ -22,9 +22,10 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from onceflow.errors.transform import StageColumnsError
+from onceflow.ledger.batches import range_epochs
 from onceflow.spark.arrow_columns import bool_array, fixed_array, string_repeat
 from onceflow.staging.checksum import HASH_COLUMN
-from onceflow.staging.epochs import epoch_column, range_epochs
+from onceflow.staging.epochs import epoch_column
 from onceflow.staging.fence import StageCommitMessage, claimed_part, record_part
 from onceflow.staging.file_stage import DEAD_COLUMNS, PartCounts, dead_letters
 from onceflow.staging.table_stage import ChunkStream, copy_rows, csv_rows

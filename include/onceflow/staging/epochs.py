@@ -2,7 +2,8 @@
 
 A published row carries the epoch of its range (onceflow.ledger.log_checks: which life of a
 re-created topic it was read from), which the ranges hold and the reader's rows do not: the
-backends that write published rows in process (a data file, an attempt table) fill it in.
+backends that write published rows in process (a data file, an attempt table) fill it in,
+from ledger.batches.range_epochs.
 """
 
 from __future__ import annotations
@@ -10,15 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 from onceflow.spark.arrow_columns import fixed_array, fixed_values
-
-
-def range_epochs(cur: Any, pipeline: str, txid: str) -> dict[tuple[str, int], int]:
-    """(topic, partition) -> epoch of the txid's ranges."""
-    cur.execute(
-        "select topic, partition, epoch from onceflow.ranges where pipeline = %s and txid = %s",
-        (pipeline, txid),
-    )
-    return {(t, p): e for t, p, e in cur.fetchall()}
 
 
 def epoch_column(rows: Any, epochs: dict[tuple[str, int], int]) -> Any:

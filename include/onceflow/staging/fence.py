@@ -48,6 +48,7 @@ from typing import Any
 
 from onceflow import failpoints
 from onceflow.errors import AbandonedTxidError, FencedAttemptError
+from onceflow.ledger import stage_parts
 from onceflow.staging.target import StageTarget
 from onceflow.staging.task_errors import for_driver
 
@@ -101,13 +102,7 @@ def claimed_part(target: StageTarget, part: int) -> Iterator[Any]:
                 check_attempt(cur, t.pipeline, t.txid, t.attempt, context=f"stage of part {part}: ")
             except (FencedAttemptError, AbandonedTxidError) as e:
                 raise for_driver(e) from None  # Spark hands the driver only its text
-            # Blocks while another task attempt holds the claim, then sees its outcome.
-            cur.execute(
-                "insert into onceflow.stage_parts (pipeline, txid, attempt, part, rows)"
-                " values (%s, %s, %s, %s, 0) on conflict do nothing",
-                (t.pipeline, t.txid, t.attempt, part),
-            )
-            if cur.rowcount == 0:
+            if not stage_parts.claim_part(cur, t.pipeline, t.txid, t.attempt, part):
                 conn.rollback()
                 yield None
                 return
@@ -138,17 +133,15 @@ def record_part(
     `valid`: the records its valid rows account for, one per valid row by default. (The
     fence row's `bytes` stays NULL: process counts the bytes read in the reader.)"""
     t = target
-    cur.execute(
-        "update onceflow.stage_parts set rows = %s, valid = %s, dead = %s, checksum = %s"
-        " where pipeline = %s and txid = %s and attempt = %s and part = %s",
-        (
-            rows,
-            rows - dead if valid is None else valid,
-            dead,
-            checksum,
-            t.pipeline,
-            t.txid,
-            t.attempt,
-            part,
-        ),
+    valid = rows - dead if valid is None else valid
+    stage_parts.record_part(
+        cur,
+        t.pipeline,
+        t.txid,
+        t.attempt,
+        part,
+        rows=rows,
+        valid=valid,
+        dead=dead,
+        checksum=checksum,
     )

@@ -41,11 +41,12 @@ import uuid
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from onceflow.ledger.batches import range_epochs
 from onceflow.sinks.base import FileStage
 from onceflow.sinks.lake.storage import Storage
 from onceflow.spark.arrow_columns import bool_array, string_repeat, valid_mask
 from onceflow.staging.checksum import HASH_COLUMN, exact_sum
-from onceflow.staging.epochs import epoch_column, range_epochs
+from onceflow.staging.epochs import epoch_column
 from onceflow.staging.fence import StageCommitMessage, claimed_part, record_part
 from onceflow.staging.table_stage import copy_rows
 from onceflow.staging.target import StageTarget

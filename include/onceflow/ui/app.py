@@ -21,8 +21,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from onceflow.config.pipeline import PipelineConfig
 from onceflow.errors import ConfigError, UnknownTxidError
+from onceflow.ledger.states import BatchState
 from onceflow.settings import Settings
-from onceflow.states import BatchState
 from onceflow.ui import data, html, metrics
 from onceflow.ui.batch_detail import batch_page
 from onceflow.ui.links import Links

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from onceflow.ledger.states import BatchState
 from onceflow.sinks import schema_evolution
-from onceflow.states import BatchState
 from onceflow.ui.html import a, badge, e, layout, mono, num, secs, state_badge, table, when
 from onceflow.ui.links import Links
 

@@ -23,8 +23,8 @@ from onceflow.kafka import broker
 from onceflow.kafka.client import KafkaCluster
 from onceflow.ledger import views
 from onceflow.ledger.ordering import blocking_predecessor
+from onceflow.ledger.states import CLOSED, BatchState
 from onceflow.settings import Settings
-from onceflow.states import CLOSED, BatchState
 
 BROKER_TIMEOUT = 3.0  # seconds a page waits for end offsets before showing "unavailable"
 BROKER_CACHE_SECONDS = 2.0

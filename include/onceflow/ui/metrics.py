@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from onceflow.states import BatchState
+from onceflow.ledger.states import BatchState
 
 PHASES = ("plan", "process", "commit")
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"

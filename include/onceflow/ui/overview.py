@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from onceflow.states import BatchState
+from onceflow.ledger.states import BatchState
 from onceflow.ui.html import a, badge, e, layout, num, table
 from onceflow.ui.links import Links
 

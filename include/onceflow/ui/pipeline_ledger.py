@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote
 
+from onceflow.ledger.states import BatchState
 from onceflow.sinks import schema_evolution
-from onceflow.states import BatchState
 from onceflow.ui.charts import history_charts
 from onceflow.ui.html import a, breakable_id, e, layout, mono, num, state_badge, table, when
 from onceflow.ui.links import Links

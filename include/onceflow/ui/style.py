@@ -4,7 +4,7 @@ links into Airflow's UI outside the iframe Airflow shows plugin views in."""
 
 from __future__ import annotations
 
-from onceflow.states import BatchState
+from onceflow.ledger.states import BatchState
 
 # a badge per batch state (class s-<state>); a state without a style keeps the grey badge
 STATE_STYLE = {

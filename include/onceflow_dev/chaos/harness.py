@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from onceflow.config.pipeline import PipelineConfig
+from onceflow.ledger.states import BatchState
 from onceflow.sinks.kafka.sink import KafkaSink
 from onceflow.sinks.outside import OutsideSink
-from onceflow.states import BatchState
 
 from onceflow_dev.chaos.config import (
     PARTITIONS,

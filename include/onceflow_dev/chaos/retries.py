@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from onceflow.states import BatchState
+from onceflow.ledger.states import BatchState
 
 if TYPE_CHECKING:
     from onceflow_dev.chaos.harness import Harness

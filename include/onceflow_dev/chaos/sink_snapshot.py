@@ -11,10 +11,10 @@ from typing import Any
 from onceflow.config.pipeline import PipelineConfig
 from onceflow.config.sink import RESERVED_COLUMNS
 from onceflow.config.times import iso_datetime
+from onceflow.ledger.states import BatchState
 from onceflow.sinks.delta.sink import DeltaSink
 from onceflow.sinks.iceberg.sink import IcebergSink
 from onceflow.sinks.kafka.sink import KafkaSink
-from onceflow.states import BatchState
 
 from onceflow_dev.chaos.truth.records import CommittedRange, SinkRecord
 from onceflow_dev.chaos.truth.topic import TopicMarker

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from onceflow.errors import LakeFileOutsideTableError, SinkMovedError, SinkSchemaError
-from onceflow.sinks.base import PublishTarget
+from onceflow.ledger.attempt import Attempt
 from onceflow.sinks.delta.commits import last_seq, newest, publications
 from onceflow.sinks.delta.evolution import OUTPUT_COLUMNS, evolve
 from onceflow.sinks.delta.table_schema import (
@@ -138,7 +138,7 @@ class DeltaSink(LakeSink):
     def _location(self, table: Any) -> str:
         return self.location
 
-    def _newest(self, table: Any, t: PublishTarget) -> Publication | None:
+    def _newest(self, table: Any, t: Attempt) -> Publication | None:
         return newest(table, t.pipeline, t.seq, t.txid)
 
     def _partitioner(self, table: Any) -> Partitioner | None:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from onceflow.config.sink import SinkConfig
 from onceflow.errors import SinkMovedError, SinkSchemaError
-from onceflow.sinks.base import PublishTarget
+from onceflow.ledger.attempt import Attempt
 from onceflow.sinks.iceberg.catalog import fence_retries, load_table, open_catalog
 from onceflow.sinks.iceberg.data_files import data_file, live_data_files, referenced_files
 from onceflow.sinks.iceberg.evolution import OUTPUT_COLUMNS, evolve
@@ -155,7 +155,7 @@ class IcebergSink(LakeSink):
     def _location(self, table: Any) -> str:
         return table.location()
 
-    def _newest(self, table: Any, t: PublishTarget) -> Publication | None:
+    def _newest(self, table: Any, t: Attempt) -> Publication | None:
         return newest(table, t.pipeline, t.seq)
 
     def _live_files(self, table: Any) -> list[str]:

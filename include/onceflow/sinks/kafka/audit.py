@@ -15,6 +15,7 @@ from abc import abstractmethod
 
 from onceflow.errors import OnceflowError, SinkUnavailableError
 from onceflow.kafka.client import KafkaCluster
+from onceflow.ledger.published import committed_batches
 from onceflow.sinks.kafka import limits
 from onceflow.sinks.kafka.markers import Marker
 from onceflow.sinks.kafka.output_records import SEQ_HEADER, SOURCE_HEADER, TXID_HEADER, audit_row
@@ -115,7 +116,7 @@ class TopicAudit(OutsideSink):
         per_seq = dict(cur.fetchall())
         committed = {
             seq: (txid, attempt, n or 0)
-            for seq, (txid, attempt, n) in self.committed_batches(cur, pipeline).items()
+            for seq, (txid, attempt, n) in committed_batches(cur, pipeline).items()
         }
         markers: dict[int, list[Marker]] = {}
         for m in self._markers:

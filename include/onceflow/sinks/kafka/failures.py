@@ -19,7 +19,7 @@ from onceflow.errors import (
     SinkRejectedError,
     SinkUnavailableError,
 )
-from onceflow.sinks.base import PublishTarget
+from onceflow.ledger.attempt import Attempt
 from onceflow.sinks.kafka import limits
 
 log = logging.getLogger("onceflow.sinks.kafka")
@@ -32,11 +32,11 @@ def fenced(err: Any) -> bool:
     return err.fatal() and err.name() in ("_FENCED", "PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH")
 
 
-def fenced_error(where: str, err: Any, doing: str, t: PublishTarget) -> CommitterFencedError:
+def fenced_error(where: str, err: Any, doing: str, t: Attempt) -> CommitterFencedError:
     return CommitterFencedError(t.pipeline, t.txid, t.seq, where, doing, err.str())
 
 
-def too_large(where: str, source: bytes, size: int, t: PublishTarget) -> SinkRejectedError:
+def too_large(where: str, source: bytes, size: int, t: Attempt) -> SinkRejectedError:
     """A record of source `source` (its JSON) larger than the topic takes."""
     return SinkRejectedError(
         f"{where}: the record of source {source.decode()} ({size} bytes of value) "
@@ -48,7 +48,7 @@ def too_large(where: str, source: bytes, size: int, t: PublishTarget) -> SinkRej
     )
 
 
-def delivery_error(where: str, failure: tuple[Any, Any], t: PublishTarget) -> OnceflowError:
+def delivery_error(where: str, failure: tuple[Any, Any], t: Attempt) -> OnceflowError:
     """The first failed delivery, (error, message), as the commit reports it."""
     err, msg = failure
     if fenced(err):
@@ -66,7 +66,7 @@ def delivery_error(where: str, failure: tuple[Any, Any], t: PublishTarget) -> On
     )
 
 
-def transaction_error(where: str, e: Any, doing: str, t: PublishTarget) -> OnceflowError:
+def transaction_error(where: str, e: Any, doing: str, t: Attempt) -> OnceflowError:
     """A KafkaException of the transaction (begin, produce, flush, commit) as the commit
     reports it."""
     err = e.args[0]

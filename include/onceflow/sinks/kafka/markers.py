@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from onceflow.sinks.base import PublishTarget
+from onceflow.ledger.attempt import Attempt
 from onceflow.sinks.kafka import limits
 from onceflow.sinks.kafka.reading import committed_end, read_partition
 from onceflow.sinks.outside import Publication
@@ -36,7 +36,7 @@ class Marker:
         )
 
     @staticmethod
-    def value(t: PublishTarget, records: int, dead: int) -> bytes:
+    def value(t: Attempt, records: int, dead: int) -> bytes:
         return json.dumps(
             {
                 "pipeline": t.pipeline,

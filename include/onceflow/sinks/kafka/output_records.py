@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg2 import sql
 
-from onceflow.sinks.base import PublishTarget
+from onceflow.ledger.attempt import Attempt
+from onceflow.ledger.published import with_ranges
 from onceflow.sinks.kafka import limits
 
 if TYPE_CHECKING:
@@ -32,7 +33,7 @@ TXID_HEADER = "onceflow.txid"
 SEQ_HEADER = "onceflow.seq"
 
 
-def record_headers(source: bytes, t: PublishTarget) -> list[tuple[str, bytes]]:
+def record_headers(source: bytes, t: Attempt) -> list[tuple[str, bytes]]:
     """The headers of an output record of source `source` (its JSON) published by t."""
     return [
         (SOURCE_HEADER, source),
@@ -42,7 +43,7 @@ def record_headers(source: bytes, t: PublishTarget) -> list[tuple[str, bytes]]:
 
 
 def staged_records(
-    cur, staging: StageTable, key: str | None, t: PublishTarget, partitions: int
+    cur, staging: StageTable, key: str | None, t: Attempt, partitions: int
 ) -> Iterator[tuple]:
     """(source header, key, value, partition or None) of the attempt's valid rows, in
     source order, made by PostgreSQL from the stage table; `key`: the key column, if any;
@@ -56,16 +57,14 @@ def staged_records(
     named.execute(
         sql.SQL(
             'select s.topic, s.partition, r.epoch, s."offset", {key}, row_to_json(v)::text'
-            " from {stage} s join onceflow.ranges r on r.pipeline = %s and r.txid = s.txid"
-            " and r.topic = s.topic and r.partition = s.partition"
-            " cross join lateral (select {users}) v"
+            " from {source} cross join lateral (select {users}) v"
             " where s.txid = %s and s.attempt = %s and s.error is null"
             ' order by s.topic, s.partition, s."offset"'
         ).format(
             key=sql.SQL("null")
             if key is None
             else sql.SQL("s.{}::text").format(sql.Identifier(key)),
-            stage=staging._t(staging.stage_table),
+            source=with_ranges(staging._t(staging.stage_table)),
             users=sql.SQL(", ").join(sql.SQL("s.") + sql.Identifier(u) for u in users),
         ),
         (t.pipeline, t.txid, t.attempt),

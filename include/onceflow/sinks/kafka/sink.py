@@ -43,7 +43,7 @@ from onceflow import failpoints
 from onceflow.config.sink import SinkConfig
 from onceflow.errors import CommitLogAheadError, SinkUnavailableError
 from onceflow.kafka.client import KafkaCluster, cluster_of
-from onceflow.sinks.base import PublishTarget, StagedCounts
+from onceflow.ledger.attempt import Attempt, StagedCounts
 from onceflow.sinks.kafka import limits
 from onceflow.sinks.kafka.audit import TopicAudit
 from onceflow.sinks.kafka.failures import abort, delivery_error, transaction_error
@@ -148,32 +148,32 @@ class KafkaSink(TopicAudit):
         """Whether the stage table exists (no process staged anything before it does)."""
         return self._staging._stored_columns(cur) is not None
 
-    def has_staged(self, cur, t: PublishTarget) -> bool:
+    def has_staged(self, cur, t: Attempt) -> bool:
         return self._staging.has_staged(cur, t)
 
-    def staged_counts(self, cur, t: PublishTarget) -> StagedCounts:
+    def staged_counts(self, cur, t: Attempt) -> StagedCounts:
         return self._staging.staged_counts(cur, t)
 
-    def drop_staged(self, cur, t: PublishTarget) -> None:
+    def drop_staged(self, cur, t: Attempt) -> None:
         self._staging.drop_staged(cur, t)
 
-    def publish_dead_letters(self, cur, t: PublishTarget) -> int:
+    def publish_dead_letters(self, cur, t: Attempt) -> int:
         return super().publish_dead_letters(cur, t) if self._staged(cur) else 0
 
-    def _staged_records(self, cur, t: PublishTarget, partitions: int) -> Iterator[tuple]:
+    def _staged_records(self, cur, t: Attempt, partitions: int) -> Iterator[tuple]:
         """The attempt's output records, made from its valid staged rows in source order
         (sinks.kafka.output_records)."""
         key = self.cfg.key[0] if self.cfg.key else None
         return staged_records(cur, self._staging, key, t, partitions)
 
-    def _dead_count(self, cur, t: PublishTarget) -> int:
+    def _dead_count(self, cur, t: Attempt) -> int:
         if not self._staged(cur):
             return 0
         return self.staged_counts(cur, t).dead
 
     # -- step 1: read the commit log, publish in one Kafka transaction --------------------
 
-    def read(self, cur, t: PublishTarget) -> SinkReading:
+    def read(self, cur, t: Attempt) -> SinkReading:
         """Fence the pipeline's earlier producers, then read its last marker (see the module
         docstring); the producer stays open for publish_outside until released."""
         from confluent_kafka import KafkaException
@@ -207,9 +207,7 @@ class KafkaSink(TopicAudit):
             )
         return SinkReading(found, Session(producer, partitions), release=producer.close)
 
-    def publish_outside(
-        self, cur, t: PublishTarget, reading: SinkReading, replace: bool
-    ) -> Publication:
+    def publish_outside(self, cur, t: Attempt, reading: SinkReading, replace: bool) -> Publication:
         """The staged attempt's valid rows and the marker in ONE Kafka transaction, with the
         producer `read` fenced in; aborted on any failure before the commit."""
         from confluent_kafka import KafkaException

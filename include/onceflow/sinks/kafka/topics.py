@@ -16,13 +16,13 @@ from typing import Any
 
 from onceflow.config.sink import SinkConfig
 from onceflow.errors import SinkRejectedError, SinkUnavailableError
-from onceflow.sinks.base import PublishTarget
+from onceflow.ledger.attempt import Attempt
 from onceflow.sinks.kafka import limits
 
 log = logging.getLogger("onceflow.sinks.kafka")
 
 
-def ensure_topics(admin: Any, cfg: SinkConfig, where: str, t: PublishTarget) -> tuple[int, int]:
+def ensure_topics(admin: Any, cfg: SinkConfig, where: str, t: Attempt) -> tuple[int, int]:
     """The output topic's partition count and the smaller max.message.bytes of it and the
     commit log, both created if missing and allowed (SinkRejectedError if not). `where`:
     the sink, as errors name it."""

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from onceflow.kafka.client import KafkaCluster
-from onceflow.sinks.base import PublishTarget
+from onceflow.ledger.attempt import Attempt
 from onceflow.sinks.kafka import limits
 from onceflow.sinks.kafka.failures import too_large
 from onceflow.sinks.kafka.output_records import record_headers
@@ -65,7 +65,7 @@ def transactional_producer(cluster: KafkaCluster, pipeline: str, limit: int) -> 
 
 
 def produce(
-    producer: Any, topic: str, delivered: Any, record: tuple, t: PublishTarget, where: str
+    producer: Any, topic: str, delivered: Any, record: tuple, t: Attempt, where: str
 ) -> None:
     """Produce one output record (sinks.kafka.output_records.staged_records), waiting for
     room in the producer's queue; a record too large is SinkRejectedError naming its source.

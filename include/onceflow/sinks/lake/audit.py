@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from onceflow.config.sink import SinkConfig
+from onceflow.ledger.published import committed_batches, committed_ms
 from onceflow.sinks.lake import merge, upsert
 from onceflow.sinks.lake.storage import Storage
 from onceflow.sinks.lake.versions import VersionFiles, read_with_seq, schema_of
@@ -56,15 +57,6 @@ class LakeAudit(OutsideSink):
     def _history_start_ms(self, table: Any) -> int:
         """When the oldest commit the table's history still holds was made (epoch ms)."""
         raise NotImplementedError
-
-    @staticmethod
-    def _committed_ms(cur, pipeline: str, txid: str) -> int:
-        cur.execute(
-            "select (extract(epoch from committed_at) * 1000)::bigint from onceflow.batches"
-            " where pipeline = %s and txid = %s",
-            (pipeline, txid),
-        )
-        return cur.fetchone()[0]
 
     def table_schema(self, table: Any) -> Any:
         """The pyarrow schema the table's data files are written in."""
@@ -164,7 +156,7 @@ class LakeAudit(OutsideSink):
                 f"{what}: record {topic}[{partition}]@{offset} (epoch {epoch}) "
                 f"is in the table {n} times"
             )
-        committed = self.committed_batches(cur, pipeline)
+        committed = committed_batches(cur, pipeline)
         newest: dict[int, Publication] = {}
         times: dict[tuple[int, int], list[str]] = {}
         for p in self._publications(table, pipeline):
@@ -183,7 +175,7 @@ class LakeAudit(OutsideSink):
         for seq, (txid, attempt, n) in sorted(committed.items()):
             p = newest.get(seq)
             if p is None:
-                if n and self._committed_ms(cur, pipeline, txid) >= start:
+                if n and committed_ms(cur, pipeline, txid) >= start:
                     out.append(
                         f"{what}: committed seq {seq} (txid {txid!r}, {n} records) has no {commit}"
                     )

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from onceflow.sinks.base import PublishTarget
+from onceflow.ledger.attempt import Attempt
 from onceflow.sinks.outside import Publication
 
 PREFIX = "onceflow."
 
 
-def publication_summary(t: PublishTarget, records: int) -> dict[str, str]:
+def publication_summary(t: Attempt, records: int) -> dict[str, str]:
     """What the commit publishing t's `records` records of it."""
     return {
         f"{PREFIX}pipeline": t.pipeline,

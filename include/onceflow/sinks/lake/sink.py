@@ -41,7 +41,10 @@ from psycopg2 import sql
 
 from onceflow.config.sink import SinkConfig
 from onceflow.errors import LakeTableMissingError, OnceflowError, SinkUnavailableError
-from onceflow.sinks.base import FileStage, PublishTarget
+from onceflow.ledger.attempt import Attempt
+from onceflow.ledger.published import batch_states
+from onceflow.ledger.states import BatchState
+from onceflow.sinks.base import FileStage
 from onceflow.sinks.lake import compaction, merge, rewrite, upsert
 from onceflow.sinks.lake.compaction import LiveFile
 from onceflow.sinks.lake.files import attempt_dir, delete_files, files_on_storage, txid_prefix
@@ -51,7 +54,6 @@ from onceflow.sinks.lake.stage_tables import LakeStageTables
 from onceflow.sinks.lake.storage import Storage
 from onceflow.sinks.lake.versions import VersionFiles, read_files, read_with_seq, schema_of
 from onceflow.sinks.outside import Publication, SinkReading, StagedFiles
-from onceflow.states import BatchState
 from onceflow.transforms import COORDINATES
 
 
@@ -133,7 +135,7 @@ class LakeSink(LakeStageTables):
     def _location(self, table: Any) -> str:
         raise NotImplementedError
 
-    def _newest(self, table: Any, t: PublishTarget) -> Publication | None:
+    def _newest(self, table: Any, t: Attempt) -> Publication | None:
         """The newest publication of t's pipeline and seq the table records."""
         raise NotImplementedError
 
@@ -193,7 +195,7 @@ class LakeSink(LakeStageTables):
         """The table as errors name it: its kind, name and where it is."""
         return f"{self.table_kind} {self.name} (warehouse {self.warehouse})"
 
-    def read(self, cur, t: PublishTarget) -> SinkReading:
+    def read(self, cur, t: Attempt) -> SinkReading:
         """The newest publication of t's pipeline and seq, and the table it was read from
         (None: the table does not exist yet)."""
         with self._reaching(f"read its {self.commit_name}s for seq {t.seq}; nothing was published"):
@@ -202,9 +204,7 @@ class LakeSink(LakeStageTables):
                 return SinkReading(None, None)
             return SinkReading(self._newest(table, t), table, lambda: self.release_table(table))
 
-    def publish_outside(
-        self, cur, t: PublishTarget, reading: SinkReading, replace: bool
-    ) -> Publication:
+    def publish_outside(self, cur, t: Attempt, reading: SinkReading, replace: bool) -> Publication:
         """ONE commit on top of the one `reading` saw (the module says what it holds)."""
         staged = self._staged_files(cur, t.txid, t.attempt)
         table = reading.state
@@ -237,7 +237,7 @@ class LakeSink(LakeStageTables):
         return Publication(t.pipeline, t.txid, t.seq, t.attempt, records, ref)
 
     def _append_files(
-        self, table: Any, t: PublishTarget, staged: list[tuple[str, int]], replace: bool
+        self, table: Any, t: Attempt, staged: list[tuple[str, int]], replace: bool
     ) -> tuple[list[tuple[str, int]], list[str]]:
         """append: the staged files to add and, with `replace`, the txid's rows to remove:
         its live files (by their folder) removed whole, and a compacted file holding some
@@ -274,7 +274,7 @@ class LakeSink(LakeStageTables):
         self,
         cur,
         table: Any,
-        t: PublishTarget,
+        t: Attempt,
         staged: list[tuple[str, int]],
         old_attempt: int | None,
         replace: bool,
@@ -319,7 +319,7 @@ class LakeSink(LakeStageTables):
             directory, rows, schema, self._partitioner(table), self.storage
         ), touched
 
-    def record_published(self, cur, t: PublishTarget) -> None:
+    def record_published(self, cur, t: Attempt) -> None:
         """Step 2: upsert and merge keep the published attempt's files as the txid's
         versions (sinks.lake.versions)."""
         if self.cfg.mode != "append":
@@ -379,12 +379,7 @@ class LakeSink(LakeStageTables):
         pubs = list(self._publications(table, pipeline))
         if not pubs:
             return None
-        cur.execute(
-            "select txid, state, published_attempt from onceflow.batches"
-            " where pipeline = %s and txid = any(%s)",
-            (pipeline, sorted({p.txid for p in pubs})),
-        )
-        ledger = {t: (state, attempt) for t, state, attempt in cur.fetchall()}
+        ledger = batch_states(cur, pipeline, sorted({p.txid for p in pubs}))
         unsafe = [
             p.at_ms or 0
             for p in pubs

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from psycopg2 import sql
 
-from onceflow.sinks.base import PublishTarget, StagedCounts
+from onceflow.ledger.attempt import Attempt, StagedCounts
 from onceflow.sinks.lake.audit import LakeAudit
 
 
@@ -45,7 +45,7 @@ class LakeStageTables(LakeAudit):
         if self.cfg.mode != "append":
             self.versions.ensure(cur)
 
-    def has_staged(self, cur, t: PublishTarget) -> bool:
+    def has_staged(self, cur, t: Attempt) -> bool:
         cur.execute(
             sql.SQL(
                 "select exists (select 1 from {} where txid = %s and attempt = %s)"
@@ -55,7 +55,7 @@ class LakeStageTables(LakeAudit):
         )
         return cur.fetchone()[0]
 
-    def staged_counts(self, cur, t: PublishTarget) -> StagedCounts:
+    def staged_counts(self, cur, t: Attempt) -> StagedCounts:
         cur.execute(
             sql.SQL(
                 "select (select coalesce(sum(records), 0) from {files} where txid = %s and attempt = %s),"
@@ -69,7 +69,7 @@ class LakeStageTables(LakeAudit):
         valid, dead, checksum = cur.fetchone()
         return StagedCounts(int(valid) + int(dead), int(valid), int(dead), checksum)
 
-    def drop_staged(self, cur, t: PublishTarget) -> None:
+    def drop_staged(self, cur, t: Attempt) -> None:
         for table in (self.stage_table, self.files_table):
             cur.execute(
                 sql.SQL("delete from {} where txid = %s and attempt <= %s").format(self._t(table)),

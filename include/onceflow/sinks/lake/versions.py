@@ -17,7 +17,7 @@ from typing import Any
 
 from psycopg2 import sql
 
-from onceflow.sinks.base import PublishTarget
+from onceflow.ledger.attempt import Attempt
 from onceflow.sinks.lake.storage import Storage
 
 
@@ -41,7 +41,7 @@ class VersionFiles:
             ).format(self._t(self.name))
         )
 
-    def record(self, cur, t: PublishTarget) -> None:
+    def record(self, cur, t: Attempt) -> None:
         """Step 2: the txid's versions are now the published attempt's staged files."""
         cur.execute(sql.SQL("delete from {} where txid = %s").format(self._t(self.name)), (t.txid,))
         cur.execute(

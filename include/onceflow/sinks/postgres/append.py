@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from psycopg2 import sql
 
-from onceflow.sinks.base import PublishTarget, StagedCounts
+from onceflow.ledger.attempt import Attempt, StagedCounts
+from onceflow.ledger.stage_parts import parts_checksum
 from onceflow.sinks.postgres.seq_partitions import SeqPartitions
 
 # An append table's primary key; seq, the partition key, is part of it (PostgreSQL requires
@@ -30,7 +31,7 @@ class AppendMode(SeqPartitions):
     def attempt_table(self, seq: int, attempt: int) -> str | None:
         return self.sealed_table(seq, attempt) if self._attaches else None
 
-    def create_stage(self, cur, t: PublishTarget) -> None:
+    def create_stage(self, cur, t: Attempt) -> None:
         name = self.attempt_table(t.seq, t.attempt)
         if name is None:
             return
@@ -45,7 +46,7 @@ class AppendMode(SeqPartitions):
             (t.seq, t.seq + 1),
         )
 
-    def _seal_append(self, cur, t: PublishTarget) -> None:
+    def _seal_append(self, cur, t: Attempt) -> None:
         """Build on the attempt's table every index T has, so that attaching it builds none;
         a row the transform output twice for one record fails T's primary key here, in
         process, with the record named."""
@@ -56,7 +57,7 @@ class AppendMode(SeqPartitions):
 
     # -- the stage of one attempt ----------------------------------------------------------
 
-    def has_staged(self, cur, t: PublishTarget) -> bool:
+    def has_staged(self, cur, t: Attempt) -> bool:
         name = self.attempt_table(t.seq, t.attempt)
         if name is not None and self._exists(cur, name):
             cur.execute(sql.SQL("select exists (select 1 from {})").format(self._t(name)))
@@ -64,7 +65,7 @@ class AppendMode(SeqPartitions):
                 return True
         return super().has_staged(cur, t)
 
-    def staged_counts(self, cur, t: PublishTarget) -> StagedCounts:
+    def staged_counts(self, cur, t: Attempt) -> StagedCounts:
         counts = super().staged_counts(cur, t)  # the dead letters, in the stage table
         name = self.attempt_table(t.seq, t.attempt)
         if name is None or not self._exists(cur, name):
@@ -72,22 +73,17 @@ class AppendMode(SeqPartitions):
         cur.execute(sql.SQL("select count(*) from {}").format(self._t(name)))
         rows = cur.fetchone()[0]
         # the valid rows' hashes are not kept: the checksum is the part fence's
-        cur.execute(
-            "select coalesce(sum(checksum), 0)::text from onceflow.stage_parts"
-            " where pipeline = %s and txid = %s and attempt = %s",
-            (t.pipeline, t.txid, t.attempt),
-        )
-        return StagedCounts(counts.records + rows, rows, counts.dead, cur.fetchone()[0])
+        return StagedCounts(counts.records + rows, rows, counts.dead, parts_checksum(cur, t))
 
     # -- commit -------------------------------------------------------------------------
 
-    def _publish_append(self, cur, t: PublishTarget) -> int:
+    def _publish_append(self, cur, t: Attempt, replacing: bool) -> int:
         self.check_layout(cur)
         name = self.attempt_table(t.seq, t.attempt)
         if not self._exists(cur, name):
             return 0  # an empty batch: no stage job ran, nothing to attach
         return self.attach_part(cur, t, name)
 
-    def _unpublish_append(self, cur, t: PublishTarget) -> None:
+    def _unpublish_append(self, cur, t: Attempt) -> None:
         self.check_layout(cur)
         self.detach_seq(cur, t)

@@ -25,12 +25,12 @@ from dataclasses import dataclass
 from psycopg2 import sql
 
 from onceflow.errors import SinkLayoutError
+from onceflow.ledger.attempt import Attempt
 from onceflow.ledger.ordering import lock_commits
-from onceflow.sinks.base import PublishTarget
+from onceflow.ledger.published import set_seqs, staged_batches
 from onceflow.sinks.postgres.append import APPEND_KEY
 from onceflow.sinks.postgres.columns import ids, more
 from onceflow.sinks.postgres.sink import PostgresSink
-from onceflow.states import BatchState
 
 
 @dataclass(frozen=True)
@@ -80,14 +80,7 @@ def migrate_append(cur, pipeline: str, sink: PostgresSink) -> AppendMigration | 
             legacy
         )
     )
-    cur.execute(
-        sql.SQL(
-            "update {} t set seq = b.seq from onceflow.batches b"
-            " where b.pipeline = %s and b.txid = t.txid"
-        ).format(legacy),
-        (pipeline,),
-    )
-    rows = cur.rowcount
+    rows = set_seqs(cur, pipeline, legacy)
     cur.execute(sql.SQL("select count(*), min(seq), max(seq) from {}").format(legacy))
     total, low, high = cur.fetchone()
     if rows != total:
@@ -122,15 +115,10 @@ def migrate_append(cur, pipeline: str, sink: PostgresSink) -> AppendMigration | 
 def _staged_batches(cur, pipeline: str, sink: PostgresSink) -> int:
     """Give each staged, uncommitted batch its attempt table from the stage table's valid rows
     (what its commit would have copied), indexed as process seals one."""
-    cur.execute(
-        "select txid, seq, staged_attempt from onceflow.batches"
-        " where pipeline = %s and state = %s order by seq",
-        (pipeline, BatchState.STAGED),
-    )
-    batches = cur.fetchall()
+    batches = staged_batches(cur, pipeline)
     users = [c.name for c in sink._stored_columns(cur)]
     for txid, seq, attempt in batches:
-        t = PublishTarget(pipeline, txid, seq, attempt)
+        t = Attempt(pipeline, txid, seq, attempt)
         sink.create_stage(cur, t)
         cur.execute(
             sql.SQL(

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from psycopg2 import sql
 
-from onceflow.sinks.base import PublishTarget
+from onceflow.ledger.attempt import Attempt
+from onceflow.ledger.published import of_committed
+from onceflow.ledger.states import BatchState
 from onceflow.sinks.postgres.columns import ids, prefixed
 from onceflow.sinks.postgres.tables import PostgresTables
-from onceflow.states import BatchState
 from onceflow.transforms import RECORDS
 
 
@@ -24,7 +25,7 @@ class MergeMode(PostgresTables):
     """Publishing, un-publishing and auditing a merge sink (PostgresSink dispatches by
     mode)."""
 
-    def _partials_of(self, t: PublishTarget) -> tuple[sql.Composed, tuple]:
+    def _partials_of(self, t: Attempt) -> tuple[sql.Composed, tuple]:
         """The query of the txid's partial aggregates (txid, seq, key..., aggregates...,
         records) from the attempt's valid staged rows, and its parameters."""
         key = list(self.cfg.key)
@@ -55,14 +56,14 @@ class MergeMode(PostgresTables):
         )
         return query, (t.txid, t.seq, *params)
 
-    def _seal_merge(self, cur, t: PublishTarget) -> None:
+    def _seal_merge(self, cur, t: Attempt) -> None:
         """process: the txid's partial aggregates, so that commit reads one row per key."""
         query, params = self._partials_of(t)
         name = self._t(self.sealed_table(t.seq, t.attempt))
         cur.execute(sql.SQL("drop table if exists {}").format(name))
         cur.execute(sql.SQL("create table {} as {}").format(name, query), params)
 
-    def _publish_merge(self, cur, t: PublishTarget) -> int:
+    def _publish_merge(self, cur, t: Attempt, replacing: bool) -> int:
         key = list(self.cfg.key)
         aggs = [c.name for c in self._aggregate_columns()]
         sealed = self.sealed_table(t.seq, t.attempt)
@@ -120,7 +121,7 @@ class MergeMode(PostgresTables):
         )
         return published
 
-    def _unpublish_merge(self, cur, t: PublishTarget) -> None:
+    def _unpublish_merge(self, cur, t: Attempt) -> None:
         key = list(self.cfg.key)
         aggs = [c.name for c in self._aggregate_columns()]
         match = sql.SQL(" and ").join(
@@ -186,9 +187,7 @@ class MergeMode(PostgresTables):
             sql.SQL(
                 """
                 with fold as (
-                    select {key}, {sums}, max(p.seq) as last_seq from {partials} p
-                    join onceflow.batches b on b.pipeline = %s and b.txid = p.txid
-                     and b.state = %s
+                    select {key}, {sums}, max(p.seq) as last_seq from {partials}
                     group by {key})
                 select {key} from fold f full join {state} s using ({key})
                 where f.last_seq is null or s.last_seq is null or f.last_seq <> s.last_seq
@@ -200,7 +199,7 @@ class MergeMode(PostgresTables):
                 sums=sql.SQL(", ").join(
                     sql.SQL("sum(p.{a}) as {a}").format(a=sql.Identifier(a)) for a in aggs
                 ),
-                partials=self._t(self.partials_table),
+                partials=of_committed(self._t(self.partials_table), "p"),
                 state=self._t(self.table),
                 # float sums depend on the order of addition: equal up to rounding
                 differ=sql.SQL(" or ").join(

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 from psycopg2 import sql
 
+from onceflow.ledger.published import committed_batches
 from onceflow.sinks.postgres.columns import ids
-from onceflow.states import BatchState
 
 # a rolled-up partition's rows at most, and how many of the newest one-batch partitions stay
 ROLLUP_ROWS = 10_000_000
@@ -59,12 +59,7 @@ def partitions(cur, sink, pipeline: str) -> list[Partition]:
         (sink.schema, sink.partitioned_table),
     )
     bounds = cur.fetchall()
-    cur.execute(
-        "select seq, coalesce(records_out, 0) from onceflow.batches"
-        " where pipeline = %s and state = %s",
-        (pipeline, BatchState.COMMITTED),
-    )
-    rows = dict(cur.fetchall())
+    rows = {seq: n or 0 for seq, (_, _, n) in committed_batches(cur, pipeline).items()}
     out = []
     for name, bound in bounds:
         match = _BOUND.search(bound or "")

@@ -7,7 +7,8 @@ from __future__ import annotations
 from psycopg2 import sql
 
 from onceflow.errors import SinkLayoutError
-from onceflow.sinks.base import PublishTarget, Sink
+from onceflow.ledger.attempt import Attempt
+from onceflow.sinks.base import Sink
 
 
 class SealedTables(Sink):
@@ -68,7 +69,7 @@ class SealedTables(Sink):
         )
         return [name for (name,) in cur.fetchall()]
 
-    def _drop_sealed(self, cur, t: PublishTarget) -> None:
+    def _drop_sealed(self, cur, t: Attempt) -> None:
         """Drop the sealed tables of the txid's attempts up to t.attempt that are no partition
         (an attached one is the published output)."""
         for prefix in ("s", "v") if self.cfg.mode == "upsert" else ("s",):

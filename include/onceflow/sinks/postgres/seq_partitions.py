@@ -32,7 +32,8 @@ from psycopg2 import errors as pg_errors
 from psycopg2 import sql
 
 from onceflow.errors import TransformError
-from onceflow.sinks.base import PublishTarget
+from onceflow.ledger.attempt import Attempt
+from onceflow.ledger.stage_parts import parts_valid
 from onceflow.sinks.postgres.tables import PostgresTables
 
 _INDEX = re.compile(r"^CREATE (UNIQUE )?INDEX \S+ ON ONLY \S+ (USING \S+ \((.*)\).*)$")
@@ -41,7 +42,7 @@ _INDEX = re.compile(r"^CREATE (UNIQUE )?INDEX \S+ ON ONLY \S+ (USING \S+ \((.*)\
 class SeqPartitions(PostgresTables):
     """Attaching, detaching and indexing the partitions of the sink's partitioned table."""
 
-    def seal_part(self, cur, t: PublishTarget, name: str) -> None:
+    def seal_part(self, cur, t: Attempt, name: str) -> None:
         """process, once every part is staged: build the partitioned table's indexes on the
         attempt's table `name`, so that attaching it builds none; a row the transform output
         twice for one record fails a unique index here, in process, with the record named."""
@@ -80,7 +81,7 @@ class SeqPartitions(PostgresTables):
                     )
                 )
 
-    def attach_part(self, cur, t: PublishTarget, name: str) -> int:
+    def attach_part(self, cur, t: Attempt, name: str) -> int:
         """Attach the attempt's table `name` as the seq's partition (or, if the seq lies in a
         wider partition, insert its rows there); the rows it published."""
         parent = self.partitioned_table
@@ -99,13 +100,8 @@ class SeqPartitions(PostgresTables):
         cur.execute("release savepoint onceflow_attach")
         # the attached table holds exactly the valid rows its parts' transactions counted;
         # an attempt staged without part counts (mark_staged counted its rows) is counted
-        cur.execute(
-            "select sum(valid), count(*) = 0 or bool_or(valid is null)"
-            " from onceflow.stage_parts where pipeline = %s and txid = %s and attempt = %s",
-            (t.pipeline, t.txid, t.attempt),
-        )
-        valid, uncounted = cur.fetchone()
-        if uncounted:
+        valid = parts_valid(cur, t)
+        if valid is None:
             cur.execute(sql.SQL("select count(*) from {}").format(self._t(name)))
             valid = cur.fetchone()[0]
         return int(valid)
@@ -123,7 +119,7 @@ class SeqPartitions(PostgresTables):
         cur.execute(sql.SQL("drop table {}").format(self._t(name)))
         return published
 
-    def detach_seq(self, cur, t: PublishTarget) -> None:
+    def detach_seq(self, cur, t: Attempt) -> None:
         """Un-publish the txid's rows: drop its own partition, or delete its rows from a wider
         one."""
         own = self._sealed_tables(cur, t.seq, attached=True, prefix=self._part_prefix)

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from psycopg2 import sql
 
-from onceflow.sinks.base import PublishTarget
+from onceflow.ledger import published
+from onceflow.ledger.attempt import Attempt
 from onceflow.sinks.postgres.append import AppendMode
 from onceflow.sinks.postgres.binding import OutputBinding
 from onceflow.sinks.postgres.merge import MergeMode
@@ -31,22 +32,22 @@ class PostgresSink(OutputBinding, AppendMode, UpsertMode, MergeMode):
     """A sink table T of mode append, upsert or merge (PostgresTables holds what it is
     made of); publish, unpublish and the audit's truth go to the mode's own."""
 
-    def publish(self, cur, t: PublishTarget) -> tuple[int, int]:
+    def publish(self, cur, t: Attempt, replacing: bool) -> tuple[int, int]:
         if self._stored_columns(cur) is None:
             return 0, 0  # no process ever staged a record of this pipeline (empty batches)
         published = {"append": self._publish_append, "upsert": self._publish_upsert}.get(
             self.cfg.mode, self._publish_merge
-        )(cur, t)
+        )(cur, t, replacing)
         return published, self.publish_dead_letters(cur, t)
 
-    def seal_stage(self, cur, t: PublishTarget) -> None:
+    def seal_stage(self, cur, t: Attempt) -> None:
         if self._stored_columns(cur) is None:
             return
         {"append": self._seal_append, "upsert": self._seal_upsert}.get(
             self.cfg.mode, self._seal_merge
         )(cur, t)
 
-    def unpublish(self, cur, t: PublishTarget) -> None:
+    def unpublish(self, cur, t: Attempt) -> None:
         if self._stored_columns(cur) is not None:
             {"append": self._unpublish_append, "upsert": self._unpublish_upsert}.get(
                 self.cfg.mode, self._unpublish_merge
@@ -76,21 +77,12 @@ class PostgresSink(OutputBinding, AppendMode, UpsertMode, MergeMode):
             # partials keep no coordinates: a staged row is either valid or a dead letter,
             # and each txid's partial records + dead letters = its records (check_counts)
             return []
-        cur.execute(
-            sql.SQL(
-                'select o.topic, o.partition, o."offset" from {} o'
-                " join onceflow.dead_letters d on d.pipeline = %s and d.topic = o.topic"
-                ' and d.partition = o.partition and d.epoch = o.epoch and d."offset" = o."offset"'
-                " limit %s"
-            ).format(self._t(self._record_table)),
-            (pipeline, limit),
-        )
-        return cur.fetchall()
+        return published.published_and_dead(cur, pipeline, self._t(self._record_table), limit)
 
     def outside_ranges(self, cur, pipeline: str) -> int:
         # a merge sink's state and partials carry no coordinates (see published_and_dead)
         records = None if self.cfg.mode == "merge" else self._t(self._record_table)
-        return self.count_outside_ranges(cur, pipeline, records)
+        return published.count_outside_ranges(cur, pipeline, records)
 
     def truth_violations(self, cur, pipeline: str, limit: int = 20) -> list[str]:
         """append: no source record in the table twice (its key holds per partition only);

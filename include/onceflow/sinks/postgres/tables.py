@@ -33,7 +33,9 @@ from psycopg2 import sql
 
 from onceflow.config.sink import SinkConfig
 from onceflow.errors import SinkLayoutError, SinkSchemaError
-from onceflow.sinks.base import TAG_COLUMNS, PublishTarget
+from onceflow.ledger.attempt import Attempt
+from onceflow.ledger.published import with_ranges
+from onceflow.sinks.base import TAG_COLUMNS
 from onceflow.sinks.postgres.columns import STAGE_FIXED, SUM_TYPES, Column, defs, ids
 from onceflow.sinks.postgres.sealed_tables import SealedTables
 from onceflow.transforms import COORDINATES, RECORDS
@@ -299,10 +301,10 @@ class PostgresTables(SealedTables):
         # The tables need the output schema, which only process knows (bind_output).
         cur.execute(sql.SQL("create schema if not exists {}").format(sql.Identifier(self.schema)))
 
-    def has_staged(self, cur, t: PublishTarget) -> bool:
+    def has_staged(self, cur, t: Attempt) -> bool:
         return self._stored_columns(cur) is not None and super().has_staged(cur, t)
 
-    def drop_staged(self, cur, t: PublishTarget) -> None:
+    def drop_staged(self, cur, t: Attempt) -> None:
         if self._stored_columns(cur) is not None:
             super().drop_staged(cur, t)
         if self._publishes_tables:
@@ -326,10 +328,8 @@ class PostgresTables(SealedTables):
         """The attempt's valid staged rows with their range's epoch: select `names` from
         them (s: the stage, r: the range); params (pipeline, txid, attempt)."""
         return sql.SQL(
-            "select {names} from {stage} s join onceflow.ranges r on r.pipeline = %s"
-            " and r.txid = s.txid and r.topic = s.topic and r.partition = s.partition"
-            " where s.txid = %s and s.attempt = %s and s.error is null"
-        ).format(names=names, stage=self._t(self.stage_table))
+            "select {names} from {source} where s.txid = %s and s.attempt = %s and s.error is null"
+        ).format(names=names, source=with_ranges(self._t(self.stage_table)))
 
     def _touch(self, cur, keys: sql.Composable, params: tuple) -> None:
         """Collect the keys a publish or unpublish touches into a temporary table (gone at

@@ -19,17 +19,18 @@ from __future__ import annotations
 
 from psycopg2 import sql
 
-from onceflow.sinks.base import PublishTarget
+from onceflow.ledger.attempt import Attempt
+from onceflow.ledger.published import of_committed
+from onceflow.ledger.states import BatchState
 from onceflow.sinks.postgres.columns import ids, more, prefixed
 from onceflow.sinks.postgres.seq_partitions import SeqPartitions
-from onceflow.states import BatchState
 
 
 class UpsertMode(SeqPartitions):
     """Publishing, un-publishing and auditing an upsert sink (PostgresSink dispatches by
     mode)."""
 
-    def _publish_upsert(self, cur, t: PublishTarget) -> int:
+    def _publish_upsert(self, cur, t: Attempt, replacing: bool) -> int:
         self.check_layout(cur)
         part = self.published_part(t.seq, t.attempt)
         if not self._exists(cur, part):
@@ -42,7 +43,7 @@ class UpsertMode(SeqPartitions):
             self._seal_versions(cur, t)  # staged by an earlier version: sealed here instead
         published = self.attach_part(cur, t, part)
         sealed = self.sealed_table(t.seq, t.attempt)
-        if not t.replacing and self._exists(cur, sealed):
+        if not replacing and self._exists(cur, sealed):
             self._apply_newest(cur, sealed)
         else:  # a re-run (older than the newest versions), or staged by an earlier version
             self._rederive(
@@ -59,7 +60,7 @@ class UpsertMode(SeqPartitions):
         values = [c.name for c in self._value_columns()]
         return [*key, *values, "seq", "topic", "partition", "epoch", "offset", "txid"]
 
-    def _seal_upsert(self, cur, t: PublishTarget) -> None:
+    def _seal_upsert(self, cur, t: Attempt) -> None:
         """process: the attempt's versions in a table of their own, which commit attaches
         (_seal_versions), and the txid's newest version of each key it touches (a tombstone
         too), so that a first commit derives the current rows from one row per key."""
@@ -73,7 +74,7 @@ class UpsertMode(SeqPartitions):
             ).format(name=name, key=ids(self.cfg.key), part=self._t(part))
         )
 
-    def _seal_versions(self, cur, t: PublishTarget) -> str:
+    def _seal_versions(self, cur, t: Attempt) -> str:
         """The attempt's valid staged rows as versions, in the table commit attaches to
         T_versions as the seq's partition, sealed (seal_part); its name."""
         self.check_layout(cur)
@@ -126,7 +127,7 @@ class UpsertMode(SeqPartitions):
         )
         cur.execute(sql.SQL("drop table {}").format(self._t(sealed)))
 
-    def _unpublish_upsert(self, cur, t: PublishTarget) -> None:
+    def _unpublish_upsert(self, cur, t: Attempt) -> None:
         self.check_layout(cur)
         key = ids(self.cfg.key)
         self._touch(
@@ -174,9 +175,7 @@ class UpsertMode(SeqPartitions):
             sql.SQL(
                 """
                 with last as (
-                    select distinct on ({key}) v.* from {versions} v
-                    join onceflow.batches b on b.pipeline = %s and b.txid = v.txid
-                     and b.state = %s
+                    select distinct on ({key}) v.* from {versions}
                     order by {key}, v.seq desc, v.partition desc, v."offset" desc, v.topic desc),
                 expected as (select * from last where not tombstone)
                 select {ekey}, {ckey} from expected e full join {current} c using ({key})
@@ -185,7 +184,7 @@ class UpsertMode(SeqPartitions):
                 """
             ).format(
                 key=ids(key),
-                versions=self._t(self.versions_table),
+                versions=of_committed(self._t(self.versions_table), "v"),
                 current=self._t(self.table),
                 ekey=sql.SQL("e.seq"),
                 ckey=sql.SQL("c.seq, {}").format(ids(key)),

@@ -20,7 +20,7 @@
      init_transactions aborts it;
    log_lost: its log folder deleted before the restart (a lost broker: a new cluster, the
      topic re-created empty): plan must refuse the new log (the topic id is not the
-     ledger's: onceflow.kafka.log_identity; or an offset regression) and the harness runs
+     ledger's: onceflow.ledger.log_identity; or an offset regression) and the harness runs
      `onceflow reset-offsets`. Not for a Kafka topic sink, whose output lives on the same
      broker and would go with it
  8 committed runs cleared and re-run by run id through the API (backfill by run id); an

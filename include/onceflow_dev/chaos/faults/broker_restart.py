@@ -9,8 +9,8 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from onceflow.ledger.states import BatchState
 from onceflow.sinks.kafka.sink import KafkaSink
-from onceflow.states import BatchState
 
 from onceflow_dev.chaos.config import PARTITIONS
 from onceflow_dev.chaos.faults.reset import PRE_RESET_RECORDS, reset_offsets, wait_new_epoch

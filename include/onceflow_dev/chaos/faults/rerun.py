@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from onceflow.states import BatchState
+from onceflow.ledger.states import BatchState
 
 from onceflow_dev.chaos.faults.schedule import Fault
 from onceflow_dev.chaos.faults.steps import RECOVER_TIMEOUT, FaultSkipped, wait

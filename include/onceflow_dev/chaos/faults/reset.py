@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from onceflow.states import BatchState
+from onceflow.ledger.states import BatchState
 
 from onceflow_dev.chaos.faults.schedule import Fault
 from onceflow_dev.chaos.faults.steps import RECOVER_TIMEOUT, wait

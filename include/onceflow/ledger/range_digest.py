@@ -6,7 +6,7 @@ Two uses, two strengths:
 - the **print** of the last data record a range read (its offset and a 128-bit BLAKE2b hash of
   key, value, headers and timestamp): commit moves it to the partition's row of the ledger,
   and the next plan fetches the record at that offset again to prove the broker still holds
-  the log the ledger read (onceflow.kafka.log_identity). One record per range, so it can afford a
+  the log the ledger read (onceflow.ledger.log_identity). One record per range, so it can afford a
   strong hash;
 - the **digest** of every record read, for `audit --reread`: per aligned chunk of
   CHUNK_OFFSETS offsets, the sum (mod 2**63) of one 32-bit CRC term per record over its

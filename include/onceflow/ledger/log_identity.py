@@ -10,7 +10,7 @@ the committed offset would skip the new log's records below it without a word. T
   first plans a partition (and at each reset), compared at every plan, where the broker has
   one (Apache Kafka 2.8+);
 - on any broker, the **print** of the last data record the committed ranges read (its offset
-  and a hash of its key, value, headers and timestamp: onceflow.kafka.range_digest), recorded by
+  and a hash of its key, value, headers and timestamp: onceflow.ledger.range_digest), recorded by
   commit and fetched again by plan: the record at that offset must be the same record.
 
 A print is of a data record, never a transaction marker or an aborted record, so sparse
@@ -34,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from onceflow.errors import LogIdentityError
-from onceflow.kafka.range_digest import RecordPrint
+from onceflow.ledger.range_digest import RecordPrint
 
 
 @dataclass(frozen=True)
