@@ -16,8 +16,10 @@ The cells (docs/install-into-airflow.md, "Versions", keeps their last result):
 - newest: Python 3.13, Airflow 3.3.2 and pyspark 4.3.0, everything else the newest.
 
 Each cell's Python comes from pyenv (PYENV_ROOT, ~/.pyenv) or PATH (`python3.X`); a missing one
-fails the cell naming it. The PostgreSQL and Apache Kafka are the module's own (one of each for
-every cell), so the matrix runs beside the shared stack's tests on the other worker.
+fails the cell naming it. `make test-compat` runs the three cells at once, one xdist worker
+each: a cell alone leaves the machine idle for a third of its time (downloads, a scheduler's
+poke, a JVM starting), and each worker starts the module's PostgreSQL and Apache Kafka (every
+cell has its own databases and topic on them).
 """
 
 from __future__ import annotations
@@ -43,8 +45,8 @@ from test_installed_celery import TRANSFORM, Installed, _postgres, _run, api_cli
 pytestmark = [pytest.mark.compat, pytest.mark.integration, pytest.mark.e2e]
 
 UV = ROOT / ".venv" / "bin" / "uv"
-# what the unit suite needs besides the wheel (its own serializers, a runner)
-# the unit suite's: in two workers, as make test runs it (the matrix has the machine alone)
+# what the unit suite needs besides the wheel: its own serializers, a runner (two workers, as
+# make test runs it)
 TEST_TOOLS = (
     "pytest",
     "pytest-xdist",
