@@ -111,12 +111,11 @@ format: setup
 	$(VENV)/bin/ruff format .
 
 ## test: lint, then unit, integration and e2e tests on real services (one shared test stack;
-##       the Spark standalone cluster test on its own), in TEST_WORKERS workers (3;
-##       TEST_WORKERS=0 runs them in this process); the compatibility matrix is test-compat's
-##       (CI runs both, one after the other: beside the shared stack's tests on two cores, the
-##       matrix made both twice as slow)
+##       the Spark standalone cluster test, the installed wheel and the compatibility matrix
+##       each on their own), in TEST_WORKERS workers (3; TEST_WORKERS=0 runs them in this
+##       process): what CI runs
 test: setup system-deps lint
-	$(VENV)/bin/pytest -n $(TEST_WORKERS) $(XDIST) -m "not compat" $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -n $(TEST_WORKERS) $(XDIST) $(PYTEST_ARGS)
 
 ## test-unit: the tests that need no server (pytest -m unit: about 50 s)
 test-unit: setup system-deps
@@ -151,8 +150,8 @@ bench: setup
 ## test-compat: the compatibility matrix (tests/test_compat_matrix.py): the wheel in a fresh
 ##       venv per cell (Python 3.10 + Airflow 3.1.0 + pyspark 4.0.0 and every floor; Python 3.12
 ##       + Airflow 3.2.1 + pyspark 4.3.0; Python 3.13 + Airflow 3.3.2 + pyspark 4.3.0), the
-##       unit suite against it and one pipeline through that Airflow's scheduler; the three
-##       cells at once, one xdist worker each (about 6 minutes; CI runs it after `make test`)
+##       unit suite against it and one pipeline through that Airflow's scheduler (about 8
+##       minutes alone; `make test` runs it too)
 .PHONY: test-compat
 test-compat: setup
-	$(VENV)/bin/pytest -m compat -n 3 --dist load $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -m compat $(PYTEST_ARGS)

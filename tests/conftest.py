@@ -56,13 +56,23 @@ def pytest_itemcollected(item):
         item._id = type(item._id).parse(f"{item.nodeid}@{group}")  # noqa: SLF001
 
 
+# The modules that start an environment of their own, with their minutes in make test
+OWN_ENVIRONMENTS = {
+    "tests/test_own_stack_e2e.py": 10,
+    "tests/test_compat_matrix.py": 8,
+    "tests/test_installed_celery.py": 6,
+    "tests/test_cluster.py": 4,
+}
+
+
 def pytest_collection_modifyitems(config, items):
     """A test marked one_process_mode runs in connect mode alone (a rule the way the job
     reaches Spark does not change; the connect server is warm, a spark-submit starts a JVM).
 
     The longest groups first, so that the short ones fill the tail: the shared stack's,
-    then the e2e, the integration and the unit tests. The sort is stable: a module's tests
-    keep pytest's order (its parametrized module fixtures set up once per value)."""
+    then the e2e (those of an environment of their own first, longest first), the
+    integration and the unit tests. The sort is stable: a module's tests keep pytest's order
+    (its parametrized module fixtures set up once per value)."""
     one_mode = [
         item
         for item in items
@@ -81,7 +91,7 @@ def pytest_collection_modifyitems(config, items):
         if own == 2 and not item.get_closest_marker("integration"):
             own = 3
         rank[group] = min(rank.get(group, own), own)
-    items.sort(key=lambda item: rank[item.stash[_GROUP]])
+    items.sort(key=lambda i: (rank[i.stash[_GROUP]], -OWN_ENVIRONMENTS.get(i.stash[_GROUP], 0)))
 
 
 @pytest.fixture(scope="session")

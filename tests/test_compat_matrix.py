@@ -1,4 +1,4 @@
-"""The compatibility matrix (`make test-compat`, which CI runs after `make test`): the wheel installed
+"""The compatibility matrix (`make test-compat` alone; `make test` runs it too): the wheel installed
 into a fresh venv per cell, with that cell's Python, Airflow, providers and pyspark, never the
 lock file; then the unit suite against the installed wheel, and one pipeline end to end through
 that Airflow's own scheduler, API server, dag-processor and triggerer (plan, spark-submit,
@@ -16,10 +16,10 @@ The cells (docs/install-into-airflow.md, "Versions", keeps their last result):
 - newest: Python 3.13, Airflow 3.3.2 and pyspark 4.3.0, everything else the newest.
 
 Each cell's Python comes from pyenv (PYENV_ROOT, ~/.pyenv) or PATH (`python3.X`); a missing one
-fails the cell naming it. `make test-compat` runs the three cells at once, one xdist worker
-each: a cell alone leaves the machine idle for a third of its time (downloads, a scheduler's
-poke, a JVM starting), and each worker starts the module's PostgreSQL and Apache Kafka (every
-cell has its own databases and topic on them).
+fails the cell naming it. The cells run one after the other on one worker, on the module's
+PostgreSQL and Apache Kafka (every cell has its own databases and topic on them): in
+`make test`, beside the other workers' tests, which fill what a cell leaves of the machine
+(it waits on downloads, a scheduler's poke, a JVM starting).
 """
 
 from __future__ import annotations
