@@ -394,7 +394,8 @@ def test_mark_staged_refuses_an_incomplete_stage(ledger_dsn, cfg):
     assert get_batch(ledger_dsn, cfg.name, "a").state == "processing"
     stage(ledger_dsn, cfg, "a", claim.attempt, 10)
     assert (
-        mark_staged(ledger_dsn, cfg, "a", claim.attempt, parts=1, sink=sink_for(cfg)).records == 10
+        mark_staged(ledger_dsn, cfg, "a", claim.attempt, parts=1, sink=sink_for(cfg)).records_read
+        == 10
     )
     assert get_batch(ledger_dsn, cfg.name, "a").state == "staged"
 
@@ -417,7 +418,7 @@ def test_mark_staged_refuses_rows_that_are_not_the_records_read(ledger_dsn, cfg)
         batch = get_batch(ledger_dsn, cfg.name, "a")
         assert batch.state == "processing"
     staged = mark_staged(ledger_dsn, cfg, "a", claim.attempt, records_read=9, sink=sink_for(cfg))
-    assert (staged.records, staged.valid, staged.dead) == (9, 8, 1)
+    assert (staged.records_read, staged.valid, staged.dead) == (9, 8, 1)
     assert get_batch(ledger_dsn, cfg.name, "a").state == "staged"
 
 

@@ -11,7 +11,7 @@ import pytest
 from onceflow.errors import OnceflowError, TransformRaisedError
 from onceflow.poison import (
     Frame,
-    Poison,
+    PoisonRecord,
     RaisedFailure,
     isolate,
     raised_by_user_code,
@@ -329,7 +329,7 @@ def test_the_refusal_names_the_record_and_shows_the_users_traceback_first():
 
 
 def test_a_poison_record_is_a_one_offset_range():
-    p = Poison("payments", 2, 11500, "ValueError: x")
+    p = PoisonRecord("payments", 2, 11500, "ValueError: x")
     assert p.range == R("payments", 2, 11500, 11501)
     assert p.coordinates == ("payments", 2, 11500) and str(p) == "payments[2] offset 11500"
 

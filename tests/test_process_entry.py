@@ -20,7 +20,7 @@ from onceflow.errors import (
 )
 from onceflow.kafka.client import KafkaCluster
 from onceflow.ledger.attempt import Attempt
-from onceflow.ledger.fencing import Claim, Staged
+from onceflow.ledger.fencing import Claim, StagedMark
 from onceflow.ledger.states import BatchState
 from onceflow.process import attempt as attempt_mod
 from onceflow.process import entry, session, stage_job
@@ -89,7 +89,7 @@ class FakeLedger:
 
     def mark_staged(self, dsn, cfg, txid, attempt, **counts):
         self.calls.append(("mark_staged", dsn, cfg.name, txid, attempt, counts))
-        return Staged(records=9, valid=9, dead=0, checksum="c")
+        return StagedMark(records_read=9, valid=9, dead=0, checksum="c")
 
     def record_error(self, dsn, pipeline, txid, error):
         self.calls.append(("record_error", dsn, pipeline, txid, error))

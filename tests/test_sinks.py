@@ -59,7 +59,7 @@ def test_a_part_staged_twice_is_published_once(ledger_dsn, cfg):
     again = stage_part(target, 0, [records(*rows)])  # a retried or speculative task
     assert (first.rows, first.skipped, again.skipped) == (3, False, True)
     staged = mark_staged(ledger_dsn, cfg, "a", claim.attempt, parts=1, sink=sink_for(cfg))
-    assert (staged.records, staged.valid, staged.dead) == (3, 2, 1)
+    assert (staged.records_read, staged.valid, staged.dead) == (3, 2, 1)
     res = commit(ledger_dsn, cfg, "a")
     assert (res.outcome, res.published, res.dead) == ("committed", 2, 1)
     expected = {

@@ -320,7 +320,7 @@ def _where(r: OffsetRange) -> str:
 
 
 @dataclass(frozen=True)
-class Poison:
+class PoisonRecord:
     """A record the user's code raised on: its coordinates and the dead letter's reason."""
 
     topic: str

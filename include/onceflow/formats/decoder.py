@@ -37,11 +37,11 @@ _WRITERS: OrderedDict[tuple[str, str, int, int], Any] = OrderedDict()
 WRITERS_KEPT = 256
 
 
-class Poison(str):
+class PoisonSchemaId(str):
     """Why every record of a writer schema id is poison."""
 
 
-class UnknownId(Poison):
+class UnknownId(PoisonSchemaId):
     """An id the registry does not know (404), yet: kept for one batch only, since a producer
     may register its schema later. Records read again decode the same: an id a producer
     framed a record with was registered before the record was written."""
@@ -80,7 +80,7 @@ class RegistryDecoder:
         raise NotImplementedError
 
     def parse_writer(self, schema: RegisteredSchema) -> Any:
-        """The writer schema as `row` decodes with it (or a Poison)."""
+        """The writer schema as `row` decodes with it (or a PoisonSchemaId)."""
         raise NotImplementedError
 
     def row(self, sid: int, writer: Any, payload: memoryview) -> dict[str, Any]:
@@ -102,7 +102,7 @@ class RegistryDecoder:
                 try:
                     sid, payload = split(v)
                     writer = self._writer(sid, unknown)
-                    if isinstance(writer, Poison):
+                    if isinstance(writer, PoisonSchemaId):
                         raise Undecodable(str(writer))
                     ids.add(sid)
                     row = self.row(sid, writer, payload)
@@ -139,13 +139,13 @@ class RegistryDecoder:
         except SchemaIdUnknown:
             return UnknownId(f"schema id {sid} is unknown to the {self.registry.name} (404)")
         except BadReferences as e:
-            return Poison(f"writer schema id {sid}: {e}")
+            return PoisonSchemaId(f"writer schema id {sid}: {e}")
         if found.type != self.TYPE:
-            return Poison(
+            return PoisonSchemaId(
                 f"schema id {sid} is a {found.type} schema; the pipeline reads {self.TYPE}"
             )
         try:
             return self.parse_writer(found)
         except Exception as e:  # noqa: BLE001 - whatever the format's parser raises
             # a producer's mistake, not a reason to retry: its records are dead letters
-            return Poison(f"writer schema id {sid} does not parse: {type(e).__name__}: {e}")
+            return PoisonSchemaId(f"writer schema id {sid} does not parse: {type(e).__name__}: {e}")

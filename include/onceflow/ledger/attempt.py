@@ -25,7 +25,7 @@ class Attempt:
 class StagedCounts:
     """An attempt's staged output, as counted by its sink."""
 
-    records: int  # staged rows
+    rows: int  # staged rows, dead letters among them
     valid: int  # source records the valid rows account for (Sink._valid_records)
     dead: int
     checksum: str  # exact sum of the rows' row_hash, as text (order-independent)

@@ -43,8 +43,11 @@ class Claim:
 
 
 @dataclass(frozen=True)
-class Staged:
-    records: int  # records read
+class StagedMark:
+    """What mark_staged recorded of the attempt (the batch's records_read, records_out,
+    records_dead and checksum)."""
+
+    records_read: int
     valid: int  # records the valid rows account for
     dead: int
     checksum: str
@@ -107,7 +110,7 @@ def mark_staged(
     records_read: int | None = None,
     reads: list[RangeRead] | None = None,
     sink: StagedOutput,
-) -> Staged:
+) -> StagedMark:
     """Record that `attempt` staged its output, unless a newer attempt has claimed the txid.
 
     With `parts` (process knows how many parts it staged), the counts and the checksum are
@@ -155,7 +158,7 @@ def mark_staged(
         if parts is None or uncounted:  # count the rows (parts without counts: pre-0003)
             counted = sink.staged_counts(cur, staged_attempt)
             n, valid, dead, checksum = (
-                counted.records,
+                counted.rows,
                 counted.valid,
                 counted.dead,
                 counted.checksum,
@@ -184,7 +187,7 @@ def mark_staged(
                 "last_error": None,
             },
         )
-        return Staged(records_read, valid, dead, checksum)
+        return StagedMark(records_read, valid, dead, checksum)
 
 
 def _unaccounted(

@@ -24,7 +24,7 @@ from onceflow.errors import LogIdentityError
 from onceflow.kafka import broker
 from onceflow.ledger.attempt import Attempt
 from onceflow.ledger.batches import record_error
-from onceflow.ledger.fencing import Staged, claim_attempt, mark_staged
+from onceflow.ledger.fencing import StagedMark, claim_attempt, mark_staged
 from onceflow.ledger.log_checks import verify_topic_ids
 from onceflow.ledger.states import BatchState
 from onceflow.process.decoding import keep_writer_schemas
@@ -71,9 +71,9 @@ def stage_and_mark(
     source: SparkSource,
     claimed_at: float,
     timings: dict[str, float],
-) -> Staged:
+) -> StagedMark:
     """Stage the claimed attempt's `ranges` into its sink in a Spark session from `source`
-    and mark it staged; the ledger's Staged counts."""
+    and mark it staged; the ledger's StagedMark counts."""
     attempt = inputs.attempt
     failpoints.hit("process.fail", attempt.txid)
     topics = tuple(sorted({r.topic for r in ranges}))
@@ -137,7 +137,9 @@ def record_failure(dsn: str, attempt: Attempt, reason: str) -> None:
         log.error("could not record the error in the ledger: %s", e2)
 
 
-def log_staged(attempt: Attempt, staged: Staged, started: float, timings: dict[str, float]) -> None:
+def log_staged(
+    attempt: Attempt, staged: StagedMark, started: float, timings: dict[str, float]
+) -> None:
     """The attempt's summary line, and where its seconds went (machine-readable, for bench/)."""
     log.info(
         "onceflow process pipeline=%s txid=%s seq=%s attempt=%s records=%d valid=%d dead=%d "
@@ -146,7 +148,7 @@ def log_staged(attempt: Attempt, staged: Staged, started: float, timings: dict[s
         attempt.txid,
         attempt.seq,
         attempt.attempt,
-        staged.records,
+        staged.records_read,
         staged.valid,
         staged.dead,
         time.monotonic() - started,

@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from onceflow.kafka.client import KafkaCluster
-from onceflow.poison import Poison
+from onceflow.poison import PoisonRecord
 from onceflow.process.staged_output import DEAD_VALUE_BYTES
 from onceflow.reader.frame import RangeReadFn
 from onceflow.reader.record_batches import SCHEMA
@@ -25,7 +25,7 @@ class DeadLetterReadFn(RangeReadFn):
     record k (a one-offset range) and adds its reason as column `error`."""
 
     def __init__(
-        self, poison: Sequence[Poison], bootstrap: KafkaCluster | str, **read: Any
+        self, poison: Sequence[PoisonRecord], bootstrap: KafkaCluster | str, **read: Any
     ) -> None:
         super().__init__([p.range for p in poison], bootstrap, **read)
         self.reasons = [p.reason for p in poison]
@@ -39,7 +39,11 @@ class DeadLetterReadFn(RangeReadFn):
 
 
 def dead_letter_frame(
-    spark: Any, poison: Sequence[Poison], like: Any, bootstrap: KafkaCluster | str, **read: Any
+    spark: Any,
+    poison: Sequence[PoisonRecord],
+    like: Any,
+    bootstrap: KafkaCluster | str,
+    **read: Any,
 ) -> Any:
     """The poison records as dead-letter rows of the staged frame `like` (its columns, in
     its order; onceflow.process.staged_output): coordinates, reason, key and value (cut as

@@ -14,7 +14,7 @@ from typing import Any
 
 from onceflow.errors import TransformRaisedError
 from onceflow.ledger.stage_jobs import set_fast_stage, stage_job_rows
-from onceflow.poison import Poison, RaisedFailure, isolate, raised_by_user_code, raised_on
+from onceflow.poison import PoisonRecord, RaisedFailure, isolate, raised_by_user_code, raised_on
 from onceflow.process.failures import job_refusals
 from onceflow.process.stage_job import StageInputs, StageJob, stage_job
 from onceflow.process.staged_output import staged_frame, staged_output
@@ -68,7 +68,9 @@ def stage_attempt(
     if not dead_letter:
         where, raised = found[0]
         raise TransformRaisedError(raised_on(cfg.transform, cfg.name, where, raised))
-    poison = [Poison(r.topic, r.partition, r.from_offset, raised.reason) for r, raised in found]
+    poison = [
+        PoisonRecord(r.topic, r.partition, r.from_offset, raised.reason) for r, raised in found
+    ]
     for p in poison:
         log.warning("dead letter: %s: %s", p, p.reason)
     return stage_job(spark, pieces, inputs, timings=timings, poison=poison)

@@ -24,7 +24,7 @@ from onceflow.ledger.attempt import Attempt
 from onceflow.ledger.db import transaction
 from onceflow.ledger.range_digest import RangeRead, merge_pieces
 from onceflow.ledger.stage_jobs import range_reads, set_fast_stage, stage_job_rows
-from onceflow.poison import Poison
+from onceflow.poison import PoisonRecord
 from onceflow.process.attempt_spec import JobOptions
 from onceflow.process.dead_letters import dead_letter_frame
 from onceflow.process.failures import job_refusals
@@ -96,7 +96,7 @@ def stage_job(
     inputs: StageInputs,
     *,
     timings: dict[str, float] | None = None,
-    poison: Sequence[Poison] = (),
+    poison: Sequence[PoisonRecord] = (),
 ) -> StageJob:
     """Read `pieces`, transform and stage them into the sink as the parts of the attempt in
     one job (the parts: onceflow.staging.fence; with the fast form when

@@ -73,7 +73,7 @@ class AppendMode(SeqPartitions):
         cur.execute(sql.SQL("select count(*) from {}").format(self._t(name)))
         rows = cur.fetchone()[0]
         # the valid rows' hashes are not kept: the checksum is the part fence's
-        return StagedCounts(counts.records + rows, rows, counts.dead, parts_checksum(cur, t))
+        return StagedCounts(counts.rows + rows, rows, counts.dead, parts_checksum(cur, t))
 
     # -- commit -------------------------------------------------------------------------
 
