@@ -180,14 +180,11 @@ def record(
     """Record the columns added as events of the txid, in the binding transaction, and say
     so in process's log."""
     added = list(added)
+    e = evolution
     for a in added:
-        e = evolution
-        if not record_schema_change(
-            cur, e.pipeline, e.txid, e.attempt, catalog, (a.table, a.column, a.type)
-        ):
-            raise UnknownTxidError(
-                evolution.pipeline, evolution.txid, f"its schema change of {a.table} is undone"
-            )
+        column = (a.table, a.column, a.type)
+        if not record_schema_change(cur, e.pipeline, e.txid, e.attempt, catalog, column):
+            raise UnknownTxidError(e.pipeline, e.txid, f"its schema change of {a.table} is undone")
     if added:
         log.info(
             "txid %s: added to the %s sink: %s",
