@@ -35,10 +35,11 @@ class PostgresSink(OutputBinding, AppendMode, UpsertMode, MergeMode):
     def publish(self, cur, t: Attempt, replacing: bool) -> tuple[int, int]:
         if self._stored_columns(cur) is None:
             return 0, 0  # no process ever staged a record of this pipeline (empty batches)
-        published = {"append": self._publish_append, "upsert": self._publish_upsert}.get(
+        # each mode's publish takes `replacing`; upsert alone needs it
+        rows = {"append": self._publish_append, "upsert": self._publish_upsert}.get(
             self.cfg.mode, self._publish_merge
         )(cur, t, replacing)
-        return published, self.publish_dead_letters(cur, t)
+        return rows, self.publish_dead_letters(cur, t)
 
     def seal_stage(self, cur, t: Attempt) -> None:
         if self._stored_columns(cur) is None:
