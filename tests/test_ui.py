@@ -43,6 +43,11 @@ sync_api = pytest.importorskip("playwright.sync_api", reason="playwright (python
 
 from test_plugin_api import DAG_ID, PIPELINE, feed_it_ui, ready_dag  # noqa: E402
 
+# expect()'s own default is 5 s: beside make test's other workers Airflow's UI has been seen to
+# take longer than that to render a DAG run page (still loading its translations), so assertions
+# wait as long as actions do.
+sync_api.expect.set_options(timeout=30_000)
+
 
 @pytest.fixture(scope="module")
 def runs(stack, airflow) -> list[dict]:
