@@ -80,7 +80,7 @@ def stage_attempt(dsn: str, cfg: Any, sink: Any, txid: str, parts: list[list[Any
     part fence (onceflow.staging.writer.stage_part), the stage sealed, the attempt marked
     staged."""
     from onceflow.ledger.attempt import Attempt
-    from onceflow.ledger.db import transaction
+    from onceflow.ledger.db import Ledger, transaction
     from onceflow.ledger.fencing import claim_attempt, mark_staged
     from onceflow.staging.target import StageTarget
     from onceflow.staging.writer import stage_part
@@ -90,7 +90,9 @@ def stage_attempt(dsn: str, cfg: Any, sink: Any, txid: str, parts: list[list[Any
     with transaction(dsn) as cur:
         bound = sink.bind_output(cur, FIELDS)
         bound.create_stage(cur, this)
-    target = StageTarget.for_sink(dsn, bound, cfg.name, txid, claim.seq, claim.attempt)
+    target = StageTarget.for_sink(
+        Ledger(dsn), bound, Attempt(cfg.name, txid, claim.seq, claim.attempt)
+    )
     for k, batches in enumerate(parts):
         stage_part(target, k, batches)
     with transaction(dsn) as cur:

@@ -74,7 +74,7 @@ def reads_of(n: int, start: int) -> list[Any]:
 def stage_rows(dsn: str, cfg: Any, sink: Any, claim: Any, n: int, start: int) -> None:
     """Stage the batch's rows (_rows) as part 0 of the claimed attempt, as a task would."""
     from onceflow.ledger.attempt import Attempt
-    from onceflow.ledger.db import transaction
+    from onceflow.ledger.db import Ledger, transaction
     from onceflow.staging.target import StageTarget
     from onceflow.staging.writer import stage_part
 
@@ -82,7 +82,9 @@ def stage_rows(dsn: str, cfg: Any, sink: Any, claim: Any, n: int, start: int) ->
     with transaction(dsn) as cur:
         bound = sink.bind_output(cur, FIELDS)
         bound.create_stage(cur, this)
-    target = StageTarget.for_sink(dsn, bound, cfg.name, claim.txid, claim.seq, claim.attempt)
+    target = StageTarget.for_sink(
+        Ledger(dsn), bound, Attempt(cfg.name, claim.txid, claim.seq, claim.attempt)
+    )
     stage_part(target, 0, iter([_rows(n, start)]))
     with transaction(dsn) as cur:
         bound.seal_stage(cur, this)

@@ -22,7 +22,7 @@ from onceflow.config.pipeline_table import parse_pipeline
 from onceflow.hooks.sink import sink_for
 from onceflow.kafka.client import watermarks
 from onceflow.ledger.attempt import Attempt
-from onceflow.ledger.db import transaction
+from onceflow.ledger.db import Ledger, transaction
 from onceflow.ledger.fencing import claim_attempt, mark_staged
 from onceflow.ledger.log_checks import BrokerSnapshot
 from onceflow.sinks.iceberg.catalog import open_catalog
@@ -146,7 +146,9 @@ def stage_target(dsn, cfg, claim, sink=None):
     sink = sink or bound(dsn, cfg)
     with transaction(dsn) as cur:
         sink.create_stage(cur, Attempt(cfg.name, claim.txid, claim.seq, claim.attempt))
-    return StageTarget.for_sink(dsn, sink, cfg.name, claim.txid, claim.seq, claim.attempt)
+    return StageTarget.for_sink(
+        Ledger(dsn), sink, Attempt(cfg.name, claim.txid, claim.seq, claim.attempt)
+    )
 
 
 def seal(dsn, cfg, claim):

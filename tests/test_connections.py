@@ -37,8 +37,8 @@ def _cfg(**keys):
 
 def test_without_connections_the_environment_is_used():
     svc = services(_cfg())
-    assert svc.ledger_dsn == "postgresql://env:env@127.0.0.1:1/envdb"
-    assert svc.ledger_source == "ONCEFLOW_POSTGRES_DSN"
+    assert svc.ledger.libpq_dsn() == "postgresql://env:env@127.0.0.1:1/envdb"
+    assert svc.ledger.source == "ONCEFLOW_POSTGRES_DSN"
     assert svc.kafka.bootstrap == "127.0.0.1:2"
 
 
@@ -52,21 +52,26 @@ def test_the_default_connections_win_over_the_environment(monkeypatch):
     svc = services(_cfg())
     from psycopg2.extensions import parse_dsn
 
-    assert parse_dsn(svc.ledger_dsn) == {
+    assert parse_dsn(svc.ledger.libpq_dsn()) == {
         "host": "db.internal", "port": "6432", "user": "flow", "password": SECRET,
         "dbname": "ledger", "sslmode": "verify-full"}  # fmt: skip
-    assert svc.ledger_source == "Airflow connection 'onceflow_ledger'"
+    assert svc.ledger.source == "Airflow connection 'onceflow_ledger'"
+    # the Ledger names its database, never the DSN
+    assert (
+        str(svc.ledger) == "flow@db.internal:6432/ledger from Airflow connection 'onceflow_ledger'"
+    )
     assert svc.kafka.bootstrap == "k1:9093,k2:9093"
     assert dict(svc.kafka.security)["sasl.password"] == SECRET
     assert "onceflow_kafka" in svc.kafka.describe()
     assert SECRET not in repr(svc) and SECRET not in svc.kafka.describe()
+    assert SECRET not in repr(svc.ledger) and SECRET not in str(svc.ledger)
 
 
 def test_a_pipeline_names_its_own_connections(monkeypatch):
     _conn(monkeypatch, "prod_pg", conn_type="postgres", host="pg", login="u", password="p")
     _conn(monkeypatch, "prod_kafka", conn_type="kafka", extra={"bootstrap.servers": "pk:9092"})
     svc = services(_cfg(ledger_conn_id="prod_pg", kafka_conn_id="prod_kafka"))
-    assert "host=pg" in svc.ledger_dsn and svc.kafka.bootstrap == "pk:9092"
+    assert "host=pg" in svc.ledger.libpq_dsn() and svc.kafka.bootstrap == "pk:9092"
 
 
 def test_a_named_connection_that_does_not_exist_names_itself_and_where():
@@ -142,7 +147,7 @@ def test_the_command_line_reads_named_connections(monkeypatch):
         monkeypatch.setenv(name, "")  # restored after the test
     use_connections("prod_pg", "prod_kafka")
     settings = Settings.from_env()
-    assert "host=pg" in settings.postgres_dsn
+    assert "host=pg" in settings.ledger.libpq_dsn() and SECRET not in repr(settings)
     cluster = settings.kafka_cluster()
     assert cluster.bootstrap == "pk:9093" and dict(cluster.security)["sasl.password"] == SECRET
     with pytest.raises(

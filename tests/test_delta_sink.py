@@ -26,7 +26,8 @@ from onceflow.errors import (
 )
 from onceflow.failpoints import FailpointError
 from onceflow.hooks.sink import sink_for
-from onceflow.ledger.db import transaction
+from onceflow.ledger.attempt import Attempt
+from onceflow.ledger.db import Ledger, transaction
 from onceflow.ledger.fencing import claim_attempt, mark_staged
 from onceflow.ledger.planning import plan
 from onceflow.ledger.states import BatchState
@@ -156,7 +157,9 @@ def test_a_rerun_replaces_the_txids_files_in_one_version(ledger_dsn, cfg):
 def test_a_fenced_attempts_file_is_never_referenced_and_removed_after_commit(ledger_dsn, cfg):
     plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}), sink=sink_for(cfg))
     old = claim_attempt(ledger_dsn, cfg.name, "a")
-    old_target = StageTarget.for_sink(ledger_dsn, bound(ledger_dsn, cfg), cfg.name, "a", 1, 1)
+    old_target = StageTarget.for_sink(
+        Ledger(ledger_dsn), bound(ledger_dsn, cfg), Attempt(cfg.name, "a", 1, 1)
+    )
     stage_part(old_target, 0, [records((0, 0, "x", 100), (0, 1, "y", 100))])
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])
     with pytest.raises(FencedAttemptError):

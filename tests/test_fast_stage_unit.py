@@ -253,6 +253,8 @@ from onceflow.sinks.postgres.columns import Column
 from onceflow.staging.attempt_table import _ValidRows
 from onceflow.staging.fast_stage import Split
 from onceflow.staging.table_stage import _CsvStream
+from onceflow.ledger.attempt import Attempt
+from onceflow.ledger.db import Ledger
 from onceflow.staging.target import StageTarget
 from onceflow.transforms import load_module
 import numpy as np
@@ -270,7 +272,7 @@ b = pa.RecordBatch.from_arrays([string_repeat("t", n),
     names=["topic", "partition", "offset", "key", "value", "timestamp"])
 assert "pandas" not in sys.modules
 split = Split(iter([b]), orders.fast_form, columns, "orders:transform")
-target = StageTarget.for_sink("dsn", sink, "p", "tx", 1, 1)
+target = StageTarget.for_sink(Ledger("dsn"), sink, Attempt("p", "tx", 1, 1))
 accepted = list(split)
 stream = _CsvStream(iter(accepted), target, 0)
 assert stream.read(1 << 20) and stream.read(1 << 20) == b""

@@ -12,6 +12,7 @@ from onceflow.airflow.lineage import (  # noqa: E402
     location_dataset,
     postgres_dataset,
 )
+from onceflow.ledger.db import Ledger  # noqa: E402
 
 pytestmark = pytest.mark.unit
 
@@ -37,7 +38,7 @@ def test_a_lake_tables_dataset_keeps_no_credentials(location, expected):
 
 def test_a_postgresql_and_a_kafka_dataset_keep_no_credentials():
     namespace, name = postgres_dataset(
-        "postgresql://flow:s3cr3t@db.internal:6432/ledger", "public", "orders"
+        Ledger("postgresql://flow:s3cr3t@db.internal:6432/ledger"), "public", "orders"
     )
     assert (namespace, name) == ("postgres://db.internal:6432", "ledger.public.orders")
     assert kafka_namespace("k1:9093, k2:9093") == "kafka://k1:9093"

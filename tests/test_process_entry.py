@@ -20,6 +20,7 @@ from onceflow.errors import (
 )
 from onceflow.kafka.client import KafkaCluster
 from onceflow.ledger.attempt import Attempt
+from onceflow.ledger.db import Ledger
 from onceflow.ledger.fencing import Claim, StagedMark
 from onceflow.ledger.states import BatchState
 from onceflow.process import attempt as attempt_mod
@@ -34,6 +35,7 @@ CFG = PipelineConfig(
     name="orders", topics=("t",), transform="orders:transform", sink=SinkConfig("orders")
 )
 KAFKA = KafkaCluster("127.0.0.1:1")
+LEDGER = Ledger("host=127.0.0.1 port=1 dbname=ledger", "the test")
 RANGES = [OffsetRange("t", 0, 10, 20), OffsetRange("t", 1, 5, 5)]
 
 
@@ -116,28 +118,28 @@ def test_an_attempt_carries_its_identity_and_options_down_to_the_stage_job(monke
 
     monkeypatch.setattr(session, "stage_attempt", stage_attempt)
     options = JobOptions(ReadOptions("kafka-python", 5.0), fast_form=False, ship_package=True)
-    outcome = entry.run_attempt(CFG, "run-1", options, "dsn", KAFKA, source)
+    outcome = entry.run_attempt(CFG, "run-1", options, LEDGER, KAFKA, source)
     assert outcome == ProcessExit.OK
     assert source.sessions == [("orders", True)]
     [(spark, pieces, inputs)] = staged
     assert spark == "spark" and pieces == [RANGES[0]]  # an empty range is no input partition
     assert inputs == StageInputs(
-        Attempt("orders", "run-1", 4, 2), CFG, "the sink", "dsn", KAFKA, options
+        Attempt("orders", "run-1", 4, 2), CFG, "the sink", LEDGER, KAFKA, options
     )
     assert not inputs.uses_fast_form  # --no-fast-form
-    assert ledger.calls[0] == ("claim", "dsn", "orders", "run-1")
+    assert ledger.calls[0] == ("claim", LEDGER, "orders", "run-1")
     assert [c[0] for c in ledger.calls] == [
         "claim", "topic_ids", "verify", "mark_staged"
     ]  # fmt: skip
     assert ledger.calls[1] == ("topic_ids", KAFKA, "orders", ("t",))
     mark = ledger.calls[-1]
-    assert mark[:5] == ("mark_staged", "dsn", "orders", "run-1", 2)
+    assert mark[:5] == ("mark_staged", LEDGER, "orders", "run-1", 2)
     assert (mark[5]["parts"], mark[5]["records_read"], mark[5]["sink"]) == (2, 9, "the sink")
 
 
 def test_an_empty_batch_opens_no_spark_session(monkeypatch):
     ledger, source = FakeLedger(monkeypatch, ranges=[OffsetRange("t", 0, 7, 7)]), FakeSpark()
-    assert entry.run_attempt(CFG, "run-1", JobOptions(), "dsn", KAFKA, source) == ProcessExit.OK
+    assert entry.run_attempt(CFG, "run-1", JobOptions(), LEDGER, KAFKA, source) == ProcessExit.OK
     assert source.sessions == []
     assert ledger.calls[-1][5]["parts"] == 0
 
@@ -159,14 +161,14 @@ def test_a_failed_attempt_ends_as_its_exit_code_and_says_why_in_the_ledger(
         raise raised
 
     monkeypatch.setattr(session, "stage_attempt", stage_attempt)
-    outcome = entry.run_attempt(CFG, "run-1", JobOptions(), "dsn", KAFKA, FakeSpark())
+    outcome = entry.run_attempt(CFG, "run-1", JobOptions(), LEDGER, KAFKA, FakeSpark())
     assert outcome == exit
     errors = [c for c in ledger.calls if c[0] == "record_error"]
     if recorded is None:
         assert errors == []
     else:
         assert errors == [
-            ("record_error", "dsn", "orders", "run-1", f"process attempt 2: {recorded}")
+            ("record_error", LEDGER, "orders", "run-1", f"process attempt 2: {recorded}")
         ]
 
 
@@ -189,7 +191,7 @@ def test_a_failed_job_is_explained_by_a_recreated_topic(monkeypatch, recreated):
 
     monkeypatch.setattr(session, "stage_attempt", stage_attempt)
     monkeypatch.setattr(attempt_mod, "verify_topic_ids", verify)
-    entry.run_attempt(CFG, "run-1", JobOptions(), "dsn", KAFKA, FakeSpark())
+    entry.run_attempt(CFG, "run-1", JobOptions(), LEDGER, KAFKA, FakeSpark())
     (error,) = [c[4] for c in ledger.calls if c[0] == "record_error"]
     assert [c[0] for c in ledger.calls][:3] == ["claim", "topic_ids", "verify"]
     if recreated:
@@ -201,7 +203,7 @@ def test_a_failed_job_is_explained_by_a_recreated_topic(monkeypatch, recreated):
 def test_an_unknown_txid_is_a_usage_error_before_anything_is_staged(monkeypatch):
     ledger = FakeLedger(monkeypatch, claim_error=UnknownTxidError("orders", "nope"))
     source = FakeSpark()
-    assert entry.run_attempt(CFG, "nope", JobOptions(), "dsn", KAFKA, source) == ProcessExit.USAGE
+    assert entry.run_attempt(CFG, "nope", JobOptions(), LEDGER, KAFKA, source) == ProcessExit.USAGE
     assert [c[0] for c in ledger.calls] == ["claim"] and source.sessions == []
 
 
@@ -214,7 +216,7 @@ def test_the_fast_form_needs_the_job_the_pipeline_the_sink_and_the_transform(mon
     attempt = Attempt("orders", "run-1", 1, 1)
 
     def uses(options: JobOptions, cfg: PipelineConfig = CFG, sink: Sink | None = None) -> bool:
-        inputs = StageInputs(attempt, cfg, sink or Sink(), "dsn", KAFKA, options)
+        inputs = StageInputs(attempt, cfg, sink or Sink(), LEDGER, KAFKA, options)
         return inputs.uses_fast_form
 
     assert uses(JobOptions())
@@ -237,7 +239,7 @@ def test_the_connect_task_runs_the_attempt_with_the_jobs_types(tmp_path, monkeyp
     from onceflow.airflow import tasks
     from onceflow.hooks.services import Services
 
-    monkeypatch.setattr(tasks, "services", lambda cfg: Services("dsn", "env", KAFKA))
+    monkeypatch.setattr(tasks, "services", lambda cfg: Services(LEDGER, KAFKA))
     monkeypatch.setattr(tasks, "spark_connect", lambda cfg: ("sc://h:1", "the server"))
     calls = []
 
@@ -251,7 +253,7 @@ def test_the_connect_task_runs_the_attempt_with_the_jobs_types(tmp_path, monkeyp
     )
     task.execute({})
     [(cfg, txid, options, dsn, kafka, source)] = calls
-    assert (cfg.name, txid, options, dsn, kafka) == ("fast", "run-1", JobOptions(), "dsn", KAFKA)
+    assert (cfg.name, txid, options, dsn, kafka) == ("fast", "run-1", JobOptions(), LEDGER, KAFKA)
     assert source is task._source and source.url == "sc://h:1"
 
 

@@ -468,7 +468,7 @@ def test_a_retried_fast_stage_task_still_hands_on_its_declined_records(env, prod
     import pyarrow as pa
     from onceflow.errors import FencedAttemptError
     from onceflow.ledger.attempt import Attempt
-    from onceflow.ledger.db import transaction
+    from onceflow.ledger.db import Ledger, transaction
     from onceflow.ledger.fencing import claim_attempt
     from onceflow.reader.input_ranges import input_ranges
     from onceflow.staging.fast_stage import FastStage, FastStageFn
@@ -487,7 +487,9 @@ def test_a_retried_fast_stage_task_still_hands_on_its_declined_records(env, prod
     sink = orders_sink(dsn, "it_fast")
     with transaction(dsn) as cur:  # the attempt's table, as process makes it
         sink.create_stage(cur, Attempt("it_fast", "run-fs", batch.seq, attempt))
-    target = StageTarget.for_sink(dsn, sink, "it_fast", "run-fs", batch.seq, attempt)
+    target = StageTarget.for_sink(
+        Ledger(dsn), sink, Attempt("it_fast", "run-fs", batch.seq, attempt)
+    )
     fn = FastStageFn(pieces, BOOTSTRAP, TRANSFORM, FastStage(target, fast_form_columns()))
 
     def records_of(piece) -> dict:
@@ -537,6 +539,8 @@ def test_a_retried_fast_stage_task_still_hands_on_its_declined_records(env, prod
 def test_task_fence_stages_a_part_once_per_attempt(env, first_run):
     import pyarrow as pa
     from onceflow.errors import FencedAttemptError
+    from onceflow.ledger.attempt import Attempt
+    from onceflow.ledger.db import Ledger
     from onceflow.staging.target import StageTarget
     from onceflow.staging.writer import stage_part
 
@@ -558,7 +562,7 @@ def test_task_fence_stages_a_part_once_per_attempt(env, first_run):
         }
     )
     target_sink = orders_sink(dsn, "it_orders")
-    target = StageTarget.for_sink(dsn, target_sink, PIPELINE, "run-1", 1, attempt)
+    target = StageTarget.for_sink(Ledger(dsn), target_sink, Attempt(PIPELINE, "run-1", 1, attempt))
     msg = stage_part(target, 0, [batch])  # a retried task of part 0 of the same attempt
     assert msg.skipped and msg.rows == 0
     assert (
@@ -571,7 +575,9 @@ def test_task_fence_stages_a_part_once_per_attempt(env, first_run):
     )
     with pytest.raises(FencedAttemptError):  # a task of an older attempt (a zombie driver)
         stage_part(
-            StageTarget.for_sink(dsn, target_sink, PIPELINE, "run-1", 1, attempt - 1),
+            StageTarget.for_sink(
+                Ledger(dsn), target_sink, Attempt(PIPELINE, "run-1", 1, attempt - 1)
+            ),
             77,
             [batch],
         )
@@ -590,6 +596,8 @@ def test_a_task_that_finds_its_part_staged_still_reads_its_input_to_the_end(
     consume every batch, or the batch would look short of records."""
     import pyarrow as pa
     import pyspark
+    from onceflow.ledger.attempt import Attempt
+    from onceflow.ledger.db import Ledger
     from onceflow.staging.target import StageTarget
     from onceflow.staging.writer import StagePartFn
 
@@ -603,7 +611,9 @@ def test_a_task_that_finds_its_part_staged_still_reads_its_input_to_the_end(
         env, "select attempt from onceflow.batches where pipeline = %s and txid = 'run-1'", PIPELINE
     )[0]
     dsn = env["ONCEFLOW_POSTGRES_DSN"]
-    target = StageTarget.for_sink(dsn, orders_sink(dsn, "it_orders"), PIPELINE, "run-1", 1, attempt)
+    target = StageTarget.for_sink(
+        Ledger(dsn), orders_sink(dsn, "it_orders"), Attempt(PIPELINE, "run-1", 1, attempt)
+    )
     handed = []
 
     def batches():
@@ -621,6 +631,8 @@ def test_a_task_that_finds_its_part_staged_still_reads_its_input_to_the_end(
 def test_a_task_that_dies_before_its_commit_leaves_nothing(env, first_run, tmp_path, monkeypatch):
     import pyarrow as pa
     from onceflow import failpoints
+    from onceflow.ledger.attempt import Attempt
+    from onceflow.ledger.db import Ledger
     from onceflow.staging.target import StageTarget
     from onceflow.staging.writer import stage_part
 
@@ -638,7 +650,9 @@ def test_a_task_that_dies_before_its_commit_leaves_nothing(env, first_run, tmp_p
         }
     )
     dsn = env["ONCEFLOW_POSTGRES_DSN"]
-    target = StageTarget.for_sink(dsn, orders_sink(dsn, "it_orders"), PIPELINE, "run-1", 1, attempt)
+    target = StageTarget.for_sink(
+        Ledger(dsn), orders_sink(dsn, "it_orders"), Attempt(PIPELINE, "run-1", 1, attempt)
+    )
     with pytest.raises(failpoints.FailpointError):
         stage_part(target, 88, [batch])  # rows copied, then the task dies before its commit
     assert not query(env, "select 1 from onceflow.stage_parts where part = 88")
@@ -658,6 +672,8 @@ def test_staged_timestamps_are_utc_whatever_the_servers_time_zone(env, first_run
     import datetime as dt
 
     import pyarrow as pa
+    from onceflow.ledger.attempt import Attempt
+    from onceflow.ledger.db import Ledger
     from onceflow.staging.target import StageTarget
     from onceflow.staging.writer import stage_part
 
@@ -679,7 +695,7 @@ def test_staged_timestamps_are_utc_whatever_the_servers_time_zone(env, first_run
     sink = orders_sink(env["ONCEFLOW_POSTGRES_DSN"], "it_orders")
     dsn = env["ONCEFLOW_POSTGRES_DSN"]
     dsn += ("&" if "?" in dsn else "?") + "options=-c%20TimeZone%3DAmerica/New_York"
-    target = StageTarget.for_sink(dsn, sink, PIPELINE, "run-1", seq, attempt)
+    target = StageTarget.for_sink(Ledger(dsn), sink, Attempt(PIPELINE, "run-1", seq, attempt))
     assert target.attempt_table == f"orders__s{seq}_a{attempt}"  # valid rows go there
     try:
         msg = stage_part(target, 87, [batch])
@@ -1126,6 +1142,8 @@ def test_csv_for_copy_tags_rows_and_encodes_bytea():
     from decimal import Decimal
 
     import pyarrow as pa
+    from onceflow.ledger.attempt import Attempt
+    from onceflow.ledger.db import Ledger
     from onceflow.staging.table_stage import _CsvStream
     from onceflow.staging.target import StageTarget
 
@@ -1149,7 +1167,7 @@ def test_csv_for_copy_tags_rows_and_encodes_bytea():
     from onceflow.sinks.postgres.sink import PostgresSink
 
     sink = PostgresSink("s", SinkConfig("orders"), output_columns(ORDER_FIELDS))
-    target = StageTarget.for_sink("dsn", sink, "p", "run,1", 1, 3)
+    target = StageTarget.for_sink(Ledger("dsn"), sink, Attempt("p", "run,1", 1, 3))
     stream = _CsvStream([batch, batch.slice(0, 0)], target, 7)
     text = io.BytesIO(stream.read()).getvalue().decode()
     assert stream.read() == b"" and stream.rows == 2

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 from onceflow.hooks.sink import sink_for
-from onceflow.ledger.db import transaction
+from onceflow.ledger.attempt import Attempt
+from onceflow.ledger.db import Ledger, transaction
 from onceflow.ledger.fencing import claim_attempt
 from onceflow.ledger.planning import plan
 from onceflow.ledger.range_digest import RangeRead, RecordPrint
@@ -59,8 +60,9 @@ def test_each_job_counts_its_own_reads_and_its_rows_go_with_it(ledger_dsn):
 
 
 def test_the_fast_stage_is_kept_without_the_dsn(ledger_dsn):
-    target = StageTarget(ledger_dsn, "s", "stage_t", ("a",), "p", "tx", 1, seq=3)
-    with stage_job_rows(ledger_dsn, "p", "tx", 1) as job:
+    ledger = Ledger(ledger_dsn)
+    target = StageTarget(ledger, Attempt("p", "tx", 3, 1), "s", "stage_t", ("a",))
+    with stage_job_rows(ledger, "p", "tx", 1) as job:
         assert fast_stage_of(job) is None  # not set yet: the task refuses (fast_stage)
         set_fast_stage(job, FastStage(target, None))
         with transaction(ledger_dsn) as cur:
@@ -69,7 +71,7 @@ def test_the_fast_stage_is_kept_without_the_dsn(ledger_dsn):
         password = ledger_dsn.partition("://")[2].partition("@")[0].encode()
         assert ledger_dsn.encode() not in stored and (not password or password not in stored)
         got = fast_stage_of(job)
-        assert got.target == target  # the task's own DSN put back
+        assert got.target == target  # the task's own ledger put back
 
 
 def _jobs(dsn: str, *refs) -> tuple[set[str], set[str]]:

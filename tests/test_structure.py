@@ -288,6 +288,29 @@ def test_only_the_ledger_runs_sql_on_its_tables():
     assert found == []
 
 
+def test_only_the_ledger_and_its_hook_hold_a_dsn():
+    """In the runtime, outside ledger/ and hooks/, the ledger's database is a Ledger
+    (onceflow.ledger.db), which keeps its DSN, the password in it, to itself: no parameter,
+    field or attribute there is named for a DSN. (The embedded stack's settings,
+    onceflow_dev, make the stack's database and keep its DSN.)"""
+    found = []
+    for path in RUNTIME.rglob("*.py"):
+        if path.is_relative_to(RUNTIME / "ledger") or path.is_relative_to(RUNTIME / "hooks"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.arg):
+                name = node.arg
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                name = node.target.id
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                name = node.attr
+            else:
+                continue
+            if "dsn" in name.lower():
+                found.append(f"{path.relative_to(INCLUDE)}:{node.lineno}: {name}")
+    assert found == []
+
+
 STATE_WORDS = ("planned", "processing", "staged", "committed", "abandoned")
 
 

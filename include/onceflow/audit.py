@@ -27,7 +27,7 @@ from onceflow.ledger.audit_rows import (
     ResetRow,
     read_ledger_rows,
 )
-from onceflow.ledger.db import transaction
+from onceflow.ledger.db import Ledger, transaction
 from onceflow.ledger.range_digest import RangeRead, first_difference
 from onceflow.ledger.states import CLOSED, BatchState
 
@@ -231,7 +231,7 @@ def check_contents(
 
 
 def run_audit(
-    dsn: str,
+    ledger: Ledger,
     cfg: PipelineConfig,
     reread: Callable[..., Recount] | None = None,
 ) -> AuditReport:
@@ -240,9 +240,9 @@ def run_audit(
     format's are decoded again as they are read (onceflow.formats.reread_check)."""
     report = AuditReport(pipeline=cfg.name)
     decoding = None
-    with transaction(dsn) as cur:
+    with transaction(ledger) as cur:
         cur.execute("set transaction isolation level repeatable read")  # one consistent snapshot
-        ledger = read_ledger_rows(cur, cfg.name)
+        rows = read_ledger_rows(cur, cfg.name)
         if reread is not None and cfg.uses_registry:
             from onceflow.formats.reread_check import DecodeCheck
             from onceflow.ledger.decode_rows import read_decode_rows
@@ -255,7 +255,7 @@ def run_audit(
         misplaced = sink.outside_ranges(cur, cfg.name) if sink_exists else 0
         truth = sink.truth_violations(cur, cfg.name) if sink_exists else []
 
-    batches, ranges, resets = ledger.batches, ledger.ranges, ledger.resets
+    batches, ranges, resets = rows.batches, rows.ranges, rows.resets
     committed = {b.txid for b in batches if b.state == BatchState.COMMITTED}
     report.batches = len(batches)
     report.batches_committed = len(committed)
@@ -263,16 +263,16 @@ def run_audit(
     report.batches_pruned = len(pruned)
     report.kept_from_seq = next((b.seq for b in batches if not b.pruned), None)
     report.records_in_sink = sum(published.values())
-    report.dead_lettered = sum(ledger.dead.values())
-    report.loss_events = [asdict(lo) for lo in ledger.losses]
+    report.dead_lettered = sum(rows.dead.values())
+    report.loss_events = [asdict(lo) for lo in rows.losses]
     report.resets = [asdict(x) for x in resets]
     check_seq(report, batches, resets)
-    check_contiguity(report, ranges, ledger.offsets, ledger.losses, committed, resets, bool(pruned))
+    check_contiguity(report, ranges, rows.offsets, rows.losses, committed, resets, bool(pruned))
     counts = None
     if reread is not None:
         report.reread_from_broker = True
         # ranges of an earlier epoch are gone from the broker (reset): their count is the ledger's
-        stale = {r.txid for r in ranges if r.epoch != ledger.epochs.get((r.topic, r.partition), 0)}
+        stale = {r.txid for r in ranges if r.epoch != rows.epochs.get((r.topic, r.partition), 0)}
         stale |= pruned  # no ranges left to re-read: counted from the ledger
         kept = [r for r in ranges if r.txid in committed and r.txid not in stale]
         recount = reread(kept) if decoding is None else reread(kept, on_records=decoding)
@@ -280,10 +280,10 @@ def run_audit(
         for txid in committed - stale - recount.gone:
             counts.setdefault(txid, 0)
         report.reread_skipped = len(committed & (stale | recount.gone))
-        check_contents(report, ranges, ledger.recorded, recount.reads)
+        check_contents(report, ranges, rows.recorded, recount.reads)
         if decoding is not None:
             decoding.check(report)
-    check_counts(report, batches, published, ledger.dead, counts)
+    check_counts(report, batches, published, rows.dead, counts)
     for t, p, o in dup_rows:
         report.duplicates += 1
         report.violate(f"record {t}[{p}]@{o} is published both as a row and as a dead letter")

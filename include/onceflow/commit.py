@@ -50,7 +50,7 @@ from onceflow.config.pipeline import PipelineConfig
 from onceflow.errors import SinkContentionError, SinkMovedError, StagedCountsError
 from onceflow.hooks.sink import sink_for
 from onceflow.ledger.attempt import Attempt
-from onceflow.ledger.db import transaction
+from onceflow.ledger.db import Ledger, transaction
 from onceflow.ledger.offsets import advance_offsets
 from onceflow.ledger.ordering import CommitRow, commit_row, lock_commits
 from onceflow.ledger.states import BatchState, Step
@@ -92,11 +92,13 @@ class Published:
     ref: str | None
 
 
-def commit(dsn: str, cfg: PipelineConfig, txid: str, sink: Sink | None = None) -> CommitResult:
+def commit(
+    ledger: Ledger, cfg: PipelineConfig, txid: str, sink: Sink | None = None
+) -> CommitResult:
     """Commit txid (steps 1-6 above). `sink`: the pipeline's, if the caller built it."""
     started = time.monotonic()
     sink = sink or sink_for(cfg)
-    with transaction(dsn) as cur:
+    with transaction(ledger) as cur:
         lock_commits(cur, cfg.name)
         row = commit_row(cur, cfg.name, txid)
         if row.done:
@@ -127,7 +129,7 @@ def commit(dsn: str, cfg: PipelineConfig, txid: str, sink: Sink | None = None) -
         if not row.republish:
             failpoints.hit("commit.before_db_commit", txid)
     if isinstance(sink, OutsideSink) and t.attempt > 1:  # earlier attempts wrote files
-        file_cleanup.after_commit(dsn, cfg, txid, sink)
+        file_cleanup.after_commit(ledger, cfg, txid, sink)
     if row.republish:
         return CommitResult(txid, t.seq, Outcome.REPUBLISHED, out.records, out.dead)
     failpoints.hit("commit.after_db_commit", txid)

@@ -36,6 +36,7 @@ import time
 from dataclasses import asdict, dataclass
 
 from onceflow.config.pipeline import PipelineConfig
+from onceflow.ledger.db import Ledger
 
 log = logging.getLogger("onceflow.maintenance")
 
@@ -62,7 +63,7 @@ class MaintenanceReport:
 
 
 def maintain(
-    dsn: str,
+    ledger: Ledger,
     cfg: PipelineConfig,
     target_file_mb: float | None = None,
     retain_hours: float | None = None,
@@ -83,7 +84,7 @@ def maintain(
     started = time.monotonic()
     sink = sink_for(cfg)
     if isinstance(sink, PostgresSink) and sink.partitioned_table is not None:
-        with transaction(dsn) as cur:
+        with transaction(ledger) as cur:
             lock_commits(cur, cfg.name)
             done = roll_up(cur, sink, cfg.name, dry_run=dry_run)
         log.info(
@@ -112,7 +113,7 @@ def maintain(
         )
     if not isinstance(sink, LakeSink):
         raise NotALakeSinkError(cfg.name, sink.describe())
-    with transaction(dsn) as cur:
+    with transaction(ledger) as cur:
         lock_commits(cur, cfg.name)
         table = sink.open_table(cur)
         if table is None:

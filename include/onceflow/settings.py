@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from onceflow.errors import ConfigError
+from onceflow.ledger.db import Ledger
 
 if TYPE_CHECKING:
     from onceflow.kafka.client import KafkaCluster
@@ -61,22 +62,22 @@ class Settings:
     read when it is asked for, so a command that needs none runs without any."""
 
     pipelines_file: Path
-    ledger: str | None = field(default=None, repr=False)  # the DSN may hold a password
+    ledger_db: Ledger | None = None
     bootstrap: str | None = None
     airflow: str | None = None
     airflow_user: str | None = None
     airflow_password: str | None = field(default=None, repr=False)
 
     @property
-    def postgres_dsn(self) -> str:
+    def ledger(self) -> Ledger:
         """The ledger's database."""
-        if self.ledger is None:
+        if self.ledger_db is None:
             raise ConfigError(
                 f"no ledger database: set {LEDGER_ENV} to its libpq DSN, or name its Airflow "
                 "connection (type 'postgres') with --ledger-conn, e.g. --ledger-conn "
                 "onceflow_ledger"
             )
-        return self.ledger
+        return self.ledger_db
 
     @property
     def kafka_bootstrap(self) -> str:
@@ -111,7 +112,7 @@ class Settings:
         pipelines = os.environ.get("ONCEFLOW_PIPELINES") or Path.cwd() / "dags" / "pipelines.toml"
         return cls(
             pipelines_file=Path(pipelines).resolve(),
-            ledger=_given(LEDGER_ENV),
+            ledger_db=Ledger(os.environ[LEDGER_ENV], LEDGER_ENV) if _given(LEDGER_ENV) else None,
             bootstrap=_given(KAFKA_ENV),
             airflow=_given("ONCEFLOW_AIRFLOW_URL"),
             airflow_user=_given("ONCEFLOW_AIRFLOW_USER"),

@@ -28,7 +28,7 @@ def cmd_up(args: argparse.Namespace, settings: StackSettings) -> int:
     from onceflow.ledger.db import migrate
 
     stack.up(settings)
-    applied = migrate(settings.postgres_dsn)
+    applied = migrate(settings.ledger)
     print(f"ledger schema: {'applied ' + ', '.join(applied) if applied else 'up to date'}")
     try:  # the local stack's own tables: an earlier version's are migrated as it starts
         migrate_sinks(settings, None, changes_only=True)
@@ -47,7 +47,7 @@ def _report_lost_logs(settings: StackSettings) -> None:
     except OnceflowError as e:
         print(f"pipelines file: {e}")
         return
-    lost = lost_logs(settings.postgres_dsn, settings.kafka_bootstrap, pipelines.values())
+    lost = lost_logs(settings.ledger, settings.kafka_bootstrap, pipelines.values())
     for name in sorted({x.pipeline for x in lost}):
         print(f"\npipeline {name}: its plans will stop until the offsets are reset:")
         for x in (x for x in lost if x.pipeline == name):

@@ -22,6 +22,7 @@ from onceflow.cli.runs import new_run_ids, run_error
 from onceflow.config.pipeline import PipelineConfig
 from onceflow.config.pipelines_file import load_pipelines
 from onceflow.errors import OnceflowError
+from onceflow.ledger.db import Ledger
 
 from onceflow_dev import producer, stack
 from onceflow_dev.lost_logs import lost_logs
@@ -67,7 +68,7 @@ def produce(
     return start, n
 
 
-def runs_to_drain(dsn: str, bootstrap: str, cfg: PipelineConfig) -> int:
+def runs_to_drain(ledger: Ledger, bootstrap: str, cfg: PipelineConfig) -> int:
     """How many runs plan the pipeline's whole backlog: the largest partition's records not
     yet planned over the per-batch cap (at least one run)."""
     from onceflow.kafka import broker
@@ -76,7 +77,7 @@ def runs_to_drain(dsn: str, bootstrap: str, cfg: PipelineConfig) -> int:
     snap = broker.snapshot(bootstrap, cfg.name, cfg.topics)
     planned = {
         (r["topic"], r["partition"]): r["planned_offset"] or r["committed_offset"]
-        for r in views.partitions(dsn, cfg.name)
+        for r in views.partitions(ledger, cfg.name)
     }
     backlog = max(
         end - planned.get(tp, snap.beginnings[tp] if cfg.starting_position == "earliest" else end)
@@ -86,7 +87,7 @@ def runs_to_drain(dsn: str, bootstrap: str, cfg: PipelineConfig) -> int:
     return max(1, math.ceil(backlog / cap)) if cap else 1
 
 
-def sink_rows(dsn: str, cfg: PipelineConfig) -> tuple[str, int]:
+def sink_rows(ledger: Ledger, cfg: PipelineConfig) -> tuple[str, int]:
     """The pipeline's published table (schema.table, or iceberg:namespace.table,
     delta:namespace.table) and how many rows it holds now (a lake table scanned)."""
     from onceflow.hooks.sink import sink_for
@@ -101,7 +102,7 @@ def sink_rows(dsn: str, cfg: PipelineConfig) -> tuple[str, int]:
         table = sink.open_table()
         rows = 0 if table is None else sink.scan(table, ("offset",)).num_rows
         return f"delta:{sink.name}", rows
-    with transaction(dsn) as cur:
+    with transaction(ledger) as cur:
         if isinstance(sink, IcebergSink):
             with open_catalog(cur, sink.warehouse) as catalog:
                 rows = catalog.load_table(sink.identifier).scan(selected_fields=("offset",))
@@ -136,7 +137,7 @@ def cmd_demo(args: argparse.Namespace, settings: StackSettings) -> int:
             str(settings.pipelines_file), missing, [name for name, _ in PIPELINES]
         )
     cfgs = [(pipelines[name], round(count * args.scale)) for name, count in PIPELINES]
-    dsn, bootstrap = settings.postgres_dsn, settings.kafka_bootstrap
+    ledger, bootstrap = settings.ledger, settings.kafka_bootstrap
     _reset_lost_demo_logs(settings, [cfg for cfg, _ in cfgs])
     for cfg, count in cfgs:
         if not count:
@@ -162,7 +163,7 @@ def cmd_demo(args: argparse.Namespace, settings: StackSettings) -> int:
     for cfg, _ in cfgs:
         client.wait_for_dag(cfg.dag_id, timeout=args.timeout)
         client.unpause(cfg.dag_id)
-        runs[cfg.dag_id] = new_run_ids(f"demo_{cfg.name}", runs_to_drain(dsn, bootstrap, cfg))
+        runs[cfg.dag_id] = new_run_ids(f"demo_{cfg.name}", runs_to_drain(ledger, bootstrap, cfg))
         for run_id in runs[cfg.dag_id]:
             client.trigger(cfg.dag_id, run_id)
         print(f"triggered {len(runs[cfg.dag_id])} run(s) of {cfg.dag_id}", flush=True)
@@ -179,10 +180,10 @@ def cmd_demo(args: argparse.Namespace, settings: StackSettings) -> int:
         ]
     summary, verdicts = [], []
     for cfg, _ in cfgs:
-        report = run_audit(dsn, cfg, reread_counter(settings))
+        report = run_audit(ledger, cfg, reread_counter(settings))
         print_audit(cfg, report)
         verdicts.append(report.verdict)
-        table, rows = sink_rows(dsn, cfg)
+        table, rows = sink_rows(ledger, cfg)
         summary.append(
             {
                 "pipeline": cfg.name,
@@ -210,7 +211,7 @@ def _reset_lost_demo_logs(settings: StackSettings, cfgs: list[PipelineConfig]) -
     from onceflow.kafka import broker
     from onceflow.ledger.resets import reset_offsets
 
-    lost = lost_logs(settings.postgres_dsn, settings.kafka_bootstrap, cfgs)
+    lost = lost_logs(settings.ledger, settings.kafka_bootstrap, cfgs)
     for cfg in cfgs:
         mine = [x for x in lost if x.pipeline == cfg.name]
         if not mine:
@@ -220,7 +221,7 @@ def _reset_lost_demo_logs(settings: StackSettings, cfgs: list[PipelineConfig]) -
         for topic in cfg.topics:  # a topic the broker lost: created again for the demo's records
             broker.create_topic(settings.kafka_bootstrap, topic, PARTITIONS)
         reset = reset_offsets(
-            settings.postgres_dsn,
+            settings.ledger,
             cfg,
             lambda at, cfg=cfg: broker.snapshot(settings.kafka_bootstrap, cfg.name, cfg.topics, at),
             reason="onceflow-dev demo: the broker no longer holds the log this ledger read",

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from onceflow.config.pipeline import PipelineConfig
 from onceflow.errors import TopicMissingError
 from onceflow.kafka.client import KafkaCluster
-from onceflow.ledger.db import transaction
+from onceflow.ledger.db import Ledger, transaction
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ class LostLog:
 
 
 def lost_logs(
-    dsn: str, bootstrap: KafkaCluster | str, cfgs: Iterable[PipelineConfig]
+    ledger: Ledger, bootstrap: KafkaCluster | str, cfgs: Iterable[PipelineConfig]
 ) -> list[LostLog]:
     """Per pipeline with a ledger, the partitions whose log the broker no longer holds."""
     from onceflow.kafka import broker
@@ -38,7 +38,7 @@ def lost_logs(
 
     out: list[LostLog] = []
     for cfg in cfgs:
-        with transaction(dsn) as cur:
+        with transaction(ledger) as cur:
             logs = ledger_logs(cur, cfg.name)
         if not logs:
             continue

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from onceflow.kafka.client import KafkaCluster, cluster_from_env
+from onceflow.ledger.db import Ledger
 
 PG_USER = "onceflow"
 # a stack made before 0.2.0 has no password file: its server kept this one
@@ -73,7 +74,7 @@ class StackSettings:
     pg_port: int
     kafka_port: int
     airflow_port: int
-    postgres_dsn: str  # ledger + sink database
+    postgres_dsn: str = field(repr=False)  # ledger + sink database; it holds the password
     kafka_bootstrap: str
     pipelines_file: Path
     airflow_url: str
@@ -88,6 +89,11 @@ class StackSettings:
     def kafka_cluster(self) -> KafkaCluster:
         """The source cluster: the bootstrap with ONCEFLOW_KAFKA_CONFIG's client settings."""
         return cluster_from_env(self.kafka_bootstrap)
+
+    @property
+    def ledger(self) -> Ledger:
+        """The ledger's database (and the PostgreSQL sinks')."""
+        return Ledger(self.postgres_dsn, f"the embedded stack in {self.home}")
 
     def runtime_env(self) -> dict[str, str]:
         """The runtime's ONCEFLOW_* variables for this stack: what the command line and the

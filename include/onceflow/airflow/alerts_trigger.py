@@ -76,7 +76,7 @@ class AlertsTrigger(Watcher):
             self.alerts,
             self.interval_seconds,
         )
-        async for ends, facts, dsn in self.looks(self.facts):
+        async for ends, facts, ledger in self.looks(self.facts):
             now = Measures(
                 total_lag(ends, facts.committed) if facts.committed else None,
                 facts.commit_blocked_minutes,
@@ -85,7 +85,9 @@ class AlertsTrigger(Watcher):
             for change in changes(self.alerts, now, facts.open_alerts):
                 try:
                     kept = await asyncio.to_thread(
-                        self.read_ledger, dsn, lambda cur, c=change: record(cur, self.pipeline, c)
+                        self.read_ledger,
+                        ledger,
+                        lambda cur, c=change: record(cur, self.pipeline, c),
                     )
                 except Exception as e:  # noqa: BLE001 - the next look tries again
                     self.say_problem("cannot record an alert", e)

@@ -34,6 +34,7 @@ from openlineage.client.facet_v2 import (
 )
 
 from onceflow.config.pipeline import PipelineConfig
+from onceflow.ledger.db import Ledger
 from onceflow.ledger.states import BatchState
 
 FACET = "onceflow_batch"
@@ -60,14 +61,11 @@ def kafka_namespace(bootstrap: str) -> str:
     return f"kafka://{bootstrap.split(',')[0].strip()}"
 
 
-def postgres_dataset(dsn: str, schema: str, table: str) -> tuple[str, str]:
-    """(namespace, name) of a PostgreSQL table reached with `dsn` (no credentials)."""
-    from psycopg2.extensions import parse_dsn
-
-    parts = parse_dsn(dsn)
-    host = parts.get("host", "localhost").split(",")[0]
-    port = parts.get("port", "5432").split(",")[0]
-    return f"postgres://{host}:{port}", f"{parts.get('dbname', '')}.{schema}.{table}"
+def postgres_dataset(ledger: Ledger, schema: str, table: str) -> tuple[str, str]:
+    """(namespace, name) of a PostgreSQL table in the ledger's database (no credentials)."""
+    at = ledger.address
+    host, port = at["host"].split(",")[0], at["port"].split(",")[0]
+    return f"postgres://{host}:{port}", f"{at['dbname']}.{schema}.{table}"
 
 
 def location_dataset(location: str) -> tuple[str, str]:
@@ -89,11 +87,11 @@ def batch_lineage(cfg: PipelineConfig, txid: str, step: str) -> Any:
     from onceflow.ledger.views import batch_reads
 
     svc = services(cfg)
-    with transaction(svc.ledger_dsn) as cur:
+    with transaction(svc.ledger) as cur:
         batch, rows = batch_reads(cur, cfg.name, txid)
         if batch is None:  # the step failed before plan recorded the txid
             return None
-        outputs = [] if step == "plan" else [_sink_dataset(cfg, svc.ledger_dsn, cur, batch, step)]
+        outputs = [] if step == "plan" else [_sink_dataset(cfg, svc.ledger, cur, batch, step)]
     read: dict[str, int] = {}
     for topic, _, _, _, records in rows:
         if records is not None:
@@ -122,7 +120,7 @@ def batch_lineage(cfg: PipelineConfig, txid: str, step: str) -> Any:
     return OperatorLineage(inputs=inputs, outputs=outputs, run_facets={FACET: facet})
 
 
-def _sink_dataset(cfg: PipelineConfig, dsn: str, cur: Any, batch: dict, step: str) -> Any:
+def _sink_dataset(cfg: PipelineConfig, ledger: Ledger, cur: Any, batch: dict, step: str) -> Any:
     """The sink's OutputDataset; after commit with what it published and its version."""
     from onceflow.hooks.sink import sink_for
 
@@ -131,13 +129,13 @@ def _sink_dataset(cfg: PipelineConfig, dsn: str, cur: Any, batch: dict, step: st
     facets: dict[str, Any] = {}
     dataset_facets: dict[str, Any] = {}
     if kind == "postgres":
-        namespace, name = postgres_dataset(dsn, sink.schema, sink.table)
+        namespace, name = postgres_dataset(ledger, sink.schema, sink.table)
     elif kind == "kafka":
         namespace, name = kafka_namespace(sink.bootstrap), sink.topic
     else:
         location = _lake_location(sink, cur)
         namespace, name = location_dataset(location)
-        table_ns, table_name = postgres_dataset(dsn, sink.namespace, sink.table)
+        table_ns, table_name = postgres_dataset(ledger, sink.namespace, sink.table)
         dataset_facets["symlinks"] = symlinks_dataset.SymlinksDatasetFacet(
             identifiers=[
                 symlinks_dataset.Identifier(

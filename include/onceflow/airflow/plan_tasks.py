@@ -24,7 +24,7 @@ from onceflow.errors import (
     PartitionRemovedError,
     RerunRefusedError,
 )
-from onceflow.hooks.ledger import ledger_dsn
+from onceflow.hooks.ledger import ledger_of
 from onceflow.hooks.registry import reader_schemas_of
 from onceflow.hooks.services import services
 from onceflow.hooks.sink import sink_for
@@ -46,16 +46,16 @@ def maintain_task(pipeline: str, txid: str, pipelines_file: str | None = None) -
     from onceflow.maintenance import maintain
 
     cfg = get_pipeline(pipelines_file or Settings.from_env().pipelines_file, pipeline)
-    dsn, _ = ledger_dsn(cfg.ledger_conn_id, cfg.source)
-    batch = get_batch(dsn, cfg.name, txid)
+    ledger = ledger_of(cfg.ledger_conn_id, cfg.source)
+    batch = get_batch(ledger, cfg.name, txid)
     every = cfg.sink.maintain_every
     if batch.state != BatchState.COMMITTED or batch.seq % every:
         raise AirflowSkipException(
             f"seq {batch.seq} ({batch.state}): the table is maintained every {every} committed "
             f"batches, next after seq {batch.seq - batch.seq % every + every}"
         )
-    report = maintain(dsn, cfg)
-    pruned = prune(dsn, cfg)
+    report = maintain(ledger, cfg)
+    pruned = prune(ledger, cfg)
     log.info(
         "onceflow maintain pipeline=%s after seq %d: %d %s -> %d (compacted %d into "
         "%d), %d snapshot(s)/version(s) expired, %d data file(s) deleted, %.1fs",
@@ -81,9 +81,9 @@ def plan_task(pipeline: str, txid: str, pipelines_file: str | None = None) -> di
     sink = sink_for(cfg)
     try:
         svc = services(cfg)
-        log.info("onceflow plan: ledger from %s, Kafka %s", svc.ledger_source, svc.kafka.describe())
+        log.info("onceflow plan: ledger %s, Kafka %s", svc.ledger, svc.kafka.describe())
         batch = plan(
-            svc.ledger_dsn,
+            svc.ledger,
             cfg,
             txid,
             lambda at: broker.snapshot(

@@ -35,14 +35,15 @@ from onceflow.errors import (
     RerunRefusedError,
 )
 from onceflow.hooks.lake import lake_storage
-from onceflow.hooks.ledger import ledger_dsn
+from onceflow.hooks.ledger import ledger_of
 from onceflow.hooks.registry import REGISTRY_ENV, pipeline_registry
 from onceflow.hooks.services import services
 from onceflow.hooks.sink import sink_for
 from onceflow.hooks.spark_connect import spark_connect
+from onceflow.ledger.db import Ledger
 from onceflow.ledger.ordering import blocking_predecessor
 from onceflow.ledger.retention import prune
-from onceflow.settings import Settings
+from onceflow.settings import LEDGER_ENV, Settings
 from onceflow.sinks.lake.storage import STORAGE_ENV
 from onceflow.spark import small_batch_jvm
 
@@ -146,16 +147,14 @@ class ProcessOperator(TxidOperator, SparkSubmitOperator):
         except ConfigError as e:
             raise AirflowFailException(f"onceflow process txid={self.txid}: {e}") from e
         # This task's own process: spark-submit inherits it (the hook copies os.environ).
-        os.environ.update({"ONCEFLOW_POSTGRES_DSN": svc.ledger_dsn, **svc.kafka.to_env()})
+        os.environ.update({LEDGER_ENV: svc.ledger.libpq_dsn(), **svc.kafka.to_env()})
         if registry is not None:
             os.environ[REGISTRY_ENV] = registry.to_env()
             self.log.info("onceflow process: schema registry %s", registry.describe())
         if storage is not None:
             os.environ[STORAGE_ENV] = storage.to_env()
             self.log.info("onceflow process: lake storage %s", storage.describe())
-        self.log.info(
-            "onceflow process: ledger from %s, Kafka %s", svc.ledger_source, svc.kafka.describe()
-        )
+        self.log.info("onceflow process: ledger %s, Kafka %s", svc.ledger, svc.kafka.describe())
         pipelines_file = self.pipelines_path()
         self.env_vars = {**process_env(pipelines_file), **(self.env_vars or {})}
         planned = context["ti"].xcom_pull(task_ids="plan") or {}
@@ -209,14 +208,14 @@ class ConnectProcessOperator(TxidOperator):
             os.environ[STORAGE_ENV] = storage.to_env()
             self.log.info("onceflow process: lake storage %s", storage.describe())
         self.log.info(
-            "onceflow process: ledger from %s, Kafka %s, on %s",
-            svc.ledger_source,
+            "onceflow process: ledger %s, Kafka %s, on %s",
+            svc.ledger,
             svc.kafka.describe(),
             server,
         )
         self._source = ConnectSpark(url, server)
         # the job's default options, as the spark-submit task's (its command line sets none)
-        outcome = run_attempt(cfg, self.txid, JobOptions(), svc.ledger_dsn, svc.kafka, self._source)
+        outcome = run_attempt(cfg, self.txid, JobOptions(), svc.ledger, svc.kafka, self._source)
         if outcome != ProcessExit.OK:
             end_process(outcome, self.txid)
 
@@ -287,12 +286,12 @@ class CommitOperator(TxidOperator):
             raise OnceflowError(f"commit of txid {self.txid}: {event.get('message')}")
         return self._commit_or_defer(context, waited=float(event.get("waited", 0.0)))
 
-    def _prune(self, dsn: str, cfg: PipelineConfig) -> None:
+    def _prune(self, ledger: Ledger, cfg: PipelineConfig) -> None:
         """The pipeline's retention, after every `ledger_prune_every` committed batches
         (onceflow.ledger.retention). The txid is committed whatever happens here: a prune that
         fails is logged, and the next one catches up."""
         try:
-            prune(dsn, cfg)
+            prune(ledger, cfg)
         except Exception as e:  # noqa: BLE001
             self.log.error("onceflow prune pipeline=%s failed (the commit stands): %s", cfg.name, e)
 
@@ -300,13 +299,13 @@ class CommitOperator(TxidOperator):
         cfg = self.pipeline_config()
         txid = self.txid
         try:
-            dsn, _ = ledger_dsn(cfg.ledger_conn_id, cfg.source)
+            ledger = ledger_of(cfg.ledger_conn_id, cfg.source)
         except ConfigError as e:
             raise AirflowFailException(f"onceflow commit txid={txid}: {e}") from e
-        wait = blocking_predecessor(dsn, cfg.name, txid)
+        wait = blocking_predecessor(ledger, cfg.name, txid)
         if wait is None:
             try:
-                result = commit(dsn, cfg, txid, sink_for(cfg))
+                result = commit(ledger, cfg, txid, sink_for(cfg))
             except CommitOrderError as e:  # a predecessor was re-opened between check and commit
                 self.log.info("%s", e)
             except (AbandonedTxidError, IllegalTransitionError, RerunRefusedError) as e:
@@ -334,7 +333,7 @@ class CommitOperator(TxidOperator):
                     context["outlet_events"][asset].extra = {"pipeline": cfg.name, **summary}
                 every = cfg.retention.prune_every
                 if result.outcome == Outcome.COMMITTED and every and result.seq % every == 0:
-                    self._prune(dsn, cfg)
+                    self._prune(ledger, cfg)
                 return summary
         else:
             self.log.info("%s; deferring to the triggerer", describe_wait(txid, wait, waited))

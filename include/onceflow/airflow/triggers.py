@@ -17,7 +17,8 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from onceflow.errors import ConfigError, UnknownTxidError
-from onceflow.hooks.ledger import ledger_dsn_async
+from onceflow.hooks.ledger import ledger_of_async
+from onceflow.ledger.db import Ledger
 from onceflow.ledger.ordering import Blocker, blocking_predecessor
 
 #: how often a still-waiting commit says so in the task log, in seconds
@@ -66,13 +67,13 @@ class CommitReadyTrigger(BaseTrigger):
             },
         )
 
-    def check(self, dsn: str) -> Blocker | None:
+    def check(self, ledger: Ledger) -> Blocker | None:
         """One look at the ledger (blocking; run in a thread)."""
-        return blocking_predecessor(dsn, self.pipeline, self.txid)
+        return blocking_predecessor(ledger, self.pipeline, self.txid)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         try:
-            dsn = await ledger_dsn_async(self.ledger_conn_id)
+            ledger = await ledger_of_async(self.ledger_conn_id)
         except ConfigError as e:
             yield TriggerEvent({"status": "error", "message": str(e)})
             return
@@ -82,7 +83,7 @@ class CommitReadyTrigger(BaseTrigger):
         while True:
             waited = time.monotonic() - started
             try:
-                wait = await asyncio.to_thread(self.check, dsn)
+                wait = await asyncio.to_thread(self.check, ledger)
             except UnknownTxidError as e:
                 # the batch row is gone (it cannot be: plan ran before process); let the task say so
                 yield TriggerEvent({"status": "error", "message": str(e)})

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from airflow.triggers.base import BaseEventTrigger
 
 from onceflow.config.pipeline import PipelineConfig
+from onceflow.ledger.db import Ledger
 from onceflow.ranges import TopicPartition
 
 T = TypeVar("T")
@@ -60,13 +61,13 @@ class Watcher(BaseEventTrigger):
         self._conn: Any = None
         self._problem: tuple[str, float] | None = None
 
-    def read_ledger(self, dsn: str, read: Callable[[Any], T]) -> T:
+    def read_ledger(self, ledger: Ledger, read: Callable[[Any], T]) -> T:
         """`read(cursor)` in one transaction on the connection kept for the watcher's life
         (blocking: called in a thread)."""
         from onceflow.ledger.db import connect, transaction
 
         if self._conn is None or self._conn.closed:
-            self._conn = connect(dsn)
+            self._conn = connect(ledger)
         try:
             with transaction(self._conn) as cur:
                 return read(cur)
@@ -92,28 +93,28 @@ class Watcher(BaseEventTrigger):
             self._problem = (text, time.monotonic())
 
     async def looks(
-        self, ledger: Callable[[Any], T]
-    ) -> AsyncIterator[tuple[dict[TopicPartition, int], T, str]]:
-        """Every interval: (the topics' end offsets, `ledger(cursor)`, the ledger's DSN)."""
+        self, read: Callable[[Any], T]
+    ) -> AsyncIterator[tuple[dict[TopicPartition, int], T, Ledger]]:
+        """Every interval: (the topics' end offsets, `read(cursor)`, the ledger)."""
         from onceflow.hooks.kafka import kafka_cluster_async
-        from onceflow.hooks.ledger import ledger_dsn_async
+        from onceflow.hooks.ledger import ledger_of_async
         from onceflow.kafka.end_offsets import EndOffsets
 
         who = f"the {self.what} of pipeline {self.pipeline!r}"
         ends_reader: EndOffsets | None = None
-        dsn: str | None = None
+        ledger: Ledger | None = None
         try:
             while True:
                 try:
-                    if dsn is None:
-                        dsn = await ledger_dsn_async(self.ledger_conn_id, who)
+                    if ledger is None:
+                        ledger = await ledger_of_async(self.ledger_conn_id, who)
                     if ends_reader is None:
                         cluster = await kafka_cluster_async(self.kafka_conn_id, who)
                         ends_reader = EndOffsets(cluster, tuple(self.topics))
                     ends, missing = await asyncio.to_thread(ends_reader.read)
                     if missing:
                         raise LookupError(f"the broker has no topic {', '.join(missing)} yet")
-                    got = await asyncio.to_thread(self.read_ledger, dsn, ledger)
+                    got = await asyncio.to_thread(self.read_ledger, ledger, read)
                 except asyncio.CancelledError:
                     raise
                 except Exception as e:  # noqa: BLE001 - logged, looked at again
@@ -126,7 +127,7 @@ class Watcher(BaseEventTrigger):
                 if self._problem is not None:
                     self.log.info("%s of pipeline %s: looking again", self.what, self.pipeline)
                     self._problem = None
-                yield ends, got, dsn
+                yield ends, got, ledger
                 await asyncio.sleep(self.interval_seconds)
         finally:
             if ends_reader is not None:

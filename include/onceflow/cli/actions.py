@@ -33,8 +33,8 @@ def _require_rerunnable(cfg: PipelineConfig, settings: Settings, txid: str) -> N
     from onceflow.ledger import views
     from onceflow.ledger.retention import require_kept
 
-    views.require_txid(settings.postgres_dsn, cfg.name, txid)  # unknown: names known ones
-    require_kept(settings.postgres_dsn, cfg.name, txid)  # its ranges are gone: refused
+    views.require_txid(settings.ledger, cfg.name, txid)  # unknown: names known ones
+    require_kept(settings.ledger, cfg.name, txid)  # its ranges are gone: refused
 
 
 def _rerun(
@@ -83,7 +83,7 @@ def since_seqs(settings: Settings, cfg: PipelineConfig, since: str) -> list[int]
     for (topic, partition), first in sorted(firsts.items()):
         shown = "none that late" if first == snap.ends[(topic, partition)] else f"offset {first}"
         print(f"  {topic}[{partition}]: first record at or after {since}: {shown}")
-    return [seq for seq, _ in committed_from(settings.postgres_dsn, cfg.name, firsts)]
+    return [seq for seq, _ in committed_from(settings.ledger, cfg.name, firsts)]
 
 
 def cmd_backfill(args: argparse.Namespace, settings: Settings) -> int:
@@ -110,16 +110,16 @@ def cmd_backfill(args: argparse.Namespace, settings: Settings) -> int:
         if args.from_seq < 1 or args.to_seq < args.from_seq:
             raise SeqRangeError(cfg.name, args.from_seq, args.to_seq)
         wanted = list(range(args.from_seq, args.to_seq + 1))
-    by_seq = views.seqs(settings.postgres_dsn, cfg.name, wanted)
+    by_seq = views.seqs(settings.ledger, cfg.name, wanted)
     missing = [s for s in wanted if s not in by_seq]
     if missing:
-        raise UnknownSeqError(cfg.name, missing[0], views.last_seq(settings.postgres_dsn, cfg.name))
+        raise UnknownSeqError(cfg.name, missing[0], views.last_seq(settings.ledger, cfg.name))
     open_ = [s for s in wanted if by_seq[s]["state"] != BatchState.COMMITTED]
     if open_:
         seq = open_[0]
         raise BackfillOpenBatchError(cfg.name, seq, by_seq[seq]["txid"], by_seq[seq]["state"])
     # pruned batches are the lowest seqs: the first chosen one is refused before anything runs
-    require_kept(settings.postgres_dsn, cfg.name, by_seq[wanted[0]]["txid"])
+    require_kept(settings.ledger, cfg.name, by_seq[wanted[0]]["txid"])
     client = airflow_api.airflow_client(settings)
     for i, seq in enumerate(wanted, 1):
         txid = by_seq[seq]["txid"]
@@ -144,7 +144,7 @@ def cmd_reset_offsets(args: argparse.Namespace, settings: Settings) -> int:
     if not args.yes:
         raise ResetNotConfirmedError(cfg.name, "time" if at_time else args.to, at_time)
     reset = reset_offsets(
-        settings.postgres_dsn,
+        settings.ledger,
         cfg,
         lambda at: broker.snapshot(
             settings.kafka_bootstrap,
@@ -198,8 +198,8 @@ def cmd_cleanup(args: argparse.Namespace, settings: Settings) -> int:
 
     cfg = select_pipeline(settings, args.pipeline)
     if args.txid:
-        views.require_txid(settings.postgres_dsn, cfg.name, args.txid)
-    removals = file_cleanup.unpublishable(settings.postgres_dsn, cfg, args.txid)
+        views.require_txid(settings.ledger, cfg.name, args.txid)
+    removals = file_cleanup.unpublishable(settings.ledger, cfg, args.txid)
     if args.yes:
         file_cleanup.remove(cfg, removals)
     rows = [{"txid": r.txid, "attempt": r.attempt, "files": len(r.paths)} for r in removals]
@@ -227,7 +227,7 @@ def cmd_prune(args: argparse.Namespace, settings: Settings) -> int:
             hours=keep.hours if args.retain_hours is None else args.retain_hours,
         )
         cfg = replace(cfg, retention=keep)
-    report = prune(settings.postgres_dsn, cfg, dry_run=args.dry_run)
+    report = prune(settings.ledger, cfg, dry_run=args.dry_run)
     if args.json:
         print(json.dumps(report.as_dict(), indent=2))
         return 0
@@ -251,7 +251,7 @@ def cmd_maintain(args: argparse.Namespace, settings: Settings) -> int:
 
     cfg = select_pipeline(settings, args.pipeline)
     report = maintain(
-        settings.postgres_dsn,
+        settings.ledger,
         cfg,
         target_file_mb=args.target_file_mb,
         retain_hours=args.retain_hours,

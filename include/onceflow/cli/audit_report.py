@@ -30,9 +30,7 @@ def cmd_audit(args: argparse.Namespace, settings: Settings) -> int:
     from onceflow.audit import run_audit
 
     cfg = select_pipeline(settings, args.pipeline)
-    report = run_audit(
-        settings.postgres_dsn, cfg, reread_counter(settings) if args.reread else None
-    )
+    report = run_audit(settings.ledger, cfg, reread_counter(settings) if args.reread else None)
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     else:

@@ -50,10 +50,10 @@ def cmd_ledger(args: argparse.Namespace, settings: Settings) -> int:
     cfg = select_pipeline(settings, args.pipeline)
     commit_name = sink_for(cfg).commit_name
     if args.txid:
-        rows = [views.batch(settings.postgres_dsn, cfg.name, args.txid)]
+        rows = [views.batch(settings.ledger, cfg.name, args.txid)]
     else:
-        rows = views.batches(settings.postgres_dsn, cfg.name, limit=args.limit)
-    blocked = views.commit_block(settings.postgres_dsn, cfg.name)
+        rows = views.batches(settings.ledger, cfg.name, limit=args.limit)
+    blocked = views.commit_block(settings.ledger, cfg.name)
     if args.json:
         print(
             json.dumps(
@@ -115,7 +115,7 @@ def cmd_lag(args: argparse.Namespace, settings: Settings) -> int:
 
     cfg = select_pipeline(settings, args.pipeline)
     snap = broker.snapshot(settings.kafka_bootstrap, cfg.name, cfg.topics)
-    rows = views.partitions(settings.postgres_dsn, cfg.name, snap.ends)
+    rows = views.partitions(settings.ledger, cfg.name, snap.ends)
     # where ListOffsets answered other than what a fetch finds (a broker that under-reports)
     short = {
         f"{t}[{p}]": {"claimed": claimed, "fetchable": snap.ends[(t, p)]}
@@ -163,7 +163,7 @@ def cmd_dead_letters(args: argparse.Namespace, settings: Settings) -> int:
     from onceflow.ledger import views
 
     cfg = select_pipeline(settings, args.pipeline)
-    rows = views.dead_letters(settings.postgres_dsn, cfg.name, args.txid, limit=args.limit)
+    rows = views.dead_letters(settings.ledger, cfg.name, args.txid, limit=args.limit)
     if args.json:
         print(json.dumps(rows, indent=2, default=str))
     else:

@@ -16,7 +16,7 @@ from onceflow.settings import Settings
 def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
     from onceflow.ledger.db import migrate
 
-    applied = migrate(settings.postgres_dsn)
+    applied = migrate(settings.ledger)
     print("applied: " + (", ".join(applied) if applied else "nothing (up to date)"))
     if args.sinks or args.pipeline:
         migrate_sinks(settings, args.pipeline)
@@ -43,7 +43,7 @@ def migrate_sinks(settings: Settings, names: list[str] | None, changes_only: boo
         sink = sink_for(cfg)
         done = None
         if isinstance(sink, PostgresSink):
-            with transaction(settings.postgres_dsn) as cur:
+            with transaction(settings.ledger) as cur:
                 done = migrate_append(cur, cfg.name, sink) or migrate_versions(cur, cfg.name, sink)
         if done or not changes_only:
             print(f"pipeline {cfg.name}: " + (str(done) if done else "sink tables up to date"))

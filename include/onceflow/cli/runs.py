@@ -57,7 +57,7 @@ def run_error(client: AirflowClient, settings: Settings, cfg: PipelineConfig, ru
     from onceflow.cli.airflow_api import AirflowError, failed_task
     from onceflow.ledger import views
 
-    ledger_error = views.last_error(settings.postgres_dsn, cfg.name, run_id)
+    ledger_error = views.last_error(settings.ledger, cfg.name, run_id)
     try:
         ti = failed_task(client.task_instances(cfg.dag_id, run_id))
         return why_run_failed(

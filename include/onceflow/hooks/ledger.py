@@ -9,6 +9,7 @@ from typing import Any
 from onceflow.config.pipeline import LEDGER_CONN
 from onceflow.errors import ConfigError
 from onceflow.hooks.connection import airflow_connection_async, extra, lookup, missing, named_by
+from onceflow.ledger.db import Ledger
 from onceflow.settings import LEDGER_ENV
 
 # libpq keywords a postgres connection's extra may carry (TLS to the database, timeouts);
@@ -74,7 +75,12 @@ def ledger_dsn(
     raise missing(cid, "postgres", f"the ledger's database; or set {LEDGER_ENV} to its DSN")
 
 
-async def ledger_dsn_async(conn_id: str | None = None, source: str = "the commit trigger") -> str:
-    """ledger_dsn inside a trigger (the lookup awaited, not blocking the triggerer's loop)."""
+def ledger_of(conn_id: str | None = None, source: str = "", key: str = "ledger_conn_id") -> Ledger:
+    """The ledger's database (ledger_dsn's DSN, which the Ledger keeps to itself)."""
+    return Ledger(*ledger_dsn(conn_id, source, key))
+
+
+async def ledger_of_async(conn_id: str | None = None, source: str = "the commit trigger") -> Ledger:
+    """ledger_of inside a trigger (the lookup awaited, not blocking the triggerer's loop)."""
     found = await airflow_connection_async(conn_id or LEDGER_CONN)
-    return ledger_dsn(conn_id, source, _found=found)[0]
+    return Ledger(*ledger_dsn(conn_id, source, _found=found))

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from onceflow.errors import UnknownTxidError
 from onceflow.ledger.contracts import Pipeline, StagedOutput
-from onceflow.ledger.db import transaction
+from onceflow.ledger.db import LedgerLike, transaction
 from onceflow.ledger.states import BatchState
 from onceflow.ranges import LossEvent, OffsetRange
 
@@ -21,7 +21,7 @@ class Batch:
     replayed: bool = False  # True when plan found the txid already in the ledger
 
 
-def ensure_pipeline(dsn: str, cfg: Pipeline, sink: StagedOutput) -> None:
+def ensure_pipeline(dsn: LedgerLike, cfg: Pipeline, sink: StagedOutput) -> None:
     """The pipeline's ledger row and its sink's tables, created if missing."""
     with transaction(dsn) as cur:
         cur.execute(
@@ -75,7 +75,7 @@ def read_batch(cur, pipeline: str, txid: str, *, replayed: bool = False) -> Batc
     )
 
 
-def get_batch(dsn: str, pipeline: str, txid: str) -> Batch:
+def get_batch(dsn: LedgerLike, pipeline: str, txid: str) -> Batch:
     with transaction(dsn) as cur:
         batch = read_batch(cur, pipeline, txid)
     if batch is None:
@@ -83,7 +83,7 @@ def get_batch(dsn: str, pipeline: str, txid: str) -> Batch:
     return batch
 
 
-def record_error(dsn: str, pipeline: str, txid: str, error: str) -> None:
+def record_error(dsn: LedgerLike, pipeline: str, txid: str, error: str) -> None:
     """Keep the last failure of a txid's task, for the operator (UI, CLI, metrics)."""
     with transaction(dsn) as cur:
         cur.execute(

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from onceflow.ledger.db import transaction
+from onceflow.ledger.db import LedgerLike, transaction
 from onceflow.ledger.states import BatchState
 from onceflow.ranges import TopicPartition
 
 
 def committed_from(
-    dsn: str, pipeline: str, first_offsets: Mapping[TopicPartition, int]
+    dsn: LedgerLike, pipeline: str, first_offsets: Mapping[TopicPartition, int]
 ) -> list[tuple[int, str]]:
     """(seq, txid) of each committed batch, in seq order, with a non-empty range of the
     current epoch that reaches `first_offsets` of its partition."""

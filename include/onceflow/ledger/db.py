@@ -17,18 +17,70 @@ MIGRATION_RE = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 _MIGRATION_LOCK = 0x0_4E_CE_F1_0E
 
 
-def connect(dsn: str) -> psycopg2.extensions.connection:
-    conn = psycopg2.connect(dsn, connect_timeout=10, application_name="onceflow")
-    return conn
+class Ledger:
+    """The ledger's database, as the ledger hook found it (onceflow.hooks.ledger): it opens
+    connections. Its DSN may hold the password, so it stays inside: repr and str name the
+    database and where the DSN came from, never the DSN. It pickles whole (a Spark task
+    stages through it: onceflow.staging)."""
+
+    __slots__ = ("_dsn", "source")
+
+    def __init__(self, dsn: str, source: str = "a DSN") -> None:
+        self._dsn = dsn
+        self.source = source
+
+    def connect(self, application_name: str = "onceflow") -> psycopg2.extensions.connection:
+        return psycopg2.connect(self._dsn, connect_timeout=10, application_name=application_name)
+
+    @property
+    def address(self) -> dict[str, str]:
+        """host, port, dbname and user as the DSN gives them (host "localhost" and port
+        "5432" where it names none); never the password."""
+        from psycopg2.extensions import parse_dsn
+
+        given = parse_dsn(self._dsn)
+        return {
+            "host": given.get("host") or "localhost",
+            "port": given.get("port") or "5432",
+            "dbname": given.get("dbname") or "",
+            "user": given.get("user") or "",
+        }
+
+    def libpq_dsn(self) -> str:
+        """The DSN itself, password included: only for what must hand it on whole (the
+        environment of a child process that reaches the ledger)."""
+        return self._dsn
+
+    def __str__(self) -> str:
+        a = self.address
+        return f"{a['user']}@{a['host']}:{a['port']}/{a['dbname']} from {self.source}"
+
+    def __repr__(self) -> str:
+        return f"Ledger({self})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Ledger) and other._dsn == self._dsn
+
+    def __hash__(self) -> int:
+        return hash(self._dsn)
+
+
+# What the ledger's own functions connect through: a Ledger, or a DSN (the tests', the
+# command line's own).
+LedgerLike = Ledger | str
+
+
+def connect(ledger: LedgerLike) -> psycopg2.extensions.connection:
+    return (ledger if isinstance(ledger, Ledger) else Ledger(ledger)).connect()
 
 
 @contextlib.contextmanager
 def transaction(
-    dsn_or_conn: str | psycopg2.extensions.connection,
+    ledger_or_conn: LedgerLike | psycopg2.extensions.connection,
 ) -> Iterator[psycopg2.extensions.cursor]:
     """One database transaction: commit on success, roll back on any exception."""
-    own = isinstance(dsn_or_conn, str)
-    conn = connect(dsn_or_conn) if own else dsn_or_conn
+    own = isinstance(ledger_or_conn, Ledger | str)
+    conn = connect(ledger_or_conn) if own else ledger_or_conn
     try:
         with conn, conn.cursor() as cur:  # `with conn` commits or rolls back
             yield cur
@@ -47,7 +99,7 @@ def migrations() -> list[tuple[int, str, str]]:
     return sorted(out)
 
 
-def migrate(dsn: str) -> list[str]:
+def migrate(dsn: LedgerLike) -> list[str]:
     """Apply the migrations not yet applied, in order, each in its own transaction under the
     migration lock: one that fails leaves the earlier ones applied and raises MigrationError
     naming it. The names of those applied now."""

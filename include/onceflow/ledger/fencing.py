@@ -24,7 +24,7 @@ from onceflow.errors import (
 from onceflow.ledger.attempt import Attempt
 from onceflow.ledger.batches import read_ranges
 from onceflow.ledger.contracts import Pipeline, StagedOutput
-from onceflow.ledger.db import transaction
+from onceflow.ledger.db import LedgerLike, transaction
 from onceflow.ledger.range_digest import RangeRead
 from onceflow.ledger.retention import refuse_pruned
 from onceflow.ledger.stage_jobs import drop_fenced_jobs
@@ -53,7 +53,7 @@ class StagedMark:
     checksum: str
 
 
-def claim_attempt(dsn: str, pipeline: str, txid: str) -> Claim:
+def claim_attempt(dsn: LedgerLike, pipeline: str, txid: str) -> Claim:
     """Start a new process attempt; every earlier attempt of the txid is fenced from now on
     (and the stage jobs of fenced attempts are dropped). A pruned txid is refused
     (PrunedTxidError): its ranges are gone."""
@@ -99,7 +99,7 @@ def check_attempt(
 
 
 def mark_staged(
-    dsn: str,
+    dsn: LedgerLike,
     cfg: Pipeline,
     txid: str,
     attempt: int,

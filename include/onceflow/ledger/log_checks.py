@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from onceflow.errors import LogIdentityError, UnprovenLogError
-from onceflow.ledger.db import transaction
+from onceflow.ledger.db import LedgerLike, transaction
 from onceflow.ledger.log_identity import BrokerLog, LedgerLog, check_log
 from onceflow.ledger.range_digest import RecordPrint
 from onceflow.ranges import TopicPartition
@@ -106,7 +106,7 @@ def verify_logs(
 
 
 def verify_topic_ids(
-    dsn: str, pipeline: str, txid: str, topic_ids: Mapping[str, str | None]
+    dsn: LedgerLike, pipeline: str, txid: str, topic_ids: Mapping[str, str | None]
 ) -> None:
     """Process's check before it reads txid's ranges: each topic still has the id the ledger
     recorded (log_identity.check_log by topic id). A batch planned before its topic was

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from onceflow.errors import AbandonedTxidError, CommitOrderError, NotStagedError, UnknownTxidError
-from onceflow.ledger.db import transaction
+from onceflow.ledger.db import LedgerLike, transaction
 from onceflow.ledger.states import CLOSED, BatchState
 
 # The advisory lock key of a pipeline's commits (one parameter: the pipeline's name).
@@ -52,7 +52,7 @@ def lowest_open(cur, pipeline: str) -> Blocker | None:
     return None if row is None else Blocker(row[0], row[1], BatchState(row[2]), *row[3:])
 
 
-def blocking_predecessor(dsn: str, pipeline: str, txid: str) -> Blocker | None:
+def blocking_predecessor(dsn: LedgerLike, pipeline: str, txid: str) -> Blocker | None:
     """The batch txid's commit waits for, or None if its commit may go."""
     with transaction(dsn) as cur:
         cur.execute(
@@ -65,7 +65,7 @@ def blocking_predecessor(dsn: str, pipeline: str, txid: str) -> Blocker | None:
     return blocker if blocker is not None and blocker.seq < row[0] else None
 
 
-def commit_blocker(dsn: str, pipeline: str) -> Blocker | None:
+def commit_blocker(dsn: LedgerLike, pipeline: str) -> Blocker | None:
     """The batch the pipeline's commits wait for, if any batch waits for it."""
     with transaction(dsn) as cur:
         blocker = lowest_open(cur, pipeline)

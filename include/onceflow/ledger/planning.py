@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from onceflow.errors import InvalidTxidError
 from onceflow.ledger.batches import Batch, ensure_pipeline, read_batch
 from onceflow.ledger.contracts import Pipeline, ReaderSchemas, StagedOutput
-from onceflow.ledger.db import transaction
+from onceflow.ledger.db import LedgerLike, transaction
 from onceflow.ledger.frontier import last_batch, next_plan_starts
 from onceflow.ledger.log_checks import Snapshot, ledger_logs, prints_at, verify_logs
 from onceflow.ledger.reader_schemas import record_reader_schemas
@@ -25,7 +25,7 @@ from onceflow.ranges import LossEvent, OffsetRange, RangePlan, plan_ranges
 
 
 def plan(
-    dsn: str,
+    dsn: LedgerLike,
     cfg: Pipeline,
     txid: str,
     snapshot: Snapshot,

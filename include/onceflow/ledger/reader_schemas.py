@@ -16,7 +16,7 @@ import json
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from onceflow.ledger.db import transaction
+from onceflow.ledger.db import LedgerLike, transaction
 from onceflow.ledger.registered_schema import RegisteredSchema
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ def _kept_values(schema: RegisteredSchema) -> tuple:
     return schema.id, schema.type, schema.text, json.dumps([list(d) for d in schema.dependencies])
 
 
-def reader_schemas(dsn: str, pipeline: str, txid: str) -> dict[str, RegisteredSchema]:
+def reader_schemas(dsn: LedgerLike, pipeline: str, txid: str) -> dict[str, RegisteredSchema]:
     """The reader schemas txid was planned with, by role (none: its ranges were empty)."""
     with transaction(dsn) as cur:
         cur.execute(

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from onceflow.errors import ResetRefusedError
 from onceflow.ledger.batches import read_ranges
 from onceflow.ledger.contracts import Pipeline
-from onceflow.ledger.db import transaction
+from onceflow.ledger.db import LedgerLike, transaction
 from onceflow.ledger.log_checks import (
     BrokerSnapshot,
     Snapshot,
@@ -41,7 +41,7 @@ class Reset:
 
 
 def reset_offsets(
-    dsn: str,
+    dsn: LedgerLike,
     cfg: Pipeline,
     snapshot: Snapshot,
     *,

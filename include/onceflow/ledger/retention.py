@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 
 from onceflow.errors import PrunedTxidError
 from onceflow.ledger.contracts import Pipeline
-from onceflow.ledger.db import transaction
+from onceflow.ledger.db import LedgerLike, transaction
 from onceflow.ledger.ordering import lock_commits
 from onceflow.ledger.states import BatchState
 
@@ -85,7 +85,7 @@ def boundary(cur, cfg: Pipeline) -> int | None:
     return bound if open_seq is None else min(bound, open_seq)
 
 
-def prune(dsn: str, cfg: Pipeline, dry_run: bool = False) -> PruneReport:
+def prune(dsn: LedgerLike, cfg: Pipeline, dry_run: bool = False) -> PruneReport:
     """Prune the pipeline's ledger by its retention (the module's rule), under its commit
     lock; with `dry_run`, count what it would delete and delete nothing."""
     started = time.monotonic()
@@ -173,7 +173,7 @@ def refuse_pruned(cur, pipeline: str, txid: str) -> None:
     raise PrunedTxidError(pipeline, txid, row[0], cur.fetchone()[0])
 
 
-def require_kept(dsn: str, pipeline: str, txid: str) -> None:
+def require_kept(dsn: LedgerLike, pipeline: str, txid: str) -> None:
     """refuse_pruned in a transaction of its own: for a re-run's command, before it clears
     anything."""
     with transaction(dsn) as cur:

@@ -18,8 +18,8 @@ A job's rows go when its driver's block ends. What a killed driver left, and a r
 by a task that outlived its job, go at the next claim of the pipeline (`drop_fenced_jobs`):
 by then no one reads them.
 
-The DSN never goes into the ledger: the fast form's stage target is stored without it and
-given back the one the task reached the ledger with.
+The DSN never goes into the ledger: the fast form's stage target is stored without its
+ledger and given back the one the task reached the ledger with.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from onceflow.ledger.db import transaction
+from onceflow.ledger.db import LedgerLike, transaction
 from onceflow.ledger.range_digest import RangeRead
 from onceflow.ledger.states import BatchState
 
@@ -42,7 +42,7 @@ from onceflow.ledger.states import BatchState
 class StageJobRef:
     """How a task reaches its stage job's rows (pickled into the task)."""
 
-    dsn: str
+    ledger: LedgerLike
     job: str  # a uuid
 
     def __repr__(self) -> str:  # never the DSN
@@ -59,7 +59,7 @@ class InputRangeRead:
     seen: RangeRead
 
 
-def open_stage_job(dsn: str, pipeline: str, txid: str, attempt: int) -> StageJobRef:
+def open_stage_job(dsn: LedgerLike, pipeline: str, txid: str, attempt: int) -> StageJobRef:
     """A new stage job of the attempt."""
     job = str(uuid.uuid4())
     with transaction(dsn) as cur:
@@ -73,8 +73,8 @@ def open_stage_job(dsn: str, pipeline: str, txid: str, attempt: int) -> StageJob
 def set_fast_stage(ref: StageJobRef, stage: Any) -> None:
     """Where the job's fast form stages (onceflow.staging.fast_stage.FastStage)."""
     if stage.target is not None:
-        stage = dataclasses.replace(stage, target=dataclasses.replace(stage.target, dsn=""))
-    with transaction(ref.dsn) as cur:
+        stage = dataclasses.replace(stage, target=dataclasses.replace(stage.target, ledger=None))
+    with transaction(ref.ledger) as cur:
         cur.execute(
             "update onceflow.stage_jobs set fast_stage = %s where job = %s",
             (pickle.dumps(stage), ref.job),
@@ -83,20 +83,22 @@ def set_fast_stage(ref: StageJobRef, stage: Any) -> None:
 
 def fast_stage_of(ref: StageJobRef) -> Any:
     """The job's fast-form stage, or None when the driver has not set one (yet)."""
-    with transaction(ref.dsn) as cur:
+    with transaction(ref.ledger) as cur:
         cur.execute("select fast_stage from onceflow.stage_jobs where job = %s", (ref.job,))
         row = cur.fetchone()
     if row is None or row[0] is None:
         return None
     stage = pickle.loads(bytes(row[0]))  # noqa: S301 - written by this job's driver
     if stage.target is not None:
-        stage = dataclasses.replace(stage, target=dataclasses.replace(stage.target, dsn=ref.dsn))
+        stage = dataclasses.replace(
+            stage, target=dataclasses.replace(stage.target, ledger=ref.ledger)
+        )
     return stage
 
 
 def record_range_read(ref: StageJobRef, k: int, read: InputRangeRead) -> None:
     """Input range k was read to its end (from a task of the job)."""
-    with transaction(ref.dsn) as cur:
+    with transaction(ref.ledger) as cur:
         cur.execute(
             "insert into onceflow.job_reads (job, input_range, records, bytes, seen)"
             " values (%s, %s, %s, %s, %s) on conflict (job, input_range) do update"
@@ -107,7 +109,7 @@ def record_range_read(ref: StageJobRef, k: int, read: InputRangeRead) -> None:
 
 def range_reads(ref: StageJobRef) -> dict[int, InputRangeRead]:
     """The input ranges the job's tasks read to their end."""
-    with transaction(ref.dsn) as cur:
+    with transaction(ref.ledger) as cur:
         cur.execute(
             "select input_range, records, bytes, seen from onceflow.job_reads where job = %s",
             (ref.job,),
@@ -117,7 +119,9 @@ def range_reads(ref: StageJobRef) -> dict[int, InputRangeRead]:
 
 
 @contextmanager
-def stage_job_rows(dsn: str, pipeline: str, txid: str, attempt: int) -> Iterator[StageJobRef]:
+def stage_job_rows(
+    dsn: LedgerLike, pipeline: str, txid: str, attempt: int
+) -> Iterator[StageJobRef]:
     """A new stage job of the attempt (`open_stage_job`), whose rows are deleted from the
     ledger when the block ends, however it ends (a task of it that is still running can only
     leave rows that no one reads)."""

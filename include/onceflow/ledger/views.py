@@ -9,7 +9,7 @@ from dataclasses import asdict
 from typing import Any
 
 from onceflow.errors import UnknownTxidError
-from onceflow.ledger.db import transaction
+from onceflow.ledger.db import LedgerLike, transaction
 from onceflow.ledger.ordering import commit_blocker
 from onceflow.ledger.states import BatchState
 from onceflow.ranges import TopicPartition
@@ -20,7 +20,7 @@ def _dicts(cur) -> list[dict[str, Any]]:
     return [dict(zip(cols, row, strict=True)) for row in cur.fetchall()]
 
 
-def _select(dsn: str, query: str, params: tuple) -> list[dict[str, Any]]:
+def _select(dsn: LedgerLike, query: str, params: tuple) -> list[dict[str, Any]]:
     """One read of the ledger in its own transaction, its rows as dicts: what most views are
     (the others read several things in one snapshot)."""
     with transaction(dsn) as cur:
@@ -55,7 +55,7 @@ _BATCH = """
 
 
 def batches(
-    dsn: str, pipeline: str, limit: int = 50, before_seq: int | None = None
+    dsn: LedgerLike, pipeline: str, limit: int = 50, before_seq: int | None = None
 ) -> list[dict[str, Any]]:
     """A page of batches, newest first (below `before_seq`, if given), each with its ranges
     summed up per topic (`topics`: partitions, lowest from, highest until, offsets) and the
@@ -68,7 +68,7 @@ def batches(
     )
 
 
-def history(dsn: str, pipeline: str, n: int = 100) -> list[dict[str, Any]]:
+def history(dsn: LedgerLike, pipeline: str, n: int = 100) -> list[dict[str, Any]]:
     """The newest `n` committed batches, oldest first, as the Ledger view charts them: seq,
     records read, the seconds since the previous commit (None for the pipeline's first),
     each phase's seconds and the lag the batch was planned at."""
@@ -88,7 +88,7 @@ def history(dsn: str, pipeline: str, n: int = 100) -> list[dict[str, Any]]:
     )
 
 
-def seqs(dsn: str, pipeline: str, wanted: Sequence[int]) -> dict[int, dict[str, Any]]:
+def seqs(dsn: LedgerLike, pipeline: str, wanted: Sequence[int]) -> dict[int, dict[str, Any]]:
     """seq -> txid and state of the batches of `wanted` seqs (those the ledger has)."""
     rows = _select(
         dsn,
@@ -98,7 +98,7 @@ def seqs(dsn: str, pipeline: str, wanted: Sequence[int]) -> dict[int, dict[str, 
     return {r["seq"]: r for r in rows}
 
 
-def last_seq(dsn: str, pipeline: str) -> int:
+def last_seq(dsn: LedgerLike, pipeline: str) -> int:
     """The pipeline's highest seq (0: none)."""
     (row,) = _select(
         dsn,
@@ -108,7 +108,7 @@ def last_seq(dsn: str, pipeline: str) -> int:
     return row["seq"]
 
 
-def batch(dsn: str, pipeline: str, txid: str) -> dict[str, Any]:
+def batch(dsn: LedgerLike, pipeline: str, txid: str) -> dict[str, Any]:
     """One txid's batch as `batches` shows it, with its ranges per partition too."""
     require_txid(dsn, pipeline, txid)
     (row,) = _select(dsn, _BATCH + " where b.pipeline = %s and b.txid = %s", (pipeline, txid))
@@ -116,7 +116,7 @@ def batch(dsn: str, pipeline: str, txid: str) -> dict[str, Any]:
     return row
 
 
-def last_error(dsn: str, pipeline: str, txid: str) -> str | None:
+def last_error(dsn: LedgerLike, pipeline: str, txid: str) -> str | None:
     """The txid's last_error; None also for a txid not in the ledger (its plan failed)."""
     with transaction(dsn) as cur:
         cur.execute(
@@ -131,7 +131,7 @@ def last_error(dsn: str, pipeline: str, txid: str) -> str | None:
 KNOWN_TXIDS_COMPARED = 10_000
 
 
-def require_txid(dsn: str, pipeline: str, txid: str) -> None:
+def require_txid(dsn: LedgerLike, pipeline: str, txid: str) -> None:
     """Raise UnknownTxidError when `txid` is not in the pipeline's ledger, naming the known
     txids nearest to it and the most recent ones, so that a mistyped run id is answered with
     the one that was meant."""
@@ -187,7 +187,7 @@ def shown_state(batch: Mapping[str, Any]) -> str:
 
 
 def partitions(
-    dsn: str, pipeline: str, ends: dict[tuple[str, int], int] | None = None
+    dsn: LedgerLike, pipeline: str, ends: dict[tuple[str, int], int] | None = None
 ) -> list[dict[str, Any]]:
     """Per partition: start and committed offsets, where the last planned batch's range ends
     (`planned_offset`); with broker `ends`, the lag."""
@@ -222,7 +222,7 @@ def total_lag(ends: Mapping[TopicPartition, int], committed: Mapping[TopicPartit
     return sum(lag(ends[tp], c) for tp, c in committed.items() if tp in ends)
 
 
-def losses(dsn: str, pipeline: str) -> list[dict[str, Any]]:
+def losses(dsn: LedgerLike, pipeline: str) -> list[dict[str, Any]]:
     return _select(
         dsn,
         "select txid, topic, partition, from_offset, until_offset, detected_at"
@@ -231,7 +231,7 @@ def losses(dsn: str, pipeline: str) -> list[dict[str, Any]]:
     )
 
 
-def schema_changes(dsn: str, pipeline: str) -> list[dict[str, Any]]:
+def schema_changes(dsn: LedgerLike, pipeline: str) -> list[dict[str, Any]]:
     """The columns process added to the sink's tables (onceflow.sinks.schema_evolution), each with
     the txid that first needed it, oldest first."""
     return _select(
@@ -242,7 +242,9 @@ def schema_changes(dsn: str, pipeline: str) -> list[dict[str, Any]]:
     )
 
 
-def dead_letters(dsn: str, pipeline: str, txid: str, limit: int = 100) -> list[dict[str, Any]]:
+def dead_letters(
+    dsn: LedgerLike, pipeline: str, txid: str, limit: int = 100
+) -> list[dict[str, Any]]:
     require_txid(dsn, pipeline, txid)
     return _select(
         dsn,
@@ -257,13 +259,13 @@ def dead_letters(dsn: str, pipeline: str, txid: str, limit: int = 100) -> list[d
 # -- added for the Airflow UI plugin and the metrics endpoint ---------------------------------
 
 
-def commit_block(dsn: str, pipeline: str) -> dict[str, Any] | None:
+def commit_block(dsn: LedgerLike, pipeline: str) -> dict[str, Any] | None:
     """The batch the pipeline's commits wait for (commit_blocker), if any waits."""
     blocker = commit_blocker(dsn, pipeline)
     return None if blocker is None else asdict(blocker)
 
 
-def batch_ranges(dsn: str, pipeline: str, txid: str) -> list[dict[str, Any]]:
+def batch_ranges(dsn: LedgerLike, pipeline: str, txid: str) -> list[dict[str, Any]]:
     """A txid's ranges with their epoch (offsets restart after a reset, so the epoch is part
     of the coordinates)."""
     return _select(
@@ -274,7 +276,7 @@ def batch_ranges(dsn: str, pipeline: str, txid: str) -> list[dict[str, Any]]:
     )
 
 
-def batch_losses(dsn: str, pipeline: str, txid: str) -> list[dict[str, Any]]:
+def batch_losses(dsn: LedgerLike, pipeline: str, txid: str) -> list[dict[str, Any]]:
     return _select(
         dsn,
         "select topic, partition, from_offset, until_offset, detected_at"
@@ -284,7 +286,7 @@ def batch_losses(dsn: str, pipeline: str, txid: str) -> list[dict[str, Any]]:
 
 
 def dead_letter_page(
-    dsn: str, pipeline: str, txid: str, limit: int = 100, offset: int = 0
+    dsn: LedgerLike, pipeline: str, txid: str, limit: int = 100, offset: int = 0
 ) -> dict[str, Any]:
     """One page of a txid's dead letters with their full coordinates (epoch included) and the
     total, so a UI can page through thousands without loading them all."""
@@ -306,7 +308,7 @@ def dead_letter_page(
     return {"total": total, "limit": limit, "offset": offset, "dead_letters": rows}
 
 
-def resets(dsn: str, pipeline: str) -> list[dict[str, Any]]:
+def resets(dsn: LedgerLike, pipeline: str) -> list[dict[str, Any]]:
     """Operator resets (reset-offsets): where each partition restarted, and why."""
     return _select(
         dsn,
@@ -316,7 +318,7 @@ def resets(dsn: str, pipeline: str) -> list[dict[str, Any]]:
     )
 
 
-def abandoned(dsn: str, pipeline: str) -> list[dict[str, Any]]:
+def abandoned(dsn: LedgerLike, pipeline: str) -> list[dict[str, Any]]:
     """Batches a reset abandoned: terminal, never published, kept so seq stays dense."""
     return _select(
         dsn,
@@ -326,7 +328,7 @@ def abandoned(dsn: str, pipeline: str) -> list[dict[str, Any]]:
     )
 
 
-def summary(dsn: str, pipeline: str) -> dict[str, Any]:
+def summary(dsn: LedgerLike, pipeline: str) -> dict[str, Any]:
     """Counts over all batches (not a page of them): per state, records of committed batches,
     and the last committed batch with its phase durations; feeds the overview and metrics."""
     with transaction(dsn) as cur:

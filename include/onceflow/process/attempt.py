@@ -24,6 +24,7 @@ from onceflow.errors import LogIdentityError
 from onceflow.kafka import broker
 from onceflow.ledger.attempt import Attempt
 from onceflow.ledger.batches import record_error
+from onceflow.ledger.db import Ledger
 from onceflow.ledger.fencing import StagedMark, claim_attempt, mark_staged
 from onceflow.ledger.log_checks import verify_topic_ids
 from onceflow.ledger.states import BatchState
@@ -36,11 +37,11 @@ log = logging.getLogger("onceflow.process")
 
 
 def claim_new_attempt(
-    dsn: str, cfg: PipelineConfig, txid: str
+    ledger: Ledger, cfg: PipelineConfig, txid: str
 ) -> tuple[Attempt, list[OffsetRange]]:
     """Claim a new attempt of `txid` (the ledger's Claim), and log it with its ranges: the
     attempt, and the ranges it reads."""
-    claim = claim_attempt(dsn, cfg.name, txid)
+    claim = claim_attempt(ledger, cfg.name, txid)
     log.info(
         "onceflow process claimed pipeline=%s txid=%s seq=%s attempt=%s state=%s ranges=%d",
         cfg.name,
@@ -89,11 +90,11 @@ def stage_and_mark(
     _verify_topic_ids(inputs, topics)
     timings["log_checks"] = time.monotonic() - t0
     if inputs.decoder is not None:
-        keep_writer_schemas(inputs.dsn, attempt.pipeline, inputs.decoder, job.reads)
+        keep_writer_schemas(inputs.ledger, attempt.pipeline, inputs.decoder, job.reads)
     failpoints.hit("process.before_mark_staged", attempt.txid)
     t0 = time.monotonic()
     staged = mark_staged(
-        inputs.dsn,
+        inputs.ledger,
         inputs.cfg,
         attempt.txid,
         attempt.attempt,
@@ -112,7 +113,7 @@ def _verify_topic_ids(inputs: StageInputs, topics: tuple[str, ...]) -> None:
     """The topics' ids, as the broker reports them now, are the ones plan recorded."""
     attempt = inputs.attempt
     ids = broker.topic_ids(inputs.kafka, attempt.pipeline, topics)
-    verify_topic_ids(inputs.dsn, attempt.pipeline, attempt.txid, ids)
+    verify_topic_ids(inputs.ledger, attempt.pipeline, attempt.txid, ids)
 
 
 def _explain_by_topic_ids(inputs: StageInputs, topics: tuple[str, ...], e: Exception) -> None:
@@ -127,11 +128,11 @@ def _explain_by_topic_ids(inputs: StageInputs, topics: tuple[str, ...], e: Excep
         log.info("could not check the topics' ids after the failed job: %s", ask)
 
 
-def record_failure(dsn: str, attempt: Attempt, reason: str) -> None:
+def record_failure(ledger: Ledger, attempt: Attempt, reason: str) -> None:
     """Record why the attempt failed as the txid's last_error (logged if even that fails)."""
     try:
         record_error(
-            dsn, attempt.pipeline, attempt.txid, f"process attempt {attempt.attempt}: {reason}"
+            ledger, attempt.pipeline, attempt.txid, f"process attempt {attempt.attempt}: {reason}"
         )
     except Exception as e2:  # noqa: BLE001
         log.error("could not record the error in the ledger: %s", e2)

@@ -10,19 +10,19 @@ from onceflow.errors import ConfigError
 from onceflow.formats.frame_decoder import FrameDecoder
 from onceflow.formats.schemas import frame_decoder
 from onceflow.hooks.registry import pipeline_registry
-from onceflow.ledger.db import transaction
+from onceflow.ledger.db import Ledger, transaction
 from onceflow.ledger.range_digest import RangeRead
 from onceflow.ledger.reader_schemas import reader_schemas, record_writer_schemas
 from onceflow.ranges import OffsetRange
 
 
 def txid_decoder(
-    dsn: str, cfg: PipelineConfig, txid: str, ranges: list[OffsetRange]
+    ledger: Ledger, cfg: PipelineConfig, txid: str, ranges: list[OffsetRange]
 ) -> FrameDecoder | None:
     """The decoder of txid's frame, or None (bytes only, or nothing to read)."""
     if not cfg.uses_registry or not any(r.size for r in ranges):
         return None
-    readers = reader_schemas(dsn, cfg.name, txid)
+    readers = reader_schemas(ledger, cfg.name, txid)
     wanted = set(cfg.decoded_roles)
     if set(readers) != wanted:
         raise ConfigError(
@@ -34,12 +34,12 @@ def txid_decoder(
 
 
 def keep_writer_schemas(
-    dsn: str, pipeline: str, decoder: FrameDecoder, reads: list[RangeRead]
+    ledger: Ledger, pipeline: str, decoder: FrameDecoder, reads: list[RangeRead]
 ) -> None:
     """Copy the writer schemas of the ids the ranges contained into the ledger."""
     ids = sorted(set().union(*(r.schema_ids for r in reads)))
     registry = decoder.decoders[0].registry
     serialized = any(d.TYPE == "PROTOBUF" for d in decoder.decoders)
     schemas = [registry.schema(sid, serialized=serialized) for sid in ids]
-    with transaction(dsn) as cur:
+    with transaction(ledger) as cur:
         record_writer_schemas(cur, pipeline, schemas)

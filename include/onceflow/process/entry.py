@@ -61,6 +61,7 @@ from onceflow.process.attempt_spec import CLIENTS, JobOptions, ReadOptions
 
 if TYPE_CHECKING:  # imported when the attempt runs (the docstring: imports are lazy)
     from onceflow.kafka.client import KafkaCluster
+    from onceflow.ledger.db import Ledger
     from onceflow.process.session import SparkSource
 
 log = logging.getLogger("onceflow.process")
@@ -197,21 +198,21 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         log.error("onceflow process: %s", e)
         return ProcessExit.USAGE
-    return run_attempt(cfg, command.txid, command.options, settings.postgres_dsn, kafka, source)
+    return run_attempt(cfg, command.txid, command.options, settings.ledger, kafka, source)
 
 
 def run_attempt(
     cfg: PipelineConfig,
     txid: str,
     options: JobOptions,
-    dsn: str,
+    ledger: Ledger,
     kafka: KafkaCluster,
     source: SparkSource,
 ) -> ProcessExit:
     """One process attempt of `txid` of the pipeline `cfg`, its stage job run with
     `options` in a Spark session from `source`: claim, stage, mark staged; how it ended as
-    its ProcessExit (a failure is recorded in the ledger first). The ledger's DSN and the
-    source cluster: `dsn`, `kafka`."""
+    its ProcessExit (a failure is recorded in the ledger first). The ledger and the
+    source cluster: `ledger`, `kafka`."""
     started = time.monotonic()
     from onceflow.errors import (
         AbandonedTxidError,
@@ -235,7 +236,7 @@ def run_attempt(
     from onceflow.process.stage_job import StageInputs
 
     try:
-        attempt, ranges = claim_new_attempt(dsn, cfg, txid)
+        attempt, ranges = claim_new_attempt(ledger, cfg, txid)
     except UnknownTxidError as e:
         log.error("onceflow process: %s", e)
         return ProcessExit.USAGE
@@ -248,8 +249,8 @@ def run_attempt(
     try:
         # once per process task: every stage job and probe of the attempt stages into it
         sink = sink_for(cfg)
-        decoder = txid_decoder(dsn, cfg, txid, ranges)
-        inputs = StageInputs(attempt, cfg, sink, dsn, kafka, options, decoder)
+        decoder = txid_decoder(ledger, cfg, txid, ranges)
+        inputs = StageInputs(attempt, cfg, sink, ledger, kafka, options, decoder)
         staged = stage_and_mark(inputs, ranges, source, claimed_at, timings)
     except (TransformError, SinkSchemaError, LogIdentityError, KafkaAccessError, ConfigError) as e:
         # the transform, its sink tables, the broker's log, the Kafka connection's settings or
@@ -257,7 +258,7 @@ def run_attempt(
         # retry would fail the same way (a transform that filters or adds
         # rows: mark_staged's records-read check; a topic re-created since plan: reset-offsets)
         log.error("onceflow process: txid=%s: %s", txid, e)
-        record_failure(dsn, attempt, short_error(e))
+        record_failure(ledger, attempt, short_error(e))
         return ProcessExit.USAGE
     except FencedAttemptError as e:  # from a stage task too: onceflow.staging.task_errors
         log.error(
@@ -273,7 +274,7 @@ def run_attempt(
     except Exception as e:  # noqa: BLE001 - every failure is reported and recorded
         reason = short_error(e)
         log.error("onceflow process failed: txid=%s attempt=%s: %s", txid, attempt.attempt, reason)
-        record_failure(dsn, attempt, reason)
+        record_failure(ledger, attempt, reason)
         return ProcessExit.FAILED
 
     log_staged(attempt, staged, started, timings)

@@ -83,7 +83,7 @@ def _probe(spark: Any, piece: OffsetRange, inputs: StageInputs) -> RaisedFailure
     is raised."""
     attempt, cfg, kafka = inputs.attempt, inputs.cfg, inputs.kafka
     read = inputs.reader_args()
-    with stage_job_rows(inputs.dsn, attempt.pipeline, attempt.txid, attempt.attempt) as job:
+    with stage_job_rows(inputs.ledger, attempt.pipeline, attempt.txid, attempt.attempt) as job:
         if inputs.uses_fast_form:
             declined = fast_stage_frame(spark, [piece], kafka, cfg.transform, job=job, **read)
             with job_refusals(cfg.aggregating):

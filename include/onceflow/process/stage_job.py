@@ -21,7 +21,7 @@ from onceflow.config.pipeline import PipelineConfig
 from onceflow.errors import RangeReadError
 from onceflow.kafka.client import KafkaCluster
 from onceflow.ledger.attempt import Attempt
-from onceflow.ledger.db import transaction
+from onceflow.ledger.db import Ledger, transaction
 from onceflow.ledger.range_digest import RangeRead, merge_pieces
 from onceflow.ledger.stage_jobs import range_reads, set_fast_stage, stage_job_rows
 from onceflow.poison import PoisonRecord
@@ -53,7 +53,7 @@ class StageInputs:
     attempt: Attempt
     cfg: PipelineConfig
     sink: Sink
-    dsn: str
+    ledger: Ledger
     kafka: KafkaCluster
     options: JobOptions
     # the txid's decoder of values and keys in a registry format
@@ -114,9 +114,9 @@ def stage_job(
     (neither the fast form nor the transform sees them); they are staged as dead letters in
     a part of their own and count as records read."""
     timings = {} if timings is None else timings
-    attempt, cfg, dsn, kafka = inputs.attempt, inputs.cfg, inputs.dsn, inputs.kafka
+    attempt, cfg, ledger, kafka = inputs.attempt, inputs.cfg, inputs.ledger, inputs.kafka
     read = inputs.options.read.reader_args()  # the dead letters' (they are not decoded)
-    with stage_job_rows(dsn, attempt.pipeline, attempt.txid, attempt.attempt) as job:
+    with stage_job_rows(ledger, attempt.pipeline, attempt.txid, attempt.attempt) as job:
         t0 = time.monotonic()
         n = len(pieces)
         partitions = input_partitions(pieces, cfg.records_per_input_partition)
@@ -141,7 +141,7 @@ def stage_job(
         with job_refusals(cfg.aggregating):  # a job the transform runs while it plans
             out = load_transform(cfg.transform)(source)
         df = staged_output(out, cfg)
-        with transaction(dsn) as cur:  # the sink's tables follow the transform's output
+        with transaction(ledger) as cur:  # the sink's tables follow the transform's output
             evolution = Evolution(
                 attempt.pipeline, attempt.txid, attempt.attempt, cfg.schema_evolution
             )
@@ -150,9 +150,7 @@ def stage_job(
         if poison:  # one more Spark partition: the dead letters' part
             dead = dead_letter_frame(spark, poison, df, kafka, **read)
             df = df.union(dead)
-        target = StageTarget.for_sink(
-            dsn, bound, attempt.pipeline, attempt.txid, attempt.seq, attempt.attempt
-        )
+        target = StageTarget.for_sink(ledger, bound, attempt)
         staging = stage_frame(df, target, first_part=numbers.first_transformed)
         parts = numbers.count
         if numbers.fast:
@@ -167,7 +165,7 @@ def stage_job(
                 source.unpersist()
         timings["job"] = time.monotonic() - t0
         t0 = time.monotonic()
-        with transaction(dsn) as cur:  # e.g. the attempt table's indexes, so commit builds none
+        with transaction(ledger) as cur:  # e.g. the attempt table's indexes, so commit builds none
             bound.seal_stage(cur, attempt)
         timings["seal"] = time.monotonic() - t0
         if cfg.aggregating:

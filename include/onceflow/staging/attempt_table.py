@@ -52,7 +52,8 @@ def stage_attempt_part(
     with claimed_part(target, part) as cur:
         if cur is None:
             return StageCommitMessage(part, 0, skipped=True)
-        rows = _ValidRows(batches, target, part, range_epochs(cur, target.pipeline, target.txid))
+        epochs = range_epochs(cur, target.attempt.pipeline, target.attempt.txid)
+        rows = _ValidRows(batches, target, part, epochs)
         if rows.columns:
             copy = sql.SQL("copy {}.{} ({}) from stdin with (format csv)").format(
                 sql.Identifier(target.schema),
@@ -87,7 +88,7 @@ class _ValidRows(PartCounts):
             unknown = target.unknown_columns(names)
             if unknown:
                 raise StageColumnsError(
-                    target.pipeline,
+                    target.attempt.pipeline,
                     f"{target.schema}.{target.attempt_table}",
                     part,
                     unknown,
@@ -115,8 +116,8 @@ class _ValidRows(PartCounts):
                     continue
             m = batch.num_rows
             written = [
-                string_repeat(self._target.txid, m),
-                fixed_array(pa.int64(), np.full(m, self._target.seq, dtype=np.int64)),
+                string_repeat(self._target.attempt.txid, m),
+                fixed_array(pa.int64(), np.full(m, self._target.attempt.seq, dtype=np.int64)),
                 epoch_column(batch, self._epochs),
                 *(batch.column(c) for c in self._kept),
             ]

@@ -90,19 +90,17 @@ def claimed_part(target: StageTarget, part: int) -> Iterator[Any]:
     attempt fence passed and the part is claimed in onceflow.stage_parts, or None when another
     task attempt already staged it (then nothing is written). Commits when the body returns,
     rolls back (claim included) when it raises."""
-    import psycopg2
-
     from onceflow.ledger.fencing import check_attempt
 
-    t = target
-    conn = psycopg2.connect(t.dsn, connect_timeout=10, application_name=f"onceflow-stage-{part}")
+    a = target.attempt
+    conn = target.ledger.connect(application_name=f"onceflow-stage-{part}")
     try:
         with conn.cursor() as cur:
             try:
-                check_attempt(cur, t.pipeline, t.txid, t.attempt, context=f"stage of part {part}: ")
+                check_attempt(cur, a.pipeline, a.txid, a.attempt, context=f"stage of part {part}: ")
             except (FencedAttemptError, AbandonedTxidError) as e:
                 raise for_driver(e) from None  # Spark hands the driver only its text
-            if not stage_parts.claim_part(cur, t.pipeline, t.txid, t.attempt, part):
+            if not stage_parts.claim_part(cur, a.pipeline, a.txid, a.attempt, part):
                 conn.rollback()
                 yield None
                 return
@@ -110,9 +108,9 @@ def claimed_part(target: StageTarget, part: int) -> Iterator[Any]:
             # zoned timestamp ~20x slower): the session reads them in UTC.
             cur.execute("set local time zone 'UTC'")
             yield cur
-        failpoints.hit("stage.before_part_commit", t.txid)
+        failpoints.hit("stage.before_part_commit", a.txid)
         conn.commit()
-        failpoints.hit("stage.after_part_commit", t.txid)
+        failpoints.hit("stage.after_part_commit", a.txid)
     except BaseException:
         conn.rollback()
         raise
@@ -132,13 +130,13 @@ def record_part(
     """What the claimed part staged, on its fence row (ledger.fencing.mark_staged sums them);
     `valid`: the records its valid rows account for, one per valid row by default. (The
     fence row's `bytes` stays NULL: process counts the bytes read in the reader.)"""
-    t = target
+    a = target.attempt
     valid = rows - dead if valid is None else valid
     stage_parts.record_part(
         cur,
-        t.pipeline,
-        t.txid,
-        t.attempt,
+        a.pipeline,
+        a.txid,
+        a.attempt,
         part,
         rows=rows,
         valid=valid,

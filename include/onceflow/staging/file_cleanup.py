@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from onceflow.config.pipeline import PipelineConfig
 from onceflow.hooks.sink import sink_for
-from onceflow.ledger.db import transaction
+from onceflow.ledger.db import Ledger, transaction
 from onceflow.ledger.fencing import live_attempts
 from onceflow.sinks.base import Sink
 from onceflow.sinks.outside import OutsideSink
@@ -47,13 +47,13 @@ class Removal:
 
 
 def unpublishable(
-    dsn: str, cfg: PipelineConfig, txid: str | None = None, sink: Sink | None = None
+    ledger: Ledger, cfg: PipelineConfig, txid: str | None = None, sink: Sink | None = None
 ) -> list[Removal]:
     """The files the rule removes, per attempt, of the pipeline (or of one txid)."""
     sink = sink or sink_for(cfg)
     if not isinstance(sink, OutsideSink):
         return []
-    with transaction(dsn) as cur:
+    with transaction(ledger) as cur:
         live = live_attempts(cur, cfg.name, txid)
         found = sink.staged_files(cur, cfg.name, set(live))
     return [
@@ -72,10 +72,10 @@ def remove(cfg: PipelineConfig, removals: list[Removal], sink: Sink | None = Non
     return len(paths)
 
 
-def after_commit(dsn: str, cfg: PipelineConfig, txid: str, sink: Sink) -> None:
+def after_commit(ledger: Ledger, cfg: PipelineConfig, txid: str, sink: Sink) -> None:
     """Commit's share: the committed txid's files of other attempts, best effort."""
     try:
-        removed = remove(cfg, unpublishable(dsn, cfg, txid, sink), sink)
+        removed = remove(cfg, unpublishable(ledger, cfg, txid, sink), sink)
     except Exception as e:  # noqa: BLE001 - the commit stands; `onceflow cleanup` retries
         log.warning(
             "txid %s committed, but removing its other attempts' data files failed (%s: %s);"

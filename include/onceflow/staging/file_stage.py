@@ -69,8 +69,9 @@ def stage_file_part(target: StageTarget, part: int, batches: Iterable[Any]) -> S
     with claimed_part(target, part) as cur:
         if cur is None:
             return StageCommitMessage(part, 0, skipped=True)
-        epochs = range_epochs(cur, target.pipeline, target.txid)
-        split = _Split(batches, files, target.txid, epochs, f"{files.directory}/part-{part:05d}")
+        a = target.attempt
+        epochs = range_epochs(cur, a.pipeline, a.txid)
+        split = _Split(batches, files, a.txid, epochs, f"{files.directory}/part-{part:05d}")
         dead_target = dataclasses.replace(target, columns=DEAD_COLUMNS, files=None)
         copy_rows(cur, dead_target, part, split.dead_batches())
         for file in split.close():
@@ -79,7 +80,7 @@ def stage_file_part(target: StageTarget, part: int, batches: Iterable[Any]) -> S
                     "insert into {}.{} (txid, attempt, part, path, records, checksum)"
                     " values (%s, %s, %s, %s, %s, %s)"
                 ).format(sql.Identifier(target.schema), sql.Identifier(files.files_table)),
-                (target.txid, target.attempt, part, file.path, file.rows, file.checksum),
+                (a.txid, a.attempt, part, file.path, file.rows, file.checksum),
             )
         record_part(cur, target, part, split.rows, split.dead, split.checksum)
     return StageCommitMessage(part, split.rows, skipped=False)

@@ -68,7 +68,7 @@ class _CsvStream(io.RawIOBase):
 
     def __init__(self, batches: Iterable[Any], target: StageTarget, part: int) -> None:
         self._batches = iter(batches)
-        self._tags = (target.txid, target.attempt, part)
+        self._tags = (target.attempt.txid, target.attempt.attempt, part)
         self._buf = b""
         self._pos = 0
         self.rows = 0
@@ -82,7 +82,7 @@ class _CsvStream(io.RawIOBase):
             unknown = target.unknown_columns(names)
             if unknown:
                 raise StageColumnsError(
-                    target.pipeline,
+                    target.attempt.pipeline,
                     f"{target.schema}.{target.table}",
                     part,
                     unknown,

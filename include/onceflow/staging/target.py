@@ -1,8 +1,8 @@
 """Where and under which tags a part is staged: the stage target of one attempt.
 
 A StageTarget is all a Spark task needs to stage a part (it is pickled into the task): the
-ledger's database, the sink's stage table and its columns, the tags (pipeline, txid, seq,
-attempt) and where the valid rows go when not to the stage table: a sink outside the
+ledger's database, the sink's stage table and its columns, the tags (the attempt: pipeline,
+txid, seq, attempt) and where the valid rows go when not to the stage table: a sink outside the
 database's data files, or a PostgreSQL append sink's attempt table.
 """
 
@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from onceflow.ledger.attempt import Attempt
+from onceflow.ledger.db import Ledger
 from onceflow.sinks.base import FileStage, Sink
 from onceflow.staging.checksum import HASH_COLUMN
 
@@ -18,35 +20,30 @@ from onceflow.staging.checksum import HASH_COLUMN
 @dataclass(frozen=True)
 class StageTarget:
     """Where and under which tags a part is staged: the sink's stage table in `schema`,
-    which holds `columns` besides the tags."""
+    which holds `columns` besides the tags, in the ledger's database; the tags are the
+    attempt's."""
 
-    dsn: str
+    # None only while the target is kept in the ledger (onceflow.ledger.stage_jobs), which
+    # never holds the DSN
+    ledger: Ledger | None
+    attempt: Attempt
     schema: str
     table: str
     columns: tuple[str, ...]
-    pipeline: str
-    txid: str
-    attempt: int
     files: FileStage | None = None  # valid rows go to data files (Sink.file_stage)
-    seq: int = 0
     # valid rows go to the attempt's own table, in `schema` (Sink.attempt_table)
     attempt_table: str | None = None
 
     @classmethod
-    def for_sink(
-        cls, dsn: str, sink: Sink, pipeline: str, txid: str, seq: int, attempt: int
-    ) -> StageTarget:
+    def for_sink(cls, ledger: Ledger, sink: Sink, attempt: Attempt) -> StageTarget:
         return cls(
-            dsn,
+            ledger,
+            attempt,
             sink.schema,
             sink.stage_table,
             sink.stage_columns,
-            pipeline,
-            txid,
-            attempt,
-            sink.file_stage(pipeline, txid, attempt),
-            seq,
-            sink.attempt_table(seq, attempt),
+            sink.file_stage(attempt.pipeline, attempt.txid, attempt.attempt),
+            sink.attempt_table(attempt.seq, attempt.attempt),
         )
 
     def unknown_columns(self, names: Iterable[str]) -> list[str]:

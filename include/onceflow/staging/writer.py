@@ -77,6 +77,10 @@ def stage_frame(df: Any, target: StageTarget, first_part: int = 0) -> Any:
     unknown = target.unknown_columns(df.columns)
     if unknown:
         raise StageColumnsError(
-            target.pipeline, f"{target.schema}.{target.table}", None, unknown, list(target.columns)
+            target.attempt.pipeline,
+            f"{target.schema}.{target.table}",
+            None,
+            unknown,
+            list(target.columns),
         )
     return df.mapInArrow(StagePartFn(target, first_part), MESSAGE_SCHEMA)

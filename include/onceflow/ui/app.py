@@ -306,9 +306,9 @@ def create_app(
             {
                 "pipeline": cfg.name,
                 "batches": views.batches(
-                    data.ledger_dsn(cfg), cfg.name, limit=limit, before_seq=before
+                    data.ledger_of(cfg), cfg.name, limit=limit, before_seq=before
                 ),
-                "blocked": views.commit_block(data.ledger_dsn(cfg), cfg.name),
+                "blocked": views.commit_block(data.ledger_of(cfg), cfg.name),
             }
         )
 
@@ -326,9 +326,9 @@ def create_app(
         return json(
             {
                 "pipeline": cfg.name,
-                "loss_events": views.losses(data.ledger_dsn(cfg), cfg.name),
-                "resets": views.resets(data.ledger_dsn(cfg), cfg.name),
-                BatchState.ABANDONED: views.abandoned(data.ledger_dsn(cfg), cfg.name),
+                "loss_events": views.losses(data.ledger_of(cfg), cfg.name),
+                "resets": views.resets(data.ledger_of(cfg), cfg.name),
+                BatchState.ABANDONED: views.abandoned(data.ledger_of(cfg), cfg.name),
             }
         )
 
@@ -354,7 +354,7 @@ def create_app(
         from onceflow.ledger import views
 
         try:
-            page = views.dead_letter_page(data.ledger_dsn(cfg), cfg.name, txid, limit, offset)
+            page = views.dead_letter_page(data.ledger_of(cfg), cfg.name, txid, limit, offset)
         except UnknownTxidError as exc:
             raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
         return json({"pipeline": cfg.name, "txid": txid, **page})
@@ -367,7 +367,7 @@ def create_app(
         ends = data.pipelines_ends(cfgs, timeout=METRICS_BROKER_TIMEOUT)
 
         def collect(cfg: PipelineConfig) -> metrics.PipelineMetrics:
-            return metrics.collect(data.ledger_dsn(cfg), cfg.name, ends[cfg.name].ends)
+            return metrics.collect(data.ledger_of(cfg), cfg.name, ends[cfg.name].ends)
 
         # the pipelines' ledgers side by side: a scrape of thirty of them one after another
         # outlasted a scraper's 30 s timeout

@@ -22,6 +22,7 @@ from onceflow.hooks.sink import sink_for
 from onceflow.kafka import broker
 from onceflow.kafka.client import KafkaCluster
 from onceflow.ledger import views
+from onceflow.ledger.db import Ledger
 from onceflow.ledger.ordering import blocking_predecessor
 from onceflow.ledger.states import CLOSED, BatchState
 from onceflow.settings import Settings
@@ -76,10 +77,10 @@ def _call_in_thread(fn, *args) -> Future:
     return future
 
 
-def ledger_dsn(cfg: PipelineConfig) -> str:
-    """The pipeline's ledger DSN: its Airflow connection, else ONCEFLOW_POSTGRES_DSN (per
+def ledger_of(cfg: PipelineConfig) -> Ledger:
+    """The pipeline's ledger: its Airflow connection, else ONCEFLOW_POSTGRES_DSN (per
     request: a rotated password is read the next time)."""
-    return ledger_hook.ledger_dsn(cfg.ledger_conn_id, cfg.source)[0]
+    return ledger_hook.ledger_of(cfg.ledger_conn_id, cfg.source)
 
 
 def broker_ends(cfg: PipelineConfig, timeout: float | None = None) -> BrokerEnds:
@@ -164,7 +165,7 @@ def partitions(cfg: PipelineConfig, ends: BrokerEnds | None = None) -> dict[str,
     """The pipeline's partitions with their lag, and the total; the broker is asked unless
     its `ends` are given (the overview asks once for every pipeline)."""
     ends = broker_ends(cfg) if ends is None else ends
-    rows = views.partitions(ledger_dsn(cfg), cfg.name, ends.ends)
+    rows = views.partitions(ledger_of(cfg), cfg.name, ends.ends)
     if not ends.available:
         for r in rows:
             r["broker_end_offset"] = None
@@ -205,7 +206,7 @@ def block_reason(block: dict[str, Any] | None) -> str | None:
 def pipeline_overview(cfg: PipelineConfig, ends: BrokerEnds | None = None) -> dict[str, Any]:
     """A pipeline's row of the overview; with its broker `ends`, its total lag (None when
     they are unavailable)."""
-    block = views.commit_block(ledger_dsn(cfg), cfg.name)
+    block = views.commit_block(ledger_of(cfg), cfg.name)
     lag = None if ends is None else partitions(cfg, ends)["total_lag"]
     return {
         "lag": lag,
@@ -213,7 +214,7 @@ def pipeline_overview(cfg: PipelineConfig, ends: BrokerEnds | None = None) -> di
         "pipeline": cfg.name,
         "dag_id": cfg.dag_id,
         "topics": list(cfg.topics),
-        "summary": views.summary(ledger_dsn(cfg), cfg.name),
+        "summary": views.summary(ledger_of(cfg), cfg.name),
         "blocked": block,
         "blocked_reason": block_reason(block),
         "commit_name": sink_for(cfg).commit_name,
@@ -251,15 +252,15 @@ def ledger_view(cfg: PipelineConfig, limit: int, before: int | None = None) -> d
     parts = partitions(cfg)
     parts["topics"] = topic_summary(parts["partitions"])
     data.update(
-        batches=views.batches(ledger_dsn(cfg), cfg.name, limit=limit, before_seq=before),
+        batches=views.batches(ledger_of(cfg), cfg.name, limit=limit, before_seq=before),
         before=before,
         limit=limit,
-        history=views.history(ledger_dsn(cfg), cfg.name),
+        history=views.history(ledger_of(cfg), cfg.name),
         partitions=parts,
-        losses=views.losses(ledger_dsn(cfg), cfg.name),
-        resets=views.resets(ledger_dsn(cfg), cfg.name),
-        abandoned=views.abandoned(ledger_dsn(cfg), cfg.name),
-        schema_changes=views.schema_changes(ledger_dsn(cfg), cfg.name),
+        losses=views.losses(ledger_of(cfg), cfg.name),
+        resets=views.resets(ledger_of(cfg), cfg.name),
+        abandoned=views.abandoned(ledger_of(cfg), cfg.name),
+        schema_changes=views.schema_changes(ledger_of(cfg), cfg.name),
     )
     return data
 
@@ -268,10 +269,10 @@ def batch_view(
     cfg: PipelineConfig, txid: str, dl_limit: int = 100, dl_offset: int = 0
 ) -> dict[str, Any]:
     """One txid's ledger entry; raises UnknownTxidError when plan has not recorded it."""
-    b = views.batch(ledger_dsn(cfg), cfg.name, txid)
+    b = views.batch(ledger_of(cfg), cfg.name, txid)
     wait = None
     if b["state"] not in CLOSED:
-        w = blocking_predecessor(ledger_dsn(cfg), cfg.name, txid)
+        w = blocking_predecessor(ledger_of(cfg), cfg.name, txid)
         if w is not None:
             wait = {"txid": w.txid, "seq": w.seq, "state": w.state, "last_error": w.last_error}
     return {
@@ -279,9 +280,9 @@ def batch_view(
         "dag_id": cfg.dag_id,
         "commit_name": sink_for(cfg).commit_name,
         "batch": b,
-        "losses": views.batch_losses(ledger_dsn(cfg), cfg.name, txid),
+        "losses": views.batch_losses(ledger_of(cfg), cfg.name, txid),
         "waits_for": wait,
         "dead_letters": views.dead_letter_page(
-            ledger_dsn(cfg), cfg.name, txid, limit=dl_limit, offset=dl_offset
+            ledger_of(cfg), cfg.name, txid, limit=dl_limit, offset=dl_offset
         ),
     }

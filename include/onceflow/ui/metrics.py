@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from onceflow.ledger.db import Ledger
 from onceflow.ledger.states import BatchState
 
 PHASES = ("plan", "process", "commit")
@@ -185,15 +186,17 @@ def from_views(
     )
 
 
-def collect(dsn: str, pipeline: str, ends: Mapping[tuple[str, int], int] | None) -> PipelineMetrics:
+def collect(
+    ledger: Ledger, pipeline: str, ends: Mapping[tuple[str, int], int] | None
+) -> PipelineMetrics:
     """Read one pipeline's metrics from the ledger; `ends` None means the broker is down."""
     from onceflow.ledger import views
     from onceflow.ledger.ordering import commit_blocker
 
     return from_views(
         pipeline,
-        views.summary(dsn, pipeline),
-        views.partitions(dsn, pipeline, dict(ends) if ends is not None else None),
+        views.summary(ledger, pipeline),
+        views.partitions(ledger, pipeline, dict(ends) if ends is not None else None),
         broker_up=ends is not None,
-        commit_blocked=commit_blocker(dsn, pipeline) is not None,
+        commit_blocked=commit_blocker(ledger, pipeline) is not None,
     )

@@ -169,7 +169,7 @@ class Harness:
         self.supervisor.up()
         from onceflow.ledger.db import migrate
 
-        migrate(self.settings.postgres_dsn)
+        migrate(self.settings.ledger)
         self.client = AirflowClient(
             self.settings.airflow_url, self.settings.airflow_user, self.settings.airflow_password
         )

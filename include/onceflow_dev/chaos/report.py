@@ -37,14 +37,14 @@ def finish_report(h: Harness, ended_by: str) -> dict[str, Any]:
     with h.producer.lock:
         acked = {e: dict(v) for e, v in h.producer.acked.items()}
     committed = {p: c for p, (c, e) in h.offsets.items() if e == h.epoch}
-    counts, checks = SinkChecks(h.settings.postgres_dsn, h.cfg, h.sink, h.topic, h.epoch).check(
+    counts, checks = SinkChecks(h.settings.ledger, h.cfg, h.sink, h.topic, h.epoch).check(
         acked, resets, committed
     )
     checks += recreated_topic_checks(h.faults)
     snap = broker.snapshot(h.settings.kafka_bootstrap, h.pipeline, (h.topic,))
     broker_ends = {p: e for (_, p), e in snap.ends.items()}
     audit = run_audit(
-        h.settings.postgres_dsn,
+        h.settings.ledger,
         h.cfg,
         lambda ranges: count_records(h.settings.kafka_bootstrap, ranges),
     )

@@ -10,6 +10,7 @@ from collections import Counter
 from typing import Any
 
 from onceflow.config.pipeline import PipelineConfig
+from onceflow.ledger.db import Ledger
 from onceflow.sinks.base import Sink
 from onceflow.sinks.delta.sink import DeltaSink
 from onceflow.sinks.iceberg.sink import IcebergSink
@@ -46,8 +47,10 @@ def _lake_partials(
 class SinkChecks:
     """The checks of pipeline `cfg`'s sink on the harness's topic, the broker on `epoch`."""
 
-    def __init__(self, dsn: str, cfg: PipelineConfig, sink: Sink, topic: str, epoch: int) -> None:
-        self.dsn = dsn
+    def __init__(
+        self, ledger: Ledger, cfg: PipelineConfig, sink: Sink, topic: str, epoch: int
+    ) -> None:
+        self.ledger = ledger
         self.cfg = cfg
         self.sink = sink
         self.mode = cfg.sink.mode
@@ -65,7 +68,7 @@ class SinkChecks:
         the dead letters and the ledger are read in one snapshot."""
         from onceflow.ledger.db import transaction
 
-        with transaction(self.dsn) as cur:
+        with transaction(self.ledger) as cur:
             cur.execute("set transaction isolation level repeatable read")
             read = SinkSnapshot(cur, self.cfg, self.topic)
             dead = read.dead_letters()

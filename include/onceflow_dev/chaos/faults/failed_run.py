@@ -44,7 +44,7 @@ def failed_run_blocks(h: Harness, f: Fault) -> Iterator[None]:
             waiting[:] = [
                 t
                 for t in later
-                if (w := blocking_predecessor(h.settings.postgres_dsn, h.pipeline, t))
+                if (w := blocking_predecessor(h.settings.ledger, h.pipeline, t))
                 and w.txid == txid
                 and h.task_logs.commit_log_says_waits(t, txid)
             ]
@@ -53,7 +53,7 @@ def failed_run_blocks(h: Harness, f: Fault) -> Iterator[None]:
         yield from wait(
             h, successors_blocked, INJECT_TIMEOUT, f"later runs wait in commit for {txid}"
         )
-        block = views.commit_block(h.settings.postgres_dsn, h.pipeline)
+        block = views.commit_block(h.settings.ledger, h.pipeline)
         f.detail["waiting"] = sorted(waiting)
         f.detail["blocked_view"] = (
             {k: block.get(k) for k in ("txid", "state", "waiting", "last_error")} if block else None

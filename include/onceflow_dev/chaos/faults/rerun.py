@@ -112,7 +112,7 @@ def _published(h: Harness, txid: str) -> tuple[int, int]:
     from onceflow.ledger.db import transaction
 
     # in a transaction: an Iceberg sink reads its scan through a temporary table
-    with transaction(h.settings.postgres_dsn) as cur:
+    with transaction(h.settings.ledger) as cur:
         rows = h.sink.published_per_txid(cur).get(txid, 0)
     dead = h.db.query(
         "ledger",

@@ -30,7 +30,7 @@ def reset_offsets(h: Harness, f: Fault, reason: str) -> int:
     from onceflow.ledger.resets import reset_offsets
 
     reset = reset_offsets(
-        h.settings.postgres_dsn,
+        h.settings.ledger,
         h.cfg,
         lambda at: broker.snapshot(h.settings.kafka_bootstrap, h.pipeline, h.cfg.topics, at),
         reason=reason,
