@@ -272,7 +272,7 @@ def test_tables_come_from_the_output_schema_and_commit_reads_them_back(ledger_ds
             (cfg.sink_schema,),
         )
         types = {r[0]: r[1:] for r in cur.fetchall()}
-        read_back = sink_for(cfg)._stored_columns(cur)  # what commit sees, without Spark
+        read_back = sink_for(cfg).tables.stored_columns(cur)  # what commit sees, without Spark
     assert types["price"] == ("numeric", 18, 2)
     assert types["at"][0] == "timestamp with time zone"
     assert (types["ratio"][0], types["raw"][0], types["ok"][0]) == (
@@ -280,7 +280,7 @@ def test_tables_come_from_the_output_schema_and_commit_reads_them_back(ledger_ds
         "bytea",
         "boolean",
     )
-    assert read_back == sink._columns
+    assert read_back == sink.tables.columns
 
 
 def test_an_incompatible_existing_table_is_refused_naming_the_columns(ledger_dsn, unique_name):

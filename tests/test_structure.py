@@ -311,6 +311,36 @@ def test_only_the_ledger_and_its_hook_hold_a_dsn():
     assert found == []
 
 
+def sink_depths() -> dict[str, int]:
+    """How many levels each class of sinks/ stands below Sink (by its bases' names; a class
+    that does not descend from Sink is left out)."""
+    bases = {}
+    for path in (RUNTIME / "sinks").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                bases[node.name] = [b.id for b in node.bases if isinstance(b, ast.Name)]
+
+    def depth(name: str) -> int | None:
+        if name == "Sink":
+            return 0
+        below = [d for b in bases.get(name, ()) if (d := depth(b)) is not None]
+        return 1 + max(below) if below else None
+
+    return {n: d for n in bases if n != "Sink" and (d := depth(n)) is not None}
+
+
+# The lake family is still a tower (issue 50, item 2): each of its classes may stand no lower
+# than it does now, and every other sink at most two levels below Sink.
+LAKE_TOWER = {"LakeAudit": 2, "LakeStageTables": 3, "LakeSink": 4, "IcebergSink": 5, "DeltaSink": 5}
+
+
+def test_a_sink_is_composed_not_a_tower():
+    depths = sink_depths()
+    assert depths["PostgresSink"] == 1 and depths["KafkaSink"] == 2
+    too_deep = {n: d for n, d in depths.items() if d > LAKE_TOWER.get(n, 2)}
+    assert too_deep == {}
+
+
 STATE_WORDS = ("planned", "processing", "staged", "committed", "abandoned")
 
 

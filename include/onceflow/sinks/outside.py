@@ -125,30 +125,28 @@ class OutsideSink(Sink):
         self.load_audit_rows(cur)
         return published.count_outside_ranges(cur, pipeline, sql.Identifier(self._ROWS))
 
-    # -- audit: the sink's own record of each publication against the ledger --------------
 
-    @staticmethod
-    def disagreement(
-        said: str, p: Publication, adds: str, ledger: tuple[str, int, int | None]
-    ) -> str | None:
-        """The violation when publication `p` (`said`: which one, of which seq) records
-        another txid, attempt or count than the ledger committed (ledger.published's
-        committed_batches: `ledger`),
-        `adds` saying how it holds its records; None when they agree."""
-        txid, attempt, n = ledger
-        if (p.txid, p.attempt, p.records) == (txid, attempt, n or 0):
-            return None
-        return (
-            f"{said} records txid {p.txid!r} attempt {p.attempt} {adds} {p.records} records; "
-            f"the ledger committed txid {txid!r} attempt {attempt} with {n} records"
-        )
+def disagreement(
+    said: str, p: Publication, adds: str, ledger: tuple[str, int, int | None]
+) -> str | None:
+    """The violation when publication `p` (`said`: which one, of which seq) records another
+    txid, attempt or count than the ledger committed (ledger.published's committed_batches:
+    `ledger`), `adds` saying how it holds its records; None when they agree."""
+    txid, attempt, n = ledger
+    if (p.txid, p.attempt, p.records) == (txid, attempt, n or 0):
+        return None
+    return (
+        f"{said} records txid {p.txid!r} attempt {p.attempt} {adds} {p.records} records; "
+        f"the ledger committed txid {txid!r} attempt {attempt} with {n} records"
+    )
 
-    def duplicated_coordinates(self, cur, limit: int) -> list[tuple]:
-        """(topic, partition, epoch, offset, copies) of source records published more than
-        once, from `_ROWS` (loaded by load_audit_rows)."""
-        cur.execute(
-            f'select topic, partition, epoch, "offset", count(*) from {self._ROWS}'
-            ' group by topic, partition, epoch, "offset" having count(*) > 1 limit %s',
-            (limit,),
-        )
-        return cur.fetchall()
+
+def duplicated_coordinates(cur, rows: str, limit: int) -> list[tuple]:
+    """(topic, partition, epoch, offset, copies) of source records published more than
+    once, from the audit's temporary table `rows` (OutsideSink.load_audit_rows)."""
+    cur.execute(
+        f'select topic, partition, epoch, "offset", count(*) from {rows}'
+        ' group by topic, partition, epoch, "offset" having count(*) > 1 limit %s',
+        (limit,),
+    )
+    return cur.fetchall()

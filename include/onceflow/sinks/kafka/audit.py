@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import csv
 import io
-from abc import abstractmethod
+from collections.abc import Callable
 
 from onceflow.errors import OnceflowError, SinkUnavailableError
 from onceflow.kafka.client import KafkaCluster
@@ -20,36 +20,41 @@ from onceflow.sinks.kafka import limits
 from onceflow.sinks.kafka.markers import Marker
 from onceflow.sinks.kafka.output_records import SEQ_HEADER, SOURCE_HEADER, TXID_HEADER, audit_row
 from onceflow.sinks.kafka.reading import committed_consumer, committed_end, read_partition
-from onceflow.sinks.outside import OutsideSink
+from onceflow.sinks.outside import disagreement, duplicated_coordinates
 
 
-class TopicAudit(OutsideSink):
-    """The audit's half of KafkaSink, which sets what it reads: the topics and the cluster,
-    and the audit's state (the cursor whose transaction holds the rows, the markers read,
-    the records without coordinates)."""
+class TopicAudit:
+    """The audit's half of a Kafka sink: what it reads (the output topic and the commit log on
+    the `cluster` the sink resolves when asked, `where` naming the sink in errors), and its
+    state (the cursor whose transaction holds the rows, the markers read, the records
+    without coordinates)."""
 
-    cluster: KafkaCluster
-    topic: str
-    commit_log: str
-    _audit_cur: int | None
-    _markers: list[Marker]
-    _unmarked: list[tuple[int, int]]  # (partition, offset) of output records without them
+    ROWS = "onceflow_kafka_rows"  # temporary table of the audit's transaction
 
-    @abstractmethod
-    def _where(self) -> str:
-        """The sink, as errors name it."""
+    def __init__(
+        self,
+        cluster: Callable[[], KafkaCluster],
+        topic: str,
+        commit_log: str,
+        where: Callable[[], str],
+    ) -> None:
+        self._cluster = cluster
+        self.topic = topic
+        self.commit_log = commit_log
+        self._where = where
+        self._audit_cur: int | None = None
+        self._markers: list[Marker] = []
+        self._unmarked: list[tuple[int, int]] = []  # (partition, offset) without them
 
-    _ROWS = "onceflow_kafka_rows"  # temporary table of the audit's transaction
-
-    def load_audit_rows(self, cur) -> bool:
+    def load(self, cur) -> bool:
         """The output topic's records (txid, seq, source coordinates) in a temporary table
         and the commit log's markers, read once per audit transaction; False if the output
         topic does not exist."""
-        cur.execute("select to_regclass(%s) is not null", (f"pg_temp.{self._ROWS}",))
+        cur.execute("select to_regclass(%s) is not null", (f"pg_temp.{self.ROWS}",))
         loaded = cur.fetchone()[0]
         if self._audit_cur == id(cur) and loaded:
             return True
-        consumer = committed_consumer(self.cluster, "onceflow-audit")
+        consumer = committed_consumer(self._cluster(), "onceflow-audit")
         try:
             meta = consumer.list_topics(timeout=limits.TIMEOUT_S)
             if self.topic not in meta.topics:
@@ -79,27 +84,27 @@ class TopicAudit(OutsideSink):
             ) from e
         finally:
             consumer.close()
-        cur.execute(f"drop table if exists pg_temp.{self._ROWS}")
+        cur.execute(f"drop table if exists pg_temp.{self.ROWS}")
         cur.execute(
-            f"create temp table {self._ROWS} (txid text, seq bigint, topic text,"
+            f"create temp table {self.ROWS} (txid text, seq bigint, topic text,"
             ' partition integer, epoch integer, "offset" bigint) on commit drop'
         )
         out = io.StringIO()
         csv.writer(out).writerows(rows)
         out.seek(0)
         cur.copy_expert(
-            f'copy {self._ROWS} (txid, seq, topic, partition, epoch, "offset") from stdin'
+            f'copy {self.ROWS} (txid, seq, topic, partition, epoch, "offset") from stdin'
             " with (format csv)",
             out,
         )
         self._audit_cur = id(cur)
         return True
 
-    def truth_violations(self, cur, pipeline: str, limit: int = 20) -> list[str]:
+    def truth(self, cur, pipeline: str, limit: int = 20) -> list[str]:
         """One marker per committed seq, with the ledger's txid, attempt and count, and as
         many output records carrying the seq; no marker of an uncommitted seq; every record
         with its coordinates, none twice."""
-        if not self.load_audit_rows(cur):
+        if not self.load(cur):
             return []
         where = f"Kafka topic {self.topic!r}"
         out = [
@@ -107,12 +112,12 @@ class TopicAudit(OutsideSink):
             f"{SEQ_HEADER} headers (written by something else than this pipeline's commit)"
             for p, o in self._unmarked
         ]
-        for topic, partition, epoch, offset, n in self.duplicated_coordinates(cur, limit):
+        for topic, partition, epoch, offset, n in duplicated_coordinates(cur, self.ROWS, limit):
             out.append(
                 f"{where}: source record {topic}[{partition}]@{offset} (epoch {epoch}) is "
                 f"published {n} times"
             )
-        cur.execute(f"select seq, count(*) from {self._ROWS} group by seq")
+        cur.execute(f"select seq, count(*) from {self.ROWS} group by seq")
         per_seq = dict(cur.fetchall())
         committed = {
             seq: (txid, attempt, n or 0)
@@ -133,7 +138,7 @@ class TopicAudit(OutsideSink):
                 continue
             (m,) = found
             said = f"{where}: the marker of seq {seq} at offset {m.offset}"
-            wrong = self.disagreement(said, m.publication(), "with", (txid, attempt, n))
+            wrong = disagreement(said, m.publication(), "with", (txid, attempt, n))
             if wrong:
                 out.append(wrong)
             if per_seq.get(seq, 0) != m.records:

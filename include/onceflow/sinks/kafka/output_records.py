@@ -26,7 +26,7 @@ from onceflow.ledger.published import with_ranges
 from onceflow.sinks.kafka import limits
 
 if TYPE_CHECKING:
-    from onceflow.sinks.postgres.stage_table import StageTable
+    from onceflow.sinks.postgres.tables import PostgresTables
 
 SOURCE_HEADER = "onceflow.source"
 TXID_HEADER = "onceflow.txid"
@@ -43,14 +43,15 @@ def record_headers(source: bytes, t: Attempt) -> list[tuple[str, bytes]]:
 
 
 def staged_records(
-    cur, staging: StageTable, key: str | None, t: Attempt, partitions: int
+    cur, staging: PostgresTables, key: str | None, t: Attempt, partitions: int
 ) -> Iterator[tuple]:
     """(source header, key, value, partition or None) of the attempt's valid rows, in
     source order, made by PostgreSQL from the stage table; `key`: the key column, if any;
     `partitions`: the output topic's. Nothing if no process created the stage table yet."""
-    if staging._stored_columns(cur) is None:
+    columns = staging.stored_columns(cur)
+    if columns is None:
         return
-    users = [c.name for c in staging._columns]
+    users = [c.name for c in columns]
     cur.execute("set local timezone = 'UTC'")  # timestamps in the JSON, whatever the server's
     named = cur.connection.cursor(name=f"onceflow_kafka_{t.seq}")
     named.itersize = limits.FETCH_ROWS
@@ -64,7 +65,7 @@ def staged_records(
             key=sql.SQL("null")
             if key is None
             else sql.SQL("s.{}::text").format(sql.Identifier(key)),
-            source=with_ranges(staging._t(staging.stage_table)),
+            source=with_ranges(staging.ident(staging.stage_table)),
             users=sql.SQL(", ").join(sql.SQL("s.") + sql.Identifier(u) for u in users),
         ),
         (t.pipeline, t.txid, t.attempt),

@@ -57,8 +57,9 @@ from onceflow.sinks.kafka.transaction import (
     produce,
     transactional_producer,
 )
-from onceflow.sinks.outside import Publication, SinkReading
-from onceflow.sinks.postgres.stage_table import StageTable
+from onceflow.sinks.outside import OutsideSink, Publication, SinkReading
+from onceflow.sinks.postgres.sink import PostgresSink
+from onceflow.sinks.postgres.stage_table import stage_table
 from onceflow.sinks.schema_evolution import Evolution
 
 if TYPE_CHECKING:
@@ -69,7 +70,7 @@ log = logging.getLogger("onceflow.sinks.kafka")
 STAGE_NAME = "kafka"  # the stage table is stage_kafka, in the pipeline's sink schema
 
 
-class KafkaSink(TopicAudit):
+class KafkaSink(OutsideSink):
     """The output topic of a pipeline (kind = "kafka"), staged in the stage table."""
 
     commit_name = "marker"  # the marker's offset in the commit log
@@ -80,7 +81,7 @@ class KafkaSink(TopicAudit):
         schema: str,
         cfg: SinkConfig,
         cluster: KafkaCluster | str | Callable[[], KafkaCluster],
-        stage: StageTable | None = None,
+        stage: PostgresSink | None = None,
     ) -> None:
         super().__init__(schema, STAGE_NAME)
         self.cfg = cfg
@@ -89,10 +90,8 @@ class KafkaSink(TopicAudit):
         # Resolved on first use: the process job stages into PostgreSQL and never asks for it
         # (it runs outside Airflow, where a sink's connection cannot be read).
         self._cluster_source = cluster
-        self._staging = stage or StageTable(schema, SinkConfig(table=STAGE_NAME))
-        self._audit_cur: int | None = None
-        self._markers: list[Marker] = []
-        self._unmarked: list[tuple[int, int]] = []
+        self._staging = stage or stage_table(schema, STAGE_NAME)
+        self._audit = TopicAudit(lambda: self.cluster, self.topic, self.commit_log, self._where)
 
     @functools.cached_property
     def cluster(self) -> KafkaCluster:
@@ -146,7 +145,7 @@ class KafkaSink(TopicAudit):
 
     def _staged(self, cur) -> bool:
         """Whether the stage table exists (no process staged anything before it does)."""
-        return self._staging._stored_columns(cur) is not None
+        return self._staging.tables.stored_columns(cur) is not None
 
     def has_staged(self, cur, t: Attempt) -> bool:
         return self._staging.has_staged(cur, t)
@@ -164,7 +163,7 @@ class KafkaSink(TopicAudit):
         """The attempt's output records, made from its valid staged rows in source order
         (sinks.kafka.output_records)."""
         key = self.cfg.key[0] if self.cfg.key else None
-        return staged_records(cur, self._staging, key, t, partitions)
+        return staged_records(cur, self._staging.tables, key, t, partitions)
 
     def _dead_count(self, cur, t: Attempt) -> int:
         if not self._staged(cur):
@@ -275,3 +274,13 @@ class KafkaSink(TopicAudit):
         )
         await_visible(self.cluster, self._where(), last)
         return Publication(t.pipeline, t.txid, t.seq, t.attempt, records, str(marker))
+
+    # -- the audit: the output topic and the commit log (sinks.kafka.audit) ---------------
+
+    _ROWS = TopicAudit.ROWS
+
+    def load_audit_rows(self, cur) -> bool:
+        return self._audit.load(cur)
+
+    def truth_violations(self, cur, pipeline: str, limit: int = 20) -> list[str]:
+        return self._audit.truth(cur, pipeline, limit)

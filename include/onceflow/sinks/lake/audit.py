@@ -22,7 +22,12 @@ from onceflow.ledger.published import committed_batches, committed_ms
 from onceflow.sinks.lake import merge, upsert
 from onceflow.sinks.lake.storage import Storage
 from onceflow.sinks.lake.versions import VersionFiles, read_with_seq, schema_of
-from onceflow.sinks.outside import OutsideSink, Publication
+from onceflow.sinks.outside import (
+    OutsideSink,
+    Publication,
+    disagreement,
+    duplicated_coordinates,
+)
 
 # the columns the audit scans, in this order
 AUDIT_COLUMNS = ("txid", "topic", "partition", "epoch", "offset")
@@ -151,7 +156,7 @@ class LakeAudit(OutsideSink):
             return []
         what, commit = f"{self.table_kind} {self.name}", self.commit_name
         out = []
-        for topic, partition, epoch, offset, n in self.duplicated_coordinates(cur, limit):
+        for topic, partition, epoch, offset, n in duplicated_coordinates(cur, self._ROWS, limit):
             out.append(
                 f"{what}: record {topic}[{partition}]@{offset} (epoch {epoch}) "
                 f"is in the table {n} times"
@@ -181,7 +186,7 @@ class LakeAudit(OutsideSink):
                     )
             else:
                 said = f"{what}: {commit} {p.ref} of seq {seq}"
-                wrong = self.disagreement(said, p, "adding", (txid, attempt, n))
+                wrong = disagreement(said, p, "adding", (txid, attempt, n))
                 if wrong:
                     out.append(wrong)
         for seq, p in sorted(newest.items()):

@@ -15,26 +15,48 @@ from psycopg2 import sql
 
 from onceflow.ledger.attempt import Attempt, StagedCounts
 from onceflow.ledger.stage_parts import parts_checksum
-from onceflow.sinks.postgres.seq_partitions import SeqPartitions
+from onceflow.sinks.postgres.columns import Column
+from onceflow.sinks.postgres.mode import TableLayout
+from onceflow.sinks.postgres.seq_partitions import SeqPartitioned
+from onceflow.sinks.postgres.tables import COORDINATE_COLUMNS
 
 # An append table's primary key; seq, the partition key, is part of it (PostgreSQL requires
 # it of a partitioned table's unique indexes).
 APPEND_KEY = ("topic", "partition", "epoch", "offset", "seq")
 
 
-class AppendMode(SeqPartitions):
-    """Staging into, and publishing and un-publishing, an append sink's attempt tables
-    (PostgresSink dispatches by mode)."""
+class AppendMode(SeqPartitioned):
+    """Staging into, and publishing and un-publishing, an append sink's attempt tables."""
+
+    name = "append"
+
+    @property
+    def record_table(self) -> str:
+        return self.tables.table
+
+    @property
+    def partitioned_table(self) -> str:
+        return self.tables.table
+
+    def published_part(self, seq: int, attempt: int) -> str:
+        return self.tables.sealed_table(seq, attempt)
+
+    def published_tables(self) -> dict[str, TableLayout]:
+        t = self.tables
+        columns = (*COORDINATE_COLUMNS, Column("seq", "bigint"), Column("txid", "text"))
+        return {t.table: ((*columns, *t.columns), APPEND_KEY)}
+
+    def takes_fast_form(self) -> bool:
+        # an append row is its record's coordinates and columns
+        return not self.tables.aggregating
 
     # -- process: the attempt's own table --------------------------------------------------
 
     def attempt_table(self, seq: int, attempt: int) -> str | None:
-        return self.sealed_table(seq, attempt) if self._attaches else None
+        return self.tables.sealed_table(seq, attempt)
 
     def create_stage(self, cur, t: Attempt) -> None:
         name = self.attempt_table(t.seq, t.attempt)
-        if name is None:
-            return
         # an earlier version's table was refused by bind_output, in the same transaction;
         # if not exists: a stage job run again around poison records keeps the parts
         # its first run staged (onceflow.process.poison_records)
@@ -42,16 +64,16 @@ class AppendMode(SeqPartitions):
             sql.SQL(
                 "create table if not exists {part} (like {table} including defaults,"
                 " check (seq >= %s and seq < %s))"
-            ).format(part=self._t(name), table=self._t(self.table)),
+            ).format(part=self.tables.ident(name), table=self.tables.ident(self.tables.table)),
             (t.seq, t.seq + 1),
         )
 
-    def _seal_append(self, cur, t: Attempt) -> None:
+    def seal(self, cur, t: Attempt) -> None:
         """Build on the attempt's table every index T has, so that attaching it builds none;
         a row the transform output twice for one record fails T's primary key here, in
         process, with the record named."""
         name = self.attempt_table(t.seq, t.attempt)
-        if name is None or not self._exists(cur, name):
+        if not self.tables.has_table(cur, name):
             return
         self.seal_part(cur, t, name)
 
@@ -59,31 +81,30 @@ class AppendMode(SeqPartitions):
 
     def has_staged(self, cur, t: Attempt) -> bool:
         name = self.attempt_table(t.seq, t.attempt)
-        if name is not None and self._exists(cur, name):
-            cur.execute(sql.SQL("select exists (select 1 from {})").format(self._t(name)))
-            if cur.fetchone()[0]:
-                return True
-        return super().has_staged(cur, t)
+        if not self.tables.has_table(cur, name):
+            return False
+        cur.execute(sql.SQL("select exists (select 1 from {})").format(self.tables.ident(name)))
+        return cur.fetchone()[0]
 
-    def staged_counts(self, cur, t: Attempt) -> StagedCounts:
-        counts = super().staged_counts(cur, t)  # the dead letters, in the stage table
+    def staged_counts(self, cur, t: Attempt, stage: StagedCounts) -> StagedCounts:
+        # `stage`: the dead letters, in the stage table
         name = self.attempt_table(t.seq, t.attempt)
-        if name is None or not self._exists(cur, name):
-            return counts
-        cur.execute(sql.SQL("select count(*) from {}").format(self._t(name)))
+        if not self.tables.has_table(cur, name):
+            return stage
+        cur.execute(sql.SQL("select count(*) from {}").format(self.tables.ident(name)))
         rows = cur.fetchone()[0]
         # the valid rows' hashes are not kept: the checksum is the part fence's
-        return StagedCounts(counts.rows + rows, rows, counts.dead, parts_checksum(cur, t))
+        return StagedCounts(stage.rows + rows, rows, stage.dead, parts_checksum(cur, t))
 
     # -- commit -------------------------------------------------------------------------
 
-    def _publish_append(self, cur, t: Attempt, replacing: bool) -> int:
+    def publish(self, cur, t: Attempt, replacing: bool) -> int:
         self.check_layout(cur)
         name = self.attempt_table(t.seq, t.attempt)
-        if not self._exists(cur, name):
+        if not self.tables.has_table(cur, name):
             return 0  # an empty batch: no stage job ran, nothing to attach
         return self.attach_part(cur, t, name)
 
-    def _unpublish_append(self, cur, t: Attempt) -> None:
+    def unpublish(self, cur, t: Attempt) -> None:
         self.check_layout(cur)
         self.detach_seq(cur, t)

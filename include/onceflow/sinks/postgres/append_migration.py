@@ -28,7 +28,7 @@ from onceflow.errors import SinkLayoutError
 from onceflow.ledger.attempt import Attempt
 from onceflow.ledger.ordering import lock_commits
 from onceflow.ledger.published import set_seqs, staged_batches
-from onceflow.sinks.postgres.append import APPEND_KEY
+from onceflow.sinks.postgres.append import APPEND_KEY, AppendMode
 from onceflow.sinks.postgres.columns import ids, more
 from onceflow.sinks.postgres.sink import PostgresSink
 
@@ -53,13 +53,16 @@ class AppendMigration:
 def migrate_append(cur, pipeline: str, sink: PostgresSink) -> AppendMigration | None:
     """Migrate `sink`'s table if it is an append table of an earlier version; None if there
     is nothing to migrate (not an append sink, no table yet, or already partitioned)."""
-    if sink.cfg.mode != "append" or sink.aggregating:
+    if not isinstance(sink.mode, AppendMode) or sink.aggregating:
         return None
     lock_commits(cur, pipeline)
     sink.lock_tables(cur)
-    if sink.relkind(cur, sink.table) in (None, "p") or sink._stored_columns(cur) is None:
+    if (
+        sink.tables.relkind(cur, sink.table) in (None, "p")
+        or sink.tables.stored_columns(cur) is None
+    ):
         return None
-    table, legacy = sink._t(sink.table), sink._t(f"{sink.table}__legacy")
+    table, legacy = sink.tables.ident(sink.table), sink.tables.ident(f"{sink.table}__legacy")
     cur.execute(sql.SQL("lock table {} in access exclusive mode").format(table))
     cur.execute(
         sql.SQL("alter table {} rename to {}").format(
@@ -116,7 +119,7 @@ def _staged_batches(cur, pipeline: str, sink: PostgresSink) -> int:
     """Give each staged, uncommitted batch its attempt table from the stage table's valid rows
     (what its commit would have copied), indexed as process seals one."""
     batches = staged_batches(cur, pipeline)
-    users = [c.name for c in sink._stored_columns(cur)]
+    users = [c.name for c in sink.tables.stored_columns(cur)]
     for txid, seq, attempt in batches:
         t = Attempt(pipeline, txid, seq, attempt)
         sink.create_stage(cur, t)
@@ -124,9 +127,9 @@ def _staged_batches(cur, pipeline: str, sink: PostgresSink) -> int:
             sql.SQL(
                 'insert into {part} (topic, partition, epoch, "offset", seq, txid{cols}) {q}'
             ).format(
-                part=sink._t(sink.attempt_table(seq, attempt)),
+                part=sink.tables.ident(sink.attempt_table(seq, attempt)),
                 cols=more(users),
-                q=sink._staged_valid(
+                q=sink.tables.staged_valid(
                     sql.SQL('s.topic, s.partition, r.epoch, s."offset", %s, s.txid{}').format(
                         more(users, "s")
                     )
@@ -136,7 +139,7 @@ def _staged_batches(cur, pipeline: str, sink: PostgresSink) -> int:
         )
         cur.execute(
             sql.SQL("delete from {} where txid = %s and attempt = %s and error is null").format(
-                sink._t(sink.stage_table)
+                sink.tables.ident(sink.stage_table)
             ),
             (txid, attempt),
         )

@@ -15,13 +15,17 @@ would migrate the tables.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from psycopg2 import sql
 
 from onceflow.sinks import schema_evolution
-from onceflow.sinks.postgres.columns import STAGE_FIXED, Column, output_columns
+from onceflow.sinks.postgres.columns import Column, output_columns
 from onceflow.sinks.postgres.tables import PostgresTables
 from onceflow.sinks.schema_evolution import Evolution
+
+if TYPE_CHECKING:
+    from onceflow.sinks.postgres.sink import PostgresSink
 
 
 def migration(p: schema_evolution.Problem) -> str | None:
@@ -39,113 +43,95 @@ def migration(p: schema_evolution.Problem) -> str | None:
     }[p.why]
 
 
-class OutputBinding(PostgresTables):
-    """The part of a PostgreSQL sink that fits its tables to the transform's output."""
-
-    def bind_output(
-        self, cur, fields: Iterable[tuple[str, str]], evolution: Evolution | None = None
-    ) -> OutputBinding:
-        """process, before staging: this sink for the transform's output (name, Spark type),
-        with its tables created, or checked and evolved if they exist (onceflow.sinks.schema_evolution:
-        with `evolution`, columns the output adds go to every table and are recorded as its
-        txid's; without it nothing is added). SinkSchemaError names each column that does not
-        fit, and nothing is created or altered then (the caller's transaction rolls back)."""
-        bound = type(self)(
-            self.schema, self.cfg, output_columns(fields, self.aggregating), self.aggregating
+def bind_output(
+    sink: PostgresSink, cur, fields: Iterable[tuple[str, str]], evolution: Evolution | None
+) -> PostgresSink:
+    """process, before staging: `sink` for the transform's output (name, Spark type), with
+    its tables created, or checked and evolved if they exist (onceflow.sinks.schema_evolution:
+    with `evolution`, columns the output adds go to every table and are recorded as its
+    txid's; without it nothing is added). SinkSchemaError names each column that does not
+    fit, and nothing is created or altered then (the caller's transaction rolls back)."""
+    bound = sink.for_columns(output_columns(fields, sink.aggregating))
+    tables = bound.tables
+    sink.lock_tables(cur)
+    cur.execute(sql.SQL("create schema if not exists {}").format(sql.Identifier(sink.schema)))
+    bound.mode.check_layout(cur)
+    fits = []
+    for name, (columns, pk) in bound.expected_tables().items():
+        existing = tables.table_columns(cur, name)
+        if existing is None:
+            bound.create_table(cur, name, columns, pk)
+            continue
+        if name == tables.stage_table:
+            existing = tables.add_own_stage_columns(cur, existing)
+        fits.append(_fit(tables, name, columns, pk, existing))
+    added, problems = schema_evolution.decide(fits, evolution.policy if evolution else "fail")
+    if problems:
+        raise schema_evolution.refusal(_label(bound), problems, _fixes(bound, problems, evolution))
+    for a in added:
+        cur.execute(
+            sql.SQL("alter table {} add column {} {}").format(
+                tables.ident(a.table.removeprefix(f"{sink.schema}.")),
+                sql.Identifier(a.column),
+                sql.SQL(a.type),  # a type of sinks.postgres.columns only
+            )
         )
-        self.lock_tables(cur)
-        cur.execute(sql.SQL("create schema if not exists {}").format(sql.Identifier(self.schema)))
-        bound.check_layout(cur)
-        fits = []
-        for name, (columns, pk) in bound._expected_tables().items():
-            existing = bound._table_columns(cur, name)
-            if existing is None:
-                bound._create(cur, name, columns, pk)
-                continue
-            if name == bound.stage_table:
-                existing = bound._add_own_stage_columns(cur, existing)
-            fits.append(bound._fit(name, columns, pk, existing))
-        added, problems = schema_evolution.decide(fits, evolution.policy if evolution else "fail")
-        if problems:
-            raise schema_evolution.refusal(
-                bound._label, problems, bound._fixes(problems, evolution)
-            )
-        for a in added:
-            cur.execute(
-                sql.SQL("alter table {} add column {} {}").format(
-                    self._t(a.table.removeprefix(f"{self.schema}.")),
-                    sql.Identifier(a.column),
-                    sql.SQL(a.type),  # a type of sinks.postgres.columns only
-                )
-            )
-        schema_evolution.record(cur, evolution, "postgres", added)
-        return bound
+    schema_evolution.record(cur, evolution, "postgres", added)
+    return bound
 
-    def _fit(
-        self,
-        name: str,
-        columns: tuple[Column, ...],
-        pk: tuple[str, ...],
-        existing: list[tuple[str, str, bool]],
-    ) -> schema_evolution.TableFit:
-        """An existing table as the evolution rule sees it; the stage table holds exactly
-        the columns of the last output, so any other column there is one the output no
-        longer gives."""
-        return schema_evolution.TableFit(
-            name=f"{self.schema}.{name}",
-            wanted=tuple((c.name, c.type) for c in columns),
-            have=tuple(existing),
-            user=frozenset(c.name for c in self._columns),
-            key=frozenset(pk),
-            previous=frozenset(n for n, _, _ in existing)
-            if name == self.stage_table
-            else frozenset(),
+
+def _fit(
+    tables: PostgresTables,
+    name: str,
+    columns: tuple[Column, ...],
+    pk: tuple[str, ...],
+    existing: list[tuple[str, str, bool]],
+) -> schema_evolution.TableFit:
+    """An existing table as the evolution rule sees it; the stage table holds exactly
+    the columns of the last output, so any other column there is one the output no
+    longer gives."""
+    return schema_evolution.TableFit(
+        name=f"{tables.schema}.{name}",
+        wanted=tuple((c.name, c.type) for c in columns),
+        have=tuple(existing),
+        user=frozenset(c.name for c in tables.columns),
+        key=frozenset(pk),
+        previous=frozenset(n for n, _, _ in existing)
+        if name == tables.stage_table
+        else frozenset(),
+    )
+
+
+def _label(sink: PostgresSink) -> str:
+    """The sink's tables, as a refusal names them."""
+    if not sink.mode.publishes_tables:
+        return f"the stage table {sink.schema}.{sink.stage_table}"
+    return f"the tables of sink {sink.schema}.{sink.table}"
+
+
+def _fixes(
+    sink: PostgresSink, problems: list[schema_evolution.Problem], evolution: Evolution | None
+) -> list[str]:
+    """What to do about a refusal: allow additions, or change the transform back or go
+    into new tables; and the SQL that migrates the tables, where there is one."""
+    if schema_evolution.only_added(problems):
+        fixes = [schema_evolution.ALLOW]
+    else:
+        fixes = [schema_evolution.CHANGE_BACK]
+        if sink.mode.publishes_tables:
+            fixes.append(schema_evolution.new_tables("new tables", evolution))
+    statements = [migration(p) for p in problems]
+    if None not in statements:
+        kept = any(p.why == "removed" for p in problems)
+        fixes.append(
+            "migrate the tables yourself, in one transaction: `"
+            + "; ".join(statements)
+            + "`"
+            + (
+                " (the published tables keep a column dropped from the stage table, later "
+                "rows hold null there; drop it once the batches staged with it committed)"
+                if kept
+                else ""
+            )
         )
-
-    @property
-    def _label(self) -> str:
-        """The sink's tables, as a refusal names them."""
-        return f"the tables of sink {self.schema}.{self.table}"
-
-    def _fixes(
-        self, problems: list[schema_evolution.Problem], evolution: Evolution | None
-    ) -> list[str]:
-        """What to do about a refusal: allow additions, or change the transform back or go
-        into new tables; and the SQL that migrates the tables, where there is one."""
-        if schema_evolution.only_added(problems):
-            fixes = [schema_evolution.ALLOW]
-        else:
-            fixes = [schema_evolution.CHANGE_BACK]
-            if self._publishes_tables:
-                fixes.append(schema_evolution.new_tables("new tables", evolution))
-        statements = [migration(p) for p in problems]
-        if None not in statements:
-            kept = any(p.why == "removed" for p in problems)
-            fixes.append(
-                "migrate the tables yourself, in one transaction: `"
-                + "; ".join(statements)
-                + "`"
-                + (
-                    " (the published tables keep a column dropped from the stage table, later "
-                    "rows hold null there; drop it once the batches staged with it committed)"
-                    if kept
-                    else ""
-                )
-            )
-        return fixes
-
-    def _add_own_stage_columns(
-        self, cur, existing: list[tuple[str, str, bool]]
-    ) -> list[tuple[str, str, bool]]:
-        """Add the stage columns of Onceflow's own (not the user's) an existing stage table
-        lacks: one an earlier version created (the built-in orders stage had no
-        `tombstone`). They are nullable and a stage row without them means what it did."""
-        have = {n for n, _, _ in existing}
-        missing = [(n, t) for n, t in STAGE_FIXED[3:] if n not in have]
-        for n, t in missing:
-            cur.execute(
-                sql.SQL("alter table {} add column {} {}").format(
-                    self._t(self.stage_table), sql.Identifier(n), sql.SQL(t)
-                )
-            )
-        return self._table_columns(cur, self.stage_table) if missing else existing
+    return fixes

@@ -107,7 +107,7 @@ def roll_up(
     )
     merged = sum(len(r) for r in todo)
     if not dry_run:
-        columns = ids(n for n, _, _ in sink._table_columns(cur, sink.partitioned_table))
+        columns = ids(n for n, _, _ in sink.tables.table_columns(cur, sink.partitioned_table))
         for run in todo:
             _roll_up_run(cur, sink, run, columns)
     return Rollup(len(parts), len(parts) - merged + len(todo), merged, len(todo))
@@ -115,9 +115,9 @@ def roll_up(
 
 def _roll_up_run(cur, sink, run: list[Partition], columns: sql.Composable) -> None:
     low, high = run[0].low, run[-1].high
-    prefix = sink._part_prefix
-    name = sink.part_name(f"{prefix}{low}_to_{high - 1}", f"of seqs {low} to {high - 1}")
-    table, new = sink._t(sink.partitioned_table), sink._t(name)
+    prefix = sink.mode.part_prefix
+    name = sink.tables.part_name(f"{prefix}{low}_to_{high - 1}", f"of seqs {low} to {high - 1}")
+    table, new = sink.tables.ident(sink.partitioned_table), sink.tables.ident(name)
     cur.execute(
         sql.SQL(
             "create table {new} (like {table} including defaults, check (seq >= %s and seq < %s))"
@@ -127,12 +127,12 @@ def _roll_up_run(cur, sink, run: list[Partition], columns: sql.Composable) -> No
     for p in run:
         cur.execute(
             sql.SQL("insert into {new} ({cols}) select {cols} from {old}").format(
-                new=new, cols=columns, old=sink._t(p.name)
+                new=new, cols=columns, old=sink.tables.ident(p.name)
             )
         )
-    sink.build_indexes(cur, name)
+    sink.mode.build_indexes(cur, name)
     for p in run:
-        cur.execute(sql.SQL("drop table {}").format(sink._t(p.name)))
+        cur.execute(sql.SQL("drop table {}").format(sink.tables.ident(p.name)))
     cur.execute(
         sql.SQL("alter table {} attach partition {} for values from (%s) to (%s)").format(
             table, new

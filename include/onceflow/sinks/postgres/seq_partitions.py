@@ -27,20 +27,53 @@ commit sees that batch's rows in its statements after the commit.
 from __future__ import annotations
 
 import re
+from abc import abstractmethod
 
 from psycopg2 import errors as pg_errors
 from psycopg2 import sql
 
-from onceflow.errors import TransformError
+from onceflow.errors import SinkLayoutError, TransformError
 from onceflow.ledger.attempt import Attempt
 from onceflow.ledger.stage_parts import parts_valid
-from onceflow.sinks.postgres.tables import PostgresTables
+from onceflow.sinks.postgres.mode import PublishMode
 
 _INDEX = re.compile(r"^CREATE (UNIQUE )?INDEX \S+ ON ONLY \S+ (USING \S+ \((.*)\).*)$")
 
 
-class SeqPartitions(PostgresTables):
-    """Attaching, detaching and indexing the partitions of the sink's partitioned table."""
+class SeqPartitioned(PublishMode):
+    """A mode that publishes by attaching the attempt's table as a partition of its
+    partitioned table: attaching, detaching and indexing those partitions."""
+
+    # how the names of the partitioned table's partitions begin, after `<table>__`
+    part_prefix = "s"
+
+    @property
+    @abstractmethod
+    def partitioned_table(self) -> str: ...
+
+    @abstractmethod
+    def published_part(self, seq: int, attempt: int) -> str:
+        """The table process fills with an attempt's rows of the partitioned table, which
+        commit attaches as the seq's partition."""
+
+    def check_layout(self, cur) -> None:
+        """Refuse a partitioned table of an earlier version (not partitioned by seq),
+        naming the command that migrates it."""
+        name = self.partitioned_table
+        if self.tables.relkind(cur, name) not in (None, "p"):
+            raise SinkLayoutError(
+                f"sink table {self.tables.schema}.{name} is an {self.name} table of an "
+                "earlier Onceflow version (not partitioned by seq); migrate it first: "
+                "`onceflow migrate --sinks` (every pipeline's) or `onceflow migrate --sinks "
+                "--pipeline NAME`. Nothing was staged or published."
+            )
+
+    def truth(self, cur, pipeline: str, limit: int) -> list[str]:
+        return [
+            f"table {self.tables.schema}.{self.partitioned_table}: record "
+            f"{topic}[{partition}]@{offset} (epoch {epoch}) is in the table {n} times"
+            for topic, partition, epoch, offset, n in self.duplicated_coordinates(cur, limit)
+        ]
 
     def seal_part(self, cur, t: Attempt, name: str) -> None:
         """process, once every part is staged: build the partitioned table's indexes on the
@@ -62,7 +95,7 @@ class SeqPartitions(PostgresTables):
         cur.execute(
             "select i.indisprimary, pg_get_indexdef(i.indexrelid) from pg_index i"
             " where i.indrelid = to_regclass(format('%%I.%%I', %s::text, %s::text))",
-            (self.schema, parent or self.partitioned_table),
+            (self.tables.schema, parent or self.partitioned_table),
         )
         for primary, definition in cur.fetchall():
             index = _INDEX.match(definition)
@@ -71,13 +104,15 @@ class SeqPartitions(PostgresTables):
             if primary:
                 cur.execute(
                     sql.SQL("alter table {} add primary key ({})").format(
-                        self._t(name), sql.SQL(index.group(3))
+                        self.tables.ident(name), sql.SQL(index.group(3))
                     )
                 )
             else:
                 cur.execute(
                     sql.SQL("create {}index on {} {}").format(
-                        sql.SQL(index.group(1) or ""), self._t(name), sql.SQL(index.group(2))
+                        sql.SQL(index.group(1) or ""),
+                        self.tables.ident(name),
+                        sql.SQL(index.group(2)),
                     )
                 )
 
@@ -91,7 +126,7 @@ class SeqPartitions(PostgresTables):
             cur.execute(
                 sql.SQL(
                     "alter table {table} attach partition {part} for values from (%s) to (%s)"
-                ).format(table=self._t(parent), part=self._t(name)),
+                ).format(table=self.tables.ident(parent), part=self.tables.ident(name)),
                 (t.seq, t.seq + 1),
             )
         except pg_errors.InvalidObjectDefinition:  # the seq lies in a wider partition
@@ -102,32 +137,34 @@ class SeqPartitions(PostgresTables):
         # an attempt staged without part counts (mark_staged counted its rows) is counted
         valid = parts_valid(cur, t)
         if valid is None:
-            cur.execute(sql.SQL("select count(*) from {}").format(self._t(name)))
+            cur.execute(sql.SQL("select count(*) from {}").format(self.tables.ident(name)))
             valid = cur.fetchone()[0]
         return int(valid)
 
     def _insert_into_wider(self, cur, name: str, parent: str) -> int:
         columns = sql.SQL(", ").join(
-            sql.Identifier(n) for n, _, _ in self._table_columns(cur, name)
+            sql.Identifier(n) for n, _, _ in self.tables.table_columns(cur, name)
         )
         cur.execute(
             sql.SQL("insert into {table} ({cols}) select {cols} from {part}").format(
-                table=self._t(parent), cols=columns, part=self._t(name)
+                table=self.tables.ident(parent), cols=columns, part=self.tables.ident(name)
             )
         )
         published = cur.rowcount
-        cur.execute(sql.SQL("drop table {}").format(self._t(name)))
+        cur.execute(sql.SQL("drop table {}").format(self.tables.ident(name)))
         return published
 
     def detach_seq(self, cur, t: Attempt) -> None:
         """Un-publish the txid's rows: drop its own partition, or delete its rows from a wider
         one."""
-        own = self._sealed_tables(cur, t.seq, attached=True, prefix=self._part_prefix)
+        own = self.tables.sealed_tables(cur, t.seq, attached=True, prefix=self.part_prefix)
         for name in own:
-            cur.execute(sql.SQL("drop table {}").format(self._t(name)))
+            cur.execute(sql.SQL("drop table {}").format(self.tables.ident(name)))
         if not own:  # in a wider partition, or an empty batch's (none)
             cur.execute(
-                sql.SQL("delete from {} where seq = %s").format(self._t(self.partitioned_table)),
+                sql.SQL("delete from {} where seq = %s").format(
+                    self.tables.ident(self.partitioned_table)
+                ),
                 (t.seq,),
             )
 
@@ -135,12 +172,12 @@ class SeqPartitions(PostgresTables):
         """Columns a later txid's schema evolution added to `parent` since the attempt's table
         `name` was made (they are nullable: its rows hold null there, as for every earlier
         batch)."""
-        have = {n for n, _, _ in self._table_columns(cur, name)}
-        for column, type_, _ in self._table_columns(cur, parent):
+        have = {n for n, _, _ in self.tables.table_columns(cur, name)}
+        for column, type_, _ in self.tables.table_columns(cur, parent):
             if column not in have:
                 cur.execute(
                     sql.SQL("alter table {} add column {} {}").format(
-                        self._t(name), sql.Identifier(column), sql.SQL(type_)
+                        self.tables.ident(name), sql.Identifier(column), sql.SQL(type_)
                     )
                 )
 
@@ -151,7 +188,7 @@ class SeqPartitions(PostgresTables):
             sql.SQL(
                 'select topic, partition, epoch, "offset", count(*) from {} group by topic,'
                 ' partition, epoch, "offset" having count(*) > 1 limit %s'
-            ).format(self._t(self.partitioned_table)),
+            ).format(self.tables.ident(self.partitioned_table)),
             (limit,),
         )
         return cur.fetchall()

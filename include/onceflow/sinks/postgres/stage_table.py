@@ -5,23 +5,37 @@ sinks.kafka).
 
 from __future__ import annotations
 
-from onceflow.sinks.postgres.columns import Column
+from onceflow.config.sink import SinkConfig
+from onceflow.ledger.attempt import Attempt
+from onceflow.sinks.postgres.mode import PublishMode, TableLayout
 from onceflow.sinks.postgres.sink import PostgresSink
 
 
-class StageTable(PostgresSink):
-    """Only the stage table of an append sink, without a published table: the stage of a
-    sink outside the database whose commit reads the valid rows back and publishes them
-    itself (onceflow.sinks.kafka). Created and checked from the output schema like every
-    stage table (bind_output), under the name `stage_<table>`."""
+class StageOnly(PublishMode):
+    """Only the stage table, without a published table: what it stages is published
+    elsewhere. Created and checked from the output schema like every stage table
+    (bind_output), under the name `stage_<table>`."""
 
-    def _expected_tables(self) -> dict[str, tuple[tuple[Column, ...], tuple[str, ...]]]:
-        return {self.stage_table: super()._expected_tables()[self.stage_table]}
-
-    @property
-    def _label(self) -> str:
-        return f"the stage table {self.schema}.{self.stage_table}"
+    name = "stage"
+    publishes_tables = False
 
     @property
-    def _publishes_tables(self) -> bool:
-        return False  # what it stages is published elsewhere (a Kafka topic)
+    def record_table(self) -> str:
+        return self.tables.stage_table
+
+    def published_tables(self) -> dict[str, TableLayout]:
+        return {}
+
+    def seal(self, cur, t: Attempt) -> None:
+        pass  # the publisher reads the stage table as it is
+
+    def publish(self, cur, t: Attempt, replacing: bool) -> int:
+        raise NotImplementedError("a stage table alone is published by its own sink")
+
+    def unpublish(self, cur, t: Attempt) -> None:
+        pass  # nothing of it was published here
+
+
+def stage_table(schema: str, table: str) -> PostgresSink:
+    """The stage table `stage_<table>` in `schema`, alone."""
+    return PostgresSink(schema, SinkConfig(table=table), mode=StageOnly)

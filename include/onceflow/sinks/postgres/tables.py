@@ -20,6 +20,9 @@ how they are created; and what every mode does with the stage.
   `T`, the state (key..., aggregates..., last_seq), the fold of the partials
   (sinks.postgres.merge).
 
+This module is the table target, what every mode shares: names, columns, how a table is
+created; which tables a mode publishes and how is the mode's (sinks.postgres.mode).
+
 Where the output schema lives: in the catalog, as the stage table's columns. process knows
 the schema (Spark) and creates the tables from it (sinks.postgres.binding); commit runs in
 Airflow without Spark and reads the user's columns from the stage table (pg_attribute) in
@@ -33,17 +36,23 @@ from psycopg2 import sql
 
 from onceflow.config.sink import SinkConfig
 from onceflow.errors import SinkLayoutError, SinkSchemaError
-from onceflow.ledger.attempt import Attempt
 from onceflow.ledger.published import with_ranges
 from onceflow.sinks.base import TAG_COLUMNS
 from onceflow.sinks.postgres.columns import STAGE_FIXED, SUM_TYPES, Column, defs, ids
-from onceflow.sinks.postgres.sealed_tables import SealedTables
 from onceflow.transforms import COORDINATES, RECORDS
 
+# The columns every published row of a source record carries.
+COORDINATE_COLUMNS = (
+    Column("topic", "text"),
+    Column("partition", "integer"),
+    Column("epoch", "integer"),
+    Column("offset", "bigint"),
+)
 
-class PostgresTables(SealedTables):
-    """A sink table T of mode append, upsert or merge. `columns` are the user's columns of
-    the transform's output: given by process (bind_output), read from the stage table by
+
+class PostgresTables:
+    """The tables of a sink table T in `schema`. `columns` are the user's columns of the
+    transform's output: given by process (bind_output), read from the stage table by
     everyone else. `aggregating`: the pipeline's transform is aggregating (merge only): each
     staged row sums up `records` source records and carries no coordinates."""
 
@@ -54,15 +63,21 @@ class PostgresTables(SealedTables):
         columns: tuple[Column, ...] | None = None,
         aggregating: bool = False,
     ) -> None:
-        super().__init__(schema, cfg.table)
+        self.schema = schema
         self.cfg = cfg
-        self._columns = columns
+        self.table = cfg.table
+        self.columns = columns
         self.aggregating = aggregating
 
     # -- names --------------------------------------------------------------------------
 
-    def _t(self, name: str) -> sql.Composed:
+    def ident(self, name: str) -> sql.Composed:
+        """The table `name` of the sink's schema, quoted."""
         return sql.SQL("{}.{}").format(sql.Identifier(self.schema), sql.Identifier(name))
+
+    @property
+    def stage_table(self) -> str:
+        return f"stage_{self.table}"
 
     @property
     def versions_table(self) -> str:
@@ -72,75 +87,79 @@ class PostgresTables(SealedTables):
     def partials_table(self) -> str:
         return f"{self.table}_partials"
 
-    @property
-    def _record_table(self) -> str:
-        """The table holding one row per published record (append, upsert), or the partials."""
-        return {
-            "append": self.table,
-            "upsert": self.versions_table,
-            "merge": self.partials_table,
-        }[self.cfg.mode]
+    def part_name(self, suffix: str, what: str) -> str:
+        """`<table>__<suffix>`, the name of a table that holds part of the sink's rows
+        (`what` says which, in the refusal of a name PostgreSQL would cut, and two tables
+        could then share)."""
+        name = f"{self.table}__{suffix}"
+        if len(name.encode()) > 63:
+            raise SinkLayoutError(
+                f"sink {self.schema}.{self.table}: the table {what} would be named {name!r}, "
+                "longer than PostgreSQL's 63 bytes; give the sink a shorter table name"
+            )
+        return name
+
+    def sealed_table(self, seq: int, attempt: int) -> str:
+        """The table, in `schema`, that process fills for an attempt so that commit copies
+        little or nothing: append's attempt table, which commit attaches (sinks.postgres.append);
+        upsert's newest version per key (sinks.postgres.upsert); merge's partial aggregates
+        (sinks.postgres.merge)."""
+        return self.part_name(f"s{seq}_a{attempt}", f"of seq {seq} attempt {attempt}")
+
+    def sealed_tables(self, cur, seq: int, attached: bool, prefix: str = "s") -> list[str]:
+        """The sealed tables of every attempt of `seq` (`prefix` "v": upsert's versions of
+        each attempt): the ones attached as a partition (the published output), or the
+        others."""
+        escaped = self.table.replace("\\", "\\\\").replace("_", "\\_").replace("%", "\\%")
+        cur.execute(
+            "select c.relname from pg_class c join pg_namespace n on n.oid = c.relnamespace"
+            " where n.nspname = %s and c.relkind = 'r' and c.relispartition = %s"
+            " and c.relname like %s",
+            (self.schema, attached, f"{escaped}\\_\\_{prefix}{seq}\\_a%"),
+        )
+        return [name for (name,) in cur.fetchall()]
+
+    def drop_unattached(self, cur, seq: int, attempt: int, prefixes: tuple[str, ...]) -> None:
+        """Drop the sealed tables of seq's attempts up to `attempt` that are no partition (an
+        attached one is the published output)."""
+        for prefix in prefixes:
+            for name in self.sealed_tables(cur, seq, attached=False, prefix=prefix):
+                if int(name.rsplit("_a", 1)[1]) <= attempt:
+                    cur.execute(sql.SQL("drop table {}").format(self.ident(name)))
+
+    def relkind(self, cur, name: str) -> str | None:
+        """pg_class.relkind of the table `name` (p: partitioned), None if there is none."""
+        cur.execute(
+            "select relkind from pg_class where oid = to_regclass(format('%%I.%%I', %s::text,"
+            " %s::text))",
+            (self.schema, name),
+        )
+        row = cur.fetchone()
+        return row[0] if row else None
+
+    def has_table(self, cur, name: str | None) -> bool:
+        if name is None:
+            return False
+        cur.execute(
+            "select to_regclass(format('%%I.%%I', %s::text, %s::text)) is not null",
+            (self.schema, name),
+        )
+        return cur.fetchone()[0]
+
+    # -- the output schema ----------------------------------------------------------------
 
     @property
     def stage_columns(self) -> tuple[str, ...]:
-        if self._columns is None:
+        if self.columns is None:
             raise RuntimeError("PostgresSink.stage_columns: bind_output first (process only)")
         return (
             *COORDINATES,
-            *(c.name for c in self._columns),
+            *(c.name for c in self.columns),
             *(n for n, _ in STAGE_FIXED[3:]),
             *((RECORDS,) if self.aggregating else ()),
         )
 
-    @property
-    def _attaches(self) -> bool:
-        """Whether commit publishes by attaching the attempt's own table as a partition of the
-        published table (an append sink: sinks.postgres.append)."""
-        return self.cfg.mode == "append" and self._publishes_tables
-
-    @property
-    def partitioned_table(self) -> str | None:
-        """The published table partitioned by seq, whose partitions process fills and commit
-        attaches: append's T (sinks.postgres.append), upsert's T_versions
-        (sinks.postgres.upsert); None for merge."""
-        if not self._publishes_tables:
-            return None
-        return {"append": self.table, "upsert": self.versions_table}.get(self.cfg.mode)
-
-    def published_part(self, seq: int, attempt: int) -> str:
-        """The table process fills with an attempt's rows of the partitioned table, which
-        commit attaches as the seq's partition: append's attempt table, upsert's versions."""
-        if self.cfg.mode == "upsert":
-            return self.part_name(
-                f"v{seq}_a{attempt}", f"of the versions of seq {seq} attempt {attempt}"
-            )
-        return self.sealed_table(seq, attempt)
-
-    @property
-    def _part_prefix(self) -> str:
-        """How the names of the partitioned table's partitions begin, after `<table>__`."""
-        return "v" if self.cfg.mode == "upsert" else "s"
-
-    @property
-    def _publishes_tables(self) -> bool:
-        """Whether the sink has published tables of its own (new ones are a way out)."""
-        return True
-
-    @property
-    def takes_fast_form(self) -> bool:
-        # an append row is its record's coordinates and columns; upsert and merge rows need
-        # what the fast stage does not do (a null key is a dead letter, tombstones)
-        return self.cfg.mode == "append" and not self.aggregating
-
-    @property
-    def _valid_records(self) -> sql.Composable:
-        if self.aggregating:  # each valid row sums up `records` source records
-            return sql.SQL("coalesce(sum(s.records) filter (where s.error is null), 0)")
-        return super()._valid_records
-
-    # -- the output schema ----------------------------------------------------------------
-
-    def _table_columns(self, cur, table: str) -> list[tuple[str, str, bool]] | None:
+    def table_columns(self, cur, table: str) -> list[tuple[str, str, bool]] | None:
         """(name, type, optional) of an existing table's columns, None if there is no table;
         optional: nullable or with a default (an extra column the sink can leave alone)."""
         cur.execute(
@@ -154,27 +173,27 @@ class PostgresTables(SealedTables):
         rows = cur.fetchall()
         return rows or None
 
-    def _stored_columns(self, cur) -> tuple[Column, ...] | None:
+    def stored_columns(self, cur) -> tuple[Column, ...] | None:
         """The user's columns as the stage table holds them; None before process created it."""
-        if self._columns is not None:
-            return self._columns
-        rows = self._table_columns(cur, self.stage_table)
+        if self.columns is not None:
+            return self.columns
+        rows = self.table_columns(cur, self.stage_table)
         if rows is None:
             return None
         fixed = set(TAG_COLUMNS) | {n for n, _ in STAGE_FIXED} | {RECORDS}
-        self._columns = tuple(Column(n, t) for n, t, _ in rows if n not in fixed)
-        return self._columns
+        self.columns = tuple(Column(n, t) for n, t, _ in rows if n not in fixed)
+        return self.columns
 
-    def _value_columns(self) -> tuple[Column, ...]:
+    def value_columns(self) -> tuple[Column, ...]:
         """The user's columns that are not the key."""
-        return tuple(c for c in self._columns if c.name not in self.cfg.key)
+        return tuple(c for c in self.columns if c.name not in self.cfg.key)
 
-    def _key_columns(self) -> tuple[Column, ...]:
-        by_name = {c.name: c for c in self._columns}
+    def key_columns(self) -> tuple[Column, ...]:
+        by_name = {c.name: c for c in self.columns}
         return tuple(by_name[k] for k in self.cfg.key)
 
-    def _aggregate_columns(self) -> tuple[Column, ...]:
-        by_name = {c.name: c for c in self._columns}
+    def aggregate_columns(self) -> tuple[Column, ...]:
+        by_name = {c.name: c for c in self.columns}
         out = []
         for a in self.cfg.aggregates:
             t = by_name[a].type
@@ -189,84 +208,37 @@ class PostgresTables(SealedTables):
             out.append(Column(a, summed))
         return tuple(out)
 
-    def _expected_tables(self) -> dict[str, tuple[tuple[Column, ...], tuple[str, ...]]]:
-        """Each table of the sink: its columns and its primary key."""
-        coords = (
-            Column("topic", "text"),
-            Column("partition", "integer"),
-            Column("epoch", "integer"),
-            Column("offset", "bigint"),
-        )
-        txid = Column("txid", "text")
-        stage = (
+    def stage_definition(self) -> tuple[Column, ...]:
+        """The stage table's columns."""
+        return (
             *(Column(n, t) for n, t in (("txid", "text"), ("attempt", "integer"))),
             Column("part", "integer"),
             *(Column(n, t) for n, t in STAGE_FIXED[:3]),
-            *self._columns,
+            *self.columns,
             *(Column(n, t) for n, t in STAGE_FIXED[3:]),
             *((Column(RECORDS, "bigint"),) if self.aggregating else ()),
         )
-        tables = {self.stage_table: (stage, ())}
-        key = self.cfg.key
-        if self.cfg.mode == "append":
-            tables[self.table] = (
-                (*coords, Column("seq", "bigint"), txid, *self._columns),
-                # seq: a partitioned table's key holds its partition key (sinks.postgres.append)
-                ("topic", "partition", "epoch", "offset", "seq"),
-            )
-        elif self.cfg.mode == "upsert":
-            version = (
-                *self._key_columns(),
-                Column("seq", "bigint"),
-                *coords,
-                txid,
-                Column("tombstone", "boolean"),
-                *self._value_columns(),
-            )
-            tables[self.versions_table] = (
-                version,
-                (*key, "seq", "topic", "partition", "offset"),
-            )
-            current = (
-                *self._key_columns(),
-                *self._value_columns(),
-                Column("seq", "bigint"),
-                *coords,
-                txid,
-            )
-            tables[self.table] = (current, key)
-        else:
-            aggregates = self._aggregate_columns()
-            tables[self.partials_table] = (
-                (
-                    txid,
-                    Column("seq", "bigint"),
-                    *self._key_columns(),
-                    *aggregates,
-                    Column("records", "bigint"),
-                ),
-                ("txid", *key),
-            )
-            tables[self.table] = (
-                (*self._key_columns(), *aggregates, Column("last_seq", "bigint")),
-                key,
-            )
-        return tables
 
-    def _create(self, cur, name: str, columns: tuple[Column, ...], pk: tuple[str, ...]) -> None:
+    def create(
+        self,
+        cur,
+        name: str,
+        columns: tuple[Column, ...],
+        pk: tuple[str, ...],
+        partitioned: bool = False,
+    ) -> None:
         """Create one table of the sink; the stage table UNLOGGED (transient: commit's count
         check catches rows a crash loses), the published ones with the time of publishing,
-        except the partitioned table (append's T, upsert's T_versions): partitioned by seq,
+        except a `partitioned` one (append's T, upsert's T_versions): partitioned by seq,
         its rows written by process."""
         stage = name == self.stage_table
         nullable = {"error", "key", "value", "tombstone", "row_hash", RECORDS} | {
-            c.name for c in self._columns
+            c.name for c in self.columns
         }
         if self.aggregating:  # only dead letters carry coordinates
             nullable |= set(COORDINATES)
         body = defs(columns, not_null=[c.name for c in columns if c.name not in nullable])
-        attached = name == self.partitioned_table
-        if not stage and not attached:
+        if not stage and not partitioned:
             # an attached partition's rows were written by process: no time of publishing
             body = sql.SQL("{}, published_at timestamptz not null default now()").format(body)
         if pk:
@@ -274,64 +246,38 @@ class PostgresTables(SealedTables):
         cur.execute(
             sql.SQL("create {}table {} ({}){}").format(
                 sql.SQL("unlogged " if stage else ""),
-                self._t(name),
+                self.ident(name),
                 body,
-                sql.SQL(" partition by range (seq)" if attached else ""),
-            )
-        )
-        if name == self.versions_table:
-            self.create_versions_indexes(cur, name)
-
-    def create_versions_indexes(self, cur, name: str) -> None:
-        """A versions table's indexes besides its primary key."""
-        # unpublish, the audit and re-runs find a txid's records by it (the partials'
-        # primary key starts with txid; an append table's partitions are by seq)
-        cur.execute(sql.SQL("create index on {} (txid)").format(self._t(name)))
-        # one version per source record within a txid's partition; across txids the ranges
-        # keep it, and the audit checks it (duplicated_coordinates)
-        cur.execute(
-            sql.SQL('create unique index on {} (topic, partition, epoch, "offset", seq)').format(
-                self._t(name)
+                sql.SQL(" partition by range (seq)" if partitioned else ""),
             )
         )
 
-    # -- what every mode does with the stage ----------------------------------------------
-
-    def ensure(self, cur) -> None:
-        # The tables need the output schema, which only process knows (bind_output).
-        cur.execute(sql.SQL("create schema if not exists {}").format(sql.Identifier(self.schema)))
-
-    def has_staged(self, cur, t: Attempt) -> bool:
-        return self._stored_columns(cur) is not None and super().has_staged(cur, t)
-
-    def drop_staged(self, cur, t: Attempt) -> None:
-        if self._stored_columns(cur) is not None:
-            super().drop_staged(cur, t)
-        if self._publishes_tables:
-            self._drop_sealed(cur, t)
-
-    def check_layout(self, cur) -> None:
-        """Refuse an append or versions table of an earlier version (not partitioned by seq:
-        sinks.postgres.append, sinks.postgres.upsert), naming the command that migrates it."""
-        name = self.partitioned_table
-        if name is None:
-            return
-        if self.relkind(cur, name) not in (None, "p"):
-            raise SinkLayoutError(
-                f"sink table {self.schema}.{name} is an {self.cfg.mode} table of an earlier "
-                "Onceflow version (not partitioned by seq); migrate it first: `onceflow "
-                "migrate --sinks` (every pipeline's) or `onceflow migrate --sinks --pipeline "
-                "NAME`. Nothing was staged or published."
+    def add_own_stage_columns(
+        self, cur, existing: list[tuple[str, str, bool]]
+    ) -> list[tuple[str, str, bool]]:
+        """Add the stage columns of Onceflow's own (not the user's) an existing stage table
+        lacks: one an earlier version created (the built-in orders stage had no
+        `tombstone`). They are nullable and a stage row without them means what it did."""
+        have = {n for n, _, _ in existing}
+        missing = [(n, t) for n, t in STAGE_FIXED[3:] if n not in have]
+        for n, t in missing:
+            cur.execute(
+                sql.SQL("alter table {} add column {} {}").format(
+                    self.ident(self.stage_table), sql.Identifier(n), sql.SQL(t)
+                )
             )
+        return self.table_columns(cur, self.stage_table) if missing else existing
 
-    def _staged_valid(self, names: sql.Composable) -> sql.Composed:
+    # -- what every mode reads of the stage -----------------------------------------------
+
+    def staged_valid(self, names: sql.Composable) -> sql.Composed:
         """The attempt's valid staged rows with their range's epoch: select `names` from
         them (s: the stage, r: the range); params (pipeline, txid, attempt)."""
         return sql.SQL(
             "select {names} from {source} where s.txid = %s and s.attempt = %s and s.error is null"
-        ).format(names=names, source=with_ranges(self._t(self.stage_table)))
+        ).format(names=names, source=with_ranges(self.ident(self.stage_table)))
 
-    def _touch(self, cur, keys: sql.Composable, params: tuple) -> None:
+    def touch(self, cur, keys: sql.Composable, params: tuple) -> None:
         """Collect the keys a publish or unpublish touches into a temporary table (gone at
         the commit): upsert re-derives their rows, merge deletes or refreshes their state."""
         cur.execute("drop table if exists pg_temp.onceflow_touched")

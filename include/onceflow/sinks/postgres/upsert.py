@@ -22,71 +22,119 @@ from psycopg2 import sql
 from onceflow.ledger.attempt import Attempt
 from onceflow.ledger.published import of_committed
 from onceflow.ledger.states import BatchState
-from onceflow.sinks.postgres.columns import ids, more, prefixed
-from onceflow.sinks.postgres.seq_partitions import SeqPartitions
+from onceflow.sinks.postgres.columns import Column, ids, more, prefixed
+from onceflow.sinks.postgres.mode import TableLayout
+from onceflow.sinks.postgres.seq_partitions import SeqPartitioned
+from onceflow.sinks.postgres.tables import COORDINATE_COLUMNS
 
 
-class UpsertMode(SeqPartitions):
-    """Publishing, un-publishing and auditing an upsert sink (PostgresSink dispatches by
-    mode)."""
+class UpsertMode(SeqPartitioned):
+    """Publishing, un-publishing and auditing an upsert sink."""
 
-    def _publish_upsert(self, cur, t: Attempt, replacing: bool) -> int:
+    name = "upsert"
+    part_prefix = "v"
+    sealed_prefixes = ("s", "v")
+
+    @property
+    def record_table(self) -> str:
+        return self.tables.versions_table
+
+    @property
+    def partitioned_table(self) -> str:
+        return self.tables.versions_table
+
+    def published_part(self, seq: int, attempt: int) -> str:
+        return self.tables.part_name(
+            f"v{seq}_a{attempt}", f"of the versions of seq {seq} attempt {attempt}"
+        )
+
+    def published_tables(self) -> dict[str, TableLayout]:
+        t = self.tables
+        key, values = t.key_columns(), t.value_columns()
+        seq, txid = Column("seq", "bigint"), Column("txid", "text")
+        version = (*key, seq, *COORDINATE_COLUMNS, txid, Column("tombstone", "boolean"), *values)
+        current = (*key, *values, seq, *COORDINATE_COLUMNS, txid)
+        return {
+            t.versions_table: (version, (*t.cfg.key, "seq", "topic", "partition", "offset")),
+            t.table: (current, t.cfg.key),
+        }
+
+    def after_create(self, cur, name: str) -> None:
+        if name == self.tables.versions_table:
+            self.create_versions_indexes(cur, name)
+
+    def create_versions_indexes(self, cur, name: str) -> None:
+        """A versions table's indexes besides its primary key."""
+        # unpublish, the audit and re-runs find a txid's records by it (the partials'
+        # primary key starts with txid; an append table's partitions are by seq)
+        cur.execute(sql.SQL("create index on {} (txid)").format(self.tables.ident(name)))
+        # one version per source record within a txid's partition; across txids the ranges
+        # keep it, and the audit checks it (duplicated_coordinates)
+        cur.execute(
+            sql.SQL('create unique index on {} (topic, partition, epoch, "offset", seq)').format(
+                self.tables.ident(name)
+            )
+        )
+
+    def publish(self, cur, t: Attempt, replacing: bool) -> int:
         self.check_layout(cur)
         part = self.published_part(t.seq, t.attempt)
-        if not self._exists(cur, part):
+        if not self.tables.has_table(cur, part):
             cur.execute(
-                sql.SQL("select exists ({})").format(self._staged_valid(sql.SQL("1"))),
+                sql.SQL("select exists ({})").format(self.tables.staged_valid(sql.SQL("1"))),
                 (t.pipeline, t.txid, t.attempt),
             )
             if not cur.fetchone()[0]:
                 return 0  # an empty batch: no stage job ran, nothing to attach
             self._seal_versions(cur, t)  # staged by an earlier version: sealed here instead
         published = self.attach_part(cur, t, part)
-        sealed = self.sealed_table(t.seq, t.attempt)
-        if not replacing and self._exists(cur, sealed):
+        sealed = self.tables.sealed_table(t.seq, t.attempt)
+        if not replacing and self.tables.has_table(cur, sealed):
             self._apply_newest(cur, sealed)
         else:  # a re-run (older than the newest versions), or staged by an earlier version
             self._rederive(
                 cur,
                 sql.SQL("select {} from {} where txid = %s").format(
-                    ids(self.cfg.key), self._t(self.versions_table)
+                    ids(self.tables.cfg.key), self.tables.ident(self.tables.versions_table)
                 ),
                 (t.txid,),
             )
         return published
 
     def _current_columns(self) -> list[str]:
-        key = list(self.cfg.key)
-        values = [c.name for c in self._value_columns()]
+        key = list(self.tables.cfg.key)
+        values = [c.name for c in self.tables.value_columns()]
         return [*key, *values, "seq", "topic", "partition", "epoch", "offset", "txid"]
 
-    def _seal_upsert(self, cur, t: Attempt) -> None:
+    def seal(self, cur, t: Attempt) -> None:
         """process: the attempt's versions in a table of their own, which commit attaches
         (_seal_versions), and the txid's newest version of each key it touches (a tombstone
         too), so that a first commit derives the current rows from one row per key."""
         part = self._seal_versions(cur, t)
-        name = self._t(self.sealed_table(t.seq, t.attempt))
+        name = self.tables.ident(self.tables.sealed_table(t.seq, t.attempt))
         cur.execute(sql.SQL("drop table if exists {}").format(name))
         cur.execute(
             sql.SQL(
                 "create table {name} as select distinct on ({key}) * from {part}"
                 ' order by {key}, partition desc, "offset" desc, topic desc'
-            ).format(name=name, key=ids(self.cfg.key), part=self._t(part))
+            ).format(name=name, key=ids(self.tables.cfg.key), part=self.tables.ident(part))
         )
 
     def _seal_versions(self, cur, t: Attempt) -> str:
         """The attempt's valid staged rows as versions, in the table commit attaches to
         T_versions as the seq's partition, sealed (seal_part); its name."""
         self.check_layout(cur)
-        key = list(self.cfg.key)
-        values = [c.name for c in self._value_columns()]
+        key = list(self.tables.cfg.key)
+        values = [c.name for c in self.tables.value_columns()]
         part = self.published_part(t.seq, t.attempt)
-        cur.execute(sql.SQL("drop table if exists {}").format(self._t(part)))
+        cur.execute(sql.SQL("drop table if exists {}").format(self.tables.ident(part)))
         cur.execute(
             sql.SQL(
                 "create table {part} (like {versions} including defaults,"
                 " check (seq >= %s and seq < %s))"
-            ).format(part=self._t(part), versions=self._t(self.versions_table)),
+            ).format(
+                part=self.tables.ident(part), versions=self.tables.ident(self.tables.versions_table)
+            ),
             (t.seq, t.seq + 1),
         )
         cur.execute(
@@ -94,10 +142,10 @@ class UpsertMode(SeqPartitions):
                 'insert into {part} ({key}, seq, topic, partition, epoch, "offset", txid,'
                 " tombstone{values}) {q}"
             ).format(
-                part=self._t(part),
+                part=self.tables.ident(part),
                 key=ids(key),
                 values=more(values),
-                q=self._staged_valid(
+                q=self.tables.staged_valid(
                     sql.SQL(
                         '{key}, %s, s.topic, s.partition, r.epoch, s."offset", s.txid,'
                         " coalesce(s.tombstone, false){values}"
@@ -112,45 +160,53 @@ class UpsertMode(SeqPartitions):
     def _apply_newest(self, cur, sealed: str) -> None:
         """A first commit of the newest seq: each touched key's current row is the txid's
         newest version of it (no committed version is newer), none for a tombstone."""
-        key = list(self.cfg.key)
-        have = {n for n, _, _ in self._table_columns(cur, sealed)}
+        key = list(self.tables.cfg.key)
+        have = {n for n, _, _ in self.tables.table_columns(cur, sealed)}
         current = [c for c in self._current_columns() if c in have]  # later evolution: null
         cur.execute(
             sql.SQL("delete from {table} where ({key}) in (select {key} from {sealed})").format(
-                table=self._t(self.table), key=ids(key), sealed=self._t(sealed)
+                table=self.tables.ident(self.tables.table),
+                key=ids(key),
+                sealed=self.tables.ident(sealed),
             )
         )
         cur.execute(
             sql.SQL(
                 "insert into {table} ({cols}) select {cols} from {sealed} where not tombstone"
-            ).format(table=self._t(self.table), cols=ids(current), sealed=self._t(sealed))
+            ).format(
+                table=self.tables.ident(self.tables.table),
+                cols=ids(current),
+                sealed=self.tables.ident(sealed),
+            )
         )
-        cur.execute(sql.SQL("drop table {}").format(self._t(sealed)))
+        cur.execute(sql.SQL("drop table {}").format(self.tables.ident(sealed)))
 
-    def _unpublish_upsert(self, cur, t: Attempt) -> None:
+    def unpublish(self, cur, t: Attempt) -> None:
         self.check_layout(cur)
-        key = ids(self.cfg.key)
-        self._touch(
+        key = ids(self.tables.cfg.key)
+        self.tables.touch(
             cur,
-            sql.SQL("select {} from {} where txid = %s").format(key, self._t(self.versions_table)),
+            sql.SQL("select {} from {} where txid = %s").format(
+                key, self.tables.ident(self.tables.versions_table)
+            ),
             (t.txid,),
         )
         self.detach_seq(cur, t)
         self._rederive_touched(cur)
 
     def _rederive(self, cur, keys: sql.Composable, params: tuple) -> None:
-        self._touch(cur, keys, params)
+        self.tables.touch(cur, keys, params)
         self._rederive_touched(cur)
 
     def _rederive_touched(self, cur) -> None:
         """Each touched key's current row from its versions: the newest (seq, partition,
         offset, topic) wins; a tombstone there means no row."""
-        key = list(self.cfg.key)
+        key = list(self.tables.cfg.key)
         current = self._current_columns()
         cur.execute(
             sql.SQL(
                 "delete from {table} where ({key}) in (select {key} from onceflow_touched)"
-            ).format(table=self._t(self.table), key=ids(key))
+            ).format(table=self.tables.ident(self.tables.table), key=ids(key))
         )
         cur.execute(
             sql.SQL(
@@ -160,17 +216,25 @@ class UpsertMode(SeqPartitions):
                 ' order by {key}, seq desc, partition desc, "offset" desc, topic desc) v'
                 " where not v.tombstone"
             ).format(
-                table=self._t(self.table),
+                table=self.tables.ident(self.tables.table),
                 cols=ids(current),
                 key=ids(key),
-                versions=self._t(self.versions_table),
+                versions=self.tables.ident(self.tables.versions_table),
             )
         )
         cur.execute("drop table onceflow_touched")
 
-    def _upsert_truth(self, cur, pipeline: str, limit: int) -> list[str]:
-        key = list(self.cfg.key)
-        compared = [*(c.name for c in self._value_columns()), "seq", "topic", "partition", "offset"]
+    def truth(self, cur, pipeline: str, limit: int) -> list[str]:
+        """Each key's row is the last record for it among committed versions (none if that
+        is a tombstone), and no record is a version twice."""
+        key = list(self.tables.cfg.key)
+        compared = [
+            *(c.name for c in self.tables.value_columns()),
+            "seq",
+            "topic",
+            "partition",
+            "offset",
+        ]
         cur.execute(
             sql.SQL(
                 """
@@ -184,8 +248,8 @@ class UpsertMode(SeqPartitions):
                 """
             ).format(
                 key=ids(key),
-                versions=of_committed(self._t(self.versions_table), "v"),
-                current=self._t(self.table),
+                versions=of_committed(self.tables.ident(self.tables.versions_table), "v"),
+                current=self.tables.ident(self.tables.table),
                 ekey=sql.SQL("e.seq"),
                 ckey=sql.SQL("c.seq, {}").format(ids(key)),
                 ecols=prefixed("e", compared),
@@ -197,11 +261,11 @@ class UpsertMode(SeqPartitions):
         for row in cur.fetchall():
             expected_seq, current_seq, *k = row
             out.append(
-                f"{self.schema}.{self.table} key {tuple(k)}: the current row (seq {current_seq}) "
+                f"{self.tables.schema}.{self.tables.table} key {tuple(k)}: the current row (seq {current_seq}) "
                 f"is not the last committed record for it (seq {expected_seq}; None: no row)"
             )
         out += [
-            f"table {self.schema}.{self.versions_table}: record {topic}[{partition}]@{offset} "
+            f"table {self.tables.schema}.{self.tables.versions_table}: record {topic}[{partition}]@{offset} "
             f"(epoch {epoch}) is a version {n} times"
             for topic, partition, epoch, offset, n in self.duplicated_coordinates(cur, limit)
         ]

@@ -27,6 +27,7 @@ from psycopg2 import sql
 from onceflow.ledger.ordering import lock_commits
 from onceflow.sinks.postgres.columns import ids
 from onceflow.sinks.postgres.sink import PostgresSink
+from onceflow.sinks.postgres.upsert import UpsertMode
 
 
 @dataclass(frozen=True)
@@ -45,14 +46,17 @@ class VersionsMigration:
 def migrate_versions(cur, pipeline: str, sink: PostgresSink) -> VersionsMigration | None:
     """Migrate `sink`'s versions table if it is one of an earlier version; None if there is
     nothing to migrate (not an upsert sink, no table yet, or already partitioned)."""
-    if sink.cfg.mode != "upsert":
+    if not isinstance(sink.mode, UpsertMode):
         return None
     lock_commits(cur, pipeline)
     sink.lock_tables(cur)
-    if sink.relkind(cur, sink.versions_table) in (None, "p") or sink._stored_columns(cur) is None:
+    if (
+        sink.tables.relkind(cur, sink.tables.versions_table) in (None, "p")
+        or sink.tables.stored_columns(cur) is None
+    ):
         return None
-    legacy_name = sink.part_name("vlegacy", "holding the versions of an earlier version")
-    versions, legacy = sink._t(sink.versions_table), sink._t(legacy_name)
+    legacy_name = sink.tables.part_name("vlegacy", "holding the versions of an earlier version")
+    versions, legacy = sink.tables.ident(sink.tables.versions_table), sink.tables.ident(legacy_name)
     cur.execute(sql.SQL("lock table {} in access exclusive mode").format(versions))
     cur.execute(
         sql.SQL("alter table {} rename to {}").format(versions, sql.Identifier(legacy_name))
@@ -69,7 +73,7 @@ def migrate_versions(cur, pipeline: str, sink: PostgresSink) -> VersionsMigratio
             " partition by range (seq)"
         ).format(versions, legacy, ids(key))
     )
-    sink.create_versions_indexes(cur, sink.versions_table)
+    sink.mode.create_versions_indexes(cur, sink.tables.versions_table)
     if total:
         cur.execute(
             sql.SQL("alter table {} attach partition {} for values from (%s) to (%s)").format(
@@ -80,5 +84,5 @@ def migrate_versions(cur, pipeline: str, sink: PostgresSink) -> VersionsMigratio
     else:
         cur.execute(sql.SQL("drop table {}").format(legacy))
     return VersionsMigration(
-        f"{sink.schema}.{sink.versions_table}", total, (low, high) if total else None
+        f"{sink.schema}.{sink.tables.versions_table}", total, (low, high) if total else None
     )
