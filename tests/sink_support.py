@@ -410,7 +410,7 @@ def commits_recording(dsn, cfg, seq):
         return snapshot_ids(dsn, cfg, seq)
     from deltalake import DeltaTable
 
-    history = reversed(DeltaTable(sink_for(cfg).location).history())
+    history = reversed(DeltaTable(sink_for(cfg).format.location).history())
     return [
         str(h["version"])
         for h in history

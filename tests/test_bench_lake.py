@@ -38,7 +38,7 @@ def _run(records_per_s: float, commit_s: float, *, published: int = RECORDS, dea
 def test_pipeline_settings_give_the_two_sinks_of_one_transform(tmp_path):
     from onceflow.config.pipelines_file import get_pipeline
     from onceflow.hooks.sink import sink_for
-    from onceflow.sinks.iceberg.sink import IcebergSink
+    from onceflow.sinks.iceberg.sink import IcebergFormat
     from onceflow.sinks.postgres.sink import PostgresSink
 
     warehouse = str(tmp_path / "warehouse")
@@ -54,7 +54,7 @@ def test_pipeline_settings_give_the_two_sinks_of_one_transform(tmp_path):
         assert cfg.sink is not None and cfg.sink.mode == "append"
         sinks[kind] = sink_for(cfg)
     assert isinstance(sinks["postgres"], PostgresSink)
-    assert isinstance(sinks["iceberg"], IcebergSink)
+    assert isinstance(sinks["iceberg"].format, IcebergFormat)
     assert sinks["iceberg"].warehouse == warehouse
     assert sinks["iceberg"].name == f"lake_iceberg_1.{lake.TABLE}"  # what check_snapshots loads
     with pytest.raises(ValueError, match="unknown sink kind 'delta'"):

@@ -56,7 +56,7 @@ def cfg(unique_name, tmp_path):
 
 
 def table(cfg) -> DeltaTable:
-    return DeltaTable(sink_for(cfg).location)
+    return DeltaTable(sink_for(cfg).format.location)
 
 
 def versions(cfg, seq=None):
@@ -274,7 +274,7 @@ def test_the_audit_finds_a_seq_published_twice_and_its_records_twice(ledger_dsn,
     (path,) = [f.removeprefix("file://") for f in live_files(cfg)]
     copy = Path(path).with_name("copy.parquet")
     copy.write_bytes(Path(path).read_bytes())  # the same rows in a second file, added again
-    rel = str(copy.relative_to(sink_for(cfg).location.removeprefix("file://")))
+    rel = str(copy.relative_to(sink_for(cfg).format.location.removeprefix("file://")))
     add = AddAction(rel, copy.stat().st_size, {}, 0, True, '{"numRecords": 2}')
     t.create_write_transaction(
         [add],

@@ -1,5 +1,5 @@
 """The Sink contract on a real PostgreSQL, for each mode of the user pipelines' PostgresSink
-(append, upsert, merge) and for an Iceberg table (IcebergSink, append, in a warehouse under the
+(append, upsert, merge) and for an Iceberg table (a lake sink of the Iceberg format, append, in a warehouse under the
 test's tmp_path), and each mode's own truth.
 
 Rows are staged as process stages them, into tables created from an output schema as

@@ -130,7 +130,7 @@ def maintain(
             hours = cfg.sink.retain_hours if retain_hours is None else retain_hours
             cutoff = int((time.time() - hours * 3600) * 1000)
             unconfirmed = sink.unconfirmed_since(cur, table, cfg.name)
-            expired, unneeded = sink._expire(
+            expired, unneeded = sink.expire(
                 table, cfg.name, min(cutoff, unconfirmed or cutoff), dry_run
             )
             if not dry_run:

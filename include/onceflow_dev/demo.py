@@ -92,18 +92,20 @@ def sink_rows(ledger: Ledger, cfg: PipelineConfig) -> tuple[str, int]:
     delta:namespace.table) and how many rows it holds now (a lake table scanned)."""
     from onceflow.hooks.sink import sink_for
     from onceflow.ledger.db import transaction
-    from onceflow.sinks.delta.sink import DeltaSink
+    from onceflow.sinks.delta.sink import DeltaFormat
     from onceflow.sinks.iceberg.catalog import open_catalog
-    from onceflow.sinks.iceberg.sink import IcebergSink
+    from onceflow.sinks.iceberg.sink import IcebergFormat
+    from onceflow.sinks.lake.sink import LakeSink
     from psycopg2 import sql
 
     sink = sink_for(cfg)
-    if isinstance(sink, DeltaSink):
+    lake = sink.format if isinstance(sink, LakeSink) else None
+    if isinstance(lake, DeltaFormat):
         table = sink.open_table()
         rows = 0 if table is None else sink.scan(table, ("offset",)).num_rows
         return f"delta:{sink.name}", rows
     with transaction(ledger) as cur:
-        if isinstance(sink, IcebergSink):
+        if isinstance(lake, IcebergFormat):
             with open_catalog(cur, sink.warehouse) as catalog:
                 rows = catalog.load_table(sink.identifier).scan(selected_fields=("offset",))
                 return f"iceberg:{sink.name}", rows.count()

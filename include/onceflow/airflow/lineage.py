@@ -163,8 +163,8 @@ def _lake_location(sink: Any, cur: Any) -> str:
     """An Iceberg or Delta table's location (its table as it is now)."""
     table = sink.open_table(cur)
     if table is None:
-        return getattr(sink, "location", "") or sink.name
+        return getattr(sink.format, "location", "") or sink.name
     try:
-        return sink._location(table)  # noqa: SLF001
+        return sink.format.table_location(table)
     finally:
         sink.release_table(table)

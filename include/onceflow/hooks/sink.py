@@ -16,12 +16,12 @@ def sink_for(cfg: PipelineConfig) -> Sink:
     """The pipeline's sink: its [pipelines.NAME.sink] table."""
     if cfg.sink.kind in ("iceberg", "delta"):
         if cfg.sink.kind == "iceberg":
-            from onceflow.sinks.iceberg.sink import IcebergSink as Lake
+            from onceflow.sinks.iceberg.sink import iceberg_sink as lake_sink
         else:
-            from onceflow.sinks.delta.sink import DeltaSink as Lake
+            from onceflow.sinks.delta.sink import delta_sink as lake_sink
         warehouse = cfg.sink.warehouse or default_warehouse()
         storage = functools.partial(lake_storage, cfg)
-        return Lake(cfg.sink_schema, cfg.sink, warehouse, storage=storage)
+        return lake_sink(cfg.sink_schema, cfg.sink, warehouse, storage=storage)
     if cfg.sink.kind == "kafka":
         from onceflow.sinks.kafka.sink import KafkaSink
 

@@ -12,9 +12,8 @@ from typing import Any
 from onceflow.config.pipeline import PipelineConfig
 from onceflow.ledger.db import Ledger
 from onceflow.sinks.base import Sink
-from onceflow.sinks.delta.sink import DeltaSink
-from onceflow.sinks.iceberg.sink import IcebergSink
 from onceflow.sinks.kafka.sink import KafkaSink
+from onceflow.sinks.lake.sink import LakeSink
 
 from onceflow_dev.chaos.sink_snapshot import SinkSnapshot, coord, user_columns
 from onceflow_dev.chaos.truth.accounting import account, account_counted
@@ -94,7 +93,7 @@ class SinkChecks:
         """append and upsert: rows (upsert: versions) by coordinates."""
         key = self.cfg.sink.key
         row_agrees = fields_row(key)
-        lake = isinstance(self.sink, IcebergSink | DeltaSink)
+        lake = isinstance(self.sink, LakeSink)
         if lake:  # the table scanned (upsert: the versions), by coordinates
             table = f"{self.sink.table_kind} {self.sink.name}"
             if self.mode == "upsert":
@@ -190,7 +189,7 @@ class SinkChecks:
     ) -> tuple[dict[str, int], list[dict[str, Any]]]:
         """merge: partial records per txid, the state as the fold, and as the records say."""
         key, aggs = self.cfg.sink.key, self.cfg.sink.aggregates
-        lake = isinstance(self.sink, IcebergSink | DeltaSink)
+        lake = isinstance(self.sink, LakeSink)
         if lake:  # a txid's partials are its versions summed per key (sinks.lake.merge)
             partials = _lake_partials(read.lake_versions(self.sink), key, aggs)
             state_rows = read.lake_table(self.sink)

@@ -12,9 +12,8 @@ from onceflow.config.pipeline import PipelineConfig
 from onceflow.config.sink import RESERVED_COLUMNS
 from onceflow.config.times import iso_datetime
 from onceflow.ledger.states import BatchState
-from onceflow.sinks.delta.sink import DeltaSink
-from onceflow.sinks.iceberg.sink import IcebergSink
 from onceflow.sinks.kafka.sink import KafkaSink
+from onceflow.sinks.lake.sink import LakeSink
 
 from onceflow_dev.chaos.truth.records import CommittedRange, SinkRecord
 from onceflow_dev.chaos.truth.topic import TopicMarker
@@ -88,7 +87,7 @@ class SinkSnapshot:
             )
         ]
 
-    def lake_versions(self, sink: IcebergSink | DeltaSink) -> list[dict[str, Any]]:
+    def lake_versions(self, sink: LakeSink) -> list[dict[str, Any]]:
         """A lake upsert or merge sink's versions of the harness's topic: the committed
         txids' version files (sinks.lake.versions), each row with its txid's seq."""
         from onceflow.sinks.lake.versions import read_with_seq, schema_of
@@ -100,7 +99,7 @@ class SinkSnapshot:
         rows = read_with_seq(files, schema_of(paths, sink.storage), sink.storage).to_pylist()
         return [r for r in rows if r["topic"] == self.topic]
 
-    def lake_table(self, sink: IcebergSink | DeltaSink) -> list[dict[str, Any]]:
+    def lake_table(self, sink: LakeSink) -> list[dict[str, Any]]:
         """A lake sink's table, every row and column (an upsert's current rows, a merge's
         state)."""
         table = sink.open_table(self.cur)
@@ -111,7 +110,7 @@ class SinkSnapshot:
         finally:
             sink.release_table(table)
 
-    def lake_rows(self, sink: IcebergSink | DeltaSink) -> list[dict[str, Any]]:
+    def lake_rows(self, sink: LakeSink) -> list[dict[str, Any]]:
         """A lake sink's rows of the harness's topic: the table scanned (pyiceberg; a Delta
         table's live files with pyarrow)."""
         return [r for r in self.lake_table(sink) if r["topic"] == self.topic]

@@ -1,1 +1,1 @@
-"""A Delta Lake table as a pipeline's sink (sink.py: DeltaSink; one module per part)."""
+"""A Delta Lake table as a pipeline's sink (sink.py: DeltaFormat, a lake sink's table format; one module per part)."""

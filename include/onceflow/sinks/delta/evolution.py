@@ -18,13 +18,13 @@ from onceflow.sinks.lake.layout import Layout, fit
 from onceflow.sinks.schema_evolution import Evolution
 
 if TYPE_CHECKING:
-    from onceflow.sinks.delta.sink import DeltaSink
+    from onceflow.sinks.delta.sink import DeltaFormat
 
 # The table property naming the user's columns of the output the table was last bound to.
 OUTPUT_COLUMNS = "onceflow.output-columns"
 
 
-def evolve(sink: DeltaSink, cur, table: Any, shape: Layout, evolution: Evolution | None) -> Any:
+def evolve(sink: DeltaFormat, cur, table: Any, shape: Layout, evolution: Evolution | None) -> Any:
     """The existing table fitted to the output: the columns it adds added (nullable), then
     the output's columns kept in OUTPUT_COLUMNS, recorded in the ledger in the caller's
     transaction. Each is a commit of the table, made under the sink's advisory lock (no
@@ -60,7 +60,7 @@ def _fit(sink: Any, table: Any, shape: Layout) -> schema_evolution.TableFit:
 
 
 def _fixes(
-    sink: DeltaSink, problems: list[schema_evolution.Problem], evolution: Evolution | None
+    sink: DeltaFormat, problems: list[schema_evolution.Problem], evolution: Evolution | None
 ) -> list[str]:
     """What to do about a refusal of the table."""
     if schema_evolution.only_added(problems):

@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from onceflow.config.sink import SinkConfig
 from onceflow.errors import LakeFileOutsideTableError, SinkMovedError, SinkSchemaError
 from onceflow.ledger.attempt import Attempt
 from onceflow.sinks.delta.commits import last_seq, newest, publications
@@ -42,6 +43,8 @@ from onceflow.sinks.lake.compaction import LiveFile
 from onceflow.sinks.lake.partitions import Partitioner, check, refuse_other
 from onceflow.sinks.lake.records import PREFIX, maintenance_summary
 from onceflow.sinks.lake.sink import LakeSink
+from onceflow.sinks.lake.storage import Storage
+from onceflow.sinks.lake.table_format import TableFormat
 from onceflow.sinks.outside import Publication
 from onceflow.sinks.schema_evolution import Evolution
 
@@ -49,14 +52,14 @@ if TYPE_CHECKING:
     from onceflow.config.pipeline import PipelineConfig
 
 
-class DeltaSink(LakeSink):
-    """Delta table `<warehouse>/<namespace>/<table>`, fed through the file stage."""
+class DeltaFormat(TableFormat):
+    """Delta table `<warehouse>/<namespace>/<table>` of a lake sink."""
 
     commit_name = "version"
     table_kind = "Delta table"
 
     @property
-    def _lost_race(self) -> tuple[type[BaseException], ...]:
+    def lost_race(self) -> tuple[type[BaseException], ...]:
         from deltalake.exceptions import CommitFailedError
 
         return (CommitFailedError,)
@@ -64,19 +67,19 @@ class DeltaSink(LakeSink):
     @property
     def location(self) -> str:
         """The table's URI (a local warehouse path as file://)."""
-        base = self.warehouse.rstrip("/")
+        base = self.sink.warehouse.rstrip("/")
         if base.startswith("/"):
             base = f"file://{base}"
-        return f"{base}/{self.namespace}/{self.table}"
+        return f"{base}/{self.sink.namespace}/{self.sink.table}"
 
     def location_for_files(self) -> str:
         return self.location
 
     def describe(self) -> str:
-        return f"the Delta table {self.name} at {self.location}"
+        return f"the Delta table {self.sink.name} at {self.location}"
 
     def describe_briefly(self) -> str:
-        return f"Delta table {self.name} ({self.location})"
+        return f"Delta table {self.sink.name} ({self.location})"
 
     def asset_uri(self, pipeline: PipelineConfig) -> str:
         """The table's location (no credentials): the Airflow Asset of what it publishes."""
@@ -84,34 +87,34 @@ class DeltaSink(LakeSink):
 
     def bind_output(
         self, cur, fields: Iterable[tuple[str, str]], evolution: Evolution | None = None
-    ) -> DeltaSink:
+    ) -> LakeSink:
         """process, before staging: the Delta table created from the transform's output,
         or an existing one checked and evolved to it (sinks.delta.evolution). SinkSchemaError
         names each column that does not fit; the table is not changed then."""
         from deltalake import DeltaTable
 
-        shape = table_layout(f"Delta table {self.name}", self.cfg, fields)
-        self.lock_tables(cur)
-        self.ensure(cur)
+        shape = table_layout(f"Delta table {self.sink.name}", self.sink.cfg, fields)
+        self.sink.lock_tables(cur)
+        self.sink.ensure(cur)
         try:
             table = self.open_table(cur)
             if table is None:
-                fields = self.cfg.partition_by
+                fields = self.sink.cfg.partition_by
                 check(self.describe_briefly(), fields, {c.name: c.type for c in shape.table}, TAKES)
                 table = DeltaTable.create(
                     self.location,
-                    storage_options=self.storage.delta_options(),
+                    storage_options=self.sink.storage.delta_options(),
                     schema=delta_schema(shape.table),
                     partition_by=[f.column for f in fields] or None,
                     mode="ignore",  # made meanwhile by someone else: evolved below
-                    name=self.table,
+                    name=self.sink.table,
                     configuration={OUTPUT_COLUMNS: ",".join(shape.users)},
                     raise_if_key_not_exists=False,
                 )
             table = evolve(self, cur, table, shape, evolution)
             have = tuple(table.metadata().partition_columns)
-            refuse_other(self.describe_briefly(), have, self.cfg.partition_by)
-            files = self.table_schema(table) if self.cfg.mode == "append" else None
+            refuse_other(self.describe_briefly(), have, self.sink.cfg.partition_by)
+            files = self.table_schema(table) if self.sink.cfg.mode == "append" else None
         except SinkSchemaError:
             raise
         except Exception as e:
@@ -120,29 +123,27 @@ class DeltaSink(LakeSink):
             ) from e
         append = files is not None  # the staged files are the table's
         files = files or arrow_schema(shape.files)
-        split = self._partitioner(table) if append else None
-        return DeltaSink(
-            self.schema, self.cfg, self.warehouse, shape.output, files, split, self.storage
-        )
+        split = self.partitioner(table) if append else None
+        return self.sink.bound(shape.output, files, split)
 
-    # -- what sinks.lake.sink asks of a table format ------------------------------------
+    # -- what sinks.lake.sink asks of a table format (sinks.lake.table_format) ----------
 
     def open_table(self, cur=None) -> Any:
         from deltalake import DeltaTable
 
-        options = self.storage.delta_options()
+        options = self.sink.storage.delta_options()
         if not DeltaTable.is_deltatable(self.location, storage_options=options):
             return None
         return DeltaTable(self.location, storage_options=options)
 
-    def _location(self, table: Any) -> str:
+    def table_location(self, table: Any) -> str:
         return self.location
 
-    def _newest(self, table: Any, t: Attempt) -> Publication | None:
+    def newest(self, table: Any, t: Attempt) -> Publication | None:
         return newest(table, t.pipeline, t.seq, t.txid)
 
-    def _partitioner(self, table: Any) -> Partitioner | None:
-        return Partitioner(self.cfg.partition_by) if self.cfg.partition_by else None
+    def partitioner(self, table: Any) -> Partitioner | None:
+        return Partitioner(self.sink.cfg.partition_by) if self.sink.cfg.partition_by else None
 
     def data_files(self, table: Any) -> list[LiveFile]:
         import pyarrow as pa
@@ -156,7 +157,7 @@ class DeltaSink(LakeSink):
             for i, (path, size) in enumerate(zip(*columns, strict=True))
         ]
 
-    def _expire(
+    def expire(
         self, table: Any, pipeline: str, before_ms: int, dry_run: bool
     ) -> tuple[int, list[str]]:
         """The log: a checkpoint, then the log entries older than the retention removed
@@ -193,11 +194,11 @@ class DeltaSink(LakeSink):
         back to the last checkpoint)."""
         from pyarrow import fs
 
-        filesystem, path = self.storage.filesystem(f"{self.location}/_delta_log")
+        filesystem, path = self.sink.storage.filesystem(f"{self.location}/_delta_log")
         files = filesystem.get_file_info(fs.FileSelector(path))
         return sum(1 for f in files if f.path.endswith(".json"))
 
-    def _live_files(self, table: Any) -> list[str]:
+    def live_files(self, table: Any) -> list[str]:
         """As URIs under `location` (file_uris() names local files by bare path)."""
         import pyarrow as pa
 
@@ -209,7 +210,7 @@ class DeltaSink(LakeSink):
 
         return pa.schema(table.schema().to_arrow())
 
-    def _prepare_commit(
+    def prepare_commit(
         self,
         table: Any,
         summary: dict[str, str],
@@ -222,7 +223,7 @@ class DeltaSink(LakeSink):
         seq published)."""
         from deltalake import CommitProperties, Transaction
 
-        actions = [*self._adds(adds, self._partitioner(table)), *self._removes(table, removes)]
+        actions = [*self._adds(adds, self.partitioner(table)), *self._removes(table, removes)]
         pipeline = summary[f"{PREFIX}pipeline"]
         apps = []
         if seq is not None:
@@ -245,7 +246,7 @@ class DeltaSink(LakeSink):
             )
         except CommitFailedError as e:
             raise SinkMovedError(
-                f"Delta table {self.name} changed since it was read ({e})"
+                f"Delta table {self.sink.name} changed since it was read ({e})"
             ) from None
         # without retries the commit is the version right after the one read, or none
         return str(table.version() + 1)
@@ -262,7 +263,7 @@ class DeltaSink(LakeSink):
 
         now = int(time.time() * 1000)
         for uri, records in files:
-            filesystem, path = self.storage.filesystem(uri)
+            filesystem, path = self.sink.storage.filesystem(uri)
             size = filesystem.get_file_info(path).size
             if size is None:
                 raise FileNotFoundError(f"staged data file {uri} is gone")
@@ -270,7 +271,7 @@ class DeltaSink(LakeSink):
             values = {}
             if split is not None:
                 columns = (f.column for f in split.fields)
-                found = split.of_file(uri, self.storage)
+                found = split.of_file(uri, self.sink.storage)
                 values = dict(zip(columns, map(partition_value, found), strict=True))
             yield AddAction(self._relative(uri), size, values, now, True, stats)
 
@@ -290,13 +291,23 @@ class DeltaSink(LakeSink):
                 values = {c: partition_value(row[f"partition.{c}"]) for c in parts}
                 yield RemoveAction(row["path"], True, now, row["size_bytes"], values)
 
-    def _publications(self, table: Any, pipeline: str) -> Iterator[Publication]:
+    def publications(self, table: Any, pipeline: str) -> Iterator[Publication]:
         return publications(table, pipeline)
 
-    def _history_start_ms(self, table: Any) -> int:
+    def history_start_ms(self, table: Any) -> int:
         return min(int(info["timestamp"]) for info in table.history())
 
     def scan(self, table: Any, columns: Iterable[str]) -> Any:
         """The table's rows (these columns), read from its live files."""
-        files = self.storage.dataset(self._live_files(table), self.table_schema(table))
+        files = self.sink.storage.dataset(self.live_files(table), self.table_schema(table))
         return files.to_table(columns=list(columns))
+
+
+def delta_sink(
+    schema: str,
+    cfg: SinkConfig,
+    warehouse: str,
+    storage: Storage | Callable[[], Storage] | None = None,
+) -> LakeSink:
+    """A lake sink whose table is Delta table `<warehouse>/<namespace>/<table>`."""
+    return LakeSink(schema, cfg, warehouse, DeltaFormat, storage=storage)

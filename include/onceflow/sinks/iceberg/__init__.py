@@ -1,1 +1,1 @@
-"""An Apache Iceberg table as a pipeline's sink (sink.py: IcebergSink; one module per part)."""
+"""An Apache Iceberg table as a pipeline's sink (sink.py: IcebergFormat, a lake sink's table format; one module per part)."""

@@ -18,7 +18,7 @@ from onceflow.sinks.lake.layout import Layout, fit
 from onceflow.sinks.schema_evolution import Evolution
 
 if TYPE_CHECKING:
-    from onceflow.sinks.iceberg.sink import IcebergSink
+    from onceflow.sinks.iceberg.sink import IcebergFormat
 
 # The table property naming the user's columns of the output the table was last bound to
 # (comma-separated): a column listed there that the output no longer gives is a removed
@@ -30,7 +30,7 @@ EVOLVE_TRIES = 5
 
 
 def evolve(
-    sink: IcebergSink,
+    sink: IcebergFormat,
     cur,
     catalog: Any,
     table: Any,
@@ -82,7 +82,7 @@ def _fit(sink: Any, table: Any, shape: Layout) -> schema_evolution.TableFit:
 
 
 def _fixes(
-    sink: IcebergSink, problems: list[schema_evolution.Problem], evolution: Evolution | None
+    sink: IcebergFormat, problems: list[schema_evolution.Problem], evolution: Evolution | None
 ) -> list[str]:
     """What to do about a refusal of the table."""
     if schema_evolution.only_added(problems):

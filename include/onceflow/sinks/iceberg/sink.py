@@ -33,6 +33,7 @@ from onceflow.sinks.lake.compaction import LiveFile
 from onceflow.sinks.lake.partitions import Partitioner, refuse_other
 from onceflow.sinks.lake.sink import LakeSink
 from onceflow.sinks.lake.storage import Storage
+from onceflow.sinks.lake.table_format import TableFormat
 from onceflow.sinks.outside import Publication
 from onceflow.sinks.schema_evolution import Evolution
 
@@ -40,51 +41,39 @@ if TYPE_CHECKING:
     from onceflow.config.pipeline import PipelineConfig
 
 
-class IcebergSink(LakeSink):
-    """Iceberg table `namespace.table`, fed through the file stage."""
+class IcebergFormat(TableFormat):
+    """Iceberg table `namespace.table` of a lake sink."""
 
     commit_name = "snapshot"
     table_kind = "Iceberg table"
 
-    def __init__(
-        self,
-        schema: str,
-        cfg: SinkConfig,
-        warehouse: str,
-        users: tuple[str, ...] | None = None,
-        files_schema: Any = None,
-        stage_partitioner: Partitioner | None = None,
-        location: str | None = None,
-        storage: Storage | Callable[[], Storage] | None = None,
-    ) -> None:
-        super().__init__(schema, cfg, warehouse, users, files_schema, stage_partitioner, storage)
-        self._bound_location = location
-
     @property
-    def _lost_race(self) -> tuple[type[BaseException], ...]:
+    def lost_race(self) -> tuple[type[BaseException], ...]:
         from pyiceberg.exceptions import CommitFailedException
 
         return (CommitFailedException,)
 
     @property
     def identifier(self) -> tuple[str, str]:
-        return (self.namespace, self.table)
+        return self.sink.identifier
 
     def asset_uri(self, pipeline: PipelineConfig) -> str:
         """x-onceflow-iceberg://<ledger connection id>/<namespace>/<table>: the table in the
         catalog in the ledger's database (sinks.base.Sink.asset_uri)."""
-        return f"x-onceflow-iceberg://{pipeline.ledger_conn}/{self.namespace}/{self.table}"
+        return (
+            f"x-onceflow-iceberg://{pipeline.ledger_conn}/{self.sink.namespace}/{self.sink.table}"
+        )
 
     def location_for_files(self) -> str:
-        if self._bound_location is None:
-            raise RuntimeError("IcebergSink.file_stage: bind_output first (process only)")
-        return self._bound_location
+        if self.sink.bound_location is None:
+            raise RuntimeError("Iceberg sink file_stage: bind_output first (process only)")
+        return self.sink.bound_location
 
     # -- the tables -----------------------------------------------------------------------
 
     def bind_output(
         self, cur, fields: Iterable[tuple[str, str]], evolution: Evolution | None = None
-    ) -> IcebergSink:
+    ) -> LakeSink:
         """process, before staging: the Iceberg table created from the transform's output,
         or an existing one checked and evolved to it (onceflow.sinks.schema_evolution: with
         `evolution`, the columns the output adds, by pyiceberg's update_schema, recorded as
@@ -93,25 +82,27 @@ class IcebergSink(LakeSink):
         from pyiceberg.exceptions import TableAlreadyExistsError
         from pyiceberg.io.pyarrow import schema_to_pyarrow
 
-        shape = table_layout(f"Iceberg table {self.name}", self.cfg, fields)
+        shape = table_layout(f"Iceberg table {self.sink.name}", self.sink.cfg, fields)
         users = ",".join(shape.users)
-        self.lock_tables(cur)
-        self.ensure(cur)
-        with open_catalog(cur, self.warehouse, self.storage.iceberg_properties()) as catalog:
+        self.sink.lock_tables(cur)
+        self.sink.ensure(cur)
+        with open_catalog(
+            cur, self.sink.warehouse, self.sink.storage.iceberg_properties()
+        ) as catalog:
             try:
-                catalog.create_namespace_if_not_exists(self.namespace)
+                catalog.create_namespace_if_not_exists(self.sink.namespace)
                 if catalog.table_exists(self.identifier):
                     table = catalog.load_table(self.identifier)
                     table = evolve(self, cur, catalog, table, shape, evolution)
                 else:
                     schema = iceberg_schema(shape.table)
-                    what = f"Iceberg table {self.name}"
+                    what = f"Iceberg table {self.sink.name}"
                     try:
                         table = catalog.create_table(
                             self.identifier,
                             schema,
                             partition_spec=partition_spec(
-                                what, self.cfg.partition_by, shape, schema
+                                what, self.sink.cfg.partition_by, shape, schema
                             ),
                             properties={"commit.retry.num-retries": "0", OUTPUT_COLUMNS: users},
                         )
@@ -120,49 +111,49 @@ class IcebergSink(LakeSink):
                         table = evolve(self, cur, catalog, table, shape, evolution)
                 table = fence_retries(catalog, table)
                 refuse_other(
-                    f"Iceberg table {self.name}", spec_fields(table), self.cfg.partition_by
+                    f"Iceberg table {self.sink.name}",
+                    spec_fields(table),
+                    self.sink.cfg.partition_by,
                 )
             except SinkSchemaError:
                 raise
             except Exception as e:
                 raise SinkSchemaError(
-                    f"Iceberg table {self.name} (warehouse {self.warehouse}): could not create "
+                    f"Iceberg table {self.sink.name} (warehouse {self.sink.warehouse}): could not create "
                     f"or read it: {type(e).__name__}: {e}"
                 ) from e
-        append = self.cfg.mode == "append"  # the staged files are the table's
+        append = self.sink.cfg.mode == "append"  # the staged files are the table's
         files_schema = schema_to_pyarrow(table.schema() if append else iceberg_schema(shape.files))
-        return IcebergSink(
-            self.schema,
-            self.cfg,
-            self.warehouse,
+        return self.sink.bound(
             shape.output,
             files_schema,
-            partitioner(table, self.cfg.partition_by) if append else None,
+            partitioner(table, self.sink.cfg.partition_by) if append else None,
             table.location(),
-            self.storage,
         )
 
-    # -- what sinks.lake.sink asks of a table format ------------------------------------
+    # -- what sinks.lake.sink asks of a table format (sinks.lake.table_format) ----------
 
     def open_table(self, cur) -> Any:
-        with open_catalog(cur, self.warehouse, self.storage.iceberg_properties()) as catalog:
+        with open_catalog(
+            cur, self.sink.warehouse, self.sink.storage.iceberg_properties()
+        ) as catalog:
             table = load_table(catalog, self.identifier)
             return None if table is None else fence_retries(catalog, table)
 
     def release_table(self, table: Any) -> None:
         table.catalog.engine.dispose()
 
-    def _location(self, table: Any) -> str:
+    def table_location(self, table: Any) -> str:
         return table.location()
 
-    def _newest(self, table: Any, t: Attempt) -> Publication | None:
+    def newest(self, table: Any, t: Attempt) -> Publication | None:
         return newest(table, t.pipeline, t.seq)
 
-    def _live_files(self, table: Any) -> list[str]:
+    def live_files(self, table: Any) -> list[str]:
         return [f.file_path for f in live_data_files(table)]
 
-    def _partitioner(self, table: Any) -> Partitioner | None:
-        return partitioner(table, self.cfg.partition_by)
+    def partitioner(self, table: Any) -> Partitioner | None:
+        return partitioner(table, self.sink.cfg.partition_by)
 
     def data_files(self, table: Any) -> list[LiveFile]:
         return [
@@ -170,7 +161,7 @@ class IcebergSink(LakeSink):
             for f in live_data_files(table)
         ]
 
-    def _expire(
+    def expire(
         self, table: Any, pipeline: str, before_ms: int, dry_run: bool
     ) -> tuple[int, list[str]]:
         """Iceberg's snapshot expiry of the snapshots older than `before_ms` (never the
@@ -195,7 +186,7 @@ class IcebergSink(LakeSink):
 
         return schema_to_pyarrow(table.schema())
 
-    def _prepare_commit(
+    def prepare_commit(
         self,
         table: Any,
         summary: dict[str, str],
@@ -205,9 +196,10 @@ class IcebergSink(LakeSink):
     ) -> Callable[[], str]:
         """ONE snapshot with the summary: a fast append, or an overwrite when files are
         removed (the seq is in the summary already)."""
-        split = self._partitioner(table)
+        split = self.partitioner(table)
         data_files = [
-            data_file(table, p, split.of_file(p, self.storage) if split else ()) for p, _ in adds
+            data_file(table, p, split.of_file(p, self.sink.storage) if split else ())
+            for p, _ in adds
         ]
         gone = set(removes)
         tx = table.transaction()
@@ -229,15 +221,25 @@ class IcebergSink(LakeSink):
             tx.commit_transaction()
         except CommitFailedException as e:
             raise SinkMovedError(
-                f"Iceberg table {self.name} changed since it was read ({e})"
+                f"Iceberg table {self.sink.name} changed since it was read ({e})"
             ) from None
         return str(snapshot_id)
 
-    def _publications(self, table: Any, pipeline: str) -> Iterator[Publication]:
+    def publications(self, table: Any, pipeline: str) -> Iterator[Publication]:
         return publications(table, pipeline)
 
-    def _history_start_ms(self, table: Any) -> int:
+    def history_start_ms(self, table: Any) -> int:
         return min(s.timestamp_ms for s in table.metadata.snapshots)
 
     def scan(self, table: Any, columns: Iterable[str]) -> Any:
         return table.scan(selected_fields=tuple(columns)).to_arrow()
+
+
+def iceberg_sink(
+    schema: str,
+    cfg: SinkConfig,
+    warehouse: str,
+    storage: Storage | Callable[[], Storage] | None = None,
+) -> LakeSink:
+    """A lake sink whose table is Iceberg table `namespace.table`."""
+    return LakeSink(schema, cfg, warehouse, IcebergFormat, storage=storage)

@@ -5,81 +5,57 @@ and dead-lettered) run as SQL; and the table's own truth: no coordinates twice, 
 committed seq one table commit per attempt, the newest with the ledger's txid, attempt and
 record count.
 
-The sink says how to open its table (`open_table`), read the published records'
-coordinates (`_audit_rows`: an append table scanned, an upsert or merge table's versions)
-and list the pipeline's publications newest first (`_publications`); an upsert or merge
-table adds its mode's truth (`_mode_truth`).
+The sink's table format opens the table, scans it and lists the pipeline's publications
+newest first (sinks.lake.table_format); the published records' coordinates are an append
+table's rows, an upsert or merge table's versions (`_audit_rows`); an upsert or merge table
+adds its mode's truth (`_mode_truth`).
 """
 
 from __future__ import annotations
 
 import io
-from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from onceflow.config.sink import SinkConfig
 from onceflow.ledger.published import committed_batches, committed_ms
 from onceflow.sinks.lake import merge, upsert
-from onceflow.sinks.lake.storage import Storage
-from onceflow.sinks.lake.versions import VersionFiles, read_with_seq, schema_of
-from onceflow.sinks.outside import (
-    OutsideSink,
-    Publication,
-    disagreement,
-    duplicated_coordinates,
-)
+from onceflow.sinks.lake.versions import read_with_seq, schema_of
+from onceflow.sinks.outside import Publication, disagreement, duplicated_coordinates
+
+if TYPE_CHECKING:
+    from onceflow.sinks.lake.sink import LakeSink
 
 # the columns the audit scans, in this order
 AUDIT_COLUMNS = ("txid", "topic", "partition", "epoch", "offset")
 
 
-class LakeAudit(OutsideSink):
-    """The audit's half of a lake sink."""
+class LakeAudit:
+    """The audit's half of a lake sink (`sink`), and its state: the audit cursor whose scan
+    is loaded, and the table it read."""
 
-    cfg: SinkConfig
-    versions: VersionFiles  # upsert and merge: the committed txids' versions
-    storage: Storage
-    name: str  # the table as the user names it
-    table_kind: str  # "Iceberg table", "Delta table"
-    commit_name: str | None  # what a publication's ref is ("snapshot", "version")
-    _audit_cur: int | None = None  # the audit cursor whose scan is loaded
-    _audit_table: Any = None
+    ROWS = "onceflow_lake_rows"  # temporary table of the audit's transaction
 
-    _ROWS = "onceflow_lake_rows"  # temporary table of the audit's transaction
+    def __init__(self, sink: LakeSink) -> None:
+        self.sink = sink
+        self._audit_cur: int | None = None
+        self._audit_table: Any = None
 
-    def open_table(self, cur) -> Any:
-        """The table as it is now, or None if it does not exist."""
-        raise NotImplementedError
-
-    def _publications(self, table: Any, pipeline: str) -> Iterator[Publication]:
-        """The pipeline's publications recorded by the table, newest first."""
-        raise NotImplementedError
-
-    def scan(self, table: Any, columns: Iterable[str]) -> Any:
-        """The table's rows (these columns) as a pyarrow.Table."""
-        raise NotImplementedError
-
-    def _history_start_ms(self, table: Any) -> int:
-        """When the oldest commit the table's history still holds was made (epoch ms)."""
-        raise NotImplementedError
-
-    def table_schema(self, table: Any) -> Any:
-        """The pyarrow schema the table's data files are written in."""
-        raise NotImplementedError
-
-    def _versions(self, cur) -> Any:
+    def versions(self, cur) -> Any:
         """Every committed txid's versions, with their seq (upsert, merge)."""
-        files = self.versions.committed(cur)
+        files = self.sink.versions.committed(cur)
         paths = [p for ps in files.values() for p in ps]
-        return read_with_seq(files, schema_of(paths, self.storage), self.storage) if paths else None
+        return (
+            read_with_seq(files, schema_of(paths, self.sink.storage), self.sink.storage)
+            if paths
+            else None
+        )
 
     def _audit_rows(self, cur, table: Any) -> Any:
         """append: the table's rows; upsert and merge: the committed txids' versions."""
         import pyarrow as pa
 
-        if self.cfg.mode == "append":
-            return self.scan(table, AUDIT_COLUMNS)
-        versions = self._versions(cur)
+        if self.sink.cfg.mode == "append":
+            return self.sink.format.scan(table, AUDIT_COLUMNS)
+        versions = self.versions(cur)
         if versions is None:
             return pa.table(
                 {c: pa.array([], pa.type_for_alias(t)) for c, t in _AUDIT_TYPES.items()}
@@ -91,35 +67,40 @@ class LakeAudit(OutsideSink):
         merge: the state is the fold of the committed txids' partials."""
         import pyarrow.compute as pc
 
-        if self.cfg.mode == "append":
+        if self.sink.cfg.mode == "append":
             return []
-        key = list(self.cfg.key)
-        rows = self.scan(table, [f.name for f in self.table_schema(table)])
-        versions = self._versions(cur)
-        if self.cfg.mode == "upsert":
+        key = list(self.sink.cfg.key)
+        rows = self.sink.format.scan(table, [f.name for f in self.sink.format.table_schema(table)])
+        versions = self.versions(cur)
+        if self.sink.cfg.mode == "upsert":
             expected = upsert.newest_per_key(versions, key) if versions else rows.slice(0, 0)
             if versions is not None:
                 expected = expected.filter(pc.invert(expected.column("tombstone")))
             compared = rows.column_names
         else:
-            expected = merge.fold(versions, key, list(self.cfg.aggregates)) if versions else None
+            expected = (
+                merge.fold(versions, key, list(self.sink.cfg.aggregates)) if versions else None
+            )
             expected = rows.slice(0, 0) if expected is None else expected
-            compared = [*key, *self.cfg.aggregates, "last_seq"]
+            compared = [*key, *self.sink.cfg.aggregates, "last_seq"]
         wrong = differing_keys(expected.select(compared), rows.select(compared), key)
         what = (
             "the last committed record for it"
-            if self.cfg.mode == "upsert"
+            if self.sink.cfg.mode == "upsert"
             else "the fold of the committed txids' partial aggregates"
         )
-        return [f"{self.table_kind} {self.name} key {k}: the row is not {what}" for k in wrong[:20]]
+        return [
+            f"{self.sink.table_kind} {self.sink.name} key {k}: the row is not {what}"
+            for k in wrong[:20]
+        ]
 
     def _table_for_audit(self, cur) -> Any:
         """The table (None if missing) and its rows loaded into a temporary table, once per
         audit transaction."""
-        cur.execute("select to_regclass(%s) is not null", (f"pg_temp.{self._ROWS}",))
+        cur.execute("select to_regclass(%s) is not null", (f"pg_temp.{self.ROWS}",))
         loaded = cur.fetchone()[0]  # another transaction's cursor may reuse a dead one's id
         if self._audit_cur != id(cur) or not loaded:
-            self._audit_table = self.open_table(cur)
+            self._audit_table = self.sink.open_table(cur)
             self._audit_cur = id(cur)
             if self._audit_table is not None:
                 self._load_rows(cur, self._audit_rows(cur, self._audit_table))
@@ -128,9 +109,9 @@ class LakeAudit(OutsideSink):
     def _load_rows(self, cur, rows: Any) -> None:
         import pyarrow.csv as pcsv
 
-        cur.execute(f"drop table if exists pg_temp.{self._ROWS}")
+        cur.execute(f"drop table if exists pg_temp.{self.ROWS}")
         cur.execute(
-            f"create temp table {self._ROWS} (txid text, topic text, partition integer,"
+            f"create temp table {self.ROWS} (txid text, topic text, partition integer,"
             ' epoch integer, "offset" bigint) on commit drop'
         )
         out = io.BytesIO()
@@ -139,14 +120,14 @@ class LakeAudit(OutsideSink):
         )
         out.seek(0)
         cur.copy_expert(
-            f'copy {self._ROWS} (txid, topic, partition, epoch, "offset") from stdin with (format csv)',
+            f'copy {self.ROWS} (txid, topic, partition, epoch, "offset") from stdin with (format csv)',
             out,
         )
 
-    def load_audit_rows(self, cur) -> bool:
+    def load(self, cur) -> bool:
         return self._table_for_audit(cur) is not None
 
-    def truth_violations(self, cur, pipeline: str, limit: int = 20) -> list[str]:
+    def truth(self, cur, pipeline: str, limit: int = 20) -> list[str]:
         """No coordinates twice in the table; per committed seq one table commit per
         attempt, the newest recording the ledger's txid and published attempt and adding as
         many records as the ledger counted (back to the oldest seq the history keeps); no
@@ -154,9 +135,9 @@ class LakeAudit(OutsideSink):
         table = self._table_for_audit(cur)
         if table is None:
             return []
-        what, commit = f"{self.table_kind} {self.name}", self.commit_name
+        what, commit = f"{self.sink.table_kind} {self.sink.name}", self.sink.commit_name
         out = []
-        for topic, partition, epoch, offset, n in duplicated_coordinates(cur, self._ROWS, limit):
+        for topic, partition, epoch, offset, n in duplicated_coordinates(cur, self.ROWS, limit):
             out.append(
                 f"{what}: record {topic}[{partition}]@{offset} (epoch {epoch}) "
                 f"is in the table {n} times"
@@ -164,7 +145,7 @@ class LakeAudit(OutsideSink):
         committed = committed_batches(cur, pipeline)
         newest: dict[int, Publication] = {}
         times: dict[tuple[int, int], list[str]] = {}
-        for p in self._publications(table, pipeline):
+        for p in self.sink.format.publications(table, pipeline):
             newest.setdefault(p.seq, p)
             times.setdefault((p.seq, p.attempt), []).append(p.ref)
         for (seq, attempt), refs in sorted(times.items()):
@@ -176,7 +157,7 @@ class LakeAudit(OutsideSink):
         # history that maintenance expired (onceflow.maintenance) ends where the table's
         # oldest remaining commit begins: a seq the ledger committed before then has no
         # commit to check any more (its publication came before its ledger commit)
-        start = self._history_start_ms(table)
+        start = self.sink.format.history_start_ms(table)
         for seq, (txid, attempt, n) in sorted(committed.items()):
             p = newest.get(seq)
             if p is None:

@@ -6,12 +6,21 @@ from __future__ import annotations
 from psycopg2 import sql
 
 from onceflow.ledger.attempt import Attempt, StagedCounts
-from onceflow.sinks.lake.audit import LakeAudit
+from onceflow.sinks.lake.versions import VersionFiles
 
 
-class LakeStageTables(LakeAudit):
-    """The stage tables of a lake sink: `stage_T` (dead letters) and `stage_T_files` (the
-    staged data files); LakeSink names them (stage_table, files_table, _t)."""
+class LakeStage:
+    """The stage tables of lake table `table`, in `schema`: `stage_T` (dead letters) and
+    `stage_T_files` (the staged data files); an upsert or merge table's `versions` too."""
+
+    def __init__(self, schema: str, table: str, versions: VersionFiles | None) -> None:
+        self.schema = schema
+        self.stage_table = f"stage_{table}"
+        self.files_table = f"stage_{table}_files"
+        self.versions = versions
+
+    def _t(self, name: str) -> sql.Composed:
+        return sql.SQL("{}.{}").format(sql.Identifier(self.schema), sql.Identifier(name))
 
     def ensure(self, cur) -> None:
         cur.execute(sql.SQL("create schema if not exists {}").format(sql.Identifier(self.schema)))
@@ -42,7 +51,7 @@ class LakeStageTables(LakeAudit):
                     "alter table {} drop constraint {}, add primary key (txid, attempt, part, path)"
                 ).format(self._t(self.files_table), sql.Identifier(f"{self.files_table}_pkey"))
             )
-        if self.cfg.mode != "append":
+        if self.versions is not None:
             self.versions.ensure(cur)
 
     def has_staged(self, cur, t: Attempt) -> bool:
@@ -76,7 +85,7 @@ class LakeStageTables(LakeAudit):
                 (t.txid, t.attempt),
             )
 
-    def _staged_files(self, cur, txid: str, attempt: int) -> list[tuple[str, int]]:
+    def staged_files(self, cur, txid: str, attempt: int) -> list[tuple[str, int]]:
         """(URI, rows) of the attempt's staged data files."""
         cur.execute(
             sql.SQL(
