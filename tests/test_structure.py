@@ -339,6 +339,20 @@ def test_a_sink_is_composed_not_a_tower():
     assert {n: d for n, d in depths.items() if d > 2} == {}
 
 
+def test_no_sink_asks_which_mode_it_has():
+    """A sink's mode is an object that the sink asks (sinks.postgres.mode, sinks.lake.modes):
+    no code in sinks/ compares a mode's name."""
+    found = []
+    for path in (RUNTIME / "sinks").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Compare):
+                continue
+            operands = [node.left, *node.comparators]
+            if any(isinstance(o, ast.Attribute) and o.attr == "mode" for o in operands):
+                found.append(f"{path.relative_to(INCLUDE)}:{node.lineno}")
+    assert found == []
+
+
 STATE_WORDS = ("planned", "processing", "staged", "committed", "abandoned")
 
 

@@ -93,7 +93,7 @@ class DeltaFormat(TableFormat):
         names each column that does not fit; the table is not changed then."""
         from deltalake import DeltaTable
 
-        shape = table_layout(f"Delta table {self.sink.name}", self.sink.cfg, fields)
+        shape = table_layout(f"Delta table {self.sink.name}", self.sink.mode, fields)
         self.sink.lock_tables(cur)
         self.sink.ensure(cur)
         try:
@@ -114,7 +114,7 @@ class DeltaFormat(TableFormat):
             table = evolve(self, cur, table, shape, evolution)
             have = tuple(table.metadata().partition_columns)
             refuse_other(self.describe_briefly(), have, self.sink.cfg.partition_by)
-            files = self.table_schema(table) if self.sink.cfg.mode == "append" else None
+            files = None if self.sink.mode.keeps_versions else self.table_schema(table)
         except SinkSchemaError:
             raise
         except Exception as e:

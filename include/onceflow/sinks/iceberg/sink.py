@@ -82,7 +82,7 @@ class IcebergFormat(TableFormat):
         from pyiceberg.exceptions import TableAlreadyExistsError
         from pyiceberg.io.pyarrow import schema_to_pyarrow
 
-        shape = table_layout(f"Iceberg table {self.sink.name}", self.sink.cfg, fields)
+        shape = table_layout(f"Iceberg table {self.sink.name}", self.sink.mode, fields)
         users = ",".join(shape.users)
         self.sink.lock_tables(cur)
         self.sink.ensure(cur)
@@ -122,7 +122,7 @@ class IcebergFormat(TableFormat):
                     f"Iceberg table {self.sink.name} (warehouse {self.sink.warehouse}): could not create "
                     f"or read it: {type(e).__name__}: {e}"
                 ) from e
-        append = self.sink.cfg.mode == "append"  # the staged files are the table's
+        append = not self.sink.mode.keeps_versions  # the staged files are the table's
         files_schema = schema_to_pyarrow(table.schema() if append else iceberg_schema(shape.files))
         return self.sink.bound(
             shape.output,

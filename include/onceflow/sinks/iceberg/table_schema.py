@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from onceflow.config.sink import SinkConfig
-from onceflow.sinks.lake.layout import LakeColumn, Layout, Types, layout
+from onceflow.sinks.lake.layout import LakeColumn, Layout, Types
+
+if TYPE_CHECKING:
+    from onceflow.sinks.lake.modes import LakeMode
 from onceflow.sinks.output_schema import sink_type, typed_columns
 
 # The columns Onceflow writes before the transform's: (name, Iceberg type name).
@@ -51,10 +53,10 @@ TYPES = Types(
 )
 
 
-def table_layout(name: str, cfg: SinkConfig, fields: Iterable[tuple[str, str]]) -> Layout:
+def table_layout(name: str, mode: LakeMode, fields: Iterable[tuple[str, str]]) -> Layout:
     """The Iceberg table's and staged files' columns for a transform's output ((name, Spark
     type) pairs) in the sink's mode."""
-    return layout(name, cfg, FIXED_COLUMNS, typed_columns(fields, iceberg_type), TYPES)
+    return mode.layout(name, FIXED_COLUMNS, typed_columns(fields, iceberg_type), TYPES)
 
 
 def iceberg_schema(columns: tuple[LakeColumn, ...]) -> Any:

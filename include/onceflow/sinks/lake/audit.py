@@ -6,18 +6,18 @@ committed seq one table commit per attempt, the newest with the ledger's txid, a
 record count.
 
 The sink's table format opens the table, scans it and lists the pipeline's publications
-newest first (sinks.lake.table_format); the published records' coordinates are an append
-table's rows, an upsert or merge table's versions (`_audit_rows`); an upsert or merge table
-adds its mode's truth (`_mode_truth`).
+newest first (sinks.lake.table_format); its mode (sinks.lake.modes) says what the published
+records' coordinates are (an append table's rows, an upsert or merge table's versions) and
+adds its own truth.
 """
 
 from __future__ import annotations
 
+import functools
 import io
 from typing import TYPE_CHECKING, Any
 
 from onceflow.ledger.published import committed_batches, committed_ms
-from onceflow.sinks.lake import merge, upsert
 from onceflow.sinks.lake.versions import read_with_seq, schema_of
 from onceflow.sinks.outside import Publication, disagreement, duplicated_coordinates
 
@@ -49,51 +49,6 @@ class LakeAudit:
             else None
         )
 
-    def _audit_rows(self, cur, table: Any) -> Any:
-        """append: the table's rows; upsert and merge: the committed txids' versions."""
-        import pyarrow as pa
-
-        if self.sink.cfg.mode == "append":
-            return self.sink.format.scan(table, AUDIT_COLUMNS)
-        versions = self.versions(cur)
-        if versions is None:
-            return pa.table(
-                {c: pa.array([], pa.type_for_alias(t)) for c, t in _AUDIT_TYPES.items()}
-            )
-        return versions.select(list(AUDIT_COLUMNS))
-
-    def _mode_truth(self, cur, pipeline: str, table: Any) -> list[str]:
-        """upsert: each key's row is its newest committed version (none for a tombstone);
-        merge: the state is the fold of the committed txids' partials."""
-        import pyarrow.compute as pc
-
-        if self.sink.cfg.mode == "append":
-            return []
-        key = list(self.sink.cfg.key)
-        rows = self.sink.format.scan(table, [f.name for f in self.sink.format.table_schema(table)])
-        versions = self.versions(cur)
-        if self.sink.cfg.mode == "upsert":
-            expected = upsert.newest_per_key(versions, key) if versions else rows.slice(0, 0)
-            if versions is not None:
-                expected = expected.filter(pc.invert(expected.column("tombstone")))
-            compared = rows.column_names
-        else:
-            expected = (
-                merge.fold(versions, key, list(self.sink.cfg.aggregates)) if versions else None
-            )
-            expected = rows.slice(0, 0) if expected is None else expected
-            compared = [*key, *self.sink.cfg.aggregates, "last_seq"]
-        wrong = differing_keys(expected.select(compared), rows.select(compared), key)
-        what = (
-            "the last committed record for it"
-            if self.sink.cfg.mode == "upsert"
-            else "the fold of the committed txids' partial aggregates"
-        )
-        return [
-            f"{self.sink.table_kind} {self.sink.name} key {k}: the row is not {what}"
-            for k in wrong[:20]
-        ]
-
     def _table_for_audit(self, cur) -> Any:
         """The table (None if missing) and its rows loaded into a temporary table, once per
         audit transaction."""
@@ -103,7 +58,8 @@ class LakeAudit:
             self._audit_table = self.sink.open_table(cur)
             self._audit_cur = id(cur)
             if self._audit_table is not None:
-                self._load_rows(cur, self._audit_rows(cur, self._audit_table))
+                versions = functools.partial(self.versions, cur)
+                self._load_rows(cur, self.sink.mode.audit_rows(self._audit_table, versions))
         return self._audit_table
 
     def _load_rows(self, cur, rows: Any) -> None:
@@ -176,8 +132,15 @@ class LakeAudit:
                     f"{what}: {commit} {p.ref} publishes seq {seq} (txid "
                     f"{p.txid!r}), which the ledger has not committed"
                 )
-        out += self._mode_truth(cur, pipeline, table)
+        out += self.sink.mode.truth(table, functools.partial(self.versions, cur))
         return out[:limit]
+
+
+def empty_audit_rows() -> Any:
+    """No published records, as the audit's rows."""
+    import pyarrow as pa
+
+    return pa.table({c: pa.array([], pa.type_for_alias(t)) for c, t in _AUDIT_TYPES.items()})
 
 
 _AUDIT_TYPES = {

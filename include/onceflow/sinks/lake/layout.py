@@ -1,5 +1,6 @@
-"""The columns of a lake sink's table, and of the data files process stages for it, by mode,
-whatever the table format (each format names its own types: `Types`).
+"""The columns of a lake sink's table, and of the data files process stages for it, by mode
+(each mode's object, sinks.lake.modes, picks its layout), whatever the table format (each
+format names its own types: `Types`).
 
 - append: the table holds one row per record, the coordinates and txid first, then the
   user's columns; the staged files are the table's data files.
@@ -51,35 +52,50 @@ class Layout:
     output: tuple[str, ...]  # every user column of the output (what process stages)
 
 
-def layout(
+def append_layout(
     name: str,
     cfg: SinkConfig,
     fixed: Sequence[tuple[str, str]],
     users: Sequence[tuple[str, str]],
     types: Types,
 ) -> Layout:
-    """The layout of sink `name` (as messages name it) in cfg's mode, from the format's
-    fixed columns (coordinates and txid) and the output's user columns (name, type)."""
+    """The layout of append sink `name` (as messages name it), from the format's fixed
+    columns (coordinates and txid) and the output's user columns (name, type)."""
     coords = tuple(LakeColumn(n, t, required=True) for n, t in fixed)
-    by_name = dict(users)
+    names = tuple(n for n, _ in users)
     user_cols = tuple(LakeColumn(n, t) for n, t in users)
-    if cfg.mode == "append":
-        return Layout(
-            (*coords, *user_cols), (*coords, *user_cols), tuple(by_name), (), tuple(by_name)
-        )
-    for k in (*cfg.key, *cfg.aggregates):
-        if k not in by_name:
-            role = "key" if k in cfg.key else "aggregate"
-            raise SinkSchemaError(
-                f"{name}: {role} column {k!r} (sink {role}) is not in the transform's output "
-                f"(its columns: {', '.join(by_name) or 'none'}); nothing was staged"
-            )
+    return Layout((*coords, *user_cols), (*coords, *user_cols), names, (), names)
+
+
+def upsert_layout(
+    name: str,
+    cfg: SinkConfig,
+    fixed: Sequence[tuple[str, str]],
+    users: Sequence[tuple[str, str]],
+    types: Types,
+) -> Layout:
+    """The layout of upsert sink `name` (append_layout says from what)."""
+    coords = tuple(LakeColumn(n, t, required=True) for n, t in fixed)
+    by_name = _with_roles(name, cfg, users)
+    user_cols = tuple(LakeColumn(n, t) for n, t in users)
     key = tuple(LakeColumn(k, by_name[k]) for k in cfg.key)
-    if cfg.mode == "upsert":
-        values = tuple(c for c in user_cols if c.name not in cfg.key)
-        table = (*key, *values, LakeColumn("seq", types.long, required=True), *coords)
-        files = (*coords, *user_cols, LakeColumn("tombstone", types.boolean))
-        return Layout(table, files, tuple(by_name), cfg.key, tuple(by_name))
+    values = tuple(c for c in user_cols if c.name not in cfg.key)
+    table = (*key, *values, LakeColumn("seq", types.long, required=True), *coords)
+    files = (*coords, *user_cols, LakeColumn("tombstone", types.boolean))
+    return Layout(table, files, tuple(by_name), cfg.key, tuple(by_name))
+
+
+def merge_layout(
+    name: str,
+    cfg: SinkConfig,
+    fixed: Sequence[tuple[str, str]],
+    users: Sequence[tuple[str, str]],
+    types: Types,
+) -> Layout:
+    """The layout of merge sink `name` (append_layout says from what)."""
+    coords = tuple(LakeColumn(n, t, required=True) for n, t in fixed)
+    by_name = _with_roles(name, cfg, users)
+    key = tuple(LakeColumn(k, by_name[k]) for k in cfg.key)
     sums = []
     for a in cfg.aggregates:
         t = by_name[a]
@@ -93,6 +109,19 @@ def layout(
     table = (*key, *sums, LakeColumn("last_seq", types.long, required=True))
     files = (*coords, *key, *(LakeColumn(a, by_name[a]) for a in cfg.aggregates))
     return Layout(table, files, (*cfg.key, *cfg.aggregates), cfg.key, tuple(by_name))
+
+
+def _with_roles(name: str, cfg: SinkConfig, users: Sequence[tuple[str, str]]) -> dict[str, str]:
+    """The output's columns by name, once the sink's key and aggregates are among them."""
+    by_name = dict(users)
+    for k in (*cfg.key, *cfg.aggregates):
+        if k not in by_name:
+            role = "key" if k in cfg.key else "aggregate"
+            raise SinkSchemaError(
+                f"{name}: {role} column {k!r} (sink {role}) is not in the transform's output "
+                f"(its columns: {', '.join(by_name) or 'none'}); nothing was staged"
+            )
+    return by_name
 
 
 def fit(

@@ -4,12 +4,14 @@ merge table's files holding a touched key, rewritten by the mode's rule."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from onceflow.ledger.attempt import Attempt
-from onceflow.sinks.lake import compaction, merge, rewrite, upsert
+from onceflow.sinks.lake import compaction, rewrite
 from onceflow.sinks.lake.files import attempt_dir, txid_prefix
-from onceflow.sinks.lake.versions import read_files, read_with_seq, schema_of
+from onceflow.sinks.lake.versions import read_files, schema_of
 
 if TYPE_CHECKING:
     from onceflow.sinks.lake.sink import LakeSink
@@ -58,8 +60,11 @@ def rewritten_files(
     staged: list[tuple[str, int]],
     old_attempt: int | None,
     replace: bool,
+    decide: Callable[[Rewrite], Any],
 ) -> tuple[list[tuple[str, int]], list[str]]:
-    """upsert and merge: the files to add and remove (sinks.lake.rewrite)."""
+    """upsert and merge: the files to add and remove (sinks.lake.rewrite): the files holding
+    a key the attempt's versions (or the replaced attempt's) touch, rewritten with the rows
+    the mode's rule `decide`s."""
     key = list(sink.cfg.key)
     old_paths = sink.versions.of_attempt(cur, t.txid, old_attempt) if replace else []
     paths = [p for p, _ in staged]
@@ -73,28 +78,22 @@ def rewritten_files(
     live = sink.format.live_files(table)
     touched = rewrite.touched_files(live, schema, keys, key, sink.storage)
     current = read_files(touched, schema, sink.storage)
-    if sink.cfg.mode == "upsert":
-
-        def earlier(keys: Any) -> Any:
-            files = sink.versions.committed(cur, below=t.seq, without=t.txid)
-            versions = read_with_seq(files, versions_schema, sink.storage)
-            return versions.join(keys, key, join_type="left semi", use_threads=False)
-
-        rows = upsert.decide(current, new, old, t.seq, key, schema.names, earlier)
-    else:
-        aggregates = list(sink.cfg.aggregates)
-
-        def contributors(keys: Any) -> Any:
-            files = sink.versions.committed(cur, without=t.txid)
-            versions = read_with_seq(files, versions_schema, sink.storage)
-            mine = versions.join(keys, key, join_type="left semi", use_threads=False)
-            best = mine.group_by(key, use_threads=False).aggregate([("seq", "max")])
-            return best.rename_columns(
-                ["last_seq" if c == "seq_max" else c for c in best.column_names]
-            )
-
-        rows = merge.decide(current, new, old, t.seq, key, aggregates, contributors)
+    rows = decide(Rewrite(current, new, old, key, schema, versions_schema))
     directory = attempt_dir(sink.format.table_location(table), t.pipeline, t.txid, t.attempt)
     return rewrite.write_files(
         directory, rows, schema, sink.format.partitioner(table), sink.storage
     ), touched
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """What a mode's rule decides the rewritten rows from: the `current` rows of the files
+    touched, the attempt's `new` versions and the replaced attempt's `old` ones, the `key`,
+    the table's `schema` and the versions' one."""
+
+    current: Any
+    new: Any
+    old: Any
+    key: list[str]
+    schema: Any
+    versions_schema: Any

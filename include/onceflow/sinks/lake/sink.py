@@ -45,10 +45,11 @@ from onceflow.ledger.attempt import Attempt, StagedCounts
 from onceflow.ledger.published import batch_states
 from onceflow.ledger.states import BatchState
 from onceflow.sinks.base import FileStage
-from onceflow.sinks.lake import compaction, publish_files, rewrite
+from onceflow.sinks.lake import compaction, rewrite
 from onceflow.sinks.lake.audit import LakeAudit
 from onceflow.sinks.lake.compaction import LiveFile
 from onceflow.sinks.lake.files import attempt_dir, delete_files, files_on_storage
+from onceflow.sinks.lake.modes import LAKE_MODES
 from onceflow.sinks.lake.partitions import Partitioner
 from onceflow.sinks.lake.records import maintenance_summary, publication_summary
 from onceflow.sinks.lake.stage_tables import LakeStage
@@ -94,7 +95,8 @@ class LakeSink(OutsideSink):
         self.bound_location = bound_location
         self.stage = LakeStage(schema, cfg.table, None)
         self.versions = VersionFiles(schema, cfg.table, self.stage.files_table)
-        if cfg.mode != "append":  # upsert and merge keep the committed txids' versions
+        self.mode = LAKE_MODES[cfg.mode](self)
+        if self.mode.keeps_versions:
             self.stage.versions = self.versions
         self.format = table_format(self)
         self.audit = LakeAudit(self)
@@ -273,14 +275,7 @@ class LakeSink(OutsideSink):
         records = sum(n for _, n in staged)
         doing = f"publish txid {t.txid!r} (seq {t.seq}) attempt {t.attempt}"
         with self._reaching(f"{doing}'s {len(staged)} data file(s); nothing was published"):
-            if self.cfg.mode == "append":
-                adds, removes = publish_files.append_files(self, table, t, staged, replace)
-            else:
-                found = reading.publication
-                old = (found.attempt if found else None) if replace else None
-                adds, removes = publish_files.rewritten_files(
-                    self, cur, table, t, staged, old, replace
-                )
+            adds, removes = self.mode.files(cur, table, t, staged, reading, replace)
             summary = publication_summary(t, records)
             commit = self.format.prepare_commit(table, summary, adds, removes, t.seq)
         # a failure here may come after the table took the commit: the commit's retry reads
@@ -292,8 +287,7 @@ class LakeSink(OutsideSink):
     def record_published(self, cur, t: Attempt) -> None:
         """Step 2: upsert and merge keep the published attempt's files as the txid's
         versions (sinks.lake.versions)."""
-        if self.cfg.mode != "append":
-            self.versions.record(cur, t)
+        self.mode.record_published(cur, t)
 
     # -- files of attempts that never publish (onceflow.staging.file_cleanup) ---------------------
 
