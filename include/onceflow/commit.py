@@ -129,7 +129,7 @@ def commit(
         if not row.republish:
             failpoints.hit("commit.before_db_commit", txid)
     if isinstance(sink, OutsideSink) and t.attempt > 1:  # earlier attempts wrote files
-        file_cleanup.after_commit(ledger, cfg, txid, sink)
+        file_cleanup.after_commit(ledger, cfg, t, sink)
     if row.republish:
         return CommitResult(txid, t.seq, Outcome.REPUBLISHED, out.records, out.dead)
     failpoints.hit("commit.after_db_commit", txid)

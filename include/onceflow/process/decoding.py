@@ -10,6 +10,7 @@ from onceflow.errors import ConfigError
 from onceflow.formats.frame_decoder import FrameDecoder
 from onceflow.formats.schemas import frame_decoder
 from onceflow.hooks.registry import pipeline_registry
+from onceflow.ledger.attempt import Attempt
 from onceflow.ledger.db import Ledger, transaction
 from onceflow.ledger.range_digest import RangeRead
 from onceflow.ledger.reader_schemas import reader_schemas, record_writer_schemas
@@ -17,11 +18,12 @@ from onceflow.ranges import OffsetRange
 
 
 def txid_decoder(
-    ledger: Ledger, cfg: PipelineConfig, txid: str, ranges: list[OffsetRange]
+    ledger: Ledger, cfg: PipelineConfig, attempt: Attempt, ranges: list[OffsetRange]
 ) -> FrameDecoder | None:
-    """The decoder of txid's frame, or None (bytes only, or nothing to read)."""
+    """The decoder of the attempt's txid's frame, or None (bytes only, or nothing to read)."""
     if not cfg.uses_registry or not any(r.size for r in ranges):
         return None
+    txid = attempt.txid
     readers = reader_schemas(ledger, cfg.name, txid)
     wanted = set(cfg.decoded_roles)
     if set(readers) != wanted:

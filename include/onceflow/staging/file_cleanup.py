@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from onceflow.config.pipeline import PipelineConfig
 from onceflow.hooks.sink import sink_for
+from onceflow.ledger.attempt import Attempt
 from onceflow.ledger.db import Ledger, transaction
 from onceflow.ledger.fencing import live_attempts
 from onceflow.sinks.base import Sink
@@ -72,8 +73,10 @@ def remove(cfg: PipelineConfig, removals: list[Removal], sink: Sink | None = Non
     return len(paths)
 
 
-def after_commit(ledger: Ledger, cfg: PipelineConfig, txid: str, sink: Sink) -> None:
-    """Commit's share: the committed txid's files of other attempts, best effort."""
+def after_commit(ledger: Ledger, cfg: PipelineConfig, t: Attempt, sink: Sink) -> None:
+    """Commit's share: the files of the committed txid's other attempts (than t's), best
+    effort."""
+    txid = t.txid
     try:
         removed = remove(cfg, unpublishable(ledger, cfg, txid, sink), sink)
     except Exception as e:  # noqa: BLE001 - the commit stands; `onceflow cleanup` retries
