@@ -1,4 +1,5 @@
-"""What the lake sinks (an Iceberg table, a Delta table) share, whatever the table format:
-where their staged data files live (files), the modes' copy-on-write publish (layout,
-versions, upsert, merge, rewrite) and the audit's rules (audit). Each format's package
-(sinks.iceberg, sinks.delta) reads and commits its own table."""
+"""The lake sink (sink.py: LakeSink, an Iceberg or a Delta table), made of parts whatever the
+table format: its stage (stage_tables) and where its staged data files live (files), its
+mode (modes: the copy-on-write publish of layout, versions, upsert, merge, rewrite,
+publish_files) and the audit's rules (audit). Each format's package (sinks.iceberg,
+sinks.delta) is a table format (table_format) that reads and commits its own table."""
