@@ -10,7 +10,7 @@ stage table of a PostgreSQL sink, and of a Kafka sink, is UNLOGGED and keyed by 
 (COPY speed): the part fence and the published table's key keep duplicates out, and commit's
 count check catches rows a crash loses. An Iceberg sink's stage tables (its dead letters and
 the rows naming its data files) are small and logged, since the files they name survive a
-crash (sinks.iceberg).
+crash (sinks.lake.stage_tables).
 
 Publishing differs by family (PROTOCOL.md "Sinks"). A sink in the ledger's database
 (PostgreSQL tables) publishes inside the commit's own transaction: `publish` and
