@@ -1,8 +1,9 @@
 """What a lake sink (an Iceberg table, a Delta table) does whatever its format: the stage in
 PostgreSQL, the publish by mode, file clean-up and the audit's reading of versions. A LakeSink
 is made of its parts: its table format (sinks.lake.table_format: sinks.iceberg, sinks.delta)
-binds the table to the output and reads and commits it; its stage (sinks.lake.stage_tables);
-the files a publish adds and removes (sinks.lake.publish_files); its audit (sinks.lake.audit).
+binds the table to the output and reads and commits it; its mode (sinks.lake.modes: what a
+publish adds and removes, sinks.lake.publish_files); its stage (sinks.lake.stage_tables); its
+audit (sinks.lake.audit).
 
 In PostgreSQL, in the pipeline's sink schema, for a table T:
 
