@@ -44,10 +44,14 @@ def test_a_lag_alert_fires_once_and_clears_once(stack, airflow):
 
     produced = feed(stack, TOPIC, 300)
     (fired,) = wait_calls(stack, 1)
-    assert (fired["alert"], fired["state"], fired["value"]) == ("lag", "firing", produced)
+    assert (fired["alert"], fired["state"]) == ("lag", "firing")
+    # the lag of the look that fired: at the threshold or past it, and at most what was
+    # produced (a look may come while the producer is still writing: a run under load saw 150)
+    lag = fired["value"]
+    assert 100 <= lag <= produced, fired
     assert fired["subject"] == "[firing] it_alerts"  # the notifier's template, rendered
     assert fired["dag_id"] == f"{cfg.dag_id}_alerts"
-    assert "lag 300 records" in fired["message"] and "alert_lag_records 100" in fired["message"]
+    assert f"lag {lag} records" in fired["message"] and "alert_lag_records 100" in fired["message"]
     time.sleep(4)  # four more looks at lag 300: the incident is open, nothing more is sent
     assert len(calls(stack)) == 1
 
@@ -63,5 +67,5 @@ def test_a_lag_alert_fires_once_and_clears_once(stack, airflow):
             " where pipeline = %s",
             (cfg.name,),
         )
-        assert cur.fetchall() == [("lag", produced, 0)]
+        assert cur.fetchall() == [("lag", lag, 0)]
     audit(stack, "it_alerts")
