@@ -100,7 +100,7 @@ from common import ROOT, SPARK_SUBMIT, Topic  # noqa: E402
 from onceflow.hooks.registry import reader_schemas_of  # noqa: E402
 from onceflow.hooks.sink import sink_for  # noqa: E402
 from onceflow.spark import jvm_archive  # noqa: E402
-from onceflow.spark_app import PROCESS_APPLICATION  # noqa: E402
+from onceflow.spark.applications import PROCESS_APPLICATION  # noqa: E402
 from procmon import run_watched  # noqa: E402
 
 UTC = timezone.utc

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from onceflow.process.entry import CONNECT_URL_ENV
 from onceflow.spark import jvm_archive, small_batch_jvm
-from onceflow.spark_app import PROCESS_APPLICATION
+from onceflow.spark.applications import PROCESS_APPLICATION
 
 SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
 CONNECT_ENV = "ONCEFLOW_TEST_CONNECT"

@@ -137,6 +137,7 @@ def test_the_command_line_reads_named_connections(monkeypatch):
     """`onceflow --ledger-conn ID --kafka-conn ID ...`: the command's ONCEFLOW_* settings (and
     so every client it makes) come from those connections."""
     from onceflow.cli.selection import use_connections
+    from onceflow.kafka.client import cluster_from_env
     from onceflow.settings import Settings
 
     _conn(monkeypatch, "prod_pg", conn_type="postgres", host="pg", login="u", password=SECRET)
@@ -148,7 +149,7 @@ def test_the_command_line_reads_named_connections(monkeypatch):
     use_connections("prod_pg", "prod_kafka")
     settings = Settings.from_env()
     assert "host=pg" in settings.ledger.libpq_dsn() and SECRET not in repr(settings)
-    cluster = settings.kafka_cluster()
+    cluster = cluster_from_env(settings.kafka_bootstrap)
     assert cluster.bootstrap == "pk:9093" and dict(cluster.security)["sasl.password"] == SECRET
     with pytest.raises(
         ConfigError, match=r"'nope' \(type 'kafka'\) does not exist \(--kafka-conn names it\)"

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from onceflow.config.times import iso_datetime
 from onceflow.hooks.sink import sink_for
-from onceflow.spark_app import PROCESS_APPLICATION
+from onceflow.spark.applications import PROCESS_APPLICATION
 from process_modes import CONNECT_ENV, run_process
 
 # a test marked ONE_MODE guards a rule that does not depend on how the job reached Spark

@@ -14,6 +14,7 @@
   the errors, the offset ranges and the platform's compat, not even under TYPE_CHECKING (what
   it asks of a pipeline, a sink or a registry is a protocol of ledger.contracts), and every SQL
   statement on a table of the ledger's schema is one of its modules';
+- the house stands on at most MAX_FLOORS floors (each runtime folder a room, the tooling one);
 - a batch state is spelled only in onceflow/ledger/states.py (SQL passes states as parameters);
 - every docs/PROTOCOL.md section a docstring or comment cites exists.
 """
@@ -309,6 +310,50 @@ def test_only_the_ledger_and_its_hook_hold_a_dsn():
             if "dsn" in name.lower():
                 found.append(f"{path.relative_to(INCLUDE)}:{node.lineno}: {name}")
     assert found == []
+
+
+# The house as issue 50 drew it: each folder of the runtime one room, each top-level module
+# one, the checkout's tooling one; a room stands on the floor above everything it imports.
+# The DAG file and the bench stand above these, so the whole house has MAX_FLOORS + 1.
+MAX_FLOORS = 10
+
+
+def room(module: str) -> str:
+    parts = module.split(".")
+    return parts[0] if parts[0] != "onceflow" else ".".join(parts[:2])
+
+
+def floors(graph: dict[str, set[str]]) -> dict[str, int]:
+    """Each room's floor: 1 for a room that imports no other, else one above its highest."""
+    rooms: dict[str, set[str]] = {}
+    for name, deps in graph.items():
+        rooms.setdefault(room(name), set()).update(room(d) for d in deps if room(d) != room(name))
+    found: dict[str, int] = {}
+
+    def floor(r: str) -> int:
+        if r not in found:
+            found[r] = 1 + max((floor(d) for d in rooms.get(r, ())), default=0)
+        return found[r]
+
+    return {r: floor(r) for r in rooms}
+
+
+def test_the_floors_finder_stacks_rooms_by_their_imports():
+    graph = {"onceflow.a.x": {"onceflow.b"}, "onceflow.a.y": set(), "onceflow.b": {"onceflow.c"}}
+    assert floors(graph | {"onceflow.c": set()}) == {
+        "onceflow.a": 3,
+        "onceflow.b": 2,
+        "onceflow.c": 1,
+    }
+
+
+def test_the_house_stands_on_few_floors():
+    """A room low in the house imports little; each floor more is one more layer a reader
+    crosses to see what a module rests on. The ledger stands on floor 3 or lower."""
+    found = floors(import_graph())
+    assert found["onceflow.ledger"] <= 3
+    assert found["onceflow.errors"] == 1 and found["onceflow.airflow"] > found["onceflow.commit"]
+    assert max(found.values()) <= MAX_FLOORS, sorted(found.items(), key=lambda rf: -rf[1])
 
 
 def sink_depths() -> dict[str, int]:

@@ -1,5 +1,4 @@
-"""What the command line and the Ledger view read of the environment, and where the users'
-transform modules are.
+"""What the command line and the Ledger view read of the environment.
 
 No value here points at a service: the ledger's database, the Kafka cluster and Airflow's API
 come from Airflow connections (onceflow.hooks) or from the ONCEFLOW_* variables a user sets.
@@ -13,38 +12,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from onceflow.errors import ConfigError
 from onceflow.ledger.db import Ledger
 
-if TYPE_CHECKING:
-    from onceflow.kafka.client import KafkaCluster
-
 LEDGER_ENV = "ONCEFLOW_POSTGRES_DSN"
 KAFKA_ENV = "ONCEFLOW_KAFKA_BOOTSTRAP"
-
-
-def spark_jobs_dir() -> Path:
-    """The folder of the users' transform modules ("inventory:transform" is
-    spark_jobs/inventory.py): ONCEFLOW_SPARK_JOBS, else ./spark_jobs."""
-    return Path(os.environ.get("ONCEFLOW_SPARK_JOBS") or Path.cwd() / "spark_jobs").resolve()
-
-
-def user_python_path() -> tuple[Path, ...]:
-    """ONCEFLOW_PYTHONPATH: folders holding the user's own transform modules and packages
-    (separated by os.pathsep, like PYTHONPATH), made absolute from the current directory.
-    An installed package (`pip install -e` into Onceflow's Python) needs no entry."""
-    raw = os.environ.get("ONCEFLOW_PYTHONPATH", "")
-    return tuple(Path(p).resolve() for p in raw.split(os.pathsep) if p)
-
-
-def transform_path() -> tuple[Path, ...]:
-    """Where a user transform's module is imported from before sys.path, by the driver
-    (onceflow.transforms.load_transform) and by the executors' Python workers that unpickle
-    its UDFs (the process task's spark.executorEnv.PYTHONPATH): the spark_jobs folder, then
-    ONCEFLOW_PYTHONPATH's folders (the process task adds the pipelines file's folder there)."""
-    return (spark_jobs_dir(), *user_python_path())
 
 
 def home() -> Path:
@@ -100,12 +73,6 @@ class Settings:
                 "ONCEFLOW_AIRFLOW_PASSWORD for its login"
             )
         return self.airflow.rstrip("/")
-
-    def kafka_cluster(self) -> KafkaCluster:
-        """The source cluster: the bootstrap with ONCEFLOW_KAFKA_CONFIG's client settings."""
-        from onceflow.kafka.client import cluster_from_env
-
-        return cluster_from_env(self.kafka_bootstrap)
 
     @classmethod
     def from_env(cls) -> Settings:

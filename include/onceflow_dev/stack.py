@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import psutil
-from onceflow.settings import user_python_path
+from onceflow.config.transform_path import user_python_path
 
 from onceflow_dev import CHECKOUT
 from onceflow_dev.children import stop_child

@@ -33,7 +33,7 @@ from onceflow.config.schedule import CONTINUOUS
 from onceflow.errors import PipelineKeyError
 from onceflow.hooks.sink import sink_for
 from onceflow.settings import Settings
-from onceflow.spark_app import PROCESS_APPLICATION
+from onceflow.spark.applications import PROCESS_APPLICATION
 
 CONTINUOUS_SINCE = datetime(2024, 1, 1, tzinfo=timezone.utc)
 

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from onceflow.config.pipeline import PipelineConfig
-from onceflow.settings import spark_jobs_dir, transform_path
+from onceflow.config.transform_path import spark_jobs_dir, transform_path
 from onceflow.spark import jvm_archive
 
 # Passed to spark-submit (as env_vars, which Airflow renders into its UI: nothing secret; the
@@ -31,7 +31,7 @@ _PASSTHROUGH = (
 
 
 def user_folders(pipelines_file: Path) -> tuple[Path, ...]:
-    """Where the job imports user transforms from: settings.transform_path, then the
+    """Where the job imports user transforms from: config.transform_path, then the
     pipelines file's folder (a user's transform package lives next to it)."""
     folder, path = pipelines_file.resolve().parent, transform_path()
     return (*path, *(() if folder in path else (folder,)))

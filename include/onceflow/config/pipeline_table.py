@@ -25,9 +25,9 @@ from onceflow.config.schedule import ON_RECORDS_KEYS, parse_schedule
 from onceflow.config.sink import LAKE_KINDS
 from onceflow.config.sink_table import parse_sink
 from onceflow.config.times import parse_time
+from onceflow.config.transform_path import transform_path
 from onceflow.config.transform_ref import reference_problem
 from onceflow.errors import ConfigError, PipelineKeyError
-from onceflow.settings import transform_path
 
 SPARK_CONF_KEY_RE = re.compile(r"^spark\.[A-Za-z0-9._-]+$")
 # The keys a [pipelines.NAME] table takes.

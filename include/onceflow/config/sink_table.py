@@ -8,7 +8,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from onceflow.config.names import CONN_ID_RE, NAME_RE, TOPIC_RE
+from onceflow.config.names import BOOTSTRAP_RE, CONN_ID_RE, NAME_RE, TOPIC_RE
 from onceflow.config.partitions import parse_partition_by
 from onceflow.config.sink import (
     COMMIT_LOG_SUFFIX,
@@ -21,7 +21,6 @@ from onceflow.config.sink import (
     SinkConfig,
 )
 from onceflow.errors import ConfigError, PipelineKeyError
-from onceflow.kafka.client import BOOTSTRAP_RE
 
 # A warehouse: an absolute local path or a URI with a scheme (file://, s3://, gs://, ...).
 WAREHOUSE_RE = re.compile(r"^(/|[a-z][a-z0-9+.-]*://)\S*$")

@@ -19,7 +19,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import re
 import threading
 import urllib.parse
 from collections.abc import Mapping
@@ -30,12 +29,11 @@ from typing import Any
 
 from kafka.net.sasl.oauth import AbstractTokenProvider
 
+from onceflow.config.names import BOOTSTRAP_RE
 from onceflow.errors import ConfigError, OnceflowError
 from onceflow.net import bounded_http
 
 ENV_CONFIG = "ONCEFLOW_KAFKA_CONFIG"
-# A cluster's bootstrap servers: host:port[,host:port...]
-BOOTSTRAP_RE = re.compile(r"^[A-Za-z0-9_.\[\]:-]+:[0-9]+(,[A-Za-z0-9_.\[\]:-]+:[0-9]+)*$")
 # OidcTokenProvider's arguments, in its order; the first three are required
 _OIDC = ("sasl.oauthbearer.token.endpoint.url", "sasl.oauthbearer.client.id")
 _OIDC += ("sasl.oauthbearer.client.secret", "sasl.oauthbearer.scope", "sasl.oauthbearer.extensions")

@@ -7,7 +7,7 @@ onceflow/spark_app/process.py is the application file that calls it.
 How the DAG submits it (onceflow.airflow.dag_factory.build_dag, through
 onceflow.airflow.tasks.ProcessOperator, a SparkSubmitOperator):
 
-    application       onceflow.spark_app.PROCESS_APPLICATION (a file of the installed package)
+    application       onceflow.spark.applications.PROCESS_APPLICATION (a file of the installed package)
     application_args  ["--pipeline=NAME", "--txid=TXID"], set when the task runs from
                       its rendered `txid` (the run id, TxidOperator): every other option of
                       the job keeps its default
@@ -18,7 +18,7 @@ onceflow.airflow.tasks.ProcessOperator, a SparkSubmitOperator):
     conf              spark.pyspark.python and spark.pyspark.driver.python
                       ($ONCEFLOW_SPARK_PYTHON, else the Airflow worker's interpreter),
                       spark.executorEnv.PYTHONPATH (where user transforms are imported
-                      from: settings.transform_path, then the pipelines file's folder), the
+                      from: config.transform_path, then the pipelines file's folder), the
                       pipeline's spark_conf over those, and the driver JVM's class archive
                       in spark.driver.extraJavaOptions when the worker has one
                       (onceflow.spark.jvm_archive); all of it read on the worker when
@@ -72,7 +72,7 @@ EPILOG = """\
 example:
   spark-submit --master 'local[2]' --driver-memory 512m \\
       --conf spark.pyspark.python=/opt/onceflow/.venv/bin/python \\
-      "$(python -c 'from onceflow.spark_app import PROCESS_APPLICATION as a; print(a)')" \\
+      "$(python -c 'from onceflow.spark.applications import PROCESS_APPLICATION as a; print(a)')" \\
       --pipeline my_pipeline --txid manual__2024-05-01T12:00:00+00:00
 
 environment (onceflow.settings; the DAG's process task sets them from its Airflow
@@ -180,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     from onceflow.config.pipelines_file import get_pipeline
     from onceflow.errors import ConfigError
+    from onceflow.kafka.client import cluster_from_env
     from onceflow.process.connect_session import ConnectSpark
     from onceflow.process.session import SubmittedSpark
     from onceflow.settings import Settings
@@ -194,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings.from_env()
     try:
         cfg = get_pipeline(command.pipelines_file or settings.pipelines_file, command.pipeline)
-        kafka = settings.kafka_cluster()  # the process task put its connection's settings there
+        # the process task put its connection's settings there
+        kafka = cluster_from_env(settings.kafka_bootstrap)
     except ConfigError as e:
         log.error("onceflow process: %s", e)
         return ProcessExit.USAGE

@@ -34,11 +34,10 @@ import time
 from pathlib import Path
 
 from onceflow.errors.process import SparkArchiveError
+from onceflow.spark.applications import TRAINING_JOB
 
 ENV = "ONCEFLOW_SPARK_ARCHIVE"
 DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
-# the training run's application file, shipped in the package like the process job's
-TRAINING_JOB = Path(__file__).resolve().parents[1] / "spark_app" / "archive_training.py"
 
 
 def _java_binary() -> str:

@@ -8,7 +8,7 @@ spark.executorEnv.PYTHONPATH). On any other master (standalone, YARN, Kubernetes
 local-cluster) and on a Spark Connect server (process_mode = "connect") executors may run on
 hosts without the user's code: the transform's module is shipped, as its file, or as a zip
 of its top-level package when it is in a package, and so is every other module of the
-user's folders (settings.transform_path) that importing it imported (a helper module next
+user's folders (config.transform_path) that importing it imported (a helper module next
 to it). onceflow itself is shipped only when asked
 (--ship-package): executors need the packages of requirements.lock installed anyway, and
 onceflow with them; the user's code changes with every pipeline and is installed nowhere.
@@ -53,13 +53,13 @@ def py_files(transform: str, master: str, ship_package: bool, folder: Path) -> l
 
 
 def _user_modules() -> set[str]:
-    """The top-level modules imported from the user's folders (settings.transform_path), as
+    """The top-level modules imported from the user's folders (config.transform_path), as
     named or with their links resolved.
 
     Each module's path is resolved through its folder's, once per folder: a task process
     holds thousands of modules (Airflow's, pyspark's) in a few hundred folders, and
     resolving each file on its own took a third of a second of every connect-mode attempt."""
-    from onceflow.settings import transform_path
+    from onceflow.config.transform_path import transform_path
 
     paths = transform_path()
     folders = {str(p) for p in paths} | {os.path.realpath(p) for p in paths}

@@ -2,7 +2,7 @@
 docstring for how the DAG submits it, and onceflow.process for what it does; `--help` prints
 its arguments and exit codes).
 
-    spark-submit [options] $(python -c "from onceflow.spark_app import PROCESS_APPLICATION as a; print(a)") --pipeline NAME --txid RUN_ID
+    spark-submit [options] $(python -c "from onceflow.spark.applications import PROCESS_APPLICATION as a; print(a)") --pipeline NAME --txid RUN_ID
 
 It sits alone in its folder because spark-submit puts a script's folder first on sys.path:
 next to the package's modules it would shadow `airflow` with onceflow/airflow.

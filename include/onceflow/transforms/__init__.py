@@ -46,7 +46,7 @@ is built: the workers get their stage target with process's own job (fast_stage.
 spark_jobs/orders.py is an example.
 
 The module is looked up in the spark_jobs folder and the user's folders of
-ONCEFLOW_PYTHONPATH first (settings.transform_path), then on sys.path (any installed
+ONCEFLOW_PYTHONPATH first (config.transform_path), then on sys.path (any installed
 package); process ships it to executors that may lack it (onceflow.spark.shipping).
 
 A transform's module may also define `sample(i: int, rng: random.Random) ->
@@ -125,12 +125,12 @@ def _as_they_are(df: Any) -> Any:
 def load_module(spec: str, what: str = "transform") -> ModuleType:
     """The module of a transform "module:function" (or of `what` else: an alert notifier),
     looked up in the spark_jobs folder and the ONCEFLOW_PYTHONPATH folders
-    (settings.transform_path) first, then on sys.path; raises TransformError naming the
+    (config.transform_path) first, then on sys.path; raises TransformError naming the
     module and where it was searched."""
     module_name, sep, function = spec.partition(":")
     if not sep or not module_name or not function:
         raise TransformError(f"{what} {spec!r} is not 'module:function'")
-    from onceflow.settings import transform_path
+    from onceflow.config.transform_path import transform_path
 
     folders = [str(p) for p in transform_path()]
     jobs, users = folders[0], folders[1:]
