@@ -147,7 +147,7 @@ BENCH_ARGS ?=
 bench: setup
 	$(PY) bench/run.py $(BENCH_ARGS)
 
-## test-compat: the compatibility matrix (tests/test_compat_matrix.py): the wheel in a fresh
+## test-compat: the compatibility matrix (tests/e2e/test_compat_matrix.py): the wheel in a fresh
 ##       venv per cell (Python 3.10 + Airflow 3.1.0 + pyspark 4.0.0 and every floor; Python 3.12
 ##       + Airflow 3.2.1 + pyspark 4.3.0; Python 3.13 + Airflow 3.3.2 + pyspark 4.3.0), the
 ##       unit suite against it and one pipeline through that Airflow's scheduler (about 8

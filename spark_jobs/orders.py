@@ -56,14 +56,14 @@ for it. Its fields are cut out of the text directly (split on the quote characte
 cannot occur inside its strings) and only rules 1-3, 10, 12 and 13 are evaluated. Every
 other record takes the VARIANT path above; the VARIANT expressions are guarded so they cost
 nothing for fast records. Both paths give the same row for a record the fast path accepts
-(tests/test_transform_orders.py runs every case through both).
+(tests/integration/test_transform_orders.py runs every case through both).
 
 Fast form (in Python). `fast_form(batch)` is `transform`'s fast form (onceflow.transforms):
 the same fast layout parsed vectorised (pyarrow, numpy) over the reader's Arrow batches in
 the reader's Python worker, which stages the rows itself (onceflow.staging.fast_stage); only the
 records it declines go through `transform` in the JVM. It may decline any record it is
 unsure about, but must never accept one that the rules above would reject or parse
-differently (tests/test_transform_orders.py runs every case and a fuzz of edge values
+differently (tests/integration/test_transform_orders.py runs every case and a fuzz of edge values
 through both and requires equal rows). Accepted, per record:
   - the value is not NULL and at most MAX_VALUE_BYTES long (rules 1 and 2);
   - its bytes match FAST_BYTES_RE: FAST_RE written over bytes, with each string's

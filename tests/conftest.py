@@ -58,10 +58,10 @@ def pytest_itemcollected(item):
 
 # The modules that start an environment of their own, with their minutes in make test
 OWN_ENVIRONMENTS = {
-    "tests/test_own_stack_e2e.py": 10,
-    "tests/test_compat_matrix.py": 8,
-    "tests/test_installed_celery.py": 6,
-    "tests/test_cluster.py": 4,
+    "tests/e2e/test_own_stack_e2e.py": 10,
+    "tests/e2e/test_compat_matrix.py": 8,
+    "tests/e2e/test_installed_celery.py": 6,
+    "tests/e2e/test_cluster.py": 4,
 }
 
 

@@ -40,8 +40,8 @@ Its modules, by what they are for:
   the truth, the verdict, chaos-report.json and its table.
 
 The pure parts (fault schedule, pipeline derivation, accounting, report table) are
-unit-tested in tests/test_chaos_unit.py and tests/test_chaos_kafka_unit.py; the reading of a
-Kafka sink in tests/test_chaos_topic_read.py (real_kafka); the rest needs the real stack.
+unit-tested in tests/chaos/test_chaos_unit.py and tests/chaos/test_chaos_kafka_unit.py; the reading of a
+Kafka sink in tests/chaos/test_chaos_topic_read.py (real_kafka); the rest needs the real stack.
 """
 
 from onceflow_dev.chaos.config import Options

@@ -1,6 +1,6 @@
 """A user's alert notifier (`alert_notifier = "acme_pipelines.alert_recorder:notifier"`): an
 Airflow BaseNotifier that records each call, one JSON line per alert, in
-$ONCEFLOW_HOME/alert-calls.jsonl (tests/test_alerts_e2e.py reads them)."""
+$ONCEFLOW_HOME/alert-calls.jsonl (tests/e2e/test_alerts_e2e.py reads them)."""
 
 from __future__ import annotations
 

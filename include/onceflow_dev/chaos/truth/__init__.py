@@ -46,5 +46,5 @@ Its modules, by what they are for:
 - upsert, merge, topic: each the rest of one sink mode's truth.
 
 This `__init__` holds only this overview: it imports nothing, so importing a module of the
-package runs nothing else (tests/test_structure.py's rule on package `__init__`s).
+package runs nothing else (tests/unit/test_structure.py's rule on package `__init__`s).
 """
