@@ -88,15 +88,13 @@ def stage_attempt(dsn: str, cfg: Any, sink: Any, txid: str, parts: list[list[Any
     claim = claim_attempt(dsn, cfg.name, txid)
     this = Attempt(cfg.name, txid, claim.seq, claim.attempt)
     with transaction(dsn) as cur:
-        bound = sink.bind_output(cur, FIELDS)
-        bound.create_stage(cur, this)
-    target = StageTarget.for_sink(
-        Ledger(dsn), bound, Attempt(cfg.name, txid, claim.seq, claim.attempt)
-    )
+        writer = sink.stage_writer(cur, FIELDS)
+        writer.create(cur, this)
+    target = StageTarget.of(Ledger(dsn), writer, this)
     for k, batches in enumerate(parts):
         stage_part(target, k, batches)
     with transaction(dsn) as cur:
-        bound.seal_stage(cur, this)
+        writer.seal(cur, this)
     mark_staged(dsn, cfg, txid, claim.attempt, parts=len(parts), sink=sink)
 
 

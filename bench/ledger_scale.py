@@ -80,14 +80,12 @@ def stage_rows(dsn: str, cfg: Any, sink: Any, claim: Any, n: int, start: int) ->
 
     this = Attempt(cfg.name, claim.txid, claim.seq, claim.attempt)
     with transaction(dsn) as cur:
-        bound = sink.bind_output(cur, FIELDS)
-        bound.create_stage(cur, this)
-    target = StageTarget.for_sink(
-        Ledger(dsn), bound, Attempt(cfg.name, claim.txid, claim.seq, claim.attempt)
-    )
+        writer = sink.stage_writer(cur, FIELDS)
+        writer.create(cur, this)
+    target = StageTarget.of(Ledger(dsn), writer, this)
     stage_part(target, 0, iter([_rows(n, start)]))
     with transaction(dsn) as cur:
-        bound.seal_stage(cur, this)
+        writer.seal(cur, this)
 
 
 def one_count(dsn: str, n: int, say=print) -> dict[str, float]:

@@ -2,7 +2,7 @@
 the tests that reuse their set-up): a pipeline over topic T into each kind of sink, rows
 staged as process stages them (onceflow.staging.writer.stage_part: Arrow batches, the part
 fence, COPY) into tables created from an output schema as process creates them
-(Sink.bind_output), the broker as a snapshot callable (as in test_ledger.py), and reading
+(Sink.stage_writer), the broker as a snapshot callable (as in test_ledger.py), and reading
 back what a sink and the ledger hold: a batch's row, the audit's verdict, a Kafka topic as
 a read_committed consumer sees it, an Iceberg table and its snapshots.
 
@@ -89,9 +89,10 @@ def pipeline(name, mode, warehouse=None):
     )
 
 
-def bound(dsn, cfg):
+def writer(dsn, cfg):
+    """The sink's stage for FIELDS, its tables created from them as process creates them."""
     with transaction(dsn) as cur:
-        return sink_for(cfg).bind_output(cur, FIELDS)
+        return sink_for(cfg).stage_writer(cur, FIELDS)
 
 
 def records(*rows):
@@ -140,21 +141,21 @@ def records(*rows):
     )
 
 
-def stage_target(dsn, cfg, claim, sink=None):
-    """Where the claimed attempt stages, as process makes it: the sink bound to the output
-    (or `sink`, bound already) and the attempt's own stage created (an append table's)."""
-    sink = sink or bound(dsn, cfg)
+def stage_target(dsn, cfg, claim, stage=None):
+    """Where the claimed attempt stages, as process makes it: the sink's stage writer for the
+    output (or `stage`, one made already) and the attempt's own stage created (an append
+    table's)."""
+    stage = stage or writer(dsn, cfg)
+    this = Attempt(cfg.name, claim.txid, claim.seq, claim.attempt)
     with transaction(dsn) as cur:
-        sink.create_stage(cur, Attempt(cfg.name, claim.txid, claim.seq, claim.attempt))
-    return StageTarget.for_sink(
-        Ledger(dsn), sink, Attempt(cfg.name, claim.txid, claim.seq, claim.attempt)
-    )
+        stage.create(cur, this)
+    return StageTarget.of(Ledger(dsn), stage, this)
 
 
 def seal(dsn, cfg, claim):
     """What process does once every part is staged (the attempt table's indexes)."""
     with transaction(dsn) as cur:
-        bound(dsn, cfg).seal_stage(cur, Attempt(cfg.name, claim.txid, claim.seq, claim.attempt))
+        writer(dsn, cfg).seal(cur, Attempt(cfg.name, claim.txid, claim.seq, claim.attempt))
 
 
 def process(dsn, cfg, txid, *parts):

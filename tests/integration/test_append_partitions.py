@@ -21,7 +21,6 @@ from onceflow.sinks.postgres.sink import PostgresSink
 from onceflow.staging.writer import stage_part
 from sink_support import (
     T,
-    bound,
     exactly_once,
     pipeline,
     process,
@@ -30,6 +29,7 @@ from sink_support import (
     seal,
     snap,
     stage_target,
+    writer,
 )
 
 pytestmark = pytest.mark.integration
@@ -215,7 +215,7 @@ def test_an_earlier_versions_table_is_refused_until_migrated_then_publishes_on(l
     with pytest.raises(SinkLayoutError, match="onceflow migrate --sinks"):
         commit(ledger_dsn, cfg, "b")
     with pytest.raises(SinkLayoutError, match="an append table of an earlier Onceflow version"):
-        bound(ledger_dsn, cfg)
+        writer(ledger_dsn, cfg)
     with transaction(ledger_dsn) as cur:
         done = migrate_append(cur, cfg.name, sink_for(cfg))
     assert (done.rows, done.seqs, done.staged) == (2, (1, 1), 1)

@@ -38,13 +38,13 @@ from sink_support import (
     FIELDS,
     T,
     batch,
-    bound,
     exactly_once,
     pipeline,
     process,
     published,
     records,
     snap,
+    writer,
 )
 
 pytestmark = pytest.mark.integration
@@ -157,8 +157,8 @@ def test_a_rerun_replaces_the_txids_files_in_one_version(ledger_dsn, cfg):
 def test_a_fenced_attempts_file_is_never_referenced_and_removed_after_commit(ledger_dsn, cfg):
     plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}), sink=sink_for(cfg))
     old = claim_attempt(ledger_dsn, cfg.name, "a")
-    old_target = StageTarget.for_sink(
-        Ledger(ledger_dsn), bound(ledger_dsn, cfg), Attempt(cfg.name, "a", 1, 1)
+    old_target = StageTarget.of(
+        Ledger(ledger_dsn), writer(ledger_dsn, cfg), Attempt(cfg.name, "a", 1, 1)
     )
     stage_part(old_target, 0, [records((0, 0, "x", 100), (0, 1, "y", 100))])
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])
@@ -196,11 +196,11 @@ def test_the_ledger_cli_shows_each_committed_txids_version(ledger_dsn, cfg, writ
 
 
 def test_an_existing_table_that_does_not_fit_is_refused_naming_the_columns(ledger_dsn, cfg):
-    bound(ledger_dsn, cfg)  # creates the table with sku string, qty long
+    writer(ledger_dsn, cfg)  # creates the table with sku string, qty long
     changed = [(n, "int" if n == "sku" else t) for n, t in FIELDS if n != "qty"]
     changed.append(("price", "double"))
     with pytest.raises(SinkSchemaError) as e, transaction(ledger_dsn) as cur:
-        sink_for(cfg).bind_output(cur, changed)
+        sink_for(cfg).stage_writer(cur, changed)
     msg, t = str(e.value), f"{cfg.sink_schema}.items"
     assert msg.startswith(f"the transform's output does not fit the Delta table {t}: ")
     assert f"column 'price' (double), which the output adds, is not in {t}" in msg
@@ -212,7 +212,7 @@ def test_an_extra_column_is_left_alone_and_an_added_one_is_added_and_recorded(le
     from onceflow.sinks.schema_evolution import Evolution
 
     with transaction(ledger_dsn) as cur:  # a table with a `note` too, not from an output
-        sink_for(cfg).bind_output(cur, [*FIELDS, ("note", "string")])
+        sink_for(cfg).stage_writer(cur, [*FIELDS, ("note", "string")])
     table(cfg).alter.set_table_properties({OUTPUT_COLUMNS: "sku,qty"}, raise_if_not_exists=False)
     plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])  # without `note`
@@ -224,7 +224,7 @@ def test_an_extra_column_is_left_alone_and_an_added_one_is_added_and_recorded(le
     ]
     exactly_once(ledger_dsn, cfg)
     with transaction(ledger_dsn) as cur:  # the output adds `price`
-        sink_for(cfg).bind_output(cur, [*FIELDS, ("price", "double")], Evolution(cfg.name, "a", 2))
+        sink_for(cfg).stage_writer(cur, [*FIELDS, ("price", "double")], Evolution(cfg.name, "a", 2))
         cur.execute(
             "select catalog, sink_table, column_name, column_type from onceflow.schema_changes"
             " where pipeline = %s",
@@ -240,7 +240,7 @@ def test_an_unreachable_warehouse_is_a_clear_error(ledger_dsn, unique_name, tmp_
     blocker.write_text("a file where the warehouse folder should be")
     cfg = pipeline(unique_name, "delta", blocker / "lake")
     with pytest.raises(SinkSchemaError) as e, transaction(ledger_dsn) as cur:
-        sink_for(cfg).bind_output(cur, FIELDS)
+        sink_for(cfg).stage_writer(cur, FIELDS)
     assert f"Delta table {cfg.sink_schema}.items (file://{blocker / 'lake'}" in str(e.value)
 
 

@@ -37,7 +37,6 @@ from sink_support import (
     FIELDS,
     T,
     batch,
-    bound,
     cleanup,
     exactly_once,
     iceberg_table,
@@ -51,6 +50,7 @@ from sink_support import (
     snapshot_ids,
     snapshots,
     stage_target,
+    writer,
 )
 
 pytestmark = pytest.mark.integration
@@ -204,8 +204,8 @@ def test_the_ledger_cli_and_ui_show_each_committed_txids_snapshot(
 def test_a_fenced_attempts_file_is_never_referenced_and_removed_after_commit(ledger_dsn, cfg):
     plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}), sink=sink_for(cfg))
     old = claim_attempt(ledger_dsn, cfg.name, "a")
-    old_target = StageTarget.for_sink(
-        Ledger(ledger_dsn), bound(ledger_dsn, cfg), Attempt(cfg.name, "a", 1, 1)
+    old_target = StageTarget.of(
+        Ledger(ledger_dsn), writer(ledger_dsn, cfg), Attempt(cfg.name, "a", 1, 1)
     )
     stage_part(old_target, 0, [records((0, 0, "x", 100), (0, 1, "y", 100))])
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])
@@ -338,11 +338,11 @@ def test_a_namespace_of_its_own_and_the_rows_txid_and_epoch(ledger_dsn, unique_n
 
 
 def test_an_existing_table_that_does_not_fit_is_refused_naming_the_columns(ledger_dsn, cfg):
-    bound(ledger_dsn, cfg)  # creates the table with sku string, qty long
+    writer(ledger_dsn, cfg)  # creates the table with sku string, qty long
     changed = [(n, "int" if n == "sku" else t) for n, t in FIELDS if n != "qty"]
     changed.append(("price", "double"))
     with pytest.raises(SinkSchemaError) as e, transaction(ledger_dsn) as cur:
-        sink_for(cfg).bind_output(cur, changed)
+        sink_for(cfg).stage_writer(cur, changed)
     msg, t = str(e.value), f"{cfg.sink_schema}.items"
     assert msg.startswith(f"the transform's output does not fit the Iceberg table {t}: ")
     assert f"column 'price' (double), which the output adds, is not in {t}" in msg
@@ -354,7 +354,7 @@ def test_an_existing_table_with_an_extra_optional_column_is_used(ledger_dsn, cfg
     """A column someone else added (not one of an earlier output's, which the table property
     onceflow.output-columns names: that would be a removed column) is left alone."""
     with transaction(ledger_dsn) as cur:  # a table with a `note` too, not from an output
-        sink_for(cfg).bind_output(cur, [*FIELDS, ("note", "string")])
+        sink_for(cfg).stage_writer(cur, [*FIELDS, ("note", "string")])
     with iceberg_table(ledger_dsn, cfg).transaction() as tx:
         tx.remove_properties(OUTPUT_COLUMNS)
     plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}), sink=sink_for(cfg))
@@ -373,7 +373,7 @@ def test_an_unreachable_warehouse_is_a_clear_error(ledger_dsn, unique_name, tmp_
     blocker.write_text("a file where the warehouse folder should be")
     cfg = pipeline(unique_name, "iceberg", blocker / "lake")
     with pytest.raises(SinkSchemaError) as e, transaction(ledger_dsn) as cur:
-        sink_for(cfg).bind_output(cur, FIELDS)
+        sink_for(cfg).stage_writer(cur, FIELDS)
     assert f"Iceberg table {cfg.sink_schema}.items (warehouse {blocker / 'lake'})" in str(e.value)
 
 

@@ -90,6 +90,6 @@ def test_a_key_column_missing_from_the_output_is_named_and_nothing_staged(
         ),
         transaction(ledger_dsn) as cur,
     ):
-        sink_for(cfg).bind_output(cur, without_sku)
+        sink_for(cfg).stage_writer(cur, without_sku)
     with transaction(ledger_dsn) as cur:
         assert sink_for(cfg).open_table(cur) is None  # no table made

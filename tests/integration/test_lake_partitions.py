@@ -17,7 +17,7 @@ from onceflow.hooks.sink import sink_for
 from onceflow.ledger.db import transaction
 from onceflow.ledger.planning import plan
 from onceflow.maintenance import maintain
-from sink_support import FIELDS, MODES, T, bound, exactly_once, process, published, snap
+from sink_support import FIELDS, MODES, T, exactly_once, process, published, snap, writer
 
 pytestmark = pytest.mark.integration
 
@@ -91,7 +91,7 @@ def test_each_file_holds_one_partition_through_publish_rerun_and_compaction(
 
 def test_the_iceberg_spec_is_made_as_partition_by_says(ledger_dsn, unique_name, tmp_path):
     cfg = partitioned(unique_name, "iceberg", tmp_path / "w", ["sku", "bucket(8, qty)"])
-    bound(ledger_dsn, cfg)
+    writer(ledger_dsn, cfg)
     with transaction(ledger_dsn) as cur:
         table = sink_for(cfg).open_table(cur)
     assert [(f.name, str(f.transform)) for f in table.spec().fields] == [
@@ -113,18 +113,18 @@ def test_a_field_the_table_cannot_partition_by_is_refused(
 ):
     cfg = partitioned(unique_name, kind, tmp_path / "w", partition_by)
     with pytest.raises(SinkSchemaError, match=message):
-        bound(ledger_dsn, cfg)
+        writer(ledger_dsn, cfg)
 
 
 @pytest.mark.parametrize("kind", ["iceberg", "delta"])
 def test_an_existing_table_partitioned_otherwise_is_refused(
     ledger_dsn, unique_name, tmp_path, kind
 ):
-    bound(ledger_dsn, partitioned(unique_name, kind, tmp_path / "w"))
+    writer(ledger_dsn, partitioned(unique_name, kind, tmp_path / "w"))
     other = partitioned(unique_name, kind, tmp_path / "w", ["qty"])
     refused = "is partitioned by .* the sink's partition_by says"
     with pytest.raises(SinkSchemaError, match=refused), transaction(ledger_dsn) as cur:
-        sink_for(other).bind_output(cur, FIELDS)
+        sink_for(other).stage_writer(cur, FIELDS)
 
 
 @pytest.mark.unit

@@ -23,7 +23,7 @@ from onceflow.hooks.sink import sink_for
 from onceflow.ledger.planning import plan
 from onceflow.maintenance import maintain
 from onceflow.sinks.lake.storage import STORAGE_ENV, Storage
-from sink_support import MODES, T, bound, exactly_once, pipeline, process, published, snap
+from sink_support import MODES, T, exactly_once, pipeline, process, published, snap, writer
 
 pytestmark = pytest.mark.integration
 
@@ -119,7 +119,7 @@ def test_the_storage_comes_from_an_aws_connection_and_its_secret_is_never_shown(
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])
     assert commit(ledger_dsn, cfg, "a").published == 2
     exactly_once(ledger_dsn, cfg)
-    described = bound(ledger_dsn, cfg).storage
+    described = writer(ledger_dsn, cfg).storage
     assert SECRET not in repr(described) and SECRET not in described.describe()
 
 
@@ -130,7 +130,7 @@ def test_an_unreachable_endpoint_is_named_and_its_secret_is_not(
     monkeypatch.setenv(STORAGE_ENV, dead.to_env())
     cfg = pipeline(unique_name, "delta", f"s3://{BUCKET}/{unique_name}")
     with pytest.raises(SinkSchemaError) as e:
-        bound(ledger_dsn, cfg)
+        writer(ledger_dsn, cfg)
     assert f"Delta table {cfg.sink_schema}.items (s3://{BUCKET}/{unique_name}" in str(e.value)
     assert SECRET not in str(e.value)
 

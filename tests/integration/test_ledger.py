@@ -72,9 +72,10 @@ def stage(dsn, cfg, txid, attempt, n_valid, n_dead=0, partition=0, start=None):
     r = next(r for r in batch.ranges if r.partition == partition)
     offset = r.from_offset if start is None else start
     with transaction(dsn) as cur:
-        sink = sink_for(cfg).bind_output(cur, ORDER_FIELDS)  # the tables, as process makes them
-        sink.create_stage(cur, Attempt(cfg.name, txid, batch.seq, attempt))
-        part = sink.attempt_table(batch.seq, attempt)
+        stage = sink_for(cfg).stage_writer(cur, ORDER_FIELDS)  # the tables, as process makes them
+        this = Attempt(cfg.name, txid, batch.seq, attempt)
+        stage.create(cur, this)
+        part = stage.attempt_table(this)
         for i in range(n_valid + n_dead):
             if i < n_valid:
                 cur.execute(
@@ -475,13 +476,13 @@ def test_sink_identifiers_are_quoted(ledger_dsn, unique_name):
         return PostgresSink(schema, pipeline(unique_name).sink)
 
     with transaction(ledger_dsn) as cur:
-        sink(unique_name).bind_output(cur, ORDER_FIELDS)
+        sink(unique_name).stage_writer(cur, ORDER_FIELDS)
         cur.execute(
             "select count(*) from information_schema.tables where table_schema = %s", (unique_name,)
         )
         assert cur.fetchone()[0] == 2  # the stage and the append table
     with pytest.raises(psycopg2.Error), transaction(ledger_dsn) as cur:
-        sink('x"; drop schema onceflow cascade; --').bind_output(cur, ORDER_FIELDS)
+        sink('x"; drop schema onceflow cascade; --').stage_writer(cur, ORDER_FIELDS)
         cur.execute("select 1/0")  # the schema name above was created verbatim, never executed
     with transaction(ledger_dsn) as cur:
         cur.execute("select to_regclass('onceflow.batches')")

@@ -202,15 +202,15 @@ ORDER_FIELDS = [
 ]
 
 
-def orders_sink(dsn: str, schema: str):
-    """The pipeline's append sink in `schema`, bound to the orders output (its tables
+def orders_stage(dsn: str, schema: str):
+    """The stage of the pipeline's append sink in `schema` for the orders output (its tables
     created or checked, as process does)."""
     from onceflow.config.sink import SinkConfig
     from onceflow.ledger.db import transaction
     from onceflow.sinks.postgres.sink import PostgresSink
 
     with transaction(dsn) as cur:
-        return PostgresSink(schema, SinkConfig("orders")).bind_output(cur, ORDER_FIELDS)
+        return PostgresSink(schema, SinkConfig("orders")).stage_writer(cur, ORDER_FIELDS)
 
 
 def fast_form_columns():
@@ -410,7 +410,7 @@ def test_retry_claims_attempt_2_with_the_same_output_and_fences_attempt_1(env, f
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     assert summary(proc)["attempt"] == "2"
     dsn = env["ONCEFLOW_POSTGRES_DSN"]
-    sink = orders_sink(dsn, "it_orders")
+    sink = sink_for(cfg(env))  # ready as made: counting needs no output schema
     with transaction(dsn) as cur:
         seq = check_attempt(cur, PIPELINE, "run-1", 2)
         first = sink.staged_counts(cur, Attempt(PIPELINE, "run-1", seq, 1))
@@ -484,12 +484,11 @@ def test_a_retried_fast_stage_task_still_hands_on_its_declined_records(env, prod
     )
     pieces = input_ranges(batch.ranges, 25)
     attempt = claim_attempt(dsn, "it_fast", "run-fs").attempt
-    sink = orders_sink(dsn, "it_fast")
+    stage = orders_stage(dsn, "it_fast")
+    this = Attempt("it_fast", "run-fs", batch.seq, attempt)
     with transaction(dsn) as cur:  # the attempt's table, as process makes it
-        sink.create_stage(cur, Attempt("it_fast", "run-fs", batch.seq, attempt))
-    target = StageTarget.for_sink(
-        Ledger(dsn), sink, Attempt("it_fast", "run-fs", batch.seq, attempt)
-    )
+        stage.create(cur, this)
+    target = StageTarget.of(Ledger(dsn), stage, this)
     fn = FastStageFn(pieces, BOOTSTRAP, TRANSFORM, FastStage(target, fast_form_columns()))
 
     def records_of(piece) -> dict:
@@ -561,8 +560,8 @@ def test_task_fence_stages_a_part_once_per_attempt(env, first_run):
             "error": ["x"],
         }
     )
-    target_sink = orders_sink(dsn, "it_orders")
-    target = StageTarget.for_sink(Ledger(dsn), target_sink, Attempt(PIPELINE, "run-1", 1, attempt))
+    stage = orders_stage(dsn, "it_orders")
+    target = StageTarget.of(Ledger(dsn), stage, Attempt(PIPELINE, "run-1", 1, attempt))
     msg = stage_part(target, 0, [batch])  # a retried task of part 0 of the same attempt
     assert msg.skipped and msg.rows == 0
     assert (
@@ -575,9 +574,7 @@ def test_task_fence_stages_a_part_once_per_attempt(env, first_run):
     )
     with pytest.raises(FencedAttemptError):  # a task of an older attempt (a zombie driver)
         stage_part(
-            StageTarget.for_sink(
-                Ledger(dsn), target_sink, Attempt(PIPELINE, "run-1", 1, attempt - 1)
-            ),
+            StageTarget.of(Ledger(dsn), stage, Attempt(PIPELINE, "run-1", 1, attempt - 1)),
             77,
             [batch],
         )
@@ -611,8 +608,8 @@ def test_a_task_that_finds_its_part_staged_still_reads_its_input_to_the_end(
         env, "select attempt from onceflow.batches where pipeline = %s and txid = 'run-1'", PIPELINE
     )[0]
     dsn = env["ONCEFLOW_POSTGRES_DSN"]
-    target = StageTarget.for_sink(
-        Ledger(dsn), orders_sink(dsn, "it_orders"), Attempt(PIPELINE, "run-1", 1, attempt)
+    target = StageTarget.of(
+        Ledger(dsn), orders_stage(dsn, "it_orders"), Attempt(PIPELINE, "run-1", 1, attempt)
     )
     handed = []
 
@@ -650,8 +647,8 @@ def test_a_task_that_dies_before_its_commit_leaves_nothing(env, first_run, tmp_p
         }
     )
     dsn = env["ONCEFLOW_POSTGRES_DSN"]
-    target = StageTarget.for_sink(
-        Ledger(dsn), orders_sink(dsn, "it_orders"), Attempt(PIPELINE, "run-1", 1, attempt)
+    target = StageTarget.of(
+        Ledger(dsn), orders_stage(dsn, "it_orders"), Attempt(PIPELINE, "run-1", 1, attempt)
     )
     with pytest.raises(failpoints.FailpointError):
         stage_part(target, 88, [batch])  # rows copied, then the task dies before its commit
@@ -692,10 +689,10 @@ def test_staged_timestamps_are_utc_whatever_the_servers_time_zone(env, first_run
             "ts": pa.array([instant], pa.timestamp("us", tz="Asia/Tokyo")),
         }
     )
-    sink = orders_sink(env["ONCEFLOW_POSTGRES_DSN"], "it_orders")
+    stage = orders_stage(env["ONCEFLOW_POSTGRES_DSN"], "it_orders")
     dsn = env["ONCEFLOW_POSTGRES_DSN"]
     dsn += ("&" if "?" in dsn else "?") + "options=-c%20TimeZone%3DAmerica/New_York"
-    target = StageTarget.for_sink(Ledger(dsn), sink, Attempt(PIPELINE, "run-1", seq, attempt))
+    target = StageTarget.of(Ledger(dsn), stage, Attempt(PIPELINE, "run-1", seq, attempt))
     assert target.attempt_table == f"orders__s{seq}_a{attempt}"  # valid rows go there
     try:
         msg = stage_part(target, 87, [batch])
@@ -1165,9 +1162,13 @@ def test_csv_for_copy_tags_rows_and_encodes_bytea():
     from onceflow.config.sink import SinkConfig
     from onceflow.sinks.postgres.columns import output_columns
     from onceflow.sinks.postgres.sink import PostgresSink
+    from onceflow.sinks.postgres.tables import stage_columns
+    from onceflow.sinks.stage_writer import StageWriter
 
-    sink = PostgresSink("s", SinkConfig("orders"), output_columns(ORDER_FIELDS))
-    target = StageTarget.for_sink(Ledger("dsn"), sink, Attempt("p", "run,1", 1, 3))
+    columns = output_columns(ORDER_FIELDS)
+    sink = PostgresSink("s", SinkConfig("orders"), columns)
+    stage = StageWriter(sink, stage_columns(columns, aggregating=False))
+    target = StageTarget.of(Ledger("dsn"), stage, Attempt("p", "run,1", 1, 3))
     stream = _CsvStream([batch, batch.slice(0, 0)], target, 7)
     text = io.BytesIO(stream.read()).getvalue().decode()
     assert stream.read() == b"" and stream.rows == 2

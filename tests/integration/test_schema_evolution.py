@@ -216,17 +216,18 @@ def plan_each(dsn, cfg, *ends):
 
 
 def bind(dsn, cfg, txid, fields):
-    """process's bind step for a new attempt of txid: (claim, the sink bound to fields)."""
+    """What process does for a new attempt of txid before it stages: (claim, the sink's stage
+    for `fields`, its tables fitted to them)."""
     claim = claim_attempt(dsn, cfg.name, txid)
     evolution = Evolution(cfg.name, txid, claim.attempt, cfg.schema_evolution)
     with transaction(dsn) as cur:
-        return claim, sink_for(cfg).bind_output(cur, fields, evolution)
+        return claim, sink_for(cfg).stage_writer(cur, fields, evolution)
 
 
 def stage(dsn, cfg, txid, bound, batch):
     """process's staging of one part and mark_staged, after `bind`."""
-    claim, sink = bound
-    stage_part(stage_target(dsn, cfg, claim, sink), 0, [batch])
+    claim, writer = bound
+    stage_part(stage_target(dsn, cfg, claim, writer), 0, [batch])
     mark_staged(dsn, cfg, txid, claim.attempt, parts=1, sink=sink_for(cfg))
 
 
@@ -423,7 +424,7 @@ def test_two_attempts_binding_at_once_add_the_column_once(ledger_dsn, unique_nam
             claim = claim_attempt(ledger_dsn, cfg.name, txid)
             go.wait()
             with transaction(ledger_dsn) as cur:
-                sink_for(cfg).bind_output(cur, WITH_NOTE, Evolution(cfg.name, txid, claim.attempt))
+                sink_for(cfg).stage_writer(cur, WITH_NOTE, Evolution(cfg.name, txid, claim.attempt))
         except Exception as e:  # noqa: BLE001 - reported below
             errors.append(e)
 

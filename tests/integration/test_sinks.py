@@ -263,7 +263,7 @@ def test_tables_come_from_the_output_schema_and_commit_reads_them_back(ledger_ds
         ("raw", "binary"),
     ]
     with transaction(ledger_dsn) as cur:
-        sink = sink_for(cfg).bind_output(cur, fields)
+        stage = sink_for(cfg).stage_writer(cur, fields)
     with transaction(ledger_dsn) as cur:
         cur.execute(
             "select column_name, data_type, numeric_precision, numeric_scale"
@@ -280,7 +280,7 @@ def test_tables_come_from_the_output_schema_and_commit_reads_them_back(ledger_ds
         "bytea",
         "boolean",
     )
-    assert read_back == sink.tables.columns
+    assert read_back == stage.sink.tables.columns
 
 
 def test_an_incompatible_existing_table_is_refused_naming_the_columns(ledger_dsn, unique_name):
@@ -293,7 +293,7 @@ def test_an_incompatible_existing_table_is_refused_naming_the_columns(ledger_dsn
             " owner text not null) partition by range (seq)"
         )
     with pytest.raises(SinkSchemaError) as e, transaction(ledger_dsn) as cur:
-        sink_for(cfg).bind_output(cur, FIELDS)
+        sink_for(cfg).stage_writer(cur, FIELDS)
     msg, t = str(e.value), f"{cfg.sink_schema}.items"
     assert msg.startswith(f"the transform's output does not fit the tables of sink {t}: ")
     assert f"column 'qty' (bigint), which the output adds, is not in {t}" in msg
@@ -337,7 +337,7 @@ def test_merge_refuses_an_aggregate_that_is_not_a_number(ledger_dsn, unique_name
         pytest.raises(SinkSchemaError, match="aggregate column 'qty' is text"),
         transaction(ledger_dsn) as cur,
     ):
-        PostgresSink(cfg.sink_schema, cfg.sink).bind_output(cur, fields)
+        PostgresSink(cfg.sink_schema, cfg.sink).stage_writer(cur, fields)
 
 
 def test_upsert_by_a_composite_key_of_mixed_types(ledger_dsn, unique_name):
@@ -353,7 +353,7 @@ def test_upsert_by_a_composite_key_of_mixed_types(ledger_dsn, unique_name):
     plan(ledger_dsn, cfg, "a", snap({(T, 0): 3}), sink=sink_for(cfg))
     claim = claim_attempt(ledger_dsn, cfg.name, "a")
     with transaction(ledger_dsn) as cur:
-        sink = sink_for(cfg).bind_output(cur, fields)
+        stage = sink_for(cfg).stage_writer(cur, fields)
     day = dt.date(2026, 11, 23)
     batch = pa.RecordBatch.from_arrays(
         [
@@ -370,7 +370,7 @@ def test_upsert_by_a_composite_key_of_mixed_types(ledger_dsn, unique_name):
         names=["topic", "partition", "offset", "shop", "day", "price", "error", "tombstone",
                "_meta_hash"],
     )  # fmt: skip
-    stage_part(stage_target(ledger_dsn, cfg, claim, sink), 0, [batch])
+    stage_part(stage_target(ledger_dsn, cfg, claim, stage), 0, [batch])
     mark_staged(ledger_dsn, cfg, "a", claim.attempt, parts=1, sink=sink_for(cfg))
     assert commit(ledger_dsn, cfg, "a").published == 3
     with transaction(ledger_dsn) as cur:
@@ -382,13 +382,13 @@ def test_upsert_by_a_composite_key_of_mixed_types(ledger_dsn, unique_name):
 def test_an_existing_upsert_table_with_another_key_type_is_refused(ledger_dsn, unique_name):
     cfg = pipeline(unique_name, "upsert")
     with transaction(ledger_dsn) as cur:
-        sink_for(cfg).bind_output(cur, FIELDS)
+        sink_for(cfg).stage_writer(cur, FIELDS)
     changed = [(n, "int" if n == "sku" else t) for n, t in FIELDS]
     with (
         pytest.raises(SinkSchemaError, match="column 'sku' of .* is text, the output now gives"),
         transaction(ledger_dsn) as cur,
     ):
-        sink_for(cfg).bind_output(cur, changed)
+        sink_for(cfg).stage_writer(cur, changed)
 
 
 def test_append_of_the_coordinates_alone(ledger_dsn, unique_name):
@@ -397,9 +397,9 @@ def test_append_of_the_coordinates_alone(ledger_dsn, unique_name):
     plan(ledger_dsn, cfg, "a", snap({(T, 0): 2}), sink=sink_for(cfg))
     claim = claim_attempt(ledger_dsn, cfg.name, "a")
     with transaction(ledger_dsn) as cur:
-        sink = sink_for(cfg).bind_output(cur, [f for f in FIELDS if f[0] not in ("sku", "qty")])
+        stage = sink_for(cfg).stage_writer(cur, [f for f in FIELDS if f[0] not in ("sku", "qty")])
     batch = records((0, 0, "x", 1), (0, 1, "y", 2, "bad")).drop_columns(["sku", "qty"])
-    stage_part(stage_target(ledger_dsn, cfg, claim, sink), 0, [batch])
+    stage_part(stage_target(ledger_dsn, cfg, claim, stage), 0, [batch])
     mark_staged(ledger_dsn, cfg, "a", claim.attempt, parts=1, sink=sink_for(cfg))
     res = commit(ledger_dsn, cfg, "a")
     assert (res.published, res.dead) == (1, 1)

@@ -18,7 +18,6 @@ from onceflow.sinks.postgres.versions_migration import migrate_versions
 from onceflow.staging.writer import stage_part
 from sink_support import (
     T,
-    bound,
     exactly_once,
     pipeline,
     process,
@@ -27,6 +26,7 @@ from sink_support import (
     seal,
     snap,
     stage_target,
+    writer,
 )
 from test_append_partitions import storage_of
 
@@ -220,7 +220,7 @@ def test_an_earlier_versions_table_is_refused_until_migrated_then_publishes_on(l
     with pytest.raises(SinkLayoutError, match="onceflow migrate --sinks"):
         commit(ledger_dsn, cfg, "b")
     with pytest.raises(SinkLayoutError, match="an upsert table of an earlier Onceflow version"):
-        bound(ledger_dsn, cfg)
+        writer(ledger_dsn, cfg)
     with transaction(ledger_dsn) as cur:
         done = migrate_versions(cur, cfg.name, sink_for(cfg))
     assert (done.rows, done.seqs) == (2, (1, 1))

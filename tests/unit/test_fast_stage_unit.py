@@ -250,6 +250,8 @@ from onceflow.spark.arrow_columns import binary_array, fixed_array, string_repea
 from onceflow.config.sink import SinkConfig
 from onceflow.sinks.postgres.sink import PostgresSink
 from onceflow.sinks.postgres.columns import Column
+from onceflow.sinks.postgres.tables import stage_columns
+from onceflow.sinks.stage_writer import StageWriter
 from onceflow.staging.attempt_table import _ValidRows
 from onceflow.staging.fast_stage import Split
 from onceflow.staging.table_stage import _CsvStream
@@ -262,7 +264,8 @@ orders = load_module("orders:transform")
 columns = pa.schema([("order_id", pa.string()), ("customer_id", pa.string()),
     ("amount", pa.decimal128(18, 2)), ("currency", pa.string()),
     ("ts", pa.timestamp("us", tz="UTC"))])
-sink = PostgresSink("s", SinkConfig("orders"), tuple(Column(f.name, "text") for f in columns))
+users = tuple(Column(f.name, "text") for f in columns)
+stage = StageWriter(PostgresSink("s", SinkConfig("orders"), users), stage_columns(users, False))
 vals = [json.dumps({"order_id": "o", "customer_id": "c", "amount": 1.5, "currency": "EUR",
         "ts": "2024-05-01T12:00:00+02:00"}).encode(), b"{}", None] * 10
 n = len(vals)
@@ -272,7 +275,7 @@ b = pa.RecordBatch.from_arrays([string_repeat("t", n),
     names=["topic", "partition", "offset", "key", "value", "timestamp"])
 assert "pandas" not in sys.modules
 split = Split(iter([b]), orders.fast_form, columns, "orders:transform")
-target = StageTarget.for_sink(Ledger("dsn"), sink, Attempt("p", "tx", 1, 1))
+target = StageTarget.of(Ledger("dsn"), stage, Attempt("p", "tx", 1, 1))
 accepted = list(split)
 stream = _CsvStream(iter(accepted), target, 0)
 assert stream.read(1 << 20) and stream.read(1 << 20) == b""

@@ -15,6 +15,8 @@
   it asks of a pipeline, a sink or a registry is a protocol of ledger.contracts), and every SQL
   statement on a table of the ledger's schema is one of its modules';
 - the house stands on at most MAX_FLOORS floors (each runtime folder a room, the tooling one);
+- a sink is composed (at most two levels below Sink), asks its mode rather than naming it, and
+  needs no bind step (what depends on the output is its StageWriter's);
 - a batch state is spelled only in onceflow/ledger/states.py (SQL passes states as parameters);
 - every docs/PROTOCOL.md section a docstring or comment cites exists.
 """
@@ -382,6 +384,27 @@ def test_a_sink_is_composed_not_a_tower():
     assert depths["PostgresSink"] == 1
     assert depths["KafkaSink"] == depths["LakeSink"] == 2
     assert {n: d for n, d in depths.items() if d > 2} == {}
+
+
+# What depends on the transform's output; a sink that held it would need a bind step
+OUTPUT_BOUND = {"stage_columns", "file_stage", "bind_output", "bound"}
+
+
+def test_a_sink_is_ready_once_made():
+    """A sink needs no bind step: what depends on the transform's output (the stage's columns,
+    where its files go) is a StageWriter's (sinks.stage_writer), which process gets from
+    Sink.stage_writer complete; no sink class defines it."""
+    sinks = set(sink_depths()) | {"Sink"}
+    found = []
+    for path in (RUNTIME / "sinks").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and node.name in sinks:
+                found += [
+                    f"{node.name}.{f.name}"
+                    for f in node.body
+                    if isinstance(f, ast.FunctionDef) and f.name in OUTPUT_BOUND
+                ]
+    assert "LakeSink" in sinks and found == []
 
 
 def test_no_sink_asks_which_mode_it_has():

@@ -4,9 +4,9 @@ The reader counts the records it hands on itself, apart from the transform, and 
 counts in the ledger (onceflow.reader.read_counts), so that the ledger can refuse an attempt
 whose rows + dead letters are not the records read. The driver and the job's tasks hand each
 other what they must through the job's rows in the ledger (onceflow.ledger.stage_jobs), so
-the job runs the same in a Spark Connect session.
-The sink's tables are bound to the transform's output before anything is staged. The parts
-the job stages follow the part numbering of onceflow.staging.fence.
+the job runs the same in a Spark Connect session. The sink's tables are fitted to the
+transform's output before anything is staged (its StageWriter). The parts the job stages
+follow the part numbering of onceflow.staging.fence.
 """
 
 from __future__ import annotations
@@ -145,12 +145,12 @@ def stage_job(
             evolution = Evolution(
                 attempt.pipeline, attempt.txid, attempt.attempt, cfg.schema_evolution
             )
-            bound = inputs.sink.bind_output(cur, output_fields(df), evolution)
-            bound.create_stage(cur, attempt)
+            writer = inputs.sink.stage_writer(cur, output_fields(df), evolution)
+            writer.create(cur, attempt)
         if poison:  # one more Spark partition: the dead letters' part
             dead = dead_letter_frame(spark, poison, df, kafka, **read)
             df = df.union(dead)
-        target = StageTarget.for_sink(ledger, bound, attempt)
+        target = StageTarget.of(ledger, writer, attempt)
         staging = stage_frame(df, target, first_part=numbers.first_transformed)
         parts = numbers.count
         if numbers.fast:
@@ -166,7 +166,7 @@ def stage_job(
         timings["job"] = time.monotonic() - t0
         t0 = time.monotonic()
         with transaction(ledger) as cur:  # e.g. the attempt table's indexes, so commit builds none
-            bound.seal_stage(cur, attempt)
+            writer.seal(cur, attempt)
         timings["seal"] = time.monotonic() - t0
         if cfg.aggregating:
             # each output partition staged one part; with adaptive execution on (a pipeline's

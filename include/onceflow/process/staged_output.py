@@ -3,7 +3,7 @@
 Whatever the transform gives, the stage writer (onceflow.staging.writer) takes one shape:
 the record's coordinates, the user's columns, `error` (a dead letter's reason), `key` and
 `value` (kept for dead letters only), `tombstone`, an aggregating transform's `records`,
-and the row hash (onceflow.staging.checksum.HASH_COLUMN). The sink's tables are bound to
+and the row hash (onceflow.staging.checksum.HASH_COLUMN). The sink's tables are fitted to
 this frame's columns (`output_fields`) before anything is staged.
 
 The staged frame's names and types are known here (STAGE_TYPES, the user's columns as the
@@ -158,7 +158,7 @@ def staged_schema(out: Any, cfg: PipelineConfig) -> Any:
 
 def output_fields(staged: Any) -> list[tuple[str, str]]:
     """(name, Spark type) of the columns of the staged frame (staged_output), for
-    Sink.bind_output: what the stage adds itself (tombstone, the meta columns) left out."""
+    Sink.stage_writer: what the stage adds itself (tombstone, the meta columns) left out."""
     return [
         (f.name, f.dataType.simpleString())
         for f in staged.schema.fields

@@ -18,7 +18,7 @@ Publishing differs by family (PROTOCOL.md "Sinks"). A sink in the ledger's datab
 commit together. A sink outside it (a lake table, a Kafka topic) cannot join that transaction
 and publishes in two idempotent steps around it, recording txid and seq in its own atomic
 commit; it stages and counts the same way, except that process may write its valid rows as
-data files (`file_stage`) that the part fence records, instead of stage table rows
+data files (sinks.stage_writer's FileStage) that the part fence records, instead of stage table rows
 (OutsideSink; the two-step commit is onceflow.commit).
 
 Dead letters (records the transform refused) are the ledger's, whatever the sink: they are
@@ -28,37 +28,21 @@ published into onceflow.dead_letters in the same transaction as the rows.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from psycopg2 import sql
 
 from onceflow.errors import RerunRefusedError
 from onceflow.ledger import published
 from onceflow.ledger.attempt import Attempt, StagedCounts
+from onceflow.sinks.schema_evolution import Evolution
+from onceflow.sinks.stage_writer import StageWriter
 
 if TYPE_CHECKING:
     from onceflow.config.pipeline import PipelineConfig
-from onceflow.sinks.schema_evolution import Evolution
 
 # The columns that tag every staged row: whose output it is, and which part fence claims it.
 TAG_COLUMNS = ("txid", "attempt", "part")
-
-
-@dataclass(frozen=True)
-class FileStage:
-    """Where process writes an attempt's parts as data files (onceflow.staging.file_stage): in
-    `directory` (a URI or absolute path), as Parquet files of `schema` (a pyarrow.Schema
-    carrying the table's field ids), each recorded as a row of `files_table` (in the stage
-    target's schema); with a `partitioner`, a part's rows as one file per partition."""
-
-    directory: str
-    schema: Any
-    files_table: str
-    # a partitioned table's (sinks.lake.partitions.Partitioner): one file per partition
-    partitioner: Any = None
-    # how the files are reached (sinks.lake.storage.Storage; None: pyarrow's defaults)
-    storage: Any = None
 
 
 class Sink(ABC):
@@ -113,21 +97,11 @@ class Sink(ABC):
         return f"stage_{self.table}"
 
     @property
-    @abstractmethod
-    def stage_columns(self) -> tuple[str, ...]:
-        """The data columns a staged row may hold (besides the TAG_COLUMNS)."""
-
-    @property
     def takes_fast_form(self) -> bool:
         """Whether process may stage a transform's fast form here
         (onceflow.staging.fast_stage): rows of the coordinates and the user's columns only,
         never a dead letter."""
         return False
-
-    def file_stage(self, pipeline: str, txid: str, attempt: int) -> FileStage | None:
-        """Where process writes an attempt's valid rows as data files, one per part (a sink
-        outside the database, bound to its output); None: they go to the stage table."""
-        return None
 
     def attempt_table(self, seq: int, attempt: int) -> str | None:
         """The table of its own, in `schema`, that process COPYs an attempt's valid rows into
@@ -136,9 +110,9 @@ class Sink(ABC):
         return None
 
     def create_stage(self, cur, t: Attempt) -> None:  # noqa: B027 (a hook)
-        """process, once bound to the output (bind_output), before any part: create what
-        attempt t.attempt stages into besides the stage table (its attempt_table); nothing
-        for most sinks."""
+        """process, once the tables fit the output (stage_writer), before any part: create
+        what attempt t.attempt stages into besides the stage table (its attempt_table);
+        nothing for most sinks."""
 
     def seal_stage(self, cur, t: Attempt) -> None:  # noqa: B027 (a hook)
         """process, once every part is staged, before the attempt is marked staged: make its
@@ -204,13 +178,12 @@ class Sink(ABC):
 
     # -- what each sink defines -----------------------------------------------------------
 
-    def bind_output(self, cur, fields, evolution: Evolution | None = None) -> Sink:
-        """process, before it stages: the sink for the transform's output schema (`fields`:
-        (name, Spark type) pairs), its tables created, or checked and evolved to the output
-        under `evolution`'s policy and recorded as its txid's (onceflow.sinks.schema_evolution;
-        None: checked only). A sink whose tables do not depend on the output (they are known
-        in advance: `ensure`) is already bound."""
-        return self
+    @abstractmethod
+    def stage_writer(self, cur, fields, evolution: Evolution | None = None) -> StageWriter:
+        """process, before it stages: the stage for the transform's output schema (`fields`:
+        (name, Spark type) pairs), the sink's tables created, or checked and evolved to the
+        output under `evolution`'s policy and recorded as its txid's
+        (onceflow.sinks.schema_evolution; None: checked only)."""
 
     @abstractmethod
     def ensure(self, cur) -> None:

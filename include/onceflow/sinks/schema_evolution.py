@@ -7,7 +7,7 @@ their published rows, later batches publish the new columns. Per pipeline, `sche
 - "add_columns" (the default): a column the output adds is added to every table of the sink
   that holds the user's columns, nullable, so the rows already there read null in it and are
   never rewritten. It happens in the transaction that binds the sink to the output
-  (Sink.bind_output), before anything is staged for the txid, and each column added to each
+  (Sink.stage_writer), before anything is staged for the txid, and each column added to each
   table is recorded in onceflow.schema_changes in that same transaction, as an event of the
   txid (and attempt) that first needed it. The binder holds the sink's advisory lock, so two
   attempts binding at once add each column once: the second finds it there and records

@@ -42,8 +42,8 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from onceflow.ledger.batches import range_epochs
-from onceflow.sinks.base import FileStage
 from onceflow.sinks.lake.storage import Storage
+from onceflow.sinks.stage_writer import FileStage
 from onceflow.spark.arrow_columns import bool_array, string_repeat, valid_mask
 from onceflow.staging.checksum import HASH_COLUMN, exact_sum
 from onceflow.staging.epochs import epoch_column

@@ -6,7 +6,7 @@ counted on the way (rows, dead letters, the records the valid rows account for, 
 checksum) for the part's fence row. The file backend (onceflow.staging.file_stage) COPYs a
 part's dead letters here too.
 
-Rows: the sink's stage columns (Sink.stage_columns: the transform's columns, binary
+Rows: the sink's stage columns (StageWriter.columns: the transform's columns, binary
 key/value, error), and optionally HASH_COLUMN (staged as row_hash).
 """
 

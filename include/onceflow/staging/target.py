@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from onceflow.ledger.attempt import Attempt
 from onceflow.ledger.db import Ledger
-from onceflow.sinks.base import FileStage, Sink
+from onceflow.sinks.stage_writer import FileStage, StageWriter
 from onceflow.staging.checksum import HASH_COLUMN
 
 
@@ -30,20 +30,21 @@ class StageTarget:
     schema: str
     table: str
     columns: tuple[str, ...]
-    files: FileStage | None = None  # valid rows go to data files (Sink.file_stage)
-    # valid rows go to the attempt's own table, in `schema` (Sink.attempt_table)
+    files: FileStage | None = None  # valid rows go to data files (StageWriter.file_stage)
+    # valid rows go to the attempt's own table, in `schema` (StageWriter.attempt_table)
     attempt_table: str | None = None
 
     @classmethod
-    def for_sink(cls, ledger: Ledger, sink: Sink, attempt: Attempt) -> StageTarget:
+    def of(cls, ledger: Ledger, writer: StageWriter, attempt: Attempt) -> StageTarget:
+        """The target of `attempt`, staged by `writer` (Sink.stage_writer)."""
         return cls(
             ledger,
             attempt,
-            sink.schema,
-            sink.stage_table,
-            sink.stage_columns,
-            sink.file_stage(attempt.pipeline, attempt.txid, attempt.attempt),
-            sink.attempt_table(attempt.seq, attempt.attempt),
+            writer.sink.schema,
+            writer.sink.stage_table,
+            writer.columns,
+            writer.file_stage(attempt),
+            writer.attempt_table(attempt),
         )
 
     def unknown_columns(self, names: Iterable[str]) -> list[str]:

@@ -5,7 +5,7 @@ every lake sink does (the stage, the publish by mode, clean-up) is sinks.lake.si
 
 The table lives at `<warehouse>/<namespace>/<table>` and holds the mode's columns
 (sinks.delta.table_schema); process creates it from the transform's output schema, or
-checks an existing one and evolves it (`bind_output`, sinks.delta.evolution), then writes
+checks an existing one and evolves it (`stage_writer`, sinks.delta.evolution), then writes
 the valid rows as Parquet data files under the table's location.
 
 A publish is ONE Delta commit (`create_write_transaction`: add actions, and remove actions
@@ -43,6 +43,7 @@ from onceflow.sinks.lake.compaction import LiveFile
 from onceflow.sinks.lake.partitions import Partitioner, check, refuse_other
 from onceflow.sinks.lake.records import PREFIX, maintenance_summary
 from onceflow.sinks.lake.sink import LakeSink
+from onceflow.sinks.lake.stage_tables import LakeStageWriter
 from onceflow.sinks.lake.storage import Storage
 from onceflow.sinks.lake.table_format import TableFormat
 from onceflow.sinks.outside import Publication
@@ -72,9 +73,6 @@ class DeltaFormat(TableFormat):
             base = f"file://{base}"
         return f"{base}/{self.sink.namespace}/{self.sink.table}"
 
-    def location_for_files(self) -> str:
-        return self.location
-
     def describe(self) -> str:
         return f"the Delta table {self.sink.name} at {self.location}"
 
@@ -85,9 +83,9 @@ class DeltaFormat(TableFormat):
         """The table's location (no credentials): the Airflow Asset of what it publishes."""
         return self.location
 
-    def bind_output(
+    def stage_writer(
         self, cur, fields: Iterable[tuple[str, str]], evolution: Evolution | None = None
-    ) -> LakeSink:
+    ) -> LakeStageWriter:
         """process, before staging: the Delta table created from the transform's output,
         or an existing one checked and evolved to it (sinks.delta.evolution). SinkSchemaError
         names each column that does not fit; the table is not changed then."""
@@ -124,7 +122,7 @@ class DeltaFormat(TableFormat):
         append = files is not None  # the staged files are the table's
         files = files or arrow_schema(shape.files)
         split = self.partitioner(table) if append else None
-        return self.sink.bound(shape.output, files, split)
+        return self.sink.writer(shape.output, files, split, self.location)
 
     # -- what sinks.lake.sink asks of a table format (sinks.lake.table_format) ----------
 

@@ -4,7 +4,7 @@ every lake sink does (the stage, the publish by mode, clean-up) is sinks.lake.si
 
 The table lives in pyiceberg's SQL catalog in the ledger's PostgreSQL (sinks.iceberg.catalog)
 and holds the mode's columns (sinks.iceberg.table_schema); process creates it from the
-transform's output schema, or checks an existing one and evolves it (`bind_output`,
+transform's output schema, or checks an existing one and evolves it (`stage_writer`,
 sinks.iceberg.evolution), then writes the valid rows as data files.
 
 A publish is ONE snapshot whose summary records the pipeline, txid, seq, attempt and the
@@ -32,6 +32,7 @@ from onceflow.sinks.iceberg.table_schema import iceberg_schema, table_layout
 from onceflow.sinks.lake.compaction import LiveFile
 from onceflow.sinks.lake.partitions import Partitioner, refuse_other
 from onceflow.sinks.lake.sink import LakeSink
+from onceflow.sinks.lake.stage_tables import LakeStageWriter
 from onceflow.sinks.lake.storage import Storage
 from onceflow.sinks.lake.table_format import TableFormat
 from onceflow.sinks.outside import Publication
@@ -64,16 +65,11 @@ class IcebergFormat(TableFormat):
             f"x-onceflow-iceberg://{pipeline.ledger_conn}/{self.sink.namespace}/{self.sink.table}"
         )
 
-    def location_for_files(self) -> str:
-        if self.sink.bound_location is None:
-            raise RuntimeError("Iceberg sink file_stage: bind_output first (process only)")
-        return self.sink.bound_location
-
     # -- the tables -----------------------------------------------------------------------
 
-    def bind_output(
+    def stage_writer(
         self, cur, fields: Iterable[tuple[str, str]], evolution: Evolution | None = None
-    ) -> LakeSink:
+    ) -> LakeStageWriter:
         """process, before staging: the Iceberg table created from the transform's output,
         or an existing one checked and evolved to it (onceflow.sinks.schema_evolution: with
         `evolution`, the columns the output adds, by pyiceberg's update_schema, recorded as
@@ -124,7 +120,7 @@ class IcebergFormat(TableFormat):
                 ) from e
         append = not self.sink.mode.keeps_versions  # the staged files are the table's
         files_schema = schema_to_pyarrow(table.schema() if append else iceberg_schema(shape.files))
-        return self.sink.bound(
+        return self.sink.writer(
             shape.output,
             files_schema,
             partitioner(table, self.sink.cfg.partition_by) if append else None,

@@ -58,9 +58,9 @@ from onceflow.sinks.kafka.transaction import (
     transactional_producer,
 )
 from onceflow.sinks.outside import OutsideSink, Publication, SinkReading
-from onceflow.sinks.postgres.sink import PostgresSink
 from onceflow.sinks.postgres.stage_table import stage_table
 from onceflow.sinks.schema_evolution import Evolution
+from onceflow.sinks.stage_writer import StageWriter
 
 if TYPE_CHECKING:
     from onceflow.config.pipeline import PipelineConfig
@@ -81,7 +81,6 @@ class KafkaSink(OutsideSink):
         schema: str,
         cfg: SinkConfig,
         cluster: KafkaCluster | str | Callable[[], KafkaCluster],
-        stage: PostgresSink | None = None,
     ) -> None:
         super().__init__(schema, STAGE_NAME)
         self.cfg = cfg
@@ -90,7 +89,7 @@ class KafkaSink(OutsideSink):
         # Resolved on first use: the process job stages into PostgreSQL and never asks for it
         # (it runs outside Airflow, where a sink's connection cannot be read).
         self._cluster_source = cluster
-        self._staging = stage or stage_table(schema, STAGE_NAME)
+        self._staging = stage_table(schema, STAGE_NAME)
         self._audit = TopicAudit(lambda: self.cluster, self.topic, self.commit_log, self._where)
 
     @functools.cached_property
@@ -126,22 +125,13 @@ class KafkaSink(OutsideSink):
 
     # -- staging: the stage table ---------------------------------------------------------
 
-    @property
-    def stage_columns(self) -> tuple[str, ...]:
-        return self._staging.stage_columns
-
     def ensure(self, cur) -> None:
         self._staging.ensure(cur)
 
-    def bind_output(self, cur, fields, evolution: Evolution | None = None) -> KafkaSink:
+    def stage_writer(self, cur, fields, evolution: Evolution | None = None) -> StageWriter:
         """Only the stage table follows the output (a column added there goes into every
         record's JSON from then on); the topic has no schema to evolve."""
-        return KafkaSink(
-            self.schema,
-            self.cfg,
-            self._cluster_source,
-            self._staging.bind_output(cur, fields, evolution),
-        )
+        return self._staging.stage_writer(cur, fields, evolution)
 
     def _staged(self, cur) -> bool:
         """Whether the stage table exists (no process staged anything before it does)."""

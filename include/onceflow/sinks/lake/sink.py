@@ -1,9 +1,9 @@
 """What a lake sink (an Iceberg table, a Delta table) does whatever its format: the stage in
 PostgreSQL, the publish by mode, file clean-up and the audit's reading of versions. A LakeSink
 is made of its parts: its table format (sinks.lake.table_format: sinks.iceberg, sinks.delta)
-binds the table to the output and reads and commits it; its mode (sinks.lake.modes: what a
-publish adds and removes, sinks.lake.publish_files); its stage (sinks.lake.stage_tables); its
-audit (sinks.lake.audit).
+fits the table to the output (making the stage writer) and reads and commits it; its mode
+(sinks.lake.modes: what a publish adds and removes, sinks.lake.publish_files); its stage
+(sinks.lake.stage_tables); its audit (sinks.lake.audit).
 
 In PostgreSQL, in the pipeline's sink schema, for a table T:
 
@@ -45,32 +45,26 @@ from onceflow.errors import LakeTableMissingError, OnceflowError, SinkUnavailabl
 from onceflow.ledger.attempt import Attempt, StagedCounts
 from onceflow.ledger.published import batch_states
 from onceflow.ledger.states import BatchState
-from onceflow.sinks.base import FileStage
 from onceflow.sinks.lake import compaction, rewrite
 from onceflow.sinks.lake.audit import LakeAudit
 from onceflow.sinks.lake.compaction import LiveFile
-from onceflow.sinks.lake.files import attempt_dir, delete_files, files_on_storage
+from onceflow.sinks.lake.files import delete_files, files_on_storage
 from onceflow.sinks.lake.modes import LAKE_MODES
 from onceflow.sinks.lake.partitions import Partitioner
 from onceflow.sinks.lake.records import maintenance_summary, publication_summary
-from onceflow.sinks.lake.stage_tables import LakeStage
+from onceflow.sinks.lake.stage_tables import LakeStage, LakeStageWriter, stage_columns
 from onceflow.sinks.lake.storage import Storage
 from onceflow.sinks.lake.table_format import TableFormat
 from onceflow.sinks.lake.versions import VersionFiles, read_files
 from onceflow.sinks.outside import OutsideSink, Publication, SinkReading, StagedFiles
 from onceflow.sinks.schema_evolution import Evolution
-from onceflow.transforms import COORDINATES
 
 if TYPE_CHECKING:
     from onceflow.config.pipeline import PipelineConfig
 
 
 class LakeSink(OutsideSink):
-    """A lake table of any mode, in its `table_format`, fed through the file stage. Once
-    bound to the output (process): `users`, the user's output columns; `files_schema`, the
-    staged files' pyarrow schema; `partitioner`, how an append table's staged files split by
-    partition; `bound_location`, the table's location where the format needs the table to
-    know it."""
+    """A lake table of any mode, in its `table_format`, fed through the file stage."""
 
     def __init__(
         self,
@@ -78,11 +72,7 @@ class LakeSink(OutsideSink):
         cfg: SinkConfig,
         warehouse: str,
         table_format: type[TableFormat],
-        users: tuple[str, ...] | None = None,
-        files_schema: Any = None,
-        partitioner: Partitioner | None = None,
         storage: Storage | Callable[[], Storage] | None = None,
-        bound_location: str | None = None,
     ) -> None:
         super().__init__(schema, cfg.table)
         # resolved on first use (an Airflow connection's lookup: sinks.lake.storage)
@@ -90,10 +80,6 @@ class LakeSink(OutsideSink):
         self.cfg = cfg
         self.namespace = cfg.namespace or schema
         self.warehouse = warehouse
-        self._users = users
-        self._files_schema = files_schema
-        self._stage_partitioner = partitioner  # append: the staged files are the table's
-        self.bound_location = bound_location
         self.stage = LakeStage(schema, cfg.table, None)
         self.versions = VersionFiles(schema, cfg.table, self.stage.files_table)
         self.mode = LAKE_MODES[cfg.mode](self)
@@ -102,24 +88,24 @@ class LakeSink(OutsideSink):
         self.format = table_format(self)
         self.audit = LakeAudit(self)
 
-    def bound(
+    def writer(
         self,
         users: tuple[str, ...],
         files_schema: Any,
         partitioner: Partitioner | None,
-        location: str | None = None,
-    ) -> LakeSink:
-        """This sink bound to the output (the format's bind_output)."""
-        return LakeSink(
-            self.schema,
-            self.cfg,
-            self.warehouse,
-            type(self.format),
-            users,
-            files_schema,
-            partitioner,
-            self._storage,
-            location,
+        location: str,
+    ) -> LakeStageWriter:
+        """The stage for an output of the user's columns `users`, once the format fitted the
+        table to it: files of `files_schema` under the table's `location`, split by
+        `partitioner` (append: the staged files are the table's)."""
+        return LakeStageWriter(
+            sink=self,
+            columns=stage_columns(users),
+            location=location,
+            files_schema=files_schema,
+            files_table=self.files_table,
+            partitioner=partitioner,
+            storage=self.storage,
         )
 
     @property
@@ -162,28 +148,10 @@ class LakeSink(OutsideSink):
 
     # -- the stage (sinks.lake.stage_tables) ----------------------------------------------
 
-    @property
-    def stage_columns(self) -> tuple[str, ...]:
-        if self._users is None:
-            raise RuntimeError(f"{self.table_kind} sink stage_columns: bind_output first")
-        return (*COORDINATES, *self._users, "error", "key", "value", "tombstone", "row_hash")
-
-    def bind_output(
+    def stage_writer(
         self, cur, fields: Iterable[tuple[str, str]], evolution: Evolution | None = None
-    ) -> LakeSink:
-        return self.format.bind_output(cur, fields, evolution)
-
-    def file_stage(self, pipeline: str, txid: str, attempt: int) -> FileStage:
-        if self._files_schema is None:
-            raise RuntimeError(f"{self.table_kind} sink file_stage: bind_output first")
-        directory = attempt_dir(self.format.location_for_files(), pipeline, txid, attempt)
-        return FileStage(
-            directory,
-            self._files_schema,
-            self.files_table,
-            self._stage_partitioner,
-            self.storage,
-        )
+    ) -> LakeStageWriter:
+        return self.format.stage_writer(cur, fields, evolution)
 
     def ensure(self, cur) -> None:
         self.stage.ensure(cur)

@@ -1,12 +1,48 @@
 """A lake sink's stage tables in PostgreSQL, in the pipeline's sink schema (sinks.lake.sink
-says what each holds): made, probed, counted and emptied as the ledger asks (sinks.base)."""
+says what each holds): made, probed, counted and emptied as the ledger asks (sinks.base);
+and its stage writer, which sends an attempt's valid rows to data files."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
 
 from psycopg2 import sql
 
 from onceflow.ledger.attempt import Attempt, StagedCounts
+from onceflow.sinks.lake.files import attempt_dir
+from onceflow.sinks.lake.partitions import Partitioner
+from onceflow.sinks.lake.storage import Storage
 from onceflow.sinks.lake.versions import VersionFiles
+from onceflow.sinks.stage_writer import FileStage, StageWriter
+from onceflow.transforms import COORDINATES
+
+# The data columns of a lake sink's stage rows besides the user's (the tags apart)
+STAGE_FIXED = ("error", "key", "value", "tombstone", "row_hash")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LakeStageWriter(StageWriter):
+    """The stage of a lake table for one output: valid rows go to Parquet files of
+    `files_schema` under the table's `location`, one folder per attempt, each file recorded
+    in `files_table`; `partitioner` (an append table's) splits a part's rows by partition."""
+
+    location: str
+    files_schema: Any
+    files_table: str
+    partitioner: Partitioner | None
+    storage: Storage
+
+    def file_stage(self, t: Attempt) -> FileStage:
+        directory = attempt_dir(self.location, t.pipeline, t.txid, t.attempt)
+        return FileStage(
+            directory, self.files_schema, self.files_table, self.partitioner, self.storage
+        )
+
+
+def stage_columns(users: tuple[str, ...]) -> tuple[str, ...]:
+    """The data columns of a stage row for an output of the user's columns `users`."""
+    return (*COORDINATES, *users, *STAGE_FIXED)
 
 
 class LakeStage:

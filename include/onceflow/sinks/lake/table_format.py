@@ -19,6 +19,7 @@ from onceflow.sinks.schema_evolution import Evolution
 if TYPE_CHECKING:
     from onceflow.config.pipeline import PipelineConfig
     from onceflow.sinks.lake.sink import LakeSink
+    from onceflow.sinks.lake.stage_tables import LakeStageWriter
 
 
 class TableFormat(ABC):
@@ -57,15 +58,12 @@ class TableFormat(ABC):
         """The URI of the Airflow Asset of the table (Sink.asset_uri)."""
 
     @abstractmethod
-    def bind_output(
+    def stage_writer(
         self, cur, fields: Iterable[tuple[str, str]], evolution: Evolution | None
-    ) -> LakeSink:
+    ) -> LakeStageWriter:
         """process, before staging: the table created from the transform's output, or an
-        existing one checked and evolved to it; the sink bound to it (Sink.bind_output)."""
-
-    @abstractmethod
-    def location_for_files(self) -> str:
-        """The table's location, under which the staged files go (bound: process only)."""
+        existing one checked and evolved to it; the stage for that output
+        (Sink.stage_writer, made by LakeSink.writer)."""
 
     @abstractmethod
     def open_table(self, cur) -> Any:

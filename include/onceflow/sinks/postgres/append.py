@@ -57,7 +57,7 @@ class AppendMode(SeqPartitioned):
 
     def create_stage(self, cur, t: Attempt) -> None:
         name = self.attempt_table(t.seq, t.attempt)
-        # an earlier version's table was refused by bind_output, in the same transaction;
+        # an earlier version's table was refused by stage_writer, in the same transaction;
         # if not exists: a stage job run again around poison records keeps the parts
         # its first run staged (onceflow.process.poison_records)
         cur.execute(

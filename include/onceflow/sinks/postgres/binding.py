@@ -1,11 +1,12 @@
-"""process binds a PostgreSQL sink to the transform's output before it stages anything: the
-sink's tables created from the output schema, or checked and evolved if they exist, under an
-advisory lock, so that concurrent process runs of one pipeline do not race on DDL.
+"""process fits a PostgreSQL sink's tables to the transform's output before it stages
+anything (its StageWriter): the tables created from the output schema, or checked and
+evolved if they exist, under an advisory lock, so that concurrent process runs of one
+pipeline do not race on DDL.
 
 When the output changes (onceflow.sinks.schema_evolution): a column it adds is added to every table
 of the sink that holds the user's columns (the stage; append's table; upsert's versions and
 current table; merge's partials and state if it is a key or an aggregate), nullable, in
-bind_output's transaction, and recorded as the txid's. Rows staged or published before read
+stage_writer's transaction, and recorded as the txid's. Rows staged or published before read
 null in it; a batch staged before and committed after publishes null there. A merge state
 row folds a later-added aggregate from null as from 0. A removed column (the stage table
 holds one the output no longer gives) or a changed type is refused, with the SQL that
@@ -21,8 +22,9 @@ from psycopg2 import sql
 
 from onceflow.sinks import schema_evolution
 from onceflow.sinks.postgres.columns import Column, output_columns
-from onceflow.sinks.postgres.tables import PostgresTables
+from onceflow.sinks.postgres.tables import PostgresTables, stage_columns
 from onceflow.sinks.schema_evolution import Evolution
+from onceflow.sinks.stage_writer import StageWriter
 
 if TYPE_CHECKING:
     from onceflow.sinks.postgres.sink import PostgresSink
@@ -43,31 +45,34 @@ def migration(p: schema_evolution.Problem) -> str | None:
     }[p.why]
 
 
-def bind_output(
+def stage_writer(
     sink: PostgresSink, cur, fields: Iterable[tuple[str, str]], evolution: Evolution | None
-) -> PostgresSink:
-    """process, before staging: `sink` for the transform's output (name, Spark type), with
-    its tables created, or checked and evolved if they exist (onceflow.sinks.schema_evolution:
-    with `evolution`, columns the output adds go to every table and are recorded as its
-    txid's; without it nothing is added). SinkSchemaError names each column that does not
-    fit, and nothing is created or altered then (the caller's transaction rolls back)."""
-    bound = sink.for_columns(output_columns(fields, sink.aggregating))
-    tables = bound.tables
+) -> StageWriter:
+    """process, before staging: the stage of `sink` for the transform's output (name, Spark
+    type), its tables created, or checked and evolved if they exist
+    (onceflow.sinks.schema_evolution: with `evolution`, columns the output adds go to every
+    table and are recorded as its txid's; without it nothing is added). SinkSchemaError
+    names each column that does not fit, and nothing is created or altered then (the
+    caller's transaction rolls back)."""
+    fitted = sink.for_columns(output_columns(fields, sink.aggregating))
+    tables = fitted.tables
     sink.lock_tables(cur)
     cur.execute(sql.SQL("create schema if not exists {}").format(sql.Identifier(sink.schema)))
-    bound.mode.check_layout(cur)
+    fitted.mode.check_layout(cur)
     fits = []
-    for name, (columns, pk) in bound.expected_tables().items():
+    for name, (columns, pk) in fitted.expected_tables().items():
         existing = tables.table_columns(cur, name)
         if existing is None:
-            bound.create_table(cur, name, columns, pk)
+            fitted.create_table(cur, name, columns, pk)
             continue
         if name == tables.stage_table:
             existing = tables.add_own_stage_columns(cur, existing)
         fits.append(_fit(tables, name, columns, pk, existing))
     added, problems = schema_evolution.decide(fits, evolution.policy if evolution else "fail")
     if problems:
-        raise schema_evolution.refusal(_label(bound), problems, _fixes(bound, problems, evolution))
+        raise schema_evolution.refusal(
+            _label(fitted), problems, _fixes(fitted, problems, evolution)
+        )
     for a in added:
         cur.execute(
             sql.SQL("alter table {} add column {} {}").format(
@@ -77,7 +82,7 @@ def bind_output(
             )
         )
     schema_evolution.record(cur, evolution, "postgres", added)
-    return bound
+    return StageWriter(fitted, stage_columns(tables.columns, sink.aggregating))
 
 
 def _fit(

@@ -74,8 +74,8 @@ class PublishMode(ABC):
         return None
 
     def create_stage(self, cur, t: Attempt) -> None:  # noqa: B027 (a hook)
-        """process, once bound, before any part: what the attempt stages into besides the
-        stage table."""
+        """process, once the tables fit the output, before any part: what the attempt stages
+        into besides the stage table."""
 
     def has_staged(self, cur, t: Attempt) -> bool:
         """Whether the attempt staged rows anywhere but the stage table."""

@@ -12,7 +12,8 @@ mode, one idea per module:
   publishes, un-publishes and what the audit checks;
 - seq_partitions: a mode whose published table is partitioned by seq, whose partitions
   process fills and commit attaches (append's table, upsert's versions);
-- binding: process creating, checking and evolving the tables to the output;
+- binding: process creating, checking and evolving the tables to the output (its
+  StageWriter);
 - append_migration, versions_migration: an append table, an upsert table's versions, of an
   earlier version partitioned by seq;
 - partition_rollup: the one-batch partitions rolled up (maintenance);
@@ -38,6 +39,7 @@ from onceflow.sinks.postgres.mode import PublishMode, TableLayout
 from onceflow.sinks.postgres.tables import PostgresTables
 from onceflow.sinks.postgres.upsert import UpsertMode
 from onceflow.sinks.schema_evolution import Evolution
+from onceflow.sinks.stage_writer import StageWriter
 
 # The mode of each `mode` a pipelines file may name.
 MODES: dict[str, type[PublishMode]] = {m.name: m for m in (AppendMode, UpsertMode, MergeMode)}
@@ -84,19 +86,15 @@ class PostgresSink(Sink):
         self.mode.after_create(cur, name)
 
     def ensure(self, cur) -> None:
-        # The tables need the output schema, which only process knows (bind_output).
+        # The tables need the output schema, which only process knows (stage_writer).
         cur.execute(sql.SQL("create schema if not exists {}").format(sql.Identifier(self.schema)))
 
-    def bind_output(
+    def stage_writer(
         self, cur, fields: Iterable[tuple[str, str]], evolution: Evolution | None = None
-    ) -> PostgresSink:
-        return binding.bind_output(self, cur, fields, evolution)
+    ) -> StageWriter:
+        return binding.stage_writer(self, cur, fields, evolution)
 
     # -- process --------------------------------------------------------------------------
-
-    @property
-    def stage_columns(self) -> tuple[str, ...]:
-        return self.tables.stage_columns
 
     @property
     def takes_fast_form(self) -> bool:

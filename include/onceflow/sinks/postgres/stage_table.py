@@ -14,7 +14,7 @@ from onceflow.sinks.postgres.sink import PostgresSink
 class StageOnly(PublishMode):
     """Only the stage table, without a published table: what it stages is published
     elsewhere. Created and checked from the output schema like every stage table
-    (bind_output), under the name `stage_<table>`."""
+    (stage_writer), under the name `stage_<table>`."""
 
     name = "stage"
     publishes_tables = False

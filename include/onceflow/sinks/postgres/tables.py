@@ -50,9 +50,20 @@ COORDINATE_COLUMNS = (
 )
 
 
+def stage_columns(columns: tuple[Column, ...], aggregating: bool) -> tuple[str, ...]:
+    """The data columns of a stage row for an output of `columns` (the stage table's, besides
+    the tags)."""
+    return (
+        *COORDINATES,
+        *(c.name for c in columns),
+        *(n for n, _ in STAGE_FIXED[3:]),
+        *((RECORDS,) if aggregating else ()),
+    )
+
+
 class PostgresTables:
     """The tables of a sink table T in `schema`. `columns` are the user's columns of the
-    transform's output: given by process (bind_output), read from the stage table by
+    transform's output: given by process (sinks.postgres.binding), read from the stage table by
     everyone else. `aggregating`: the pipeline's transform is aggregating (merge only): each
     staged row sums up `records` source records and carries no coordinates."""
 
@@ -147,17 +158,6 @@ class PostgresTables:
         return cur.fetchone()[0]
 
     # -- the output schema ----------------------------------------------------------------
-
-    @property
-    def stage_columns(self) -> tuple[str, ...]:
-        if self.columns is None:
-            raise RuntimeError("PostgresSink.stage_columns: bind_output first (process only)")
-        return (
-            *COORDINATES,
-            *(c.name for c in self.columns),
-            *(n for n, _ in STAGE_FIXED[3:]),
-            *((RECORDS,) if self.aggregating else ()),
-        )
 
     def table_columns(self, cur, table: str) -> list[tuple[str, str, bool]] | None:
         """(name, type, optional) of an existing table's columns, None if there is no table;
