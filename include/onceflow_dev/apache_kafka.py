@@ -27,25 +27,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from onceflow_dev import jvm
-from onceflow_dev.children import stop_child
+from onceflow_dev.children import kill_child, stop_child
 
 START_TIMEOUT = 90.0
 STOP_TIMEOUT = 30.0
 SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 # the broker's own logging, to stdout (its service log); the request log is per request
-_LOG4J2 = """\
-status = warn
-appender.out.type = Console
-appender.out.name = out
-appender.out.layout.type = PatternLayout
-appender.out.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = info
-rootLogger.appenderRef.out.ref = out
-logger.request.name = kafka.request.logger
-logger.request.level = warn
-logger.state.name = state.change.logger
-logger.state.level = warn
-"""
+_LOG4J2 = jvm.console_log4j2({"kafka.request.logger": "warn", "state.change.logger": "warn"})
 
 
 def free_port() -> int:
@@ -205,19 +193,8 @@ class ApacheKafka:
         return props
 
     def _java(self, main: str, heap: str) -> list[str]:
-        classpath = os.pathsep.join(str(jar) for jar in jvm.classpath("kafka-broker"))
-        return [
-            jvm.java(),
-            f"-Xmx{heap}",
-            "-Xms64m",
-            "-XX:+UseG1GC",
-            "-XX:MaxGCPauseMillis=20",
-            "-Djava.awt.headless=true",
-            f"-Dlog4j2.configurationFile={self.folder / 'log4j2.properties'}",
-            "-cp",
-            classpath,
-            main,
-        ]
+        log4j2 = self.folder / "log4j2.properties"
+        return jvm.java_command("kafka-broker", main, heap, log4j2, ["-XX:MaxGCPauseMillis=20"])
 
     def argv(self) -> list[str]:
         """The broker's command line (after `configure`)."""
@@ -279,8 +256,6 @@ class ApacheKafka:
     def stop(self) -> None:
         """SIGTERM (a controlled shutdown that keeps the log), SIGKILL after STOP_TIMEOUT."""
         proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
-            return
         stop_child(proc, STOP_TIMEOUT, killed_timeout=10)
 
     def kill(self) -> None:
@@ -288,10 +263,7 @@ class ApacheKafka:
         the acknowledgement, to the page cache that outlives the process), and the next
         `start` recovers the log and the transactions' state from it."""
         proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.kill()  # the JVM itself: no wrapper script in between
-        proc.wait(10)
+        kill_child(proc)  # the JVM itself: no wrapper script in between
 
 
 def ready(bootstrap: str, port: int) -> bool:

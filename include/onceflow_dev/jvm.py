@@ -53,6 +53,23 @@ MVN_INSTALL_HINT = (
 )
 
 
+def console_log4j2(levels: dict[str, str]) -> str:
+    """A log4j2 configuration that logs to stdout (a service's log file) at info, with these
+    loggers' `levels` (name -> level): Kafka 4's jars carry none of their own."""
+    lines = [
+        "status = warn",
+        "appender.out.type = Console",
+        "appender.out.name = out",
+        "appender.out.layout.type = PatternLayout",
+        "appender.out.layout.pattern = [%d] %p %m (%c)%n",
+        "rootLogger.level = info",
+        "rootLogger.appenderRef.out.ref = out",
+    ]
+    for i, (name, level) in enumerate(levels.items()):
+        lines += [f"logger.l{i}.name = {name}", f"logger.l{i}.level = {level}"]
+    return "\n".join(lines) + "\n"
+
+
 class JvmArtifactsError(RuntimeError):
     """A JVM artifact is missing or unreadable; the message names it and the next step."""
 
@@ -88,6 +105,25 @@ def java() -> str:
             "java not found: install a Java 17+ runtime (Debian: openjdk-17-jre-headless)"
         )
     return found
+
+
+def java_command(
+    profile: str, main: str, heap: str, log4j2: Path, options: Iterable[str] = ()
+) -> list[str]:
+    """The command line of a JVM service: `main` of `profile`'s classpath, with a heap of at
+    most `heap`, its logging configured by the file `log4j2`, and `options` besides."""
+    return [
+        java(),
+        f"-Xmx{heap}",
+        "-Xms64m",
+        "-XX:+UseG1GC",
+        *options,
+        "-Djava.awt.headless=true",
+        f"-Dlog4j2.configurationFile={log4j2}",
+        "-cp",
+        os.pathsep.join(str(jar) for jar in classpath(profile)),
+        main,
+    ]
 
 
 def check_jar(jar: Path, folder: Path) -> None:

@@ -17,7 +17,6 @@ worker holds ~430 MiB resident with its 384 MiB heap. It is stopped by PID, neve
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
 import urllib.error
@@ -26,25 +25,13 @@ from pathlib import Path
 
 from onceflow_dev import jvm
 from onceflow_dev.apache_kafka import free_port
-from onceflow_dev.children import stop_child
+from onceflow_dev.children import kill_child, stop_child
 
 START_TIMEOUT = 120.0
 STOP_TIMEOUT = 30.0
 OFFSET_FLUSH_MS = 1000
 # the worker's own logging, to stdout (its log file); Debezium's progress at info
-_LOG4J2 = """\
-status = warn
-appender.out.type = Console
-appender.out.name = out
-appender.out.layout.type = PatternLayout
-appender.out.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = info
-rootLogger.appenderRef.out.ref = out
-logger.jetty.name = org.eclipse.jetty
-logger.jetty.level = warn
-logger.reflections.name = org.reflections
-logger.reflections.level = error
-"""
+_LOG4J2 = jvm.console_log4j2({"org.eclipse.jetty": "warn", "org.reflections": "error"})
 
 
 def debezium_postgres(
@@ -139,19 +126,10 @@ class KafkaConnect:
         return path
 
     def argv(self) -> list[str]:
-        classpath = os.pathsep.join(str(jar) for jar in jvm.classpath("kafka-connect"))
-        return [
-            jvm.java(),
-            f"-Xmx{self.heap}",
-            "-Xms64m",
-            "-XX:+UseG1GC",
-            "-Djava.awt.headless=true",
-            f"-Dlog4j2.configurationFile={self.folder / 'log4j2.properties'}",
-            "-cp",
-            classpath,
-            "org.apache.kafka.connect.cli.ConnectStandalone",
-            *map(str, self.configure()),
-        ]
+        files = self.configure()
+        main = "org.apache.kafka.connect.cli.ConnectStandalone"
+        log4j2 = self.folder / "log4j2.properties"
+        return [*jvm.java_command("kafka-connect", main, self.heap, log4j2), *map(str, files)]
 
     def start(self) -> None:
         """Start the worker and wait until each connector and its task run."""
@@ -195,15 +173,10 @@ class KafkaConnect:
     def stop(self) -> None:
         """SIGTERM (the worker flushes its offsets), SIGKILL after STOP_TIMEOUT."""
         proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
-            return
         stop_child(proc, STOP_TIMEOUT, killed_timeout=10)
 
     def kill(self) -> None:
         """SIGKILL: a crash. The offsets since the last flush are lost, and the next `start`
         sends their changes again."""
         proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.kill()
-        proc.wait(10)
+        kill_child(proc)
