@@ -173,6 +173,36 @@ def test_upsert_a_tombstone_deletes_the_key_and_a_rerun_can_bring_it_back(
     exactly_once(ledger_dsn, cfg)
 
 
+def test_upsert_by_order_by_the_highest_values_win_and_a_deleted_key_keeps_them(
+    ledger_dsn, unique_name
+):
+    """order_by = ["qty"]: a key's row is its version with the highest qty (a change's source
+    position), whatever the record order; a lower one, late or sent again, changes nothing,
+    and a tombstone keeps its qty, so an older record cannot bring the key back."""
+    sink = {**MODES["upsert"], "order_by": ["qty"]}
+    cfg = parse_pipeline(
+        unique_name, {"topics": [T], "transform": "inventory:transform", "sink": sink}
+    )
+    for txid, end in (("a", 3), ("b", 5), ("c", 6), ("d", 7), ("e", 8)):
+        plan(ledger_dsn, cfg, txid, snap({(T, 0): end}), sink=sink_for(cfg))
+    # within a txid: z's higher qty wins though its record came first
+    process(ledger_dsn, cfg, "a", [(0, 0, "x", 5), (0, 1, "z", 9), (0, 2, "z", 4)])
+    commit(ledger_dsn, cfg, "a")
+    assert published(ledger_dsn, cfg) == [("x", 5), ("z", 9)]
+    process(ledger_dsn, cfg, "b", [(0, 3, "x", 3), (0, 4, "y", 1)])  # x's is older: ignored
+    commit(ledger_dsn, cfg, "b")
+    assert published(ledger_dsn, cfg) == [("x", 5), ("y", 1), ("z", 9)]
+    process(ledger_dsn, cfg, "c", [(0, 5, "x", 7, "tombstone")])
+    commit(ledger_dsn, cfg, "c")
+    process(ledger_dsn, cfg, "d", [(0, 6, "x", 6)])  # below the delete: x stays deleted
+    commit(ledger_dsn, cfg, "d")
+    assert published(ledger_dsn, cfg) == [("y", 1), ("z", 9)]
+    process(ledger_dsn, cfg, "e", [(0, 7, "x", 8)])
+    commit(ledger_dsn, cfg, "e")
+    assert published(ledger_dsn, cfg) == [("x", 8), ("y", 1), ("z", 9)]
+    exactly_once(ledger_dsn, cfg)  # the audit's truth ranks the versions the same way
+
+
 @pytest.mark.parametrize("mode", ["upsert", "iceberg_upsert", "delta_upsert"])
 def test_upsert_audit_finds_a_row_that_is_not_the_last_committed_record(
     ledger_dsn, unique_name, tmp_path, mode

@@ -412,6 +412,35 @@ def test_a_sink_table_in_a_file(tmp_path):
             "sink.topic",
             "kind 'postgres' takes no 'topic'",
         ),
+        (
+            {**USER, "sink": {"table": "s", "order_by": ["lsn"]}},
+            "sink.order_by",
+            "only a postgres upsert sink takes one \\(this is postgres append\\)",
+        ),
+        (
+            {
+                **USER,
+                "sink": {
+                    "kind": "iceberg",
+                    "table": "s",
+                    "mode": "upsert",
+                    "key": ["k"],
+                    "order_by": ["lsn"],
+                },
+            },
+            "sink.order_by",
+            "this is iceberg upsert",
+        ),
+        (
+            {**USER, "sink": {"table": "s", "mode": "upsert", "key": ["k"], "order_by": ["k"]}},
+            "sink.order_by",
+            "'k' is a key column",
+        ),
+        (
+            {**USER, "sink": {"table": "s", "mode": "upsert", "key": ["k"], "order_by": "lsn"}},
+            "sink.order_by",
+            'give a list of column names, e.g. order_by = \\["lsn"\\]',
+        ),
     ],
 )
 def test_bad_sink_values_name_file_pipeline_and_key(raw, key, why):
@@ -422,6 +451,13 @@ def test_bad_sink_values_name_file_pipeline_and_key(raw, key, why):
 
 
 MERGE_SINK = {"table": "s", "mode": "merge", "key": ["page"], "aggregates": ["views"]}
+
+
+def test_an_upsert_sink_may_rank_its_versions_by_columns():
+    sink = {"table": "s", "mode": "upsert", "key": ["k"], "order_by": ["lsn", "txn"]}
+    assert parse_pipeline("demo", {**USER, "sink": sink}).sink.order_by == ("lsn", "txn")
+    plain = {"table": "s", "mode": "upsert", "key": ["k"]}
+    assert parse_pipeline("demo", {**USER, "sink": plain}).sink.order_by == ()
 
 
 def test_a_transform_is_record_wise_unless_it_says_it_aggregates():

@@ -3,6 +3,7 @@ the transform, the module or the missing columns."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import uuid
 
@@ -124,6 +125,9 @@ def test_output_keeps_coordinates_and_the_sink_columns():
         check_output("m:f", "p", ["topic", "partition", "offset", "qty"], UPSERT)
     with pytest.raises(TransformError, match=r"lacks column\(s\) \['views'\]"):
         check_output("m:f", "p", ["topic", "partition", "offset", "page"], MERGE)
+    ranked = dataclasses.replace(UPSERT, order_by=("lsn",))
+    with pytest.raises(TransformError, match=r"lacks column\(s\) \['lsn'\]; .*order_by \['lsn'\]"):
+        check_output("m:f", "p", ["topic", "partition", "offset", "sku", "qty"], ranked)
     with pytest.raises(TransformError, match=r"\['sku'\] appear twice"):
         check_output("m:f", "p", ["topic", "partition", "offset", "sku", "sku"], UPSERT)
 

@@ -51,6 +51,10 @@ class SinkConfig:
     mode: Literal["append", "upsert", "merge"] = "append"
     key: tuple[str, ...] = ()  # upsert: the row's identity; merge: the group; kafka: the record key
     aggregates: tuple[str, ...] = ()  # merge: summed per key
+    # upsert (postgres): the columns, compared in order, whose highest values make a key's
+    # row (ties: the newest record); a record below its key's row changes nothing. (): the
+    # newest record wins
+    order_by: tuple[str, ...] = ()
     kind: Literal["postgres", "iceberg", "delta", "kafka"] = "postgres"
     # iceberg, delta: the table's namespace ("" = the pipeline's sink_schema; `table =
     # "ns.t"` sets it) and the warehouse new tables go to (None = a folder under

@@ -30,6 +30,7 @@ _SINK_KEYS = {
     "mode",
     "key",
     "aggregates",
+    "order_by",
     "warehouse",
     "topic",
     "partitions",
@@ -44,7 +45,7 @@ _SINK_KEYS = {
 }
 # The keys only a Kafka sink takes, and the ones it does not.
 _KAFKA_ONLY = ("topic", "partitions", "create_topic", "bootstrap", "conn_id")
-_NOT_KAFKA = ("table", "aggregates", "warehouse")
+_NOT_KAFKA = ("table", "aggregates", "order_by", "warehouse")
 # The keys only a lake table (iceberg, delta) takes.
 _LAKE_ONLY = (
     "warehouse",
@@ -128,6 +129,7 @@ def parse_sink(source: str, name: str, raw: Any) -> SinkConfig:
     both = sorted(set(key) & set(aggregates))
     if both:
         raise fail("aggregates", f"{both[0]!r} is also a key column")
+    order_by = _order_by(raw, kind, mode, key, fail)
     maintain_every = raw.get("maintain_every", 0)
     if (
         isinstance(maintain_every, bool)
@@ -149,6 +151,7 @@ def parse_sink(source: str, name: str, raw: Any) -> SinkConfig:
         mode=mode,
         key=key,
         aggregates=aggregates,
+        order_by=order_by,
         kind=kind,
         namespace=namespace,
         warehouse=warehouse,
@@ -189,6 +192,21 @@ def _columns(raw: dict, key: str, needed: bool, mode: str, fail: Fail) -> tuple[
     if len(set(value)) != len(value):
         raise fail(key, "a column is listed twice")
     return tuple(value)
+
+
+def _order_by(raw: dict, kind: str, mode: str, key: tuple[str, ...], fail: Fail) -> tuple[str, ...]:
+    """An upsert sink's ordering columns (a PostgreSQL table's, for now), none by default."""
+    if "order_by" not in raw:
+        return ()
+    if mode != "upsert" or kind != "postgres":
+        raise fail("order_by", f"only a postgres upsert sink takes one (this is {kind} {mode})")
+    if not isinstance(raw["order_by"], list) or not raw["order_by"]:
+        raise fail("order_by", 'give a list of column names, e.g. order_by = ["lsn"]')
+    columns = _columns(raw, "order_by", True, mode, fail)
+    keyed = [c for c in columns if c in key]
+    if keyed:
+        raise fail("order_by", f"{keyed[0]!r} is a key column: a key's rows all share it")
+    return columns
 
 
 def _parse_kafka_sink(raw: dict, fail: Fail) -> SinkConfig:

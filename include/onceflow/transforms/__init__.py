@@ -239,12 +239,15 @@ def check_output(
     registry format's) keeps `error` too: it names the records that did not decode, which
     are dead letters."""
     columns = list(columns)
-    needed = [*COORDINATES, *sink.key, *sink.aggregates, *(("error",) if decoded else ())]
+    needed = [*COORDINATES, *sink.key, *sink.order_by, *sink.aggregates]
+    needed += ["error"] if decoded else []
     missing = [c for c in needed if c not in columns]
     if missing:
         why = ["topic, partition and offset (a record-wise transform keeps them)"]
         if sink.key:
             why.append(f"the sink's key {list(sink.key)}")
+        if sink.order_by:
+            why.append(f"its order_by {list(sink.order_by)}")
         if sink.aggregates:
             why.append(f"its aggregates {list(sink.aggregates)}")
         if decoded:

@@ -2,11 +2,15 @@
 
 `T_versions` keeps every published version; `T` holds each key's current row, derived from
 the versions: the version with the highest (seq, partition, offset, topic) wins, and if it
-is a tombstone the key has no row. publish adds the attempt's versions and re-derives the
-keys it touches; unpublish removes the txid's versions and re-derives those keys. So a
-replay or a re-run of an older txid can never overwrite a newer value: the newer version is
-still there and still wins. The audit's own truth: each key's row is the last committed
-record for it, and no record is published twice.
+is a tombstone the key has no row. With the sink's `order_by` columns, the version with
+their highest values wins, (seq, partition, offset, topic) breaking ties: a record below its
+key's row (an older change sent again, a late event) changes nothing, and a deleted key's
+tombstone keeps its values, so an older record cannot bring the row back while the versions
+hold it (they are kept: maintenance rolls their partitions up, never drops them). publish
+adds the attempt's versions and re-derives the keys it touches; unpublish removes the txid's
+versions and re-derives those keys. So a replay or a re-run of an older txid can never
+overwrite a newer value: the newer version is still there and still wins. The audit's own
+truth: each key's row is its winning committed version, and no record is published twice.
 
 What commit costs is what the touched keys cost, not the batch: process seals, once every
 part is staged, the attempt's versions into a table of their own (`<table>__v<seq>_a<n>`,
@@ -89,9 +93,10 @@ class UpsertMode(SeqPartitioned):
             self._seal_versions(cur, t)  # staged by an earlier version: sealed here instead
         published = self.attach_part(cur, t, part)
         sealed = self.tables.sealed_table(t.seq, t.attempt)
-        if not replacing and self.tables.has_table(cur, sealed):
+        if not replacing and not self.tables.cfg.order_by and self.tables.has_table(cur, sealed):
             self._apply_newest(cur, sealed)
-        else:  # a re-run (older than the newest versions), or staged by an earlier version
+        else:  # a re-run (older than the newest versions), or staged by an earlier version, or
+            # ordered by columns (a committed version of a key may still outrank the txid's)
             self._rederive(
                 cur,
                 sql.SQL("select {} from {} where txid = %s").format(
@@ -100,6 +105,19 @@ class UpsertMode(SeqPartitioned):
                 (t.txid,),
             )
         return published
+
+    def _newest_first(self, alias: str, across_seqs: bool = True) -> sql.Composable:
+        """The order in which a key's versions (as `alias`) win, the winner first: the
+        order_by columns' highest values (a null lowest), then the newest record
+        (`across_seqs`: of any seq; else within one attempt's)."""
+        a = sql.Identifier(alias)
+        ranked = [
+            sql.SQL("{}.{} desc nulls last").format(a, sql.Identifier(c))
+            for c in self.tables.cfg.order_by
+        ]
+        where = [*(["seq"] if across_seqs else []), "partition", "offset", "topic"]
+        newest = [sql.SQL("{}.{} desc").format(a, sql.Identifier(c)) for c in where]
+        return sql.SQL(", ").join([*ranked, *newest])
 
     def _current_columns(self) -> list[str]:
         key = list(self.tables.cfg.key)
@@ -115,9 +133,14 @@ class UpsertMode(SeqPartitioned):
         cur.execute(sql.SQL("drop table if exists {}").format(name))
         cur.execute(
             sql.SQL(
-                "create table {name} as select distinct on ({key}) * from {part}"
-                ' order by {key}, partition desc, "offset" desc, topic desc'
-            ).format(name=name, key=ids(self.tables.cfg.key), part=self.tables.ident(part))
+                "create table {name} as select distinct on ({key}) * from {part} v"
+                " order by {key}, {newest}"
+            ).format(
+                name=name,
+                key=ids(self.tables.cfg.key),
+                part=self.tables.ident(part),
+                newest=self._newest_first("v", across_seqs=False),
+            )
         )
 
     def _seal_versions(self, cur, t: Attempt) -> str:
@@ -199,8 +222,8 @@ class UpsertMode(SeqPartitioned):
         self._rederive_touched(cur)
 
     def _rederive_touched(self, cur) -> None:
-        """Each touched key's current row from its versions: the newest (seq, partition,
-        offset, topic) wins; a tombstone there means no row."""
+        """Each touched key's current row from its versions: the winner (_newest_first);
+        a tombstone there means no row."""
         key = list(self.tables.cfg.key)
         current = self._current_columns()
         cur.execute(
@@ -211,22 +234,23 @@ class UpsertMode(SeqPartitioned):
         cur.execute(
             sql.SQL(
                 "insert into {table} ({cols}) select {cols} from ("
-                " select distinct on ({key}) * from {versions}"
+                " select distinct on ({key}) * from {versions} v"
                 " where ({key}) in (select {key} from onceflow_touched)"
-                ' order by {key}, seq desc, partition desc, "offset" desc, topic desc) v'
+                " order by {key}, {newest}) v"
                 " where not v.tombstone"
             ).format(
                 table=self.tables.ident(self.tables.table),
                 cols=ids(current),
                 key=ids(key),
                 versions=self.tables.ident(self.tables.versions_table),
+                newest=self._newest_first("v"),
             )
         )
         cur.execute("drop table onceflow_touched")
 
     def truth(self, cur, pipeline: str, limit: int) -> list[str]:
-        """Each key's row is the last record for it among committed versions (none if that
-        is a tombstone), and no record is a version twice."""
+        """Each key's row is its winning committed version (_newest_first; none if that is a
+        tombstone), and no record is a version twice."""
         key = list(self.tables.cfg.key)
         compared = [
             *(c.name for c in self.tables.value_columns()),
@@ -240,7 +264,7 @@ class UpsertMode(SeqPartitioned):
                 """
                 with last as (
                     select distinct on ({key}) v.* from {versions}
-                    order by {key}, v.seq desc, v.partition desc, v."offset" desc, v.topic desc),
+                    order by {key}, {newest}),
                 expected as (select * from last where not tombstone)
                 select {ekey}, {ckey} from expected e full join {current} c using ({key})
                 where e.seq is null or c.seq is null or ({ecols}) is distinct from ({ccols})
@@ -248,6 +272,7 @@ class UpsertMode(SeqPartitioned):
                 """
             ).format(
                 key=ids(key),
+                newest=self._newest_first("v"),
                 versions=of_committed(self.tables.ident(self.tables.versions_table), "v"),
                 current=self.tables.ident(self.tables.table),
                 ekey=sql.SQL("e.seq"),
