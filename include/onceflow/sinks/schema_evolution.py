@@ -6,12 +6,12 @@ their published rows, later batches publish the new columns. Per pipeline, `sche
 
 - "add_columns" (the default): a column the output adds is added to every table of the sink
   that holds the user's columns, nullable, so the rows already there read null in it and are
-  never rewritten. It happens in the transaction that binds the sink to the output
+  never rewritten. It happens in the transaction that fits the sink to the output
   (Sink.stage_writer), before anything is staged for the txid, and each column added to each
   table is recorded in onceflow.schema_changes in that same transaction, as an event of the
-  txid (and attempt) that first needed it. The binder holds the sink's advisory lock, so two
-  attempts binding at once add each column once: the second finds it there and records
-  nothing.
+  txid (and attempt) that first needed it. That transaction holds the sink's advisory lock,
+  so two attempts fitting the tables at once add each column once: the second finds it
+  there and records nothing.
 - "fail": an added column is refused like the changes below.
 
 Refused whatever the policy, naming the table, the column, its old and new type and what to

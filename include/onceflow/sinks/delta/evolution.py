@@ -1,5 +1,5 @@
 """An existing Delta table fitted to the transform's output (onceflow.sinks.schema_evolution),
-when process binds the sink: a column the output adds is added, nullable, by Delta's
+when process makes its stage writer: a column the output adds is added, nullable, by Delta's
 schema evolution (`alter.add_columns`: files written before it read null there, none is
 rewritten); a column the output no longer gives, or gives with another type, is refused,
 naming what to do.
@@ -28,9 +28,9 @@ def evolve(sink: DeltaFormat, cur, table: Any, shape: Layout, evolution: Evoluti
     """The existing table fitted to the output: the columns it adds added (nullable), then
     the output's columns kept in OUTPUT_COLUMNS, recorded in the ledger in the caller's
     transaction. Each is a commit of the table, made under the sink's advisory lock (no
-    other bind runs); a publish that loses the race to one reads the table again
+    other attempt fits the table); a publish that loses the race to one reads the table again
     (SinkMovedError). A crash between them leaves the columns added without their event
-    (the next bind finds them there)."""
+    (the next stage writer finds them there)."""
     users = ",".join(shape.users)
     added, problems = schema_evolution.decide(
         [_fit(sink, table, shape)], evolution.policy if evolution else "fail"

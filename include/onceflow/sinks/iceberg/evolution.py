@@ -1,7 +1,8 @@
 """An existing Iceberg table fitted to the transform's output (onceflow.sinks.schema_evolution),
-when process binds the sink: a column the output adds is added, optional, by pyiceberg's
-update_schema (data files written before it read null there, none is rewritten); a column
-the output no longer gives, or gives with another type, is refused, naming what to do.
+when process makes its stage writer: a column the output adds is added, optional, by
+pyiceberg's update_schema (data files written before it read null there, none is
+rewritten); a column the output no longer gives, or gives with another type, is refused,
+naming what to do.
 
 The table property `onceflow.output-columns` keeps the output's columns, so that a removed
 column is told from an optional column someone else added.
@@ -42,7 +43,7 @@ def evolve(
     table, recorded in the ledger in the caller's transaction. A publish committing
     meanwhile (a commit's snapshot) makes the commit fail: read the table and decide
     again. A crash between the table's commit and the ledger's leaves the columns added
-    without their event (the next bind finds them there)."""
+    without their event (the next stage writer finds them there)."""
     from pyiceberg.exceptions import CommitFailedException
 
     users = ",".join(shape.users)
