@@ -45,7 +45,7 @@ class StageWriter:
         return None
 
     def attempt_table(self, t: Attempt) -> str | None:
-        """The attempt's own table that its valid rows are COPied into (Sink.attempt_table)."""
+        """The attempt's own table its valid rows are copied into (Sink.attempt_table)."""
         return self.sink.attempt_table(t.seq, t.attempt)
 
     def create(self, cur, t: Attempt) -> None:
