@@ -127,10 +127,13 @@ class UpsertMode(SeqPartitioned):
     def seal(self, cur, t: Attempt) -> None:
         """process: the attempt's versions in a table of their own, which commit attaches
         (_seal_versions), and the txid's newest version of each key it touches (a tombstone
-        too), so that a first commit derives the current rows from one row per key."""
+        too), so that a first commit derives the current rows from one row per key (not
+        with order_by: every commit re-derives, see publish)."""
         part = self._seal_versions(cur, t)
         name = self.tables.ident(self.tables.sealed_table(t.seq, t.attempt))
         cur.execute(sql.SQL("drop table if exists {}").format(name))
+        if self.tables.cfg.order_by:
+            return
         cur.execute(
             sql.SQL(
                 "create table {name} as select distinct on ({key}) * from {part} v"
@@ -139,7 +142,7 @@ class UpsertMode(SeqPartitioned):
                 name=name,
                 key=ids(self.tables.cfg.key),
                 part=self.tables.ident(part),
-                newest=self._newest_first("v", across_seqs=False),
+                newest=self._newest_first("v", across_seqs=False),  # the newest record
             )
         )
 
