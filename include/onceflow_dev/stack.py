@@ -673,7 +673,7 @@ def private_postgres(data: Path, logical: bool = False) -> Iterator[str]:
         pg_ctl(["-w", "-m", "fast", "-o", options, "restart"], pgdata=data, user=server.system_user)
         user = urllib.parse.urlsplit(dsn).username or "postgres"
         dsn = f"postgresql://{user}@127.0.0.1:{port}/postgres"
-    pid = _postmaster_pid(data) if logical else server.get_pid()
+    pid = _postmaster_pid(data)  # read again: a restart above made a new server
     try:
         yield dsn
     finally:

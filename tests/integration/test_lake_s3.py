@@ -119,7 +119,7 @@ def test_the_storage_comes_from_an_aws_connection_and_its_secret_is_never_shown(
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2)])
     assert commit(ledger_dsn, cfg, "a").published == 2
     exactly_once(ledger_dsn, cfg)
-    described = writer(ledger_dsn, cfg).storage
+    described = writer(ledger_dsn, cfg).sink.storage
     assert SECRET not in repr(described) and SECRET not in described.describe()
 
 

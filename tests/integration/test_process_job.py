@@ -1162,12 +1162,11 @@ def test_csv_for_copy_tags_rows_and_encodes_bytea():
     from onceflow.config.sink import SinkConfig
     from onceflow.sinks.postgres.columns import output_columns
     from onceflow.sinks.postgres.sink import PostgresSink
-    from onceflow.sinks.postgres.tables import stage_columns
-    from onceflow.sinks.stage_writer import StageWriter
+    from onceflow.sinks.stage_writer import StageWriter, stage_columns
 
     columns = output_columns(ORDER_FIELDS)
     sink = PostgresSink("s", SinkConfig("orders"), columns)
-    stage = StageWriter(sink, stage_columns(columns, aggregating=False))
+    stage = StageWriter(sink, stage_columns(c.name for c in columns))
     target = StageTarget.of(Ledger("dsn"), stage, Attempt("p", "run,1", 1, 3))
     stream = _CsvStream([batch, batch.slice(0, 0)], target, 7)
     text = io.BytesIO(stream.read()).getvalue().decode()

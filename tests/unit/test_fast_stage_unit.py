@@ -250,8 +250,7 @@ from onceflow.spark.arrow_columns import binary_array, fixed_array, string_repea
 from onceflow.config.sink import SinkConfig
 from onceflow.sinks.postgres.sink import PostgresSink
 from onceflow.sinks.postgres.columns import Column
-from onceflow.sinks.postgres.tables import stage_columns
-from onceflow.sinks.stage_writer import StageWriter
+from onceflow.sinks.stage_writer import StageWriter, stage_columns
 from onceflow.staging.attempt_table import _ValidRows
 from onceflow.staging.fast_stage import Split
 from onceflow.staging.table_stage import _CsvStream
@@ -265,7 +264,7 @@ columns = pa.schema([("order_id", pa.string()), ("customer_id", pa.string()),
     ("amount", pa.decimal128(18, 2)), ("currency", pa.string()),
     ("ts", pa.timestamp("us", tz="UTC"))])
 users = tuple(Column(f.name, "text") for f in columns)
-stage = StageWriter(PostgresSink("s", SinkConfig("orders"), users), stage_columns(users, False))
+stage = StageWriter(PostgresSink("s", SinkConfig("orders"), users), stage_columns(c.name for c in users))
 vals = [json.dumps({"order_id": "o", "customer_id": "c", "amount": 1.5, "currency": "EUR",
         "ts": "2024-05-01T12:00:00+02:00"}).encode(), b"{}", None] * 10
 n = len(vals)

@@ -6,13 +6,26 @@ output, and nothing can stage without one.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from onceflow.ledger.attempt import Attempt
+from onceflow.transforms import COORDINATES, RECORDS
 
 if TYPE_CHECKING:
     from onceflow.sinks.base import Sink
+
+
+# What a stage row holds after the user's columns, whatever the sink (dead letters' error, key
+# and value; an upsert's tombstone; the row hash)
+STAGE_ROW_END = ("error", "key", "value", "tombstone", "row_hash")
+
+
+def stage_columns(users: Iterable[str], aggregating: bool = False) -> tuple[str, ...]:
+    """The data columns of a stage row (besides the TAG_COLUMNS) for an output of the user's
+    columns `users`; an aggregating transform's rows also say how many `records` each sums."""
+    return (*COORDINATES, *users, *STAGE_ROW_END, *((RECORDS,) if aggregating else ()))
 
 
 @dataclass(frozen=True)

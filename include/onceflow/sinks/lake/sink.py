@@ -52,12 +52,13 @@ from onceflow.sinks.lake.files import delete_files, files_on_storage
 from onceflow.sinks.lake.modes import LAKE_MODES
 from onceflow.sinks.lake.partitions import Partitioner
 from onceflow.sinks.lake.records import maintenance_summary, publication_summary
-from onceflow.sinks.lake.stage_tables import LakeStage, LakeStageWriter, stage_columns
+from onceflow.sinks.lake.stage_tables import LakeStage, LakeStageWriter
 from onceflow.sinks.lake.storage import Storage
 from onceflow.sinks.lake.table_format import TableFormat
 from onceflow.sinks.lake.versions import VersionFiles, read_files
 from onceflow.sinks.outside import OutsideSink, Publication, SinkReading, StagedFiles
 from onceflow.sinks.schema_evolution import Evolution
+from onceflow.sinks.stage_writer import stage_columns
 
 if TYPE_CHECKING:
     from onceflow.config.pipeline import PipelineConfig
@@ -103,9 +104,7 @@ class LakeSink(OutsideSink):
             columns=stage_columns(users),
             location=location,
             files_schema=files_schema,
-            files_table=self.files_table,
             partitioner=partitioner,
-            storage=self.storage,
         )
 
     @property

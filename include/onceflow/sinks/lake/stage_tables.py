@@ -12,37 +12,27 @@ from psycopg2 import sql
 from onceflow.ledger.attempt import Attempt, StagedCounts
 from onceflow.sinks.lake.files import attempt_dir
 from onceflow.sinks.lake.partitions import Partitioner
-from onceflow.sinks.lake.storage import Storage
 from onceflow.sinks.lake.versions import VersionFiles
 from onceflow.sinks.stage_writer import FileStage, StageWriter
-from onceflow.transforms import COORDINATES
-
-# The data columns of a lake sink's stage rows besides the user's (the tags apart)
-STAGE_FIXED = ("error", "key", "value", "tombstone", "row_hash")
 
 
 @dataclass(frozen=True, kw_only=True)
 class LakeStageWriter(StageWriter):
     """The stage of a lake table for one output: valid rows go to Parquet files of
     `files_schema` under the table's `location`, one folder per attempt, each file recorded
-    in `files_table`; `partitioner` (an append table's) splits a part's rows by partition."""
+    in the sink's files table; `partitioner` (an append table's) splits a part's rows by
+    partition."""
 
     location: str
     files_schema: Any
-    files_table: str
     partitioner: Partitioner | None
-    storage: Storage
 
     def file_stage(self, t: Attempt) -> FileStage:
         directory = attempt_dir(self.location, t.pipeline, t.txid, t.attempt)
+        sink = self.sink  # a LakeSink
         return FileStage(
-            directory, self.files_schema, self.files_table, self.partitioner, self.storage
+            directory, self.files_schema, sink.files_table, self.partitioner, sink.storage
         )
-
-
-def stage_columns(users: tuple[str, ...]) -> tuple[str, ...]:
-    """The data columns of a stage row for an output of the user's columns `users`."""
-    return (*COORDINATES, *users, *STAGE_FIXED)
 
 
 class LakeStage:

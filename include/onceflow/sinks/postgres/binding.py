@@ -22,9 +22,9 @@ from psycopg2 import sql
 
 from onceflow.sinks import schema_evolution
 from onceflow.sinks.postgres.columns import Column, output_columns
-from onceflow.sinks.postgres.tables import PostgresTables, stage_columns
+from onceflow.sinks.postgres.tables import PostgresTables
 from onceflow.sinks.schema_evolution import Evolution
-from onceflow.sinks.stage_writer import StageWriter
+from onceflow.sinks.stage_writer import StageWriter, stage_columns
 
 if TYPE_CHECKING:
     from onceflow.sinks.postgres.sink import PostgresSink
@@ -82,7 +82,8 @@ def stage_writer(
             )
         )
     schema_evolution.record(cur, evolution, "postgres", added)
-    return StageWriter(fitted, stage_columns(tables.columns, sink.aggregating))
+    users = (c.name for c in tables.columns)
+    return StageWriter(fitted, stage_columns(users, sink.aggregating))
 
 
 def _fit(

@@ -39,6 +39,7 @@ from onceflow.errors import SinkLayoutError, SinkSchemaError
 from onceflow.ledger.published import with_ranges
 from onceflow.sinks.base import TAG_COLUMNS
 from onceflow.sinks.postgres.columns import STAGE_FIXED, SUM_TYPES, Column, defs, ids
+from onceflow.sinks.stage_writer import STAGE_ROW_END
 from onceflow.transforms import COORDINATES, RECORDS
 
 # The columns every published row of a source record carries.
@@ -48,17 +49,6 @@ COORDINATE_COLUMNS = (
     Column("epoch", "integer"),
     Column("offset", "bigint"),
 )
-
-
-def stage_columns(columns: tuple[Column, ...], aggregating: bool) -> tuple[str, ...]:
-    """The data columns of a stage row for an output of `columns` (the stage table's, besides
-    the tags)."""
-    return (
-        *COORDINATES,
-        *(c.name for c in columns),
-        *(n for n, _ in STAGE_FIXED[3:]),
-        *((RECORDS,) if aggregating else ()),
-    )
 
 
 class PostgresTables:
@@ -232,9 +222,7 @@ class PostgresTables:
         except a `partitioned` one (append's T, upsert's T_versions): partitioned by seq,
         its rows written by process."""
         stage = name == self.stage_table
-        nullable = {"error", "key", "value", "tombstone", "row_hash", RECORDS} | {
-            c.name for c in self.columns
-        }
+        nullable = {*STAGE_ROW_END, RECORDS} | {c.name for c in self.columns}
         if self.aggregating:  # only dead letters carry coordinates
             nullable |= set(COORDINATES)
         body = defs(columns, not_null=[c.name for c in columns if c.name not in nullable])
