@@ -71,6 +71,12 @@ def debezium_postgres(
     }
 
 
+def _escaped(value: str) -> str:
+    """A value as a Java properties file reads it back whole: a backslash or a line break in
+    it (a password may hold one) would otherwise end it or start another key."""
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+
+
 class KafkaConnect:
     """One standalone Connect worker in `folder`, producing to `bootstrap`, running
     `connectors` (each a connector's configuration); its REST API on `port` (picked when
@@ -122,7 +128,7 @@ class KafkaConnect:
         path = self.folder / name
         path.touch(mode=0o600, exist_ok=True)
         path.chmod(0o600)
-        path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        path.write_text("".join(f"{k}={_escaped(v)}\n" for k, v in props.items()))
         return path
 
     def argv(self) -> list[str]:

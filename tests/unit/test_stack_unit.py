@@ -319,3 +319,20 @@ def test_client_errors_name_the_run_and_dag(fake_airflow):
         client.trigger("d", "r1")
     with pytest.raises(RunIdError, match="only letters, digits"):
         client.trigger("d", "bad id")
+
+
+def test_a_connect_worker_s_files_keep_a_password_whole_and_to_themselves(tmp_path):
+    """The Connect worker's connector files (onceflow_dev.kafka_connect): a password with a
+    line break, a backslash or an `=` stays one value of one key, in a file only its owner
+    reads, and only the files' paths go on the worker's command line."""
+    from onceflow_dev.kafka_connect import KafkaConnect, debezium_postgres
+
+    password = "p=1\\n\nsasl.mechanism=PLAIN"
+    login = {"host": "127.0.0.1", "port": "5432", "user": "u", "password": password}
+    connector = debezium_postgres("shop", {**login, "dbname": "shop"}, "shop", ["public.t"])
+    files = KafkaConnect(tmp_path, "127.0.0.1:9092", [connector], port=8083).configure()
+    text = files[1].read_text()
+    assert len(text.splitlines()) == len(connector)  # one line per key, none injected
+    assert "database.password=p=1\\\\n\\nsasl.mechanism=PLAIN\n" in text
+    assert all(f.stat().st_mode & 0o777 == 0o600 for f in files)
+    assert not any(password in str(f) for f in files)
