@@ -38,11 +38,14 @@ $(JVM_STAMP): pom.xml $(SETUP_STAMP)
 # --compile-bytecode: the .pyc files pip writes by default and uv does not; without them every
 # process of the tests compiles what it imports again (none is written where
 # PYTHONDONTWRITEBYTECODE is set, as on the CI machines).
+# `uv cache prune`: uv builds pyspark's sdist again for every fresh venv and keeps each build
+# (about 1.4 GB) in its cache, never to be read again; the prune drops those.
 $(SETUP_STAMP): requirements.lock pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@if $(PY) -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION) \
 	  && $(VENV)/bin/uv pip sync --compile-bytecode --python $(PY) requirements.lock \
 	  && $(VENV)/bin/uv pip install --python $(PY) --no-deps -e . ; then \
+	  $(VENV)/bin/uv cache prune --quiet || true; \
 	  echo "setup: installed with uv"; \
 	else \
 	  echo "setup: uv failed, falling back to pip"; \
@@ -94,9 +97,11 @@ system-deps:
 	  else echo "system-deps:$$need missing and not root: install them (apt-get install$$need)"; fi; \
 	fi
 
-## demo: set up, start the stack and run the five example pipelines (orders: append with a fast form,
-##       revenue: merge, inventory: upsert, pageviews: merge, inventory_lake: an Iceberg table): produce their records, trigger the runs through the scheduler, audit
-##       each with --reread, print a summary (onceflow-dev demo); again: more records, still exactly-once
+## demo: set up, start the stack and run the seven example pipelines (orders: append with a fast form,
+##       revenue: merge, inventory: upsert, pageviews: merge, inventory_lake: an Iceberg table, payments_avro: Avro,
+##       shop_cdc: Debezium's change events of three tables): produce their records, trigger the runs through the
+##       scheduler, audit each with --reread, check shop_cdc's tables against their source, print a summary
+##       (onceflow-dev demo); again: more records, still exactly-once
 demo: setup
 	$(ONCEFLOW_DEV) up
 	$(ONCEFLOW_DEV) demo

@@ -39,6 +39,11 @@ Phase 1, data plane (a private Apache Kafka and PostgreSQL, nothing else of Once
                    and its fast form) and as Avro in the Confluent wire format through a
                    schema registry (format = "avro", no transform): records/s of each and
                    their ratio (bench/avro.py; `--only avro`)
+  cdc              Debezium change events (envelope = "debezium") into a PostgreSQL and an
+                   Iceberg upsert table beside the JSON append path, events/s and commit;
+                   plan, process and commit of one pipeline over 200 tables (bench/cdc.py;
+                   `--only cdc`; `--only cdc_tables` measures the 200 tables alone and keeps
+                   the throughput of --out's last cdc section)
 Phase 2, orchestration (an embedded stack of the bench's own, `onceflow-dev up` on ports
 25438/29098/28086 with its own Apache Kafka, under .onceflow/bench):
   small_batch      DAG runs of a 1,000-record batch, trigger to commit success, split into
@@ -62,7 +67,7 @@ usage: python bench/run.py [--quick] [--records N] [--repeats K] [--skip-dag] [-
                            [--lake-records N] [--soak-minutes M]
                            [--avro-records N] [--freshness-minutes M]
                            [--only lake|lake_commits|commit_sizes|ledger_scale|dag_parse|avro|
-                                   small_batch|soak|freshness]
+                                   cdc|cdc_tables|small_batch|soak|freshness]
 """
 
 from __future__ import annotations
@@ -79,7 +84,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -87,6 +92,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import avro  # noqa: E402
+import cdc  # noqa: E402
 import commit_sizes  # noqa: E402
 import common  # noqa: E402
 import dag_parse  # noqa: E402
@@ -365,17 +371,25 @@ class Ledger:
             cur.execute("delete from onceflow.stage_parts where pipeline = %s", (cfg.name,))
 
 
-def process_run(bootstrap: str, led: Ledger, topic: Topic, commit: bool = False) -> dict:
-    cfg, path = led.new_pipeline(topic)
+def process_job(
+    dsn: str, bootstrap: str, pipelines: Path, pipeline: str, txid: str
+) -> tuple[list[str], dict[str, str]]:
+    """The process job's spark-submit command and environment for one txid."""
     env = common.spark_env(
-        ONCEFLOW_POSTGRES_DSN=led.dsn,
+        ONCEFLOW_POSTGRES_DSN=dsn,
         ONCEFLOW_KAFKA_BOOTSTRAP=bootstrap,
-        ONCEFLOW_PIPELINES=str(path),
+        ONCEFLOW_PIPELINES=str(pipelines),
     )
     cmd = [str(SPARK_SUBMIT), *SUBMIT_ARGS,
            "--conf", f"spark.pyspark.python={sys.executable}",
            "--conf", f"spark.pyspark.driver.python={sys.executable}",
-           PROCESS_APPLICATION, "--pipeline", cfg.name, "--txid", "run-1"]  # fmt: skip
+           PROCESS_APPLICATION, "--pipeline", pipeline, "--txid", txid]  # fmt: skip
+    return cmd, env
+
+
+def process_run(bootstrap: str, led: Ledger, topic: Topic, commit: bool = False) -> dict:
+    cfg, path = led.new_pipeline(topic)
+    cmd, env = process_job(led.dsn, bootstrap, path, cfg.name, "run-1")
     proc, wall, usage = run_watched(cmd, env, [led.postmaster])
     timings = [x for x in proc.stdout.splitlines() if "onceflow process timings " in x]
     summary = [x for x in proc.stdout.splitlines() if "onceflow process pipeline=" in x]
@@ -404,6 +418,37 @@ def process_run(bootstrap: str, led: Ledger, topic: Topic, commit: bool = False)
         res["commit_published"] = result.published + result.dead
     led.drop(cfg)
     return res
+
+
+def cdc_submit(pg: Any, bootstrap: str) -> Callable[[Path, str, str], dict]:
+    """cdc.tables' `submit`: the process job of a pipelines file's pipeline and txid."""
+
+    def submit(path: Path, name: str, txid: str) -> dict:
+        cmd, env = process_job(pg.dsn, bootstrap, path, name, txid)
+        proc, wall, _usage = run_watched(cmd, env, [pg.pid])
+        if proc.returncode:
+            raise RuntimeError(f"process failed: {proc.stdout[-3000:]}{proc.stderr[-4000:]}")
+        return {"wall_s": wall}
+
+    return submit
+
+
+def cdc_run(a: argparse.Namespace, work: Path, bootstrap: str, pg: Any) -> dict:
+    """The cdc section (bench/cdc.py) on the data plane's broker and PostgreSQL."""
+    submit = cdc_submit(pg, bootstrap)
+    records = 100_000 if a.quick else a.cdc_records
+    return {
+        "throughput": cdc.throughput(
+            bootstrap,
+            lambda kind, settings: Ledger(pg.dsn, pg.pid, work, kind, settings),
+            process_run,
+            records,
+            work / "cdc-warehouse",
+            runs=1 if a.quick else 3,
+            say=say,
+        ),
+        "tables": cdc.tables(bootstrap, pg.dsn, work, submit, say=say),
+    }
 
 
 def rss_summary(usages: list[dict]) -> dict:
@@ -922,6 +967,14 @@ def acceptance(r: dict) -> dict:
                 limit,
                 "<=",
             )
+    tables = (r.get("cdc") or {}).get("tables")
+    if tables:  # issue 51: each step of every txid, the steady state's among them
+        for step in ("plan", "commit"):
+            checks[f"{step} of a CDC pipeline of {tables['tables']} tables <= 2 s"] = (
+                max(t[f"{step}_s"] for t in tables["txids"].values()),
+                2.0,
+                "<=",
+            )
     if r.get("dag_parse"):
         checks["DAG file of 500 pipelines parses in < 5 s"] = (
             r["dag_parse"]["parse_s"],
@@ -1188,6 +1241,8 @@ def write_markdown(r: dict, path: Path) -> None:
         lines += ledger_scale.section(r["ledger_scale"])
     if r.get("avro"):
         lines += avro.section(r["avro"])
+    if r.get("cdc"):
+        lines += cdc.section(r["cdc"])
     if r.get("dag_parse"):
         lines += dag_parse.section(r["dag_parse"])
     lines += [
@@ -1393,6 +1448,8 @@ SECTIONS = [
     "ledger_scale",
     "dag_parse",
     "avro",
+    "cdc",
+    "cdc_tables",
     "small_batch",
     "soak",
     "freshness",
@@ -1453,6 +1510,9 @@ def main() -> int:
     p.add_argument("--lake-records", type=int, default=1_000_000, help="the lake section's topic")
     p.add_argument(
         "--avro-records", type=int, default=1_000_000, help="the avro section's events (each way)"
+    )
+    p.add_argument(
+        "--cdc-records", type=int, default=1_000_000, help="the cdc section's events (each path)"
     )
     p.add_argument(
         "--soak-minutes",
@@ -1556,6 +1616,16 @@ def main() -> int:
                         runs=1 if a.quick else 3,
                         say=say,
                     )
+                if a.only in (None, "cdc"):
+                    results["cdc"] = cdc_run(a, work, brk.bootstrap, pg)
+                if a.only == "cdc_tables":
+                    earlier = json.loads(a.out.read_text()) if a.out.exists() else {}
+                    results["cdc"] = {
+                        **earlier.get("cdc", {}),
+                        "tables": cdc.tables(
+                            brk.bootstrap, pg.dsn, work, cdc_submit(pg, brk.bootstrap), say=say
+                        ),
+                    }
                 if a.only in (None, "lake_commits"):
                     batches = 20 if a.quick else 100
                     results["lake_commits"] = lake_commits.run(
@@ -1581,7 +1651,7 @@ def main() -> int:
         previous = json.loads(a.out.read_text()) if a.out.exists() else {}
         if "scaling" in previous:
             merged = (
-                a.only,
+                "cdc" if a.only == "cdc_tables" else a.only,
                 "commit_s_by_size",
                 "small_batch_run_s",
                 "small_batch_run_connect_s",
@@ -1606,6 +1676,8 @@ def main() -> int:
             "ledger_scale": lambda: ledger_scale.section(results["ledger_scale"]),
             "dag_parse": lambda: dag_parse.section(results["dag_parse"]),
             "avro": lambda: avro.section(results["avro"]),
+            "cdc": lambda: cdc.section(results["cdc"]),
+            "cdc_tables": lambda: cdc.section(results["cdc"]),
             "small_batch": lambda: small_batch_section(results["small_batch"]),
             "soak": lambda: soak.section(results["soak"]),
             "freshness": lambda: freshness.section(results["freshness"]),

@@ -179,6 +179,24 @@ def build_wheel(folder: Path) -> Path:
     return wheel
 
 
+UV = ROOT / ".venv" / "bin" / "uv"
+
+
+def uv_install(argv: list[str], *, cwd: Path | None = None, timeout: int = 1200) -> None:
+    """`uv pip install ARGV...` into a test's own venv, then the dangling entries of uv's cache
+    dropped: uv builds pyspark's sdist again at every install into a fresh venv and keeps each
+    build (about 1.4 GB) beside the last, never reading it again, so a machine whose cache
+    outlives its runs (a CI machine's) fills its disk. The prune waits for other uv processes
+    that use the cache."""
+    import subprocess
+
+    for step in ([str(UV), "pip", "install", *argv], [str(UV), "cache", "prune", "--quiet"]):
+        out = subprocess.run(step, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+        assert out.returncode == 0, (
+            f"{step[:4]} exited {out.returncode}:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+        )
+
+
 @pytest.fixture(scope="module")
 def private_kafka(tmp_path_factory):
     """An Apache Kafka of the module's own on a free port (its bootstrap), stopped by PID."""

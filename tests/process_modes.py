@@ -9,6 +9,7 @@ A module runs its tests in both by taking the `process_mode` fixture (conftest.p
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +20,38 @@ from onceflow.spark.applications import PROCESS_APPLICATION
 
 SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
 CONNECT_ENV = "ONCEFLOW_TEST_CONNECT"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def job_env(
+    home: Path,
+    pipelines: str,
+    dsn: str,
+    bootstrap: str,
+    connect_url: str | None = None,
+    **more: str,
+) -> dict[str, str]:
+    """The process job's environment on a module's own services: the pipelines file's text
+    `pipelines` written into `home` (made here), the ledger at `dsn`, the Kafka cluster at
+    `bootstrap`, the variables `more`; in a session of the Spark Connect server at
+    `connect_url`, else spark-submitted."""
+    home.mkdir()
+    (home / "pipelines.toml").write_text(pipelines)
+    env = {
+        **os.environ,
+        "ONCEFLOW_POSTGRES_DSN": dsn,
+        "ONCEFLOW_KAFKA_BOOTSTRAP": bootstrap,
+        "ONCEFLOW_PIPELINES": str(home / "pipelines.toml"),
+        "ONCEFLOW_HOME": str(home),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYSPARK_PYTHON": sys.executable,
+        "PYTHONPATH": str(ROOT / "include"),
+        **more,
+    }
+    env.pop(CONNECT_ENV, None)
+    if connect_url:
+        env[CONNECT_ENV] = connect_url
+    return env
 
 
 def connect_url(env: dict) -> str | None:

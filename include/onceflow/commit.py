@@ -10,8 +10,9 @@ The whole commit of a txid, in one place, in the ledger's transaction:
    - a sink in the ledger's database publishes inside this transaction (`_in_transaction`):
      the output appears exactly when the offsets move;
    - a sink outside it (an Iceberg table, a Kafka topic) publishes in two steps around it
-     (`_two_step`): if the sink already records this pipeline's seq for the staged attempt
-     (an Iceberg snapshot summary, a Kafka marker record), nothing is published; otherwise
+     (`_two_step`; lake tables one per topic: each table the txid staged, in turn): if the
+     sink already records this pipeline's seq for the staged attempt (an Iceberg snapshot
+     summary, a Kafka marker record), nothing is published; otherwise
      the staged attempt's output goes out in ONE atomic commit of the sink that records
      pipeline, txid, seq and attempt, replacing whatever it held of the txid (a re-run, an
      attempt published before a crash). An append-only sink (Kafka: Sink.replaces_output
@@ -150,13 +151,19 @@ def _two_step(sink: OutsideSink, cur, row: CommitRow, t: Attempt) -> Published:
     the seq yet), then the dead letters, which live in the ledger's database."""
     if row.republish:
         sink.refuse_rerun(t.pipeline, t.txid, t.seq)
-    publication = _publish_outside(sink, cur, t, replace=row.republish)
+    parts = sink.outside_parts(cur, t)
+    publications = [_publish_outside(part, cur, t, replace=row.republish) for part in parts]
     failpoints.hit("commit.after_sink_publish", t.txid)
-    sink.record_published(cur, t)
+    for part in parts:
+        part.record_published(cur, t)
     if row.republish:
         sink.unpublish_dead_letters(cur, t)
-    dead = sink.publish_dead_letters(cur, t)
-    return Published(publication.records, dead, publication.attempt, publication.ref or None)
+    dead = sum(part.publish_dead_letters(cur, t) for part in parts)
+    records = sum(p.records for p in publications)
+    # one sink: its attempt (an append-only sink's may be an earlier one); tables: t's
+    attempt = publications[0].attempt if len(publications) == 1 else t.attempt
+    ref = ",".join(p.ref for p in publications if p.ref)
+    return Published(records, dead, attempt, ref or None)
 
 
 def _publish_outside(sink: OutsideSink, cur, t: Attempt, replace: bool) -> Publication:

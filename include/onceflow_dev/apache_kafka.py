@@ -1,9 +1,12 @@
-"""Apache Kafka (KRaft, one node: broker and controller) on 127.0.0.1, from the jars that
-`make setup` resolves from Maven Central (pom.xml, profile kafka-broker; onceflow_dev.jvm).
+"""Apache Kafka (KRaft) on 127.0.0.1, from the jars that `make setup` resolves from Maven
+Central (pom.xml, profile kafka-broker; onceflow_dev.jvm): one node, broker and controller
+(ApacheKafka), or three brokers with a controller of their own (ApacheKafkaCluster).
 
 The embedded stack's broker (`onceflow-dev up`, service `broker`), the tests' disposable brokers
-and the benchmark's all start here. It needs Java 17+. Measured on 2 cores: ready about 2 s
-after the JVM starts, ~320 MiB resident with the default heap of 512 MiB.
+and the benchmark's all start here. It needs Java 17+. Measured on 2 cores: one node is ready
+about 2 s after the JVM starts, ~320 MiB resident with the default heap of 512 MiB; the
+cluster of three brokers (heap 384 MiB each) and a controller (256 MiB) about 25 s after
+its JVMs start, ~1.1 GiB resident in all.
 
 What the shell scripts of a binary distribution do is done here directly:
 `kafka-storage.sh format` is `kafka.tools.StorageTool format` (once, when the log folder is
@@ -16,15 +19,18 @@ a `stop()` and `start()` lose nothing. It is stopped by PID, never by name.
 from __future__ import annotations
 
 import base64
+import concurrent.futures
 import contextlib
+import dataclasses
 import logging
 import os
 import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from onceflow_dev import jvm
 from onceflow_dev.children import kill_child, stop_child
@@ -57,6 +63,24 @@ def cluster_id() -> str:
             return text
 
 
+@dataclasses.dataclass(frozen=True)
+class QuorumSeat:
+    """What a node of a cluster shares with the others: the controllers' quorum (node id ->
+    controller port), the id the cluster's logs are formatted with, and the replicas of a
+    topic (and of the internal topics)."""
+
+    voters: dict[int, int]
+    cluster_id: str
+    replicas: int
+
+    def voters_text(self) -> str:
+        return ",".join(f"{n}@127.0.0.1:{port}" for n, port in sorted(self.voters.items()))
+
+
+# the node id of a cluster's first KRaft controller (its brokers count from 1)
+CONTROLLER_ID = 101
+
+
 class _PortTaken(RuntimeError):
     """The broker exited because a port it was given is in use."""
 
@@ -81,8 +105,15 @@ class ApacheKafka:
         scram_users: dict[str, str] | None = None,
         listeners: dict[str, tuple[str, int] | tuple[str, int, str]] | None = None,
         properties: dict[str, str] | None = None,
+        node_id: int = 1,
+        quorum: QuorumSeat | None = None,
+        roles: str = "broker,controller",
     ) -> None:
         self.folder = folder
+        self.node_id = node_id
+        self.roles = roles
+        # a node of a cluster (ApacheKafkaCluster): the voters and the cluster's id, shared
+        self.quorum = quorum
         # ports picked here may be taken by another process before the broker binds them:
         # start() then picks them again
         self._picked = (port is None, controller_port is None)
@@ -119,33 +150,59 @@ class ApacheKafka:
         return self.folder / "data"
 
     def _server_properties(self) -> str:
-        listeners = ",".join(
-            f"{name}://127.0.0.1:{port}" for name, (_, port, _) in self.listeners.items()
-        )
-        advertised = ",".join(
-            f"{name}://{host}:{port}" for name, (_, port, host) in self.listeners.items()
-        )
+        broker = "broker" in self.roles
         protocols = ",".join(f"{name}:{proto}" for name, (proto, _, _) in self.listeners.items())
+        listen = (
+            [f"{name}://127.0.0.1:{port}" for name, (_, port, _) in self.listeners.items()]
+            if broker
+            else []
+        )
+        if "controller" in self.roles:
+            listen.append(f"CONTROLLER://127.0.0.1:{self.controller_port}")
+        voters = (
+            self.quorum.voters_text()
+            if self.quorum
+            else f"{self.node_id}@127.0.0.1:{self.controller_port}"
+        )
         lines = [
-            "process.roles=broker,controller",
-            "node.id=1",
-            f"controller.quorum.voters=1@127.0.0.1:{self.controller_port}",
-            f"listeners={listeners},CONTROLLER://127.0.0.1:{self.controller_port}",
-            f"advertised.listeners={advertised}",
+            f"process.roles={self.roles}",
+            f"node.id={self.node_id}",
+            f"controller.quorum.voters={voters}",
+            f"listeners={','.join(listen)}",
             "controller.listener.names=CONTROLLER",
-            "inter.broker.listener.name=PLAINTEXT",
             f"listener.security.protocol.map=CONTROLLER:PLAINTEXT,{protocols}",
-            # one node: every internal topic has one replica
-            "offsets.topic.replication.factor=1",
-            "transaction.state.log.replication.factor=1",
-            "transaction.state.log.min.isr=1",
-            "share.coordinator.state.topic.replication.factor=1",
-            "share.coordinator.state.topic.min.isr=1",
-            "group.initial.rebalance.delay.ms=0",
-            # Topics are created explicitly; an auto-created topic hides a wrong name.
-            "auto.create.topics.enable=false",
             f"log.dirs={self.data}",
         ]
+        replicas = self.quorum.replicas if self.quorum else 1
+        in_sync = min(2, replicas)
+        # a replica per broker (up to 3); on a cluster a write needs 2 in sync, and a replica
+        # that was out of sync never becomes the leader (unclean election off). The
+        # controllers create topics and elect leaders: they read these too.
+        lines += [
+            f"default.replication.factor={replicas}",
+            f"min.insync.replicas={in_sync}",
+            "unclean.leader.election.enable=false",
+        ]
+        if self.quorum:
+            # a killed broker is fenced, and its partitions led elsewhere, after 3 s without
+            # a heartbeat (Kafka's default: 9 s)
+            lines += ["broker.session.timeout.ms=3000", "broker.heartbeat.interval.ms=500"]
+        if broker:
+            advertised = ",".join(
+                f"{name}://{host}:{port}" for name, (_, port, host) in self.listeners.items()
+            )
+            lines += [
+                f"advertised.listeners={advertised}",
+                "inter.broker.listener.name=PLAINTEXT",
+                f"offsets.topic.replication.factor={replicas}",
+                f"transaction.state.log.replication.factor={replicas}",
+                f"transaction.state.log.min.isr={in_sync}",
+                f"share.coordinator.state.topic.replication.factor={replicas}",
+                f"share.coordinator.state.topic.min.isr={in_sync}",
+                "group.initial.rebalance.delay.ms=0",
+                # Topics are created explicitly; an auto-created topic hides a wrong name.
+                "auto.create.topics.enable=false",
+            ]
         if self.scram_users:
             login = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
             lines.append("sasl.enabled.mechanisms=" + ",".join(SCRAM_MECHANISMS))
@@ -175,7 +232,7 @@ class ApacheKafka:
                     *self._java("kafka.tools.StorageTool", heap="256m"),
                     "format",
                     "-t",
-                    cluster_id(),
+                    self.quorum.cluster_id if self.quorum else cluster_id(),
                     "-c",
                     str(props),
                     *scram,
@@ -215,6 +272,11 @@ class ApacheKafka:
         raise AssertionError("unreachable")
 
     def _start(self) -> str:
+        self.wait_ready(self.launch())
+        return self.bootstrap
+
+    def launch(self) -> int:
+        """Start the JVM (after `configure`), not waiting for it; where its log began."""
         self.configure()
         started_at = self.log.stat().st_size if self.log.exists() else 0
         with open(self.log, "ab") as out:
@@ -227,9 +289,13 @@ class ApacheKafka:
                 cwd=self.folder,
                 start_new_session=True,
             )
+        return started_at
+
+    def wait_ready(self, started_at: int) -> None:
+        """Until the node answers (stopped, with its log's tail raised, if it does not)."""
         deadline = time.monotonic() + START_TIMEOUT
         while not self.ready():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
+            if self.proc is None or self.proc.poll() is not None or time.monotonic() > deadline:
                 text = self.log.read_bytes()[started_at:].decode(errors="replace")
                 self.stop()
                 if "Address already in use" in text:
@@ -237,7 +303,6 @@ class ApacheKafka:
                 tail = "\n".join(text.splitlines()[-40:])
                 raise RuntimeError(f"Apache Kafka did not start on {self.bootstrap}:\n{tail}")
             time.sleep(0.2)
-        return self.bootstrap
 
     def _pick_ports_again(self) -> None:
         port_picked, controller_picked = self._picked
@@ -251,6 +316,8 @@ class ApacheKafka:
             self.listeners["SASL_PLAINTEXT"] = ("SASL_PLAINTEXT", self.sasl_port, "127.0.0.1")
 
     def ready(self) -> bool:
+        if "broker" not in self.roles:  # a controller alone answers no client
+            return _port_open(self.controller_port)
         return ready(self.bootstrap, self.port)
 
     def stop(self) -> None:
@@ -264,6 +331,160 @@ class ApacheKafka:
         `start` recovers the log and the transactions' state from it."""
         proc, self.proc = self.proc, None
         kill_child(proc)  # the JVM itself: no wrapper script in between
+
+
+class ApacheKafkaCluster:
+    """`brokers` KRaft brokers on 127.0.0.1 and `controllers` KRaft controllers of their
+    own (1, or 3 for a quorum that outlives one of them), with their logs under
+    `folder/broker-<id>` and `folder/controller-<id>`. The controllers are apart from the
+    brokers so that the cluster's metadata stays current with any number of brokers down:
+    the controllers fence a dead broker and elect its partitions' new leaders. A topic gets
+    a replica on each broker (up to three), min.insync.replicas 2 and no unclean leader
+    election (QuorumSeat, ApacheKafka's properties): any one broker may be down. Brokers are
+    numbered from 1, controllers from 101. Every node is stopped by PID, never by name."""
+
+    def __init__(
+        self,
+        folder: Path,
+        brokers: int = 3,
+        controllers: int = 1,
+        heap: str = "384m",
+        env: dict[str, str] | None = None,
+    ) -> None:
+        seat = QuorumSeat(
+            {CONTROLLER_ID + n: free_port() for n in range(controllers)},
+            cluster_id(),
+            min(brokers, 3),
+        )
+        self.controllers = {
+            n: ApacheKafka(
+                folder / f"controller-{n}",
+                controller_port=port,
+                heap="256m",
+                env=env,
+                node_id=n,
+                quorum=seat,
+                roles="controller",
+            )
+            for n, port in seat.voters.items()
+        }
+        self.nodes = {
+            n: ApacheKafka(
+                folder / f"broker-{n}", heap=heap, env=env, node_id=n, quorum=seat, roles="broker"
+            )
+            for n in range(1, brokers + 1)
+        }
+
+    @property
+    def bootstrap(self) -> str:
+        """Every node's address: a client that finds one down asks the next."""
+        return ",".join(node.bootstrap for node in self.nodes.values())
+
+    def start(self) -> str:
+        """Start every node at once (a broker serves once the controllers have a leader),
+        wait for each to answer and every broker to be registered; the bootstrap."""
+        every = [*self.controllers.values(), *self.nodes.values()]
+        begun = [node.launch() for node in every]
+        try:
+            for node, at in zip(every, begun, strict=True):
+                node.wait_ready(at)
+            self.wait_brokers(set(self.nodes))
+        except BaseException:
+            self.stop()
+            raise
+        return self.bootstrap
+
+    def start_node(self, n: int) -> None:
+        """Start broker `n` again (its log kept) and wait until the cluster has it back."""
+        node = self.nodes[n]
+        node.wait_ready(node.launch())
+        self.wait_brokers(set(self.running()))
+
+    def kill(self, n: int) -> None:
+        """SIGKILL broker `n`: a crash (ApacheKafka.kill)."""
+        self.nodes[n].kill()
+
+    def stop(self) -> None:
+        """SIGTERM to the brokers at once (a controlled shutdown, which the controllers
+        lead), then to the controllers; SIGKILL after ApacheKafka's STOP_TIMEOUT."""
+        for group in (self.nodes, self.controllers):
+            with concurrent.futures.ThreadPoolExecutor(len(group)) as pool:
+                list(pool.map(lambda node: node.stop(), group.values()))
+
+    def running(self) -> list[int]:
+        """The brokers that run."""
+        return [n for n, node in self.nodes.items() if node.proc and node.proc.poll() is None]
+
+    def leader(self, topic: str, partition: int) -> int:
+        """The broker that leads `topic`'s partition `partition` now (-1: none)."""
+        return leader_of(self._reachable(), topic, partition)
+
+    def _reachable(self) -> str:
+        return ",".join(self.nodes[n].bootstrap for n in self.running())
+
+    def _ask(self, question: Callable[[Any], Any]) -> Any:
+        """`question(admin)` of the running brokers (_asked)."""
+        return _asked(self._reachable(), question, START_TIMEOUT)
+
+    def wait_brokers(self, alive: set[int]) -> None:
+        """Until the cluster's metadata names exactly the brokers `alive`, unfenced: those
+        started are registered, those killed fenced by the controllers."""
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            described = self._ask(lambda admin: admin.describe_cluster()["brokers"])
+            brokers = {b["broker_id"] for b in described if not b.get("is_fenced")}
+            if brokers == alive:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"Apache Kafka cluster: the brokers unfenced are {sorted(brokers)}, not "
+                    f"{sorted(alive)}, after {START_TIMEOUT:.0f} s"
+                )
+            time.sleep(0.2)
+
+
+def _leader(described: dict, partition: int) -> int:
+    return next(
+        p["leader_id"] for p in described["partitions"] if p["partition_index"] == partition
+    )
+
+
+def leader_of(bootstrap: str, topic: str, partition: int, timeout_s: float = START_TIMEOUT) -> int:
+    """The broker of the cluster at `bootstrap` that leads `topic`'s partition `partition`
+    (-1: none)."""
+    (described,) = _asked(bootstrap, lambda admin: admin.describe_topics([topic]), timeout_s)
+    return _leader(described, partition)
+
+
+def transaction_coordinator(
+    bootstrap: str, transactional_id: str, timeout_s: float = START_TIMEOUT
+) -> int:
+    """The broker of the cluster at `bootstrap` that coordinates the transactions of
+    `transactional_id` (it must have begun one)."""
+    found = _asked(
+        bootstrap, lambda admin: admin.describe_transactions([transactional_id]), timeout_s
+    )
+    return found[transactional_id].coordinator_id
+
+
+def _asked(bootstrap: str, question: Callable[[Any], Any], timeout_s: float) -> Any:
+    """`question(admin)` of a kafka-python admin client of `bootstrap`, asked again while it
+    fails: a broker just killed stays in the metadata for a few seconds, and the client may
+    try it first."""
+    from kafka import KafkaAdminClient
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="onceflow-dev-cluster")
+            try:
+                return question(admin)
+            finally:
+                admin.close()
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def ready(bootstrap: str, port: int) -> bool:

@@ -116,7 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument(
         "--pipeline",
         help="a pipeline of the pipelines file (its transform and sink, chaos's batch size and "
-        "topic; default: the orders example as tests/chaos_pipelines.toml's `chaos`)",
+        "topic; a pipeline of change events its own topics, of the chaos stack's shop "
+        "database; default: the orders example as tests/chaos_pipelines.toml's `chaos`)",
     )
     sp.add_argument(
         "--batches", type=int, default=200, help="committed batches to reach (default 200)"

@@ -24,14 +24,15 @@ from onceflow.config.pipelines_file import load_pipelines
 from onceflow.errors import OnceflowError
 from onceflow.ledger.db import Ledger
 
-from onceflow_dev import producer, stack
+from onceflow_dev import producer, shop, stack
 from onceflow_dev.lost_logs import lost_logs
 from onceflow_dev.settings import StackSettings
 
 #: (pipeline, records produced per demo): an append sink with a fast form and a merge sink
 #: over its topic, an upsert and a merge sink, an Iceberg table fed by the inventory topic
-#: (0: the pipeline reads records produced above for another one), and Avro values through
-#: the schema registry
+#: (0: the pipeline reads records produced above for another one), Avro values through
+#: the schema registry, and the shop database's changes through Debezium (its count: row
+#: changes made in the database, onceflow_dev.shop)
 PIPELINES = (
     ("orders", 100_000),
     ("revenue", 0),
@@ -39,6 +40,7 @@ PIPELINES = (
     ("pageviews", 50_000),
     ("inventory_lake", 0),
     ("payments_avro", 20_000),
+    ("shop_cdc", 5_000),
 )
 PARTITIONS = 4
 
@@ -68,6 +70,34 @@ def produce(
     return start, n
 
 
+def capture(settings: StackSettings, cfg: PipelineConfig, count: int) -> int:
+    """`count` row changes in the shop database, waited for in the pipeline's topics
+    (onceflow_dev.shop); how many it made."""
+    started = time.monotonic()
+    dsn = stack.shop_dsn(settings)
+    n = shop.workload(dsn, count)
+    shop.settle(dsn, settings.kafka_bootstrap, f"demo-{time.time_ns()}")
+    print(
+        f"changed {n} rows of the {shop.DATABASE} database ({', '.join(shop.TABLES)}); "
+        f"Debezium's change events are in {', '.join(cfg.topics)} "
+        f"({time.monotonic() - started:.1f}s)",
+        flush=True,
+    )
+    return n
+
+
+def mirror(settings: StackSettings, cfg: PipelineConfig) -> bool:
+    """Whether each table of the pipeline equals its source table in the shop database, row
+    for row; says so per table."""
+    found = shop.mirror(stack.shop_dsn(settings), settings.postgres_dsn, cfg)
+    for source, (table, rows, differ) in found.items():
+        print(
+            f"mirror of {shop.DATABASE}.{source} in {cfg.sink_schema}.{table}: {rows} row(s), "
+            + (f"{differ} differ" if differ else "equal")
+        )
+    return not any(differ for _, _, differ in found.values())
+
+
 def runs_to_drain(ledger: Ledger, bootstrap: str, cfg: PipelineConfig) -> int:
     """How many runs plan the pipeline's whole backlog: the largest partition's records not
     yet planned over the per-batch cap (at least one run)."""
@@ -92,6 +122,7 @@ def sink_rows(ledger: Ledger, cfg: PipelineConfig) -> tuple[str, int]:
     delta:namespace.table) and how many rows it holds now (a lake table scanned)."""
     from onceflow.hooks.sink import sink_for
     from onceflow.ledger.db import transaction
+    from onceflow.ledger.sink_tables import sink_tables
     from onceflow.sinks.delta.sink import DeltaFormat
     from onceflow.sinks.iceberg.catalog import open_catalog
     from onceflow.sinks.iceberg.sink import IcebergFormat
@@ -99,6 +130,17 @@ def sink_rows(ledger: Ledger, cfg: PipelineConfig) -> tuple[str, int]:
     from psycopg2 import sql
 
     sink = sink_for(cfg)
+    if cfg.sink.tables is not None:  # a table per topic: their rows, under their schema
+        with transaction(ledger) as cur:
+            total = 0
+            for table in sink_tables(cur, cfg.name):
+                cur.execute(
+                    sql.SQL("select count(*) from {}.{}").format(
+                        sql.Identifier(sink.schema), sql.Identifier(table.table)
+                    )
+                )
+                total += int(cur.fetchone()[0])
+        return f"{sink.schema}.*", total
     lake = sink.format if isinstance(sink, LakeSink) else None
     if isinstance(lake, DeltaFormat):
         table = sink.open_table()
@@ -144,6 +186,9 @@ def cmd_demo(args: argparse.Namespace, settings: StackSettings) -> int:
     for cfg, count in cfgs:
         if not count:
             print(f"{cfg.name} reads topic {cfg.topics[0]}: the records produced above", flush=True)
+            continue
+        if cfg.envelope != "none":
+            capture(settings, cfg, count)
             continue
         started = time.monotonic()
         start, n = produce(
@@ -197,13 +242,17 @@ def cmd_demo(args: argparse.Namespace, settings: StackSettings) -> int:
                 "rows": rows,
             }
         )
+    mirrored = all(mirror(settings, cfg) for cfg, _ in cfgs if cfg.envelope != "none")
     print()
     _print_table(
         summary, ("pipeline", "audit", "batches", "records", "dead_letters", "table", "rows")
     )
+    if not mirrored:
+        print("a sink table of the shop database differs from its source", file=sys.stderr)
     for f in failed:
         print(f"run did not succeed: {f}", file=sys.stderr)
-    return 0 if not failed and all(v == "exactly-once" for v in verdicts) else 1
+    ok = not failed and mirrored and all(v == "exactly-once" for v in verdicts)
+    return 0 if ok else 1
 
 
 def _reset_lost_demo_logs(settings: StackSettings, cfgs: list[PipelineConfig]) -> None:

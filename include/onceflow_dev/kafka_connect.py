@@ -176,6 +176,15 @@ class KafkaConnect:
             raise RuntimeError(f"Kafka Connect: connector {name}'s task failed: {tasks}")
         return bool(tasks) and all(t["state"] == "RUNNING" for t in tasks)
 
+    def restart(self, name: str) -> None:
+        """Restart the connector and its failed tasks (Connect's REST API)."""
+        request = urllib.request.Request(
+            f"{self.url}/connectors/{name}/restart?includeTasks=true&onlyFailed=true",
+            method="POST",
+        )
+        with urllib.request.urlopen(request, timeout=10):
+            pass
+
     def stop(self) -> None:
         """SIGTERM (the worker flushes its offsets), SIGKILL after STOP_TIMEOUT."""
         proc, self.proc = self.proc, None

@@ -84,7 +84,22 @@ class StackSettings:
     kafka_controller_port: int = 29192
     connect_port: int = 30080  # the Spark Connect server's gRPC port on 127.0.0.1
     registry_port: int = 29292  # the embedded stack's schema registry (onceflow_dev.registry)
+    # the Kafka Connect worker's REST API, when a CDC pipeline is declared (onceflow_dev.shop)
+    kafka_connect_port: int = 29392
     pg_password: str = field(default="", repr=False)  # the embedded server's (stack_password)
+    # Apache Kafka as one node (broker and controller), or three brokers with a KRaft
+    # controller of their own (ONCEFLOW_KAFKA_BROKERS=3): onceflow_dev.apache_kafka
+    kafka_brokers: int = 1
+
+    @property
+    def kafka_broker_ports(self) -> list[int]:
+        """The embedded brokers' ports: the first at kafka_port, others 400 and 500 above."""
+        return [self.kafka_port, self.kafka_port + 400, self.kafka_port + 500][: self.kafka_brokers]
+
+    @property
+    def embedded_bootstrap(self) -> str:
+        """Every embedded broker's address."""
+        return ",".join(f"127.0.0.1:{port}" for port in self.kafka_broker_ports)
 
     def kafka_cluster(self) -> KafkaCluster:
         """The source cluster: the bootstrap with ONCEFLOW_KAFKA_CONFIG's client settings."""
@@ -113,10 +128,19 @@ class StackSettings:
         home = Path(os.environ.get("ONCEFLOW_HOME") or Path.cwd() / ".onceflow").resolve()
         pg_port = _int("ONCEFLOW_PG_PORT", 25432)
         kafka_port = _int("ONCEFLOW_KAFKA_PORT", 29092)
+        brokers = _int("ONCEFLOW_KAFKA_BROKERS", 1)
+        if brokers not in (1, 3):
+            raise ValueError(
+                f"environment variable ONCEFLOW_KAFKA_BROKERS={brokers}: the embedded Apache "
+                "Kafka runs 1 node or 3 brokers (with a controller of their own)"
+            )
+        ports = [kafka_port, kafka_port + 400, kafka_port + 500][:brokers]
         airflow_port = _int("ONCEFLOW_AIRFLOW_PORT", 28080)
         password = stack_password(home)
         dsn = os.environ.get("ONCEFLOW_POSTGRES_DSN") or embedded_dsn(pg_port, password)
-        bootstrap = os.environ.get("ONCEFLOW_KAFKA_BOOTSTRAP") or f"127.0.0.1:{kafka_port}"
+        bootstrap = os.environ.get("ONCEFLOW_KAFKA_BOOTSTRAP") or ",".join(
+            f"127.0.0.1:{port}" for port in ports
+        )
         pipelines = Path(
             os.environ.get("ONCEFLOW_PIPELINES") or Path.cwd() / "dags" / "pipelines.toml"
         ).resolve()
@@ -135,7 +159,9 @@ class StackSettings:
             kafka_controller_port=_int("ONCEFLOW_KAFKA_CONTROLLER_PORT", kafka_port + 100),
             connect_port=_int("ONCEFLOW_CONNECT_PORT", airflow_port + 2000),
             registry_port=_int("ONCEFLOW_REGISTRY_PORT", kafka_port + 200),
+            kafka_connect_port=_int("ONCEFLOW_KAFKA_CONNECT_PORT", kafka_port + 300),
             pg_password=password,
+            kafka_brokers=brokers,
         )
 
 

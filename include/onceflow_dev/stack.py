@@ -55,15 +55,16 @@ from urllib.parse import quote, urlsplit, urlunsplit
 import psutil
 from onceflow.config.transform_path import user_python_path
 
-from onceflow_dev import CHECKOUT
+from onceflow_dev import CHECKOUT, shop
 from onceflow_dev.children import stop_child
+from onceflow_dev.kafka_connect import KafkaConnect
 from onceflow_dev.settings import PG_USER, StackSettings, embedded_dsn, lock_home, password_file
 
 if TYPE_CHECKING:
     from onceflow_dev.apache_kafka import ApacheKafka
 
 PG_SYSTEM_USER = "onceflow_pg"  # initdb/postgres refuse to run as root
-PG_DATABASES = ("onceflow", "airflow")
+PG_DATABASES = ("onceflow", "airflow", shop.DATABASE)
 SPARK_MASTER = "local[2]"
 
 # Environment marker inherited by every process the stack starts (and their children, e.g.
@@ -71,7 +72,14 @@ SPARK_MASTER = "local[2]"
 MARKER_ENV = "ONCEFLOW_STACK_SERVICE"
 
 AIRFLOW_COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
-ALL_SERVICES = ("postgres", "broker", "registry", "spark-connect", *AIRFLOW_COMPONENTS)
+ALL_SERVICES = (
+    "postgres",
+    "broker",
+    "registry",
+    "kafka-connect",
+    "spark-connect",
+    *AIRFLOW_COMPONENTS,
+)
 
 PG_START_TIMEOUT = 60.0
 PID_START_TOLERANCE = 0.5  # s: a PID file's start against psutil's (10 ms ticks)
@@ -79,6 +87,8 @@ CONNECT_START_TIMEOUT = 90.0
 CONNECT_DRIVER_MEMORY = "1g"
 # a JVM: ~3 s on an idle machine; 17-43 s seen after a kill -9 under load
 BROKER_START_TIMEOUT = 120.0
+# Connect's JVM and Debezium's task take about 22 s (measured); its first snapshot more
+KAFKA_CONNECT_TIMEOUT = 180.0
 AIRFLOW_START_TIMEOUT = 180.0
 MIGRATE_TIMEOUT = 600.0
 STOP_TIMEOUT = 30.0
@@ -143,7 +153,7 @@ def uses_embedded_postgres(settings: StackSettings) -> bool:
 
 
 def uses_embedded_broker(settings: StackSettings) -> bool:
-    return settings.kafka_bootstrap == f"127.0.0.1:{settings.kafka_port}"
+    return settings.kafka_bootstrap == settings.embedded_bootstrap
 
 
 def _tail(path: Path, lines: int = 25) -> str:
@@ -229,8 +239,12 @@ def _expected_token(name: str) -> str:
     tokens = {
         "postgres": "postgres",
         "broker": "kafka.Kafka",
+        "broker-2": "kafka.Kafka",
+        "broker-3": "kafka.Kafka",
+        "kafka-controller": "kafka.Kafka",
         "spark-connect": "SparkConnectServer",
         "registry": "onceflow_dev.registry",
+        "kafka-connect": "ConnectStandalone",
     }
     return tokens.get(name, "airflow")
 
@@ -536,6 +550,10 @@ def _pg_write_conf(settings: StackSettings, user: str | None) -> None:
         "shared_buffers = '64MB'\n"
         "timezone = 'UTC'\n"
         "log_timezone = 'UTC'\n"
+        # the shop database is a change data capture source (onceflow_dev.shop)
+        "wal_level = 'logical'\n"
+        "max_replication_slots = 4\n"
+        "max_wal_senders = 4\n"
     )
     _chown(conf, user)
 
@@ -720,47 +738,118 @@ def broker_log_dir(settings: StackSettings) -> Path:
     return settings.home / "broker-log"
 
 
-def _broker(settings: StackSettings) -> ApacheKafka:
-    """The embedded broker: its log in broker_log_dir, its configuration beside it."""
-    from onceflow_dev.apache_kafka import ApacheKafka
-
-    return ApacheKafka(
-        broker_log_dir(settings),
-        port=settings.kafka_port,
-        controller_port=settings.kafka_controller_port,
+def broker_services(settings: StackSettings) -> tuple[str, ...]:
+    """The embedded Apache Kafka's services: `broker` (one node, broker and controller), or
+    with ONCEFLOW_KAFKA_BROKERS=3 the brokers `broker`, `broker-2` and `broker-3` and their
+    KRaft controller `kafka-controller`, in the order they stop."""
+    if settings.kafka_brokers == 1:
+        return ("broker",)
+    return (
+        *(f"broker-{n}" for n in range(settings.kafka_brokers, 1, -1)),
+        "broker",
+        "kafka-controller",
     )
 
 
-def _broker_healthy(settings: StackSettings) -> bool:
-    from onceflow_dev.apache_kafka import ready
+def broker_service(node_id: int) -> str:
+    """The service of the embedded broker with node id `node_id` (broker_services)."""
+    return "broker" if node_id == 1 else f"broker-{node_id}"
 
-    return ready(settings.kafka_bootstrap, settings.kafka_port)
+
+def _cluster_id(settings: StackSettings) -> str:
+    """The three brokers' and their controller's cluster id, made once and kept in home: each
+    node's log is formatted with it. A home whose broker log was made by one node cannot
+    become a cluster's: its log holds another id."""
+    from onceflow_dev.apache_kafka import cluster_id
+
+    path = settings.home / "kafka-cluster-id"
+    if not path.exists():
+        if (broker_log_dir(settings) / "data" / "meta.properties").exists():
+            raise StackError(
+                f"{broker_log_dir(settings)} holds the log of a one-node broker: three brokers "
+                "(ONCEFLOW_KAFKA_BROKERS=3) need a home of their own (another ONCEFLOW_HOME), "
+                "or that folder deleted"
+            )
+        path.write_text(cluster_id() + "\n")
+    return path.read_text().strip()
 
 
-def _broker_start(settings: StackSettings) -> psutil.Process | None:
-    name = "broker"
-    if service_process(settings, name) is not None:
-        return None
-    _ensure_port_free(name, settings.kafka_port)
-    _ensure_port_free(f"{name} (its controller)", settings.kafka_controller_port)
-    kafka = _broker(settings)
-    try:
-        kafka.configure()  # formats the log the first time
-    except Exception as exc:  # noqa: BLE001 - named with its log
-        raise _fail(name, settings, str(exc)) from None
-    return _spawn(settings, name, kafka.argv(), kafka.env())
+def _broker(settings: StackSettings, name: str = "broker") -> ApacheKafka:
+    """The embedded broker service `name` (broker_services): its log in broker_log_dir (the
+    first broker's), broker-log-N or kafka-controller-log, its configuration beside it."""
+    from onceflow_dev.apache_kafka import CONTROLLER_ID, ApacheKafka, QuorumSeat
+
+    if settings.kafka_brokers == 1:
+        return ApacheKafka(
+            broker_log_dir(settings),
+            port=settings.kafka_port,
+            controller_port=settings.kafka_controller_port,
+        )
+    seat = QuorumSeat(
+        {CONTROLLER_ID: settings.kafka_controller_port}, _cluster_id(settings), replicas=3
+    )
+    if name == "kafka-controller":
+        return ApacheKafka(
+            settings.home / "kafka-controller-log",
+            controller_port=settings.kafka_controller_port,
+            heap="256m",
+            node_id=CONTROLLER_ID,
+            quorum=seat,
+            roles="controller",
+        )
+    n = 1 if name == "broker" else int(name.rsplit("-", 1)[1])
+    return ApacheKafka(
+        broker_log_dir(settings) if n == 1 else settings.home / f"broker-log-{n}",
+        port=settings.kafka_broker_ports[n - 1],
+        heap="384m",
+        node_id=n,
+        quorum=seat,
+        roles="broker",
+    )
+
+
+def _broker_healthy(settings: StackSettings, name: str = "broker") -> bool:
+    return _broker(settings, name).ready()
+
+
+def _broker_start(settings: StackSettings) -> bool:
+    """Start each broker service that is not running (the cluster's at once: a broker serves
+    once the controller does); whether any was started."""
+    started = False
+    for name in reversed(broker_services(settings)):
+        if service_process(settings, name) is not None:
+            continue
+        kafka = _broker(settings, name)
+        for what, port in (
+            (name, kafka.port if "broker" in kafka.roles else None),
+            (
+                f"{name} (its controller)",
+                kafka.controller_port if "controller" in kafka.roles else None,
+            ),
+        ):
+            if port is not None:
+                _ensure_port_free(what, port)
+        try:
+            kafka.configure()  # formats the log the first time
+        except Exception as exc:  # noqa: BLE001 - named with its log
+            raise _fail(name, settings, str(exc)) from None
+        _spawn(settings, name, kafka.argv(), kafka.env())
+        started = True
+    return started
 
 
 def _broker_wait(settings: StackSettings) -> None:
-    name = "broker"
+    for name in reversed(broker_services(settings)):
 
-    def check() -> bool:
-        if service_process(settings, name) is None:
-            raise _fail(name, settings, "process exited")
-        return _broker_healthy(settings)
+        def check(name: str = name) -> bool:
+            if service_process(settings, name) is None:
+                raise _fail(name, settings, "process exited")
+            return _broker_healthy(settings, name)
 
-    if not _wait_checked(check, BROKER_START_TIMEOUT):
-        raise _fail(name, settings, f"not answering Kafka requests on {settings.kafka_bootstrap}")
+        if not _wait_checked(check, BROKER_START_TIMEOUT):
+            raise _fail(
+                name, settings, f"not answering Kafka requests on {settings.kafka_bootstrap}"
+            )
 
 
 def _wait_checked(check: Callable[[], bool], timeout: float) -> bool:
@@ -902,6 +991,95 @@ def _registry_up(settings: StackSettings) -> bool:
     if not _wait_checked(check, 30):
         raise _fail(name, settings, f"not listening on 127.0.0.1:{settings.registry_port}")
     return True
+
+
+# --------------------------------------------------------------------------------------------
+# Kafka Connect
+
+
+def stack_services(settings: StackSettings) -> tuple[str, ...]:
+    """The services `up` starts: every broker service (broker_services), Kafka Connect only
+    for a declared pipeline of change events."""
+    out: list[str] = []
+    for name in ALL_SERVICES:
+        if name == "broker":
+            out += reversed(broker_services(settings))
+        elif name != "kafka-connect" or cdc_declared(settings):
+            out.append(name)
+    return tuple(out)
+
+
+def cdc_declared(settings: StackSettings) -> bool:
+    """Whether the pipelines file declares a pipeline of change events: only then does the
+    stack run Kafka Connect (about 430 MiB resident)."""
+    from onceflow.config.pipelines_file import load_pipelines
+
+    try:
+        pipelines = load_pipelines(settings.pipelines_file)
+    except Exception:  # noqa: BLE001 - a broken file is reported where it is used
+        return False
+    return any(cfg.envelope != "none" for cfg in pipelines.values())
+
+
+def kafka_connect_url(settings: StackSettings) -> str:
+    return f"http://127.0.0.1:{settings.kafka_connect_port}"
+
+
+def kafka_worker(settings: StackSettings) -> KafkaConnect:
+    """The stack's Connect worker: Debezium capturing the shop database of the embedded
+    PostgreSQL into the stack's broker."""
+    conn = shop.connector("127.0.0.1", settings.pg_port, PG_USER, settings.pg_password)
+    return KafkaConnect(
+        settings.home / "kafka-connect",
+        settings.kafka_bootstrap,
+        [conn],
+        port=settings.kafka_connect_port,
+    )
+
+
+def _kafka_connect_up(settings: StackSettings) -> bool:
+    """Start the Connect worker unless it runs, and wait until its connector's task runs;
+    True when started. The shop's tables are made first (the connector's publication names
+    them), and the server must run with wal_level = logical (a stack started before that
+    setting existed: `onceflow-dev down` and up again)."""
+    name = "kafka-connect"
+    if not uses_embedded_postgres(settings):
+        raise StackError(
+            "kafka-connect: the demo's change data capture reads the shop database of the "
+            "embedded PostgreSQL; with ONCEFLOW_POSTGRES_DSN set, declare no pipeline with "
+            "an envelope"
+        )
+    with contextlib.closing(_pg_connect(settings)) as conn, conn.cursor() as cur:
+        cur.execute("show wal_level")
+        if cur.fetchone()[0] != "logical":
+            raise StackError(
+                "kafka-connect: the embedded PostgreSQL runs without wal_level = logical "
+                "(started by an older version): `onceflow-dev down`, then up again"
+            )
+    shop.prepare(shop_dsn(settings))
+    worker = kafka_worker(settings)
+    started = False
+    if service_process(settings, name) is None:
+        _ensure_port_free(name, settings.kafka_connect_port)
+        _spawn(settings, name, worker.argv(), dict(os.environ))
+        started = True
+
+    def check() -> bool:
+        if service_process(settings, name) is None:
+            raise _fail(name, settings, "process exited")
+        try:
+            return all(worker.running(c["name"]) for c in worker.connectors)
+        except RuntimeError as e:  # a task that failed
+            raise _fail(name, settings, str(e)) from None
+
+    if not _wait_checked(check, KAFKA_CONNECT_TIMEOUT):
+        raise _fail(name, settings, f"its connector is not running at {worker.url}")
+    return started
+
+
+def shop_dsn(settings: StackSettings) -> str:
+    """The DSN of the demo's change data capture source, the embedded server's shop database."""
+    return settings.postgres_dsn.rsplit("/", 1)[0] + "/" + shop.DATABASE
 
 
 # --------------------------------------------------------------------------------------------
@@ -1320,6 +1498,12 @@ def up(settings: StackSettings, echo: Callable[[str], None] | None = _stderr) ->
         )
     started = _registry_up(settings)
     step(f"registry: {'started' if started else 'already running'} at {registry_url(settings)}")
+    if cdc_declared(settings):
+        started = _kafka_connect_up(settings)
+        step(
+            f"kafka-connect: {'started' if started else 'already running'} at "
+            f"{kafka_connect_url(settings)}, Debezium capturing the {shop.DATABASE} database"
+        )
     _connect_wait(settings)
     step(f"spark-connect: listening on {connect_url(settings)}")
     _airflow_up(settings, step)
@@ -1360,8 +1544,9 @@ def down(settings: StackSettings, echo: Callable[[str], None] | None = _stderr) 
 
     for name, note in (
         ("spark-connect", ""),
+        ("kafka-connect", ""),
         ("registry", ""),
-        ("broker", f" (its log stays in {broker_log_dir(settings)})"),
+        *((b, " (its log stays in ONCEFLOW_HOME)") for b in broker_services(settings)),
     ):
         proc = service_process(settings, name)
         procs = _family(proc) if proc is not None else set()
@@ -1387,10 +1572,16 @@ def status(settings: StackSettings) -> dict:
     """Per service: running, pid, port, healthy, log; plus the Airflow UI URL and login."""
     services: dict[str, dict] = {}
     health = _airflow_health(settings)
-    ports = {"postgres": settings.pg_port, "broker": settings.kafka_port}
+    ports = {"postgres": settings.pg_port, "kafka-controller": settings.kafka_controller_port}
+    ports.update(zip(("broker", "broker-2", "broker-3"), settings.kafka_broker_ports, strict=False))
     ports["spark-connect"] = settings.connect_port
     ports["registry"] = settings.registry_port
+    ports["kafka-connect"] = settings.kafka_connect_port
+    listed: list[str] = []  # every service; the cluster's broker services for `broker`
     for name in ALL_SERVICES:
+        embedded_kafka = name == "broker" and uses_embedded_broker(settings)
+        listed += reversed(broker_services(settings)) if embedded_kafka else [name]
+    for name in listed:
         external = (name == "postgres" and not uses_embedded_postgres(settings)) or (
             name == "broker" and not uses_embedded_broker(settings)
         )
@@ -1400,9 +1591,11 @@ def status(settings: StackSettings) -> dict:
         proc = service_process(settings, name)
         if name == "postgres":
             healthy = proc is not None and _pg_healthy(settings)
-        elif name == "broker":
-            healthy = proc is not None and _wait_until(lambda: _broker_healthy(settings), 0)
-        elif name in ("spark-connect", "registry"):
+        elif name in broker_services(settings):
+            healthy = proc is not None and _wait_until(
+                lambda name=name: _broker_healthy(settings, name), 0
+            )
+        elif name in ("spark-connect", "registry", "kafka-connect"):
             healthy = proc is not None and _port_open(ports[name])
         else:
             healthy = _component_healthy(health, name, proc)
@@ -1432,14 +1625,14 @@ def format_status(info: dict) -> str:
     lines = [f"home: {info['home']}"]
     for name, svc in info["services"].items():
         if svc.get("external"):
-            lines.append(f"  {name:<14} external")
+            lines.append(f"  {name:<16} external")
             continue
         state = "running" if svc["running"] else "stopped"
         if svc["running"] and not svc["healthy"]:
             state = "running (unhealthy)"
         pid = svc["pid"] or "-"
         port = svc["port"] or "-"
-        lines.append(f"  {name:<14} {state:<20} pid={pid!s:<8} port={port}")
+        lines.append(f"  {name:<16} {state:<20} pid={pid!s:<8} port={port}")
     af = info["airflow"]
     lines.append(f"Airflow UI: {af['url']}  (login {af['user']} / {af['password']})")
     lines.append(f"PostgreSQL: {info['postgres_dsn']}")

@@ -80,6 +80,51 @@ def test_a_connect_pipelines_schedule_also_kills_the_spark_connect_server(seed):
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 99])
+def test_a_cdc_pipelines_schedule_kills_kafka_connect_and_loses_no_topic(seed):
+    kill = ("12_kafka_connect_killed", None)
+    faults = {(f.kind, f.variant) for f in fault_schedule(seed, 200, cdc=True)}
+    assert kill in faults
+    # a lost log or a re-created topic loses Debezium's only copy of the changes
+    assert ("7_broker_restarted", "log_lost") not in faults
+    assert ("10_topic_recreated", None) not in faults
+    assert ("7_broker_restarted", "log_kept") in faults
+    assert kill not in {(f.kind, f.variant) for f in fault_schedule(seed, 200)}
+    counts = verdict.fault_counts([], cdc=True)
+    assert "12_kafka_connect_killed" in counts and "10_topic_recreated" not in counts
+    assert "12_kafka_connect_killed" not in verdict.fault_counts([])
+    assert "12_kafka_connect_killed" in Harness.FAULTS
+
+
+def test_a_cdc_pipeline_on_the_chaos_stack_keeps_its_topics_and_envelope():
+    base = {"topics": ["chaos"], "transform": "orders:transform", "max_active_runs": 3}
+    user = {
+        "topics": ["shop.public.orders"],
+        "envelope": "debezium",
+        "sink": {"kind": "iceberg", "table": "cdc.orders", "mode": "upsert", "key": ["id"]},
+    }
+    raw = config.chaos_pipeline(base, user, "mirror")
+    assert raw["topics"] == ["shop.public.orders"] and raw["envelope"] == "debezium"
+    assert "transform" not in raw and raw["max_active_runs"] == 3
+    assert config.chaos_pipeline(base, {**user, "envelope": "none"}, "m")["topics"] == ["chaos"]
+
+
+def test_a_cdc_verdict_stands_on_the_mirror_and_the_audit():
+    from onceflow_dev.chaos.cdc import cdc_counts
+
+    class Audit:
+        records_in_sink, dead_lettered = 900, 0
+
+    equal = verdict.check("mirror", [], differing=0)
+    counts = cdc_counts(equal, 1000, Audit())
+    assert verdict.verdict_of("exactly-once", counts, [equal]) == "exactly-once"
+    unequal = verdict.check("mirror", ["orders -> cdc.orders: 2 of 9 source row(s) differ"])
+    counts = cdc_counts({**unequal, "differing": 2}, 1000, Audit())
+    assert counts["mismatched"] == 2
+    assert verdict.verdict_of("exactly-once", counts, [unequal]) == "violated"
+    assert verdict.verdict_of("violated", cdc_counts(equal, 1000, Audit()), [equal]) == "violated"
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 99])
 def test_an_outside_sinks_schedule_also_kills_commit_between_the_sink_and_the_ledger(seed):
     from onceflow import failpoints
 
@@ -976,3 +1021,19 @@ def test_report_table_names_the_pipeline_mode_and_truth_checks():
     assert "| pipeline, sink mode | pageviews, merge |" in table
     assert "| truth: state = fold | holds |" in table
     assert "| truth: per page | **2 violation(s)** |" in table
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 99])
+def test_a_clusters_schedule_kills_leaders_and_restarts_every_broker_and_loses_no_log(seed):
+    faults = [(f.kind, f.variant) for f in fault_schedule(seed, 60, cluster=True)]
+    # the leader of a source partition (a Kafka sink's coordinator) killed twice, the rolling
+    # restart; a broker's lost log is rebuilt by its replicas: not a lost log
+    assert faults.count(("7_broker_restarted", "log_kept")) >= 2
+    assert ("13_rolling_restart", None) in faults
+    assert ("7_broker_restarted", "log_lost") not in faults
+    assert ("13_rolling_restart", None) not in {
+        (f.kind, f.variant) for f in fault_schedule(seed, 60)
+    }
+    counts = verdict.fault_counts([], cluster=True)
+    assert "13_rolling_restart" in counts and "13_rolling_restart" not in verdict.fault_counts([])
+    assert "13_rolling_restart" in Harness.FAULTS

@@ -37,14 +37,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, build_wheel, free_port
+from conftest import ROOT, UV, build_wheel, free_port, uv_install
 from onceflow.compat.python import tomllib
 from packaging.requirements import Requirement
 from test_installed_celery import TRANSFORM, Installed, _postgres, _run, api_client
 
 pytestmark = [pytest.mark.compat, pytest.mark.integration, pytest.mark.e2e]
 
-UV = ROOT / ".venv" / "bin" / "uv"
 # what the unit suite needs besides the wheel: its own serializers, a runner (two workers, as
 # make test runs it)
 TEST_TOOLS = (
@@ -137,8 +136,7 @@ def _uv_install(
 ) -> None:
     # with .pyc files, as pip installs (uv does not by default): the cell's Airflow components
     # and tasks start without compiling what they import
-    argv = [str(UV), "pip", "install", "--quiet", "--compile-bytecode",
-            "--python", str(venv / "bin" / "python")]  # fmt: skip
+    argv = ["--quiet", "--compile-bytecode", "--python", str(venv / "bin" / "python")]
     if as_of:  # what that release's constraints file would hold, but for the pins themselves
         argv += ["--exclude-newer", f"{as_of}T00:00:00Z"]
         for req in requirements:
@@ -146,7 +144,7 @@ def _uv_install(
                 argv += ["--exclude-newer-package", f"{Requirement(req).name}=2100-01-01T00:00:00Z"]
     if constraints:
         argv += ["--constraint", str(constraints)]
-    _run([*argv, *requirements], timeout=1200)
+    uv_install([*argv, *requirements])
 
 
 def freeze(venv: Path, path: Path) -> Path:

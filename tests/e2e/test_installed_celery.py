@@ -43,7 +43,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, build_wheel, free_port
+from conftest import ROOT, build_wheel, free_port, uv_install
 from onceflow_dev import tls_peer
 from onceflow_dev.apache_kafka import private_apache_kafka, ssl_listener
 
@@ -207,11 +207,10 @@ def _build_and_install(work: Path) -> tuple[Path, Path]:
     wheel = build_wheel(work / "wheel")
     venv = work / "venv"
     _run([getattr(sys, "_base_executable", sys.executable), "-m", "venv", str(venv)])
-    uv = ROOT / ".venv" / "bin" / "uv"
     # with .pyc files, as pip installs: each Airflow component starts without compiling
-    _run([str(uv), "pip", "install", "--quiet", "--compile-bytecode",
-          "--python", str(venv / "bin" / "python"), "--constraint", str(ROOT / "requirements.lock"),
-          f"onceflow[celery] @ {wheel.as_uri()}"], cwd=work, timeout=900)  # fmt: skip
+    uv_install(["--quiet", "--compile-bytecode", "--python", str(venv / "bin" / "python"),
+                "--constraint", str(ROOT / "requirements.lock"),
+                f"onceflow[celery] @ {wheel.as_uri()}"], cwd=work, timeout=900)  # fmt: skip
     return wheel, venv
 
 

@@ -253,6 +253,8 @@ def test_demo_ends_with_each_failed_runs_error(monkeypatch):
     monkeypatch.setattr(
         demo, "produce", lambda _b, _cfg, count, progress=None, registry="": (0, count)
     )
+    monkeypatch.setattr(demo, "capture", lambda _settings, _cfg, count: count)
+    monkeypatch.setattr(demo, "mirror", lambda _settings, _cfg: True)
     monkeypatch.setattr(demo, "runs_to_drain", lambda *_args: 1)
     monkeypatch.setattr(demo, "sink_rows", lambda _dsn, cfg: (cfg.name, 0))
     monkeypatch.setattr(audit, "run_audit", lambda _dsn, cfg, _counter: audit.AuditReport(cfg.name))

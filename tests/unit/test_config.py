@@ -415,7 +415,7 @@ def test_a_sink_table_in_a_file(tmp_path):
         (
             {**USER, "sink": {"table": "s", "order_by": ["lsn"]}},
             "sink.order_by",
-            "only a postgres upsert sink takes one \\(this is postgres append\\)",
+            "only an upsert sink takes one \\(this is postgres append\\)",
         ),
         (
             {
@@ -423,13 +423,14 @@ def test_a_sink_table_in_a_file(tmp_path):
                 "sink": {
                     "kind": "iceberg",
                     "table": "s",
-                    "mode": "upsert",
+                    "mode": "merge",
                     "key": ["k"],
+                    "aggregates": ["v"],
                     "order_by": ["lsn"],
                 },
             },
             "sink.order_by",
-            "this is iceberg upsert",
+            "this is iceberg merge",
         ),
         (
             {**USER, "sink": {"table": "s", "mode": "upsert", "key": ["k"], "order_by": ["k"]}},

@@ -113,6 +113,44 @@ def test_upsert_keeps_the_rows_of_keys_it_does_not_touch():
     assert rows(cur, "sku", "qty", "offset", "txid") == [("x", 1, 0, "a"), ("y", 5, 2, "b")]
 
 
+def publish_ordered(current, history, seq, new, old=None):
+    """A publish into an upsert table with order_by = ["qty"] (qty: the source position)."""
+    old = old if old is not None else versions("-")
+
+    def others(keys):  # every other committed txid's versions, any seq
+        parts = [upsert.with_seq(v, s) for s, v in history.by_seq.items() if s != seq]
+        if not parts:
+            return upsert.with_seq(versions("-"), 0)
+        return pa.concat_tables(parts).join(keys, KEY, join_type="left semi")
+
+    out = upsert.decide_ordered(current, new, old, seq, KEY, COLUMNS, ["qty"], others)
+    history.by_seq[seq] = new
+    return out
+
+
+def test_upsert_by_order_by_the_highest_position_wins_whatever_its_seq():
+    h = History()
+    cur = publish_ordered(EMPTY_CURRENT, h, 1, versions("a", (0, 0, "x", 5), (0, 1, "x", 3)))
+    assert rows(cur, "sku", "qty", "seq") == [("x", 5, 1)]  # not the newest record: the highest
+    # a later txid sends an older change again: it changes nothing
+    cur = publish_ordered(cur, h, 2, versions("b", (0, 2, "x", 4), (0, 3, "y", 1)))
+    assert rows(cur, "sku", "qty", "seq") == [("x", 5, 1), ("y", 1, 2)]
+    # a delete at position 6 keeps its position: a late change at 5 cannot bring x back
+    cur = publish_ordered(cur, h, 3, versions("c", (0, 4, "x", 6, "tombstone")))
+    assert rows(cur, "sku", "qty") == [("y", 1)]
+    cur = publish_ordered(cur, h, 4, versions("d", (0, 5, "x", 5)))
+    assert rows(cur, "sku", "qty") == [("y", 1)]
+    # a tombstone with no position ranks below every change: y stays
+    cur = publish_ordered(cur, h, 5, versions("e", (0, 6, "y", None, "tombstone")))
+    assert rows(cur, "sku", "qty") == [("y", 1)]
+    # a re-run of c without its delete: x's highest version is at 5 again, d's (a tie with
+    # a's: the newer record wins)
+    cur = publish_ordered(
+        cur, h, 3, versions("c", (0, 4, "z", 9)), old=versions("c", (0, 4, "x", 6, "tombstone"))
+    )
+    assert rows(cur, "sku", "qty", "seq") == [("x", 5, 4), ("y", 1, 2), ("z", 9, 3)]
+
+
 def merge_versions(txid, *rows):
     return versions(txid, *rows).drop_columns(["tombstone"])
 

@@ -48,7 +48,7 @@ def test_an_avro_pipeline_needs_no_transform_and_reads_its_topics_value_subject(
             "registry_conn_id",
             "only a registry",
         ),
-        ({}, "transform", "only a registry format's records land without"),
+        ({}, "transform", "only a registry format's or an envelope's records land without"),
         ({"key_format": "json", "transform": "orders:transform"}, "key_format", "is not one of"),
         ({"key_subject": "k", "transform": "orders:transform"}, "key_subject", "only a registry"),
         (

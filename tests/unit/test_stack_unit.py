@@ -336,3 +336,46 @@ def test_a_connect_worker_s_files_keep_a_password_whole_and_to_themselves(tmp_pa
     assert "database.password=p=1\\\\n\\nsasl.mechanism=PLAIN\n" in text
     assert all(f.stat().st_mode & 0o777 == 0o600 for f in files)
     assert not any(password in str(f) for f in files)
+
+
+def test_three_brokers_are_their_own_services_with_a_controller_of_their_own(settings, monkeypatch):
+    monkeypatch.setenv("ONCEFLOW_KAFKA_BROKERS", "3")
+    three = StackSettings.from_env()
+    assert three.kafka_bootstrap == "127.0.0.1:41002,127.0.0.1:41402,127.0.0.1:41502"
+    assert stack.uses_embedded_broker(three)
+    assert stack.broker_services(three) == ("broker-3", "broker-2", "broker", "kafka-controller")
+    services = stack.stack_services(three)
+    assert services[1:5] == ("kafka-controller", "broker", "broker-2", "broker-3")
+    nodes = {name: stack._broker(three, name) for name in stack.broker_services(three)}  # noqa: SLF001
+    controller = nodes.pop("kafka-controller")
+    assert (controller.roles, controller.node_id) == ("controller", 101)
+    voters = f"controller.quorum.voters=101@127.0.0.1:{three.kafka_controller_port}"
+    for name, port, node_id in (
+        ("broker", 41002, 1),
+        ("broker-2", 41402, 2),
+        ("broker-3", 41502, 3),
+    ):
+        node = nodes[name]
+        props = node._server_properties()  # noqa: SLF001
+        assert (node.roles, node.node_id, node.port) == ("broker", node_id, port)
+        assert voters in props and "default.replication.factor=3" in props
+        assert "min.insync.replicas=2" in props and "unclean.leader.election.enable=false" in props
+    # one cluster id for every node's log, kept in the home
+    assert len({n.quorum.cluster_id for n in [controller, *nodes.values()]}) == 1
+    assert set(stack.status(three)["services"]) >= {"broker-2", "broker-3", "kafka-controller"}
+    one = stack.broker_services(settings)
+    assert (
+        one == ("broker",)
+        and "default.replication.factor=1" in stack._broker(settings)._server_properties()
+    )  # noqa: SLF001
+
+
+def test_a_home_with_a_one_node_log_is_not_made_a_cluster(settings, monkeypatch):
+    (stack.broker_log_dir(settings) / "data").mkdir(parents=True)
+    (stack.broker_log_dir(settings) / "data" / "meta.properties").write_text("node.id=1\n")
+    monkeypatch.setenv("ONCEFLOW_KAFKA_BROKERS", "3")
+    with pytest.raises(stack.StackError, match="one-node broker"):
+        stack._broker(StackSettings.from_env(), "broker-2")  # noqa: SLF001
+    monkeypatch.setenv("ONCEFLOW_KAFKA_BROKERS", "2")
+    with pytest.raises(ValueError, match="ONCEFLOW_KAFKA_BROKERS=2"):
+        StackSettings.from_env()

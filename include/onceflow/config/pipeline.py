@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from onceflow.config.alerts import Alerts
+from onceflow.config.record_format import REGISTRY_FORMATS
 from onceflow.config.retention import Retention
 from onceflow.config.schedule import OnRecords
 from onceflow.config.sink import SinkConfig
@@ -71,12 +72,15 @@ class PipelineConfig:
     spark_connect_conn_id: str = "spark_connect_default"
     # how values are encoded (onceflow.config.record_format): bytes, or a registry format
     # read with `subject`'s latest schema at plan, or its `reader_schema_version`
-    format: Literal["bytes", "avro", "protobuf"] = "bytes"
+    format: Literal["bytes", "avro", "protobuf", "json"] = "bytes"
     subject: str = ""
     reader_schema_version: int | None = None
     key_format: Literal["bytes", "avro", "protobuf"] = "bytes"  # keys, likewise
     key_subject: str = ""
     registry_conn_id: str | None = None
+    # what a value wraps: a Debezium change event's row lands in an upsert sink ordered by
+    # its source position (onceflow.formats.debezium); "none": the value itself
+    envelope: Literal["none", "debezium"] = "none"
     source: str = field(default="<config>", compare=False)  # the pipelines file, for messages
 
     @property
@@ -99,14 +103,20 @@ class PipelineConfig:
     @property
     def registry_format(self) -> bool:
         """Whether values are decoded with a schema registry's schemas (Avro, Protobuf)."""
-        return self.format != "bytes"
+        return self.format in REGISTRY_FORMATS
 
     @property
     def decoded_roles(self) -> dict[str, tuple[str, str]]:
         """Per part of a record decoded with a schema registry's schemas ("value", "key"):
         its format and subject."""
         roles = {"value": (self.format, self.subject), "key": (self.key_format, self.key_subject)}
-        return {role: fs for role, fs in roles.items() if fs[0] != "bytes"}
+        return {role: fs for role, fs in roles.items() if fs[0] in REGISTRY_FORMATS}
+
+    @property
+    def decodes(self) -> bool:
+        """Whether records are decoded into columns before the transform: in a registry
+        format, or out of an envelope."""
+        return self.uses_registry or self.envelope != "none"
 
     @property
     def uses_registry(self) -> bool:
@@ -115,6 +125,8 @@ class PipelineConfig:
 
     @property
     def format_summary(self) -> str:
+        if self.envelope != "none":
+            return f"{self.envelope} change events in {self.format}"
         parts = [f"{f} {role}s (subject {s!r})" for role, (f, s) in self.decoded_roles.items()]
         return " and ".join(parts) or "bytes"
 

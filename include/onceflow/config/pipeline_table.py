@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +20,10 @@ from onceflow.config.pipeline import (
     TRANSFORM_KINDS,
     PipelineConfig,
 )
-from onceflow.config.record_format import REGISTRY_FORMATS, parse_format
+from onceflow.config.record_format import POSITION, REGISTRY_FORMATS, parse_format
 from onceflow.config.retention import RETENTION_KEYS, parse_retention
 from onceflow.config.schedule import ON_RECORDS_KEYS, parse_schedule
-from onceflow.config.sink import LAKE_KINDS
+from onceflow.config.sink import LAKE_KINDS, SinkConfig
 from onceflow.config.sink_table import parse_sink
 from onceflow.config.times import parse_time
 from onceflow.config.transform_path import transform_path
@@ -60,6 +61,7 @@ _KEYS = {
     "spark_conn_id",
     "process_mode",
     "spark_connect_conn_id",
+    "envelope",
     "format",
     "subject",
     "reader_schema_version",
@@ -99,7 +101,7 @@ def parse_pipeline(
 
     fmt = parse_format(source, name, raw, topics)
     transform = raw.get("transform")
-    if transform is None and fmt["format"] in REGISTRY_FORMATS:
+    if transform is None and (fmt["format"] in REGISTRY_FORMATS or fmt["envelope"] != "none"):
         transform = ""  # the decoded records land as they are
     elif not isinstance(transform, str) or not FUNCTION_REF_RE.fullmatch(transform):
         raise PipelineKeyError(
@@ -109,7 +111,7 @@ def parse_pipeline(
             f"{transform!r} is not a function 'module:function' (e.g. 'inventory:transform' "
             "for spark_jobs/inventory.py)"
             + (
-                "; give one (only a registry format's records land without)"
+                "; give one (only a registry format's or an envelope's records land without)"
                 if transform is None
                 else ""
             ),
@@ -119,6 +121,15 @@ def parse_pipeline(
     if problem:
         raise PipelineKeyError(source, name, "transform", f"{transform!r}: {problem}")
     sink = parse_sink(source, name, raw.get("sink"))
+    if sink.tables is not None and fmt["envelope"] == "none":
+        raise PipelineKeyError(
+            source,
+            name,
+            "sink.tables",
+            'a table per topic is for change events (envelope = "debezium")',
+        )
+    if fmt["envelope"] == "debezium":
+        sink = _change_sink(source, name, sink, topics, transform)
     needs = {sink.kind: "sink.kind"} if sink.kind in LAKE_KINDS else {}
     for key in ("format", "key_format"):
         if fmt[key] in REGISTRY_FORMATS:
@@ -238,6 +249,43 @@ def parse_pipeline(
         **fmt,
         source=source,
     )
+
+
+def _change_sink(
+    source: str, name: str, sink: SinkConfig, topics: list[str], transform: str
+) -> SinkConfig:
+    """The sink of a pipeline of change events: an upsert table keyed by the captured
+    table's primary key, whose versions rank by the events' source position
+    (onceflow.formats.debezium)."""
+    if sink.mode != "upsert" or sink.kind not in ("postgres", *LAKE_KINDS):
+        raise PipelineKeyError(
+            source,
+            name,
+            "sink.mode",
+            'change events (envelope "debezium") land in an upsert table (PostgreSQL, '
+            f'Iceberg or Delta: mode = "upsert"), not a {sink.kind} {sink.mode} sink',
+        )
+    if sink.order_by:
+        raise PipelineKeyError(
+            source,
+            name,
+            "sink.order_by",
+            f"change events are ordered by their source position ({POSITION}); leave it out",
+        )
+    if sink.tables is not None:
+        if transform:
+            raise PipelineKeyError(
+                source, name, "transform", "a pipeline with a table per topic takes none, for now"
+            )
+        if sink.maintain_every:  # maintenance (a roll-up, a compaction) is one table's
+            raise PipelineKeyError(
+                source, name, "sink.maintain_every", "a table per topic takes none, for now"
+            )
+        try:
+            sink.tables.tables(topics)
+        except ConfigError as e:
+            raise PipelineKeyError(source, name, "sink.tables", str(e)) from None
+    return replace(sink, order_by=(POSITION,))
 
 
 def _conn_id(source: str, name: str, raw: dict[str, Any], key: str) -> str | None:

@@ -4,7 +4,10 @@ parsed from a [pipelines.NAME] table.
 - "bytes" (the default): the transform receives each value's bytes and parses them itself;
 - "avro", "protobuf": Avro or Protobuf in the Confluent wire format (a magic byte, the writer
   schema's id, the payload), decoded with the schema registry's schemas into columns
-  (onceflow.formats) before the transform, which is then optional.
+  (onceflow.formats) before the transform, which is then optional;
+- "json": Kafka Connect's JSON, with `envelope = "debezium"` (its default format there):
+  change events decoded into the captured table's rows (onceflow.formats.debezium), into an
+  upsert sink ordered by the source position.
 
 A registry format reads with a reader schema: the latest version of `subject` (default
 "<topic>-value") when each txid is planned, recorded in the ledger with the txid, or the
@@ -20,15 +23,42 @@ from typing import Any
 
 from onceflow.errors import PipelineKeyError
 
-FORMATS = ("bytes", "avro", "protobuf")
+FORMATS = ("bytes", "avro", "protobuf", "json")
 REGISTRY_FORMATS = ("avro", "protobuf")
+# What a record's value wraps: nothing, or a Debezium change event (onceflow.formats.debezium).
+ENVELOPES = ("none", "debezium")
+# The column of a change event's source position, which its upsert sink orders a key's
+# versions by (onceflow.formats.debezium says what it holds).
+POSITION = "cdc_position"
+# The formats each envelope reads.
+ENVELOPE_FORMATS = {"none": ("bytes", "avro", "protobuf"), "debezium": ("json",)}
 
 
 def parse_format(source: str, name: str, raw: dict[str, Any], topics: list[str]) -> dict[str, Any]:
-    """The format keys of a pipeline's table, checked: PipelineConfig's `format`, `subject`,
-    `reader_schema_version`, `key_format` and `key_subject`."""
-    fmt = _choice(source, name, raw, "format")
-    key_fmt = _choice(source, name, raw, "key_format")
+    """The format keys of a pipeline's table, checked: PipelineConfig's `envelope`, `format`,
+    `subject`, `reader_schema_version`, `key_format` and `key_subject`."""
+    envelope = raw.get("envelope", "none")
+    if envelope not in ENVELOPES:
+        raise PipelineKeyError(source, name, "envelope", f"{envelope!r} is not one of {ENVELOPES}")
+    fmt = _choice(source, name, raw, "format", ENVELOPE_FORMATS[envelope][0])
+    if fmt not in ENVELOPE_FORMATS[envelope]:
+        raise PipelineKeyError(
+            source,
+            name,
+            "format",
+            f"{fmt!r} is not a format of envelope {envelope!r} "
+            f"(it reads {', '.join(ENVELOPE_FORMATS[envelope])})"
+            + (
+                "; a JSON value without an envelope is read as bytes and parsed in a transform"
+                if fmt == "json"
+                else ""
+            ),
+        )
+    key_fmt = _choice(source, name, raw, "key_format", choices=("bytes", *REGISTRY_FORMATS))
+    if envelope != "none" and key_fmt != "bytes":
+        raise PipelineKeyError(
+            source, name, "key_format", f"envelope {envelope!r} reads the record key itself"
+        )
     if fmt not in REGISTRY_FORMATS:
         _refuse_unless(source, name, raw, ("subject", "reader_schema_version"), "format")
     if key_fmt not in REGISTRY_FORMATS:
@@ -52,6 +82,7 @@ def parse_format(source: str, name: str, raw: dict[str, Any], topics: list[str])
             f"{version!r} is not a version number (omit it to read with the latest)",
         )
     return {
+        "envelope": envelope,
         "format": fmt,
         "subject": _subject(source, name, raw, "subject", topics, "value")
         if fmt in REGISTRY_FORMATS
@@ -64,10 +95,17 @@ def parse_format(source: str, name: str, raw: dict[str, Any], topics: list[str])
     }
 
 
-def _choice(source: str, name: str, raw: dict[str, Any], key: str) -> str:
-    value = raw.get(key, "bytes")
-    if value not in FORMATS:
-        raise PipelineKeyError(source, name, key, f"{value!r} is not one of {FORMATS}")
+def _choice(
+    source: str,
+    name: str,
+    raw: dict[str, Any],
+    key: str,
+    default: str = "bytes",
+    choices: tuple[str, ...] = FORMATS,
+) -> str:
+    value = raw.get(key, default)
+    if value not in choices:
+        raise PipelineKeyError(source, name, key, f"{value!r} is not one of {choices}")
     return value
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from onceflow.config.partitions import PartitionField
+from onceflow.config.table_map import TableMap
 
 SINK_KINDS = ("postgres", "iceberg", "delta", "kafka")
 # The lake table kinds: a table in a warehouse, published by data files.
@@ -55,6 +56,10 @@ class SinkConfig:
     # row (ties: the newest record); a record below its key's row changes nothing. (): the
     # newest record wins
     order_by: tuple[str, ...] = ()
+    # change events of several tables (envelope "debezium"): each topic's table
+    # (config.table_map); `table` is then "", and `key`, if given, every table's (else each
+    # table's record key)
+    tables: TableMap | None = None
     kind: Literal["postgres", "iceberg", "delta", "kafka"] = "postgres"
     # iceberg, delta: the table's namespace ("" = the pipeline's sink_schema; `table =
     # "ns.t"` sets it) and the warehouse new tables go to (None = a folder under

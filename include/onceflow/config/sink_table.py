@@ -20,6 +20,7 @@ from onceflow.config.sink import (
     TARGET_FILE_MB,
     SinkConfig,
 )
+from onceflow.config.table_map import parse_tables
 from onceflow.errors import ConfigError, PipelineKeyError
 
 # A warehouse: an absolute local path or a URI with a scheme (file://, s3://, gs://, ...).
@@ -31,6 +32,7 @@ _SINK_KEYS = {
     "key",
     "aggregates",
     "order_by",
+    "tables",
     "warehouse",
     "topic",
     "partitions",
@@ -88,7 +90,15 @@ def parse_sink(source: str, name: str, raw: Any) -> SinkConfig:
     for k in _KAFKA_ONLY:
         if k in raw:
             raise fail(k, f"kind {kind!r} takes no {k!r} (only 'kafka' does)")
-    table = raw.get("table")
+    tables = None
+    if "tables" in raw:
+        if "table" in raw:
+            raise fail("tables", "give `table` (one table) or `tables` (one per topic), not both")
+        try:
+            tables = parse_tables(raw["tables"])
+        except ValueError as e:
+            raise fail("tables", str(e)) from None
+    table = raw.get("table", "" if tables else None)
     namespace = ""
     if kind in LAKE_KINDS and isinstance(table, str) and "." in table:
         namespace, _, table = table.partition(".")
@@ -99,7 +109,7 @@ def parse_sink(source: str, name: str, raw: Any) -> SinkConfig:
                 '"namespace.table" or "table", each of lower-case letters, digits and '
                 "underscores, starting with a letter, at most 40 characters",
             )
-    if not isinstance(table, str) or not NAME_RE.fullmatch(table):
+    if tables is None and (not isinstance(table, str) or not NAME_RE.fullmatch(table)):
         raise fail(
             "table",
             f"{raw.get('table')!r} is not a valid table name (lower-case letters, digits and "
@@ -124,7 +134,9 @@ def parse_sink(source: str, name: str, raw: Any) -> SinkConfig:
             )
         warehouse = warehouse.rstrip("/") or "/"
 
-    key = _columns(raw, "key", mode in ("upsert", "merge"), mode, fail)
+    # with `tables`, an upsert table's key is its record key's unless given
+    needed = mode in ("upsert", "merge") and not (tables and "key" not in raw)
+    key = _columns(raw, "key", needed, mode, fail)
     aggregates = _columns(raw, "aggregates", mode == "merge", mode, fail)
     both = sorted(set(key) & set(aggregates))
     if both:
@@ -152,6 +164,7 @@ def parse_sink(source: str, name: str, raw: Any) -> SinkConfig:
         key=key,
         aggregates=aggregates,
         order_by=order_by,
+        tables=tables,
         kind=kind,
         namespace=namespace,
         warehouse=warehouse,
@@ -195,11 +208,11 @@ def _columns(raw: dict, key: str, needed: bool, mode: str, fail: Fail) -> tuple[
 
 
 def _order_by(raw: dict, kind: str, mode: str, key: tuple[str, ...], fail: Fail) -> tuple[str, ...]:
-    """An upsert sink's ordering columns (a PostgreSQL table's, for now), none by default."""
+    """An upsert sink's ordering columns, none by default."""
     if "order_by" not in raw:
         return ()
-    if mode != "upsert" or kind != "postgres":
-        raise fail("order_by", f"only a postgres upsert sink takes one (this is {kind} {mode})")
+    if mode != "upsert":
+        raise fail("order_by", f"only an upsert sink takes one (this is {kind} {mode})")
     if not isinstance(raw["order_by"], list) or not raw["order_by"]:
         raise fail("order_by", 'give a list of column names, e.g. order_by = ["lsn"]')
     columns = _columns(raw, "order_by", True, mode, fail)

@@ -4,6 +4,7 @@ refused: the broker's record times are UTC, and a guess would move the point by 
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Any
 
@@ -32,8 +33,15 @@ def time_ms(value: str) -> int:
     return int(iso_datetime(value).timestamp() * 1000)
 
 
+# Python 3.10's fromisoformat reads only 3 or 6 digits of a fraction; Debezium and users write
+# any number (`.5`, nanoseconds).
+_FRACTION = re.compile(r"([T ]\d\d:\d\d:\d\d)\.(\d+)")
+
+
 def iso_datetime(value: str) -> datetime:
-    """datetime.fromisoformat, also for a `Z` zone on Python 3.10 (3.11 reads it itself)."""
+    """datetime.fromisoformat as Python 3.11 reads it, on 3.10 too: a `Z` zone, a fraction of
+    any length (to microseconds, truncated)."""
     if value[-1:] in ("Z", "z"):
         value = value[:-1] + "+00:00"
+    value = _FRACTION.sub(lambda m: f"{m[1]}.{m[2][:6].ljust(6, '0')}", value, count=1)
     return datetime.fromisoformat(value)

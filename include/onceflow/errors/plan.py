@@ -100,5 +100,38 @@ class KafkaAccessError(OnceflowError):
     message names where the settings came from, the broker and the cause."""
 
 
+class PartitionsUnservedError(OnceflowError):
+    """Partitions a plan reads have no leader, or fewer in-sync replicas than their topic's
+    min.insync.replicas (kafka.serving): the cluster is short of nodes. Nothing was planned;
+    a retry plans once the nodes are back."""
+
+    def __init__(
+        self,
+        pipeline: str,
+        cluster: str,
+        leaderless: list[tuple[str, int]],
+        short: dict[tuple[str, int], tuple[int, int]],
+    ) -> None:
+        self.pipeline, self.leaderless, self.short = pipeline, leaderless, short
+        parts = []
+        if leaderless:
+            parts.append(f"{len(leaderless)} partition(s) without a leader: {_named(leaderless)}")
+        if short:
+            parts.append(
+                f"{len(short)} partition(s) with fewer in-sync replicas than min.insync.replicas: "
+                + _named(list(short), lambda tp: f" ({short[tp][0]} of {short[tp][1]})")
+            )
+        super().__init__(
+            f"plan of pipeline {pipeline!r}: the Kafka cluster {cluster} cannot serve every "
+            f"partition it reads: {'; '.join(parts)}. Are brokers down? Nothing was planned; "
+            "a retry plans once they are back."
+        )
+
+
+def _named(tps: list[tuple[str, int]], note=lambda tp: "", most: int = 20) -> str:
+    shown = ", ".join(f"{t}[{p}]{note((t, p))}" for t, p in sorted(tps)[:most])
+    return shown + (f" and {len(tps) - most} more" if len(tps) > most else "")
+
+
 class KafkaUnreachableError(OnceflowError):
     """No broker of the cluster answered in time (down, wrong address): worth a retry."""

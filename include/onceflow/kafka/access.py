@@ -4,12 +4,11 @@ process's questions to it, so that a refusal is named at once."""
 from __future__ import annotations
 
 from time import monotonic
+from typing import Any
 
 from onceflow.errors import KafkaAccessError, KafkaUnreachableError
 from onceflow.kafka.client import KafkaCluster
-
-#: how long check_access waits for a cluster's metadata before calling it unreachable
-ACCESS_TIMEOUT_S = 10.0
+from onceflow.kafka.patience import ACCESS_TIMEOUT_S
 
 #: librdkafka settings of a short-lived admin client that asks one question and closes.
 #: With sparse connections (the default) librdkafka drops the bootstrap connection once it
@@ -20,8 +19,10 @@ ACCESS_TIMEOUT_S = 10.0
 ADMIN_CONF = {"enable.sparse.connections": False}
 
 
-def check_access(cluster: KafkaCluster, timeout_s: float = ACCESS_TIMEOUT_S) -> None:
-    """Fail fast, with the cause, when the cluster refuses this client.
+def check_access(cluster: KafkaCluster, timeout_s: float = ACCESS_TIMEOUT_S) -> Any:
+    """Fail fast, with the cause, when the cluster refuses this client; the cluster's
+    metadata (librdkafka's ClusterMetadata: every topic's partitions, leaders and replicas)
+    when it lets it in.
 
     kafka-python only says "Unable to bootstrap" after its whole request timeout when a TLS
     handshake or a SASL login fails, once per retry; librdkafka names the cause at the first
@@ -68,8 +69,7 @@ def check_access(cluster: KafkaCluster, timeout_s: float = ACCESS_TIMEOUT_S) -> 
     deadline = monotonic() + timeout_s
     while not refused:
         try:
-            admin.list_topics(timeout=min(0.2, max(0.05, deadline - monotonic())))
-            return
+            return admin.list_topics(timeout=min(0.2, max(0.05, deadline - monotonic())))
         except Exception as e:  # noqa: BLE001 - a KafkaException: not answered yet
             admin.poll(0)  # serves error_cb
             if refused:

@@ -16,19 +16,20 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
-from kafka.admin import ConfigResource, NewTopic
+from kafka.admin import NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
 from onceflow.errors import OnceflowError, TopicMissingError
 from onceflow.kafka.access import ADMIN_CONF, check_access
 from onceflow.kafka.client import KafkaCluster, cluster_of
+from onceflow.kafka.patience import PLAN_REQUEST_TIMEOUT_MS, PRINT_TIMEOUT_S
+from onceflow.kafka.serving import check_serving
+from onceflow.kafka.topic_configs import topic_config
 from onceflow.ledger.log_checks import BrokerSnapshot
 from onceflow.ledger.range_digest import RecordPrint, record_hash
 
 log = logging.getLogger("onceflow.kafka.broker")
 
-# How long plan waits for the records whose prints it compares (one fetch per partition).
-PRINT_TIMEOUT_S = 30.0
 _NO_TOPIC_ID = "00000000-0000-0000-0000-000000000000"  # what brokers without ids answer
 
 
@@ -45,7 +46,7 @@ def _consumer(cluster: KafkaCluster) -> KafkaConsumer:
             group_id=None,
             enable_auto_commit=False,
             isolation_level="read_committed",
-            request_timeout_ms=30_000,
+            request_timeout_ms=PLAN_REQUEST_TIMEOUT_MS,
             client_id="onceflow-plan",
         )
     )
@@ -92,12 +93,14 @@ def snapshot(
     broker may give short; both are kept, so lag can show a difference.
 
     A cluster that refuses this client (TLS, SASL) raises KafkaAccessError at once, one that
-    does not answer KafkaUnreachableError (kafka.access.check_access)."""
+    does not answer KafkaUnreachableError (kafka.access.check_access), one short of nodes
+    for a partition PartitionsUnservedError (kafka.serving)."""
     cluster = cluster_of(bootstrap)
-    check_access(cluster)
+    metadata = check_access(cluster)
     consumer = _consumer(cluster)
     try:
         tps = partitions(consumer, pipeline, topics, cluster.bootstrap)
+        check_serving(cluster, metadata, pipeline, [(tp.topic, tp.partition) for tp in tps])
         claimed = {(tp.topic, tp.partition): int(o) for tp, o in consumer.end_offsets(tps).items()}
         beginnings = consumer.beginning_offsets(tps)
         topic_ids = _topic_ids(consumer, topics)
@@ -321,31 +324,16 @@ def _prints(
 def compacted_topics(bootstrap: KafkaCluster | str, topics: set[str]) -> frozenset[str]:
     """Those of `topics` whose cleanup.policy includes compact, as far as the broker says
     (one that cannot describe topic configs reports none)."""
-    admin = KafkaAdminClient(**cluster_of(bootstrap).kafka_python(client_id="onceflow-plan"))
-    try:
-        found = admin.describe_configs(
-            [ConfigResource("TOPIC", t, ["cleanup.policy"]) for t in sorted(topics)],
-            config_filter="all",
-        )
-    except KafkaError:
-        return frozenset()
-    finally:
-        admin.close()
-    out = set()
-    for by_name in found.values():
-        for name, configs in by_name.items():
-            policy = configs.get("cleanup.policy") if isinstance(configs, dict) else None
-            value = policy.get("value") if isinstance(policy, dict) else policy
-            if name in topics and "compact" in str(value or ""):
-                out.add(name)
-    return frozenset(out)
+    policies = topic_config(bootstrap, topics, "cleanup.policy")
+    return frozenset(t for t, value in policies.items() if "compact" in str(value or ""))
 
 
 def create_topic(bootstrap: KafkaCluster | str, topic: str, partitions: int) -> bool:
-    """Create topic with an explicit partition count; False when it already exists."""
+    """Create topic with an explicit partition count and the cluster's default replication
+    factor (default.replication.factor); False when it already exists."""
     admin = KafkaAdminClient(**cluster_of(bootstrap).kafka_python(client_id="onceflow-admin"))
     try:
-        admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
+        admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=-1)])
         return True
     except TopicAlreadyExistsError:
         return False
@@ -356,7 +344,8 @@ def create_topic(bootstrap: KafkaCluster | str, topic: str, partitions: int) -> 
 def ensure_topics(
     bootstrap: KafkaCluster | str, topics: tuple[str, ...], partitions: int, timeout_s: float = 10.0
 ) -> dict[str, tuple[bool, int]]:
-    """Create each missing topic with `partitions` partitions and leave existing ones as they
+    """Create each missing topic with `partitions` partitions (replicas: the cluster's
+    default.replication.factor) and leave existing ones as they
     are (a partition count is never changed under a ledger that read it). Returns, per topic,
     whether it was created and its partition count now. A broker that does not answer within
     `timeout_s` is refused with an OnceflowError before anything is created."""
@@ -378,7 +367,7 @@ def ensure_topics(
         for topic in (t for t in topics if t not in existing):
             try:
                 admin.create_topics(
-                    [NewTopic(topic, num_partitions=partitions, replication_factor=1)],
+                    [NewTopic(topic, num_partitions=partitions, replication_factor=-1)],
                     wait_for_metadata=True,
                 )
                 created.add(topic)

@@ -3,7 +3,7 @@ watcher's view of the broker (onceflow.airflow.records_trigger).
 
 One ListOffsets request per look, read_committed (the last stable offset: records of an
 open transaction are not counted yet); the partitions come from the client's metadata,
-refreshed every METADATA_EVERY_S or while a topic is missing. Plan does not trust these
+refreshed every WATCH_METADATA_EVERY_S or while a topic is missing. Plan does not trust these
 ends (kafka.broker.fetchable_ends): the watcher only decides when to start a run, and plan
 decides what it reads.
 """
@@ -16,9 +16,8 @@ from kafka import KafkaConsumer, TopicPartition
 
 from onceflow.kafka.broker import topic_partitions
 from onceflow.kafka.client import KafkaCluster
+from onceflow.kafka.patience import WATCH_METADATA_EVERY_S, WATCH_REQUEST_TIMEOUT_MS
 from onceflow.ranges import TopicPartition as Tp
-
-METADATA_EVERY_S = 60.0
 
 
 class EndOffsets:
@@ -37,7 +36,7 @@ class EndOffsets:
                     group_id=None,
                     enable_auto_commit=False,
                     isolation_level="read_committed",
-                    request_timeout_ms=15_000,
+                    request_timeout_ms=WATCH_REQUEST_TIMEOUT_MS,
                     client_id="onceflow-watch",
                 )
             )
@@ -46,7 +45,7 @@ class EndOffsets:
     def read(self) -> tuple[dict[Tp, int], list[str]]:
         """(end offset per partition, topics the broker does not have)."""
         consumer = self._client()
-        if self._missing or time.monotonic() - self._refreshed > METADATA_EVERY_S:
+        if self._missing or time.monotonic() - self._refreshed > WATCH_METADATA_EVERY_S:
             parts = topic_partitions(consumer, self.topics)  # a metadata request
             self._parts = [tp for tps in parts.values() for tp in tps]
             self._missing = [topic for topic, tps in parts.items() if not tps]

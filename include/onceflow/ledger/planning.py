@@ -7,21 +7,30 @@ is onceflow.ranges.plan_ranges (pure); the log checks are ledger.log_checks.
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
-from onceflow.errors import InvalidTxidError
+from onceflow.errors import InvalidTxidError, LogIdentityError, OffsetRegressionError
 from onceflow.ledger.batches import Batch, ensure_pipeline, read_batch
 from onceflow.ledger.contracts import Pipeline, ReaderSchemas, StagedOutput
 from onceflow.ledger.db import LedgerLike, transaction
 from onceflow.ledger.frontier import last_batch, next_plan_starts
-from onceflow.ledger.log_checks import Snapshot, ledger_logs, prints_at, verify_logs
+from onceflow.ledger.log_checks import BrokerSnapshot, Snapshot, ledger_logs, prints_at, verify_logs
+from onceflow.ledger.log_identity import LedgerLog
 from onceflow.ledger.reader_schemas import record_reader_schemas
 from onceflow.ledger.retention import refuse_pruned
 from onceflow.ledger.states import BatchState, Step
 from onceflow.ledger.transitions import move
 from onceflow.ledger.txids import txid_problem
-from onceflow.ranges import LossEvent, OffsetRange, RangePlan, plan_ranges
+from onceflow.ranges import LossEvent, OffsetRange, RangePlan, TopicPartition, plan_ranges
+
+log = logging.getLogger("onceflow.plan")
+
+# The pauses before the broker is asked again about a log that ends behind the ledger or is
+# not proven the ledger's (snapshot_ranges): 7 s in all, past a new leader's first answers
+# (with every Kafka client's waits in kafka.patience's table).
+RECHECK_PAUSES_S = (1.0, 2.0, 4.0)
 
 
 def plan(
@@ -52,19 +61,7 @@ def plan(
         seq = (last[1] if last else 0) + 1
         previous = next_plan_starts(cur, cfg.name, last)
 
-        logs = ledger_logs(cur, cfg.name)
-        snap = snapshot(prints_at(logs))
-        verify_logs(cfg.name, logs, snap)
-        planned = plan_ranges(
-            cfg.name,
-            previous,
-            snap.beginnings,
-            snap.ends,
-            starting_position="time" if cfg.starting_time_ms is not None else cfg.starting_position,  # type: ignore[arg-type]
-            at_time=snap.at_time,
-            max_records_per_partition=cfg.max_records_per_partition,
-            on_data_loss=cfg.on_data_loss,
-        )
+        snap, planned = snapshot_ranges(cfg, previous, ledger_logs(cur, cfg.name), snapshot)
         move(
             cur,
             cfg.name,
@@ -84,6 +81,42 @@ def plan(
         if reader_schemas is not None and any(r.size for r in planned.ranges):
             record_reader_schemas(cur, cfg.name, txid, reader_schemas)
         return Batch(txid, seq, BatchState.PLANNED, planned.ranges, planned.losses)
+
+
+def snapshot_ranges(
+    cfg: Pipeline,
+    previous: Mapping[TopicPartition, int],
+    logs: Mapping[TopicPartition, LedgerLog],
+    snapshot: Snapshot,
+    pauses_s: Sequence[float] = RECHECK_PAUSES_S,
+    sleep: Callable[[float], None] = time.sleep,
+) -> tuple[BrokerSnapshot, RangePlan]:
+    """The broker's snapshot, its logs proven the ledger's (verify_logs), and the ranges from
+    it (plan_ranges). A log that ends behind where the ledger's next range starts, or that
+    does not prove to be the ledger's, is asked about again after each of `pauses_s` before
+    it is refused: after a failover, a partition's new leader may answer for a moment with a
+    high watermark behind its predecessor's (docs/PROTOCOL.md, "plan")."""
+    position = "time" if cfg.starting_time_ms is not None else cfg.starting_position
+    for pause in (*pauses_s, None):
+        snap = snapshot(prints_at(logs))
+        try:
+            verify_logs(cfg.name, logs, snap)
+            return snap, plan_ranges(
+                cfg.name,
+                previous,
+                snap.beginnings,
+                snap.ends,
+                starting_position=position,  # type: ignore[arg-type]
+                at_time=snap.at_time,
+                max_records_per_partition=cfg.max_records_per_partition,
+                on_data_loss=cfg.on_data_loss,
+            )
+        except (OffsetRegressionError, LogIdentityError) as e:
+            if pause is None:
+                raise
+            log.warning("plan of %s: %s; asking the broker again in %g s", cfg.name, e, pause)
+            sleep(pause)
+    raise AssertionError("unreachable")
 
 
 def _record_offsets(

@@ -242,6 +242,17 @@ def schema_changes(dsn: LedgerLike, pipeline: str) -> list[dict[str, Any]]:
     )
 
 
+def sink_tables(dsn: LedgerLike, pipeline: str) -> list[dict[str, Any]]:
+    """A pipeline's table per topic (onceflow.ledger.sink_tables): its key, the txid that
+    first staged it, and when."""
+    return _select(
+        dsn,
+        "select topic, sink_table, key_columns, first_txid, at from onceflow.sink_tables"
+        " where pipeline = %s order by sink_table",
+        (pipeline,),
+    )
+
+
 def dead_letters(
     dsn: LedgerLike, pipeline: str, txid: str, limit: int = 100
 ) -> list[dict[str, Any]]:

@@ -89,7 +89,7 @@ def stage_and_mark(
     t0 = time.monotonic()
     _verify_topic_ids(inputs, topics)
     timings["log_checks"] = time.monotonic() - t0
-    if inputs.decoder is not None:
+    if inputs.decoder is not None and inputs.decoder.decoders:  # a registry's
         keep_writer_schemas(inputs.ledger, attempt.pipeline, inputs.decoder, job.reads)
     failpoints.hit("process.before_mark_staged", attempt.txid)
     t0 = time.monotonic()

@@ -251,7 +251,7 @@ def run_attempt(
     try:
         # once per process task: every stage job and probe of the attempt stages into it
         sink = sink_for(cfg)
-        decoder = txid_decoder(ledger, cfg, attempt, ranges)
+        decoder = txid_decoder(ledger, cfg, attempt, ranges, kafka, options.read.reader_args())
         inputs = StageInputs(attempt, cfg, sink, ledger, kafka, options, decoder)
         staged = stage_and_mark(inputs, ranges, source, claimed_at, timings)
     except (TransformError, SinkSchemaError, LogIdentityError, KafkaAccessError, ConfigError) as e:

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 from onceflow.config.pipeline import PipelineConfig
 from onceflow.process.poison_records import stage_attempt
 from onceflow.process.stage_job import StageInputs, StageJob
+from onceflow.process.table_stages import stage_tables
 from onceflow.ranges import OffsetRange
 from onceflow.reader.input_ranges import input_ranges
 from onceflow.spark.shipping import py_files, ships_user_code
@@ -99,7 +100,10 @@ def run_stage_attempt(
     with source.session(cfg, inputs.options.ship_package) as spark:
         timings["session"] = time.monotonic() - t0
         log.info("spark session ready in %.1f s", timings["session"])
-        job = stage_attempt(spark, pieces, inputs, timings)
+        if cfg.sink.tables is not None:  # a stage job per table
+            job = stage_tables(spark, ranges, inputs, timings)
+        else:
+            job = stage_attempt(spark, pieces, inputs, timings)
         t0 = time.monotonic()
     timings["stop"] = time.monotonic() - t0
     return job

@@ -97,6 +97,7 @@ def stage_job(
     *,
     timings: dict[str, float] | None = None,
     poison: Sequence[PoisonRecord] = (),
+    first_part: int = 0,
 ) -> StageJob:
     """Read `pieces`, transform and stage them into the sink as the parts of the attempt in
     one job (the parts: onceflow.staging.fence; with the fast form when
@@ -112,7 +113,11 @@ def stage_job(
 
     `poison`: records the transform raised on, which the reader reads but does not hand on
     (neither the fast form nor the transform sees them); they are staged as dead letters in
-    a part of their own and count as records read."""
+    a part of their own and count as records read.
+
+    `first_part`: the number of the job's first part, after the parts of the attempt's
+    earlier jobs (one per table: onceflow.process.table_stages); the fast form's parts are
+    the first job's."""
     timings = {} if timings is None else timings
     attempt, cfg, ledger, kafka = inputs.attempt, inputs.cfg, inputs.ledger, inputs.kafka
     read = inputs.options.read.reader_args()  # the dead letters' (they are not decoded)
@@ -128,7 +133,7 @@ def stage_job(
             "tally": LedgerTally(job),
             "skip": skip,
         }
-        numbers = PartNumbers(m, inputs.uses_fast_form, bool(poison))
+        numbers = PartNumbers(m, inputs.uses_fast_form and not first_part, bool(poison))
         if numbers.fast:  # the transform's input: the records the fast form declines
             source = fast_stage_frame(spark, pieces, kafka, cfg.transform, job=job, **options)
         else:
@@ -143,7 +148,11 @@ def stage_job(
         df = staged_output(out, cfg)
         with transaction(ledger) as cur:  # the sink's tables follow the transform's output
             evolution = Evolution(
-                attempt.pipeline, attempt.txid, attempt.attempt, cfg.schema_evolution
+                attempt.pipeline,
+                attempt.txid,
+                attempt.attempt,
+                cfg.schema_evolution,
+                keep_absent=cfg.envelope != "none",
             )
             writer = inputs.sink.stage_writer(cur, output_fields(df), evolution)
             writer.create(cur, attempt)
@@ -151,7 +160,7 @@ def stage_job(
             dead = dead_letter_frame(spark, poison, df, kafka, **read)
             df = df.union(dead)
         target = StageTarget.of(ledger, writer, attempt)
-        staging = stage_frame(df, target, first_part=numbers.first_transformed)
+        staging = stage_frame(df, target, first_part=first_part + numbers.first_transformed)
         parts = numbers.count
         if numbers.fast:
             set_fast_stage(job, FastStage(target, fast_form_columns(out)))

@@ -93,7 +93,7 @@ def staged_select(out: Any, cfg: PipelineConfig) -> Any:
             F.when(violation.isNotNull(), F.raise_error(violation)).cast("string"), error
         )
     else:
-        check_output(cfg.transform, cfg.name, columns, cfg.sink, decoded=cfg.uses_registry)
+        check_output(cfg.transform, cfg.name, columns, cfg.sink, decoded=cfg.decodes)
         # a row's identity in upsert and merge; a Kafka record key may be null
         for k in cfg.sink.key if cfg.sink.mode in ("upsert", "merge") else ():
             error = F.coalesce(error, F.when(F.col(k).isNull(), F.lit(f"key column '{k}' is null")))

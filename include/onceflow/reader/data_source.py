@@ -31,13 +31,13 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from onceflow.kafka.options import check_client_options
+from onceflow.kafka.patience import RANGE_TIMEOUT_S
 from onceflow.ranges import OffsetRange
 from onceflow.reader.input_ranges import (
     DEFAULT_RECORDS_PER_INPUT_PARTITION,
     input_partitions,
     input_ranges,
 )
-from onceflow.reader.range_end import DEFAULT_TIMEOUT_S
 from onceflow.reader.range_fetch import CLIENTS, read_range
 from onceflow.reader.record_batches import DEFAULT_BATCH_RECORDS, SCHEMA
 
@@ -71,7 +71,7 @@ class RangesOptions:
         if self.client not in CLIENTS:
             raise ValueError(f"onceflow_ranges: client {self.client!r} is not one of {CLIENTS}")
         try:
-            self.timeout_s = float(options.get("timeout_s", DEFAULT_TIMEOUT_S))
+            self.timeout_s = float(options.get("timeout_s", RANGE_TIMEOUT_S))
         except ValueError:
             raise ValueError("onceflow_ranges: option 'timeout_s' is not a number") from None
         if not self.timeout_s > 0:

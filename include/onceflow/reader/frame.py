@@ -17,10 +17,10 @@ from typing import Any
 
 from onceflow.kafka.client import KafkaCluster
 from onceflow.kafka.options import check_client_options
+from onceflow.kafka.patience import RANGE_TIMEOUT_S
 from onceflow.ledger.range_digest import RangeRead
 from onceflow.ranges import OffsetRange
 from onceflow.reader.librdkafka_fetch import read_together
-from onceflow.reader.range_end import DEFAULT_TIMEOUT_S
 from onceflow.reader.range_fetch import read_range
 from onceflow.reader.read_counts import RangeTally, counted
 from onceflow.reader.record_batches import DEFAULT_BATCH_RECORDS, SCHEMA
@@ -53,7 +53,7 @@ class RangeReadFn:
         *,
         partitions: list[range] | None = None,
         client: str = "confluent",
-        timeout_s: float = DEFAULT_TIMEOUT_S,
+        timeout_s: float = RANGE_TIMEOUT_S,
         batch_records: int = DEFAULT_BATCH_RECORDS,
         client_conf: Mapping[str, str] | None = None,
         tally: RangeTally | None = None,

@@ -19,9 +19,10 @@ from typing import Any
 
 from onceflow.kafka.client import KafkaCluster
 from onceflow.kafka.options import range_consumer_conf
+from onceflow.kafka.patience import EOF_GRACE_S
 from onceflow.ledger.range_digest import RangeRead
 from onceflow.ranges import OffsetRange
-from onceflow.reader.range_end import EOF_GRACE_S, range_failure
+from onceflow.reader.range_end import range_failure
 from onceflow.reader.record_batches import BATCH_BYTES, RecordBatcher
 
 

@@ -4,7 +4,8 @@ A range ends when the reader reaches until_offset, not after `until - from` reco
 may be sparse (transaction markers, aborted records, compaction). Reaching it is proven by the
 record at until - 1, by a record beyond until (not emitted), or by partition EOF at an offset
 >= until (the range ended with control records). If the broker cannot deliver up to until (the partition ends
-below it past EOF_GRACE_S, a broker error no retry mends, no progress for the timeout), the
+below it past kafka.patience.EOF_GRACE_S (a new leader may for a moment report a lower
+high watermark than its predecessor did), a broker error no retry mends, no progress for kafka.patience.RANGE_TIMEOUT_S), the
 read fails with RangeReadError naming the range and the last offset reached; a range is
 never silently cut short.
 """
@@ -13,11 +14,6 @@ from __future__ import annotations
 
 from onceflow.errors import RangeReadError
 from onceflow.ranges import OffsetRange
-
-DEFAULT_TIMEOUT_S = 60.0  # fail a range after this long without progress
-# After EOF below until, keep fetching this long before failing: a new partition leader may
-# briefly report a lower high watermark than its predecessor did.
-EOF_GRACE_S = 5.0
 
 
 def range_failure(r: OffsetRange, last: int | None, why: str) -> RangeReadError:

@@ -10,11 +10,11 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from onceflow.kafka.client import KafkaCluster
+from onceflow.kafka.patience import RANGE_TIMEOUT_S
 from onceflow.ledger.range_digest import RangeRead
 from onceflow.ranges import OffsetRange
 from onceflow.reader.kafka_python_fetch import read_kafka_python
 from onceflow.reader.librdkafka_fetch import read_confluent
-from onceflow.reader.range_end import DEFAULT_TIMEOUT_S
 from onceflow.reader.record_batches import DEFAULT_BATCH_RECORDS
 
 CLIENTS = ("confluent", "kafka-python")
@@ -25,7 +25,7 @@ def read_range(
     bootstrap: KafkaCluster | str,
     *,
     client: str = "confluent",
-    timeout_s: float = DEFAULT_TIMEOUT_S,
+    timeout_s: float = RANGE_TIMEOUT_S,
     batch_records: int = DEFAULT_BATCH_RECORDS,
     client_conf: Mapping[str, str] | None = None,
     consumer_factory: Callable[[dict], Any] | None = None,

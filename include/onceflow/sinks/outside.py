@@ -73,6 +73,12 @@ class OutsideSink(Sink):
     def unpublish(self, cur, t: Attempt) -> None:
         self.publish(cur, t, replacing=True)  # the same refusal
 
+    def outside_parts(self, cur, t: Attempt) -> list[OutsideSink]:
+        """The sinks commit publishes attempt t to, each by its own two steps, and each its
+        dead letters: this one; a table per topic (sinks.tables.LakeTablesSink), each table
+        t staged."""
+        return [self]
+
     @abstractmethod
     def read(self, cur, t: Attempt) -> SinkReading:
         """Step 1's read: the newest publication the sink records for t's pipeline and seq,

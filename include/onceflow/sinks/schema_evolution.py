@@ -53,6 +53,16 @@ class Evolution:
     txid: str
     attempt: int
     policy: Policy = "add_columns"
+    # a column an earlier output gave that this one does not is kept, null in what this one
+    # stages, rather than refused: change events (onceflow.formats.debezium), where a txid
+    # of tombstones only gives the key's columns and a column the source dropped is gone
+    keep_absent: bool = False
+
+
+def rules(evolution: Evolution | None) -> tuple[Policy, bool]:
+    """decide's policy and keep_absent for an evolution (None: a sink fitted outside
+    process, which changes nothing)."""
+    return (evolution.policy, evolution.keep_absent) if evolution else ("fail", False)
 
 
 @dataclass(frozen=True)
@@ -106,12 +116,14 @@ class Problem:
         }[self.why]
 
 
-def decide(tables: Iterable[TableFit], policy: Policy) -> tuple[list[Added], list[Problem]]:
+def decide(
+    tables: Iterable[TableFit], policy: Policy, keep_absent: bool = False
+) -> tuple[list[Added], list[Problem]]:
     """The rule: the columns to add to the tables, and the problems that refuse the output
     (then nothing is added). A column the output needs and a table lacks is added if it is
     the user's, outside the table's key, and the policy adds columns; one the table has of
-    another type, or one it has from an earlier output that this one no longer gives, is a
-    problem under any policy."""
+    another type, or one it has from an earlier output that this one no longer gives (unless
+    `keep_absent`, and it is nullable), is a problem under any policy."""
     added: list[Added] = []
     problems: list[Problem] = []
     for t in tables:
@@ -132,7 +144,7 @@ def decide(tables: Iterable[TableFit], policy: Policy) -> tuple[list[Added], lis
         for name, (typ, optional) in have.items():
             if name in wanted:
                 continue
-            if name in t.previous:
+            if name in t.previous and not (keep_absent and optional):
                 problems.append(Problem(t.name, name, typ, None, "removed"))
             elif not optional:
                 problems.append(Problem(t.name, name, typ, None, "required"))

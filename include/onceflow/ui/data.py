@@ -261,6 +261,7 @@ def ledger_view(cfg: PipelineConfig, limit: int, before: int | None = None) -> d
         resets=views.resets(ledger_of(cfg), cfg.name),
         abandoned=views.abandoned(ledger_of(cfg), cfg.name),
         schema_changes=views.schema_changes(ledger_of(cfg), cfg.name),
+        sink_tables=views.sink_tables(ledger_of(cfg), cfg.name),
     )
     return data
 

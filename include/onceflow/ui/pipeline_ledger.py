@@ -142,6 +142,24 @@ def ledger_page(data: dict[str, Any], links: Links, every_partition: bool = Fals
         + "</div>"
     )
     body.append(_pager(data, links.pipeline(p)))
+    if data.get("sink_tables"):  # a table per topic (a sink's `tables`)
+        body.append("<h2>Tables</h2>")
+        body.append(
+            table(
+                ["table", "topic", "key", "first staged by", "at"],
+                (
+                    [
+                        mono(t["sink_table"]),
+                        e(t["topic"]),
+                        e(", ".join(t["key_columns"])),
+                        a(links.batch(p, t["first_txid"]), e(t["first_txid"])),
+                        when(t["at"]),
+                    ]
+                    for t in data["sink_tables"]
+                ),
+                cls="sink-tables",
+            )
+        )
     body.append("<h2>Schema changes</h2>")
     body.append(
         table(

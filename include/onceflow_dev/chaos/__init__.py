@@ -27,6 +27,8 @@ Its modules, by what they are for:
 
 - config: the command's options, the chaos stack's environment, the pipeline it runs;
 - producer: the records written and acknowledged, the truth the sink is held to;
+- cdc: a pipeline of change events instead: the shop database's workload, Debezium's
+  topics, the source tables as the truth;
 - faults: what can be injected and how: faults.schedule which faults and when, faults.steps
   what a fault is made of, then one module per kind (or kinds of a kind);
 - harness: the loop that drives the runs and steps the faults (Harness), and `run`;

@@ -41,14 +41,20 @@ class Options:
 # Everything else (batch size, runs in flight, Spark settings, positions, loss policy) is
 # the chaos pipeline's, and the topic is the harness's.
 FROM_PIPELINE = ("transform", "transform_kind", "sink", "sink_schema", "fast_form")
+# and a pipeline of change events its topics too: Debezium's, of the chaos stack's `shop`
+# database (onceflow_dev.chaos.cdc)
+FROM_CDC_PIPELINE = ("topics", "envelope", "format", "key_format", "schema_evolution")
 
 
 def chaos_pipeline(base: dict[str, Any], user: dict[str, Any], name: str) -> dict[str, Any]:
     """The chaos stack's pipeline `name` (raw TOML table): the user's pipeline `user` with
-    the chaos pipeline `base`'s settings and TOPIC."""
+    the chaos pipeline `base`'s settings and TOPIC (a pipeline of change events: its own
+    topics)."""
     raw = {k: v for k, v in base.items() if k not in FROM_PIPELINE}
     raw.update({k: user[k] for k in FROM_PIPELINE if k in user})
     raw["topics"] = [TOPIC]
+    if user.get("envelope", "none") != "none":  # change events, of Debezium's topics
+        raw.update({k: user[k] for k in FROM_CDC_PIPELINE if k in user})
     raw["description"] = f"Chaos harness: pipeline {name} under injected faults"
     return raw
 

@@ -26,6 +26,7 @@ from onceflow.ledger.states import BatchState
 from onceflow.sinks.kafka.sink import KafkaSink
 from onceflow.sinks.outside import OutsideSink
 
+from onceflow_dev.chaos import cdc
 from onceflow_dev.chaos.config import (
     PARTITIONS,
     TOPIC,
@@ -39,7 +40,9 @@ from onceflow_dev.chaos.faults import (
     attempts,
     broker_restart,
     failed_run,
+    kafka_connect_kill,
     rerun,
+    rolling_restart,
     services,
     topic_recreation,
 )
@@ -100,10 +103,13 @@ class Harness:
             self.pipeline, self.raw, str(self.settings.pipelines_file)
         )
         self.dag_id = self.cfg.dag_id
+        # a pipeline of change events reads Debezium's topics of the shop database (chaos.cdc)
+        self.cdc = self.cfg.envelope != "none"
         self.topic = TOPIC
+        self.topics = tuple(self.cfg.topics) if self.cdc else (TOPIC,)
         self.sink = sink_for(self.cfg)
         self.mode = self.cfg.sink.mode
-        self.records = record_source(self.cfg.transform, opts.seed)
+        self.records = None if self.cdc else record_source(self.cfg.transform, opts.seed)
         self.home = self.settings.home
         self.rng = random.Random(f"onceflow-chaos-run:{opts.seed}")
         self.runs: dict[str, Run] = {}
@@ -116,6 +122,8 @@ class Harness:
             outside=isinstance(self.sink, OutsideSink),
             kafka=isinstance(self.sink, KafkaSink),
             connect=self.connect,
+            cdc=self.cdc,
+            cluster=self.settings.kafka_brokers > 1,
         )
         self.active: list[tuple[Fault, Iterator[None]]] = []
         self.hold_clears = False
@@ -133,7 +141,8 @@ class Harness:
         self.db = Databases(self.settings)
         self.failpoints = Failpoints(Path(env["ONCEFLOW_FAILPOINTS_DIR"]), self.log)
         self.task_logs = TaskLogs(self.settings, self.dag_id)
-        self.producer: TrackingProducer | None = None
+        self.producer: TrackingProducer | cdc.ShopWorkload | None = None
+        self.settled = False  # the drain's: every change made to the shop is in the topics
         self.client = None
 
     # -- logging -----------------------------------------------------------------------------
@@ -162,7 +171,8 @@ class Harness:
         self.log_file = open(self.home / "chaos.log", "a")  # noqa: SIM115
         self.log(
             f"starting the chaos stack in {self.home}: pipeline {self.pipeline} "
-            f"({self.cfg.transform}, sink mode {self.mode}), topic {self.topic}"
+            f"({self.cfg.transform or self.cfg.envelope}, sink mode {self.mode}), "
+            f"topics {', '.join(self.topics)}"
         )
         if self.opts.lake_s3:
             self.supervisor.start_s3(self.home, self.opts.slot)
@@ -175,6 +185,23 @@ class Harness:
         )
         self.client.wait_for_dag(self.dag_id, timeout=300)
         self.client.unpause(self.dag_id)
+
+    def start_workload(self) -> None:
+        """The shop's changes (chaos.cdc), once Debezium has made its topics: the first
+        plan finds them."""
+        from onceflow_dev import stack
+
+        deadline = _now() + 300
+        while not cdc.settled(self, "chaos-start"):
+            if _now() > deadline:
+                raise RuntimeError("Debezium made no topic of the shop's tables in 300 s")
+        self.producer = cdc.ShopWorkload(
+            stack.shop_dsn(self.settings),
+            stack.kafka_worker(self.settings),
+            self.log,
+            self.opts.seed,
+        )
+        self.producer.start()
 
     # -- what the stack says -----------------------------------------------------------------
 
@@ -267,6 +294,8 @@ class Harness:
         "9_failed_run_blocks": failed_run.failed_run_blocks,
         "10_topic_recreated": topic_recreation.topic_recreated,
         "11_connect_server_killed": services.connect_server_killed,
+        "12_kafka_connect_killed": kafka_connect_kill.kafka_connect_killed,
+        "13_rolling_restart": rolling_restart.rolling_restart,
     }
 
     # -- the main loop -----------------------------------------------------------------------
@@ -348,10 +377,17 @@ class Harness:
             return False
         if any(r.state == "failed" and not (r.abandoned or r.refused) for r in self.runs.values()):
             return False
-        snap = broker.snapshot(self.settings.kafka_bootstrap, self.pipeline, (self.topic,))
-        ends = {p: e for (_, p), e in snap.ends.items()}
-        committed = {p: c for p, (c, _) in self.offsets.items()}
-        lag = {p: ends[p] - committed.get(p, 0) for p in ends}
+        if self.cdc:
+            if not self.settled:
+                self.settled = cdc.settled(self, f"chaos-end-{self.opts.seed}")
+                if not self.settled:
+                    return False
+            lag = cdc.lag(self)
+        else:
+            snap = broker.snapshot(self.settings.kafka_bootstrap, self.pipeline, (self.topic,))
+            ends = {p: e for (_, p), e in snap.ends.items()}
+            committed = {p: c for p, (c, _) in self.offsets.items()}
+            lag = {p: ends[p] - committed.get(p, 0) for p in ends}
         if any(v > 0 for v in lag.values()):
             self.keep_triggering(target=2)
             return False
@@ -362,11 +398,14 @@ class Harness:
         self.start_stack()
         from onceflow.kafka import broker
 
-        broker.create_topic(self.settings.kafka_bootstrap, self.topic, PARTITIONS)
-        self.producer = TrackingProducer(
-            self.settings.kafka_bootstrap, self.topic, self.records, self.log
-        )
-        self.producer.start()
+        if self.cdc:
+            self.start_workload()
+        else:
+            broker.create_topic(self.settings.kafka_bootstrap, self.topic, PARTITIONS)
+            self.producer = TrackingProducer(
+                self.settings.kafka_bootstrap, self.topic, self.records, self.log
+            )
+            self.producer.start()
         self.log(
             f"seed {opts.seed}, target {opts.batches} batches, {len(self.faults)} faults: "
             + ", ".join(f"{f.label}@batch{f.at_batch}" for f in self.faults)
@@ -425,10 +464,12 @@ class Harness:
         return finish_report(self, ended_by)
 
     def close(self) -> None:
-        if self.producer is not None:
-            self.producer.stop()
-        self.db.close()
-        self.supervisor.down(self.opts.keep)
+        try:
+            if self.producer is not None:
+                self.producer.stop()
+        finally:  # the stack goes down whatever the producer did
+            self.db.close()
+            self.supervisor.down(self.opts.keep)
         if self.log_file:
             self.log_file.close()
             self.log_file = None

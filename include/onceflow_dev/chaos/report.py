@@ -9,6 +9,7 @@ from collections import Counter
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
+from onceflow_dev.chaos.cdc import cdc_counts, mirror_checks
 from onceflow_dev.chaos.faults.schedule import ALL_KINDS
 from onceflow_dev.chaos.sink_checks import SinkChecks
 from onceflow_dev.chaos.verdict import fault_counts, is_complete, recreated_topic_checks, verdict_of
@@ -19,36 +20,27 @@ if TYPE_CHECKING:
 
 def finish_report(h: Harness, ended_by: str) -> dict[str, Any]:
     """The report of harness `h`'s run, which `ended_by` ended (verdict.is_complete): the
-    sink checked against what the producer saw acknowledged, the audit, the faults' log."""
+    sink checked against what the producer saw acknowledged (a pipeline of change events:
+    against the source's tables), the audit, the faults' log."""
     from onceflow.audit import run_audit
     from onceflow.kafka import broker
     from onceflow.kafka.recount import count_records
 
     h.poll()
-    resets = [
-        (p, c)
-        for p, c in h.db.query(
-            "ledger",
-            "select partition, committed_before from onceflow.resets where pipeline = %s"
-            " and topic = %s order by id",
-            (h.pipeline, h.topic),
-        )
-    ]
-    with h.producer.lock:
-        acked = {e: dict(v) for e, v in h.producer.acked.items()}
-    committed = {p: c for p, (c, e) in h.offsets.items() if e == h.epoch}
-    counts, checks = SinkChecks(h.settings.ledger, h.cfg, h.sink, h.topic, h.epoch).check(
-        acked, resets, committed
-    )
-    checks += recreated_topic_checks(h.faults)
-    snap = broker.snapshot(h.settings.kafka_bootstrap, h.pipeline, (h.topic,))
-    broker_ends = {p: e for (_, p), e in snap.ends.items()}
     audit = run_audit(
         h.settings.ledger,
         h.cfg,
         lambda ranges: count_records(h.settings.kafka_bootstrap, ranges),
     )
-    faults = fault_counts(h.faults, h.connect)
+    snap = broker.snapshot(h.settings.kafka_bootstrap, h.pipeline, h.topics)
+    if h.cdc:  # the truth is the source database (chaos.cdc)
+        checks = mirror_checks(h, audit.dead_lettered)
+        counts = cdc_counts(checks[0], h.producer.acked_count(), audit)
+        broker_ends = {f"{t}/{p}": e for (t, p), e in snap.ends.items()}
+    else:
+        counts, checks = _sink_truth(h)
+        broker_ends = {p: e for (_, p), e in snap.ends.items()}
+    faults = fault_counts(h.faults, h.connect, h.cdc, h.settings.kafka_brokers > 1)
     complete = is_complete(
         faults,
         audit.batches_committed,
@@ -104,8 +96,15 @@ def finish_report(h: Harness, ended_by: str) -> dict[str, Any]:
             "epochs": h.epoch + 1,
             "end_offsets": broker_ends,
             "acked_end_offsets": h.producer.ends_of(h.epoch),
-            "delivery_errors": len(h.producer.delivery_errors),
+            "delivery_errors": len(getattr(h.producer, "delivery_errors", ())),
         },
+        "source": {  # a pipeline of change events: what the workload and Connect did
+            "changes": h.producer.acked_count(),
+            "workload_errors": h.producer.errors,
+            "connector_restarts_by_harness": h.producer.connector_restarts,
+        }
+        if h.cdc
+        else None,
         "service_restarts_by_harness": dict(h.supervisor.restarts),
         "fault_log": [
             {
@@ -127,6 +126,27 @@ def finish_report(h: Harness, ended_by: str) -> dict[str, Any]:
         "params": {k: str(v) for k, v in asdict(h.opts).items()},
     }
     return report
+
+
+def _sink_truth(h: Harness) -> tuple[dict[str, int], list[dict[str, Any]]]:
+    """The sink held against what the producer saw acknowledged (SinkChecks), and the
+    check on the re-created topics."""
+    resets = [
+        (p, c)
+        for p, c in h.db.query(
+            "ledger",
+            "select partition, committed_before from onceflow.resets where pipeline = %s"
+            " and topic = %s order by id",
+            (h.pipeline, h.topic),
+        )
+    ]
+    with h.producer.lock:
+        acked = {e: dict(v) for e, v in h.producer.acked.items()}
+    committed = {p: c for p, (c, e) in h.offsets.items() if e == h.epoch}
+    counts, checks = SinkChecks(h.settings.ledger, h.cfg, h.sink, h.topic, h.epoch).check(
+        acked, resets, committed
+    )
+    return counts, checks + recreated_topic_checks(h.faults)
 
 
 def report_table(report: dict[str, Any]) -> str:
@@ -156,7 +176,8 @@ def report_table(report: dict[str, Any]) -> str:
         "mismatched",
         "lost_with_broker",
     ):
-        lines.append(f"| {key} | {report.get(key)} |")
+        value = report.get(key)
+        lines.append(f"| {key} | {'n/a' if value is None else value} |")
     for check in report.get("truth", ()):
         ok = "holds" if check["ok"] else f"**{len(check['violations'])} violation(s)**"
         lines.append(f"| truth: {check['check']} | {ok} |")

@@ -22,6 +22,7 @@ class Supervisor:
         self.restarts: Counter[str] = Counter()
         self._last_health = 0.0
         self.s3 = None  # the running S3Emulator (start_s3), for --lake-s3
+        self._services: tuple[str, ...] | None = None  # what the stack runs (watch)
 
     def start_s3(self, home: Path, slot: int) -> None:
         """The lake table's object storage: an S3 emulator, whose settings the stack's
@@ -56,7 +57,9 @@ class Supervisor:
         if time.monotonic() - self._last_health < 5:
             return
         self._last_health = time.monotonic()
-        dead = [n for n in stack.ALL_SERVICES if stack.service_process(self.settings, n) is None]
+        if self._services is None:  # the pipelines file is the run's from the start
+            self._services = stack.stack_services(self.settings)
+        dead = [n for n in self._services if stack.service_process(self.settings, n) is None]
         if dead:
             self.restarts.update(dead)
             self.log(f"services down: {', '.join(dead)}; restarting them (stack up)")

@@ -8,7 +8,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from onceflow_dev.chaos.faults.schedule import ALL_KINDS, KINDS, Fault
+from onceflow_dev.chaos.faults.schedule import (
+    CDC_KINDS,
+    CLUSTER_KINDS,
+    CONNECT_KINDS,
+    KINDS,
+    Fault,
+)
 
 
 def verdict_of(
@@ -16,7 +22,8 @@ def verdict_of(
 ) -> str:
     """exactly-once when the audit agrees, nothing is lost, duplicated or mismatched and
     every truth check of the sink's mode holds (checks: {"check", "ok", ...})."""
-    clean = counts["lost"] == 0 and counts["duplicated"] == 0 and counts["mismatched"] == 0
+    # None: not a count of this run (a pipeline of change events: chaos.cdc.cdc_counts)
+    clean = not counts["lost"] and not counts["duplicated"] and not counts["mismatched"]
     if audit_verdict != "exactly-once" or not clean or not all(c["ok"] for c in checks):
         return "violated"
     return "exactly-once" if not counts.get("unprocessed") else "exactly-once-so-far"
@@ -45,9 +52,20 @@ def recreated_topic_checks(faults: Iterable[Fault]) -> list[dict[str, Any]]:
     ]
 
 
-def fault_counts(faults: Iterable[Fault], connect: bool = False) -> dict[str, dict[str, int]]:
-    """Per fault kind of the run (CONNECT_KINDS too with `connect`): injected, recovered."""
-    kinds = ALL_KINDS if connect else KINDS
+def fault_counts(
+    faults: Iterable[Fault], connect: bool = False, cdc: bool = False, cluster: bool = False
+) -> dict[str, dict[str, int]]:
+    """Per fault kind of the run (CONNECT_KINDS too with `connect`; with `cdc` CDC_KINDS,
+    without the topic re-creation, schedule.NOT_CDC; with `cluster`, three brokers,
+    CLUSTER_KINDS): injected, recovered."""
+    kinds = {
+        **KINDS,
+        **(CONNECT_KINDS if connect else {}),
+        **(CDC_KINDS if cdc else {}),
+        **(CLUSTER_KINDS if cluster else {}),
+    }
+    if cdc:
+        kinds.pop("10_topic_recreated")
     out = {kind: {"injected": 0, "recovered": 0} for kind in kinds}
     for f in faults:
         out[f.kind]["injected"] += f.injected

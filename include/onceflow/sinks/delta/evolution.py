@@ -33,7 +33,7 @@ def evolve(sink: DeltaFormat, cur, table: Any, shape: Layout, evolution: Evoluti
     (the next stage writer finds them there)."""
     users = ",".join(shape.users)
     added, problems = schema_evolution.decide(
-        [_fit(sink, table, shape)], evolution.policy if evolution else "fail"
+        [_fit(sink, table, shape)], *schema_evolution.rules(evolution)
     )
     if problems:
         raise schema_evolution.refusal(

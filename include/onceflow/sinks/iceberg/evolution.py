@@ -49,7 +49,7 @@ def evolve(
     users = ",".join(shape.users)
     for _ in range(EVOLVE_TRIES):
         added, problems = schema_evolution.decide(
-            [_fit(sink, table, shape)], evolution.policy if evolution else "fail"
+            [_fit(sink, table, shape)], *schema_evolution.rules(evolution)
         )
         if problems:
             raise schema_evolution.refusal(

@@ -6,13 +6,13 @@ import, so that one setting (a test's shorter TIMEOUT_S) reaches every wait at o
 
 from __future__ import annotations
 
-# Seconds to wait for the broker (metadata, transactions, delivery, offsets).
-TIMEOUT_S = 30.0
-# How long the broker lets one publish's transaction stay open before it aborts it: long
-# enough for a large batch; a crashed committer's open transaction holds read_committed
-# consumers back at most this long (the commit's retry aborts it sooner: its
-# init_transactions fences the crashed producer).
-TRANSACTION_TIMEOUT_MS = 300_000
+from onceflow.kafka import patience
+
+# Seconds to wait for the broker (metadata, transactions, delivery, offsets), and how long
+# the broker lets one publish's transaction stay open before it aborts it: their values are
+# kafka.patience's, with every Kafka client's
+TIMEOUT_S = patience.SINK_TIMEOUT_S
+TRANSACTION_TIMEOUT_MS = patience.SINK_TRANSACTION_TIMEOUT_MS
 # Rows fetched from the stage table at a time.
 FETCH_ROWS = 5000
 # Offsets of the commit log read back at first when looking for the last marker (each

@@ -14,6 +14,7 @@ adds its own truth.
 from __future__ import annotations
 
 import functools
+import hashlib
 import io
 from typing import TYPE_CHECKING, Any
 
@@ -32,10 +33,12 @@ class LakeAudit:
     """The audit's half of a lake sink (`sink`), and its state: the audit cursor whose scan
     is loaded, and the table it read."""
 
-    ROWS = "onceflow_lake_rows"  # temporary table of the audit's transaction
-
     def __init__(self, sink: LakeSink) -> None:
         self.sink = sink
+        # the temporary table of the audit's transaction, one per table: a pipeline with a
+        # table per topic (sinks.tables) audits several in one transaction
+        digest = hashlib.sha1(f"{sink.schema}.{sink.name}".encode()).hexdigest()[:16]
+        self.rows = f"onceflow_lake_rows_{digest}"
         self._audit_cur: int | None = None
         self._audit_table: Any = None
 
@@ -52,7 +55,7 @@ class LakeAudit:
     def _table_for_audit(self, cur) -> Any:
         """The table (None if missing) and its rows loaded into a temporary table, once per
         audit transaction."""
-        cur.execute("select to_regclass(%s) is not null", (f"pg_temp.{self.ROWS}",))
+        cur.execute("select to_regclass(%s) is not null", (f"pg_temp.{self.rows}",))
         loaded = cur.fetchone()[0]  # another transaction's cursor may reuse a dead one's id
         if self._audit_cur != id(cur) or not loaded:
             self._audit_table = self.sink.open_table(cur)
@@ -65,9 +68,9 @@ class LakeAudit:
     def _load_rows(self, cur, rows: Any) -> None:
         import pyarrow.csv as pcsv
 
-        cur.execute(f"drop table if exists pg_temp.{self.ROWS}")
+        cur.execute(f"drop table if exists pg_temp.{self.rows}")
         cur.execute(
-            f"create temp table {self.ROWS} (txid text, topic text, partition integer,"
+            f"create temp table {self.rows} (txid text, topic text, partition integer,"
             ' epoch integer, "offset" bigint) on commit drop'
         )
         out = io.BytesIO()
@@ -76,7 +79,7 @@ class LakeAudit:
         )
         out.seek(0)
         cur.copy_expert(
-            f'copy {self.ROWS} (txid, topic, partition, epoch, "offset") from stdin with (format csv)',
+            f'copy {self.rows} (txid, topic, partition, epoch, "offset") from stdin with (format csv)',
             out,
         )
 
@@ -84,21 +87,33 @@ class LakeAudit:
         return self._table_for_audit(cur) is not None
 
     def truth(self, cur, pipeline: str, limit: int = 20) -> list[str]:
-        """No coordinates twice in the table; per committed seq one table commit per
-        attempt, the newest recording the ledger's txid and published attempt and adding as
-        many records as the ledger counted (back to the oldest seq the history keeps); no
-        commit of a seq the ledger has not committed; the mode's own truth."""
+        """The table's own truth (table_truth) and its commits held to the ledger's
+        (commits_truth)."""
         table = self._table_for_audit(cur)
         if table is None:
             return []
+        newest, out = self.table_truth(cur, pipeline, limit)
+        start = self.sink.format.history_start_ms(table)
+        what = f"{self.sink.table_kind} {self.sink.name}"
+        out += commits_truth(cur, pipeline, what, self.sink.commit_name, newest, start)
+        return out[:limit]
+
+    def table_truth(
+        self, cur, pipeline: str, limit: int = 20
+    ) -> tuple[dict[int, Publication], list[str]]:
+        """The newest commit of each seq the table records, and what breaks its truth: no
+        coordinates twice in the table; one table commit per seq and attempt; the mode's
+        own truth."""
+        table = self._table_for_audit(cur)
+        if table is None:
+            return {}, []
         what, commit = f"{self.sink.table_kind} {self.sink.name}", self.sink.commit_name
         out = []
-        for topic, partition, epoch, offset, n in duplicated_coordinates(cur, self.ROWS, limit):
+        for topic, partition, epoch, offset, n in duplicated_coordinates(cur, self.rows, limit):
             out.append(
                 f"{what}: record {topic}[{partition}]@{offset} (epoch {epoch}) "
                 f"is in the table {n} times"
             )
-        committed = committed_batches(cur, pipeline)
         newest: dict[int, Publication] = {}
         times: dict[tuple[int, int], list[str]] = {}
         for p in self.sink.format.publications(table, pipeline):
@@ -110,30 +125,41 @@ class LakeAudit:
                     f"{what}: seq {seq} attempt {attempt} is published by "
                     f"{len(refs)} {commit}s {refs}"
                 )
-        # history that maintenance expired (onceflow.maintenance) ends where the table's
-        # oldest remaining commit begins: a seq the ledger committed before then has no
-        # commit to check any more (its publication came before its ledger commit)
-        start = self.sink.format.history_start_ms(table)
-        for seq, (txid, attempt, n) in sorted(committed.items()):
-            p = newest.get(seq)
-            if p is None:
-                if n and committed_ms(cur, pipeline, txid) >= start:
-                    out.append(
-                        f"{what}: committed seq {seq} (txid {txid!r}, {n} records) has no {commit}"
-                    )
-            else:
-                said = f"{what}: {commit} {p.ref} of seq {seq}"
-                wrong = disagreement(said, p, "adding", (txid, attempt, n))
-                if wrong:
-                    out.append(wrong)
-        for seq, p in sorted(newest.items()):
-            if seq not in committed:
-                out.append(
-                    f"{what}: {commit} {p.ref} publishes seq {seq} (txid "
-                    f"{p.txid!r}), which the ledger has not committed"
-                )
         out += self.sink.mode.truth(table, functools.partial(self.versions, cur))
-        return out[:limit]
+        return newest, out
+
+
+def commits_truth(
+    cur, pipeline: str, what: str, commit: str | None, newest: dict[int, Publication], start: int
+) -> list[str]:
+    """Per committed seq, the newest commit of `what` (the tables' summed, for a table per
+    topic) records the ledger's txid and published attempt and adds as many records as the
+    ledger counted, back to the oldest commit the history keeps (`start`, epoch ms); no
+    commit of a seq the ledger has not committed."""
+    out = []
+    committed = committed_batches(cur, pipeline)
+    # history that maintenance expired (onceflow.maintenance) ends where the table's oldest
+    # remaining commit begins: a seq the ledger committed before then has no commit to check
+    # any more (its publication came before its ledger commit)
+    for seq, (txid, attempt, n) in sorted(committed.items()):
+        p = newest.get(seq)
+        if p is None:
+            if n and committed_ms(cur, pipeline, txid) >= start:
+                out.append(
+                    f"{what}: committed seq {seq} (txid {txid!r}, {n} records) has no {commit}"
+                )
+        else:
+            said = f"{what}: {commit} {p.ref} of seq {seq}"
+            wrong = disagreement(said, p, "adding", (txid, attempt, n))
+            if wrong:
+                out.append(wrong)
+    for seq, p in sorted(newest.items()):
+        if seq not in committed:
+            out.append(
+                f"{what}: {commit} {p.ref} publishes seq {seq} (txid "
+                f"{p.txid!r}), which the ledger has not committed"
+            )
+    return out
 
 
 def empty_audit_rows() -> Any:

@@ -139,10 +139,17 @@ class LakeUpsert(FoldingMode):
     should_be = "the last committed record for it"
 
     def decide(self, cur, t: Attempt, r: Rewrite) -> Any:
-        def earlier(keys: Any) -> Any:
-            versions = self.committed_versions(cur, r, below=t.seq, without=t.txid)
+        order_by = self.sink.cfg.order_by
+
+        def earlier(keys: Any) -> Any:  # with order_by, any seq's versions may win
+            below = {} if order_by else {"below": t.seq}
+            versions = self.committed_versions(cur, r, without=t.txid, **below)
             return versions.join(keys, r.key, join_type="left semi", use_threads=False)
 
+        if order_by:
+            return upsert.decide_ordered(
+                r.current, r.new, r.old, t.seq, r.key, r.schema.names, order_by, earlier
+            )
         return upsert.decide(r.current, r.new, r.old, t.seq, r.key, r.schema.names, earlier)
 
     def expected(self, versions: Any, rows: Any, key: list[str]) -> tuple[Any, list[str]]:
@@ -150,7 +157,7 @@ class LakeUpsert(FoldingMode):
 
         if versions is None:
             return rows.slice(0, 0), rows.column_names
-        newest = upsert.newest_per_key(versions, key)
+        newest = upsert.newest_per_key(versions, key, self.sink.cfg.order_by)
         return newest.filter(pc.invert(newest.column("tombstone"))), rows.column_names
 
 

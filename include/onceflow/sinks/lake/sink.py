@@ -191,7 +191,9 @@ class LakeSink(OutsideSink):
 
     # -- the audit (sinks.lake.audit) -----------------------------------------------------
 
-    _ROWS = LakeAudit.ROWS
+    @property
+    def _ROWS(self) -> str:  # noqa: N802 - OutsideSink's name for it
+        return self.audit.rows
 
     def load_audit_rows(self, cur) -> bool:
         return self.audit.load(cur)

@@ -15,6 +15,12 @@ for a re-run or a replaced attempt, the versions T published before (`old`):
 
 and a current row with a seq above s (a newer txid's) stays whatever T did. So a replay or
 a re-run of an older txid never overwrites a newer value. All in Arrow, in the committer.
+
+With the sink's `order_by` columns (a change's source position: onceflow.formats.debezium)
+a key's row is its version with their highest values (a null lowest), then the highest
+(seq, partition, offset, topic), among every committed txid's versions: an older seq's
+version may outrank T's, so each key T touches is decided from all its versions
+(`decide_ordered`), as a PostgreSQL upsert with order_by re-derives every touched key.
 """
 
 from __future__ import annotations
@@ -26,15 +32,16 @@ from typing import Any
 _WINS = (("partition", "descending"), ("offset", "descending"), ("topic", "descending"))
 
 
-def newest_per_key(versions: Any, key: Sequence[str]) -> Any:
-    """One row per key: the one with the highest (seq, partition, offset, topic); the
-    versions carry a `seq` column."""
+def newest_per_key(versions: Any, key: Sequence[str], order_by: Sequence[str] = ()) -> Any:
+    """One row per key: the one with the highest `order_by` values (a null lowest), then the
+    highest (seq, partition, offset, topic); the versions carry a `seq` column."""
     import pyarrow as pa
 
     if versions.num_rows == 0:
         return versions
-    order = [(k, "ascending") for k in key] + [("seq", "descending"), *_WINS]
-    ranked = versions.sort_by(order)
+    ranked_by = [(c, "descending") for c in order_by]
+    order = [(k, "ascending") for k in key] + ranked_by + [("seq", "descending"), *_WINS]
+    ranked = versions.sort_by(order)  # Arrow places nulls last in either order
     ranked = ranked.append_column("__row", pa.array(range(ranked.num_rows), pa.int64()))
     first = ranked.group_by(list(key), use_threads=False).aggregate([("__row", "min")])
     return ranked.take(first.column("__row_min")).drop_columns(["__row"])
@@ -83,6 +90,35 @@ def decide(
     schema = current.select(list(columns)).schema
     parts = (kept, kept_newer, decided)
     return pa.concat_tables([p.select(list(columns)).cast(schema) for p in parts])
+
+
+def decide_ordered(
+    current: Any,
+    new: Any,
+    old: Any,
+    seq: int,
+    key: Sequence[str],
+    columns: Sequence[str],
+    order_by: Sequence[str],
+    others: Callable[[Any], Any],
+) -> Any:
+    """decide's rows for a sink with `order_by`: each key T's new or old versions touch is
+    its winner among T's new versions and `others(keys)`, the versions (with seq) of every
+    other committed txid for those keys; the other keys' rows unchanged."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    touched = _distinct(pa.concat_tables([new.select(list(key)), old.select(list(key))]), key)
+    mine = with_seq(new, seq)
+    theirs = others(touched) if touched.num_rows else mine.slice(0, 0)
+    versions = pa.concat_tables(
+        [mine, theirs.select(mine.column_names)], promote_options="permissive"
+    )
+    decided = newest_per_key(versions, key, order_by)
+    decided = decided.filter(pc.invert(pc.fill_null(decided.column("tombstone"), False)))
+    kept = _anti(current, touched, key)
+    schema = current.select(list(columns)).schema
+    return pa.concat_tables([p.select(list(columns)).cast(schema) for p in (kept, decided)])
 
 
 def _distinct(keys: Any, key: Sequence[str]) -> Any:

@@ -68,7 +68,7 @@ def stage_writer(
         if name == tables.stage_table:
             existing = tables.add_own_stage_columns(cur, existing)
         fits.append(_fit(tables, name, columns, pk, existing))
-    added, problems = schema_evolution.decide(fits, evolution.policy if evolution else "fail")
+    added, problems = schema_evolution.decide(fits, *schema_evolution.rules(evolution))
     if problems:
         raise schema_evolution.refusal(
             _label(fitted), problems, _fixes(fitted, problems, evolution)

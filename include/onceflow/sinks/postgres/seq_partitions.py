@@ -59,8 +59,12 @@ class SeqPartitioned(PublishMode):
     def check_layout(self, cur) -> None:
         """Refuse a partitioned table of an earlier version (not partitioned by seq),
         naming the command that migrates it."""
+        self.check_relkind(self.tables.relkind(cur, self.partitioned_table))
+
+    def check_relkind(self, relkind: str | None) -> None:
+        """check_layout, for a caller that has read the partitioned table's relkind."""
         name = self.partitioned_table
-        if self.tables.relkind(cur, name) not in (None, "p"):
+        if relkind not in (None, "p"):
             raise SinkLayoutError(
                 f"sink table {self.tables.schema}.{name} is an {self.name} table of an "
                 "earlier Onceflow version (not partitioned by seq); migrate it first: "
@@ -134,8 +138,9 @@ class SeqPartitioned(PublishMode):
             return self._insert_into_wider(cur, name, parent)
         cur.execute("release savepoint onceflow_attach")
         # the attached table holds exactly the valid rows its parts' transactions counted;
-        # an attempt staged without part counts (mark_staged counted its rows) is counted
-        valid = parts_valid(cur, t)
+        # an attempt staged without part counts (mark_staged counted its rows), or whose
+        # parts staged other tables too, is counted
+        valid = None if self.tables.shared_attempt else parts_valid(cur, t)
         if valid is None:
             cur.execute(sql.SQL("select count(*) from {}").format(self.tables.ident(name)))
             valid = cur.fetchone()[0]
@@ -172,14 +177,22 @@ class SeqPartitioned(PublishMode):
         """Columns a later txid's schema evolution added to `parent` since the attempt's table
         `name` was made (they are nullable: its rows hold null there, as for every earlier
         batch)."""
-        have = {n for n, _, _ in self.tables.table_columns(cur, name)}
-        for column, type_, _ in self.tables.table_columns(cur, parent):
-            if column not in have:
-                cur.execute(
-                    sql.SQL("alter table {} add column {} {}").format(
-                        self.tables.ident(name), sql.Identifier(column), sql.SQL(type_)
-                    )
+        cur.execute(
+            "select p.attname, format_type(p.atttypid, p.atttypmod) from pg_attribute p"
+            " where p.attrelid = to_regclass(format('%%I.%%I', %s::text, %s::text))"
+            " and p.attnum > 0 and not p.attisdropped and not exists ("
+            "  select from pg_attribute a"
+            "  where a.attrelid = to_regclass(format('%%I.%%I', %s::text, %s::text))"
+            "  and a.attname = p.attname and not a.attisdropped)"
+            " order by p.attnum",
+            (self.tables.schema, parent, self.tables.schema, name),
+        )
+        for column, type_ in cur.fetchall():
+            cur.execute(
+                sql.SQL("alter table {} add column {} {}").format(
+                    self.tables.ident(name), sql.Identifier(column), sql.SQL(type_)
                 )
+            )
 
     def duplicated_coordinates(self, cur, limit: int) -> list[tuple]:
         """(topic, partition, epoch, offset, copies) of source records published more than

@@ -56,16 +56,24 @@ class PostgresSink(Sink):
         columns: tuple[Column, ...] | None = None,
         aggregating: bool = False,
         mode: type[PublishMode] | None = None,
+        shared_attempt: bool = False,
     ) -> None:
         super().__init__(schema, cfg.table)
         self.cfg = cfg
         self.aggregating = aggregating
-        self.tables = PostgresTables(schema, cfg, columns, aggregating)
+        self.tables = PostgresTables(schema, cfg, columns, aggregating, shared_attempt)
         self.mode = (mode or MODES[cfg.mode])(self.tables)
 
     def for_columns(self, columns: tuple[Column, ...]) -> PostgresSink:
         """The same sink for an output of `columns`."""
-        return PostgresSink(self.schema, self.cfg, columns, self.aggregating, type(self.mode))
+        return PostgresSink(
+            self.schema,
+            self.cfg,
+            columns,
+            self.aggregating,
+            type(self.mode),
+            self.tables.shared_attempt,
+        )
 
     @property
     def partitioned_table(self) -> str | None:

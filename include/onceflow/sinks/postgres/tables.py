@@ -63,12 +63,16 @@ class PostgresTables:
         cfg: SinkConfig,
         columns: tuple[Column, ...] | None = None,
         aggregating: bool = False,
+        shared_attempt: bool = False,
     ) -> None:
         self.schema = schema
         self.cfg = cfg
         self.table = cfg.table
         self.columns = columns
         self.aggregating = aggregating
+        # an attempt's parts stage other tables too (a table per topic: sinks.tables), so
+        # their counts are not this table's
+        self.shared_attempt = shared_attempt
 
     # -- names --------------------------------------------------------------------------
 
@@ -130,13 +134,17 @@ class PostgresTables:
 
     def relkind(self, cur, name: str) -> str | None:
         """pg_class.relkind of the table `name` (p: partitioned), None if there is none."""
+        return self.relkinds(cur, [name])[name]
+
+    def relkinds(self, cur, names: list[str]) -> dict[str, str | None]:
+        """relkind of each of the tables `names`, in one query (a commit of many tables asks
+        for several of each)."""
         cur.execute(
-            "select relkind from pg_class where oid = to_regclass(format('%%I.%%I', %s::text,"
-            " %s::text))",
-            (self.schema, name),
+            "select n, c.relkind from unnest(%s::text[]) n left join pg_class c"
+            " on c.oid = to_regclass(format('%%I.%%I', %s::text, n))",
+            (names, self.schema),
         )
-        row = cur.fetchone()
-        return row[0] if row else None
+        return dict(cur.fetchall())
 
     def has_table(self, cur, name: str | None) -> bool:
         if name is None:

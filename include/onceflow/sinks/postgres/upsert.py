@@ -81,9 +81,11 @@ class UpsertMode(SeqPartitioned):
         )
 
     def publish(self, cur, t: Attempt, replacing: bool) -> int:
-        self.check_layout(cur)
         part = self.published_part(t.seq, t.attempt)
-        if not self.tables.has_table(cur, part):
+        sealed = self.tables.sealed_table(t.seq, t.attempt)
+        kinds = self.tables.relkinds(cur, [self.partitioned_table, part, sealed])
+        self.check_relkind(kinds[self.partitioned_table])
+        if kinds[part] is None:
             cur.execute(
                 sql.SQL("select exists ({})").format(self.tables.staged_valid(sql.SQL("1"))),
                 (t.pipeline, t.txid, t.attempt),
@@ -92,18 +94,27 @@ class UpsertMode(SeqPartitioned):
                 return 0  # an empty batch: no stage job ran, nothing to attach
             self._seal_versions(cur, t)  # staged by an earlier version: sealed here instead
         published = self.attach_part(cur, t, part)
-        sealed = self.tables.sealed_table(t.seq, t.attempt)
-        if not replacing and not self.tables.cfg.order_by and self.tables.has_table(cur, sealed):
-            self._apply_newest(cur, sealed)
-        else:  # a re-run (older than the newest versions), or staged by an earlier version, or
-            # ordered by columns (a committed version of a key may still outrank the txid's)
-            self._rederive(
+        key = ids(self.tables.cfg.key)
+        if kinds[sealed] is None:
+            # ordered by columns (process seals no newest versions: a committed version of a
+            # key may still outrank the txid's), or staged by an earlier version: the keys of
+            # the seq's versions, as attached (`seq` prunes the other partitions)
+            self._rederive_keys(
                 cur,
-                sql.SQL("select {} from {} where txid = %s").format(
-                    ids(self.tables.cfg.key), self.tables.ident(self.tables.versions_table)
+                sql.SQL("select {} from {} where seq = %s and txid = %s").format(
+                    key, self.tables.ident(self.tables.versions_table)
                 ),
-                (t.txid,),
+                (t.seq, t.txid),
             )
+        elif replacing or self.tables.cfg.order_by:
+            # a re-run (older than the newest versions), or sealed before the sink was
+            # ordered by columns: the keys the txid touches are the sealed table's, one row
+            # each; drop_staged drops it
+            self._rederive_keys(
+                cur, sql.SQL("select {} from {}").format(key, self.tables.ident(sealed)), ()
+            )
+        else:
+            self._apply_newest(cur, sealed)
         return published
 
     def _newest_first(self, alias: str, across_seqs: bool = True) -> sql.Composable:
@@ -220,36 +231,41 @@ class UpsertMode(SeqPartitioned):
         self.detach_seq(cur, t)
         self._rederive_touched(cur)
 
-    def _rederive(self, cur, keys: sql.Composable, params: tuple) -> None:
-        self.tables.touch(cur, keys, params)
-        self._rederive_touched(cur)
-
     def _rederive_touched(self, cur) -> None:
-        """Each touched key's current row from its versions: the winner (_newest_first);
-        a tombstone there means no row."""
+        """_rederive_keys of the keys `touch` collected (before their versions went)."""
+        self._rederive_keys(
+            cur, sql.SQL("select {} from onceflow_touched").format(ids(self.tables.cfg.key)), ()
+        )
+        cur.execute("drop table onceflow_touched")
+
+    def _rederive_keys(self, cur, keys: sql.Composable, params: tuple) -> None:
+        """Each key of the query `keys` (its params `params`): its current row from its
+        versions, the winner (_newest_first); a tombstone there means no row."""
         key = list(self.tables.cfg.key)
         current = self._current_columns()
         cur.execute(
-            sql.SQL(
-                "delete from {table} where ({key}) in (select {key} from onceflow_touched)"
-            ).format(table=self.tables.ident(self.tables.table), key=ids(key))
+            sql.SQL("delete from {table} where ({key}) in ({keys})").format(
+                table=self.tables.ident(self.tables.table), key=ids(key), keys=keys
+            ),
+            params or None,  # none: a name's % is no placeholder
         )
         cur.execute(
             sql.SQL(
                 "insert into {table} ({cols}) select {cols} from ("
                 " select distinct on ({key}) * from {versions} v"
-                " where ({key}) in (select {key} from onceflow_touched)"
+                " where ({key}) in ({keys})"
                 " order by {key}, {newest}) v"
                 " where not v.tombstone"
             ).format(
                 table=self.tables.ident(self.tables.table),
                 cols=ids(current),
                 key=ids(key),
+                keys=keys,
                 versions=self.tables.ident(self.tables.versions_table),
                 newest=self._newest_first("v"),
-            )
+            ),
+            params or None,
         )
-        cur.execute("drop table onceflow_touched")
 
     def truth(self, cur, pipeline: str, limit: int) -> list[str]:
         """Each key's row is its winning committed version (_newest_first; none if that is a

@@ -43,15 +43,30 @@ def broker_restart(h: Harness, f: Fault) -> Iterator[None]:
         yield from broker_killed(h, f)
 
 
-def kill_broker(h: Harness) -> int:
-    """kill -9 of the stack's broker, the JVM its pid file names; returns its PID."""
-    from onceflow_dev import stack
+def kill_broker(h: Harness, point: str | None = None) -> tuple[int, str]:
+    """kill -9 of a broker of the stack, the JVM its pid file names: its only one; on three
+    brokers (ONCEFLOW_KAFKA_BROKERS=3), the one whose death moves what `point` is in the
+    middle of: for a Kafka sink's commit (its transaction open), the coordinator of the
+    pipeline's transactions; else the leader of the source's partition 0, which process
+    reads. Returns (its PID, its service)."""
+    from onceflow.sinks.kafka.transaction import transactional_id
 
-    proc = stack.service_process(h.settings, "broker")
+    from onceflow_dev import stack
+    from onceflow_dev.apache_kafka import leader_of, transaction_coordinator
+
+    name = "broker"
+    if h.settings.kafka_brokers > 1:
+        bootstrap = h.settings.kafka_bootstrap
+        if point == "commit.before_sink_commit":
+            node = transaction_coordinator(bootstrap, transactional_id(h.pipeline))
+        else:
+            node = leader_of(bootstrap, h.topics[0], 0)
+        name = stack.broker_service(node)
+    proc = stack.service_process(h.settings, name)
     if proc is None:
-        raise FaultSkipped("the stack's broker is not running")
+        raise FaultSkipped(f"the stack's {name} is not running")
     kill_tree([proc])
-    return proc.pid
+    return proc.pid, name
 
 
 def broker_killed(h: Harness, f: Fault) -> Iterator[None]:
@@ -75,14 +90,15 @@ def broker_killed(h: Harness, f: Fault) -> Iterator[None]:
     max_seq = max((b["seq"] for b in h.batches.values()), default=0)
     t0 = time.monotonic()
     try:
-        pid = kill_broker(h)
+        pid, name = kill_broker(h, point)
         f.injected = True
         fired = h.failpoints.fired_at(point, txid)
         # the kill landed inside the stall (for a Kafka sink: its transaction still open)
         f.detail["killed_pid"] = pid
+        f.detail["killed_service"] = name
         f.detail["killed_after_fire_s"] = fired and round(wall - fired, 1)
         f.detail["inside_stall"] = bool(fired) and wall - fired < BROKER_KILL_STALL_S
-        h.log(f"kill -9 broker (pid {pid}) at {point} of {txid}; restarting it on its log")
+        h.log(f"kill -9 {name} (pid {pid}) at {point} of {txid}; restarting it on its log")
         h.supervisor.up()
     finally:
         h.producer.resume()
@@ -91,7 +107,7 @@ def broker_killed(h: Harness, f: Fault) -> Iterator[None]:
     ends: dict[int, int] = {}
 
     def answers() -> bool:  # its partitions may have no leader for a moment
-        snap = broker.snapshot(h.settings.kafka_bootstrap, h.pipeline, (h.topic,))
+        snap = broker.snapshot(h.settings.kafka_bootstrap, h.pipeline, h.topics)
         ends.update({p: e for (_, p), e in snap.ends.items()})
         return True
 
@@ -135,7 +151,7 @@ def broker_lost(h: Harness, f: Fault) -> Iterator[None]:
     try:
         h.producer.pause()
         wall = time.time()
-        pid = kill_broker(h)
+        pid, _ = kill_broker(h)  # the one node: a cluster never loses a log this way
         # a plan that took its snapshot of the old log just before the kill records its
         # batch a moment later: wait for it with no broker up (no plan can start on the
         # new log meanwhile), then count every batch recorded by now as the old log's

@@ -16,6 +16,9 @@ from onceflow_dev.chaos.faults.steps import RECOVER_TIMEOUT, FaultSkipped, wait
 if TYPE_CHECKING:
     from onceflow_dev.chaos.harness import Harness
 
+# seconds a cleared run may show success with unrun tasks before it is cleared again
+CLEAR_LOST_S = 30.0
+
 
 def rerun(h: Harness, f: Fault) -> Iterator[None]:
     if not h.sink.replaces_output:
@@ -25,15 +28,22 @@ def rerun(h: Harness, f: Fault) -> Iterator[None]:
     h.clear(txid, "re-run of a committed run by run id (backfill)")
     f.injected = True
     f.detail["published_attempt_before"] = before["published_attempt"]
-    yield from wait(
-        h,
-        lambda: (
-            h.runs[txid].state == "success"
-            and (h.batches[txid]["published_attempt"] or 0) > before["published_attempt"]
-        ),
-        RECOVER_TIMEOUT,
-        f"re-run of {txid} republished",
-    )
+    cleared = time.monotonic()
+
+    def republished() -> bool:
+        nonlocal cleared
+        if (h.batches[txid]["published_attempt"] or 0) > before["published_attempt"]:
+            return h.runs[txid].state == "success"
+        lost = h.runs[txid].state == "success" and all(
+            state is None for (r, _), (state, _) in h.ti.items() if r == txid
+        )
+        if lost and time.monotonic() - cleared > CLEAR_LOST_S:  # the clear lost a race
+            f.detail["cleared_again"] = f.detail.get("cleared_again", 0) + 1
+            h.clear(txid, "the re-run's clear was lost: the run is success, its tasks unrun")
+            cleared = time.monotonic()
+        return False
+
+    yield from wait(h, republished, RECOVER_TIMEOUT, f"re-run of {txid} republished")
     after = h.batches[txid]
     rows_after = _published(h, txid)
     f.detail["published_attempt_after"] = after["published_attempt"]
@@ -85,7 +95,11 @@ def _rerun_target(h: Harness, f: Fault) -> tuple[str, dict[str, Any], tuple[int,
     run id and counted as `f`'s: its txid, its batch and its output before the re-run."""
     epoch_txids = _current_epoch_committed(h)
     busy = {t for fault in h.faults for t in fault.txids}
-    candidates = sorted(t for t in epoch_txids if t in h.runs and t not in busy)
+    # a run the scheduler has marked done: one cleared while its commit's end is still being
+    # recorded can be marked success over the clear, its tasks left without a state
+    candidates = sorted(
+        t for t in epoch_txids if t in h.runs and t not in busy and h.runs[t].state == "success"
+    )
     if not candidates:
         raise FaultSkipped("no committed run of the current epoch to re-run")
     txid = h.rng.choice(candidates)

@@ -32,8 +32,33 @@ CONNECT_KINDS: dict[str, str] = {
     "11_connect_server_killed": "the Spark Connect server killed -9 while a job stages, "
     "restarted (process_mode = connect)",
 }
-ALL_KINDS = {**KINDS, **CONNECT_KINDS}
+# the faults of a pipeline of change events (envelope = "debezium", onceflow_dev.chaos.cdc)
+CDC_KINDS: dict[str, str] = {
+    "12_kafka_connect_killed": "the Kafka Connect worker running Debezium killed -9 while "
+    "changes stream, restarted: it sends again what it sent since its last offset flush",
+}
+# the faults of Apache Kafka as three brokers (ONCEFLOW_KAFKA_BROKERS=3)
+CLUSTER_KINDS: dict[str, str] = {
+    "13_rolling_restart": "every broker of three restarted in turn (SIGTERM, then on its log), "
+    "each once the source is back in sync, while runs go on",
+}
+ALL_KINDS = {**KINDS, **CONNECT_KINDS, **CDC_KINDS, **CLUSTER_KINDS}
 CONNECT_FAULTS: tuple[tuple[str, str | None], ...] = (("11_connect_server_killed", None),)
+# twice: each kill sends some changes again, wherever it lands in the order
+CDC_FAULTS: tuple[tuple[str, str | None], ...] = (("12_kafka_connect_killed", None),) * 2
+# the faults a pipeline of change events does without: Debezium's topics are its only copy
+# of the changes it captured (its offsets are in the worker, past them), so a lost log or a
+# re-created topic loses changes no pipeline can bring back; a new snapshot of the source
+# would (docs/cdc.md)
+NOT_CDC = {"7_broker_restarted/log_lost", "10_topic_recreated"}
+# on three brokers: fault 7 kills the leader of a source partition in the middle of process
+# (for a Kafka sink, the coordinator of its transaction in the middle of commit), twice,
+# and the rolling restart; a broker's lost log is not a lost log there (its replicas
+# rebuild it), so LOST_BROKER goes
+CLUSTER_FAULTS: tuple[tuple[str, str | None], ...] = (
+    ("7_broker_restarted", "log_kept"),
+    ("13_rolling_restart", None),
+)
 
 # (kind, variant): the faults every schedule holds at least once
 BASE_FAULTS: tuple[tuple[str, str | None], ...] = (
@@ -71,6 +96,7 @@ COMMIT_KILL_POINTS = {
 # extra random faults: the broker, topic and scheduler faults are expensive, drawn less often
 EXTRA_WEIGHTS = {
     "7_broker_restarted": 0.25,
+    "13_rolling_restart": 0.25,
     "10_topic_recreated": 0.25,
     "5_scheduler_killed": 0.5,
 }
@@ -84,6 +110,7 @@ EXCLUSIVE = {
     "7_broker_restarted/log_lost",
     "9_failed_run_blocks",
     "10_topic_recreated",
+    "13_rolling_restart",
 }
 FIRST_FAULT_BATCH = 2  # faults start once this many batches committed
 
@@ -116,13 +143,16 @@ def fault_schedule(
     outside: bool = False,
     kafka: bool = False,
     connect: bool = False,
+    cdc: bool = False,
+    cluster: bool = False,
 ) -> list[Fault]:
     """The faults of a run: every base fault once in a seeded order, then extra random ones.
 
     `only` (kind numbers such as "3" or "7") keeps the faults of those kinds (development);
     `outside` (a sink outside the ledger's database) adds OUTSIDE_FAULTS to the base ones,
     `kafka` (a Kafka topic) KAFKA_FAULTS and drops LOST_BROKER, `connect` (process_mode =
-    "connect") CONNECT_FAULTS.
+    "connect") CONNECT_FAULTS, `cdc` (a pipeline of change events) CDC_FAULTS and drops
+    NOT_CDC, `cluster` (three brokers) CLUSTER_FAULTS and drops LOST_BROKER.
 
     They are spread over the first ~70% of the batches (a fault starts once at_batch batches
     committed, and only after the previous one has ended, so they never overlap).
@@ -134,13 +164,18 @@ def fault_schedule(
         + (OUTSIDE_FAULTS if outside else ())
         + (KAFKA_FAULTS if kafka else ())
         + (CONNECT_FAULTS if connect else ())
+        + (CDC_FAULTS if cdc else ())
+        + (CLUSTER_FAULTS if cluster else ())
     )
-    if kafka:
+    if kafka or cluster:
         faults = tuple(f for f in faults if f != LOST_BROKER)
+    if cdc:
+        faults = tuple(f for f in faults if Fault(0, *f, 0).label not in NOT_CDC)
     pool = [(k, v) for k, v in faults if not wanted or k.split("_")[0] in wanted]
     if not pool:
         raise ValueError(
-            f"no fault kind matches {sorted(wanted)}; kinds are 1..{len(KINDS) + connect}"
+            f"no fault kind matches {sorted(wanted)}; kinds are "
+            + ", ".join(sorted({k.split("_")[0] for k, _ in faults}, key=int))
         )
     base = list(pool)
     rng.shuffle(base)
