@@ -71,11 +71,18 @@ def percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
 
 
-def freshness_of(dsn: str, pipeline: str, times: dict[int, list[tuple[int, int]]]) -> list[float]:
-    """Each committed record's commit time minus its Kafka timestamp, in seconds."""
+def freshness_of(
+    dsn: str,
+    pipeline: str,
+    times: dict[int, list[tuple[int, int]]],
+    produced_within: tuple[int, int] | None = None,
+) -> list[float]:
+    """Each committed record's commit time minus its Kafka timestamp, in seconds; with
+    `produced_within` (first, last Kafka timestamp in ms) only the records produced then."""
     from onceflow.ledger.db import transaction
 
-    ts = {p: dict(pairs) for p, pairs in times.items()}
+    lo_ms, hi_ms = produced_within or (0, 1 << 62)
+    ts = {p: {o: t for o, t in pairs if lo_ms <= t <= hi_ms} for p, pairs in times.items()}
     with transaction(dsn) as cur:
         cur.execute(
             "select r.partition, r.from_offset, r.until_offset,"
@@ -92,11 +99,12 @@ def freshness_of(dsn: str, pipeline: str, times: dict[int, list[tuple[int, int]]
     return out
 
 
-def warm_up(settings: Any, name: str, rate: int, say) -> None:
+def warm_up(settings: Any, name: str, rate: int, say) -> soak.SteadyProducer:
     """WARM_UP_S of records at the phase's rate, every one committed before the phase
     starts: the watcher's first run (where the pipeline starts), the Spark Connect session's
     or the spark-submits' first start and the task processes' imports are not the steady
-    state this section measures; how long the warm-up took is said."""
+    state this section measures; how long the warm-up took is said. Returns its producer (what
+    it acknowledged)."""
     from onceflow_dev.producer import load_sample
 
     t0 = time.monotonic()
@@ -111,6 +119,7 @@ def warm_up(settings: Any, name: str, rate: int, say) -> None:
         time.sleep(0.5)
     say(f"freshness: {name}: warm-up of {sum(producer.acked.values()):,} records committed "
         f"{time.monotonic() - t0:.0f} s after its first")  # fmt: skip
+    return producer
 
 
 def phase(

@@ -59,6 +59,11 @@ Phase 2, orchestration (an embedded stack of the bench's own, `onceflow-dev up` 
                    the rate sustained, for on_records pipelines in each process mode at an easy
                    and a near-limit rate (--freshness-minutes each), and the watcher's cost per
                    look (bench/freshness.py; `--only freshness`; bench/freshness.png)
+  rolling_restart  on a stack of three brokers (ONCEFLOW_KAFKA_BROKERS=3), a continuous and an
+                   on_records pipeline at 1,000 records/s while each broker in turn is stopped
+                   (SIGTERM) and started again: freshness during the restart, every record
+                   committed, the audit; it FAILS the bench (exit 1) otherwise
+                   (bench/rolling.py; `--only rolling_restart`)
 
 Writes --out (bench/results.json), --plot (bench/throughput.png) and --markdown
 (bench/BENCHMARKS.md: the tables + bench/NOTES.md); point them elsewhere for a trial run.
@@ -67,7 +72,8 @@ usage: python bench/run.py [--quick] [--records N] [--repeats K] [--skip-dag] [-
                            [--lake-records N] [--soak-minutes M]
                            [--avro-records N] [--freshness-minutes M]
                            [--only lake|lake_commits|commit_sizes|ledger_scale|dag_parse|avro|
-                                   cdc|cdc_tables|small_batch|soak|freshness]
+                                   cdc|cdc_tables|small_batch|soak|freshness|
+                                   rolling_restart]
 """
 
 from __future__ import annotations
@@ -101,6 +107,7 @@ import lake  # noqa: E402
 import lake_commits  # noqa: E402
 import ledger_scale  # noqa: E402
 import native_job  # noqa: E402
+import rolling  # noqa: E402
 import soak  # noqa: E402
 from common import ROOT, SPARK_SUBMIT, Topic  # noqa: E402
 from onceflow.hooks.registry import reader_schemas_of  # noqa: E402
@@ -548,9 +555,12 @@ BACKLOG_CAP = 1_000_000  # records per batch (max_records_per_partition = cap / 
 
 
 @contextlib.contextmanager
-def bench_stack(pipelines: str, what: str) -> Iterator[tuple[Any, Any, Path]]:
-    """The bench's own embedded stack (STACK_ENV: `onceflow-dev up` with its PostgreSQL, Apache
-    Kafka, Spark Connect and Airflow), started fresh with the pipelines file `pipelines`;
+def bench_stack(
+    pipelines: str, what: str, env: dict[str, str] | None = None
+) -> Iterator[tuple[Any, Any, Path]]:
+    """The bench's own embedded stack (STACK_ENV and `env`: `onceflow-dev up` with its
+    PostgreSQL, Apache Kafka, Spark Connect and Airflow), started fresh with the pipelines file
+    `pipelines`;
     yields (settings, an Airflow client, the pipelines file), and `onceflow-dev down` at the end.
     The environment is the stack's meanwhile and restored afterwards."""
     from onceflow.cli.airflow_api import AirflowClient
@@ -561,7 +571,7 @@ def bench_stack(pipelines: str, what: str) -> Iterator[tuple[Any, Any, Path]]:
     saved = dict(os.environ)
     home = Path(STACK_ENV["ONCEFLOW_HOME"])
     try:
-        os.environ.update(STACK_ENV)
+        os.environ.update({**STACK_ENV, **(env or {})})
         for k in (
             "ONCEFLOW_POSTGRES_DSN",
             "ONCEFLOW_KAFKA_BOOTSTRAP",
@@ -975,6 +985,11 @@ def acceptance(r: dict) -> dict:
                 2.0,
                 "<=",
             )
+    for p in (r.get("rolling_restart") or {}).get("phases", []):  # issue 52
+        checks[
+            f"rolling restart of 3 brokers ({p['schedule']}, {p['rate']:,} records/s): "
+            "every record committed, exactly-once"
+        ] = (1.0 if p["ok"] else 0.0, 1.0, ">=")
     if r.get("dag_parse"):
         checks["DAG file of 500 pipelines parses in < 5 s"] = (
             r["dag_parse"]["parse_s"],
@@ -1231,6 +1246,8 @@ def write_markdown(r: dict, path: Path) -> None:
         lines += freshness.section(r["freshness"])
     elif r.get("freshness_skipped"):
         lines += ["", "## Freshness", "", f"Not measured: {r['freshness_skipped']}."]
+    if (r.get("rolling_restart") or {}).get("phases"):
+        lines += rolling.section(r["rolling_restart"])
     if r.get("lake"):
         lines += lake.section(r["lake"])
     if r.get("lake_commits"):
@@ -1453,9 +1470,10 @@ SECTIONS = [
     "small_batch",
     "soak",
     "freshness",
+    "rolling_restart",
 ]
 # sections on the bench's stack only: no private broker or PostgreSQL of phase 1
-STACK_SECTIONS = ("small_batch", "soak", "freshness")
+STACK_SECTIONS = ("small_batch", "soak", "freshness", "rolling_restart")
 
 
 def freshness_results(minutes: float, plot_path: Path) -> dict:
@@ -1471,6 +1489,24 @@ def freshness_results(minutes: float, plot_path: Path) -> dict:
         "freshness_p99_s": out["freshness_p99_s"],
         "freshness_schedule": out["freshness_schedule"],
     }
+
+
+def rolling_results() -> dict:
+    """The rolling restart (bench/rolling.py) on a fresh three-broker stack of the bench's
+    own; one that could not reach its verdict is a failed one."""
+    import traceback
+
+    say(f"rolling_restart: {len(rolling.SCHEDULES)} pipelines at {rolling.RATE:,} records/s")
+    try:
+        with bench_stack(rolling.pipelines_toml(), "rolling_restart", rolling.STACK_ENV) as (
+            settings,
+            client,
+            path,
+        ):
+            return rolling.run(settings, client, path, say)
+    except Exception as exc:  # noqa: BLE001 - recorded, and the bench exits 1
+        say(f"rolling_restart: FAILED before its verdict:\n{traceback.format_exc()}")
+        return {"ok": False, "why": f"{type(exc).__name__}: {exc}", "phases": []}
 
 
 def soak_results(minutes: float) -> dict:
@@ -1644,7 +1680,12 @@ def main() -> int:
             results.update(freshness_results(a.freshness_minutes, a.plot))
         else:
             results["freshness_skipped"] = why_not
+        if a.only == "rolling_restart" or not (a.skip_dag or a.only):
+            results["rolling_restart"] = rolling_results()
+        else:
+            results["rolling_restart_skipped"] = why_not
     soaked = results.get("soak")  # this run's: --only merges earlier sections in below
+    rolled = results.get("rolling_restart")
     results["load"] = load.summary()
     results["finished_at"] = datetime.now(UTC).isoformat(timespec="seconds")
     if a.only:  # the section alone: into the full run of --out when there is one
@@ -1681,6 +1722,7 @@ def main() -> int:
             "small_batch": lambda: small_batch_section(results["small_batch"]),
             "soak": lambda: soak.section(results["soak"]),
             "freshness": lambda: freshness.section(results["freshness"]),
+            "rolling_restart": lambda: rolling.section(results["rolling_restart"]),
         }[a.only]()
         a.markdown.write_text("\n".join([f"# Benchmarks: the {a.only} section alone", *alone, ""]))
         say(f"wrote {a.out}, {a.markdown}")
@@ -1692,6 +1734,9 @@ def main() -> int:
             say(f"acceptance: {name}: {x}")
     if soaked and not soaked["ok"]:
         say(f"the soak FAILED: {soaked['why']}")
+        return 1
+    if rolled and not rolled["ok"]:
+        say(f"the rolling restart FAILED: {rolled['why']}")
         return 1
     return 0
 

@@ -22,13 +22,14 @@ import base64
 import concurrent.futures
 import contextlib
 import dataclasses
+import json
 import logging
 import os
 import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +80,24 @@ class QuorumSeat:
 
 # the node id of a cluster's first KRaft controller (its brokers count from 1)
 CONTROLLER_ID = 101
+
+
+def quorum_leader(folders: Iterable[Path]) -> tuple[int, int] | None:
+    """(node id, epoch) of the KRaft quorum's leader, the active controller, as the
+    quorum-state files of the controllers' logs under `folders` name it: each controller
+    rewrites its file at every election it sees, so the newest epoch among them is the
+    quorum's now. None while no file names a leader (an election going on)."""
+    newest: tuple[int, int] | None = None
+    for folder in folders:
+        path = folder / "data" / "__cluster_metadata-0" / "quorum-state"
+        try:
+            state = json.loads(path.read_text())
+        except (OSError, ValueError):  # not made yet, or being rewritten
+            continue
+        leader, epoch = int(state.get("leaderId", -1)), int(state.get("leaderEpoch", -1))
+        if newest is None or epoch > newest[1]:
+            newest = (leader, epoch)
+    return newest if newest and newest[0] >= 0 else None
 
 
 class _PortTaken(RuntimeError):

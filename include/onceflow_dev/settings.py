@@ -88,13 +88,22 @@ class StackSettings:
     kafka_connect_port: int = 29392
     pg_password: str = field(default="", repr=False)  # the embedded server's (stack_password)
     # Apache Kafka as one node (broker and controller), or three brokers with a KRaft
-    # controller of their own (ONCEFLOW_KAFKA_BROKERS=3): onceflow_dev.apache_kafka
+    # controller of their own (ONCEFLOW_KAFKA_BROKERS=3), or with a quorum of three
+    # controllers (ONCEFLOW_KAFKA_CONTROLLERS=3 too): onceflow_dev.apache_kafka
     kafka_brokers: int = 1
+    kafka_controllers: int = 1
 
     @property
     def kafka_broker_ports(self) -> list[int]:
         """The embedded brokers' ports: the first at kafka_port, others 400 and 500 above."""
         return [self.kafka_port, self.kafka_port + 400, self.kafka_port + 500][: self.kafka_brokers]
+
+    @property
+    def kafka_controller_ports(self) -> list[int]:
+        """The embedded controllers' ports: the first at kafka_controller_port, others at
+        kafka_port + 600 and + 700."""
+        more = [self.kafka_port + 600, self.kafka_port + 700]
+        return [self.kafka_controller_port, *more][: self.kafka_controllers]
 
     @property
     def embedded_bootstrap(self) -> str:
@@ -134,6 +143,12 @@ class StackSettings:
                 f"environment variable ONCEFLOW_KAFKA_BROKERS={brokers}: the embedded Apache "
                 "Kafka runs 1 node or 3 brokers (with a controller of their own)"
             )
+        controllers = _int("ONCEFLOW_KAFKA_CONTROLLERS", 1)
+        if controllers not in (1, 3) or (controllers == 3 and brokers == 1):
+            raise ValueError(
+                f"environment variable ONCEFLOW_KAFKA_CONTROLLERS={controllers}: three brokers "
+                "(ONCEFLOW_KAFKA_BROKERS=3) have 1 or 3 KRaft controllers of their own"
+            )
         ports = [kafka_port, kafka_port + 400, kafka_port + 500][:brokers]
         airflow_port = _int("ONCEFLOW_AIRFLOW_PORT", 28080)
         password = stack_password(home)
@@ -162,6 +177,7 @@ class StackSettings:
             kafka_connect_port=_int("ONCEFLOW_KAFKA_CONNECT_PORT", kafka_port + 300),
             pg_password=password,
             kafka_brokers=brokers,
+            kafka_controllers=controllers,
         )
 
 

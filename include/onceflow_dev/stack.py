@@ -242,6 +242,8 @@ def _expected_token(name: str) -> str:
         "broker-2": "kafka.Kafka",
         "broker-3": "kafka.Kafka",
         "kafka-controller": "kafka.Kafka",
+        "kafka-controller-2": "kafka.Kafka",
+        "kafka-controller-3": "kafka.Kafka",
         "spark-connect": "SparkConnectServer",
         "registry": "onceflow_dev.registry",
         "kafka-connect": "ConnectStandalone",
@@ -741,14 +743,39 @@ def broker_log_dir(settings: StackSettings) -> Path:
 def broker_services(settings: StackSettings) -> tuple[str, ...]:
     """The embedded Apache Kafka's services: `broker` (one node, broker and controller), or
     with ONCEFLOW_KAFKA_BROKERS=3 the brokers `broker`, `broker-2` and `broker-3` and their
-    KRaft controller `kafka-controller`, in the order they stop."""
+    KRaft controller `kafka-controller` (with ONCEFLOW_KAFKA_CONTROLLERS=3 also
+    `kafka-controller-2` and `kafka-controller-3`), in the order they stop."""
     if settings.kafka_brokers == 1:
         return ("broker",)
     return (
         *(f"broker-{n}" for n in range(settings.kafka_brokers, 1, -1)),
         "broker",
+        *(f"kafka-controller-{n}" for n in range(settings.kafka_controllers, 1, -1)),
         "kafka-controller",
     )
+
+
+def controller_services(settings: StackSettings) -> list[str]:
+    """The KRaft controllers' services of a cluster (broker_services), first to last."""
+    return [n for n in reversed(broker_services(settings)) if n.startswith("kafka-controller")]
+
+
+def active_controller(settings: StackSettings) -> tuple[str, int] | None:
+    """The controller service that leads the KRaft quorum now and its epoch
+    (apache_kafka.quorum_leader over the controllers' logs); None during an election."""
+    from onceflow_dev.apache_kafka import CONTROLLER_ID, quorum_leader
+
+    names = controller_services(settings)
+    found = quorum_leader(_broker(settings, name).folder for name in names)
+    if found is None or not 0 <= found[0] - CONTROLLER_ID < len(names):
+        return None
+    return names[found[0] - CONTROLLER_ID], found[1]
+
+
+def _nth(name: str) -> int:
+    """1 for `broker` or `kafka-controller`, N for `broker-N` or `kafka-controller-N`."""
+    tail = name.rsplit("-", 1)[-1]
+    return int(tail) if tail.isdigit() else 1
 
 
 def broker_service(node_id: int) -> str:
@@ -757,12 +784,14 @@ def broker_service(node_id: int) -> str:
 
 
 def _cluster_id(settings: StackSettings) -> str:
-    """The three brokers' and their controller's cluster id, made once and kept in home: each
-    node's log is formatted with it. A home whose broker log was made by one node cannot
-    become a cluster's: its log holds another id."""
+    """The three brokers' and their controllers' cluster id, made once and kept in home with
+    the number of controllers: each node's log is formatted with the id, and the quorum's
+    voters are fixed when it is. A home whose broker log was made by one node cannot become
+    a cluster's (its log holds another id), nor a cluster's home one of another quorum."""
     from onceflow_dev.apache_kafka import cluster_id
 
     path = settings.home / "kafka-cluster-id"
+    quorum = settings.home / "kafka-controllers"
     if not path.exists():
         if (broker_log_dir(settings) / "data" / "meta.properties").exists():
             raise StackError(
@@ -771,12 +800,21 @@ def _cluster_id(settings: StackSettings) -> str:
                 "or that folder deleted"
             )
         path.write_text(cluster_id() + "\n")
+        quorum.write_text(f"{settings.kafka_controllers}\n")
+    made = int(quorum.read_text()) if quorum.exists() else 1
+    if made != settings.kafka_controllers:
+        raise StackError(
+            f"{settings.home} holds a cluster of {made} KRaft controller(s), and "
+            f"ONCEFLOW_KAFKA_CONTROLLERS={settings.kafka_controllers}: a quorum's voters are "
+            "fixed when its logs are made; use another ONCEFLOW_HOME or the same number"
+        )
     return path.read_text().strip()
 
 
 def _broker(settings: StackSettings, name: str = "broker") -> ApacheKafka:
     """The embedded broker service `name` (broker_services): its log in broker_log_dir (the
-    first broker's), broker-log-N or kafka-controller-log, its configuration beside it."""
+    first broker's), broker-log-N, kafka-controller-log or kafka-controller-log-N, its
+    configuration beside it."""
     from onceflow_dev.apache_kafka import CONTROLLER_ID, ApacheKafka, QuorumSeat
 
     if settings.kafka_brokers == 1:
@@ -785,19 +823,18 @@ def _broker(settings: StackSettings, name: str = "broker") -> ApacheKafka:
             port=settings.kafka_port,
             controller_port=settings.kafka_controller_port,
         )
-    seat = QuorumSeat(
-        {CONTROLLER_ID: settings.kafka_controller_port}, _cluster_id(settings), replicas=3
-    )
-    if name == "kafka-controller":
+    voters = {CONTROLLER_ID + i: port for i, port in enumerate(settings.kafka_controller_ports)}
+    seat = QuorumSeat(voters, _cluster_id(settings), replicas=3)
+    n = _nth(name)
+    if name.startswith("kafka-controller"):
         return ApacheKafka(
-            settings.home / "kafka-controller-log",
-            controller_port=settings.kafka_controller_port,
+            settings.home / ("kafka-controller-log" + ("" if n == 1 else f"-{n}")),
+            controller_port=settings.kafka_controller_ports[n - 1],
             heap="256m",
-            node_id=CONTROLLER_ID,
+            node_id=CONTROLLER_ID + n - 1,
             quorum=seat,
             roles="controller",
         )
-    n = 1 if name == "broker" else int(name.rsplit("-", 1)[1])
     return ApacheKafka(
         broker_log_dir(settings) if n == 1 else settings.home / f"broker-log-{n}",
         port=settings.kafka_broker_ports[n - 1],
@@ -1572,8 +1609,15 @@ def status(settings: StackSettings) -> dict:
     """Per service: running, pid, port, healthy, log; plus the Airflow UI URL and login."""
     services: dict[str, dict] = {}
     health = _airflow_health(settings)
-    ports = {"postgres": settings.pg_port, "kafka-controller": settings.kafka_controller_port}
+    ports = {"postgres": settings.pg_port}
     ports.update(zip(("broker", "broker-2", "broker-3"), settings.kafka_broker_ports, strict=False))
+    ports.update(
+        zip(
+            ("kafka-controller", "kafka-controller-2", "kafka-controller-3"),
+            settings.kafka_controller_ports,
+            strict=False,
+        )
+    )
     ports["spark-connect"] = settings.connect_port
     ports["registry"] = settings.registry_port
     ports["kafka-connect"] = settings.kafka_connect_port

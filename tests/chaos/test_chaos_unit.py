@@ -1037,3 +1037,9 @@ def test_a_clusters_schedule_kills_leaders_and_restarts_every_broker_and_loses_n
     counts = verdict.fault_counts([], cluster=True)
     assert "13_rolling_restart" in counts and "13_rolling_restart" not in verdict.fault_counts([])
     assert "13_rolling_restart" in Harness.FAULTS
+    quorum = [(f.kind, f.variant) for f in fault_schedule(seed, 60, cluster=True, quorum=True)]
+    assert ("14_controller_failover", None) in quorum
+    assert ("14_controller_failover", None) not in faults
+    assert "14_controller_failover" in verdict.fault_counts([], cluster=True, quorum=True)
+    assert "14_controller_failover" not in counts
+    assert "14_controller_failover" in Harness.FAULTS

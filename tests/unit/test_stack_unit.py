@@ -379,3 +379,109 @@ def test_a_home_with_a_one_node_log_is_not_made_a_cluster(settings, monkeypatch)
     monkeypatch.setenv("ONCEFLOW_KAFKA_BROKERS", "2")
     with pytest.raises(ValueError, match="ONCEFLOW_KAFKA_BROKERS=2"):
         StackSettings.from_env()
+
+
+def test_a_rolling_restart_stops_the_next_broker_only_once_every_replica_is_back(
+    settings, monkeypatch
+):
+    from onceflow_dev import rolling_restart
+
+    monkeypatch.setenv("ONCEFLOW_KAFKA_BROKERS", "3")
+    three = StackSettings.from_env()
+    events: list[str] = []
+    running = {"broker": True, "broker-2": True, "broker-3": True}
+
+    class Broker:
+        def __init__(self, name: str) -> None:
+            self.name, self.pid = name, 1000 + len(name)
+
+        def terminate(self) -> None:
+            events.append(f"stop {self.name}")
+            running[self.name] = False
+
+    monkeypatch.setattr(
+        stack, "service_process", lambda _s, name: Broker(name) if running.get(name) else None
+    )
+    in_sync_after = {"checks": 0}
+
+    def in_sync(bootstrap: str, topics: list[str]) -> bool:
+        assert (bootstrap, topics) == (three.kafka_bootstrap, ["t"])
+        in_sync_after["checks"] += 1
+        if in_sync_after["checks"] % 3:  # the replicas catch up on the third look
+            raise ConnectionError("the broker is still starting")  # a failing look: not yet
+        events.append("in sync")
+        return True
+
+    def start() -> None:
+        down = [n for n, up in running.items() if not up]
+        events.append(f"start {down[0]}")
+        running[down[0]] = True
+
+    monkeypatch.setattr(rolling_restart, "all_in_sync", in_sync)
+    ticks: list[int] = []
+    each = rolling_restart.run(
+        rolling_restart.roll(
+            three, ["t"], start, rolling_restart.polling(0, tick=lambda: ticks.append(1)), print
+        )
+    )
+    assert events == [
+        *("stop broker-3", "start broker-3", "in sync"),
+        *("stop broker-2", "start broker-2", "in sync"),
+        *("stop broker", "start broker", "in sync"),
+    ]
+    assert list(each) == ["broker-3", "broker-2", "broker"] and all(running.values())
+    assert len(ticks) >= 9  # the caller's tick runs on every look
+    with pytest.raises(RuntimeError, match="needs a cluster"):
+        rolling_restart.run(
+            rolling_restart.roll(settings, ["t"], start, rolling_restart.polling(0), print)
+        )
+    stuck = rolling_restart.polling(0)(lambda: False, 0.05, "never")
+    with pytest.raises(TimeoutError, match="waiting for: never"):
+        rolling_restart.run(stuck)
+
+
+def test_three_controllers_are_one_quorum_and_its_leader_is_read_from_their_logs(
+    settings, monkeypatch
+):
+    monkeypatch.setenv("ONCEFLOW_KAFKA_BROKERS", "3")
+    monkeypatch.setenv("ONCEFLOW_KAFKA_CONTROLLERS", "3")
+    three = StackSettings.from_env()
+    assert stack.controller_services(three) == [
+        "kafka-controller",
+        "kafka-controller-2",
+        "kafka-controller-3",
+    ]
+    assert stack.broker_services(three)[-3:] == (
+        "kafka-controller-3",
+        "kafka-controller-2",
+        "kafka-controller",
+    )  # they stop after the brokers
+    voters = "controller.quorum.voters=101@127.0.0.1:41102,102@127.0.0.1:41602,103@127.0.0.1:41702"
+    nodes = {n: stack._broker(three, n) for n in stack.broker_services(three)}  # noqa: SLF001
+    assert all(voters in node._server_properties() for node in nodes.values())  # noqa: SLF001
+    assert [nodes[n].node_id for n in stack.controller_services(three)] == [101, 102, 103]
+    assert len({nodes[n].folder for n in nodes}) == 6  # a log each
+    assert set(stack.status(three)["services"]) >= {"kafka-controller-2", "kafka-controller-3"}
+    assert stack.active_controller(three) is None  # no log yet: no leader known
+
+    def quorum_state(name: str, leader: int, epoch: int) -> None:
+        folder = nodes[name].folder / "data" / "__cluster_metadata-0"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "quorum-state").write_text(
+            f'{{"leaderId":{leader},"leaderEpoch":{epoch},"votedId":-1,"data_version":0}}'
+        )
+
+    quorum_state("kafka-controller", 101, 1)  # the killed leader's file stays as it was
+    quorum_state("kafka-controller-2", 103, 2)
+    quorum_state("kafka-controller-3", 103, 2)
+    assert stack.active_controller(three) == ("kafka-controller-3", 2)
+    quorum_state("kafka-controller-2", -1, 3)  # a candidate of epoch 3: an election
+    assert stack.active_controller(three) is None
+    # a home's quorum is fixed when its logs are made
+    monkeypatch.setenv("ONCEFLOW_KAFKA_CONTROLLERS", "1")
+    with pytest.raises(stack.StackError, match="3 KRaft controller"):
+        stack._broker(StackSettings.from_env(), "broker")  # noqa: SLF001
+    monkeypatch.setenv("ONCEFLOW_KAFKA_BROKERS", "1")
+    monkeypatch.setenv("ONCEFLOW_KAFKA_CONTROLLERS", "3")
+    with pytest.raises(ValueError, match="ONCEFLOW_KAFKA_CONTROLLERS=3"):
+        StackSettings.from_env()

@@ -39,6 +39,7 @@ from onceflow_dev.chaos.failpoints import Failpoints
 from onceflow_dev.chaos.faults import (
     attempts,
     broker_restart,
+    controller_failover,
     failed_run,
     kafka_connect_kill,
     rerun,
@@ -124,6 +125,7 @@ class Harness:
             connect=self.connect,
             cdc=self.cdc,
             cluster=self.settings.kafka_brokers > 1,
+            quorum=self.settings.kafka_controllers > 1,
         )
         self.active: list[tuple[Fault, Iterator[None]]] = []
         self.hold_clears = False
@@ -296,6 +298,7 @@ class Harness:
         "11_connect_server_killed": services.connect_server_killed,
         "12_kafka_connect_killed": kafka_connect_kill.kafka_connect_killed,
         "13_rolling_restart": rolling_restart.rolling_restart,
+        "14_controller_failover": controller_failover.controller_failover,
     }
 
     # -- the main loop -----------------------------------------------------------------------

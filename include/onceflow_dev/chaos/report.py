@@ -40,7 +40,13 @@ def finish_report(h: Harness, ended_by: str) -> dict[str, Any]:
     else:
         counts, checks = _sink_truth(h)
         broker_ends = {p: e for (_, p), e in snap.ends.items()}
-    faults = fault_counts(h.faults, h.connect, h.cdc, h.settings.kafka_brokers > 1)
+    faults = fault_counts(
+        h.faults,
+        h.connect,
+        h.cdc,
+        cluster=h.settings.kafka_brokers > 1,
+        quorum=h.settings.kafka_controllers > 1,
+    )
     complete = is_complete(
         faults,
         audit.batches_committed,

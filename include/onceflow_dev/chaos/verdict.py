@@ -13,6 +13,7 @@ from onceflow_dev.chaos.faults.schedule import (
     CLUSTER_KINDS,
     CONNECT_KINDS,
     KINDS,
+    QUORUM_KINDS,
     Fault,
 )
 
@@ -53,16 +54,21 @@ def recreated_topic_checks(faults: Iterable[Fault]) -> list[dict[str, Any]]:
 
 
 def fault_counts(
-    faults: Iterable[Fault], connect: bool = False, cdc: bool = False, cluster: bool = False
+    faults: Iterable[Fault],
+    connect: bool = False,
+    cdc: bool = False,
+    cluster: bool = False,
+    quorum: bool = False,
 ) -> dict[str, dict[str, int]]:
     """Per fault kind of the run (CONNECT_KINDS too with `connect`; with `cdc` CDC_KINDS,
     without the topic re-creation, schedule.NOT_CDC; with `cluster`, three brokers,
-    CLUSTER_KINDS): injected, recovered."""
+    CLUSTER_KINDS; with `quorum`, three controllers, QUORUM_KINDS): injected, recovered."""
     kinds = {
         **KINDS,
         **(CONNECT_KINDS if connect else {}),
         **(CDC_KINDS if cdc else {}),
         **(CLUSTER_KINDS if cluster else {}),
+        **(QUORUM_KINDS if quorum else {}),
     }
     if cdc:
         kinds.pop("10_topic_recreated")

@@ -42,7 +42,12 @@ CLUSTER_KINDS: dict[str, str] = {
     "13_rolling_restart": "every broker of three restarted in turn (SIGTERM, then on its log), "
     "each once the source is back in sync, while runs go on",
 }
-ALL_KINDS = {**KINDS, **CONNECT_KINDS, **CDC_KINDS, **CLUSTER_KINDS}
+# and of three KRaft controllers (ONCEFLOW_KAFKA_CONTROLLERS=3)
+QUORUM_KINDS: dict[str, str] = {
+    "14_controller_failover": "the active KRaft controller killed -9 while runs go on: the "
+    "other two elect a new one, the killed one rejoins",
+}
+ALL_KINDS = {**KINDS, **CONNECT_KINDS, **CDC_KINDS, **CLUSTER_KINDS, **QUORUM_KINDS}
 CONNECT_FAULTS: tuple[tuple[str, str | None], ...] = (("11_connect_server_killed", None),)
 # twice: each kill sends some changes again, wherever it lands in the order
 CDC_FAULTS: tuple[tuple[str, str | None], ...] = (("12_kafka_connect_killed", None),) * 2
@@ -59,6 +64,7 @@ CLUSTER_FAULTS: tuple[tuple[str, str | None], ...] = (
     ("7_broker_restarted", "log_kept"),
     ("13_rolling_restart", None),
 )
+QUORUM_FAULTS: tuple[tuple[str, str | None], ...] = (("14_controller_failover", None),)
 
 # (kind, variant): the faults every schedule holds at least once
 BASE_FAULTS: tuple[tuple[str, str | None], ...] = (
@@ -97,6 +103,7 @@ COMMIT_KILL_POINTS = {
 EXTRA_WEIGHTS = {
     "7_broker_restarted": 0.25,
     "13_rolling_restart": 0.25,
+    "14_controller_failover": 0.25,
     "10_topic_recreated": 0.25,
     "5_scheduler_killed": 0.5,
 }
@@ -111,6 +118,7 @@ EXCLUSIVE = {
     "9_failed_run_blocks",
     "10_topic_recreated",
     "13_rolling_restart",
+    "14_controller_failover",
 }
 FIRST_FAULT_BATCH = 2  # faults start once this many batches committed
 
@@ -145,6 +153,7 @@ def fault_schedule(
     connect: bool = False,
     cdc: bool = False,
     cluster: bool = False,
+    quorum: bool = False,
 ) -> list[Fault]:
     """The faults of a run: every base fault once in a seeded order, then extra random ones.
 
@@ -152,7 +161,8 @@ def fault_schedule(
     `outside` (a sink outside the ledger's database) adds OUTSIDE_FAULTS to the base ones,
     `kafka` (a Kafka topic) KAFKA_FAULTS and drops LOST_BROKER, `connect` (process_mode =
     "connect") CONNECT_FAULTS, `cdc` (a pipeline of change events) CDC_FAULTS and drops
-    NOT_CDC, `cluster` (three brokers) CLUSTER_FAULTS and drops LOST_BROKER.
+    NOT_CDC, `cluster` (three brokers) CLUSTER_FAULTS and drops LOST_BROKER, `quorum` (three
+    controllers) QUORUM_FAULTS.
 
     They are spread over the first ~70% of the batches (a fault starts once at_batch batches
     committed, and only after the previous one has ended, so they never overlap).
@@ -166,6 +176,7 @@ def fault_schedule(
         + (CONNECT_FAULTS if connect else ())
         + (CDC_FAULTS if cdc else ())
         + (CLUSTER_FAULTS if cluster else ())
+        + (QUORUM_FAULTS if quorum else ())
     )
     if kafka or cluster:
         faults = tuple(f for f in faults if f != LOST_BROKER)
