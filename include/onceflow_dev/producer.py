@@ -124,6 +124,9 @@ def produce(
         {
             "bootstrap.servers": bootstrap,
             "enable.idempotence": True,
+            # every in-sync replica has the record before it counts as produced (what
+            # idempotence implies, said): a failover loses no acknowledged record
+            "acks": "all",
             "linger.ms": 20,
             "batch.num.messages": 5000,
             "compression.type": "lz4",

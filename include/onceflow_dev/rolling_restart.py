@@ -11,6 +11,8 @@ import time
 from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import Any
 
+import psutil
+
 # how long a broker has for its controlled shutdown before the restart gives up
 SHUTDOWN_TIMEOUT_S = 60.0
 # how long a restarted broker's replicas have to catch up with the leaders
@@ -66,11 +68,8 @@ def roll(
         began = time.monotonic()
         log(f"rolling restart: SIGTERM to {name} (pid {proc.pid}), a controlled shutdown")
         proc.terminate()
-        yield from wait(  # gone, or a zombie: its pid file names no live broker
-            lambda name=name: stack.service_process(settings, name) is None,
-            SHUTDOWN_TIMEOUT_S,
-            f"{name} stopped",
-        )
+        # that process gone, not the service: a supervisor may have started it again already
+        yield from wait(lambda proc=proc: _exited(proc), SHUTDOWN_TIMEOUT_S, f"{name} stopped")
         start()
         yield from wait(
             lambda: all_in_sync(settings.kafka_bootstrap, topics),
@@ -80,6 +79,14 @@ def roll(
         each[name] = round(time.monotonic() - began, 1)
     log(f"rolling restart done in {sum(each.values()):.1f} s: {each}")
     return each
+
+
+def _exited(proc: psutil.Process) -> bool:
+    """Whether `proc` has exited (a zombie too: its parent has not reaped it yet)."""
+    try:
+        return not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
 
 
 def polling(pause_s: float = 0.5, tick: Callable[[], object] | None = None) -> Waiter:

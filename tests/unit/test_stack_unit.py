@@ -389,18 +389,28 @@ def test_a_rolling_restart_stops_the_next_broker_only_once_every_replica_is_back
     monkeypatch.setenv("ONCEFLOW_KAFKA_BROKERS", "3")
     three = StackSettings.from_env()
     events: list[str] = []
-    running = {"broker": True, "broker-2": True, "broker-3": True}
 
     class Broker:
         def __init__(self, name: str) -> None:
-            self.name, self.pid = name, 1000 + len(name)
+            self.name, self.pid, self.alive = name, 1000 + len(name), True
 
         def terminate(self) -> None:
             events.append(f"stop {self.name}")
-            running[self.name] = False
+            self.alive = False
+            if self.name == "broker-2":  # a supervisor that starts it again at once
+                procs[self.name] = Broker(self.name)
 
+        def is_running(self) -> bool:
+            return self.alive
+
+        def status(self) -> str:
+            return "sleeping"
+
+    procs = {name: Broker(name) for name in ("broker", "broker-2", "broker-3")}
     monkeypatch.setattr(
-        stack, "service_process", lambda _s, name: Broker(name) if running.get(name) else None
+        stack,
+        "service_process",
+        lambda _s, name: procs[name] if name in procs and procs[name].alive else None,
     )
     in_sync_after = {"checks": 0}
 
@@ -413,9 +423,9 @@ def test_a_rolling_restart_stops_the_next_broker_only_once_every_replica_is_back
         return True
 
     def start() -> None:
-        down = [n for n, up in running.items() if not up]
-        events.append(f"start {down[0]}")
-        running[down[0]] = True
+        down = [n for n, proc in procs.items() if not proc.alive]
+        events.append(f"start {' '.join(down) or '(none down)'}")
+        procs.update({n: Broker(n) for n in down})
 
     monkeypatch.setattr(rolling_restart, "all_in_sync", in_sync)
     ticks: list[int] = []
@@ -426,10 +436,11 @@ def test_a_rolling_restart_stops_the_next_broker_only_once_every_replica_is_back
     )
     assert events == [
         *("stop broker-3", "start broker-3", "in sync"),
-        *("stop broker-2", "start broker-2", "in sync"),
+        *("stop broker-2", "start (none down)", "in sync"),
         *("stop broker", "start broker", "in sync"),
     ]
-    assert list(each) == ["broker-3", "broker-2", "broker"] and all(running.values())
+    assert list(each) == ["broker-3", "broker-2", "broker"]
+    assert all(proc.alive for proc in procs.values())
     assert len(ticks) >= 9  # the caller's tick runs on every look
     with pytest.raises(RuntimeError, match="needs a cluster"):
         rolling_restart.run(

@@ -111,6 +111,9 @@ class TrackingProducer(threading.Thread):
             {
                 "bootstrap.servers": self.bootstrap,
                 "enable.idempotence": True,
+                # every in-sync replica has the record before it counts as produced (what
+                # idempotence implies, said): a failover loses no acknowledged record
+                "acks": "all",
                 "linger.ms": 5,
                 "compression.type": "lz4",
                 "message.timeout.ms": 60000,
