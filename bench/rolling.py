@@ -67,7 +67,9 @@ def replication(bootstrap: str, topic: str) -> dict[str, int]:
         admin.close()
     return {
         "replicas": min(len(p["replica_nodes"]) for p in described["partitions"]),
-        "min_insync_replicas": int(topic_config(bootstrap, topic, "min.insync.replicas")),
+        "min_insync_replicas": int(
+            topic_config(bootstrap, {topic}, "min.insync.replicas").get(topic, "-1")
+        ),
     }
 
 
