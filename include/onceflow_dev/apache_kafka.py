@@ -82,6 +82,11 @@ class QuorumSeat:
 CONTROLLER_ID = 101
 
 
+def quorum_state(folder: Path) -> Path:
+    """The quorum-state file of the KRaft node whose log is under `folder`."""
+    return folder / "data" / "__cluster_metadata-0" / "quorum-state"
+
+
 def quorum_leader(folders: Iterable[Path]) -> tuple[int, int] | None:
     """(node id, epoch) of the KRaft quorum's leader, the active controller, as the
     quorum-state files of the controllers' logs under `folders` name it: each controller
@@ -89,7 +94,7 @@ def quorum_leader(folders: Iterable[Path]) -> tuple[int, int] | None:
     quorum's now. None while no file names a leader (an election going on)."""
     newest: tuple[int, int] | None = None
     for folder in folders:
-        path = folder / "data" / "__cluster_metadata-0" / "quorum-state"
+        path = quorum_state(folder)
         try:
             state = json.loads(path.read_text())
         except (OSError, ValueError):  # not made yet, or being rewritten

@@ -760,16 +760,22 @@ def controller_services(settings: StackSettings) -> list[str]:
     return [n for n in reversed(broker_services(settings)) if n.startswith("kafka-controller")]
 
 
-def active_controller(settings: StackSettings) -> tuple[str, int] | None:
-    """The controller service that leads the KRaft quorum now and its epoch
-    (apache_kafka.quorum_leader over the controllers' logs); None during an election."""
-    from onceflow_dev.apache_kafka import CONTROLLER_ID, quorum_leader
+def active_controller(settings: StackSettings) -> tuple[str, int, float] | None:
+    """The controller service that leads the KRaft quorum now, its epoch and when it was
+    elected (its quorum-state file's time: apache_kafka.quorum_leader over the controllers'
+    logs); None during an election."""
+    from onceflow_dev.apache_kafka import CONTROLLER_ID, quorum_leader, quorum_state
 
     names = controller_services(settings)
     found = quorum_leader(_broker(settings, name).folder for name in names)
     if found is None or not 0 <= found[0] - CONTROLLER_ID < len(names):
         return None
-    return names[found[0] - CONTROLLER_ID], found[1]
+    leader = names[found[0] - CONTROLLER_ID]
+    try:
+        elected_at = quorum_state(_broker(settings, leader).folder).stat().st_mtime
+    except OSError:  # being rewritten
+        return None
+    return leader, found[1], elected_at
 
 
 def _nth(name: str) -> int:
