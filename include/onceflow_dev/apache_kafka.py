@@ -419,10 +419,22 @@ class ApacheKafkaCluster:
         return self.bootstrap
 
     def start_node(self, n: int) -> None:
-        """Start broker `n` again (its log kept) and wait until the cluster has it back."""
+        """Start broker `n` again (its log kept) and wait until the cluster has it back:
+        registered, and every replica of every topic on a running broker in sync again (until
+        then a partition may have fewer in sync than min.insync.replicas, and plan refuses
+        it)."""
         node = self.nodes[n]
         node.wait_ready(node.launch())
         self.wait_brokers(set(self.running()))
+        deadline = time.monotonic() + START_TIMEOUT
+        alive = set(self.running())
+        while not self._ask(lambda admin: in_sync(admin, None, alive)):
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"Apache Kafka cluster: broker {n}'s replicas not in sync after "
+                    f"{START_TIMEOUT:.0f} s"
+                )
+            time.sleep(0.2)
 
     def kill(self, n: int) -> None:
         """SIGKILL broker `n`: a crash (ApacheKafka.kill)."""
@@ -465,6 +477,24 @@ class ApacheKafkaCluster:
                     f"{sorted(alive)}, after {START_TIMEOUT:.0f} s"
                 )
             time.sleep(0.2)
+
+
+def in_sync(admin: Any, topics: Iterable[str] | None, brokers: set[int] | None = None) -> bool:
+    """Whether every partition of `topics` (None: every topic but the internal ones) has a
+    leader and all its replicas (those on `brokers`, when given) in sync, as the
+    kafka-python admin client `admin` is told."""
+    names = (
+        list(topics)
+        if topics is not None
+        else [t for t in admin.list_topics() if not t.startswith("__")]
+    )
+    return all(
+        p["leader_id"] >= 0
+        and set(p["isr_nodes"])
+        >= {r for r in p["replica_nodes"] if brokers is None or r in brokers}
+        for t in (admin.describe_topics(names) if names else [])
+        for p in t["partitions"]
+    )
 
 
 def _leader(described: dict, partition: int) -> int:

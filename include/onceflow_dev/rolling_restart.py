@@ -33,16 +33,13 @@ def all_in_sync(bootstrap: str, topics: Iterable[str]) -> bool:
     """Whether every partition of `topics` has a leader and all its replicas in sync."""
     from kafka import KafkaAdminClient
 
+    from onceflow_dev.apache_kafka import in_sync
+
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="onceflow-rolling-restart")
     try:
-        described = admin.describe_topics(list(topics))
+        return in_sync(admin, topics)
     finally:
         admin.close()
-    return all(
-        p["leader_id"] >= 0 and set(p["isr_nodes"]) == set(p["replica_nodes"])
-        for t in described
-        for p in t["partitions"]
-    )
 
 
 def roll(
