@@ -17,8 +17,9 @@ from onceflow_dev.chaos.faults.reset import PRE_RESET_RECORDS, reset_offsets, wa
 from onceflow_dev.chaos.faults.schedule import Fault
 from onceflow_dev.chaos.faults.steps import (
     INJECT_TIMEOUT,
-    RECOVER_TIMEOUT,
     FaultSkipped,
+    newest_seq,
+    runs_go_on,
     trigger_until_fired,
     wait,
     wait_recovered,
@@ -87,7 +88,7 @@ def broker_killed(h: Harness, f: Fault) -> Iterator[None]:
     h.producer.pause()  # every record in flight acknowledged before the kill
     acked = h.producer.ends_of(h.epoch)
     wall = time.time()
-    max_seq = max((b["seq"] for b in h.batches.values()), default=0)
+    max_seq = newest_seq(h)
     t0 = time.monotonic()
     try:
         pid, name = kill_broker(h, point)
@@ -118,14 +119,8 @@ def broker_killed(h: Harness, f: Fault) -> Iterator[None]:
         f.error = f"the restarted broker lost acknowledged records: (end, acked) {short}"
     h.log(f"broker back on its log ({f.detail['restart_s']}s); ends {ends}")
 
-    def later_committed() -> bool:
-        return any(
-            b["seq"] > max_seq and b["state"] == BatchState.COMMITTED for b in h.batches.values()
-        )
-
     yield from wait_recovered(h, f, [txid])
-    yield from wait(h, later_committed, RECOVER_TIMEOUT, "a batch planned after it commits")
-    refusals = {r: how for r in h.runs if (how := h.task_logs.plan_refused_log(r, wall))}
+    refusals = yield from runs_go_on(h, max_seq, wall)
     f.detail["plan_refusals"] = refusals  # must stay empty: the log was kept
     if refusals or f.error:
         f.recovered = False
@@ -143,7 +138,7 @@ def broker_lost(h: Harness, f: Fault) -> Iterator[None]:
 
     from onceflow_dev import stack
 
-    max_seq = max((b["seq"] for b in h.batches.values()), default=0)
+    max_seq = newest_seq(h)
     if max_seq < 3:
         raise FaultSkipped("too few batches planned yet")
     bootstrap = h.settings.kafka_bootstrap

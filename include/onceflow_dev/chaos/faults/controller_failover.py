@@ -11,10 +11,14 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from onceflow.ledger.states import BatchState
-
 from onceflow_dev.chaos.faults.schedule import Fault
-from onceflow_dev.chaos.faults.steps import INJECT_TIMEOUT, RECOVER_TIMEOUT, FaultSkipped, wait
+from onceflow_dev.chaos.faults.steps import (
+    INJECT_TIMEOUT,
+    FaultSkipped,
+    newest_seq,
+    runs_go_on,
+    wait,
+)
 
 if TYPE_CHECKING:
     from onceflow_dev.chaos.harness import Harness
@@ -34,7 +38,7 @@ def controller_failover(h: Harness, f: Fault) -> Iterator[None]:
     proc = stack.service_process(h.settings, name)
     if proc is None:
         raise FaultSkipped(f"the quorum's leader {name} is not running")
-    max_seq = max((b["seq"] for b in h.batches.values()), default=0)
+    max_seq = newest_seq(h)
     h.log(f"controller failover: kill -9 of {name} (pid {proc.pid}), the leader of epoch {epoch}")
     wall = time.time()
     proc.kill()
@@ -53,13 +57,7 @@ def controller_failover(h: Harness, f: Fault) -> Iterator[None]:
     h.log(f"controller failover: {f.detail['elected']} leads after {f.detail['failover_s']} s")
     h.supervisor.up()  # the killed controller rejoins, a follower now
 
-    def later_committed() -> bool:
-        return any(
-            b["seq"] > max_seq and b["state"] == BatchState.COMMITTED for b in h.batches.values()
-        )
-
-    yield from wait(h, later_committed, RECOVER_TIMEOUT, "a batch planned after it commits")
-    refusals = {r: how for r in h.runs if (how := h.task_logs.plan_refused_log(r, wall))}
+    refusals = yield from runs_go_on(h, max_seq, wall)
     f.detail["plan_refusals"] = refusals  # must stay empty: no log changed
     f.recovered = not refusals
     if refusals:

@@ -9,11 +9,9 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from onceflow.ledger.states import BatchState
-
 from onceflow_dev import rolling_restart as rolling
 from onceflow_dev.chaos.faults.schedule import Fault
-from onceflow_dev.chaos.faults.steps import RECOVER_TIMEOUT, FaultSkipped, wait
+from onceflow_dev.chaos.faults.steps import FaultSkipped, newest_seq, runs_go_on, wait
 
 if TYPE_CHECKING:
     from onceflow_dev.chaos.harness import Harness
@@ -27,7 +25,7 @@ def rolling_restart(h: Harness, f: Fault) -> Iterator[None]:
         raise FaultSkipped("a rolling restart needs a cluster (ONCEFLOW_KAFKA_BROKERS=3)")
     if down := [n for n in names if stack.service_process(h.settings, n) is None]:
         raise FaultSkipped(f"not every broker runs: {', '.join(down)}")
-    max_seq = max((b["seq"] for b in h.batches.values()), default=0)
+    max_seq = newest_seq(h)
     wall = time.time()
     f.injected = True
     f.detail["order"] = names
@@ -40,13 +38,7 @@ def rolling_restart(h: Harness, f: Fault) -> Iterator[None]:
     )
     f.detail["restart_s"] = round(sum(f.detail["each_s"].values()), 1)
 
-    def later_committed() -> bool:
-        return any(
-            b["seq"] > max_seq and b["state"] == BatchState.COMMITTED for b in h.batches.values()
-        )
-
-    yield from wait(h, later_committed, RECOVER_TIMEOUT, "a batch planned after it commits")
-    refusals = {r: how for r in h.runs if (how := h.task_logs.plan_refused_log(r, wall))}
+    refusals = yield from runs_go_on(h, max_seq, wall)
     f.detail["plan_refusals"] = refusals  # must stay empty: every log was kept
     f.recovered = not refusals
     if refusals:

@@ -9,6 +9,8 @@ import time
 from collections.abc import Callable, Generator, Iterator
 from typing import TYPE_CHECKING
 
+from onceflow.ledger.states import BatchState
+
 from onceflow_dev.chaos.faults.schedule import Fault
 
 if TYPE_CHECKING:
@@ -39,6 +41,25 @@ def wait(h: Harness, cond: Callable[[], bool], timeout: float, what: str) -> Ite
         if time.monotonic() > deadline:
             raise FaultTimeout(f"timed out after {timeout:.0f}s waiting for: {what}")
         yield
+
+
+def newest_seq(h: Harness) -> int:
+    """The newest seq the harness has seen planned (0 before any)."""
+    return max((b["seq"] for b in h.batches.values()), default=0)
+
+
+def runs_go_on(h: Harness, after_seq: int, since: float) -> Generator[None, None, dict[str, str]]:
+    """Yield until a batch planned after seq `after_seq` commits; then the runs whose plan
+    refused a log since `since` (time.time()) and how (task_logs.plan_refused_log): none,
+    for a fault that kept every log (`refusals = yield from runs_go_on(...)`)."""
+
+    def later_committed() -> bool:
+        return any(
+            b["seq"] > after_seq and b["state"] == BatchState.COMMITTED for b in h.batches.values()
+        )
+
+    yield from wait(h, later_committed, RECOVER_TIMEOUT, "a batch planned after it commits")
+    return {r: how for r in h.runs if (how := h.task_logs.plan_refused_log(r, since))}
 
 
 def wait_recovered(h: Harness, fault: Fault, run_ids: list[str]) -> Iterator[None]:
