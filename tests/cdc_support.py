@@ -11,6 +11,7 @@ import urllib.parse
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psycopg2
 import pytest
@@ -134,3 +135,47 @@ def source_rows(dsn: str, table: str) -> tuple[list[str], list[tuple]]:
     from onceflow_dev import shop
 
     return shop.source_rows(dsn, table)
+
+
+def assert_mirrors(
+    sink: list[tuple], source: list[tuple], what: str, explain: Callable[[Any], str] | None = None
+) -> None:
+    """`sink` holds exactly `source`'s rows; else a short account of which differ, first by
+    key (each row's first column), not the two lists whole, and `explain(key)` of the first
+    differing key."""
+    if sink == source:
+        return
+    mine, theirs = set(sink), set(source)
+    missing, extra = sorted(theirs - mine), sorted(mine - theirs)
+    keys = {r[0] for r in missing} & {r[0] for r in extra}
+    first = (missing or extra)[0][0]
+    raise AssertionError(
+        f"{what}: {len(sink)} rows in the sink, {len(source)} in the source;"
+        f" {len(missing)} missing (first {missing[:5]}), {len(extra)} extra (first {extra[:5]}),"
+        f" {len(keys)} keys whose row differs, {len(sink) - len(mine)} duplicated"
+        + (f"; key {first!r}: {explain(first)}" if explain else "")
+    )
+
+
+def change_events(bootstrap: str, topic: str, key_column: str, key: Any) -> str:
+    """The change events of `key` in `topic` (its key column `key_column`): offset, op and
+    source position of each, a tombstone as `-`; how a mirror failure explains itself."""
+    import json
+
+    from kafka import KafkaConsumer, TopicPartition
+
+    tp = TopicPartition(topic, 0)
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, consumer_timeout_ms=3000)
+    consumer.assign([tp])
+    consumer.seek_to_beginning(tp)
+    found = []
+    with contextlib.closing(consumer):
+        for m in consumer:
+            try:
+                mine = json.loads(m.key).get("payload", {}).get(key_column) == key
+            except (TypeError, ValueError, AttributeError):
+                continue
+            if mine:
+                p = json.loads(m.value)["payload"] if m.value else None
+                found.append(f"{m.offset}:{p['op']}@{p['source']['lsn']}" if p else f"{m.offset}:-")
+    return " ".join(found) or "no event"

@@ -175,6 +175,9 @@ def test_a_failed_soak_fails_the_bench_run_and_says_why_in_its_results(tmp_path,
 
     why = "partition 1: committed offset 7, the producer's last offset + 1 is 9"
     monkeypatch.setattr(bench_run, "soak_results", lambda minutes: soak.not_run(why, minutes))
+    # neither waiting for a quiet machine nor reaping the test session's orphans
+    monkeypatch.setattr(bench_run.quiet, "SETTLE_S", 0.0)
+    monkeypatch.setattr(bench_run.quiet, "adopt_orphans", lambda: None)
     out, markdown = tmp_path / "results.json", tmp_path / "BENCHMARKS.md"
     argv = ["run.py", "--only", "soak", "--soak-minutes", "0.1", "--out", str(out),
             "--markdown", str(markdown), "--plot", str(tmp_path / "plot.png")]  # fmt: skip

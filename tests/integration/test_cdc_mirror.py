@@ -16,7 +16,15 @@ from __future__ import annotations
 import contextlib
 
 import pytest
-from cdc_support import cdc_source, run_txid, sink_rows, source_rows, sql
+from cdc_support import (
+    assert_mirrors,
+    cdc_source,
+    change_events,
+    run_txid,
+    sink_rows,
+    source_rows,
+    sql,
+)
 from kafka import KafkaProducer
 
 pytestmark = pytest.mark.integration
@@ -72,10 +80,17 @@ def mirrored(src) -> None:
     """Every sink table of every pipeline equals its source table, row for row."""
     from onceflow_dev import shop
 
-    for table in shop.TABLES:
+    for table, (_, key, _) in shop.TABLES.items():
         columns, rows = source_rows(src.shop, table)
+        topic = f"{shop.TOPIC_PREFIX}.public.{table}"
+
+        def explain(value, topic=topic, key=key) -> str:
+            dead = sql(src.ledger, "select pipeline, reason from onceflow.dead_letters")
+            return f"{change_events(src.bootstrap, topic, key[0], value)}; dead letters {dead}"
+
         for name in names():
-            assert sink_rows(src.env, name, table, columns) == rows, f"{name} {table}"
+            sink = sink_rows(src.env, name, table, columns)
+            assert_mirrors(sink, rows, f"{name} {table}", explain)
 
 
 def test_50000_changes_with_a_killed_worker_land_exactly_once_in_every_sink(source):
