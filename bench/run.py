@@ -20,6 +20,12 @@ Phase 1, data plane (a private Apache Kafka and PostgreSQL, nothing else of Once
                    (bench/native_job.py)
   commit           onceflow.commit of one staged batch (publish into the sink, offsets)
   scaling          the same for 1, 2, 4 partitions and for several batch sizes
+  breakdown        one process run profiled: CPU seconds and µs per record by process and
+                   stage (py-spy, Java Flight Recorder, per-thread CPU), and PostgreSQL's own
+                   COPY rate of the same rows (bench/breakdown.py; `--only breakdown`)
+  scale_peer       read_parse, process and the peer's two once each on 20 million records in
+                   16 partitions, 4 input partitions per core: both ratios where users run
+                   (`--only scale_peer` alone: too long for the whole bench; --scale-records)
   lake             one user transform (spark_jobs/inventory.py) into a PostgreSQL append
                    table and into an Iceberg table: process and commit of each, side by side
                    (bench/lake.py; `--only lake` measures just this and merges it into --out)
@@ -73,7 +79,11 @@ usage: python bench/run.py [--quick] [--records N] [--repeats K] [--skip-dag] [-
                            [--avro-records N] [--freshness-minutes M]
                            [--only lake|lake_commits|commit_sizes|ledger_scale|dag_parse|avro|
                                    cdc|cdc_tables|small_batch|soak|freshness|
-                                   rolling_restart]
+                                   rolling_restart|scale_peer|breakdown]
+                           [--scale-records N]
+
+Each figure records the machine's load during its own run, and a figure taken loaded is left
+out of the summary (bench/quiet.py, bench/NOTES.md "Quiet runs").
 """
 
 from __future__ import annotations
@@ -98,6 +108,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import avro  # noqa: E402
+import breakdown  # noqa: E402
 import cdc  # noqa: E402
 import commit_sizes  # noqa: E402
 import common  # noqa: E402
@@ -232,9 +243,10 @@ def ranges_json(topic: Topic) -> str:
     return json.dumps([r.to_json() for r in topic.ranges])
 
 
-def spark_job(bootstrap: str, topic: Topic, mode: str) -> dict:
+def spark_job(bootstrap: str, topic: Topic, mode: str, per_input: int = 250_000) -> dict:
     cmd = [str(SPARK_SUBMIT), *SUBMIT_ARGS, str(BENCH / "spark_job.py"), "--mode", mode,
-           "--bootstrap", bootstrap, "--ranges", ranges_json(topic)]  # fmt: skip
+           "--bootstrap", bootstrap, "--ranges", ranges_json(topic),
+           "--records-per-input-partition", str(per_input)]  # fmt: skip
     proc, wall, usage = run_watched(cmd, common.spark_env())
     lines = [x for x in proc.stdout.splitlines() if x.startswith("BENCH ")]
     if proc.returncode or not lines:
@@ -948,6 +960,11 @@ def acceptance(r: dict) -> dict:
         quiet_rounds = [x for x, loaded in zip(rounds, marks, strict=True) if not loaded]
         check("data_plane", f"{name} >= {goal:g} in every quiet round",
               min(quiet_rounds) if quiet_rounds else None, goal, ">=")  # fmt: skip
+    scaled = r.get("scale_peer")
+    if scaled:  # issue 53: the same goals where users run
+        for name, goal in PEER_GOALS.items():
+            check("scale_peer", f"{name} >= {goal:g} at {scaled['records']:,} records in "
+                  f"{scaled['partitions']} partitions", scaled["ratios"][name], goal, ">=")  # fmt: skip
     # what issue 5's run_overhead_s meant: what plan, commit and scheduling add to a run
     check("small_batch", "small batch: plan + commit + hand-offs <= 8 s",
           small.get("orchestration_s"), 8.0, "<=")  # fmt: skip
@@ -1236,6 +1253,10 @@ def write_markdown(r: dict, path: Path) -> None:
         f"{r['rss']['python_workers_sum_mib']:.0f} MiB |",
     ]
     lines += native_section(r, k)
+    if r.get("breakdown"):
+        lines += breakdown.section(r["breakdown"])
+    if r.get("scale_peer"):
+        lines += scale_peer_section(r["scale_peer"])
     if r.get("small_batch"):
         lines += small_batch_section(r["small_batch"])
         if r["small_batch"].get("backlog"):
@@ -1432,6 +1453,76 @@ def data_plane(
     return out
 
 
+# issue 53: the peer where users run: many partitions, 4 input partitions per core
+SCALE_PARTITIONS = 16
+SCALE_INPUTS_PER_CORE = 4
+
+
+def scale_peer(records: int, work: Path, bootstrap: str, pg: common.Postgres) -> dict:
+    """Both peer ratios on `records` records in SCALE_PARTITIONS partitions, read in
+    SCALE_INPUTS_PER_CORE input partitions per core (Onceflow's and the connector's alike),
+    each figure once, with its load (bench/quiet.py)."""
+    cores = os.cpu_count() or 2
+    inputs = SCALE_INPUTS_PER_CORE * cores
+    per_input = -(-records // inputs)
+    t0 = time.monotonic()
+    topic = common.produce(bootstrap, "scale16", SCALE_PARTITIONS, records)
+    say(f"scale_peer: produced {topic.records:,} records in {time.monotonic() - t0:.0f} s")
+    led = Ledger(
+        pg.dsn, pg.pid, work, "scale",
+        'transform = "orders:transform"\n'
+        f"records_per_input_partition = {per_input}\n"
+        'sink = { kind = "postgres", table = "orders", mode = "append" }\n',
+    )  # fmt: skip
+    rp = quiet.measured(spark_job, bootstrap, topic, "read_parse", per_input)
+    say(f"scale_peer: read_parse {rp['records_per_s']:,.0f}/s in {rp['input_partitions']} inputs")
+    pr = quiet.measured(process_run, bootstrap, led, topic)
+    say(f"scale_peer: process {pr['records_per_s']:,.0f}/s")
+    n = rp["input_partitions"]
+    nrp = quiet.measured(native_run, bootstrap, topic, "read_parse", n)
+    say(f"scale_peer: native_read_parse {nrp['records_per_s']:,.0f}/s")
+    npr = quiet.measured(native_run, bootstrap, topic, "process", n, pg)
+    say(f"scale_peer: native_process {npr['records_per_s']:,.0f}/s")
+    runs = {"read_parse": rp, "process": pr, "native_read_parse": nrp, "native_process": npr}
+    return {
+        "records": topic.records,
+        "partitions": SCALE_PARTITIONS,
+        "input_partitions": n,
+        "records_per_input_partition": per_input,
+        "ratios": {
+            "read_parse / native_read_parse": rp["records_per_s"] / nrp["records_per_s"],
+            "process / native_process": pr["records_per_s"] / npr["records_per_s"],
+        },
+        "loaded": [k for k, x in runs.items() if quiet.is_loaded(x)],
+        "runs": runs,
+    }
+
+
+def scale_peer_section(sp: dict) -> list[str]:
+    """bench/BENCHMARKS.md's account of the scale_peer section."""
+    runs = sp["runs"]
+    lines = [
+        "",
+        f"## The peer at {sp['records']:,} records",
+        "",
+        f"{sp['partitions']} partitions read in {sp['input_partitions']} input partitions "
+        f"({sp['records_per_input_partition']:,} records each, {SCALE_INPUTS_PER_CORE} per "
+        "core), Onceflow's and Spark's connector alike; each figure once, in-job "
+        '(`make bench BENCH_ARGS="--only scale_peer"`).',
+        "",
+        "| figure | records/s | 1-min load at start | others' cores | loaded |",
+        "| --- | ---: | ---: | ---: | :---: |",
+    ]
+    for name, run in runs.items():
+        load = run.get("load", {})
+        lines.append(
+            f"| {name} | {run['records_per_s']:,.0f} | {load.get('load_1min', 0):.2f} | "
+            f"{load.get('others_cores', 0):.2f} | {'yes' if load.get('loaded') else 'no'} |"
+        )
+    lines += ["", *(f"- {k}: **{v:.2f}x**" for k, v in sp["ratios"].items())]
+    return lines
+
+
 def peer_detail(rps: list[dict], procs: list[dict], nrps: list[dict], nprocs: list[dict]) -> dict:
     """Load-robust views of the comparison: the ratio of each repeat's back-to-back pair, and
     the median CPU seconds of the whole spark-submit (every process of it, PostgreSQL's
@@ -1503,6 +1594,8 @@ SECTIONS = [
     "soak",
     "freshness",
     "rolling_restart",
+    "scale_peer",
+    "breakdown",
 ]
 # sections on the bench's stack only: no private broker or PostgreSQL of phase 1
 STACK_SECTIONS = ("small_batch", "soak", "freshness", "rolling_restart")
@@ -1577,6 +1670,12 @@ def main() -> int:
     )
     p.add_argument("--lake-records", type=int, default=1_000_000, help="the lake section's topic")
     p.add_argument(
+        "--scale-records",
+        type=int,
+        default=20_000_000,
+        help="the scale_peer section's topic (--only scale_peer; 400,000 with --quick)",
+    )
+    p.add_argument(
         "--avro-records", type=int, default=1_000_000, help="the avro section's events (each way)"
     )
     p.add_argument(
@@ -1642,6 +1741,7 @@ def main() -> int:
         )
         a.lake_records = 50_000
         a.avro_records = 100_000
+        a.scale_records = 400_000
     sizes = sorted({int(x) for x in a.sizes.split(",") if x} | {a.records})
     pcounts = [int(x) for x in a.partition_counts.split(",") if x]
 
@@ -1712,6 +1812,16 @@ def main() -> int:
                             brk.bootstrap, pg.dsn, work, cdc_submit(pg, brk.bootstrap), say=say
                         )
                     results["cdc"] = {**earlier.get("cdc", {}), "tables": tables}
+                if wanted("breakdown"):
+                    with section("breakdown"):
+                        topic = common.produce(brk.bootstrap, "breakdown4", a.partitions, a.records)
+                        led = Ledger(pg.dsn, pg.pid, work, "breakdown")
+                        results["breakdown"] = breakdown.profile(
+                            process_job, led, brk.bootstrap, topic, work, say
+                        )
+                if a.only == "scale_peer":  # too long for the whole bench: alone
+                    with section("scale_peer"):
+                        results["scale_peer"] = scale_peer(a.scale_records, work, brk.bootstrap, pg)
                 if wanted("lake_commits"):
                     with section("lake_commits"):
                         batches = 20 if a.quick else 100
@@ -1781,6 +1891,8 @@ def main() -> int:
             "soak": lambda: soak.section(results["soak"]),
             "freshness": lambda: freshness.section(results["freshness"]),
             "rolling_restart": lambda: rolling.section(results["rolling_restart"]),
+            "scale_peer": lambda: scale_peer_section(results["scale_peer"]),
+            "breakdown": lambda: breakdown.section(results["breakdown"]),
         }[a.only]()
         a.markdown.write_text("\n".join([f"# Benchmarks: the {a.only} section alone", *alone, ""]))
         say(f"wrote {a.out}, {a.markdown}")
