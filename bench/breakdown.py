@@ -15,9 +15,10 @@ orders transform's fast form, staged into PostgreSQL), watched three ways:
   rule its frames match.
 
 A process's CPU seconds are split by its samples' shares, so each row is CPU seconds of one
-stage; divided by the records, µs per record. PostgreSQL's backends are one row, and beside
-them the rate PostgreSQL itself COPYs the same rows at on this machine: the run's stage
-table copied out as CSV and COPYed into a new table of its shape in one stream (`copy_rate`).
+stage; divided by the records, µs per record. The raw profiles stay in KEPT. PostgreSQL's
+backends are one row, and beside them the rate PostgreSQL itself COPYs the same rows at on
+this machine: the valid rows the run staged copied out as CSV and COPYed into a new table
+of their table's shape in one stream (`copy_rate`).
 """
 
 from __future__ import annotations
@@ -53,12 +54,17 @@ STAGES: tuple[tuple[str, str], ...] = (
 )
 JVM_STAGES: tuple[tuple[str, str], ...] = (
     ("codegen (Janino)", r"org\.codehaus\.janino|org\.codehaus\.commons"),
+    # classes and resources looked up in the jars of the class path
+    (
+        "class and resource loading",
+        r"ClassLoader|jdk\.internal\.loader|java\.util\.(jar|zip\.ZipFile)",
+    ),
     ("plan analysis and optimization", r"sql\.catalyst\.(analysis|optimizer|rules)|QueryExecution"),
     ("Arrow (JVM)", r"org\.apache\.arrow|ArrowWriter|ArrowConverters"),
     ("Python runner I/O", r"api\.python|PythonRunner|PythonArrowOutput|PythonWorkerFactory"),
     ("JDBC", r"org\.postgresql"),
-    ("compression", r"net\.jpountz|xerial|com\.github\.luben|java\.util\.zip"),
-    ("class loading", r"ClassLoader|java\.lang\.invoke|jdk\.internal\.loader"),
+    ("compression", r"net\.jpountz|xerial|com\.github\.luben|Inflater|Deflater"),
+    ("reflection, lambdas", r"java\.lang\.invoke|java\.lang\.reflect|scala\.reflect"),
     ("Spark scheduling, RPC, storage", r"spark\.(scheduler|rpc|storage|network)|io\.netty"),
     ("Spark SQL execution", r"org\.apache\.spark\.sql"),
 )
@@ -68,8 +74,12 @@ THREAD_GROUPS: tuple[tuple[str, str], ...] = (
     ("Spark task threads", r"^Executor task"),
     ("Python runner I/O threads", r"^stdout writer|^Worker Monitor|^stderr reader|[Pp]ython"),
     ("driver main thread", r"^main$|^java$"),
+    # py4j's gateway runs each call of the driver's Python on a thread of this name
+    ("py4j calls of the driver's Python", r"^Thread-\d+$"),
 )
 OTHER = "other"
+# the last run's raw profiles: py-spy's (driver.txt, workers.txt) and the JVM's (process.jfr)
+KEPT = Path(__file__).resolve().parents[1] / ".onceflow" / "bench-data" / "breakdown"
 
 
 def stage_of(frames: list[str], rules: tuple[tuple[str, str], ...]) -> str:
@@ -90,16 +100,20 @@ def pyspy_stages(raw: str) -> Counter:
     return counts
 
 
-def jfr_stages(printed: str) -> Counter:
-    """`jfr print --json --events jdk.ExecutionSample`: samples per JVM stage."""
-    counts: Counter = Counter()
+def jfr_stages(printed: str) -> dict[str, Counter]:
+    """`jfr print --json --events jdk.ExecutionSample`: per thread group (THREAD_GROUPS, by
+    the sampled thread's name), samples per JVM stage."""
+    counts: dict[str, Counter] = defaultdict(Counter)
     for event in json.loads(printed)["recording"]["events"]:
-        frames = [
-            f"{f['method']['type']['name']}.{f['method']['name']}"
-            for f in (event["values"].get("stackTrace") or {}).get("frames", [])
+        values = event["values"]
+        frames = [  # a type's name as the JVM writes it: java/util/zip/ZipFile
+            f"{f['method']['type']['name'].replace('/', '.')}.{f['method']['name']}"
+            for f in (values.get("stackTrace") or {}).get("frames", [])
         ]
-        counts[stage_of(frames, JVM_STAGES)] += 1
-    return counts
+        thread = values.get("sampledThread") or {}
+        group = thread_group(thread.get("osName") or thread.get("javaName") or "")
+        counts[group][stage_of(frames, JVM_STAGES)] += 1
+    return dict(counts)
 
 
 def thread_group(name: str) -> str:
@@ -161,6 +175,7 @@ class Samplers:
         self.root, self.folder, self.pyspy = root, folder, pyspy
         self.spies: dict[str, subprocess.Popen] = {}
         self.threads: dict[int, tuple[str, float]] = {}
+        self.driver = ""  # the driver Python's command line, as sampled
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._run, daemon=True)
 
@@ -182,6 +197,7 @@ class Samplers:
                         with contextlib.suppress(OSError):
                             self.threads.update(jvm_threads(p.pid))
                     elif kind == "driver_python" and "driver" not in self.spies:
+                        self.driver = " ".join(p.cmdline())[-120:]
                         self._spy("driver", p.pid)
                     elif kind == "python_worker" and "workers" not in self.spies and _daemon(p):
                         self._spy("workers", p.pid, "--subprocesses")
@@ -245,14 +261,14 @@ def profile(
     led: Any,
     bootstrap: str,
     topic: Any,
-    work: Path,
     say: Callable[[str], None],
 ) -> dict:
     """One process run over `topic`'s ranges, profiled: the rows of the breakdown."""
     from onceflow.hooks.sink import sink_for
 
-    folder = work / "profile"
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = KEPT  # the raw profiles stay for a closer look, each run's over the last's
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
     pyspy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or "py-spy"
     cfg, path = led.new_pipeline(topic)
     cmd, env = process_job(led.dsn, bootstrap, path, cfg.name, "run-1")
@@ -277,18 +293,26 @@ def profile(
     add("Python workers", split(cpu.get("python_worker", 0.0), spies.samples("workers")))
     add("driver Python", split(cpu.get("driver_python", 0.0), spies.samples("driver")))
     groups: dict[str, float] = defaultdict(float)
+    others: dict[str, float] = defaultdict(float)  # what "other" holds, by thread name
     for name, seconds in spies.threads.values():
         groups[thread_group(name)] += seconds
+        if thread_group(name) == OTHER:
+            others[re.sub(r"[-#]?\d+$", "", name)] += seconds
     java = jfr_stages(
         subprocess.run(
             ["jfr", "print", "--json", "--events", "jdk.ExecutionSample", str(jfr)],
             capture_output=True, text=True, check=True,
         ).stdout
     )  # fmt: skip
-    # the task threads' CPU by what their Java frames do; the other threads by their group
-    task_s = groups.pop("Spark task threads", 0.0)
-    add("driver JVM: Spark task threads", split(task_s, java))
-    add("driver JVM: other threads", dict(groups))
+    # a group's CPU by what its Java frames do; a group JFR never sampled (the JIT compilers,
+    # the collector: no Java frames) as one row
+    unsampled = {}
+    for group, seconds in sorted(groups.items(), key=lambda x: -x[1]):
+        if java.get(group):
+            add(f"driver JVM: {group}", split(seconds, java[group]))
+        else:
+            unsampled[group] = seconds
+    add("driver JVM: threads without Java samples", unsampled)
     add("PostgreSQL backends", {"COPY, fence rows, marks": cpu.get("postgres", 0.0)})
     for row in rows:
         row["us_per_record"] = round(row["cpu_s"] / topic.records * 1e6, 2)
@@ -298,14 +322,17 @@ def profile(
         "records": topic.records,
         "wall_s": round(wall, 2),
         "cpu_s": {k: round(v, 2) for k, v in cpu.items()},
-        "jvm_thread_cpu_s": {k: round(v, 2) for k, v in groups.items()}
-        | {"Spark task threads": round(task_s, 2)},
+        "jvm_thread_cpu_s": {k: round(v, 2) for k, v in groups.items()},
+        "jvm_other_threads_cpu_s": {
+            k: round(v, 2) for k, v in sorted(others.items(), key=lambda x: -x[1])[:8]
+        },
         "samples": {
             "workers": sum(spies.samples("workers").values()),
             "driver": sum(spies.samples("driver").values()),
-            "jvm": sum(java.values()),
+            "jvm": {k: sum(v.values()) for k, v in java.items()},
         },
         "rows": rows,
+        "driver_python": spies.driver,
         "copy_rate": copied,
     }
 

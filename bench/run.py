@@ -1817,7 +1817,7 @@ def main() -> int:
                         topic = common.produce(brk.bootstrap, "breakdown4", a.partitions, a.records)
                         led = Ledger(pg.dsn, pg.pid, work, "breakdown")
                         results["breakdown"] = breakdown.profile(
-                            process_job, led, brk.bootstrap, topic, work, say
+                            process_job, led, brk.bootstrap, topic, say
                         )
                 if a.only == "scale_peer":  # too long for the whole bench: alone
                     with section("scale_peer"):

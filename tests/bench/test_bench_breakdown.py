@@ -39,9 +39,10 @@ def test_py_spy_samples_go_to_the_most_specific_stage_of_their_frames():
 
 
 def test_jfr_samples_are_staged_by_their_java_frames():
-    def event(*frames: str) -> dict:
+    def event(*frames: str, thread: str = "Executor task l") -> dict:
         return {
             "values": {
+                "sampledThread": {"osName": thread},
                 "stackTrace": {
                     "frames": [
                         {
@@ -52,7 +53,7 @@ def test_jfr_samples_are_staged_by_their_java_frames():
                         }
                         for f in frames
                     ]
-                }
+                },
             }
         }
 
@@ -60,17 +61,20 @@ def test_jfr_samples_are_staged_by_their_java_frames():
         {
             "recording": {
                 "events": [
-                    event("org.codehaus.janino.UnitCompiler.compile", "org.apache.spark.sql.X.run"),
+                    event("org/codehaus/janino/UnitCompiler.compile", "org.apache.spark.sql.X.run"),
                     event("org.apache.spark.api.python.PythonRunner.read", "java.lang.Thread.run"),
                     event("java.lang.Object.wait"),
+                    event("org.codehaus.janino.Parser.parse", thread="Thread-12"),
                     {"values": {}},
                 ]
             }
         }
     )
-    assert breakdown.jfr_stages(printed) == Counter(
-        {"codegen (Janino)": 1, "Python runner I/O": 1, "other": 2}
-    )
+    assert breakdown.jfr_stages(printed) == {
+        "Spark task threads": Counter({"codegen (Janino)": 1, "Python runner I/O": 1, "other": 1}),
+        "py4j calls of the driver's Python": Counter({"codegen (Janino)": 1}),
+        "other": Counter({"other": 1}),
+    }
 
 
 def test_a_processs_cpu_is_split_by_its_samples_shares():
@@ -87,6 +91,7 @@ def test_a_processs_cpu_is_split_by_its_samples_shares():
         ("stdout writer f", "Python runner I/O threads"),
         ("netty-rpc-env-t", "other"),
         ("main", "driver main thread"),
+        ("Thread-3", "py4j calls of the driver's Python"),
     ],
 )
 def test_jvm_threads_are_grouped_by_their_names(name, group):
