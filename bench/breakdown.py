@@ -49,7 +49,7 @@ STAGES: tuple[tuple[str, str], ...] = (
     ("Arrow (building, casting)", r"pyarrow|arrow_columns|record_batches"),
     ("decode + transform (fast form)", r"fast_stage|spark_jobs/orders|onceflow/formats|transforms"),
     ("hand-off to the JVM (serializers, sockets)", r"pyspark/serializers|socket|sql/pandas"),
-    ("start-up (imports)", r"importlib|<frozen|<module>"),
+    ("start-up (imports)", r"importlib|<frozen"),
     ("Spark's Python driver (py4j, Spark Connect)", r"py4j|pyspark/sql|pyspark/core"),
 )
 JVM_STAGES: tuple[tuple[str, str], ...] = (
@@ -158,6 +158,13 @@ def with_jfr(cmd: list[str], jfr: Path) -> list[str]:
     return [out[0], "--conf", f"{key}{option}", *out[1:]]
 
 
+def _of_jvm(p: psutil.Process) -> bool:
+    """Whether `p` was started by the driver JVM (the driver's Python is; spark-submit's own
+    helpers, such as find_spark_home.py, are not)."""
+    parent = p.parent()
+    return parent is not None and kind_of(parent) == "driver_jvm"
+
+
 def _daemon(p: psutil.Process) -> bool:
     """Whether `p` is the Python workers' daemon, which forks them (its children share its
     command line)."""
@@ -196,7 +203,7 @@ class Samplers:
                     if kind == "driver_jvm":
                         with contextlib.suppress(OSError):
                             self.threads.update(jvm_threads(p.pid))
-                    elif kind == "driver_python" and "driver" not in self.spies:
+                    elif kind == "driver_python" and "driver" not in self.spies and _of_jvm(p):
                         self.driver = " ".join(p.cmdline())[-120:]
                         self._spy("driver", p.pid)
                     elif kind == "python_worker" and "workers" not in self.spies and _daemon(p):
