@@ -12,6 +12,9 @@ A figure is loaded when the 1-minute load at its start is above LOADED (others d
 settle), or when others kept more than OTHERS_CORES busy on average during it (a job started
 beside the bench halfway through). The 1-minute load during the figure says little by
 itself: the figure's own work on two cores keeps it near 2.
+
+Each small batch through the scheduler waits for something shorter (`wait_idle`): both cores
+idle for a second.
 """
 
 from __future__ import annotations
@@ -39,6 +42,31 @@ def adopt_orphans() -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
+
+
+# before each small batch (issue 26's "on a quiet machine"), a shorter wait than settle's: it
+# starts once both cores were less than IDLE_BUSY busy for a second (e.g. the Connect server
+# done compiling the last run's code), or after IDLE_WAIT_S at most; how busy they were is
+# kept with the sample
+IDLE_BUSY = 0.15
+IDLE_WAIT_S = 60.0
+
+
+def wait_idle() -> float:
+    """Wait until the cores are idle (IDLE_BUSY); the busy fraction of their last second."""
+
+    def times() -> tuple[int, int]:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        return sum(fields) - fields[3] - fields[4], sum(fields)  # idle and iowait left out
+
+    deadline = time.monotonic() + IDLE_WAIT_S
+    while True:
+        busy0, total0 = times()
+        time.sleep(1.0)
+        busy1, total1 = times()
+        busy = (busy1 - busy0) / max(total1 - total0, 1)
+        if busy < IDLE_BUSY or time.monotonic() > deadline:
+            return busy
 
 
 def busy_s(stat: str | None = None) -> tuple[float, float]:

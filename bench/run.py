@@ -719,34 +719,9 @@ def backlog_drain(client: Any, settings: Any, records: int) -> dict:
     return out
 
 
-# "On a quiet machine" (issue 26's acceptance): a sample starts once both cores were less than
-# QUIET_BUSY busy for a second (e.g. the Connect server done compiling the last run's code),
-# or after QUIET_WAIT_S at most; how busy they were is kept with the sample.
-QUIET_BUSY = 0.15
-QUIET_WAIT_S = 60.0
-
-
-def _cpu_times() -> tuple[int, int]:
-    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = fields[3] + fields[4]  # idle + iowait
-    return sum(fields) - idle, sum(fields)
-
-
-def wait_quiet() -> float:
-    """Wait until the machine is quiet (QUIET_BUSY); the busy fraction of its last second."""
-    deadline = time.monotonic() + QUIET_WAIT_S
-    while True:
-        busy0, total0 = _cpu_times()
-        time.sleep(1.0)
-        busy1, total1 = _cpu_times()
-        busy = (busy1 - busy0) / max(total1 - total0, 1)
-        if busy < QUIET_BUSY or time.monotonic() > deadline:
-            return busy
-
-
 def _small_run(client: Any, settings: Any, name: str, i: int) -> dict:
     """One DAG run of pipeline `name` over SMALL_BATCH records produced just before it, on
-    a quiet machine (wait_quiet)."""
+    a quiet machine (quiet.wait_idle)."""
     from onceflow_dev import producer
 
     producer.produce(
@@ -758,7 +733,7 @@ def _small_run(client: Any, settings: Any, name: str, i: int) -> dict:
         start=i * SMALL_BATCH,
     )
     dag_id, run_id = f"onceflow_{name}", f"bench-small-{i}"
-    busy = wait_quiet()
+    busy = quiet.wait_idle()
     client.trigger(dag_id, run_id)
     states = client.wait_for_runs(dag_id, [run_id], timeout=600, poll=0.2, echo=None)
     if states[run_id] != "success":
@@ -850,7 +825,7 @@ def machine_reference(runs: int = 3) -> dict:
     a small query on its open session."""
     samples = []
     for _ in range(runs):
-        wait_quiet()
+        quiet.wait_idle()
         cmd = [str(SPARK_SUBMIT), *REFERENCE_SUBMIT_ARGS, str(BENCH / "noop_job.py")]
         started = time.monotonic()
         proc = subprocess.run(
@@ -1121,8 +1096,8 @@ def small_batch_section(sb: dict) -> list[str]:
         "after a warm-up run each, the two pipelines' runs alternating, on the local stack, "
         f"LocalExecutor, broker {sb['broker']}; trigger = the run's `queued_at`, each batch "
         "produced just before its trigger, each run triggered once the machine was quiet "
-        f"(both cores under {QUIET_BUSY:.0%} busy for a second, or after "
-        f"{QUIET_WAIT_S:.0f} s; median busy before a run: spark-submit "
+        f"(both cores under {quiet.IDLE_BUSY:.0%} busy for a second, or after "
+        f"{quiet.IDLE_WAIT_S:.0f} s; median busy before a run: spark-submit "
         f"{d.get('cpu_busy_before', float('nan')):.0%}, connect "
         f"{c.get('cpu_busy_before', float('nan')):.0%}). spark-submit: a Spark of the task's own; connect: "
         "the task runs the attempt itself in a session of the stack's Spark Connect server.",
