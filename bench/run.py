@@ -24,7 +24,8 @@ Phase 1, data plane (a private Apache Kafka and PostgreSQL, nothing else of Once
                    stage (py-spy, Java Flight Recorder, per-thread CPU), and PostgreSQL's own
                    COPY rate of the same rows (bench/breakdown.py; `--only breakdown`)
   scale_peer       read_parse, process and the peer's two once each on 20 million records in
-                   16 partitions, 4 input partitions per core: both ratios where users run
+                   16 partitions, 4 input partitions per core or one per partition: both
+                   ratios where users run
                    (`--only scale_peer` alone: too long for the whole bench; --scale-records)
   lake             one user transform (spark_jobs/inventory.py) into a PostgreSQL append
                    table and into an Iceberg table: process and commit of each, side by side
@@ -1236,7 +1237,7 @@ def write_markdown(r: dict, path: Path) -> None:
     if r.get("breakdown"):
         lines += breakdown.section(r["breakdown"])
     if r.get("scale_peer"):
-        lines += scale_peer_section(r["scale_peer"])
+        lines += scale_peer_section(r["scale_peer"], r["machine"]["cores"])
     if r.get("small_batch"):
         lines += small_batch_section(r["small_batch"])
         if r["small_batch"].get("backlog"):
@@ -1440,8 +1441,10 @@ SCALE_INPUTS_PER_CORE = 4
 
 def scale_peer(records: int, work: Path, bootstrap: str, pg: common.Postgres) -> dict:
     """Both peer ratios on `records` records in SCALE_PARTITIONS partitions, read in
-    SCALE_INPUTS_PER_CORE input partitions per core (Onceflow's and the connector's alike),
-    each figure once, with its load (bench/quiet.py)."""
+    SCALE_INPUTS_PER_CORE input partitions per core, or one per partition where there are
+    more partitions than that (an input partition never spans two: 16 partitions on two
+    cores make 16, 8 per core), Onceflow's and the connector's alike; each figure once, with
+    its load (bench/quiet.py)."""
     cores = os.cpu_count() or 2
     inputs = SCALE_INPUTS_PER_CORE * cores
     per_input = -(-records // inputs)
@@ -1478,17 +1481,19 @@ def scale_peer(records: int, work: Path, bootstrap: str, pg: common.Postgres) ->
     }
 
 
-def scale_peer_section(sp: dict) -> list[str]:
-    """bench/BENCHMARKS.md's account of the scale_peer section."""
+def scale_peer_section(sp: dict, cores: int) -> list[str]:
+    """bench/BENCHMARKS.md's account of the scale_peer section, measured on `cores` cores."""
     runs = sp["runs"]
+    per_core = sp["input_partitions"] / cores
     lines = [
         "",
         f"## The peer at {sp['records']:,} records",
         "",
-        f"{sp['partitions']} partitions read in {sp['input_partitions']} input partitions "
-        f"({sp['records_per_input_partition']:,} records each, {SCALE_INPUTS_PER_CORE} per "
-        "core), Onceflow's and Spark's connector alike; each figure once, in-job "
-        '(`make bench BENCH_ARGS="--only scale_peer"`).',
+        f"{sp['partitions']} partitions read in {sp['input_partitions']} input partitions, "
+        f"{per_core:g} per core: {SCALE_INPUTS_PER_CORE} per core at most "
+        f"{sp['records_per_input_partition']:,} records each, and an input partition never "
+        "spans two partitions. Onceflow's and Spark's connector alike; each figure once, "
+        'in-job (`make bench BENCH_ARGS="--only scale_peer"`).',
         "",
         "| figure | records/s | 1-min load at start | others' cores | loaded |",
         "| --- | ---: | ---: | ---: | :---: |",
@@ -1871,7 +1876,9 @@ def main() -> int:
             "soak": lambda: soak.section(results["soak"]),
             "freshness": lambda: freshness.section(results["freshness"]),
             "rolling_restart": lambda: rolling.section(results["rolling_restart"]),
-            "scale_peer": lambda: scale_peer_section(results["scale_peer"]),
+            "scale_peer": lambda: scale_peer_section(
+                results["scale_peer"], results["machine"]["cores"]
+            ),
             "breakdown": lambda: breakdown.section(results["breakdown"]),
         }[a.only]()
         a.markdown.write_text("\n".join([f"# Benchmarks: the {a.only} section alone", *alone, ""]))
