@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from procmon import ProcMon
 
 LOADED = 1.5  # the 1-minute load above which a figure is marked
 OTHERS_CORES = 0.5  # a quarter of this 2-core machine, busy outside the bench
@@ -79,7 +80,9 @@ def busy_s(stat: str | None = None) -> tuple[float, float]:
 
 def tree_s(root: int | None = None) -> float:
     """CPU seconds of process `root` (this one) and its descendants, their reaped children's
-    included: what the bench itself used."""
+    included: what the bench itself used, as far as its processes' own times tell. A
+    process reaped by a parent that ignores SIGCHLD (PySpark's worker daemon forks workers
+    so) leaves no trace in anyone's; `Figure` therefore watches the tree while it runs."""
     root = root or os.getpid()
     children: dict[int, list[int]] = {}
     for p in psutil.process_iter(["ppid"]):
@@ -132,18 +135,23 @@ class Figure:
     def __init__(self, settle_s: float | None = None) -> None:
         self.settle_s = SETTLE_S if settle_s is None else settle_s
         self.load: Load | None = None
+        self.mine_s = 0.0  # the bench's own CPU seconds during the figure
 
     def __enter__(self) -> Figure:
         self._load_1min, self._settled = settle(limit_s=self.settle_s)
         self._t0 = time.monotonic()
         self._busy0, self._steal0 = busy_s()
         self._tree0 = tree_s()
+        # every process of the tree, polled: one that ends unreaped is counted to its last poll
+        self._mon = ProcMon(os.getpid(), interval=0.5).__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._mon.__exit__(*exc)
         seconds = max(time.monotonic() - self._t0, 1e-3)
         busy, steal = busy_s()
-        mine = tree_s() - self._tree0
+        mine = max(tree_s() - self._tree0, sum(self._mon.usage().cpu_s.values()))
+        self.mine_s = mine
         self.load = Load(
             load_1min=self._load_1min,
             others_cores=max(busy - self._busy0 - mine, 0.0) / seconds,

@@ -129,3 +129,18 @@ def test_a_run_without_loads_of_its_sections_is_judged_by_its_whole_runs_mean():
     assert "4.75" in rows["DAG file of 500 pipelines parses in < 5 s"]["left_out"]
     calm = bench_run.acceptance({**old, "load": {"min": 0.2, "mean": 1.1, "max": 2.0}})
     assert calm["DAG file of 500 pipelines parses in < 5 s"]["met"] is True
+
+
+def test_a_figure_counts_a_grandchild_reaped_unseen_as_the_benchs_own():
+    # a parent that ignores SIGCHLD (PySpark's worker daemon) leaves its children's CPU in
+    # nobody's times once they end: the figure counts them from its polls
+    ignoring = (
+        "import os, signal, sys\n"
+        "signal.signal(signal.SIGCHLD, signal.SIG_IGN)\n"
+        "if os.fork() == 0:\n"
+        f"    exec({BURN.format(s=1.5)!r}); os._exit(0)\n"
+        "try:\n    os.wait()\nexcept ChildProcessError:\n    pass\n"
+    )
+    with quiet.Figure(settle_s=0) as f:
+        subprocess.run([sys.executable, "-c", ignoring], check=True)
+    assert f.mine_s >= 1.2
