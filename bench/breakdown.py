@@ -297,13 +297,15 @@ def profile(
         for stage, seconds in sorted(parts.items(), key=lambda x: -x[1]):
             rows.append({"process": process, "stage": stage, "cpu_s": round(seconds, 3)})
 
-    add("Python workers", split(cpu.get("python_worker", 0.0), spies.samples("workers")))
-    add("driver Python", split(cpu.get("driver_python", 0.0), spies.samples("driver")))
+    sampled = {name: spies.samples(name) for name in ("workers", "driver")}  # read once
+    add("Python workers", split(cpu.get("python_worker", 0.0), sampled["workers"]))
+    add("driver Python", split(cpu.get("driver_python", 0.0), sampled["driver"]))
     groups: dict[str, float] = defaultdict(float)
     others: dict[str, float] = defaultdict(float)  # what "other" holds, by thread name
     for name, seconds in spies.threads.values():
-        groups[thread_group(name)] += seconds
-        if thread_group(name) == OTHER:
+        group = thread_group(name)
+        groups[group] += seconds
+        if group == OTHER:
             others[re.sub(r"[-#]?\d+$", "", name)] += seconds
     java = jfr_stages(
         subprocess.run(
@@ -334,8 +336,7 @@ def profile(
             k: round(v, 2) for k, v in sorted(others.items(), key=lambda x: -x[1])[:8]
         },
         "samples": {
-            "workers": sum(spies.samples("workers").values()),
-            "driver": sum(spies.samples("driver").values()),
+            **{name: sum(counts.values()) for name, counts in sampled.items()},
             "jvm": {k: sum(v.values()) for k, v in java.items()},
         },
         "rows": rows,

@@ -53,11 +53,18 @@ IDLE_BUSY = 0.15
 IDLE_WAIT_S = 60.0
 
 
+def _cpu_fields(stat: str | None = None) -> list[int]:
+    """The machine's CPU time by kind, in clock ticks: /proc/stat's first line (user, nice,
+    system, idle, iowait, irq, softirq, steal, ...)."""
+    line = (stat or Path("/proc/stat").read_text()).split("\n", 1)[0]
+    return [int(v) for v in line.split()[1:]]
+
+
 def wait_idle() -> float:
     """Wait until the cores are idle (IDLE_BUSY); the busy fraction of their last second."""
 
     def times() -> tuple[int, int]:
-        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        fields = _cpu_fields()
         return sum(fields) - fields[3] - fields[4], sum(fields)  # idle and iowait left out
 
     deadline = time.monotonic() + IDLE_WAIT_S
@@ -73,8 +80,7 @@ def wait_idle() -> float:
 def busy_s(stat: str | None = None) -> tuple[float, float]:
     """CPU seconds the machine spent busy in processes (user, nice, system) and stolen by its
     hypervisor, from /proc/stat's first line (interrupts left out: no process's own)."""
-    line = (stat or Path("/proc/stat").read_text()).split("\n", 1)[0].split()
-    user, nice, system, steal = (int(line[i]) for i in (1, 2, 3, 8))
+    user, nice, system, steal = (_cpu_fields(stat)[i] for i in (0, 1, 2, 7))
     return (user + nice + system) / _HZ, steal / _HZ
 
 
