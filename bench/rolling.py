@@ -49,7 +49,7 @@ def pipelines_toml() -> str:
         'sink = { kind = "postgres", table = "orders" }\n'
         'process_mode = "connect"\n'
         f'schedule = "{schedule}"\n'
-        + (freshness.ON_RECORDS_TOML if schedule == "on_records" else "")
+        + (freshness.on_records_toml(1) if schedule == "on_records" else "")
         + "commit_poke_interval = 0.5\n"
         for schedule in SCHEDULES
     )

@@ -975,6 +975,12 @@ def acceptance(r: dict) -> dict:
             schedule = (r.get("freshness_schedule") or {}).get(mode, "?")
             check("freshness", f"freshness p99 ({mode}, {schedule}, the easy rate) <= {limit:g} s",
                   p99, limit, "<=")  # fmt: skip
+    for p in (r.get("freshness") or {}).get("phases", []):  # issue 53: the backlog holds
+        if p.get("lag_growth_records_per_s") is not None:
+            check("freshness", f"backlog does not grow ({p['process_mode']}, "
+                  f"{freshness.schedule_of(p)}, {p['rate']:,} records/s): lag trend <= "
+                  f"{freshness.ACCEPT_GROWTH:.0%} of the rate", p["lag_growth_records_per_s"],
+                  freshness.ACCEPT_GROWTH * p["rate"], "<=")  # fmt: skip
     tables = (r.get("cdc") or {}).get("tables")
     if tables:  # issue 51: each step of every txid, the steady state's among them
         for step in ("plan", "commit"):

@@ -8,6 +8,8 @@ which is exactly what those two processes do with them.
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 
 import pytest
 from onceflow.airflow.tasks import CommitOperator
@@ -24,16 +26,21 @@ from test_ledger import T, process, snap
 pytestmark = pytest.mark.integration
 
 
+def pipeline_file(path, name: str, commit_wait_seconds: float):
+    path.write_text(
+        f'[pipelines.{name}]\ntopics = ["{T}"]\nmax_records_per_partition = 100\n'
+        'transform = "orders:transform"\nsink = { table = "orders" }\n'
+        f"commit_wait_seconds = {commit_wait_seconds}\n"
+    )
+    return get_pipeline(path, name)
+
+
 @pytest.fixture
 def cfg(unique_name, ledger_dsn, tmp_path, monkeypatch):
     path = tmp_path / "pipelines.toml"
-    path.write_text(
-        f'[pipelines.{unique_name}]\ntopics = ["{T}"]\nmax_records_per_partition = 100\n'
-        'transform = "orders:transform"\nsink = { table = "orders" }\n'
-    )
     monkeypatch.setenv("ONCEFLOW_PIPELINES", str(path))
     monkeypatch.setenv("ONCEFLOW_POSTGRES_DSN", ledger_dsn)
-    return get_pipeline(path, unique_name)
+    return pipeline_file(path, unique_name, commit_wait_seconds=1)
 
 
 def first_event(trigger: CommitReadyTrigger, within: float):
@@ -116,6 +123,30 @@ def test_commit_task_defers_while_blocked_and_commits_when_resumed(ledger_dsn, c
     assert get_batch(ledger_dsn, cfg.name, "b").state == "committed"
     # a retry of the task after commit changes nothing
     assert op.execute({})["outcome"] == "already-committed"
+
+
+def test_a_blocked_commit_waits_in_its_task_and_commits_once_its_predecessor_closes(
+    ledger_dsn, cfg, tmp_path
+):
+    pipeline_file(tmp_path / "pipelines.toml", cfg.name, commit_wait_seconds=60)
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}), sink=sink_for(cfg))
+    plan(ledger_dsn, cfg, "b", snap({(T, 0): 16}), sink=sink_for(cfg))
+    process(ledger_dsn, cfg, "b", 6)
+
+    def commit_a_later():
+        time.sleep(1.0)
+        process(ledger_dsn, cfg, "a", 10)
+        commit(ledger_dsn, cfg, "a")
+
+    closer = threading.Thread(target=commit_a_later)
+    closer.start()
+    t0 = time.monotonic()
+    out = CommitOperator(task_id="commit", pipeline=cfg.name, txid="b").execute({})
+    took = time.monotonic() - t0
+    closer.join()
+    assert (out["seq"], out["outcome"]) == (2, "committed")  # no deferral
+    # woken by a's closing, not by the end of its 60 s
+    assert 1.0 <= took < 10, took
 
 
 def test_commit_task_defers_again_when_resumed_while_a_predecessor_is_open(ledger_dsn, cfg):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,7 @@ from onceflow.hooks.services import services
 from onceflow.hooks.sink import sink_for
 from onceflow.hooks.spark_connect import spark_connect
 from onceflow.ledger.db import Ledger
-from onceflow.ledger.ordering import blocking_predecessor
+from onceflow.ledger.ordering import await_predecessor, blocking_predecessor
 from onceflow.ledger.retention import prune
 from onceflow.settings import LEDGER_ENV, Settings
 from onceflow.sinks.lake.storage import STORAGE_ENV
@@ -254,13 +255,16 @@ _FINAL_EXIT_REASONS = {
 
 class CommitOperator(TxidOperator):
     """Commit `txid` (the run id, templated as for plan and process) once every lower seq is
-    closed; waits in the triggerer, not in a worker.
+    closed; waits a moment in its worker slot, then in the triggerer.
 
     The task asks the ledger which batch blocks the commit. If none, it runs the commit
-    (onceflow.commit) at once. Otherwise it defers to `CommitReadyTrigger`, which polls the
-    ledger every `poll_interval` seconds and logs whom the commit waits for and that batch's
-    state (at once, on every change and then every minute); when it fires, the task resumes
-    in `execute_complete` and commits. Commit is idempotent, so a retry or a re-run of a
+    (onceflow.commit) at once. Otherwise it waits up to the pipeline's `commit_wait_seconds`
+    in the task, looking again each time the ledger announces a closed batch
+    (ledger.ordering.await_predecessor): with runs in flight, seq−1 is usually a moment from
+    its commit. If seq−1 is still open then, the task defers to `CommitReadyTrigger`, which
+    polls the ledger every `poll_interval` seconds and logs whom the commit waits for and that
+    batch's state (at once, on every change and then every minute); when it fires, the task
+    resumes in `execute_complete` and commits. Commit is idempotent, so a retry or a re-run of a
     committed txid is safe; an abandoned txid ends the task at once.
     """
 
@@ -278,13 +282,13 @@ class CommitOperator(TxidOperator):
         self.wait_timeout = wait_timeout
 
     def execute(self, context: Any) -> dict[str, Any]:
-        return self._commit_or_defer(context, waited=0.0)
+        return self._commit_or_defer(context, waited=0.0, hold=True)
 
     def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> dict[str, Any]:
         event = event or {}
         if event.get("status") == "error":
             raise OnceflowError(f"commit of txid {self.txid}: {event.get('message')}")
-        return self._commit_or_defer(context, waited=float(event.get("waited", 0.0)))
+        return self._commit_or_defer(context, waited=float(event.get("waited", 0.0)), hold=False)
 
     def _prune(self, ledger: Ledger, cfg: PipelineConfig) -> None:
         """The pipeline's retention, after every `ledger_prune_every` committed batches
@@ -295,7 +299,7 @@ class CommitOperator(TxidOperator):
         except Exception as e:  # noqa: BLE001
             self.log.error("onceflow prune pipeline=%s failed (the commit stands): %s", cfg.name, e)
 
-    def _commit_or_defer(self, context: Any, waited: float) -> dict[str, Any]:
+    def _commit_or_defer(self, context: Any, waited: float, hold: bool) -> dict[str, Any]:
         cfg = self.pipeline_config()
         txid = self.txid
         try:
@@ -303,6 +307,15 @@ class CommitOperator(TxidOperator):
         except ConfigError as e:
             raise AirflowFailException(f"onceflow commit txid={txid}: {e}") from e
         wait = blocking_predecessor(ledger, cfg.name, txid)
+        if wait is not None and hold and cfg.commit_wait_seconds:
+            self.log.info(
+                "%s; waiting up to %.0fs in this task before deferring",
+                describe_wait(txid, wait, waited),
+                cfg.commit_wait_seconds,
+            )
+            started = time.monotonic()
+            wait = await_predecessor(ledger, cfg.name, txid, cfg.commit_wait_seconds)
+            waited = time.monotonic() - started
         if wait is None:
             try:
                 result = commit(ledger, cfg, txid, sink_for(cfg))

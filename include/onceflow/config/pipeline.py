@@ -53,6 +53,10 @@ class PipelineConfig:
     alerts: Alerts | None = None  # onceflow.config.alerts; None: no alert
     max_active_runs: int = 3
     commit_poke_interval: float = 2.0
+    # how long a blocked commit waits in its task, woken when a batch closes, before it
+    # defers: with runs in flight, seq−1 commits a moment later, and a deferral costs a
+    # triggerer round trip and a second task start
+    commit_wait_seconds: float = 10.0
     records_per_input_partition: int = 250_000
     fast_form: bool = True  # the transform's fast form parses and stages in the reader's worker
     # under Airflow's [openlineage] selective_enable, the DAG is marked for lineage

@@ -47,6 +47,7 @@ _KEYS = {
     *RETENTION_KEYS,
     *ALERT_KEYS,
     "commit_poke_interval",
+    "commit_wait_seconds",
     "records_per_input_partition",
     "fast_form",
     "openlineage",
@@ -186,6 +187,12 @@ def parse_pipeline(
             source, name, "commit_poke_interval", f"{poke!r} must be seconds in [0.5, 600]"
         )
 
+    hold = raw.get("commit_wait_seconds", 10.0)
+    if isinstance(hold, bool) or not isinstance(hold, int | float) or not 0 <= hold <= 600:
+        raise PipelineKeyError(
+            source, name, "commit_wait_seconds", f"{hold!r} must be seconds in [0, 600]"
+        )
+
     fast_form, openlineage = raw.get("fast_form", True), raw.get("openlineage", False)
     for key, value in (("fast_form", fast_form), ("openlineage", openlineage)):
         if not isinstance(value, bool):
@@ -228,6 +235,7 @@ def parse_pipeline(
         retention=parse_retention(source, name, raw),
         alerts=parse_alerts(source, name, raw),
         commit_poke_interval=float(poke),
+        commit_wait_seconds=float(hold),
         records_per_input_partition=positive_int("records_per_input_partition", 250_000) or 250_000,
         fast_form=fast_form,
         openlineage=openlineage,

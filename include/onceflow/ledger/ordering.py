@@ -5,18 +5,28 @@ is not closed is the one batch every commit above it waits for (`lowest_open`, t
 query behind the commit, its trigger, the CLI, the UI and the metrics). Commits of a
 pipeline, and reset-offsets, also hold the pipeline's commit lock for their whole
 transaction, so that no two of them interleave.
+
+The transaction that closes a batch announces it (`announce_closed`, PostgreSQL's NOTIFY,
+delivered when that transaction commits), so that a commit waiting in its task for seq−1
+(`await_predecessor`) looks again the moment it may go instead of polling.
 """
 
 from __future__ import annotations
 
+import select
+import time
 from dataclasses import dataclass
 
 from onceflow.errors import AbandonedTxidError, CommitOrderError, NotStagedError, UnknownTxidError
-from onceflow.ledger.db import LedgerLike, transaction
+from onceflow.ledger.db import LedgerLike, connect, transaction
 from onceflow.ledger.states import CLOSED, BatchState
 
 # The advisory lock key of a pipeline's commits (one parameter: the pipeline's name).
 COMMIT_LOCK_KEY = "hashtextextended('onceflow.commit:' || %s, 0)"
+
+
+# The NOTIFY channel of batches closing; the payload is the pipeline's name.
+CLOSED_CHANNEL = "onceflow_batch_closed"
 
 
 def lock_commits(cur, pipeline: str) -> None:
@@ -63,6 +73,37 @@ def blocking_predecessor(dsn: LedgerLike, pipeline: str, txid: str) -> Blocker |
             raise UnknownTxidError(pipeline, txid)
         blocker = lowest_open(cur, pipeline)
     return blocker if blocker is not None and blocker.seq < row[0] else None
+
+
+def announce_closed(cur, pipeline: str) -> None:
+    """Tell the pipeline's waiting commits that a batch closes, once the caller's
+    transaction commits (nothing is said if it rolls back)."""
+    cur.execute("select pg_notify(%s, %s)", (CLOSED_CHANNEL, pipeline))
+
+
+def await_predecessor(dsn: LedgerLike, pipeline: str, txid: str, seconds: float) -> Blocker | None:
+    """`blocking_predecessor`, looked at again each time a batch of the pipeline closes, for
+    up to `seconds`: None as soon as txid's commit may go, else the batch it still waits for.
+    The first look follows LISTEN, so a close between the two is not missed."""
+    conn = connect(dsn)
+    try:
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            cur.execute(f"listen {CLOSED_CHANNEL}")
+        deadline = time.monotonic() + seconds
+        while True:
+            wait = blocking_predecessor(dsn, pipeline, txid)
+            left = deadline - time.monotonic()
+            if wait is None or left <= 0:
+                return wait
+            woken = False
+            while not woken and (left := deadline - time.monotonic()) > 0:
+                if select.select([conn], [], [], left)[0]:
+                    conn.poll()
+                    woken = any(n.payload == pipeline for n in conn.notifies)
+                    conn.notifies.clear()
+    finally:
+        conn.close()
 
 
 def commit_blocker(dsn: LedgerLike, pipeline: str) -> Blocker | None:

@@ -14,7 +14,8 @@ from typing import Any
 from psycopg2 import sql
 
 from onceflow.errors import AbandonedTxidError, IllegalTransitionError, UnknownTxidError
-from onceflow.ledger.states import TRANSITIONS, BatchState, Step
+from onceflow.ledger.ordering import announce_closed
+from onceflow.ledger.states import CLOSED, TRANSITIONS, BatchState, Step
 
 #: a column value that is SQL rather than a parameter (`attempt + 1`, `now()`)
 NOW = sql.SQL("now()")
@@ -54,7 +55,10 @@ def move(
     """Take `step` for txid: lock its row, check the step is legal, store the state it
     leads to and `columns` (values are parameters, or sql.Composable for SQL expressions
     such as NOW). PLAN inserts the row. Returns the `returning` columns' new values."""
-    after = next_state(pipeline, txid, _locked_state(cur, pipeline, txid), step)
+    before = _locked_state(cur, pipeline, txid)
+    after = next_state(pipeline, txid, before, step)
+    if after in CLOSED and before not in CLOSED:
+        announce_closed(cur, pipeline)
     values = {"state": after, **(columns or {})}
     names = list(values)
     params = [v for v in values.values() if not isinstance(v, sql.Composable)]
