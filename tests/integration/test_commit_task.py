@@ -20,6 +20,7 @@ from onceflow.config.pipelines_file import get_pipeline
 from onceflow.errors import OnceflowError
 from onceflow.hooks.sink import sink_for
 from onceflow.ledger.batches import get_batch
+from onceflow.ledger.db import transaction
 from onceflow.ledger.planning import plan
 from test_ledger import T, process, snap
 
@@ -147,6 +148,37 @@ def test_a_blocked_commit_waits_in_its_task_and_commits_once_its_predecessor_clo
     assert (out["seq"], out["outcome"]) == (2, "committed")  # no deferral
     # woken by a's closing, not by the end of its 60 s
     assert 1.0 <= took < 10, took
+
+
+def test_a_commit_whose_wait_in_its_task_loses_the_ledger_defers_to_the_trigger(
+    ledger_dsn, cfg, tmp_path
+):
+    pipeline_file(tmp_path / "pipelines.toml", cfg.name, commit_wait_seconds=60)
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}), sink=sink_for(cfg))
+    plan(ledger_dsn, cfg, "b", snap({(T, 0): 16}), sink=sink_for(cfg))
+    process(ledger_dsn, cfg, "b", 6)
+
+    def cut_the_listener():  # as a ledger restart would
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with transaction(ledger_dsn) as cur:
+                cur.execute(
+                    "select pg_terminate_backend(pid) from pg_stat_activity"
+                    " where query like 'listen onceflow_batch_closed%'"
+                )
+                if cur.fetchall():
+                    return
+            time.sleep(0.2)
+
+    cutter = threading.Thread(target=cut_the_listener)
+    cutter.start()
+    t0 = time.monotonic()
+    with pytest.raises(TaskDeferred):  # the trigger waits out the ledger's absence
+        CommitOperator(task_id="commit", pipeline=cfg.name, txid="b").execute({})
+    took = time.monotonic() - t0
+    cutter.join()
+    assert took < 30, took
+    assert get_batch(ledger_dsn, cfg.name, "b").state == "staged"
 
 
 def test_commit_task_defers_again_when_resumed_while_a_predecessor_is_open(ledger_dsn, cfg):

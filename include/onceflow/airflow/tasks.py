@@ -314,7 +314,7 @@ class CommitOperator(TxidOperator):
                 cfg.commit_wait_seconds,
             )
             started = time.monotonic()
-            wait = await_predecessor(ledger, cfg.name, txid, cfg.commit_wait_seconds)
+            wait = await_predecessor(ledger, cfg.name, txid, cfg.commit_wait_seconds, wait)
             waited = time.monotonic() - started
         if wait is None:
             try:

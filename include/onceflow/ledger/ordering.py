@@ -17,6 +17,8 @@ import select
 import time
 from dataclasses import dataclass
 
+import psycopg2
+
 from onceflow.errors import AbandonedTxidError, CommitOrderError, NotStagedError, UnknownTxidError
 from onceflow.ledger.db import LedgerLike, connect, transaction
 from onceflow.ledger.states import CLOSED, BatchState
@@ -81,20 +83,26 @@ def announce_closed(cur, pipeline: str) -> None:
     cur.execute("select pg_notify(%s, %s)", (CLOSED_CHANNEL, pipeline))
 
 
-def await_predecessor(dsn: LedgerLike, pipeline: str, txid: str, seconds: float) -> Blocker | None:
-    """`blocking_predecessor`, looked at again each time a batch of the pipeline closes, for
-    up to `seconds`: None as soon as txid's commit may go, else the batch it still waits for.
-    The first look follows LISTEN, so a close between the two is not missed."""
-    conn = connect(dsn)
+def await_predecessor(
+    dsn: LedgerLike, pipeline: str, txid: str, seconds: float, wait: Blocker
+) -> Blocker | None:
+    """`blocking_predecessor` (which found `wait`), looked at again each time a batch of the
+    pipeline closes, for up to `seconds`: None as soon as txid's commit may go, else the
+    batch it still waits for. The first look follows LISTEN, so a close between the two is
+    not missed. A ledger that cannot be reached ends the wait with the batch last seen: the
+    caller defers, and its trigger keeps looking while the ledger is away."""
+    deadline = time.monotonic() + seconds
+    try:
+        conn = connect(dsn)
+    except psycopg2.OperationalError:
+        return wait
     try:
         conn.autocommit = True
         with conn.cursor() as cur:
             cur.execute(f"listen {CLOSED_CHANNEL}")
-        deadline = time.monotonic() + seconds
         while True:
             wait = blocking_predecessor(dsn, pipeline, txid)
-            left = deadline - time.monotonic()
-            if wait is None or left <= 0:
+            if wait is None or deadline <= time.monotonic():
                 return wait
             woken = False
             while not woken and (left := deadline - time.monotonic()) > 0:
@@ -102,6 +110,8 @@ def await_predecessor(dsn: LedgerLike, pipeline: str, txid: str, seconds: float)
                     conn.poll()
                     woken = any(n.payload == pipeline for n in conn.notifies)
                     conn.notifies.clear()
+    except (psycopg2.OperationalError, psycopg2.InterfaceError):
+        return wait
     finally:
         conn.close()
 
