@@ -126,13 +126,19 @@ def test_commit_task_defers_while_blocked_and_commits_when_resumed(ledger_dsn, c
     assert op.execute({})["outcome"] == "already-committed"
 
 
-def test_a_blocked_commit_waits_in_its_task_and_commits_once_its_predecessor_closes(
-    ledger_dsn, cfg, tmp_path
-):
-    pipeline_file(tmp_path / "pipelines.toml", cfg.name, commit_wait_seconds=60)
+def staged_b_behind_planned_a(ledger_dsn, cfg, tmp_path, commit_wait_seconds: float) -> None:
+    """Txid b staged, its commit blocked by a (seq 1, only planned); the pipeline's commits
+    wait `commit_wait_seconds` in their task."""
+    pipeline_file(tmp_path / "pipelines.toml", cfg.name, commit_wait_seconds)
     plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}), sink=sink_for(cfg))
     plan(ledger_dsn, cfg, "b", snap({(T, 0): 16}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "b", 6)
+
+
+def test_a_blocked_commit_waits_in_its_task_and_commits_once_its_predecessor_closes(
+    ledger_dsn, cfg, tmp_path
+):
+    staged_b_behind_planned_a(ledger_dsn, cfg, tmp_path, commit_wait_seconds=60)
 
     def commit_a_later():
         time.sleep(1.0)
@@ -153,10 +159,7 @@ def test_a_blocked_commit_waits_in_its_task_and_commits_once_its_predecessor_clo
 def test_a_commit_whose_wait_in_its_task_loses_the_ledger_defers_to_the_trigger(
     ledger_dsn, cfg, tmp_path
 ):
-    pipeline_file(tmp_path / "pipelines.toml", cfg.name, commit_wait_seconds=60)
-    plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}), sink=sink_for(cfg))
-    plan(ledger_dsn, cfg, "b", snap({(T, 0): 16}), sink=sink_for(cfg))
-    process(ledger_dsn, cfg, "b", 6)
+    staged_b_behind_planned_a(ledger_dsn, cfg, tmp_path, commit_wait_seconds=60)
 
     def cut_the_listener():  # as a ledger restart would
         deadline = time.monotonic() + 30
