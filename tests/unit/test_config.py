@@ -84,11 +84,18 @@ def test_bad_pipeline_names_are_refused(name):
         ({**BASE, "fast_form": "yes"}, "fast_form"),
         ({**BASE, "process_mode": "remote"}, "process_mode"),
         ({**BASE, "spark_connect_conn_id": "a b"}, "spark_connect_conn_id"),
+        ({**BASE, "commit_wait_seconds": -1}, "commit_wait_seconds"),
+        ({**BASE, "commit_wait_seconds": "10"}, "commit_wait_seconds"),
     ],
 )
 def test_bad_values_name_the_key(raw, key):
     with pytest.raises(ConfigError, match=f"key '{key}'"):
         parse_pipeline("demo", raw, "pipelines.toml")
+
+
+def test_a_commit_waits_in_its_task_ten_seconds_unless_told():
+    assert parse_pipeline("demo", BASE).commit_wait_seconds == 10.0
+    assert parse_pipeline("demo", {**BASE, "commit_wait_seconds": 0}).commit_wait_seconds == 0.0
 
 
 def test_file_errors(tmp_path):
