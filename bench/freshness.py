@@ -230,7 +230,8 @@ def phase(
             "max": round(values[-1], 2),
         },
         "lag_max": max(n for _, n in lags),
-        "lag_growth_records_per_s": round(growth(lags[: int(seconds)]), 1),
+        # the production's samples only: the drain's falling lag is not the trend
+        "lag_growth_records_per_s": round(growth([x for x in lags if x[0] <= produced_s]), 1),
         "rest_cores": round(rest_cores, 3),
         "drain_s_after_stop": round(drained_s - produced_s, 1),
         "lag": lags,
