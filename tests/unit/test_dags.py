@@ -194,3 +194,31 @@ def test_a_killed_connect_process_task_interrupts_its_job_on_the_server():
     task._source = Source()
     task.on_kill()
     assert task._source.interrupted == 1
+
+
+def test_a_task_process_builds_only_its_own_pipelines_dags(tmp_path, monkeypatch):
+    """Airflow's parsing context names the DAG a task process parses the file for: only
+    that pipeline's DAGs are built (its alerts DAG with it); the DAG processor, and a
+    context naming a DAG this file lacks, get them all."""
+    pipelines = tmp_path / "pipelines.toml"
+    pipelines.write_text(
+        "".join(
+            f'[pipelines.{n}]\ntopics = ["{n}"]\ntransform = "orders:transform"\n'
+            'sink = { table = "orders" }\n'
+            + ('alert_lag_records = 5\nalert_notifier = "mine:notifier"\n' if n == "b" else "")
+            for n in ("a", "b", "c")
+        )
+    )
+    monkeypatch.setenv("ONCEFLOW_SPARK_JOBS", str(ROOT / "spark_jobs"))
+    from airflow.sdk.definitions.context import _AIRFLOW_PARSING_CONTEXT_DAG_ID as CONTEXT
+    from onceflow.airflow.dag_factory import build_dags
+
+    monkeypatch.delenv(CONTEXT, raising=False)
+    everything = {"onceflow_a", "onceflow_b", "onceflow_b_alerts", "onceflow_c"}
+    assert set(build_dags(pipelines)) == everything
+    monkeypatch.setenv(CONTEXT, "onceflow_c")
+    assert set(build_dags(pipelines)) == {"onceflow_c"}
+    monkeypatch.setenv(CONTEXT, "onceflow_b_alerts")
+    assert set(build_dags(pipelines)) == {"onceflow_b", "onceflow_b_alerts"}
+    monkeypatch.setenv(CONTEXT, "someone_elses")
+    assert set(build_dags(pipelines)) == everything

@@ -86,7 +86,7 @@ def build_alerts_dag(cfg: PipelineConfig, pipelines_file: str) -> DAG:
         watchers=[AssetWatcher(name=f"onceflow_{cfg.name}_alerts", trigger=watcher)],
     )
     with DAG(
-        dag_id=f"{cfg.dag_id}_alerts",
+        dag_id=cfg.alerts_dag_id,
         description=f"Alerts of Onceflow pipeline {cfg.name}, checked in the triggerer",
         schedule=[asset],
         catchup=False,

@@ -141,3 +141,8 @@ class PipelineConfig:
     @property
     def dag_id(self) -> str:
         return f"onceflow_{self.name}"
+
+    @property
+    def alerts_dag_id(self) -> str:
+        """Its alerts DAG's (onceflow.airflow.alerts_dag)."""
+        return f"{self.dag_id}_alerts"
