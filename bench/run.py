@@ -561,6 +561,11 @@ SMALL_BATCH = 1_000
 
 # the process modes small_batch measures: pipeline name -> its process_mode
 SMALL_MODES = {"bench_small": "spark-submit", "bench_small_connect": "connect"}
+# runs before the measured ones, per process mode: a spark-submit run starts a Spark of its
+# own (one run warms the task processes' imports and the ledger's caches); a Spark Connect
+# server is long-lived, and its JIT takes batches to settle (a 1,000-record stage job went
+# from 0.85 s to 0.27 s over a new server's first 20 batches here, 2026-12-04)
+WARMUP_RUNS = {"spark-submit": 1, "connect": 10}
 # the backlog drain's: one pipeline per mode over the same topic, each draining all of it
 BACKLOG_MODES = {"bench_backlog": "spark-submit", "bench_backlog_connect": "connect"}
 BACKLOG_TOPIC = "bench_backlog"
@@ -635,12 +640,20 @@ def small_batch(runs: int, backlog: int = 0) -> dict:
             client.wait_for_dag(f"onceflow_{name}", timeout=240)
             client.unpause(f"onceflow_{name}")
         reference = machine_reference()
-        for i in range(runs + 1):  # the first run warms up (task process imports, DB caches)
+        n = 0  # the runs so far: each one's run id and first record
+        warmup: dict[str, list[float]] = {name: [] for name in SMALL_MODES}
+        for name, mode in SMALL_MODES.items():
+            for _ in range(WARMUP_RUNS[mode]):
+                sample = _small_run(client, settings, name, n)
+                n += 1
+                warmup[name].append(round(sample["small_batch_run_s"], 2))
+            say(f"dag: {name} warm-up runs {warmup[name]} s")
+        for _ in range(runs):
             for name in SMALL_MODES:
-                sample = _small_run(client, settings, name, i)
-                say(f"dag: {name} run {i} {sample['small_batch_run_s']:.1f} s {sample}")
-                if i:
-                    samples[name].append(sample)
+                sample = _small_run(client, settings, name, n)
+                n += 1
+                say(f"dag: {name} run {n - 1} {sample['small_batch_run_s']:.1f} s {sample}")
+                samples[name].append(sample)
         if backlog:  # its pipelines only now: the small batches ran with two DAGs to parse
             cap = f"max_records_per_partition = {BACKLOG_CAP // BACKLOG_PARTITIONS}\n"
             with path.open("a") as more:
@@ -658,8 +671,13 @@ def small_batch(runs: int, backlog: int = 0) -> dict:
 
     out = {"records": SMALL_BATCH, "broker": common.broker_name(), "reference": reference}
     out.update(samples=samples["bench_small"], median=medians(samples["bench_small"]))
+    out["warmup_run_s"] = warmup["bench_small"]
     connect = samples["bench_small_connect"]
-    out["connect"] = {"samples": connect, "median": medians(connect)}
+    out["connect"] = {
+        "samples": connect,
+        "median": medians(connect),
+        "warmup_run_s": warmup["bench_small_connect"],
+    }
     if drained:
         out["backlog"] = drained
     return out
@@ -1095,12 +1113,25 @@ def small_batch_section(sb: dict) -> list[str]:
     def row(label: str, key: str, digits: int = 1) -> str:
         return f"| {label} | {d[key]:.{digits}f} | {c[key]:.{digits}f} |"
 
+    def warmups(sb: dict) -> str:
+        """What the warm-up runs took (a run from before they were recorded: one each)."""
+        if "warmup_run_s" not in sb:
+            return "one each"
+        return "; ".join(
+            f"{mode}: {', '.join(f'{t:.1f}' for t in runs)} s"
+            for mode, runs in (
+                ("spark-submit", sb["warmup_run_s"]),
+                ("connect", sb["connect"]["warmup_run_s"]),
+            )
+        )
+
     return [
         "",
         f"## Fixed cost: a {sb['records']:,}-record batch through the scheduler",
         "",
         f"Medians of {len(sb['samples'])} DAG runs per process mode ({n} in connect mode), "
-        "after a warm-up run each, the two pipelines' runs alternating, on the local stack, "
+        f"after warm-up runs ({warmups(sb)}), the two pipelines' runs alternating, on the "
+        "local stack, "
         f"LocalExecutor, broker {sb['broker']}; trigger = the run's `queued_at`, each batch "
         "produced just before its trigger, each run triggered once the machine was quiet "
         f"(both cores under {quiet.IDLE_BUSY:.0%} busy for a second, or after "
