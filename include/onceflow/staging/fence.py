@@ -49,6 +49,7 @@ from typing import Any
 from onceflow import failpoints
 from onceflow.errors import AbandonedTxidError, FencedAttemptError
 from onceflow.ledger import stage_parts
+from onceflow.ledger.db import kept_connection
 from onceflow.staging.target import StageTarget
 from onceflow.staging.task_errors import for_driver
 
@@ -88,14 +89,19 @@ class StageCommitMessage:
 def claimed_part(target: StageTarget, part: int) -> Iterator[Any]:
     """The part's PostgreSQL transaction under the task fence: yields its cursor once the
     attempt fence passed and the part is claimed in onceflow.stage_parts, or None when another
-    task attempt already staged it (then nothing is written). Commits when the body returns,
-    rolls back (claim included) when it raises."""
+    task attempt already staged it (then nothing is written). Commits when the body returns;
+    when it raises, the connection closes, and the transaction (claim included) with it."""
     from onceflow.ledger.fencing import check_attempt
 
     a = target.attempt
-    conn = target.ledger.connect(application_name=f"onceflow-stage-{part}")
-    try:
+    with kept_connection(target.ledger) as conn:
         with conn.cursor() as cur:
+            # Timestamps are written as UTC wall times without a zone (Arrow formats a zoned
+            # timestamp ~20x slower): the session reads them in UTC.
+            cur.execute(
+                "set local application_name = %s; set local time zone 'UTC'",
+                (f"onceflow-stage-{part}",),
+            )
             try:
                 check_attempt(cur, a.pipeline, a.txid, a.attempt, context=f"stage of part {part}: ")
             except (FencedAttemptError, AbandonedTxidError) as e:
@@ -104,18 +110,10 @@ def claimed_part(target: StageTarget, part: int) -> Iterator[Any]:
                 conn.rollback()
                 yield None
                 return
-            # Timestamps are written as UTC wall times without a zone (Arrow formats a
-            # zoned timestamp ~20x slower): the session reads them in UTC.
-            cur.execute("set local time zone 'UTC'")
             yield cur
         failpoints.hit("stage.before_part_commit", a.txid)
         conn.commit()
         failpoints.hit("stage.after_part_commit", a.txid)
-    except BaseException:
-        conn.rollback()
-        raise
-    finally:
-        conn.close()
 
 
 def record_part(
