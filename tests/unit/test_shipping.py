@@ -136,3 +136,34 @@ def test_a_module_reached_through_a_link_to_the_users_folder_is_shipped(jobs, tm
     finally:
         for m in ("_helpers", "_linked", "_outside"):
             sys.modules.pop(f"{name}{m}", None)
+
+
+def test_after_the_preload_only_the_module_files_imported_since_are_resolved(jobs, monkeypatch):
+    """The preload resolves the modules' files once (resolve_module_files); a task process
+    forked after it resolves only those imported since, and still finds the user's modules
+    among those resolved before (whatever the transform path was then)."""
+    from onceflow.spark import shipping
+
+    folder, name, out = jobs
+    (folder / f"{name}_early.py").write_text("X = 1\n")
+    (folder / f"{name}.py").write_text(
+        f"import {name}_early\n\ndef transform(df):\n    return df\n"
+    )
+    monkeypatch.setenv("ONCEFLOW_SPARK_JOBS", str(out))  # the early module's folder: not yet
+    sys.path.insert(0, str(folder))
+    try:
+        __import__(f"{name}_early")
+        shipping.resolve_module_files()
+        monkeypatch.setenv("ONCEFLOW_SPARK_JOBS", str(folder))
+        resolved = []
+        real = shipping.os.path.realpath
+        monkeypatch.setattr(
+            shipping.os.path, "realpath", lambda p, **kw: resolved.append(str(p)) or real(p, **kw)
+        )
+        files = py_files(f"{name}:transform", "spark://h:7077", False, out)
+        assert files == [str(folder / f"{name}.py"), str(folder / f"{name}_early.py")]
+        # only the transform's folder (its module's, the transform path's): none of the
+        # thousands of modules imported before
+        assert resolved and all(p == str(folder) for p in resolved), resolved
+    finally:
+        sys.modules.pop(f"{name}_early", None)

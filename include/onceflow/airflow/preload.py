@@ -13,7 +13,9 @@ memory what it would otherwise import itself, each time:
   0.93-0.98 s in a task process forked from a scheduler without them, 0.24 s with them (an
   idle 2-core machine), in every plan, process and commit task;
 - librdkafka's admin client (plan's and process's broker checks) and the Spark Connect
-  process attempt: 0.04 s more of those tasks.
+  process attempt: 0.04 s more of those tasks;
+- the real paths of those modules' files, which a process attempt looks through for the
+  user's modules to ship (onceflow.spark.shipping): 0.05 s of a connect-mode process task.
 The DAG file is still parsed in each task process (pipelines.toml is read afresh there); only
 modules are shared. They are the ones of the scheduler's start, so restart it after
 upgrading Onceflow, as for any package it imports. An Onceflow module that fails to import
@@ -66,6 +68,12 @@ def preload() -> None:
                 failed = e
         else:
             print(f"onceflow preload: {module} not preloaded: {failed!r}", file=sys.stderr)
+    try:  # the modules' files, which a process attempt looks through for the user's
+        from onceflow.spark.shipping import resolve_module_files
+
+        resolve_module_files()
+    except Exception as e:  # noqa: BLE001 - the task processes resolve them then
+        print(f"onceflow preload: module files not resolved: {e!r}", file=sys.stderr)
 
 
 def main() -> None:

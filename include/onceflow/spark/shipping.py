@@ -54,31 +54,49 @@ def py_files(transform: str, master: str, ship_package: bool, folder: Path) -> l
 
 def _user_modules() -> set[str]:
     """The top-level modules imported from the user's folders (config.transform_path), as
-    named or with their links resolved.
-
-    Each module's path is resolved through its folder's, once per folder: a task process
-    holds thousands of modules (Airflow's, pyspark's) in a few hundred folders, and
-    resolving each file on its own took a third of a second of every connect-mode attempt."""
+    named or with their links resolved."""
     from onceflow.config.transform_path import transform_path
 
     paths = transform_path()
     folders = {str(p) for p in paths} | {os.path.realpath(p) for p in paths}
     prefixes = tuple(f.rstrip("/") + "/" for f in folders)
+    return {name.partition(".")[0] for name, real in _module_files() if real.startswith(prefixes)}
+
+
+# Each module file's real path, as _module_files resolved it. A task process holds thousands
+# of modules (Airflow's, pyspark's) in a few hundred folders, and resolving them took 50 ms
+# of every connect-mode attempt here: a process that forks task processes resolves its own
+# once (resolve_module_files, from onceflow.airflow.preload), and each task process then
+# resolves only the files imported since.
+_real_files: dict[str, str] = {}
+
+
+def _module_files() -> list[tuple[str, str]]:
+    """(name, the real path of its file) of each module of sys.modules that has a file; each
+    path is resolved through its folder's, once per folder, then its own link."""
     real_folders: dict[str, str] = {}
-    found = set()
+    out = []
     for name, module in list(sys.modules.items()):
         path = getattr(module, "__file__", None)
         if not isinstance(path, str):
             continue
-        folder, file = os.path.split(os.path.abspath(path))
-        if folder not in real_folders:
-            real_folders[folder] = os.path.realpath(folder)
-        real = os.path.join(real_folders[folder], file)
-        if os.path.islink(real):
-            real = os.path.realpath(real)
-        if real.startswith(prefixes):
-            found.add(name.partition(".")[0])
-    return found
+        real = _real_files.get(path)
+        if real is None:
+            folder, file = os.path.split(os.path.abspath(path))
+            if folder not in real_folders:
+                real_folders[folder] = os.path.realpath(folder)
+            real = os.path.join(real_folders[folder], file)
+            if os.path.islink(real):
+                real = os.path.realpath(real)
+            _real_files[path] = real
+        out.append((name, real))
+    return out
+
+
+def resolve_module_files() -> None:
+    """Resolve the files of the modules imported so far (_real_files), for the processes
+    this one forks."""
+    _module_files()
 
 
 def module_file(module: ModuleType, folder: Path) -> str:
