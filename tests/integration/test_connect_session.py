@@ -105,3 +105,41 @@ def test_interrupt_stops_the_job_a_killed_task_left_running_on_the_server(
     assert outcome.get("ended") not in (None, "completed"), outcome
     assert outcome["after_s"] < 60
     assert source.interrupt() == 0  # the session closed: nothing left to interrupt
+
+
+def test_a_warm_session_is_prepared_once_and_again_when_the_settings_change(
+    spark_connect_server, tmp_path, monkeypatch, caplog
+):
+    """The pipeline's first batch sets the session's settings and ships its module; the next
+    batch finds them there and sends neither again; a changed spark_conf is set anew."""
+    url, _ = spark_connect_server
+    name = f"user_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text("def transform(df):\n    return df\n")
+    monkeypatch.setenv("ONCEFLOW_SPARK_JOBS", str(tmp_path))
+
+    def batch(spark_conf: dict[str, str]) -> tuple[str, list[str]]:
+        cfg = parse_pipeline(
+            "prepared",
+            {
+                "topics": ["t"],
+                "transform": f"{name}:transform",
+                "sink": {"table": "t"},
+                "spark_conf": spark_conf,
+            },
+        )
+        caplog.clear()
+        with (
+            caplog.at_level("INFO", "onceflow.process"),
+            ConnectSpark(url).session(cfg, False) as spark,
+        ):
+            value = spark.conf.get("spark.sql.shuffle.partitions")
+        return value, [
+            r.getMessage().split(":")[0] for r in caplog.records if name in r.getMessage()
+        ]
+
+    first = batch({"spark.sql.shuffle.partitions": "3"})
+    assert first == ("3", ["shipped to the session's Python path"])
+    again = batch({"spark.sql.shuffle.partitions": "3"})
+    assert again == ("3", ["on the session's Python path already"])
+    changed = batch({"spark.sql.shuffle.partitions": "5"})
+    assert changed == ("5", ["shipped to the session's Python path"])

@@ -17,8 +17,9 @@ the task's retry claims a new attempt that replays the range.
 The session: one per pipeline and version of the code it ships, named by `session_id`, so
 that every batch of the pipeline finds its Python workers warm, and a changed transform
 module gets a fresh session (the server refuses to replace a shipped file in a session).
-The task leaves it open for the next batch (it only closes its client); sessions are
-isolated, so pipelines do not see each other's files or settings.
+The task leaves it open for the next batch (it only closes its client), and the next batch
+finds it prepared (its settings set, its files shipped: `_prepare`); sessions are isolated, so
+pipelines do not see each other's files or settings.
 """
 
 from __future__ import annotations
@@ -129,11 +130,7 @@ class ConnectSpark:
                 # rest to Spark Connect in this process (a transform imports those)
                 spark = SparkSession.builder.remote(session_url(self.url, sid)).create()
                 spark.client.set_retry_policies([DefaultPolicy(**_RETRIES)])
-                for key, value in {**SESSION_DEFAULTS, **cfg.spark_conf}.items():
-                    _set(spark, key, value, cfg.name)
-                if files:
-                    _ship(spark, files)
-                    log.info("shipped to the session's Python path: %s", ", ".join(files))
+                _prepare(spark, {**SESSION_DEFAULTS, **cfg.spark_conf}, files, cfg.name)
             except ConfigError:
                 raise
             except Exception as e:
@@ -155,6 +152,31 @@ class ConnectSpark:
             with self._lock:
                 self._running.pop(tag, None)
             spark.client.close()  # not stop(): that would release the warm session
+
+
+# the session's own setting that says it holds the settings and files of `_prepare`'s
+# digest: a warm session is prepared by its first batch, and the next ones find it so
+_PREPARED = "spark.onceflow.session.prepared"
+
+
+def _prepare(spark: Any, settings: dict[str, str], files: list[str], pipeline: str) -> None:
+    """Set `settings` in the session and ship `files` to its Python path, unless the session
+    already holds them (its _PREPARED setting names their digest): one round trip then, where
+    preparing it takes one per setting and file. The files' contents are in the session's id
+    already (session_id); a server that lost the session (a restart) makes a new one, which
+    is prepared again."""
+    names = [Path(f).name for f in files]  # a zip is written anew into a new folder each time
+    digest = hashlib.sha256(json.dumps([sorted(settings.items()), names]).encode()).hexdigest()
+    if spark.conf.get(_PREPARED, None) == digest:
+        if files:
+            log.info("on the session's Python path already: %s", ", ".join(files))
+        return
+    for key, value in settings.items():
+        _set(spark, key, value, pipeline)
+    if files:
+        _ship(spark, files)
+        log.info("shipped to the session's Python path: %s", ", ".join(files))
+    spark.conf.set(_PREPARED, digest)
 
 
 def _interrupt(spark: Any, tag: str) -> None:
