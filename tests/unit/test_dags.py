@@ -222,3 +222,26 @@ def test_a_task_process_builds_only_its_own_pipelines_dags(tmp_path, monkeypatch
     assert set(build_dags(pipelines)) == {"onceflow_b", "onceflow_b_alerts"}
     monkeypatch.setenv(CONTEXT, "someone_elses")
     assert set(build_dags(pipelines)) == everything
+
+
+def test_a_task_process_leaves_the_transforms_function_to_its_process_step(tmp_path, monkeypatch):
+    """The DAG processor refuses a transform whose module lacks the function (read from its
+    source); a task process, whose process step imports the module and names a missing
+    function itself, builds its DAG without reading the source."""
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    (jobs / "mine.py").write_text("def transform(df):\n    return df\n")
+    monkeypatch.setenv("ONCEFLOW_SPARK_JOBS", str(jobs))
+    pipelines = tmp_path / "pipelines.toml"
+    pipelines.write_text(
+        '[pipelines.a]\ntopics = ["a"]\ntransform = "mine:transfrom"\nsink = { table = "t" }\n'
+    )
+    from airflow.sdk.definitions.context import _AIRFLOW_PARSING_CONTEXT_DAG_ID as CONTEXT
+    from onceflow.airflow.dag_factory import build_dags
+    from onceflow.errors import ConfigError
+
+    monkeypatch.delenv(CONTEXT, raising=False)
+    with pytest.raises(ConfigError, match="defines no 'transfrom'; it defines transform"):
+        build_dags(pipelines)
+    monkeypatch.setenv(CONTEXT, "onceflow_a")
+    assert set(build_dags(pipelines)) == {"onceflow_a"}

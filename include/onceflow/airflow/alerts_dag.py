@@ -53,7 +53,11 @@ class AlertNotifyOperator(BaseOperator):
         self.pipelines_file = pipelines_file
 
     def execute(self, context: Any) -> list[dict[str, Any]]:
-        cfg = get_pipeline(self.pipelines_file or Settings.from_env().pipelines_file, self.pipeline)
+        cfg = get_pipeline(
+            self.pipelines_file or Settings.from_env().pipelines_file,
+            self.pipeline,
+            check_references=False,
+        )
         if cfg.alerts is None:
             self.log.info("pipeline %s has no alerts any more: nothing sent", cfg.name)
             return []

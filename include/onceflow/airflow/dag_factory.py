@@ -179,10 +179,11 @@ def build_dags(path: Path | None = None) -> dict[str, DAG]:
 
     A task process parses the DAG file for its own DAG only (Airflow's parsing context names
     it): then only that pipeline's DAGs are built. Building them all took 0.5 s of every
-    task's start with 500 pipelines (the whole file is still read and validated)."""
+    task's start with 500 pipelines (the whole file is still read and validated, as a
+    task reads it: load_pipelines)."""
     path = Path(path or Settings.from_env().pipelines_file).resolve()
-    pipelines = load_pipelines(path).values()
     wanted = get_parsing_context().dag_id
+    pipelines = load_pipelines(path, check_references=wanted is None).values()
     own = [c for c in pipelines if wanted in (c.dag_id, c.alerts_dag_id)]
     dags = {}
     for cfg in own or pipelines:  # not one of this file's: all of them, as the processor

@@ -14,6 +14,8 @@ memory what it would otherwise import itself, each time:
   idle 2-core machine), in every plan, process and commit task;
 - librdkafka's admin client (plan's and process's broker checks) and the Spark Connect
   process attempt: 0.04 s more of those tasks;
+- the installed versions the DAG file checks (onceflow.compat.versions): 0.025 s of every
+  task's parse;
 - the real paths of those modules' files, which a process attempt looks through for the
   user's modules to ship (onceflow.spark.shipping): 0.05 s of a connect-mode process task.
 The DAG file is still parsed in each task process (pipelines.toml is read afresh there); only
@@ -68,6 +70,12 @@ def preload() -> None:
                 failed = e
         else:
             print(f"onceflow preload: {module} not preloaded: {failed!r}", file=sys.stderr)
+    try:  # the versions the DAG file's check reads from the packages' metadata
+        from onceflow.airflow.supported import check
+
+        check()
+    except Exception as e:  # noqa: BLE001 - the task's parse of the DAG file reports it
+        print(f"onceflow preload: versions not checked: {e!r}", file=sys.stderr)
     try:  # the modules' files, which a process attempt looks through for the user's
         from onceflow.spark.shipping import resolve_module_files
 

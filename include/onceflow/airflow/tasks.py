@@ -75,8 +75,9 @@ class TxidOperator(BaseOperator):
         return Path(self.pipelines_file or Settings.from_env().pipelines_file)
 
     def pipeline_config(self) -> PipelineConfig:
-        """The pipeline's definition, read afresh from the pipelines file."""
-        return get_pipeline(self.pipelines_path(), self.pipeline)
+        """The pipeline's definition, read afresh from the pipelines file (as a task reads
+        it: load_pipelines)."""
+        return get_pipeline(self.pipelines_path(), self.pipeline, check_references=False)
 
     # the step Airflow's OpenLineage provider asks about (onceflow.airflow.lineage), if any
     lineage_step: str | None = None

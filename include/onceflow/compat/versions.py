@@ -37,7 +37,10 @@ def supported() -> dict[str, str]:
     return ranges
 
 
+@cache
 def _installed(name: str) -> str | None:
+    """The installed version (cached, as `supported`: a process runs with the packages it
+    imported, and a task process forked from a preloaded one finds both already read)."""
     try:
         return metadata.version(name)
     except metadata.PackageNotFoundError:

@@ -13,9 +13,12 @@ from onceflow.config.sink import LAKE_KINDS
 from onceflow.errors import ConfigError
 
 
-def load_pipelines(path: Path | str) -> dict[str, PipelineConfig]:
+def load_pipelines(path: Path | str, check_references: bool = True) -> dict[str, PipelineConfig]:
     """Every pipeline of the file at `path`, by name; ConfigError naming the file (and the
-    pipeline and key) for the first thing wrong."""
+    pipeline and key) for the first thing wrong. Without `check_references`, a transform's
+    function is not looked for in its module's source (config.transform_ref): a task reads
+    the file so, as its process step imports the module anyway and names a missing function
+    then, and reading the source took a third of the file's parse in every task process."""
     path = Path(path)
     try:
         data = tomllib.loads(path.read_text())
@@ -37,7 +40,9 @@ def load_pipelines(path: Path | str) -> dict[str, PipelineConfig]:
     for name, raw in tables.items():
         if not isinstance(raw, dict):
             raise ConfigError(f"{path}: pipelines.{name} must be a table")
-        pipelines[name] = parse_pipeline(name, raw, str(path), path.resolve().parent)
+        pipelines[name] = parse_pipeline(
+            name, raw, str(path), path.resolve().parent, check_reference=check_references
+        )
     # a sink schema's stage, versions and sink tables, and the rows the audit reads there,
     # belong to one pipeline's ledger
     _refuse_shared(
@@ -83,9 +88,10 @@ def _refuse_shared(path: Path, key: str, values: dict[str, str], why: str) -> No
         seen[value] = name
 
 
-def get_pipeline(path: Path | str, name: str) -> PipelineConfig:
-    """Pipeline `name` of the file at `path` (the whole file is validated)."""
-    pipelines = load_pipelines(path)
+def get_pipeline(path: Path | str, name: str, check_references: bool = True) -> PipelineConfig:
+    """Pipeline `name` of the file at `path` (the whole file is validated, as load_pipelines
+    does)."""
+    pipelines = load_pipelines(path, check_references)
     if name not in pipelines:
         raise ConfigError(
             f"{path}: no pipeline named {name!r} (known: {', '.join(sorted(pipelines))})"

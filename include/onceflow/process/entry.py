@@ -194,7 +194,11 @@ def main(argv: list[str] | None = None) -> int:
         source = ConnectSpark(url)
     settings = Settings.from_env()
     try:
-        cfg = get_pipeline(command.pipelines_file or settings.pipelines_file, command.pipeline)
+        cfg = get_pipeline(  # the attempt imports the transform: load_pipelines
+            command.pipelines_file or settings.pipelines_file,
+            command.pipeline,
+            check_references=False,
+        )
         # the process task put its connection's settings there
         kafka = cluster_from_env(settings.kafka_bootstrap)
     except ConfigError as e:
