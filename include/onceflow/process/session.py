@@ -97,6 +97,7 @@ def run_stage_attempt(
         log.info("no offsets to read: nothing to stage, no Spark session needed")
         return StageJob(parts=0, records_read=0, bytes_read=0, reads=[])
     t0 = time.monotonic()
+    _without_ipython()
     with source.session(cfg, inputs.options.ship_package) as spark:
         timings["session"] = time.monotonic() - t0
         log.info("spark session ready in %.1f s", timings["session"])
@@ -134,3 +135,15 @@ def spark_session(cfg: PipelineConfig) -> Any:
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def _without_ipython() -> None:
+    """Where IPython is not installed, make `import IPython` fail at once: pyspark records
+    the call site of each DataFrame and Column call for its error messages, and tries that
+    import each time (pyspark.errors.utils._capture_call_site), searching sys.path anew for
+    a module that is not there: 84 us a call against 8 us, some 0.04 s of building each
+    stage job here. A None in sys.modules is Python's own "no such module"."""
+    import importlib.util
+
+    if "IPython" not in sys.modules and importlib.util.find_spec("IPython") is None:
+        sys.modules["IPython"] = None  # type: ignore[assignment]
