@@ -72,3 +72,14 @@ def test_a_module_that_does_not_import_leaves_the_scheduler_to_start(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "PRELOADED" in proc.stdout
     assert "onceflow.no_such_module not preloaded" in proc.stderr
+
+
+def test_every_module_the_spark_daemon_preloads_is_one_that_imports():
+    """The worker daemon skips a module that does not import (optional ones), so a misspelt
+    name would only cost every new worker its import again, silently."""
+    import importlib
+
+    from onceflow.spark.spark_daemon import PRELOADED as DAEMON
+
+    for module in DAEMON:
+        importlib.import_module(module)

@@ -17,6 +17,11 @@ import importlib
 
 PRELOADED = (
     "pyarrow",
+    # RecordBatch.filter and the fast forms' column work import it on first use: 25 ms of
+    # each new worker's first task here (Spark stops a worker idle for a minute, so a
+    # pipeline whose batches are further apart meets new workers every batch)
+    "pyarrow.compute",
+    "pyarrow.csv",
     "numpy",
     "confluent_kafka",
     "psycopg2",
@@ -24,6 +29,8 @@ PRELOADED = (
     "onceflow.reader.frame",
     "onceflow.staging.fast_stage",
     "onceflow.staging.writer",
+    "onceflow.ledger.fencing",  # the part fence's check, imported where it is used
+    "onceflow.spark.rowhash",
 )
 
 
