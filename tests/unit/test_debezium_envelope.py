@@ -88,10 +88,55 @@ def test_each_op_becomes_an_upsert_or_a_delete_at_its_source_position():
     assert (tombstone.op, tombstone.row, tombstone.position) == (None, {"id": 1}, None)
 
 
-def test_another_connectors_position_is_its_source_ts_ms():
+def with_source(**source) -> bytes:
     raw = json.loads(change("u", after=row(1), schemas=False))
-    raw["source"] = {"connector": "mysql", "file": "binlog.000003", "pos": 9, "ts_ms": 5}
-    assert parse_event(key(1, False), json.dumps(raw).encode(), ("id",)).position == 5
+    raw["source"] = source
+    return json.dumps(raw).encode()
+
+
+def position(**source) -> int | None:
+    return parse_event(key(1, False), with_source(**source), ("id",)).position
+
+
+# the source block of Debezium's MySQL connector (its docs' "Data change events"): the binlog
+# file and position of the event, the row within it, and when the source committed it
+MYSQL = {"connector": "mysql", "server_id": 223344, "gtid": None, "row": 0}
+
+
+def test_mysqls_position_is_its_binlog_file_then_its_position_in_it():
+    at = [
+        position(**MYSQL, file="mysql-bin.000003", pos=4_000_000_000, ts_ms=9),
+        position(**MYSQL, file="mysql-bin.000004", pos=154, ts_ms=8),
+        position(**MYSQL, file="mysql-bin.000004", pos=155, ts_ms=7),
+        position(**MYSQL, file="mysql-bin.1000000", pos=4, ts_ms=6),  # past six digits
+    ]
+    # the binlog's order, whatever the clock said (ts_ms goes back here)
+    assert at == sorted(at) and len(set(at)) == len(at)
+    assert at[1] == 4 * 2**32 + 154
+    mariadb = {**MYSQL, "connector": "mariadb"}
+    assert position(**mariadb, file="mariadb-bin.000004", pos=154, ts_ms=1) == at[1]
+
+
+@pytest.mark.parametrize(
+    ("file", "pos"),
+    [
+        (None, 154),
+        ("mysql-bin", 154),
+        ("mysql-bin.000004", None),
+        ("mysql-bin.000004", -1),
+        ("mysql-bin.000004", 2**32),
+        ("mysql-bin.000004", True),
+    ],
+)
+def test_a_mysql_change_without_a_binlog_position_says_so(file, pos):
+    with pytest.raises(Malformed, match="are not a binlog file"):
+        position(**MYSQL, file=file, pos=pos, ts_ms=5)
+
+
+def test_another_connectors_position_is_its_source_ts_ms():
+    assert position(connector="sqlserver", change_lsn="0:1:2", ts_ms=5) == 5
+    with pytest.raises(Malformed, match="source.ts_ms, read for the 'mongodb' connector"):
+        position(connector="mongodb", ord=3)
 
 
 @pytest.mark.parametrize(

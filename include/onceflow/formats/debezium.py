@@ -14,10 +14,16 @@ A record of a captured table's topic is one of:
 
 Every row carries the event's `cdc_op`, `cdc_ts_ms` (source.ts_ms: when the source
 committed it) and `cdc_position`, the source position the sink orders a key's versions by
-(the sink's `order_by`), the Kafka offset breaking ties: PostgreSQL's `source.lsn` (a key's
-changes have increasing LSNs: a row's writers hold its lock in turn; a snapshot's reads and
-the first change after it may share one, the read first in the topic), any other connector's
-`source.ts_ms`.
+(the sink's `order_by`), the Kafka offset breaking ties (a key's changes are in one partition,
+in their source's order):
+
+- PostgreSQL's `source.lsn`: a key's changes have increasing LSNs (a row's writers hold its
+  lock in turn); a snapshot's reads and the first change after it may share one, the read
+  first in the topic.
+- MySQL's and MariaDB's binlog `source.file` and `source.pos`, as the file's sequence number
+  times 2^32 plus the position: the binlog is written in commit order. The rows of one binlog
+  event share it (`source.row` tells them apart, and so does the Kafka offset).
+- any other connector's `source.ts_ms`.
 
 A record is a dead letter, with its reason, when its value is not a JSON object, has no
 `op` or one other than c, r, u, d (a truncate `t`, a message `m`), lacks the side its op
@@ -28,6 +34,7 @@ with the row's values; and when a field's value is not what its schema says.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -110,11 +117,7 @@ def parse_event(key: bytes | None, value: bytes | None, table_key: Sequence[str]
     source = payload.get("source")
     if not isinstance(source, dict):
         raise Malformed("the envelope has no `source`")
-    position = source.get("lsn") if source.get("connector") == "postgresql" else source.get("ts_ms")
-    if isinstance(position, bool) or not isinstance(position, int):
-        raise Malformed(
-            "no source position (source.lsn of PostgreSQL's connector, else source.ts_ms)"
-        )
+    position = source_position(source)
     if record_key is None:
         raise Malformed("no record key (a table without a primary key has none)")
     ts_ms = source.get("ts_ms")
@@ -122,8 +125,46 @@ def parse_event(key: bytes | None, value: bytes | None, table_key: Sequence[str]
         op,
         _keyed(row, record_key, table_key, f"`{side}`"),
         position,
-        ts_ms if isinstance(ts_ms, int) and not isinstance(ts_ms, bool) else None,
+        ts_ms if _is_int(ts_ms) else None,
     )
+
+
+#: a binlog file's name: the server's base name, then its sequence number
+_BINLOG_FILE = re.compile(r".*\.([0-9]{1,9})")
+#: MySQL's binlog positions are byte offsets into one file, below 4 GiB (max_binlog_size is
+#: at most 1 GiB; a transaction that outgrows it still ends below 4 GiB)
+_BINLOG_POS_BITS = 32
+
+
+def source_position(source: dict[str, Any]) -> int:
+    """The source position a key's changes are ordered by (module docstring); Malformed when
+    the `source` block lacks it."""
+    connector = source.get("connector")
+    if connector == "postgresql":
+        lsn = source.get("lsn")
+        if _is_int(lsn) and lsn >= 0:
+            return lsn
+        raise Malformed("no source position: source.lsn of PostgreSQL's connector")
+    if connector in ("mysql", "mariadb"):
+        file, pos = source.get("file"), source.get("pos")
+        found = _BINLOG_FILE.fullmatch(file) if isinstance(file, str) else None
+        if found is None or not _is_int(pos) or not 0 <= pos < 1 << _BINLOG_POS_BITS:
+            raise Malformed(
+                f"no source position: source.file {file!r} and source.pos {pos!r} of "
+                f"{connector}'s connector are not a binlog file (name.NNNNNN) and a position in it"
+            )
+        return int(found.group(1)) << _BINLOG_POS_BITS | pos
+    ts_ms = source.get("ts_ms")
+    if _is_int(ts_ms):
+        return ts_ms
+    raise Malformed(
+        f"no source position: source.ts_ms, read for the {connector!r} connector "
+        "(PostgreSQL's is source.lsn, MySQL's and MariaDB's the binlog's file and pos)"
+    )
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
 
 
 def _keyed(
