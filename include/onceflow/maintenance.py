@@ -34,6 +34,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from onceflow.config.pipeline import PipelineConfig
 from onceflow.ledger.db import Ledger
@@ -68,12 +69,44 @@ def maintain(
     target_file_mb: float | None = None,
     retain_hours: float | None = None,
     dry_run: bool = False,
-) -> MaintenanceReport:
-    """Maintain the pipeline's append or lake table (the module says what and how); a lake
-    table's sizes default to its sink's `target_file_mb` and `retain_hours`."""
+) -> list[MaintenanceReport]:
+    """Maintain the pipeline's append, upsert or lake table, or with a table per topic
+    (docs/cdc.md) each table the ledger records for it, in the ledger's order: a report per
+    table. A lake table's sizes default to its sink's `target_file_mb` and `retain_hours`."""
     # imported here: the CLI imports this module for its defaults, and starts fast
-    from onceflow.errors import NotALakeSinkError
     from onceflow.hooks.sink import sink_for
+    from onceflow.ledger.db import transaction
+    from onceflow.ledger.sink_tables import sink_tables
+    from onceflow.sinks.tables import PerTopic
+
+    sink = sink_for(cfg)
+    if not isinstance(sink, PerTopic):
+        return [_maintain_table(ledger, cfg, sink, target_file_mb, retain_hours, dry_run)]
+    with transaction(ledger) as cur:
+        tables = sink_tables(cur, cfg.name)
+    return [
+        _maintain_table(
+            ledger,
+            cfg,
+            sink.table_sink(table),
+            target_file_mb,
+            retain_hours,
+            dry_run,
+        )
+        for table in tables
+    ]
+
+
+def _maintain_table(
+    ledger: Ledger,
+    cfg: PipelineConfig,
+    sink: Any,
+    target_file_mb: float | None,
+    retain_hours: float | None,
+    dry_run: bool,
+) -> MaintenanceReport:
+    """Maintain one table, `sink`'s (the module says what and how)."""
+    from onceflow.errors import NotALakeSinkError
     from onceflow.ledger.db import transaction
     from onceflow.ledger.ordering import lock_commits
     from onceflow.sinks.lake.files import delete_files
@@ -82,7 +115,6 @@ def maintain(
     from onceflow.sinks.postgres.sink import PostgresSink
 
     started = time.monotonic()
-    sink = sink_for(cfg)
     if isinstance(sink, PostgresSink) and sink.partitioned_table is not None:
         with transaction(ledger) as cur:
             lock_commits(cur, cfg.name)

@@ -314,10 +314,10 @@ def test_maintain_rolls_up_committed_batches_and_a_rerun_replaces_rows_there(
         process(ledger_dsn, cfg, txid, [(0, i, f"k{i}", i)])
         commit(ledger_dsn, cfg, txid)
     before = published(ledger_dsn, cfg)
-    dry = maintain(ledger_dsn, cfg, dry_run=True)
+    [dry] = maintain(ledger_dsn, cfg, dry_run=True)
     assert (dry.files_before, dry.files_after, dry.unit) == (5, 2, "partition(s)")
     assert len(partitions(ledger_dsn, cfg)) == 5  # a dry run changes nothing
-    report = maintain(ledger_dsn, cfg)
+    [report] = maintain(ledger_dsn, cfg)
     assert (report.files_before, report.files_after, report.compacted, report.written) == (
         5,
         2,

@@ -179,3 +179,77 @@ def test_a_pipeline_starting_at_a_time_plans_from_each_partitions_first_record_a
         (0, 10, 10),
         (1, 10, 11),
     }
+
+
+def test_a_pattern_plans_the_topics_it_matches_then_the_new_ones_and_a_retry_replays(
+    bootstrap, ledger_dsn, unique_name
+):
+    """`topics = { pattern = ... }`: each plan asks the broker which topics match (whole
+    names; a topic that only contains a match is not one); a topic created later is planned
+    from the next txid on, from its first record; a retry of the first txid replays its
+    ranges, without the new topic; the lag's ends are those of the matched topics."""
+    from onceflow.config.pipeline_table import parse_pipeline
+    from onceflow.ledger.planning import plan
+
+    prefix = f"pat_{unique_name}"
+    produce(bootstrap, f"{prefix}.a", 3)
+    produce(bootstrap, f"{prefix}.b", 4)
+    produce(bootstrap, f"x{prefix}.c", 5)  # contains a match; its whole name does not match
+    cfg = parse_pipeline(
+        unique_name,
+        {
+            "topics": {"pattern": prefix + r"\..*"},
+            "transform": "orders:transform",
+            "sink": {"table": "t"},
+        },
+    )
+
+    def run(txid: str) -> dict:
+        batch = plan(
+            ledger_dsn,
+            cfg,
+            txid,
+            lambda at: broker.snapshot(bootstrap, cfg.name, cfg.subscription, at),
+            sink=sink_for(cfg),
+        )
+        return {r.topic: (r.from_offset, r.until_offset) for r in batch.ranges}
+
+    assert run("run-1") == {f"{prefix}.a": (0, 3), f"{prefix}.b": (0, 4)}
+    produce(bootstrap, f"{prefix}.d", 2)
+    assert run("run-2") == {f"{prefix}.a": (3, 3), f"{prefix}.b": (4, 4), f"{prefix}.d": (0, 2)}
+    assert run("run-1") == {f"{prefix}.a": (0, 3), f"{prefix}.b": (0, 4)}  # replayed
+    lag = broker.partition_ends(bootstrap, cfg.subscription)
+    assert sorted(lag.ends) == [(f"{prefix}.{t}", 0) for t in "abd"] and not lag.missing
+
+
+def test_a_patterns_topic_without_a_table_stops_plan_naming_it(bootstrap, ledger_dsn, unique_name):
+    """A pipeline of change events with a table per topic by a template: a new topic that the
+    pattern matches but the template cannot name a table for stops plan before anything is
+    recorded, naming the topic."""
+    from onceflow.airflow.plan_tasks import tables_checked
+    from onceflow.config.pipeline_table import parse_pipeline
+    from onceflow.errors import ConfigError, UnknownTxidError
+    from onceflow.ledger.batches import get_batch
+    from onceflow.ledger.planning import plan
+
+    server = f"cdc_{unique_name}"
+    produce(bootstrap, f"{server}.public.items", 1)
+    cfg = parse_pipeline(
+        unique_name,
+        {
+            "topics": {"pattern": server + r"[.].*"},
+            "envelope": "debezium",
+            "sink": {"mode": "upsert", "tables": "{table}"},
+        },
+    )
+
+    def snapshot(at):
+        return tables_checked(cfg, broker.snapshot(bootstrap, cfg.name, cfg.subscription, at))
+
+    batch = plan(ledger_dsn, cfg, "run-1", snapshot, sink=sink_for(cfg))
+    assert [r.topic for r in batch.ranges] == [f"{server}.public.items"]
+    produce(bootstrap, f"{server}.heartbeat", 1)  # <server>.<table>: no schema part
+    with pytest.raises(ConfigError, match=rf"topic '{server}\.heartbeat' matches no table"):
+        plan(ledger_dsn, cfg, "run-2", snapshot, sink=sink_for(cfg))
+    with pytest.raises(UnknownTxidError):  # nothing planned
+        get_batch(ledger_dsn, cfg.name, "run-2")

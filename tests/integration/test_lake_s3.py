@@ -97,7 +97,7 @@ def test_a_lake_table_on_s3_is_exactly_once_through_crash_rerun_and_maintenance(
     process(ledger_dsn, cfg, "a", [(0, 0, "x", 1), (0, 1, "y", 2), (0, 2, "z", 3, "bad")])
     assert commit(ledger_dsn, cfg, "a").outcome == "republished"
     assert published(ledger_dsn, cfg) == before
-    report = maintain(ledger_dsn, cfg, retain_hours=0)
+    [report] = maintain(ledger_dsn, cfg, retain_hours=0)
     assert report.files_after <= report.files_before
     assert published(ledger_dsn, cfg) == before
     exactly_once(ledger_dsn, cfg)

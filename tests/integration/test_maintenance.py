@@ -80,9 +80,9 @@ def test_compaction_makes_one_file_of_many_and_changes_no_row(lake):
     # append: a file per batch; upsert and merge rewrite the files of the keys a batch
     # touches, and every batch here touches k0 or k1
     assert files == 6 if lake.cfg.sink.mode == "append" else files >= 1
-    dry = maintain(lake.dsn, lake.cfg, dry_run=True)
+    [dry] = maintain(lake.dsn, lake.cfg, dry_run=True)
     assert dry.dry_run and len(live(lake.dsn, lake.cfg)) == files
-    report = maintain(lake.dsn, lake.cfg, retain_hours=1000)
+    [report] = maintain(lake.dsn, lake.cfg, retain_hours=1000)
     assert (report.files_before, report.files_after, report.expired) == (files, 1, 0)
     assert (dry.compacted, dry.written) == (report.compacted, report.written)
     assert len(live(lake.dsn, lake.cfg)) == 1
@@ -116,7 +116,7 @@ def test_expiry_deletes_what_no_commit_needs_and_keeps_what_the_ledger_names(lak
         str(p) for p in Path(lake.cfg.sink.warehouse).rglob("*.parquet") if "txid=late-" in str(p)
     )
     time.sleep(2)  # Delta's log clean-up keeps what the last second needs
-    report = maintain(lake.dsn, lake.cfg, retain_hours=0)
+    [report] = maintain(lake.dsn, lake.cfg, retain_hours=0)
     assert report.expired >= 1
     if lake.cfg.sink.mode == "append":
         assert report.removed >= 1  # b000's first attempt's files, and the compacted ones
@@ -145,7 +145,7 @@ def test_expiry_keeps_a_publication_the_ledger_has_not_committed_on(lake, failpo
         commit(lake.dsn, lake.cfg, "c")
     (failpoints_dir / "commit.after_sink_publish@c").unlink(missing_ok=True)
     time.sleep(0.05)
-    report = maintain(lake.dsn, lake.cfg, retain_hours=0)
+    [report] = maintain(lake.dsn, lake.cfg, retain_hours=0)
     assert report.kept_from_ms is not None
     before = published(lake.dsn, lake.cfg)
     res = commit(lake.dsn, lake.cfg, "c")  # the retry finds the seq: only the ledger step
@@ -189,7 +189,7 @@ def test_the_cli_maintains_and_says_what_it_did(
     assert main(["maintain", "--pipeline", cfg.name, "--dry-run"]) == 0
     assert "would compact 3 into 1" in capsys.readouterr().out
     assert main(["maintain", "--pipeline", cfg.name, "--json", "--retain-hours", "1000"]) == 0
-    report = json.loads(capsys.readouterr().out)
+    [report] = json.loads(capsys.readouterr().out)
     assert (report["files_before"], report["files_after"], report["dry_run"]) == (3, 1, False)
 
 

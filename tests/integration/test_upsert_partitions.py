@@ -159,7 +159,7 @@ def test_maintain_rolls_up_the_versions_and_a_rerun_replaces_them_there(
         process(ledger_dsn, cfg, txid, [(0, i, f"k{i % 2}", i)])
         commit(ledger_dsn, cfg, txid)
     before = published(ledger_dsn, cfg)
-    report = maintain(ledger_dsn, cfg)
+    [report] = maintain(ledger_dsn, cfg)
     assert (report.files_before, report.files_after, report.compacted, report.written) == (
         5,
         2,

@@ -379,7 +379,6 @@ def test_a_table_per_topic_by_template_or_by_name():
         (["a.x.t", "b.y.t"], {"tables": "{table}"}, "sink.tables", "both land in table 't'"),
         (TOPICS, {"tables": "{tabel}"}, "sink.tables", "is not a template"),
         (TOPICS, {"tables": "x", "table": "x"}, "sink.tables", "not both"),
-        (TOPICS, {"tables": "{table}", "maintain_every": 3}, "sink.maintain_every", "takes none"),
     ],
 )
 def test_a_table_per_topic_refuses_a_topic_without_one(topics, sink, where, why):
@@ -402,7 +401,13 @@ def test_a_table_per_topic_lands_in_lake_tables_each_its_own_sink(kind):
         {
             "topics": TOPICS,
             "envelope": "debezium",
-            "sink": {"kind": kind, "mode": "upsert", "tables": "{table}", "warehouse": "/tmp/w"},
+            "sink": {
+                "kind": kind,
+                "mode": "upsert",
+                "tables": "{table}",
+                "warehouse": "/tmp/w",
+                "maintain_every": 3,  # each table maintained (onceflow.maintenance)
+            },
         },
     )
     sink = sink_for(cfg)

@@ -38,8 +38,11 @@ class AlertsTrigger(Watcher):
         interval_seconds: float = 30.0,
         ledger_conn_id: str | None = None,
         kafka_conn_id: str | None = None,
+        topic_pattern: str = "",
     ) -> None:
-        super().__init__(pipeline, topics, interval_seconds, ledger_conn_id, kafka_conn_id)
+        super().__init__(
+            pipeline, topics, interval_seconds, ledger_conn_id, kafka_conn_id, topic_pattern
+        )
         self.alerts = Alerts(
             "", lag_records, commit_blocked_minutes, no_commit_minutes, float(interval_seconds)
         )
@@ -56,6 +59,8 @@ class AlertsTrigger(Watcher):
                 "interval_seconds": self.interval_seconds,
                 "ledger_conn_id": self.ledger_conn_id,
                 "kafka_conn_id": self.kafka_conn_id,
+                # only when set: a pipeline of listed topics hashes as it did before
+                **({"topic_pattern": self.topic_pattern} if self.topic_pattern else {}),
             },
         )
 

@@ -41,7 +41,7 @@ CONTINUOUS_SINCE = datetime(2024, 1, 1, tzinfo=timezone.utc)
 def build_dag(cfg: PipelineConfig, pipelines_file: Path) -> DAG:
     with DAG(
         dag_id=cfg.dag_id,
-        description=cfg.description or f"Onceflow pipeline {cfg.name}: {', '.join(cfg.topics)}",
+        description=cfg.description or f"Onceflow pipeline {cfg.name}: {cfg.topics_label}",
         schedule=dag_schedule(cfg),
         # Airflow's @continuous gives a DAG without a start date a first run of zero length,
         # and then the same logical date again for every next run, which already exists: it
@@ -55,7 +55,7 @@ def build_dag(cfg: PipelineConfig, pipelines_file: Path) -> DAG:
         max_active_runs=cfg.max_active_runs,
         tags=["onceflow"],
         doc_md=(
-            f"Exactly-once pipeline **{cfg.name}** (topics {', '.join(cfg.topics)}). Each run is one "
+            f"Exactly-once pipeline **{cfg.name}** (topics: {cfg.topics_label}). Each run is one "
             "transaction whose txid is the run id: plan records its offset ranges in the ledger, "
             "process stages the output with Spark, commit publishes it in seq order. Clearing or "
             "retrying a run replays the same ranges."

@@ -111,7 +111,8 @@ def batch_lineage(cfg: PipelineConfig, txid: str, step: str) -> Any:
                 else None
             ),
         )
-        for topic in cfg.topics
+        # a pattern's topics: those of the txid's ranges
+        for topic in cfg.topics or sorted({r[0] for r in rows})
     ]
     ranges = [
         {"topic": t, "partition": p, "from_offset": f, "until_offset": u} for t, p, f, u, _ in rows

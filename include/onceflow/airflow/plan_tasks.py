@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from onceflow.compat.airflow_exceptions import AirflowFailException
+from onceflow.config.pipeline import PipelineConfig
 from onceflow.config.pipelines_file import get_pipeline
 from onceflow.errors import (
     ConfigError,
@@ -29,6 +30,7 @@ from onceflow.hooks.registry import reader_schemas_of
 from onceflow.hooks.services import services
 from onceflow.hooks.sink import sink_for
 from onceflow.kafka import broker
+from onceflow.ledger.log_checks import BrokerSnapshot
 from onceflow.ledger.planning import plan
 from onceflow.ledger.states import BatchState
 from onceflow.settings import Settings
@@ -37,9 +39,10 @@ log = logging.getLogger("onceflow")
 
 
 def maintain_task(pipeline: str, txid: str, pipelines_file: str | None = None) -> dict[str, Any]:
-    """After commit, every `maintain_every` committed batches of a lake or append sink (seq a
-    multiple of it): maintain the table (onceflow.maintenance), then prune the ledger by the
-    pipeline's retention (onceflow.ledger.retention); other runs skip it."""
+    """After commit, every `maintain_every` committed batches of a lake, append or upsert sink
+    (seq a multiple of it): maintain its table, or each of its tables (onceflow.maintenance),
+    then prune the ledger by the pipeline's retention (onceflow.ledger.retention); other runs
+    skip it."""
     from onceflow.compat.airflow_exceptions import AirflowSkipException
     from onceflow.ledger.batches import get_batch
     from onceflow.ledger.retention import prune
@@ -56,23 +59,34 @@ def maintain_task(pipeline: str, txid: str, pipelines_file: str | None = None) -
             f"seq {batch.seq} ({batch.state}): the table is maintained every {every} committed "
             f"batches, next after seq {batch.seq - batch.seq % every + every}"
         )
-    report = maintain(ledger, cfg)
+    reports = maintain(ledger, cfg)
     pruned = prune(ledger, cfg)
-    log.info(
-        "onceflow maintain pipeline=%s after seq %d: %d %s -> %d (compacted %d into "
-        "%d), %d snapshot(s)/version(s) expired, %d data file(s) deleted, %.1fs",
-        cfg.name,
-        batch.seq,
-        report.files_before,
-        report.unit,
-        report.files_after,
-        report.compacted,
-        report.written,
-        report.expired,
-        report.removed,
-        report.seconds,
-    )
-    return {**report.as_dict(), "prune": pruned.as_dict()}
+    for report in reports:
+        log.info(
+            "onceflow maintain pipeline=%s table=%s after seq %d: %d %s -> %d (compacted %d "
+            "into %d), %d snapshot(s)/version(s) expired, %d data file(s) deleted, %.1fs",
+            cfg.name,
+            report.table,
+            batch.seq,
+            report.files_before,
+            report.unit,
+            report.files_after,
+            report.compacted,
+            report.written,
+            report.expired,
+            report.removed,
+            report.seconds,
+        )
+    return {"tables": [r.as_dict() for r in reports], "prune": pruned.as_dict()}
+
+
+def tables_checked(cfg: PipelineConfig, snap: BrokerSnapshot) -> BrokerSnapshot:
+    """`snap`, once each of its topics has its table when the pipeline has a table per topic
+    (config.table_map): a pattern's topics are known only now. ConfigError naming a topic
+    without one, before anything is planned."""
+    if cfg.sink.tables is not None:
+        cfg.sink.tables.tables(sorted(snap.topic_ids))
+    return snap
 
 
 def plan_task(pipeline: str, txid: str, pipelines_file: str | None = None) -> dict[str, Any]:
@@ -90,8 +104,11 @@ def plan_task(pipeline: str, txid: str, pipelines_file: str | None = None) -> di
             svc.ledger,
             cfg,
             txid,
-            lambda at: broker.snapshot(
-                svc.kafka, cfg.name, cfg.topics, at, starting_time_ms=cfg.starting_time_ms
+            lambda at: tables_checked(
+                cfg,
+                broker.snapshot(
+                    svc.kafka, cfg.name, cfg.subscription, at, starting_time_ms=cfg.starting_time_ms
+                ),
             ),
             sink,
             reader_schemas_of(cfg),

@@ -41,9 +41,15 @@ class RecordsArrivedTrigger(Watcher):
         watch_interval_seconds: float = 1.0,
         ledger_conn_id: str | None = None,
         kafka_conn_id: str | None = None,
+        topic_pattern: str = "",
     ) -> None:
         super().__init__(
-            pipeline, topics, float(watch_interval_seconds), ledger_conn_id, kafka_conn_id
+            pipeline,
+            topics,
+            float(watch_interval_seconds),
+            ledger_conn_id,
+            kafka_conn_id,
+            topic_pattern,
         )
         self.rule = OnRecords(
             int(min_records), float(max_wait_seconds), float(watch_interval_seconds)
@@ -60,6 +66,8 @@ class RecordsArrivedTrigger(Watcher):
                 "watch_interval_seconds": self.rule.watch_interval_seconds,
                 "ledger_conn_id": self.ledger_conn_id,
                 "kafka_conn_id": self.kafka_conn_id,
+                # only when set: a pipeline of listed topics hashes as it did before
+                **({"topic_pattern": self.topic_pattern} if self.topic_pattern else {}),
             },
         )
 
@@ -77,7 +85,7 @@ class RecordsArrivedTrigger(Watcher):
             "on_records watcher of pipeline %s: topics %s, a run at %d record(s) or after "
             "%.0fs of waiting, looking every %.1fs",
             self.pipeline,
-            ", ".join(self.topics),
+            ", ".join(map(str, self.subscription)),
             self.rule.min_records,
             self.rule.max_wait_seconds,
             self.rule.watch_interval_seconds,

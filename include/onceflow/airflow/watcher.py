@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from airflow.triggers.base import BaseEventTrigger
 
 from onceflow.config.pipeline import PipelineConfig
+from onceflow.config.topic_pattern import TopicPattern
 from onceflow.ledger.db import Ledger
 from onceflow.ranges import TopicPartition
 
@@ -34,6 +35,7 @@ def watching(cfg: PipelineConfig) -> dict[str, Any]:
     return {
         "pipeline": cfg.name,
         "topics": list(cfg.topics),
+        "topic_pattern": cfg.topic_pattern,
         "ledger_conn_id": cfg.ledger_conn_id,
         "kafka_conn_id": cfg.kafka_conn_id,
     }
@@ -51,15 +53,22 @@ class Watcher(BaseEventTrigger):
         interval_seconds: float,
         ledger_conn_id: str | None,
         kafka_conn_id: str | None,
+        topic_pattern: str = "",
     ) -> None:
         super().__init__()
         self.pipeline = pipeline
         self.topics = list(topics)
+        self.topic_pattern = topic_pattern  # the topics by a pattern (config.topic_pattern)
         self.interval_seconds = float(interval_seconds)
         self.ledger_conn_id = ledger_conn_id
         self.kafka_conn_id = kafka_conn_id
         self._conn: Any = None
         self._problem: tuple[str, float] | None = None
+
+    @property
+    def subscription(self) -> tuple[str | TopicPattern, ...]:
+        """The topics as the broker is asked for them (PipelineConfig.subscription)."""
+        return (TopicPattern(self.topic_pattern),) if self.topic_pattern else tuple(self.topics)
 
     def read_ledger(self, ledger: Ledger, read: Callable[[Any], T]) -> T:
         """`read(cursor)` in one transaction on the connection kept for the watcher's life
@@ -110,7 +119,7 @@ class Watcher(BaseEventTrigger):
                         ledger = await ledger_of_async(self.ledger_conn_id, who)
                     if ends_reader is None:
                         cluster = await kafka_cluster_async(self.kafka_conn_id, who)
-                        ends_reader = EndOffsets(cluster, tuple(self.topics))
+                        ends_reader = EndOffsets(cluster, self.subscription)
                     ends, missing = await asyncio.to_thread(ends_reader.read)
                     if missing:
                         raise LookupError(f"the broker has no topic {', '.join(missing)} yet")

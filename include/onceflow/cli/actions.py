@@ -75,7 +75,9 @@ def since_seqs(settings: Settings, cfg: PipelineConfig, since: str) -> list[int]
     from onceflow.ledger.by_time import committed_from
     from onceflow.ranges import starting_offset
 
-    snap = broker.snapshot(settings.kafka_bootstrap, cfg.name, cfg.topics, None, time_ms(since))
+    snap = broker.snapshot(
+        settings.kafka_bootstrap, cfg.name, cfg.subscription, None, time_ms(since)
+    )
     firsts = {
         tp: starting_offset("time", snap.beginnings.get(tp, 0), end, snap.at_time.get(tp))
         for tp, end in snap.ends.items()
@@ -149,7 +151,7 @@ def cmd_reset_offsets(args: argparse.Namespace, settings: Settings) -> int:
         lambda at: broker.snapshot(
             settings.kafka_bootstrap,
             cfg.name,
-            cfg.topics,
+            cfg.subscription,
             at,
             time_ms(at_time) if at_time else None,
         ),
@@ -250,7 +252,7 @@ def cmd_maintain(args: argparse.Namespace, settings: Settings) -> int:
     from onceflow.maintenance import maintain
 
     cfg = select_pipeline(settings, args.pipeline)
-    report = maintain(
+    reports = maintain(
         settings.ledger,
         cfg,
         target_file_mb=args.target_file_mb,
@@ -258,24 +260,28 @@ def cmd_maintain(args: argparse.Namespace, settings: Settings) -> int:
         dry_run=args.dry_run,
     )
     if args.json:
-        print(json.dumps(report.as_dict(), indent=2))
+        print(json.dumps([r.as_dict() for r in reports], indent=2))
         return 0
+    if not reports:
+        print(f"pipeline {cfg.name}: no table yet (a table per topic is made by its first batch)")
     verb = "would" if args.dry_run else "did"
-    if report.unit == "partition(s)":
+    for report in reports:
+        if report.unit == "partition(s)":
+            print(
+                f"{report.table}: {report.files_before} partition(s) -> {report.files_after}; "
+                f"{verb} roll up {report.compacted} one-batch partition(s) into "
+                f"{report.written} ({report.seconds:.1f} s)"
+            )
+            continue
         print(
-            f"{report.table}: {report.files_before} partition(s) -> {report.files_after}; {verb}"
-            f" roll up {report.compacted} one-batch partition(s) into {report.written}"
-            f" ({report.seconds:.1f} s)"
+            f"{report.table}: {report.files_before} data file(s) -> {report.files_after}; "
+            f"{verb} compact {report.compacted} into {report.written}, expire "
+            f"{report.expired} snapshot(s)/version(s), delete {report.removed} data file(s) "
+            f"({report.seconds:.1f} s)"
         )
-        return 0
-    print(
-        f"{report.table}: {report.files_before} data file(s) -> {report.files_after}; {verb} "
-        f"compact {report.compacted} into {report.written}, expire {report.expired} "
-        f"snapshot(s)/version(s), delete {report.removed} data file(s) ({report.seconds:.1f} s)"
-    )
-    if report.kept_from_ms:
-        print(
-            "kept the history from a publication the ledger has not committed on (a commit's "
-            "retry needs it)"
-        )
+        if report.kept_from_ms:
+            print(
+                "  kept the history from a publication the ledger has not committed on (a "
+                "commit's retry needs it)"
+            )
     return 0

@@ -114,7 +114,7 @@ def cmd_lag(args: argparse.Namespace, settings: Settings) -> int:
     from onceflow.ledger import views
 
     cfg = select_pipeline(settings, args.pipeline)
-    snap = broker.snapshot(settings.kafka_bootstrap, cfg.name, cfg.topics)
+    snap = broker.snapshot(settings.kafka_bootstrap, cfg.name, cfg.subscription)
     rows = views.partitions(settings.ledger, cfg.name, snap.ends)
     # where ListOffsets answered other than what a fetch finds (a broker that under-reports)
     short = {

@@ -9,7 +9,7 @@ import argparse
 import sys
 
 from onceflow.cli.selection import select_pipeline
-from onceflow.errors import PartitionCountError
+from onceflow.errors import ConfigError, PartitionCountError
 from onceflow.settings import Settings
 
 
@@ -71,6 +71,11 @@ def cmd_topics(args: argparse.Namespace, settings: Settings) -> int:
     cfg = select_pipeline(settings, args.pipeline)
     if args.partitions < 1:
         raise PartitionCountError(cfg.name, args.partitions)
+    if cfg.topic_pattern:
+        raise ConfigError(
+            f"pipeline {cfg.name!r} reads {cfg.topics_label}: it names no topic to create; "
+            "its producers (Debezium, say) create them"
+        )
     found = broker.ensure_topics(settings.kafka_bootstrap, cfg.topics, args.partitions)
     for topic, (created, partitions) in found.items():
         print(f"topic {topic}: {_topic_outcome(created, partitions, args.partitions)}")

@@ -13,6 +13,7 @@ from onceflow.config.retention import Retention
 from onceflow.config.schedule import OnRecords
 from onceflow.config.sink import SinkConfig
 from onceflow.config.times import time_ms
+from onceflow.config.topic_pattern import TopicPattern
 
 # Record-wise: one output row per source record, with its coordinates; aggregating: rows
 # that each sum up `records` source records (onceflow.transforms, PROTOCOL.md "Sinks").
@@ -31,12 +32,14 @@ REGISTRY_CONN = "onceflow_registry"
 @dataclass(frozen=True)
 class PipelineConfig:
     name: str
-    topics: tuple[str, ...]
+    topics: tuple[str, ...]  # () when `topic_pattern` names them
     # "module:function" (onceflow.transforms); "" for none (a registry format's records land
     # as decoded)
     transform: str
     sink: SinkConfig
     transform_kind: Literal["record-wise", "aggregating"] = "record-wise"
+    # the topics by a pattern (onceflow.config.topic_pattern); "" when `topics` lists them
+    topic_pattern: str = ""
     sink_schema: str = ""  # defaults to the pipeline name
     # where a partition the ledger has never seen starts: "earliest", "latest", or an ISO 8601
     # time with its zone (its first record at or after it: onceflow.ranges.plan_ranges)
@@ -86,6 +89,22 @@ class PipelineConfig:
     # its source position (onceflow.formats.debezium); "none": the value itself
     envelope: Literal["none", "debezium"] = "none"
     source: str = field(default="<config>", compare=False)  # the pipelines file, for messages
+
+    @property
+    def subscription(self) -> tuple[str | TopicPattern, ...]:
+        """What the broker is asked for: the listed topics, or the pattern."""
+        return (TopicPattern(self.topic_pattern),) if self.topic_pattern else self.topics
+
+    def reads(self, topic: str) -> bool:
+        """Whether `topic` is one of the pipeline's (listed, or matching its pattern)."""
+        if self.topic_pattern:
+            return bool(TopicPattern(self.topic_pattern).names_in([topic]))
+        return topic in self.topics
+
+    @property
+    def topics_label(self) -> str:
+        """The topics as people read them."""
+        return ", ".join(map(str, self.subscription))
 
     @property
     def ledger_conn(self) -> str:

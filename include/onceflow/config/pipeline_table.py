@@ -26,6 +26,7 @@ from onceflow.config.schedule import ON_RECORDS_KEYS, parse_schedule
 from onceflow.config.sink import LAKE_KINDS, SinkConfig
 from onceflow.config.sink_table import parse_sink
 from onceflow.config.times import parse_time
+from onceflow.config.topic_pattern import parse_topic_pattern
 from onceflow.config.transform_path import transform_path
 from onceflow.config.transform_ref import reference_problem
 from onceflow.errors import ConfigError, PipelineKeyError
@@ -97,10 +98,22 @@ def parse_pipeline(
         )
 
     topics = raw.get("topics")
+    pattern = None
     if isinstance(topics, str):
         topics = [topics]
-    if not topics or not isinstance(topics, list):
-        raise PipelineKeyError(source, name, "topics", "give a non-empty list of topic names")
+    elif isinstance(topics, dict):
+        try:
+            pattern = parse_topic_pattern(topics)
+        except ValueError as e:
+            raise PipelineKeyError(source, name, "topics", str(e)) from None
+        topics = []
+    if pattern is None and (not topics or not isinstance(topics, list)):
+        raise PipelineKeyError(
+            source,
+            name,
+            "topics",
+            'give a non-empty list of topic names, or a pattern as { pattern = "orders_.*" }',
+        )
     for t in topics:
         if not isinstance(t, str) or not TOPIC_RE.fullmatch(t) or t in (".", ".."):
             raise PipelineKeyError(source, name, "topics", f"{t!r} is not a valid Kafka topic name")
@@ -229,6 +242,7 @@ def parse_pipeline(
     return PipelineConfig(
         name=name,
         topics=tuple(topics),
+        topic_pattern=pattern.pattern if pattern else "",
         transform=transform,
         transform_kind=transform_kind,
         sink_schema=sink_schema,
@@ -292,12 +306,8 @@ def _change_sink(
             raise PipelineKeyError(
                 source, name, "transform", "a pipeline with a table per topic takes none, for now"
             )
-        if sink.maintain_every:  # maintenance (a roll-up, a compaction) is one table's
-            raise PipelineKeyError(
-                source, name, "sink.maintain_every", "a table per topic takes none, for now"
-            )
         try:
-            sink.tables.tables(topics)
+            sink.tables.tables(topics)  # a pattern's topics: at each plan (plan_tasks)
         except ConfigError as e:
             raise PipelineKeyError(source, name, "sink.tables", str(e)) from None
     return replace(sink, order_by=(POSITION,))

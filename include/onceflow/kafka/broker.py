@@ -12,13 +12,14 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.admin import NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
+from onceflow.config.topic_pattern import TopicPattern, names
 from onceflow.errors import OnceflowError, TopicMissingError
 from onceflow.kafka.access import ADMIN_CONF, check_access
 from onceflow.kafka.client import KafkaCluster, cluster_of
@@ -55,19 +56,23 @@ def _consumer(cluster: KafkaCluster) -> KafkaConsumer:
 
 
 def topic_partitions(
-    consumer: KafkaConsumer, topics: Iterable[str]
+    consumer: KafkaConsumer, topics: Iterable[str | TopicPattern]
 ) -> dict[str, list[TopicPartition]]:
-    """Each topic's partitions, in order; an empty list for a topic the broker lacks."""
+    """Each topic's partitions, in order (a pattern's topics: those the broker has now); an
+    empty list for a listed topic the broker lacks."""
     known = consumer.topics()  # forces a metadata refresh
     out = {}
-    for topic in topics:
+    for topic in names(topics, known):
         parts = consumer.partitions_for_topic(topic) if topic in known else None
         out[topic] = [TopicPartition(topic, p) for p in sorted(parts or ())]
     return out
 
 
 def partitions(
-    consumer: KafkaConsumer, pipeline: str, topics: tuple[str, ...], bootstrap: str
+    consumer: KafkaConsumer,
+    pipeline: str,
+    topics: Sequence[str | TopicPattern],
+    bootstrap: str,
 ) -> list[TopicPartition]:
     tps = []
     for topic, parts in topic_partitions(consumer, topics).items():
@@ -80,7 +85,7 @@ def partitions(
 def snapshot(
     bootstrap: KafkaCluster | str,
     pipeline: str,
-    topics: tuple[str, ...],
+    topics: Sequence[str | TopicPattern],
     prints_at: Mapping[tuple[str, int], int] | None = None,
     starting_time_ms: int | None = None,
 ) -> BrokerSnapshot:
@@ -98,12 +103,15 @@ def snapshot(
     cluster = cluster_of(bootstrap)
     metadata = check_access(cluster)
     consumer = _consumer(cluster)
+    if any(isinstance(t, TopicPattern) for t in topics):
+        # a topic the ledger has read stays the pipeline's: deleted, it is missing
+        topics = [*topics, *sorted({tp[0] for tp in prints_at or {}})]
     try:
         tps = partitions(consumer, pipeline, topics, cluster.bootstrap)
         check_serving(cluster, metadata, pipeline, [(tp.topic, tp.partition) for tp in tps])
         claimed = {(tp.topic, tp.partition): int(o) for tp, o in consumer.end_offsets(tps).items()}
         beginnings = consumer.beginning_offsets(tps)
-        topic_ids = _topic_ids(consumer, topics)
+        topic_ids = _topic_ids(consumer, tuple(dict.fromkeys(tp.topic for tp in tps)))
         wanted = dict(prints_at or {})
         prints = _prints(consumer, pipeline, wanted)
         at_time = {}
@@ -130,7 +138,9 @@ class PartitionEnds:
     missing: frozenset[str]  # asked for, not on the broker
 
 
-def partition_ends(bootstrap: KafkaCluster | str, topics: Iterable[str]) -> PartitionEnds:
+def partition_ends(
+    bootstrap: KafkaCluster | str, topics: Iterable[str | TopicPattern]
+) -> PartitionEnds:
     """The partition ends of many topics in one call (fetchable_ends, as plan sees them),
     for lag: a Ledger view scrape asks once per cluster for all its pipelines' topics, where
     a plan's whole snapshot per pipeline (beginnings, topic ids) cost 0.3-0.4 s each. A
@@ -140,7 +150,7 @@ def partition_ends(bootstrap: KafkaCluster | str, topics: Iterable[str]) -> Part
     check_access(cluster)
     consumer = _consumer(cluster)
     try:
-        parts = topic_partitions(consumer, sorted(set(topics)))
+        parts = topic_partitions(consumer, sorted(set(topics), key=str))
         tps = [tp for ps in parts.values() for tp in ps]
         ends = consumer.end_offsets(tps) if tps else {}
     finally:

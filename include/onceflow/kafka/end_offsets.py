@@ -3,7 +3,8 @@ watcher's view of the broker (onceflow.airflow.records_trigger).
 
 One ListOffsets request per look, read_committed (the last stable offset: records of an
 open transaction are not counted yet); the partitions come from the client's metadata,
-refreshed every WATCH_METADATA_EVERY_S or while a topic is missing. Plan does not trust these
+refreshed every WATCH_METADATA_EVERY_S (when a pattern's new topics appear) or while a topic
+is missing. Plan does not trust these
 ends (kafka.broker.fetchable_ends): the watcher only decides when to start a run, and plan
 decides what it reads.
 """
@@ -14,6 +15,7 @@ import time
 
 from kafka import KafkaConsumer, TopicPartition
 
+from onceflow.config.topic_pattern import TopicPattern
 from onceflow.kafka.broker import topic_partitions
 from onceflow.kafka.client import KafkaCluster
 from onceflow.kafka.patience import WATCH_METADATA_EVERY_S, WATCH_REQUEST_TIMEOUT_MS
@@ -21,12 +23,12 @@ from onceflow.ranges import TopicPartition as Tp
 
 
 class EndOffsets:
-    def __init__(self, cluster: KafkaCluster, topics: tuple[str, ...]) -> None:
+    def __init__(self, cluster: KafkaCluster, topics: tuple[str | TopicPattern, ...]) -> None:
         self.cluster = cluster
-        self.topics = topics
+        self.topics = topics  # a pattern's: those on the broker at each metadata refresh
         self._consumer: KafkaConsumer | None = None
         self._parts: list[TopicPartition] = []
-        self._missing: list[str] = list(topics)
+        self._missing: list[str] = [str(t) for t in topics]
         self._refreshed = float("-inf")
 
     def _client(self) -> KafkaConsumer:

@@ -58,7 +58,7 @@ def stage_tables(
     if not isinstance(inputs.sink, PerTopic) or cfg.sink.tables is None:
         raise TypeError(f"pipeline {cfg.name!r} has no table per topic")
     tables = inputs.sink
-    names = cfg.sink.tables.tables(cfg.topics)
+    names = cfg.sink.tables.tables(sorted({r.topic for r in ranges}))
     jobs: list[_TableJob] = []
     parts = 0
     for topic in sorted({r.topic for r in ranges}):

@@ -107,7 +107,7 @@ def pipelines_ends(
             continue
         by_cluster.setdefault(cluster, []).append(cfg)
     asked = {
-        cluster: _ask(cluster, tuple(sorted({t for c in group for t in c.topics})))
+        cluster: _ask(cluster, tuple(sorted({t for c in group for t in c.subscription}, key=str)))
         for cluster, group in by_cluster.items()
     }  # every call started before any is waited on
     for cluster, group in by_cluster.items():
@@ -118,7 +118,7 @@ def pipelines_ends(
                 why = error or str(TopicMissingError(cfg.name, missing[0], cluster.bootstrap))
                 out[cfg.name] = BrokerEnds(None, why)
             else:
-                ends = {tp: e for tp, e in answer.ends.items() if tp[0] in cfg.topics}
+                ends = {tp: e for tp, e in answer.ends.items() if cfg.reads(tp[0])}
                 out[cfg.name] = BrokerEnds(ends)
     return out
 
@@ -213,7 +213,7 @@ def pipeline_overview(cfg: PipelineConfig, ends: BrokerEnds | None = None) -> di
         "broker_error": None if ends is None else ends.error,
         "pipeline": cfg.name,
         "dag_id": cfg.dag_id,
-        "topics": list(cfg.topics),
+        "topics": list(cfg.topics) or [cfg.topics_label],
         "summary": views.summary(ledger_of(cfg), cfg.name),
         "blocked": block,
         "blocked_reason": block_reason(block),
