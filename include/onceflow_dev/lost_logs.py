@@ -43,7 +43,7 @@ def lost_logs(
         if not logs:
             continue
         try:
-            snap = broker.snapshot(bootstrap, cfg.name, cfg.topics, prints_at(logs))
+            snap = broker.snapshot(bootstrap, cfg.name, cfg.subscription, prints_at(logs))
         except TopicMissingError as e:
             committed = ", ".join(
                 f"{p}: {k.committed_offset}" for (t, p), k in sorted(logs.items()) if t == e.topic

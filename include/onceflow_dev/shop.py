@@ -43,6 +43,7 @@ SETTLE_TIMEOUT = 120.0
 
 
 def topics() -> list[str]:
+    """Debezium's topic of each table (its connector's `<prefix>.public.<table>`)."""
     return [f"{TOPIC_PREFIX}.public.{t}" for t in TABLES]
 
 

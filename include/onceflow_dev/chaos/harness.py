@@ -22,10 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from onceflow.config.pipeline import PipelineConfig
+from onceflow.config.topic_pattern import names
 from onceflow.ledger.states import BatchState
 from onceflow.sinks.kafka.sink import KafkaSink
 from onceflow.sinks.outside import OutsideSink
 
+from onceflow_dev import shop
 from onceflow_dev.chaos import cdc
 from onceflow_dev.chaos.config import (
     PARTITIONS,
@@ -107,7 +109,8 @@ class Harness:
         # a pipeline of change events reads Debezium's topics of the shop database (chaos.cdc)
         self.cdc = self.cfg.envelope != "none"
         self.topic = TOPIC
-        self.topics = tuple(self.cfg.topics) if self.cdc else (TOPIC,)
+        # a pattern's: Debezium's topic of each shop table it matches
+        self.topics = tuple(names(self.cfg.subscription, shop.topics())) if self.cdc else (TOPIC,)
         self.sink = sink_for(self.cfg)
         self.mode = self.cfg.sink.mode
         self.records = None if self.cdc else record_source(self.cfg.transform, opts.seed)

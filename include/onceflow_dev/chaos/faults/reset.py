@@ -32,7 +32,7 @@ def reset_offsets(h: Harness, f: Fault, reason: str) -> int:
     reset = reset_offsets(
         h.settings.ledger,
         h.cfg,
-        lambda at: broker.snapshot(h.settings.kafka_bootstrap, h.pipeline, h.cfg.topics, at),
+        lambda at: broker.snapshot(h.settings.kafka_bootstrap, h.pipeline, h.cfg.subscription, at),
         reason=reason,
     )
     for p in reset.partitions:
