@@ -86,6 +86,12 @@ class LakeAudit:
     def load(self, cur) -> bool:
         return self._table_for_audit(cur) is not None
 
+    def history_start_ms(self, cur) -> int:
+        """Where the table's history begins (its oldest remaining commit, epoch ms): what
+        maintenance expired ends there. 0 when the table is missing."""
+        table = self._table_for_audit(cur)
+        return 0 if table is None else self.sink.format.history_start_ms(table)
+
     def truth(self, cur, pipeline: str, limit: int = 20) -> list[str]:
         """The table's own truth (table_truth) and its commits held to the ledger's
         (commits_truth)."""
@@ -130,12 +136,20 @@ class LakeAudit:
 
 
 def commits_truth(
-    cur, pipeline: str, what: str, commit: str | None, newest: dict[int, Publication], start: int
+    cur,
+    pipeline: str,
+    what: str,
+    commit: str | None,
+    newest: dict[int, Publication],
+    start: int,
+    found_may_be_partial: bool = False,
 ) -> list[str]:
     """Per committed seq, the newest commit of `what` (the tables' summed, for a table per
     topic) records the ledger's txid and published attempt and adds as many records as the
     ledger counted, back to the oldest commit the history keeps (`start`, epoch ms); no
-    commit of a seq the ledger has not committed."""
+    commit of a seq the ledger has not committed. `found_may_be_partial`: before `start`,
+    a commit found may be a part of the seq's (some of many tables' history expired), and
+    only its txid and attempt are held to the ledger's."""
     out = []
     committed = committed_batches(cur, pipeline)
     # history that maintenance expired (onceflow.maintenance) ends where the table's oldest
@@ -149,6 +163,8 @@ def commits_truth(
                     f"{what}: committed seq {seq} (txid {txid!r}, {n} records) has no {commit}"
                 )
         else:
+            if found_may_be_partial and start and committed_ms(cur, pipeline, txid) < start:
+                n = p.records  # the count of the part the history keeps is not checked
             said = f"{what}: {commit} {p.ref} of seq {seq}"
             wrong = disagreement(said, p, "adding", (txid, attempt, n))
             if wrong:
