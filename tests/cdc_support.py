@@ -98,6 +98,7 @@ def run_txid(
 ) -> dict:
     """plan `txid` in each pipeline `names` (the broker's end offsets now, at least `ends`),
     process it, commit it (unless not `commit`): each pipeline's commit result."""
+    from onceflow.airflow.plan_tasks import tables_checked
     from onceflow.commit import commit as commit_txid
     from onceflow.hooks.sink import sink_for
     from onceflow.kafka import broker
@@ -112,7 +113,9 @@ def run_txid(
             dsn,
             cfg,
             txid,
-            lambda at, cfg=cfg: broker.snapshot(bootstrap, cfg.name, cfg.topics, at),
+            lambda at, cfg=cfg: tables_checked(
+                cfg, broker.snapshot(bootstrap, cfg.name, cfg.subscription, at)
+            ),
             sink_for(cfg),
         )
         assert all(r.until_offset >= (ends or {}).get(r.tp, 0) for r in batch.ranges)

@@ -243,7 +243,7 @@ def run_audit(
     with transaction(ledger) as cur:
         cur.execute("set transaction isolation level repeatable read")  # one consistent snapshot
         rows = read_ledger_rows(cur, cfg.name)
-        if reread is not None and cfg.uses_registry:
+        if reread is not None and cfg.decoded_roles:
             from onceflow.formats.reread_check import DecodeCheck
             from onceflow.ledger.decode_rows import read_decode_rows
 

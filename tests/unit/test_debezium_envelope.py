@@ -302,7 +302,7 @@ def test_a_debezium_pipeline_lands_in_an_upsert_table_ordered_by_position():
     ("raw", "where", "why"),
     [
         ({"envelope": "maxwell"}, "envelope", "'maxwell' is not one of"),
-        ({"envelope": "debezium", "format": "avro"}, "format", "'avro' is not a format of"),
+        ({"envelope": "debezium", "format": "protobuf"}, "format", "'protobuf' is not a format of"),
         ({"format": "json"}, "format", "parsed in a transform"),
         ({"envelope": "debezium", "key_format": "avro"}, "key_format", "reads the record key"),
         (

@@ -132,6 +132,8 @@ class PipelineConfig:
     def decoded_roles(self) -> dict[str, tuple[str, str]]:
         """Per part of a record decoded with a schema registry's schemas ("value", "key"):
         its format and subject."""
+        if self.envelope != "none":  # read by their writer schemas (formats.debezium_avro)
+            return {}
         roles = {"value": (self.format, self.subject), "key": (self.key_format, self.key_subject)}
         return {role: fs for role, fs in roles.items() if fs[0] in REGISTRY_FORMATS}
 
@@ -144,7 +146,7 @@ class PipelineConfig:
     @property
     def uses_registry(self) -> bool:
         """Whether values or keys are decoded with a schema registry's schemas."""
-        return bool(self.decoded_roles)
+        return bool(self.decoded_roles) or self.format in REGISTRY_FORMATS
 
     @property
     def format_summary(self) -> str:

@@ -7,7 +7,9 @@ parsed from a [pipelines.NAME] table.
   (onceflow.formats) before the transform, which is then optional;
 - "json": Kafka Connect's JSON, with `envelope = "debezium"` (its default format there):
   change events decoded into the captured table's rows (onceflow.formats.debezium), into an
-  upsert sink ordered by the source position.
+  upsert sink ordered by the source position. Change events may be Avro too (the Connect
+  worker's AvroConverter), each read by the schema it was written with, which the registry
+  serves (onceflow.formats.debezium_avro): no subject, no reader schema.
 
 A registry format reads with a reader schema: the latest version of `subject` (default
 "<topic>-value") when each txid is planned, recorded in the ledger with the txid, or the
@@ -31,7 +33,7 @@ ENVELOPES = ("none", "debezium")
 # versions by (onceflow.formats.debezium says what it holds).
 POSITION = "cdc_position"
 # The formats each envelope reads.
-ENVELOPE_FORMATS = {"none": ("bytes", "avro", "protobuf"), "debezium": ("json",)}
+ENVELOPE_FORMATS = {"none": ("bytes", "avro", "protobuf"), "debezium": ("json", "avro")}
 
 
 def parse_format(source: str, name: str, raw: dict[str, Any], topics: list[str]) -> dict[str, Any]:
@@ -59,6 +61,15 @@ def parse_format(source: str, name: str, raw: dict[str, Any], topics: list[str])
         raise PipelineKeyError(
             source, name, "key_format", f"envelope {envelope!r} reads the record key itself"
         )
+    if envelope != "none":
+        for key in ("subject", "reader_schema_version"):
+            if key in raw:
+                raise PipelineKeyError(
+                    source,
+                    name,
+                    key,
+                    f"envelope {envelope!r} reads each event by the schema it was written with",
+                )
     if fmt not in REGISTRY_FORMATS:
         _refuse_unless(source, name, raw, ("subject", "reader_schema_version"), "format")
     if key_fmt not in REGISTRY_FORMATS:
@@ -85,7 +96,7 @@ def parse_format(source: str, name: str, raw: dict[str, Any], topics: list[str])
         "envelope": envelope,
         "format": fmt,
         "subject": _subject(source, name, raw, "subject", topics, "value")
-        if fmt in REGISTRY_FORMATS
+        if fmt in REGISTRY_FORMATS and envelope == "none"
         else "",
         "reader_schema_version": version,
         "key_format": key_fmt,

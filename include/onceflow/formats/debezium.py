@@ -35,9 +35,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from onceflow.config.record_format import POSITION
 from onceflow.errors import ConfigError
@@ -49,7 +49,11 @@ from onceflow.formats.connect_json import (
     struct_fields,
     untyped_field,
 )
+from onceflow.formats.debezium_avro import AvroDocuments, Unreadable
 from onceflow.formats.decoded_batch import decoded_batch, frame_schema
+
+if TYPE_CHECKING:
+    from onceflow.formats.registry_client import Registry
 
 OP = "cdc_op"
 TS_MS = "cdc_ts_ms"
@@ -95,16 +99,23 @@ def _parts(doc: Any, role: str) -> tuple[dict[str, Any] | None, dict[str, Any]]:
     return (schema if isinstance(schema, dict) else None), payload
 
 
-def parse_event(key: bytes | None, value: bytes | None, table_key: Sequence[str]) -> ChangeEvent:
+#: reads a record's key or value (its bytes, "key" or "value") as its Connect JSON document:
+#: JSON as it is, Avro through the registry (onceflow.formats.debezium_avro)
+Documents = Callable[[bytes, str], Any]
+
+
+def parse_event(
+    key: bytes | None, value: bytes | None, table_key: Sequence[str], read: Documents = _json
+) -> ChangeEvent:
     """The change event of one record; Malformed says why it is not one."""
-    record_key = None if key is None else _parts(_json(key, "key"), "key")[1]
+    record_key = None if key is None else _parts(read(key, "key"), "key")[1]
     if value is None:
         if record_key is None:
             raise Malformed("a tombstone without a record key")
         return ChangeEvent(
             None, _keyed(record_key, record_key, table_key, "the tombstone"), None, None
         )
-    payload = _parts(_json(value, "value"), "value")[1]
+    payload = _parts(read(value, "value"), "value")[1]
     op = payload.get("op")
     if op is None:
         raise Malformed("the envelope has no `op`")
@@ -195,15 +206,17 @@ class EventShape:
     fields: tuple[Field, ...]
 
 
-def event_shape(key: bytes | None, value: bytes | None) -> EventShape | None:
+def event_shape(
+    key: bytes | None, value: bytes | None, read: Documents = _json
+) -> EventShape | None:
     """The shape of a change event or a tombstone (fields of its key only); None when it is
     no change event."""
     try:
-        key_schema, record_key = (None, {}) if key is None else _parts(_json(key, "key"), "key")
+        key_schema, record_key = (None, {}) if key is None else _parts(read(key, "key"), "key")
         if value is None:
             schema, payload = None, {}
         else:
-            schema, payload = _parts(_json(value, "value"), "value")
+            schema, payload = _parts(read(value, "value"), "value")
     except Malformed:
         return None
     side = OPS.get(payload.get("op", ""))
@@ -237,6 +250,21 @@ def merge_fields(each: Iterable[tuple[Field, ...]]) -> tuple[Field, ...]:
     return tuple(merged.values())
 
 
+def documents(registry: Registry | None) -> Documents:
+    """How a batch's records are read: as JSON, or as Avro through `registry`."""
+    if registry is None:
+        return _json
+    avro = AvroDocuments(registry)
+
+    def read(raw: bytes, role: str) -> Any:
+        try:
+            return avro.document(raw, role)
+        except Unreadable as e:
+            raise Malformed(str(e)) from None
+
+    return read
+
+
 @dataclass
 class DebeziumDecoder:
     """Decodes a txid's change events into `fields` (the captured table's columns, from the
@@ -245,6 +273,8 @@ class DebeziumDecoder:
 
     fields: tuple[Field, ...]
     key: tuple[str, ...]
+    # the pipeline's registry when its events are Avro (onceflow.formats.debezium_avro)
+    registry: Registry | None = None
     columns: tuple[Column, ...] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -280,9 +310,10 @@ class DebeziumDecoder:
         parts: list[list[Any]] = [[] for _ in self.columns]
         errors: list[str | None] = []
         deleted = np.zeros(len(values), dtype=bool)
+        read = documents(self.registry)
         for i, (k, v) in enumerate(zip(keys, values, strict=True)):
             try:
-                event = parse_event(k, v, self.key)
+                event = parse_event(k, v, self.key, read)
                 row = [field_value(f, event.row.get(f.name)) for f in self.fields]
             except (Malformed, BadValue) as e:
                 errors.append(str(e) if isinstance(e, Malformed) else f"value: {e}")

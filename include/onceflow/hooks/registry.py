@@ -74,7 +74,7 @@ def reader_schemas_of(cfg: PipelineConfig) -> PlannedReaderSchemas | None:
     """What plan asks for a new txid's reader schemas (ledger.reader_schemas), by role:
     "value", the subject's pinned version, else its latest; "key", its key subject's latest.
     None for a pipeline without a registry format."""
-    if not cfg.uses_registry:
+    if not cfg.decoded_roles:  # an envelope's events have none (formats.debezium_avro)
         return None
 
     def fetch() -> dict[str, RegisteredSchema]:

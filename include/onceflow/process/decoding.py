@@ -18,8 +18,15 @@ from typing import Any
 
 from onceflow.config.pipeline import PipelineConfig
 from onceflow.errors import ConfigError
-from onceflow.formats.debezium import DebeziumDecoder, EventShape, event_shape, merge_fields
+from onceflow.formats.debezium import (
+    DebeziumDecoder,
+    EventShape,
+    documents,
+    event_shape,
+    merge_fields,
+)
 from onceflow.formats.frame_decoder import FrameDecoder
+from onceflow.formats.registry_client import Registry
 from onceflow.formats.schemas import frame_decoder
 from onceflow.hooks.registry import pipeline_registry
 from onceflow.kafka.client import KafkaCluster
@@ -46,7 +53,9 @@ def txid_decoder(
     if cfg.sink.tables is not None:  # each table's own (onceflow.process.table_stages)
         return None
     if cfg.envelope == "debezium":
-        return DebeziumDecoder(newest_shape(ranges, kafka, read).fields, cfg.sink.key)
+        registry = events_registry(cfg)
+        shape = newest_shape(ranges, kafka, read, registry)
+        return DebeziumDecoder(shape.fields, cfg.sink.key, registry)
     if not cfg.uses_registry:
         return None
     txid = attempt.txid
@@ -61,16 +70,25 @@ def txid_decoder(
     return frame_decoder(cfg, readers, pipeline_registry(cfg))
 
 
+def events_registry(cfg: PipelineConfig) -> Registry | None:
+    """The registry of a pipeline whose change events are Avro (formats.debezium_avro)."""
+    return pipeline_registry(cfg) if cfg.uses_registry else None
+
+
 # how many of a range's last records are searched for a change event, then how many more
 WINDOWS = (16, 1024)
 
 
 def newest_shape(
-    ranges: list[OffsetRange], kafka: KafkaCluster, read: dict[str, Any]
+    ranges: list[OffsetRange],
+    kafka: KafkaCluster,
+    read: dict[str, Any],
+    registry: Registry | None = None,
 ) -> EventShape:
     """The shape of the change events in `ranges`: per range, its newest change event's
     (searched in its last WINDOWS records, then in all of it; a range of tombstones only: its
-    newest record key's), merged in range order; ConfigError if their record keys differ."""
+    newest record key's), merged in range order; ConfigError if their record keys differ.
+    Avro events are read through `registry`."""
     found: list[EventShape] = []
     for r in ranges:
         start, change, keyed = r.until_offset, None, None
@@ -78,7 +96,9 @@ def newest_shape(
             end, start = start, max(r.from_offset, r.until_offset - window)
             if change is not None or end <= start:
                 break
-            change, key = _newest_in(OffsetRange(r.topic, r.partition, start, end), kafka, read)
+            change, key = _newest_in(
+                OffsetRange(r.topic, r.partition, start, end), kafka, read, registry
+            )
             keyed = keyed or key
         if change or keyed:
             found.append(change or keyed)
@@ -92,16 +112,17 @@ def newest_shape(
 
 
 def _newest_in(
-    r: OffsetRange, kafka: KafkaCluster, read: dict[str, Any]
+    r: OffsetRange, kafka: KafkaCluster, read: dict[str, Any], registry: Registry | None
 ) -> tuple[EventShape | None, EventShape | None]:
     """The shape of the range's newest change event, and of its newest tombstone."""
     change = key = None
+    as_documents = documents(registry)
     for batch in read_range(r, kafka, **read):
         names = batch.schema.names
         keys = batch.column(names.index("key")).to_pylist()
         values = batch.column(names.index("value")).to_pylist()
         for k, v in zip(keys, values, strict=True):
-            shape = event_shape(k, v)
+            shape = event_shape(k, v, as_documents)
             if v is None:
                 key = shape or key
             else:

@@ -20,7 +20,7 @@ from typing import Any
 from onceflow.formats.debezium import DebeziumDecoder
 from onceflow.ledger.db import transaction
 from onceflow.ledger.sink_tables import SinkTable, record_table
-from onceflow.process.decoding import newest_shape
+from onceflow.process.decoding import events_registry, newest_shape
 from onceflow.process.stage_job import StageInputs, StageJob, stage_job
 from onceflow.ranges import OffsetRange
 from onceflow.reader.input_ranges import input_partitions, input_ranges
@@ -86,7 +86,8 @@ def stage_tables(
 
 def _stage_table(spark: Any, job: _TableJob, inputs: StageInputs, sink: PerTopic) -> StageJob:
     cfg = inputs.cfg
-    shape = newest_shape(job.ranges, inputs.kafka, inputs.options.read.reader_args())
+    registry = events_registry(cfg)
+    shape = newest_shape(job.ranges, inputs.kafka, inputs.options.read.reader_args(), registry)
     table = SinkTable(job.topic, job.table, cfg.sink.key or shape.key)
     with transaction(inputs.ledger) as cur:
         record_table(cur, cfg.name, inputs.attempt.txid, table)
@@ -98,7 +99,7 @@ def _stage_table(spark: Any, job: _TableJob, inputs: StageInputs, sink: PerTopic
             inputs,
             cfg=replace(cfg, sink=table_sink.cfg),
             sink=table_sink,
-            decoder=DebeziumDecoder(shape.fields, table.key),
+            decoder=DebeziumDecoder(shape.fields, table.key, registry),
         ),
         timings={},
         first_part=job.first_part,
