@@ -60,3 +60,36 @@ def test_an_end_ahead_is_planned_at_the_first_answer():
     slept: list[float] = []
     snapshot_ranges(CFG, {TP: 100}, {}, snapshot, sleep=slept.append)
     assert (given, slept) == ([150], [])
+
+
+def logged(topic_id: str, last_offset: int = 99):
+    from onceflow.ledger.log_identity import LedgerLog
+    from onceflow.ledger.range_digest import RecordPrint
+
+    return {TP: LedgerLog(100, topic_id, RecordPrint(last_offset, "h" * 64))}
+
+
+def test_a_record_not_served_yet_is_asked_again_and_another_topic_id_is_refused_at_once():
+    """After a failover the new leader may not serve the record the ledger read for a moment:
+    asked again. A topic id other than the ledger's never comes back: refused at the first
+    answer, without the pauses."""
+    from onceflow.errors import LogIdentityError
+    from onceflow.ledger.range_digest import RecordPrint
+
+    served = RecordPrint(99, "h" * 64)
+    given: list[dict] = []
+
+    def snapshot(_prints_at):
+        prints = {TP: None} if not given else {TP: served}  # the record: not yet, then there
+        given.append(prints)
+        return BrokerSnapshot({TP: 0}, {TP: 120}, topic_ids={"orders": "id-1"}, prints=prints)
+
+    slept: list[float] = []
+    _, planned = snapshot_ranges(CFG, {TP: 100}, logged("id-1"), snapshot, sleep=slept.append)
+    assert len(given) == 2 and slept == [RECHECK_PAUSES_S[0]]
+    assert [(r.from_offset, r.until_offset) for r in planned.ranges] == [(100, 120)]
+
+    slept.clear()
+    with pytest.raises(LogIdentityError, match="deleted and re-created"):
+        snapshot_ranges(CFG, {TP: 100}, logged("id-0"), snapshot, sleep=slept.append)
+    assert slept == []

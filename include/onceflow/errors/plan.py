@@ -27,10 +27,20 @@ class LogIdentityError(OnceflowError):
     re-created, a broker that lost its log and was refilled), whatever its end offset says."""
 
     def __init__(
-        self, pipeline: str, topic: str, partition: int, committed_offset: int, why: str
+        self,
+        pipeline: str,
+        topic: str,
+        partition: int,
+        committed_offset: int,
+        why: str,
+        may_pass: bool = False,
     ) -> None:
         self.pipeline, self.topic, self.partition = pipeline, topic, partition
         self.committed_offset, self.why = committed_offset, why
+        # whether a failover may explain it for a moment (a record not served yet), so that
+        # plan asks again (ledger.planning.snapshot_ranges); a topic id or a record's content
+        # that differs never comes back
+        self.may_pass = may_pass
         super().__init__(
             f"the broker's log for {topic}[{partition}] is not the one pipeline {pipeline!r} "
             f"committed up to offset {committed_offset}: {why}. Nothing was planned: reading "

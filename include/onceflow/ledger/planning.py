@@ -93,9 +93,11 @@ def snapshot_ranges(
 ) -> tuple[BrokerSnapshot, RangePlan]:
     """The broker's snapshot, its logs proven the ledger's (verify_logs), and the ranges from
     it (plan_ranges). A log that ends behind where the ledger's next range starts, or that
-    does not prove to be the ledger's, is asked about again after each of `pauses_s` before
-    it is refused: after a failover, a partition's new leader may answer for a moment with a
-    high watermark behind its predecessor's (docs/PROTOCOL.md, "plan")."""
+    does not serve the record the ledger read (LogIdentityError.may_pass), is asked about
+    again after each of `pauses_s` before it is refused: after a failover, a partition's new
+    leader may answer for a moment with a high watermark behind its predecessor's
+    (docs/PROTOCOL.md, "plan"). Another topic id, or another record where the ledger read
+    one, is refused at once."""
     position = "time" if cfg.starting_time_ms is not None else cfg.starting_position
     for pause in (*pauses_s, None):
         snap = snapshot(prints_at(logs))
@@ -112,7 +114,7 @@ def snapshot_ranges(
                 on_data_loss=cfg.on_data_loss,
             )
         except (OffsetRegressionError, LogIdentityError) as e:
-            if pause is None:
+            if pause is None or (isinstance(e, LogIdentityError) and not e.may_pass):
                 raise
             log.warning("plan of %s: %s; asking the broker again in %g s", cfg.name, e, pause)
             sleep(pause)
