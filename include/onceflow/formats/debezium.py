@@ -49,7 +49,6 @@ from onceflow.formats.connect_json import (
     struct_fields,
     untyped_field,
 )
-from onceflow.formats.debezium_avro import AvroDocuments, Unreadable
 from onceflow.formats.decoded_batch import decoded_batch, frame_schema
 
 if TYPE_CHECKING:
@@ -254,6 +253,9 @@ def documents(registry: Registry | None) -> Documents:
     """How a batch's records are read: as JSON, or as Avro through `registry`."""
     if registry is None:
         return _json
+    # imported here: a pipeline of JSON events needs no registry client
+    from onceflow.formats.debezium_avro import AvroDocuments, Unreadable
+
     avro = AvroDocuments(registry)
 
     def read(raw: bytes, role: str) -> Any:
