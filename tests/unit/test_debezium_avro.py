@@ -23,7 +23,7 @@ import pytest
 from debezium_avro_support import ENVELOPE, KEY, TOPIC, change, row
 from onceflow.config.pipeline_table import parse_pipeline
 from onceflow.errors import PipelineKeyError
-from onceflow.formats import debezium_avro
+from onceflow.formats import decoder as registry_decoder
 from onceflow.formats.debezium import DebeziumDecoder, event_shape
 from onceflow.formats.debezium_avro import AvroDocuments
 from onceflow.formats.registry_client import Registry
@@ -36,7 +36,7 @@ pytestmark = pytest.mark.unit
 def server():
     with standin_registry() as s:
         yield s
-    debezium_avro._SCHEMAS.clear()  # a worker's cache: each test's registry ids start at 1
+    registry_decoder._WRITERS.clear()  # a worker's cache: each test's registry ids start at 1
 
 
 def serializers(server):

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from airflow.triggers.base import BaseEventTrigger
 
 from onceflow.config.pipeline import PipelineConfig
-from onceflow.config.topic_pattern import TopicPattern
+from onceflow.config.topic_pattern import TopicPattern, subscription
 from onceflow.ledger.db import Ledger
 from onceflow.ranges import TopicPartition
 
@@ -68,7 +68,7 @@ class Watcher(BaseEventTrigger):
     @property
     def subscription(self) -> tuple[str | TopicPattern, ...]:
         """The topics as the broker is asked for them (PipelineConfig.subscription)."""
-        return (TopicPattern(self.topic_pattern),) if self.topic_pattern else tuple(self.topics)
+        return subscription(self.topics, self.topic_pattern)
 
     def read_ledger(self, ledger: Ledger, read: Callable[[Any], T]) -> T:
         """`read(cursor)` in one transaction on the connection kept for the watcher's life

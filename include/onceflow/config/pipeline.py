@@ -13,7 +13,7 @@ from onceflow.config.retention import Retention
 from onceflow.config.schedule import OnRecords
 from onceflow.config.sink import SinkConfig
 from onceflow.config.times import time_ms
-from onceflow.config.topic_pattern import TopicPattern
+from onceflow.config.topic_pattern import TopicPattern, subscription
 
 # Record-wise: one output row per source record, with its coordinates; aggregating: rows
 # that each sum up `records` source records (onceflow.transforms, PROTOCOL.md "Sinks").
@@ -93,7 +93,7 @@ class PipelineConfig:
     @property
     def subscription(self) -> tuple[str | TopicPattern, ...]:
         """What the broker is asked for: the listed topics, or the pattern."""
-        return (TopicPattern(self.topic_pattern),) if self.topic_pattern else self.topics
+        return subscription(self.topics, self.topic_pattern)
 
     def reads(self, topic: str) -> bool:
         """Whether `topic` is one of the pipeline's (listed, or matching its pattern)."""

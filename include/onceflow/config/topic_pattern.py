@@ -45,6 +45,11 @@ def parse_topic_pattern(value: object) -> TopicPattern:
     return TopicPattern(pattern)
 
 
+def subscription(topics: Iterable[str], pattern: str) -> tuple[str | TopicPattern, ...]:
+    """What the broker is asked for: the listed topics, or the pattern (when not "")."""
+    return (TopicPattern(pattern),) if pattern else tuple(topics)
+
+
 def names(topics: Iterable[str | TopicPattern], on_broker: Iterable[str]) -> list[str]:
     """The topic names `topics` selects (each a name, or a pattern matched against
     `on_broker`), each once, in order."""

@@ -26,22 +26,20 @@ from __future__ import annotations
 import base64
 import io
 import json
-from collections import OrderedDict
 from typing import Any
 
 from onceflow.formats.confluent_wire import WireFormatError, split
-from onceflow.formats.registry_client import BadReferences, Registry, SchemaIdUnknown
+from onceflow.formats.decoder import UnknownId, fetch_writer, kept_writer
+from onceflow.formats.registry_client import RegisteredSchema, Registry
 
 
 class Unreadable(ValueError):
     """Why a record is not an Avro change event (its dead letter's reason)."""
 
 
-# (registry URL, schema id) -> (the writer schema as fastavro reads it, its Connect schema),
-# or why every record of that id is malformed; a worker's, for its life, the SCHEMAS_KEPT
-# most recently used (an id's schema never changes)
-_SCHEMAS: OrderedDict[tuple[str, int], tuple[Any, dict[str, Any]] | str] = OrderedDict()
-SCHEMAS_KEPT = 256
+# the reader schema id of the writer schemas' cache (formats.decoder.kept_writer) that change
+# events are read without: each by the schema it was written with
+NO_READER = -1
 
 _PLAIN = {
     "long": "int64",
@@ -63,7 +61,7 @@ class AvroDocuments:
 
     def __init__(self, registry: Registry) -> None:
         self.registry = registry
-        self._unknown: dict[int, str] = {}
+        self._unknown: dict[int, UnknownId] = {}
 
     def document(self, raw: bytes, role: str) -> dict[str, Any]:
         try:
@@ -90,39 +88,22 @@ class AvroDocuments:
             )
         return {"schema": connect, "payload": connect_value(connect, datum)}
 
-    def _schema(self, sid: int) -> tuple[Any, dict[str, Any]] | str:
-        if sid in self._unknown:
-            return self._unknown[sid]
-        key = (self.registry.url, sid)
-        if key in _SCHEMAS:
-            _SCHEMAS.move_to_end(key)
-            return _SCHEMAS[key]
-        try:
-            found = self.registry.schema(sid)
-        except SchemaIdUnknown:
-            self._unknown[sid] = f"schema id {sid} is unknown to the {self.registry.name} (404)"
-            return self._unknown[sid]
-        except BadReferences as e:
-            schema: tuple[Any, dict[str, Any]] | str = f"schema id {sid}: {e}"
-        else:
-            schema = _parsed(sid, found.type, found.text)
-        _SCHEMAS[key] = schema
-        if len(_SCHEMAS) > SCHEMAS_KEPT:
-            _SCHEMAS.popitem(last=False)
-        return schema
+    def _schema(self, sid: int) -> Any:
+        """(the writer schema as fastavro reads it, its Connect schema), or why every record
+        of `sid` is malformed (a str), kept as the registry formats keep theirs."""
+        return kept_writer(
+            ("AVRO", self.registry.url, NO_READER, sid),
+            lambda: fetch_writer(self.registry, sid, "AVRO", _parsed),
+            self._unknown,
+        )
 
 
-def _parsed(sid: int, kind: str, text: str) -> tuple[Any, dict[str, Any]] | str:
-    """(the schema as fastavro reads it, its Connect schema), or why it cannot be read."""
-    if kind != "AVRO":
-        return f"schema id {sid} is a {kind} schema; the pipeline reads Avro"
+def _parsed(schema: RegisteredSchema) -> tuple[Any, dict[str, Any]]:
+    """The schema as fastavro reads it, and its Connect schema."""
     from fastavro import parse_schema
 
-    try:
-        avro = json.loads(text)
-        return parse_schema(_without_logical_types(avro)), connect_schema(avro)
-    except Exception as e:  # noqa: BLE001 - a producer's schema that does not parse
-        return f"writer schema id {sid} does not parse: {type(e).__name__}: {e}"
+    avro = json.loads(schema.text)
+    return parse_schema(_without_logical_types(avro)), connect_schema(avro)
 
 
 def _without_logical_types(avro: Any) -> Any:

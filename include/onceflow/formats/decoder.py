@@ -18,6 +18,7 @@ retried.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -113,39 +114,60 @@ class RegistryDecoder:
         return rows, errors
 
     def _writer(self, sid: int, unknown: dict[int, UnknownId] | None = None) -> Any:
-        if unknown is not None and sid in unknown:
-            return unknown[sid]
-        cache = _WRITERS if self.writers is None else self.writers
         key = (self.TYPE, self.registry.url, self.reader.id, sid)
-        if key in cache:
-            if cache is _WRITERS:
-                _WRITERS.move_to_end(key)
-            return cache[key]
-        writer = self._fetch(sid)
-        if isinstance(writer, UnknownId):
-            if unknown is not None:
-                unknown[sid] = writer
-            return writer
-        cache[key] = writer
-        if cache is _WRITERS and len(_WRITERS) > WRITERS_KEPT:
-            _WRITERS.popitem(last=False)
-        return writer
+        return kept_writer(key, lambda: self._fetch(sid), unknown, self.writers)
 
     def _fetch(self, sid: int) -> Any:
         if sid == self.reader.id:
             return self.parse_writer(self.reader)
-        try:
-            found = self.registry.schema(sid, serialized=self.TYPE == "PROTOBUF")
-        except SchemaIdUnknown:
-            return UnknownId(f"schema id {sid} is unknown to the {self.registry.name} (404)")
-        except BadReferences as e:
-            return PoisonSchemaId(f"writer schema id {sid}: {e}")
-        if found.type != self.TYPE:
-            return PoisonSchemaId(
-                f"schema id {sid} is a {found.type} schema; the pipeline reads {self.TYPE}"
-            )
-        try:
-            return self.parse_writer(found)
-        except Exception as e:  # noqa: BLE001 - whatever the format's parser raises
-            # a producer's mistake, not a reason to retry: its records are dead letters
-            return PoisonSchemaId(f"writer schema id {sid} does not parse: {type(e).__name__}: {e}")
+        return fetch_writer(self.registry, sid, self.TYPE, self.parse_writer)
+
+
+def kept_writer(
+    key: tuple[str, str, int, int],
+    fetch: Callable[[], Any],
+    unknown: dict[int, UnknownId] | None = None,
+    cache: dict[tuple[str, str, int, int], Any] | None = None,
+) -> Any:
+    """The writer schema of `key` (format, registry URL, reader schema id, writer schema id)
+    from `cache` (the worker's `_WRITERS` by default), else `fetch()`ed and kept there; an
+    UnknownId is kept only in `unknown` (the batch's), since a producer may register it later."""
+    sid = key[3]
+    if unknown is not None and sid in unknown:
+        return unknown[sid]
+    cache = _WRITERS if cache is None else cache
+    if key in cache:
+        if cache is _WRITERS:
+            _WRITERS.move_to_end(key)
+        return cache[key]
+    writer = fetch()
+    if isinstance(writer, UnknownId):
+        if unknown is not None:
+            unknown[sid] = writer
+        return writer
+    cache[key] = writer
+    if cache is _WRITERS and len(_WRITERS) > WRITERS_KEPT:
+        _WRITERS.popitem(last=False)
+    return writer
+
+
+def fetch_writer(
+    registry: Registry, sid: int, kind: str, parse: Callable[[RegisteredSchema], Any]
+) -> Any:
+    """Writer schema `sid` of format `kind` (the registry's schemaType) from `registry`, as
+    `parse` reads it; or why records of that id are poison (an UnknownId for a 404)."""
+    try:
+        found = registry.schema(sid, serialized=kind == "PROTOBUF")
+    except SchemaIdUnknown:
+        return UnknownId(f"schema id {sid} is unknown to the {registry.name} (404)")
+    except BadReferences as e:
+        return PoisonSchemaId(f"writer schema id {sid}: {e}")
+    if found.type != kind:
+        return PoisonSchemaId(
+            f"schema id {sid} is a {found.type} schema; the pipeline reads {kind}"
+        )
+    try:
+        return parse(found)
+    except Exception as e:  # noqa: BLE001 - whatever the format's parser raises
+        # a producer's mistake, not a reason to retry: its records are dead letters
+        return PoisonSchemaId(f"writer schema id {sid} does not parse: {type(e).__name__}: {e}")

@@ -259,7 +259,8 @@ class LakeTablesSink(PerTopic, OutsideSink):
 
         found: list[str] = []
         by_seq: dict[int, list[Publication]] = {}
-        for s in self._sinks(cur):
+        sinks = self._sinks(cur)
+        for s in sinks:
             newest, wrong = s.audit.table_truth(cur, pipeline, limit)
             found += wrong
             for seq, p in newest.items():
@@ -277,7 +278,7 @@ class LakeTablesSink(PerTopic, OutsideSink):
             )
         # each table's expired history (onceflow.maintenance): a seq the ledger committed
         # before the newest of their starts may have lost some of its tables' commits
-        start = max((s.audit.history_start_ms(cur) for s in self._sinks(cur)), default=0)
+        start = max((s.audit.history_start_ms(cur) for s in sinks), default=0)
         found += commits_truth(
             cur,
             pipeline,
