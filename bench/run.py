@@ -125,7 +125,7 @@ import soak  # noqa: E402
 from common import ROOT, SPARK_SUBMIT, Topic  # noqa: E402
 from onceflow.hooks.registry import reader_schemas_of  # noqa: E402
 from onceflow.hooks.sink import sink_for  # noqa: E402
-from onceflow.spark import jvm_archive  # noqa: E402
+from onceflow.spark import driver_jit, jvm_archive  # noqa: E402
 from onceflow.spark.applications import PROCESS_APPLICATION  # noqa: E402
 from procmon import run_watched  # noqa: E402
 
@@ -147,8 +147,16 @@ SUBMIT_ARGS = [
     "--conf",
     "spark.ui.enabled=false",
 ]
-# the machine reference's: plain, without the class archive main() adds to SUBMIT_ARGS
+# the driver's settings: main() adds the class archive, as the DAG's process task submits
+DRIVER_CONF: dict[str, str] = {}
+# the machine reference's: plain, without the class archive
 REFERENCE_SUBMIT_ARGS = [*SUBMIT_ARGS]
+
+
+def submit_args(conf: dict[str, str] | None = None) -> list[str]:
+    """SUBMIT_ARGS with the driver's settings `conf` (default DRIVER_CONF)."""
+    pairs = (DRIVER_CONF if conf is None else conf).items()
+    return [*SUBMIT_ARGS, *(x for k, v in pairs for x in ("--conf", f"{k}={v}"))]
 
 
 def say(msg: str) -> None:
@@ -245,7 +253,9 @@ def ranges_json(topic: Topic) -> str:
 
 
 def spark_job(bootstrap: str, topic: Topic, mode: str, per_input: int = 250_000) -> dict:
-    cmd = [str(SPARK_SUBMIT), *SUBMIT_ARGS, str(BENCH / "spark_job.py"), "--mode", mode,
+    # read_parse stages nowhere, but reads and parses as process's fast form: its driver JIT
+    conf = driver_jit.for_job(DRIVER_CONF, topic.records, fast_form=mode == "read_parse")
+    cmd = [str(SPARK_SUBMIT), *submit_args(conf), str(BENCH / "spark_job.py"), "--mode", mode,
            "--bootstrap", bootstrap, "--ranges", ranges_json(topic),
            "--records-per-input-partition", str(per_input)]  # fmt: skip
     proc, wall, usage = run_watched(cmd, common.spark_env())
@@ -272,7 +282,7 @@ def avro_decode_job(bootstrap: str, topic: Topic, mode: str, registry: str, subj
     from onceflow_dev.jvm import classpath
 
     jars = ["--jars", ",".join(str(j) for j in classpath("spark-avro"))] if mode == "jvm" else []
-    cmd = [str(SPARK_SUBMIT), *SUBMIT_ARGS, *jars, str(BENCH / "avro_decode_job.py"),
+    cmd = [str(SPARK_SUBMIT), *submit_args(), *jars, str(BENCH / "avro_decode_job.py"),
            "--mode", mode, "--bootstrap", bootstrap, "--ranges", ranges_json(topic),
            "--registry", registry, "--subject", subject]  # fmt: skip
     proc, wall, usage = run_watched(cmd, common.spark_env())
@@ -294,7 +304,7 @@ def native_run(
     mode "process", appended over JDBC to NATIVE_TABLE (emptied first), whose rows are then
     counted."""
     jars = native_job.peer_jars(mode)
-    cmd = [str(SPARK_SUBMIT), *SUBMIT_ARGS, "--jars", ",".join(map(str, jars)),
+    cmd = [str(SPARK_SUBMIT), *submit_args(), "--jars", ",".join(map(str, jars)),
            str(BENCH / "native_job.py"), "--mode", mode, "--bootstrap", bootstrap,
            "--ranges", ranges_json(topic), "--min-partitions", str(partitions)]  # fmt: skip
     if mode == "process":
@@ -393,15 +403,19 @@ class Ledger:
 
 
 def process_job(
-    dsn: str, bootstrap: str, pipelines: Path, pipeline: str, txid: str
+    dsn: str, bootstrap: str, pipelines: Path, pipeline: str, txid: str, offsets: int | None = None
 ) -> tuple[list[str], dict[str, str]]:
-    """The process job's spark-submit command and environment for one txid."""
+    """The process job's spark-submit command and environment for one txid of `offsets`
+    planned offsets (None: not known), the driver's settings as the DAG's process task's."""
+    from onceflow.config.pipelines_file import get_pipeline
+
+    conf = driver_jit.for_pipeline(DRIVER_CONF, get_pipeline(pipelines, pipeline), offsets)
     env = common.spark_env(
         ONCEFLOW_POSTGRES_DSN=dsn,
         ONCEFLOW_KAFKA_BOOTSTRAP=bootstrap,
         ONCEFLOW_PIPELINES=str(pipelines),
     )
-    cmd = [str(SPARK_SUBMIT), *SUBMIT_ARGS,
+    cmd = [str(SPARK_SUBMIT), *submit_args(conf),
            "--conf", f"spark.pyspark.python={sys.executable}",
            "--conf", f"spark.pyspark.driver.python={sys.executable}",
            PROCESS_APPLICATION, "--pipeline", pipeline, "--txid", txid]  # fmt: skip
@@ -410,7 +424,7 @@ def process_job(
 
 def process_run(bootstrap: str, led: Ledger, topic: Topic, commit: bool = False) -> dict:
     cfg, path = led.new_pipeline(topic)
-    cmd, env = process_job(led.dsn, bootstrap, path, cfg.name, "run-1")
+    cmd, env = process_job(led.dsn, bootstrap, path, cfg.name, "run-1", topic.records)
     proc, wall, usage = run_watched(cmd, env, [led.postmaster])
     timings = [x for x in proc.stdout.splitlines() if "onceflow process timings " in x]
     summary = [x for x in proc.stdout.splitlines() if "onceflow process pipeline=" in x]
@@ -1751,7 +1765,7 @@ def main() -> int:
         return 2
     archive = jvm_archive.java_options()
     if archive:  # as the DAG's process task submits (onceflow.spark.jvm_archive)
-        SUBMIT_ARGS.extend(["--conf", f"{jvm_archive.DRIVER_JAVA_OPTIONS}={archive}"])
+        DRIVER_CONF[jvm_archive.DRIVER_JAVA_OPTIONS] = archive
     say(f"driver class archive: {archive or 'none (onceflow spark-archive writes it)'}")
     if a.quick:
         a.records, a.repeats, a.sizes, a.partition_records, a.dag_runs = (

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from onceflow.process.entry import CONNECT_URL_ENV
-from onceflow.spark import jvm_archive, small_batch_jvm
+from onceflow.spark import driver_jit, jvm_archive
 from onceflow.spark.applications import PROCESS_APPLICATION
 
 SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
@@ -68,8 +68,10 @@ def process_command(
     url = connect_url(env)
     if url:
         return [sys.executable, PROCESS_APPLICATION, *args, "--connect"]
-    settings = small_batch_jvm.for_batch(
-        jvm_archive.with_archive({"spark.ui.enabled": "false", **(conf or {})}), offsets=0
+    settings = driver_jit.for_job(
+        jvm_archive.with_archive({"spark.ui.enabled": "false", **(conf or {})}),
+        offsets=0,
+        fast_form=False,
     )
     cmd = [str(SPARK_SUBMIT), "--master", master, "--driver-memory", "512m"]
     for key, value in settings.items():

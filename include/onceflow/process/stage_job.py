@@ -44,6 +44,15 @@ from onceflow.transforms import load_fast_form, load_transform
 log = logging.getLogger("onceflow.process")
 
 
+def takes_fast_form(cfg: PipelineConfig, sink: Sink, decodes: bool) -> bool:
+    """Whether a stage job of `cfg` stages a fast form (onceflow.staging.fast_stage): the
+    pipeline allows it, the sink takes one and the transform has one (a pipeline without a
+    transform: when its frame has a decoder, `decodes`, whose records land as they are)."""
+    if not (cfg.fast_form and sink.takes_fast_form):
+        return False
+    return decodes if not cfg.transform else load_fast_form(cfg.transform) is not None
+
+
 @dataclass(frozen=True)
 class StageInputs:
     """What every stage job of an attempt works with (the first one, each probe, the one
@@ -65,13 +74,8 @@ class StageInputs:
         """Whether the job stages the transform's fast form (onceflow.staging.fast_stage):
         the job's options and the pipeline allow it, the sink takes one and the transform
         has one (a pipeline landing its decoded records without one: the decoder's)."""
-        has_one = (
-            self.decoder is not None
-            if not self.cfg.transform
-            else load_fast_form(self.cfg.transform) is not None
-        )
-        return (
-            self.options.fast_form and self.cfg.fast_form and self.sink.takes_fast_form and has_one
+        return self.options.fast_form and takes_fast_form(
+            self.cfg, self.sink, self.decoder is not None
         )
 
     def reader_args(self) -> dict[str, Any]:
