@@ -377,6 +377,15 @@ def _field(name: str, value: str) -> str:
     return f'{_WS}"{name}"{_WS}:{_WS}{value}{_WS}'
 
 
+_TS = (
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]{2}"
+    r"(?:\.[0-9]{1,9})?(?:Z|[+-][0-9]{2}(?::?[0-9]{2})?)?"
+)
+# The whole value's shape. RE2 extracts up to 4 groups with its fast one-pass matcher, and
+# more with a slower one (measured on the bench's orders: 4 groups 0.8 us a record, 5 groups
+# 1.5 us, one group per part as before 2.0 us). So the last two fields are one group, taken
+# apart by _LAST_RE on that short text, and the amount's and the timestamp's parts after it,
+# on theirs: the whole fast form 1.9 us a record, against 2.3 us.
 FAST_BYTES_RE = (
     "^"
     + _WS
@@ -385,21 +394,25 @@ FAST_BYTES_RE = (
         [
             _field("order_id", f'"(?P<order_id>{_CHAR}*)"'),
             _field("customer_id", f'"(?P<customer_id>{_CHAR}*)"'),
-            _field("amount", r"(?P<units>0|[1-9][0-9]{0,11})(?:\.(?P<cents>[0-9]{1,18}))?"),
-            _field("currency", r'"(?P<currency>[A-Z]{3})"'),
-            _field(
-                "ts",
-                r'"(?P<y>[0-9]{4})-(?P<mo>[0-9]{2})-(?P<d>[0-9]{2})[T ]'
-                r"(?P<h>[0-9]{2}):(?P<mi>[0-9]{2}):(?P<s>[0-9]{2})"
-                r"(?:\.(?P<frac>[0-9]{1,9}))?"
-                r'(?:Z|(?P<sign>[+-])(?P<oh>[0-9]{2})(?::?(?P<om>[0-9]{2}))?)?"',
-            ),
+            _field("amount", r"(?P<amount>(?:0|[1-9][0-9]{0,11})(?:\.[0-9]{1,18})?)"),
+            "(?P<last>" + _field("currency", r'"[A-Z]{3}"') + "," + _field("ts", f'"{_TS}"') + ")",
         ]
     )
     + r"\}"
     + _WS
     + r"\z"
 )
+_LAST_RE = (
+    "^" + _field("currency", r'"(?P<currency>[A-Z]{3})"') + "," + _field("ts", f'"(?P<ts>{_TS})"')
+)
+# The parts of what FAST_BYTES_RE matched: an amount's units and fraction digits; a
+# timestamp's fraction and zone, after its fixed-width date and time (TS_FIELDS)
+_AMOUNT_RE = r"^(?P<units>[0-9]+)(?:\.(?P<cents>[0-9]+))?$"
+_TS_TAIL_RE = (
+    r"^(?:\.(?P<frac>[0-9]+))?(?:Z|(?P<sign>[+-])(?P<oh>[0-9]{2})(?::?(?P<om>[0-9]{2}))?)?$"
+)
+# where each part of "YYYY-MM-DDThh:mm:ss" is
+TS_FIELDS = {"y": (0, 4), "mo": (5, 7), "d": (8, 10), "h": (11, 13), "mi": (14, 16), "s": (17, 19)}
 
 
 def fast_form(batch: Any) -> tuple[Any, Any]:
@@ -429,10 +442,21 @@ def fast_form(batch: Any) -> tuple[Any, Any]:
     def text(name: str) -> Any:
         return pc.cast(pc.struct_field(m, name), pa.string())
 
+    last = pc.extract_regex(text("last"), _LAST_RE)
+    ts_text = pc.struct_field(last, "ts")
+    amount = pc.extract_regex(text("amount"), _AMOUNT_RE)
+    tail = pc.extract_regex(pc.utf8_slice_codeunits(ts_text, 19), _TS_TAIL_RE)
+
+    def part(name: str) -> Any:
+        """A part of the amount or of the timestamp, as text ("" where it did not take part)."""
+        if name in TS_FIELDS:
+            return pc.utf8_slice_codeunits(ts_text, *TS_FIELDS[name])
+        return pc.struct_field(amount if name in ("units", "cents") else tail, name)
+
     def digits(name: str, width: int = 1) -> Any:
-        """A group of digits as int64; an empty group (did not take part) as 0, and the
+        """A part of digits as int64; an empty one (did not take part) as 0, and the
         first `width` digits only (right-padded with zeros) where width > 1."""
-        t = pc.utf8_rpad(text(name), width, "0")
+        t = pc.utf8_rpad(part(name), width, "0")
         if width > 1:
             t = pc.utf8_slice_codeunits(t, 0, width)
         return fixed_values(pc.cast(t, pa.int64()), np.int64)
@@ -449,7 +473,7 @@ def fast_form(batch: Any) -> tuple[Any, Any]:
     y, mo, d = digits("y"), digits("mo"), digits("d")
     h, mi, s = digits("h"), digits("mi"), digits("s")
     oh, om = digits("oh"), digits("om")
-    sign = np.where(bool_values(pc.starts_with(text("sign"), "-")), -1, 1)
+    sign = np.where(bool_values(pc.starts_with(part("sign"), "-")), -1, 1)
     ok &= (y >= 1) & (mo >= 1) & (mo <= 12) & (d >= 1) & (d <= _days_in_month(y, mo))
     ok &= (h <= 23) & (mi <= 59) & (s <= 59) & (oh <= 17) & (om <= 59)
     micros = digits("frac", 6)
@@ -464,7 +488,7 @@ def fast_form(batch: Any) -> tuple[Any, Any]:
         order_id.take(keep),
         text("customer_id").take(keep),
         fixed_array(pa.decimal128(18, 2), _decimal128_words(cents[ok])),
-        text("currency").take(keep),
+        pc.struct_field(last, "currency").take(keep),
         fixed_array(pa.timestamp("us", tz="UTC"), np.ascontiguousarray(ts[ok], np.int64)),
     ]
     return accepted, pa.RecordBatch.from_arrays(columns, names=list(COLUMNS))
