@@ -15,8 +15,8 @@ read_parse  spark.read.format("kafka") with startingOffsets / endingOffsets for 
             column (so neither the parsed fields nor the validation can be pruned)
 process     the same rows (valid rows with their fields, dead letters with key and value and
             the reason) appended with DataFrameWriter.jdbc, Spark's defaults (batches of 1000
-            rows, one transaction per task), into an UNLOGGED PostgreSQL table of the shape of
-            Onceflow's stage table
+            rows, one transaction per task), into a PostgreSQL table of the shape of Onceflow's
+            stage table, logged as a user's table (and Onceflow's append stage) is
 
 Validation, next to the orders transform's (spark_jobs/orders.py): a value
 that is null, not a JSON object of the schema, missing a field, with an amount that is

@@ -294,7 +294,9 @@ def avro_decode_job(bootstrap: str, topic: Topic, mode: str, registry: str, subj
     return {**best, "records_per_s": best["records"] / best["seconds"], "runs": runs}
 
 
-NATIVE_TABLE = "native_bench.stage_orders"  # the peer's stage table: Onceflow's stage's shape
+# The peer's table: the shape of Onceflow's stage, logged as a user's table is, and as
+# Onceflow's append stage is (the attempt's table becomes the user's table's partition)
+NATIVE_TABLE = "native_bench.stage_orders"
 
 
 def native_run(
@@ -315,7 +317,7 @@ def native_run(
         with transaction(pg.dsn) as cur:
             cur.execute(
                 f"create schema if not exists {schema};"
-                f"create unlogged table if not exists {NATIVE_TABLE} ("
+                f"create table if not exists {NATIVE_TABLE} ("
                 ' topic text not null, partition integer not null, "offset" bigint not null,'
                 " order_id text, customer_id text, amount numeric(18, 2), currency text,"
                 " ts timestamptz, error text, key bytea, value bytea);"
