@@ -40,13 +40,15 @@ from typing import Any
 import psutil
 from procmon import ProcMon, kind_of
 
-# (stage, pattern on a py-spy frame "function (file:line)"): the first rule that any frame of
-# a sample matches takes it, so the more specific come first
+ARROW = "Arrow (building, casting)"
+# (stage, pattern on a py-spy frame "function (file:line)"): a sample goes to the stage of its
+# innermost frame that one matches (py_stage_of): the fast form runs inside the COPY's reads
+# and the fetch inside the fast form's, each pulling its input from the next
 STAGES: tuple[tuple[str, str], ...] = (
     ("fetch (librdkafka consume)", r"librdkafka_fetch|confluent_kafka|range_fetch"),
     ("stage COPY (client side: CSV, psycopg2)", r"table_stage\.py|psycopg2|staging/writer"),
     ("checksum", r"staging/checksum"),
-    ("Arrow (building, casting)", r"pyarrow|arrow_columns|record_batches"),
+    (ARROW, r"pyarrow|arrow_columns|record_batches"),
     ("decode + transform (fast form)", r"fast_stage|spark_jobs/orders|onceflow/formats|transforms"),
     ("hand-off to the JVM (serializers, sockets)", r"pyspark/serializers|socket|sql/pandas"),
     ("start-up (imports)", r"importlib|<frozen"),
@@ -90,13 +92,27 @@ def stage_of(frames: list[str], rules: tuple[tuple[str, str], ...]) -> str:
     return OTHER
 
 
+def py_stage_of(frames: list[str]) -> str:
+    """The stage of one py-spy sample (`frames` from the root to the leaf): its innermost frame
+    of a stage's code. Arrow's own frames count only where no other stage's code called them
+    (pyarrow's compute is the fast form's, its CSV writer the COPY's)."""
+    arrow = False
+    for frame in reversed(frames):
+        stage = stage_of([frame], STAGES)
+        if stage == ARROW:
+            arrow = True
+        elif stage != OTHER:
+            return stage
+    return ARROW if arrow else OTHER
+
+
 def pyspy_stages(raw: str) -> Counter:
     """py-spy's raw output ("frame;frame;...;leaf count" per line): samples per stage."""
     counts: Counter = Counter()
     for line in raw.splitlines():
         stack, _, n = line.rpartition(" ")
         if stack and n.isdigit():
-            counts[stage_of(stack.split(";"), STAGES)] += int(n)
+            counts[py_stage_of(stack.split(";"))] += int(n)
     return counts
 
 

@@ -21,21 +21,28 @@ pytestmark = [pytest.mark.unit, pytest.mark.checkout]
 FETCH = "fetch (librdkafka consume)"
 COPY = "stage COPY (client side: CSV, psycopg2)"
 ARROW = "Arrow (building, casting)"
+FAST_FORM = "decode + transform (fast form)"
 
 
-def test_py_spy_samples_go_to_the_most_specific_stage_of_their_frames():
+def test_py_spy_samples_go_to_the_stage_of_their_innermost_stage_frame():
+    copy = "main (worker.py:1);stage (fast_stage.py:9);copy_rows (table_stage.py:3)"
+    split = f"{copy};read (table_stage.py:9);__next__ (fast_stage.py:97)"
     raw = "\n".join(
         [
-            # the fast form's COPY of Arrow batches: the COPY, not Arrow, not the transform
-            "main (worker.py:1);stage (fast_stage.py:9);copy_rows (table_stage.py:3);"
-            "to_csv (pyarrow/csv.py:2) 7",
-            "main (worker.py:1);read (librdkafka_fetch.py:5);consume (<built-in>) 3",
+            # the COPY's CSV of the fast form's rows: the COPY, not Arrow, not the transform
+            f"{copy};to_csv (pyarrow/csv.py:2) 7",
+            # the fast form, pulled by the COPY's reads: the fast form, Arrow's compute its own
+            f"{split};fast_form (spark_jobs/orders.py:440);wrapper (pyarrow/compute.py:257) 5",
+            # the fetch, pulled by the fast form: the fetch
+            f"{split};records (librdkafka_fetch.py:5);consume (<built-in>) 3",
             "main (worker.py:1);batch (record_batches.py:4);from_arrays (pyarrow/array.py:1) 2",
             "main (worker.py:1);wait (selectors.py:1) 1",
             "not a sample line",
         ]
     )
-    assert breakdown.pyspy_stages(raw) == Counter({COPY: 7, FETCH: 3, ARROW: 2, "other": 1})
+    assert breakdown.pyspy_stages(raw) == Counter(
+        {COPY: 7, FAST_FORM: 5, FETCH: 3, ARROW: 2, "other": 1}
+    )
 
 
 def test_jfr_samples_are_staged_by_their_java_frames():
