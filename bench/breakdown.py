@@ -51,7 +51,8 @@ STAGES: tuple[tuple[str, str], ...] = (
     (ARROW, r"pyarrow|arrow_columns|record_batches"),
     ("decode + transform (fast form)", r"fast_stage|spark_jobs/orders|onceflow/formats|transforms"),
     ("hand-off to the JVM (serializers, sockets)", r"pyspark/serializers|socket|sql/pandas"),
-    ("start-up (imports)", r"importlib|<frozen"),
+    # not "<frozen runpy>": a worker forked by the daemon (run as -m) has it at its root
+    ("start-up (imports)", r"importlib|<frozen zipimport"),
     ("Spark's Python driver (py4j, Spark Connect)", r"py4j|pyspark/sql|pyspark/core"),
 )
 JVM_STAGES: tuple[tuple[str, str], ...] = (

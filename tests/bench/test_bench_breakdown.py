@@ -22,6 +22,7 @@ FETCH = "fetch (librdkafka consume)"
 COPY = "stage COPY (client side: CSV, psycopg2)"
 ARROW = "Arrow (building, casting)"
 FAST_FORM = "decode + transform (fast form)"
+START_UP = "start-up (imports)"
 
 
 def test_py_spy_samples_go_to_the_stage_of_their_innermost_stage_frame():
@@ -37,11 +38,14 @@ def test_py_spy_samples_go_to_the_stage_of_their_innermost_stage_frame():
             f"{split};records (librdkafka_fetch.py:5);consume (<built-in>) 3",
             "main (worker.py:1);batch (record_batches.py:4);from_arrays (pyarrow/array.py:1) 2",
             "main (worker.py:1);wait (selectors.py:1) 1",
+            # a worker forked by the daemon run as a module: runpy at its root is no import
+            "_run_code (<frozen runpy>:88);<module> (spark_daemon.py:47);main (worker.py:9) 4",
+            "main (worker.py:1);_find_and_load (<frozen importlib._bootstrap>:1176) 6",
             "not a sample line",
         ]
     )
     assert breakdown.pyspy_stages(raw) == Counter(
-        {COPY: 7, FAST_FORM: 5, FETCH: 3, ARROW: 2, "other": 1}
+        {COPY: 7, START_UP: 6, FAST_FORM: 5, FETCH: 3, ARROW: 2, "other": 5}
     )
 
 
