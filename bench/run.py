@@ -410,8 +410,9 @@ def process_job(
     """The process job's spark-submit command and environment for one txid of `offsets`
     planned offsets (None: not known), the driver's settings as the DAG's process task's."""
     from onceflow.config.pipelines_file import get_pipeline
+    from onceflow.process.stage_job import driver_conf
 
-    conf = driver_jit.for_pipeline(DRIVER_CONF, get_pipeline(pipelines, pipeline), offsets)
+    conf = driver_conf(DRIVER_CONF, get_pipeline(pipelines, pipeline), offsets)
     env = common.spark_env(
         ONCEFLOW_POSTGRES_DSN=dsn,
         ONCEFLOW_KAFKA_BOOTSTRAP=bootstrap,

@@ -1,7 +1,7 @@
 """The process driver's JIT (onceflow.spark.driver_jit): C1 alone for a small batch and for
 a stage job of the fast form; a large batch through the transform in the JVM, or one of
 unknown size, keeps the JIT's default, and a pipeline's own JIT setting wins. Which stage
-jobs take the fast form: onceflow.process.stage_job.takes_fast_form, which for_pipeline asks. That the process task
+jobs take the fast form: onceflow.process.stage_job.takes_fast_form, which its driver_conf asks. That the process task
 submits with it: test_pipeline_e2e.py's fenced-attempt test reads it in the task's
 spark-submit command."""
 
@@ -65,7 +65,7 @@ def _pipeline(tmp_path, name: str, transform: str, more: str = ""):
 def test_a_pipelines_driver_jit_follows_the_fast_form_its_stage_job_takes(
     tmp_path, transform, more, jit
 ):
-    from onceflow.spark.driver_jit import for_pipeline
+    from onceflow.process.stage_job import driver_conf
 
     cfg = _pipeline(tmp_path, "p", transform, more)
-    assert for_pipeline({OPTIONS: "-Dx=1"}, cfg, 2_000_000) == {OPTIONS: f"-Dx=1 {jit}".strip()}
+    assert driver_conf({OPTIONS: "-Dx=1"}, cfg, 2_000_000) == {OPTIONS: f"-Dx=1 {jit}".strip()}

@@ -46,7 +46,6 @@ from onceflow.ledger.ordering import await_predecessor, blocking_predecessor
 from onceflow.ledger.retention import prune
 from onceflow.settings import LEDGER_ENV, Settings
 from onceflow.sinks.lake.storage import STORAGE_ENV
-from onceflow.spark import driver_jit
 
 log = logging.getLogger("onceflow")
 
@@ -160,7 +159,9 @@ class ProcessOperator(TxidOperator, SparkSubmitOperator):
         pipelines_file = self.pipelines_path()
         self.env_vars = {**process_env(pipelines_file), **(self.env_vars or {})}
         planned = context["ti"].xcom_pull(task_ids="plan") or {}
-        self.conf = driver_jit.for_pipeline(
+        from onceflow.process.stage_job import driver_conf
+
+        self.conf = driver_conf(
             {**process_conf(cfg, pipelines_file), **(self.conf or {})}, cfg, planned.get("offsets")
         )
         try:

@@ -35,6 +35,7 @@ from onceflow.reader.input_ranges import input_partitions
 from onceflow.reader.read_counts import LedgerTally
 from onceflow.sinks.base import Sink
 from onceflow.sinks.schema_evolution import Evolution
+from onceflow.spark import driver_jit
 from onceflow.staging.fast_stage import FastStage, fast_form_columns, fast_stage_frame
 from onceflow.staging.fence import PartNumbers
 from onceflow.staging.target import StageTarget
@@ -51,6 +52,21 @@ def takes_fast_form(cfg: PipelineConfig, sink: Sink, decodes: bool) -> bool:
     if not (cfg.fast_form and sink.takes_fast_form):
         return False
     return decodes if not cfg.transform else load_fast_form(cfg.transform) is not None
+
+
+def driver_conf(conf: dict[str, str], cfg: PipelineConfig, offsets: int | None) -> dict[str, str]:
+    """`conf` for the spark-submit driver of a batch of `offsets` planned offsets of `cfg`:
+    its JIT follows whether the stage job takes the fast form (onceflow.spark.driver_jit; a
+    pipeline without a transform: no). A transform module that cannot be imported here: no
+    fast form; the process step names the error."""
+    from onceflow.hooks.sink import sink_for
+
+    try:
+        fast_form = takes_fast_form(cfg, sink_for(cfg), decodes=False)
+    except Exception as e:  # noqa: BLE001 - only the JIT's choice depends on it
+        log.info("onceflow process: the driver's JIT left as it is (no fast form found: %s)", e)
+        fast_form = False
+    return driver_jit.for_job(conf, offsets, fast_form)
 
 
 @dataclass(frozen=True)

@@ -18,12 +18,7 @@ own spark_conf is never overridden.
 
 from __future__ import annotations
 
-import logging
-from typing import Any
-
 from onceflow.spark.jvm_archive import DRIVER_JAVA_OPTIONS
-
-log = logging.getLogger("onceflow.process")
 
 SMALL_BATCH_OFFSETS = 50_000
 C1_ONLY = "-XX:TieredStopAtLevel=1"
@@ -37,19 +32,3 @@ def for_job(conf: dict[str, str], offsets: int | None, fast_form: bool) -> dict[
     if not (small or fast_form) or "Tiered" in current:
         return dict(conf)
     return {**conf, DRIVER_JAVA_OPTIONS: f"{current} {C1_ONLY}".strip()}
-
-
-def for_pipeline(conf: dict[str, str], cfg: Any, offsets: int | None) -> dict[str, str]:
-    """for_job for a batch of pipeline `cfg` (a PipelineConfig), its stage job's fast form
-    looked up as the job looks it up (onceflow.process.stage_job.takes_fast_form; a
-    pipeline without a transform: no). A transform module that cannot be imported here: no
-    fast form; the process step names the error."""
-    from onceflow.hooks.sink import sink_for
-    from onceflow.process.stage_job import takes_fast_form
-
-    try:
-        fast_form = takes_fast_form(cfg, sink_for(cfg), decodes=False)
-    except Exception as e:  # noqa: BLE001 - only the JIT's choice depends on it
-        log.info("onceflow process: the driver's JIT left as it is (no fast form found: %s)", e)
-        fast_form = False
-    return for_job(conf, offsets, fast_form)
