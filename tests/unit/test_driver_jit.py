@@ -1,9 +1,9 @@
 """The process driver's JIT (onceflow.spark.driver_jit): C1 alone for a small batch and for
 a stage job of the fast form; a large batch through the transform in the JVM, or one of
 unknown size, keeps the JIT's default, and a pipeline's own JIT setting wins. Which stage
-jobs take the fast form: onceflow.process.stage_job.takes_fast_form, which its driver_conf asks. That the process task
-submits with it: test_pipeline_e2e.py's fenced-attempt test reads it in the task's
-spark-submit command."""
+jobs take the fast form: onceflow.process.stage_job.takes_fast_form, which its driver_conf
+asks. That the process task submits with it: test_pipeline_e2e.py's fenced-attempt test
+reads it in the task's spark-submit command."""
 
 from __future__ import annotations
 
