@@ -1219,6 +1219,14 @@ def airflow_env(settings: StackSettings) -> dict[str, str]:
             "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": os.environ.get(
                 "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME", "0.1"
             ),
+            # A task's supervisor waits in select() up to this long between looks at its task
+            # process. When the process closes its sockets but is not yet reaped at that look
+            # (Airflow 3.3.2; about one task in four here), the executor slot stays taken
+            # for the whole wait after the task ended: at Airflow's 5 s a continuous pipeline
+            # found all four slots taken for 14 s of 50, and its next task queued up to 2 s.
+            # 1 s (the least: an integer) bounds that; the price is one heartbeat a second
+            # from a running task
+            "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "1",
             "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "2",
             "AIRFLOW__DAG_PROCESSOR__BUNDLE_REFRESH_CHECK_INTERVAL": "1",
