@@ -151,7 +151,9 @@ def test_after_the_preload_only_the_module_files_imported_since_are_resolved(job
     )
     monkeypatch.setenv("ONCEFLOW_SPARK_JOBS", str(out))  # the early module's folder: not yet
     sys.path.insert(0, str(folder))
-    monkeypatch.setattr(shipping, "_real_files", {})  # as in a process that resolved none
+    # as in a process that resolved none
+    monkeypatch.setattr(shipping, "_seen", frozenset())
+    monkeypatch.setattr(shipping, "_seen_files", {})
     try:
         __import__(f"{name}_early")
         shipping.resolve_module_files()

@@ -60,43 +60,48 @@ def _user_modules() -> set[str]:
     paths = transform_path()
     folders = {str(p) for p in paths} | {os.path.realpath(p) for p in paths}
     prefixes = tuple(f.rstrip("/") + "/" for f in folders)
-    return {name.partition(".")[0] for name, real in _module_files() if real.startswith(prefixes)}
+    return {
+        name.partition(".")[0]
+        for name, real in _module_files().items()
+        if real.startswith(prefixes) and name.partition(".")[0] in sys.modules
+    }
 
 
-# Each module file's real path, as _module_files resolved it. A task process holds thousands
-# of modules (Airflow's, pyspark's) in a few hundred folders, and resolving them took 50 ms
-# of every connect-mode attempt here: a process that forks task processes resolves its own
-# once (resolve_module_files, from onceflow.airflow.preload), and each task process then
-# resolves only the files imported since.
-_real_files: dict[str, str] = {}
+# What resolve_module_files saw: each module's name, and the real path of its file when it
+# has one. A task process holds thousands of modules (Airflow's, pyspark's) in a few hundred
+# folders. Resolving them took 50 ms of every connect-mode attempt here, and even reading
+# their `__file__` took 20 ms in a forked task process: each module touched copies a memory
+# page it shares with the process it was forked from. So a process that forks task processes
+# resolves its own modules once (resolve_module_files, from onceflow.airflow.preload), and
+# each task process then reads only the modules imported since.
+_seen: frozenset[str] = frozenset()
+_seen_files: dict[str, str] = {}
 
 
-def _module_files() -> list[tuple[str, str]]:
-    """(name, the real path of its file) of each module of sys.modules that has a file; each
-    path is resolved through its folder's, once per folder, then its own link."""
+def _module_files() -> dict[str, str]:
+    """Each module of sys.modules that has a file: its name -> the real path of its file.
+    Modules resolve_module_files saw are as it resolved them; each other module's path is
+    resolved through its folder's real path, once per folder, then its own link."""
+    out = dict(_seen_files)
     real_folders: dict[str, str] = {}
-    out = []
-    for name, module in list(sys.modules.items()):
-        path = getattr(module, "__file__", None)
+    for name in sys.modules.keys() - _seen:
+        path = getattr(sys.modules.get(name), "__file__", None)
         if not isinstance(path, str):
             continue
-        real = _real_files.get(path)
-        if real is None:
-            folder, file = os.path.split(os.path.abspath(path))
-            if folder not in real_folders:
-                real_folders[folder] = os.path.realpath(folder)
-            real = os.path.join(real_folders[folder], file)
-            if os.path.islink(real):
-                real = os.path.realpath(real)
-            _real_files[path] = real
-        out.append((name, real))
+        folder, file = os.path.split(os.path.abspath(path))
+        if folder not in real_folders:
+            real_folders[folder] = os.path.realpath(folder)
+        real = os.path.join(real_folders[folder], file)
+        out[name] = os.path.realpath(real) if os.path.islink(real) else real
     return out
 
 
 def resolve_module_files() -> None:
-    """Resolve the files of the modules imported so far (_real_files), for the processes
-    this one forks."""
-    _module_files()
+    """Resolve the files of the modules imported so far, for the processes this one forks."""
+    global _seen, _seen_files
+    names = frozenset(sys.modules)
+    _seen_files = _module_files()
+    _seen = names
 
 
 def module_file(module: ModuleType, folder: Path) -> str:
