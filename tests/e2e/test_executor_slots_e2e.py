@@ -7,8 +7,9 @@ taken for the whole wait after the task ended. At Airflow's default of 5 s a con
 pipeline found all four slots taken for 14 s of 50, and its next task queued for up to 2 s.
 The embedded stack (onceflow_dev.stack) and docker-compose set 1 s. Here each task's worker is
 watched through its process title (the LocalExecutor names the task instance it runs), and
-must be free within SLOT_FREE_S of the task's end; with 5 s, about one task in four holds
-its worker about 5 s.
+must be free within SLOT_FREE_S of the task's end: the last wait of 1 s and the supervisor's
+own end, which took up to 1.9 s on a busy machine. With 5 s, about one task in four holds its
+worker about 5 s.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
 PIPELINE = "it_slots"
 RUNS = 4
-SLOT_FREE_S = 2.0
+SLOT_FREE_S = 3.0
 TITLE = "LocalExecutor:"
 
 
@@ -52,7 +53,7 @@ class SlotWatch(threading.Thread):
             time.sleep(0.02)
 
 
-def test_a_task_that_ended_frees_its_executor_slot_within_two_seconds(stack, airflow):
+def test_a_task_that_ended_frees_its_executor_slot_within_three_seconds(stack, airflow):
     scheduler = dev_stack.service_process(stack, "scheduler")
     assert scheduler is not None, "the stack's scheduler is not running"
     broker.create_topic(stack.kafka_bootstrap, PIPELINE, 2)
