@@ -177,3 +177,23 @@ def test_after_the_preload_only_the_module_files_imported_since_are_resolved(job
         assert not [p for p in resolved if p in before or str(Path(p).parent) in before], resolved
     finally:
         sys.modules.pop(f"{name}_early", None)
+
+
+def test_a_user_module_resolved_by_the_preload_and_gone_since_is_not_shipped(jobs, monkeypatch):
+    """A module of the user's folder that the preload resolved and that has left
+    sys.modules since (a test, a reload) is not among the files: only what is imported now
+    goes with the transform."""
+    from onceflow.spark import shipping
+
+    folder, name, out = jobs
+    (folder / f"{name}_gone.py").write_text("X = 1\n")
+    (folder / f"{name}.py").write_text("def transform(df):\n    return df\n")
+    sys.path.insert(0, str(folder))
+    monkeypatch.setattr(shipping, "_seen", frozenset())
+    monkeypatch.setattr(shipping, "_seen_files", {})
+    __import__(f"{name}_gone")
+    shipping.resolve_module_files()
+    del sys.modules[f"{name}_gone"]
+    assert py_files(f"{name}:transform", "spark://h:7077", False, out) == [
+        str(folder / f"{name}.py")
+    ]
