@@ -321,6 +321,46 @@ def test_client_errors_name_the_run_and_dag(fake_airflow):
         client.trigger("d", "bad id")
 
 
+def test_run_ids_of_triggers_a_moment_apart_differ_and_sort_in_trigger_order():
+    """`onceflow trigger` run again as soon as its small batch ended: within the same second.
+    With a stamp of whole seconds both had the same run id, which Airflow refused (409)."""
+    import time
+
+    from onceflow.cli.runs import new_run_ids
+
+    first = new_run_ids("manual", 2)
+    time.sleep(0.002)
+    second = new_run_ids("manual", 1)
+    assert len({*first, *second}) == 3
+    assert [*first, *second] == sorted([*first, *second])
+    assert all(validate_run_id(r) for r in (*first, *second))
+
+
+def test_a_wait_for_runs_looks_often_at_first_then_once_a_second(monkeypatch):
+    """Whoever triggers the next run when one ends waits for the wait's next look: every
+    0.25 s for SLOW_POLL_AFTER_S, then every second (a long run's wait asks the API less)."""
+    from onceflow.cli import airflow_api
+
+    clock = [0.0]
+    slept: list[float] = []
+
+    def sleep(s: float) -> None:
+        slept.append(s)
+        clock[0] += s
+
+    monkeypatch.setattr(airflow_api.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(airflow_api.time, "sleep", sleep)
+    client = AirflowClient("http://127.0.0.1:9", "admin", "admin")
+    ends_at = airflow_api.SLOW_POLL_AFTER_S + 5
+    monkeypatch.setattr(
+        client, "get_run", lambda d, r: {"state": "success" if clock[0] >= ends_at else "running"}
+    )
+    assert client.wait_for_runs("d", ["r"], echo=None) == {"r": "success"}
+    often = int(airflow_api.SLOW_POLL_AFTER_S / 0.25)
+    assert slept[:often] == [0.25] * often
+    assert slept[often:] == [1.0] * (len(slept) - often) and len(slept) > often
+
+
 def test_a_connect_worker_s_files_keep_a_password_whole_and_to_themselves(tmp_path):
     """The Connect worker's connector files (onceflow_dev.kafka_connect): a password with a
     line break, a backslash or an `=` stays one value of one key, in a file only its owner

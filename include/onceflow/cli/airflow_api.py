@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from onceflow.settings import Settings
 
 FINAL_STATES = frozenset({"success", "failed"})
+# how long a wait for runs looks often (AirflowClient.wait_for_runs) before once a second
+SLOW_POLL_AFTER_S = 30.0
 
 
 def validate_run_id(run_id: str) -> str:
@@ -345,11 +347,14 @@ class AirflowClient:
         dag_id: str,
         run_ids: Iterable[str],
         timeout: float = 600.0,
-        poll: float = 1.0,
+        poll: float = 0.25,
         echo: Callable[[str], None] | None = print,
     ) -> dict[str, str]:
         """Wait until every run is success/failed; returns {run_id: state}.
 
+        Looks every `poll` seconds for the first SLOW_POLL_AFTER_S, then every second at most:
+        a small batch's run ends about a second after its trigger, and whoever triggers the
+        next one when it ends (`onceflow trigger` in a loop) waits for this look.
         Prints a line whenever a run changes state. Raises AirflowTimeout (a TimeoutError)
         listing the runs still unfinished.
         """
@@ -372,7 +377,8 @@ class AirflowClient:
                     f"runs of DAG {dag_id!r} not finished after {timeout:.0f}s: {pending}",
                     url=self.url,
                 )
-            time.sleep(poll)
+            waited = time.monotonic() - start
+            time.sleep(poll if waited < SLOW_POLL_AFTER_S else max(poll, 1.0))
 
 
 def airflow_client(settings: Settings) -> AirflowClient:

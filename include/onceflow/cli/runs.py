@@ -20,8 +20,10 @@ if TYPE_CHECKING:
 
 
 def new_run_ids(prefix: str, count: int) -> list[str]:
-    """`count` run ids (txids) that sort in the order they are triggered."""
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+    """`count` run ids (txids) that sort in the order they are triggered. The stamp holds
+    milliseconds: `onceflow trigger` run again as soon as its run ended (a second or less
+    for a small batch) gave the same id within a second, which Airflow refused."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%f")[:-3]
     return [f"{prefix}__{stamp}__{i:03d}" for i in range(1, count + 1)]
 
 
