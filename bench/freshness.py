@@ -24,7 +24,11 @@ start, the rule) timed in this process against the same stack, LOOKS times.
 
 from __future__ import annotations
 
+import os
 import statistics
+import subprocess
+import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -39,20 +43,28 @@ WATCH_S = 0.5
 # (the easy one, and one near the limit of this 2-core machine, where the producer, Kafka,
 # PostgreSQL, Airflow and Spark share the cores), each with one run at a time (continuous)
 # and with two in flight (on_records: the next txid plans and processes while the last one
-# commits); spark-submit at rates its start-up allows
+# commits); runs triggered from outside (TRIGGERED); spark-submit at rates its start-up allows
+TRIGGERED = "triggered"
 PHASES = (
     ("connect", "continuous", 1_000, 1),
     ("connect", "on_records", 1_000, 2),
+    ("connect", TRIGGERED, 1_000, 1),
     ("connect", "continuous", 20_000, 1),
     ("connect", "on_records", 20_000, 2),
     ("spark-submit", "continuous", 200, 1),
     ("spark-submit", "continuous", 5_000, 1),
 )
 DRAIN_TIMEOUT_S = 600.0
-WARM_UP_S = 15.0
+# A new Spark Connect server's JIT settles over its first minute of small batches: after a
+# 15 s warm-up the stage job of a 1,300-record batch still took 0.58 s 20 s later, 0.37 s at
+# 30 s, and 0.25-0.28 s from 50 s on (2026-12-05); a shorter warm-up measured that settling
+# in the phase's first seconds, not the steady state
+WARM_UP_S = 60.0
 REST_S = 30.0  # the machine's CPU with the phase's pipeline at rest, its DAG still on
 LOOKS = 200
 ACCEPT_P99_S = {"connect": 2.0, "spark-submit": 30.0}
+# runs triggered from outside, one after the other (issue 53): p99 at the easy rate
+ACCEPT_TRIGGERED_P99_S = 3.0
 # the backlog does not grow: the lag's trend over the phase, at most this share of the rate
 ACCEPT_GROWTH = 0.02
 
@@ -71,7 +83,7 @@ def pipelines_toml(phases: tuple = PHASES) -> str:
         'transform = "orders:transform"\n'
         'sink = { kind = "postgres", table = "orders" }\n'
         f'process_mode = "{ph[0]}"\n'
-        f'schedule = "{ph[1]}"\n'
+        + (f'schedule = "{ph[1]}"\n' if ph[1] != TRIGGERED else "")
         + (on_records_toml(ph[3]) if ph[1] == "on_records" else "")
         + "commit_poke_interval = 0.5\n"
         for ph in phases
@@ -136,7 +148,44 @@ def freshness_of(
     return out
 
 
-def warm_up(settings: Any, name: str, rate: int, say) -> soak.SteadyProducer:
+class BackToBack(threading.Thread):
+    """Runs of `pipeline` triggered from outside, one after the other: `onceflow trigger` (a
+    process of its own, as a user's loop or another scheduler runs it), again as soon as it
+    returned with its run ended, until `stop`. A run that did not succeed ends the loop, and
+    `check` raises the command's own report of it."""
+
+    def __init__(self, pipeline: str, env: dict[str, str]) -> None:
+        super().__init__(daemon=True, name=f"trigger {pipeline}")
+        self.pipeline = pipeline
+        self.env = env
+        self.runs = 0
+        self.failed: str | None = None
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        command = [str(Path(sys.executable).with_name("onceflow")), "trigger", "--pipeline",
+                   self.pipeline, "--prefix", "fresh", "--timeout", "600"]  # fmt: skip
+        while not self._halt.is_set():
+            done = subprocess.run(command, env=self.env, capture_output=True, text=True)
+            if done.returncode != 0:
+                self.failed = (done.stderr.strip() or done.stdout.strip())[-2000:]
+                return
+            self.runs += 1
+
+    def check(self) -> None:
+        if self.failed is not None:
+            raise RuntimeError(f"{self.pipeline}: `onceflow trigger` failed: {self.failed}")
+
+    def stop(self) -> None:
+        """Let the run in flight end, and trigger no more."""
+        self._halt.set()
+        self.join()
+        self.check()
+
+
+def warm_up(
+    settings: Any, name: str, rate: int, say, check: Callable[[], None] = lambda: None
+) -> soak.SteadyProducer:
     """WARM_UP_S of records at the phase's rate, every one committed before the phase
     starts: the watcher's first run (where the pipeline starts), the Spark Connect session's
     or the spark-submits' first start and the task processes' imports are not the steady
@@ -151,6 +200,7 @@ def warm_up(settings: Any, name: str, rate: int, say) -> soak.SteadyProducer:
     producer.start()
     producer.join()
     while soak.lag(producer.ends, soak.committed_offsets(settings.postgres_dsn, name, name)):
+        check()
         if time.monotonic() - t0 > DRAIN_TIMEOUT_S:
             raise RuntimeError(f"{name}: the warm-up was not committed in {DRAIN_TIMEOUT_S:.0f} s")
         time.sleep(0.5)
@@ -169,12 +219,38 @@ def phase(
     seconds: float,
     say,
 ) -> dict:
+    name = name_of(mode, schedule, rate, in_flight)
+    dag_id = f"onceflow_{name}"
+    client.unpause(dag_id)
+    trigger = None
+    if schedule == TRIGGERED:  # from the warm-up's first record until the last is committed
+        trigger = BackToBack(name, {**os.environ, **settings.runtime_env(),
+                                    "ONCEFLOW_PIPELINES": os.environ["ONCEFLOW_PIPELINES"]})  # fmt: skip
+        trigger.start()
+    try:
+        return _phase(settings, client, mode, schedule, rate, in_flight, seconds, say, trigger)
+    finally:
+        if trigger is not None and trigger.is_alive():  # a phase that raised
+            trigger.stop()
+
+
+def _phase(
+    settings: Any,
+    client: Any,
+    mode: str,
+    schedule: str,
+    rate: int,
+    in_flight: int,
+    seconds: float,
+    say,
+    trigger: BackToBack | None,
+) -> dict:
     from onceflow_dev.producer import load_sample
 
     name = name_of(mode, schedule, rate, in_flight)
     dag_id = f"onceflow_{name}"
-    client.unpause(dag_id)
-    warm_up(settings, name, rate, say)
+    check = trigger.check if trigger is not None else lambda: None
+    warm_up(settings, name, rate, say, check)
     producer = soak.SteadyProducer(
         settings.kafka_bootstrap,
         name,
@@ -189,6 +265,7 @@ def phase(
     producer.start()
 
     def sample_lag() -> int:
+        check()
         n = soak.lag(producer.ends, soak.committed_offsets(settings.postgres_dsn, name, name))
         lags.append((round(time.monotonic() - t0, 1), n))
         return n
@@ -204,6 +281,8 @@ def phase(
             raise RuntimeError(f"{name}: lag {lags[-1][1]} {DRAIN_TIMEOUT_S:.0f} s after the stop")
         time.sleep(0.5)
     drained_s = time.monotonic() - t0
+    if trigger is not None:
+        trigger.stop()
     rest_cores = busy_cores(REST_S)  # no record arrives: what the schedule costs at rest
     client.pause(dag_id)
     assert producer.times is not None
@@ -285,12 +364,13 @@ def run(
     idle_cores = busy_cores(REST_S)  # every DAG paused: the stack's own at rest
     say(f"freshness: the stack at rest, every DAG paused: {idle_cores:.2f} cores busy")
     done = [phase(settings, client, *ph, minutes * 60, say) for ph in phases]
-    # per mode, the freshest phase at its easy (lowest) rate
+    # per mode, the freshest phase at its easy (lowest) rate that its schedule started
+    scheduled = [p for p in done if p["schedule"] != TRIGGERED]
     lowest: dict[str, int] = {}
-    for p in done:
+    for p in scheduled:
         lowest[p["process_mode"]] = min(lowest.get(p["process_mode"], p["rate"]), p["rate"])
     easy: dict[str, dict] = {}
-    for p in (p for p in done if p["rate"] == lowest[p["process_mode"]]):
+    for p in (p for p in scheduled if p["rate"] == lowest[p["process_mode"]]):
         best = easy.get(p["process_mode"])
         if best is None or p["freshness_s"]["p99"] < best["freshness_s"]["p99"]:
             easy[p["process_mode"]] = p
@@ -301,17 +381,23 @@ def run(
         "minutes_per_phase": minutes,
         "partitions": PARTITIONS,
         "watch_interval_seconds": WATCH_S,
+        "warm_up_seconds": WARM_UP_S,
         "idle_cores": round(idle_cores, 3),
         "phases": done,
         "freshness_p50_s": {m: p["freshness_s"]["p50"] for m, p in easy.items()},
         "freshness_p99_s": {m: p["freshness_s"]["p99"] for m, p in easy.items()},
         "freshness_schedule": {m: schedule_of(p) for m, p in easy.items()},
+        "freshness_triggered_p99_s": {
+            p["process_mode"]: p["freshness_s"]["p99"] for p in done if p["schedule"] == TRIGGERED
+        },
         "watch_cost": cost,
     }
 
 
 def schedule_of(p: dict) -> str:
     """A phase's schedule, with its runs in flight when more than one."""
+    if p["schedule"] == TRIGGERED:
+        return "none: `onceflow trigger` back to back"
     n = p.get("in_flight", 1)
     return p["schedule"] + (f", {n} in flight" if n > 1 else "")
 
@@ -357,11 +443,15 @@ def section(f: dict) -> list[str]:
         "",
         f"The bench's embedded stack (broker {f['broker']}): per phase a producer wrote the "
         f"orders sample at a steady rate for {f['minutes_per_phase']:g} min to "
-        f"{f['partitions']} partitions, after a warm-up at that rate; a pipeline with "
+        f"{f['partitions']} partitions, after a warm-up of {f.get('warm_up_seconds', 15):g} s "
+        "at that rate (every record of it committed first); a pipeline with "
         '`schedule = "continuous"` (one run at a time) or `"on_records"` (min_records 1, the '
         f"watcher looking every {f['watch_interval_seconds']:g} s, `max_active_runs` runs in "
         "flight: with two, the next txid plans and processes while the last one commits) ran, "
-        "nobody triggering. Freshness is each record's batch "
+        "nobody triggering; or a pipeline without a schedule whose runs were triggered from "
+        "outside, one after the other: `onceflow trigger` again as soon as it returned with "
+        "its run ended (a process of its own each time, as a loop in a shell runs it). "
+        "Freshness is each record's batch "
         "commit time in the ledger minus its Kafka timestamp, over every record; the lag is "
         "sampled every second, and its trend (least squares, after the first 10 s) says "
         "whether the backlog grows; the sustained rate is the records over the seconds from "

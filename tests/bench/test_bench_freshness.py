@@ -26,6 +26,15 @@ def test_each_phase_is_a_pipeline_with_its_runs_in_flight():
     assert len(declared) == 2  # each phase its own pipeline and topic
 
 
+def test_a_triggered_phase_is_a_pipeline_without_a_schedule():
+    """Its runs come from `onceflow trigger` alone: with a schedule, Airflow would start runs
+    of its own beside them."""
+    ph = ("connect", freshness.TRIGGERED, 1000, 1)
+    declared = tomllib.loads(freshness.pipelines_toml((ph,)))["pipelines"][freshness.name_of(*ph)]
+    assert "schedule" not in declared and "max_active_runs" not in declared
+    assert freshness.schedule_of({"schedule": ph[1]}).endswith("`onceflow trigger` back to back")
+
+
 def test_a_sawtooth_lag_does_not_grow_and_a_backlog_does():
     saw = [(float(t), 500 + 400 * (t % 3)) for t in range(90)]
     assert abs(freshness.growth(saw)) < 0.02 * 1000
