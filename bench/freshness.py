@@ -24,13 +24,14 @@ start, the rule) timed in this process against the same stack, LOOKS times.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -209,6 +210,24 @@ def warm_up(
     return producer
 
 
+@contextlib.contextmanager
+def back_to_back(settings: Any, name: str, schedule: str) -> Iterator[Callable[[], None]]:
+    """While the block runs (a phase from its warm-up's first record until its last is
+    committed), runs of a TRIGGERED phase's pipeline triggered back to back (BackToBack), and
+    the last one ended after it; yields what raises once one did not succeed."""
+    if schedule != TRIGGERED:
+        yield lambda: None
+        return
+    env = {**os.environ, **settings.runtime_env()}
+    env["ONCEFLOW_PIPELINES"] = os.environ["ONCEFLOW_PIPELINES"]  # the bench's, not the stack's
+    trigger = BackToBack(name, env)
+    trigger.start()
+    try:
+        yield trigger.check
+    finally:
+        trigger.stop()
+
+
 def phase(
     settings: Any,
     client: Any,
@@ -219,70 +238,45 @@ def phase(
     seconds: float,
     say,
 ) -> dict:
-    name = name_of(mode, schedule, rate, in_flight)
-    dag_id = f"onceflow_{name}"
-    client.unpause(dag_id)
-    trigger = None
-    if schedule == TRIGGERED:  # from the warm-up's first record until the last is committed
-        trigger = BackToBack(name, {**os.environ, **settings.runtime_env(),
-                                    "ONCEFLOW_PIPELINES": os.environ["ONCEFLOW_PIPELINES"]})  # fmt: skip
-        trigger.start()
-    try:
-        return _phase(settings, client, mode, schedule, rate, in_flight, seconds, say, trigger)
-    finally:
-        if trigger is not None and trigger.is_alive():  # a phase that raised
-            trigger.stop()
-
-
-def _phase(
-    settings: Any,
-    client: Any,
-    mode: str,
-    schedule: str,
-    rate: int,
-    in_flight: int,
-    seconds: float,
-    say,
-    trigger: BackToBack | None,
-) -> dict:
     from onceflow_dev.producer import load_sample
 
     name = name_of(mode, schedule, rate, in_flight)
     dag_id = f"onceflow_{name}"
-    check = trigger.check if trigger is not None else lambda: None
-    warm_up(settings, name, rate, say, check)
-    producer = soak.SteadyProducer(
-        settings.kafka_bootstrap,
-        name,
-        PARTITIONS,
-        rate,
-        seconds,
-        load_sample("orders:transform"),
-        keep_times=True,
-    )
-    lags: list[tuple[float, int]] = []
-    t0 = time.monotonic()
-    producer.start()
+    client.unpause(dag_id)
+    with back_to_back(settings, name, schedule) as check:
+        warm_up(settings, name, rate, say, check)
+        producer = soak.SteadyProducer(
+            settings.kafka_bootstrap,
+            name,
+            PARTITIONS,
+            rate,
+            seconds,
+            load_sample("orders:transform"),
+            keep_times=True,
+        )
+        lags: list[tuple[float, int]] = []
+        t0 = time.monotonic()
+        producer.start()
 
-    def sample_lag() -> int:
-        check()
-        n = soak.lag(producer.ends, soak.committed_offsets(settings.postgres_dsn, name, name))
-        lags.append((round(time.monotonic() - t0, 1), n))
-        return n
+        def sample_lag() -> int:
+            check()
+            n = soak.lag(producer.ends, soak.committed_offsets(settings.postgres_dsn, name, name))
+            lags.append((round(time.monotonic() - t0, 1), n))
+            return n
 
-    while producer.is_alive():
-        sample_lag()
-        time.sleep(1.0)
-    producer.join()
-    produced_s = time.monotonic() - t0
-    say(f"freshness: {name}: {sum(producer.acked.values()):,} records in {produced_s:.0f} s")
-    while sample_lag() > 0:
-        if time.monotonic() - t0 - produced_s > DRAIN_TIMEOUT_S:
-            raise RuntimeError(f"{name}: lag {lags[-1][1]} {DRAIN_TIMEOUT_S:.0f} s after the stop")
-        time.sleep(0.5)
-    drained_s = time.monotonic() - t0
-    if trigger is not None:
-        trigger.stop()
+        while producer.is_alive():
+            sample_lag()
+            time.sleep(1.0)
+        producer.join()
+        produced_s = time.monotonic() - t0
+        say(f"freshness: {name}: {sum(producer.acked.values()):,} records in {produced_s:.0f} s")
+        while sample_lag() > 0:
+            if time.monotonic() - t0 - produced_s > DRAIN_TIMEOUT_S:
+                raise RuntimeError(
+                    f"{name}: lag {lags[-1][1]} {DRAIN_TIMEOUT_S:.0f} s after the stop"
+                )
+            time.sleep(0.5)
+        drained_s = time.monotonic() - t0
     rest_cores = busy_cores(REST_S)  # no record arrives: what the schedule costs at rest
     client.pause(dag_id)
     assert producer.times is not None
