@@ -1,13 +1,14 @@
-"""The bench's freshness section (issue 39): how long after a record is produced it is
-visible in the sink, with nobody triggering a run.
+"""The bench's freshness section (issues 39 and 53): how long after a record is produced it
+is visible in the sink, with runs started by the pipeline's schedule, or from outside.
 
 On the bench's own stack (bench/run.py's bench_stack), one pipeline per phase: the orders
 example into a PostgreSQL append table, in one process mode, with `schedule = "continuous"`
 (one run at a time) or "on_records" (min_records 1, the watcher looking every WATCH_S, two
-runs in flight: the next txid plans and processes while the last one commits). A
+runs in flight: the next txid plans and processes while the last one commits), or without a
+schedule, its runs triggered back to back by `onceflow trigger` (TRIGGERED, BackToBack). A
 producer (bench/soak.py's SteadyProducer, linger.ms 5) writes the orders sample at a steady
-rate for the phase's minutes while the schedule starts the runs, after a warm-up at that rate
-(its records committed before the phase's first). Each record's freshness is its batch's
+rate for the phase's minutes while the runs go, after WARM_UP_S at that rate (its records
+committed before the phase's first). Each record's freshness is its batch's
 commit time in the ledger (`committed_at`: the append table's rows become visible
 in that transaction) minus its Kafka timestamp (the producer's CreateTime, when it was
 produced); both clocks are this machine's. Per phase: p50, p99 and maximum over every record;

@@ -352,9 +352,10 @@ class AirflowClient:
     ) -> dict[str, str]:
         """Wait until every run is success/failed; returns {run_id: state}.
 
-        Looks every `poll` seconds for the first SLOW_POLL_AFTER_S, then every second at most:
-        a small batch's run ends about a second after its trigger, and whoever triggers the
-        next one when it ends (`onceflow trigger` in a loop) waits for this look.
+        Looks every `poll` seconds for the first SLOW_POLL_AFTER_S, then once a second (or
+        every `poll`, if longer): a small batch's run ends about a second after its trigger,
+        and whoever triggers the next one when it ends (`onceflow trigger` in a loop) waits
+        for this look.
         Prints a line whenever a run changes state. Raises AirflowTimeout (a TimeoutError)
         listing the runs still unfinished.
         """
