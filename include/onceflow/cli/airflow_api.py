@@ -355,7 +355,9 @@ class AirflowClient:
         Looks every `poll` seconds for the first SLOW_POLL_AFTER_S, then once a second (or
         every `poll`, if longer): a small batch's run ends about a second after its trigger,
         and whoever triggers the next one when it ends (`onceflow trigger` in a loop) waits
-        for this look.
+        for this look. Each look is a request to the API server (a few ms of one of its
+        workers, which the tasks' Execution API calls share): pass a longer `poll` for a
+        wait that need not end at once (the bench's small batch does).
         Prints a line whenever a run changes state. Raises AirflowTimeout (a TimeoutError)
         listing the runs still unfinished.
         """
