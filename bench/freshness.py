@@ -160,7 +160,6 @@ class BackToBack(threading.Thread):
         super().__init__(daemon=True, name=f"trigger {pipeline}")
         self.pipeline = pipeline
         self.env = env
-        self.runs = 0
         self.failed: str | None = None
         self._halt = threading.Event()
 
@@ -172,7 +171,6 @@ class BackToBack(threading.Thread):
             if done.returncode != 0:
                 self.failed = (done.stderr.strip() or done.stdout.strip())[-2000:]
                 return
-            self.runs += 1
 
     def check(self) -> None:
         if self.failed is not None:
@@ -219,9 +217,7 @@ def back_to_back(settings: Any, name: str, schedule: str) -> Iterator[Callable[[
     if schedule != TRIGGERED:
         yield lambda: None
         return
-    env = {**os.environ, **settings.runtime_env()}
-    env["ONCEFLOW_PIPELINES"] = os.environ["ONCEFLOW_PIPELINES"]  # the bench's, not the stack's
-    trigger = BackToBack(name, env)
+    trigger = BackToBack(name, {**os.environ, **settings.runtime_env()})
     trigger.start()
     try:
         yield trigger.check
