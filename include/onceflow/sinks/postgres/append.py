@@ -4,7 +4,7 @@ The published table T is partitioned by seq (sinks.postgres.seq_partitions says 
 rules hold). process COPYs an attempt's valid rows into the attempt's own table
 (`attempt_table`: LOGGED, of T's columns, with a CHECK constraint that its seq is the txid's;
 onceflow.staging.attempt_table) and, once every part is staged, builds on it the indexes T
-has, T's primary key (topic, partition, epoch, offset, seq) among them (`seal_stage`).
+has, T's primary key (tables.RECORD_KEY) among them (`seal_stage`).
 Commit attaches it as T's partition. The dead letters are staged and published as before,
 from the stage table.
 """
@@ -18,11 +18,7 @@ from onceflow.ledger.stage_parts import parts_checksum
 from onceflow.sinks.postgres.columns import Column
 from onceflow.sinks.postgres.mode import TableLayout
 from onceflow.sinks.postgres.seq_partitions import SeqPartitioned
-from onceflow.sinks.postgres.tables import COORDINATE_COLUMNS
-
-# An append table's primary key; seq, the partition key, is part of it (PostgreSQL requires
-# it of a partitioned table's unique indexes).
-APPEND_KEY = ("topic", "partition", "epoch", "offset", "seq")
+from onceflow.sinks.postgres.tables import COORDINATE_COLUMNS, RECORD_KEY
 
 
 class AppendMode(SeqPartitioned):
@@ -44,7 +40,9 @@ class AppendMode(SeqPartitioned):
     def published_tables(self) -> dict[str, TableLayout]:
         t = self.tables
         columns = (*COORDINATE_COLUMNS, Column("seq", "bigint"), Column("txid", "text"))
-        return {t.table: ((*columns, *t.columns), APPEND_KEY)}
+        # seq, the partition key, is in the key: PostgreSQL requires it of a partitioned
+        # table's unique indexes
+        return {t.table: ((*columns, *t.columns), RECORD_KEY)}
 
     def takes_fast_form(self) -> bool:
         # an append row is its record's coordinates and columns

@@ -7,7 +7,7 @@ and the sink's binding lock (no commit or process of the pipeline interleaves):
 
 1. renames T to `T__legacy` and gives its rows their txid's seq (a rewrite: the one step
    that takes time, about what publishing them once did);
-2. creates T partitioned by seq, with the key (topic, partition, epoch, offset, seq), and
+2. creates T partitioned by seq, with the key of its records (tables.RECORD_KEY), and
    attaches `T__legacy` as the one partition of every seq it holds (a re-run of one of
    them replaces its rows there: sinks.postgres.append);
 3. gives each batch staged but not yet committed its attempt table, from the stage table's
@@ -28,9 +28,10 @@ from onceflow.errors import SinkLayoutError
 from onceflow.ledger.attempt import Attempt
 from onceflow.ledger.ordering import lock_commits
 from onceflow.ledger.published import set_seqs, staged_batches
-from onceflow.sinks.postgres.append import APPEND_KEY, AppendMode
+from onceflow.sinks.postgres.append import AppendMode
 from onceflow.sinks.postgres.columns import ids, more
 from onceflow.sinks.postgres.sink import PostgresSink
+from onceflow.sinks.postgres.tables import RECORD_KEY
 
 
 @dataclass(frozen=True)
@@ -96,11 +97,11 @@ def migrate_append(cur, pipeline: str, sink: PostgresSink) -> AppendMigration | 
         sql.SQL(
             "create table {} (like {} including defaults, primary key ({}))"
             " partition by range (seq)"
-        ).format(table, legacy, ids(APPEND_KEY))
+        ).format(table, legacy, ids(RECORD_KEY))
     )
     if total:
         cur.execute(sql.SQL("alter table {} alter column seq set not null").format(legacy))
-        cur.execute(sql.SQL("alter table {} add primary key ({})").format(legacy, ids(APPEND_KEY)))
+        cur.execute(sql.SQL("alter table {} add primary key ({})").format(legacy, ids(RECORD_KEY)))
         cur.execute(
             sql.SQL("alter table {} attach partition {} for values from (%s) to (%s)").format(
                 table, legacy

@@ -13,7 +13,7 @@ how they are created; and what every mode does with the stage.
   one partition, the attempt's own table that process filled and commit attached
   (sinks.postgres.append).
 - upsert: `T_versions`, every published version, primary key (key..., seq, topic,
-  partition, offset) and one per source record (topic, partition, epoch, offset, seq);
+  partition, offset) and one per source record (RECORD_KEY);
   partitioned by seq like append's T, each committed txid's versions one partition that
   process filled and commit attached; `T`, each key's current row (sinks.postgres.upsert).
 - merge: `T_partials`, each txid's partial aggregates per key, primary key (txid, key...);
@@ -49,6 +49,14 @@ COORDINATE_COLUMNS = (
     Column("epoch", "integer"),
     Column("offset", "bigint"),
 )
+
+# One row per source record within a seq's partition (append's T, upsert's T_versions).
+# Integers first: process builds it on each attempt's table (`seal`), and a sort that
+# compares the topic first compares the one name every row of a topic repeats: 1.87 s
+# against 0.95 s for 2M rows (bench/NOTES.md, session 47). A table created by an earlier
+# version keeps its (topic, partition, epoch, offset, seq): the same columns, and attaching
+# builds each attempt's key from the table's own (seq_partitions.build_indexes).
+RECORD_KEY = ("partition", "epoch", "offset", "topic", "seq")
 
 
 class PostgresTables:

@@ -29,7 +29,7 @@ from onceflow.ledger.states import BatchState
 from onceflow.sinks.postgres.columns import Column, ids, more, prefixed
 from onceflow.sinks.postgres.mode import TableLayout
 from onceflow.sinks.postgres.seq_partitions import SeqPartitioned
-from onceflow.sinks.postgres.tables import COORDINATE_COLUMNS
+from onceflow.sinks.postgres.tables import COORDINATE_COLUMNS, RECORD_KEY
 
 
 class UpsertMode(SeqPartitioned):
@@ -75,8 +75,8 @@ class UpsertMode(SeqPartitioned):
         # one version per source record within a txid's partition; across txids the ranges
         # keep it, and the audit checks it (duplicated_coordinates)
         cur.execute(
-            sql.SQL('create unique index on {} (topic, partition, epoch, "offset", seq)').format(
-                self.tables.ident(name)
+            sql.SQL("create unique index on {} ({})").format(
+                self.tables.ident(name), ids(RECORD_KEY)
             )
         )
 
