@@ -580,11 +580,12 @@ SMALL_BATCH = 1_000
 
 # the process modes small_batch measures: pipeline name -> its process_mode
 SMALL_MODES = {"bench_small": "spark-submit", "bench_small_connect": "connect"}
-# runs before the measured ones, per process mode: a spark-submit run starts a Spark of its
-# own (one run warms the task processes' imports and the ledger's caches); a Spark Connect
-# server is long-lived, and its JIT takes batches to settle (a 1,000-record stage job went
-# from 0.85 s to 0.27 s over a new server's first 20 batches here, 2026-12-04)
-WARMUP_RUNS = {"spark-submit": 1, "connect": 10}
+# runs before the measured ones, back to back, per process mode: a spark-submit run starts a
+# Spark of its own (one run warms the task processes' imports and the ledger's caches); a
+# Spark Connect server is long-lived, and its JIT takes batches to settle: a 1,000-record
+# stage job went from 0.85 s to 0.27 s over a new server's first 20 batches (2026-12-04),
+# and was still falling after 27 (0.47 s in the first 5, 0.22-0.35 s in the last: 2026-12-05)
+WARMUP_RUNS = {"spark-submit": 1, "connect": 50}
 # the backlog drain's: one pipeline per mode over the same topic, each draining all of it
 BACKLOG_MODES = {"bench_backlog": "spark-submit", "bench_backlog_connect": "connect"}
 BACKLOG_TOPIC = "bench_backlog"
@@ -663,7 +664,7 @@ def small_batch(runs: int, backlog: int = 0) -> dict:
         warmup: dict[str, list[float]] = {name: [] for name in SMALL_MODES}
         for name, mode in SMALL_MODES.items():
             for _ in range(WARMUP_RUNS[mode]):
-                sample = _small_run(client, settings, name, n)
+                sample = _small_run(client, settings, name, n, measured=False)
                 n += 1
                 warmup[name].append(round(sample["small_batch_run_s"], 2))
             say(f"dag: {name} warm-up runs {warmup[name]} s")
@@ -757,9 +758,10 @@ def backlog_drain(client: Any, settings: Any, records: int) -> dict:
     return out
 
 
-def _small_run(client: Any, settings: Any, name: str, i: int) -> dict:
-    """One DAG run of pipeline `name` over SMALL_BATCH records produced just before it, on
-    a quiet machine (quiet.wait_idle)."""
+def _small_run(client: Any, settings: Any, name: str, i: int, measured: bool = True) -> dict:
+    """One DAG run of pipeline `name` over SMALL_BATCH records produced just before it: a
+    `measured` one on a quiet machine (quiet.wait_idle), a warm-up one as soon as the last
+    one ended."""
     from onceflow_dev import producer
 
     producer.produce(
@@ -771,12 +773,13 @@ def _small_run(client: Any, settings: Any, name: str, i: int) -> dict:
         start=i * SMALL_BATCH,
     )
     dag_id, run_id = f"onceflow_{name}", f"bench-small-{i}"
-    busy = quiet.wait_idle()
+    busy = quiet.wait_idle() if measured else 0.0
     client.trigger(dag_id, run_id)
-    # the run's times are its task instances' own: a poll once a second only finds its end;
-    # five a second held the API server's one worker 8-23 ms each while the tasks' own
-    # Execution API calls queued behind them
-    states = client.wait_for_runs(dag_id, [run_id], timeout=600, poll=1.0, echo=None)
+    # a measured run's times are its task instances' own: a poll once a second only finds
+    # its end; five a second held the API server's one worker 8-23 ms each while the tasks'
+    # own Execution API calls queued behind them. A warm-up run's next follows its end.
+    poll = 1.0 if measured else 0.25
+    states = client.wait_for_runs(dag_id, [run_id], timeout=600, poll=poll, echo=None)
     if states[run_id] != "success":
         raise RuntimeError(f"DAG run {dag_id} {run_id} ended {states[run_id]}")
     run = client.get_run(dag_id, run_id)
@@ -1143,8 +1146,14 @@ def small_batch_section(sb: dict) -> list[str]:
         """What the warm-up runs took (a run from before they were recorded: one each)."""
         if "warmup_run_s" not in sb:
             return "one each"
+
+        def took(runs: list[float]) -> str:
+            if len(runs) <= 3:
+                return f"{', '.join(f'{t:.1f}' for t in runs)} s"
+            return f"{len(runs)} back to back, the first {runs[0]:.1f} s, the last {runs[-1]:.1f} s"
+
         return "; ".join(
-            f"{mode}: {', '.join(f'{t:.1f}' for t in runs)} s"
+            f"{mode}: {took(runs)}"
             for mode, runs in (
                 ("spark-submit", sb["warmup_run_s"]),
                 ("connect", sb["connect"]["warmup_run_s"]),
