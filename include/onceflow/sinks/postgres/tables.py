@@ -54,8 +54,8 @@ COORDINATE_COLUMNS = (
 # Integers first: process builds it on each attempt's table (`seal`), and a sort that
 # compares the topic first compares the one name every row of a topic repeats: 1.87 s
 # against 0.95 s for 2M rows (bench/NOTES.md, session 47). A table created by an earlier
-# version keeps its (topic, partition, epoch, offset, seq): the same columns, and attaching
-# builds each attempt's key from the table's own (seq_partitions.build_indexes).
+# version keeps its (topic, partition, epoch, offset, seq): the same columns, and process
+# builds each attempt's key as the table's own (seq_partitions.build_indexes).
 RECORD_KEY = ("partition", "epoch", "offset", "topic", "seq")
 
 
