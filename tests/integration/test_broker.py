@@ -61,6 +61,27 @@ def test_a_recreated_topic_gets_another_id_and_its_records_other_prints(bootstra
     assert after.prints[(topic, 0)].hash != before.prints[(topic, 0)].hash
 
 
+def test_process_asks_the_topic_ids_with_the_client_that_checked_its_access(bootstrap, monkeypatch):
+    """process's check of the topics' ids after its job: the ids plan recorded, asked with
+    one librdkafka client, the one whose metadata request checked the access (a second
+    client costs its own connections and metadata request: ~10 ms of every attempt)."""
+    from confluent_kafka import admin as librdkafka_admin
+
+    topic = "ids_one_client"
+    produce(bootstrap, topic, 3)
+    made = []
+    init = librdkafka_admin.AdminClient.__init__
+
+    def counted(self, conf, **kwargs):
+        made.append(conf["client.id"])
+        init(self, conf, **kwargs)
+
+    monkeypatch.setattr(librdkafka_admin.AdminClient, "__init__", counted)
+    ids = broker.topic_ids(bootstrap, "p", (topic,))
+    assert made == ["onceflow-process"]
+    assert ids == {topic: broker.snapshot(bootstrap, "p", (topic,)).topic_ids[topic]}
+
+
 def test_an_offset_past_the_log_has_no_record(bootstrap):
     topic = "prints_short"
     produce(bootstrap, topic, 5)

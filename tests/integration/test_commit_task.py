@@ -102,9 +102,9 @@ def test_commit_task_defers_while_blocked_and_commits_when_resumed(ledger_dsn, c
     plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}), sink=sink_for(cfg))
     plan(ledger_dsn, cfg, "b", snap({(T, 0): 16}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "b", 5, 1)
-    op = CommitOperator(task_id="commit", pipeline=cfg.name, txid="b", poll_interval=0.5)
+    op = CommitOperator(task_id="commit", pipeline=cfg.name, poll_interval=0.5)
     with pytest.raises(TaskDeferred) as deferred:
-        op.execute({})
+        op.execute({"run_id": "b"})
     trigger = deferred.value.trigger
     assert isinstance(trigger, CommitReadyTrigger)
     assert (trigger.pipeline, trigger.txid, trigger.poll_interval) == (cfg.name, "b", 0.5)
@@ -112,9 +112,9 @@ def test_commit_task_defers_while_blocked_and_commits_when_resumed(ledger_dsn, c
     assert get_batch(ledger_dsn, cfg.name, "b").state == "staged"
 
     process(ledger_dsn, cfg, "a", 10)
-    first = CommitOperator(task_id="commit", pipeline=cfg.name, txid="a")
-    assert first.execute({})["outcome"] == "committed"  # free: commits at once
-    out = op.execute_complete({}, {"status": "ready", "waited": 3.0})
+    first = CommitOperator(task_id="commit", pipeline=cfg.name)
+    assert first.execute({"run_id": "a"})["outcome"] == "committed"  # free: commits at once
+    out = op.execute_complete({"run_id": "b"}, {"status": "ready", "waited": 3.0})
     assert (out["seq"], out["outcome"], out["published"], out["dead_lettered"]) == (
         2,
         "committed",
@@ -123,7 +123,7 @@ def test_commit_task_defers_while_blocked_and_commits_when_resumed(ledger_dsn, c
     )
     assert get_batch(ledger_dsn, cfg.name, "b").state == "committed"
     # a retry of the task after commit changes nothing
-    assert op.execute({})["outcome"] == "already-committed"
+    assert op.execute({"run_id": "b"})["outcome"] == "already-committed"
 
 
 def staged_b_behind_planned_a(ledger_dsn, cfg, tmp_path, commit_wait_seconds: float) -> None:
@@ -148,7 +148,7 @@ def test_a_blocked_commit_waits_in_its_task_and_commits_once_its_predecessor_clo
     closer = threading.Thread(target=commit_a_later)
     closer.start()
     t0 = time.monotonic()
-    out = CommitOperator(task_id="commit", pipeline=cfg.name, txid="b").execute({})
+    out = CommitOperator(task_id="commit", pipeline=cfg.name).execute({"run_id": "b"})
     took = time.monotonic() - t0
     closer.join()
     assert (out["seq"], out["outcome"]) == (2, "committed")  # no deferral
@@ -177,7 +177,7 @@ def test_a_commit_whose_wait_in_its_task_loses_the_ledger_defers_to_the_trigger(
     cutter.start()
     t0 = time.monotonic()
     with pytest.raises(TaskDeferred):  # the trigger waits out the ledger's absence
-        CommitOperator(task_id="commit", pipeline=cfg.name, txid="b").execute({})
+        CommitOperator(task_id="commit", pipeline=cfg.name).execute({"run_id": "b"})
     took = time.monotonic() - t0
     cutter.join()
     assert took < 30, took
@@ -188,15 +188,17 @@ def test_commit_task_defers_again_when_resumed_while_a_predecessor_is_open(ledge
     plan(ledger_dsn, cfg, "a", snap({(T, 0): 10}), sink=sink_for(cfg))
     plan(ledger_dsn, cfg, "b", snap({(T, 0): 16}), sink=sink_for(cfg))
     process(ledger_dsn, cfg, "b", 6)
-    op = CommitOperator(task_id="commit", pipeline=cfg.name, txid="b")
+    op = CommitOperator(task_id="commit", pipeline=cfg.name)
     # resumed as if the trigger had fired while seq 1 (a) is still open (a trigger that fired
     # before a was cleared, say): the task asks the ledger again and waits, never skips a
     with pytest.raises(TaskDeferred):
-        op.execute_complete({}, {"status": "ready"})
+        op.execute_complete({"run_id": "b"}, {"status": "ready"})
     assert get_batch(ledger_dsn, cfg.name, "b").state == "staged"
 
 
 def test_commit_task_fails_clearly_on_a_trigger_error(cfg):
-    op = CommitOperator(task_id="commit", pipeline=cfg.name, txid="x")
+    op = CommitOperator(task_id="commit", pipeline=cfg.name)
     with pytest.raises(OnceflowError, match="commit of txid x: txid 'x' is not in the ledger"):
-        op.execute_complete({}, {"status": "error", "message": "txid 'x' is not in the ledger"})
+        op.execute_complete(
+            {"run_id": "x"}, {"status": "error", "message": "txid 'x' is not in the ledger"}
+        )

@@ -23,29 +23,29 @@ def test_dag_folder_imports_without_errors(tmp_path, monkeypatch):
     assert [t.task_id for t in dag.topological_sort()] == ["plan", "process", "commit"]
     process = dag.get_task("process")
     assert process.application.endswith("onceflow/spark_app/process.py")
-    assert process.txid == "{{ run_id }}" and "txid" in process.template_fields
     commit = dag.get_task("commit")
     assert type(commit).__name__ == "CommitOperator"
     assert commit.poll_interval == 2.0  # waits as a trigger in the triggerer, not in a worker
-    # the txid reaches every phase the same way: the run id, templated on one base operator
+    # the txid reaches every phase the same way: the run id, read from the task's context by
+    # one base operator (test_process_entry.py), never templated
     from onceflow.airflow.tasks import TxidOperator
 
     for task in dag.tasks:
-        assert isinstance(task, TxidOperator) and task.txid == "{{ run_id }}", task.task_id
-        assert "txid" in task.template_fields, task.task_id
-    # no logical-date macro in any templated field: they are NULL for runs triggered through
-    # the API, where only the run id (the txid) is set
+        assert isinstance(task, TxidOperator), task.task_id
+        assert not {"pipeline", "txid"} & set(task.template_fields), task.task_id
+    # no logical-date macro in any templated field (spark-submit's own): they are NULL for
+    # runs triggered through the API, where only the run id (the txid) is set
     templates = []
     for task in dag.tasks:
         for name in task.template_fields:
             templates.append(json.dumps(getattr(task, name, None), default=str))
-    assert any("{{ run_id }}" in t for t in templates)
+    assert templates  # spark-submit's fields are there to look at
     dated = ("{{ ds", "logical_date", "data_interval", "{{ ts", "execution_date")
     assert [t for t in templates if any(d in t for d in dated)] == []
     # a lake pipeline with maintain_every maintains its table after commit
     lake = bag.dags["onceflow_inventory_lake"]
     assert [t.task_id for t in lake.topological_sort()] == ["plan", "process", "commit", "maintain"]
-    assert lake.get_task("maintain").txid == "{{ run_id }}"
+    assert isinstance(lake.get_task("maintain"), TxidOperator)
 
 
 def test_bad_pipeline_file_becomes_an_import_error(tmp_path, monkeypatch):
@@ -168,7 +168,7 @@ def test_a_connect_pipelines_process_task_runs_the_attempt_itself(tmp_path, monk
     dags = build_dags(pipelines)
     process = dags["onceflow_fast"].get_task("process")
     assert type(process) is ConnectProcessOperator
-    assert process.txid == "{{ run_id }}" and "txid" in process.template_fields
+    assert process.template_fields == ()  # the txid: the run id, read when it runs
     from onceflow.airflow.worker_env import process_env
 
     assert process_env(process.pipelines_path())["ONCEFLOW_SPARK_JOBS"] == str(ROOT / "spark_jobs")

@@ -5,8 +5,8 @@ A declaration only: reading the pipelines file is the sole I/O, and nothing of t
 host is kept (its Python, JAVA_HOME or PATH: the process task finds those on its worker,
 onceflow.airflow.worker_env); the sink's Asset is named by connection id
 and table, no connection is looked up, and nothing touches the ledger, the broker or Spark
-until a task runs. Every task is a TxidOperator whose txid is the templated `{{ run_id }}`; no
-logical-date macro is used (NULL for runs triggered through the API).
+until a task runs. Every task is a TxidOperator whose txid is its DAG run's id, read when it
+runs; no logical-date macro is used (NULL for runs triggered through the API).
 """
 
 from __future__ import annotations

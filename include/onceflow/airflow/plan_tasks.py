@@ -90,7 +90,7 @@ def tables_checked(cfg: PipelineConfig, snap: BrokerSnapshot) -> BrokerSnapshot:
 
 
 def plan_task(pipeline: str, txid: str, pipelines_file: str | None = None) -> dict[str, Any]:
-    """Plan txid (the run id, templated): replay its recorded ranges, or snapshot the
+    """Plan txid (the run id): replay its recorded ranges, or snapshot the
     broker's end offsets and record new ones."""
     cfg = get_pipeline(
         pipelines_file or Settings.from_env().pipelines_file, pipeline, check_references=False

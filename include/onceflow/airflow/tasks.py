@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -52,23 +53,25 @@ log = logging.getLogger("onceflow")
 
 class TxidOperator(BaseOperator):
     """An operator on one txid of a pipeline, the base of every task of a pipeline's DAG:
-    `txid` is the DAG run's id (templated), the pipeline is read from `pipelines_file`
-    (default: settings.pipelines_file) when the task runs."""
+    the txid is the DAG run's id, which `bind_txid` reads from the task's context when it
+    runs; the pipeline is read from `pipelines_file` (default: settings.pipelines_file).
 
-    template_fields = ("pipeline", "txid")
+    Nothing is templated: a task with template fields sends them to Airflow's API server
+    before it executes (its rendered fields, one call of 10-15 ms per task), and the run id
+    needs no template to be known."""
 
-    def __init__(
-        self,
-        *,
-        pipeline: str,
-        txid: str = "{{ run_id }}",
-        pipelines_file: str | None = None,
-        **kwargs: Any,
-    ) -> None:
+    template_fields: Sequence[str] = ()
+
+    def __init__(self, *, pipeline: str, pipelines_file: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.pipeline = pipeline
-        self.txid = txid
+        self.txid = ""  # the DAG run's id, once the task runs (bind_txid)
         self.pipelines_file = pipelines_file
+
+    def bind_txid(self, context: Any) -> str:
+        """The txid this task works on: its DAG run's id."""
+        self.txid = str(context["run_id"])
+        return self.txid
 
     def pipelines_path(self) -> Path:
         return Path(self.pipelines_file or Settings.from_env().pipelines_file)
@@ -99,7 +102,7 @@ class PlanOperator(TxidOperator):
     lineage_step = "plan"
 
     def execute(self, context: Any) -> dict[str, Any]:
-        return plan_task(self.pipeline, self.txid, self.pipelines_file)
+        return plan_task(self.pipeline, self.bind_txid(context), self.pipelines_file)
 
 
 class MaintainOperator(TxidOperator):
@@ -107,11 +110,11 @@ class MaintainOperator(TxidOperator):
     batches (maintain_task); the other runs skip it."""
 
     def execute(self, context: Any) -> dict[str, Any]:
-        return maintain_task(self.pipeline, self.txid, self.pipelines_file)
+        return maintain_task(self.pipeline, self.bind_txid(context), self.pipelines_file)
 
 
 def process_args(pipeline: str, txid: str) -> list[str]:
-    """The job's arguments: the pipeline and the rendered txid, each one `--key=value` token,
+    """The job's arguments: the pipeline and the txid, each one `--key=value` token,
     so that a run id that starts with "-" is never read as an option."""
     return [f"--pipeline={pipeline}", f"--txid={txid}"]
 
@@ -135,12 +138,12 @@ class ProcessOperator(TxidOperator, SparkSubmitOperator):
     client, YARN client); in cluster deploy mode every failure is retried.
     """
 
-    template_fields = (*SparkSubmitOperator.template_fields, *TxidOperator.template_fields)
+    template_fields = SparkSubmitOperator.template_fields
     lineage_step = "process"
 
     def execute(self, context: Any) -> None:
         cfg = self.pipeline_config()
-        self.application_args = process_args(cfg.name, self.txid)
+        self.application_args = process_args(cfg.name, self.bind_txid(context))
         try:
             svc = services(cfg)
             storage = lake_storage(cfg) if cfg.sink.storage_conn_id else None
@@ -199,6 +202,7 @@ class ConnectProcessOperator(TxidOperator):
         from onceflow.process.connect_session import ConnectSpark
         from onceflow.process.entry import run_attempt
 
+        self.bind_txid(context)
         cfg = self.pipeline_config()
         try:
             svc = services(cfg)
@@ -256,7 +260,7 @@ _FINAL_EXIT_REASONS = {
 
 
 class CommitOperator(TxidOperator):
-    """Commit `txid` (the run id, templated as for plan and process) once every lower seq is
+    """Commit the txid (the run id, as for plan and process) once every lower seq is
     closed; waits a moment in its worker slot, then in the triggerer.
 
     The task asks the ledger which batch blocks the commit. If none, it runs the commit
@@ -284,9 +288,11 @@ class CommitOperator(TxidOperator):
         self.wait_timeout = wait_timeout
 
     def execute(self, context: Any) -> dict[str, Any]:
+        self.bind_txid(context)
         return self._commit_or_defer(context, waited=0.0, hold=True)
 
     def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> dict[str, Any]:
+        self.bind_txid(context)  # a new instance of the task resumes here
         event = event or {}
         if event.get("status") == "error":
             raise OnceflowError(f"commit of txid {self.txid}: {event.get('message')}")

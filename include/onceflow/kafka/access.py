@@ -22,7 +22,17 @@ ADMIN_CONF = {"enable.sparse.connections": False}
 def check_access(cluster: KafkaCluster, timeout_s: float = ACCESS_TIMEOUT_S) -> Any:
     """Fail fast, with the cause, when the cluster refuses this client; the cluster's
     metadata (librdkafka's ClusterMetadata: every topic's partitions, leaders and replicas)
-    when it lets it in.
+    when it lets it in (admitted_admin's, its client closed)."""
+    return admitted_admin(cluster, "onceflow-access-check", timeout_s)[1]
+
+
+def admitted_admin(
+    cluster: KafkaCluster, client_id: str, timeout_s: float = ACCESS_TIMEOUT_S
+) -> tuple[Any, Any]:
+    """A librdkafka AdminClient of the cluster once it has let this client in, and the
+    cluster's metadata it fetched (check_access's), so that a caller's next question goes
+    over the connections the check opened: a second client costs its own connections and
+    metadata request.
 
     kafka-python only says "Unable to bootstrap" after its whole request timeout when a TLS
     handshake or a SASL login fails, once per retry; librdkafka names the cause at the first
@@ -51,7 +61,7 @@ def check_access(cluster: KafkaCluster, timeout_s: float = ACCESS_TIMEOUT_S) -> 
             cluster.librdkafka_conf(
                 {
                     **ADMIN_CONF,
-                    "client.id": "onceflow-access-check",
+                    "client.id": client_id,
                     "error_cb": on_error,
                     "log_level": 0,
                 }
@@ -69,7 +79,7 @@ def check_access(cluster: KafkaCluster, timeout_s: float = ACCESS_TIMEOUT_S) -> 
     deadline = monotonic() + timeout_s
     while not refused:
         try:
-            return admin.list_topics(timeout=min(0.2, max(0.05, deadline - monotonic())))
+            return admin, admin.list_topics(timeout=min(0.2, max(0.05, deadline - monotonic())))
         except Exception as e:  # noqa: BLE001 - a KafkaException: not answered yet
             admin.poll(0)  # serves error_cb
             if refused:

@@ -21,7 +21,7 @@ from kafka.errors import KafkaError, TopicAlreadyExistsError
 
 from onceflow.config.topic_pattern import TopicPattern, names
 from onceflow.errors import OnceflowError, TopicMissingError
-from onceflow.kafka.access import ADMIN_CONF, check_access
+from onceflow.kafka.access import admitted_admin, check_access
 from onceflow.kafka.client import KafkaCluster, cluster_of
 from onceflow.kafka.patience import PLAN_REQUEST_TIMEOUT_MS, PRINT_TIMEOUT_S
 from onceflow.kafka.serving import check_serving
@@ -251,11 +251,9 @@ def topic_ids(
     request, where a kafka-python client costs about 0.1 s in hand-offs with its network
     thread (twice per process attempt, most of a small batch's broker time)."""
     from confluent_kafka import KafkaError, KafkaException, TopicCollection
-    from confluent_kafka.admin import AdminClient
 
     cluster = cluster_of(bootstrap)
-    check_access(cluster)
-    admin = AdminClient(cluster.librdkafka_conf({**ADMIN_CONF, "client.id": "onceflow-process"}))
+    admin, _ = admitted_admin(cluster, "onceflow-process")
     futures = admin.describe_topics(TopicCollection(list(topics)), request_timeout=30)
     ids: dict[str, str | None] = {}
     for topic in topics:
