@@ -26,6 +26,9 @@ def test_dag_folder_imports_without_errors(tmp_path, monkeypatch):
     commit = dag.get_task("commit")
     assert type(commit).__name__ == "CommitOperator"
     assert commit.poll_interval == 2.0  # waits as a trigger in the triggerer, not in a worker
+    # an XCom is an Execution API call: plan's only where spark-submit's process reads it,
+    # commit's never (its summary is the Asset event's extra)
+    assert dag.get_task("plan").do_xcom_push and not commit.do_xcom_push
     # the txid reaches every phase the same way: the run id, read from the task's context by
     # one base operator (test_process_entry.py), never templated
     from onceflow.airflow.tasks import TxidOperator
@@ -169,6 +172,7 @@ def test_a_connect_pipelines_process_task_runs_the_attempt_itself(tmp_path, monk
     process = dags["onceflow_fast"].get_task("process")
     assert type(process) is ConnectProcessOperator
     assert process.template_fields == ()  # the txid: the run id, read when it runs
+    assert not dags["onceflow_fast"].get_task("plan").do_xcom_push  # nobody reads it
     from onceflow.airflow.worker_env import process_env
 
     assert process_env(process.pipelines_path())["ONCEFLOW_SPARK_JOBS"] == str(ROOT / "spark_jobs")

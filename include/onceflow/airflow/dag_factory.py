@@ -66,6 +66,9 @@ def build_dag(cfg: PipelineConfig, pipelines_file: Path) -> DAG:
             task_id="plan",
             pipeline=cfg.name,
             pipelines_file=str(pipelines_file),
+            # its result is spark-submit's to read (ProcessOperator); a connect-mode process
+            # reads the ledger alone, and each XCom is an Execution API call of 10-15 ms
+            do_xcom_push=cfg.process_mode != "connect",
             retries=2,
             retry_delay=timedelta(seconds=5),
         )
@@ -83,6 +86,7 @@ def build_dag(cfg: PipelineConfig, pipelines_file: Path) -> DAG:
                 )
             ],
             poll_interval=cfg.commit_poke_interval,
+            do_xcom_push=False,  # its summary is the Asset event's extra (and its log line)
             # Commit is idempotent, so retries are free (a lost ledger connection, say).
             retries=3,
             retry_delay=timedelta(seconds=5),

@@ -97,7 +97,8 @@ class TxidOperator(BaseOperator):
 
 
 class PlanOperator(TxidOperator):
-    """Plan the txid (plan_task); its result is the task's XCom, read by process."""
+    """Plan the txid (plan_task); its result is the task's XCom where a spark-submit process
+    reads it (dag_factory)."""
 
     lineage_step = "plan"
 
