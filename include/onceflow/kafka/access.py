@@ -22,7 +22,7 @@ ADMIN_CONF = {"enable.sparse.connections": False}
 def check_access(cluster: KafkaCluster, timeout_s: float = ACCESS_TIMEOUT_S) -> Any:
     """Fail fast, with the cause, when the cluster refuses this client; the cluster's
     metadata (librdkafka's ClusterMetadata: every topic's partitions, leaders and replicas)
-    when it lets it in (admitted_admin's, its client closed)."""
+    when it lets it in (admitted_admin's; its client is let go)."""
     return admitted_admin(cluster, "onceflow-access-check", timeout_s)[1]
 
 

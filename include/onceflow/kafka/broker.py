@@ -107,8 +107,8 @@ def snapshot(
     if any(isinstance(t, TopicPattern) for t in topics):
         # a topic the ledger has read stays the pipeline's: deleted, it is missing
         topics = [*topics, *sorted({tp[0] for tp in prints_at or {}})]
-    # the fetch to the partitions' ends (librdkafka's, mostly waiting on the broker) goes on
-    # beside kafka-python's questions after the end offsets: 20-25 ms of each plan here
+    # the fetch to the partitions' ends (librdkafka's, 20-25 ms here, mostly waiting on the
+    # broker) goes on beside kafka-python's questions after the end offsets
     with ThreadPoolExecutor(1, thread_name_prefix="onceflow-plan-ends") as ends_fetch:
         try:
             tps = partitions(consumer, pipeline, topics, cluster.bootstrap)
