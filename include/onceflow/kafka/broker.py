@@ -3,8 +3,7 @@ compares with the ledger's), topics for setup.
 
 Metadata, offsets and the compared records come through kafka-python; the partition ends a
 reader meets through librdkafka (`fetchable_ends`: its partition-end events carry the fetch
-response's last stable offset, which kafka-python does not expose). The hot path (reading
-ranges inside Spark) lives in reader.py.
+response's last stable offset, which kafka-python does not expose).
 """
 
 from __future__ import annotations
@@ -107,17 +106,13 @@ def snapshot(
     if any(isinstance(t, TopicPattern) for t in topics):
         # a topic the ledger has read stays the pipeline's: deleted, it is missing
         topics = [*topics, *sorted({tp[0] for tp in prints_at or {}})]
-    # the fetch to the partitions' ends (librdkafka's, 20-25 ms here, mostly waiting on the
-    # broker) goes on beside kafka-python's questions after the end offsets
-    with ThreadPoolExecutor(1, thread_name_prefix="onceflow-plan-ends") as ends_fetch:
+    # librdkafka's fetch to the ends (20-25 ms, mostly waiting) runs beside kafka-python's
+    with ThreadPoolExecutor(1, thread_name_prefix="onceflow-plan-ends") as pool:
         try:
             tps = partitions(consumer, pipeline, topics, cluster.bootstrap)
             check_serving(cluster, metadata, pipeline, [(tp.topic, tp.partition) for tp in tps])
-            ends = consumer.end_offsets(tps)
-            claimed = {(tp.topic, tp.partition): int(o) for tp, o in ends.items()}
-            fetched = ends_fetch.submit(
-                fetchable_ends, cluster, f"plan of pipeline {pipeline!r}", claimed
-            )
+            claimed = {(t.topic, t.partition): int(o) for t, o in consumer.end_offsets(tps).items()}
+            ends = pool.submit(fetchable_ends, cluster, f"plan of pipeline {pipeline!r}", claimed)
             beginnings = consumer.beginning_offsets(tps)
             topic_ids = _topic_ids(consumer, tuple(dict.fromkeys(tp.topic for tp in tps)))
             wanted = dict(prints_at or {})
@@ -128,7 +123,7 @@ def snapshot(
                 at_time = {(tp.topic, tp.partition): o.offset for tp, o in found.items() if o}
         finally:
             consumer.close()
-        fetchable = fetched.result()
+        fetchable = ends.result()
     absent = {tp[0] for tp, o in wanted.items() if prints[tp] is None or prints[tp].offset != o}
     return BrokerSnapshot(
         beginnings={(tp.topic, tp.partition): int(o) for tp, o in beginnings.items()},
