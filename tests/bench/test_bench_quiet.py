@@ -57,7 +57,8 @@ def test_a_childs_cpu_is_the_benchs_own_and_an_orphans_is_not(tmp_path):
             assert time.monotonic() < deadline, "the orphan never finished"
             time.sleep(0.05)
         assert quiet.tree_s(parent.pid) - before < 0.3
-    finally:
+    finally:  # measured or failed, the launcher is not left waiting for `done`
+        parent.kill()
         parent.wait(30)
 
 
