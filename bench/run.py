@@ -664,13 +664,15 @@ def small_batch(runs: int, backlog: int = 0) -> dict:
         warmup: dict[str, list[float]] = {name: [] for name in SMALL_MODES}
         for name, mode in SMALL_MODES.items():
             for _ in range(WARMUP_RUNS[mode]):
-                sample = _small_run(client, settings, name, n, measured=False)
+                sample = _small_run(client, settings, name, n)
                 n += 1
                 warmup[name].append(round(sample["small_batch_run_s"], 2))
             say(f"dag: {name} warm-up runs {warmup[name]} s")
+        rest = quiet.rest_busy()
+        say(f"dag: the stack at rest keeps {rest:.0%} of the cores busy")
         for _ in range(runs):
             for name in SMALL_MODES:
-                sample = _small_run(client, settings, name, n)
+                sample = _small_run(client, settings, name, n, rest)
                 n += 1
                 say(f"dag: {name} run {n - 1} {sample['small_batch_run_s']:.1f} s {sample}")
                 samples[name].append(sample)
@@ -690,6 +692,7 @@ def small_batch(runs: int, backlog: int = 0) -> dict:
         return {k: round(median([s[k] for s in rows]), 2) for k in rows[0]}
 
     out = {"records": SMALL_BATCH, "broker": common.broker_name(), "reference": reference}
+    out["rest_busy"] = round(rest, 3)
     out.update(samples=samples["bench_small"], median=medians(samples["bench_small"]))
     out["warmup_run_s"] = warmup["bench_small"]
     connect = samples["bench_small_connect"]
@@ -758,10 +761,10 @@ def backlog_drain(client: Any, settings: Any, records: int) -> dict:
     return out
 
 
-def _small_run(client: Any, settings: Any, name: str, i: int, measured: bool = True) -> dict:
+def _small_run(client: Any, settings: Any, name: str, i: int, rest: float | None = None) -> dict:
     """One DAG run of pipeline `name` over SMALL_BATCH records produced just before it: a
-    `measured` one on a quiet machine (quiet.wait_idle), a warm-up one as soon as the last
-    one ended."""
+    measured one (the stack's busy fraction at `rest` given) on a quiet machine
+    (quiet.wait_idle), a warm-up one as soon as the last one ended."""
     from onceflow_dev import producer
 
     producer.produce(
@@ -773,7 +776,8 @@ def _small_run(client: Any, settings: Any, name: str, i: int, measured: bool = T
         start=i * SMALL_BATCH,
     )
     dag_id, run_id = f"onceflow_{name}", f"bench-small-{i}"
-    busy = quiet.wait_idle() if measured else 0.0
+    measured = rest is not None
+    busy, waited = quiet.wait_idle(rest) if measured else (0.0, 0.0)
     client.trigger(dag_id, run_id)
     # a measured run's times are its task instances' own: a poll once a second only finds
     # its end; five a second held the API server's one worker 8-23 ms each while the tasks'
@@ -786,6 +790,7 @@ def _small_run(client: Any, settings: Any, name: str, i: int, measured: bool = T
     tis = {ti["task_id"]: ti for ti in client.task_instances(dag_id, run_id)}
     out = _run_breakdown(run, tis, _task_log(client, dag_id, run_id, tis["process"]))
     out["cpu_busy_before"] = round(busy, 3)
+    out["quiet_wait_s"] = round(waited, 1)
     return out
 
 
@@ -868,8 +873,9 @@ def machine_reference(runs: int = 3) -> dict:
     `range(10).count()`; bench/noop_job.py), timed from start to exit on a quiet machine, and
     a small query on its open session."""
     samples = []
+    rest = quiet.rest_busy()
     for _ in range(runs):
-        quiet.wait_idle()
+        quiet.wait_idle(rest)
         cmd = [str(SPARK_SUBMIT), *REFERENCE_SUBMIT_ARGS, str(BENCH / "noop_job.py")]
         started = time.monotonic()
         proc = subprocess.run(
@@ -1142,6 +1148,23 @@ def small_batch_section(sb: dict) -> list[str]:
     def row(label: str, key: str, digits: int = 1) -> str:
         return f"| {label} | {d[key]:.{digits}f} | {c[key]:.{digits}f} |"
 
+    def quiet_rule(sb: dict) -> str:
+        """The quiet wait's rule in this run (a run from before the stack's rest was
+        measured: a fixed 15%)."""
+        if "rest_busy" not in sb:
+            return f"both cores under 15% busy for a second, or after {quiet.IDLE_WAIT_S:.0f} s"
+        return (
+            f"a second at most {quiet.IDLE_ABOVE_REST:.0%} busier than the stack at rest, "
+            f"{sb['rest_busy']:.0%}, or after {quiet.IDLE_WAIT_S:.0f} s"
+        )
+
+    def waits(sb: dict) -> str:
+        """The median wait for quiet before a run, where this run recorded it."""
+        d, c = sb["median"], sb["connect"]["median"]
+        if "quiet_wait_s" not in d:
+            return ""
+        return f"; median wait {d['quiet_wait_s']:.0f} and {c['quiet_wait_s']:.0f} s"
+
     def warmups(sb: dict) -> str:
         """What the warm-up runs took (a run from before they were recorded: one each)."""
         if "warmup_run_s" not in sb:
@@ -1169,10 +1192,9 @@ def small_batch_section(sb: dict) -> list[str]:
         "local stack, "
         f"LocalExecutor, broker {sb['broker']}; trigger = the run's `queued_at`, each batch "
         "produced just before its trigger, each run triggered once the machine was quiet "
-        f"(both cores under {quiet.IDLE_BUSY:.0%} busy for a second, or after "
-        f"{quiet.IDLE_WAIT_S:.0f} s; median busy before a run: spark-submit "
+        f"({quiet_rule(sb)}; median busy before a run: spark-submit "
         f"{d.get('cpu_busy_before', float('nan')):.0%}, connect "
-        f"{c.get('cpu_busy_before', float('nan')):.0%}). spark-submit: a Spark of the task's own; connect: "
+        f"{c.get('cpu_busy_before', float('nan')):.0%}{waits(sb)}). spark-submit: a Spark of the task's own; connect: "
         "the task runs the attempt itself in a session of the stack's Spark Connect server.",
         "",
         "| step | spark-submit s | connect s |",

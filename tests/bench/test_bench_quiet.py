@@ -161,3 +161,30 @@ def test_a_figure_counts_a_grandchild_reaped_unseen_as_the_benchs_own():
     with quiet.Figure(settle_s=0) as f:
         subprocess.run([sys.executable, "-c", ignoring], check=True)
     assert f.mine_s >= 1.2
+
+
+def test_the_stacks_rest_is_its_quietest_second():
+    seconds = iter([0.4, 0.18, 0.25, 0.19, 0.3, 0.2, 0.22, 0.21, 0.5, 0.2])
+    assert quiet.rest_busy(lambda: next(seconds)) == 0.18
+
+
+def test_a_small_batch_waits_for_a_second_near_the_stacks_rest_not_below_it():
+    now = [0.0]
+
+    def clock() -> float:
+        return now[0]
+
+    def seconds(values):
+        it = iter(values)
+
+        def sample() -> float:
+            now[0] += 1.0
+            return next(it)
+
+        return sample
+
+    # a stack that rests at 18% busy: 20% is quiet, though above any fixed 15%
+    assert quiet.wait_idle(0.18, seconds([0.6, 0.4, 0.2]), clock) == (0.2, 3.0)
+    now[0] = 0.0
+    busy, waited = quiet.wait_idle(0.18, seconds([0.3] * 100), clock)
+    assert busy == 0.3 and quiet.IDLE_WAIT_S < waited <= quiet.IDLE_WAIT_S + 1
