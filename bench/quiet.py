@@ -84,7 +84,7 @@ def rest_busy(sample: Callable[[], float] = busy_second) -> float:
 
 
 def wait_idle(
-    rest: float = 0.0,
+    rest: float,
     sample: Callable[[], float] = busy_second,
     clock: Callable[[], float] = time.monotonic,
 ) -> tuple[float, float]:

@@ -1163,7 +1163,7 @@ def small_batch_section(sb: dict) -> list[str]:
         d, c = sb["median"], sb["connect"]["median"]
         if "quiet_wait_s" not in d:
             return ""
-        return f"; median wait {d['quiet_wait_s']:.0f} and {c['quiet_wait_s']:.0f} s"
+        return f"; median wait: spark-submit {d['quiet_wait_s']:.0f} s, connect {c['quiet_wait_s']:.0f} s"
 
     def warmups(sb: dict) -> str:
         """What the warm-up runs took (a run from before they were recorded: one each)."""
