@@ -21,17 +21,19 @@ import json
 import os
 import threading
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from time import monotonic, sleep
-from typing import Any
+from typing import Any, TypeVar
 
 from kafka.net.sasl.oauth import AbstractTokenProvider
 
 from onceflow.config.names import BOOTSTRAP_RE
 from onceflow.errors import ConfigError, OnceflowError
 from onceflow.net import bounded_http
+
+T = TypeVar("T")
 
 ENV_CONFIG = "ONCEFLOW_KAFKA_CONFIG"
 # OidcTokenProvider's arguments, in its order; the first three are required
@@ -222,23 +224,20 @@ def _extensions(text: str | None) -> dict[str, str] | None:
 
 
 # A partition whose leader is moving or was just elected (right after a topic is created,
-# or while a broker restarts): asking again shortly is the answer.
+# or while a broker restarts), or a broker whose metadata is behind another's that already
+# knows a new topic: asking again shortly is the answer.
 LEADER_MOVING = ("NOT_LEADER_FOR_PARTITION", "LEADER_NOT_AVAILABLE", "UNKNOWN_TOPIC_OR_PART")
 
 
-def watermarks(consumer: Any, topic: str, partition: int, timeout_s: float) -> tuple[int, int]:
-    """(first offset, high watermark: the last stable offset under read_committed) of a
-    partition, asked of the broker through a librdkafka consumer; a moving leader or another
-    retriable error is asked again until `timeout_s` has passed."""
-    from confluent_kafka import KafkaException, TopicPartition
+def asked_again(ask: Callable[[], T], timeout_s: float) -> T:
+    """`ask()`, asked again while it raises a retriable KafkaException or one of
+    LEADER_MOVING, until `timeout_s` has passed (then its last error)."""
+    from confluent_kafka import KafkaException
 
     deadline = monotonic() + timeout_s
     while True:
         try:
-            low, high = consumer.get_watermark_offsets(
-                TopicPartition(topic, partition), timeout=timeout_s, cached=False
-            )
-            return int(low), int(high)
+            return ask()
         except KafkaException as e:
             err = e.args[0]
             if not err.retriable() and err.name() not in LEADER_MOVING:
@@ -246,6 +245,20 @@ def watermarks(consumer: Any, topic: str, partition: int, timeout_s: float) -> t
             if monotonic() > deadline:
                 raise
             sleep(0.1)
+
+
+def watermarks(consumer: Any, topic: str, partition: int, timeout_s: float) -> tuple[int, int]:
+    """(first offset, high watermark: the last stable offset under read_committed) of a
+    partition, asked of the broker through a librdkafka consumer (asked_again)."""
+    from confluent_kafka import TopicPartition
+
+    low, high = asked_again(
+        lambda: consumer.get_watermark_offsets(
+            TopicPartition(topic, partition), timeout=timeout_s, cached=False
+        ),
+        timeout_s,
+    )
+    return int(low), int(high)
 
 
 def cluster_of(cluster: KafkaCluster | str) -> KafkaCluster:

@@ -16,6 +16,7 @@ from typing import Any
 
 from onceflow.config.sink import SinkConfig
 from onceflow.errors import SinkRejectedError, SinkUnavailableError
+from onceflow.kafka.client import asked_again
 from onceflow.ledger.attempt import Attempt
 from onceflow.sinks.kafka import limits
 
@@ -58,15 +59,22 @@ def ensure_topics(admin: Any, cfg: SinkConfig, where: str, t: Attempt) -> tuple[
                 f"partition after {limits.TIMEOUT_S:.0f} s"
             )
         time.sleep(0.1)
-    limit = None
     resources = [ConfigResource("topic", x) for x in (cfg.topic, cfg.commit_log)]
+    # the broker asked may not know topics that another broker just reported with leaders
+    limit = asked_again(lambda: _max_message_bytes(admin, resources), limits.TIMEOUT_S)
+    # librdkafka's message.max.bytes takes 1000 .. 10^9
+    return len(topics[0].partitions), min(max(limit or 1_000_000, 1000), 10**9)
+
+
+def _max_message_bytes(admin: Any, resources: list[Any]) -> int | None:
+    """The smallest max.message.bytes of the topics `resources` name (None: none set)."""
+    limit = None
     for future in admin.describe_configs(resources, request_timeout=limits.TIMEOUT_S).values():
         entry = future.result(limits.TIMEOUT_S).get("max.message.bytes")
         if entry is not None and entry.value is not None:
             size = int(entry.value)
             limit = size if limit is None else min(limit, size)
-    # librdkafka's message.max.bytes takes 1000 .. 10^9
-    return len(topics[0].partitions), min(max(limit or 1_000_000, 1000), 10**9)
+    return limit
 
 
 def _create(admin: Any, cfg: SinkConfig, where: str, topics: list[str]) -> None:
