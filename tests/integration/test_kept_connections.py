@@ -3,7 +3,8 @@ PostgreSQL: reused while they answer, never after a failed transaction, never ac
 
 from __future__ import annotations
 
-import os
+import subprocess
+import sys
 
 import psycopg2
 import pytest
@@ -55,22 +56,44 @@ def test_a_connection_left_inside_a_transaction_is_not_kept(ledger_dsn):
     assert backend(ledger_dsn) != left
 
 
+# Run in a Python of its own: a fork of the suite's worker also forks whatever that worker
+# imported (Airflow's own at-fork handler disposed its engine in the child and crashed it in
+# a garbage collection, 2026-12-05), which is not the rule tested here.
+FORKING = """
+import os, sys
+from onceflow.ledger.db import transaction
+dsn = sys.argv[1]
+
+def backend():
+    with transaction(dsn) as cur:
+        cur.execute("select pg_backend_pid()")
+        return cur.fetchone()[0]
+
+parent = backend()
+read, write = os.pipe()
+pid = os.fork()
+if pid == 0:  # the child: its own backend, then exits without closing the parent's
+    code = 1
+    try:
+        os.close(read)
+        os.write(write, str(backend()).encode())
+        code = 0
+    finally:
+        os._exit(code)
+os.close(write)
+child = int(os.read(read, 32) or b"0")
+os.close(read)
+_, status = os.waitpid(pid, 0)
+print(parent, child, os.waitstatus_to_exitcode(status), backend())
+"""
+
+
 def test_a_forked_child_connects_anew_and_leaves_its_parents_connection_alone(ledger_dsn):
-    parent = backend(ledger_dsn)
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: its own backend, then exits without closing the parent's
-        code = 1
-        try:
-            os.close(read)
-            os.write(write, str(backend(ledger_dsn)).encode())
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(write)
-    child = int(os.read(read, 32) or b"0")
-    os.close(read)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+    out = subprocess.run(
+        [sys.executable, "-c", FORKING, ledger_dsn], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    parent, child, child_exit, parent_after = map(int, out.stdout.split())
+    assert child_exit == 0
     assert child not in (0, parent)
-    assert backend(ledger_dsn) == parent  # still kept, still answering
+    assert parent_after == parent  # still kept, still answering
