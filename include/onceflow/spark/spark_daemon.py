@@ -7,7 +7,8 @@ numpy, librdkafka's client, psycopg2, onceflow), so each worker it forks has the
 instead of importing them itself: a second or two of a small batch's job, when a new JVM's
 first job starts its workers (process sets it in local mode, onceflow.process.session; the
 embedded stack's Spark Connect server too). A module that does not import here is left to
-the worker, as without this daemon.
+the worker, as without this daemon. It first takes the zips that repeat an installed pyspark
+off the workers' path (onceflow.spark.python_path), before it imports pyspark.
 """
 
 from __future__ import annotations
@@ -41,6 +42,10 @@ def preload() -> None:
 
 
 if __name__ == "__main__":
+    # before anything is imported from Spark's zips (onceflow.spark.python_path)
+    from onceflow.spark.python_path import drop_bundled_copies
+
+    drop_bundled_copies()
     preload()
     from pyspark.daemon import manager
 

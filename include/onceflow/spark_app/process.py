@@ -10,7 +10,11 @@ next to the package's modules it would shadow `airflow` with onceflow/airflow.
 
 import sys
 
-from onceflow.process.entry import main
+from onceflow.spark.python_path import drop_bundled_copies
+
+drop_bundled_copies()  # before pyspark is imported: it comes from its installed package
+
+from onceflow.process.entry import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())
