@@ -27,6 +27,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "include"))
+from onceflow.spark.python_path import drop_bundled_copies  # noqa: E402
+
+drop_bundled_copies()  # as the process job's driver does, before pyspark is imported
 TRANSFORM = "orders:transform"
 
 
