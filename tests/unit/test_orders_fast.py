@@ -177,3 +177,20 @@ def test_slices_and_types_spark_hands_over():
     assert rows.column("order_id").to_pylist() == ["o-3", "o-5", "o-7"]
     assert rows.schema.field("amount").type == pa.decimal128(18, 2)
     assert rows.schema.field("ts").type == pa.timestamp("us", tz="UTC")
+
+
+def test_the_timestamps_date_and_time_are_read_by_position_and_a_short_value_is_not():
+    ts = pa.array(["1999-12-31 23:59:58.5+01:00", "2024-05-01T12:34:56Z", "x"]).slice(0, 2)
+    parts = orders._fixed_digits(ts)
+    got = {name: parts[name].tolist() for name in ("y", "mo", "d", "h", "mi", "s")}
+    assert got == {
+        "y": [1999, 2024],
+        "mo": [12, 5],
+        "d": [31, 1],
+        "h": [23, 12],
+        "mi": [59, 34],
+        "s": [58, 56],
+    }
+    # shorter than the form: each value's own characters, never the next value's bytes
+    short = orders._fixed_digits(pa.array(["2024-05-01T12:34:5", "2024-05-01T12:34:56Z"]))
+    assert short["s"].tolist() == [5, 56]
