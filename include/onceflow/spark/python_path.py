@@ -10,7 +10,7 @@ pyspark from the zip:
   driver, its workers' daemon);
 - pyspark's worker calls `importlib.invalidate_caches()` before each task
   (worker_util.setup_spark_files), which a zipimporter answers by reading its whole zip's
-  directory again, once per package imported from the zip: 0.18-0.23 s of CPU per task here
+  directory again, once per package imported from the zip: 0.20-0.24 s of CPU per task here
   (measured in a worker of a spark-submit job, bench/NOTES.md, session 50).
 
 `drop_bundled_copies()` takes out of sys.path the entries that only repeat the installed
