@@ -424,7 +424,6 @@ def fast_form(batch: Any) -> tuple[Any, Any]:
     from onceflow.spark.arrow_columns import (
         bool_values,
         fixed_array,
-        fixed_values,
         valid_mask,
         value_lengths,
     )
@@ -455,14 +454,10 @@ def fast_form(batch: Any) -> tuple[Any, Any]:
     ts_digits = _fixed_digits(ts_text)
 
     def digits(name: str, width: int = 1) -> Any:
-        """A part of digits as int64; an empty one (did not take part) as 0, and the
-        first `width` digits only (right-padded with zeros) where width > 1."""
+        """A part of digits as int64 (_digits_of; "" where it did not take part)."""
         if name in TS_FIELDS:
             return ts_digits[name]
-        t = pc.utf8_rpad(part(name), width, "0")
-        if width > 1:
-            t = pc.utf8_slice_codeunits(t, 0, width)
-        return fixed_values(pc.cast(t, pa.int64()), np.int64)
+        return _digits_of(part(name), width)
 
     order_id = text("order_id")
     ok = bool_values(pc.match_substring_regex(order_id, "[^ ]"))
@@ -505,30 +500,38 @@ def _fixed_digits(ts_text: Any) -> dict[str, Any]:
     and the whole fast form runs 0.2-0.4 µs a record faster without them (bench/NOTES.md,
     session 50)."""
     import pyarrow as pa
+    import pyarrow.compute as pc
 
-    if ts_text.null_count or not (pa.types.is_string(ts_text.type) and len(ts_text)):
-        return {name: _sliced_digits(ts_text, *at) for name, at in TS_FIELDS.items()}
-    offsets = np.frombuffer(ts_text.buffers()[1], dtype=np.int32)
-    offsets = offsets[ts_text.offset : ts_text.offset + len(ts_text) + 1].astype(np.int64)
-    if (np.diff(offsets) < 19).any():  # not of that form: never read another value's bytes
-        return {name: _sliced_digits(ts_text, *at) for name, at in TS_FIELDS.items()}
-    starts = offsets[:-1]
-    data = np.frombuffer(ts_text.buffers()[2], dtype=np.uint8)
-    out = {}
-    for name, (first, end) in TS_FIELDS.items():
-        v = np.zeros(len(starts), dtype=np.int64)
-        for k in range(first, end):
-            v = v * 10 + (data[starts + k] - 48)
-        out[name] = v
-    return out
+    if not ts_text.null_count and pa.types.is_string(ts_text.type) and len(ts_text):
+        offsets = np.frombuffer(ts_text.buffers()[1], dtype=np.int32)
+        offsets = offsets[ts_text.offset : ts_text.offset + len(ts_text) + 1].astype(np.int64)
+        # a value shorter than the form: never read another value's bytes
+        if (np.diff(offsets) >= 19).all():
+            starts = offsets[:-1]
+            data = np.frombuffer(ts_text.buffers()[2], dtype=np.uint8)
+            out = {}
+            for name, (first, end) in TS_FIELDS.items():
+                v = np.zeros(len(starts), dtype=np.int64)
+                for k in range(first, end):
+                    v = v * 10 + (data[starts + k] - 48)
+                out[name] = v
+            return out
+    return {
+        name: _digits_of(pc.utf8_slice_codeunits(ts_text, *at)) for name, at in TS_FIELDS.items()
+    }
 
 
-def _sliced_digits(text: Any, first: int, end: int) -> Any:
+def _digits_of(text: Any, width: int = 1) -> Any:
+    """A string array of digits as int64 numpy; an empty value as 0, and the first `width`
+    digits only (right-padded with zeros) where width > 1."""
     import pyarrow as pa
     import pyarrow.compute as pc
     from onceflow.spark.arrow_columns import fixed_values
 
-    return fixed_values(pc.cast(pc.utf8_slice_codeunits(text, first, end), pa.int64()), np.int64)
+    t = pc.utf8_rpad(text, width, "0")
+    if width > 1:
+        t = pc.utf8_slice_codeunits(t, 0, width)
+    return fixed_values(pc.cast(t, pa.int64()), np.int64)
 
 
 def _indices(positions: Any) -> Any:
