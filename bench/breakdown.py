@@ -17,8 +17,9 @@ orders transform's fast form, staged into PostgreSQL), watched three ways:
 A process's CPU seconds are split by its samples' shares, so each row is CPU seconds of one
 stage; divided by the records, µs per record. The raw profiles stay in KEPT. PostgreSQL's
 backends are one row, and beside them the rate PostgreSQL itself COPYs the same rows at on
-this machine: the valid rows the run staged copied out as CSV and COPYed into a new table
-of their table's shape in one stream (`copy_rate`).
+this machine: the valid rows the run staged copied out and COPYed into a new table of their
+table's shape in one stream, in the binary format the stage writer COPYs them in
+(`copy_rate`).
 """
 
 from __future__ import annotations
@@ -46,7 +47,10 @@ ARROW = "Arrow (building, casting)"
 # and the fetch inside the fast form's, each pulling its input from the next
 STAGES: tuple[tuple[str, str], ...] = (
     ("fetch (librdkafka consume)", r"librdkafka_fetch|confluent_kafka|range_fetch"),
-    ("stage COPY (client side: CSV, psycopg2)", r"table_stage\.py|psycopg2|staging/writer"),
+    (
+        "stage COPY (client side: binary rows, psycopg2)",
+        r"table_stage\.py|copy_binary|attempt_table|psycopg2|staging/writer",
+    ),
     ("checksum", r"staging/checksum"),
     (ARROW, r"pyarrow|arrow_columns|record_batches"),
     ("decode + transform (fast form)", r"fast_stage|spark_jobs/orders|onceflow/formats|transforms"),
@@ -248,8 +252,9 @@ class Samplers:
 
 def copy_rate(dsn: str, schema: str) -> dict:
     """PostgreSQL's own COPY of the rows the run staged: its largest table in `schema` (the
-    attempt's table of valid rows) copied out as CSV, then COPYed into a new table of its
-    shape in one stream, timed."""
+    attempt's table of valid rows) copied out, then COPYed into a new table of its shape in
+    one stream, timed; in PostgreSQL's binary format, as the stage writer COPYs them
+    (onceflow.staging.copy_binary)."""
     import psycopg2
 
     with contextlib.closing(psycopg2.connect(dsn)) as conn, conn.cursor() as cur:
@@ -260,14 +265,14 @@ def copy_rate(dsn: str, schema: str) -> dict:
         )
         table = cur.fetchone()[0]
         data = io.BytesIO()
-        cur.copy_expert(f'copy "{schema}"."{table}" to stdout with (format csv)', data)
+        cur.copy_expert(f'copy "{schema}"."{table}" to stdout with (format binary)', data)
         cur.execute(f'select count(*) from "{schema}"."{table}"')
         rows = cur.fetchone()[0]
         cur.execute(f'create table "{schema}".copy_rate (like "{schema}"."{table}")')
         conn.commit()
         data.seek(0)
         t0 = time.monotonic()
-        cur.copy_expert(f'copy "{schema}".copy_rate from stdin with (format csv)', data)
+        cur.copy_expert(f'copy "{schema}".copy_rate from stdin with (format binary)', data)
         conn.commit()
         seconds = time.monotonic() - t0
         cur.execute(f'drop table "{schema}".copy_rate')
@@ -386,7 +391,7 @@ def section(p: dict) -> list[str]:
     c = p["copy_rate"]
     lines += [
         "",
-        f"PostgreSQL's own COPY of the {c['rows']:,} valid rows the run staged (CSV, one "
+        f"PostgreSQL's own COPY of the {c['rows']:,} valid rows the run staged (binary format, one "
         f"stream, into a table of the shape of `{c['table']}`): **{c['rows_per_s']:,} rows/s** ({c['seconds']:.2f} s).",
     ]
     return lines

@@ -19,7 +19,7 @@ import breakdown  # noqa: E402
 pytestmark = [pytest.mark.unit, pytest.mark.checkout]
 
 FETCH = "fetch (librdkafka consume)"
-COPY = "stage COPY (client side: CSV, psycopg2)"
+COPY = "stage COPY (client side: binary rows, psycopg2)"
 ARROW = "Arrow (building, casting)"
 FAST_FORM = "decode + transform (fast form)"
 START_UP = "start-up (imports)"

@@ -6,6 +6,7 @@ them (sink_support.py).
 
 from __future__ import annotations
 
+import pyarrow as pa
 import pytest
 from onceflow.audit import run_audit
 from onceflow.commit import commit
@@ -18,6 +19,7 @@ from onceflow.ledger.fencing import claim_attempt, mark_staged
 from onceflow.ledger.planning import plan
 from onceflow.sinks.postgres.append_migration import migrate_append
 from onceflow.sinks.postgres.sink import PostgresSink
+from onceflow.staging.copy_binary import binary_encoder, column_types
 from onceflow.staging.writer import stage_part
 from sink_support import (
     T,
@@ -109,6 +111,29 @@ def test_commit_attaches_the_staged_table_itself(ledger_dsn, cfg):
     with transaction(ledger_dsn) as cur:
         cur.execute(f'select distinct seq, txid, epoch from "{cfg.sink_schema}".items')
         assert cur.fetchall() == [(1, "a", 0)]
+    exactly_once(ledger_dsn, cfg)
+
+
+def test_parts_land_alike_in_the_binary_format_and_as_csv(ledger_dsn, cfg):
+    """A part whose columns have a binary encoder is COPYed in PostgreSQL's binary format,
+    one whose columns have none (qty as uint64 for a bigint) as CSV: the same rows land."""
+    plan(ledger_dsn, cfg, "a", snap({(T, 0): 4}), sink=sink_for(cfg))
+    claim = claim_attempt(ledger_dsn, cfg.name, "a")
+    target = stage_target(ledger_dsn, cfg, claim)
+    binary = records((0, 0, "x", 1), (0, 1, "y", 2, "bad"))
+    as_csv = records((0, 2, "z", 3), (0, 3, "w", 4))
+    as_csv = as_csv.set_column(4, "qty", as_csv.column(4).cast(pa.uint64()))
+    with transaction(ledger_dsn) as cur:
+        types = column_types(cur, cfg.sink_schema, "items", ("sku", "qty"))
+    assert binary_encoder([pa.string(), pa.int64()], types) is not None
+    assert binary_encoder([pa.string(), pa.uint64()], types) is None
+    stage_part(target, 0, [binary])
+    stage_part(target, 1, [as_csv])
+    seal(ledger_dsn, cfg, claim)
+    mark_staged(ledger_dsn, cfg, "a", claim.attempt, parts=2, sink=sink_for(cfg))
+    res = commit(ledger_dsn, cfg, "a")
+    assert (res.published, res.dead) == (3, 1)
+    assert published(ledger_dsn, cfg) == [(0, 0, "x", 1), (0, 2, "z", 3), (0, 3, "w", 4)]
     exactly_once(ledger_dsn, cfg)
 
 

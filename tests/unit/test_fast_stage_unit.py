@@ -242,7 +242,8 @@ def test_split_without_declined_records_has_no_spool():
 
 def test_the_fast_stage_path_does_not_import_pandas():
     """pandas takes seconds to import in each Python worker; Arrow imports it for scalars from
-    Python values and for to_numpy. The fast form, hash, split, spool and CSV must not."""
+    Python values and for to_numpy. The fast form, hash, split, spool, CSV and binary rows
+    must not."""
     code = """
 import sys, json
 import pyarrow as pa
@@ -284,6 +285,15 @@ assert sum(x.num_rows for x in split.declined()) == 20
 assert target.attempt_table == "orders__s1_a1"
 rows = _ValidRows(iter(accepted), target, 0, {("t", 0): 0})
 assert sum(len(c.splitlines()) for c in rows.csv()) == 10 and rows.dead_batches == []
+# and in PostgreSQL's binary format, a text column with NULLs too
+from onceflow.staging import copy_binary as cb
+rows = _ValidRows(iter(accepted), target, 0, {("t", 0): 0})
+oids = {"seq": cb.INT8, "epoch": cb.INT4, "partition": cb.INT4, "offset": cb.INT8,
+        "amount": cb.NUMERIC, "ts": cb.TIMESTAMPTZ}
+encoder = cb.binary_encoder(rows.arrow_types(), [oids.get(c, cb.TEXT) for c in rows.columns])
+assert len(b"".join(rows.binary(encoder))) > 10 * len(rows.columns) * 4
+nulls = binary_array([b"a", None, b"bc"]).cast(pa.string())
+assert cb.binary_encoder([pa.string()], [cb.TEXT]).rows([nulls])
 print("pandas" in sys.modules)
 """
     env = {**os.environ, "PYTHONPATH": str(ROOT / "include")}

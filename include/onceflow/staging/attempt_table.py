@@ -25,6 +25,14 @@ from onceflow.errors.transform import StageColumnsError
 from onceflow.ledger.batches import range_epochs
 from onceflow.spark.arrow_columns import bool_array, fixed_array, string_repeat
 from onceflow.staging.checksum import HASH_COLUMN
+from onceflow.staging.copy_binary import (
+    HEADER,
+    TRAILER,
+    BinaryEncoder,
+    Const,
+    binary_encoder,
+    column_types,
+)
 from onceflow.staging.epochs import epoch_column
 from onceflow.staging.fence import StageCommitMessage, claimed_part, record_part
 from onceflow.staging.file_stage import DEAD_COLUMNS, PartCounts, dead_letters
@@ -55,12 +63,17 @@ def stage_attempt_part(
         epochs = range_epochs(cur, target.attempt.pipeline, target.attempt.txid)
         rows = _ValidRows(batches, target, part, epochs)
         if rows.columns:
-            copy = sql.SQL("copy {}.{} ({}) from stdin with (format csv)").format(
+            encoder = binary_encoder(
+                rows.arrow_types(), column_types(cur, target.schema, table, rows.columns)
+            )
+            copy = sql.SQL("copy {}.{} ({}) from stdin with (format {})").format(
                 sql.Identifier(target.schema),
                 sql.Identifier(table),
                 sql.SQL(", ").join(sql.Identifier(c) for c in rows.columns),
+                sql.SQL("csv" if encoder is None else "binary"),
             )
-            cur.copy_expert(copy, ChunkStream(rows.csv()), size=1 << 20)
+            chunks = rows.csv() if encoder is None else rows.binary(encoder)
+            cur.copy_expert(copy, ChunkStream(chunks), size=1 << 20)
         dead_target = dataclasses.replace(target, columns=DEAD_COLUMNS, attempt_table=None)
         copy_rows(cur, dead_target, part, rows.dead_batches)
         record_part(cur, target, part, rows.rows, rows.dead, rows.checksum)
@@ -68,8 +81,9 @@ def stage_attempt_part(
 
 
 class _ValidRows(PartCounts):
-    """Walks a part's batches once: the valid rows as CSV for the attempt's table, the dead
-    letters kept for the stage table, every row counted and hashed."""
+    """Walks a part's batches once: the valid rows for the attempt's table (in PostgreSQL's
+    binary COPY format where onceflow.staging.copy_binary has an encoder of their columns,
+    else as CSV), the dead letters kept for the stage table, every row counted and hashed."""
 
     def __init__(
         self,
@@ -99,10 +113,39 @@ class _ValidRows(PartCounts):
         super().__init__()
         self.dead_batches: list[Any] = []
 
+    def arrow_types(self) -> list[Any]:
+        """The Arrow types of the columns written (None: the same value in every row)."""
+        import pyarrow as pa
+
+        schema = self._first.schema
+        return [None, None, pa.int32(), *(schema.field(c).type for c in self._kept)]
+
     def csv(self) -> Iterator[bytes]:
+        """The valid rows as PostgreSQL's CSV."""
         import numpy as np
         import pyarrow as pa
 
+        for txid, seq, rest in self._written():
+            m = len(rest[0])
+            yield csv_rows(
+                list(self.columns),
+                [
+                    string_repeat(txid.value, m),
+                    fixed_array(pa.int64(), np.full(m, seq.value, dtype=np.int64)),
+                    *rest,
+                ],
+            )
+
+    def binary(self, encoder: BinaryEncoder) -> Iterator[bytes]:
+        """The valid rows in PostgreSQL's binary COPY format (copy_binary)."""
+        yield HEADER
+        for txid, seq, rest in self._written():
+            yield encoder.rows([txid, seq, *rest])
+        yield TRAILER
+
+    def _written(self) -> Iterator[tuple[Const, Const, list[Any]]]:
+        """Per batch of valid rows: the txid and seq of every row, then the epoch and the
+        kept columns (arrays)."""
         batches = self._batches if self._first is None else _chain(self._first, self._batches)
         self._first = None
         for batch in batches:
@@ -114,14 +157,12 @@ class _ValidRows(PartCounts):
                 batch = batch.filter(bool_array(~dead))
                 if batch.num_rows == 0:
                     continue
-            m = batch.num_rows
-            written = [
-                string_repeat(self._target.attempt.txid, m),
-                fixed_array(pa.int64(), np.full(m, self._target.attempt.seq, dtype=np.int64)),
-                epoch_column(batch, self._epochs),
-                *(batch.column(c) for c in self._kept),
-            ]
-            yield csv_rows(list(self.columns), written)
+            attempt = self._target.attempt
+            yield (
+                Const(attempt.txid),
+                Const(attempt.seq),
+                [epoch_column(batch, self._epochs), *(batch.column(c) for c in self._kept)],
+            )
 
 
 def _chain(first: Any, rest: Iterator[Any]) -> Iterator[Any]:
