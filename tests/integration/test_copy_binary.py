@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from onceflow.spark.arrow_columns import fixed_array
+from onceflow.staging import binary_values as bv
 from onceflow.staging import copy_binary as cb
 from onceflow.staging.table_stage import csv_rows
 
@@ -28,60 +29,60 @@ TS_US = st.integers(min_value=FIRST_S * 10**6, max_value=LAST_S * 10**6)
 COLUMNS = {
     "t": (
         "text",
-        cb.TEXT,
+        bv.TEXT,
         pa.string(),
         st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\x00")),
     ),
     "vc": (
         "varchar(12)",
-        cb.VARCHAR,
+        bv.VARCHAR,
         pa.large_string(),
         st.text(max_size=12, alphabet='aé€😀 ,"\n'),
     ),
-    "bc": ("char(3)", cb.BPCHAR, pa.string(), st.text(max_size=3, alphabet="ab ")),
-    "b": ("bytea", cb.BYTEA, pa.binary(), st.binary(max_size=20)),
-    "i2": ("smallint", cb.INT2, pa.int8(), st.integers(min_value=-128, max_value=127)),
-    "i4": ("integer", cb.INT4, pa.uint16(), st.integers(min_value=0, max_value=2**16 - 1)),
-    "i8": ("bigint", cb.INT8, pa.int64(), I64),
-    "i8u": ("bigint", cb.INT8, pa.uint32(), st.integers(min_value=0, max_value=2**32 - 1)),
-    "f8": ("double precision", cb.FLOAT8, pa.float64(), st.floats(allow_nan=True)),
-    "f4": ("real", cb.FLOAT4, pa.float32(), st.floats(width=32)),
-    "ok": ("boolean", cb.BOOL, pa.bool_(), st.booleans()),
-    "d": ("date", cb.DATE, pa.date32(), st.integers(min_value=-719_162, max_value=2_932_896)),
-    "tsz": ("timestamptz", cb.TIMESTAMPTZ, pa.timestamp("us", tz="UTC"), TS_US),
+    "bc": ("char(3)", bv.BPCHAR, pa.string(), st.text(max_size=3, alphabet="ab ")),
+    "b": ("bytea", bv.BYTEA, pa.binary(), st.binary(max_size=20)),
+    "i2": ("smallint", bv.INT2, pa.int8(), st.integers(min_value=-128, max_value=127)),
+    "i4": ("integer", bv.INT4, pa.uint16(), st.integers(min_value=0, max_value=2**16 - 1)),
+    "i8": ("bigint", bv.INT8, pa.int64(), I64),
+    "i8u": ("bigint", bv.INT8, pa.uint32(), st.integers(min_value=0, max_value=2**32 - 1)),
+    "f8": ("double precision", bv.FLOAT8, pa.float64(), st.floats(allow_nan=True)),
+    "f4": ("real", bv.FLOAT4, pa.float32(), st.floats(width=32)),
+    "ok": ("boolean", bv.BOOL, pa.bool_(), st.booleans()),
+    "d": ("date", bv.DATE, pa.date32(), st.integers(min_value=-719_162, max_value=2_932_896)),
+    "tsz": ("timestamptz", bv.TIMESTAMPTZ, pa.timestamp("us", tz="UTC"), TS_US),
     "ts": (
         "timestamp",
-        cb.TIMESTAMP,
+        bv.TIMESTAMP,
         pa.timestamp("ms"),
         st.integers(min_value=FIRST_S * 1000, max_value=LAST_S * 1000),
     ),
     "tss": (
         "timestamptz",
-        cb.TIMESTAMPTZ,
+        bv.TIMESTAMPTZ,
         pa.timestamp("s", tz="UTC"),
         st.integers(min_value=FIRST_S, max_value=LAST_S),
     ),
     "n": (
         "numeric(18,2)",
-        cb.NUMERIC,
+        bv.NUMERIC,
         pa.decimal128(18, 2),
         st.integers(min_value=-(10**18) + 1, max_value=10**18 - 1),
     ),
     "n0": (
         "numeric",
-        cb.NUMERIC,
+        bv.NUMERIC,
         pa.decimal128(5, 0),
         st.integers(min_value=-(10**5) + 1, max_value=10**5 - 1),
     ),
     "n5": (
         "numeric(12,5)",
-        cb.NUMERIC,
+        bv.NUMERIC,
         pa.decimal128(9, 5),
         st.integers(min_value=-(10**9) + 1, max_value=10**9 - 1),
     ),
     "nf": (
         "numeric",
-        cb.NUMERIC,
+        bv.NUMERIC,
         pa.decimal128(18, 18),
         st.integers(min_value=-(10**18) + 1, max_value=10**18 - 1),
     ),
@@ -184,7 +185,7 @@ def test_constant_and_sliced_columns_land_as_csv(cur):
     copy(cur, "t_csv", names, csv_rows(names, [topic, offsets, amount, txid, seq]), "csv")
     encoder = cb.binary_encoder(
         [topic.type, offsets.type, amount.type, None, None],
-        [cb.TEXT, cb.INT8, cb.NUMERIC, cb.TEXT, cb.INT8],
+        [bv.TEXT, bv.INT8, bv.NUMERIC, bv.TEXT, bv.INT8],
     )
     written = encoder.rows([topic, offsets, amount, cb.Const("run-1"), cb.Const(9)])
     copy(cur, "t_bin", names, cb.HEADER + written + cb.TRAILER, "binary")
@@ -195,27 +196,34 @@ def test_constant_and_sliced_columns_land_as_csv(cur):
 @pytest.mark.parametrize(
     ("arrow_type", "oid"),
     [
-        (pa.float32(), cb.FLOAT8),  # widened, 0.1 would land as 0.100000001490116
-        (pa.float64(), cb.NUMERIC),
-        (pa.int64(), cb.INT4),  # narrowed
-        (pa.uint64(), cb.INT8),
-        (pa.int32(), cb.NUMERIC),
-        (pa.decimal128(19, 2), cb.NUMERIC),  # beyond an int64 low word
-        (pa.timestamp("ns", tz="UTC"), cb.TIMESTAMPTZ),  # PostgreSQL rounds to µs
-        (pa.string(), cb.BYTEA),
+        (pa.float32(), bv.FLOAT8),  # widened, 0.1 would land as 0.100000001490116
+        (pa.float64(), bv.NUMERIC),
+        (pa.int64(), bv.INT4),  # narrowed
+        (pa.uint64(), bv.INT8),
+        (pa.int32(), bv.NUMERIC),
+        (pa.decimal128(19, 2), bv.NUMERIC),  # beyond an int64 low word
+        (pa.timestamp("ns", tz="UTC"), bv.TIMESTAMPTZ),  # PostgreSQL rounds to µs
+        (pa.string(), bv.BYTEA),
         (pa.string(), 3802),  # jsonb
-        (pa.date64(), cb.DATE),
+        (pa.date64(), bv.DATE),
     ],
 )
 def test_a_column_the_binary_format_lands_otherwise_gets_no_encoder(arrow_type, oid):
-    assert cb.binary_encoder([pa.string(), arrow_type], [cb.TEXT, oid]) is None
-    assert cb.binary_encoder([pa.string()], [cb.TEXT]) is not None
+    assert cb.binary_encoder([pa.string(), arrow_type], [bv.TEXT, oid]) is None
+    assert cb.binary_encoder([pa.string()], [bv.TEXT]) is not None
 
 
-def test_a_batch_of_other_types_than_the_encoders_is_refused():
-    encoder = cb.binary_encoder([pa.int32()], [cb.INT8])
-    with pytest.raises(ValueError, match="not of the encoder's type int32"):
-        encoder.rows([pa.array([1], pa.int64())])
+def test_a_batch_of_other_types_is_cast_to_the_encoders_or_refused(cur):
+    """The part's first batch chose the encoder; a later batch's column of another type (a
+    column of NULLs, a wider integer) is cast to it, and refused, naming it, where a value
+    does not fit."""
+    encoder = cb.binary_encoder([pa.int32(), pa.string()], [bv.INT4, bv.TEXT])
+    cur.execute("drop table if exists t_bin; create table t_bin (k serial, i integer, t text)")
+    written = encoder.rows([pa.array([1, None], pa.int64()), pa.nulls(2)])
+    copy(cur, "t_bin", ["i", "t"], cb.HEADER + written + cb.TRAILER, "binary")
+    assert rows(cur, "t_bin") == ["(1,1,)", "(2,,)"]
+    with pytest.raises(ValueError, match=r"column 0 \(int64\) cannot be written as int32"):
+        encoder.rows([pa.array([2**40], pa.int64()), pa.array(["x"])])
 
 
 def test_years_csv_cannot_write_land_as_their_instants(cur):
@@ -225,7 +233,7 @@ def test_years_csv_cannot_write_land_as_their_instants(cur):
     days = [-2_000_000, -719_163, 2_932_897, 2_000_000_000]
     ts = arrow_column("tss", seconds)
     d = fixed_array(pa.date32(), np.array(days, dtype=np.int32))
-    encoder = cb.binary_encoder([ts.type, d.type], [cb.TIMESTAMPTZ, cb.DATE])
+    encoder = cb.binary_encoder([ts.type, d.type], [bv.TIMESTAMPTZ, bv.DATE])
     cur.execute(
         "drop table if exists t_bin; create table t_bin (k serial, tss timestamptz, d date)"
     )
@@ -240,7 +248,7 @@ def test_a_timestamp_beyond_postgresqls_range_is_refused_before_it_wraps(cur):
     """A timestamp[s] whose microseconds pass int64 would wrap into a year PostgreSQL takes:
     the encoder refuses it, as PostgreSQL refuses one it can read."""
     ts = arrow_column("tss", [0, 2**62, None])
-    encoder = cb.binary_encoder([ts.type], [cb.TIMESTAMPTZ])
+    encoder = cb.binary_encoder([ts.type], [bv.TIMESTAMPTZ])
     with pytest.raises(ValueError, match="timestamp out of range"):
         encoder.rows([ts])
     far = arrow_column("tss", [-(10**13), None])  # before 4714 BC

@@ -254,7 +254,7 @@ from onceflow.sinks.postgres.columns import Column
 from onceflow.sinks.stage_writer import StageWriter, stage_columns
 from onceflow.staging.attempt_table import _ValidRows
 from onceflow.staging.fast_stage import Split
-from onceflow.staging.table_stage import _CsvStream
+from onceflow.staging.table_stage import _CopyStream
 from onceflow.ledger.attempt import Attempt
 from onceflow.ledger.db import Ledger
 from onceflow.staging.target import StageTarget
@@ -277,7 +277,7 @@ assert "pandas" not in sys.modules
 split = Split(iter([b]), orders.fast_form, columns, "orders:transform")
 target = StageTarget.of(Ledger("dsn"), stage, Attempt("p", "tx", 1, 1))
 accepted = list(split)
-stream = _CsvStream(iter(accepted), target, 0)
+stream = _CopyStream(iter(accepted), target, 0)
 assert stream.read(1 << 20) and stream.read(1 << 20) == b""
 assert stream.rows == 10 and stream.checksum is not None
 assert sum(x.num_rows for x in split.declined()) == 20
@@ -286,14 +286,14 @@ assert target.attempt_table == "orders__s1_a1"
 rows = _ValidRows(iter(accepted), target, 0, {("t", 0): 0})
 assert sum(len(c.splitlines()) for c in rows.csv()) == 10 and rows.dead_batches == []
 # and in PostgreSQL's binary format, a text column with NULLs too
-from onceflow.staging import copy_binary as cb
+from onceflow.staging import binary_values as bv, copy_binary as cb
 rows = _ValidRows(iter(accepted), target, 0, {("t", 0): 0})
-oids = {"seq": cb.INT8, "epoch": cb.INT4, "partition": cb.INT4, "offset": cb.INT8,
-        "amount": cb.NUMERIC, "ts": cb.TIMESTAMPTZ}
-encoder = cb.binary_encoder(rows.arrow_types(), [oids.get(c, cb.TEXT) for c in rows.columns])
+oids = {"seq": bv.INT8, "epoch": bv.INT4, "partition": bv.INT4, "offset": bv.INT8,
+        "amount": bv.NUMERIC, "ts": bv.TIMESTAMPTZ}
+encoder = cb.binary_encoder(rows.arrow_types(), [oids.get(c, bv.TEXT) for c in rows.columns])
 assert len(b"".join(rows.binary(encoder))) > 10 * len(rows.columns) * 4
 nulls = binary_array([b"a", None, b"bc"]).cast(pa.string())
-assert cb.binary_encoder([pa.string()], [cb.TEXT]).rows([nulls])
+assert cb.binary_encoder([pa.string()], [bv.TEXT]).rows([nulls])
 print("pandas" in sys.modules)
 """
     env = {**os.environ, "PYTHONPATH": str(ROOT / "include")}

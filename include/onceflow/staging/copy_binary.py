@@ -1,12 +1,12 @@
 """Arrow columns as PostgreSQL's binary COPY format, built with numpy and Arrow's kernels.
 
-PostgreSQL parses CSV text column by column (a timestamp, a numeric); its binary format it
-only copies: the backend's CPU for a row of the orders attempt table fell from 1.40-2.08 µs
-(CSV) to 0.92-0.98 µs (binary) in bench/NOTES.md (session 47). The binary format is strict
-where CSV is lenient (an int4 column takes exactly four bytes), so a stage writer asks
-`binary_encoder` for an encoder of the target's column types and COPYs CSV when it gets
-None: a column whose type, or whose Arrow type for that column type, is not one of those
-below (FIELDS), whose values the two formats would not land alike.
+PostgreSQL parses CSV text value by value (a timestamp, a numeric); the binary format it only
+copies: its CPU for a row of the orders attempt table, 2.6-2.8 µs as CSV, 1.4 µs binary
+(bench/NOTES.md, session 51). The binary format is strict where CSV is lenient (an int4
+column takes exactly four bytes), so a stage writer asks `binary_encoder` for an encoder of
+the target's column types and COPYs CSV when it gets None: a column type, or an Arrow type
+for it, that binary_values.encoding_of does not name, whose values the two formats might
+land otherwise.
 
 A row is the count of its fields (int16), then per field its length (int32, -1 for NULL)
 and its bytes, all big-endian; the stream is HEADER, the rows, TRAILER.
@@ -14,43 +14,28 @@ and its bytes, all big-endian; the stream is HEADER, the rows, TRAILER.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from onceflow.staging.binary_values import (
+    Kind,
+    big_endian,
+    bytes_lengths_tail,
+    empty_values,
+    encoding_of,
+)
 
 HEADER = b"PGCOPY\n\xff\r\n\x00" + b"\x00\x00\x00\x00" + b"\x00\x00\x00\x00"
 TRAILER = b"\xff\xff"
 
-# PostgreSQL's built-in type OIDs (pg_type.dat), stable across releases
-BOOL, BYTEA, INT8, INT2, INT4, TEXT = 16, 17, 20, 21, 23, 25
-FLOAT4, FLOAT8, BPCHAR, VARCHAR, DATE = 700, 701, 1042, 1043, 1082
-TIMESTAMP, TIMESTAMPTZ, NUMERIC = 1114, 1184, 1700
-
-# 2000-01-01, PostgreSQL's epoch of dates and timestamps, from the Unix epoch
-_PG_EPOCH_DAYS = 10_957
-_PG_EPOCH_MICROS = _PG_EPOCH_DAYS * 86_400 * 1_000_000
-_PG_MIN_MICROS = -211_813_488_000_000_000  # 4714-11-24 BC, PostgreSQL's earliest timestamp
-_MICROS_PER = {"s": 1_000_000, "ms": 1_000, "us": 1}
-_NUMERIC_NEG = 0x4000
-
 
 @dataclass(frozen=True)
 class Const:
-    """A column whose every row holds `value` (str, or int for an int8 column): encoded
-    once, not per row."""
+    """A column whose every row holds `value` (str for a text column, int for an integer
+    one): encoded once, not per row."""
 
     value: str | int
-
-
-@dataclass(frozen=True)
-class _Kind:
-    """How a column's values are encoded: `width` bytes each by `values` (an (n, width) uint8
-    matrix, big-endian), or of their own length by `lengths_tail` (the lengths, -1 for
-    NULL, and the bytes as a binary array)."""
-
-    width: int | None
-    values: Callable[[Any], Any] | None = None
-    lengths_tail: Callable[[Any], tuple[Any, Any]] | None = None
 
 
 def binary_encoder(arrow_types: Sequence[Any], pg_types: Sequence[int]) -> BinaryEncoder | None:
@@ -59,7 +44,7 @@ def binary_encoder(arrow_types: Sequence[Any], pg_types: Sequence[int]) -> Binar
     format lands as CSV does."""
     kinds = []
     for arrow_type, oid in zip(arrow_types, pg_types, strict=True):
-        kind = _kind(arrow_type, oid)
+        kind = encoding_of(arrow_type, oid)
         if kind is None:
             return None
         kinds.append(kind)
@@ -74,7 +59,7 @@ class BinaryEncoder:
     bytes (a binary array), and so on; Arrow's binary_join_element_wise joins each row's
     segments."""
 
-    def __init__(self, arrow_types: tuple[Any, ...], kinds: tuple[_Kind, ...]) -> None:
+    def __init__(self, arrow_types: tuple[Any, ...], kinds: tuple[Kind, ...]) -> None:
         self._types = arrow_types
         self._kinds = kinds
 
@@ -85,22 +70,22 @@ class BinaryEncoder:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        for k, (t, c) in enumerate(zip(self._types, columns, strict=True)):
-            if (t is None) != isinstance(c, Const) or (t is not None and c.type != t):
-                raise ValueError(f"column {k} is {c!r:.40}, not of the encoder's type {t}")
+        columns = [
+            _as_type(c, t, k) for k, (c, t) in enumerate(zip(columns, self._types, strict=True))
+        ]
         n = next((len(c) for c in columns if not isinstance(c, Const)), 0)
         if n == 0:
             return b""
         # a text column of one value (a batch's topic) is written once, not joined per row
         columns = [
-            _constant_text(c) or c if k.lengths_tail is _bytes_lengths_tail else c
+            _constant_text(c) or c if k.lengths_tail is bytes_lengths_tail else c
             for k, c in zip(self._kinds, columns, strict=True)
         ]
         # per column: its fixed bytes' width, then a variable part or not
         plan: list[tuple[int, bool]] = []
         for kind, column in zip(self._kinds, columns, strict=True):
             if isinstance(column, Const):
-                plan.append((4 + len(_const_bytes(column.value)), False))
+                plan.append((4 + len(_const_bytes(column.value, kind)), False))
             elif kind.width is not None and not column.null_count:
                 plan.append((4 + kind.width, False))
             else:
@@ -113,7 +98,7 @@ class BinaryEncoder:
             out = segment[:, at : at + width]
             at += width
             if isinstance(column, Const):
-                data = _const_bytes(column.value)
+                data = _const_bytes(column.value, kind)
                 out[:] = np.frombuffer(len(data).to_bytes(4, "big") + data, dtype=np.uint8)
             elif not variable:
                 out[:, :4] = np.frombuffer(kind.width.to_bytes(4, "big"), dtype=np.uint8)
@@ -124,7 +109,7 @@ class BinaryEncoder:
                     if kind.lengths_tail is not None
                     else _nullable_tail(column, kind)
                 )
-                out[:] = _be(lengths, ">i4")
+                out[:] = big_endian(lengths, ">i4")
                 pieces += [_matrix_binary(segment), tail]
                 segment, at = self._segment(plan, k + 1, n), 0
         if segment.shape[1]:
@@ -138,7 +123,7 @@ class BinaryEncoder:
             )
             if large:
                 pieces = [p.cast(pa.large_binary()) for p in pieces]
-            joined = pc.binary_join_element_wise(*pieces, _empty_values(n, large))
+            joined = pc.binary_join_element_wise(*pieces, empty_values(n, large))
         return _data(joined)
 
     @staticmethod
@@ -155,44 +140,12 @@ class BinaryEncoder:
         return np.empty((n, width), dtype=np.uint8)
 
 
-def _kind(arrow_type: Any, oid: int) -> _Kind | None:
-    import pyarrow as pa
-
-    t = arrow_type
-    text = (TEXT, VARCHAR, BPCHAR)
-    if t is None:  # a Const (BinaryEncoder.rows encodes it): text, or an int8
-        return _Kind(None) if oid in (*text, INT8) else None
-    if oid in text and (pa.types.is_string(t) or pa.types.is_large_string(t)):
-        return _Kind(None, lengths_tail=_bytes_lengths_tail)
-    if oid == BYTEA and (pa.types.is_binary(t) or pa.types.is_large_binary(t)):
-        return _Kind(None, lengths_tail=_bytes_lengths_tail)
-    widths = {INT2: 2, INT4: 4, INT8: 8}
-    if oid in widths and pa.types.is_integer(t):
-        width = widths[oid]
-        # widening only, so that every value fits the column
-        if t.bit_width < width * 8 or (t.bit_width == width * 8 and _signed(t)):
-            return _Kind(width, lambda c: _be(_ints(c), f">i{width}"))
-        return None
-    if (oid, t) in ((FLOAT8, pa.float64()), (FLOAT4, pa.float32())):
-        return _Kind(t.byte_width, _float_values)
-    if oid == BOOL and pa.types.is_boolean(t):
-        return _Kind(1, _bool_values)
-    if oid in (TIMESTAMP, TIMESTAMPTZ) and pa.types.is_timestamp(t) and t.unit in _MICROS_PER:
-        return _Kind(8, _timestamp_values)
-    if oid == DATE and pa.types.is_date32(t):
-        return _Kind(4, _date_values)
-    if oid == NUMERIC and pa.types.is_decimal128(t) and t.precision <= 18:
-        before, after = _numeric_digits(t)
-        return _Kind(8 + 2 * (before + after), _numeric_values)
-    return None
-
-
 def _constant_text(col: Any) -> Const | None:
     """`col` as a Const when it is a string array of one value and no NULL."""
     import numpy as np
     import pyarrow as pa
 
-    if isinstance(col, Const) or col.null_count or not pa.types.is_string(col.type):
+    if col.null_count or not pa.types.is_string(col.type):
         return None
     offsets = np.frombuffer(col.buffers()[1], dtype=np.int32)[
         col.offset : col.offset + len(col) + 1
@@ -217,31 +170,30 @@ def column_types(cur: Any, schema: str, table: str, columns: Sequence[str]) -> l
     return [types[c] for c in columns]
 
 
-def _const_bytes(value: str | int) -> bytes:
-    return value.to_bytes(8, "big", signed=True) if isinstance(value, int) else value.encode()
+def _const_bytes(value: str | int, kind: Kind) -> bytes:
+    """A Const's bytes: an integer in its column's width, text as UTF-8."""
+    if isinstance(value, int) != (kind.width is not None):
+        raise ValueError(f"the constant {value!r} does not fit its column")
+    return value.to_bytes(kind.width, "big", signed=True) if kind.width else str(value).encode()
 
 
-def _bytes_lengths_tail(col: Any) -> tuple[Any, Any]:
-    """text, varchar, bpchar (UTF-8 as it is: the database's encoding, which the backend
-    checks as it does CSV's) and bytea: the bytes."""
-    import numpy as np
+def _as_type(column: Any, t: Any, k: int) -> Any:
+    """`column` of the Arrow type `t` the encoder was made for (None: a Const); a batch
+    whose column has another type (a NULL column, a narrower integer) is cast to it, which
+    fails as CSV's COPY would if a value does not fit."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
-    from onceflow.spark.arrow_columns import bool_array, valid_mask, value_lengths
-
-    lengths = value_lengths(col)
-    large = pa.types.is_large_string(col.type) or pa.types.is_large_binary(col.type)
-    tail = col.cast(pa.large_binary() if large else pa.binary())
-    if col.null_count:
-        valid = valid_mask(col)
-        lengths = np.where(valid, lengths, -1)
-        # a NULL's bytes: none (not fill_null(b""), whose scalar imports pandas)
-        tail = pc.if_else(bool_array(valid), tail, _empty_values(len(col), large))
-    return lengths, tail
+    if (t is None) != isinstance(column, Const):
+        raise ValueError(f"column {k}: a constant and an array are not interchangeable")
+    if t is None or column.type == t:
+        return column
+    try:
+        return column.cast(t)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+        raise ValueError(f"column {k} ({column.type}) cannot be written as {t}: {e}") from None
 
 
-def _nullable_tail(col: Any, kind: _Kind) -> tuple[Any, Any]:
+def _nullable_tail(col: Any, kind: Kind) -> tuple[Any, Any]:
     """A fixed-width column with NULLs: a NULL is length -1 and no bytes."""
     import numpy as np
     import pyarrow as pa
@@ -260,105 +212,6 @@ def _nullable_tail(col: Any, kind: _Kind) -> tuple[Any, Any]:
     return np.where(valid, width, -1), tail
 
 
-def _ints(col: Any) -> Any:
-    import numpy as np
-
-    from onceflow.spark.arrow_columns import fixed_values
-
-    kind = "i" if _signed(col.type) else "u"
-    return fixed_values(col, np.dtype(f"<{kind}{col.type.bit_width // 8}"))
-
-
-def _float_values(col: Any) -> Any:
-    import numpy as np
-
-    from onceflow.spark.arrow_columns import fixed_values
-
-    return _be(fixed_values(col, np.dtype(f"<f{col.type.byte_width}")), f">f{col.type.byte_width}")
-
-
-def _bool_values(col: Any) -> Any:
-    import numpy as np
-
-    from onceflow.spark.arrow_columns import bool_values
-
-    return bool_values(col).astype(np.uint8).reshape(-1, 1)
-
-
-def _timestamp_values(col: Any) -> Any:
-    """Microseconds since 2000-01-01 (an Arrow timestamp holds UTC: a zoned one lands as
-    CSV's UTC wall time, which COPY reads with time zone UTC)."""
-    import numpy as np
-
-    from onceflow.spark.arrow_columns import fixed_values, valid_mask
-
-    factor = _MICROS_PER[col.type.unit]
-    values = fixed_values(col, np.int64)
-    # PostgreSQL's own range, checked before the arithmetic can wrap around int64
-    lo = -(-(_PG_MIN_MICROS + _PG_EPOCH_MICROS) // factor)
-    hi = (2**63 - 1) // factor
-    out = (values < lo) | (values > hi)
-    if out.any() and (out & valid_mask(col)).any():
-        first = values[out & valid_mask(col)][0]
-        raise ValueError(
-            f"timestamp out of range: {first} {col.type.unit} from 1970-01-01 (PostgreSQL "
-            "takes 4714-11-24 BC to 294276 AD)"
-        )
-    return _be(np.where(out, 0, values) * factor - _PG_EPOCH_MICROS, ">i8")
-
-
-def _date_values(col: Any) -> Any:
-    import numpy as np
-
-    from onceflow.spark.arrow_columns import fixed_values
-
-    return _be(fixed_values(col, np.int32).astype(np.int64) - _PG_EPOCH_DAYS, ">i4")
-
-
-def _numeric_digits(t: Any) -> tuple[int, int]:
-    """How many base-10,000 digits a decimal(p, s) has before and after its point."""
-    p, s = t.precision, t.scale
-    return -(-(p - s) // 4), -(-s // 4)
-
-
-def _numeric_values(col: Any) -> Any:
-    """A decimal(p <= 18, s), whose value is the low word of Arrow's decimal128, as numeric:
-    ndigits, weight, sign, dscale (int16 each), then base-10,000 digits (int16), here always
-    _numeric_digits' counts; PostgreSQL strips the zeros at either end itself
-    (numeric_recv's make_result)."""
-    import numpy as np
-
-    from onceflow.spark.arrow_columns import fixed_values
-
-    s = col.type.scale
-    before, after = _numeric_digits(col.type)
-    low = fixed_values(col, np.dtype("<i8,<i8"))["f0"]
-    magnitude = np.abs(low)  # |value| < 10**18
-    whole, fraction = np.divmod(magnitude, 10**s)
-    words = np.empty((len(low), 4 + before + after), dtype=np.int64)
-    words[:, 0] = before + after
-    words[:, 1] = before - 1
-    words[:, 2] = np.where(low < 0, _NUMERIC_NEG, 0)
-    words[:, 3] = s
-    if after:  # the last digit holds the fraction's last 4 - pad digits, padded with zeros
-        pad = 4 * after - s  # (fraction * 10**pad could pass int64)
-        fraction, last = np.divmod(fraction, 10 ** (4 - pad))
-        words[:, 3 + before + after] = last * 10**pad
-    for k in range(2 + before + after, 3 + before, -1):
-        fraction, words[:, k] = np.divmod(fraction, 10_000)
-    for k in range(3 + before, 3, -1):
-        whole, words[:, k] = np.divmod(whole, 10_000)
-    return _be(words, ">i2").reshape(len(low), -1)
-
-
-def _be(values: Any, dtype: str) -> Any:
-    """`values` as big-endian `dtype`, an (n, width) uint8 matrix."""
-    import numpy as np
-
-    out = np.asarray(values).astype(dtype)
-    return out.view(np.uint8).reshape(len(out), -1)
-
-
 def _matrix_binary(matrix: Any) -> Any:
     """An (n, w) uint8 matrix as a binary array of n values of w bytes."""
     import numpy as np
@@ -370,17 +223,6 @@ def _matrix_binary(matrix: Any) -> Any:
     return pa.Array.from_buffers(type_, n, [None, pa.py_buffer(offsets), pa.py_buffer(matrix)])
 
 
-def _empty_values(n: int, large: bool) -> Any:
-    """n empty binary values, the separator of the join (b"" would be made a scalar by
-    pa.scalar, which imports pandas: seconds in each Python worker)."""
-    import numpy as np
-    import pyarrow as pa
-
-    offsets = pa.py_buffer(np.zeros(n + 1, dtype=np.int64 if large else np.int32))
-    type_ = pa.large_binary() if large else pa.binary()
-    return pa.Array.from_buffers(type_, n, [None, offsets, pa.py_buffer(b"")])
-
-
 def _data(joined: Any) -> bytes:
     """The bytes of a binary array's values, one after the other."""
     import numpy as np
@@ -390,9 +232,3 @@ def _data(joined: Any) -> bytes:
     offsets = np.frombuffer(joined.buffers()[1], dtype=dtype)
     first, last = offsets[joined.offset], offsets[joined.offset + len(joined)]
     return memoryview(joined.buffers()[2])[first:last].tobytes()
-
-
-def _signed(t: Any) -> bool:
-    import pyarrow as pa
-
-    return pa.types.is_signed_integer(t)

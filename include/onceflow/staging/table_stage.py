@@ -1,7 +1,8 @@
 """The table backend: a part's rows COPYed into its sink's stage table (Sink.stage_table).
 
 Inside the part's fenced transaction (onceflow.staging.fence.claimed_part), the part's
-Arrow batches are streamed to PostgreSQL's COPY as CSV, tagged (txid, attempt, part), and
+Arrow batches are streamed to PostgreSQL's COPY, tagged (txid, attempt, part), in its binary
+format where onceflow.staging.copy_binary has an encoder of their columns, else as CSV, and
 counted on the way (rows, dead letters, the records the valid rows account for, the
 checksum) for the part's fence row. The file backend (onceflow.staging.file_stage) COPYs a
 part's dead letters here too.
@@ -20,6 +21,14 @@ from onceflow.errors.transform import StageColumnsError
 from onceflow.sinks.base import TAG_COLUMNS
 from onceflow.spark.arrow_columns import fixed_array, string_repeat, valid_mask
 from onceflow.staging.checksum import HASH_COLUMN, exact_sum, staged_name
+from onceflow.staging.copy_binary import (
+    HEADER,
+    TRAILER,
+    BinaryEncoder,
+    Const,
+    binary_encoder,
+    column_types,
+)
 from onceflow.staging.fence import StageCommitMessage, claimed_part, record_part
 from onceflow.staging.target import StageTarget
 from onceflow.transforms import RECORDS
@@ -44,26 +53,31 @@ def stage_table_part(target: StageTarget, part: int, batches: Iterable[Any]) -> 
     return StageCommitMessage(part, stream.rows, skipped=False)
 
 
-def copy_rows(cur: Any, target: StageTarget, part: int, batches: Iterable[Any]) -> _CsvStream:
+def copy_rows(cur: Any, target: StageTarget, part: int, batches: Iterable[Any]) -> _CopyStream:
     """COPY the batches' rows into the stage table, tagged; returns the stream, which
     counted them."""
     from psycopg2 import sql
 
-    stream = _CsvStream(batches, target, part)
-    copy = sql.SQL("copy {}.{} ({}) from stdin with (format csv)").format(
+    stream = _CopyStream(batches, target, part)
+    if stream.arrow_types:
+        stream.encoder = binary_encoder(
+            stream.arrow_types, column_types(cur, target.schema, target.table, stream.columns)
+        )
+    copy = sql.SQL("copy {}.{} ({}) from stdin with (format {})").format(
         sql.Identifier(target.schema),
         sql.Identifier(target.table),
         sql.SQL(", ").join(sql.Identifier(c) for c in stream.columns),
+        sql.SQL("csv" if stream.encoder is None else "binary"),
     )
     cur.copy_expert(copy, stream, size=1 << 20)
     return stream
 
 
-class _CsvStream(io.RawIOBase):
-    """A file-like view of Arrow batches as PostgreSQL CSV, for COPY: one batch in memory at a time.
-
-    Arrow's C++ CSV writer does the formatting; only non-null binary values (dead letters)
-    are turned into PostgreSQL bytea hex text in Python.
+class _CopyStream(io.RawIOBase):
+    """A file-like view of Arrow batches as PostgreSQL's COPY input, one batch in memory at a
+    time: rows in the binary format by `encoder` (copy_binary), or, without one, CSV, which
+    Arrow's C++ CSV writer formats (only non-null binary values, dead letters, are turned
+    into PostgreSQL bytea hex text in Python).
     """
 
     def __init__(self, batches: Iterable[Any], target: StageTarget, part: int) -> None:
@@ -76,6 +90,10 @@ class _CsvStream(io.RawIOBase):
         self.valid = 0  # records the valid rows account for (`records` when there is one)
         self.checksum: int | None = None  # exact sum of HASH_COLUMN, None without it
         self.columns: tuple[str, ...] = TAG_COLUMNS + target.columns
+        # the Arrow types of the columns (None: a tag, the same in every row), if any batch
+        self.arrow_types: list[Any] = []
+        self.encoder: BinaryEncoder | None = None
+        self._started = self._ended = False
         self._first: Any = next(self._batches, None)
         if self._first is not None:
             names = tuple(self._first.schema.names)
@@ -89,20 +107,36 @@ class _CsvStream(io.RawIOBase):
                     list(target.columns),
                 )
             self.columns = TAG_COLUMNS + tuple(staged_name(n) for n in names)
+            self.arrow_types = [None] * len(TAG_COLUMNS) + list(self._first.schema.types)
 
     def readable(self) -> bool:
         return True
 
     def read(self, size: int = -1) -> bytes:
         while self._pos >= len(self._buf):
-            batch = self._next_batch()
-            if batch is None:
+            chunk = self._next_chunk()
+            if chunk is None:
                 return b""
-            self._buf, self._pos = _to_csv(batch, self._tags), 0
+            self._buf, self._pos = chunk, 0
         end = len(self._buf) if size is None or size < 0 else self._pos + size
         chunk = self._buf[self._pos : end]
         self._pos += len(chunk)
         return chunk
+
+    def _next_chunk(self) -> bytes | None:
+        if self._ended:
+            return None
+        batch = self._next_batch()
+        if self.encoder is None:
+            self._ended = batch is None
+            return None if batch is None else _to_csv(batch, self._tags)
+        # binary: HEADER before the first rows, TRAILER after the last
+        head = b"" if self._started else HEADER
+        self._started = True
+        if batch is None:
+            self._ended = True
+            return head + TRAILER
+        return head + self.encoder.rows([*map(Const, self._tags), *batch.columns])
 
     def _next_batch(self) -> Any:
         if self._first is not None:
