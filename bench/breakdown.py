@@ -60,6 +60,11 @@ STAGES: tuple[tuple[str, str], ...] = (
     ("Spark's Python driver (py4j, Spark Connect)", r"py4j|pyspark/sql|pyspark/core"),
 )
 JVM_STAGES: tuple[tuple[str, str], ...] = (
+    # the session's start (not in process's in-job time): whatever it runs, it counts here
+    (
+        "Spark session start",
+        r"spark\.SparkContext\.<init>|SparkSession\.<init>|Builder\.getOrCreate",
+    ),
     ("codegen (Janino)", r"org\.codehaus\.janino|org\.codehaus\.commons"),
     # classes and resources looked up in the jars of the class path
     (
@@ -331,7 +336,10 @@ def profile(
             others[re.sub(r"[-#]?\d+$", "", name)] += seconds
     java = jfr_stages(
         subprocess.run(
-            ["jfr", "print", "--json", "--events", "jdk.ExecutionSample", str(jfr)],
+            # every frame JFR kept (64): `jfr print` prints 5 of a stack by default, and a
+            # sample whose 5 innermost frames matched no stage counted as "other"
+            ["jfr", "print", "--json", "--stack-depth", "64", "--events",
+             "jdk.ExecutionSample", str(jfr)],
             capture_output=True, text=True, check=True,
         ).stdout
     )  # fmt: skip

@@ -76,6 +76,12 @@ def test_jfr_samples_are_staged_by_their_java_frames():
                     event("org.apache.spark.api.python.PythonRunner.read", "java.lang.Thread.run"),
                     event("java.lang.Object.wait"),
                     event("org.codehaus.janino.Parser.parse", thread="Thread-12"),
+                    event(
+                        "java.util.zip.ZipFile.getEntry",
+                        "jdk.internal.loader.ClassLoaders$AppClassLoader.loadClass",
+                        "org.apache.spark.SparkContext.<init>",
+                        thread="Thread-4",
+                    ),
                     {"values": {}},
                 ]
             }
@@ -83,7 +89,9 @@ def test_jfr_samples_are_staged_by_their_java_frames():
     )
     assert breakdown.jfr_stages(printed) == {
         "Spark task threads": Counter({"codegen (Janino)": 1, "Python runner I/O": 1, "other": 1}),
-        "py4j calls of the driver's Python": Counter({"codegen (Janino)": 1}),
+        "py4j calls of the driver's Python": Counter(
+            {"codegen (Janino)": 1, "Spark session start": 1}
+        ),
         "other": Counter({"other": 1}),
     }
 

@@ -159,10 +159,12 @@ def outcome(cur, table, names, data, fmt):
     phases=FIND,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
-@given(tables())
-def test_binary_rows_land_as_csv_rows(cur, columns):
+@given(tables(), st.integers(min_value=0, max_value=3))
+def test_binary_rows_land_as_csv_rows(cur, columns, cut):
+    """The same rows in both formats, also from arrays sliced `cut` values in (an Arrow
+    offset)."""
     names = list(columns)
-    arrays = [arrow_column(n, v) for n, v in columns.items()]
+    arrays = [arrow_column(n, v).slice(min(cut, len(v) - 1)) for n, v in columns.items()]
     encoder = cb.binary_encoder([a.type for a in arrays], [COLUMNS[n][1] for n in names])
     assert encoder is not None
     as_csv = outcome(cur, "t_csv", names, csv_rows(names, arrays), "csv")
@@ -202,6 +204,7 @@ def test_constant_and_sliced_columns_land_as_csv(cur):
         (pa.uint64(), bv.INT8),
         (pa.int32(), bv.NUMERIC),
         (pa.decimal128(19, 2), bv.NUMERIC),  # beyond an int64 low word
+        (pa.decimal128(5, -2), bv.NUMERIC),  # a negative scale
         (pa.timestamp("ns", tz="UTC"), bv.TIMESTAMPTZ),  # PostgreSQL rounds to µs
         (pa.string(), bv.BYTEA),
         (pa.string(), 3802),  # jsonb

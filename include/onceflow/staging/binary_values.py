@@ -61,7 +61,7 @@ def encoding_of(arrow_type: Any, oid: int) -> Kind | None:
         return Kind(8, _timestamp_values)
     if oid == DATE and pa.types.is_date32(t):
         return Kind(4, _date_values)
-    if oid == NUMERIC and pa.types.is_decimal128(t) and t.precision <= 18:
+    if oid == NUMERIC and pa.types.is_decimal128(t) and t.precision <= 18 and t.scale >= 0:
         before, after = _numeric_digits(t)
         return Kind(8 + 2 * (before + after), _numeric_values)
     return None

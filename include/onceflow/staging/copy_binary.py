@@ -159,7 +159,8 @@ def _constant_text(col: Any) -> Const | None:
 
 
 def column_types(cur: Any, schema: str, table: str, columns: Sequence[str]) -> list[int]:
-    """The type OIDs of `columns` of schema.table (KeyError: a column it does not have)."""
+    """The type OIDs of `columns` of schema.table; 0 for a column it does not have (no
+    encoder then: the CSV COPY's error names the column)."""
     cur.execute(
         "select attname, atttypid::int from pg_attribute"
         " where attrelid = to_regclass(quote_ident(%s) || '.' || quote_ident(%s))"
@@ -167,7 +168,7 @@ def column_types(cur: Any, schema: str, table: str, columns: Sequence[str]) -> l
         (schema, table),
     )
     types = dict(cur.fetchall())
-    return [types[c] for c in columns]
+    return [types.get(c, 0) for c in columns]
 
 
 def _const_bytes(value: str | int, kind: Kind) -> bytes:
