@@ -30,8 +30,8 @@ from onceflow.staging.copy_binary import (
     TRAILER,
     BinaryEncoder,
     Const,
-    binary_encoder,
-    column_types,
+    copy_statement,
+    table_encoder,
 )
 from onceflow.staging.epochs import epoch_column
 from onceflow.staging.fence import StageCommitMessage, claimed_part, record_part
@@ -50,7 +50,6 @@ def stage_attempt_part(
 ) -> StageCommitMessage:
     """Stage one part: its valid rows into the attempt's table, its dead letters into the
     stage table, its counts on the fence, all in one transaction."""
-    from psycopg2 import sql
 
     table = target.attempt_table
     if table is None:
@@ -63,15 +62,8 @@ def stage_attempt_part(
         epochs = range_epochs(cur, target.attempt.pipeline, target.attempt.txid)
         rows = _ValidRows(batches, target, part, epochs)
         if rows.columns:
-            encoder = binary_encoder(
-                rows.arrow_types(), column_types(cur, target.schema, table, rows.columns)
-            )
-            copy = sql.SQL("copy {}.{} ({}) from stdin with (format {})").format(
-                sql.Identifier(target.schema),
-                sql.Identifier(table),
-                sql.SQL(", ").join(sql.Identifier(c) for c in rows.columns),
-                sql.SQL("csv" if encoder is None else "binary"),
-            )
+            encoder = table_encoder(cur, target.schema, table, rows.columns, rows.arrow_types())
+            copy = copy_statement(target.schema, table, rows.columns, encoder is not None)
             chunks = rows.csv() if encoder is None else rows.binary(encoder)
             cur.copy_expert(copy, ChunkStream(chunks), size=1 << 20)
         dead_target = dataclasses.replace(target, columns=DEAD_COLUMNS, attempt_table=None)

@@ -158,6 +158,26 @@ def _constant_text(col: Any) -> Const | None:
     return Const(first.decode()) if data.tobytes() == first * len(col) else None
 
 
+def table_encoder(
+    cur: Any, schema: str, table: str, columns: Sequence[str], arrow_types: Sequence[Any]
+) -> BinaryEncoder | None:
+    """The encoder of rows of `arrow_types` into `columns` of schema.table, by the table's
+    column types (None: COPY them as CSV)."""
+    return binary_encoder(arrow_types, column_types(cur, schema, table, columns))
+
+
+def copy_statement(schema: str, table: str, columns: Sequence[str], binary: bool) -> Any:
+    """COPY of `columns` of schema.table from the client, in the binary format or CSV."""
+    from psycopg2 import sql
+
+    return sql.SQL("copy {}.{} ({}) from stdin with (format {})").format(
+        sql.Identifier(schema),
+        sql.Identifier(table),
+        sql.SQL(", ").join(sql.Identifier(c) for c in columns),
+        sql.SQL("binary" if binary else "csv"),
+    )
+
+
 def column_types(cur: Any, schema: str, table: str, columns: Sequence[str]) -> list[int]:
     """The type OIDs of `columns` of schema.table; 0 for a column it does not have (no
     encoder then: the CSV COPY's error names the column)."""

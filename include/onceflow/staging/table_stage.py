@@ -26,8 +26,8 @@ from onceflow.staging.copy_binary import (
     TRAILER,
     BinaryEncoder,
     Const,
-    binary_encoder,
-    column_types,
+    copy_statement,
+    table_encoder,
 )
 from onceflow.staging.fence import StageCommitMessage, claimed_part, record_part
 from onceflow.staging.target import StageTarget
@@ -56,19 +56,13 @@ def stage_table_part(target: StageTarget, part: int, batches: Iterable[Any]) -> 
 def copy_rows(cur: Any, target: StageTarget, part: int, batches: Iterable[Any]) -> _CopyStream:
     """COPY the batches' rows into the stage table, tagged; returns the stream, which
     counted them."""
-    from psycopg2 import sql
 
     stream = _CopyStream(batches, target, part)
     if stream.arrow_types:
-        stream.encoder = binary_encoder(
-            stream.arrow_types, column_types(cur, target.schema, target.table, stream.columns)
+        stream.encoder = table_encoder(
+            cur, target.schema, target.table, stream.columns, stream.arrow_types
         )
-    copy = sql.SQL("copy {}.{} ({}) from stdin with (format {})").format(
-        sql.Identifier(target.schema),
-        sql.Identifier(target.table),
-        sql.SQL(", ").join(sql.Identifier(c) for c in stream.columns),
-        sql.SQL("csv" if stream.encoder is None else "binary"),
-    )
+    copy = copy_statement(target.schema, target.table, stream.columns, stream.encoder is not None)
     cur.copy_expert(copy, stream, size=1 << 20)
     return stream
 
