@@ -664,8 +664,9 @@ def test_a_task_that_dies_before_its_commit_leaves_nothing(env, first_run, tmp_p
 
 @pytest.mark.integration
 def test_staged_timestamps_are_utc_whatever_the_servers_time_zone(env, first_run):
-    """The CSV carries UTC wall times without a zone; stage_part reads them in UTC even on
-    a connection whose time zone is another (here America/New_York)."""
+    """A staged timestamp lands as its instant even on a connection whose time zone is
+    another (here America/New_York): the binary rows carry microseconds since 2000-01-01
+    UTC, and a CSV's UTC wall times without a zone are read in UTC."""
     import datetime as dt
 
     import pyarrow as pa
