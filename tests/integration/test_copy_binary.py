@@ -247,9 +247,10 @@ def test_years_csv_cannot_write_land_as_their_instants(cur):
     assert cur.fetchall() == [(True, True)] * 4
 
 
-def test_a_timestamp_beyond_postgresqls_range_is_refused_before_it_wraps(cur):
-    """A timestamp[s] whose microseconds pass int64 would wrap into a year PostgreSQL takes:
-    the encoder refuses it, as PostgreSQL refuses one it can read."""
+def test_a_timestamp_or_date_beyond_postgresqls_range_is_refused_before_it_wraps(cur):
+    """A timestamp[s] whose microseconds pass int64, or a date32 whose days from 2000 pass
+    int32, would wrap into a value PostgreSQL takes: the encoder refuses them, as
+    PostgreSQL refuses one it can read."""
     ts = arrow_column("tss", [0, 2**62, None])
     encoder = cb.binary_encoder([ts.type], [bv.TIMESTAMPTZ])
     with pytest.raises(ValueError, match="timestamp out of range"):
@@ -258,3 +259,13 @@ def test_a_timestamp_beyond_postgresqls_range_is_refused_before_it_wraps(cur):
     with pytest.raises(ValueError, match="timestamp out of range"):
         encoder.rows([far])
     assert encoder.rows([arrow_column("tss", [None, 5])])  # a NULL's slot is not a value
+    dates = cb.binary_encoder([pa.date32()], [bv.DATE])
+    with pytest.raises(ValueError, match="date out of range"):  # int32 days would wrap
+        dates.rows([fixed_array(pa.date32(), np.array([-(2**31), 0], dtype=np.int32))])
+    last = 2_145_031_948 + 10_957  # 5874897-12-31, PostgreSQL's last date
+    cur.execute("drop table if exists t_bin; create table t_bin (k serial, d date)")
+    written = dates.rows([fixed_array(pa.date32(), np.array([last], dtype=np.int32))])
+    copy(cur, "t_bin", ["d"], cb.HEADER + written + cb.TRAILER, "binary")
+    assert rows(cur, "t_bin") == ["(1,5874897-12-31)"]
+    with pytest.raises(ValueError, match="date out of range"):
+        dates.rows([fixed_array(pa.date32(), np.array([last + 1], dtype=np.int32))])

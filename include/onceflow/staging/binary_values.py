@@ -18,6 +18,7 @@ TIMESTAMP, TIMESTAMPTZ, NUMERIC = 1114, 1184, 1700
 _PG_EPOCH_DAYS = 10_957
 _PG_EPOCH_MICROS = _PG_EPOCH_DAYS * 86_400 * 1_000_000
 _PG_MIN_MICROS = -211_813_488_000_000_000  # 4714-11-24 BC, PostgreSQL's earliest timestamp
+_PG_MIN_DAYS, _PG_MAX_DAYS = -2_451_545, 2_145_031_948  # its dates: 4714-11-24 BC, 5874897 AD
 _MICROS_PER = {"s": 1_000_000, "ms": 1_000, "us": 1}
 _NUMERIC_NEG = 0x4000
 
@@ -116,11 +117,20 @@ def _timestamp_values(col: Any) -> Any:
 
 
 def _date_values(col: Any) -> Any:
+    """Days since 2000-01-01, in PostgreSQL's range (checked: int32 would wrap around)."""
     import numpy as np
 
-    from onceflow.spark.arrow_columns import fixed_values
+    from onceflow.spark.arrow_columns import fixed_values, valid_mask
 
-    return big_endian(fixed_values(col, np.int32).astype(np.int64) - _PG_EPOCH_DAYS, ">i4")
+    days = fixed_values(col, np.int32).astype(np.int64) - _PG_EPOCH_DAYS
+    out = (days < _PG_MIN_DAYS) | (days > _PG_MAX_DAYS)
+    if out.any() and (out & valid_mask(col)).any():
+        first = days[out & valid_mask(col)][0] + _PG_EPOCH_DAYS
+        raise ValueError(
+            f"date out of range: {first} days from 1970-01-01 (PostgreSQL takes "
+            "4714-11-24 BC to 5874897 AD)"
+        )
+    return big_endian(np.where(out, 0, days), ">i4")
 
 
 def _numeric_digits(t: Any) -> tuple[int, int]:
