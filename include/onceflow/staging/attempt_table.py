@@ -50,7 +50,6 @@ def stage_attempt_part(
 ) -> StageCommitMessage:
     """Stage one part: its valid rows into the attempt's table, its dead letters into the
     stage table, its counts on the fence, all in one transaction."""
-
     table = target.attempt_table
     if table is None:
         raise ValueError(

@@ -56,7 +56,6 @@ def stage_table_part(target: StageTarget, part: int, batches: Iterable[Any]) -> 
 def copy_rows(cur: Any, target: StageTarget, part: int, batches: Iterable[Any]) -> _CopyStream:
     """COPY the batches' rows into the stage table, tagged; returns the stream, which
     counted them."""
-
     stream = _CopyStream(batches, target, part)
     if stream.arrow_types:
         stream.encoder = table_encoder(
