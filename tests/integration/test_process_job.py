@@ -1142,7 +1142,7 @@ def test_csv_for_copy_tags_rows_and_encodes_bytea():
     import pyarrow as pa
     from onceflow.ledger.attempt import Attempt
     from onceflow.ledger.db import Ledger
-    from onceflow.staging.table_stage import _CopyStream
+    from onceflow.staging.table_stage import ChunkStream, _StagedRows
     from onceflow.staging.target import StageTarget
 
     batch = pa.RecordBatch.from_pydict(
@@ -1169,9 +1169,10 @@ def test_csv_for_copy_tags_rows_and_encodes_bytea():
     sink = PostgresSink("s", SinkConfig("orders"), columns)
     stage = StageWriter(sink, stage_columns(c.name for c in columns))
     target = StageTarget.of(Ledger("dsn"), stage, Attempt("p", "run,1", 1, 3))
-    stream = _CopyStream([batch, batch.slice(0, 0)], target, 7)
-    text = io.BytesIO(stream.read()).getvalue().decode()
-    assert stream.read() == b"" and stream.rows == 2
+    stream = _StagedRows([batch, batch.slice(0, 0)], target, 7)
+    copy_input = ChunkStream(stream.chunks(None))
+    text = io.BytesIO(copy_input.read()).getvalue().decode()
+    assert copy_input.read() == b"" and stream.rows == 2
     assert stream.columns[:3] == ("txid", "attempt", "part")
     lines = text.split("\n")
     assert lines[0] == '"run,1",3,7,"t",0,1,"a,""b""'

@@ -254,7 +254,7 @@ from onceflow.sinks.postgres.columns import Column
 from onceflow.sinks.stage_writer import StageWriter, stage_columns
 from onceflow.staging.attempt_table import _ValidRows
 from onceflow.staging.fast_stage import Split
-from onceflow.staging.table_stage import _CopyStream
+from onceflow.staging.table_stage import ChunkStream, _StagedRows
 from onceflow.ledger.attempt import Attempt
 from onceflow.ledger.db import Ledger
 from onceflow.staging.target import StageTarget
@@ -277,9 +277,10 @@ assert "pandas" not in sys.modules
 split = Split(iter([b]), orders.fast_form, columns, "orders:transform")
 target = StageTarget.of(Ledger("dsn"), stage, Attempt("p", "tx", 1, 1))
 accepted = list(split)
-stream = _CopyStream(iter(accepted), target, 0)
+staged = _StagedRows(iter(accepted), target, 0)
+stream = ChunkStream(staged.chunks(None))
 assert stream.read(1 << 20) and stream.read(1 << 20) == b""
-assert stream.rows == 10 and stream.checksum is not None
+assert staged.rows == 10 and staged.checksum is not None
 assert sum(x.num_rows for x in split.declined()) == 20
 # the same rows as an append sink stages them: into the attempt's own table
 assert target.attempt_table == "orders__s1_a1"

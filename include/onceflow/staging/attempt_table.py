@@ -26,10 +26,9 @@ from onceflow.ledger.batches import range_epochs
 from onceflow.spark.arrow_columns import bool_array, fixed_array, string_repeat
 from onceflow.staging.checksum import HASH_COLUMN
 from onceflow.staging.copy_binary import (
-    HEADER,
-    TRAILER,
     BinaryEncoder,
     Const,
+    binary_stream,
     copy_statement,
     table_encoder,
 )
@@ -129,10 +128,7 @@ class _ValidRows(PartCounts):
 
     def binary(self, encoder: BinaryEncoder) -> Iterator[bytes]:
         """The valid rows in PostgreSQL's binary COPY format (copy_binary)."""
-        yield HEADER
-        for txid, seq, rest in self._written():
-            yield encoder.rows([txid, seq, *rest])
-        yield TRAILER
+        return binary_stream(encoder, ([txid, seq, *rest] for txid, seq, rest in self._written()))
 
     def _written(self) -> Iterator[tuple[Const, Const, list[Any]]]:
         """Per batch of valid rows: the txid and seq of every row, then the epoch and the

@@ -14,7 +14,7 @@ and its bytes, all big-endian; the stream is HEADER, the rows, TRAILER.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -156,6 +156,15 @@ def _constant_text(col: Any) -> Const | None:
     data = memoryview(col.buffers()[2])[offsets[0] : offsets[-1]]
     first = bytes(data[:width])
     return Const(first.decode()) if data.tobytes() == first * len(col) else None
+
+
+def binary_stream(encoder: BinaryEncoder, batches: Iterable[Sequence[Any]]) -> Iterator[bytes]:
+    """The COPY input of the binary format: HEADER, the rows of each batch's columns (Arrow
+    arrays or Const), TRAILER."""
+    yield HEADER
+    for columns in batches:
+        yield encoder.rows(columns)
+    yield TRAILER
 
 
 def table_encoder(

@@ -14,7 +14,8 @@ key/value, error), and optionally HASH_COLUMN (staged as row_hash).
 from __future__ import annotations
 
 import io
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from itertools import chain
 from typing import Any
 
 from onceflow.errors.transform import StageColumnsError
@@ -22,10 +23,9 @@ from onceflow.sinks.base import TAG_COLUMNS
 from onceflow.spark.arrow_columns import fixed_array, string_repeat, valid_mask
 from onceflow.staging.checksum import HASH_COLUMN, exact_sum, staged_name
 from onceflow.staging.copy_binary import (
-    HEADER,
-    TRAILER,
     BinaryEncoder,
     Const,
+    binary_stream,
     copy_statement,
     table_encoder,
 )
@@ -53,31 +53,28 @@ def stage_table_part(target: StageTarget, part: int, batches: Iterable[Any]) -> 
     return StageCommitMessage(part, stream.rows, skipped=False)
 
 
-def copy_rows(cur: Any, target: StageTarget, part: int, batches: Iterable[Any]) -> _CopyStream:
-    """COPY the batches' rows into the stage table, tagged; returns the stream, which
-    counted them."""
-    stream = _CopyStream(batches, target, part)
-    if stream.arrow_types:
-        stream.encoder = table_encoder(
-            cur, target.schema, target.table, stream.columns, stream.arrow_types
-        )
-    copy = copy_statement(target.schema, target.table, stream.columns, stream.encoder is not None)
-    cur.copy_expert(copy, stream, size=1 << 20)
-    return stream
+def copy_rows(cur: Any, target: StageTarget, part: int, batches: Iterable[Any]) -> _StagedRows:
+    """COPY the batches' rows into the stage table, tagged; returns the rows, which counted
+    them on the way."""
+    rows = _StagedRows(batches, target, part)
+    encoder = None
+    if rows.arrow_types:
+        encoder = table_encoder(cur, target.schema, target.table, rows.columns, rows.arrow_types)
+    copy = copy_statement(target.schema, target.table, rows.columns, encoder is not None)
+    cur.copy_expert(copy, ChunkStream(rows.chunks(encoder)), size=1 << 20)
+    return rows
 
 
-class _CopyStream(io.RawIOBase):
-    """A file-like view of Arrow batches as PostgreSQL's COPY input, one batch in memory at a
-    time: rows in the binary format by `encoder` (copy_binary), or, without one, CSV, which
-    Arrow's C++ CSV writer formats (only non-null binary values, dead letters, are turned
-    into PostgreSQL bytea hex text in Python).
+class _StagedRows:
+    """A part's Arrow batches as PostgreSQL's COPY input, one batch in memory at a time
+    (chunks), counted on the way: rows in the binary format by an encoder (copy_binary), or,
+    without one, CSV, which Arrow's C++ CSV writer formats (only non-null binary values, dead
+    letters, are turned into PostgreSQL bytea hex text in Python).
     """
 
     def __init__(self, batches: Iterable[Any], target: StageTarget, part: int) -> None:
         self._batches = iter(batches)
         self._tags = (target.attempt.txid, target.attempt.attempt, part)
-        self._buf = b""
-        self._pos = 0
         self.rows = 0
         self.dead = 0  # rows with an error (dead letters)
         self.valid = 0  # records the valid rows account for (`records` when there is one)
@@ -85,8 +82,6 @@ class _CopyStream(io.RawIOBase):
         self.columns: tuple[str, ...] = TAG_COLUMNS + target.columns
         # the Arrow types of the columns (None: a tag, the same in every row), if any batch
         self.arrow_types: list[Any] = []
-        self.encoder: BinaryEncoder | None = None
-        self._started = self._ended = False
         self._first: Any = next(self._batches, None)
         if self._first is not None:
             names = tuple(self._first.schema.names)
@@ -102,45 +97,20 @@ class _CopyStream(io.RawIOBase):
             self.columns = TAG_COLUMNS + tuple(staged_name(n) for n in names)
             self.arrow_types = [None] * len(TAG_COLUMNS) + list(self._first.schema.types)
 
-    def readable(self) -> bool:
-        return True
+    def chunks(self, encoder: BinaryEncoder | None) -> Iterator[bytes]:
+        """The COPY input: binary by `encoder`, or CSV without one."""
+        if encoder is None:
+            return (_to_csv(batch, self._tags) for batch in self._counted())
+        tags = [Const(t) for t in self._tags]
+        return binary_stream(encoder, ([*tags, *batch.columns] for batch in self._counted()))
 
-    def read(self, size: int = -1) -> bytes:
-        while self._pos >= len(self._buf):
-            chunk = self._next_chunk()
-            if chunk is None:
-                return b""
-            self._buf, self._pos = chunk, 0
-        end = len(self._buf) if size is None or size < 0 else self._pos + size
-        chunk = self._buf[self._pos : end]
-        self._pos += len(chunk)
-        return chunk
-
-    def _next_chunk(self) -> bytes | None:
-        if self._ended:
-            return None
-        batch = self._next_batch()
-        if self.encoder is None:
-            self._ended = batch is None
-            return None if batch is None else _to_csv(batch, self._tags)
-        # binary: HEADER before the first rows, TRAILER after the last
-        head = b"" if self._started else HEADER
-        self._started = True
-        if batch is None:
-            self._ended = True
-            return head + TRAILER
-        return head + self.encoder.rows([*map(Const, self._tags), *batch.columns])
-
-    def _next_batch(self) -> Any:
-        if self._first is not None:
-            batch, self._first = self._first, None
-        else:
-            batch = next(self._batches, None)
-        while batch is not None and batch.num_rows == 0:
-            batch = next(self._batches, None)
-        if batch is not None:
-            self._count(batch)
-        return batch
+    def _counted(self) -> Iterator[Any]:
+        """The non-empty batches, each counted as it is handed on."""
+        first, self._first = self._first, None
+        for batch in self._batches if first is None else chain((first,), self._batches):
+            if batch.num_rows:
+                self._count(batch)
+                yield batch
 
     def _count(self, batch: Any) -> None:
         import pyarrow.compute as pc
