@@ -193,6 +193,12 @@ def test_constant_and_sliced_columns_land_as_csv(cur):
     copy(cur, "t_bin", names, cb.HEADER + written + cb.TRAILER, "binary")
     assert rows(cur, "t_bin") == rows(cur, "t_csv")
     assert rows(cur, "t_csv")[0] == "(1,orders,7,-0.18,run-1,9)"
+    # a hostile run id (a leading dash, a quote, a comma, a newline) as a Const: its bytes
+    hostile = '-run,"1"\n\\x'
+    written = encoder.rows([topic, offsets, amount, cb.Const(hostile), cb.Const(9)])
+    copy(cur, "t_bin", names, cb.HEADER + written + cb.TRAILER, "binary")
+    cur.execute("select distinct txid from t_bin where k > 30")
+    assert cur.fetchall() == [(hostile,)]
 
 
 @pytest.mark.parametrize(
