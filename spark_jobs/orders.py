@@ -381,37 +381,36 @@ _TS = (
     r"[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]{2}"
     r"(?:\.[0-9]{1,9})?(?:Z|[+-][0-9]{2}(?::?[0-9]{2})?)?"
 )
-# The whole value's shape. RE2 extracts up to 4 groups with its fast one-pass matcher, and
-# more with a slower one (measured on the bench's orders: 4 groups 0.8 us a record, 5 groups
-# 1.5 us, one group per part as before 2.0 us). So the last two fields are one group, taken
-# apart by _LAST_RE on that short text, and the amount's and the timestamp's parts after it,
-# on theirs: the whole fast form 1.9 us a record, against 2.3 us.
+# The whole value's shape, without groups: RE2 answers "does it match" in about a third of
+# the time it takes to extract the fields as groups (20,000 order events: 0.26 µs a record
+# against 0.63 µs for four groups and 0.28 µs more for the last two fields'; bench/NOTES.md,
+# session 52). The fields are then cut out by the positions of the value's quotes (_QUOTE).
 FAST_BYTES_RE = (
     "^"
     + _WS
     + r"\{"
     + ",".join(
         [
-            _field("order_id", f'"(?P<order_id>{_CHAR}*)"'),
-            _field("customer_id", f'"(?P<customer_id>{_CHAR}*)"'),
-            _field("amount", r"(?P<amount>(?:0|[1-9][0-9]{0,11})(?:\.[0-9]{1,18})?)"),
-            "(?P<last>" + _field("currency", r'"[A-Z]{3}"') + "," + _field("ts", f'"{_TS}"') + ")",
+            _field("order_id", f'"{_CHAR}*"'),
+            _field("customer_id", f'"{_CHAR}*"'),
+            _field("amount", r"(?:0|[1-9][0-9]{0,11})(?:\.[0-9]{1,18})?"),
+            _field("currency", r'"[A-Z]{3}"'),
+            _field("ts", f'"{_TS}"'),
         ]
     )
     + r"\}"
     + _WS
     + r"\z"
 )
-_LAST_RE = (
-    "^" + _field("currency", r'"(?P<currency>[A-Z]{3})"') + "," + _field("ts", f'"(?P<ts>{_TS})"')
-)
-# The parts of what FAST_BYTES_RE matched: an amount's units and fraction digits; a
-# timestamp's fraction and zone, after its fixed-width date and time (TS_FIELDS)
-_AMOUNT_RE = r"^(?P<units>[0-9]+)(?:\.(?P<cents>[0-9]+))?$"
-_TS_TAIL_RE = (
-    r"^(?:\.(?P<frac>[0-9]+))?(?:Z|(?P<sign>[+-])(?P<oh>[0-9]{2})(?::?(?P<om>[0-9]{2}))?)?$"
-)
-# where each part of "YYYY-MM-DDThh:mm:ss" is
+# A value FAST_BYTES_RE matches holds exactly 18 quote characters: two around each of the
+# five names and four string values, and none inside a string (_CHAR leaves '"' out, and
+# every byte of a multi-byte UTF-8 sequence is >= 0x80). The n-th quote of every such value
+# is therefore the same token: these are the quotes that open and close each field's value
+# (the amount lies between the quote closing its name and the one opening "currency").
+_QUOTES = 18
+_QUOTE = {"order_id": (2, 3), "customer_id": (6, 7), "amount": (9, 10), "currency": (12, 13),
+          "ts": (16, 17)}  # fmt: skip
+# where each part of "YYYY-MM-DDThh:mm:ss" is, from the timestamp's first character
 TS_FIELDS = {"y": (0, 4), "mo": (5, 7), "d": (8, 10), "h": (11, 13), "mi": (14, 16), "s": (17, 19)}
 
 
@@ -424,57 +423,44 @@ def fast_form(batch: Any) -> tuple[Any, Any]:
     from onceflow.spark.arrow_columns import (
         bool_values,
         fixed_array,
+        spans_array,
         valid_mask,
         value_lengths,
     )
 
     value = batch.column(batch.schema.get_field_index("value"))
-    valid = valid_mask(value)
     lengths = value_lengths(value)
     # An over-long value is not even matched (RE2 would scan all of it).
-    candidates = np.flatnonzero(valid & (lengths <= MAX_VALUE_BYTES))
-    m = pc.extract_regex(value.take(_indices(candidates)), FAST_BYTES_RE)
-    matched = valid_mask(m)
+    candidates = np.flatnonzero(valid_mask(value) & (lengths <= MAX_VALUE_BYTES))
+    if len(candidates) < len(value):
+        value = value.take(_indices(candidates))
+    matched = bool_values(pc.match_substring_regex(value, FAST_BYTES_RE))
     rows = candidates[matched]
-    m = m.take(_indices(np.flatnonzero(matched)))
+    data, first, end = _matched_bytes(value.take(_indices(np.flatnonzero(matched))))
+    n = len(rows)
+    # every quote of the matched values, in order: _QUOTES a value
+    quotes = np.flatnonzero(data == ord('"'))
+    if quotes.size != _QUOTES * n:
+        raise AssertionError("orders.fast_form: a matched value without 18 quotes")
+    quotes = quotes.reshape(n, _QUOTES)
 
-    def text(name: str) -> Any:
-        return pc.cast(pc.struct_field(m, name), pa.string())
+    def inside(name: str) -> tuple[Any, Any]:
+        """Where a field's value starts and ends in `data`, between its quotes."""
+        opening, closing = _QUOTE[name]
+        return quotes[:, opening] + 1, quotes[:, closing]
 
-    last = pc.extract_regex(text("last"), _LAST_RE)
-    ts_text = pc.struct_field(last, "ts")
-    amount = pc.extract_regex(text("amount"), _AMOUNT_RE)
-    tail = pc.extract_regex(pc.utf8_slice_codeunits(ts_text, 19), _TS_TAIL_RE)
-
-    def part(name: str) -> Any:
-        """A part of the amount or of the timestamp's tail, as text ("" where it did not
-        take part)."""
-        return pc.struct_field(amount if name in ("units", "cents") else tail, name)
-
-    ts_digits = _fixed_digits(ts_text)
-
-    def digits(name: str, width: int = 1) -> Any:
-        """A part of digits as int64 (_digits_of; "" where it did not take part)."""
-        if name in TS_FIELDS:
-            return ts_digits[name]
-        return _digits_of(part(name), width)
-
-    order_id = text("order_id")
-    ok = bool_values(pc.match_substring_regex(order_id, "[^ ]"))
+    order_id = spans_array(pa.string(), data, *inside("order_id"))
+    ok = _any_but_space(order_id)
 
     # amount: cents, rounded HALF_UP on the digits (3rd fraction digit >= 5 rounds up)
-    frac3 = digits("cents", 3)
-    cents = digits("units") * 100 + frac3 // 10 + (frac3 % 10 >= 5)
+    units, frac3 = _amount_digits(data, inside("amount")[0])
+    cents = units * 100 + frac3 // 10 + (frac3 % 10 >= 5)
     ok &= cents < 10**14
 
     # ts -> microseconds since the epoch, UTC
-    y, mo, d = digits("y"), digits("mo"), digits("d")
-    h, mi, s = digits("h"), digits("mi"), digits("s")
-    oh, om = digits("oh"), digits("om")
-    sign = np.where(bool_values(pc.starts_with(part("sign"), "-")), -1, 1)
+    y, mo, d, h, mi, s, micros, sign, oh, om = _ts_parts(data, *inside("ts"))
     ok &= (y >= 1) & (mo >= 1) & (mo <= 12) & (d >= 1) & (d <= _days_in_month(y, mo))
     ok &= (h <= 23) & (mi <= 59) & (s <= 59) & (oh <= 17) & (om <= 59)
-    micros = digits("frac", 6)
     seconds = _days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + s
     seconds -= sign * (oh * 3600 + om * 60)
     ts = seconds * 1_000_000 + micros
@@ -482,56 +468,97 @@ def fast_form(batch: Any) -> tuple[Any, Any]:
 
     keep = _indices(np.flatnonzero(ok))
     accepted = rows[ok].astype(np.int64)
+    currency = inside("currency")[0][ok]
     columns = [
         order_id.take(keep),
-        text("customer_id").take(keep),
+        spans_array(pa.string(), data, *[f[ok] for f in inside("customer_id")]),
         fixed_array(pa.decimal128(18, 2), _decimal128_words(cents[ok])),
-        pc.struct_field(last, "currency").take(keep),
+        spans_array(pa.string(), data, currency, currency + 3),
         fixed_array(pa.timestamp("us", tz="UTC"), np.ascontiguousarray(ts[ok], np.int64)),
     ]
     return accepted, pa.RecordBatch.from_arrays(columns, names=list(COLUMNS))
 
 
-def _fixed_digits(ts_text: Any) -> dict[str, Any]:
-    """The date's and time's parts (TS_FIELDS) of `ts_text`, an Arrow string array of
-    matched timestamps, each "YYYY-MM-DD?hh:mm:ss..." with ASCII digits at those positions
-    (FAST_BYTES_RE's form), as int64 numpy arrays read from the array's bytes by position.
-    Why not Arrow's slice, pad and cast per part: those took 0.43 µs a record for the six,
-    and the whole fast form runs 0.2-0.4 µs a record faster without them (bench/NOTES.md,
-    session 50)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if not ts_text.null_count and pa.types.is_string(ts_text.type) and len(ts_text):
-        offsets = np.frombuffer(ts_text.buffers()[1], dtype=np.int32)
-        offsets = offsets[ts_text.offset : ts_text.offset + len(ts_text) + 1].astype(np.int64)
-        # a value shorter than the form: never read another value's bytes
-        if (np.diff(offsets) >= 19).all():
-            starts = offsets[:-1]
-            data = np.frombuffer(ts_text.buffers()[2], dtype=np.uint8)
-            out = {}
-            for name, (first, end) in TS_FIELDS.items():
-                v = np.zeros(len(starts), dtype=np.int64)
-                for k in range(first, end):
-                    v = v * 10 + (data[starts + k] - 48)
-                out[name] = v
-            return out
-    return {
-        name: _digits_of(pc.utf8_slice_codeunits(ts_text, *at)) for name, at in TS_FIELDS.items()
-    }
+_PAD = 40  # the widest window read from a position inside a value (_ts_parts: 36)
 
 
-def _digits_of(text: Any, width: int = 1) -> Any:
-    """A string array of digits as int64 numpy; an empty value as 0, and the first `width`
-    digits only (right-padded with zeros) where width > 1."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    from onceflow.spark.arrow_columns import fixed_values
+def _matched_bytes(values: Any) -> tuple[Any, Any, Any]:
+    """The bytes of `values` (the matched values) as one uint8 numpy array followed by _PAD
+    zero bytes, so that a window of up to _PAD bytes from any position inside a value stays
+    inside the array; and each value's first and end position in it."""
+    from onceflow.spark.arrow_columns import value_spans
 
-    t = pc.utf8_rpad(text, width, "0")
-    if width > 1:
-        t = pc.utf8_slice_codeunits(t, 0, width)
-    return fixed_values(pc.cast(t, pa.int64()), np.int64)
+    data, first, end = value_spans(values)
+    lo = int(first[0]) if len(first) else 0
+    hi = int(end[-1]) if len(end) else 0
+    padded = np.zeros(hi - lo + _PAD, dtype=np.uint8)
+    padded[: hi - lo] = data[lo:hi]
+    return padded, first - lo, end - lo
+
+
+def _windows(data: Any, at: Any, width: int) -> Any:
+    """The (len(at), width) uint8 matrix of `data`'s bytes from each position of `at`
+    (_matched_bytes' padding keeps every window inside `data`)."""
+    return np.lib.stride_tricks.sliding_window_view(data, width)[at]
+
+
+def _is_digit(b: Any) -> Any:
+    """Which of the uint8 bytes `b` are ASCII digits (below '0' wraps around to >= 208)."""
+    return (b - np.uint8(48)) < 10
+
+
+def _digits(window: Any) -> Any:
+    """int64 of each row of `window`, a (n, k) uint8 matrix of ASCII digits."""
+    return (window - np.uint8(48)).astype(np.int64) @ 10 ** np.arange(window.shape[1] - 1, -1, -1)
+
+
+def _amount_digits(data: Any, after: Any) -> tuple[Any, Any]:
+    """The amount that follows each position of `after` (its name's closing quote), then
+    JSON whitespace, ':' and whitespace: its integer part and the first three digits of its
+    fraction (zero-padded), as int64. FAST_BYTES_RE bounds the integer part to 12 digits,
+    and at least 40 bytes of the value precede it."""
+    at = after.copy()
+    todo = np.flatnonzero(~_is_digit(data[at]))
+    while todo.size:  # past the whitespace and the colon: usually one byte, ':'
+        at[todo] += 1
+        todo = todo[~_is_digit(data[at[todo]])]
+    n_units = np.argmin(_is_digit(_windows(data, at, 13)), axis=1)  # then '.', space or ','
+    # the 12 bytes that end with the integer part: its digits, after bytes to leave out
+    ending = _windows(data, at + n_units - 12, 12)
+    units = _digits(np.where(np.arange(12) >= 12 - n_units[:, None], ending, np.uint8(48)))
+    # what follows a fraction is whitespace or ',': its digits are the digits of the window
+    fraction = _windows(data, at + n_units + 1, 3)
+    taken = _is_digit(fraction) & (data[at + n_units] == ord("."))[:, None]
+    return units, _digits(np.where(taken, fraction, np.uint8(48)))
+
+
+def _ts_parts(data: Any, first: Any, end: Any) -> tuple[Any, ...]:
+    """The parts of each timestamp data[first:end] (between its quotes), as int64: year,
+    month, day, hour, minute, second by position ("YYYY-MM-DD?hh:mm:ss", TS_FIELDS); then
+    [.fraction][Z|+hh|+hhmm|+hh:mm]: the fraction as microseconds (its first six digits,
+    zero-padded), the offset's sign (-1 or 1), hours and minutes (0 without an offset)."""
+    window = _windows(data, first, 36)  # 19 + '.' + 9 digits + 6 of the offset + the quote
+    fields = tuple(_digits(window[:, a:b]) for a, b in TS_FIELDS.values())
+    has_fraction = window[:, 19] == ord(".")
+    n_frac = np.where(has_fraction, np.argmin(_is_digit(window[:, 20:30]), axis=1), 0)
+    micros = _digits(np.where(np.arange(6) < n_frac[:, None], window[:, 20:26], np.uint8(48)))
+    zone = 19 + np.where(has_fraction, 1 + n_frac, 0)
+    size = (end - first) - zone  # 0 (none), 1 (Z), 3 (+hh), 5 (+hhmm) or 6 (+hh:mm)
+    rows = np.arange(len(first))
+    sign = np.where(window[rows, zone] == ord("-"), -1, 1)
+    # the hours follow the sign; the minutes, where there are any, are the last two bytes
+    hours = _digits(_windows(data, first + zone + 1, 2))
+    minutes = _digits(_windows(data, end - 2, 2))
+    return (*fields, micros, sign, np.where(size >= 3, hours, 0), np.where(size >= 5, minutes, 0))
+
+
+def _any_but_space(text: Any) -> Any:
+    """Which values of `text` (a string Array without NULL) hold a character other than ' '."""
+    from onceflow.spark.arrow_columns import value_spans
+
+    data, first, end = value_spans(text)
+    others = np.concatenate([[0], np.cumsum(data != ord(" "))])
+    return others[end] - others[first] > 0
 
 
 def _indices(positions: Any) -> Any:

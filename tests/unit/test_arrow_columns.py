@@ -15,10 +15,12 @@ from onceflow.spark.arrow_columns import (
     bool_values,
     fixed_array,
     fixed_values,
+    spans_array,
     string_repeat,
     timestamp_array,
     valid_mask,
     value_lengths,
+    value_spans,
 )
 
 pytestmark = pytest.mark.unit
@@ -54,6 +56,21 @@ def test_views_of_sliced_arrays_with_nulls():
         assert list(value_lengths(strings.slice(1))) == [2, 0, 0]
 
 
+def test_value_spans_of_sliced_arrays_and_arrays_built_from_spans():
+    for kind in (pa.binary(), pa.large_binary(), pa.string()):
+        texts = pa.array([b"zz", b"ab", None, b"", b"cde"], kind).slice(1)
+        data, first, end = value_spans(texts)
+        assert first.dtype == end.dtype == np.int64
+        assert [bytes(data[a:b]) for a, b in zip(first, end)] == [b"ab", b"", b"", b"cde"]
+    assert value_spans(pa.array([""]))[0].size == 0  # a data buffer of no bytes
+    data = np.frombuffer(b"hello, world", dtype=np.uint8)
+    # apart, overlapping, empty and out of order
+    spans = spans_array(pa.string(), data, [7, 0, 3, 5, 1], [12, 5, 3, 12, 4])
+    spans.validate(full=True)
+    assert spans.to_pylist() == ["world", "hello", "", ", world", "ell"]
+    assert spans_array(pa.binary(), data, [], []).to_pylist() == []
+
+
 def test_builders():
     assert string_repeat("tö", 3).to_pylist() == ["tö"] * 3
     assert string_repeat("t", 0).to_pylist() == []
@@ -72,6 +89,7 @@ def test_no_pandas_import():
         "a = ac.binary_array([b'a', None])\n"
         "ac.value_lengths(a); ac.valid_mask(a); ac.timestamp_array([1, -1])\n"
         "ac.bool_values(ac.fixed_array(pa.int64(), np.arange(2)).is_null())\n"
+        "data, first, end = ac.value_spans(a); ac.spans_array(pa.binary(), data, first, end)\n"
         "assert 'pandas' not in sys.modules, 'pandas was imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

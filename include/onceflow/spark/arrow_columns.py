@@ -76,6 +76,43 @@ def value_lengths(arr: Any) -> Any:
     return np.where(valid_mask(arr), np.diff(offsets).astype(np.int64), 0)
 
 
+def value_spans(arr: Any) -> tuple[Any, Any, Any]:
+    """The bytes of `arr`, a pyarrow binary or string Array (or their large forms), as
+    numpy: (data, first, end), where value i is data[first[i]:end[i]]. `data` is a uint8 view
+    of the array's data buffer (no copy: never write to it), `first` and `end` are int64. A
+    NULL value's span is what its offsets say, usually empty: tell NULLs with valid_mask."""
+    import numpy as np
+    import pyarrow as pa
+
+    large = pa.types.is_large_binary(arr.type) or pa.types.is_large_string(arr.type)
+    _, offsets_buf, data_buf = arr.buffers()
+    offsets = np.frombuffer(offsets_buf, dtype=np.int64 if large else np.int32)
+    offsets = offsets[arr.offset : arr.offset + len(arr) + 1].astype(np.int64)
+    data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf else np.zeros(0, np.uint8)
+    return data, offsets[:-1], offsets[1:]
+
+
+def spans_array(type_: Any, data: Any, first: Any, end: Any) -> Any:
+    """A pyarrow Array of `type_` (pa.binary() or pa.string()) whose value i is the bytes
+    data[first[i]:end[i]] of `data`, a uint8 numpy array (spans may lie anywhere, apart or
+    overlapping; only their bytes are copied). No NULL. For pa.string() the bytes must be
+    well-formed UTF-8, which is not checked. ValueError if they total 2 GiB or more."""
+    import numpy as np
+    import pyarrow as pa
+
+    first = np.asarray(first, dtype=np.int64)
+    lengths = np.asarray(end, dtype=np.int64) - first
+    offsets = np.zeros(len(first) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    total = int(offsets[-1])
+    if total >= 1 << 31:
+        raise ValueError(f"spans_array: {total} bytes do not fit Arrow's 32-bit offsets")
+    # byte j of value i sits at first[i] + (j - offsets[i]) in data
+    values = data[np.repeat(first - offsets[:-1], lengths) + np.arange(total)]
+    buffers = [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(values)]
+    return pa.Array.from_buffers(type_, len(first), buffers, 0)
+
+
 def string_repeat(value: str, n: int) -> Any:
     """A pyarrow string Array of `n` times `value`, without NULL."""
     import numpy as np
