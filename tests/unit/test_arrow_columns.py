@@ -61,7 +61,12 @@ def test_value_spans_of_sliced_arrays_and_arrays_built_from_spans():
         texts = pa.array([b"zz", b"ab", None, b"", b"cde"], kind).slice(1)
         data, first, end = value_spans(texts)
         assert first.dtype == end.dtype == np.int64
-        assert [bytes(data[a:b]) for a, b in zip(first, end)] == [b"ab", b"", b"", b"cde"]
+        assert [bytes(data[a:b]) for a, b in zip(first, end, strict=True)] == [
+            b"ab",
+            b"",
+            b"",
+            b"cde",
+        ]
     assert value_spans(pa.array([""]))[0].size == 0  # a data buffer of no bytes
     data = np.frombuffer(b"hello, world", dtype=np.uint8)
     # apart, overlapping, empty and out of order
