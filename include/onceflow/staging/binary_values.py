@@ -99,38 +99,54 @@ def _timestamp_values(col: Any) -> Any:
     CSV's UTC wall time, which COPY reads with time zone UTC)."""
     import numpy as np
 
-    from onceflow.spark.arrow_columns import fixed_values, valid_mask
+    from onceflow.spark.arrow_columns import fixed_values
 
     factor = _MICROS_PER[col.type.unit]
     values = fixed_values(col, np.int64)
     # PostgreSQL's own range, checked before the arithmetic can wrap around int64
     lo = -(-(_PG_MIN_MICROS + _PG_EPOCH_MICROS) // factor)
     hi = (2**63 - 1) // factor
-    out = (values < lo) | (values > hi)
-    if out.any() and (out & valid_mask(col)).any():
-        first = values[out & valid_mask(col)][0]
-        raise ValueError(
-            f"timestamp out of range: {first} {col.type.unit} from 1970-01-01 (PostgreSQL "
-            "takes 4714-11-24 BC to 294276 AD)"
-        )
-    return big_endian(np.where(out, 0, values) * factor - _PG_EPOCH_MICROS, ">i8")
+    values = _in_range(
+        values,
+        lo,
+        hi,
+        col,
+        f"timestamp out of range: {{}} {col.type.unit} from 1970-01-01 (PostgreSQL takes "
+        "4714-11-24 BC to 294276 AD)",
+    )
+    return big_endian(values * factor - _PG_EPOCH_MICROS, ">i8")
 
 
 def _date_values(col: Any) -> Any:
     """Days since 2000-01-01, in PostgreSQL's range (checked: int32 would wrap around)."""
     import numpy as np
 
-    from onceflow.spark.arrow_columns import fixed_values, valid_mask
+    from onceflow.spark.arrow_columns import fixed_values
 
-    days = fixed_values(col, np.int32).astype(np.int64) - _PG_EPOCH_DAYS
-    out = (days < _PG_MIN_DAYS) | (days > _PG_MAX_DAYS)
-    if out.any() and (out & valid_mask(col)).any():
-        first = days[out & valid_mask(col)][0] + _PG_EPOCH_DAYS
-        raise ValueError(
-            f"date out of range: {first} days from 1970-01-01 (PostgreSQL takes "
-            "4714-11-24 BC to 5874897 AD)"
-        )
-    return big_endian(np.where(out, 0, days), ">i4")
+    days = _in_range(
+        fixed_values(col, np.int32).astype(np.int64),
+        _PG_MIN_DAYS + _PG_EPOCH_DAYS,
+        _PG_MAX_DAYS + _PG_EPOCH_DAYS,
+        col,
+        "date out of range: {} days from 1970-01-01 (PostgreSQL takes 4714-11-24 BC to 5874897 AD)",
+    )
+    return big_endian(days - _PG_EPOCH_DAYS, ">i4")
+
+
+def _in_range(values: Any, lo: int, hi: int, col: Any, refusal: str) -> Any:
+    """`values` (int64 numpy, one per slot of `col`) with the NULL slots outside lo..hi made 0,
+    so that the arithmetic after it cannot wrap around; ValueError with `refusal` formatted
+    with the first valid value outside lo..hi, if there is one."""
+    import numpy as np
+
+    from onceflow.spark.arrow_columns import valid_mask
+
+    out = (values < lo) | (values > hi)
+    if out.any():
+        refused = out & valid_mask(col)
+        if refused.any():
+            raise ValueError(refusal.format(values[refused][0]))
+    return np.where(out, 0, values)
 
 
 def _numeric_digits(t: Any) -> tuple[int, int]:
