@@ -105,6 +105,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -153,6 +154,8 @@ SUBMIT_ARGS = [
 DRIVER_CONF: dict[str, str] = {}
 # the machine reference's: plain, without the class archive
 REFERENCE_SUBMIT_ARGS = [*SUBMIT_ARGS]
+# the main size's input partitions, Onceflow's and the peer's alike
+MAIN_RECORDS_PER_INPUT = 250_000
 
 
 def submit_args(conf: dict[str, str] | None = None) -> list[str]:
@@ -254,7 +257,9 @@ def ranges_json(topic: Topic) -> str:
     return json.dumps([r.to_json() for r in topic.ranges])
 
 
-def spark_job(bootstrap: str, topic: Topic, mode: str, per_input: int = 250_000) -> dict:
+def spark_job(
+    bootstrap: str, topic: Topic, mode: str, per_input: int = MAIN_RECORDS_PER_INPUT
+) -> dict:
     # read_parse stages nowhere, but reads and parses as process's fast form: its driver JIT
     conf = driver_jit.for_job(DRIVER_CONF, topic.records, fast_form=mode == "read_parse")
     cmd = [str(SPARK_SUBMIT), *submit_args(conf), str(BENCH / "spark_job.py"), "--mode", mode,
@@ -1394,6 +1399,20 @@ def write_markdown(r: dict, path: Path) -> None:
 # --- phase 1 ------------------------------------------------------------------------------
 
 
+def back_to_back(
+    ours_first: bool, ours: Callable[[], dict], peer: Callable[[], dict]
+) -> tuple[dict, dict]:
+    """Onceflow's run and its peer's, one right after the other, in the order `ours_first`
+    gives (data_plane alternates it by round): the host's speed drifts within minutes here
+    (2M-record process runs at 124-156k records/s, then 82-117k, within the hour), so a
+    ratio of two runs minutes apart, always in one order, favours one side."""
+    if ours_first:
+        mine = ours()
+        return mine, peer()
+    theirs = peer()
+    return ours(), theirs
+
+
 def data_plane(
     a: argparse.Namespace, work: Path, bootstrap: str, pg: common.Postgres, sizes: list[int],
     pcounts: list[int], archive: bool, brk: common.Broker,
@@ -1401,6 +1420,7 @@ def data_plane(
     """Phase 1 on a private broker and PostgreSQL: the main size `a.repeats` times, each
     repeat with the peer, then scaling; returns the results' data-plane keys."""
     from onceflow.ledger.db import transaction
+    from onceflow.reader.input_ranges import input_ranges
 
     with transaction(pg.dsn) as cur:
         cur.execute("show server_version")
@@ -1420,6 +1440,8 @@ def data_plane(
         )
 
     main_topic = prefix(a.records)
+    # the peer runs as many tasks as read_parse (bench/spark_job.py's input ranges)
+    inputs = len(input_ranges(main_topic.ranges, MAIN_RECORDS_PER_INPUT))
     raws, nodecode, alone, reads, rps, procs, nrps, nprocs = [], [], [], [], [], [], [], []
     named = {
         "raw": raws, "raw_nodecode": nodecode, "reader_alone": alone, "read": reads,
@@ -1430,19 +1452,29 @@ def data_plane(
         nodecode.append(quiet.measured(raw_consumer, bootstrap, main_topic, "raw-nodecode"))
         alone.append(quiet.measured(raw_consumer, bootstrap, main_topic, "reader"))
         reads.append(quiet.measured(spark_job, bootstrap, main_topic, "read"))
-        rps.append(quiet.measured(spark_job, bootstrap, main_topic, "read_parse"))
-        procs.append(quiet.measured(process_run, bootstrap, led, main_topic, commit=(i == 0)))
-        line = (
-            f"main {i + 1}/{a.repeats}: raw {raws[-1]['records_per_s']:,.0f}/s, read "
-            f"{reads[-1]['records_per_s']:,.0f}/s, read_parse {rps[-1]['records_per_s']:,.0f}/s, "
-            f"process {procs[-1]['records_per_s']:,.0f}/s (wall {procs[-1]['wall_s']:.1f} s)"
+        ours_first = i % 2 == 0
+        rp, nrp = back_to_back(
+            ours_first,
+            partial(quiet.measured, spark_job, bootstrap, main_topic, "read_parse"),
+            partial(quiet.measured, native_run, bootstrap, main_topic, "read_parse", inputs),
         )
-        n = rps[-1]["input_partitions"]  # the peer runs as many tasks
-        nrps.append(quiet.measured(native_run, bootstrap, main_topic, "read_parse", n))
-        nprocs.append(quiet.measured(native_run, bootstrap, main_topic, "process", n, pg))
-        line += (
-            f", native_read_parse {nrps[-1]['records_per_s']:,.0f}/s"
-            f", native_process {nprocs[-1]['records_per_s']:,.0f}/s"
+        pr, npr = back_to_back(
+            ours_first,
+            partial(quiet.measured, process_run, bootstrap, led, main_topic, commit=(i == 0)),
+            partial(quiet.measured, native_run, bootstrap, main_topic, "process", inputs, pg),
+        )
+        if rp["input_partitions"] != inputs:
+            raise RuntimeError(f"read_parse ran {rp['input_partitions']} tasks, its peer {inputs}")
+        rps.append(rp)
+        nrps.append(nrp)
+        procs.append(pr)
+        nprocs.append(npr)
+        line = (
+            f"main {i + 1}/{a.repeats} ({'Onceflow' if ours_first else 'the peer'} first): raw "
+            f"{raws[-1]['records_per_s']:,.0f}/s, read {reads[-1]['records_per_s']:,.0f}/s, "
+            f"read_parse {rp['records_per_s']:,.0f}/s, process {pr['records_per_s']:,.0f}/s "
+            f"(wall {pr['wall_s']:.1f} s), native_read_parse {nrp['records_per_s']:,.0f}/s, "
+            f"native_process {npr['records_per_s']:,.0f}/s"
         )
         loaded = [k for k, runs in named.items() if quiet.is_loaded(runs[-1])]
         say(f"{line}; taken loaded: {', '.join(loaded) or 'none'}")
@@ -1461,7 +1493,7 @@ def data_plane(
             "broker_note": brk.note,
             "postgres": pg_version,
             "spark_master": "local[2]",
-            "records_per_input_partition": 250_000,
+            "records_per_input_partition": MAIN_RECORDS_PER_INPUT,
             "driver_class_archive": archive,
         },
         "raw_consumer_records_per_s": median([x["records_per_s"] for x in quiet.quiet(raws)]),
