@@ -24,7 +24,7 @@ pytestmark = pytest.mark.integration
 N = 10_000
 
 
-def test_ten_thousand_partitions_plan_stage_and_commit(ledger_dsn, unique_name):
+def test_ten_thousand_partitions_plan_stage_and_commit(ledger_dsn, unique_name, monkeypatch):
     from onceflow.audit import run_audit
     from onceflow.commit import commit
     from onceflow.config.pipeline_table import parse_pipeline
@@ -107,3 +107,8 @@ def test_ten_thousand_partitions_plan_stage_and_commit(ledger_dsn, unique_name):
         cur.execute(f'select count(*) from "{cfg.sink_schema}".scale')
         assert cur.fetchone()[0] == 3 * N * per
     assert run_audit(ledger_dsn, cfg).verdict == "exactly-once"
+    # the Ledger view's page of them, as `make bench` times it (ledger_scale.ledger_page sets
+    # the ledger's DSN in the environment; monkeypatch puts it back)
+    monkeypatch.setenv("ONCEFLOW_POSTGRES_DSN", ledger_dsn)
+    page = ledger_scale.ledger_page(ledger_dsn, cfg, {tp: 4 * per for tp in tps})
+    assert page["page_kib"] > 0 and page["page_s"] >= 0 and page["overview_s"] >= 0
