@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Callable
 from typing import Any
 
 from onceflow.formats.avro_columns import named_types, physical, reader_columns
@@ -31,21 +32,31 @@ class AvroDecoder(RegistryDecoder):
         return _parse(schema, self.columns)
 
     def row(self, sid: int, writer: Any, payload: memoryview) -> dict[str, Any]:
+        return self.payload_decoder(sid, writer)(payload)
+
+    def payload_decoder(self, sid: int, writer: Any) -> Callable[[memoryview], dict[str, Any]]:
         from fastavro import schemaless_reader
 
         reader = None if sid == self.reader.id else self._writer(self.reader.id)
-        data = io.BytesIO(payload)
-        try:
-            row = schemaless_reader(data, writer, reader)
-        except Exception as e:  # noqa: BLE001 - whatever fastavro raises on bad bytes
-            raise Undecodable(f"payload does not decode with schema id {sid}: {_why(e)}") from None
-        left = len(payload) - data.tell()
-        if left:
-            raise Undecodable(
-                f"{left} byte(s) left over after decoding with schema id {sid} (not the schema "
-                "it was written with?)"
-            )
-        return {self.single: row} if self.single_value else row
+        single = self.single if self.single_value else None
+
+        def decode(payload: memoryview) -> dict[str, Any]:
+            data = io.BytesIO(payload)
+            try:
+                row = schemaless_reader(data, writer, reader)
+            except Exception as e:  # noqa: BLE001 - whatever fastavro raises on bad bytes
+                raise Undecodable(
+                    f"payload does not decode with schema id {sid}: {_why(e)}"
+                ) from None
+            left = len(payload) - data.tell()
+            if left:
+                raise Undecodable(
+                    f"{left} byte(s) left over after decoding with schema id {sid} (not the "
+                    "schema it was written with?)"
+                )
+            return {single: row} if single else row
+
+        return decode
 
 
 def _parse(schema: RegisteredSchema, columns: tuple[Column, ...]) -> Any:

@@ -46,18 +46,23 @@ def decoded_batch(
     for a null or a record in `errors`)."""
     import pyarrow as pa
 
-    bad = _not_utf8(columns, values, roles)
+    # each string column's array is built once: checked here, staged as it is unless a
+    # record of the batch is not UTF-8
+    strings = {i: string_array(vs) for i, (c, vs) in enumerate(zip(columns, values, strict=True))
+               if c.kind == "string"}  # fmt: skip
+    bad = _not_utf8(columns, values, roles, strings)
     if bad:
         errors = [e or bad.get(i) for i, e in enumerate(errors)]
         values = [[None if i in bad else v for i, v in enumerate(vs)] for vs in values]
+        strings = {}
     names = batch.schema.names
     arrays = [
         batch.column(names.index(c)) for c in ("topic", "partition", "offset", "key", "value")
     ]
     arrays.append(batch.column(names.index("timestamp")))
     out_names = ["topic", "partition", "offset", "key", "value", "kafka_timestamp"]
-    for c, vs in zip(columns, values, strict=True):
-        arrays.append(column_array(c, vs))
+    for i, (c, vs) in enumerate(zip(columns, values, strict=True)):
+        arrays.append(strings[i] if i in strings else column_array(c, vs))
         out_names.append(c.name)
     arrays.append(string_array(errors))
     out_names.append("error")
@@ -90,13 +95,17 @@ def column_array(c: Column, vs: Sequence[Any]) -> Any:
     if kind in ("decimal", "uint64"):
         # decimal128's layout: each value's 16 bytes, little-endian two's complement; Avro's
         # decimal is big-endian bytes, a Protobuf uint64 an int
-        data = b"".join(
-            (0 if v is None else v if isinstance(v, int) else _unscaled(v)).to_bytes(
-                16, "little", signed=True
+        words = None
+        if kind == "decimal" and all(v is None or isinstance(v, bytes) for v in vs):
+            words = _decimal_words(vs, n)
+        if words is None:
+            data = b"".join(
+                (0 if v is None else v if isinstance(v, int) else _unscaled(v)).to_bytes(
+                    16, "little", signed=True
+                )
+                for v in vs
             )
-            for v in vs
-        )
-        words = np.frombuffer(data, dtype=np.int64).reshape(n, 2)
+            words = np.frombuffer(data, dtype=np.int64).reshape(n, 2)
         return fixed_array(pa.decimal128(c.precision, c.scale), words, valid)
     if kind == "bytes":
         return binary_array([None if v is None else bytes(v) for v in vs])
@@ -114,6 +123,33 @@ def _unscaled(v: bytes) -> int:
     return int.from_bytes(v, "big", signed=True)
 
 
+def _decimal_words(vs: Sequence[bytes | None], n: int) -> Any:
+    """Avro decimals (big-endian two's complement bytes, None for null: 0) as decimal128's
+    (n, 2) int64 words, every value at once: each value's bytes reversed into the low end
+    of its 16, the rest filled with its sign. None when a value is longer than 16 bytes (a
+    `fixed` decimal's may be, with its sign repeated): the caller takes them one by one."""
+    import numpy as np
+
+    raw = binary_array(list(vs))
+    offsets = np.frombuffer(raw.buffers()[1], dtype=np.int32)[: n + 1].astype(np.int64)
+    data = np.frombuffer(raw.buffers()[2], dtype=np.uint8) if raw.buffers()[2] else None
+    lengths = np.diff(offsets)
+    out = np.zeros((n, 16), dtype=np.uint8)
+    if data is None or not len(data):
+        return out.view(np.int64)
+    if int(lengths.max()) > 16:
+        return None
+    has = lengths > 0
+    negative = np.zeros(n, dtype=bool)
+    negative[has] = data[offsets[:-1][has]] >= 0x80
+    out[negative] = 0xFF
+    row = np.repeat(np.arange(n), lengths)
+    # a byte's place from its value's end: the last byte (least significant) goes first
+    place = offsets[1:][row] - 1 - np.arange(offsets[0], offsets[-1])
+    out[row, place] = data[offsets[0] : offsets[-1]]
+    return out.view(np.int64)
+
+
 def string_array(vs: Sequence[Any]) -> Any:
     """A pyarrow string array of str or UTF-8 bytes values (None is null)."""
     import pyarrow as pa
@@ -123,18 +159,23 @@ def string_array(vs: Sequence[Any]) -> Any:
 
 
 def _not_utf8(
-    columns: Sequence[Column], values: Sequence[Sequence[Any]], roles: Sequence[str]
+    columns: Sequence[Column],
+    values: Sequence[Sequence[Any]],
+    roles: Sequence[str],
+    strings: dict[int, Any],
 ) -> dict[int, str]:
     """The records with a string field whose bytes are not UTF-8 (poison: Avro strings are
-    UTF-8), and why; checked by pyarrow over each whole column, by record only when one fails."""
+    UTF-8), and why; checked by pyarrow over each whole column (`strings`: the string
+    columns' arrays by position), by record only when one fails."""
     import pyarrow as pa
 
     bad: dict[int, str] = {}
-    for c, vs, role in zip(columns, values, roles, strict=True):
-        if c.kind != "string":
+    for k, (vs, role) in enumerate(zip(values, roles, strict=True)):
+        if k not in strings:
             continue
+        c = columns[k]
         try:
-            string_array(vs).validate(full=True)
+            strings[k].validate(full=True)
         except pa.ArrowInvalid:
             for i, v in enumerate(vs):
                 if isinstance(v, bytes) and i not in bad:

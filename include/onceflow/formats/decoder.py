@@ -17,6 +17,7 @@ retried.
 
 from __future__ import annotations
 
+import functools
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -88,6 +89,11 @@ class RegistryDecoder:
         """The reader columns' values of one payload; Undecodable if it does not decode."""
         raise NotImplementedError
 
+    def payload_decoder(self, sid: int, writer: Any) -> Callable[[memoryview], dict[str, Any]]:
+        """`row` of writer schema `sid` as a function of the payload alone, bound once per
+        batch and id (a format binds what `row` would look up for each record)."""
+        return functools.partial(self.row, sid, writer)
+
     def rows(
         self, values: list[bytes | None], ids: set[int], role: str
     ) -> tuple[list[dict[str, Any] | None], list[str | None]]:
@@ -97,16 +103,27 @@ class RegistryDecoder:
         rows: list[dict[str, Any] | None] = []
         errors: list[str | None] = []
         unknown: dict[int, UnknownId] = {}  # looked up once per batch
+        # per writer schema id: its payload decoder, or why its records are poison; looked
+        # up once per batch (a lookup per record cost more than most records' decode)
+        decoders: dict[int, Callable[[memoryview], dict[str, Any]] | PoisonSchemaId] = {}
         for v in values:
             row, error = None, None
             if v is not None:
                 try:
                     sid, payload = split(v)
-                    writer = self._writer(sid, unknown)
-                    if isinstance(writer, PoisonSchemaId):
-                        raise Undecodable(str(writer))
-                    ids.add(sid)
-                    row = self.row(sid, writer, payload)
+                    decode = decoders.get(sid)
+                    if decode is None:
+                        writer = self._writer(sid, unknown)
+                        decode = decoders[sid] = (
+                            writer
+                            if isinstance(writer, PoisonSchemaId)
+                            else self.payload_decoder(sid, writer)
+                        )
+                        if not isinstance(decode, PoisonSchemaId):
+                            ids.add(sid)
+                    if isinstance(decode, PoisonSchemaId):
+                        raise Undecodable(str(decode))
+                    row = decode(payload)
                 except (WireFormatError, Undecodable) as e:
                     error = f"{role}: {e}"
             rows.append(row)
