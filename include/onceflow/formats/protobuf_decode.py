@@ -48,24 +48,34 @@ class ProtobufDecoder(RegistryDecoder):
         return WriterFile(schema, f"Protobuf schema id {schema.id}")
 
     def row(self, sid: int, writer: Any, payload: memoryview) -> dict[str, Any]:
+        return self.payload_decoder(sid, writer)(payload)
+
+    def payload_decoder(self, sid: int, writer: Any) -> Callable[[memoryview], dict[str, Any]]:
         from google.protobuf.message import DecodeError
 
         cls, getters = self._reader()
-        indexes, body = protobuf_indexes(payload)
-        try:
-            name = writer.name_at(indexes)
-        except LookupError as e:
-            raise Undecodable(f"schema id {sid}: {e}") from None
-        if name != cls.DESCRIPTOR.full_name:
-            raise Undecodable(
-                f"the record holds message {name} (schema id {sid}), not the pipeline's "
-                f"{cls.DESCRIPTOR.full_name}"
-            )
-        try:
-            message = cls.FromString(bytes(body))
-        except DecodeError as e:
-            raise Undecodable(f"payload does not parse as {name} (schema id {sid}): {e}") from None
-        return {column: get(message) for column, get in getters}
+        wanted = cls.DESCRIPTOR.full_name
+
+        def decode(payload: memoryview) -> dict[str, Any]:
+            indexes, body = protobuf_indexes(payload)
+            try:
+                name = writer.name_at(indexes)
+            except LookupError as e:
+                raise Undecodable(f"schema id {sid}: {e}") from None
+            if name != wanted:
+                raise Undecodable(
+                    f"the record holds message {name} (schema id {sid}), not the pipeline's "
+                    f"{wanted}"
+                )
+            try:
+                message = cls.FromString(bytes(body))
+            except DecodeError as e:
+                raise Undecodable(
+                    f"payload does not parse as {name} (schema id {sid}): {e}"
+                ) from None
+            return {column: get(message) for column, get in getters}
+
+        return decode
 
     def _reader(self) -> tuple[Any, list[tuple[str, Callable[[Any], Any]]]]:
         key = (self.registry.url, self.reader.id)
