@@ -103,8 +103,9 @@ class RegistryDecoder:
         rows: list[dict[str, Any] | None] = []
         errors: list[str | None] = []
         unknown: dict[int, UnknownId] = {}  # looked up once per batch
-        # per writer schema id: its payload decoder, or why its records are poison; looked
-        # up once per batch (a lookup per record cost more than most records' decode)
+        # per writer schema id: its payload decoder, or why its records are poison; bound
+        # once per batch (per record, the lookup cost almost what fastavro's decode does:
+        # bench/NOTES.md, session 54)
         decoders: dict[int, Callable[[memoryview], dict[str, Any]] | PoisonSchemaId] = {}
         for v in values:
             row, error = None, None
