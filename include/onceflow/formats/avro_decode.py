@@ -41,22 +41,30 @@ class AvroDecoder(RegistryDecoder):
         single = self.single if self.single_value else None
 
         def decode(payload: memoryview) -> dict[str, Any]:
-            data = io.BytesIO(payload)
-            try:
-                row = schemaless_reader(data, writer, reader)
-            except Exception as e:  # noqa: BLE001 - whatever fastavro raises on bad bytes
-                raise Undecodable(
-                    f"payload does not decode with schema id {sid}: {_why(e)}"
-                ) from None
-            left = len(payload) - data.tell()
-            if left:
-                raise Undecodable(
-                    f"{left} byte(s) left over after decoding with schema id {sid} (not the "
-                    "schema it was written with?)"
-                )
+            row = read_whole(schemaless_reader, payload, sid, writer, reader)
             return {single: row} if single else row
 
         return decode
+
+
+def read_whole(
+    read: Callable[..., Any], payload: memoryview, sid: int, writer: Any, reader: Any = None
+) -> Any:
+    """The one record `payload` holds, read with fastavro's `read` (schemaless_reader: the
+    caller imports it once) and writer schema `sid`; Undecodable when its bytes do not decode
+    or some are left over (the rule for every Avro payload, Debezium's too)."""
+    data = io.BytesIO(payload)
+    try:
+        datum = read(data, writer, reader)
+    except Exception as e:  # noqa: BLE001 - whatever fastavro raises on bad bytes
+        raise Undecodable(f"payload does not decode with schema id {sid}: {_why(e)}") from None
+    left = len(payload) - data.tell()
+    if left:
+        raise Undecodable(
+            f"{left} byte(s) left over after decoding with schema id {sid} (not the schema it "
+            "was written with?)"
+        )
+    return datum
 
 
 def _parse(schema: RegisteredSchema, columns: tuple[Column, ...]) -> Any:

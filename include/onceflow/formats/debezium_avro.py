@@ -24,12 +24,12 @@ is Unreadable (a dead letter with that reason). A registry that does not answer 
 from __future__ import annotations
 
 import base64
-import io
 import json
 from typing import Any
 
+from onceflow.formats.avro_decode import read_whole
 from onceflow.formats.confluent_wire import WireFormatError, split
-from onceflow.formats.decoder import UnknownId, fetch_writer, kept_writer
+from onceflow.formats.decoder import Undecodable, UnknownId, fetch_writer, kept_writer
 from onceflow.formats.registry_client import RegisteredSchema, Registry
 
 
@@ -74,18 +74,10 @@ class AvroDocuments:
         parsed, connect = schema
         from fastavro import schemaless_reader
 
-        data = io.BytesIO(payload)
         try:
-            datum = schemaless_reader(data, parsed, None)
-        except Exception as e:  # noqa: BLE001 - whatever fastavro raises on bad bytes
-            raise Unreadable(
-                f"the record's {role} does not decode with schema id {sid}: {type(e).__name__}: {e}"
-            ) from None
-        left = len(payload) - data.tell()
-        if left:
-            raise Unreadable(
-                f"the record's {role}: {left} byte(s) left over after decoding with schema id {sid}"
-            )
+            datum = read_whole(schemaless_reader, payload, sid, parsed)
+        except Undecodable as e:
+            raise Unreadable(f"the record's {role}: {e}") from None
         return {"schema": connect, "payload": connect_value(connect, datum)}
 
     def _schema(self, sid: int) -> Any:
