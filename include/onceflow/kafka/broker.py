@@ -24,10 +24,10 @@ from onceflow.errors import OnceflowError, TopicMissingError
 from onceflow.kafka.access import admitted_admin, check_access
 from onceflow.kafka.client import KafkaCluster, cluster_of
 from onceflow.kafka.patience import PLAN_REQUEST_TIMEOUT_MS, PRINT_TIMEOUT_S
+from onceflow.kafka.record_prints import CHECK_CRCS, FETCH_BYTES, record_prints
 from onceflow.kafka.serving import check_serving
 from onceflow.kafka.topic_configs import topic_config
 from onceflow.ledger.log_checks import BrokerSnapshot
-from onceflow.ledger.range_digest import RecordPrint, record_hash
 
 log = logging.getLogger("onceflow.kafka.broker")
 
@@ -49,6 +49,9 @@ def _consumer(cluster: KafkaCluster) -> KafkaConsumer:
             isolation_level="read_committed",
             request_timeout_ms=PLAN_REQUEST_TIMEOUT_MS,
             client_id="onceflow-plan",
+            # record_prints' fetches: one batch each, its CRC not checked (why: there)
+            max_partition_fetch_bytes=FETCH_BYTES,
+            check_crcs=CHECK_CRCS,
         )
     )
     consumer._client.cluster.config["retry_backoff_ms"] = METADATA_RETRY_BACKOFF_MS  # noqa: SLF001
@@ -116,7 +119,7 @@ def snapshot(
             beginnings = consumer.beginning_offsets(tps)
             topic_ids = _topic_ids(consumer, tuple(dict.fromkeys(tp.topic for tp in tps)))
             wanted = dict(prints_at or {})
-            prints = _prints(consumer, pipeline, wanted)
+            prints = record_prints(consumer, pipeline, wanted)
             at_time = {}
             if starting_time_ms is not None:
                 found = consumer.offsets_for_times(dict.fromkeys(tps, starting_time_ms))
@@ -287,50 +290,6 @@ def _topic_ids(consumer: KafkaConsumer, topics: tuple[str, ...]) -> dict[str, st
     cluster = consumer._client.cluster  # noqa: SLF001
     ids = {t: cluster.topic_id(t) for t in topics}
     return {t: None if i is None or str(i) == _NO_TOPIC_ID else str(i) for t, i in ids.items()}
-
-
-def _prints(
-    consumer: KafkaConsumer, pipeline: str, wanted: Mapping[tuple[str, int], int]
-) -> dict[tuple[str, int], RecordPrint | None]:
-    """Per partition, the print of the first data record at or after the wanted offset,
-    None when the partition holds none (only control or aborted records, or nothing, up to
-    its end). The end is the high watermark the fetches report, not ListOffsets' answer,
-    which a broker may give short (see partition_ends), hiding records that are there."""
-    out: dict[tuple[str, int], RecordPrint | None] = {}
-    if not wanted:
-        return out
-    tps = {tp: TopicPartition(*tp) for tp in wanted}
-    consumer.assign(list(tps.values()))
-    for tp, offset in wanted.items():
-        consumer.seek(tps[tp], offset)
-    deadline = time.monotonic() + PRINT_TIMEOUT_S
-    while len(out) < len(wanted):
-        for ktp, recs in consumer.poll(timeout_ms=200, max_records=50).items():
-            tp = (ktp.topic, ktp.partition)
-            if tp in out:
-                continue
-            for rec in recs:
-                if rec.offset >= wanted[tp]:
-                    stamp = None if rec.timestamp is None or rec.timestamp < 0 else rec.timestamp
-                    out[tp] = RecordPrint(
-                        rec.offset, record_hash(rec.key, rec.value, rec.headers, stamp)
-                    )
-                    consumer.pause(ktp)
-                    break
-        for tp, ktp in tps.items():  # past every record up to the end: none there
-            high = consumer.highwater(ktp)
-            if tp not in out and high is not None and (consumer.position(ktp) or 0) >= high:
-                out[tp] = None
-        if time.monotonic() > deadline:
-            missing = ", ".join(
-                f"{t}[{p}] at {wanted[(t, p)]}" for t, p in wanted if (t, p) not in out
-            )
-            raise OnceflowError(
-                f"plan of pipeline {pipeline!r} could not fetch the records it compares with "
-                f"the ledger's within {PRINT_TIMEOUT_S:g} s ({missing}): nothing was planned; "
-                "the broker may be overloaded, try again"
-            )
-    return out
 
 
 def compacted_topics(bootstrap: KafkaCluster | str, topics: set[str]) -> frozenset[str]:
