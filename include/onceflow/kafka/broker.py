@@ -24,7 +24,7 @@ from onceflow.errors import OnceflowError, TopicMissingError
 from onceflow.kafka.access import admitted_admin, check_access
 from onceflow.kafka.client import KafkaCluster, cluster_of
 from onceflow.kafka.patience import PLAN_REQUEST_TIMEOUT_MS, PRINT_TIMEOUT_S
-from onceflow.kafka.record_prints import CHECK_CRCS, FETCH_BYTES, record_prints
+from onceflow.kafka.record_prints import CHECK_CRCS, record_prints
 from onceflow.kafka.serving import check_serving
 from onceflow.kafka.topic_configs import topic_config
 from onceflow.ledger.log_checks import BrokerSnapshot
@@ -49,8 +49,7 @@ def _consumer(cluster: KafkaCluster) -> KafkaConsumer:
             isolation_level="read_committed",
             request_timeout_ms=PLAN_REQUEST_TIMEOUT_MS,
             client_id="onceflow-plan",
-            # record_prints' fetches: one batch each, its CRC not checked (why: there)
-            max_partition_fetch_bytes=FETCH_BYTES,
+            # record_prints' fetches: their batches' CRCs are not checked (why: there)
             check_crcs=CHECK_CRCS,
         )
     )

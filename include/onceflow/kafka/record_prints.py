@@ -13,11 +13,6 @@ from onceflow.errors import OnceflowError
 from onceflow.kafka.patience import PRINT_TIMEOUT_S
 from onceflow.ledger.range_digest import RecordPrint, record_hash
 
-# Each print needs one record, and a fetch returns whole batches: the partition's limit
-# asks the broker for the batch holding the offset and for little more (the first batch
-# comes whole whatever its size: KIP-74), where the default (1 MiB) fetched up to the end
-# of the ranges planned since, every record of it decoded in Python.
-FETCH_BYTES = 1024
 # kafka-python checks each fetched batch's CRC32C in pure Python (without the optional
 # crc32c module): 0.24 ms per KiB here, half of the prints' 23 ms a plan at 1,000 records/s
 # (py-spy, 2026-12-06), and 0.25 s for one producer batch of 1 MiB. The process step's
