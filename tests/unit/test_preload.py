@@ -61,15 +61,21 @@ def test_parsing_the_dag_file_after_the_preload_imports_no_onceflow_module(tmp_p
     assert result["new"] == [], "imported by every task process, not by the scheduler"
 
 
-def test_a_module_that_does_not_import_leaves_the_scheduler_to_start(tmp_path):
-    code = (
-        "from onceflow.airflow import preload as p\n"
-        "p.PRELOADED_IF_IMPORTABLE = ('onceflow.no_such_module',)\n"
-        "p.preload()\n"
-        "print('PRELOADED')\n"
-    )
-    proc = _python(code, tmp_path=tmp_path)
+def _preloaded(*lines: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """`lines` run in a fresh interpreter, which must exit 0."""
+    proc = _python("\n".join(lines) + "\n", tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def test_a_module_that_does_not_import_leaves_the_scheduler_to_start(tmp_path):
+    proc = _preloaded(
+        "from onceflow.airflow import preload as p",
+        "p.PRELOADED_IF_IMPORTABLE = ('onceflow.no_such_module',)",
+        "p.preload()",
+        "print('PRELOADED')",
+        tmp_path=tmp_path,
+    )
     assert "PRELOADED" in proc.stdout
     assert "onceflow.no_such_module not preloaded" in proc.stderr
 
@@ -88,12 +94,11 @@ def test_every_module_the_spark_daemon_preloads_is_one_that_imports():
 def test_the_preload_leaves_the_task_runners_listeners_loaded(tmp_path):
     """Each task process would otherwise load every plugin from the installed
     distributions' entry points for its listener manager (16 ms a task on this machine)."""
-    code = (
-        "from onceflow.airflow.preload import preload\n"
-        "preload()\n"
-        "from airflow.sdk.listener import get_listener_manager\n"
-        "print('CACHED', get_listener_manager.cache_info().currsize)\n"
+    proc = _preloaded(
+        "from onceflow.airflow.preload import preload",
+        "preload()",
+        "from airflow.sdk.listener import get_listener_manager",
+        "print('CACHED', get_listener_manager.cache_info().currsize)",
+        tmp_path=tmp_path,
     )
-    proc = _python(code, tmp_path=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
     assert "CACHED 1" in proc.stdout, proc.stderr[-3000:]
