@@ -84,10 +84,10 @@ def preload() -> None:
         resolve_module_files()
     except Exception as e:  # noqa: BLE001 - the task processes resolve them then
         print(f"onceflow preload: module files not resolved: {e!r}", file=sys.stderr)
-    try:  # the task runner's listener manager, where this Airflow keeps it
-        from airflow.sdk.listener import get_listener_manager
+    try:  # the one the task runner calls (airflow.sdk.listener's; Airflow 3.1: the core's)
+        from airflow.sdk.execution_time import task_runner
 
-        get_listener_manager()
+        task_runner.get_listener_manager()
     except Exception as e:  # noqa: BLE001 - each task process loads its plugins then
         print(f"onceflow preload: task listeners not loaded: {e!r}", file=sys.stderr)
 
