@@ -79,6 +79,7 @@ from onceflow.errors.sinks import (
     SinkUnavailableError,
 )
 from onceflow.errors.transform import (
+    OutputSchemaChangedError,
     SinkLayoutError,
     SinkSchemaError,
     StageColumnsError,
@@ -121,6 +122,7 @@ __all__ = [
     "OffsetConflictError",
     "OffsetRegressionError",
     "OnceflowError",
+    "OutputSchemaChangedError",
     "PartitionCountError",
     "PartitionRemovedError",
     "PipelineKeyError",
