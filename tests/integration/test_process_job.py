@@ -21,7 +21,7 @@ import pytest
 from onceflow.config.times import iso_datetime
 from onceflow.hooks.sink import sink_for
 from onceflow.spark.applications import PROCESS_APPLICATION
-from process_modes import CONNECT_ENV, connect_url, run_process
+from process_modes import CONNECT_ENV, run_process
 
 # a test marked ONE_MODE guards a rule that does not depend on how the job reached Spark
 # (spark-submit or a Connect session): it runs in connect mode alone (conftest.py); the
@@ -458,60 +458,6 @@ def test_without_the_fast_form_every_record_gets_the_same_row(env, produced, fir
         attempt,
     )
     assert parts == [(n,)]
-
-
-@ONE_MODE
-@pytest.mark.integration
-@pytest.mark.parametrize("stale", ["reordered", "widened"])
-def test_a_remembered_output_schema_that_went_stale_fails_its_attempt_and_the_retry_asks(
-    env, produced, first_run, stale
-):
-    """The Connect session remembers the transform's output schema from its first batch
-    (onceflow.process.output_schema). One the output no longer is fails the attempt before
-    it is marked staged, naming the remembered columns, as a failure to retry (not the
-    transform's or the sink's fault), and the retry stages the rows the first attempt
-    staged. Columns in another order: the staged frame's check raises, and the session asks
-    on every batch from then on. amount widened (which DataFrame.to would cast to without a
-    word): the sink's tables refuse it, and the session asks again once."""
-    from onceflow.process.connect_session import ConnectSpark
-    from onceflow.process.output_schema import ASK, PREFIX
-    from pyspark.sql import types as T
-
-    assert first_run[1].returncode == 0
-    proc = submit(env, "--pipeline", PIPELINE, "--txid", "run-1", "--no-fast-form")
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    first = int(summary(proc)["attempt"])
-    with ConnectSpark(connect_url(env)).session(cfg(env), False) as spark:
-        kept = {k: v for k, v in spark.conf.getAll.items() if k.startswith(PREFIX)}
-        ((key, text),) = kept.items()
-        fields = T.StructType.fromJson(json.loads(text)).fields
-        assert [f.name for f in fields if f.name in dict(ORDER_FIELDS)] == list(dict(ORDER_FIELDS))
-        at = {f.name: k for k, f in enumerate(fields)}
-        if stale == "reordered":
-            a, b = at["order_id"], at["customer_id"]
-            fields[a], fields[b] = fields[b], fields[a]
-        else:
-            fields[at["amount"]] = T.StructField("amount", T.DecimalType(38, 2))
-        spark.conf.set(key, T.StructType(fields).json())
-
-    proc = submit(env, "--pipeline", PIPELINE, "--txid", "run-1", "--no-fast-form")
-    assert proc.returncode == 1, proc.stdout[-3000:]  # ProcessExit.FAILED: retried
-    assert "OutputSchemaChangedError" in proc.stdout and "'amount'" in proc.stdout, proc.stdout
-    (row,) = query(
-        env, "select staged_attempt, last_error from onceflow.batches"
-        " where pipeline = %s and txid = 'run-1'", PIPELINE,
-    )  # fmt: skip
-    assert row[0] == first and "OutputSchemaChangedError" in row[1]
-    with ConnectSpark(connect_url(env)).session(cfg(env), False) as spark:
-        assert spark.conf.get(key, None) == (ASK if stale == "reordered" else None)
-
-    proc = submit(env, "--pipeline", PIPELINE, "--txid", "run-1", "--no-fast-form")
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    again = int(summary(proc)["attempt"])
-    assert staged(env, ROW_COLUMNS, again) == staged(env, ROW_COLUMNS, first)
-    with ConnectSpark(connect_url(env)).session(cfg(env), False) as spark:
-        assert spark.conf.get(key, None) == (ASK if stale == "reordered" else text)
-        spark.conf.unset(key)  # the next test's session remembers afresh
 
 
 @pytest.mark.integration

@@ -79,7 +79,6 @@ from onceflow.errors.sinks import (
     SinkUnavailableError,
 )
 from onceflow.errors.transform import (
-    OutputSchemaChangedError,
     SinkLayoutError,
     SinkSchemaError,
     StageColumnsError,
@@ -122,7 +121,6 @@ __all__ = [
     "OffsetConflictError",
     "OffsetRegressionError",
     "OnceflowError",
-    "OutputSchemaChangedError",
     "PartitionCountError",
     "PartitionRemovedError",
     "PipelineKeyError",

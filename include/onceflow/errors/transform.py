@@ -18,23 +18,6 @@ class TransformRaisedError(TransformError):
     Also the marker of an exception a fast form raised in the reader's worker."""
 
 
-class OutputSchemaChangedError(OnceflowError):
-    """A stage job on the transform's output schema its Spark Connect session remembered
-    (onceflow.process.output_schema) failed in a way that schema may have caused: the output
-    is not that schema any more, or it did not fit the sink or the fast form. Nothing of the
-    transform's output was staged; the session forgot the schema and the retry asks the
-    server for the output's schema again. `remembered`: the remembered columns."""
-
-    def __init__(self, transform: str, remembered: list[str], failure: str) -> None:
-        self.transform, self.remembered = transform, remembered
-        first = failure.strip().splitlines()[0] if failure.strip() else ""
-        super().__init__(
-            f"transform {transform or '(none)'}: the stage job on the output schema its Spark "
-            f"Connect session remembered (columns {remembered}) failed: {first[:500]}. The "
-            "session forgot that schema; the retry asks the server for the output's schema"
-        )
-
-
 class SinkSchemaError(OnceflowError):
     """A sink table exists with columns the transform's output does not fit, or the output has
     a column the sink cannot hold; the message names the table and the columns."""

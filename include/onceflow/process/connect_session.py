@@ -40,7 +40,6 @@ from typing import Any
 
 from onceflow.config.pipeline import PipelineConfig
 from onceflow.errors import ConfigError
-from onceflow.process.output_schema import forget_all
 from onceflow.process.session import SPARK_DEFAULTS
 from onceflow.spark.shipping import py_files
 
@@ -165,8 +164,7 @@ def _prepare(spark: Any, settings: dict[str, str], files: list[str], pipeline: s
     already holds them (its _PREPARED setting names their digest): one round trip then, where
     preparing it takes one per setting and file. The files' contents are in the session's id
     already (session_id); a server that lost the session (a restart) makes a new one, which
-    is prepared again. Preparing forgets the transform's output schemas the session
-    remembered (onceflow.process.output_schema): new settings may change them."""
+    is prepared again."""
     names = [Path(f).name for f in files]  # a zip is written anew into a new folder each time
     digest = hashlib.sha256(json.dumps([sorted(settings.items()), names]).encode()).hexdigest()
     if spark.conf.get(_PREPARED, None) == digest:
@@ -175,7 +173,6 @@ def _prepare(spark: Any, settings: dict[str, str], files: list[str], pipeline: s
         return
     for key, value in settings.items():
         _set(spark, key, value, pipeline)
-    forget_all(spark)  # what the transform gave under the earlier settings
     if files:
         _ship(spark, files)
         log.info("shipped to the session's Python path: %s", ", ".join(files))

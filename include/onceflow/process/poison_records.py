@@ -89,7 +89,7 @@ def _probe(spark: Any, piece: OffsetRange, inputs: StageInputs) -> RaisedFailure
             with job_refusals(cfg.aggregating):
                 out = load_transform(cfg.transform)(declined)
             frame = staged_output(out, cfg)
-            set_fast_stage(job, FastStage(None, fast_form_columns(out.schema)))
+            set_fast_stage(job, FastStage(None, fast_form_columns(out)))
         else:
             frame = staged_frame(spark, [piece], bootstrap=kafka, cfg=cfg, **read)
         try:

@@ -28,10 +28,9 @@ from onceflow.poison import PoisonRecord
 from onceflow.process.attempt_spec import JobOptions
 from onceflow.process.dead_letters import dead_letter_frame
 from onceflow.process.failures import job_refusals
-from onceflow.process.output_schema import output_schema
 from onceflow.process.staged_output import output_fields, staged_output
 from onceflow.ranges import OffsetRange
-from onceflow.reader.frame import frame_schema, ranges_frame
+from onceflow.reader.frame import ranges_frame
 from onceflow.reader.input_ranges import input_partitions
 from onceflow.reader.read_counts import LedgerTally
 from onceflow.sinks.base import Sink
@@ -166,11 +165,8 @@ def stage_job(
                 source.count()  # the records read once, counted apart from the transform
         with job_refusals(cfg.aggregating):  # a job the transform runs while it plans
             out = load_transform(cfg.transform)(source)
-        output = output_schema(spark, out, cfg, frame_schema(inputs.decoder))
-        df = staged_output(out, cfg, output)
-        # the sink's tables follow the transform's output (a remembered schema they refuse
-        # may be stale: OutputSchema.checked)
-        with output.checked(spark, cfg.transform), transaction(ledger) as cur:
+        df = staged_output(out, cfg)
+        with transaction(ledger) as cur:  # the sink's tables follow the transform's output
             evolution = Evolution(
                 attempt.pipeline,
                 attempt.txid,
@@ -187,11 +183,11 @@ def stage_job(
         staging = stage_frame(df, target, first_part=first_part + numbers.first_transformed)
         parts = numbers.count
         if numbers.fast:
-            set_fast_stage(job, FastStage(target, fast_form_columns(output.schema)))
+            set_fast_stage(job, FastStage(target, fast_form_columns(out)))
         timings["plan"] = time.monotonic() - t0
         t0 = time.monotonic()
         try:
-            with output.checked(spark, cfg.transform), job_refusals(cfg.aggregating):
+            with job_refusals(cfg.aggregating):
                 messages = staging.collect()
         finally:
             if cfg.aggregating:

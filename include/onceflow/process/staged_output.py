@@ -9,9 +9,7 @@ this frame's columns (`output_fields`) before anything is staged.
 The staged frame's names and types are known here (STAGE_TYPES, the user's columns as the
 transform gives them: `staged_schema`), and the frame carries them (DataFrame.to): asking a
 Spark Connect frame for them costs a round trip to the server's analyzer each (0.04-0.09 s
-of a small batch), and the stage writer's mapInArrow asks for its input's columns. The
-transform's own output schema comes from onceflow.process.output_schema (remembered by a
-Spark Connect session, and then checked by the staged frame itself).
+of a small batch), and the stage writer's mapInArrow asks for its input's columns.
 """
 
 from __future__ import annotations
@@ -21,7 +19,6 @@ from typing import Any
 
 from onceflow.config.pipeline import PipelineConfig
 from onceflow.kafka.client import KafkaCluster
-from onceflow.process.output_schema import CHANGED, OutputSchema
 from onceflow.ranges import OffsetRange
 from onceflow.reader.frame import ranges_frame
 from onceflow.staging.checksum import HASH_COLUMN
@@ -71,31 +68,24 @@ def stage_columns(src: Any, cfg: PipelineConfig) -> Any:
     return staged_output(load_transform(cfg.transform)(src), cfg)
 
 
-def staged_output(out: Any, cfg: PipelineConfig, schema: OutputSchema | None = None) -> Any:
+def staged_output(out: Any, cfg: PipelineConfig) -> Any:
     """The transform's output frame `out` as the sink stages it (stage_columns), its schema
-    given (staged_schema), so that neither the sink's binding nor the stage writer asks.
-    `schema`: out's (onceflow.process.output_schema); by default asked of `out`."""
-    schema = OutputSchema(out.schema) if schema is None else schema
-    return staged_select(out, cfg, schema).to(staged_schema(schema.schema, cfg))
+    given (staged_schema), so that neither the sink's binding nor the stage writer asks."""
+    return staged_select(out, cfg).to(staged_schema(out, cfg))
 
 
-def staged_select(out: Any, cfg: PipelineConfig, schema: OutputSchema) -> Any:
+def staged_select(out: Any, cfg: PipelineConfig) -> Any:
     """The staged frame's columns computed from the transform's output frame `out`.
 
     An aggregating transform's rows carry coordinates only as dead letters; a row that
     breaks its contract (transforms.aggregate_row_violation) fails the Spark task that
     stages it, before its part commits, and the job with it (stage_job raises it as a
-    TransformError: onceflow.process.failures): the attempt is never marked staged. So
-    does every row when `schema` was remembered and out is not that schema any more
-    (OutputSchema.changed)."""
+    TransformError: onceflow.process.failures): the attempt is never marked staged."""
     from pyspark.sql import functions as F
 
-    columns = schema.columns
+    columns = out.columns
     t = STAGE_TYPES
     error = F.col("error").cast(t["error"]) if "error" in columns else F.lit(None).cast(t["error"])
-    if schema.remembered:
-        changed = F.when(schema.changed(), F.raise_error(F.lit(CHANGED))).cast("string")
-        error = F.coalesce(changed, error)
     if cfg.aggregating:
         check_aggregate_output(cfg.transform, cfg.name, columns, cfg.sink)
         violation = aggregate_row_violation(cfg.transform, cfg.name, columns, cfg.sink)
@@ -143,10 +133,10 @@ def staged_names(users: Sequence[str], aggregating: bool) -> list[str]:
     return names + ([RECORDS] if aggregating else []) + [HASH_COLUMN]
 
 
-def staged_schema(output: Any, cfg: PipelineConfig) -> Any:
-    """The schema of staged_select's frame, from the schema `output` (a StructType) of the
-    transform's output: the user's columns' own types, STAGE_TYPES for the rest, every
-    column nullable."""
+def staged_schema(out: Any, cfg: PipelineConfig) -> Any:
+    """The schema of staged_select(out, cfg), from the transform's output `out` (whose
+    schema staged_select asks for anyway): the user's columns' own types, STAGE_TYPES for
+    the rest, every column nullable."""
     from pyspark.sql import types as T
 
     stage_types = {
@@ -156,7 +146,7 @@ def staged_schema(output: Any, cfg: PipelineConfig) -> Any:
         "binary": T.BinaryType(),
         "boolean": T.BooleanType(),
     }
-    users = {f.name: f.dataType for f in output.fields}
+    users = {f.name: f.dataType for f in out.schema.fields}
     users = {name: users[name] for name in user_columns(users, cfg.aggregating)}
     return T.StructType(
         [

@@ -195,10 +195,4 @@ def pieces_frame(spark: Any, fn: RangeReadFn) -> Any:
     # partition j holds the single id j; its schema given (DataFrame.to), since mapInArrow
     # asks for its input's columns: on Spark Connect a round trip to the server's analyzer
     ids = spark.range(0, n, 1, n).to(StructType([StructField("id", LongType(), False)]))
-    return ids.mapInArrow(fn, frame_schema(fn.decoder))
-
-
-def frame_schema(decoder: Any = None) -> str:
-    """The schema (DDL) of a frame of input ranges: the reader's SCHEMA, or with a `decoder`
-    (a registry format's) its decoded records'."""
-    return SCHEMA if decoder is None else decoder.spark_schema
+    return ids.mapInArrow(fn, SCHEMA if fn.decoder is None else fn.decoder.spark_schema)

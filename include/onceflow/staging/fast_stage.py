@@ -282,19 +282,19 @@ def fast_stage_frame(
 
 
 def fast_form_columns(output: Any) -> Any:
-    """The Arrow schema the fast form's rows must have: the user's columns of the schema
-    `output` (a StructType) of the transform's output (a record-wise transform's, as the
-    sink stages them), in its order, typed as Spark hands them to Arrow (timestamps in UTC)."""
+    """The Arrow schema the fast form's rows must have: the user's columns of the
+    transform's output frame `output` (a record-wise transform's, as the sink stages them),
+    in its order, typed as Spark hands them to Arrow (timestamps in UTC)."""
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_type
 
     from onceflow.transforms import user_columns
 
-    users = set(user_columns(output.names))
+    users = set(user_columns(output.columns))
     return pa.schema(
         [
             pa.field(f.name, to_arrow_type(f.dataType, timezone="UTC"))
-            for f in output.fields
+            for f in output.schema.fields
             if f.name in users
         ]
     )
