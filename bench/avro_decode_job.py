@@ -5,8 +5,9 @@ without a sink, in one of the two ways the issue asked to measure. Prints `BENCH
         --bootstrap B --ranges JSON --registry URL --subject S
 
 python  what process does (onceflow.formats): the reader's Python worker splits the wire
-        format and decodes each value with fastavro, writer schema resolved to the reader's,
-        and hands the decoded columns to the JVM
+        format and decodes the values of the reader schema's id a column at a time
+        (onceflow.formats.avro_columnar; the others each with fastavro, writer schema
+        resolved to the reader's), and hands the decoded columns to the JVM
 jvm     the reader's raw records into the JVM, the 5-byte header split off there, and
         spark-avro's from_avro per writer schema id (the registry's ids of the subject, each
         a filter and a from_avro with the reader schema as `avroSchema`), unioned

@@ -34,6 +34,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -172,7 +173,16 @@ class Installed:
     def spawn(self, name: str, argv: list[str], env: dict, cwd: Path) -> None:
         log = open(self.work / f"{name}.out", "wb")  # noqa: SIM115 - closed with the process
         self.procs.append(
-            subprocess.Popen(argv, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT)
+            # its own process group: stop() also reaches what it forks (LocalExecutor and
+            # Celery workers), which outlive a service that was killed
+            subprocess.Popen(
+                argv,
+                env=env,
+                cwd=cwd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         )
 
     def stop(self) -> None:
@@ -184,6 +194,9 @@ class Installed:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait(5)
+        for p in self.procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)
 
 
 def api_client(port: int, password: str, timeout: float = 420):

@@ -15,11 +15,17 @@ pandas in every reader worker (onceflow.spark.arrow_columns says why).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from onceflow.formats.columns import Column
-from onceflow.spark.arrow_columns import binary_array, bool_array, fixed_array
+from onceflow.spark.arrow_columns import (
+    binary_array,
+    bool_array,
+    fixed_array,
+    valid_mask,
+    value_spans,
+)
 
 _FIXED = {"int": "int32", "long": "int64", "double": "float64", "float": "float64"}
 
@@ -53,7 +59,7 @@ def decoded_batch(
     bad = _not_utf8(columns, values, roles, strings)
     if bad:
         errors = [e or bad.get(i) for i, e in enumerate(errors)]
-        values = [[None if i in bad else v for i, v in enumerate(vs)] for vs in values]
+        values = [null_at(vs, bad) for vs in values]
         strings = {}
     names = batch.schema.names
     arrays = [
@@ -69,12 +75,31 @@ def decoded_batch(
     return pa.RecordBatch.from_arrays(arrays, names=out_names)
 
 
-def column_array(c: Column, vs: Sequence[Any]) -> Any:
-    """The Arrow array of column `c` from its raw values (onceflow.formats.avro_columns:
-    numbers, bytes, or Python values for JSON columns)."""
+def null_at(vs: Sequence[Any], rows: Iterable[int]) -> Sequence[Any]:
+    """A column's values (a list, or an Arrow array) with those of `rows` null."""
     import numpy as np
     import pyarrow as pa
 
+    rows = set(rows)
+    if isinstance(vs, pa.Array):
+        keep = np.ones(len(vs), dtype=bool)
+        keep[list(rows)] = False
+        return vs.take(pa.array(np.arange(len(vs)), mask=~keep))
+    out = list(vs)
+    for i in rows:
+        out[i] = None
+    return out
+
+
+def column_array(c: Column, vs: Sequence[Any]) -> Any:
+    """The Arrow array of column `c` from its raw values (onceflow.formats.avro_columns:
+    numbers, bytes, or Python values for JSON columns), or `vs` itself if it is one
+    (onceflow.formats.avro_columnar's)."""
+    import numpy as np
+    import pyarrow as pa
+
+    if isinstance(vs, pa.Array):
+        return vs
     n = len(vs)
     valid = np.fromiter((v is not None for v in vs), dtype=bool, count=n)
     kind = c.kind
@@ -97,7 +122,7 @@ def column_array(c: Column, vs: Sequence[Any]) -> Any:
         # decimal is big-endian bytes, a Protobuf uint64 an int
         words = None
         if kind == "decimal" and all(v is None or isinstance(v, bytes) for v in vs):
-            words = _decimal_words(vs, n)
+            words = decimal_words(binary_array(list(vs)))
         if words is None:
             data = b"".join(
                 (0 if v is None else v if isinstance(v, int) else _unscaled(v)).to_bytes(
@@ -123,37 +148,41 @@ def _unscaled(v: bytes) -> int:
     return int.from_bytes(v, "big", signed=True)
 
 
-def _decimal_words(vs: Sequence[bytes | None], n: int) -> Any:
-    """Avro decimals (big-endian two's complement bytes, None for null: 0) as decimal128's
-    (n, 2) int64 words, every value at once: each value's bytes reversed into the low end
-    of its 16, the rest filled with its sign. None when a value is longer than 16 bytes (a
-    `fixed` decimal's may be, with its sign repeated): the caller takes them one by one."""
+def decimal_words(raw: Any) -> Any:
+    """Avro decimals (`raw`: a pyarrow binary array of big-endian two's complement bytes;
+    null, or empty, for 0) as decimal128's (n, 2) int64 words, every value at once: each
+    value's bytes reversed into the low end of its 16, the rest filled with its sign. None
+    when a value is longer than 16 bytes (a `fixed` decimal's may be, with its sign
+    repeated): the caller takes them one by one."""
     import numpy as np
 
-    raw = binary_array(list(vs))
-    offsets = np.frombuffer(raw.buffers()[1], dtype=np.int32)[: n + 1].astype(np.int64)
-    data = np.frombuffer(raw.buffers()[2], dtype=np.uint8) if raw.buffers()[2] else None
-    lengths = np.diff(offsets)
+    n = len(raw)
+    data, first, end = value_spans(raw)
+    lengths = np.where(valid_mask(raw), end - first, 0)
     out = np.zeros((n, 16), dtype=np.uint8)
-    if data is None or not len(data):
+    if not n or int(lengths.max()) == 0:
         return out.view(np.int64)
     if int(lengths.max()) > 16:
         return None
     has = lengths > 0
     negative = np.zeros(n, dtype=bool)
-    negative[has] = data[offsets[:-1][has]] >= 0x80
+    negative[has] = data[first[has]] >= 0x80
     out[negative] = 0xFF
     row = np.repeat(np.arange(n), lengths)
-    # a byte's place from its value's end: the last byte (least significant) goes first
-    place = offsets[1:][row] - 1 - np.arange(offsets[0], offsets[-1])
-    out[row, place] = data[offsets[0] : offsets[-1]]
+    # byte k of a value goes to its place from the value's end: the last byte (least
+    # significant) first
+    k = np.arange(len(row)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    out[row, lengths[row] - 1 - k] = data[first[row] + k]
     return out.view(np.int64)
 
 
 def string_array(vs: Sequence[Any]) -> Any:
-    """A pyarrow string array of str or UTF-8 bytes values (None is null)."""
+    """A pyarrow string array of str or UTF-8 bytes values (None is null), or `vs` itself
+    if it is one."""
     import pyarrow as pa
 
+    if isinstance(vs, pa.Array):
+        return vs
     raw = binary_array([v.encode() if isinstance(v, str) else v for v in vs])
     return pa.Array.from_buffers(pa.string(), len(raw), raw.buffers(), raw.null_count)
 
@@ -177,6 +206,8 @@ def _not_utf8(
         try:
             strings[k].validate(full=True)
         except pa.ArrowInvalid:
+            if isinstance(vs, pa.Array):
+                vs = vs.cast(pa.binary()).to_pylist()  # noqa: PLW2901 - its bytes, unchecked
             for i, v in enumerate(vs):
                 if isinstance(v, bytes) and i not in bad:
                     try:
@@ -201,7 +232,6 @@ def decoded_fast_form(batch: Any) -> tuple[Any, Any]:
     import numpy as np
     import pyarrow as pa
 
-    from onceflow.spark.arrow_columns import valid_mask
     from onceflow.transforms import user_columns
 
     names = batch.schema.names

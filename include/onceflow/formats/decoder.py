@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,6 +93,15 @@ class RegistryDecoder:
         """`row` of writer schema `sid` as a function of the payload alone, bound once per
         batch and id (a format binds what `row` would look up for each record)."""
         return functools.partial(self.row, sid, writer)
+
+    def column_values(
+        self, values: Any, ids: set[int], role: str
+    ) -> tuple[list[Sequence[Any]], list[str | None]]:
+        """`rows` by column: each of `columns`' values of the records of `values` (a pyarrow
+        binary array), as a list or an Arrow array (None, or null, where a record has none),
+        and why each record did not decode. A format may decode whole columns at once."""
+        rows, errors = self.rows(values.to_pylist(), ids, role)
+        return [[None if r is None else r.get(c.name) for r in rows] for c in self.columns], errors
 
     def rows(
         self, values: list[bytes | None], ids: set[int], role: str

@@ -13,7 +13,7 @@ from typing import Any
 
 from onceflow.errors import ConfigError
 from onceflow.formats.columns import Column
-from onceflow.formats.decoded_batch import decoded_batch, frame_schema
+from onceflow.formats.decoded_batch import decoded_batch, frame_schema, null_at
 from onceflow.formats.decoder import RegistryDecoder
 
 KEY_PREFIX = "key_"
@@ -61,13 +61,11 @@ class FrameDecoder:
         for decoder, role in ((self.key, "key"), (self.value, "value")):
             if decoder is None:
                 continue
-            raw = batch.column(names.index(role)).to_pylist()
-            rows, why = decoder.rows(raw, ids, role)
+            columns, why = decoder.column_values(batch.column(names.index(role)), ids, role)
             errors = [e or w for e, w in zip(errors, why, strict=True)]
-            parts += [[None if r is None else r.get(c.name) for r in rows] for c in decoder.columns]
+            parts += columns
             roles += [role] * len(decoder.columns)
         dead = [i for i, e in enumerate(errors) if e is not None]
-        for i in dead:  # a record that does not decode is a dead letter: no column of it
-            for column in parts:
-                column[i] = None
+        if dead:  # a record that does not decode is a dead letter: no column of it
+            parts = [null_at(column, dead) for column in parts]
         return decoded_batch(batch, self.columns, parts, errors, roles)

@@ -92,10 +92,11 @@ def value_spans(arr: Any) -> tuple[Any, Any, Any]:
     return data, offsets[:-1], offsets[1:]
 
 
-def spans_array(type_: Any, data: Any, first: Any, end: Any) -> Any:
+def spans_array(type_: Any, data: Any, first: Any, end: Any, valid: Any = None) -> Any:
     """A pyarrow Array of `type_` (pa.binary() or pa.string()) whose value i is the bytes
     data[first[i]:end[i]] of `data`, a uint8 numpy array (spans may lie anywhere, apart or
-    overlapping; only their bytes are copied). No NULL. For pa.string() the bytes must be
+    overlapping; only their bytes are copied). `valid`: None (no NULL), or a numpy bool array,
+    False where the value is NULL (give it an empty span). For pa.string() the bytes must be
     well-formed UTF-8, which is not checked. ValueError if they total 2 GiB or more."""
     import numpy as np
     import pyarrow as pa
@@ -109,8 +110,10 @@ def spans_array(type_: Any, data: Any, first: Any, end: Any) -> Any:
         raise ValueError(f"spans_array: {total} bytes do not fit Arrow's 32-bit offsets")
     # byte j of value i sits at first[i] + (j - offsets[i]) in data
     values = data[np.repeat(first - offsets[:-1], lengths) + np.arange(total)]
-    buffers = [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(values)]
-    return pa.Array.from_buffers(type_, len(first), buffers, 0)
+    nulls = 0 if valid is None else int(len(first) - np.count_nonzero(valid))
+    validity = _bitmap(valid) if nulls else None
+    buffers = [validity, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(values)]
+    return pa.Array.from_buffers(type_, len(first), buffers, nulls)
 
 
 def string_repeat(value: str, n: int) -> Any:
