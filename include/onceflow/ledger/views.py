@@ -189,17 +189,17 @@ def shown_state(batch: Mapping[str, Any]) -> str:
 def partitions(
     dsn: LedgerLike, pipeline: str, ends: dict[tuple[str, int], int] | None = None
 ) -> list[dict[str, Any]]:
-    """Per partition: start and committed offsets, where the last planned batch's range ends
-    (`planned_offset`); with broker `ends`, the lag."""
+    """Per partition: start and committed offsets, `planned_offset` where the last planned
+    range ends (read by its whole key: ledger.offsets says why); with broker `ends`, the lag."""
     rows = _select(
         dsn,
         """
         select o.topic, o.partition, o.start_offset, o.committed_offset,
-               r.until_offset as planned_offset, o.updated_at
-        from onceflow.offsets o
-        left join onceflow.ranges r on r.pipeline = o.pipeline and r.topic = o.topic
-          and r.partition = o.partition and r.txid = (select txid from onceflow.batches
-            where pipeline = %s order by seq desc limit 1)
+               r.until_offset as planned_offset, o.updated_at from onceflow.offsets o
+        left join lateral (select x.until_offset from onceflow.ranges x where x.pipeline =
+          o.pipeline and x.txid = (select txid from onceflow.batches where pipeline = %s order
+          by seq desc limit 1) and x.topic = o.topic and x.partition = o.partition limit 1) r
+          on true
         where o.pipeline = %s order by o.topic, o.partition
         """,
         (pipeline, pipeline),
