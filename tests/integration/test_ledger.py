@@ -162,6 +162,16 @@ def test_plan_replays_a_known_txid_unchanged(ledger_dsn, cfg):
     assert [(r.from_offset, r.until_offset) for r in second.ranges] == [(10, 50), (5, 50)]
 
 
+def test_each_partition_shows_where_the_last_planned_range_of_it_ends(ledger_dsn, cfg):
+    """views.partitions (the Ledger view): each partition its own range's end, of the newest
+    txid; the lag from the broker's ends."""
+    plan(ledger_dsn, cfg, "run-1", snap({(T, 0): 10, (T, 1): 5}), sink=sink_for(cfg))
+    plan(ledger_dsn, cfg, "run-2", snap({(T, 0): 30, (T, 1): 7}), sink=sink_for(cfg))
+    rows = views.partitions(ledger_dsn, cfg.name, {(T, 0): 40, (T, 1): 7})
+    assert [(r["partition"], r["planned_offset"], r["committed_offset"], r["lag"]) for r in rows] == [
+        (0, 30, 0, 40), (1, 7, 0, 7)]  # fmt: skip
+
+
 @pytest.mark.parametrize("txid", ["run\n", "run 1", "a/../b", "ran\u00e9", "r" * 251, ""])
 def test_plan_refuses_a_run_id_that_is_no_txid_before_the_ledger_changes(ledger_dsn, cfg, txid):
     """A run id Airflow let through but no process could take: refused, nothing recorded,
