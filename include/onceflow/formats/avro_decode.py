@@ -50,8 +50,9 @@ class AvroDecoder(RegistryDecoder):
         if len(decoded):
             ids.add(self.reader.id)
         n = len(values)
-        rest = np.flatnonzero(valid_mask(values))
-        rest = rest[~np.isin(rest, decoded, assume_unique=True)]
+        undecoded = valid_mask(values)  # a null value is no record to decode
+        undecoded[decoded] = False
+        rest = np.flatnonzero(undecoded)
         rows, why = self.rows(values.take(pa.array(rest)).to_pylist(), ids, role)
         errors: list[str | None] = [None] * n
         for i, e in zip(rest.tolist(), why, strict=True):
